@@ -1,0 +1,140 @@
+/* config.c: the PUMP_* environment, read once when libpump loads.
+ *
+ * A bad value never stops the program: it gets one clear warning naming the
+ * variable, the value and what is allowed, and the default is used. The
+ * warning waits until the process first uses CUDA: LD_PRELOAD reaches every
+ * process of a job (shells, wrappers, compilers), and only those that use
+ * the GPU have anything to be warned about.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "shim.h"
+
+PUMP_HIDDEN struct pump_config pump_config = {
+    .policy = PUMP_POLICY_LAUNCH,
+    .wait = true,
+    .cap_kind = PUMP_CAP_DEFAULT,
+    .log_level = 0,
+    .epoch_launches = 10000,
+};
+
+static bool parse_u64(const char *text, uint64_t *out, const char **rest)
+{
+    if (text[0] < '0' || text[0] > '9')
+        return false;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (errno != 0)
+        return false;
+    *out = v;
+    *rest = end;
+    return true;
+}
+
+PUMP_HIDDEN bool pump_parse_capacity(const char *text, enum pump_capacity_kind *kind, uint64_t *value)
+{
+    if (strcasecmp(text, "host") == 0) {
+        *kind = PUMP_CAP_HOST;
+        *value = 0;
+        return true;
+    }
+    uint64_t n;
+    const char *unit;
+    if (!parse_u64(text, &n, &unit))
+        return false;
+    if (strcmp(unit, "%") == 0) {
+        if (n < 1 || n > 100)
+            return false;
+        *kind = PUMP_CAP_PERCENT;
+        *value = n;
+        return true;
+    }
+    static const struct {
+        const char *name;
+        uint64_t scale;
+    } units[] = {
+        {"", 1},
+        {"K", 1ull << 10}, {"KiB", 1ull << 10}, {"KB", 1000ull},
+        {"M", 1ull << 20}, {"MiB", 1ull << 20}, {"MB", 1000000ull},
+        {"G", 1ull << 30}, {"GiB", 1ull << 30}, {"GB", 1000000000ull},
+        {"T", 1ull << 40}, {"TiB", 1ull << 40}, {"TB", 1000000000000ull},
+    };
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strcmp(unit, units[i].name) != 0)
+            continue;
+        if (n == 0 || n > UINT64_MAX / units[i].scale)
+            return false;
+        *kind = PUMP_CAP_BYTES;
+        *value = n * units[i].scale;
+        return true;
+    }
+    return false;
+}
+
+struct bad_value {
+    const char *var, *value, *allowed, *fallback;
+};
+static struct bad_value bad_values[8];
+static int bad_value_count;
+
+static void bad_value(const char *var, const char *value, const char *allowed, const char *fallback)
+{
+    if (bad_value_count < (int)(sizeof bad_values / sizeof bad_values[0]))
+        bad_values[bad_value_count++] = (struct bad_value){var, value, allowed, fallback};
+}
+
+PUMP_HIDDEN void pump_config_report(void)
+{
+    for (int i = 0; i < bad_value_count; i++)
+        pump_notice("ignoring %s=%s: allowed %s; using %s", bad_values[i].var, bad_values[i].value,
+                    bad_values[i].allowed, bad_values[i].fallback);
+}
+
+PUMP_HIDDEN void pump_config_load(void)
+{
+    const char *v;
+    uint64_t n;
+    const char *rest;
+
+    if ((v = getenv("PUMP_LOG")) != NULL && *v) {
+        if (parse_u64(v, &n, &rest) && *rest == '\0' && n <= 2)
+            pump_config.log_level = (int)n;
+        else
+            bad_value("PUMP_LOG", v, "0, 1 or 2", "0");
+    }
+    if ((v = getenv("PUMP_POLICY")) != NULL && *v) {
+        if (strcmp(v, "off") == 0)
+            pump_config.policy = PUMP_POLICY_OFF;
+        else if (strcmp(v, "launch") == 0)
+            pump_config.policy = PUMP_POLICY_LAUNCH;
+        else
+            bad_value("PUMP_POLICY", v, "off or launch", "launch");
+    }
+    if ((v = getenv("PUMP_WAIT")) != NULL && *v) {
+        if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0)
+            pump_config.wait = v[0] == '1';
+        else
+            bad_value("PUMP_WAIT", v, "0 or 1", "1");
+    }
+    if ((v = getenv("PUMP_CAPACITY")) != NULL && *v) {
+        if (!pump_parse_capacity(v, &pump_config.cap_kind, &pump_config.cap_value)) {
+            pump_config.cap_kind = PUMP_CAP_DEFAULT;
+            bad_value("PUMP_CAPACITY", v,
+                      "a size (bytes, or with K/M/G/T, KiB..TiB, KB..TB), a percentage 1%..100% of the device, "
+                      "or host",
+                      "the device's free memory");
+        }
+    }
+    if ((v = getenv("PUMP_EPOCH_LAUNCHES")) != NULL && *v) {
+        if (parse_u64(v, &n, &rest) && *rest == '\0' && n >= 1 && n <= UINT32_MAX)
+            pump_config.epoch_launches = (uint32_t)n;
+        else
+            bad_value("PUMP_EPOCH_LAUNCHES", v, "an integer from 1 to 4294967295", "10000");
+    }
+    if ((v = getenv("PUMP_STATS_DIR")) != NULL && *v)
+        pump_config.stats_dir = v;
+}

@@ -1,0 +1,144 @@
+/* driver.c: finding libcuda at run time and resolving, once, every driver
+ * function pump forwards to or calls for itself.
+ *
+ * libpump never links libcuda: it builds and loads anywhere, and a program
+ * that never touches CUDA never loads the driver because of pump. The first
+ * hook that runs loads it. cuGetProcAddress runs before cuInit in the CUDA
+ * runtime, so nothing here needs cuInit.
+ */
+#include <dlfcn.h>
+#include <string.h>
+#include <time.h>
+
+#include "hooks.h"
+
+typedef void *(*dlsym_fn)(void *, const char *);
+PUMP_HIDDEN dlsym_fn pump_real_dlsym(void);
+
+PUMP_HIDDEN struct pump_driver pump_driver;
+PUMP_HIDDEN void *pump_real[PUMP_HOOK_COUNT];
+
+PUMP_HIDDEN const struct pump_hook pump_hooks[PUMP_HOOK_COUNT] = {
+#define PUMP_HOOK_ENTRY(id, name, pfn) [PUMP_HOOK_##id] = {name, (void *)pump_##id},
+    PUMP_HOOKS(PUMP_HOOK_ENTRY)
+#undef PUMP_HOOK_ENTRY
+};
+
+PUMP_HIDDEN int pump_hook_find(const char *name)
+{
+    for (int i = 0; i < PUMP_HOOK_COUNT; i++)
+        if (strcmp(pump_hooks[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+enum { DRIVER_UNLOADED, DRIVER_LOADING, DRIVER_READY, DRIVER_FAILED };
+static _Atomic int driver_state = DRIVER_UNLOADED;
+static _Thread_local bool loading_on_this_thread;
+
+PUMP_HIDDEN CUresult pump_missing_entry(void)
+{
+    return atomic_load_explicit(&driver_state, memory_order_acquire) == DRIVER_READY
+               ? CUDA_ERROR_NOT_SUPPORTED
+               : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+/* pump's own calls: resolved the way the CUDA runtime does it, at the ABI
+ * version pump was written against, legacy-stream flavour. A NULL answer
+ * means this driver lacks it; only a driver without cuGetProcAddress (before
+ * CUDA 11.3) is asked by symbol name. */
+static void *own_entry(void *lib, PFN_cuGetProcAddress_v12000 get_proc, const char *symbol,
+                       int version, const char *abi_name)
+{
+    if (get_proc == NULL)
+        return pump_real_dlsym()(lib, abi_name);
+    void *fn = NULL;
+    CUdriverProcAddressQueryResult status;
+    if (get_proc(symbol, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS)
+        return NULL;
+    return fn;
+}
+
+static bool load_driver(void)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (lib == NULL)
+        lib = dlopen("libcuda.so.1", RTLD_NOW);
+    if (lib == NULL) {
+        pump_log(1, "libcuda.so.1 not found: pass-through");
+        return false;
+    }
+    dlsym_fn real_dlsym = pump_real_dlsym();
+    for (int i = 0; i < PUMP_HOOK_COUNT; i++)
+        pump_real[i] = real_dlsym(lib, pump_hooks[i].name);
+
+    PFN_cuGetProcAddress_v12000 get_proc = (PFN_cuGetProcAddress_v12000)pump_real[PUMP_HOOK_get_proc_address_v2];
+    struct pump_driver d = {
+        .ctx_get_current = own_entry(lib, get_proc, "cuCtxGetCurrent", 4000, "cuCtxGetCurrent"),
+        .ctx_get_device = own_entry(lib, get_proc, "cuCtxGetDevice", 2000, "cuCtxGetDevice"),
+        .device_total_mem = own_entry(lib, get_proc, "cuDeviceTotalMem", 3020, "cuDeviceTotalMem_v2"),
+        .mem_get_info = own_entry(lib, get_proc, "cuMemGetInfo", 3020, "cuMemGetInfo_v2"),
+        .stream_create = own_entry(lib, get_proc, "cuStreamCreate", 2000, "cuStreamCreate"),
+        .event_create = own_entry(lib, get_proc, "cuEventCreate", 2000, "cuEventCreate"),
+        .event_record = own_entry(lib, get_proc, "cuEventRecord", 2000, "cuEventRecord"),
+        .stream_wait_event = own_entry(lib, get_proc, "cuStreamWaitEvent", 3020, "cuStreamWaitEvent"),
+        .stream_is_capturing = own_entry(lib, get_proc, "cuStreamIsCapturing", 10000, "cuStreamIsCapturing"),
+        .exchange_capture_mode =
+            own_entry(lib, get_proc, "cuThreadExchangeStreamCaptureMode", 10010, "cuThreadExchangeStreamCaptureMode"),
+        .prefetch_batch = own_entry(lib, get_proc, "cuMemPrefetchBatchAsync", 13000, "cuMemPrefetchBatchAsync"),
+        .prefetch_v2 = own_entry(lib, get_proc, "cuMemPrefetchAsync", 12020, "cuMemPrefetchAsync_v2"),
+        .prefetch_v1 = own_entry(lib, get_proc, "cuMemPrefetchAsync", 8000, "cuMemPrefetchAsync"),
+        .func_param_info = own_entry(lib, get_proc, "cuFuncGetParamInfo", 12040, "cuFuncGetParamInfo"),
+        .kernel_param_info = own_entry(lib, get_proc, "cuKernelGetParamInfo", 12040, "cuKernelGetParamInfo"),
+        .pointer_get_attribute = own_entry(lib, get_proc, "cuPointerGetAttribute", 4000, "cuPointerGetAttribute"),
+    };
+    d.can_prefetch = d.ctx_get_current != NULL && d.ctx_get_device != NULL && d.stream_create != NULL &&
+                     d.event_create != NULL && d.event_record != NULL && d.stream_wait_event != NULL &&
+                     d.stream_is_capturing != NULL && (d.prefetch_v2 != NULL || d.prefetch_v1 != NULL);
+    if (!d.can_prefetch)
+        pump_log(1, "the driver lacks functions pump needs to prefetch: counting only");
+    pump_driver = d;
+    return true;
+}
+
+static bool driver_load_slow(void)
+{
+    if (loading_on_this_thread)
+        return false;  /* re-entered from inside our own dlopen */
+    int expected = DRIVER_UNLOADED;
+    if (atomic_compare_exchange_strong(&driver_state, &expected, DRIVER_LOADING)) {
+        loading_on_this_thread = true;
+        pump_config_report();
+        bool ok = load_driver();
+        loading_on_this_thread = false;
+        if (ok)
+            pump_stats_open();
+        else
+            pump_stats_passthrough("libcuda.so.1 not found");
+        atomic_store_explicit(&driver_state, ok ? DRIVER_READY : DRIVER_FAILED, memory_order_release);
+        return ok;
+    }
+    /* Another thread is loading. Wait, but never forever: a thread that
+     * holds the loader lock while we wait for it must not deadlock us. */
+    for (int spins = 0; spins < 5000; spins++) {
+        int state = atomic_load_explicit(&driver_state, memory_order_acquire);
+        if (state != DRIVER_LOADING)
+            return state == DRIVER_READY;
+        struct timespec pause = {0, 1000000};
+        nanosleep(&pause, NULL);
+    }
+    pump_log_once("gave up waiting for another thread to load libcuda");
+    return false;
+}
+
+PUMP_HIDDEN bool pump_driver_ready(void)
+{
+    if (PUMP_LIKELY(atomic_load_explicit(&driver_state, memory_order_acquire) == DRIVER_READY))
+        return true;
+    return driver_load_slow();
+}
+
+PUMP_HIDDEN bool pump_driver_was_used(void)
+{
+    return atomic_load_explicit(&driver_state, memory_order_acquire) == DRIVER_READY;
+}

@@ -1,0 +1,77 @@
+/* hooks.h: the one list of driver entry points pump intercepts.
+ *
+ * Each entry is an ABI symbol of libcuda (the exact variant: _v2, _ptsz, the
+ * 4- or 5-argument cuGetProcAddress) with its PFN type from cudaTypedefs.h.
+ * From this list come: the exported hook functions (programs linked to libcuda
+ * bind to them through LD_PRELOAD), the names the dlsym hook answers for, the
+ * real pointers the hooks forward to, and the pointer-identity map that lets
+ * cuGetProcAddress hand back the hook of exactly the variant the driver chose.
+ */
+#ifndef PUMP_HOOKS_H
+#define PUMP_HOOKS_H
+
+#include "shim.h"
+
+/* X(id, ABI symbol, PFN type) */
+#define PUMP_HOOKS(X)                                                                   \
+    X(get_proc_address, "cuGetProcAddress", PFN_cuGetProcAddress_v11030)                \
+    X(get_proc_address_v2, "cuGetProcAddress_v2", PFN_cuGetProcAddress_v12000)          \
+    X(mem_alloc_managed, "cuMemAllocManaged", PFN_cuMemAllocManaged_v6000)              \
+    X(mem_alloc, "cuMemAlloc_v2", PFN_cuMemAlloc_v3020)                                 \
+    X(mem_free, "cuMemFree_v2", PFN_cuMemFree_v3020)                                    \
+    X(mem_alloc_async, "cuMemAllocAsync", PFN_cuMemAllocAsync_v11020)                   \
+    X(mem_alloc_async_ptsz, "cuMemAllocAsync_ptsz", PFN_cuMemAllocAsync_v11020_ptsz)    \
+    X(mem_alloc_from_pool_async, "cuMemAllocFromPoolAsync",                             \
+      PFN_cuMemAllocFromPoolAsync_v11020)                                               \
+    X(mem_alloc_from_pool_async_ptsz, "cuMemAllocFromPoolAsync_ptsz",                   \
+      PFN_cuMemAllocFromPoolAsync_v11020_ptsz)                                          \
+    X(mem_free_async, "cuMemFreeAsync", PFN_cuMemFreeAsync_v11020)                      \
+    X(mem_free_async_ptsz, "cuMemFreeAsync_ptsz", PFN_cuMemFreeAsync_v11020_ptsz)       \
+    X(launch_kernel, "cuLaunchKernel", PFN_cuLaunchKernel_v4000)                        \
+    X(launch_kernel_ptsz, "cuLaunchKernel_ptsz", PFN_cuLaunchKernel_v7000_ptsz)         \
+    X(launch_kernel_ex, "cuLaunchKernelEx", PFN_cuLaunchKernelEx_v11060)                \
+    X(launch_kernel_ex_ptsz, "cuLaunchKernelEx_ptsz", PFN_cuLaunchKernelEx_v11060_ptsz) \
+    X(launch_cooperative_kernel, "cuLaunchCooperativeKernel",                           \
+      PFN_cuLaunchCooperativeKernel_v9000)                                              \
+    X(launch_cooperative_kernel_ptsz, "cuLaunchCooperativeKernel_ptsz",                 \
+      PFN_cuLaunchCooperativeKernel_v9000_ptsz)                                         \
+    X(graph_launch, "cuGraphLaunch", PFN_cuGraphLaunch_v10000)                          \
+    X(graph_launch_ptsz, "cuGraphLaunch_ptsz", PFN_cuGraphLaunch_v10000_ptsz)           \
+    X(ctx_synchronize, "cuCtxSynchronize", PFN_cuCtxSynchronize_v2000)                  \
+    X(stream_synchronize, "cuStreamSynchronize", PFN_cuStreamSynchronize_v2000)         \
+    X(stream_synchronize_ptsz, "cuStreamSynchronize_ptsz",                              \
+      PFN_cuStreamSynchronize_v7000_ptsz)                                               \
+    X(event_synchronize, "cuEventSynchronize", PFN_cuEventSynchronize_v2000)
+
+enum pump_hook_id {
+#define PUMP_HOOK_ENUM(id, name, pfn) PUMP_HOOK_##id,
+    PUMP_HOOKS(PUMP_HOOK_ENUM)
+#undef PUMP_HOOK_ENUM
+    PUMP_HOOK_COUNT
+};
+
+/* The hooks: C name pump_<id>, exported under the driver's symbol. */
+#define PUMP_HOOK_DECLARE(id, name, pfn)                                     \
+    typedef pfn pump_pfn_##id;                                               \
+    extern __typeof__(*(pfn)0) pump_##id __asm__(name)                       \
+        __attribute__((visibility("default")));
+PUMP_HOOKS(PUMP_HOOK_DECLARE)
+#undef PUMP_HOOK_DECLARE
+
+struct pump_hook {
+    const char *name;
+    void *hook;
+};
+extern PUMP_HIDDEN const struct pump_hook pump_hooks[PUMP_HOOK_COUNT];
+
+/* The driver's own function for each hook, resolved by pump_driver_ready(). */
+extern PUMP_HIDDEN void *pump_real[PUMP_HOOK_COUNT];
+#define PUMP_REAL(id) ((pump_pfn_##id)pump_real[PUMP_HOOK_##id])
+
+/* Index of a hooked symbol name, or -1. */
+PUMP_HIDDEN int pump_hook_find(const char *name);
+
+/* The status a hook returns when it cannot reach the driver's function. */
+PUMP_HIDDEN CUresult pump_missing_entry(void);
+
+#endif

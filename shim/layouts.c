@@ -1,0 +1,113 @@
+/* layouts.c: the per-function parameter layout cache (see layouts.h).
+ *
+ * CUfunction and CUkernel both arrive at cuLaunchKernel, and which
+ * GetParamInfo call accepts which handle is not documented, so both are
+ * tried. The driver has no parameter-count call: indices are asked for until
+ * it answers CUDA_ERROR_INVALID_VALUE.
+ *
+ * The cache is an open-addressed table written with compare-and-swap: no
+ * lock on the launch path. Layouts are never freed (a handle outlives its
+ * launches; a reused handle address after a module unload would keep an old
+ * layout, which can only cost a missed or extra prefetch).
+ */
+#include <stdlib.h>
+
+#include "layouts.h"
+
+#define PUMP_LAYOUT_SLOTS 16384 /* power of two */
+#define PUMP_MAX_PARAMS 4096    /* the driver allows 32764 bytes of parameters */
+
+static uintptr_t keys[PUMP_LAYOUT_SLOTS];
+static const struct pump_layout *values[PUMP_LAYOUT_SLOTS];
+static const struct pump_layout unknown_layout = {.known = false};
+
+typedef CUresult (*param_info_fn)(void *handle, size_t index, size_t *offset, size_t *size);
+
+/* Asks one of the two calls; false if it does not accept this handle. */
+static bool query(param_info_fn info, CUfunction f, size_t *offsets, size_t *sizes, uint32_t *params)
+{
+    if (info == NULL)
+        return false;
+    uint32_t n = 0;
+    for (; n < PUMP_MAX_PARAMS; n++) {
+        CUresult r = info((void *)f, n, &offsets[n], &sizes[n]);
+        if (r == CUDA_ERROR_INVALID_VALUE)
+            break;  /* past the last parameter */
+        if (r != CUDA_SUCCESS)
+            return false;
+    }
+    *params = n;
+    return true;
+}
+
+static const struct pump_layout *build(CUfunction f)
+{
+    static _Thread_local size_t offsets[PUMP_MAX_PARAMS], sizes[PUMP_MAX_PARAMS];
+    uint32_t params = 0;
+    bool ok = query((param_info_fn)pump_driver.func_param_info, f, offsets, sizes, &params);
+    /* Zero parameters from cuFuncGetParamInfo may mean "not a CUfunction". */
+    if (!ok || params == 0) {
+        uint32_t kernel_params = 0;
+        if (query((param_info_fn)pump_driver.kernel_param_info, f, offsets, sizes, &kernel_params)) {
+            ok = true;
+            params = kernel_params;
+        }
+    }
+    if (!ok)
+        return &unknown_layout;
+
+    uint32_t words = 0;
+    for (uint32_t i = 0; i < params; i++)
+        for (size_t o = (offsets[i] + 7) & ~(size_t)7; o + 8 <= offsets[i] + sizes[i]; o += 8)
+            words++;
+    struct pump_layout *layout = malloc(sizeof *layout + words * sizeof(struct pump_word));
+    if (layout == NULL)
+        return &unknown_layout;
+    layout->known = true;
+    layout->params = params;
+    layout->words = 0;
+    for (uint32_t i = 0; i < params; i++)
+        for (size_t o = (offsets[i] + 7) & ~(size_t)7; o + 8 <= offsets[i] + sizes[i]; o += 8)
+            layout->word[layout->words++] = (struct pump_word){
+                .param = i, .offset_in_param = (uint32_t)(o - offsets[i]), .buffer_offset = (uint32_t)o};
+    return layout;
+}
+
+static size_t slot_of(uintptr_t key)
+{
+    return (size_t)((key >> 4) * 0x9E3779B97F4A7C15ull >> 32) & (PUMP_LAYOUT_SLOTS - 1);
+}
+
+/* A slot whose key is set gets its value a moment later: wait for it. */
+static const struct pump_layout *value_at(size_t slot)
+{
+    const struct pump_layout *v;
+    while ((v = __atomic_load_n(&values[slot], __ATOMIC_ACQUIRE)) == NULL)
+        pump_cpu_relax();
+    return v;
+}
+
+PUMP_HIDDEN const struct pump_layout *pump_layout_of(CUfunction f)
+{
+    uintptr_t key = (uintptr_t)f;
+    size_t slot = slot_of(key);
+    for (size_t probe = 0; probe < PUMP_LAYOUT_SLOTS; probe++, slot = (slot + 1) & (PUMP_LAYOUT_SLOTS - 1)) {
+        uintptr_t k = __atomic_load_n(&keys[slot], __ATOMIC_ACQUIRE);
+        if (k == key)
+            return value_at(slot);
+        if (k != 0)
+            continue;
+        const struct pump_layout *layout = build(f);
+        uintptr_t empty = 0;
+        if (__atomic_compare_exchange_n(&keys[slot], &empty, key, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+            __atomic_store_n(&values[slot], layout, __ATOMIC_RELEASE);
+            return layout;
+        }
+        if (layout != &unknown_layout)
+            free((void *)layout);
+        if (empty == key)  /* another thread cached the same function first */
+            return value_at(slot);
+    }
+    pump_log_once("more than %d kernels: layouts of the newest are not cached", PUMP_LAYOUT_SLOTS);
+    return &unknown_layout;
+}

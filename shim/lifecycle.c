@@ -1,0 +1,28 @@
+/* lifecycle.c: what happens when libpump loads, when the process forks and
+ * when it exits.
+ *
+ * Loading reads the configuration and nothing else (no driver, no threads).
+ * Fork keeps the range table consistent in the child. Exit only marks the
+ * record: no driver call and no lock, so a process that exits while another
+ * thread is inside the driver never hangs on pump.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "ranges.h"
+
+PUMP_HIDDEN void pump_stats_after_fork_in_child(void);
+PUMP_HIDDEN void pump_stats_at_exit(void);
+
+static void child_after_fork(void)
+{
+    pump_ranges_after_fork();
+    pump_stats_after_fork_in_child();
+}
+
+__attribute__((constructor)) static void pump_load(void)
+{
+    pump_config_load();
+    pthread_atfork(pump_ranges_before_fork, pump_ranges_after_fork, child_after_fork);
+    atexit(pump_stats_at_exit);
+}

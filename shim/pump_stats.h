@@ -1,0 +1,49 @@
+/* pump_stats.h: the per-process counter record, the one layout both sides read.
+ *
+ * Each process that loads libpump and uses CUDA creates its own record file,
+ * PUMP_STATS_DIR/pump-<pid>.stats, maps it shared and counts straight into it:
+ * no system call on the hot path, and the counts survive _exit() and kill -9.
+ * pump-run reads every record of the process tree (cffi parses this header,
+ * so it holds no macros and no #include beyond the guard below).
+ */
+#ifndef PUMP_STATS_H
+#define PUMP_STATS_H
+#include <stdint.h>
+
+enum {
+    PUMP_STATS_MAGIC = 0x504d5053,   /* "SPMP" little-endian: a pump record */
+    PUMP_STATS_VERSION = 1
+};
+
+struct pump_stats {
+    uint32_t magic;                  /* PUMP_STATS_MAGIC once the record is valid */
+    uint32_t version;                /* PUMP_STATS_VERSION */
+    int32_t pid;
+    int32_t parent_pid;
+    uint32_t exited;                 /* 1 once the process ran its exit handler */
+    uint32_t passthrough;            /* 1 when the shim stood aside (see reason) */
+    char passthrough_reason[48];
+
+    uint64_t launches;               /* kernel launches seen (every entry point) */
+    uint64_t launches_managed;       /* ... whose arguments point into managed memory */
+    uint64_t launches_prefetched;    /* ... for which a prefetch was enqueued */
+    uint64_t launches_captured;      /* ... on a capturing stream: left untouched */
+    uint64_t launches_unscanned;     /* ... whose parameter layout was unknown */
+    uint64_t graph_launches;         /* cuGraphLaunch calls */
+    uint64_t scan_words;             /* 8-byte argument words checked */
+    uint64_t scan_hits;              /* ... that fell inside a managed allocation */
+    uint64_t prefetch_calls;         /* driver prefetch calls made (batch or single) */
+    uint64_t prefetch_ranges;        /* address ranges in those calls */
+    uint64_t prefetch_bytes;         /* bytes asked to move to a GPU */
+    uint64_t resident_skips;         /* allocations skipped: believed resident */
+    uint64_t epochs;                 /* residency-belief expiries */
+    uint64_t managed_allocs;         /* managed allocations tracked */
+    uint64_t managed_frees;
+    uint64_t managed_bytes;          /* managed footprint now */
+    uint64_t managed_bytes_peak;
+    uint64_t capacity_bytes;         /* the cap in force (0 until first managed alloc) */
+    uint64_t capacity_refusals;      /* allocations refused at the cap */
+    uint64_t errors;                 /* pump's own driver calls that failed */
+};
+
+#endif

@@ -1,0 +1,174 @@
+/* ranges.c: the range table (see ranges.h).
+ *
+ * Sorted arrays of [start, end) with a slot index into a fixed array of
+ * records, guarded by a seqlock: a writer (under a mutex) makes the sequence
+ * odd, edits, makes it even; a reader searches and retries if the sequence
+ * moved. Every shared word is accessed atomically (relaxed), so readers never
+ * see torn values and the sanitizers see no data race. Records never move
+ * and the arrays are never freed, so a reader racing a free can at worst use
+ * a stale record: a wrong residency belief, not a crash.
+ */
+#include <pthread.h>
+
+#include "ranges.h"
+
+#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+#define STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
+
+static uint64_t starts[PUMP_RANGES_MAX];
+static uint64_t ends[PUMP_RANGES_MAX];
+static uint32_t slots[PUMP_RANGES_MAX];
+static struct pump_range records[PUMP_RANGES_MAX];
+static uint32_t count;
+static uint64_t lowest = UINT64_MAX, highest;  /* bounds of all ranges: the cheap first test */
+static _Atomic uint32_t sequence;
+
+static pthread_mutex_t writer = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t free_slots[PUMP_RANGES_MAX];   /* writer-only */
+static uint32_t free_count, slots_used;
+
+static void write_begin(void)
+{
+    pthread_mutex_lock(&writer);
+    uint32_t s = atomic_load_explicit(&sequence, memory_order_relaxed);
+    atomic_store_explicit(&sequence, s + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+}
+
+static void write_end(void)
+{
+    uint32_t n = LOAD(count);
+    STORE(lowest, n ? LOAD(starts[0]) : UINT64_MAX);
+    STORE(highest, n ? LOAD(ends[n - 1]) : 0);
+    uint32_t s = atomic_load_explicit(&sequence, memory_order_relaxed);
+    atomic_store_explicit(&sequence, s + 1, memory_order_release);
+    pthread_mutex_unlock(&writer);
+}
+
+/* Index of the first range whose start is > addr (writer or reader). */
+static uint32_t upper_bound(uint32_t n, uint64_t addr)
+{
+    uint32_t lo = 0, hi = n;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (LOAD(starts[mid]) <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static void release_slot(uint32_t slot)
+{
+    free_slots[free_count++] = slot;
+}
+
+static void erase_at(uint32_t i)
+{
+    uint32_t n = LOAD(count);
+    release_slot(LOAD(slots[i]));
+    for (uint32_t j = i; j + 1 < n; j++) {
+        STORE(starts[j], LOAD(starts[j + 1]));
+        STORE(ends[j], LOAD(ends[j + 1]));
+        STORE(slots[j], LOAD(slots[j + 1]));
+    }
+    STORE(count, n - 1);
+}
+
+PUMP_HIDDEN uint64_t pump_ranges_drop(uint64_t base, uint64_t size)
+{
+    uint64_t end = base + size < base ? UINT64_MAX : base + size, dropped = 0;
+    if (end <= LOAD(lowest) || base >= LOAD(highest))
+        return 0;  /* nothing there: no need to take the writer's lock */
+    write_begin();
+    uint32_t i = upper_bound(LOAD(count), base);
+    if (i > 0 && LOAD(ends[i - 1]) > base)
+        i--;
+    while (i < LOAD(count) && LOAD(starts[i]) < end) {
+        dropped += LOAD(ends[i]) - LOAD(starts[i]);
+        erase_at(i);
+    }
+    write_end();
+    return dropped;
+}
+
+PUMP_HIDDEN bool pump_ranges_insert(uint64_t base, uint64_t size)
+{
+    if (size == 0 || base + size < base)
+        return false;
+    write_begin();
+    uint32_t n = LOAD(count);
+    uint32_t i = upper_bound(n, base);
+    bool inserted = false;
+    if (n < PUMP_RANGES_MAX && (free_count > 0 || slots_used < PUMP_RANGES_MAX)) {
+        uint32_t slot = free_count > 0 ? free_slots[--free_count] : slots_used++;
+        STORE(records[slot].base, base);
+        STORE(records[slot].size, size);
+        STORE(records[slot].resident_stamp, 0);
+        for (uint32_t j = n; j > i; j--) {
+            STORE(starts[j], LOAD(starts[j - 1]));
+            STORE(ends[j], LOAD(ends[j - 1]));
+            STORE(slots[j], LOAD(slots[j - 1]));
+        }
+        STORE(starts[i], base);
+        STORE(ends[i], base + size);
+        STORE(slots[i], slot);
+        STORE(count, n + 1);
+        inserted = true;
+    }
+    write_end();
+    if (!inserted)
+        pump_log_once("more than %d managed allocations: the newest are not prefetched", PUMP_RANGES_MAX);
+    return inserted;
+}
+
+PUMP_HIDDEN bool pump_ranges_remove(uint64_t base, uint64_t *size)
+{
+    bool found = false;
+    write_begin();
+    uint32_t i = upper_bound(LOAD(count), base);
+    if (i > 0 && LOAD(starts[i - 1]) == base) {
+        *size = LOAD(ends[i - 1]) - base;
+        erase_at(i - 1);
+        found = true;
+    }
+    write_end();
+    return found;
+}
+
+PUMP_HIDDEN struct pump_range *pump_ranges_find(uint64_t addr)
+{
+    if (addr - LOAD(lowest) >= LOAD(highest) - LOAD(lowest))
+        return NULL;  /* outside every range (also when the table is empty) */
+    for (int attempt = 0; attempt < 64; attempt++) {
+        uint32_t before = atomic_load_explicit(&sequence, memory_order_acquire);
+        if (before & 1) {
+            pump_cpu_relax();  /* a writer is mid-edit */
+            continue;
+        }
+        struct pump_range *found = NULL;
+        uint32_t i = upper_bound(LOAD(count), addr);
+        if (i > 0 && addr < LOAD(ends[i - 1]))
+            found = &records[LOAD(slots[i - 1])];
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&sequence, memory_order_relaxed) == before)
+            return found;
+    }
+    return NULL;  /* gave up: a missed prefetch, never a stall */
+}
+
+PUMP_HIDDEN bool pump_ranges_empty(void)
+{
+    return LOAD(count) == 0;
+}
+
+PUMP_HIDDEN void pump_ranges_before_fork(void)
+{
+    pthread_mutex_lock(&writer);
+}
+
+PUMP_HIDDEN void pump_ranges_after_fork(void)
+{
+    pthread_mutex_unlock(&writer);
+}

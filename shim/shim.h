@@ -1,0 +1,116 @@
+/* shim.h: what the shim's files share: configuration, logging, counters and
+ * the driver entry points pump calls for itself.
+ *
+ * The shim is the data plane of pump: it sits between a program and libcuda,
+ * sees every managed allocation and kernel launch, and prefetches at launch.
+ * Rule zero: it never harms the program. Every failure falls back to
+ * pass-through (the driver's own behaviour, its own return codes).
+ */
+#ifndef PUMP_SHIM_H
+#define PUMP_SHIM_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include "pump_stats.h"
+
+#define PUMP_HIDDEN __attribute__((visibility("hidden")))
+#define PUMP_LIKELY(x) __builtin_expect(!!(x), 1)
+#define PUMP_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+static inline void pump_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* The prefetch unit: the driver's VA block (uvm_va_block_types.h, 2 MiB). */
+#define PUMP_BLOCK_SIZE ((uint64_t)2 << 20)
+
+/* ---- configuration (config.c), read once from PUMP_* at load ---- */
+enum pump_policy { PUMP_POLICY_OFF, PUMP_POLICY_LAUNCH };
+enum pump_capacity_kind { PUMP_CAP_DEFAULT, PUMP_CAP_BYTES, PUMP_CAP_PERCENT, PUMP_CAP_HOST };
+
+struct pump_config {
+    enum pump_policy policy;            /* PUMP_POLICY */
+    bool wait;                          /* PUMP_WAIT: kernels wait for their prefetch */
+    enum pump_capacity_kind cap_kind;   /* PUMP_CAPACITY */
+    uint64_t cap_value;                 /* bytes, or percent */
+    int log_level;                      /* PUMP_LOG: 0 off, 1 info, 2 debug */
+    uint32_t epoch_launches;            /* PUMP_EPOCH_LAUNCHES */
+    const char *stats_dir;              /* PUMP_STATS_DIR, or NULL */
+};
+extern PUMP_HIDDEN struct pump_config pump_config;
+PUMP_HIDDEN void pump_config_load(void);
+/* Prints the warnings for bad PUMP_* values (once, when CUDA is first used). */
+PUMP_HIDDEN void pump_config_report(void);
+/* Parses a capacity value; shared with nothing else but kept apart for tests. */
+PUMP_HIDDEN bool pump_parse_capacity(const char *text, enum pump_capacity_kind *kind, uint64_t *value);
+
+/* ---- logging (log.c): off by default, rate-limited when on ---- */
+PUMP_HIDDEN void pump_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Always printed: a user error or a refusal the user must act on. */
+PUMP_HIDDEN void pump_notice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Logs at level 1 only the first time this call site runs. */
+#define pump_log_once(...)                                                         \
+    do {                                                                           \
+        static atomic_flag pump_once_flag_ = ATOMIC_FLAG_INIT;                     \
+        if (!atomic_flag_test_and_set_explicit(&pump_once_flag_, memory_order_relaxed)) \
+            pump_log(1, __VA_ARGS__);                                              \
+    } while (0)
+
+/* ---- counters (stats.c): a shared-memory record per process ---- */
+extern PUMP_HIDDEN struct pump_stats *_Atomic pump_stats_record;
+#define PUMP_COUNT(field, n)                                                                   \
+    __atomic_fetch_add(&atomic_load_explicit(&pump_stats_record, memory_order_relaxed)->field, \
+                       (uint64_t)(n), __ATOMIC_RELAXED)
+PUMP_HIDDEN void pump_stats_open(void);
+PUMP_HIDDEN void pump_stats_set_gauge(size_t field_offset, uint64_t value);
+PUMP_HIDDEN void pump_stats_passthrough(const char *reason);
+
+/* ---- state shared by the hooks ---- */
+/* True once the shim stands aside for good (a child forked after CUDA init,
+ * or the driver could not be loaded); hooks then only forward. */
+extern PUMP_HIDDEN atomic_bool pump_passthrough;
+/* Residency beliefs expire when the epoch moves (synchronisations, and every
+ * PUMP_EPOCH_LAUNCHES launches). */
+extern PUMP_HIDDEN _Atomic uint32_t pump_epoch;
+PUMP_HIDDEN void pump_epoch_advance(void);
+
+/* ---- the driver (driver.c) ---- */
+/* Loads libcuda and resolves every pointer pump needs; false if it cannot
+ * (the hooks then return CUDA_ERROR_NOT_INITIALIZED, as nvshare does). */
+PUMP_HIDDEN bool pump_driver_ready(void);
+PUMP_HIDDEN bool pump_driver_was_used(void);
+
+/* Driver functions pump calls for itself (never through its own hooks). */
+struct pump_driver {
+    PFN_cuCtxGetCurrent_v4000 ctx_get_current;
+    PFN_cuCtxGetDevice_v2000 ctx_get_device;
+    PFN_cuDeviceTotalMem_v3020 device_total_mem;
+    PFN_cuMemGetInfo_v3020 mem_get_info;
+    PFN_cuStreamCreate_v2000 stream_create;
+    PFN_cuEventCreate_v2000 event_create;
+    PFN_cuEventRecord_v2000 event_record;
+    PFN_cuStreamWaitEvent_v3020 stream_wait_event;
+    PFN_cuStreamIsCapturing_v10000 stream_is_capturing;
+    PFN_cuThreadExchangeStreamCaptureMode_v10010 exchange_capture_mode;
+    PFN_cuMemPrefetchBatchAsync_v13000 prefetch_batch;   /* NULL before CUDA 13 */
+    PFN_cuMemPrefetchAsync_v12020 prefetch_v2;           /* NULL before CUDA 12.2 */
+    PFN_cuMemPrefetchAsync_v8000 prefetch_v1;
+    PFN_cuFuncGetParamInfo_v12040 func_param_info;       /* NULL before CUDA 12.4 */
+    PFN_cuKernelGetParamInfo_v12040 kernel_param_info;
+    PFN_cuPointerGetAttribute_v4000 pointer_get_attribute;
+    bool can_prefetch;                                   /* all of the prefetch path is there */
+};
+extern PUMP_HIDDEN struct pump_driver pump_driver;
+
+#endif

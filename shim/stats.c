@@ -1,0 +1,117 @@
+/* stats.c: the process's counter record, and the process lifecycle around it
+ * (load, fork, exit).
+ *
+ * The record is a file in PUMP_STATS_DIR mapped shared, so counting is a
+ * plain atomic add and the counts outlive the process however it ends.
+ * Without PUMP_STATS_DIR the counters live in this process's memory and,
+ * with PUMP_LOG on, are printed at exit. Nothing here calls the driver or
+ * takes a lock: exit and fork can happen anywhere, even inside the driver.
+ */
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "shim.h"
+
+static struct pump_stats local_record;
+PUMP_HIDDEN struct pump_stats *_Atomic pump_stats_record = &local_record;
+PUMP_HIDDEN atomic_bool pump_passthrough;
+
+/* Writes "<dir>/pump-<pid>.stats" without stdio: it also runs right after fork. */
+static bool record_path(char *out, size_t size, const char *dir, pid_t pid)
+{
+    static const char prefix[] = "/pump-", suffix[] = ".stats";
+    char digits[16];
+    size_t nd = 0;
+    unsigned long v = (unsigned long)pid;
+    do {
+        digits[nd++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0 && nd < sizeof digits);
+    size_t dl = strlen(dir);
+    if (dl + sizeof prefix + nd + sizeof suffix > size)
+        return false;
+    char *p = out;
+    memcpy(p, dir, dl);
+    p += dl;
+    memcpy(p, prefix, sizeof prefix - 1);
+    p += sizeof prefix - 1;
+    while (nd > 0)
+        *p++ = digits[--nd];
+    memcpy(p, suffix, sizeof suffix);
+    return true;
+}
+
+/* Points the counters at a fresh record for this process (zeroed). */
+static void open_record(void)
+{
+    struct pump_stats *record = &local_record;
+    char path[4096];
+    if (pump_config.stats_dir != NULL && record_path(path, sizeof path, pump_config.stats_dir, getpid())) {
+        int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd >= 0) {
+            if (ftruncate(fd, sizeof(struct pump_stats)) == 0) {
+                void *map = mmap(NULL, sizeof(struct pump_stats), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+                if (map != MAP_FAILED)
+                    record = map;
+            }
+            close(fd);
+        }
+    }
+    if (record == &local_record)
+        memset(&local_record, 0, sizeof local_record);
+    record->version = PUMP_STATS_VERSION;
+    record->pid = getpid();
+    record->parent_pid = getppid();
+    __atomic_store_n(&record->magic, PUMP_STATS_MAGIC, __ATOMIC_RELEASE);
+    atomic_store_explicit(&pump_stats_record, record, memory_order_release);
+}
+
+PUMP_HIDDEN void pump_stats_open(void)
+{
+    open_record();
+}
+
+PUMP_HIDDEN void pump_stats_passthrough(const char *reason)
+{
+    struct pump_stats *record = atomic_load_explicit(&pump_stats_record, memory_order_relaxed);
+    strncpy(record->passthrough_reason, reason, sizeof record->passthrough_reason - 1);
+    __atomic_store_n(&record->passthrough, 1, __ATOMIC_RELAXED);
+    atomic_store_explicit(&pump_passthrough, true, memory_order_relaxed);
+}
+
+PUMP_HIDDEN void pump_stats_set_gauge(size_t field_offset, uint64_t value)
+{
+    char *base = (char *)atomic_load_explicit(&pump_stats_record, memory_order_relaxed);
+    __atomic_store_n((uint64_t *)(base + field_offset), value, __ATOMIC_RELAXED);
+}
+
+/* CUDA cannot be used in a child forked after the parent initialised it, so
+ * such a child gets its own record and pump stands aside in it. */
+PUMP_HIDDEN void pump_stats_after_fork_in_child(void)
+{
+    bool cuda_was_used = pump_driver_was_used();
+    struct pump_stats *inherited = atomic_load_explicit(&pump_stats_record, memory_order_relaxed);
+    if (inherited != &local_record) {
+        atomic_store_explicit(&pump_stats_record, &local_record, memory_order_relaxed);
+        munmap(inherited, sizeof *inherited);
+    }
+    if (cuda_was_used) {
+        open_record();
+        pump_stats_passthrough("forked after CUDA init");
+    } else {
+        memset(&local_record, 0, sizeof local_record);
+    }
+}
+
+PUMP_HIDDEN void pump_stats_at_exit(void)
+{
+    struct pump_stats *record = atomic_load_explicit(&pump_stats_record, memory_order_relaxed);
+    __atomic_store_n(&record->exited, 1, __ATOMIC_RELEASE);
+    if (record == &local_record && pump_config.log_level > 0 && pump_driver_was_used())
+        pump_log(1, "%llu launches (%llu on managed memory), %llu prefetch calls, %llu bytes prefetched",
+                 (unsigned long long)record->launches, (unsigned long long)record->launches_managed,
+                 (unsigned long long)record->prefetch_calls, (unsigned long long)record->prefetch_bytes);
+}
