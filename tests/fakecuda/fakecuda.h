@@ -1,0 +1,44 @@
+/* fakecuda.h: the test-side API of fakecuda (tests/fakecuda), a CPU model of the CUDA
+ * driver API subset that libpump uses. These names are exported from libcuda.so.1 so a
+ * test program can link them (-lcuda) or dlsym them from a dlopen'ed libcuda.so.1.
+ * Kept free of anything but these declarations on purpose. */
+#ifndef FAKECUDA_H
+#define FAKECUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct fakecuda_dims { unsigned grid[3], block[3]; unsigned shared_mem; } fakecuda_dims;
+typedef void (*fakecuda_kernel_fn)(void **params, const fakecuda_dims *dims);
+
+/* Registers a kernel by name; nparams parameters with the given sizes and alignments
+   (offsets follow natural C layout). Returns 0 on success. */
+int fakecuda_register_kernel(const char *name, fakecuda_kernel_fn fn, unsigned nparams,
+                             const size_t *sizes, const size_t *aligns);
+/* A kernel whose launch returns at once without enqueuing anything: the cost floor for
+   measuring what an interposer adds per launch. Still validates the handle. */
+int fakecuda_register_noop_kernel(const char *name, unsigned nparams, const size_t *sizes,
+                                  const size_t *aligns);
+/* Called by kernels for the memory they access: counts faults and migrates pages of
+   managed memory to the kernel's device. */
+void fakecuda_touch(const void *ptr, size_t bytes);
+/* Called by the host program before it reads or writes managed memory itself:
+   host-resident afterwards (CPU faults counted). */
+void fakecuda_host_touch(const void *ptr, size_t bytes);
+
+struct fakecuda_stats {
+    uint64_t gpu_faults, cpu_faults, pages_touched_by_kernels, bytes_prefetched_h2d,
+        bytes_prefetched_unused, bytes_faulted_h2d, bytes_d2h, kernels_run, launches,
+        prefetch_calls, batch_prefetch_calls;
+};
+void fakecuda_get_stats(struct fakecuda_stats *out); /* call after synchronizing */
+void fakecuda_reset_stats(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

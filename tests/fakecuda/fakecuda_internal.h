@@ -1,0 +1,197 @@
+/* fakecuda_internal.h: the objects and helpers the fakecuda source files share.
+ * cuda.h is included with __CUDA_API_VERSION_INTERNAL so that none of its
+ * `#define cuX cuX_v2` renames apply and every ABI export name (cuMemAlloc_v2,
+ * cuLaunchKernel_ptsz, the 4-argument cuMemPrefetchAsync...) has its own prototype:
+ * each definition below is checked by the compiler against the header. */
+#ifndef FAKECUDA_INTERNAL_H
+#define FAKECUDA_INTERNAL_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fakecuda.h"
+#include "fakecuda_model.h"
+
+/* Exports are default-visibility; everything else is hidden (-fvisibility=hidden). */
+#define FC_EXPORT __attribute__((visibility("default")))
+/* A hidden alias of an export, so that procaddr.c takes the address of the library's
+ * own definition (the one dlsym(handle, name) returns), never a PLT/GOT entry that an
+ * LD_PRELOAD library could have interposed. Written after each export's definition. */
+#define FC_ALIAS(name) \
+    extern __typeof__(name) fcl_##name __attribute__((alias(#name), visibility("hidden")))
+
+/* Entry guard of every export: FAKECUDA_FAIL, version gating, init check. */
+CUresult fc_enter(const char *name, int min_version, int need_init);
+#define FC_ENTRY(name, ver)                                  \
+    do {                                                     \
+        CUresult fc_r_ = fc_enter(#name, (ver), 1);          \
+        if (fc_r_ != CUDA_SUCCESS) return fc_r_;             \
+    } while (0)
+#define FC_ENTRY_NOINIT(name, ver)                           \
+    do {                                                     \
+        CUresult fc_r_ = fc_enter(#name, (ver), 0);          \
+        if (fc_r_ != CUDA_SUCCESS) return fc_r_;             \
+    } while (0)
+/* An export that guards its entry and forwards to an internal implementation:
+ * FC_DEF(cuX_ptsz, 7000, (CUstream s), impl(s)); (params keep cuda.h's prototype). */
+#define FC_DEF(name, ver, params, call)                      \
+    FC_EXPORT CUresult name params                           \
+    {                                                        \
+        FC_ENTRY(name, ver);                                 \
+        return call;                                         \
+    }                                                        \
+    FC_ALIAS(name)
+
+/* Handles the program has not destroyed stay reachable from this list (as the driver
+ * keeps them until the context goes), so leak checkers do not blame fakecuda. */
+typedef struct fc_link { struct fc_link *prev, *next; } fc_link;
+void fc_keep(fc_link *l);
+void fc_unkeep(fc_link *l);
+
+/* ---- stats.c: knobs and counters ---- */
+typedef struct fc_config {
+    int driver_version;
+    int ndevices;
+    uint64_t device_memory;
+} fc_config;
+extern fc_config fc_cfg; /* valid after fc_config_load() */
+void fc_config_load(void);
+
+typedef struct fc_counters {
+    _Atomic uint64_t gpu_faults, cpu_faults, pages_touched_by_kernels, bytes_prefetched_h2d,
+        bytes_prefetched_unused, bytes_faulted_h2d, bytes_d2h, kernels_run, launches,
+        prefetch_calls, batch_prefetch_calls;
+} fc_counters;
+extern fc_counters fc_ctr;
+#define FC_COUNT(field, n) atomic_fetch_add_explicit(&fc_ctr.field, (uint64_t)(n), memory_order_relaxed)
+
+/* ---- time model (stats.c) ---- */
+uint64_t fc_now_ns(void);
+void fc_charge_ns(int64_t ns);  /* add modelled time to this thread's debt; may sleep */
+void fc_pay_debt(int64_t min_ns); /* sleep off this thread's debt if >= min_ns */
+void fc_wait_until(uint64_t t_ns);
+
+/* ---- device.c ---- */
+#define FC_MAGIC_CTX 0x43545821u
+#define FC_MAGIC_STREAM 0x53545221u
+#define FC_MAGIC_EVENT 0x45564e21u
+#define FC_MAGIC_FUNC 0x46554e21u
+#define FC_MAGIC_KERN 0x4b524e21u
+#define FC_MAGIC_MOD 0x4d4f4421u
+#define FC_MAGIC_LIB 0x4c494221u
+#define FC_MAGIC_GRAPH 0x47525021u
+#define FC_MAGIC_EXEC 0x45584521u
+#define FC_MAGIC_DEAD 0xdeadbeefu
+
+struct CUctx_st {
+    uint32_t magic;
+    int device;
+    int primary;
+    unsigned flags;
+    unsigned long long id;
+    _Atomic(struct CUstream_st *) default_stream; /* created on first use */
+    struct CUctx_st *next_all;
+};
+extern _Atomic int fc_initialized;
+extern _Atomic int fc_init_pid; /* the process that called cuInit (writes FAKECUDA_STATS) */
+void fc_atfork_child(void);     /* a child forked after cuInit cannot use the driver */
+extern _Atomic uint64_t fc_dev_resident[FAKECUDA_MAX_DEVICES]; /* managed bytes per device */
+extern _Atomic uint64_t fc_dev_plain[FAKECUDA_MAX_DEVICES];    /* plain allocations */
+CUcontext fc_current_ctx(void);
+int fc_ctx_valid(CUcontext c);
+int fc_ctx_device(CUcontext c);
+
+/* ---- streams.c ---- */
+typedef struct fc_fence {
+    _Atomic int refs;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+    uint64_t t_ns;
+} fc_fence;
+
+enum { FC_OP_KERNEL, FC_OP_PREFETCH, FC_OP_HOSTFN, FC_OP_RECORD, FC_OP_WAIT, FC_OP_FREE };
+struct fc_kdef;
+typedef struct fc_range { uintptr_t ptr; size_t size; int loc; } fc_range;
+typedef struct fc_op {
+    struct fc_op *next;
+    int kind;
+    union {
+        struct { struct fc_kdef *def; fakecuda_dims dims; uint64_t not_before; void *args; } k;
+        struct { size_t n; fc_range *r; } pf;
+        struct { CUhostFn fn; void *ud; } h;
+        fc_fence *fence;
+        uintptr_t free_ptr;
+    } u;
+    /* kernel argument bytes / prefetch ranges follow */
+} fc_op;
+
+struct fc_capture;
+struct CUstream_st {
+    uint32_t magic;
+    CUcontext ctx;
+    int device;
+    unsigned flags;
+    int priority;
+    int is_default;
+    unsigned long long id;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work, cv_idle;
+    fc_op *head, *tail;
+    uint64_t pending;      /* ops enqueued and not completed */
+    int worker_running;
+    int destroyed;
+    int refs;              /* under fc_streams_mu */
+    _Atomic(struct fc_capture *) capture;
+    struct CUstream_st *next_all;
+};
+/* Maps 0 / CU_STREAM_LEGACY / CU_STREAM_PER_THREAD to the current context's default
+ * stream; validates other handles. NULL if invalid (*err says why). */
+CUstream fc_resolve_stream(CUstream s, CUresult *err);
+CUstream fc_ctx_default_stream(CUcontext c);
+void fc_enqueue(CUstream s, fc_op *op);
+void fc_enqueue_chain(CUstream s, fc_op *first, fc_op *last, uint64_t n);
+void fc_sync_ctx_streams(CUcontext c, int device);
+/* Capture: a stream belongs to at most one capture; appends are in streams.c. */
+int fc_stream_capturing(CUstream s);
+#define FC_NOT_CAPTURING (-1)
+/* Appends a kernel node to s's capture: a CUresult, or FC_NOT_CAPTURING. */
+int fc_capture_add_kernel(CUstream s, struct fc_kdef *def, const fakecuda_dims *d, const void *args);
+void fc_capture_invalidate(CUstream s);
+
+/* ---- kernels.c ---- */
+typedef struct fc_kdef fc_kdef;
+struct CUfunc_st { uint32_t magic; fc_kdef *def; };
+struct CUkern_st { uint32_t magic; fc_kdef *def; };
+struct fc_kdef {
+    char *name;
+    fakecuda_kernel_fn fn;
+    unsigned nparams;
+    size_t *sizes, *offsets;
+    size_t argsize;
+    int noop;
+    struct CUfunc_st func;
+    struct CUkern_st kern;
+};
+void fc_run_kernel(fc_kdef *def, const fakecuda_dims *d, void *args, int device);
+/* A kernel op (args copied, start not before now + FAKECUDA_LAUNCH_LATENCY_US). */
+fc_op *fc_kernel_op(fc_kdef *def, const fakecuda_dims *d, const void *args);
+
+/* ---- memory.c ---- */
+enum { FC_LOC_UNPOP = 0, FC_LOC_HOST = 1, FC_LOC_DEV0 = 2 };
+CUresult fc_check_managed_range(uintptr_t p, size_t n);
+void fc_run_prefetch(const fc_range *r, size_t n);
+void fc_free_now(uintptr_t p);
+void fc_managed_scan(uint64_t *unused_bytes, int clear);
+extern _Thread_local int fc_tls_kernel_device; /* -1 outside a kernel */
+
+#endif

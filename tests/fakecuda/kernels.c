@@ -1,0 +1,363 @@
+/* kernels.c: why it exists: the kernel registry (kernels are host functions a test
+ * registers by name), modules and libraries that hand out CUfunction and CUkernel handles
+ * for them (two different handle objects per kernel, as in the driver), parameter info,
+ * and the launch entry points, which copy the arguments at call time and enqueue the
+ * kernel (or append it to a capture). */
+#include "fakecuda_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define FC_MAX_PARAMS 1024
+#define FC_MAX_ARG_BYTES 32764 /* the driver's limit on a kernel's parameter space */
+
+static pthread_rwlock_t fc_kern_lock = PTHREAD_RWLOCK_INITIALIZER;
+static fc_kdef **fc_kernels; /* never freed: handles stay valid for the process */
+static size_t fc_nkernels, fc_capkernels;
+
+static fc_kdef *kernel_find(const char *name)
+{
+    fc_kdef *d = NULL;
+    pthread_rwlock_rdlock(&fc_kern_lock);
+    for (size_t i = 0; i < fc_nkernels && !d; i++)
+        if (strcmp(fc_kernels[i]->name, name) == 0) d = fc_kernels[i];
+    pthread_rwlock_unlock(&fc_kern_lock);
+    return d;
+}
+
+static int register_kernel(const char *name, fakecuda_kernel_fn fn, unsigned nparams, const size_t *sizes,
+                           const size_t *aligns, int noop)
+{
+    if (!name || !*name || (!fn && !noop) || nparams > FC_MAX_PARAMS || (nparams && (!sizes || !aligns)))
+        return -1;
+    fc_kdef *d = calloc(1, sizeof *d);
+    if (!d) return -1;
+    d->name = strdup(name);
+    d->sizes = calloc(nparams ? nparams : 1, sizeof(size_t));
+    d->offsets = calloc(nparams ? nparams : 1, sizeof(size_t));
+    size_t off = 0;
+    int bad = !d->name || !d->sizes || !d->offsets;
+    for (unsigned i = 0; i < nparams && !bad; i++) {
+        size_t a = aligns[i];
+        if (a == 0 || (a & (a - 1)) || sizes[i] == 0) { bad = 1; break; }
+        off = (off + a - 1) & ~(a - 1); /* natural C layout */
+        d->offsets[i] = off;
+        d->sizes[i] = sizes[i];
+        off += sizes[i];
+    }
+    if (off > FC_MAX_ARG_BYTES) bad = 1;
+    if (!bad) {
+        d->fn = fn;
+        d->nparams = nparams;
+        d->argsize = off;
+        d->noop = noop;
+        d->func = (struct CUfunc_st){ FC_MAGIC_FUNC, d };
+        d->kern = (struct CUkern_st){ FC_MAGIC_KERN, d };
+        pthread_rwlock_wrlock(&fc_kern_lock);
+        for (size_t i = 0; i < fc_nkernels && !bad; i++)
+            if (strcmp(fc_kernels[i]->name, name) == 0) bad = 1;
+        if (!bad && fc_nkernels == fc_capkernels) {
+            size_t nc = fc_capkernels ? fc_capkernels * 2 : 32;
+            fc_kdef **v = realloc(fc_kernels, nc * sizeof *v);
+            if (v) { fc_kernels = v; fc_capkernels = nc; }
+            else bad = 1;
+        }
+        if (!bad) fc_kernels[fc_nkernels++] = d;
+        pthread_rwlock_unlock(&fc_kern_lock);
+    }
+    if (bad) {
+        free(d->name);
+        free(d->sizes);
+        free(d->offsets);
+        free(d);
+        return -1;
+    }
+    return 0;
+}
+
+FC_EXPORT int fakecuda_register_kernel(const char *name, fakecuda_kernel_fn fn, unsigned nparams, const size_t *sizes,
+                                       const size_t *aligns)
+{
+    return register_kernel(name, fn, nparams, sizes, aligns, 0);
+}
+
+FC_EXPORT int fakecuda_register_noop_kernel(const char *name, unsigned nparams, const size_t *sizes, const size_t *aligns)
+{
+    return register_kernel(name, NULL, nparams, sizes, aligns, 1);
+}
+
+/* A CUfunction or a CUkernel cast to CUfunction; told apart by the magic field. */
+static fc_kdef *def_of(const void *h, uint32_t want)
+{
+    if (!h) return NULL;
+    const struct CUfunc_st *f = h;
+    if (f->magic == FC_MAGIC_FUNC && (!want || want == FC_MAGIC_FUNC)) return f->def;
+    if (f->magic == FC_MAGIC_KERN && (!want || want == FC_MAGIC_KERN)) return ((const struct CUkern_st *)h)->def;
+    return NULL;
+}
+
+/* ---- modules and libraries: images are not read ---- */
+struct CUmod_st { fc_link link; uint32_t magic; };
+struct CUlib_st { fc_link link; uint32_t magic; };
+
+static CUresult module_load(CUmodule *m)
+{
+    if (!m) return CUDA_ERROR_INVALID_VALUE;
+    if (!fc_ctx_valid(fc_current_ctx())) return CUDA_ERROR_INVALID_CONTEXT;
+    struct CUmod_st *o = calloc(1, sizeof *o);
+    if (!o) return CUDA_ERROR_OUT_OF_MEMORY;
+    o->magic = FC_MAGIC_MOD;
+    fc_keep(&o->link);
+    *m = o;
+    return CUDA_SUCCESS;
+}
+FC_EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
+{
+    FC_ENTRY(cuModuleLoad, 2000);
+    if (!fname) return CUDA_ERROR_INVALID_VALUE;
+    return module_load(module);
+}
+FC_ALIAS(cuModuleLoad);
+FC_EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
+{
+    FC_ENTRY(cuModuleLoadData, 2000);
+    (void)image;
+    return module_load(module);
+}
+FC_ALIAS(cuModuleLoadData);
+FC_EXPORT CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
+                                      CUjit_option *options, void **optionValues)
+{
+    FC_ENTRY(cuModuleLoadDataEx, 2010);
+    (void)image; (void)numOptions; (void)options; (void)optionValues;
+    return module_load(module);
+}
+FC_ALIAS(cuModuleLoadDataEx);
+
+FC_EXPORT CUresult cuModuleUnload(CUmodule hmod)
+{
+    FC_ENTRY(cuModuleUnload, 2000);
+    if (!hmod || hmod->magic != FC_MAGIC_MOD) return CUDA_ERROR_INVALID_HANDLE;
+    hmod->magic = FC_MAGIC_DEAD;
+    fc_unkeep(&hmod->link);
+    free(hmod);
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuModuleUnload);
+
+FC_EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
+{
+    FC_ENTRY(cuModuleGetFunction, 2000);
+    if (!hfunc || !name) return CUDA_ERROR_INVALID_VALUE;
+    if (!hmod || hmod->magic != FC_MAGIC_MOD) return CUDA_ERROR_INVALID_HANDLE;
+    fc_kdef *d = kernel_find(name);
+    if (!d) return CUDA_ERROR_NOT_FOUND;
+    *hfunc = &d->func;
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuModuleGetFunction);
+
+FC_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
+                                     void **jitOptionsValues, unsigned int numJitOptions,
+                                     CUlibraryOption *libraryOptions, void **libraryOptionValues,
+                                     unsigned int numLibraryOptions)
+{
+    FC_ENTRY(cuLibraryLoadData, 12000);
+    (void)code; (void)jitOptions; (void)jitOptionsValues; (void)numJitOptions;
+    (void)libraryOptions; (void)libraryOptionValues; (void)numLibraryOptions;
+    if (!library) return CUDA_ERROR_INVALID_VALUE;
+    struct CUlib_st *o = calloc(1, sizeof *o);
+    if (!o) return CUDA_ERROR_OUT_OF_MEMORY;
+    o->magic = FC_MAGIC_LIB;
+    fc_keep(&o->link);
+    *library = o;
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuLibraryLoadData);
+
+FC_EXPORT CUresult cuLibraryUnload(CUlibrary library)
+{
+    FC_ENTRY(cuLibraryUnload, 12000);
+    if (!library || library->magic != FC_MAGIC_LIB) return CUDA_ERROR_INVALID_HANDLE;
+    library->magic = FC_MAGIC_DEAD;
+    fc_unkeep(&library->link);
+    free(library);
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuLibraryUnload);
+
+FC_EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
+{
+    FC_ENTRY(cuLibraryGetKernel, 12000);
+    if (!pKernel || !name) return CUDA_ERROR_INVALID_VALUE;
+    if (!library || library->magic != FC_MAGIC_LIB) return CUDA_ERROR_INVALID_HANDLE;
+    fc_kdef *d = kernel_find(name);
+    if (!d) return CUDA_ERROR_NOT_FOUND;
+    *pKernel = &d->kern;
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuLibraryGetKernel);
+
+FC_EXPORT CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
+{
+    FC_ENTRY(cuKernelGetFunction, 12000);
+    if (!pFunc) return CUDA_ERROR_INVALID_VALUE;
+    fc_kdef *d = def_of(kernel, FC_MAGIC_KERN);
+    if (!d) return CUDA_ERROR_INVALID_HANDLE;
+    if (!fc_ctx_valid(fc_current_ctx())) return CUDA_ERROR_INVALID_CONTEXT;
+    *pFunc = &d->func;
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuKernelGetFunction);
+
+/* ---- parameter info and names: a CUkernel given as CUfunction (and the reverse) is
+ * refused with CUDA_ERROR_INVALID_HANDLE, modelling the case no one has verified ---- */
+static CUresult param_info(fc_kdef *d, size_t i, size_t *off, size_t *size)
+{
+    if (!d) return CUDA_ERROR_INVALID_HANDLE;
+    if (i >= d->nparams) return CUDA_ERROR_INVALID_VALUE;
+    if (off) *off = d->offsets[i];
+    if (size) *size = d->sizes[i];
+    return CUDA_SUCCESS;
+}
+FC_DEF(cuFuncGetParamInfo, 12040, (CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize),
+       param_info(def_of(func, FC_MAGIC_FUNC), paramIndex, paramOffset, paramSize));
+FC_DEF(cuKernelGetParamInfo, 12040, (CUkernel kernel, size_t paramIndex, size_t *paramOffset, size_t *paramSize),
+       param_info(def_of(kernel, FC_MAGIC_KERN), paramIndex, paramOffset, paramSize));
+
+FC_EXPORT CUresult cuFuncGetName(const char **name, CUfunction hfunc)
+{
+    FC_ENTRY(cuFuncGetName, 12030);
+    if (!name) return CUDA_ERROR_INVALID_VALUE;
+    fc_kdef *d = def_of(hfunc, FC_MAGIC_FUNC);
+    if (!d) return CUDA_ERROR_INVALID_HANDLE;
+    *name = d->name;
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuFuncGetName);
+FC_EXPORT CUresult cuKernelGetName(const char **name, CUkernel hfunc)
+{
+    FC_ENTRY(cuKernelGetName, 12030);
+    if (!name) return CUDA_ERROR_INVALID_VALUE;
+    fc_kdef *d = def_of(hfunc, FC_MAGIC_KERN);
+    if (!d) return CUDA_ERROR_INVALID_HANDLE;
+    *name = d->name;
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuKernelGetName);
+
+/* ---- execution ---- */
+fc_op *fc_kernel_op(fc_kdef *def, const fakecuda_dims *d, const void *args)
+{
+    fc_op *op = calloc(1, sizeof *op + 16 + def->argsize);
+    if (!op) return NULL;
+    op->kind = FC_OP_KERNEL;
+    op->u.k.def = def;
+    op->u.k.dims = *d;
+    op->u.k.args = (void *)(((uintptr_t)(op + 1) + 15) & ~(uintptr_t)15);
+    if (def->argsize) memcpy(op->u.k.args, args, def->argsize);
+    op->u.k.not_before = fc_now_ns() + FAKECUDA_LAUNCH_LATENCY_US * 1000ull;
+    return op;
+}
+
+void fc_run_kernel(fc_kdef *def, const fakecuda_dims *d, void *args, int device)
+{
+    void *small[16];
+    void **params = def->nparams <= 16 ? small : malloc(def->nparams * sizeof *params);
+    if (params) {
+        for (unsigned i = 0; i < def->nparams; i++) params[i] = (char *)args + def->offsets[i];
+        fc_tls_kernel_device = device;
+        def->fn(params, d);
+        fc_tls_kernel_device = -1;
+        if (params != small) free(params);
+    }
+    fc_pay_debt(0); /* the kernel ends once its faults are serviced */
+    FC_COUNT(kernels_run, 1);
+}
+
+/* Copies the arguments (kernelParams, or the `extra` buffer decoded with the layout) and
+ * enqueues the kernel, or appends it to the stream's capture. */
+static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                       unsigned shmem, CUstream h, void **params, void **extra)
+{
+    fc_kdef *def = def_of(f, 0);
+    if (!def) return CUDA_ERROR_INVALID_HANDLE;
+    if (def->noop) {
+        FC_COUNT(launches, 1);
+        return CUDA_SUCCESS;
+    }
+    if (params && extra) return CUDA_ERROR_INVALID_VALUE;
+    if (!gx || !gy || !gz || !bx || !by || !bz) return CUDA_ERROR_INVALID_VALUE;
+    CUresult err = CUDA_SUCCESS;
+    CUstream s = fc_resolve_stream(h, &err);
+    if (!s) return err;
+    _Alignas(16) unsigned char stackbuf[1024];
+    unsigned char *args = def->argsize <= sizeof stackbuf ? stackbuf : malloc(def->argsize);
+    if (!args) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (params) {
+        for (unsigned i = 0; i < def->nparams && err == CUDA_SUCCESS; i++) {
+            if (!params[i]) err = CUDA_ERROR_INVALID_VALUE;
+            else memcpy(args + def->offsets[i], params[i], def->sizes[i]);
+        }
+    } else if (extra) {
+        const void *buf = NULL;
+        size_t size = 0;
+        int have_size = 0;
+        for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END && err == CUDA_SUCCESS; i += 2) {
+            if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) buf = extra[i + 1];
+            else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[i + 1]) {
+                size = *(const size_t *)extra[i + 1];
+                have_size = 1;
+            } else err = CUDA_ERROR_INVALID_VALUE;
+        }
+        if (err == CUDA_SUCCESS && def->argsize && (!buf || !have_size || size < def->argsize))
+            err = CUDA_ERROR_INVALID_VALUE;
+        if (err == CUDA_SUCCESS && def->argsize) memcpy(args, buf, def->argsize);
+    } else if (def->nparams) {
+        err = CUDA_ERROR_INVALID_VALUE;
+    }
+    if (err == CUDA_SUCCESS) {
+        fakecuda_dims d = { { gx, gy, gz }, { bx, by, bz }, shmem };
+        int r = fc_stream_capturing(s) ? fc_capture_add_kernel(s, def, &d, args) : FC_NOT_CAPTURING;
+        if (r == FC_NOT_CAPTURING) {
+            fc_op *op = fc_kernel_op(def, &d, args);
+            if (op) fc_enqueue(s, op);
+            else err = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            err = (CUresult)r;
+        }
+    }
+    if (args != stackbuf) free(args);
+    if (err == CUDA_SUCCESS) FC_COUNT(launches, 1);
+    return err;
+}
+
+FC_DEF(cuLaunchKernel, 4000, (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+        unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes,
+        CUstream hStream, void **kernelParams, void **extra),
+       launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra));
+FC_DEF(cuLaunchKernel_ptsz, 7000, (CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+        unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+        unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra),
+       launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra));
+
+static CUresult launch_ex(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
+{
+    if (!c || (c->numAttrs && !c->attrs)) return CUDA_ERROR_INVALID_VALUE;
+    return launch(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ,
+                  c->sharedMemBytes, c->hStream, params, extra);
+}
+FC_DEF(cuLaunchKernelEx, 11060, (const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra),
+       launch_ex(config, f, kernelParams, extra));
+FC_DEF(cuLaunchKernelEx_ptsz, 11060, (const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+        void **extra),
+       launch_ex(config, f, kernelParams, extra));
+
+FC_DEF(cuLaunchCooperativeKernel, 9000, (CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+        unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+        unsigned int sharedMemBytes, CUstream hStream, void **kernelParams),
+       launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, NULL));
+FC_DEF(cuLaunchCooperativeKernel_ptsz, 9000, (CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+        unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+        unsigned int sharedMemBytes, CUstream hStream, void **kernelParams),
+       launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, NULL));

@@ -1,0 +1,552 @@
+/* memory.c: why it exists: managed allocations (host memory with a residency state per
+ * FAKECUDA_PAGE page: unpopulated, host or device N), plain device allocations, page
+ * migration by kernel touches (GPU faults), host touches (CPU faults) and prefetches
+ * (the prefetch entry points validate here and run as stream ops), pointer queries. */
+#include "fakecuda_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+enum { FC_BIT_PREFETCHED = 1, FC_BIT_TOUCHED = 2 };
+enum { WHY_KERNEL, WHY_HOST, WHY_PREFETCH };
+
+typedef struct fc_alloc {
+    uintptr_t base;
+    size_t size;
+    void *map;
+    size_t map_len;
+    int managed;
+    int device;      /* plain: owning device; managed: device of the allocating context */
+    CUcontext ctx;
+    size_t npages;
+    pthread_mutex_t mu; /* guards loc[] and bits[] */
+    uint8_t *loc;       /* FC_LOC_UNPOP, FC_LOC_HOST, FC_LOC_DEV0 + d */
+    uint8_t *bits;      /* FC_BIT_* */
+} fc_alloc;
+
+/* Allocations sorted by base, under a reader/writer lock (lock order: fc_reg_lock, then
+ * an allocation's mu). */
+static pthread_rwlock_t fc_reg_lock = PTHREAD_RWLOCK_INITIALIZER;
+static fc_alloc **fc_reg;
+static size_t fc_nreg, fc_capreg;
+
+_Thread_local int fc_tls_kernel_device = -1;
+
+/* Index of the first allocation whose end is above p (fc_nreg if none). */
+static size_t reg_first_end_above(uintptr_t p)
+{
+    size_t lo = 0, hi = fc_nreg;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (fc_reg[mid]->base + fc_reg[mid]->size <= p) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static fc_alloc *reg_find(uintptr_t p)
+{
+    size_t i = reg_first_end_above(p);
+    return i < fc_nreg && fc_reg[i]->base <= p ? fc_reg[i] : NULL;
+}
+
+static int reg_insert(fc_alloc *a)
+{
+    pthread_rwlock_wrlock(&fc_reg_lock);
+    if (fc_nreg == fc_capreg) {
+        size_t nc = fc_capreg ? fc_capreg * 2 : 64;
+        fc_alloc **n = realloc(fc_reg, nc * sizeof *n);
+        if (!n) { pthread_rwlock_unlock(&fc_reg_lock); return -1; }
+        fc_reg = n;
+        fc_capreg = nc;
+    }
+    size_t i = reg_first_end_above(a->base);
+    memmove(&fc_reg[i + 1], &fc_reg[i], (fc_nreg - i) * sizeof *fc_reg);
+    fc_reg[i] = a;
+    fc_nreg++;
+    pthread_rwlock_unlock(&fc_reg_lock);
+    return 0;
+}
+
+/* Removes the allocation that starts exactly at p; NULL if none. */
+static fc_alloc *reg_remove(uintptr_t p)
+{
+    pthread_rwlock_wrlock(&fc_reg_lock);
+    fc_alloc *a = reg_find(p);
+    if (a && a->base == p) {
+        size_t i = reg_first_end_above(p);
+        memmove(&fc_reg[i], &fc_reg[i + 1], (fc_nreg - i - 1) * sizeof *fc_reg);
+        fc_nreg--;
+    } else {
+        a = NULL;
+    }
+    pthread_rwlock_unlock(&fc_reg_lock);
+    return a;
+}
+
+static int64_t xfer_ns(uint64_t bytes, uint64_t bytes_per_us) { return (int64_t)(bytes * 1000u / bytes_per_us); }
+
+/* Moves page p of a to target for the given reason; counts and returns modelled ns. */
+static int64_t page_move(fc_alloc *a, size_t p, uint8_t target, int why)
+{
+    uint8_t cur = a->loc[p];
+    uint8_t *b = &a->bits[p];
+    int64_t ns = 0;
+    if (why == WHY_KERNEL && !(*b & FC_BIT_TOUCHED)) {
+        *b |= FC_BIT_TOUCHED;
+        FC_COUNT(pages_touched_by_kernels, 1);
+    }
+    if (cur == target) {
+        if (why == WHY_KERNEL) *b &= (uint8_t)~FC_BIT_PREFETCHED; /* the prefetch paid off */
+        return 0;
+    }
+    if (*b & FC_BIT_PREFETCHED) { /* migrated away before any kernel used it */
+        FC_COUNT(bytes_prefetched_unused, FAKECUDA_PAGE);
+        *b &= (uint8_t)~FC_BIT_PREFETCHED;
+    }
+    switch (why) {
+    case WHY_KERNEL:
+        FC_COUNT(gpu_faults, 1);
+        ns += FAKECUDA_GPU_FAULT_US * 1000;
+        if (cur == FC_LOC_HOST) FC_COUNT(bytes_faulted_h2d, FAKECUDA_PAGE);
+        if (cur != FC_LOC_UNPOP) ns += xfer_ns(FAKECUDA_PAGE, FAKECUDA_H2D_BYTES_PER_US);
+        break;
+    case WHY_HOST:
+        if (cur >= FC_LOC_DEV0) {
+            FC_COUNT(cpu_faults, 1);
+            FC_COUNT(bytes_d2h, FAKECUDA_PAGE);
+            ns += FAKECUDA_CPU_FAULT_US * 1000 + xfer_ns(FAKECUDA_PAGE, FAKECUDA_D2H_BYTES_PER_US);
+        }
+        break;
+    case WHY_PREFETCH:
+        if (target >= FC_LOC_DEV0 && cur == FC_LOC_HOST) {
+            FC_COUNT(bytes_prefetched_h2d, FAKECUDA_PAGE);
+            *b |= FC_BIT_PREFETCHED;
+            ns += xfer_ns(FAKECUDA_PAGE, FAKECUDA_H2D_BYTES_PER_US);
+        } else if (target == FC_LOC_HOST && cur >= FC_LOC_DEV0) {
+            FC_COUNT(bytes_d2h, FAKECUDA_PAGE);
+            ns += xfer_ns(FAKECUDA_PAGE, FAKECUDA_D2H_BYTES_PER_US);
+        } else if (cur >= FC_LOC_DEV0) { /* peer to peer: costed, not counted */
+            ns += xfer_ns(FAKECUDA_PAGE, FAKECUDA_H2D_BYTES_PER_US);
+        } /* unpopulated: populated in place, nothing moves */
+        break;
+    }
+    if (cur >= FC_LOC_DEV0) atomic_fetch_sub(&fc_dev_resident[cur - FC_LOC_DEV0], FAKECUDA_PAGE);
+    if (target >= FC_LOC_DEV0) atomic_fetch_add(&fc_dev_resident[target - FC_LOC_DEV0], FAKECUDA_PAGE);
+    a->loc[p] = target;
+    return ns;
+}
+
+/* Walks [addr, addr+len) page by page, releasing the locks and sleeping off the modelled
+ * time every FAKECUDA_SLEEP_CHUNK_US, so that a racing stream sees pages move one by one.
+ * Memory that is not managed is skipped. */
+static void migrate_range(uintptr_t addr, size_t len, uint8_t target, int why)
+{
+    uintptr_t end = addr + len < addr ? UINTPTR_MAX : addr + len;
+    const int64_t chunk = (int64_t)FAKECUDA_SLEEP_CHUNK_US * 1000;
+    while (addr < end) {
+        int64_t ns = 0;
+        pthread_rwlock_rdlock(&fc_reg_lock);
+        size_t i = reg_first_end_above(addr);
+        if (i == fc_nreg || fc_reg[i]->base >= end) {
+            pthread_rwlock_unlock(&fc_reg_lock);
+            break;
+        }
+        fc_alloc *a = fc_reg[i];
+        if (a->base > addr) addr = a->base;
+        if (!a->managed) {
+            addr = a->base + a->size;
+            pthread_rwlock_unlock(&fc_reg_lock);
+            continue;
+        }
+        uintptr_t stop = end < a->base + a->size ? end : a->base + a->size;
+        size_t p = (addr - a->base) / FAKECUDA_PAGE;
+        size_t plast = (stop - 1 - a->base) / FAKECUDA_PAGE;
+        pthread_mutex_lock(&a->mu);
+        for (; p <= plast && ns < chunk; p++) ns += page_move(a, p, target, why);
+        pthread_mutex_unlock(&a->mu);
+        addr = p > plast ? stop : a->base + p * FAKECUDA_PAGE;
+        pthread_rwlock_unlock(&fc_reg_lock);
+        fc_charge_ns(ns);
+    }
+}
+
+FC_EXPORT void fakecuda_touch(const void *ptr, size_t bytes)
+{
+    int dev = fc_tls_kernel_device;
+    if (dev < 0) dev = fc_ctx_valid(fc_current_ctx()) ? fc_ctx_device(fc_current_ctx()) : 0;
+    if (ptr && bytes) migrate_range((uintptr_t)ptr, bytes, (uint8_t)(FC_LOC_DEV0 + dev), WHY_KERNEL);
+}
+
+FC_EXPORT void fakecuda_host_touch(const void *ptr, size_t bytes)
+{
+    if (ptr && bytes) migrate_range((uintptr_t)ptr, bytes, FC_LOC_HOST, WHY_HOST);
+    fc_pay_debt(0);
+}
+
+/* Sums (and with clear, forgets) the page bits: prefetched pages no kernel touched. The
+ * lock wait is bounded so that the exit-time stats writer can never hang. */
+void fc_managed_scan(uint64_t *unused_bytes, int clear)
+{
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_nsec += 200 * 1000000;
+    if (dl.tv_nsec >= 1000000000) { dl.tv_sec++; dl.tv_nsec -= 1000000000; }
+    if (pthread_rwlock_timedrdlock(&fc_reg_lock, &dl) != 0) return;
+    for (size_t i = 0; i < fc_nreg; i++) {
+        fc_alloc *a = fc_reg[i];
+        if (!a->managed) continue;
+        pthread_mutex_lock(&a->mu);
+        for (size_t p = 0; p < a->npages; p++) {
+            if (a->bits[p] & FC_BIT_PREFETCHED) *unused_bytes += FAKECUDA_PAGE;
+            if (clear) a->bits[p] = 0;
+        }
+        pthread_mutex_unlock(&a->mu);
+    }
+    pthread_rwlock_unlock(&fc_reg_lock);
+}
+
+/* ---- allocation ---- */
+static CUresult alloc_common(CUdeviceptr *dptr, size_t size, int managed, int device, CUcontext ctx)
+{
+    if (!dptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (!managed && atomic_load(&fc_dev_plain[device]) + size > fc_cfg.device_memory)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    fc_alloc *a = calloc(1, sizeof *a);
+    if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
+    size_t align = managed ? FAKECUDA_MANAGED_ALIGN : 4096;
+    size_t len = (size + align - 1) / align * align;
+    size_t extra = managed ? align : 0;
+    if (len < size || len + extra < len) { free(a); return CUDA_ERROR_OUT_OF_MEMORY; }
+    void *m = mmap(NULL, len + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) { free(a); return CUDA_ERROR_OUT_OF_MEMORY; }
+    uintptr_t base = (uintptr_t)m;
+    if (managed) { /* trim to a 2 MiB-aligned base */
+        uintptr_t al = (base + align - 1) & ~(uintptr_t)(align - 1);
+        if (al > base) munmap(m, al - base);
+        if (base + len + extra > al + len) munmap((void *)(al + len), base + len + extra - (al + len));
+        base = al;
+    }
+    a->base = base;
+    a->size = size;
+    a->map = (void *)base;
+    a->map_len = len;
+    a->managed = managed;
+    a->device = device;
+    a->ctx = ctx;
+    pthread_mutex_init(&a->mu, NULL);
+    if (managed) {
+        a->npages = (size + FAKECUDA_PAGE - 1) / FAKECUDA_PAGE;
+        a->loc = calloc(a->npages, 1);
+        a->bits = calloc(a->npages, 1);
+    }
+    if ((managed && (!a->loc || !a->bits)) || reg_insert(a) != 0) {
+        munmap(a->map, a->map_len);
+        free(a->loc);
+        free(a->bits);
+        free(a);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (!managed) atomic_fetch_add(&fc_dev_plain[device], size);
+    *dptr = (CUdeviceptr)base;
+    return CUDA_SUCCESS;
+}
+
+static void alloc_destroy(fc_alloc *a)
+{
+    if (a->managed) {
+        for (size_t p = 0; p < a->npages; p++) {
+            if (a->bits[p] & FC_BIT_PREFETCHED) FC_COUNT(bytes_prefetched_unused, FAKECUDA_PAGE);
+            if (a->loc[p] >= FC_LOC_DEV0) atomic_fetch_sub(&fc_dev_resident[a->loc[p] - FC_LOC_DEV0], FAKECUDA_PAGE);
+        }
+    } else {
+        atomic_fetch_sub(&fc_dev_plain[a->device], a->size);
+    }
+    munmap(a->map, a->map_len);
+    pthread_mutex_destroy(&a->mu);
+    free(a->loc);
+    free(a->bits);
+    free(a);
+}
+
+void fc_free_now(uintptr_t p)
+{
+    fc_alloc *a = reg_remove(p);
+    if (a) alloc_destroy(a);
+}
+
+static CUcontext need_ctx(CUresult *err)
+{
+    CUcontext c = fc_current_ctx();
+    if (!fc_ctx_valid(c)) { *err = CUDA_ERROR_INVALID_CONTEXT; return NULL; }
+    return c;
+}
+
+FC_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    FC_ENTRY(cuMemAllocManaged, 6000);
+    CUresult err = CUDA_SUCCESS;
+    CUcontext c = need_ctx(&err);
+    if (!c) return err;
+    if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) return CUDA_ERROR_INVALID_VALUE;
+    return alloc_common(dptr, bytesize, 1, fc_ctx_device(c), c);
+}
+FC_ALIAS(cuMemAllocManaged);
+
+FC_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    FC_ENTRY(cuMemAlloc_v2, 3020);
+    CUresult err = CUDA_SUCCESS;
+    CUcontext c = need_ctx(&err);
+    if (!c) return err;
+    return alloc_common(dptr, bytesize, 0, fc_ctx_device(c), c);
+}
+FC_ALIAS(cuMemAlloc_v2);
+
+/* Like the driver, cuMemFree waits for the device's outstanding work first. */
+FC_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+    FC_ENTRY(cuMemFree_v2, 3020);
+    if (dptr == 0) return CUDA_SUCCESS;
+    pthread_rwlock_rdlock(&fc_reg_lock);
+    fc_alloc *a = reg_find((uintptr_t)dptr);
+    int dev = a && a->base == (uintptr_t)dptr ? a->device : -1;
+    pthread_rwlock_unlock(&fc_reg_lock);
+    if (dev < 0) return CUDA_ERROR_INVALID_VALUE;
+    fc_sync_ctx_streams(NULL, dev);
+    a = reg_remove((uintptr_t)dptr);
+    if (!a) return CUDA_ERROR_INVALID_VALUE;
+    alloc_destroy(a);
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuMemFree_v2);
+
+/* Stream-ordered allocation: the memory is plain device memory allocated at once (earlier
+ * than stream order requires, which no correct program can observe). */
+static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream hStream)
+{
+    (void)pool; /* any pool: plain device memory */
+    CUresult err = CUDA_SUCCESS;
+    CUstream s = fc_resolve_stream(hStream, &err);
+    if (!s) return err;
+    if (fc_stream_capturing(s)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    return alloc_common(dptr, size, 0, s->device, s->ctx);
+}
+FC_DEF(cuMemAllocAsync, 11020, (CUdeviceptr *dptr, size_t bytesize, CUstream hStream),
+       alloc_async(dptr, bytesize, NULL, hStream));
+FC_DEF(cuMemAllocAsync_ptsz, 11020, (CUdeviceptr *dptr, size_t bytesize, CUstream hStream),
+       alloc_async(dptr, bytesize, NULL, hStream));
+FC_DEF(cuMemAllocFromPoolAsync, 11020, (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream),
+       alloc_async(dptr, bytesize, pool, hStream));
+FC_DEF(cuMemAllocFromPoolAsync_ptsz, 11020, (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+        CUstream hStream),
+       alloc_async(dptr, bytesize, pool, hStream));
+
+static CUresult free_async(CUdeviceptr dptr, CUstream hStream)
+{
+    CUresult err = CUDA_SUCCESS;
+    CUstream s = fc_resolve_stream(hStream, &err);
+    if (!s) return err;
+    if (fc_stream_capturing(s)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    pthread_rwlock_rdlock(&fc_reg_lock);
+    fc_alloc *a = reg_find((uintptr_t)dptr);
+    int ok = a && a->base == (uintptr_t)dptr;
+    pthread_rwlock_unlock(&fc_reg_lock);
+    if (!ok) return CUDA_ERROR_INVALID_VALUE;
+    fc_op *op = calloc(1, sizeof *op);
+    if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
+    op->kind = FC_OP_FREE;
+    op->u.free_ptr = (uintptr_t)dptr;
+    fc_enqueue(s, op);
+    return CUDA_SUCCESS;
+}
+FC_DEF(cuMemFreeAsync, 11020, (CUdeviceptr dptr, CUstream hStream), free_async(dptr, hStream));
+FC_DEF(cuMemFreeAsync_ptsz, 11020, (CUdeviceptr dptr, CUstream hStream), free_async(dptr, hStream));
+
+/* ---- pointer queries ---- */
+FC_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+    FC_ENTRY(cuPointerGetAttribute, 4000);
+    if (!data) return CUDA_ERROR_INVALID_VALUE;
+    pthread_rwlock_rdlock(&fc_reg_lock);
+    fc_alloc *a = reg_find((uintptr_t)ptr);
+    struct { uintptr_t base; size_t size; int managed, device; CUcontext ctx; } c = { 0, 0, 0, 0, NULL };
+    if (a) { c.base = a->base; c.size = a->size; c.managed = a->managed; c.device = a->device; c.ctx = a->ctx; }
+    pthread_rwlock_unlock(&fc_reg_lock);
+    if (!a) return CUDA_ERROR_INVALID_VALUE;
+    switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data = c.ctx; break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *(unsigned int *)data = CU_MEMORYTYPE_DEVICE; break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *(CUdeviceptr *)data = ptr; break;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+        if (!c.managed) return CUDA_ERROR_INVALID_VALUE;
+        *(void **)data = (void *)(uintptr_t)ptr;
+        break;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED: *(unsigned int *)data = (unsigned)c.managed; break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = c.device; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(CUdeviceptr *)data = (CUdeviceptr)c.base; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data = c.size; break;
+    case CU_POINTER_ATTRIBUTE_MAPPED: *(unsigned int *)data = 1; break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuPointerGetAttribute);
+
+FC_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+{
+    FC_ENTRY(cuMemGetAddressRange_v2, 3020);
+    pthread_rwlock_rdlock(&fc_reg_lock);
+    fc_alloc *a = reg_find((uintptr_t)dptr);
+    uintptr_t base = a ? a->base : 0;
+    size_t size = a ? a->size : 0;
+    pthread_rwlock_unlock(&fc_reg_lock);
+    if (!a) return CUDA_ERROR_NOT_FOUND;
+    if (pbase) *pbase = (CUdeviceptr)base;
+    if (psize) *psize = size;
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuMemGetAddressRange_v2);
+
+/* ---- prefetch and advice ---- */
+CUresult fc_check_managed_range(uintptr_t p, size_t n)
+{
+    if (n == 0 || p + n < p) return CUDA_ERROR_INVALID_VALUE;
+    pthread_rwlock_rdlock(&fc_reg_lock);
+    fc_alloc *a = reg_find(p);
+    int ok = a && a->managed && p + n <= a->base + a->size;
+    pthread_rwlock_unlock(&fc_reg_lock);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+void fc_run_prefetch(const fc_range *r, size_t n)
+{
+    for (size_t i = 0; i < n; i++) migrate_range(r[i].ptr, r[i].size, (uint8_t)r[i].loc, WHY_PREFETCH);
+    fc_pay_debt(0); /* the stream is busy until the last byte has moved */
+}
+
+/* FC_LOC_* for a CUmemLocation, or -1. */
+static int loc_from_location(CUmemLocation l, CUresult *err)
+{
+    switch (l.type) {
+    case CU_MEM_LOCATION_TYPE_DEVICE:
+        if (l.id < 0 || l.id >= fc_cfg.ndevices) { *err = CUDA_ERROR_INVALID_DEVICE; return -1; }
+        return FC_LOC_DEV0 + l.id;
+    case CU_MEM_LOCATION_TYPE_HOST:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT: return FC_LOC_HOST;
+    default: *err = CUDA_ERROR_INVALID_VALUE; return -1;
+    }
+}
+
+/* One stream op for the whole call (a batch is one op). */
+static CUresult prefetch_enqueue(const CUdeviceptr *ptrs, const size_t *sizes, const int *locs, size_t n,
+                                 CUstream hStream, int batch)
+{
+    CUresult err = CUDA_SUCCESS;
+    CUstream s = fc_resolve_stream(hStream, &err);
+    if (!s) return err;
+    for (size_t i = 0; i < n; i++)
+        if ((err = fc_check_managed_range((uintptr_t)ptrs[i], sizes[i])) != CUDA_SUCCESS) return err;
+    if (fc_stream_capturing(s)) { /* not capturable in this model: invalidates the capture */
+        fc_capture_invalidate(s);
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    fc_op *op = calloc(1, sizeof *op + n * sizeof(fc_range));
+    if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
+    op->kind = FC_OP_PREFETCH;
+    op->u.pf.n = n;
+    op->u.pf.r = (fc_range *)(op + 1);
+    for (size_t i = 0; i < n; i++) op->u.pf.r[i] = (fc_range){ (uintptr_t)ptrs[i], sizes[i], locs[i] };
+    if (batch) FC_COUNT(batch_prefetch_calls, 1);
+    else FC_COUNT(prefetch_calls, 1);
+    fc_enqueue(s, op);
+    return CUDA_SUCCESS;
+}
+
+static CUresult prefetch_v1(CUdeviceptr p, size_t n, CUdevice dst, CUstream s)
+{
+    int loc;
+    if (dst == CU_DEVICE_CPU) loc = FC_LOC_HOST;
+    else if (dst >= 0 && dst < fc_cfg.ndevices) loc = FC_LOC_DEV0 + dst;
+    else return CUDA_ERROR_INVALID_DEVICE;
+    return prefetch_enqueue(&p, &n, &loc, 1, s, 0);
+}
+FC_DEF(cuMemPrefetchAsync, 8000, (CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream),
+       prefetch_v1(devPtr, count, dstDevice, hStream));
+FC_DEF(cuMemPrefetchAsync_ptsz, 8000, (CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream),
+       prefetch_v1(devPtr, count, dstDevice, hStream));
+
+static CUresult prefetch_v2(CUdeviceptr p, size_t n, CUmemLocation l, unsigned flags, CUstream s)
+{
+    CUresult err = CUDA_ERROR_INVALID_VALUE;
+    if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    int loc = loc_from_location(l, &err);
+    if (loc < 0) return err;
+    return prefetch_enqueue(&p, &n, &loc, 1, s, 0);
+}
+FC_DEF(cuMemPrefetchAsync_v2, 12020, (CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags,
+        CUstream hStream),
+       prefetch_v2(devPtr, count, location, flags, hStream));
+FC_DEF(cuMemPrefetchAsync_v2_ptsz, 12020, (CUdeviceptr devPtr, size_t count, CUmemLocation location,
+        unsigned int flags, CUstream hStream),
+       prefetch_v2(devPtr, count, location, flags, hStream));
+
+/* cuda.h: prefetchLocIdxs[0] == 0, strictly increasing, last < count, numPrefetchLocs <=
+ * count, flags 0, and never the legacy NULL stream (in the _ptsz form 0 is the per-thread
+ * stream, so only CU_STREAM_LEGACY is refused there). */
+static CUresult prefetch_batch(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *locs,
+                               size_t *idxs, size_t nlocs, unsigned long long flags, CUstream s, int ptsz)
+{
+    if (!dptrs || !sizes || !locs || !idxs || count == 0 || nlocs == 0 || nlocs > count || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (s == CU_STREAM_LEGACY || (!ptsz && s == NULL)) return CUDA_ERROR_INVALID_VALUE;
+    if (idxs[0] != 0) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t k = 1; k < nlocs; k++)
+        if (idxs[k] <= idxs[k - 1]) return CUDA_ERROR_INVALID_VALUE;
+    if (idxs[nlocs - 1] >= count) return CUDA_ERROR_INVALID_VALUE;
+    int *loc = malloc(count * sizeof *loc);
+    if (!loc) return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult err = CUDA_SUCCESS;
+    for (size_t k = 0; k < nlocs && err == CUDA_SUCCESS; k++) {
+        int l = loc_from_location(locs[k], &err);
+        size_t last = k + 1 < nlocs ? idxs[k + 1] : count;
+        for (size_t i = idxs[k]; i < last && l >= 0; i++) loc[i] = l;
+    }
+    if (err == CUDA_SUCCESS) err = prefetch_enqueue(dptrs, sizes, loc, count, s, 1);
+    free(loc);
+    return err;
+}
+FC_DEF(cuMemPrefetchBatchAsync, 13000, (CUdeviceptr *dptrs, size_t *sizes, size_t count,
+        CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags,
+        CUstream hStream),
+       prefetch_batch(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream, 0));
+FC_DEF(cuMemPrefetchBatchAsync_ptsz, 13000, (CUdeviceptr *dptrs, size_t *sizes, size_t count,
+        CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags,
+        CUstream hStream),
+       prefetch_batch(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream, 1));
+
+/* Advice is validated and accepted; it does not change the model's behaviour. */
+static CUresult advise(CUdeviceptr p, size_t n, CUmem_advise advice)
+{
+    if (advice < CU_MEM_ADVISE_SET_READ_MOSTLY || advice > CU_MEM_ADVISE_UNSET_ACCESSED_BY)
+        return CUDA_ERROR_INVALID_VALUE;
+    return fc_check_managed_range((uintptr_t)p, n);
+}
+FC_EXPORT CUresult cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUdevice device)
+{
+    FC_ENTRY(cuMemAdvise, 8000);
+    if (device != CU_DEVICE_CPU && (device < 0 || device >= fc_cfg.ndevices)) return CUDA_ERROR_INVALID_DEVICE;
+    return advise(devPtr, count, advice);
+}
+FC_ALIAS(cuMemAdvise);
+FC_EXPORT CUresult cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location)
+{
+    FC_ENTRY(cuMemAdvise_v2, 12020);
+    CUresult err = CUDA_SUCCESS;
+    if (loc_from_location(location, &err) < 0) return err;
+    return advise(devPtr, count, advice);
+}
+FC_ALIAS(cuMemAdvise_v2);

@@ -1,0 +1,197 @@
+/* procaddr.c: why it exists: cuGetProcAddress (the 4-argument 11.3 form and the 12.0
+ * _v2 form) over a table of (base name, minimum CUDA version, ABI export, per-thread
+ * variant). Each entry's pointer is a hidden alias of the export itself, so it is the
+ * same address dlsym(handle, "<ABI export>") gives: interposers match hooks by identity.
+ * Each entry is also checked at compile time against cudaTypedefs.h's PFN_ typedef. */
+#include "fakecuda_internal.h"
+
+#include <string.h>
+
+/* X(base, min version, ABI export, is the per-thread-stream variant, PFN type) */
+#define FC_PROC_TABLE(X)                                                                              \
+    X(cuGetProcAddress, 11030, cuGetProcAddress, 0, PFN_cuGetProcAddress_v11030)                      \
+    X(cuGetProcAddress, 12000, cuGetProcAddress_v2, 0, PFN_cuGetProcAddress_v12000)                   \
+    X(cuInit, 2000, cuInit, 0, PFN_cuInit_v2000)                                                      \
+    X(cuDriverGetVersion, 2020, cuDriverGetVersion, 0, PFN_cuDriverGetVersion_v2020)                  \
+    X(cuGetErrorString, 6000, cuGetErrorString, 0, PFN_cuGetErrorString_v6000)                        \
+    X(cuGetErrorName, 6000, cuGetErrorName, 0, PFN_cuGetErrorName_v6000)                              \
+    X(cuDeviceGet, 2000, cuDeviceGet, 0, PFN_cuDeviceGet_v2000)                                       \
+    X(cuDeviceGetCount, 2000, cuDeviceGetCount, 0, PFN_cuDeviceGetCount_v2000)                        \
+    X(cuDeviceGetAttribute, 2000, cuDeviceGetAttribute, 0, PFN_cuDeviceGetAttribute_v2000)            \
+    X(cuDeviceGetName, 2000, cuDeviceGetName, 0, PFN_cuDeviceGetName_v2000)                           \
+    X(cuDeviceTotalMem, 3020, cuDeviceTotalMem_v2, 0, PFN_cuDeviceTotalMem_v3020)                     \
+    X(cuDeviceGetUuid, 9020, cuDeviceGetUuid, 0, PFN_cuDeviceGetUuid_v9020)                           \
+    X(cuDeviceGetUuid, 11040, cuDeviceGetUuid_v2, 0, PFN_cuDeviceGetUuid_v11040)                      \
+    X(cuDevicePrimaryCtxRetain, 7000, cuDevicePrimaryCtxRetain, 0, PFN_cuDevicePrimaryCtxRetain_v7000) \
+    X(cuDevicePrimaryCtxRelease, 7000, cuDevicePrimaryCtxRelease, 0, PFN_cuDevicePrimaryCtxRelease_v7000) \
+    X(cuDevicePrimaryCtxRelease, 11000, cuDevicePrimaryCtxRelease_v2, 0, PFN_cuDevicePrimaryCtxRelease_v11000) \
+    X(cuDevicePrimaryCtxGetState, 7000, cuDevicePrimaryCtxGetState, 0, PFN_cuDevicePrimaryCtxGetState_v7000) \
+    X(cuCtxCreate, 3020, cuCtxCreate_v2, 0, PFN_cuCtxCreate_v3020)                                    \
+    X(cuCtxCreate, 11040, cuCtxCreate_v3, 0, PFN_cuCtxCreate_v11040)                                  \
+    X(cuCtxCreate, 12050, cuCtxCreate_v4, 0, PFN_cuCtxCreate_v12050)                                  \
+    X(cuCtxDestroy, 4000, cuCtxDestroy_v2, 0, PFN_cuCtxDestroy_v4000)                                 \
+    X(cuCtxSetCurrent, 4000, cuCtxSetCurrent, 0, PFN_cuCtxSetCurrent_v4000)                           \
+    X(cuCtxGetCurrent, 4000, cuCtxGetCurrent, 0, PFN_cuCtxGetCurrent_v4000)                           \
+    X(cuCtxPushCurrent, 4000, cuCtxPushCurrent_v2, 0, PFN_cuCtxPushCurrent_v4000)                     \
+    X(cuCtxPopCurrent, 4000, cuCtxPopCurrent_v2, 0, PFN_cuCtxPopCurrent_v4000)                        \
+    X(cuCtxGetDevice, 2000, cuCtxGetDevice, 0, PFN_cuCtxGetDevice_v2000)                              \
+    X(cuCtxGetDevice, 13000, cuCtxGetDevice_v2, 0, PFN_cuCtxGetDevice_v13000)                         \
+    X(cuCtxSynchronize, 2000, cuCtxSynchronize, 0, PFN_cuCtxSynchronize_v2000)                        \
+    X(cuCtxSynchronize, 13000, cuCtxSynchronize_v2, 0, PFN_cuCtxSynchronize_v13000)                   \
+    X(cuMemGetInfo, 3020, cuMemGetInfo_v2, 0, PFN_cuMemGetInfo_v3020)                                 \
+    X(cuMemAlloc, 3020, cuMemAlloc_v2, 0, PFN_cuMemAlloc_v3020)                                       \
+    X(cuMemFree, 3020, cuMemFree_v2, 0, PFN_cuMemFree_v3020)                                          \
+    X(cuMemAllocManaged, 6000, cuMemAllocManaged, 0, PFN_cuMemAllocManaged_v6000)                     \
+    X(cuMemAllocAsync, 11020, cuMemAllocAsync, 0, PFN_cuMemAllocAsync_v11020)                         \
+    X(cuMemAllocAsync, 11020, cuMemAllocAsync_ptsz, 1, PFN_cuMemAllocAsync_v11020_ptsz)               \
+    X(cuMemFreeAsync, 11020, cuMemFreeAsync, 0, PFN_cuMemFreeAsync_v11020)                            \
+    X(cuMemFreeAsync, 11020, cuMemFreeAsync_ptsz, 1, PFN_cuMemFreeAsync_v11020_ptsz)                  \
+    X(cuMemAllocFromPoolAsync, 11020, cuMemAllocFromPoolAsync, 0, PFN_cuMemAllocFromPoolAsync_v11020) \
+    X(cuMemAllocFromPoolAsync, 11020, cuMemAllocFromPoolAsync_ptsz, 1, PFN_cuMemAllocFromPoolAsync_v11020_ptsz) \
+    X(cuPointerGetAttribute, 4000, cuPointerGetAttribute, 0, PFN_cuPointerGetAttribute_v4000)         \
+    X(cuMemGetAddressRange, 3020, cuMemGetAddressRange_v2, 0, PFN_cuMemGetAddressRange_v3020)         \
+    X(cuMemPrefetchAsync, 8000, cuMemPrefetchAsync, 0, PFN_cuMemPrefetchAsync_v8000)                  \
+    X(cuMemPrefetchAsync, 8000, cuMemPrefetchAsync_ptsz, 1, PFN_cuMemPrefetchAsync_v8000_ptsz)        \
+    X(cuMemPrefetchAsync, 12020, cuMemPrefetchAsync_v2, 0, PFN_cuMemPrefetchAsync_v12020)             \
+    X(cuMemPrefetchAsync, 12020, cuMemPrefetchAsync_v2_ptsz, 1, PFN_cuMemPrefetchAsync_v12020_ptsz)   \
+    X(cuMemPrefetchBatchAsync, 13000, cuMemPrefetchBatchAsync, 0, PFN_cuMemPrefetchBatchAsync_v13000) \
+    X(cuMemPrefetchBatchAsync, 13000, cuMemPrefetchBatchAsync_ptsz, 1, PFN_cuMemPrefetchBatchAsync_v13000_ptsz) \
+    X(cuMemAdvise, 8000, cuMemAdvise, 0, PFN_cuMemAdvise_v8000)                                       \
+    X(cuMemAdvise, 12020, cuMemAdvise_v2, 0, PFN_cuMemAdvise_v12020)                                  \
+    X(cuStreamCreate, 2000, cuStreamCreate, 0, PFN_cuStreamCreate_v2000)                              \
+    X(cuStreamCreateWithPriority, 5050, cuStreamCreateWithPriority, 0, PFN_cuStreamCreateWithPriority_v5050) \
+    X(cuStreamDestroy, 4000, cuStreamDestroy_v2, 0, PFN_cuStreamDestroy_v4000)                        \
+    X(cuStreamSynchronize, 2000, cuStreamSynchronize, 0, PFN_cuStreamSynchronize_v2000)               \
+    X(cuStreamSynchronize, 7000, cuStreamSynchronize_ptsz, 1, PFN_cuStreamSynchronize_v7000_ptsz)     \
+    X(cuStreamQuery, 2000, cuStreamQuery, 0, PFN_cuStreamQuery_v2000)                                 \
+    X(cuStreamQuery, 7000, cuStreamQuery_ptsz, 1, PFN_cuStreamQuery_v7000_ptsz)                       \
+    X(cuStreamWaitEvent, 3020, cuStreamWaitEvent, 0, PFN_cuStreamWaitEvent_v3020)                     \
+    X(cuStreamWaitEvent, 7000, cuStreamWaitEvent_ptsz, 1, PFN_cuStreamWaitEvent_v7000_ptsz)           \
+    X(cuStreamGetCtx, 9020, cuStreamGetCtx, 0, PFN_cuStreamGetCtx_v9020)                              \
+    X(cuStreamGetCtx, 9020, cuStreamGetCtx_ptsz, 1, PFN_cuStreamGetCtx_v9020_ptsz)                    \
+    X(cuStreamGetCtx, 12050, cuStreamGetCtx_v2, 0, PFN_cuStreamGetCtx_v12050)                         \
+    X(cuStreamGetCtx, 12050, cuStreamGetCtx_v2_ptsz, 1, PFN_cuStreamGetCtx_v12050_ptsz)               \
+    X(cuStreamGetDevice, 12080, cuStreamGetDevice, 0, PFN_cuStreamGetDevice_v12080)                   \
+    X(cuStreamGetDevice, 12080, cuStreamGetDevice_ptsz, 1, PFN_cuStreamGetDevice_v12080_ptsz)         \
+    X(cuStreamGetFlags, 5050, cuStreamGetFlags, 0, PFN_cuStreamGetFlags_v5050)                        \
+    X(cuStreamGetFlags, 7000, cuStreamGetFlags_ptsz, 1, PFN_cuStreamGetFlags_v7000_ptsz)              \
+    X(cuStreamGetPriority, 5050, cuStreamGetPriority, 0, PFN_cuStreamGetPriority_v5050)               \
+    X(cuStreamGetPriority, 7000, cuStreamGetPriority_ptsz, 1, PFN_cuStreamGetPriority_v7000_ptsz)     \
+    X(cuStreamGetId, 12000, cuStreamGetId, 0, PFN_cuStreamGetId_v12000)                               \
+    X(cuStreamGetId, 12000, cuStreamGetId_ptsz, 1, PFN_cuStreamGetId_v12000_ptsz)                     \
+    X(cuEventCreate, 2000, cuEventCreate, 0, PFN_cuEventCreate_v2000)                                 \
+    X(cuEventRecord, 2000, cuEventRecord, 0, PFN_cuEventRecord_v2000)                                 \
+    X(cuEventRecord, 7000, cuEventRecord_ptsz, 1, PFN_cuEventRecord_v7000_ptsz)                       \
+    X(cuEventRecordWithFlags, 11010, cuEventRecordWithFlags, 0, PFN_cuEventRecordWithFlags_v11010)    \
+    X(cuEventRecordWithFlags, 11010, cuEventRecordWithFlags_ptsz, 1, PFN_cuEventRecordWithFlags_v11010_ptsz) \
+    X(cuEventQuery, 2000, cuEventQuery, 0, PFN_cuEventQuery_v2000)                                    \
+    X(cuEventSynchronize, 2000, cuEventSynchronize, 0, PFN_cuEventSynchronize_v2000)                  \
+    X(cuEventDestroy, 4000, cuEventDestroy_v2, 0, PFN_cuEventDestroy_v4000)                           \
+    X(cuEventElapsedTime, 2000, cuEventElapsedTime, 0, PFN_cuEventElapsedTime_v2000)                  \
+    X(cuEventElapsedTime, 12080, cuEventElapsedTime_v2, 0, PFN_cuEventElapsedTime_v12080)             \
+    X(cuLaunchHostFunc, 10000, cuLaunchHostFunc, 0, PFN_cuLaunchHostFunc_v10000)                      \
+    X(cuLaunchHostFunc, 10000, cuLaunchHostFunc_ptsz, 1, PFN_cuLaunchHostFunc_v10000_ptsz)            \
+    X(cuLaunchHostFunc, 13010, cuLaunchHostFunc_v2, 0, PFN_cuLaunchHostFunc_v13010)                   \
+    X(cuLaunchHostFunc, 13010, cuLaunchHostFunc_v2_ptsz, 1, PFN_cuLaunchHostFunc_v13010_ptsz)         \
+    X(cuStreamBeginCapture, 10000, cuStreamBeginCapture, 0, PFN_cuStreamBeginCapture_v10000)          \
+    X(cuStreamBeginCapture, 10000, cuStreamBeginCapture_ptsz, 1, PFN_cuStreamBeginCapture_v10000_ptsz) \
+    X(cuStreamBeginCapture, 10010, cuStreamBeginCapture_v2, 0, PFN_cuStreamBeginCapture_v10010)       \
+    X(cuStreamBeginCapture, 10010, cuStreamBeginCapture_v2_ptsz, 1, PFN_cuStreamBeginCapture_v10010_ptsz) \
+    X(cuStreamIsCapturing, 10000, cuStreamIsCapturing, 0, PFN_cuStreamIsCapturing_v10000)             \
+    X(cuStreamIsCapturing, 10000, cuStreamIsCapturing_ptsz, 1, PFN_cuStreamIsCapturing_v10000_ptsz)   \
+    X(cuStreamGetCaptureInfo, 10010, cuStreamGetCaptureInfo, 0, PFN_cuStreamGetCaptureInfo_v10010)    \
+    X(cuStreamGetCaptureInfo, 10010, cuStreamGetCaptureInfo_ptsz, 1, PFN_cuStreamGetCaptureInfo_v10010_ptsz) \
+    X(cuStreamGetCaptureInfo, 11030, cuStreamGetCaptureInfo_v2, 0, PFN_cuStreamGetCaptureInfo_v11030) \
+    X(cuStreamGetCaptureInfo, 11030, cuStreamGetCaptureInfo_v2_ptsz, 1, PFN_cuStreamGetCaptureInfo_v11030_ptsz) \
+    X(cuStreamGetCaptureInfo, 12030, cuStreamGetCaptureInfo_v3, 0, PFN_cuStreamGetCaptureInfo_v12030) \
+    X(cuStreamGetCaptureInfo, 12030, cuStreamGetCaptureInfo_v3_ptsz, 1, PFN_cuStreamGetCaptureInfo_v12030_ptsz) \
+    X(cuStreamEndCapture, 10000, cuStreamEndCapture, 0, PFN_cuStreamEndCapture_v10000)                \
+    X(cuStreamEndCapture, 10000, cuStreamEndCapture_ptsz, 1, PFN_cuStreamEndCapture_v10000_ptsz)      \
+    X(cuThreadExchangeStreamCaptureMode, 10010, cuThreadExchangeStreamCaptureMode, 0,                 \
+      PFN_cuThreadExchangeStreamCaptureMode_v10010)                                                   \
+    X(cuGraphInstantiate, 10000, cuGraphInstantiate, 0, PFN_cuGraphInstantiate_v10000)                \
+    X(cuGraphInstantiate, 11000, cuGraphInstantiate_v2, 0, PFN_cuGraphInstantiate_v11000)             \
+    X(cuGraphInstantiateWithFlags, 11040, cuGraphInstantiateWithFlags, 0, PFN_cuGraphInstantiateWithFlags_v11040) \
+    X(cuGraphLaunch, 10000, cuGraphLaunch, 0, PFN_cuGraphLaunch_v10000)                               \
+    X(cuGraphLaunch, 10000, cuGraphLaunch_ptsz, 1, PFN_cuGraphLaunch_v10000_ptsz)                     \
+    X(cuGraphDestroy, 10000, cuGraphDestroy, 0, PFN_cuGraphDestroy_v10000)                            \
+    X(cuGraphExecDestroy, 10000, cuGraphExecDestroy, 0, PFN_cuGraphExecDestroy_v10000)                \
+    X(cuGraphGetNodes, 10000, cuGraphGetNodes, 0, PFN_cuGraphGetNodes_v10000)                         \
+    X(cuGraphNodeGetType, 10000, cuGraphNodeGetType, 0, PFN_cuGraphNodeGetType_v10000)                \
+    X(cuGraphKernelNodeGetParams, 12000, cuGraphKernelNodeGetParams_v2, 0, PFN_cuGraphKernelNodeGetParams_v12000) \
+    X(cuModuleLoad, 2000, cuModuleLoad, 0, PFN_cuModuleLoad_v2000)                                    \
+    X(cuModuleLoadData, 2000, cuModuleLoadData, 0, PFN_cuModuleLoadData_v2000)                        \
+    X(cuModuleLoadDataEx, 2010, cuModuleLoadDataEx, 0, PFN_cuModuleLoadDataEx_v2010)                  \
+    X(cuModuleUnload, 2000, cuModuleUnload, 0, PFN_cuModuleUnload_v2000)                              \
+    X(cuModuleGetFunction, 2000, cuModuleGetFunction, 0, PFN_cuModuleGetFunction_v2000)               \
+    X(cuLibraryLoadData, 12000, cuLibraryLoadData, 0, PFN_cuLibraryLoadData_v12000)                   \
+    X(cuLibraryUnload, 12000, cuLibraryUnload, 0, PFN_cuLibraryUnload_v12000)                         \
+    X(cuLibraryGetKernel, 12000, cuLibraryGetKernel, 0, PFN_cuLibraryGetKernel_v12000)                \
+    X(cuKernelGetFunction, 12000, cuKernelGetFunction, 0, PFN_cuKernelGetFunction_v12000)             \
+    X(cuFuncGetParamInfo, 12040, cuFuncGetParamInfo, 0, PFN_cuFuncGetParamInfo_v12040)               \
+    X(cuKernelGetParamInfo, 12040, cuKernelGetParamInfo, 0, PFN_cuKernelGetParamInfo_v12040)          \
+    X(cuFuncGetName, 12030, cuFuncGetName, 0, PFN_cuFuncGetName_v12030)                               \
+    X(cuKernelGetName, 12030, cuKernelGetName, 0, PFN_cuKernelGetName_v12030)                         \
+    X(cuLaunchKernel, 4000, cuLaunchKernel, 0, PFN_cuLaunchKernel_v4000)                              \
+    X(cuLaunchKernel, 7000, cuLaunchKernel_ptsz, 1, PFN_cuLaunchKernel_v7000_ptsz)                    \
+    X(cuLaunchKernelEx, 11060, cuLaunchKernelEx, 0, PFN_cuLaunchKernelEx_v11060)                      \
+    X(cuLaunchKernelEx, 11060, cuLaunchKernelEx_ptsz, 1, PFN_cuLaunchKernelEx_v11060_ptsz)            \
+    X(cuLaunchCooperativeKernel, 9000, cuLaunchCooperativeKernel, 0, PFN_cuLaunchCooperativeKernel_v9000) \
+    X(cuLaunchCooperativeKernel, 9000, cuLaunchCooperativeKernel_ptsz, 1, PFN_cuLaunchCooperativeKernel_v9000_ptsz)
+
+/* The hidden aliases (defined next to each export) and the signature checks. */
+#define FC_DECL(base, ver, sym, ptsz, pfn)                                                    \
+    extern __typeof__(sym) fcl_##sym __attribute__((visibility("hidden")));                   \
+    _Static_assert(__builtin_types_compatible_p(__typeof__(&sym), pfn), #sym " vs " #pfn);
+FC_PROC_TABLE(FC_DECL)
+
+typedef struct fc_proc { const char *base; int version; const char *sym; int ptsz; void *fn; } fc_proc;
+#define FC_ROW(base, ver, sym, ptsz, pfn) { #base, ver, #sym, ptsz, (void *)&fcl_##sym },
+static const fc_proc fc_procs[] = { FC_PROC_TABLE(FC_ROW) };
+
+/* Among the entries for symbol with version <= min(cudaVersion, driver version), the
+ * highest; with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, its _ptsz variant when one
+ * exists at least that recent. No match: CUDA_SUCCESS, *pfn NULL, and a status. */
+static CUresult lookup(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                       CUdriverProcAddressQueryResult *status)
+{
+    if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
+    if (flags & ~(cuuint64_t)(CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM))
+        return CUDA_ERROR_INVALID_VALUE;
+    *pfn = NULL;
+    int limit = cudaVersion < fc_cfg.driver_version ? cudaVersion : fc_cfg.driver_version;
+    int found = 0, best = -1, best_ptsz = -1;
+    for (int i = 0; i < (int)(sizeof fc_procs / sizeof *fc_procs); i++) {
+        const fc_proc *e = &fc_procs[i];
+        if (strcmp(e->base, symbol) != 0) continue;
+        found = 1;
+        if (e->version > limit) continue;
+        int *b = e->ptsz ? &best_ptsz : &best;
+        if (*b < 0 || e->version > fc_procs[*b].version) *b = i;
+    }
+    int pick = best;
+    if ((flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) && best_ptsz >= 0 &&
+        (best < 0 || fc_procs[best_ptsz].version >= fc_procs[best].version))
+        pick = best_ptsz;
+    if (pick >= 0) *pfn = fc_procs[pick].fn;
+    if (status)
+        *status = pick >= 0 ? CU_GET_PROC_ADDRESS_SUCCESS
+                  : found   ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+                            : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return CUDA_SUCCESS;
+}
+
+FC_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+{
+    FC_ENTRY_NOINIT(cuGetProcAddress, 11030);
+    return lookup(symbol, pfn, cudaVersion, flags, NULL);
+}
+FC_ALIAS(cuGetProcAddress);
+
+FC_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                                       CUdriverProcAddressQueryResult *symbolStatus)
+{
+    FC_ENTRY_NOINIT(cuGetProcAddress_v2, 12000);
+    return lookup(symbol, pfn, cudaVersion, flags, symbolStatus);
+}
+FC_ALIAS(cuGetProcAddress_v2);

@@ -1,0 +1,221 @@
+/* stats.c: why it exists: the FAKECUDA_* knobs, the entry guard every export runs
+ * (FAKECUDA_FAIL, version gating, init check), the counters, the time model (a per-thread
+ * debt slept off in chunks) and the JSON written at exit (FAKECUDA_STATS). */
+#include "fakecuda_internal.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+fc_config fc_cfg;
+fc_counters fc_ctr;
+
+#define FC_MAX_FAIL 32
+static struct { char name[64]; CUresult code; } fc_fail[FC_MAX_FAIL];
+static int fc_nfail;
+static pthread_once_t fc_once = PTHREAD_ONCE_INIT;
+
+int fc_error_from_name(const char *s, CUresult *out); /* device.c */
+
+static uint64_t parse_size(const char *s, uint64_t dflt)
+{
+    if (!s || !*s) return dflt;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 0);
+    if (errno || end == s) return dflt;
+    switch (*end) {
+    case 'k': case 'K': v <<= 10; break;
+    case 'm': case 'M': v <<= 20; break;
+    case 'g': case 'G': v <<= 30; break;
+    case 't': case 'T': v <<= 40; break;
+    default: break;
+    }
+    return v ? v : dflt;
+}
+
+static void parse_fail(const char *s)
+{
+    while (s && *s && fc_nfail < FC_MAX_FAIL) {
+        const char *comma = strchr(s, ',');
+        size_t len = comma ? (size_t)(comma - s) : strlen(s);
+        const char *eq = memchr(s, '=', len);
+        if (eq && (size_t)(eq - s) < sizeof fc_fail[0].name) {
+            char code[64] = {0};
+            size_t clen = len - (size_t)(eq - s) - 1;
+            if (clen < sizeof code) {
+                memcpy(code, eq + 1, clen);
+                char *end = NULL;
+                long v = strtol(code, &end, 0);
+                CUresult r;
+                if (end != code && *end == '\0') r = (CUresult)v;
+                else if (!fc_error_from_name(code, &r)) r = CUDA_ERROR_UNKNOWN;
+                memcpy(fc_fail[fc_nfail].name, s, (size_t)(eq - s));
+                fc_fail[fc_nfail].name[eq - s] = '\0';
+                fc_fail[fc_nfail].code = r;
+                fc_nfail++;
+            }
+        }
+        s = comma ? comma + 1 : NULL;
+    }
+}
+
+static void load_config(void)
+{
+    const char *v = getenv("FAKECUDA_DRIVER_VERSION");
+    fc_cfg.driver_version = v && *v ? atoi(v) : FAKECUDA_DEFAULT_DRIVER_VERSION;
+    if (fc_cfg.driver_version <= 0) fc_cfg.driver_version = FAKECUDA_DEFAULT_DRIVER_VERSION;
+    v = getenv("FAKECUDA_DEVICES");
+    fc_cfg.ndevices = v && *v ? atoi(v) : FAKECUDA_DEFAULT_DEVICES;
+    if (fc_cfg.ndevices < 0) fc_cfg.ndevices = 0;
+    if (fc_cfg.ndevices > FAKECUDA_MAX_DEVICES) fc_cfg.ndevices = FAKECUDA_MAX_DEVICES;
+    fc_cfg.device_memory = parse_size(getenv("FAKECUDA_DEVICE_MEMORY"), FAKECUDA_DEFAULT_DEVICE_MEMORY);
+    parse_fail(getenv("FAKECUDA_FAIL"));
+}
+
+void fc_config_load(void) { pthread_once(&fc_once, load_config); }
+
+CUresult fc_enter(const char *name, int min_version, int need_init)
+{
+    pthread_once(&fc_once, load_config);
+    for (int i = 0; i < fc_nfail; i++)
+        if (strcmp(fc_fail[i].name, name) == 0) return fc_fail[i].code;
+    if (min_version > fc_cfg.driver_version) return CUDA_ERROR_NOT_SUPPORTED;
+    if (need_init && !atomic_load_explicit(&fc_initialized, memory_order_acquire))
+        return CUDA_ERROR_NOT_INITIALIZED;
+    return CUDA_SUCCESS;
+}
+
+static pthread_mutex_t fc_keep_mu = PTHREAD_MUTEX_INITIALIZER;
+static fc_link fc_kept = { &fc_kept, &fc_kept };
+
+void fc_keep(fc_link *l)
+{
+    pthread_mutex_lock(&fc_keep_mu);
+    l->next = fc_kept.next;
+    l->prev = &fc_kept;
+    fc_kept.next->prev = l;
+    fc_kept.next = l;
+    pthread_mutex_unlock(&fc_keep_mu);
+}
+
+void fc_unkeep(fc_link *l)
+{
+    pthread_mutex_lock(&fc_keep_mu);
+    l->prev->next = l->next;
+    l->next->prev = l->prev;
+    pthread_mutex_unlock(&fc_keep_mu);
+}
+
+/* ---- time model ---- */
+static _Thread_local int64_t fc_debt_ns;
+
+uint64_t fc_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void fc_pay_debt(int64_t min_ns)
+{
+    if (fc_debt_ns <= 0 || fc_debt_ns < min_ns) return;
+    uint64_t t0 = fc_now_ns();
+    struct timespec ts = { (time_t)(fc_debt_ns / 1000000000), (long)(fc_debt_ns % 1000000000) };
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+    fc_debt_ns -= (int64_t)(fc_now_ns() - t0);
+    if (fc_debt_ns < -1000000) fc_debt_ns = -1000000; /* credit for oversleep, capped at 1 ms */
+}
+
+void fc_charge_ns(int64_t ns)
+{
+    fc_debt_ns += ns;
+    if (fc_debt_ns >= (int64_t)FAKECUDA_SLEEP_CHUNK_US * 1000) fc_pay_debt(0);
+}
+
+void fc_wait_until(uint64_t t_ns)
+{
+    for (;;) {
+        uint64_t now = fc_now_ns();
+        if (now >= t_ns) return;
+        uint64_t left = t_ns - now;
+        if (left > FAKECUDA_SPIN_US * 1000ull) {
+            uint64_t s = left - FAKECUDA_SPIN_US * 500ull;
+            struct timespec ts = { (time_t)(s / 1000000000ull), (long)(s % 1000000000ull) };
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+/* ---- stats ---- */
+FC_EXPORT void fakecuda_get_stats(struct fakecuda_stats *out)
+{
+    if (!out) return;
+#define LD(f) atomic_load_explicit(&fc_ctr.f, memory_order_relaxed)
+    out->gpu_faults = LD(gpu_faults);
+    out->cpu_faults = LD(cpu_faults);
+    out->pages_touched_by_kernels = LD(pages_touched_by_kernels);
+    out->bytes_prefetched_h2d = LD(bytes_prefetched_h2d);
+    out->bytes_faulted_h2d = LD(bytes_faulted_h2d);
+    out->bytes_d2h = LD(bytes_d2h);
+    out->kernels_run = LD(kernels_run);
+    out->launches = LD(launches);
+    out->prefetch_calls = LD(prefetch_calls);
+    out->batch_prefetch_calls = LD(batch_prefetch_calls);
+    uint64_t pending = 0;
+    fc_managed_scan(&pending, 0); /* prefetched pages no kernel has touched yet */
+    out->bytes_prefetched_unused = LD(bytes_prefetched_unused) + pending;
+#undef LD
+}
+
+FC_EXPORT void fakecuda_reset_stats(void)
+{
+    uint64_t ignored = 0;
+    fc_managed_scan(&ignored, 1); /* forget touched / prefetched-unused page bits */
+    _Atomic uint64_t *f[] = { &fc_ctr.gpu_faults, &fc_ctr.cpu_faults, &fc_ctr.pages_touched_by_kernels,
+                              &fc_ctr.bytes_prefetched_h2d, &fc_ctr.bytes_prefetched_unused,
+                              &fc_ctr.bytes_faulted_h2d, &fc_ctr.bytes_d2h, &fc_ctr.kernels_run,
+                              &fc_ctr.launches, &fc_ctr.prefetch_calls, &fc_ctr.batch_prefetch_calls };
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++) atomic_store_explicit(f[i], 0, memory_order_relaxed);
+}
+
+__attribute__((constructor)) static void fc_ctor(void)
+{
+    fc_config_load();
+    pthread_atfork(NULL, NULL, fc_atfork_child);
+    /* Never unload: stream workers run this library's code until the process exits. */
+    Dl_info info;
+    if (dladdr((void *)&fc_ctor, &info) && info.dli_fname)
+        (void)dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+}
+
+/* Written at exit by the process that called cuInit (never by a child forked from it).
+ * Reads only atomics and page bits (with a bounded lock wait): a busy stream cannot make
+ * it hang. */
+__attribute__((destructor)) static void fc_write_stats_at_exit(void)
+{
+    const char *path = getenv("FAKECUDA_STATS");
+    if (!path || !*path || atomic_load(&fc_init_pid) != (int)getpid()) return; /* only where cuInit ran */
+    struct fakecuda_stats s;
+    fakecuda_get_stats(&s);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "fakecuda: cannot write FAKECUDA_STATS=%s: %s\n", path, strerror(errno));
+        return;
+    }
+    fprintf(f,
+            "{\"gpu_faults\": %" PRIu64 ", \"cpu_faults\": %" PRIu64
+            ", \"pages_touched_by_kernels\": %" PRIu64 ", \"bytes_prefetched_h2d\": %" PRIu64
+            ", \"bytes_prefetched_unused\": %" PRIu64 ", \"bytes_faulted_h2d\": %" PRIu64
+            ", \"bytes_d2h\": %" PRIu64 ", \"kernels_run\": %" PRIu64 ", \"launches\": %" PRIu64
+            ", \"prefetch_calls\": %" PRIu64 ", \"batch_prefetch_calls\": %" PRIu64 "}\n",
+            s.gpu_faults, s.cpu_faults, s.pages_touched_by_kernels, s.bytes_prefetched_h2d,
+            s.bytes_prefetched_unused, s.bytes_faulted_h2d, s.bytes_d2h, s.kernels_run,
+            s.launches, s.prefetch_calls, s.batch_prefetch_calls);
+    fclose(f);
+}

@@ -1,0 +1,941 @@
+/* streams.c: why it exists: streams that run their work in order on a worker thread each,
+ * asynchronously to the host; events (a record is a refcounted fence the stream signals);
+ * host functions; stream capture (launches into a capturing stream become graph nodes,
+ * streams join a capture by waiting on an event recorded in it); graphs and their launch. */
+#include "fakecuda_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+
+/* ---- fences ---- */
+static fc_fence *fence_new(void)
+{
+    fc_fence *f = calloc(1, sizeof *f);
+    if (!f) return NULL;
+    atomic_init(&f->refs, 1);
+    pthread_mutex_init(&f->mu, NULL);
+    pthread_cond_init(&f->cv, NULL);
+    return f;
+}
+static void fence_unref(fc_fence *f)
+{
+    if (f && atomic_fetch_sub(&f->refs, 1) == 1) {
+        pthread_mutex_destroy(&f->mu);
+        pthread_cond_destroy(&f->cv);
+        free(f);
+    }
+}
+static void fence_signal(fc_fence *f)
+{
+    pthread_mutex_lock(&f->mu);
+    f->done = 1;
+    f->t_ns = fc_now_ns();
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+}
+static void fence_wait(fc_fence *f)
+{
+    pthread_mutex_lock(&f->mu);
+    while (!f->done) pthread_cond_wait(&f->cv, &f->mu);
+    pthread_mutex_unlock(&f->mu);
+}
+static int fence_done(fc_fence *f, uint64_t *t)
+{
+    pthread_mutex_lock(&f->mu);
+    int d = f->done;
+    if (t) *t = f->t_ns;
+    pthread_mutex_unlock(&f->mu);
+    return d;
+}
+
+/* ---- streams ---- */
+static pthread_mutex_t fc_streams_mu = PTHREAD_MUTEX_INITIALIZER; /* list and refs */
+static struct CUstream_st *fc_all_streams;
+static pthread_mutex_t fc_default_mu = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic unsigned long long fc_stream_ids = 1;
+
+static struct CUstream_st *stream_new(CUcontext c, unsigned flags, int prio, int is_default)
+{
+    struct CUstream_st *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->magic = FC_MAGIC_STREAM;
+    s->ctx = c;
+    s->device = c->device;
+    s->flags = flags;
+    s->priority = prio;
+    s->is_default = is_default;
+    s->id = atomic_fetch_add(&fc_stream_ids, 1);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv_work, NULL);
+    pthread_cond_init(&s->cv_idle, NULL);
+    s->refs = 1; /* the owner's */
+    pthread_mutex_lock(&fc_streams_mu);
+    s->next_all = fc_all_streams;
+    fc_all_streams = s;
+    pthread_mutex_unlock(&fc_streams_mu);
+    return s;
+}
+
+static void stream_ref(struct CUstream_st *s)
+{
+    pthread_mutex_lock(&fc_streams_mu);
+    s->refs++;
+    pthread_mutex_unlock(&fc_streams_mu);
+}
+
+static void stream_unref(struct CUstream_st *s)
+{
+    pthread_mutex_lock(&fc_streams_mu);
+    int left = --s->refs;
+    pthread_mutex_unlock(&fc_streams_mu);
+    if (left == 0) {
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->cv_work);
+        pthread_cond_destroy(&s->cv_idle);
+        free(s);
+    }
+}
+
+CUstream fc_ctx_default_stream(CUcontext c)
+{
+    struct CUstream_st *s = atomic_load_explicit(&c->default_stream, memory_order_acquire);
+    if (s) return s;
+    pthread_mutex_lock(&fc_default_mu);
+    s = atomic_load_explicit(&c->default_stream, memory_order_relaxed);
+    if (!s) {
+        s = stream_new(c, 0, 0, 1);
+        atomic_store_explicit(&c->default_stream, s, memory_order_release);
+    }
+    pthread_mutex_unlock(&fc_default_mu);
+    return s;
+}
+
+/* 0, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD all name the current context's single
+ * default stream (a simplification: no per-thread streams, no legacy implicit sync). */
+static int is_default_handle(CUstream h) { return h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD; }
+
+CUstream fc_resolve_stream(CUstream h, CUresult *err)
+{
+    if (is_default_handle(h)) {
+        CUcontext c = fc_current_ctx();
+        if (!fc_ctx_valid(c)) { *err = CUDA_ERROR_INVALID_CONTEXT; return NULL; }
+        CUstream s = fc_ctx_default_stream(c);
+        if (!s) *err = CUDA_ERROR_OUT_OF_MEMORY;
+        return s;
+    }
+    if (h->magic != FC_MAGIC_STREAM) { *err = CUDA_ERROR_INVALID_HANDLE; return NULL; }
+    return h;
+}
+
+static void run_op(struct CUstream_st *s, fc_op *op)
+{
+    switch (op->kind) {
+    case FC_OP_KERNEL:
+        fc_wait_until(op->u.k.not_before);
+        fc_run_kernel(op->u.k.def, &op->u.k.dims, op->u.k.args, s->device);
+        break;
+    case FC_OP_PREFETCH: fc_run_prefetch(op->u.pf.r, op->u.pf.n); break;
+    case FC_OP_HOSTFN: op->u.h.fn(op->u.h.ud); break;
+    case FC_OP_RECORD: fence_signal(op->u.fence); fence_unref(op->u.fence); break;
+    case FC_OP_WAIT: fence_wait(op->u.fence); fence_unref(op->u.fence); break;
+    case FC_OP_FREE: fc_free_now(op->u.free_ptr); break;
+    }
+    free(op);
+}
+
+static void *worker_main(void *arg)
+{
+    struct CUstream_st *s = arg;
+    prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0); /* short modelled sleeps stay short */
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->head && !s->destroyed) pthread_cond_wait(&s->cv_work, &s->mu);
+        fc_op *op = s->head;
+        if (!op) break; /* destroyed and drained */
+        s->head = op->next;
+        if (!s->head) s->tail = NULL;
+        pthread_mutex_unlock(&s->mu);
+        run_op(s, op);
+        pthread_mutex_lock(&s->mu);
+        if (--s->pending == 0) pthread_cond_broadcast(&s->cv_idle);
+    }
+    s->worker_running = 0;
+    pthread_mutex_unlock(&s->mu);
+    stream_unref(s);
+    return NULL;
+}
+
+void fc_enqueue_chain(CUstream s, fc_op *first, fc_op *last, uint64_t n)
+{
+    if (!first) return;
+    last->next = NULL;
+    pthread_mutex_lock(&s->mu);
+    if (s->tail) s->tail->next = first;
+    else s->head = first;
+    s->tail = last;
+    s->pending += n;
+    int start = !s->worker_running;
+    if (start) s->worker_running = 1;
+    pthread_cond_signal(&s->cv_work);
+    pthread_mutex_unlock(&s->mu);
+    if (start) {
+        stream_ref(s); /* the worker's */
+        pthread_attr_t at;
+        pthread_t t;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &at, worker_main, s) != 0) {
+            fprintf(stderr, "fakecuda: cannot start a stream worker thread\n");
+            abort();
+        }
+        pthread_attr_destroy(&at);
+    }
+}
+
+void fc_enqueue(CUstream s, fc_op *op) { fc_enqueue_chain(s, op, op, 1); }
+
+static void stream_sync(struct CUstream_st *s)
+{
+    pthread_mutex_lock(&s->mu);
+    while (s->pending) pthread_cond_wait(&s->cv_idle, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Synchronizes every stream of ctx (or, with ctx NULL, of device). */
+void fc_sync_ctx_streams(CUcontext ctx, int device)
+{
+    size_t n = 0, cap = 16;
+    struct CUstream_st **v = malloc(cap * sizeof *v);
+    if (!v) return;
+    pthread_mutex_lock(&fc_streams_mu);
+    for (struct CUstream_st *s = fc_all_streams; s; s = s->next_all) {
+        if (ctx ? s->ctx != ctx : s->device != device) continue;
+        if (n == cap) {
+            struct CUstream_st **nv = realloc(v, 2 * cap * sizeof *v);
+            if (!nv) break;
+            v = nv;
+            cap *= 2;
+        }
+        s->refs++;
+        v[n++] = s;
+    }
+    pthread_mutex_unlock(&fc_streams_mu);
+    for (size_t i = 0; i < n; i++) {
+        stream_sync(v[i]);
+        stream_unref(v[i]);
+    }
+    free(v);
+}
+
+static CUresult stream_create(CUstream *ph, unsigned flags, int prio)
+{
+    if (!ph) return CUDA_ERROR_INVALID_VALUE;
+    if (flags & ~(unsigned)CU_STREAM_NON_BLOCKING) return CUDA_ERROR_INVALID_VALUE;
+    CUcontext c = fc_current_ctx();
+    if (!fc_ctx_valid(c)) return CUDA_ERROR_INVALID_CONTEXT;
+    struct CUstream_st *s = stream_new(c, flags, prio, 0);
+    if (!s) return CUDA_ERROR_OUT_OF_MEMORY;
+    *ph = s;
+    return CUDA_SUCCESS;
+}
+FC_DEF(cuStreamCreate, 2000, (CUstream *phStream, unsigned int Flags), stream_create(phStream, Flags, 0));
+FC_DEF(cuStreamCreateWithPriority, 5050, (CUstream *phStream, unsigned int flags, int priority),
+       stream_create(phStream, flags, priority < -5 ? -5 : priority > 0 ? 0 : priority));
+
+/* Pending work still runs; the worker frees the stream once drained. */
+FC_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
+{
+    FC_ENTRY(cuStreamDestroy_v2, 4000);
+    if (is_default_handle(hStream) || hStream->magic != FC_MAGIC_STREAM || hStream->is_default)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (fc_stream_capturing(hStream)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    struct CUstream_st *s = hStream;
+    pthread_mutex_lock(&fc_streams_mu);
+    for (struct CUstream_st **pp = &fc_all_streams; *pp; pp = &(*pp)->next_all)
+        if (*pp == s) { *pp = s->next_all; break; }
+    pthread_mutex_unlock(&fc_streams_mu);
+    pthread_mutex_lock(&s->mu);
+    s->magic = FC_MAGIC_DEAD;
+    s->destroyed = 1;
+    pthread_cond_signal(&s->cv_work);
+    pthread_mutex_unlock(&s->mu);
+    stream_unref(s);
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuStreamDestroy_v2);
+
+#define STREAM_OR_RETURN(h)                                  \
+    CUresult err_ = CUDA_SUCCESS;                            \
+    struct CUstream_st *s = fc_resolve_stream((h), &err_);   \
+    if (!s) return err_
+
+static CUresult stream_synchronize(CUstream h)
+{
+    STREAM_OR_RETURN(h);
+    if (fc_stream_capturing(s)) { /* illegal during capture: invalidates it, as in the driver */
+        fc_capture_invalidate(s);
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    stream_sync(s);
+    return CUDA_SUCCESS;
+}
+FC_DEF(cuStreamSynchronize, 2000, (CUstream hStream), stream_synchronize(hStream));
+FC_DEF(cuStreamSynchronize_ptsz, 7000, (CUstream hStream), stream_synchronize(hStream));
+
+static CUresult stream_query(CUstream h)
+{
+    STREAM_OR_RETURN(h);
+    pthread_mutex_lock(&s->mu);
+    uint64_t pending = s->pending;
+    pthread_mutex_unlock(&s->mu);
+    return pending ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+}
+FC_DEF(cuStreamQuery, 2000, (CUstream hStream), stream_query(hStream));
+FC_DEF(cuStreamQuery_ptsz, 7000, (CUstream hStream), stream_query(hStream));
+
+static CUresult stream_get_ctx(CUstream h, CUcontext *pctx, CUgreenCtx *pgreen)
+{
+    if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+    STREAM_OR_RETURN(h);
+    *pctx = s->ctx;
+    if (pgreen) *pgreen = NULL;
+    return CUDA_SUCCESS;
+}
+FC_DEF(cuStreamGetCtx, 9020, (CUstream hStream, CUcontext *pctx), stream_get_ctx(hStream, pctx, NULL));
+FC_DEF(cuStreamGetCtx_ptsz, 9020, (CUstream hStream, CUcontext *pctx), stream_get_ctx(hStream, pctx, NULL));
+FC_DEF(cuStreamGetCtx_v2, 12050, (CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx),
+       stream_get_ctx(hStream, pCtx, pGreenCtx));
+FC_DEF(cuStreamGetCtx_v2_ptsz, 12050, (CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx),
+       stream_get_ctx(hStream, pCtx, pGreenCtx));
+
+static CUresult stream_get_device(CUstream h, CUdevice *dev)
+{
+    if (!dev) return CUDA_ERROR_INVALID_VALUE;
+    STREAM_OR_RETURN(h);
+    *dev = s->device;
+    return CUDA_SUCCESS;
+}
+FC_DEF(cuStreamGetDevice, 12080, (CUstream hStream, CUdevice *device), stream_get_device(hStream, device));
+FC_DEF(cuStreamGetDevice_ptsz, 12080, (CUstream hStream, CUdevice *device), stream_get_device(hStream, device));
+
+static CUresult stream_get_flags(CUstream h, unsigned *flags, int *prio, unsigned long long *id)
+{
+    if (!flags && !prio && !id) return CUDA_ERROR_INVALID_VALUE;
+    STREAM_OR_RETURN(h);
+    if (flags) *flags = s->flags;
+    if (prio) *prio = s->priority;
+    if (id) *id = s->id;
+    return CUDA_SUCCESS;
+}
+FC_DEF(cuStreamGetFlags, 5050, (CUstream hStream, unsigned int *flags),
+       stream_get_flags(hStream, flags, NULL, NULL));
+FC_DEF(cuStreamGetFlags_ptsz, 7000, (CUstream hStream, unsigned int *flags),
+       stream_get_flags(hStream, flags, NULL, NULL));
+FC_DEF(cuStreamGetPriority, 5050, (CUstream hStream, int *priority),
+       stream_get_flags(hStream, NULL, priority, NULL));
+FC_DEF(cuStreamGetPriority_ptsz, 7000, (CUstream hStream, int *priority),
+       stream_get_flags(hStream, NULL, priority, NULL));
+FC_DEF(cuStreamGetId, 12000, (CUstream hStream, unsigned long long *streamId),
+       stream_get_flags(hStream, NULL, NULL, streamId));
+FC_DEF(cuStreamGetId_ptsz, 12000, (CUstream hStream, unsigned long long *streamId),
+       stream_get_flags(hStream, NULL, NULL, streamId));
+
+/* ---- graphs and capture ---- */
+enum { FC_NODE_KERNEL, FC_NODE_HOST };
+struct CUgraphNode_st {
+    int type;
+    fc_kdef *def;
+    fakecuda_dims dims;
+    void *args;    /* argument bytes, device layout */
+    void **params; /* params[i] = args + offsets[i] (the node's kernelParams) */
+    CUhostFn fn;
+    void *ud;
+};
+struct CUgraph_st { fc_link link; uint32_t magic; struct CUgraphNode_st **nodes; size_t n, cap; };
+struct CUgraphExec_st { fc_link link; uint32_t magic; struct CUgraphNode_st **nodes; size_t n; };
+
+typedef struct fc_capture {
+    uint64_t id;
+    struct CUstream_st *origin;
+    struct CUgraph_st *graph;
+    int invalidated;
+    struct CUstream_st **members;
+    size_t nmembers, cap;
+    CUgraphNode last;
+    struct fc_capture *next;
+} fc_capture;
+
+/* Guards every stream's capture pointer, captures, capture graphs, events' capture ids. */
+static pthread_mutex_t fc_capture_mu = PTHREAD_MUTEX_INITIALIZER;
+static fc_capture *fc_captures;
+static uint64_t fc_capture_ids = 1;
+static _Thread_local CUstreamCaptureMode fc_tls_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+int fc_stream_capturing(CUstream s) { return atomic_load_explicit(&s->capture, memory_order_acquire) != NULL; }
+
+static void node_free(struct CUgraphNode_st *n)
+{
+    if (!n) return;
+    free(n->args);
+    free(n->params);
+    free(n);
+}
+
+static struct CUgraphNode_st *node_kernel(fc_kdef *def, const fakecuda_dims *d, const void *args)
+{
+    struct CUgraphNode_st *n = calloc(1, sizeof *n);
+    if (!n) return NULL;
+    n->type = FC_NODE_KERNEL;
+    n->def = def;
+    n->dims = *d;
+    n->args = malloc(def->argsize ? def->argsize : 1);
+    n->params = calloc(def->nparams ? def->nparams : 1, sizeof(void *));
+    if (!n->args || !n->params) { node_free(n); return NULL; }
+    if (def->argsize) memcpy(n->args, args, def->argsize);
+    for (unsigned i = 0; i < def->nparams; i++) n->params[i] = (char *)n->args + def->offsets[i];
+    return n;
+}
+
+static struct CUgraphNode_st *node_copy(const struct CUgraphNode_st *o)
+{
+    if (o->type == FC_NODE_KERNEL) return node_kernel(o->def, &o->dims, o->args);
+    struct CUgraphNode_st *n = calloc(1, sizeof *n);
+    if (n) *n = *o;
+    return n;
+}
+
+static int graph_append(struct CUgraph_st *g, struct CUgraphNode_st *n)
+{
+    if (!n) return -1;
+    if (g->n == g->cap) {
+        size_t nc = g->cap ? g->cap * 2 : 8;
+        struct CUgraphNode_st **v = realloc(g->nodes, nc * sizeof *v);
+        if (!v) { node_free(n); return -1; }
+        g->nodes = v;
+        g->cap = nc;
+    }
+    g->nodes[g->n++] = n;
+    return 0;
+}
+
+static void graph_free(struct CUgraph_st *g)
+{
+    for (size_t i = 0; i < g->n; i++) node_free(g->nodes[i]);
+    free(g->nodes);
+    g->magic = FC_MAGIC_DEAD;
+    fc_unkeep(&g->link);
+    free(g);
+}
+
+/* Appends a node to s's capture under fc_capture_mu: a CUresult or FC_NOT_CAPTURING. */
+static int capture_append(struct CUstream_st *s, struct CUgraphNode_st *n)
+{
+    pthread_mutex_lock(&fc_capture_mu);
+    fc_capture *cap = atomic_load_explicit(&s->capture, memory_order_relaxed);
+    int r;
+    if (!cap) r = FC_NOT_CAPTURING;
+    else if (cap->invalidated) r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    else if (graph_append(cap->graph, n) != 0) { n = NULL; r = CUDA_ERROR_OUT_OF_MEMORY; }
+    else { cap->last = n; n = NULL; r = CUDA_SUCCESS; }
+    pthread_mutex_unlock(&fc_capture_mu);
+    node_free(n);
+    return r;
+}
+
+int fc_capture_add_kernel(CUstream s, fc_kdef *def, const fakecuda_dims *d, const void *args)
+{
+    struct CUgraphNode_st *n = node_kernel(def, d, args);
+    if (!n) return CUDA_ERROR_OUT_OF_MEMORY;
+    return capture_append(s, n);
+}
+
+void fc_capture_invalidate(CUstream s)
+{
+    pthread_mutex_lock(&fc_capture_mu);
+    fc_capture *cap = atomic_load_explicit(&s->capture, memory_order_relaxed);
+    if (cap) cap->invalidated = 1;
+    pthread_mutex_unlock(&fc_capture_mu);
+}
+
+static int capture_join(fc_capture *cap, struct CUstream_st *s)
+{
+    if (cap->nmembers == cap->cap) {
+        size_t nc = cap->cap ? cap->cap * 2 : 4;
+        struct CUstream_st **v = realloc(cap->members, nc * sizeof *v);
+        if (!v) return -1;
+        cap->members = v;
+        cap->cap = nc;
+    }
+    cap->members[cap->nmembers++] = s;
+    atomic_store_explicit(&s->capture, cap, memory_order_release);
+    return 0;
+}
+
+static fc_capture *capture_find(uint64_t id)
+{
+    for (fc_capture *c = fc_captures; c; c = c->next)
+        if (c->id == id) return c;
+    return NULL;
+}
+
+/* The legacy NULL stream cannot capture; the per-thread default stream can. */
+static CUresult begin_capture(CUstream h, CUstreamCaptureMode mode, int ptsz)
+{
+    if (h == CU_STREAM_LEGACY || (!ptsz && h == NULL)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+        mode != CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
+    STREAM_OR_RETURN(h);
+    fc_capture *cap = calloc(1, sizeof *cap);
+    struct CUgraph_st *g = calloc(1, sizeof *g);
+    if (!cap || !g) { free(cap); free(g); return CUDA_ERROR_OUT_OF_MEMORY; }
+    g->magic = FC_MAGIC_GRAPH;
+    fc_keep(&g->link);
+    cap->graph = g;
+    cap->origin = s;
+    pthread_mutex_lock(&fc_capture_mu);
+    if (atomic_load_explicit(&s->capture, memory_order_relaxed) || capture_join(cap, s) != 0) {
+        pthread_mutex_unlock(&fc_capture_mu);
+        free(cap->members);
+        free(cap);
+        graph_free(g);
+        return CUDA_ERROR_ILLEGAL_STATE;
+    }
+    cap->id = fc_capture_ids++;
+    cap->next = fc_captures;
+    fc_captures = cap;
+    pthread_mutex_unlock(&fc_capture_mu);
+    return CUDA_SUCCESS;
+}
+FC_DEF(cuStreamBeginCapture, 10000, (CUstream hStream), begin_capture(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL, 0));
+FC_DEF(cuStreamBeginCapture_ptsz, 10000, (CUstream hStream),
+       begin_capture(hStream, CU_STREAM_CAPTURE_MODE_GLOBAL, 1));
+FC_DEF(cuStreamBeginCapture_v2, 10010, (CUstream hStream, CUstreamCaptureMode mode),
+       begin_capture(hStream, mode, 0));
+FC_DEF(cuStreamBeginCapture_v2_ptsz, 10010, (CUstream hStream, CUstreamCaptureMode mode),
+       begin_capture(hStream, mode, 1));
+
+/* Ends the capture for the origin and every joined stream (whether the joined streams
+ * were joined back into the origin is not checked). */
+static CUresult end_capture(CUstream h, CUgraph *phGraph)
+{
+    if (!phGraph) return CUDA_ERROR_INVALID_VALUE;
+    STREAM_OR_RETURN(h);
+    pthread_mutex_lock(&fc_capture_mu);
+    fc_capture *cap = atomic_load_explicit(&s->capture, memory_order_relaxed);
+    if (!cap || cap->origin != s) {
+        pthread_mutex_unlock(&fc_capture_mu);
+        return cap ? CUDA_ERROR_STREAM_CAPTURE_UNMATCHED : CUDA_ERROR_ILLEGAL_STATE;
+    }
+    for (size_t i = 0; i < cap->nmembers; i++)
+        atomic_store_explicit(&cap->members[i]->capture, NULL, memory_order_release);
+    for (fc_capture **pp = &fc_captures; *pp; pp = &(*pp)->next)
+        if (*pp == cap) { *pp = cap->next; break; }
+    pthread_mutex_unlock(&fc_capture_mu);
+    struct CUgraph_st *g = cap->graph;
+    int invalid = cap->invalidated;
+    free(cap->members);
+    free(cap);
+    if (invalid) {
+        graph_free(g);
+        *phGraph = NULL;
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    }
+    *phGraph = g;
+    return CUDA_SUCCESS;
+}
+FC_DEF(cuStreamEndCapture, 10000, (CUstream hStream, CUgraph *phGraph), end_capture(hStream, phGraph));
+FC_DEF(cuStreamEndCapture_ptsz, 10000, (CUstream hStream, CUgraph *phGraph), end_capture(hStream, phGraph));
+
+static CUresult capture_info(CUstream h, CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *graph,
+                             const CUgraphNode **deps, const CUgraphEdgeData **edges, size_t *ndeps)
+{
+    if (!st) return CUDA_ERROR_INVALID_VALUE;
+    STREAM_OR_RETURN(h);
+    pthread_mutex_lock(&fc_capture_mu);
+    fc_capture *cap = atomic_load_explicit(&s->capture, memory_order_relaxed);
+    *st = !cap ? CU_STREAM_CAPTURE_STATUS_NONE
+               : cap->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    if (cap) {
+        if (id) *id = cap->id;
+        if (graph) *graph = cap->graph;
+        if (deps) *deps = cap->last ? &cap->last : NULL;
+        if (edges) *edges = NULL;
+        if (ndeps) *ndeps = cap->last ? 1 : 0;
+    }
+    pthread_mutex_unlock(&fc_capture_mu);
+    return CUDA_SUCCESS;
+}
+FC_DEF(cuStreamIsCapturing, 10000, (CUstream hStream, CUstreamCaptureStatus *captureStatus),
+       capture_info(hStream, captureStatus, NULL, NULL, NULL, NULL, NULL));
+FC_DEF(cuStreamIsCapturing_ptsz, 10000, (CUstream hStream, CUstreamCaptureStatus *captureStatus),
+       capture_info(hStream, captureStatus, NULL, NULL, NULL, NULL, NULL));
+FC_DEF(cuStreamGetCaptureInfo, 10010, (CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+        cuuint64_t *id_out),
+       capture_info(hStream, captureStatus_out, id_out, NULL, NULL, NULL, NULL));
+FC_DEF(cuStreamGetCaptureInfo_ptsz, 10010, (CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+        cuuint64_t *id_out),
+       capture_info(hStream, captureStatus_out, id_out, NULL, NULL, NULL, NULL));
+FC_DEF(cuStreamGetCaptureInfo_v2, 11030, (CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+        cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out),
+       capture_info(hStream, captureStatus_out, id_out, graph_out, dependencies_out, NULL, numDependencies_out));
+FC_DEF(cuStreamGetCaptureInfo_v2_ptsz, 11030, (CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+        cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, size_t *numDependencies_out),
+       capture_info(hStream, captureStatus_out, id_out, graph_out, dependencies_out, NULL, numDependencies_out));
+FC_DEF(cuStreamGetCaptureInfo_v3, 12030, (CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+        cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out,
+        const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out),
+       capture_info(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out));
+FC_DEF(cuStreamGetCaptureInfo_v3_ptsz, 12030, (CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+        cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out,
+        const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out),
+       capture_info(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out));
+
+/* The mode is kept per thread and exchanged; the model does not enforce it. */
+FC_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+    FC_ENTRY(cuThreadExchangeStreamCaptureMode, 10010);
+    if (!mode || (unsigned)*mode > CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
+    CUstreamCaptureMode old = fc_tls_capture_mode;
+    fc_tls_capture_mode = *mode;
+    *mode = old;
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuThreadExchangeStreamCaptureMode);
+
+static CUresult instantiate(CUgraphExec *ph, CUgraph g, unsigned long long flags, CUgraphNode *err_node, char *log,
+                            size_t log_size)
+{
+    (void)flags; /* auto-free, upload, device launch, priority: not modelled */
+    if (err_node) *err_node = NULL;
+    if (log && log_size) log[0] = '\0';
+    if (!ph || !g || g->magic != FC_MAGIC_GRAPH) return CUDA_ERROR_INVALID_VALUE;
+    struct CUgraphExec_st *e = calloc(1, sizeof *e);
+    if (!e) return CUDA_ERROR_OUT_OF_MEMORY;
+    e->nodes = calloc(g->n ? g->n : 1, sizeof *e->nodes);
+    if (!e->nodes) { free(e); return CUDA_ERROR_OUT_OF_MEMORY; }
+    for (size_t i = 0; i < g->n; i++) {
+        if (!(e->nodes[i] = node_copy(g->nodes[i]))) {
+            for (size_t j = 0; j < i; j++) node_free(e->nodes[j]);
+            free(e->nodes);
+            free(e);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    e->n = g->n;
+    e->magic = FC_MAGIC_EXEC;
+    fc_keep(&e->link);
+    *ph = e;
+    return CUDA_SUCCESS;
+}
+FC_DEF(cuGraphInstantiateWithFlags, 11040, (CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags),
+       instantiate(phGraphExec, hGraph, flags, NULL, NULL, 0));
+FC_DEF(cuGraphInstantiate, 10000, (CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode,
+        char *logBuffer, size_t bufferSize),
+       instantiate(phGraphExec, hGraph, 0, phErrorNode, logBuffer, bufferSize));
+FC_DEF(cuGraphInstantiate_v2, 11000, (CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode,
+        char *logBuffer, size_t bufferSize),
+       instantiate(phGraphExec, hGraph, 0, phErrorNode, logBuffer, bufferSize));
+
+/* The graph's nodes run in capture order, as one block of ops on the stream (into a
+ * capturing stream they are appended to that capture instead). */
+static CUresult graph_launch(CUgraphExec e, CUstream h)
+{
+    if (!e || e->magic != FC_MAGIC_EXEC) return CUDA_ERROR_INVALID_VALUE;
+    STREAM_OR_RETURN(h);
+    if (fc_stream_capturing(s)) {
+        for (size_t i = 0; i < e->n; i++) {
+            int r = capture_append(s, node_copy(e->nodes[i]));
+            if (r != FC_NOT_CAPTURING && r != CUDA_SUCCESS) return (CUresult)r;
+        }
+        return CUDA_SUCCESS;
+    }
+    fc_op *first = NULL, *last = NULL;
+    for (size_t i = 0; i < e->n; i++) {
+        struct CUgraphNode_st *n = e->nodes[i];
+        fc_op *op;
+        if (n->type == FC_NODE_KERNEL) {
+            op = fc_kernel_op(n->def, &n->dims, n->args);
+        } else if ((op = calloc(1, sizeof *op))) {
+            op->kind = FC_OP_HOSTFN;
+            op->u.h.fn = n->fn;
+            op->u.h.ud = n->ud;
+        }
+        if (!op) {
+            while (first) { fc_op *nx = first->next; free(first); first = nx; }
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        if (last) last->next = op;
+        else first = op;
+        last = op;
+    }
+    fc_enqueue_chain(s, first, last, e->n);
+    return CUDA_SUCCESS;
+}
+FC_DEF(cuGraphLaunch, 10000, (CUgraphExec hGraphExec, CUstream hStream), graph_launch(hGraphExec, hStream));
+FC_DEF(cuGraphLaunch_ptsz, 10000, (CUgraphExec hGraphExec, CUstream hStream), graph_launch(hGraphExec, hStream));
+
+FC_EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
+{
+    FC_ENTRY(cuGraphDestroy, 10000);
+    if (!hGraph || hGraph->magic != FC_MAGIC_GRAPH) return CUDA_ERROR_INVALID_VALUE;
+    graph_free(hGraph);
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuGraphDestroy);
+
+FC_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
+{
+    FC_ENTRY(cuGraphExecDestroy, 10000);
+    if (!hGraphExec || hGraphExec->magic != FC_MAGIC_EXEC) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < hGraphExec->n; i++) node_free(hGraphExec->nodes[i]);
+    free(hGraphExec->nodes);
+    hGraphExec->magic = FC_MAGIC_DEAD;
+    fc_unkeep(&hGraphExec->link);
+    free(hGraphExec);
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuGraphExecDestroy);
+
+FC_EXPORT CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
+{
+    FC_ENTRY(cuGraphGetNodes, 10000);
+    if (!hGraph || hGraph->magic != FC_MAGIC_GRAPH || !numNodes) return CUDA_ERROR_INVALID_VALUE;
+    if (nodes)
+        for (size_t i = 0; i < *numNodes; i++) nodes[i] = i < hGraph->n ? hGraph->nodes[i] : NULL;
+    if (!nodes || *numNodes > hGraph->n) *numNodes = hGraph->n;
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuGraphGetNodes);
+
+FC_EXPORT CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
+{
+    FC_ENTRY(cuGraphNodeGetType, 10000);
+    if (!hNode || !type) return CUDA_ERROR_INVALID_VALUE;
+    *type = hNode->type == FC_NODE_KERNEL ? CU_GRAPH_NODE_TYPE_KERNEL : CU_GRAPH_NODE_TYPE_HOST;
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuGraphNodeGetType);
+
+FC_EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+    FC_ENTRY(cuGraphKernelNodeGetParams_v2, 12000);
+    if (!hNode || !nodeParams || hNode->type != FC_NODE_KERNEL) return CUDA_ERROR_INVALID_VALUE;
+    memset(nodeParams, 0, sizeof *nodeParams);
+    nodeParams->func = &hNode->def->func;
+    nodeParams->gridDimX = hNode->dims.grid[0];
+    nodeParams->gridDimY = hNode->dims.grid[1];
+    nodeParams->gridDimZ = hNode->dims.grid[2];
+    nodeParams->blockDimX = hNode->dims.block[0];
+    nodeParams->blockDimY = hNode->dims.block[1];
+    nodeParams->blockDimZ = hNode->dims.block[2];
+    nodeParams->sharedMemBytes = hNode->dims.shared_mem;
+    nodeParams->kernelParams = hNode->params;
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuGraphKernelNodeGetParams_v2);
+
+/* ---- host functions ---- */
+static CUresult launch_host_func(CUstream h, CUhostFn fn, void *ud, unsigned sync_mode)
+{
+    (void)sync_mode; /* the 13.1 blocking/non-blocking choice is not modelled */
+    if (!fn) return CUDA_ERROR_INVALID_VALUE;
+    STREAM_OR_RETURN(h);
+    if (fc_stream_capturing(s)) {
+        struct CUgraphNode_st *n = calloc(1, sizeof *n);
+        if (!n) return CUDA_ERROR_OUT_OF_MEMORY;
+        n->type = FC_NODE_HOST;
+        n->fn = fn;
+        n->ud = ud;
+        int r = capture_append(s, n);
+        if (r != FC_NOT_CAPTURING) return (CUresult)r;
+    }
+    fc_op *op = calloc(1, sizeof *op);
+    if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
+    op->kind = FC_OP_HOSTFN;
+    op->u.h.fn = fn;
+    op->u.h.ud = ud;
+    fc_enqueue(s, op);
+    return CUDA_SUCCESS;
+}
+FC_DEF(cuLaunchHostFunc, 10000, (CUstream hStream, CUhostFn fn, void *userData),
+       launch_host_func(hStream, fn, userData, 0));
+FC_DEF(cuLaunchHostFunc_ptsz, 10000, (CUstream hStream, CUhostFn fn, void *userData),
+       launch_host_func(hStream, fn, userData, 0));
+FC_DEF(cuLaunchHostFunc_v2, 13010, (CUstream hStream, CUhostFn fn, void *userData, unsigned int syncMode),
+       launch_host_func(hStream, fn, userData, syncMode));
+FC_DEF(cuLaunchHostFunc_v2_ptsz, 13010, (CUstream hStream, CUhostFn fn, void *userData, unsigned int syncMode),
+       launch_host_func(hStream, fn, userData, syncMode));
+
+/* ---- events ---- */
+struct CUevent_st {
+    fc_link link;
+    uint32_t magic;
+    unsigned flags;
+    pthread_mutex_t mu;
+    fc_fence *fence;     /* latest record outside capture; NULL: never recorded (complete) */
+    uint64_t capture_id; /* under fc_capture_mu: set when last recorded inside a capture */
+};
+
+static int event_ok(CUevent e) { return e && e->magic == FC_MAGIC_EVENT; }
+
+/* The event's latest fence, referenced (NULL if none). */
+static fc_fence *event_fence(CUevent e)
+{
+    pthread_mutex_lock(&e->mu);
+    fc_fence *f = e->fence;
+    if (f) atomic_fetch_add(&f->refs, 1);
+    pthread_mutex_unlock(&e->mu);
+    return f;
+}
+
+static void event_set_fence(CUevent e, fc_fence *f)
+{
+    pthread_mutex_lock(&e->mu);
+    fc_fence *old = e->fence;
+    e->fence = f;
+    pthread_mutex_unlock(&e->mu);
+    fence_unref(old);
+}
+
+FC_EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
+{
+    FC_ENTRY(cuEventCreate, 2000);
+    if (!phEvent) return CUDA_ERROR_INVALID_VALUE;
+    if (!fc_ctx_valid(fc_current_ctx())) return CUDA_ERROR_INVALID_CONTEXT;
+    struct CUevent_st *e = calloc(1, sizeof *e);
+    if (!e) return CUDA_ERROR_OUT_OF_MEMORY;
+    e->magic = FC_MAGIC_EVENT;
+    e->flags = Flags;
+    pthread_mutex_init(&e->mu, NULL);
+    fc_keep(&e->link);
+    *phEvent = e;
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuEventCreate);
+
+FC_EXPORT CUresult cuEventDestroy_v2(CUevent hEvent)
+{
+    FC_ENTRY(cuEventDestroy_v2, 4000);
+    if (!event_ok(hEvent)) return CUDA_ERROR_INVALID_HANDLE;
+    hEvent->magic = FC_MAGIC_DEAD;
+    fc_unkeep(&hEvent->link);
+    fence_unref(hEvent->fence); /* a pending record keeps its own reference */
+    pthread_mutex_destroy(&hEvent->mu);
+    free(hEvent);
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuEventDestroy_v2);
+
+/* Recorded in a capturing stream, the event belongs to that capture; otherwise a new
+ * fence is signalled when the stream reaches the record. */
+static CUresult event_record(CUevent e, CUstream h, unsigned flags)
+{
+    (void)flags; /* CU_EVENT_RECORD_EXTERNAL is not modelled */
+    if (!event_ok(e)) return CUDA_ERROR_INVALID_HANDLE;
+    STREAM_OR_RETURN(h);
+    pthread_mutex_lock(&fc_capture_mu);
+    fc_capture *cap = atomic_load_explicit(&s->capture, memory_order_relaxed);
+    e->capture_id = cap ? cap->id : 0;
+    pthread_mutex_unlock(&fc_capture_mu);
+    if (cap) {
+        event_set_fence(e, NULL);
+        return CUDA_SUCCESS;
+    }
+    fc_fence *f = fence_new();
+    fc_op *op = calloc(1, sizeof *op);
+    if (!f || !op) { free(op); fence_unref(f); return CUDA_ERROR_OUT_OF_MEMORY; }
+    atomic_fetch_add(&f->refs, 1); /* one for the event, one for the op */
+    event_set_fence(e, f);
+    op->kind = FC_OP_RECORD;
+    op->u.fence = f;
+    fc_enqueue(s, op);
+    return CUDA_SUCCESS;
+}
+FC_DEF(cuEventRecord, 2000, (CUevent hEvent, CUstream hStream), event_record(hEvent, hStream, 0));
+FC_DEF(cuEventRecord_ptsz, 7000, (CUevent hEvent, CUstream hStream), event_record(hEvent, hStream, 0));
+FC_DEF(cuEventRecordWithFlags, 11010, (CUevent hEvent, CUstream hStream, unsigned int flags),
+       event_record(hEvent, hStream, flags));
+FC_DEF(cuEventRecordWithFlags_ptsz, 11010, (CUevent hEvent, CUstream hStream, unsigned int flags),
+       event_record(hEvent, hStream, flags));
+
+FC_EXPORT CUresult cuEventQuery(CUevent hEvent)
+{
+    FC_ENTRY(cuEventQuery, 2000);
+    if (!event_ok(hEvent)) return CUDA_ERROR_INVALID_HANDLE;
+    fc_fence *f = event_fence(hEvent);
+    int done = !f || fence_done(f, NULL);
+    fence_unref(f);
+    return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+FC_ALIAS(cuEventQuery);
+
+FC_EXPORT CUresult cuEventSynchronize(CUevent hEvent)
+{
+    FC_ENTRY(cuEventSynchronize, 2000);
+    if (!event_ok(hEvent)) return CUDA_ERROR_INVALID_HANDLE;
+    fc_fence *f = event_fence(hEvent);
+    if (f) fence_wait(f);
+    fence_unref(f);
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuEventSynchronize);
+
+static CUresult elapsed(float *ms, CUevent a, CUevent b)
+{
+    if (!ms) return CUDA_ERROR_INVALID_VALUE;
+    if (!event_ok(a) || !event_ok(b)) return CUDA_ERROR_INVALID_HANDLE;
+    if ((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
+    fc_fence *fa = event_fence(a), *fb = event_fence(b);
+    uint64_t ta = 0, tb = 0;
+    CUresult r = CUDA_SUCCESS;
+    if (!fa || !fb) r = CUDA_ERROR_INVALID_HANDLE;
+    else if (!fence_done(fa, &ta) || !fence_done(fb, &tb)) r = CUDA_ERROR_NOT_READY;
+    else *ms = (float)((double)((int64_t)(tb - ta)) / 1e6);
+    fence_unref(fa);
+    fence_unref(fb);
+    return r;
+}
+FC_DEF(cuEventElapsedTime, 2000, (float *pMilliseconds, CUevent hStart, CUevent hEnd),
+       elapsed(pMilliseconds, hStart, hEnd));
+FC_DEF(cuEventElapsedTime_v2, 12080, (float *pMilliseconds, CUevent hStart, CUevent hEnd),
+       elapsed(pMilliseconds, hStart, hEnd));
+
+/* Later work on the stream waits for the event's latest record as of this call. Waiting
+ * on an event recorded in an active capture makes the stream join that capture. */
+static CUresult stream_wait_event(CUstream h, CUevent e, unsigned flags)
+{
+    (void)flags;
+    if (!event_ok(e)) return CUDA_ERROR_INVALID_HANDLE;
+    STREAM_OR_RETURN(h);
+    pthread_mutex_lock(&fc_capture_mu);
+    fc_capture *mine = atomic_load_explicit(&s->capture, memory_order_relaxed);
+    fc_capture *theirs = e->capture_id ? capture_find(e->capture_id) : NULL;
+    CUresult r = CUDA_SUCCESS;
+    int handled = 1;
+    if (theirs) {
+        if (!mine) r = capture_join(theirs, s) == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+        else if (mine != theirs) r = CUDA_ERROR_STREAM_CAPTURE_MERGE;
+    } else if (!mine) {
+        handled = 0;
+    } /* a capturing stream waiting on an outside event: no dependency is recorded */
+    pthread_mutex_unlock(&fc_capture_mu);
+    if (handled) return r;
+    fc_fence *f = event_fence(e);
+    if (!f || fence_done(f, NULL)) {
+        fence_unref(f);
+        return CUDA_SUCCESS;
+    }
+    fc_op *op = calloc(1, sizeof *op);
+    if (!op) { fence_unref(f); return CUDA_ERROR_OUT_OF_MEMORY; }
+    op->kind = FC_OP_WAIT;
+    op->u.fence = f;
+    fc_enqueue(s, op);
+    return CUDA_SUCCESS;
+}
+FC_DEF(cuStreamWaitEvent, 3020, (CUstream hStream, CUevent hEvent, unsigned int Flags),
+       stream_wait_event(hStream, hEvent, Flags));
+FC_DEF(cuStreamWaitEvent_ptsz, 7000, (CUstream hStream, CUevent hEvent, unsigned int Flags),
+       stream_wait_event(hStream, hEvent, Flags));
