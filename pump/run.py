@@ -1,0 +1,259 @@
+"""pump-run: run a command under pump.
+
+    pump-run [options] [--] COMMAND [ARGS...]
+
+COMMAND runs as a child with libpump.so in LD_PRELOAD (so every process of its
+tree loads the shim) and PUMP_* variables for the shim.  Each process that uses
+CUDA writes its counters to a record in a private directory; at exit pump-run
+sums them and prints one summary line on stderr.  A command that never uses CUDA
+writes no record, and then pump-run adds nothing to its output.
+
+Exit code: the command's, 128+N when it was killed by signal N, 127/126 when it
+cannot be started, 2 for pump-run's own errors (one line on stderr).
+
+Signals.  SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH and SIGCONT
+are forwarded to the child, except those the kernel itself sent (si_code ==
+SI_KERNEL): the terminal's Ctrl-C, Ctrl-\\, window resize and hangup go to the
+whole foreground process group, the child included, so forwarding them would
+deliver them twice (a program that counts Ctrl-Cs, like "press Ctrl-C again to
+quit", would see two).  Signals sent with kill() to pump-run (SI_USER), e.g. by a
+batch scheduler or ``kill -INT <pid>``, are forwarded.  This is sudo's rule.
+Limitation: a kill() aimed at the whole process group (``kill -- -PGID``, GNU
+timeout) reaches the child twice, once directly and once forwarded.  To read
+si_code, pump-run blocks these signals and takes them with sigtimedwait() while
+the child runs; the child starts with the signal mask pump-run was given.  A
+signal that was ignored when pump-run started stays ignored (nohup works).
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+import pump
+from pump import shim, stats
+
+PROG = "pump-run"
+
+FORWARDED_SIGNALS = (
+    signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
+    signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH, signal.SIGCONT,
+)
+SI_KERNEL = 0x80  # Linux si_code of a signal the kernel sent (e.g. from a tty)
+
+_SIZE_UNITS = {
+    "": 1,
+    "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40,
+    "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
+    "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+}
+_SIZE_RE = re.compile(r"(\d+)(" + "|".join(u for u in _SIZE_UNITS if u) + r")?")
+_PERCENT_RE = re.compile(r"(\d+)%")
+CAPACITY_HELP = (
+    "a byte count > 0 with an optional unit (K, M, G, T or KiB, MiB, GiB, TiB: binary; "
+    "KB, MB, GB, TB: decimal), e.g. 512MiB, 8G, 1073741824; a percentage of the device, 1%%..100%%; or host"
+)
+
+
+def parse_capacity(text: str) -> str:
+    """Check a --capacity value against the shim's grammar; return it unchanged."""
+    if text == "host":
+        return text
+    m = _PERCENT_RE.fullmatch(text)
+    if m:
+        if 1 <= int(m.group(1)) <= 100:
+            return text
+    else:
+        m = _SIZE_RE.fullmatch(text)
+        if m and 0 < int(m.group(1)) * _SIZE_UNITS[m.group(2) or ""] < 1 << 64:
+            return text
+    raise argparse.ArgumentTypeError(
+        f"bad value {text!r}: expected {CAPACITY_HELP.replace('%%', '%')}"
+    )
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not usage + message
+        _die(f"{message} (see {PROG} --help)")
+
+
+def _die(message: str, code: int = 2):
+    print(f"{PROG}: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog=PROG,
+        usage=f"{PROG} [options] [--] COMMAND [ARGS...]",
+        description="Run COMMAND with the pump Unified Memory prefetcher (libpump.so).",
+        allow_abbrev=False,
+    )
+    p.add_argument("--policy", choices=("off", "launch"),
+                   help="prefetch policy (PUMP_POLICY); default: the shim's")
+    p.add_argument("--capacity", metavar="SIZE", type=parse_capacity,
+                   help="cap on the job's managed footprint (PUMP_CAPACITY): " + CAPACITY_HELP)
+    p.add_argument("--stats", metavar="FILE",
+                   help="write the job's counters and per-process records as JSON at exit")
+    p.add_argument("--quiet", action="store_true", help="no summary line on stderr")
+    p.add_argument("-v", dest="verbose", action="count", default=0,
+                   help="shim logging (PUMP_LOG=1; -vv: PUMP_LOG=2)")
+    p.add_argument("--shim-path", action="store_true",
+                   help="print the path of libpump.so and exit")
+    p.add_argument("--version", action="version", version=f"{PROG} {pump.__version__}")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND [ARGS...]",
+                   help=argparse.SUPPRESS)
+    return p
+
+
+def preload_value(shim_file: str, existing: str) -> str:
+    """LD_PRELOAD with shim_file first, then the existing entries (not repeated)."""
+    entries = [e for e in re.split(r"[ :]", existing or "") if e]
+
+    def is_shim(entry):
+        if entry == shim_file:
+            return True
+        try:
+            return "/" in entry and os.path.samefile(entry, shim_file)
+        except OSError:
+            return False
+
+    rest = [e for e in entries if not is_shim(e)]
+    if not rest:
+        return shim_file
+    if len(rest) == len(entries):
+        return f"{shim_file}:{existing}"  # keep the user's value as written
+    return ":".join([shim_file] + rest)
+
+
+def child_env(args, shim_file: str, stats_dir: str) -> dict:
+    env = dict(os.environ)
+    env["LD_PRELOAD"] = preload_value(shim_file, env.get("LD_PRELOAD", ""))
+    env["PUMP_STATS_DIR"] = stats_dir
+    if args.policy:
+        env["PUMP_POLICY"] = args.policy
+    if args.capacity:
+        env["PUMP_CAPACITY"] = args.capacity
+    if args.verbose:
+        env["PUMP_LOG"] = str(min(args.verbose, 2))
+    return env
+
+
+class _HeldSignals:
+    """Block the forwarded signals (those not ignored) and SIGCHLD while the child runs
+    and pump-run reports, so each can be taken with its siginfo; on exit, drop any
+    still pending (the child is gone) and restore the mask."""
+
+    def __enter__(self):
+        self.watched = {s for s in FORWARDED_SIGNALS if signal.getsignal(s) != signal.SIG_IGN}
+        self.watched.add(signal.SIGCHLD)
+        if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # else the exit status is lost
+        self.old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, self.watched)
+        return self
+
+    def __exit__(self, *exc):
+        while signal.sigtimedwait(self.watched, 0) is not None:
+            pass
+        signal.pthread_sigmask(signal.SIG_SETMASK, self.old_mask)
+
+
+def run_child(command, env, held: _HeldSignals) -> int:
+    """Run command, forwarding signals (see the module docstring); return its exit code."""
+    try:
+        proc = subprocess.Popen(
+            command, env=env, close_fds=False,  # pass on fds as a bare exec would
+            # the child starts with pump-run's original mask (pump-run has no threads,
+            # so preexec_fn is safe here)
+            preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_SETMASK, held.old_mask),
+        )
+    except OSError as exc:
+        name = command[0]
+        if isinstance(exc, FileNotFoundError):
+            why = "No such file or directory" if "/" in name else "command not found"
+            print(f"{PROG}: {name}: {why}", file=sys.stderr)
+            return 127
+        print(f"{PROG}: {name}: {exc.strerror or exc}", file=sys.stderr)
+        return 126
+    while True:
+        info = signal.sigtimedwait(held.watched, 1.0)
+        if info is None or info.si_signo == signal.SIGCHLD:
+            if proc.poll() is not None:
+                break
+        elif info.si_code != SI_KERNEL and info.si_pid != proc.pid:
+            proc.send_signal(info.si_signo)
+    rc = proc.returncode
+    return 128 - rc if rc < 0 else rc
+
+
+def report(stats_dir, args, command, rc, stats_file) -> bool:
+    """Print the summary line and write --stats; False if --stats could not be written."""
+    bad = []
+    records = stats.read_dir(stats_dir, errors=bad)
+    for msg in bad:
+        print(f"{PROG}: warning: skipped a stats record: {msg}", file=sys.stderr)
+    totals = stats.aggregate(records)
+    if records and not args.quiet:
+        print(stats.summary_line(totals), file=sys.stderr)
+    if stats_file is None:
+        return True
+    doc = {
+        "pump_run": pump.__version__,
+        "command": command,
+        "exit_code": rc,
+        "totals": totals,
+        "processes": records,
+        "bad_records": bad,
+    }
+    try:
+        with stats_file:
+            json.dump(doc, stats_file, indent=2)
+            stats_file.write("\n")
+    except OSError as exc:
+        print(f"{PROG}: --stats {args.stats}: {exc.strerror or exc}", file=sys.stderr)
+        return False
+    return True
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        shim_file = str(shim.shim_path())
+    except shim.ShimNotFoundError as exc:
+        _die(str(exc))
+    if args.shim_path:
+        print(shim_file)
+        return 0
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        _die(f"no command given (usage: {PROG} [options] [--] COMMAND [ARGS...])")
+    if re.search(r"[ :]", shim_file):
+        _die(f"libpump.so path {shim_file!r} has a space or colon, which LD_PRELOAD cannot hold")
+    try:
+        stats.get_ffi()  # a broken install fails now, not after the job
+    except Exception as exc:
+        _die(f"cannot load the stats record layout: {exc}")
+    stats_file = None
+    if args.stats:
+        try:
+            stats_file = open(args.stats, "w")
+        except OSError as exc:
+            _die(f"--stats {args.stats}: {exc.strerror or exc}")
+
+    with _HeldSignals() as held:
+        stats_dir = tempfile.mkdtemp(prefix="pump-run-")  # mode 0700
+        try:
+            rc = run_child(command, child_env(args, shim_file, stats_dir), held)
+            ok = report(stats_dir, args, command, rc, stats_file)
+        finally:
+            shutil.rmtree(stats_dir, ignore_errors=True)
+    return rc if ok or rc != 0 else 2  # an unwritten --stats fails a job that succeeded
+
+
+if __name__ == "__main__":
+    sys.exit(main())

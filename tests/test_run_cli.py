@@ -1,0 +1,400 @@
+"""pump-run end to end, as a subprocess (the installed console script).
+
+Most tests point pump-run at a tiny empty shared library (PUMP_SHIM_PATH, the
+developer override) to test pump-run alone; the transparency tests run with the
+installed libpump.so as well.
+"""
+
+import json
+import os
+import pathlib
+import pty
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import pump
+from pump import stats
+
+# The console script installed beside this Python: it imports the installed
+# package (with libpump.so), never the source tree's.
+PUMP_RUN = [str(pathlib.Path(sys.executable).parent / "pump-run")]
+GiB = 1 << 30
+
+
+@pytest.fixture(scope="session")
+def libdir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("libs")
+    for name in ("empty.so", "other.so"):
+        subprocess.run(["cc", "-shared", "-o", str(d / name), "-x", "c", "/dev/null"], check=True)
+    return d
+
+
+@pytest.fixture
+def env(libdir):
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith("PUMP_") and k != "LD_PRELOAD"}
+    e["PUMP_SHIM_PATH"] = str(libdir / "empty.so")
+    return e
+
+
+def run(args, env, **kw):
+    kw.setdefault("timeout", 60)
+    return subprocess.run(args, env=env, capture_output=True, text=True, **kw)
+
+
+def pump_run(args, env, **kw):
+    return run(PUMP_RUN + list(args), env, **kw)
+
+
+def one_line(text):
+    lines = text.splitlines()
+    assert len(lines) == 1, text
+    return lines[0]
+
+
+# --- options -------------------------------------------------------------------------
+
+def test_version(env):
+    r = pump_run(["--version"], env)
+    assert (r.returncode, r.stdout, r.stderr) == (0, f"pump-run {pump.__version__}\n", "")
+
+
+def test_shim_path_installed(env):
+    del env["PUMP_SHIM_PATH"]
+    r = pump_run(["--shim-path"], env)
+    assert r.returncode == 0, r.stderr
+    path = pathlib.Path(r.stdout.strip())
+    assert path.name == "libpump.so" and path.is_absolute() and path.is_file()
+
+
+def test_shim_path_override(env):
+    r = pump_run(["--shim-path"], env)
+    assert (r.returncode, r.stdout) == (0, env["PUMP_SHIM_PATH"] + "\n")
+
+
+def test_missing_shim_is_an_error(env, tmp_path):
+    env["PUMP_SHIM_PATH"] = str(tmp_path / "nope.so")
+    r = pump_run(["sh", "-c", "echo ran"], env)
+    assert r.returncode == 2 and r.stdout == ""
+    assert "nope.so" in one_line(r.stderr)
+
+
+@pytest.mark.parametrize("value", ["12X", "0", "0%", "101%", "1.5G", "5 G", "-1", "HOST",
+                                   "G", "%", "18446744073709551616", "20000000T"])
+def test_bad_capacity(env, value):
+    r = pump_run(["--capacity", value, "sh", "-c", "echo ran"], env)
+    assert r.returncode == 2 and r.stdout == ""
+    line = one_line(r.stderr)
+    assert line.startswith("pump-run: ") and "--capacity" in line and repr(value) in line
+    assert "512MiB" in line and "host" in line  # says what is allowed
+
+
+@pytest.mark.parametrize("value", ["512MiB", "8G", "1073741824", "2TB", "7K", "1%", "100%",
+                                   "host"])
+def test_good_capacity_reaches_the_child(env, value):
+    r = pump_run(["--capacity", value, "sh", "-c", 'printf %s "$PUMP_CAPACITY"'], env)
+    assert (r.returncode, r.stdout, r.stderr) == (0, value, "")
+
+
+def test_bad_policy(env):
+    r = pump_run(["--policy", "fast", "sh", "-c", "echo ran"], env)
+    assert r.returncode == 2 and r.stdout == ""
+    line = one_line(r.stderr)
+    assert "--policy" in line and "'fast'" in line and "launch" in line
+
+
+def test_no_command(env):
+    r = pump_run([], env)
+    assert r.returncode == 2 and "no command" in one_line(r.stderr)
+
+
+def test_options_stop_at_the_command(env):
+    code = "import sys; print(sys.argv[1:])"
+    r = pump_run(["--quiet", sys.executable, "-c", code, "--quiet", "-v", "--", "x"], env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "['--quiet', '-v', '--', 'x']\n"
+    r = pump_run(["--", sys.executable, "-c", code, "--version"], env)
+    assert r.stdout == "['--version']\n"
+
+
+# --- the child's environment ---------------------------------------------------------
+
+SHOW = 'printf "%s|%s|%s|%s" "$LD_PRELOAD" "${PUMP_POLICY-unset}" "${PUMP_CAPACITY-unset}" "${PUMP_LOG-unset}"'
+
+
+def test_ld_preload_and_defaults(env):
+    r = pump_run(["sh", "-c", SHOW], env)
+    assert (r.returncode, r.stderr) == (0, "")
+    assert r.stdout == f"{env['PUMP_SHIM_PATH']}|unset|unset|unset"
+
+
+def test_flags_set_pump_variables(env):
+    r = pump_run(["--policy", "launch", "--capacity", "8G", "-vv", "sh", "-c", SHOW], env)
+    assert r.stdout == f"{env['PUMP_SHIM_PATH']}|launch|8G|2"
+    r = pump_run(["-v", "--policy", "off", "sh", "-c", SHOW], env)
+    assert r.stdout == f"{env['PUMP_SHIM_PATH']}|off|unset|1"
+
+
+def test_existing_ld_preload_is_kept_after_libpump(env, libdir):
+    shim, other = env["PUMP_SHIM_PATH"], str(libdir / "other.so")
+    env["LD_PRELOAD"] = other
+    r = pump_run(["sh", "-c", 'printf %s "$LD_PRELOAD"'], env)
+    assert (r.returncode, r.stdout, r.stderr) == (0, f"{shim}:{other}", "")
+    # already there (ld.so also splits on spaces): moved first, not repeated
+    env["LD_PRELOAD"] = f"{other} {shim}"
+    r = pump_run(["sh", "-c", 'printf %s "$LD_PRELOAD"'], env)
+    assert (r.returncode, r.stdout, r.stderr) == (0, f"{shim}:{other}", "")
+
+
+def test_stats_dir_is_private_and_removed(env):
+    show = 'printf %s "$PUMP_STATS_DIR"; stat -c %a "$PUMP_STATS_DIR" >&2'
+    r = pump_run(["sh", "-c", show], env)
+    assert r.returncode == 0
+    assert r.stderr.strip() == "700"
+    assert r.stdout and not os.path.exists(r.stdout)
+
+
+# --- transparency and exit codes -----------------------------------------------------
+
+@pytest.mark.parametrize("shim", ["empty", "installed"], ids=["empty-shim", "libpump"])
+@pytest.mark.parametrize("cmd", [
+    [sys.executable, "-c", "print(1)"],
+    [sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(5)"],
+    ["ls", "-a", "/"],
+    ["ls", "/no/such/dir"],
+], ids=["python-print", "python-exit5", "ls", "ls-missing"])
+def test_same_as_the_bare_command(env, cmd, shim):
+    if shim == "installed":
+        del env["PUMP_SHIM_PATH"]
+    bare = run(cmd, env)
+    wrapped = pump_run(cmd, env)
+    assert (wrapped.returncode, wrapped.stdout, wrapped.stderr) == \
+        (bare.returncode, bare.stdout, bare.stderr)
+
+
+def test_exit_code(env):
+    assert pump_run(["sh", "-c", "exit 3"], env).returncode == 3
+
+
+def test_killed_by_signal(env):
+    r = pump_run(["sh", "-c", "kill -TERM $$"], env)
+    assert (r.returncode, r.stderr) == (128 + signal.SIGTERM, "")
+
+
+def test_command_not_found(env):
+    r = pump_run(["no-such-command-pump-test", "x"], env)
+    assert r.returncode == 127
+    assert one_line(r.stderr) == "pump-run: no-such-command-pump-test: command not found"
+
+
+def test_command_not_executable(env, tmp_path):
+    script = tmp_path / "script"
+    script.write_text("#!/bin/sh\necho hi\n")
+    r = pump_run([str(script)], env)
+    assert r.returncode == 126
+    assert one_line(r.stderr) == f"pump-run: {script}: Permission denied"
+
+
+# --- signals -------------------------------------------------------------------------
+
+COUNTER = textwrap.dedent("""\
+    import signal, sys, time
+    n = 0
+    def count(sig, frame):
+        global n
+        n += 1
+    signal.signal(signal.SIGINT, count)
+    signal.signal(signal.SIGTERM, count)
+    print("ready", flush=True)
+    deadline = time.monotonic() + 20
+    while n == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.5)  # room for a second delivery
+    print("count", n, flush=True)
+""")
+
+
+@pytest.fixture
+def start():
+    """Start pump-run in a session of its own (killed whole at teardown); wait for ready."""
+    procs = []
+
+    def start(args, env):
+        p = subprocess.Popen(PUMP_RUN + args, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+        procs.append(p)
+        assert p.stdout.readline() == "ready\n"
+        return p
+
+    yield start
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.communicate()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGUSR1],
+                         ids=lambda sig: sig.name)
+def test_signal_to_pump_run_is_forwarded_once(env, tmp_path, start, sig):
+    script = tmp_path / "counter.py"
+    script.write_text(COUNTER.replace("SIGTERM, count", f"{sig.name}, count"))
+    p = start([sys.executable, str(script)], env)
+    os.kill(p.pid, sig)
+    out, err = p.communicate(timeout=30)
+    assert (p.returncode, out, err) == (0, "count 1\n", "")
+
+
+def test_sigterm_kills_a_child_that_does_not_catch_it(env, start):
+    p = start(["sh", "-c", "echo ready; exec sleep 30"], env)
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=20) == 128 + signal.SIGTERM
+    assert time.monotonic() - t0 < 10
+
+
+def test_sigterm_trapped_by_the_child(env, tmp_path, start):
+    mark = tmp_path / "mark"
+    p = start(["sh", "-c", 'trap \'echo term > "$0"; exit 7\' TERM; echo ready; '
+               'while :; do sleep 0.05; done', str(mark)], env)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=20) == 7
+    assert mark.read_text() == "term\n"
+
+
+def test_ctrl_c_on_a_terminal_is_not_delivered_twice(env, tmp_path):
+    """^C reaches the whole foreground process group: the child gets it once, directly."""
+    script = tmp_path / "counter.py"
+    script.write_text(COUNTER)
+    pid, fd = pty.fork()
+    if pid == 0:  # session leader with the pty as its controlling terminal
+        try:
+            os.execve(PUMP_RUN[0], PUMP_RUN + [sys.executable, str(script)], env)
+        finally:
+            os._exit(99)
+    out = b""
+    sent = False
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            if not sent and b"ready" in out:
+                os.write(fd, b"\x03")
+                sent = True
+            if select.select([fd], [], [], 0.1)[0]:
+                try:
+                    chunk = os.read(fd, 1024)
+                except OSError:  # EIO: the other side closed
+                    break
+                if not chunk:
+                    break
+                out += chunk
+    finally:
+        os.close(fd)
+        for _ in range(50):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.1)
+        else:
+            os.killpg(pid, signal.SIGKILL)  # pty.fork's child leads its own session
+            _, status = os.waitpid(pid, 0)
+    assert sent, out
+    assert b"count 1" in out, out
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+# --- records and the summary ---------------------------------------------------------
+
+WRITER = textwrap.dedent("""\
+    import os, subprocess, sys
+    from pump import stats
+    ffi = stats.get_ffi()
+
+    def write(**fields):
+        rec = ffi.new("struct pump_stats *")
+        rec.magic, rec.version = stats.magic(), stats.version()
+        rec.pid, rec.parent_pid = os.getpid(), os.getppid()
+        for name, value in fields.items():
+            setattr(rec, name, value)
+        path = os.path.join(os.environ["PUMP_STATS_DIR"], f"pump-{os.getpid()}.stats")
+        with open(path, "wb") as f:
+            f.write(ffi.buffer(rec))
+
+    if sys.argv[1:] == ["child"]:
+        write(launches=234, launches_managed=200, prefetch_calls=7,
+              prefetch_bytes=214748365, managed_bytes_peak=5)
+        sys.exit(0)
+    else:
+        write(exited=1, launches=1000, launches_managed=800, prefetch_calls=50,
+              prefetch_bytes=1 << 30, managed_bytes_peak=9)
+        subprocess.run([sys.executable, __file__, "child"], check=True)
+    if os.environ.get("CORRUPT"):
+        with open(os.path.join(os.environ["PUMP_STATS_DIR"], "pump-1.stats"), "wb") as f:
+            f.write(b"junk")
+    print("done")
+    sys.exit(int(os.environ.get("RC", "0")))
+""")
+
+SUMMARY = ("pump: 1234 launches (1000 on managed memory), 57 prefetch calls, "
+           "1.2 GiB prefetched, 2 processes")
+
+
+@pytest.fixture
+def writer(tmp_path):
+    path = tmp_path / "writer.py"
+    path.write_text(WRITER)
+    return [sys.executable, str(path)]
+
+
+def test_summary_over_the_process_tree(env, writer, tmp_path):
+    env["RC"] = "4"
+    out = tmp_path / "stats.json"
+    r = pump_run(["--stats", str(out)] + writer, env)
+    assert (r.returncode, r.stdout) == (4, "done\n")
+    assert r.stderr == SUMMARY + "\n"
+    doc = json.loads(out.read_text())
+    assert doc["exit_code"] == 4
+    assert doc["command"] == writer
+    t = doc["totals"]
+    assert (t["processes"], t["launches"], t["launches_managed"]) == (2, 1234, 1000)
+    assert t["prefetch_bytes"] == (1 << 30) + 214748365
+    assert t["managed_bytes_peak"] == 9 and t["exited_processes"] == 1
+    parent, child = sorted(doc["processes"], key=lambda rec: rec["launches"], reverse=True)
+    assert child["parent_pid"] == parent["pid"]
+    assert set(parent) == set(stats.fields())
+    assert doc["bad_records"] == []
+
+
+def test_quiet(env, writer):
+    r = pump_run(["--quiet"] + writer, env)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "done\n", "")
+
+
+def test_corrupt_record_is_reported_not_fatal(env, writer):
+    env["CORRUPT"] = "1"
+    r = pump_run(writer, env)
+    assert r.returncode == 0
+    lines = r.stderr.splitlines()
+    assert len(lines) == 2 and "pump-1.stats" in lines[0] and "warning" in lines[0]
+    assert lines[1] == SUMMARY
+
+
+def test_stats_without_records(env, tmp_path):
+    out = tmp_path / "stats.json"
+    r = pump_run(["--stats", str(out), "sh", "-c", "exit 0"], env)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
+    doc = json.loads(out.read_text())
+    assert doc["totals"]["processes"] == 0 and doc["processes"] == []
+
+
+def test_stats_file_that_cannot_be_written(env, tmp_path):
+    r = pump_run(["--stats", str(tmp_path / "no" / "dir.json"), "sh", "-c", "echo ran"], env)
+    assert r.returncode == 2 and r.stdout == ""
+    assert "--stats" in one_line(r.stderr)
