@@ -1,0 +1,87 @@
+"""Shared fixtures: the C test build (fakecuda and the test programs, in plain
+and sanitizer variants) and a runner for those programs with or without the
+shim, collecting what fakecuda and the shim counted."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from pump import shim, stats
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+BUILD = ROOT / "build" / "tests"
+
+
+def _build_c_tests():
+    build = subprocess.run([str(ROOT / "scripts" / "build-tests")], env=dict(os.environ, PYTHON=sys.executable),
+                           capture_output=True, text=True)
+    if build.returncode != 0:
+        pytest.fail(f"building the C tests failed:\n{build.stdout}\n{build.stderr}")
+
+
+@pytest.fixture(scope="session")
+def c_build():
+    """The directory of the C test build (built once per session)."""
+    _build_c_tests()
+    return BUILD
+
+
+@pytest.fixture(scope="session")
+def libpump():
+    """The libpump.so the package installed (what pump-run preloads)."""
+    return shim.shim_path()
+
+
+class Run:
+    """One run of a test program: its process, JSON lines and pump records."""
+
+    def __init__(self, proc, records):
+        self.proc = proc
+        self.records = records
+        self.lines = [json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")]
+
+    @property
+    def result(self):
+        assert self.proc.returncode == 0, self.proc.stderr
+        assert self.lines, self.proc.stdout
+        return self.lines[-1]
+
+    @property
+    def totals(self):
+        return stats.aggregate(self.records)
+
+
+@pytest.fixture
+def run_program(c_build, libpump, tmp_path):
+    """run_program(name, *args, variant="plain", pump=True, env={}, driver=True).
+
+    plain programs get the shim through LD_PRELOAD (pump=False runs them
+    bare); sanitizer variants have it linked in. driver=False hides fakecuda
+    (no libcuda.so.1 on the library path)."""
+    counter = [0]
+
+    def run(name, *args, variant="plain", pump=True, env=None, driver=True, timeout=300):
+        counter[0] += 1
+        stats_dir = tmp_path / f"stats{counter[0]}"
+        stats_dir.mkdir()
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith(("PUMP_", "FAKECUDA_"))}
+        full_env.pop("LD_PRELOAD", None)
+        if driver:
+            full_env["LD_LIBRARY_PATH"] = str(c_build / variant)
+        else:
+            full_env.pop("LD_LIBRARY_PATH", None)
+        if pump:
+            full_env["PUMP_STATS_DIR"] = str(stats_dir)
+            if variant == "plain":
+                full_env["LD_PRELOAD"] = str(libpump)
+        full_env.update(env or {})
+        program = c_build / variant / name
+        proc = subprocess.run([str(program), *map(str, args)], env=full_env, capture_output=True, text=True,
+                              timeout=timeout)
+        return Run(proc, stats.read_dir(stats_dir))
+
+    return run

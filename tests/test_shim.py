@@ -1,0 +1,217 @@
+"""The shim on fakecuda: prefetch at launch through every path into the
+driver, results identical to a run without pump, and the safety rules."""
+
+import pytest
+
+PAGES_256_MIB = 256 * 1024 // 64  # fakecuda faults per 64 KiB page
+PROGRAMS = ["touch_linked", "touch_procaddr"]
+
+
+def bare_checksum(run_program, program, *args):
+    run = run_program(program, *args, pump=False)
+    assert run.result["gpu_faults"] == run.result["expected_faults"]
+    return run.result["checksum"]
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_policy_off_faults_equal_pages_touched(run_program, program):
+    run = run_program(program, env={"PUMP_POLICY": "off"})
+    assert run.result["expected_faults"] == PAGES_256_MIB
+    assert run.result["gpu_faults"] == PAGES_256_MIB
+    assert run.result["checksum"] == bare_checksum(run_program, program)
+    assert run.totals["prefetch_calls"] == 0
+    assert run.totals["launches"] == 6
+    assert run.totals["launches_managed"] == 6
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_policy_launch_prefetches_everything(run_program, program):
+    run = run_program(program)
+    assert run.result["gpu_faults"] == 0
+    assert run.result["checksum"] == bare_checksum(run_program, program)
+    totals = run.totals
+    assert totals["launches"] == 6
+    assert totals["launches_managed"] == 6
+    # Each buffer moves once: later launches believe it resident.
+    assert totals["prefetch_bytes"] == 256 << 20
+    assert totals["resident_skips"] > 0
+    assert totals["errors"] == 0
+    assert run.result["bytes_prefetched_h2d"] == 256 << 20
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_wait_off_lets_kernels_race_their_prefetch(run_program, program):
+    run = run_program(program, env={"PUMP_WAIT": "0"})
+    faults = run.result["gpu_faults"]
+    assert 0 <= faults <= PAGES_256_MIB
+    assert run.result["checksum"] == bare_checksum(run_program, program)
+    print(f"{program}: PUMP_WAIT=0 -> {faults} GPU faults of {PAGES_256_MIB} pages")
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_beliefs_expire_after_host_touches(run_program, program):
+    """Between iterations the host rewrites buffer A (after a synchronize):
+    pump must prefetch it again rather than trust an old belief."""
+    off = run_program(program, 3, env={"PUMP_POLICY": "off"})
+    assert off.result["gpu_faults"] == off.result["expected_faults"] == PAGES_256_MIB + 2 * PAGES_256_MIB // 4
+    on = run_program(program, 3)
+    assert on.result["gpu_faults"] == 0
+    assert on.result["checksum"] == off.result["checksum"]
+    assert on.totals["epochs"] >= 2
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_capturing_stream_gets_no_prefetch(run_program, program):
+    run = run_program(program, 1, "--capture")
+    assert run.result["checksum"] == bare_checksum(run_program, program)
+    assert run.result["gpu_faults"] == 0
+    assert run.totals["launches_captured"] == 1
+    assert run.totals["graph_launches"] == 1
+
+
+def test_bare_run_matches_expectations(run_program):
+    run = run_program("touch_linked", pump=False)
+    assert run.result["gpu_faults"] == PAGES_256_MIB
+    assert run.records == []
+
+
+def test_threads(run_program):
+    run = run_program("threads", 8, 200)
+    assert run.result["failures"] == 0
+    assert run.totals["launches"] == 8 * 200
+    assert run.totals["errors"] == 0
+
+
+def test_fork_child_before_cuda_keeps_working(run_program):
+    run = run_program("fork", "before")
+    assert run.proc.returncode == 0, run.proc.stderr
+    (child,) = [l for l in run.lines if l["who"] == "child"]
+    assert child["ok"] and child["gpu_faults"] == 0
+    assert not any(r["passthrough"] for r in run.records)
+
+
+def test_fork_child_after_cuda_passes_through(run_program):
+    run = run_program("fork", "after")
+    assert run.proc.returncode == 0, run.proc.stderr
+    assert [l["who"] for l in run.lines] == ["parent", "parent-after-fork"]
+    assert all(l["ok"] and l["gpu_faults"] == 0 for l in run.lines)
+    parent = [r for r in run.records if not r["passthrough"]]
+    child = [r for r in run.records if r["passthrough"]]
+    assert len(parent) == 1 and len(child) == 1
+    assert child[0]["passthrough_reason"] == "forked after CUDA init"
+    assert child[0]["parent_pid"] == parent[0]["pid"]
+    assert child[0]["exited"] == 1 and child[0]["launches"] == 0
+
+
+def test_dlopen_recursion(run_program, c_build):
+    run = run_program("recursion", c_build / "plain" / "recursion_lib.so", timeout=60)
+    assert run.proc.returncode == 0, run.proc.stderr
+    assert run.proc.stdout.strip() == "ok"
+    assert run.totals["managed_allocs"] == 2
+
+
+def test_libcuda_missing_is_pure_pass_through(run_program):
+    bare = run_program("touch_procaddr", pump=False, driver=False)
+    run = run_program("touch_procaddr", driver=False)
+    assert run.proc.returncode == bare.proc.returncode == 4
+    assert run.proc.stdout == bare.proc.stdout
+    assert run.proc.stderr == bare.proc.stderr == "no CUDA driver\n"
+    assert run.records == []
+
+
+@pytest.mark.parametrize("command", [["true"], ["sh", "-c", "echo hello; ls / >/dev/null; exit 7"]])
+def test_program_that_never_uses_cuda(libpump, tmp_path, command):
+    import os
+    import subprocess
+
+    env = dict(os.environ, PUMP_STATS_DIR=str(tmp_path))
+    bare = subprocess.run(command, capture_output=True, env=env)
+    under = subprocess.run(command, capture_output=True, env=dict(env, LD_PRELOAD=str(libpump)))
+    assert (under.returncode, under.stdout, under.stderr) == (bare.returncode, bare.stdout, bare.stderr)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("failing, code", [("cuMemAllocManaged", 2), ("cuLaunchKernel", 719),
+                                           ("cuMemAlloc_v2", 2), ("cuLaunchKernelEx", 1)])
+def test_driver_errors_reach_the_program_unchanged(run_program, failing, code):
+    env = {"FAKECUDA_FAIL": f"{failing}={code}"}
+    bare = run_program("touch_linked", pump=False, env=env)
+    run = run_program("touch_linked", env=env)
+    assert bare.proc.returncode == run.proc.returncode == 3
+    assert f"returned {code}" in bare.proc.stderr
+    assert run.proc.stderr == bare.proc.stderr
+
+
+def test_bad_pump_values_warn_once_and_use_defaults(run_program):
+    run = run_program("touch_linked", env={"PUMP_POLICY": "fast", "PUMP_WAIT": "maybe", "PUMP_LOG": "9",
+                                           "PUMP_CAPACITY": "lots", "PUMP_EPOCH_LAUNCHES": "-1"})
+    warnings = run.proc.stderr.splitlines()
+    assert len(warnings) == 5, warnings
+    for var in ["PUMP_POLICY=fast", "PUMP_WAIT=maybe", "PUMP_LOG=9", "PUMP_CAPACITY=lots", "PUMP_EPOCH_LAUNCHES=-1"]:
+        assert sum(var in w for w in warnings) == 1
+    assert all("allowed" in w for w in warnings)
+    assert run.result["gpu_faults"] == 0  # the default policy still prefetches
+
+
+def test_capacity_refuses_past_the_cap(run_program):
+    run = run_program("touch_linked", env={"PUMP_CAPACITY": "200MiB"})
+    assert run.proc.returncode == 3
+    lines = run.proc.stderr.splitlines()
+    (refusal,) = [l for l in lines if "refused" in l]
+    assert "--capacity" in refusal and "host" in refusal
+    assert "returned 2" in run.proc.stderr  # CUDA_ERROR_OUT_OF_MEMORY
+    assert run.totals["capacity_refusals"] == 1
+    assert run.totals["capacity_bytes"] == 200 << 20
+
+
+def test_default_capacity_is_free_device_memory(run_program):
+    small = {"FAKECUDA_DEVICE_MEMORY": str(192 << 20)}
+    refused = run_program("touch_linked", env=small)
+    assert refused.proc.returncode == 3
+    assert refused.totals["capacity_bytes"] == 192 << 20
+    for cap in ["host", "1GiB"]:
+        ok = run_program("touch_linked", env=dict(small, PUMP_CAPACITY=cap))
+        assert ok.result["gpu_faults"] == 0, cap
+
+
+def test_capacity_percentage(run_program):
+    run = run_program("touch_linked", env={"FAKECUDA_DEVICE_MEMORY": str(1 << 30), "PUMP_CAPACITY": "50%"})
+    assert run.result["gpu_faults"] == 0
+    assert run.totals["capacity_bytes"] == 512 << 20
+    assert run.totals["managed_bytes_peak"] == 256 << 20
+
+
+def test_old_driver_without_batch_or_param_info(run_program):
+    """CUDA 12.2 driver: no cuMemPrefetchBatchAsync and no GetParamInfo. The
+    kernelParams launches cannot be scanned; the `extra` launch still can."""
+    run = run_program("touch_linked", env={"FAKECUDA_DRIVER_VERSION": "12020"})
+    assert run.result["checksum"] == bare_checksum(run_program, "touch_linked")
+    assert run.totals["launches_unscanned"] == 5
+    assert run.totals["launches_prefetched"] == 1
+    assert run.totals["errors"] == 0
+
+
+def test_driver_with_param_info_but_no_batch(run_program):
+    run = run_program("touch_linked", env={"FAKECUDA_DRIVER_VERSION": "12080"})
+    assert run.result["gpu_faults"] == 0
+    assert run.totals["prefetch_calls"] == run.totals["prefetch_ranges"]
+
+
+@pytest.mark.parametrize("variant", ["asan", "tsan"])
+@pytest.mark.parametrize("program, args", [("touch_linked", [2]), ("touch_procaddr", [2, "--capture"]),
+                                           ("threads", [4, 50]), ("fork", ["after"]), ("fork", ["before"])])
+def test_under_sanitizers(run_program, variant, program, args):
+    env = {"ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0", "UBSAN_OPTIONS": "print_stacktrace=1",
+           "TSAN_OPTIONS": "halt_on_error=1:second_deadlock_stack=1"}
+    run = run_program(program, *args, variant=variant, env=env, timeout=600)
+    assert run.proc.returncode == 0, run.proc.stderr[-4000:]
+    assert "Sanitizer" not in run.proc.stderr and "runtime error" not in run.proc.stderr, run.proc.stderr[-4000:]
+    if program.startswith("touch"):
+        assert run.result["gpu_faults"] == 0
+
+
+@pytest.mark.parametrize("variant", ["asan", "tsan"])
+def test_recursion_under_sanitizers(run_program, c_build, variant):
+    run = run_program("recursion", c_build / variant / "recursion_lib.so", variant=variant,
+                      env={"ASAN_OPTIONS": "detect_leaks=0", "TSAN_OPTIONS": "halt_on_error=1"}, timeout=120)
+    assert run.proc.returncode == 0, run.proc.stderr[-4000:]
