@@ -1,9 +1,14 @@
 /* ranges.c: the range table (see ranges.h).
  *
+ * Most words a launch scan checks are not managed pointers, so a word first
+ * meets a filter: a table of counters indexed by a hash of its 2 MiB chunk,
+ * each counting the allocations that cover a chunk hashing there. A zero
+ * means "no allocation here" for sure, with one load.
+ *
  * Sorted arrays of [start, end) with a slot index into a fixed array of
  * records, guarded by a seqlock: a writer (under a mutex) makes the sequence
  * odd, edits, makes it even; a reader searches and retries if the sequence
- * moved. Every shared word is accessed atomically (relaxed), so readers never
+ * moved. Every shared word is accessed atomically, so readers never
  * see torn values and the sanitizers see no data race. Records never move
  * and the arrays are never freed, so a reader racing a free can at worst use
  * a stale record: a wrong residency belief, not a crash.
@@ -12,8 +17,11 @@
 
 #include "ranges.h"
 
-#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
-#define STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
+/* Shared words are stored with release and loaded with acquire: a reader
+ * that sees a writer's data then sees its odd sequence, without fences
+ * (which ThreadSanitizer cannot model). Both are plain moves on x86. */
+#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_ACQUIRE)
+#define STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELEASE)
 
 static uint64_t starts[PUMP_RANGES_MAX];
 static uint64_t ends[PUMP_RANGES_MAX];
@@ -23,6 +31,10 @@ static uint32_t count;
 static uint64_t lowest = UINT64_MAX, highest;  /* bounds of all ranges: the cheap first test */
 static _Atomic uint32_t sequence;
 
+#define CHUNK_SHIFT 21        /* 2 MiB */
+#define CHUNK_SLOTS 65536     /* power of two */
+static uint16_t chunk_refs[CHUNK_SLOTS];
+
 static pthread_mutex_t writer = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t free_slots[PUMP_RANGES_MAX];   /* writer-only */
 static uint32_t free_count, slots_used;
@@ -30,9 +42,7 @@ static uint32_t free_count, slots_used;
 static void write_begin(void)
 {
     pthread_mutex_lock(&writer);
-    uint32_t s = atomic_load_explicit(&sequence, memory_order_relaxed);
-    atomic_store_explicit(&sequence, s + 1, memory_order_relaxed);
-    atomic_thread_fence(memory_order_release);
+    atomic_fetch_add_explicit(&sequence, 1, memory_order_acquire);  /* odd: edits follow */
 }
 
 static void write_end(void)
@@ -43,6 +53,20 @@ static void write_end(void)
     uint32_t s = atomic_load_explicit(&sequence, memory_order_relaxed);
     atomic_store_explicit(&sequence, s + 1, memory_order_release);
     pthread_mutex_unlock(&writer);
+}
+
+static uint32_t chunk_slot(uint64_t chunk)
+{
+    return (uint32_t)((chunk * 0x9E3779B97F4A7C15ull) >> 48) & (CHUNK_SLOTS - 1);
+}
+
+/* Adds delta to the filter counters of every chunk of [start, end) (writer). */
+static void count_chunks(uint64_t start, uint64_t end, int delta)
+{
+    for (uint64_t chunk = start >> CHUNK_SHIFT; chunk <= (end - 1) >> CHUNK_SHIFT; chunk++) {
+        uint16_t *ref = &chunk_refs[chunk_slot(chunk)];
+        STORE(*ref, (uint16_t)(LOAD(*ref) + delta));
+    }
 }
 
 /* Index of the first range whose start is > addr (writer or reader). */
@@ -67,6 +91,7 @@ static void release_slot(uint32_t slot)
 static void erase_at(uint32_t i)
 {
     uint32_t n = LOAD(count);
+    count_chunks(LOAD(starts[i]), LOAD(ends[i]), -1);
     release_slot(LOAD(slots[i]));
     for (uint32_t j = i; j + 1 < n; j++) {
         STORE(starts[j], LOAD(starts[j + 1]));
@@ -106,6 +131,7 @@ PUMP_HIDDEN bool pump_ranges_insert(uint64_t base, uint64_t size)
         STORE(records[slot].base, base);
         STORE(records[slot].size, size);
         STORE(records[slot].resident_stamp, 0);
+        count_chunks(base, base + size, +1);
         for (uint32_t j = n; j > i; j--) {
             STORE(starts[j], LOAD(starts[j - 1]));
             STORE(ends[j], LOAD(ends[j - 1]));
@@ -137,10 +163,9 @@ PUMP_HIDDEN bool pump_ranges_remove(uint64_t base, uint64_t *size)
     return found;
 }
 
-PUMP_HIDDEN struct pump_range *pump_ranges_find(uint64_t addr)
+/* The allocation holding addr, or NULL: the seqlock-guarded search. */
+static struct pump_range *search(uint64_t addr)
 {
-    if (addr - LOAD(lowest) >= LOAD(highest) - LOAD(lowest))
-        return NULL;  /* outside every range (also when the table is empty) */
     for (int attempt = 0; attempt < 64; attempt++) {
         uint32_t before = atomic_load_explicit(&sequence, memory_order_acquire);
         if (before & 1) {
@@ -151,11 +176,33 @@ PUMP_HIDDEN struct pump_range *pump_ranges_find(uint64_t addr)
         uint32_t i = upper_bound(LOAD(count), addr);
         if (i > 0 && addr < LOAD(ends[i - 1]))
             found = &records[LOAD(slots[i - 1])];
-        atomic_thread_fence(memory_order_acquire);
         if (atomic_load_explicit(&sequence, memory_order_relaxed) == before)
             return found;
     }
     return NULL;  /* gave up: a missed prefetch, never a stall */
+}
+
+PUMP_HIDDEN uint32_t pump_ranges_lookup(const uint64_t *words, uint32_t n, struct pump_range **found,
+                                        uint32_t found_count, uint32_t found_max, uint64_t *hits)
+{
+    uint64_t lo = LOAD(lowest), span = LOAD(highest) - lo;
+    for (uint32_t w = 0; w < n; w++) {
+        uint64_t addr = words[w];
+        if (addr - lo >= span)
+            continue;  /* outside every range (also when the table is empty) */
+        if (LOAD(chunk_refs[chunk_slot(addr >> CHUNK_SHIFT)]) == 0)
+            continue;  /* no allocation covers this 2 MiB chunk */
+        struct pump_range *r = search(addr);
+        if (r == NULL)
+            continue;
+        (*hits)++;
+        uint32_t i = 0;
+        while (i < found_count && found[i] != r)
+            i++;
+        if (i == found_count && found_count < found_max)
+            found[found_count++] = r;
+    }
+    return found_count;
 }
 
 PUMP_HIDDEN bool pump_ranges_empty(void)

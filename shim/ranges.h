@@ -30,8 +30,11 @@ PUMP_HIDDEN bool pump_ranges_insert(uint64_t base, uint64_t size);
 PUMP_HIDDEN uint64_t pump_ranges_drop(uint64_t base, uint64_t size);
 /* Removes the allocation starting at base; its size in *size. */
 PUMP_HIDDEN bool pump_ranges_remove(uint64_t base, uint64_t *size);
-/* The allocation holding addr, or NULL. */
-PUMP_HIDDEN struct pump_range *pump_ranges_find(uint64_t addr);
+/* Looks up n words (candidate pointers): each distinct allocation one of
+ * them points into is appended to found[found_count..found_max), and every
+ * word inside an allocation counts in *hits. Returns the new found_count. */
+PUMP_HIDDEN uint32_t pump_ranges_lookup(const uint64_t *words, uint32_t n, struct pump_range **found,
+                                        uint32_t found_count, uint32_t found_max, uint64_t *hits);
 PUMP_HIDDEN bool pump_ranges_empty(void);
 
 PUMP_HIDDEN void pump_ranges_before_fork(void);

@@ -19,25 +19,29 @@
 
 /* How many (key, value) pairs of an `extra` array are read at most. */
 #define PUMP_EXTRA_MAX_PAIRS 8
+/* Words are gathered and looked up in batches of this many. */
+#define PUMP_SCAN_BATCH 256
 
-static void note(struct pump_scan *out, uint64_t word, uint64_t *hits)
+struct gather {
+    struct pump_scan *out;
+    uint64_t words, hits;
+    uint32_t pending;
+    uint64_t batch[PUMP_SCAN_BATCH];
+};
+
+static void flush(struct gather *g)
 {
-    struct pump_range *r = pump_ranges_find(word);
-    if (r == NULL)
-        return;
-    (*hits)++;
-    for (uint32_t i = 0; i < out->found; i++)
-        if (out->range[i] == r)
-            return;
-    if (out->found < PUMP_SCAN_MAX_RANGES)
-        out->range[out->found++] = r;
+    g->out->found = pump_ranges_lookup(g->batch, g->pending, g->out->range, g->out->found, PUMP_SCAN_MAX_RANGES,
+                                       &g->hits);
+    g->words += g->pending;
+    g->pending = 0;
 }
 
-static uint64_t read_word(const char *p)
+static void add_word(struct gather *g, const char *p)
 {
-    uint64_t v;
-    memcpy(&v, p, sizeof v);  /* host copies need not be aligned */
-    return v;
+    memcpy(&g->batch[g->pending++], p, sizeof(uint64_t));  /* host copies need not be aligned */
+    if (g->pending == PUMP_SCAN_BATCH)
+        flush(g);
 }
 
 /* The packed argument buffer of the `extra` form, or NULL. */
@@ -59,18 +63,18 @@ PUMP_HIDDEN void pump_scan_launch(CUfunction f, void **params, void **extra, str
     out->found = 0;
     out->unscanned = false;
     const struct pump_layout *layout = pump_layout_of(f);
-    uint64_t words = 0, hits = 0;
+    struct gather g;  /* not zero-initialised: the batch is 2 KiB */
+    g.out = out;
+    g.words = g.hits = 0;
+    g.pending = 0;
 
     if (params != NULL) {
         if (!layout->known) {
             out->unscanned = true;  /* without a layout, kernelParams' length is unknown */
             return;
         }
-        for (uint32_t w = 0; w < layout->words; w++) {
-            const struct pump_word *word = &layout->word[w];
-            note(out, read_word((const char *)params[word->param] + word->offset_in_param), &hits);
-        }
-        words = layout->words;
+        for (uint32_t w = 0; w < layout->words; w++)
+            add_word(&g, (const char *)params[layout->word[w].param] + layout->word[w].offset_in_param);
     } else if (extra != NULL) {
         size_t size;
         const char *buffer = extra_buffer(extra, &size);
@@ -78,17 +82,16 @@ PUMP_HIDDEN void pump_scan_launch(CUfunction f, void **params, void **extra, str
             return;
         if (layout->known) {
             for (uint32_t w = 0; w < layout->words; w++)
-                if (layout->word[w].buffer_offset + 8 <= size) {
-                    note(out, read_word(buffer + layout->word[w].buffer_offset), &hits);
-                    words++;
-                }
+                if (layout->word[w].buffer_offset + 8 <= size)
+                    add_word(&g, buffer + layout->word[w].buffer_offset);
         } else {
-            for (size_t o = 0; o + 8 <= size; o += 8, words++)
-                note(out, read_word(buffer + o), &hits);
+            for (size_t o = 0; o + 8 <= size; o += 8)
+                add_word(&g, buffer + o);
         }
     }
-    if (words > 0)
-        PUMP_COUNT(scan_words, words);
-    if (hits > 0)
-        PUMP_COUNT(scan_hits, hits);
+    flush(&g);
+    if (g.words > 0)
+        PUMP_COUNT(scan_words, g.words);
+    if (g.hits > 0)
+        PUMP_COUNT(scan_hits, g.hits);
 }
