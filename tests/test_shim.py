@@ -1,6 +1,8 @@
 """The shim on fakecuda: prefetch at launch through every path into the
 driver, results identical to a run without pump, and the safety rules."""
 
+import json
+
 import pytest
 
 PAGES_256_MIB = 256 * 1024 // 64  # fakecuda faults per 64 KiB page
@@ -215,3 +217,82 @@ def test_recursion_under_sanitizers(run_program, c_build, variant):
     run = run_program("recursion", c_build / variant / "recursion_lib.so", variant=variant,
                       env={"ASAN_OPTIONS": "detect_leaks=0", "TSAN_OPTIONS": "halt_on_error=1"}, timeout=120)
     assert run.proc.returncode == 0, run.proc.stderr[-4000:]
+
+
+def test_decoy_word_costs_a_useless_prefetch(run_program):
+    """The extent rule's cost, counted: an integer argument that happens to
+    equal an address inside an allocation prefetches it for nothing."""
+    run = run_program("touch_linked", 1, "--decoy")
+    assert run.result["gpu_faults"] == 0
+    assert run.result["checksum"] == bare_checksum(run_program, "touch_linked")
+    assert run.result["bytes_prefetched_unused"] == 16 << 20
+    assert run.totals["prefetch_bytes"] == (256 + 16) << 20
+    assert run.totals["scan_hits"] > run.totals["launches_managed"]
+
+
+def test_exit_while_another_thread_is_inside_the_driver(run_program):
+    import time
+
+    start = time.monotonic()
+    run = run_program("exit_busy", timeout=30)
+    elapsed = time.monotonic() - start
+    assert run.result == {"exiting": True}
+    assert elapsed < 3, elapsed  # the kernel it abandons sleeps 5 s
+    (record,) = run.records
+    assert record["exited"] == 1
+
+
+@pytest.mark.parametrize("variant", ["plain", "asan", "tsan"])
+def test_shim_units(c_build, variant):
+    import subprocess
+
+    proc = subprocess.run([str(c_build / variant / "units")], capture_output=True, text=True, timeout=300,
+                          env={"TSAN_OPTIONS": "halt_on_error=1", "ASAN_OPTIONS": "detect_leaks=0"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith(", 0 failed")
+
+
+def pump_run_job(c_build, tmp_path, *command, flags=()):
+    """pump-run (the installed console script) over fakecuda programs."""
+    import json
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    stats_file = tmp_path / "stats.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PUMP_", "FAKECUDA_")) and k != "LD_PRELOAD"}
+    env["LD_LIBRARY_PATH"] = str(c_build / "plain")
+    pump_run = pathlib.Path(sys.executable).parent / "pump-run"
+    proc = subprocess.run([str(pump_run), "--stats", str(stats_file), *flags, *map(str, command)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    return proc, json.loads(stats_file.read_text())
+
+
+def test_pump_run_whole_process_tree(c_build, tmp_path):
+    plain = c_build / "plain"
+    proc, doc = pump_run_job(c_build, tmp_path, "sh", "-c", f"{plain}/touch_linked && {plain}/touch_procaddr")
+    assert proc.returncode == 0, proc.stderr
+    results = [json.loads(l) for l in proc.stdout.splitlines()]
+    assert [r["gpu_faults"] for r in results] == [0, 0]
+    assert len(doc["processes"]) == 2
+    assert doc["totals"]["launches"] == 12
+    assert doc["totals"]["prefetch_bytes"] == 2 * (256 << 20)
+    (summary,) = proc.stderr.splitlines()
+    assert summary.startswith("pump: 12 launches (12 on managed memory)")
+    assert "512.0 MiB prefetched" in summary and "2 processes" in summary
+
+
+def test_pump_run_policy_off(c_build, tmp_path):
+    proc, doc = pump_run_job(c_build, tmp_path, c_build / "plain" / "touch_linked", flags=["--policy", "off"])
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["gpu_faults"] == PAGES_256_MIB
+    assert doc["totals"]["prefetch_calls"] == 0
+
+
+def test_pump_run_capacity_flag(c_build, tmp_path):
+    proc, doc = pump_run_job(c_build, tmp_path, c_build / "plain" / "touch_linked",
+                             flags=["--capacity", "128MiB", "--quiet"])
+    assert proc.returncode == 3
+    assert doc["totals"]["capacity_refusals"] == 1
+    assert [l for l in proc.stderr.splitlines() if l.startswith("pump:")] == []  # --quiet

@@ -5,9 +5,12 @@
  * graph replay. It prints one JSON line: a checksum of every result, the GPU
  * faults fakecuda counted, and the faults expected with no prefetching.
  *
- *   touch [ITERATIONS [--capture]]
+ *   touch [ITERATIONS [--capture] [--decoy]]
  * Between iterations the host rewrites buffer A (its pages go back to the
  * host), so later iterations test that residency beliefs expire.
+ * --capture: the last kernel is captured into a graph and replayed.
+ * --decoy: one more kernel takes an integer that happens to equal an address
+ * inside a fifth allocation it never touches: the extent rule's cost.
  * Built twice: linked against libcuda, and (PUMP_TEST_PROCADDR) through
  * dlopen + cuGetProcAddress with per-thread-default-stream variants.
  */
@@ -88,6 +91,15 @@ static void negate_kernel(void **params, const fakecuda_dims *dims)
         x[i] = -x[i];
 }
 
+/* Tags x with an integer it never dereferences (the decoy). */
+static void tag_kernel(void **params, const fakecuda_dims *dims)
+{
+    (void)dims;
+    float *x = arg_floats(params, 0);
+    api.touch(x, sizeof *x);
+    x[0] += 0.0f * (float)arg_u64(params, 1);
+}
+
 static void register_kernels(void)
 {
     const size_t p8 = 8, f4 = 4;
@@ -96,11 +108,13 @@ static void register_kernels(void)
     const size_t sum_sizes[] = {p8, p8, p8}, sum_aligns[] = {p8, p8, p8};
     const size_t add_sizes[] = {p8, p8, p8, p8}, add_aligns[] = {p8, p8, p8, p8};
     const size_t neg_sizes[] = {p8, p8}, neg_aligns[] = {p8, p8};
+    const size_t tag_sizes[] = {p8, p8}, tag_aligns[] = {p8, p8};
     if (api.register_kernel("scale", scale_kernel, 3, scale_sizes, scale_aligns) ||
         api.register_kernel("axpy", axpy_kernel, 1, axpy_sizes, axpy_aligns) ||
         api.register_kernel("sum", sum_kernel, 3, sum_sizes, sum_aligns) ||
         api.register_kernel("add", add_kernel, 4, add_sizes, add_aligns) ||
-        api.register_kernel("negate", negate_kernel, 2, neg_sizes, neg_aligns)) {
+        api.register_kernel("negate", negate_kernel, 2, neg_sizes, neg_aligns) ||
+        api.register_kernel("tag", tag_kernel, 2, tag_sizes, tag_aligns)) {
         fprintf(stderr, "error: kernel registration failed\n");
         exit(3);
     }
@@ -124,7 +138,17 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
 int main(int argc, char **argv)
 {
     int iterations = argc > 1 ? atoi(argv[1]) : 1;
-    int capture = argc > 2 && strcmp(argv[2], "--capture") == 0;
+    int capture = 0, decoy = 0;
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--capture") == 0)
+            capture = 1;
+        else if (strcmp(argv[i], "--decoy") == 0)
+            decoy = 1;
+        else {
+            fprintf(stderr, "usage: touch [ITERATIONS [--capture] [--decoy]]\n");
+            return 2;
+        }
+    }
 #ifdef PUMP_TEST_PROCADDR
     int per_thread = 1;
 #else
@@ -139,7 +163,7 @@ int main(int argc, char **argv)
     register_kernels();
 
     CUmodule module;
-    CUfunction scale, axpy, sum, add;
+    CUfunction scale, axpy, sum, add, tag;
     CUlibrary library;
     CUkernel negate;
     CHECK(api.module_load_data(&module, "fakecuda"));
@@ -147,6 +171,7 @@ int main(int argc, char **argv)
     CHECK(api.module_get_function(&axpy, module, "axpy"));
     CHECK(api.module_get_function(&sum, module, "sum"));
     CHECK(api.module_get_function(&add, module, "add"));
+    CHECK(api.module_get_function(&tag, module, "tag"));
     CHECK(api.library_load_data(&library, "fakecuda", NULL, NULL, 0, NULL, NULL, 0));
     CHECK(api.library_get_kernel(&negate, library, "negate"));
 
@@ -155,12 +180,17 @@ int main(int argc, char **argv)
     if (!per_thread)
         CHECK(api.stream_create(&stream, CU_STREAM_NON_BLOCKING));
 
-    CUdeviceptr a, b, c, d, out;
+    CUdeviceptr a, b, c, d, e = 0, out;
     CHECK(api.mem_alloc_managed(&a, BUFFER_FLOATS * 4, CU_MEM_ATTACH_GLOBAL));
     CHECK(api.mem_alloc_managed(&b, BUFFER_FLOATS * 4, CU_MEM_ATTACH_GLOBAL));
     CHECK(api.mem_alloc_managed(&c, BUFFER_FLOATS * 4, CU_MEM_ATTACH_GLOBAL));
     CHECK(api.mem_alloc_managed(&d, BUFFER_FLOATS * 4, CU_MEM_ATTACH_GLOBAL));
     CHECK(api.mem_alloc(&out, sizeof(double)));
+    if (decoy) {
+        CHECK(api.mem_alloc_managed(&e, 16 << 20, CU_MEM_ATTACH_GLOBAL));
+        api.host_touch((void *)e, 16 << 20);
+        memset((void *)e, 0, 16 << 20);
+    }
     float *fa = (float *)a, *fb = (float *)b, *fc = (float *)c, *fd = (float *)d;
     host_fill(fa, BUFFER_FLOATS, 1.0f);
     host_fill(fb, BUFFER_FLOATS, 2.0f);
@@ -220,6 +250,11 @@ int main(int argc, char **argv)
         void *coop_params[] = {&d, &n, &half};
         CHECK(api.launch_cooperative_kernel(scale, 1, 1, 1, 256, 1, 1, 0, stream, coop_params));
 
+        if (decoy) {
+            uint64_t looks_like_a_pointer = e + 4096;
+            void *tag_params[] = {&c, &looks_like_a_pointer};
+            CHECK(api.launch_kernel(tag, 1, 1, 1, 1, 1, 1, 0, stream, tag_params, NULL));
+        }
         if (replay != NULL)
             CHECK(api.graph_launch(replay, stream));
         else
@@ -253,5 +288,7 @@ int main(int argc, char **argv)
     CHECK(api.mem_free(c));
     CHECK(api.mem_free(d));
     CHECK(api.mem_free(out));
+    if (decoy)
+        CHECK(api.mem_free(e));
     return 0;
 }
