@@ -296,3 +296,13 @@ def test_pump_run_capacity_flag(c_build, tmp_path):
     assert proc.returncode == 3
     assert doc["totals"]["capacity_refusals"] == 1
     assert [l for l in proc.stderr.splitlines() if l.startswith("pump:")] == []  # --quiet
+
+
+@pytest.mark.parametrize("mode", ["bare", "pump"])
+def test_lookup_routing(run_program, mode):
+    """cuGetProcAddress and dlsym answer with pump's hook of exactly the ABI
+    variant the driver picked (version, per-thread stream), leave every other
+    lookup alone, and keep RTLD_NEXT relative to the real caller."""
+    run = run_program("routing", mode, pump=mode == "pump")
+    assert run.proc.returncode == 0, run.proc.stderr
+    assert run.proc.stdout.strip().endswith(" passed, 0 failed")
