@@ -217,11 +217,24 @@ int main(int argc, char **argv)
         if (capture) {
             /* Captured before D is prefetched this iteration: pump must add
              * nothing to the capturing stream; the replay at the end runs it. */
-            CUstream side;
+            CUstream side, joiner;
+            CUevent forked, joined;
             CUgraph graph;
             CHECK(api.stream_create(&side, CU_STREAM_NON_BLOCKING));
+            CHECK(api.stream_create(&joiner, CU_STREAM_NON_BLOCKING));
+            CHECK(api.event_create(&forked, CU_EVENT_DISABLE_TIMING));
+            CHECK(api.event_create(&joined, CU_EVENT_DISABLE_TIMING));
             CHECK(api.stream_begin_capture(side, CU_STREAM_CAPTURE_MODE_GLOBAL));
             CHECK(api.launch_kernel((CUfunction)negate, 1, 1, 1, 256, 1, 1, 0, side, negate_params, NULL));
+            /* A second stream joins the capture through an event wait; its
+             * launch (a scale by one) is captured too. */
+            CHECK(api.event_record(forked, side));
+            CHECK(api.stream_wait_event(joiner, forked, 0));
+            float one = 1.0f;
+            void *identity_params[] = {&d, &n, &one};
+            CHECK(api.launch_kernel(scale, 1, 1, 1, 256, 1, 1, 0, joiner, identity_params, NULL));
+            CHECK(api.event_record(joined, joiner));
+            CHECK(api.stream_wait_event(side, joined, 0));
             CHECK(api.stream_end_capture(side, &graph));
             CHECK(api.graph_instantiate(&replay, graph, 0));
         }
