@@ -38,6 +38,7 @@
     X(graph_launch, "cuGraphLaunch", PFN_cuGraphLaunch_v10000)                          \
     X(graph_launch_ptsz, "cuGraphLaunch_ptsz", PFN_cuGraphLaunch_v10000_ptsz)           \
     X(ctx_synchronize, "cuCtxSynchronize", PFN_cuCtxSynchronize_v2000)                  \
+    X(ctx_synchronize_v2, "cuCtxSynchronize_v2", PFN_cuCtxSynchronize_v13000)           \
     X(stream_synchronize, "cuStreamSynchronize", PFN_cuStreamSynchronize_v2000)         \
     X(stream_synchronize_ptsz, "cuStreamSynchronize_ptsz",                              \
       PFN_cuStreamSynchronize_v7000_ptsz)                                               \

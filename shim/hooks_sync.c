@@ -4,29 +4,17 @@
  */
 #include "hooks_common.h"
 
-CUresult pump_ctx_synchronize(void)
-{
-    PUMP_REAL_OR_RETURN(ctx_synchronize, real);
-    CUresult r = real();
-    pump_epoch_advance();
-    return r;
-}
-
-#define PUMP_STREAM_SYNC_HOOK(id)             \
-    CUresult pump_##id(CUstream stream)       \
-    {                                         \
-        PUMP_REAL_OR_RETURN(id, real);        \
-        CUresult r = real(stream);            \
-        pump_epoch_advance();                 \
-        return r;                             \
+#define PUMP_SYNC_HOOK(id, params, args)       \
+    CUresult pump_##id params                  \
+    {                                          \
+        PUMP_REAL_OR_RETURN(id, real);         \
+        CUresult r = real args;                \
+        pump_epoch_advance();                  \
+        return r;                              \
     }
-PUMP_STREAM_SYNC_HOOK(stream_synchronize)
-PUMP_STREAM_SYNC_HOOK(stream_synchronize_ptsz)
-
-CUresult pump_event_synchronize(CUevent event)
-{
-    PUMP_REAL_OR_RETURN(event_synchronize, real);
-    CUresult r = real(event);
-    pump_epoch_advance();
-    return r;
-}
+PUMP_SYNC_HOOK(ctx_synchronize, (void), ())
+/* CUDA 13's form, with a context argument: what the CUDA 13 runtime asks for. */
+PUMP_SYNC_HOOK(ctx_synchronize_v2, (CUcontext ctx), (ctx))
+PUMP_SYNC_HOOK(stream_synchronize, (CUstream stream), (stream))
+PUMP_SYNC_HOOK(stream_synchronize_ptsz, (CUstream stream), (stream))
+PUMP_SYNC_HOOK(event_synchronize, (CUevent event), (event))

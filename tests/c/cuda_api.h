@@ -14,6 +14,7 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <dlfcn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -162,6 +163,20 @@ static int cuda_api_load(struct cuda_api *api, int per_thread)
     return 0;
 }
 #endif
+
+/* The program's driver functions (one set per program or library). */
+static struct cuda_api api;
+
+/* A kernel several programs use: x[i] += 1 over (float *x, uint64_t n). */
+__attribute__((unused)) static void inc_kernel(void **params, const fakecuda_dims *dims)
+{
+    (void)dims;
+    float *x = *(float **)params[0];
+    uint64_t n = *(uint64_t *)params[1];
+    api.touch(x, n * sizeof *x);
+    for (uint64_t i = 0; i < n; i++)
+        x[i] += 1.0f;
+}
 
 /* cuInit, device 0's primary context made current. */
 static inline CUdevice cuda_api_start(struct cuda_api *api)

@@ -6,7 +6,6 @@
 
 #include "cuda_api.h"
 
-static struct cuda_api api;
 static CUcontext context;
 static CUstream stream;
 

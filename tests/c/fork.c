@@ -15,17 +15,7 @@
 
 #define FLOATS ((size_t)1 << 22) /* 16 MiB */
 
-static struct cuda_api api;
 
-static void inc_kernel(void **params, const fakecuda_dims *dims)
-{
-    (void)dims;
-    float *x = *(float **)params[0];
-    uint64_t n = *(uint64_t *)params[1];
-    api.touch(x, n * sizeof *x);
-    for (uint64_t i = 0; i < n; i++)
-        x[i] += 1.0f;
-}
 
 /* Uses CUDA: host-writes a buffer, increments it on the GPU, checks it. */
 static int workload(const char *who)

@@ -11,7 +11,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "error: %s\n", dlerror());
         return 3;
     }
-    struct cuda_api api;
+
     if (cuda_api_load(&api, 0) != 0)
         return 4;
     CUdeviceptr p;

@@ -3,7 +3,6 @@
  * dlopen: pump must neither deadlock nor recurse there. */
 #include "cuda_api.h"
 
-static struct cuda_api api;
 
 __attribute__((constructor)) static void use_cuda_while_loading(void)
 {

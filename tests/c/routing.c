@@ -66,6 +66,8 @@ int main(int argc, char **argv)
         {"cuMemFreeAsync", 11020, 0, "cuMemFreeAsync", 1},
         {"cuMemAllocFromPoolAsync", 11020, 0, "cuMemAllocFromPoolAsync", 1},
         {"cuStreamSynchronize", 7000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuStreamSynchronize_ptsz", 1},
+        {"cuCtxSynchronize", 12000, 0, "cuCtxSynchronize", 1},
+        {"cuCtxSynchronize", 13000, 0, "cuCtxSynchronize_v2", 1},
         {"cuGetProcAddress", 11030, 0, "cuGetProcAddress", 1},
         {"cuGetProcAddress", 12000, 0, "cuGetProcAddress_v2", 1},
         {"cuMemPrefetchAsync", 12020, 0, "cuMemPrefetchAsync_v2", 0},

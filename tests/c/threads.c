@@ -14,22 +14,12 @@
 
 #define FLOATS ((size_t)1 << 18) /* 1 MiB per buffer */
 
-static struct cuda_api api;
 static CUcontext context;
 static CUfunction inc;
 static int launches = 200;
 static atomic_int failures;
 static atomic_bool stop_churn;
 
-static void inc_kernel(void **params, const fakecuda_dims *dims)
-{
-    (void)dims;
-    float *x = *(float **)params[0];
-    uint64_t n = *(uint64_t *)params[1];
-    api.touch(x, n * sizeof *x);
-    for (uint64_t i = 0; i < n; i++)
-        x[i] += 1.0f;
-}
 
 static void *worker(void *arg)
 {
