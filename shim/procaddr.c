@@ -18,6 +18,7 @@ static void substitute_hook(const char *symbol, void **pfn)
         if (pump_real[i] == *pfn) {
             pump_log(2, "cuGetProcAddress(%s) -> pump's %s", symbol, pump_hooks[i].name);
             *pfn = pump_hooks[i].hook;
+            PUMP_COUNT(procaddr_hooks, 1);
             return;
         }
     }

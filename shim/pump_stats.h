@@ -24,6 +24,7 @@ struct pump_stats {
     uint32_t passthrough;            /* 1 when the shim stood aside (see reason) */
     char passthrough_reason[48];
 
+    uint64_t procaddr_hooks;         /* cuGetProcAddress answers swapped for pump's hooks */
     uint64_t launches;               /* kernel launches seen (every entry point) */
     uint64_t launches_managed;       /* ... whose arguments point into managed memory */
     uint64_t launches_prefetched;    /* ... for which a prefetch was enqueued */
