@@ -64,7 +64,7 @@ static uint64_t current_cap(void)
         if (c == 0)
             c = 1;  /* a device with no free memory: nothing fits */
         __atomic_store_n(&cap, c, __ATOMIC_RELEASE);
-        pump_stats_set_gauge(offsetof(struct pump_stats, capacity_bytes), c);
+        PUMP_SET(capacity_bytes, c);
     }
     pthread_mutex_unlock(&resolve_lock);
     return c;
@@ -72,8 +72,8 @@ static uint64_t current_cap(void)
 
 static void publish(uint64_t now)
 {
+    PUMP_SET(managed_bytes, now);
     struct pump_stats *record = atomic_load_explicit(&pump_stats_record, memory_order_relaxed);
-    __atomic_store_n(&record->managed_bytes, now, __ATOMIC_RELAXED);
     uint64_t peak = __atomic_load_n(&record->managed_bytes_peak, __ATOMIC_RELAXED);
     while (now > peak && !__atomic_compare_exchange_n(&record->managed_bytes_peak, &peak, now, true,
                                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {

@@ -72,8 +72,10 @@ extern PUMP_HIDDEN struct pump_stats *_Atomic pump_stats_record;
 #define PUMP_COUNT(field, n)                                                                   \
     __atomic_fetch_add(&atomic_load_explicit(&pump_stats_record, memory_order_relaxed)->field, \
                        (uint64_t)(n), __ATOMIC_RELAXED)
+#define PUMP_SET(field, v)                                                                  \
+    __atomic_store_n(&atomic_load_explicit(&pump_stats_record, memory_order_relaxed)->field, \
+                     (uint64_t)(v), __ATOMIC_RELAXED)
 PUMP_HIDDEN void pump_stats_open(void);
-PUMP_HIDDEN void pump_stats_set_gauge(size_t field_offset, uint64_t value);
 PUMP_HIDDEN void pump_stats_passthrough(const char *reason);
 
 /* ---- state shared by the hooks ---- */

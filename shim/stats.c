@@ -1,5 +1,4 @@
-/* stats.c: the process's counter record, and the process lifecycle around it
- * (load, fork, exit).
+/* stats.c: the process's counter record, from its creation to fork and exit.
  *
  * The record is a file in PUMP_STATS_DIR mapped shared, so counting is a
  * plain atomic add and the counts outlive the process however it ends.
@@ -80,12 +79,6 @@ PUMP_HIDDEN void pump_stats_passthrough(const char *reason)
     strncpy(record->passthrough_reason, reason, sizeof record->passthrough_reason - 1);
     __atomic_store_n(&record->passthrough, 1, __ATOMIC_RELAXED);
     atomic_store_explicit(&pump_passthrough, true, memory_order_relaxed);
-}
-
-PUMP_HIDDEN void pump_stats_set_gauge(size_t field_offset, uint64_t value)
-{
-    char *base = (char *)atomic_load_explicit(&pump_stats_record, memory_order_relaxed);
-    __atomic_store_n((uint64_t *)(base + field_offset), value, __ATOMIC_RELAXED);
 }
 
 /* CUDA cannot be used in a child forked after the parent initialised it, so
