@@ -97,6 +97,10 @@ static bool load_driver(void)
                      d.stream_is_capturing != NULL && (d.prefetch_v2 != NULL || d.prefetch_v1 != NULL);
     if (!d.can_prefetch)
         pump_log(1, "the driver lacks functions pump needs to prefetch: counting only");
+    pump_log(1, "driver loaded: policy %s%s, %s prefetch, %s parameter layouts",
+             pump_config.policy == PUMP_POLICY_LAUNCH ? "launch" : "off", pump_config.wait ? "" : " (no wait)",
+             d.prefetch_batch != NULL ? "batched" : "per-range",
+             d.func_param_info != NULL || d.kernel_param_info != NULL ? "with" : "without");
     pump_driver = d;
     return true;
 }

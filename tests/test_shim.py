@@ -307,3 +307,13 @@ def test_lookup_routing(run_program, mode):
     run = run_program("routing", mode, pump=mode == "pump")
     assert run.proc.returncode == 0, run.proc.stderr
     assert run.proc.stdout.strip().endswith(" passed, 0 failed")
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_prefetch_goes_to_the_kernels_device(run_program, program):
+    two = {"FAKECUDA_DEVICES": "2"}
+    off = run_program(program, 2, "--device=1", env=dict(two, PUMP_POLICY="off"))
+    assert off.result["gpu_faults"] == off.result["expected_faults"]
+    run = run_program(program, 2, "--device=1", env=two)
+    assert run.result["gpu_faults"] == 0
+    assert run.result["checksum"] == off.result["checksum"]

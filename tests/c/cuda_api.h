@@ -178,16 +178,21 @@ __attribute__((unused)) static void inc_kernel(void **params, const fakecuda_dim
         x[i] += 1.0f;
 }
 
-/* cuInit, device 0's primary context made current. */
-static inline CUdevice cuda_api_start(struct cuda_api *api)
+/* cuInit, device `ordinal`'s primary context made current. */
+static inline CUdevice cuda_api_start_on(struct cuda_api *api, int ordinal)
 {
     CUdevice dev;
     CUcontext ctx;
     CHECK(api->init(0));
-    CHECK(api->device_get(&dev, 0));
+    CHECK(api->device_get(&dev, ordinal));
     CHECK(api->primary_ctx_retain(&ctx, dev));
     CHECK(api->ctx_set_current(ctx));
     return dev;
+}
+
+static inline CUdevice cuda_api_start(struct cuda_api *api)
+{
+    return cuda_api_start_on(api, 0);
 }
 
 #endif

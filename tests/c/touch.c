@@ -5,12 +5,13 @@
  * graph replay. It prints one JSON line: a checksum of every result, the GPU
  * faults fakecuda counted, and the faults expected with no prefetching.
  *
- *   touch [ITERATIONS [--capture] [--decoy]]
+ *   touch [ITERATIONS [--capture] [--decoy] [--device=N]]
  * Between iterations the host rewrites buffer A (its pages go back to the
  * host), so later iterations test that residency beliefs expire.
  * --capture: the last kernel is captured into a graph and replayed.
  * --decoy: one more kernel takes an integer that happens to equal an address
  * inside a fifth allocation it never touches: the extent rule's cost.
+ * --device=N: run on device N (prefetches must go to the kernel's device).
  * Built twice: linked against libcuda, and (PUMP_TEST_PROCADDR) through
  * dlopen + cuGetProcAddress with per-thread-default-stream variants.
  */
@@ -137,14 +138,16 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
 int main(int argc, char **argv)
 {
     int iterations = argc > 1 ? atoi(argv[1]) : 1;
-    int capture = 0, decoy = 0;
+    int capture = 0, decoy = 0, device = 0;
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--capture") == 0)
             capture = 1;
         else if (strcmp(argv[i], "--decoy") == 0)
             decoy = 1;
+        else if (strncmp(argv[i], "--device=", 9) == 0)
+            device = atoi(argv[i] + 9);
         else {
-            fprintf(stderr, "usage: touch [ITERATIONS [--capture] [--decoy]]\n");
+            fprintf(stderr, "usage: touch [ITERATIONS [--capture] [--decoy] [--device=N]]\n");
             return 2;
         }
     }
@@ -158,7 +161,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "no CUDA driver\n");
         return missing;
     }
-    cuda_api_start(&api);
+    cuda_api_start_on(&api, device);
     register_kernels();
 
     CUmodule module;
