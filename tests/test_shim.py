@@ -317,3 +317,21 @@ def test_prefetch_goes_to_the_kernels_device(run_program, program):
     run = run_program(program, 2, "--device=1", env=two)
     assert run.result["gpu_faults"] == 0
     assert run.result["checksum"] == off.result["checksum"]
+
+
+def test_logging_is_rate_limited(run_program):
+    """The real runtime's bootstrap makes dozens of hooked lookups in well
+    under a second; PUMP_LOG=2 logs each, at most 20 lines a second."""
+    quiet = run_program("runtime_static")
+    assert quiet.proc.stderr == ""  # logging is off by default
+    loud = run_program("runtime_static", env={"PUMP_LOG": "2"})
+    lines = loud.proc.stderr.splitlines()
+    assert loud.records[0]["procaddr_hooks"] > 20
+    assert 10 <= len(lines) <= 21, lines
+    assert all(l.startswith("pump[") for l in lines)
+
+
+def test_unusable_stats_dir_changes_nothing(run_program, tmp_path):
+    run = run_program("touch_linked", env={"PUMP_STATS_DIR": str(tmp_path / "missing" / "dir")})
+    assert run.proc.stderr == ""
+    assert run.result["gpu_faults"] == 0
