@@ -39,6 +39,8 @@ def test_policy_launch_prefetches_everything(run_program, program):
     assert totals["resident_skips"] > 0
     assert totals["errors"] == 0
     assert run.result["bytes_prefetched_h2d"] == 256 << 20
+    # CUDA 13's batch call, one per launch that needed a prefetch
+    assert run.result["batch_prefetch_calls"] == totals["prefetch_calls"] == totals["launches_prefetched"]
 
 
 @pytest.mark.parametrize("program", PROGRAMS)
@@ -197,6 +199,7 @@ def test_old_driver_without_batch_or_param_info(run_program):
 def test_driver_with_param_info_but_no_batch(run_program):
     run = run_program("touch_linked", env={"FAKECUDA_DRIVER_VERSION": "12080"})
     assert run.result["gpu_faults"] == 0
+    assert run.result["batch_prefetch_calls"] == 0
     assert run.totals["prefetch_calls"] == run.totals["prefetch_ranges"]
 
 

@@ -294,10 +294,11 @@ int main(int argc, char **argv)
     h = fnv1a(h, &checksum_sum, sizeof checksum_sum);
     printf("{\"checksum\": \"%016llx\", \"gpu_faults\": %llu, \"expected_faults\": %llu, "
            "\"pages_touched\": %llu, \"bytes_prefetched_h2d\": %llu, \"bytes_prefetched_unused\": %llu, "
-           "\"kernels_run\": %llu}\n",
+           "\"kernels_run\": %llu, \"batch_prefetch_calls\": %llu}\n",
            (unsigned long long)h, (unsigned long long)stats.gpu_faults, (unsigned long long)expected_faults,
            (unsigned long long)stats.pages_touched_by_kernels, (unsigned long long)stats.bytes_prefetched_h2d,
-           (unsigned long long)stats.bytes_prefetched_unused, (unsigned long long)stats.kernels_run);
+           (unsigned long long)stats.bytes_prefetched_unused, (unsigned long long)stats.kernels_run,
+           (unsigned long long)stats.batch_prefetch_calls);
     CHECK(api.mem_free(a));
     CHECK(api.mem_free(b));
     CHECK(api.mem_free(c));
