@@ -76,7 +76,6 @@ static bool load_driver(void)
     struct pump_driver d = {
         .ctx_get_current = own_entry(lib, get_proc, "cuCtxGetCurrent", 4000, "cuCtxGetCurrent"),
         .ctx_get_device = own_entry(lib, get_proc, "cuCtxGetDevice", 2000, "cuCtxGetDevice"),
-        .device_total_mem = own_entry(lib, get_proc, "cuDeviceTotalMem", 3020, "cuDeviceTotalMem_v2"),
         .mem_get_info = own_entry(lib, get_proc, "cuMemGetInfo", 3020, "cuMemGetInfo_v2"),
         .stream_create = own_entry(lib, get_proc, "cuStreamCreate", 2000, "cuStreamCreate"),
         .event_create = own_entry(lib, get_proc, "cuEventCreate", 2000, "cuEventCreate"),

@@ -60,12 +60,29 @@ static bool call_ok(CUresult r, const char *what)
     return false;
 }
 
+/* pump's own driver calls must not trip a global-mode capture elsewhere:
+ * they run in relaxed capture mode (restore with capture_mode_restore). */
+static bool capture_mode_relax(CUstreamCaptureMode *mode)
+{
+    *mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    return pump_driver.exchange_capture_mode != NULL && pump_driver.exchange_capture_mode(mode) == CUDA_SUCCESS;
+}
+
+static void capture_mode_restore(bool relaxed, CUstreamCaptureMode *mode)
+{
+    if (relaxed)
+        pump_driver.exchange_capture_mode(mode);
+}
+
 static void setup_context(struct prefetch_context *c, CUcontext ctx)
 {
+    CUstreamCaptureMode mode;
+    bool relaxed = capture_mode_relax(&mode);
     c->usable = call_ok(pump_driver.ctx_get_device(&c->device), "cuCtxGetDevice") &&
                 call_ok(pump_driver.stream_create(&c->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
     for (int i = 0; c->usable && i < PUMP_EVENTS_PER_CONTEXT; i++)
         c->usable = call_ok(pump_driver.event_create(&c->events[i], CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    capture_mode_restore(relaxed, &mode);
     if (!c->usable)
         pump_log_once("no prefetch stream for a context: its launches are not prefetched");
     __atomic_store_n(&c->ctx, ctx, __ATOMIC_RELEASE);
@@ -169,14 +186,11 @@ PUMP_HIDDEN void pump_prefetch_for_launch(CUstream stream, const struct pump_sca
         PUMP_COUNT(launches_captured, 1);
         return;
     }
-    /* pump's own calls must not trip a global-mode capture elsewhere. */
-    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-    bool exchanged = pump_driver.exchange_capture_mode != NULL &&
-                     pump_driver.exchange_capture_mode(&mode) == CUDA_SUCCESS;
+    CUstreamCaptureMode mode;
+    bool relaxed = capture_mode_relax(&mode);
     bool ok = prefetch_ranges(c, ptrs, sizes, n);
     record_and_wait(c, stream);
-    if (exchanged)
-        pump_driver.exchange_capture_mode(&mode);
+    capture_mode_restore(relaxed, &mode);
 
     PUMP_COUNT(launches_prefetched, 1);
     PUMP_COUNT(prefetch_ranges, n);

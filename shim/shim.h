@@ -97,7 +97,6 @@ PUMP_HIDDEN bool pump_driver_was_used(void);
 struct pump_driver {
     PFN_cuCtxGetCurrent_v4000 ctx_get_current;
     PFN_cuCtxGetDevice_v2000 ctx_get_device;
-    PFN_cuDeviceTotalMem_v3020 device_total_mem;
     PFN_cuMemGetInfo_v3020 mem_get_info;
     PFN_cuStreamCreate_v2000 stream_create;
     PFN_cuEventCreate_v2000 event_create;
