@@ -16,11 +16,15 @@ static void forget_stale(CUdeviceptr base, size_t size)
         pump_capacity_release(stale);
 }
 
-static void track_managed(CUdeviceptr base, size_t size)
+/* False when the table is full: the allocation then stays invisible to pump
+ * (no prefetch, and outside the capacity count, since no free would see it). */
+static bool track_managed(CUdeviceptr base, size_t size)
 {
     forget_stale(base, size);
-    pump_ranges_insert(base, size);
+    if (!pump_ranges_insert(base, size))
+        return false;
     PUMP_COUNT(managed_allocs, 1);
+    return true;
 }
 
 static void untrack(CUdeviceptr base)
@@ -40,9 +44,7 @@ CUresult pump_mem_alloc_managed(CUdeviceptr *dptr, size_t bytesize, unsigned int
     if (!pump_capacity_reserve(bytesize))
         return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = real(dptr, bytesize, flags);
-    if (r == CUDA_SUCCESS)
-        track_managed(*dptr, bytesize);
-    else
+    if (r != CUDA_SUCCESS || !track_managed(*dptr, bytesize))
         pump_capacity_release(bytesize);
     return r;
 }
@@ -57,8 +59,8 @@ static void after_device_alloc(CUresult r, const CUdeviceptr *dptr, size_t bytes
     if (may_be_managed && pump_driver.pointer_get_attribute != NULL &&
         pump_driver.pointer_get_attribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, *dptr) == CUDA_SUCCESS &&
         managed) {
-        track_managed(*dptr, bytesize);
-        pump_capacity_add(bytesize);
+        if (track_managed(*dptr, bytesize))
+            pump_capacity_add(bytesize);
     } else {
         forget_stale(*dptr, bytesize);
     }
