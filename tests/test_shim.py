@@ -207,7 +207,7 @@ def test_driver_with_param_info_but_no_batch(run_program):
 @pytest.mark.parametrize("program, args", [("touch_linked", [2]), ("touch_procaddr", [2, "--capture"]),
                                            ("threads", [4, 50]), ("fork", ["after"]), ("fork", ["before"])])
 def test_under_sanitizers(run_program, variant, program, args):
-    env = {"ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0", "UBSAN_OPTIONS": "print_stacktrace=1",
+    env = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0", "UBSAN_OPTIONS": "print_stacktrace=1",
            "TSAN_OPTIONS": "halt_on_error=1:second_deadlock_stack=1"}
     run = run_program(program, *args, variant=variant, env=env, timeout=600)
     assert run.proc.returncode == 0, run.proc.stderr[-4000:]
@@ -219,7 +219,7 @@ def test_under_sanitizers(run_program, variant, program, args):
 @pytest.mark.parametrize("variant", ["asan", "tsan"])
 def test_recursion_under_sanitizers(run_program, c_build, variant):
     run = run_program("recursion", c_build / variant / "recursion_lib.so", variant=variant,
-                      env={"ASAN_OPTIONS": "detect_leaks=0", "TSAN_OPTIONS": "halt_on_error=1"}, timeout=120)
+                      env={"ASAN_OPTIONS": "detect_leaks=1", "TSAN_OPTIONS": "halt_on_error=1"}, timeout=120)
     assert run.proc.returncode == 0, run.proc.stderr[-4000:]
 
 
@@ -251,7 +251,7 @@ def test_shim_units(c_build, variant):
     import subprocess
 
     proc = subprocess.run([str(c_build / variant / "units")], capture_output=True, text=True, timeout=300,
-                          env={"TSAN_OPTIONS": "halt_on_error=1", "ASAN_OPTIONS": "detect_leaks=0"})
+                          env={"TSAN_OPTIONS": "halt_on_error=1", "ASAN_OPTIONS": "detect_leaks=1"})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().endswith(", 0 failed")
 
