@@ -42,7 +42,10 @@ static bool query(param_info_fn info, CUfunction f, size_t *offsets, size_t *siz
 
 static const struct pump_layout *build(CUfunction f)
 {
-    static _Thread_local size_t offsets[PUMP_MAX_PARAMS], sizes[PUMP_MAX_PARAMS];
+    size_t *offsets = malloc(2 * PUMP_MAX_PARAMS * sizeof(size_t));
+    if (offsets == NULL)
+        return &unknown_layout;
+    size_t *sizes = offsets + PUMP_MAX_PARAMS;
     uint32_t params = 0;
     bool ok = query((param_info_fn)pump_driver.func_param_info, f, offsets, sizes, &params);
     /* Zero parameters from cuFuncGetParamInfo may mean "not a CUfunction". */
@@ -53,16 +56,20 @@ static const struct pump_layout *build(CUfunction f)
             params = kernel_params;
         }
     }
-    if (!ok)
+    if (!ok) {
+        free(offsets);
         return &unknown_layout;
+    }
 
     uint32_t words = 0;
     for (uint32_t i = 0; i < params; i++)
         for (size_t o = (offsets[i] + 7) & ~(size_t)7; o + 8 <= offsets[i] + sizes[i]; o += 8)
             words++;
     struct pump_layout *layout = malloc(sizeof *layout + words * sizeof(struct pump_word));
-    if (layout == NULL)
+    if (layout == NULL) {
+        free(offsets);
         return &unknown_layout;
+    }
     layout->known = true;
     layout->params = params;
     layout->words = 0;
@@ -70,6 +77,7 @@ static const struct pump_layout *build(CUfunction f)
         for (size_t o = (offsets[i] + 7) & ~(size_t)7; o + 8 <= offsets[i] + sizes[i]; o += 8)
             layout->word[layout->words++] = (struct pump_word){
                 .param = i, .offset_in_param = (uint32_t)(o - offsets[i]), .buffer_offset = (uint32_t)o};
+    free(offsets);
     return layout;
 }
 
@@ -87,7 +95,25 @@ static const struct pump_layout *value_at(size_t slot)
     return v;
 }
 
+/* Launches repeat the same kernel: each thread remembers its last one. The
+ * library is preloaded, so its thread-locals can live in the static TLS block. */
+#define PUMP_TLS __attribute__((tls_model("initial-exec"))) _Thread_local
+static PUMP_TLS CUfunction last_function;
+static PUMP_TLS const struct pump_layout *last_layout;
+
+static const struct pump_layout *cached_layout_of(CUfunction f);
+
 PUMP_HIDDEN const struct pump_layout *pump_layout_of(CUfunction f)
+{
+    if (PUMP_LIKELY(f == last_function && last_layout != NULL))
+        return last_layout;
+    const struct pump_layout *layout = cached_layout_of(f);
+    last_function = f;
+    last_layout = layout;
+    return layout;
+}
+
+static const struct pump_layout *cached_layout_of(CUfunction f)
 {
     uintptr_t key = (uintptr_t)f;
     size_t slot = slot_of(key);
