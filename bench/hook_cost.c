@@ -11,23 +11,10 @@
  * Prints: SCENARIO LAUNCHES NANOSECONDS_PER_LAUNCH
  */
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include <cuda.h>
-
-#include "fakecuda.h"
-
-#define CHECK(call)                                                              \
-    do {                                                                         \
-        CUresult r_ = (call);                                                    \
-        if (r_ != CUDA_SUCCESS) {                                                \
-            fprintf(stderr, "error: %s returned %d\n", #call, (int)r_);          \
-            exit(3);                                                             \
-        }                                                                        \
-    } while (0)
+#include "cuda_api.h"
 
 #define WIDE_WORDS 512 /* 4 KiB */
 

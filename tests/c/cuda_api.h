@@ -65,7 +65,7 @@ struct cuda_api {
 #ifdef PUMP_TEST_PROCADDR
 /* Returns 0, or 4 when there is no driver (as cudart reports
  * cudaErrorInsufficientDriver). */
-static int cuda_api_load(struct cuda_api *api, int per_thread)
+static inline int cuda_api_load(struct cuda_api *api, int per_thread)
 {
     void *lib = dlopen("libcuda.so.1", RTLD_NOW);
     if (lib == NULL)
@@ -125,7 +125,7 @@ static int cuda_api_load(struct cuda_api *api, int per_thread)
     return 0;
 }
 #else
-static int cuda_api_load(struct cuda_api *api, int per_thread)
+static inline int cuda_api_load(struct cuda_api *api, int per_thread)
 {
     (void)per_thread;
     *api = (struct cuda_api){
