@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from helpers import clean_env
 from pump import shim, stats
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -68,8 +69,7 @@ def run_program(c_build, libpump, tmp_path):
         counter[0] += 1
         stats_dir = tmp_path / f"stats{counter[0]}"
         stats_dir.mkdir()
-        full_env = {k: v for k, v in os.environ.items() if not k.startswith(("PUMP_", "FAKECUDA_"))}
-        full_env.pop("LD_PRELOAD", None)
+        full_env = clean_env()
         if driver:
             full_env["LD_LIBRARY_PATH"] = str(c_build / variant)
         else:

@@ -7,7 +7,6 @@ with build/tests/plain on the library path. That build comes from the c_build fi
 which also keeps it current with the sources."""
 
 import json
-import os
 import pathlib
 import re
 import subprocess
@@ -15,19 +14,18 @@ import sys
 
 import pytest
 
+from helpers import PUMP_RUN, clean_env
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "managed_saxpy.py"
-PUMP_RUN = str(pathlib.Path(sys.executable).parent / "pump-run")
 STEPS, MIB = 3, 4
 ARGS = [sys.executable, str(EXAMPLE), "--mib", str(MIB), "--steps", str(STEPS)]
 FAKECUDA_NOTE = "no CUDA driver here: running on pump's CPU model of the driver (tests/fakecuda)"
 
 
 @pytest.fixture(scope="module")
-def clean_env(c_build):
-    drop = ("LD_PRELOAD", "LD_LIBRARY_PATH", "PUMP_EXAMPLE_FAKECUDA")
-    return {k: v for k, v in os.environ.items()
-            if k not in drop and not k.startswith(("PUMP_", "FAKECUDA_"))}
+def example_env(c_build):
+    return clean_env("LD_LIBRARY_PATH")
 
 
 def run(args, env):
@@ -43,8 +41,8 @@ def run(args, env):
 
 
 @pytest.fixture(scope="module")
-def bare(clean_env):
-    return run(ARGS, clean_env)
+def bare(example_env):
+    return run(ARGS, example_env)
 
 
 def test_bare(bare):
@@ -55,9 +53,9 @@ def test_bare(bare):
     assert "pump:" not in proc.stderr  # not under pump
 
 
-def test_pump_run(bare, clean_env, tmp_path):
+def test_pump_run(bare, example_env, tmp_path):
     stats_file = tmp_path / "stats.json"
-    proc, checksum, faults = run([PUMP_RUN, "--stats", str(stats_file), *ARGS], clean_env)
+    proc, checksum, faults = run([PUMP_RUN, "--stats", str(stats_file), *ARGS], example_env)
     assert checksum == bare[1]
     assert faults == 0, proc.stdout  # every page was prefetched before its kernel ran
     summary = [l for l in proc.stderr.splitlines() if l.startswith("pump: ")]
@@ -70,8 +68,8 @@ def test_pump_run(bare, clean_env, tmp_path):
     assert totals["processes"] == 1  # the re-executed process keeps its pid and its record
 
 
-def test_pump_run_policy_off(bare, clean_env):
-    proc, checksum, faults = run([PUMP_RUN, "--policy", "off", *ARGS], clean_env)
+def test_pump_run_policy_off(bare, example_env):
+    proc, checksum, faults = run([PUMP_RUN, "--policy", "off", *ARGS], example_env)
     assert checksum == bare[1]
     assert faults == bare[2] > 0, proc.stdout  # pump counted launches and moved nothing
     assert re.search(rf"^pump: {2 * STEPS} launches .* 0 B prefetched", proc.stderr, re.M), proc.stderr

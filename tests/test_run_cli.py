@@ -18,12 +18,11 @@ import time
 
 import pytest
 
+import helpers
 import pump
 from pump import stats
 
-# The console script installed beside this Python: it imports the installed
-# package (with libpump.so), never the source tree's.
-PUMP_RUN = [str(pathlib.Path(sys.executable).parent / "pump-run")]
+PUMP_RUN = [helpers.PUMP_RUN]
 GiB = 1 << 30
 
 
@@ -37,8 +36,7 @@ def libdir(tmp_path_factory):
 
 @pytest.fixture
 def env(libdir):
-    e = {k: v for k, v in os.environ.items()
-         if not k.startswith("PUMP_") and k != "LD_PRELOAD"}
+    e = helpers.clean_env()
     e["PUMP_SHIM_PATH"] = str(libdir / "empty.so")
     return e
 

@@ -2,8 +2,13 @@
 driver, results identical to a run without pump, and the safety rules."""
 
 import json
+import os
+import subprocess
+import time
 
 import pytest
+
+from helpers import PUMP_RUN, clean_env
 
 PAGES_256_MIB = 256 * 1024 // 64  # fakecuda faults per 64 KiB page
 PROGRAMS = ["touch_linked", "touch_procaddr"]
@@ -126,9 +131,6 @@ def test_libcuda_missing_is_pure_pass_through(run_program):
 
 @pytest.mark.parametrize("command", [["true"], ["sh", "-c", "echo hello; ls / >/dev/null; exit 7"]])
 def test_program_that_never_uses_cuda(libpump, tmp_path, command):
-    import os
-    import subprocess
-
     env = dict(os.environ, PUMP_STATS_DIR=str(tmp_path))
     bare = subprocess.run(command, capture_output=True, env=env)
     under = subprocess.run(command, capture_output=True, env=dict(env, LD_PRELOAD=str(libpump)))
@@ -235,8 +237,6 @@ def test_decoy_word_costs_a_useless_prefetch(run_program):
 
 
 def test_exit_while_another_thread_is_inside_the_driver(run_program):
-    import time
-
     start = time.monotonic()
     run = run_program("exit_busy", timeout=30)
     elapsed = time.monotonic() - start
@@ -248,8 +248,6 @@ def test_exit_while_another_thread_is_inside_the_driver(run_program):
 
 @pytest.mark.parametrize("variant", ["plain", "asan", "tsan"])
 def test_shim_units(c_build, variant):
-    import subprocess
-
     proc = subprocess.run([str(c_build / variant / "units")], capture_output=True, text=True, timeout=300,
                           env={"TSAN_OPTIONS": "halt_on_error=1", "ASAN_OPTIONS": "detect_leaks=1"})
     assert proc.returncode == 0, proc.stderr
@@ -258,17 +256,9 @@ def test_shim_units(c_build, variant):
 
 def pump_run_job(c_build, tmp_path, *command, flags=()):
     """pump-run (the installed console script) over fakecuda programs."""
-    import json
-    import os
-    import pathlib
-    import subprocess
-    import sys
-
     stats_file = tmp_path / "stats.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PUMP_", "FAKECUDA_")) and k != "LD_PRELOAD"}
-    env["LD_LIBRARY_PATH"] = str(c_build / "plain")
-    pump_run = pathlib.Path(sys.executable).parent / "pump-run"
-    proc = subprocess.run([str(pump_run), "--stats", str(stats_file), *flags, *map(str, command)], env=env,
+    env = dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"))
+    proc = subprocess.run([PUMP_RUN, "--stats", str(stats_file), *flags, *map(str, command)], env=env,
                           capture_output=True, text=True, timeout=300)
     return proc, json.loads(stats_file.read_text())
 
