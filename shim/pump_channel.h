@@ -1,0 +1,131 @@
+/* pump_channel.h: the channels between a job's shim and pumpd, the one
+ * layout both sides read (the shim in C, pumpd through cffi and numpy).
+ *
+ * Three channels per process:
+ *  - the socket: framed messages (struct pump_msg_header + a JSON object),
+ *    used to attach, to resume after a daemon restart, and by pump-run and
+ *    `pump status`. Rare, never on a launch's path.
+ *  - the event ring, shim -> pumpd: fixed-size records in shared memory that
+ *    pumpd creates (a sealed memfd passed over the socket). Many producer
+ *    threads, one consumer; written without locks or system calls; when full
+ *    the shim drops the record and counts it, it never waits.
+ *  - the plan, pumpd -> shim: shared memory pumpd writes and the shim reads
+ *    under a sequence counter, without ever waiting on it.
+ *
+ * cffi parses this header: no macros, no #include beyond the guard below.
+ * Fields read by both sides across the processes are accessed in C with
+ * __atomic builtins; cffi sees plain integers.
+ */
+#ifndef PUMP_CHANNEL_H
+#define PUMP_CHANNEL_H
+#include <stdint.h>
+
+enum {
+    PUMP_PROTOCOL_VERSION = 1,
+    PUMP_MSG_MAGIC = 0x47534d50,       /* "PMSG" little-endian */
+    PUMP_MSG_PAYLOAD_MAX = 65536,      /* bytes of JSON after the header */
+    PUMP_RING_MAGIC = 0x474e5250,      /* "PRNG" */
+    PUMP_PLAN_MAGIC = 0x4e4c5050,      /* "PPLN" */
+    PUMP_RING_RECORDS_MIN = 1024,      /* a ring holds a power of two records */
+    PUMP_RING_RECORDS_MAX = 4194304,
+    PUMP_FUNCTION_NAME_MAX = 1024,     /* longer kernel names are cut here */
+    PUMP_PLAN_SLOTS = 4096,            /* trigger hash slots, a power of two */
+    PUMP_PLAN_PROBES = 8,              /* a trigger sits within this many slots of its hash */
+    PUMP_PLAN_RANGES = 32768           /* allocation bases all triggers name, in total */
+};
+
+/* ---- the socket ----
+ * Every message: this header, then `length` bytes (at most
+ * PUMP_MSG_PAYLOAD_MAX) of a UTF-8 JSON object. A request carries "op";
+ * a reply "ok": true and the op's fields, an error "error": "text".
+ * A reply to op "attach" carries two file descriptors (SCM_RIGHTS): the
+ * ring, then the plan; a request with op "resume" carries the same two back.
+ * A peer that breaks the framing is disconnected; the daemon serves on. */
+enum pump_msg_type {
+    PUMP_MSG_REQUEST = 1,
+    PUMP_MSG_REPLY = 2,
+    PUMP_MSG_ERROR = 3
+};
+
+struct pump_msg_header {
+    uint32_t magic;                    /* PUMP_MSG_MAGIC */
+    uint16_t version;                  /* PUMP_PROTOCOL_VERSION */
+    uint16_t type;                     /* enum pump_msg_type */
+    uint32_t length;                   /* payload bytes */
+    uint32_t reserved;                 /* 0 */
+};
+
+/* ---- the event ring ---- */
+enum pump_event_kind {
+    PUMP_EVENT_ALLOC = 1,         /* arg0 base, arg1 size, arg2 cuMemAllocManaged flags */
+    PUMP_EVENT_FREE = 2,          /* arg0 base, arg1 size */
+    PUMP_EVENT_LAUNCH = 3,        /* arg0 function, arg1 stream, arg2..4 the first
+                                     allocation bases; count: allocations in all */
+    PUMP_EVENT_LAUNCH_MORE = 4,   /* follows a LAUNCH: arg0..4 more bases; count: in this record */
+    PUMP_EVENT_FUNCTION = 5,      /* once per function: arg0 function; count: name bytes
+                                     in all; arg1..4 the first 32 bytes of the name */
+    PUMP_EVENT_NAME = 6,          /* follows a FUNCTION: count bytes of the name in arg0..4 */
+    PUMP_EVENT_SYNC = 7           /* a synchronisation returned: arg0 the new epoch */
+};
+
+/* 64 bytes. A record is complete once `seq` holds its ring position + 1
+ * (stored last, with release order); records of one launch or one name are
+ * reserved together, so they are contiguous in the ring. */
+struct pump_event {
+    uint64_t seq;
+    uint16_t kind;                /* enum pump_event_kind */
+    uint16_t count;
+    int32_t device;               /* CUDA ordinal, -1 where unknown */
+    uint64_t time_ns;             /* CLOCK_MONOTONIC */
+    uint64_t arg[5];
+};
+
+/* The ring's first 256 bytes; `capacity` records follow. head and tail are
+ * positions that only grow (a record's slot is its position modulo
+ * capacity). The shim writes head, written and dropped; pumpd writes tail
+ * and trusts nothing it reads here beyond what it checks. */
+struct pump_ring_header {
+    uint32_t magic;               /* PUMP_RING_MAGIC */
+    uint32_t version;             /* PUMP_PROTOCOL_VERSION */
+    uint32_t record_size;         /* sizeof(struct pump_event) */
+    uint32_t capacity;            /* records */
+    uint64_t session;             /* pumpd's id for this process */
+    char job[32];                 /* pumpd's id of the job (NUL-terminated), read back on resume */
+    uint8_t pad0[8];
+    uint64_t head;                /* next position a producer reserves */
+    uint8_t pad1[56];
+    uint64_t tail;                /* next position pumpd reads */
+    uint8_t pad2[56];
+    uint64_t written;             /* records written */
+    uint64_t dropped;             /* records not written: the ring was full */
+    uint8_t pad3[48];
+};
+
+/* ---- the plan ---- */
+/* Before a launch of `function`, also prefetch the allocations at
+ * range[first .. first + count). A trigger sits in slot
+ *     ((function >> 4) * 0x9E3779B97F4A7C15 mod 2^64) >> 52
+ * or one of the PUMP_PLAN_PROBES - 1 slots after it (wrapping around);
+ * function 0 marks an empty slot. */
+struct pump_plan_trigger {
+    uint64_t function;
+    uint32_t first;
+    uint32_t count;
+};
+
+/* pumpd makes `generation` odd, writes, then makes it even again; the shim
+ * reads it before and after copying what it needs and ignores the plan for
+ * this launch if the two differ or are odd. It never waits for the daemon. */
+struct pump_plan {
+    uint32_t magic;               /* PUMP_PLAN_MAGIC */
+    uint32_t version;             /* PUMP_PROTOCOL_VERSION */
+    uint64_t generation;
+    uint64_t budget_bytes;        /* cap on GPU-resident managed bytes per device; 0: none */
+    uint32_t trigger_count;       /* slots in use */
+    uint32_t range_count;         /* entries of range[] in use */
+    uint8_t pad0[32];
+    struct pump_plan_trigger trigger[4096];   /* PUMP_PLAN_SLOTS */
+    uint64_t range[32768];                    /* PUMP_PLAN_RANGES */
+};
+
+#endif
