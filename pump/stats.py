@@ -7,11 +7,12 @@ or size is written down twice.  A field added to the header is read, written to
 """
 
 import functools
-import importlib.resources
 import logging
 import pathlib
 
 import cffi
+
+from pump import headers
 
 HEADER_NAME = "pump_stats.h"
 STRUCT = "struct pump_stats"
@@ -24,29 +25,9 @@ _COUNT_FLAGS = {"exited": "exited_processes", "passthrough": "passthrough_proces
 log = logging.getLogger(__name__)
 
 
-def header_path() -> pathlib.Path:
-    """pump_stats.h: installed next to the package, else the source tree's shim/."""
-    candidates = [
-        pathlib.Path(str(importlib.resources.files("pump") / HEADER_NAME)),
-        pathlib.Path(__file__).resolve().parent.parent / "shim" / HEADER_NAME,
-    ]
-    for path in candidates:
-        if path.is_file():
-            return path
-    raise FileNotFoundError(
-        f"{HEADER_NAME} not found (looked in {', '.join(str(p) for p in candidates)})"
-    )
-
-
 @functools.cache
 def _load():
-    text = header_path().read_text()
-    cdef = "\n".join(
-        line for line in text.splitlines() if not line.lstrip().startswith("#")
-    )
-    ffi = cffi.FFI()
-    ffi.cdef(cdef)
-    consts = ffi.dlopen(None)  # ABI mode: gives the header's enum constants
+    ffi, consts = headers.load(HEADER_NAME)
     return ffi, consts.PUMP_STATS_MAGIC, consts.PUMP_STATS_VERSION
 
 
