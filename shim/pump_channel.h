@@ -65,7 +65,11 @@ enum pump_event_kind {
     PUMP_EVENT_FUNCTION = 5,      /* once per function: arg0 function; count: name bytes
                                      in all; arg1..4 the first 32 bytes of the name */
     PUMP_EVENT_NAME = 6,          /* follows a FUNCTION: count bytes of the name in arg0..4 */
-    PUMP_EVENT_SYNC = 7           /* a synchronisation returned: arg0 the new epoch */
+    PUMP_EVENT_SYNC = 7,          /* a synchronisation returned: arg0 the new epoch */
+    PUMP_EVENT_COUNTERS = 8       /* the shim's own accounting, sent by its worker about
+                                     twice a second: arg0 launches, arg1 launches on managed
+                                     memory, arg2 bytes prefetched, arg3 bytes believed
+                                     resident on GPUs, arg4 bytes evicted */
 };
 
 /* 64 bytes. A record is complete once `seq` holds its ring position + 1
