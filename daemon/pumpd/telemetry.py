@@ -1,0 +1,246 @@
+"""pumpd's telemetry: GPUs through NVML (``pynvml``, from the ``nvidia-ml-py``
+package), host memory and job process trees through psutil.
+
+Every call here blocks (NVML calls can take long on a busy or failing GPU):
+pumpd runs them in a thread executor with a timeout, never on its event loop.
+Telemetry is advisory: when NVML is missing or failing, ``sample()`` still
+answers (no GPUs, and ``"nvml"`` says why), and one field NVML cannot give is
+``None``, never an exception.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import time
+
+import psutil
+
+log = logging.getLogger("pumpd")
+
+# nvmlDeviceGetPcieThroughput answers in "KB/s"; NVML's KB is 1024 bytes.
+_KIB = 1024
+# How long shutdown() waits for a sample() stuck inside NVML before giving up.
+_SHUTDOWN_WAIT_S = 5.0
+
+
+def uuid_from_cuda_bytes(b: bytes) -> str:
+    """The NVML spelling of a GPU UUID given as CUDA's 16 raw bytes
+    (``cuDeviceGetUuid``): ``"GPU-"`` and the bytes in hex, grouped 8-4-4-4-12."""
+    b = bytes(b)
+    if len(b) != 16:
+        raise ValueError(f"a CUDA UUID is 16 bytes, got {len(b)}")
+    h = b.hex()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def _uuid_key(uuid: str) -> str:
+    """UUIDs compare case-insensitively, with or without NVML's "GPU-" prefix."""
+    u = uuid.strip().lower()
+    return u[4:] if u.startswith("gpu-") else u
+
+
+class Telemetry:
+    """GPU and host telemetry for pumpd.
+
+    ``nvml=False`` never touches NVML (``"nvml": "disabled"``). Otherwise NVML is
+    initialised on first use. If pynvml cannot be imported, GPUs stay off for
+    good; if ``nvmlInit`` fails (driver not loaded yet, no permission on
+    /dev/nvidia*), it is tried again at most every ``retry_s`` seconds. Either
+    reason is logged once, never again.
+
+    The methods are safe to call from several threads (an executor whose earlier
+    call timed out may still be inside NVML when the next one starts).
+    """
+
+    def __init__(self, nvml: bool = True, retry_s: float = 60.0):
+        self._enabled = nvml
+        self._retry_s = retry_s
+        self._lock = threading.Lock()
+        self._pynvml = None          # the module, once nvmlInit succeeded
+        self._status = "ok" if nvml else "disabled"
+        self._import_failed = False
+        self._next_try = 0.0
+        self._logged = set()
+
+    # -- NVML state ---------------------------------------------------------
+
+    def _log_once(self, key, level, msg, *args):
+        if key not in self._logged:
+            self._logged.add(key)
+            log.log(level, msg, *args)
+
+    def _unavailable(self, reason, key, level):
+        self._status = reason
+        self._log_once(key, level, "GPU telemetry unavailable: %s", reason)
+
+    def _nvml(self):
+        """The initialised pynvml module, or None (with self._status saying why).
+        Call with self._lock held."""
+        if not self._enabled:
+            return None
+        if self._pynvml is not None:
+            return self._pynvml
+        if self._import_failed or time.monotonic() < self._next_try:
+            return None
+        try:
+            mod = importlib.import_module("pynvml")
+        except Exception as e:  # ImportError, or a broken install raising anything
+            self._import_failed = True
+            self._unavailable(f"pynvml not importable ({e}); install nvidia-ml-py",
+                              "unavailable", logging.INFO)
+            return None
+        try:
+            mod.nvmlInit()
+        except Exception as e:  # pynvml.NVMLError_*: no library, no driver, no permission
+            self._next_try = time.monotonic() + self._retry_s
+            self._unavailable(f"nvmlInit failed: {e}", "unavailable", logging.WARNING)
+            return None
+        if "unavailable" in self._logged:
+            log.info("GPU telemetry: NVML is available now")
+        self._pynvml = mod
+        self._status = "ok"
+        return mod
+
+    def _query(self, field, fn, *args):
+        """One NVML query; any failure (NVMLError_NotSupported, _NoPermission,
+        _GpuIsLost, ...) gives None. Each kind of failure of a field is logged
+        once at debug level."""
+        try:
+            return fn(*args)
+        except Exception as e:
+            self._log_once(("field", field, type(e).__name__), logging.DEBUG,
+                           "NVML %s failed: %s", field, e)
+            return None
+
+    def _device_count(self, mod):
+        try:
+            count = mod.nvmlDeviceGetCount()
+        except Exception as e:
+            self._unavailable(f"nvmlDeviceGetCount failed: {e}", "count", logging.WARNING)
+            return 0
+        self._status = "ok"
+        return count
+
+    # -- public -------------------------------------------------------------
+
+    def sample(self) -> dict:
+        """One reading of every GPU and of host memory (blocking).
+
+        ``{"gpus": [{"uuid", "index", "name", "memory_used", "memory_total",
+        "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "utilization_gpu"}, ...],
+        "host": {"memory_total", "memory_available"}, "nvml": "ok" | reason}``.
+        ``index`` is the NVML index (not the CUDA ordinal: see cuda_to_nvml);
+        sizes are bytes, ``utilization_gpu`` a percentage; a field NVML cannot
+        give is None.
+        """
+        gpus = []
+        with self._lock:
+            mod = self._nvml()
+            if mod is not None:
+                for i in range(self._device_count(mod)):
+                    gpus.append(self._gpu(mod, i))
+            status = self._status
+        vm = psutil.virtual_memory()
+        return {"gpus": gpus,
+                "host": {"memory_total": vm.total, "memory_available": vm.available},
+                "nvml": status}
+
+    def _gpu(self, mod, index):
+        gpu = {"uuid": None, "index": index, "name": None, "memory_used": None,
+               "memory_total": None, "pcie_tx_bytes_per_s": None,
+               "pcie_rx_bytes_per_s": None, "utilization_gpu": None}
+        h = self._query("handle", mod.nvmlDeviceGetHandleByIndex, index)
+        if h is None:
+            return gpu
+        gpu["uuid"] = _text(self._query("uuid", mod.nvmlDeviceGetUUID, h))
+        gpu["name"] = _text(self._query("name", mod.nvmlDeviceGetName, h))
+        mem = self._query("memory", mod.nvmlDeviceGetMemoryInfo, h)
+        if mem is not None:
+            gpu["memory_used"], gpu["memory_total"] = mem.used, mem.total
+        for key, counter in (("pcie_tx_bytes_per_s", "NVML_PCIE_UTIL_TX_BYTES"),
+                             ("pcie_rx_bytes_per_s", "NVML_PCIE_UTIL_RX_BYTES")):
+            kb = self._query(key, mod.nvmlDeviceGetPcieThroughput, h, getattr(mod, counter))
+            gpu[key] = None if kb is None else kb * _KIB
+        util = self._query("utilization", mod.nvmlDeviceGetUtilizationRates, h)
+        if util is not None:
+            gpu["utilization_gpu"] = util.gpu
+        return gpu
+
+    def cuda_to_nvml(self, uuids_by_cuda_ordinal: list[str]) -> dict[int, int]:
+        """Map CUDA device ordinals to NVML indices by UUID (blocking).
+
+        ``uuids_by_cuda_ordinal[k]`` is the UUID of the job's CUDA device ``k``
+        (``uuid_from_cuda_bytes`` of what ``cuDeviceGetUuid`` gave). The two
+        numberings differ: CUDA orders devices fastest first by default
+        (``CUDA_DEVICE_ORDER=FASTEST_FIRST``, NVML by PCI bus id) and
+        ``CUDA_VISIBLE_DEVICES`` both hides devices and reorders them (with
+        ``CUDA_VISIBLE_DEVICES=2,0`` CUDA's device 0 is NVML's 2), and each job
+        may set it differently. Only UUIDs identify a GPU across processes.
+        Ordinals whose UUID NVML does not list (a MIG instance, NVML
+        unavailable) are left out of the result.
+        """
+        with self._lock:
+            mod = self._nvml()
+            if mod is None:
+                return {}
+            by_uuid = {}
+            for i in range(self._device_count(mod)):
+                h = self._query("handle", mod.nvmlDeviceGetHandleByIndex, i)
+                u = None if h is None else _text(self._query("uuid", mod.nvmlDeviceGetUUID, h))
+                if u:
+                    by_uuid[_uuid_key(u)] = i
+        return {ordinal: by_uuid[_uuid_key(u)]
+                for ordinal, u in enumerate(uuids_by_cuda_ordinal)
+                if _uuid_key(u) in by_uuid}
+
+    @staticmethod
+    def process_tree(pid: int) -> dict:
+        """The process ``pid`` and all its descendants (blocking):
+        ``{"pids": [...], "rss_bytes": sum of RSS, "cpu_seconds": sum of user +
+        system}``. The CPU time of descendants that already exited and were
+        waited for is included (through their parents' children_user/system), so
+        the total does not drop when a data-loader worker exits. Processes that
+        vanish or deny access while being read are skipped; an unknown ``pid``
+        gives an empty tree."""
+        tree = {"pids": [], "rss_bytes": 0, "cpu_seconds": 0.0}
+        try:
+            root = psutil.Process(pid)
+            procs = [root] + root.children(recursive=True)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return tree
+        for p in procs:
+            try:
+                with p.oneshot():
+                    rss = p.memory_info().rss
+                    t = p.cpu_times()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):  # ZombieProcess included
+                continue
+            tree["pids"].append(p.pid)
+            tree["rss_bytes"] += rss
+            tree["cpu_seconds"] += t.user + t.system + t.children_user + t.children_system
+        return tree
+
+    def shutdown(self) -> None:
+        """nvmlShutdown if NVML was initialised. Gives up (and leaves NVML to the
+        process's exit) if a sample has been stuck inside NVML for seconds."""
+        if not self._lock.acquire(timeout=_SHUTDOWN_WAIT_S):
+            log.warning("GPU telemetry: a sample is stuck in NVML; not calling nvmlShutdown")
+            return
+        try:
+            mod, self._pynvml = self._pynvml, None
+            if mod is not None:
+                try:
+                    mod.nvmlShutdown()
+                except Exception as e:
+                    log.debug("nvmlShutdown failed: %s", e)
+        finally:
+            self._lock.release()
+
+
+def _text(v):
+    """pynvml returns str (nvidia-ml-py >= 11.515) or bytes (older)."""
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    return v
