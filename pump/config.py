@@ -1,0 +1,625 @@
+"""pump's configuration: per-job TOML files and the service's own file.
+
+Two kinds of file, both TOML, every section and key optional:
+
+- a job file (``pump-run --config FILE``, and the system's ``/etc/pump/jobs.d/NAME.toml``):
+  sections ``[job]``, ``[prefetch]``, ``[memory]``, ``[trace]``, ``[daemon]``
+  (:data:`JOB_SCHEMA`); :func:`load_job_file`, and :func:`resolve_job`, which applies the
+  precedence command-line flag > ``--config`` file > ``jobs.d/NAME.toml`` > defaults.
+- the service's file (``/etc/pump/pumpd.toml``, ``pumpd --config FILE``): sections
+  ``[daemon]``, ``[metrics]``, ``[telemetry]``, ``[budgets]`` (:data:`DAEMON_SCHEMA`);
+  :func:`load_daemon_file`.
+
+An unknown section or key, a wrong type or a bad value is an error naming the file, the
+section and key, and what is allowed.  A file's errors are all collected and raised
+together as one :class:`ConfigError` (nothing is half-applied).
+
+This module is also the one implementation of the size grammar the shim reads in
+``PUMP_CAPACITY`` and ``PUMP_BUDGET`` (:func:`parse_size`, :func:`check_capacity`,
+:func:`check_budget`).  Capacity (the cap on a job's managed footprint) and budget (the cap
+on its GPU-resident bytes) are distinct everywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import ipaddress
+import math
+import os
+import re
+import sys
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.9/3.10
+    import tomli as tomllib
+
+__all__ = [
+    "ConfigError", "BadValueError", "JobConfig", "DaemonConfig",
+    "parse_size", "check_capacity", "check_budget", "check_name", "parse_listen",
+    "load_job_file", "load_daemon_file", "resolve_job", "job_env",
+    "SIZE_ALLOWED", "CAPACITY_ALLOWED", "BUDGET_ALLOWED", "NAME_ALLOWED",
+    "POLICIES", "DAEMON_MODES", "LOG_LEVELS", "DEFAULT_JOBS_DIR", "JOB_DEFAULTS",
+]
+
+DEFAULT_JOBS_DIR = "/etc/pump/jobs.d"
+POLICIES = ("off", "launch", "lookahead")
+DAEMON_MODES = ("auto", "system", "embedded", "none")
+LOG_LEVELS = ("error", "warning", "info", "debug")
+
+# --- sizes, capacity, budget (the shim's grammar: shim/config.c) --------------------------
+
+_SIZE_UNITS = {
+    "": 1,
+    "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40,
+    "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
+    "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+}
+# ASCII digits only (\d would take other scripts' digits, which the shim does not).
+_SIZE_RE = re.compile(r"([0-9]+)(" + "|".join(u for u in _SIZE_UNITS if u) + r")?")
+_PERCENT_RE = re.compile(r"([0-9]+)%")
+_SIZE_LIMIT = 1 << 64  # the shim holds sizes in a uint64_t
+
+# What is allowed, as plain text (for argparse help, escape % as %%).
+SIZE_ALLOWED = (
+    "a byte count > 0 with an optional unit (K, M, G, T or KiB, MiB, GiB, TiB: binary; "
+    "KB, MB, GB, TB: decimal), e.g. 512MiB, 8G, 1073741824"
+)
+BUDGET_ALLOWED = SIZE_ALLOWED + "; or a percentage of the device, 1%..100%"
+CAPACITY_ALLOWED = SIZE_ALLOWED + "; a percentage of the device, 1%..100%; or host"
+NAME_ALLOWED = "1 to 64 characters: a letter or digit, then letters, digits, '.', '_' or '-'"
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+class BadValueError(ValueError, argparse.ArgumentTypeError):
+    """A value outside what is allowed; the message says what is.
+
+    Also an argparse.ArgumentTypeError, so the checkers below can be an argparse
+    ``type=`` and their message is shown as it is."""
+
+
+def _size_bytes(text: str) -> Optional[int]:
+    m = _SIZE_RE.fullmatch(text)
+    if not m:
+        return None
+    n = int(m.group(1)) * _SIZE_UNITS[m.group(2) or ""]
+    return n if 0 < n < _SIZE_LIMIT else None
+
+
+def _is_percent(text: str) -> bool:
+    m = _PERCENT_RE.fullmatch(text)
+    return bool(m) and 1 <= int(m.group(1)) <= 100
+
+
+def parse_size(text: str) -> int:
+    """Bytes of a size such as "512MiB", "8G", "2TB" or "1073741824" (> 0, < 2**64).
+
+    Raises BadValueError (a ValueError) saying what is allowed."""
+    n = _size_bytes(text) if isinstance(text, str) else None
+    if n is None:
+        raise BadValueError(f"bad value {text!r}; allowed: {SIZE_ALLOWED}")
+    return n
+
+
+def check_capacity(text: str) -> str:
+    """Check a capacity (a size, a percentage "1%".."100%" of the device, or "host")
+    against the shim's grammar (PUMP_CAPACITY); return it unchanged.
+
+    Raises BadValueError (a ValueError) saying what is allowed."""
+    if isinstance(text, str) and (text == "host" or _is_percent(text) or _size_bytes(text) is not None):
+        return text
+    raise BadValueError(f"bad value {text!r}; allowed: {CAPACITY_ALLOWED}")
+
+
+def check_budget(text: str) -> str:
+    """Check a budget (a size or a percentage "1%".."100%" of the device; not "host")
+    against the shim's grammar (PUMP_BUDGET); return it unchanged.
+
+    Raises BadValueError (a ValueError) saying what is allowed."""
+    if isinstance(text, str) and (_is_percent(text) or _size_bytes(text) is not None):
+        return text
+    raise BadValueError(f"bad value {text!r}; allowed: {BUDGET_ALLOWED}")
+
+
+def check_name(text: str) -> str:
+    """Check a job name (1-64 characters, ^[A-Za-z0-9][A-Za-z0-9._-]*$); return it.
+
+    A valid name is safe as a file name (no '/', never '.' or '..').
+    Raises BadValueError (a ValueError) saying what is allowed."""
+    if isinstance(text, str) and _NAME_RE.fullmatch(text):
+        return text
+    raise BadValueError(f"bad value {text!r}; allowed: {NAME_ALLOWED}")
+
+
+_LISTEN6_RE = re.compile(r"\[([^\[\]]+)\]:([0-9]{1,5})")
+_LISTEN4_RE = re.compile(r"([^\[\]:]+):([0-9]{1,5})")
+
+
+def parse_listen(text: str) -> Tuple[str, int]:
+    """(host, port) of "HOST:PORT": an IPv4 address or "localhost", or "[IPv6]:PORT"
+    (the host is returned without brackets); port 1..65535.
+
+    Raises BadValueError (a ValueError) saying what is allowed."""
+    if isinstance(text, str):
+        m6 = _LISTEN6_RE.fullmatch(text)
+        m = m6 or _LISTEN4_RE.fullmatch(text)
+        if m and 1 <= int(m.group(2)) <= 65535:
+            host = m.group(1)
+            try:
+                if m6:
+                    ipaddress.IPv6Address(host)
+                elif host != "localhost":
+                    ipaddress.IPv4Address(host)
+            except ValueError:
+                pass
+            else:
+                return host, int(m.group(2))
+    raise BadValueError(f"bad value {text!r}; allowed: {_LISTEN_ALLOWED_TEXT}")
+
+
+_LISTEN_ALLOWED_TEXT = (
+    "HOST:PORT with an IPv4 address or localhost, or [IPv6 address]:PORT; port 1..65535"
+)
+
+# --- errors and TOML rendering -------------------------------------------------------------
+
+
+class ConfigError(Exception):
+    """A configuration that cannot be used.  ``errors`` holds one message line per
+    problem (each naming its file); str() is those lines joined with newlines."""
+
+    def __init__(self, errors: List[str]):
+        self.errors = list(errors)
+        super().__init__("\n".join(self.errors))
+
+    def __str__(self) -> str:
+        return "\n".join(self.errors)
+
+
+_BARE_KEY_RE = re.compile(r"[A-Za-z0-9_-]+")
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+_RENDER_LIMIT = 200  # characters of a value shown in a message
+
+
+def _toml_string(s: str) -> str:
+    out = []
+    for ch in s:
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04X}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def _toml_key(k: str) -> str:
+    return k if _BARE_KEY_RE.fullmatch(k) else _toml_string(k)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return _toml_string(v)
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        return repr(v)  # inf, -inf, 2.0, 1e+300: all TOML
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    if hasattr(v, "isoformat"):
+        return v.isoformat()
+    return repr(v)
+
+
+def _shown(v: Any) -> str:
+    """A value as TOML, cut short if long."""
+    text = _toml_value(v)
+    return text if len(text) <= _RENDER_LIMIT else text[:_RENDER_LIMIT] + "..."
+
+
+def _toml_type(v: Any) -> str:
+    import datetime
+
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, int):
+        return "integer"
+    if isinstance(v, float):
+        return "float"
+    if isinstance(v, list):
+        return "array"
+    if isinstance(v, dict):
+        return "table"
+    if isinstance(v, datetime.datetime):
+        return "offset date-time" if v.tzinfo is not None else "local date-time"
+    if isinstance(v, datetime.date):
+        return "local date"
+    if isinstance(v, datetime.time):
+        return "local time"
+    return type(v).__name__
+
+
+# --- the schemas ---------------------------------------------------------------------------
+
+
+class _WrongType(Exception):
+    pass
+
+
+class _BadValue(Exception):
+    pass
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _enum(*choices: str) -> Callable[[Any], str]:
+    def check(v):
+        if not isinstance(v, str):
+            raise _WrongType
+        if v not in choices:
+            raise _BadValue
+        return v
+    return check
+
+
+def _boolean(v):
+    if not isinstance(v, bool):
+        raise _WrongType
+    return v
+
+
+def _int_range(lo: int, hi: int) -> Callable[[Any], int]:
+    def check(v):
+        if not _is_int(v):
+            raise _WrongType
+        if not lo <= v <= hi:
+            raise _BadValue
+        return v
+    return check
+
+
+def _path(v):
+    if not isinstance(v, str):
+        raise _WrongType
+    if not v or "\0" in v:
+        raise _BadValue
+    return v
+
+
+def _name(v):
+    if not isinstance(v, str):
+        raise _WrongType
+    if not _NAME_RE.fullmatch(v):
+        raise _BadValue
+    return v
+
+
+def _size_or(checker: Callable[[str], str]) -> Callable[[Any], str]:
+    """A TOML integer > 0 (bytes), or a string the checker accepts; normalised to a string
+    in the shim's grammar."""
+    def check(v):
+        if _is_int(v):
+            if not 0 < v < _SIZE_LIMIT:
+                raise _BadValue
+            return str(v)
+        if not isinstance(v, str):
+            raise _WrongType
+        try:
+            return checker(v)
+        except ValueError:
+            raise _BadValue from None
+    return check
+
+
+def _interval(v):
+    if not (_is_int(v) or isinstance(v, float)):
+        raise _WrongType
+    if not 0 < v <= 3600:  # nan fails too
+        raise _BadValue
+    return float(v)
+
+
+def _listen(v):
+    if not isinstance(v, str):
+        raise _WrongType
+    try:
+        parse_listen(v)
+    except ValueError:
+        raise _BadValue from None
+    return v
+
+
+def _choices(*choices: str) -> str:
+    return ", ".join(f'"{c}"' for c in choices)
+
+
+_TOML_SIZE = (
+    'an integer > 0 (bytes), or a string: a byte count > 0 with an optional unit '
+    '(K, M, G, T or KiB, MiB, GiB, TiB: binary; KB, MB, GB, TB: decimal) such as "512MiB" or "8G"'
+)
+_TOML_BUDGET = _TOML_SIZE + ', or a percentage of the device "1%".."100%"'
+_TOML_CAPACITY = _TOML_SIZE + ', a percentage of the device "1%".."100%", or "host"'
+_TOML_PATH = "a non-empty string (a path)"
+_TOML_BOOL = "a boolean (true or false)"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Key:
+    field: str        # the dataclass field it sets
+    check: Callable[[Any], Any]  # value -> normalised value; raises _WrongType / _BadValue
+    allowed: str      # shown after "allowed: " for a bad value
+    expected: str     # shown after "expected " for a wrong type
+
+
+def _key(field, check, allowed, expected=None):
+    return _Key(field, check, allowed, expected or allowed)
+
+
+def _enum_key(field, *choices):
+    return _key(field, _enum(*choices), _choices(*choices), "one of " + _choices(*choices))
+
+
+# section -> key -> _Key, in schema order (the order messages list them in).
+JOB_SCHEMA: Dict[str, Dict[str, _Key]] = {
+    "job": {
+        "name": _key("name", _name, "a string of " + NAME_ALLOWED),
+    },
+    "prefetch": {
+        "policy": _enum_key("policy", *POLICIES),
+        "wait": _key("wait", _boolean, _TOML_BOOL),
+        "epoch_launches": _key("epoch_launches", _int_range(1, 4294967295), "an integer 1..4294967295"),
+    },
+    "memory": {
+        "capacity": _key("capacity", _size_or(check_capacity), _TOML_CAPACITY),
+        "budget": _key("budget", _size_or(check_budget), _TOML_BUDGET),
+    },
+    "trace": {
+        "file": _key("trace_file", _path, _TOML_PATH),
+    },
+    "daemon": {
+        "mode": _enum_key("daemon_mode", *DAEMON_MODES),
+        "socket": _key("daemon_socket", _path, _TOML_PATH),
+    },
+}
+
+DAEMON_SCHEMA: Dict[str, Dict[str, _Key]] = {
+    "daemon": {
+        "socket": _key("socket", _path, _TOML_PATH),
+        "jobs_dir": _key("jobs_dir", _path, _TOML_PATH),
+        "log_level": _enum_key("log_level", *LOG_LEVELS),
+    },
+    "metrics": {
+        "listen": _key("metrics_listen", _listen,
+                       'a string "HOST:PORT": an IPv4 address or localhost, or [an IPv6 address], '
+                       'and a port 1..65535, e.g. "127.0.0.1:9400" or "[::1]:9400"'),
+    },
+    "telemetry": {
+        "nvml": _key("nvml", _boolean, _TOML_BOOL),
+        "interval_s": _key("interval_s", _interval, "a number > 0 and <= 3600 (seconds)"),
+    },
+    "budgets": {
+        "default_budget": _key("default_budget", _size_or(check_budget), _TOML_BUDGET),
+    },
+}
+
+# --- the configurations --------------------------------------------------------------------
+
+JOB_DEFAULTS: Mapping[str, Any] = {"policy": "launch", "wait": True, "daemon_mode": "auto"}
+
+
+@dataclasses.dataclass
+class JobConfig:
+    """A job's settings; None where unset (the shim's or pumpd's default applies).
+
+    ``source`` maps each field to where its value came from: "flag", a file's path, or
+    "default".  (From load_job_file: only the fields the file sets.)"""
+
+    name: Optional[str] = None
+    policy: Optional[str] = None
+    wait: Optional[bool] = None
+    epoch_launches: Optional[int] = None
+    capacity: Optional[str] = None  # the shim's grammar (check_capacity); a TOML integer as its digits
+    budget: Optional[str] = None    # the shim's grammar (check_budget)
+    trace_file: Optional[str] = None
+    daemon_mode: Optional[str] = None
+    daemon_socket: Optional[str] = None
+    source: Dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+JOB_FIELDS = tuple(f.name for f in dataclasses.fields(JobConfig) if f.name != "source")
+
+
+@dataclasses.dataclass
+class DaemonConfig:
+    """pumpd's settings.  ``source`` maps each field to the file's path or "default"."""
+
+    socket: Optional[str] = None           # None: pumpd's own choice (PUMP_SOCKET, --socket, ...)
+    jobs_dir: str = DEFAULT_JOBS_DIR
+    log_level: str = "info"
+    metrics_listen: Optional[str] = None   # "HOST:PORT" (parse_listen); None: metrics off
+    nvml: bool = True
+    interval_s: float = 2.0
+    default_budget: Optional[str] = None   # budget of jobs that set none; None: no budget
+    source: Dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+DAEMON_FIELDS = tuple(f.name for f in dataclasses.fields(DaemonConfig) if f.name != "source")
+
+# --- loading -------------------------------------------------------------------------------
+
+
+def _read_toml(path: str, missing_ok: bool = False) -> Optional[dict]:
+    """The document in a file (None if it does not exist and missing_ok)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError as exc:
+        if missing_ok:
+            return None
+        raise ConfigError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError([f"{path}: not valid TOML: not UTF-8 text "
+                           f"(byte 0x{data[exc.start]:02x} at offset {exc.start})"]) from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([f"{path}: not valid TOML: {exc}"]) from None
+
+
+def _validate(path: str, doc: dict, schema: Dict[str, Dict[str, _Key]]) -> Dict[str, Any]:
+    """field -> value for what the document sets; raises ConfigError with every problem."""
+    errors: List[str] = []
+    values: Dict[str, Any] = {}
+    sections = ", ".join(f"[{s}]" for s in schema)
+    for sname, table in doc.items():
+        keys = schema.get(sname)
+        where = f"{path}: [{_toml_key(sname)}]"
+        if keys is None:
+            errors.append(f"{path}: unknown section [{_toml_key(sname)}]; allowed: {sections}")
+            continue
+        if not isinstance(table, dict):
+            errors.append(f"{where} must be a table")
+            continue
+        for kname, value in table.items():
+            key = keys.get(kname)
+            if key is None:
+                errors.append(f"{where} unknown key {kname!r}; allowed: {', '.join(keys)}")
+                continue
+            try:
+                values[key.field] = key.check(value)
+            except _WrongType:
+                errors.append(f"{where} {kname}: expected {key.expected}, "
+                              f"got {_toml_type(value)} {_shown(value)}")
+            except _BadValue:
+                errors.append(f"{where} {kname}: bad value {_shown(value)}; allowed: {key.allowed}")
+    if errors:
+        raise ConfigError(errors)
+    return values
+
+
+def load_job_file(path: str) -> JobConfig:
+    """The settings a job file sets (None elsewhere; ``source`` names the file for each
+    field set).  Raises ConfigError listing every problem."""
+    return _load_job_file(path)
+
+
+def _load_job_file(path, missing_ok: bool = False) -> Optional[JobConfig]:
+    path = os.fspath(path)
+    doc = _read_toml(path, missing_ok)
+    if doc is None:
+        return None
+    values = _validate(path, doc, JOB_SCHEMA)
+    return JobConfig(**values, source={f: path for f in values})
+
+
+def load_daemon_file(path: str) -> DaemonConfig:
+    """pumpd's settings from its file, defaults for what it does not set.
+    Raises ConfigError listing every problem."""
+    path = os.fspath(path)
+    values = _validate(path, _read_toml(path), DAEMON_SCHEMA)
+    source = {f: (path if f in values else "default") for f in DAEMON_FIELDS}
+    return DaemonConfig(**values, source=source)
+
+
+_FLAG_NAMES = {"name": "--name", "policy": "--policy", "capacity": "--capacity", "budget": "--budget",
+               "trace_file": "--trace", "daemon_mode": "--daemon", "daemon_socket": "--socket"}
+_FIELD_KEYS = {k.field: k for keys in JOB_SCHEMA.values() for k in keys.values()}
+
+
+def resolve_job(flags: Mapping[str, Any], config_file: Optional[str] = None, name: Optional[str] = None,
+                jobs_dir: str = DEFAULT_JOBS_DIR) -> JobConfig:
+    """A job's settings, each from the first of: a command-line flag (``flags``: field ->
+    value for the flags given; None values count as not given), the ``--config`` file,
+    the system's ``jobs_dir/NAME.toml``, the defaults (JOB_DEFAULTS; None for the rest).
+
+    NAME is ``name`` (the --name flag; or flags["name"]), else the --config file's
+    [job] name; with no name there is no system file.  A missing system file is not an
+    error; an unreadable or invalid one is.  Raises ConfigError listing every problem
+    (bad flag values, then the --config file's, then the system file's)."""
+    flags = {k: v for k, v in flags.items() if v is not None}
+    unknown = set(flags) - set(JOB_FIELDS)
+    if unknown:
+        raise TypeError(f"resolve_job: unknown fields {sorted(unknown)}; fields: {', '.join(JOB_FIELDS)}")
+    if name is not None:
+        flags["name"] = name
+    name_flag = "name" in flags
+    errors: List[str] = []
+    for field in list(flags):
+        key = _FIELD_KEYS[field]
+        try:
+            flags[field] = key.check(flags[field])
+        except (_WrongType, _BadValue):
+            flag = _FLAG_NAMES.get(field, "--" + field.replace("_", "-"))
+            errors.append(f"{flag}: bad value {flags[field]!r}; allowed: {key.allowed}")
+            del flags[field]
+
+    layers: List[JobConfig] = []  # highest precedence first
+    file_cfg = None
+    if config_file is not None:
+        try:
+            file_cfg = load_job_file(config_file)
+            layers.append(file_cfg)
+        except ConfigError as exc:
+            errors.extend(exc.errors)
+    # The name to look up: a valid --name (a bad one: none), else the --config file's.
+    job_name = flags.get("name") if name_flag else (file_cfg.name if file_cfg else None)
+    if job_name is not None:
+        system_file = os.path.join(os.fspath(jobs_dir), job_name + ".toml")
+        try:
+            system_cfg = _load_job_file(system_file, missing_ok=True)
+        except ConfigError as exc:
+            errors.extend(exc.errors)
+        else:
+            if system_cfg is not None:
+                layers.append(system_cfg)
+    if errors:
+        raise ConfigError(errors)
+
+    cfg = JobConfig()
+    for field in JOB_FIELDS:
+        if field in flags:
+            value, src = flags[field], "flag"
+        else:
+            for layer in layers:
+                if getattr(layer, field) is not None:
+                    value, src = getattr(layer, field), layer.source[field]
+                    break
+            else:
+                value, src = JOB_DEFAULTS.get(field), "default"
+        setattr(cfg, field, value)
+        cfg.source[field] = src
+    return cfg
+
+
+def job_env(cfg: JobConfig) -> Dict[str, str]:
+    """The PUMP_* variables for the shim from a job's settings (only those set)."""
+    env: Dict[str, str] = {}
+    if cfg.policy is not None:
+        env["PUMP_POLICY"] = cfg.policy
+    if cfg.wait is not None:
+        env["PUMP_WAIT"] = "1" if cfg.wait else "0"
+    if cfg.epoch_launches is not None:
+        env["PUMP_EPOCH_LAUNCHES"] = str(cfg.epoch_launches)
+    if cfg.capacity is not None:
+        env["PUMP_CAPACITY"] = cfg.capacity
+    if cfg.budget is not None:
+        env["PUMP_BUDGET"] = cfg.budget
+    if cfg.name is not None:
+        env["PUMP_NAME"] = cfg.name
+    return env
