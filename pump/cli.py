@@ -1,0 +1,96 @@
+"""pump: the command for looking at and checking pump.
+
+    pump config check [--daemon] FILE...   check job files (or, --daemon, pumpd.toml files)
+    pump status [--json]                   the jobs pumpd runs that the caller may see
+
+Exit codes: 0 ok; 1 a checked file has errors (each on its own line on stderr); 2
+pump's own errors (one line on stderr, "pump: ...").
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+import pump
+from pump import config
+
+PROG = "pump"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not usage + message
+        _die(f"{message} (see {self.prog} --help)")
+
+
+def _die(message: str, code: int = 2):
+    print(f"{PROG}: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+# --- pump config check ---------------------------------------------------------------------
+
+def _config_check(args) -> int:
+    load = config.load_daemon_file if args.daemon else config.load_job_file
+    rc = 0
+    for path in args.files:
+        try:
+            load(path)
+        except config.ConfigError as exc:
+            for line in exc.errors:
+                print(line, file=sys.stderr)
+            rc = 1
+        else:
+            print(f"{path}: ok")
+    return rc
+
+
+# --- pump status ---------------------------------------------------------------------------
+
+def _status(args) -> int:
+    # pump.status is imported here, not at the top: `pump config` works without it.
+    try:
+        status = importlib.import_module("pump.status")
+    except ModuleNotFoundError as exc:
+        if exc.name != "pump.status":  # a dependency of pump.status is missing: say which
+            raise
+        _die("status is not available in this build")
+    return status.main(args)
+
+
+# --- the parser ----------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description="Look at and check pump (the CUDA Unified Memory prefetcher).",
+                allow_abbrev=False)
+    p.add_argument("--version", action="version", version=f"{PROG} {pump.__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    cfg = sub.add_parser("config", help="check configuration files", allow_abbrev=False,
+                         description="Check pump's configuration files.")
+    cfg_sub = cfg.add_subparsers(dest="config_command", metavar="SUBCOMMAND", required=True)
+    check = cfg_sub.add_parser(
+        "check", allow_abbrev=False,
+        help="validate job files (or pumpd.toml files with --daemon)",
+        description="Validate each FILE: print 'FILE: ok', or every error on stderr (exit 1).",
+    )
+    check.add_argument("--daemon", action="store_true",
+                       help="FILE is the service's own file (pumpd.toml), not a job file")
+    check.add_argument("files", nargs="+", metavar="FILE")
+    check.set_defaults(handler=_config_check)
+
+    status = sub.add_parser("status", help="the jobs pumpd runs that you may see", allow_abbrev=False,
+                            description="The jobs the caller may see (own jobs; root sees all).")
+    status.add_argument("--json", action="store_true", help="one JSON document instead of a table")
+    status.set_defaults(handler=_status)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
