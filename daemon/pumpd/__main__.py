@@ -1,0 +1,120 @@
+"""pumpd [--socket PATH] [--config FILE] [--foreground]: pump's control-plane daemon.
+
+pumpd never forks itself into the background (systemd runs it as a foreground
+process, Type=notify; `--foreground` is accepted for clarity).  Its socket:
+--socket, else the config file's [daemon] socket, else $PUMP_SOCKET, else
+$RUNTIME_DIRECTORY/pumpd.sock under systemd, /run/pump/pumpd.sock for root, and
+$XDG_RUNTIME_DIR/pump/pumpd.sock (or a directory of its own under /tmp) for
+anyone else.  Job state lives in a 0700 "jobs" directory beside the socket.
+"""
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+import tempfile
+
+from pump import config, protocol
+from pumpd import systemd
+from pumpd.server import Daemon
+
+log = logging.getLogger("pumpd")
+
+
+def default_socket() -> str:
+    if os.environ.get(protocol.SOCKET_ENV):
+        return os.environ[protocol.SOCKET_ENV]
+    if os.environ.get("RUNTIME_DIRECTORY"):
+        return os.path.join(os.environ["RUNTIME_DIRECTORY"].split(":")[0], "pumpd.sock")
+    if os.geteuid() == 0:
+        return protocol.SYSTEM_SOCKET
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        return os.path.join(os.environ["XDG_RUNTIME_DIR"], "pump", "pumpd.sock")
+    return os.path.join(tempfile.gettempdir(), f"pump-{os.geteuid()}", "pumpd.sock")
+
+
+def is_system_socket(path: str) -> bool:
+    """The system service's socket is open to every local user (SO_PEERCRED decides)."""
+    return bool(os.environ.get("RUNTIME_DIRECTORY")) or path == protocol.SYSTEM_SOCKET
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="pumpd", description="pump's control-plane daemon.")
+    p.add_argument("--socket", metavar="PATH", help="the Unix socket to listen on")
+    p.add_argument("--config", metavar="FILE", help="pumpd.toml (default: /etc/pump/pumpd.toml if present)")
+    p.add_argument("--foreground", action="store_true", help="stay in the foreground (always so)")
+    p.add_argument("-v", dest="verbose", action="count", default=0, help="more logging")
+    # pump-run's embedded daemon: stop when that process is gone.
+    p.add_argument("--exit-with", metavar="PID", type=int, help=argparse.SUPPRESS)
+    return p
+
+
+def _setup_logging(level: str, verbose: int):
+    handler = logging.StreamHandler(sys.stderr)
+    if os.environ.get("JOURNAL_STREAM"):
+        handler.setFormatter(systemd.JournalFormatter("%(message)s"))
+    else:
+        handler.setFormatter(logging.Formatter("pumpd: %(message)s"))
+    log.addHandler(handler)
+    levels = {"error": logging.ERROR, "warning": logging.WARNING, "info": logging.INFO, "debug": logging.DEBUG}
+    log.setLevel(logging.DEBUG if verbose > 1 else logging.INFO if verbose else levels[level])
+    log.propagate = False
+
+
+def _budget_bytes(text):
+    """The daemon's default budget in bytes; a percentage is the shim's to resolve."""
+    if text is None:
+        return None
+    try:
+        return config.parse_size(text)
+    except ValueError:
+        log.warning("[budgets] default_budget %s: a percentage applies only through a job's "
+                    "own PUMP_BUDGET; pumpd sets no default", text)
+        return None
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    path = args.config or ("/etc/pump/pumpd.toml" if os.path.exists("/etc/pump/pumpd.toml") else None)
+    try:
+        cfg = config.load_daemon_file(path) if path else config.DaemonConfig()
+    except config.ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    _setup_logging(cfg.log_level, args.verbose)
+    socket_path = args.socket or cfg.socket or default_socket()
+    telemetry = None
+    if args.exit_with is None:  # an embedded pumpd serves one job: no GPU telemetry
+        from pumpd.telemetry import Telemetry
+        telemetry = Telemetry(nvml=cfg.nvml)
+        telemetry.interval = cfg.interval_s
+    listen = systemd.listen_fds()
+    daemon = Daemon(socket_path, os.path.join(os.path.dirname(socket_path), "jobs"),
+                    exit_with=args.exit_with,
+                    socket_mode=0o666 if is_system_socket(socket_path) else 0o600,
+                    telemetry=telemetry, metrics_listen=cfg.metrics_listen,
+                    default_budget=_budget_bytes(cfg.default_budget))
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, daemon.stop)
+        loop.add_signal_handler(signal.SIGHUP, lambda: None)
+        await daemon.run(listen[0] if listen else None,
+                         ready=lambda: systemd.notify(f"READY=1\nSTATUS=listening on {socket_path}"))
+
+    try:
+        asyncio.run(run())
+    except (RuntimeError, OSError) as exc:
+        log.error("%s", exc)
+        return 1
+    finally:
+        if telemetry is not None:
+            telemetry.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

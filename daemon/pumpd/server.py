@@ -1,0 +1,489 @@
+"""pumpd's event loop: the socket, the sessions, ingest, liveness, telemetry.
+
+Everything runs on one asyncio loop in one thread, except what may block
+(psutil's /proc reads, NVML), which goes to a thread pool with a timeout.  A
+connection that sends anything malformed gets one error reply and is closed; a
+request that fails validation gets an error reply and the connection stays.
+Every other job is untouched either way.
+
+Who may do what is decided by the peer's credentials (SO_PEERCRED), never by
+what a message says: a user sees and steers only their own jobs, root all.
+"""
+
+import array
+import asyncio
+import logging
+import os
+import socket
+import struct
+import time
+
+from pump import channel, protocol
+from pump.protocol import ProtocolError
+from pumpd.jobs import Job, JobStore, Session, start_time
+
+log = logging.getLogger("pumpd")
+
+INGEST_INTERVAL = 0.005      # seconds between ring sweeps when all were empty
+INGEST_LIMIT = 1 << 16       # records read from one ring per sweep
+LIVENESS_INTERVAL = 0.5      # a dead job's session goes within 2 s
+PLAN_INTERVAL = 0.2          # a session's plan is rewritten at most this often
+MESSAGE_TIMEOUT = 10.0       # a started message must be complete within this
+BLOCKING_TIMEOUT = 5.0       # psutil/NVML calls in the thread pool
+CONNECTIONS_MAX = 4096
+SESSIONS_PER_UID_MAX = 256
+
+
+def peer_credentials(sock):
+    pid, uid, gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                         struct.calcsize("3i")))
+    return pid, uid, gid
+
+
+class Connection:
+    """One client socket: framed messages in, replies out (with fds when asked)."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.pid, self.uid, self.gid = peer_credentials(sock)
+        self.session = None  # the Session this connection attached or resumed
+
+    async def _readable(self):
+        loop = asyncio.get_running_loop()
+        ready = loop.create_future()
+        loop.add_reader(self.sock, lambda: ready.done() or ready.set_result(None))
+        try:
+            await ready
+        finally:
+            loop.remove_reader(self.sock)
+
+    async def _recv(self, n: int, fds: list) -> bytes:
+        while True:
+            try:
+                data, ancillary, flags, _ = self.sock.recvmsg(
+                    n, socket.CMSG_SPACE(protocol.FDS_MAX * array.array("i").itemsize))
+            except (BlockingIOError, InterruptedError):
+                await self._readable()
+                continue
+            for level, kind, payload in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    got = array.array("i")
+                    got.frombytes(payload[: len(payload) - len(payload) % got.itemsize])
+                    fds.extend(got)
+            if flags & socket.MSG_CTRUNC:
+                raise ProtocolError(f"too many file descriptors; at most {protocol.FDS_MAX}")
+            return data
+
+    async def _recv_exact(self, n: int, fds: list, first: bytes = b"") -> bytes:
+        data = first
+        while len(data) < n:
+            chunk = await self._recv(n - len(data), fds)
+            if not chunk:
+                raise ConnectionError("closed mid-message")
+            data += chunk
+        return data
+
+    async def read_request(self, fds: list):
+        """The next request as a dict, None at a clean EOF; ProtocolError if malformed."""
+        first = await self._recv(protocol.HEADER.size, fds)
+        if not first:
+            return None
+        try:
+            return await asyncio.wait_for(self._finish(first, fds), MESSAGE_TIMEOUT)
+        except asyncio.TimeoutError:
+            raise ProtocolError(f"message not completed within {MESSAGE_TIMEOUT:g} s") from None
+
+    async def _finish(self, first: bytes, fds: list):
+        header = await self._recv_exact(protocol.HEADER.size, fds, first)
+        kind, length = protocol.parse_header(header)
+        if kind != protocol.REQUEST:
+            raise ProtocolError(f"expected a request (type {protocol.REQUEST}), got type {kind}")
+        payload = await self._recv_exact(length, fds)
+        try:
+            return protocol.validate_request(protocol.parse_payload(payload))
+        except ProtocolError as exc:
+            raise RequestError(str(exc)) from None  # well framed: the connection can go on
+
+    async def send(self, doc: dict, kind: int = protocol.REPLY, fds=()):
+        data = protocol.encode(doc, kind)
+        ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sent = self.sock.sendmsg([data], ancillary)
+                break
+            except (BlockingIOError, InterruptedError):
+                ready = loop.create_future()
+                loop.add_writer(self.sock, lambda: ready.done() or ready.set_result(None))
+                try:
+                    await ready
+                finally:
+                    loop.remove_writer(self.sock)
+        if sent < len(data):
+            await loop.sock_sendall(self.sock, data[sent:])
+
+
+class Daemon:
+    def __init__(self, socket_path: str, state_dir: str, exit_with: int = None,
+                 socket_mode: int = 0o600, telemetry=None, metrics_listen: str = None,
+                 default_budget: int = None):
+        self.socket_path = socket_path
+        self.store = JobStore(state_dir)
+        self.exit_with = exit_with
+        self.socket_mode = socket_mode
+        self.telemetry = telemetry
+        self.metrics_listen = metrics_listen
+        self.metrics = None
+        self.default_budget = default_budget
+        self.jobs = {}                 # job id -> Job
+        self.next_session = 1
+        self.connections = 0
+        self.bad_messages = 0
+        self.events_ingested = 0
+        self.telemetry_sample = None
+        self.started = time.monotonic()
+        self.stopping = None
+
+    # ---- start and stop ----
+    def _listen(self, listen_sock=None) -> socket.socket:
+        if listen_sock is not None:
+            listen_sock.setblocking(False)
+            return listen_sock
+        directory = os.path.dirname(self.socket_path)
+        if directory:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+        if protocol.ping(self.socket_path, timeout=0.5) is not None:
+            raise RuntimeError(f"another pumpd already answers on {self.socket_path}")
+        try:
+            os.unlink(self.socket_path)  # a stale socket left by a pumpd that died
+        except FileNotFoundError:
+            pass
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        old_umask = os.umask(0o177)
+        try:
+            sock.bind(self.socket_path)
+        finally:
+            os.umask(old_umask)
+        os.chmod(self.socket_path, self.socket_mode)
+        sock.listen(128)
+        sock.setblocking(False)
+        return sock
+
+    async def run(self, listen_sock=None, ready=None):
+        self.stopping = asyncio.Event()
+        for job in self.store.load(log):
+            if job.alive():
+                self.jobs[job.id] = job
+                log.info("picked up job %s (%s, pid %d) from an earlier pumpd", job.id, job.name, job.leader_pid)
+            else:
+                self.store.remove(job)
+        sock = self._listen(listen_sock)
+        if self.metrics_listen:
+            self._start_metrics()
+        tasks = [asyncio.create_task(coro) for coro in
+                 (self._accept(sock), self._ingest(), self._liveness(), self._sample_telemetry())]
+        log.info("listening on %s", self.socket_path)
+        if ready is not None:
+            ready()
+        try:
+            await self.stopping.wait()
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            sock.close()
+            if listen_sock is None:
+                try:
+                    os.unlink(self.socket_path)
+                except FileNotFoundError:
+                    pass
+            if self.metrics is not None:
+                self.metrics.stop()
+            for job in self.jobs.values():
+                for s in job.sessions.values():
+                    s.close()
+            log.info("stopped")
+
+    def stop(self):
+        if self.stopping is not None:
+            self.stopping.set()
+
+    def _start_metrics(self):
+        from pumpd.metrics import MetricsServer
+        self.metrics = MetricsServer(self.snapshot)
+        self.metrics.start(self.metrics_listen)
+        log.info("metrics on http://%s/metrics", self.metrics_listen)
+
+    # ---- connections ----
+    async def _accept(self, listen_sock):
+        loop = asyncio.get_running_loop()
+        while True:
+            conn, _ = await loop.sock_accept(listen_sock)
+            if self.connections >= CONNECTIONS_MAX:
+                log.warning("refusing a connection: %d open", self.connections)
+                conn.close()
+                continue
+            conn.setblocking(False)
+            self.connections += 1
+            asyncio.create_task(self._serve(conn))
+
+    async def _serve(self, sock):
+        conn = None
+        try:
+            conn = Connection(sock)
+            while True:
+                fds = []
+                try:
+                    request = await conn.read_request(fds)
+                    if request is None:
+                        break
+                    reply, reply_fds = await self._handle(conn, request, fds)
+                    await conn.send(reply, fds=reply_fds)
+                except ProtocolError as exc:
+                    self.bad_messages += 1
+                    log.info("pid %s: bad message: %s", conn.pid, exc)
+                    await conn.send({"error": str(exc)}, protocol.ERROR)
+                    if not isinstance(exc, RequestError):
+                        break  # the framing is broken: nothing after it can be trusted
+                finally:
+                    for fd in fds:
+                        os.close(fd)
+        except (ConnectionError, OSError) as exc:
+            log.debug("connection closed: %s", exc)
+        finally:
+            self.connections -= 1
+            if conn is not None and conn.session is not None:
+                conn.session.connected = False
+            sock.close()
+
+    async def _handle(self, conn, request, fds):
+        op = request["op"]
+        if op != "resume" and fds:
+            raise RequestError(f"{op}: carries file descriptors; only resume may")
+        if op == "ping":
+            return {"ok": True, "version": protocol.VERSION, "pid": os.getpid()}, ()
+        if op == "register":
+            return self._register(conn, request), ()
+        if op == "attach":
+            return self._attach(conn, request)
+        if op == "resume":
+            return self._resume(conn, fds), ()
+        if op == "status":
+            return {"ok": True, "jobs": [j.status() for j in self._visible(conn.uid)]}, ()
+        if op == "set":
+            return self._set(conn, request), ()
+        raise RequestError(f"unknown op {op!r}")  # validate_request lets no other through
+
+    def _visible(self, uid: int):
+        return [j for j in self.jobs.values() if uid == 0 or j.uid == uid]
+
+    def _register(self, conn, request) -> dict:
+        job = Job(Job.new_id(), request["name"], conn.uid, conn.pid, start_time(conn.pid),
+                  request.get("policy") or "launch", request.get("capacity"),
+                  request.get("budget", None) or self.default_budget)
+        self.jobs[job.id] = job
+        self.store.save(job)
+        log.info("job %s (%s) registered by pid %d, uid %d", job.id, job.name, conn.pid, conn.uid)
+        return {"ok": True, "job": job.id}
+
+    def _job_for_attach(self, conn, request) -> Job:
+        job_id = request["job"]
+        if job_id:
+            job = self.jobs.get(job_id)
+            if job is not None and job.uid != conn.uid:
+                raise RequestError(f"job {job_id} belongs to another user")
+            if job is not None:
+                return job
+        else:
+            parent = self._job_of_ancestor(conn.pid, conn.uid)
+            if parent is not None:
+                return parent
+            job_id = Job.new_id()
+        # A shim preloaded by hand, or one whose job this pumpd never saw.
+        job = Job(job_id, request["name"] or _process_name(conn.pid), conn.uid, conn.pid,
+                  start_time(conn.pid), request["policy"], budget=self.default_budget)
+        self.jobs[job.id] = job
+        log.info("job %s (%s) started by the shim of pid %d, uid %d", job.id, job.name, conn.pid, conn.uid)
+        return job
+
+    def _job_of_ancestor(self, pid: int, uid: int):
+        """A hand-preloaded process's children join the job of their parent's session."""
+        import psutil
+        try:
+            parents = psutil.Process(pid).parents()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return None
+        ancestors = {p.pid for p in parents}
+        for job in self.jobs.values():
+            if job.uid == uid and ancestors.intersection(job.sessions):
+                return job
+        return None
+
+    def _sessions_of(self, uid: int) -> int:
+        return sum(len(j.sessions) for j in self.jobs.values() if j.uid == uid)
+
+    def _attach(self, conn, request):
+        if conn.session is not None:
+            raise RequestError("this connection has a session already")
+        if self._sessions_of(conn.uid) >= SESSIONS_PER_UID_MAX:
+            raise RequestError(f"uid {conn.uid} has {SESSIONS_PER_UID_MAX} sessions, the most allowed")
+        job = self._job_for_attach(conn, request)
+        session_id = self._new_session_id()
+        ring = channel.Ring.create(session_id, job.id)
+        plan = channel.Plan.create()
+        session = Session(session_id, conn.pid, start_time(conn.pid), ring, plan)
+        job.add_session(session)
+        self.store.save(job)
+        conn.session = session
+        self._publish_plan(job, session, force=True)
+        log.info("pid %d attached to job %s as session %d", conn.pid, job.id, session_id)
+        return {"ok": True, "session": session_id, "job": job.id}, (ring.fd, plan.fd)
+
+    def _resume(self, conn, fds) -> dict:
+        if len(fds) != 2:
+            raise RequestError(f"resume: carries {len(fds)} file descriptors; expected 2 (ring, plan)")
+        if conn.session is not None:
+            raise RequestError("this connection has a session already")
+        try:
+            ring = channel.Ring.adopt(fds[0])
+        except channel.ChannelError as exc:
+            raise RequestError(f"resume: {exc}") from None
+        try:
+            plan = channel.Plan.adopt(fds[1])
+        except channel.ChannelError as exc:
+            ring.close()
+            fds.clear()
+            raise RequestError(f"resume: {exc}") from None
+        fds.clear()  # the rings own them now
+        job = self.jobs.get(ring.job)
+        if job is None or job.uid != conn.uid:
+            ring.close()
+            plan.close()
+            raise RequestError("resume: the ring names no job of this user")
+        session_id = self._new_session_id()
+        ring.header.session = session_id
+        session = Session(session_id, conn.pid, start_time(conn.pid), ring, plan)
+        job.add_session(session)
+        self.store.save(job)
+        conn.session = session
+        self._publish_plan(job, session, force=True)
+        log.info("pid %d resumed in job %s as session %d", conn.pid, job.id, session_id)
+        return {"ok": True, "session": session_id, "job": job.id}
+
+    def _set(self, conn, request) -> dict:
+        job = self.jobs.get(request["job"])
+        if job is None or (conn.uid != 0 and job.uid != conn.uid):
+            raise RequestError(f"no job {request['job']} of this user")  # another's job looks absent
+        job.budget = request["budget"]
+        self.store.save(job)
+        for s in job.sessions.values():
+            self._publish_plan(job, s, force=True)
+        log.info("job %s: budget %s, set by uid %d", job.id, job.budget, conn.uid)
+        return {"ok": True, "job": job.id}
+
+    def _new_session_id(self) -> int:
+        self.next_session += 1
+        return self.next_session - 1
+
+    # ---- ingest and plans ----
+    def _publish_plan(self, job, session, force=False):
+        now = time.monotonic()
+        budget = job.budget or 0
+        if not force and (now - session.plan_published < PLAN_INTERVAL or
+                          (not session.policy.changed and budget == session.plan_budget)):
+            return
+        triggers = session.policy.triggers() if job.policy != "off" else {}
+        session.plan.publish(budget, triggers)
+        session.plan_budget, session.plan_published = budget, now
+
+    def ingest_once(self) -> int:
+        """One sweep over every ring; returns the records read."""
+        total = 0
+        for job in list(self.jobs.values()):
+            for session in list(job.sessions.values()):
+                records = session.ring.read(INGEST_LIMIT)
+                if len(records):
+                    session.ingest(channel.decode(records))
+                    total += len(records)
+                if session.policy.changed or session.plan_budget != (job.budget or 0):
+                    self._publish_plan(job, session)
+        self.events_ingested += total
+        return total
+
+    async def _ingest(self):
+        while True:
+            if self.ingest_once() == 0:
+                await asyncio.sleep(INGEST_INTERVAL)
+            else:
+                await asyncio.sleep(0)  # let connections in between sweeps
+
+    # ---- liveness ----
+    async def _liveness(self):
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(LIVENESS_INTERVAL)
+            try:
+                verdicts = await asyncio.wait_for(loop.run_in_executor(None, self._check_liveness),
+                                                  BLOCKING_TIMEOUT)
+            except asyncio.TimeoutError:
+                log.warning("liveness check took over %g s", BLOCKING_TIMEOUT)
+            else:
+                self._reap(verdicts)
+            if self.exit_with is not None and start_time(self.exit_with) is None:
+                log.info("pid %d is gone: stopping (embedded pumpd)", self.exit_with)
+                self.stop()
+
+    def _check_liveness(self):
+        """Which jobs and processes are dead (runs in the thread pool: /proc reads only)."""
+        return [(job, job.alive(), job.dead_pids()) for job in list(self.jobs.values())]
+
+    def _reap(self, verdicts):
+        if any(dead or not alive for _, alive, dead in verdicts):
+            self.ingest_once()  # what dead processes left in their rings still counts
+        for job, alive, dead in verdicts:
+            if job.id not in self.jobs:
+                continue
+            if job.forget_pids(dead):
+                self.store.save(job)
+            if not alive:
+                del self.jobs[job.id]
+                for s in job.sessions.values():
+                    s.close()
+                self.store.remove(job)
+                log.info("job %s (%s) ended", job.id, job.name)
+
+    # ---- telemetry and snapshots ----
+    async def _sample_telemetry(self):
+        if self.telemetry is None:
+            return
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                self.telemetry_sample = await asyncio.wait_for(
+                    loop.run_in_executor(None, self.telemetry.sample), BLOCKING_TIMEOUT)
+            except asyncio.TimeoutError:
+                log.warning("telemetry took over %g s", BLOCKING_TIMEOUT)
+            await asyncio.sleep(self.telemetry.interval)
+
+    def snapshot(self) -> dict:
+        """A copy of the daemon's state, safe to hand to another thread (metrics)."""
+        return {
+            "jobs": [j.status() for j in list(self.jobs.values())],
+            "daemon": {"events_ingested": self.events_ingested,
+                       "sessions": sum(len(j.sessions) for j in list(self.jobs.values())),
+                       "bad_messages": self.bad_messages,
+                       "uptime_s": time.monotonic() - self.started},
+            "telemetry": self.telemetry_sample,
+        }
+
+
+class RequestError(ProtocolError):
+    """A well-framed request the daemon refuses: the connection stays open."""
+
+
+def _process_name(pid: int) -> str:
+    import psutil
+    try:
+        return psutil.Process(pid).name()[: protocol.NAME_MAX] or f"pid-{pid}"
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return f"pid-{pid}"

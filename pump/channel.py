@@ -1,0 +1,338 @@
+"""pumpd's side of a process's event ring and plan (layouts: pump_channel.h).
+
+pumpd creates both as sealed memfds (no job can shrink or grow them under the
+daemon) and passes them to the shim over the socket; after a daemon restart the
+shim hands them back and adopt() checks them again before mapping.  The ring is
+read in bulk: the span between the daemon's tail and the shim's head is copied
+out with numpy, and only the copy is checked (a record counts once its ``seq``
+says it is complete) and decoded.  Nothing read from shared memory is trusted:
+a job that scribbles over its ring or plan gets wrong answers about itself and
+nothing else.
+
+Memory ordering: the copy reads ``seq`` before the rest of each record, which
+x86-64's ordering of loads makes sufficient; records are validated after the copy
+whatever the machine.
+"""
+
+import dataclasses
+import fcntl
+import mmap
+import os
+import time
+
+import numpy as np
+
+from pump import headers
+
+ffi, C = headers.load("pump_channel.h")
+
+RING_HEADER = "struct pump_ring_header"
+HEADER_SIZE = ffi.sizeof(RING_HEADER)
+RECORD_SIZE = ffi.sizeof("struct pump_event")
+PLAN_SIZE = ffi.sizeof("struct pump_plan")
+PLAN_SLOTS = C.PUMP_PLAN_SLOTS
+PLAN_PROBES = C.PUMP_PLAN_PROBES
+PLAN_RANGES = C.PUMP_PLAN_RANGES
+DEFAULT_RECORDS = 65536
+SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+# A record reserved but not completed for this long is skipped (its writer died
+# or the job scribbled the ring): the reader never stalls on one job's record.
+STUCK_SECONDS = 1.0
+LAUNCH_BASES_MAX = 64  # the shim's PUMP_SCAN_MAX_RANGES
+
+_NUMPY_TYPES = {"uint64_t": "<u8", "uint32_t": "<u4", "int32_t": "<i4", "uint16_t": "<u2"}
+
+
+def _dtype(struct_name: str) -> np.dtype:
+    """A numpy structured dtype with the C struct's field names, offsets and size."""
+    names, formats, offsets = [], [], []
+    for name, field in ffi.typeof(struct_name).fields:
+        t = field.type
+        fmt = (_NUMPY_TYPES[t.item.cname], t.length) if t.kind == "array" else _NUMPY_TYPES[t.cname]
+        names.append(name)
+        formats.append(fmt)
+        offsets.append(field.offset)
+    return np.dtype({"names": names, "formats": formats, "offsets": offsets,
+                     "itemsize": ffi.sizeof(struct_name)})
+
+
+EVENT = _dtype("struct pump_event")
+KIND = {name[len("PUMP_EVENT_"):].lower(): getattr(C, name)
+        for name in dir(C) if name.startswith("PUMP_EVENT_")}
+
+
+class ChannelError(Exception):
+    """A ring or plan that cannot be used; str() says why."""
+
+
+def plan_slot(function: int) -> int:
+    """The plan slot a trigger for ``function`` hashes to (pump_channel.h)."""
+    return (((function >> 4) * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF) >> 52
+
+
+def _memfd(name: str, size: int) -> int:
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.ftruncate(fd, size)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _map_sealed(fd: int, what: str, size_ok) -> mmap.mmap:
+    """Map a memfd handed back by a job, after checking it cannot change size."""
+    try:
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+        size = os.fstat(fd).st_size
+    except OSError as exc:
+        raise ChannelError(f"{what}: not a sealed memfd ({exc.strerror})") from None
+    if seals & SEALS != SEALS:
+        raise ChannelError(f"{what}: not sealed against resizing (seals 0x{seals:x})")
+    if not size_ok(size):
+        raise ChannelError(f"{what}: unexpected size {size}")
+    return mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+
+
+class Ring:
+    """The reader of one process's event ring."""
+
+    def __init__(self, fd: int, mm: mmap.mmap, capacity: int, tail: int):
+        self.fd, self.mm, self.capacity = fd, mm, capacity
+        self.header = ffi.cast(RING_HEADER + " *", ffi.from_buffer(mm))
+        self.records = np.frombuffer(mm, dtype=EVENT, count=capacity, offset=HEADER_SIZE)
+        self.tail = tail      # the daemon's own copy: never read back from the ring
+        self.lost = 0         # records skipped as never completed
+        self._stuck_since = None
+
+    @classmethod
+    def create(cls, session: int, job: str, records: int = DEFAULT_RECORDS) -> "Ring":
+        if records & (records - 1) or not C.PUMP_RING_RECORDS_MIN <= records <= C.PUMP_RING_RECORDS_MAX:
+            raise ValueError(f"ring records {records}: a power of two in "
+                             f"{C.PUMP_RING_RECORDS_MIN}..{C.PUMP_RING_RECORDS_MAX}")
+        fd = _memfd(f"pump-ring-{session}", HEADER_SIZE + records * RECORD_SIZE)
+        mm = mmap.mmap(fd, HEADER_SIZE + records * RECORD_SIZE)
+        ring = cls(fd, mm, records, 0)
+        h = ring.header
+        h.version, h.record_size, h.capacity, h.session = C.PUMP_PROTOCOL_VERSION, RECORD_SIZE, records, session
+        ffi.memmove(h.job, job.encode()[: len(h.job) - 1], len(job.encode()[: len(h.job) - 1]))
+        h.magic = C.PUMP_RING_MAGIC
+        return ring
+
+    @classmethod
+    def adopt(cls, fd: int) -> "Ring":
+        """A ring a shim hands back on resume: checked, then read from where the shim
+        says the last daemon stopped (clamped to what the ring can hold)."""
+        mm = _map_sealed(fd, "ring", lambda size: size > HEADER_SIZE and (size - HEADER_SIZE) % RECORD_SIZE == 0)
+        capacity = (mm.size() - HEADER_SIZE) // RECORD_SIZE
+        h = ffi.cast(RING_HEADER + " *", ffi.from_buffer(mm))
+        problem = None
+        if h.magic != C.PUMP_RING_MAGIC or h.version != C.PUMP_PROTOCOL_VERSION:
+            problem = f"bad magic or version (0x{h.magic:x}, {h.version})"
+        elif h.record_size != RECORD_SIZE or h.capacity != capacity or capacity & (capacity - 1):
+            problem = f"bad geometry (record size {h.record_size}, capacity {h.capacity})"
+        head, tail = int(h.head), int(h.tail)
+        del h
+        if problem:
+            mm.close()
+            raise ChannelError(f"ring: {problem}")
+        if not 0 <= head - tail <= capacity:
+            tail = head  # nonsense positions: start afresh at the shim's head
+        return cls(fd, mm, capacity, tail)
+
+    @property
+    def job(self) -> str:
+        return ffi.string(self.header.job, len(self.header.job)).decode("ascii", "replace")
+
+    @property
+    def written(self) -> int:
+        return int(self.header.written)
+
+    @property
+    def dropped(self) -> int:
+        return int(self.header.dropped)
+
+    def read(self, limit: int = 1 << 20) -> np.ndarray:
+        """Copy out the complete records from the tail on (at most ``limit``) and
+        advance the tail past them; returns a private array of EVENT."""
+        head = int(self.header.head)
+        n = min(head - self.tail, self.capacity, limit)
+        if n <= 0:
+            return np.empty(0, EVENT)
+        start = self.tail % self.capacity
+        first = min(n, self.capacity - start)
+        out = np.concatenate((self.records[start:start + first], self.records[: n - first]))
+        complete = out["seq"] == np.arange(self.tail + 1, self.tail + n + 1, dtype=np.uint64)
+        done = n if complete.all() else int(np.argmin(complete))
+        if done == 0:
+            done = self._skip_if_stuck(complete, n)
+            out = out[:0]
+        else:
+            self._stuck_since = None
+            out = out[:done]
+        self.tail += done
+        self.header.tail = self.tail
+        return out
+
+    def _skip_if_stuck(self, complete: np.ndarray, n: int) -> int:
+        now = time.monotonic()
+        if self._stuck_since is None:
+            self._stuck_since = now
+            return 0
+        if now - self._stuck_since < STUCK_SECONDS:
+            return 0
+        self._stuck_since = None
+        skip = int(np.argmax(complete)) if complete.any() else n
+        self.lost += skip
+        return skip
+
+    def close(self):
+        self.header = self.records = None
+        self.mm.close()
+        os.close(self.fd)
+
+
+class Plan:
+    """The writer of one process's plan."""
+
+    def __init__(self, fd: int, mm: mmap.mmap):
+        self.fd, self.mm = fd, mm
+        self.plan = ffi.cast("struct pump_plan *", ffi.from_buffer(mm))
+        self.dropped_triggers = 0
+
+    @classmethod
+    def create(cls) -> "Plan":
+        fd = _memfd("pump-plan", PLAN_SIZE)
+        plan = cls(fd, mmap.mmap(fd, PLAN_SIZE))
+        plan.plan.version = C.PUMP_PROTOCOL_VERSION
+        plan.plan.magic = C.PUMP_PLAN_MAGIC
+        return plan
+
+    @classmethod
+    def adopt(cls, fd: int) -> "Plan":
+        """A plan handed back on resume: rewritten from scratch by the next publish()."""
+        plan = cls(fd, _map_sealed(fd, "plan", lambda size: size == PLAN_SIZE))
+        plan.plan.generation &= ~1  # its last writer may have died mid-write
+        plan.plan.version = C.PUMP_PROTOCOL_VERSION
+        plan.plan.magic = C.PUMP_PLAN_MAGIC
+        return plan
+
+    def publish(self, budget_bytes: int, triggers: dict):
+        """Write a whole plan: the budget (0: none) and, per function, the allocation
+        bases to prefetch before its launch.  Triggers that do not fit (no free slot
+        within PLAN_PROBES of their hash, or no room left in the range table) are
+        left out and counted in ``dropped_triggers``."""
+        slots = np.zeros(PLAN_SLOTS, dtype=[("function", "<u8"), ("first", "<u4"), ("count", "<u4")])
+        ranges = []
+        for function, bases in triggers.items():
+            if not function or not bases or len(ranges) + len(bases) > PLAN_RANGES:
+                self.dropped_triggers += bool(function and bases)
+                continue
+            home = plan_slot(function)
+            for probe in range(PLAN_PROBES):
+                slot = (home + probe) % PLAN_SLOTS
+                if slots["function"][slot] == 0:
+                    slots[slot] = (function, len(ranges), len(bases))
+                    ranges.extend(bases)
+                    break
+            else:
+                self.dropped_triggers += 1
+        p = self.plan
+        p.generation = (p.generation | 1)  # odd: the shim ignores the plan meanwhile
+        p.budget_bytes = budget_bytes
+        ffi.memmove(p.trigger, slots.tobytes(), slots.nbytes)
+        ffi.memmove(p.range, np.asarray(ranges, dtype="<u8").tobytes(), 8 * len(ranges))
+        p.trigger_count = int(np.count_nonzero(slots["function"]))
+        p.range_count = len(ranges)
+        p.generation = p.generation + 1
+
+    def close(self):
+        self.plan = None
+        self.mm.close()
+        os.close(self.fd)
+
+
+@dataclasses.dataclass
+class Batch:
+    """What one read of a ring says, decoded and checked."""
+    records: int = 0
+    invalid: int = 0                      # records that broke the format (dropped)
+    launch_function: np.ndarray = None    # per launch, in order
+    launch_base_start: np.ndarray = None  # per launch: its first entry in `bases`
+    bases: np.ndarray = None              # allocation bases, launch after launch
+    allocs: list = dataclasses.field(default_factory=list)   # (base, size)
+    frees: list = dataclasses.field(default_factory=list)    # (base, size)
+    functions: dict = dataclasses.field(default_factory=dict)  # function -> name
+    syncs: int = 0
+    counters: tuple = None                # the last COUNTERS record's five values
+
+    def launch_bases(self, i: int) -> np.ndarray:
+        end = self.launch_base_start[i + 1] if i + 1 < len(self.launch_base_start) else len(self.bases)
+        return self.bases[self.launch_base_start[i]:end]
+
+
+def decode(records: np.ndarray) -> Batch:
+    """Decode a copy of ring records (Ring.read()) into a Batch, vectorised where
+    records are many (launches) and record by record where they are rare."""
+    kind = records["kind"]
+    count = records["count"].astype(np.int64)
+    arg = records["arg"]
+    batch = Batch(records=len(records))
+
+    is_launch = kind == KIND["launch"]
+    is_more = kind == KIND["launch_more"]
+    bad_launch = is_launch & (count > LAUNCH_BASES_MAX)
+    owner = np.cumsum(is_launch & ~bad_launch) - 1          # the launch a MORE record extends
+    prev_kind = np.concatenate(([0], kind[:-1]))
+    orphan_more = is_more & ((owner < 0) | ~np.isin(prev_kind, (KIND["launch"], KIND["launch_more"])) | (count > 5))
+    launches = np.flatnonzero(is_launch & ~bad_launch)
+    batch.launch_function = arg[launches, 0].copy()
+
+    # Bases: up to 3 in the LAUNCH record (arg2..4), up to 5 in each MORE record.
+    inline = np.minimum(count[launches], 3)
+    cols = np.arange(3)
+    take = cols[None, :] < inline[:, None]
+    launch_of = np.repeat(np.arange(len(launches)), inline)
+    base_list = [arg[launches, 2:5][take]]
+    owner_list = [launch_of]
+    more = np.flatnonzero(is_more & ~orphan_more)
+    if len(more):
+        take_more = np.arange(5)[None, :] < count[more][:, None]
+        base_list.append(arg[more, :][take_more])
+        owner_list.append(np.repeat(owner[more], count[more]))
+    owners = np.concatenate(owner_list)
+    order = np.argsort(owners, kind="stable")
+    batch.bases = np.concatenate(base_list)[order]
+    batch.launch_base_start = np.searchsorted(owners[order], np.arange(len(launches)))
+
+    known = np.isin(kind, list(KIND.values()))
+    batch.invalid = int(np.count_nonzero(~known | bad_launch | orphan_more))
+    batch.syncs = int(np.count_nonzero(kind == KIND["sync"]))
+
+    rare = np.flatnonzero(~np.isin(kind, (KIND["launch"], KIND["launch_more"], KIND["sync"])) & known)
+    name_of, name_left = None, 0
+    for i in rare.tolist():
+        k, n, a = int(kind[i]), int(count[i]), arg[i]
+        if k == KIND["name"]:
+            if name_of is None or n > 40 or n > name_left:
+                batch.invalid += 1
+                continue
+            batch.functions[name_of] += a.tobytes()[:n]
+            name_left -= n
+            continue
+        name_of = None
+        if k == KIND["alloc"]:
+            batch.allocs.append((int(a[0]), int(a[1])))
+        elif k == KIND["free"]:
+            batch.frees.append((int(a[0]), int(a[1])))
+        elif k == KIND["counters"]:
+            batch.counters = tuple(int(v) for v in a)
+        elif k == KIND["function"]:
+            if n > C.PUMP_FUNCTION_NAME_MAX:
+                batch.invalid += 1
+                continue
+            name_of, name_left = int(a[0]), max(0, n - 32)
+            batch.functions[name_of] = a[1:].tobytes()[: min(n, 32)]
+    batch.functions = {f: name.decode("utf-8", "replace") for f, name in batch.functions.items()}
+    return batch

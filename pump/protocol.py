@@ -1,0 +1,198 @@
+"""pump's wire protocol on pumpd's Unix socket.
+
+A message is ``struct pump_msg_header`` (pump_channel.h: magic, version, type,
+payload length) followed by at most PUMP_MSG_PAYLOAD_MAX bytes of a UTF-8 JSON
+object.  A request names its ``op``; the reply is ``{"ok": true, ...}`` (type
+REPLY) or ``{"error": "..."}`` (type ERROR).  The ops, each request's fields and
+their bounds are in REQUESTS below: pumpd validates every request against it and
+answers anything else with an error naming what is wrong and what is allowed.
+
+Ops (``pid`` and ``uid`` never travel in a request: pumpd takes them from the
+socket's peer credentials, SO_PEERCRED):
+  ping      who is there: {"ok", "version", "pid"}
+  register  pump-run announces a job: name, policy, capacity, budget -> {"job"}
+  attach    a shim joins its job (or starts one) -> {"session", "job"} + 2 fds
+  resume    a shim re-attaches after a daemon restart, with its 2 fds -> {"session"}
+  status    the jobs the caller may see -> {"jobs": [...]}
+  set       steer one's own job (root: any): job, budget -> {"job"}
+"""
+
+import json
+import os
+import socket
+import struct
+
+from pump import headers
+
+ffi, C = headers.load("pump_channel.h")
+VERSION = C.PUMP_PROTOCOL_VERSION
+MAGIC = C.PUMP_MSG_MAGIC
+PAYLOAD_MAX = C.PUMP_MSG_PAYLOAD_MAX
+REQUEST, REPLY, ERROR = C.PUMP_MSG_REQUEST, C.PUMP_MSG_REPLY, C.PUMP_MSG_ERROR
+TYPES = (REQUEST, REPLY, ERROR)
+
+# The header's layout, from the header: a struct format built from its fields.
+_FORMATS = {"uint32_t": "I", "uint16_t": "H"}
+HEADER = struct.Struct(
+    "<" + "".join(_FORMATS[f.type.cname] for _, f in ffi.typeof("struct pump_msg_header").fields)
+)
+assert HEADER.size == ffi.sizeof("struct pump_msg_header")
+FDS_MAX = 2  # file descriptors one message may carry
+
+SYSTEM_SOCKET = "/run/pump/pumpd.sock"
+SOCKET_ENV = "PUMP_SOCKET"
+
+JOB_ID_MAX = dict(ffi.typeof("struct pump_ring_header").fields)["job"].type.length - 1
+NAME_MAX = 64
+
+
+class ProtocolError(Exception):
+    """A message that breaks the framing or the schema; str() says what and what is allowed."""
+
+
+# ---- request schema: op -> {field: (kind, required, bound)} ----
+def _size_or_none(v):
+    return v is None or (isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 64)
+
+
+_CHECKS = {
+    "str": (lambda v, n: isinstance(v, str) and len(v) <= n, "a string of at most {} characters"),
+    "policy": (lambda v, n: v in ("off", "launch", "lookahead"), '"off", "launch" or "lookahead"'),
+    "bytes": (lambda v, n: _size_or_none(v), "a byte count (0 .. 2**64-1) or null"),
+}
+REQUESTS = {
+    "ping": {},
+    "register": {"name": ("str", True, NAME_MAX), "policy": ("policy", False, None),
+                 "capacity": ("str", False, 64), "budget": ("bytes", False, None)},
+    "attach": {"job": ("str", True, JOB_ID_MAX), "name": ("str", True, NAME_MAX),
+               "policy": ("policy", True, None), "pid": ("bytes", False, None)},
+    "resume": {"pid": ("bytes", False, None)},
+    "status": {},
+    "set": {"job": ("str", True, JOB_ID_MAX), "budget": ("bytes", True, None)},
+}
+
+
+def validate_request(doc) -> dict:
+    """Check a decoded request against REQUESTS; return it, or raise ProtocolError."""
+    if not isinstance(doc, dict):
+        raise ProtocolError(f"a request must be a JSON object, got {type(doc).__name__}")
+    op = doc.get("op")
+    if op not in REQUESTS:
+        raise ProtocolError(f"unknown op {op!r}; allowed: {', '.join(REQUESTS)}")
+    schema = REQUESTS[op]
+    for key in doc:
+        if key != "op" and key not in schema:
+            allowed = ", ".join(schema) or "none"
+            raise ProtocolError(f"{op}: unknown field {key!r}; allowed: {allowed}")
+    for key, (kind, required, bound) in schema.items():
+        if key not in doc:
+            if required:
+                raise ProtocolError(f"{op}: missing field {key!r}")
+            continue
+        check, what = _CHECKS[kind]
+        if not check(doc[key], bound):
+            raise ProtocolError(f"{op}: field {key!r} must be {what.format(bound)}")
+    return doc
+
+
+# ---- framing ----
+def encode(doc: dict, kind: int = REQUEST) -> bytes:
+    payload = json.dumps(doc, separators=(",", ":")).encode()
+    if len(payload) > PAYLOAD_MAX:
+        raise ProtocolError(f"message of {len(payload)} bytes; at most {PAYLOAD_MAX} allowed")
+    return HEADER.pack(MAGIC, VERSION, kind, len(payload), 0) + payload
+
+
+def parse_header(data: bytes):
+    """(type, length) of a message header, or ProtocolError naming the bad field."""
+    magic, version, kind, length, _reserved = HEADER.unpack(data)
+    if magic != MAGIC:
+        raise ProtocolError(f"bad magic 0x{magic:08x}; a pump message starts with 0x{MAGIC:08x}")
+    if version != VERSION:
+        raise ProtocolError(f"unsupported protocol version {version}; this pumpd speaks {VERSION}")
+    if kind not in TYPES:
+        raise ProtocolError(f"unknown message type {kind}; allowed: {', '.join(map(str, TYPES))}")
+    if length > PAYLOAD_MAX:
+        raise ProtocolError(f"payload of {length} bytes; at most {PAYLOAD_MAX} allowed")
+    return kind, length
+
+
+def parse_payload(data: bytes):
+    try:
+        return json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ProtocolError(f"payload is not a UTF-8 JSON object ({exc.__class__.__name__}: {exc})") from None
+
+
+def _reject_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+# ---- a blocking client, for pump-run and `pump status` ----
+def default_socket() -> str:
+    """$PUMP_SOCKET, else the system service's socket."""
+    return os.environ.get(SOCKET_ENV) or SYSTEM_SOCKET
+
+
+class Client:
+    """One connection to pumpd; request() sends a request and returns the reply."""
+
+    def __init__(self, path: str, timeout: float = 5.0):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        try:
+            self.sock.connect(path)
+        except OSError:
+            self.sock.close()
+            raise
+
+    def close(self):
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def request(self, doc: dict, fds=()) -> dict:
+        """Send a request; return the reply's object, or raise ProtocolError with the
+        daemon's error text.  Any file descriptors the reply carries are in
+        ``self.received_fds`` (the caller owns them)."""
+        data = encode(doc)
+        if fds:
+            socket.send_fds(self.sock, [data], list(fds))
+        else:
+            self.sock.sendall(data)
+        kind, payload = self._read_message()
+        if kind == ERROR:
+            raise ProtocolError(payload.get("error", "error") if isinstance(payload, dict) else "error")
+        if kind != REPLY or not isinstance(payload, dict):
+            raise ProtocolError("the daemon's reply is not a JSON object")
+        return payload
+
+    def _read_message(self):
+        self.received_fds = []
+        header = self._read_exact(HEADER.size)
+        kind, length = parse_header(header)
+        return kind, parse_payload(self._read_exact(length))
+
+    def _read_exact(self, n: int) -> bytes:
+        chunks = []
+        while n > 0:
+            data, fds, _flags, _addr = socket.recv_fds(self.sock, n, FDS_MAX)
+            self.received_fds.extend(fds)
+            if not data:
+                raise ConnectionError("pumpd closed the connection")
+            chunks.append(data)
+            n -= len(data)
+        return b"".join(chunks)
+
+
+def ping(path: str, timeout: float = 1.0):
+    """The daemon's ping reply if one answers at path, else None."""
+    try:
+        with Client(path, timeout) as client:
+            return client.request({"op": "ping"})
+    except (OSError, ProtocolError):
+        return None
