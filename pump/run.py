@@ -36,7 +36,9 @@ import sys
 import tempfile
 
 import pump
-from pump import shim, stats
+from pump import config, shim, stats
+from pump.daemon_link import DaemonError, DaemonLink
+from pump.protocol import ProtocolError
 
 PROG = "pump-run"
 
@@ -45,37 +47,6 @@ FORWARDED_SIGNALS = (
     signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH, signal.SIGCONT,
 )
 SI_KERNEL = 0x80  # Linux si_code of a signal the kernel sent (e.g. from a tty)
-
-_SIZE_UNITS = {
-    "": 1,
-    "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40,
-    "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
-    "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-}
-_SIZE_RE = re.compile(r"(\d+)(" + "|".join(u for u in _SIZE_UNITS if u) + r")?")
-_PERCENT_RE = re.compile(r"(\d+)%")
-CAPACITY_HELP = (
-    "a byte count > 0 with an optional unit (K, M, G, T or KiB, MiB, GiB, TiB: binary; "
-    "KB, MB, GB, TB: decimal), e.g. 512MiB, 8G, 1073741824; a percentage of the device, 1%%..100%%; or host"
-)
-
-
-def parse_capacity(text: str) -> str:
-    """Check a --capacity value against the shim's grammar; return it unchanged."""
-    if text == "host":
-        return text
-    m = _PERCENT_RE.fullmatch(text)
-    if m:
-        if 1 <= int(m.group(1)) <= 100:
-            return text
-    else:
-        m = _SIZE_RE.fullmatch(text)
-        if m and 0 < int(m.group(1)) * _SIZE_UNITS[m.group(2) or ""] < 1 << 64:
-            return text
-    raise argparse.ArgumentTypeError(
-        f"bad value {text!r}: expected {CAPACITY_HELP.replace('%%', '%')}"
-    )
-
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, not usage + message
@@ -94,10 +65,22 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run COMMAND with the pump Unified Memory prefetcher (libpump.so).",
         allow_abbrev=False,
     )
-    p.add_argument("--policy", choices=("off", "launch"),
-                   help="prefetch policy (PUMP_POLICY); default: the shim's")
-    p.add_argument("--capacity", metavar="SIZE", type=parse_capacity,
-                   help="cap on the job's managed footprint (PUMP_CAPACITY): " + CAPACITY_HELP)
+    p.add_argument("--config", metavar="FILE", help="the job's TOML config file (see examples/job.toml)")
+    p.add_argument("--name", metavar="NAME", help="the job's name (also picks /etc/pump/jobs.d/NAME.toml)")
+    p.add_argument("--policy", choices=config.POLICIES,
+                   help="off: count only; launch: prefetch what each launch names (default); "
+                        "lookahead: also what pumpd learns comes next")
+    p.add_argument("--capacity", metavar="SIZE", type=config.check_capacity,
+                   help="cap on the job's managed footprint (PUMP_CAPACITY): "
+                        + config.CAPACITY_ALLOWED.replace("%", "%%"))
+    p.add_argument("--budget", metavar="SIZE", type=config.check_budget,
+                   help="cap on the job's GPU-resident managed bytes (PUMP_BUDGET): "
+                        + config.BUDGET_ALLOWED.replace("%", "%%"))
+    p.add_argument("--daemon", dest="daemon_mode", choices=config.DAEMON_MODES,
+                   help="auto: the system pumpd if it answers, else one embedded for this job "
+                        "(default); system; embedded; none")
+    p.add_argument("--socket", metavar="PATH", help="the system pumpd's socket (default: $PUMP_SOCKET "
+                                                    "or " + "/run/pump/pumpd.sock)")
     p.add_argument("--stats", metavar="FILE",
                    help="write the job's counters and per-process records as JSON at exit")
     p.add_argument("--quiet", action="store_true", help="no summary line on stderr")
@@ -131,14 +114,14 @@ def preload_value(shim_file: str, existing: str) -> str:
     return ":".join([shim_file] + rest)
 
 
-def child_env(args, shim_file: str, stats_dir: str) -> dict:
+def child_env(args, cfg, shim_file: str, stats_dir: str, link: DaemonLink) -> dict:
     env = dict(os.environ)
     env["LD_PRELOAD"] = preload_value(shim_file, env.get("LD_PRELOAD", ""))
     env["PUMP_STATS_DIR"] = stats_dir
-    if args.policy:
-        env["PUMP_POLICY"] = args.policy
-    if args.capacity:
-        env["PUMP_CAPACITY"] = args.capacity
+    env.update(config.job_env(cfg))
+    if cfg.policy == "lookahead":
+        env["PUMP_POLICY"] = "launch"  # the shim's rule; pumpd's plans add the lookahead
+    env.update(link.env())
     if args.verbose:
         env["PUMP_LOG"] = str(min(args.verbose, 2))
     return env
@@ -245,13 +228,36 @@ def main(argv=None) -> int:
         except OSError as exc:
             _die(f"--stats {args.stats}: {exc.strerror or exc}")
 
+    flags = {"policy": args.policy, "capacity": args.capacity, "budget": args.budget,
+             "daemon_mode": args.daemon_mode, "daemon_socket": args.socket}
+    try:
+        cfg = config.resolve_job(flags, args.config, args.name)
+    except config.ConfigError as exc:
+        for line in exc.errors:
+            print(f"{PROG}: {line}", file=sys.stderr)
+        sys.exit(2)
+    name = cfg.name or os.path.basename(command[0])[:64] or "job"
+    link = DaemonLink()
+    try:
+        link.connect(cfg, name, args.verbose)
+    except DaemonError as exc:
+        _die(str(exc))
+    except (OSError, ProtocolError) as exc:
+        if cfg.daemon_mode == "system":
+            _die(f"pumpd: {exc}")
+        print(f"{PROG}: warning: no daemon for this job ({exc}); the shim prefetches on its own",
+              file=sys.stderr)
+        link.close()
+        link = DaemonLink()
+
     with _HeldSignals() as held:
         stats_dir = tempfile.mkdtemp(prefix="pump-run-")  # mode 0700
         try:
-            rc = run_child(command, child_env(args, shim_file, stats_dir), held)
+            rc = run_child(command, child_env(args, cfg, shim_file, stats_dir, link), held)
             ok = report(stats_dir, args, command, rc, stats_file)
         finally:
             shutil.rmtree(stats_dir, ignore_errors=True)
+            link.close()
     return rc if ok or rc != 0 else 2  # an unwritten --stats fails a job that succeeded
 
 

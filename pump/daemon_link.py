@@ -1,0 +1,111 @@
+"""pump-run's link to a pumpd: find one (or start one for this job), register the job.
+
+Modes (``--daemon``, ``[daemon] mode``):
+  auto      the system pumpd if its socket answers, else an embedded one
+  system    the system pumpd; an error if none answers
+  embedded  a pumpd started for this job alone, in a private directory, gone with it
+  none      no daemon: the shim prefetches on its own (PUMP_SOCKET="")
+
+The embedded pumpd is a child process (so a crash of either side spares the
+other) that reports readiness the way it does to systemd, on a NOTIFY_SOCKET
+pump-run listens on, and exits when pump-run is gone.
+"""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+from pump import config, protocol
+
+READY_TIMEOUT = 15.0  # seconds an embedded pumpd may take to start listening
+
+
+class DaemonError(Exception):
+    """No daemon where the mode requires one; str() says what to do."""
+
+
+class DaemonLink:
+    def __init__(self):
+        self.socket_path = None
+        self.job = None
+        self.embedded = None   # the embedded pumpd's Popen
+        self.directory = None  # its private directory
+
+    def env(self) -> dict:
+        """What the shim needs: where pumpd is (or "" for none) and the job to join."""
+        if self.socket_path is None:
+            return {protocol.SOCKET_ENV: ""}
+        return {protocol.SOCKET_ENV: self.socket_path, "PUMP_JOB": self.job}
+
+    def connect(self, cfg: config.JobConfig, name: str, verbose: int = 0):
+        """Find or start the daemon the job's mode asks for, and register the job."""
+        mode = cfg.daemon_mode or "auto"
+        if mode == "none":
+            return
+        system_path = cfg.daemon_socket or protocol.default_socket()
+        if mode in ("auto", "system") and protocol.ping(system_path) is not None:
+            self.socket_path = system_path
+        elif mode == "system":
+            raise DaemonError(f"no pumpd answers on {system_path} (start the service: "
+                              "scripts/install-service; or use --daemon auto)")
+        else:
+            self._start_embedded(verbose)
+        budget = None
+        if cfg.budget is not None and not cfg.budget.endswith("%"):
+            budget = config.parse_size(cfg.budget)  # a percentage is the shim's to resolve
+        request = {"op": "register", "name": name, "policy": cfg.policy or "launch", "budget": budget}
+        if cfg.capacity is not None:
+            request["capacity"] = cfg.capacity
+        with protocol.Client(self.socket_path) as client:
+            self.job = client.request(request)["job"]
+
+    def _start_embedded(self, verbose: int):
+        self.directory = tempfile.mkdtemp(prefix="pumpd-")  # 0700
+        self.socket_path = os.path.join(self.directory, "pumpd.sock")
+        notify_path = os.path.join(self.directory, "notify")
+        notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        notify.bind(notify_path)
+        notify.settimeout(0.2)
+        env = dict(os.environ, NOTIFY_SOCKET=notify_path)
+        env.pop("LD_PRELOAD", None)  # pumpd itself never runs under the shim
+        argv = [sys.executable, "-m", "pumpd", "--socket", self.socket_path, "--foreground",
+                "--exit-with", str(os.getpid())] + ["-v"] * verbose
+        try:
+            self.embedded = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
+                                             start_new_session=True)  # the terminal's ^C is the job's
+            deadline = time.monotonic() + READY_TIMEOUT
+            while time.monotonic() < deadline:
+                if self.embedded.poll() is not None:
+                    raise OSError(f"it exited with status {self.embedded.returncode}")
+                try:
+                    message = notify.recv(4096).decode(errors="replace")
+                except socket.timeout:
+                    continue
+                if "READY=1" in message.split("\n"):
+                    return
+            raise OSError(f"not ready within {READY_TIMEOUT:g} s")
+        except OSError as exc:
+            self.close()
+            raise DaemonError(f"the embedded pumpd did not start ({exc})") from None
+        finally:
+            notify.close()
+
+    def close(self):
+        """Stop the embedded pumpd (if any) and remove its directory."""
+        if self.embedded is not None:
+            if self.embedded.poll() is None:
+                self.embedded.send_signal(signal.SIGTERM)
+                try:
+                    self.embedded.wait(5)
+                except subprocess.TimeoutExpired:
+                    self.embedded.kill()
+                    self.embedded.wait()
+            self.embedded = None
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory = None
