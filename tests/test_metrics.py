@@ -191,9 +191,9 @@ def test_start_twice_and_bad_addresses(server):
     m = server(lambda: SNAPSHOT)
     with pytest.raises(RuntimeError):
         m.start("127.0.0.1:0")
-    assert parse_listen("127.0.0.1:9400") == ("127.0.0.1", 9400)
+    assert parse_listen("127.0.0.1:9478") == ("127.0.0.1", 9478)
     assert parse_listen("[::1]:0") == ("::1", 0)
     assert parse_listen("localhost:80") == ("localhost", 80)
-    for bad in ("9400", ":9400", "127.0.0.1:", "127.0.0.1:http", "127.0.0.1:70000", "127.0.0.1:-1"):
+    for bad in ("9478", ":9478", "127.0.0.1:", "127.0.0.1:http", "127.0.0.1:70000", "127.0.0.1:-1"):
         with pytest.raises(ValueError, match="HOST:PORT"):
             parse_listen(bad)

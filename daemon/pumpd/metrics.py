@@ -1,6 +1,6 @@
 """pumpd's /metrics endpoint in the Prometheus text format (off by default).
 
-``MetricsServer(snapshot).start("127.0.0.1:9400")`` serves every metric below
+``MetricsServer(snapshot).start("127.0.0.1:9478")`` serves every metric below
 from prometheus_client's own HTTP server, which runs in threads of its own: the
 asyncio loop of pumpd is never blocked by a scrape. ``snapshot()`` is called at
 scrape time *from those threads*, possibly from several at once: it must be
@@ -67,14 +67,14 @@ _GPU_METRICS = [
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
-    """``"HOST:PORT"`` (``"[::1]:9400"`` for IPv6; port 0 picks a free one) as
+    """``"HOST:PORT"`` (``"[::1]:9478"`` for IPv6; port 0 picks a free one) as
     (host, port); ValueError with what is allowed otherwise."""
     host, sep, port = listen.rpartition(":")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"metrics address {listen!r}: expected HOST:PORT, e.g. 127.0.0.1:9400 "
-                         "([::1]:9400 for IPv6; port 0 picks a free port)")
+        raise ValueError(f"metrics address {listen!r}: expected HOST:PORT, e.g. 127.0.0.1:9478 "
+                         "([::1]:9478 for IPv6; port 0 picks a free port)")
     return host, int(port)
 
 
