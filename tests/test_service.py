@@ -1,0 +1,378 @@
+"""pumpd as a systemd service: sd_notify, socket activation and journald
+prefixes (pumpd/systemd.py), the unit file and scripts/install-service, all
+without systemd running (--root stages the files in a temporary directory)."""
+
+import grp
+import io
+import json
+import logging
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "daemon"))
+
+from pumpd.systemd import JournalFormatter, listen_fds, notify, stderr_is_journal  # noqa: E402
+
+INSTALL = ROOT / "scripts" / "install-service"
+TEMPLATE = ROOT / "scripts" / "pumpd.service"
+
+# -- sd_notify ----------------------------------------------------------------
+
+
+def test_notify_path_socket(tmp_path, monkeypatch):
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        s.bind(str(tmp_path / "notify"))
+        s.settimeout(5)
+        monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "notify"))
+        assert notify("READY=1") is True
+        assert s.recv(4096) == b"READY=1"
+        assert notify("STATUS=serving 2 jobs\nWATCHDOG=1") is True
+        assert s.recv(4096) == b"STATUS=serving 2 jobs\nWATCHDOG=1"
+        assert notify("STATUS=\udcff") is False   # unencodable: no exception, nothing sent
+
+
+def test_notify_abstract_socket(monkeypatch):
+    name = f"pump-test-notify-{os.getpid()}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        s.bind("\0" + name)
+        s.settimeout(5)
+        monkeypatch.setenv("NOTIFY_SOCKET", "@" + name)
+        assert notify("READY=1") is True
+        assert s.recv(4096) == b"READY=1"
+
+
+@pytest.mark.parametrize("value", [None, "", "/nonexistent/pump/notify", "@pump-nobody-listens-here",
+                                   "vsock:2:1234", "relative/path"])
+def test_notify_never_raises(value, monkeypatch):
+    if value is None:
+        monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    else:
+        monkeypatch.setenv("NOTIFY_SOCKET", value)
+    assert notify("READY=1") is False
+
+
+# -- socket activation ----------------------------------------------------------
+
+CHILD = textwrap.dedent("""
+    import json, os, sys
+    sys.path.insert(0, sys.argv[1])
+    from pumpd.systemd import listen_fds
+    env = lambda: sorted(v for v in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES") if v in os.environ)
+    try:
+        socks = listen_fds()
+    except ValueError as e:
+        print(json.dumps({"error": str(e), "env": env()}))
+        sys.exit(0)
+    out = {"fds": [s.fileno() for s in socks], "env": env(),
+           "inheritable": [s.get_inheritable() for s in socks]}
+    for s in socks:
+        conn, _ = s.accept()
+        conn.sendall(b"hello from pumpd")
+        conn.close()
+    print(json.dumps(out))
+""")
+
+
+def activate(sock, pid="$$"):
+    """Run CHILD the way systemd would: ``sock`` at fd 3, LISTEN_PID its pid."""
+    fd = sock.fileno()
+    shell = f'exec 3<&{fd} {fd}<&-; export LISTEN_PID={pid} LISTEN_FDS=1 LISTEN_FDNAMES=pumpd.socket; exec "$0" -c "$1" "$2"'
+    return subprocess.Popen(["bash", "-c", shell, sys.executable, CHILD, str(ROOT / "daemon")],
+                            pass_fds=[fd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc):
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    return json.loads(out)
+
+
+def test_listen_fds_unix_listener(tmp_path):
+    path = str(tmp_path / "pumpd.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as lsock:
+        lsock.bind(path)
+        lsock.listen()
+        proc = activate(lsock)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+        c.settimeout(10)
+        c.connect(path)
+        assert c.recv(100) == b"hello from pumpd"
+    r = finish(proc)
+    assert r == {"fds": [3], "env": [], "inheritable": [False]}
+
+
+def test_listen_fds_rejects_socketpair():
+    """A connected (not listening) stream socket is not what pumpd can serve on."""
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with a, b:
+        r = finish(activate(a))
+    assert "fd 3" in r["error"] and "not listening" in r["error"] and r["env"] == []
+
+
+def test_listen_fds_rejects_tcp():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        r = finish(activate(s))
+    assert "AF_INET" in r["error"] and "AF_UNIX" in r["error"]
+
+
+def test_listen_fds_rejects_non_socket():
+    rfd, wfd = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            ["bash", "-c", f'exec 3<&{rfd}; export LISTEN_PID=$$ LISTEN_FDS=1; exec "$0" -c "$1" "$2"',
+             sys.executable, CHILD, str(ROOT / "daemon")],
+            pass_fds=[rfd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        r = finish(proc)
+    finally:
+        os.close(rfd)
+        os.close(wfd)
+    assert "fd 3 is not a socket" in r["error"]
+
+
+def test_listen_fds_other_pid(tmp_path):
+    """Variables meant for our parent: no sockets, and the variables are gone."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as lsock:
+        lsock.bind(str(tmp_path / "s"))
+        lsock.listen()
+        r = finish(activate(lsock, pid="1"))
+    assert r == {"fds": [], "env": [], "inheritable": []}
+
+
+def test_listen_fds_without_activation(monkeypatch):
+    for v in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
+        monkeypatch.delenv(v, raising=False)
+    assert listen_fds() == []
+    monkeypatch.setenv("LISTEN_PID", "12x")
+    monkeypatch.setenv("LISTEN_FDS", "1")
+    with pytest.raises(ValueError, match="malformed"):
+        listen_fds()
+    assert "LISTEN_PID" not in os.environ and "LISTEN_FDS" not in os.environ
+
+
+# -- journald ------------------------------------------------------------------
+
+
+def test_journal_formatter():
+    buf = io.StringIO()
+    handler = logging.StreamHandler(buf)
+    handler.setFormatter(JournalFormatter())
+    logger = logging.getLogger("pumpd.test_journal")
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(handler)
+    try:
+        logger.debug("d")
+        logger.info("i")
+        logger.warning("w")
+        logger.error("e")
+        logger.critical("c")
+        try:
+            raise KeyError("boom")
+        except KeyError:
+            logger.exception("failed")
+    finally:
+        logger.removeHandler(handler)
+    lines = buf.getvalue().splitlines()
+    assert lines[:5] == ["<7>pumpd.test_journal: d", "<6>pumpd.test_journal: i", "<4>pumpd.test_journal: w",
+                         "<3>pumpd.test_journal: e", "<2>pumpd.test_journal: c"]
+    tb = lines[5:]
+    assert tb[0] == "<3>pumpd.test_journal: failed" and len(tb) > 3
+    assert all(line.startswith("<3>") for line in tb)
+    assert tb[-1] == "<3>KeyError: 'boom'"
+    f = JournalFormatter("%(levelname)s %(message)s")
+    rec = logging.LogRecord("pumpd", logging.INFO, __file__, 1, "two\nlines", None, None)
+    assert f.format(rec) == "<6>INFO two\n<6>lines"
+
+
+def test_stderr_is_journal(monkeypatch):
+    st = os.fstat(2)
+    monkeypatch.setenv("JOURNAL_STREAM", f"{st.st_dev}:{st.st_ino}")
+    assert stderr_is_journal()
+    monkeypatch.setenv("JOURNAL_STREAM", f"{st.st_dev}:{st.st_ino + 1}")  # inherited, stderr redirected
+    assert not stderr_is_journal()
+    monkeypatch.setenv("JOURNAL_STREAM", "garbage")
+    assert not stderr_is_journal()
+    monkeypatch.delenv("JOURNAL_STREAM")
+    assert not stderr_is_journal()
+
+
+# -- the unit and install-service -------------------------------------------------
+
+
+def install(*args, env=None):
+    return subprocess.run([str(INSTALL), *map(str, args)], capture_output=True, text=True, timeout=60,
+                          env=env if env is not None else os.environ)
+
+
+def unit_directives(text):
+    """{(section, key): [values]} of a unit file (comments skipped)."""
+    out, section = {}, None
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("["):
+            section = line.strip("[]")
+            continue
+        key, _, value = line.partition("=")
+        out.setdefault((section, key.strip()), []).append(value.strip())
+    return out
+
+
+def load_toml(path):
+    try:
+        import tomllib
+    except ImportError:
+        tomllib = pytest.importorskip("tomli")
+    with open(path, "rb") as f:
+        return tomllib.load(f)
+
+
+def test_unit_file_directives():
+    d = unit_directives(TEMPLATE.read_text())
+    want = {
+        "Type": "notify", "ExecStart": "@PUMPD@ --foreground --config /etc/pump/pumpd.toml",
+        "User": "pump", "Group": "pump", "RuntimeDirectory": "pump", "RuntimeDirectoryMode": "0755",
+        "ConfigurationDirectory": "pump", "Restart": "on-failure", "NoNewPrivileges": "yes",
+        "ProtectSystem": "strict", "ProtectHome": "read-only", "PrivateTmp": "yes",
+        "ReadWritePaths": "/run/pump",
+    }
+    for key, value in want.items():
+        assert d.get(("Service", key)) == [value], key
+    assert d[("Install", "WantedBy")] == ["multi-user.target"]
+    # NVML must still see /dev/nvidia*; a group the system may lack would stop the unit
+    assert ("Service", "PrivateDevices") not in d
+    assert ("Service", "SupplementaryGroups") not in d
+    assert "#SupplementaryGroups=video" in TEMPLATE.read_text()
+
+
+def test_install_root(tmp_path):
+    r = install("--root", tmp_path, "--pumpd", "/opt/pump/bin/pumpd")
+    assert r.returncode == 0, r.stderr
+    assert "no user created" in r.stdout and "systemctl not run" in r.stdout
+    unit = tmp_path / "etc/systemd/system/pumpd.service"
+    text = unit.read_text()
+    assert "@PUMPD@" not in text
+    d = unit_directives(text)
+    assert d[("Service", "ExecStart")] == ["/opt/pump/bin/pumpd --foreground --config /etc/pump/pumpd.toml"]
+    assert d[("Service", "Type")] == ["notify"] and d[("Service", "User")] == ["pump"]
+    assert stat.S_IMODE(unit.stat().st_mode) == 0o644
+    conf = tmp_path / "etc/pump/pumpd.toml"
+    assert load_toml(conf) == {}           # all comments: pumpd's defaults, metrics off
+    assert '#metrics = "127.0.0.1:' in conf.read_text()
+    assert (tmp_path / "etc/pump/jobs.d").is_dir()
+
+    # a second install keeps the administrator's configuration
+    conf.write_text('# mine\n')
+    r = install("--root", tmp_path, "--pumpd", "/usr/local/bin/pumpd")
+    assert r.returncode == 0, r.stderr
+    assert "kept the existing" in r.stdout and conf.read_text() == "# mine\n"
+    assert "ExecStart=/usr/local/bin/pumpd --foreground" in unit.read_text()
+
+    r = install("--root", tmp_path, "--uninstall")
+    assert r.returncode == 0, r.stderr
+    assert not unit.exists() and conf.read_text() == "# mine\n"
+
+
+def test_install_finds_pumpd_on_path(tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "pumpd"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    env = dict(os.environ, PATH=f"{bindir}:/usr/bin:/bin")
+    r = install("--root", tmp_path / "root", env=env)
+    assert r.returncode == 0, r.stderr
+    unit = (tmp_path / "root/etc/systemd/system/pumpd.service").read_text()
+    assert f"ExecStart={fake} --foreground --config /etc/pump/pumpd.toml" in unit
+
+
+def test_install_without_pumpd(tmp_path):
+    if shutil.which("pumpd", path="/usr/bin:/bin"):
+        pytest.skip("a pumpd is installed in /usr/bin")
+    r = install("--root", tmp_path, env=dict(os.environ, PATH="/usr/bin:/bin"))
+    assert r.returncode == 2 and "pumpd not found on PATH" in r.stderr and "--pumpd" in r.stderr
+    assert not (tmp_path / "etc/systemd/system/pumpd.service").exists()
+
+
+@pytest.mark.parametrize("path", ["pumpd", "/opt/my pump/pumpd", "/opt/100%/pumpd", "/opt/$HOME/pumpd"])
+def test_install_rejects_bad_pumpd_paths(tmp_path, path):
+    r = install("--root", tmp_path, "--pumpd", path)
+    assert r.returncode == 2 and "--pumpd" in r.stderr
+    assert not (tmp_path / "etc/systemd/system/pumpd.service").exists()
+
+
+def _non_root_group():
+    for g in grp.getgrall():
+        if g.gr_gid != 0:
+            return g
+    pytest.skip("no group other than root")
+
+
+@pytest.mark.parametrize("mode", [0o660, 0o666])
+def test_install_nvidia_device_group(tmp_path, mode):
+    """/dev/nvidiactl closed to others: pumpd gets its group for NVML."""
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    ctl = dev / "nvidiactl"
+    ctl.touch()
+    g = _non_root_group() if os.geteuid() == 0 else grp.getgrgid(os.getgid())
+    try:
+        os.chown(ctl, -1, g.gr_gid)
+    except PermissionError:
+        pytest.skip("cannot change the group of a file here")
+    ctl.chmod(mode)
+    r = install("--root", tmp_path, "--pumpd", "/opt/pump/bin/pumpd")
+    assert r.returncode == 0, r.stderr
+    d = unit_directives((tmp_path / "etc/systemd/system/pumpd.service").read_text())
+    if mode == 0o660:
+        assert d[("Service", "SupplementaryGroups")] == [g.gr_name]
+        assert f"SupplementaryGroups={g.gr_name}" in r.stdout
+    else:
+        assert ("Service", "SupplementaryGroups") not in d
+
+
+def test_install_help_and_errors(tmp_path):
+    r = install("--help")
+    assert r.returncode == 0 and r.stdout.startswith("usage: install-service")
+    for opt in ("--root", "--pumpd", "--no-start", "--uninstall"):
+        assert opt in r.stdout
+    r = install("--frobnicate")
+    assert r.returncode == 2 and "unknown argument '--frobnicate'" in r.stderr
+
+
+def test_install_needs_root(tmp_path):
+    """Without --root it must refuse to run as an ordinary user (before touching anything)."""
+    if os.geteuid() != 0:
+        r = install("--pumpd", "/bin/true", "--no-start")
+    elif shutil.which("runuser"):
+        r = subprocess.run(["runuser", "-u", "nobody", "--", str(INSTALL), "--pumpd", "/bin/true", "--no-start"],
+                           capture_output=True, text=True, timeout=60, cwd="/")
+        if "Permission denied" in r.stderr:
+            pytest.skip("nobody cannot read the source tree")
+    else:
+        pytest.skip("running as root without runuser")
+    assert r.returncode == 2 and "must run as root" in r.stderr
+
+
+@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="no systemd-analyze")
+def test_unit_verifies(tmp_path):
+    """systemd's own check of the installed unit (ExecStart must name an executable)."""
+    exe = shutil.which("true")
+    r = install("--root", tmp_path, "--pumpd", exe)
+    assert r.returncode == 0, r.stderr
+    unit = tmp_path / "etc/systemd/system/pumpd.service"
+    v = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
+    complaints = [line for line in (v.stdout + v.stderr).splitlines() if "pumpd.service" in line]
+    assert v.returncode == 0 and not complaints, v.stdout + v.stderr
