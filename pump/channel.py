@@ -73,6 +73,7 @@ def plan_slot(function: int) -> int:
 def _memfd(name: str, size: int) -> int:
     fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
+        os.fchmod(fd, 0o600)
         os.ftruncate(fd, size)
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
     except OSError:

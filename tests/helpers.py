@@ -14,3 +14,30 @@ def clean_env(*drop):
     """os.environ without LD_PRELOAD, PUMP_* and FAKECUDA_*, nor the names in drop."""
     gone = {"LD_PRELOAD", *drop}
     return {k: v for k, v in os.environ.items() if k not in gone and not k.startswith(("PUMP_", "FAKECUDA_"))}
+
+
+def start_pumpd(socket_path, *args, env=None, timeout=15.0, **popen):
+    """Start the installed pumpd on socket_path; return its Popen once it answers."""
+    import subprocess
+    import time
+
+    from pump import protocol
+    proc = subprocess.Popen([sys.executable, "-m", "pumpd", "--socket", str(socket_path), "--foreground", *args],
+                            env=env if env is not None else clean_env(), **popen)
+    deadline = time.monotonic() + timeout
+    while protocol.ping(str(socket_path), timeout=0.5) is None:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"pumpd did not start (exit status {proc.wait()})")
+        time.sleep(0.05)
+    return proc
+
+
+def stop_pumpd(proc):
+    import subprocess
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -392,7 +392,8 @@ class Daemon:
         if not force and (now - session.plan_published < PLAN_INTERVAL or
                           (not session.policy.changed and budget == session.plan_budget)):
             return
-        triggers = session.policy.triggers() if job.policy != "off" else {}
+        # "launch" is the shim's own rule; only "lookahead" adds pumpd's triggers.
+        triggers = session.policy.triggers() if job.policy == "lookahead" else {}
         session.plan.publish(budget, triggers)
         session.plan_budget, session.plan_published = budget, now
 
@@ -405,7 +406,8 @@ class Daemon:
                 if len(records):
                     session.ingest(channel.decode(records))
                     total += len(records)
-                if session.policy.changed or session.plan_budget != (job.budget or 0):
+                if (session.policy.changed and job.policy == "lookahead") or \
+                        session.plan_budget != (job.budget or 0):
                     self._publish_plan(job, session)
         self.events_ingested += total
         return total

@@ -1,0 +1,414 @@
+"""pumpd against a Python stand-in for the shim (tests/fakeshim.py): sessions,
+ingest, plans, status, liveness, restart pickup, bad input of every kind, and
+two users.  The real shim's side is in test_daemon_jobs.py."""
+
+import json
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from fakeshim import FakeShim, launch_records, raw_connect
+from helpers import clean_env, start_pumpd, stop_pumpd
+from pump import channel, protocol
+
+
+@pytest.fixture
+def pumpd(tmp_path):
+    path = tmp_path / "pumpd.sock"
+    proc = start_pumpd(path)
+    yield str(path)
+    stop_pumpd(proc)
+
+
+def status(path, **kw):
+    with protocol.Client(path, **kw) as c:
+        return c.request({"op": "status"})["jobs"]
+
+
+def wait_for(predicate, timeout=5.0, step=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    return predicate()
+
+
+def test_ping(pumpd):
+    reply = protocol.ping(pumpd)
+    assert reply["ok"] and reply["version"] == protocol.VERSION
+
+
+def test_attach_ingest_and_status(pumpd):
+    shim = FakeShim(pumpd, name="train")
+    shim.emit("alloc", 1 << 30, 4 << 20, 1)
+    shim.launch(0x1000, 1 << 30)
+    shim.emit("counters", 7, 5, 4 << 20, 2 << 20, 0)
+    job = wait_for(lambda: [j for j in status(pumpd) if j["job"] == shim.job and j["events"] == 3])
+    assert job, status(pumpd)
+    job = job[0]
+    assert job["name"] == "train" and job["pid"] == os.getpid() and job["uid"] == os.getuid()
+    assert (job["launches"], job["launches_managed"], job["prefetch_bytes"], job["resident_bytes"]) == \
+        (7, 5, 4 << 20, 2 << 20)
+    assert job["events_dropped"] == 0 and job["events_invalid"] == 0
+    shim.close()
+
+
+def test_dropped_events_are_reported(pumpd):
+    shim = FakeShim(pumpd)
+    shim.header.dropped = 17  # what the shim counts when its ring is full
+    assert wait_for(lambda: status(pumpd)[0]["events_dropped"] == 17)
+    shim.close()
+
+
+def test_ring_is_a_sealed_private_memfd(pumpd):
+    shim = FakeShim(pumpd)
+    import fcntl
+    seals = fcntl.fcntl(shim.ring_fd, fcntl.F_GET_SEALS)
+    assert seals & channel.SEALS == channel.SEALS
+    with pytest.raises(OSError):
+        os.ftruncate(shim.ring_fd, 4096)  # a job cannot shrink it under the daemon
+    assert os.fstat(shim.ring_fd).st_mode & 0o777 == 0o600
+    assert os.fstat(shim.plan_fd).st_mode & 0o777 == 0o600
+    shim.close()
+
+
+def test_lookahead_plan_names_the_next_launch(pumpd):
+    with protocol.Client(pumpd) as c:
+        job = c.request({"op": "register", "name": "la", "policy": "lookahead"})["job"]
+    shim = FakeShim(pumpd, job=job)
+    for _ in range(3):
+        shim.launch(0x100, 1 << 30)
+        shim.launch(0x200, 2 << 30, 3 << 30)
+    triggers = wait_for(lambda: shim.plan.generation % 2 == 0 and shim.plan_triggers().get(0x100))
+    assert triggers == [2 << 30, 3 << 30]
+    assert shim.plan_triggers()[0x200] == [1 << 30]
+    shim.close()
+
+
+def test_launch_policy_publishes_no_triggers(pumpd):
+    shim = FakeShim(pumpd)  # attach with policy "launch": the shim's own rule only
+    for _ in range(3):
+        shim.launch(0x100, 1 << 30)
+        shim.launch(0x200, 2 << 30)
+    assert wait_for(lambda: status(pumpd)[0]["events"] == 6)
+    time.sleep(0.3)
+    assert shim.plan_triggers() == {}
+    shim.close()
+
+
+def test_budget_set_by_owner_reaches_the_plan(pumpd):
+    shim = FakeShim(pumpd)
+    with protocol.Client(pumpd) as c:
+        c.request({"op": "set", "job": shim.job, "budget": 1 << 30})
+    assert wait_for(lambda: shim.plan.budget_bytes == 1 << 30)
+    assert status(pumpd)[0]["budget_bytes"] == 1 << 30
+    shim.close()
+
+
+def test_bulk_ingest_decodes_every_launch(pumpd):
+    shim = FakeShim(pumpd)
+    functions = [16 * (1 + i % 50) for i in range(50_000)]
+    sent = 0
+    while sent < len(functions):
+        sent += shim.emit_many(launch_records(functions[sent:sent + 8192]))
+        time.sleep(0.001)
+    assert wait_for(lambda: status(pumpd)[0]["events"] == len(functions), timeout=10)
+    assert status(pumpd)[0]["events_dropped"] == 0
+    shim.close()
+
+
+# ---- liveness and restart ----
+FAKE_JOB = """
+import sys, time
+sys.path.insert(0, {tests!r})
+from fakeshim import FakeShim
+shim = FakeShim({path!r}, name="victim")
+print(shim.job, flush=True)
+time.sleep(60)
+"""
+
+
+def test_killed_job_is_gone_within_two_seconds(pumpd):
+    child = subprocess.Popen([sys.executable, "-c", FAKE_JOB.format(tests=str(pathlib.Path(__file__).parent),
+                                                                  path=pumpd)],
+                             stdout=subprocess.PIPE, text=True, env=clean_env())
+    job = child.stdout.readline().strip()
+    assert [j["job"] for j in status(pumpd)] == [job]
+    child.kill()
+    child.wait()
+    killed = time.monotonic()
+    assert wait_for(lambda: status(pumpd) == [], timeout=5)
+    assert time.monotonic() - killed < 2.0
+    assert not any(pathlib.Path(pumpd).parent.joinpath("jobs").iterdir())
+
+
+def test_restarted_daemon_lists_running_jobs_again(tmp_path):
+    path = tmp_path / "pumpd.sock"
+    proc = start_pumpd(path)
+    with protocol.Client(str(path)) as c:
+        job = c.request({"op": "register", "name": "survivor"})["job"]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    proc = start_pumpd(path)  # a stale socket is replaced
+    try:
+        jobs = status(str(path))
+        assert [(j["job"], j["name"], j["pid"]) for j in jobs] == [(job, "survivor", os.getpid())]
+    finally:
+        stop_pumpd(proc)
+
+
+def test_resume_hands_back_the_ring(tmp_path):
+    path = str(tmp_path / "pumpd.sock")
+    proc = start_pumpd(path)
+    shim = FakeShim(path, name="resumer")
+    shim.emit("counters", 1, 1, 0, 0, 0)
+    assert wait_for(lambda: status(path)[0]["events"] == 1)
+    proc.kill()
+    proc.wait()
+    shim.launch(0x100, 1 << 30)  # written while no daemon reads
+    proc = start_pumpd(path)
+    try:
+        with protocol.Client(path) as c:
+            reply = c.request({"op": "resume"}, fds=(shim.ring_fd, shim.plan_fd))
+        assert reply["job"] == shim.job
+        # The new daemon reads on from where the old one stopped: the launch only.
+        assert wait_for(lambda: status(path) and status(path)[0]["events"] == 1 and status(path)[0]["sessions"] == 1)
+    finally:
+        stop_pumpd(proc)
+        shim.close()
+
+
+def test_second_daemon_on_a_live_socket_refuses(pumpd):
+    proc = subprocess.run([sys.executable, "-m", "pumpd", "--socket", pumpd], env=clean_env(),
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1
+    assert "another pumpd already answers" in proc.stderr
+    assert protocol.ping(pumpd)
+
+
+# ---- bad input ----
+def send_raw(path, data: bytes, fds=()):
+    """Send bytes on a fresh connection; return (type, payload) of the reply, or None if closed."""
+    s = raw_connect(path)
+    try:
+        if fds:
+            socket.send_fds(s, [data], list(fds))
+        else:
+            s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+        head = b""
+        while len(head) < protocol.HEADER.size:
+            chunk = s.recv(protocol.HEADER.size - len(head))
+            if not chunk:
+                return None
+            head += chunk
+        _, _, kind, length, _ = protocol.HEADER.unpack(head)
+        body = b""
+        while len(body) < length:
+            chunk = s.recv(length - len(body))
+            if not chunk:
+                break
+            body += chunk
+        return kind, json.loads(body)
+    finally:
+        s.close()
+
+
+def frame(payload: bytes, magic=protocol.MAGIC, version=protocol.VERSION, kind=protocol.REQUEST, length=None):
+    return protocol.HEADER.pack(magic, version, kind, len(payload) if length is None else length, 0) + payload
+
+
+@pytest.mark.parametrize("data,expected", [
+    (frame(b"{}", magic=0xdeadbeef), "bad magic 0xdeadbeef"),
+    (frame(b"{}", version=2), "unsupported protocol version 2; this pumpd speaks 1"),
+    (frame(b"{}", kind=9), "unknown message type 9"),
+    (frame(b"{}", kind=protocol.REPLY), "expected a request"),
+    (frame(b"", length=protocol.PAYLOAD_MAX + 1), f"at most {protocol.PAYLOAD_MAX} allowed"),
+    (frame(b"not json"), "payload is not a UTF-8 JSON object"),
+    (frame(b"\xff\xfe"), "payload is not a UTF-8 JSON object"),
+    (frame(b"[1, 2]"), "a request must be a JSON object, got list"),
+    (frame(b'{"op": "launch_missiles"}'), "unknown op 'launch_missiles'; allowed: ping, register"),
+    (frame(b'{"op": "status", "verbose": true}'), "status: unknown field 'verbose'; allowed: none"),
+    (frame(b'{"op": "register"}'), "register: missing field 'name'"),
+    (frame(b'{"op": "register", "name": 5}'), "register: field 'name' must be a string of at most 64"),
+    (frame(b'{"op": "register", "name": "x", "policy": "fast"}'), "field 'policy' must be \"off\""),
+    (frame(b'{"op": "set", "job": "j1", "budget": -5}'), "field 'budget' must be a byte count"),
+    (frame(b'{"op": "set", "job": "j1", "budget": NaN}'), "payload is not a UTF-8 JSON object"),
+    (frame(b"[" * 100000 + b"]" * 100000), "payload"),
+    (frame(b'{"op": "set", "job": "j-nobody", "budget": 1}'), "no job j-nobody of this user"),
+    (frame(b'{"op": "resume"}'), "resume: carries 0 file descriptors; expected 2"),
+])
+def test_bad_message_gets_an_error_and_the_daemon_serves_on(pumpd, data, expected):
+    shim = FakeShim(pumpd, name="bystander")
+    reply = send_raw(pumpd, data)
+    assert reply is not None and reply[0] == protocol.ERROR, reply
+    assert expected in reply[1]["error"]
+    shim.launch(0x10, 1 << 30)
+    assert wait_for(lambda: [j for j in status(pumpd) if j["job"] == shim.job][0]["events"] == 1)
+    shim.close()
+
+
+def test_truncated_and_silent_connections_harm_nobody(pumpd):
+    for data in (b"", b"\x01", frame(b'{"op": "ping"}')[:10], frame(b'{"op": "ping"}')[:-3]):
+        assert send_raw(pumpd, data) is None  # closed, no reply
+    assert protocol.ping(pumpd)
+
+
+def test_fds_where_none_belong_are_closed_and_refused(pumpd):
+    r, w = os.pipe()
+    reply = send_raw(pumpd, frame(b'{"op": "status"}'), fds=(r,))
+    assert reply[0] == protocol.ERROR and "only resume may" in reply[1]["error"]
+    os.close(r)
+    os.close(w)
+
+
+def _memfd(size, seal=True):
+    fd = os.memfd_create("x", os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, size)
+    if seal:
+        import fcntl
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, channel.SEALS)
+    return fd
+
+
+@pytest.mark.parametrize("make,expected", [
+    (lambda: (os.open("/dev/null", os.O_RDWR), _memfd(channel.PLAN_SIZE)), "ring: not a sealed memfd"),
+    (lambda: (_memfd(channel.HEADER_SIZE + 1024 * 64, seal=False), _memfd(channel.PLAN_SIZE)),
+     "ring: not sealed against resizing"),
+    (lambda: (_memfd(100), _memfd(channel.PLAN_SIZE)), "ring: unexpected size 100"),
+    (lambda: (_memfd(channel.HEADER_SIZE + 1024 * 64), _memfd(channel.PLAN_SIZE)), "ring: bad magic or version"),
+])
+def test_resume_with_bad_memory_is_refused(pumpd, make, expected):
+    fds = make()
+    reply = send_raw(pumpd, frame(b'{"op": "resume"}'), fds=fds)
+    for fd in fds:
+        os.close(fd)
+    assert reply[0] == protocol.ERROR and expected in reply[1]["error"], reply
+    assert protocol.ping(pumpd)
+
+
+def test_resume_of_a_ring_whose_job_is_unknown_is_refused(pumpd):
+    ring, plan = channel.Ring.create(5, "j-unknown", 1024), channel.Plan.create()
+    reply = send_raw(pumpd, frame(b'{"op": "resume"}'), fds=(ring.fd, plan.fd))
+    assert reply[0] == protocol.ERROR and "names no job of this user" in reply[1]["error"]
+    ring.close()
+    plan.close()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.one_of(
+    st.binary(max_size=200),
+    st.builds(lambda p, m, v, k: frame(p, magic=m, version=v, kind=k),
+              st.binary(max_size=100), st.sampled_from([protocol.MAGIC, 0]), st.integers(0, 3), st.integers(0, 4)),
+    st.builds(lambda d: frame(json.dumps(d).encode()),
+              st.dictionaries(st.sampled_from(["op", "name", "job", "budget", "policy", "x"]),
+                              st.one_of(st.none(), st.integers(-2, 2**65), st.text(max_size=80),
+                                        st.sampled_from(["ping", "status", "set", "register", "attach"])),
+                              max_size=4)),
+))
+def test_fuzzed_messages(pumpd, data):
+    reply = send_raw(pumpd, data)
+    if reply is not None:
+        assert reply[0] in (protocol.REPLY, protocol.ERROR)
+    assert protocol.ping(pumpd) is not None
+
+
+def test_a_job_that_scribbles_over_its_memory_harms_nobody_else(pumpd):
+    honest, vandal = FakeShim(pumpd, name="honest"), FakeShim(pumpd, name="vandal")
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        vandal.ring_mm[:] = rng.bytes(len(vandal.ring_mm))
+        honest.launch(0x10, 1 << 30)
+        time.sleep(0.02)
+    vandal.header.head = 2**64 - 1
+    honest.launch(0x10, 1 << 30)
+    assert wait_for(lambda: [j for j in status(pumpd) if j["job"] == honest.job][0]["events"] == 21)
+    assert [j for j in status(pumpd) if j["job"] == honest.job][0]["events_invalid"] == 0
+    assert protocol.ping(pumpd)
+    honest.close()
+    vandal.close()
+
+
+# ---- two users ----
+NOBODY = 65534
+
+
+def as_other_user(path, root_job):
+    """In a child that dropped to uid/gid 65534: attach, look, and try to steer root's job."""
+    out = {}
+    shim = FakeShim(path, name="nobodys")
+    out["job"] = shim.job
+    with protocol.Client(path) as c:
+        out["seen"] = [j["job"] for j in c.request({"op": "status"})["jobs"]]
+        for op in ({"op": "set", "job": root_job, "budget": 1},
+                   {"op": "attach", "job": root_job, "name": "x", "policy": "launch"}):
+            try:
+                c.request(op)
+                out.setdefault("steered", []).append(op["op"])
+            except protocol.ProtocolError as exc:
+                out.setdefault("refused", []).append(str(exc))
+    return out
+
+
+def run_as_nobody(fn, *args):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: drop privileges, run, report, never return into pytest
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            result = {"ok": fn(*args)}
+        except BaseException as exc:  # noqa: B036 - reported to the parent
+            result = {"error": repr(exc)}
+        os.write(w, json.dumps(result).encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    result = json.loads(data)
+    assert "error" not in result, result["error"]
+    return result["ok"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as a second user")
+def test_two_users_neither_sees_nor_steers_the_others_job():
+    run_dir = pathlib.Path(tempfile.mkdtemp(prefix="pump-test-"))  # pytest's tmp dirs are root's alone
+    os.chmod(run_dir, 0o755)
+    path = str(run_dir / "pumpd.sock")
+    proc = start_pumpd(path, env=dict(clean_env(), RUNTIME_DIRECTORY=str(run_dir)))  # the service's socket
+    try:
+        assert os.stat(path).st_mode & 0o777 == 0o666
+        mine = FakeShim(path, name="roots")
+        out = run_as_nobody(as_other_user, path, mine.job)
+        assert out["seen"] == [out["job"]]                     # only their own job
+        assert "steered" not in out
+        assert any(f"no job {mine.job} of this user" in e for e in out["refused"])
+        assert any("belongs to another user" in e for e in out["refused"])
+        jobs = {j["job"]: j for j in status(path)}
+        assert set(jobs) == {mine.job, out["job"]}             # root sees all
+        assert jobs[out["job"]]["uid"] == NOBODY
+        assert jobs[mine.job]["budget_bytes"] is None          # untouched by the other user
+        state = run_dir / "jobs"
+        assert os.stat(state).st_mode & 0o777 == 0o700
+        for f in state.iterdir():
+            assert os.stat(f).st_mode & 0o777 == 0o600
+        mine.close()
+    finally:
+        stop_pumpd(proc)
+        shutil.rmtree(run_dir)
