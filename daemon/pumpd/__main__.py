@@ -53,7 +53,7 @@ def build_parser():
 
 def _setup_logging(level: str, verbose: int):
     handler = logging.StreamHandler(sys.stderr)
-    if os.environ.get("JOURNAL_STREAM"):
+    if systemd.stderr_is_journal():
         handler.setFormatter(systemd.JournalFormatter("%(message)s"))
     else:
         handler.setFormatter(logging.Formatter("pumpd: %(message)s"))
@@ -111,6 +111,7 @@ def main(argv=None) -> int:
         log.error("%s", exc)
         return 1
     finally:
+        systemd.notify("STOPPING=1")
         if telemetry is not None:
             telemetry.shutdown()
     return 0
