@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "daemon"))
 
-from pumpd.metrics import MetricsServer, parse_listen  # noqa: E402
+from pumpd.metrics import MetricsServer  # noqa: E402
 
 SNAPSHOT = {
     "jobs": [
@@ -53,7 +52,7 @@ def server():
 
     def make(snapshot):
         m = MetricsServer(snapshot)
-        m.start("127.0.0.1:0")
+        m.start("127.0.0.1", 0)
         servers.append(m)
         return m
     yield make
@@ -155,7 +154,7 @@ def test_concurrent_scrapes(server):
 
 def test_stop_frees_port():
     m = MetricsServer(lambda: SNAPSHOT)
-    m.start("127.0.0.1:0")
+    m.start("127.0.0.1", 0)
     port = m.port
     scrape(port)
     m.stop()
@@ -172,7 +171,7 @@ def test_stop_frees_port():
     s.listen()
     s.close()
     m2 = MetricsServer(lambda: SNAPSHOT)
-    m2.start(f"127.0.0.1:{port}")
+    m2.start("127.0.0.1", port)
     try:
         assert m2.port == port and "pump_job_launches_total" in scrape(port)
     finally:
@@ -187,13 +186,7 @@ def test_binds_given_address_only(server):
         socket.create_connection(("127.0.0.2", m.port), timeout=2).close()
 
 
-def test_start_twice_and_bad_addresses(server):
+def test_start_twice(server):
     m = server(lambda: SNAPSHOT)
     with pytest.raises(RuntimeError):
-        m.start("127.0.0.1:0")
-    assert parse_listen("127.0.0.1:9478") == ("127.0.0.1", 9478)
-    assert parse_listen("[::1]:0") == ("::1", 0)
-    assert parse_listen("localhost:80") == ("localhost", 80)
-    for bad in ("9478", ":9478", "127.0.0.1:", "127.0.0.1:http", "127.0.0.1:70000", "127.0.0.1:-1"):
-        with pytest.raises(ValueError, match="HOST:PORT"):
-            parse_listen(bad)
+        m.start("127.0.0.1", 0)

@@ -18,8 +18,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "daemon"))
-
 from pumpd.systemd import JournalFormatter, listen_fds, notify, stderr_is_journal  # noqa: E402
 
 INSTALL = ROOT / "scripts" / "install-service"

@@ -13,7 +13,6 @@ from unittest.mock import patch
 import psutil
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "daemon"))
 
 from pumpd.telemetry import Telemetry, uuid_from_cuda_bytes  # noqa: E402
 

@@ -83,7 +83,8 @@ def main(argv=None) -> int:
     except config.ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
-    _setup_logging(cfg.log_level, args.verbose)
+    # An embedded pumpd shares the job's terminal: warnings only, unless -v.
+    _setup_logging("warning" if args.exit_with is not None else cfg.log_level, args.verbose)
     socket_path = args.socket or cfg.socket or default_socket()
     telemetry = None
     if args.exit_with is None:  # an embedded pumpd serves one job: no GPU telemetry

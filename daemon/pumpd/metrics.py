@@ -1,6 +1,6 @@
 """pumpd's /metrics endpoint in the Prometheus text format (off by default).
 
-``MetricsServer(snapshot).start("127.0.0.1:9478")`` serves every metric below
+``MetricsServer(snapshot).start("127.0.0.1", 9478)`` serves every metric below
 from prometheus_client's own HTTP server, which runs in threads of its own: the
 asyncio loop of pumpd is never blocked by a scrape. ``snapshot()`` is called at
 scrape time *from those threads*, possibly from several at once: it must be
@@ -64,18 +64,6 @@ _GPU_METRICS = [
     ("pcie_tx_bytes_per_s", "pump_gpu_pcie_tx_bytes_per_second", "PCIe bytes per second sent by the GPU (NVML).", 1),
     ("pcie_rx_bytes_per_s", "pump_gpu_pcie_rx_bytes_per_second", "PCIe bytes per second received by the GPU (NVML).", 1),
 ]
-
-
-def parse_listen(listen: str) -> tuple[str, int]:
-    """``"HOST:PORT"`` (``"[::1]:9478"`` for IPv6; port 0 picks a free one) as
-    (host, port); ValueError with what is allowed otherwise."""
-    host, sep, port = listen.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"metrics address {listen!r}: expected HOST:PORT, e.g. 127.0.0.1:9478 "
-                         "([::1]:9478 for IPv6; port 0 picks a free port)")
-    return host, int(port)
 
 
 def _families(snap: dict) -> list:
@@ -171,13 +159,12 @@ class MetricsServer:
                 log.debug("metrics: taking pumpd's snapshot failed", exc_info=True)
             return []
 
-    def start(self, listen: str) -> None:
-        """Listen on ``"HOST:PORT"`` (that address only) and serve in background
-        threads; ``.port`` is the port bound (useful with port 0). OSError if the
-        address cannot be bound, ValueError if it is malformed."""
+    def start(self, host: str, port: int) -> None:
+        """Listen on host:port (that address only; pump.config.parse_listen reads
+        pumpd.toml's "HOST:PORT") and serve in background threads; ``.port`` is
+        the port bound (useful with port 0). OSError if it cannot be bound."""
         if self._httpd is not None:
             raise RuntimeError("metrics server already started")
-        host, port = parse_listen(listen)
         self._httpd, self._thread = start_http_server(port, addr=host, registry=self.registry)
         self.port = self._httpd.server_port
 

@@ -18,7 +18,7 @@ import socket
 import struct
 import time
 
-from pump import channel, protocol
+from pump import channel, config, protocol
 from pump.protocol import ProtocolError
 from pumpd.jobs import Job, JobStore, Session, start_time
 
@@ -211,7 +211,7 @@ class Daemon:
     def _start_metrics(self):
         from pumpd.metrics import MetricsServer
         self.metrics = MetricsServer(self.snapshot)
-        self.metrics.start(self.metrics_listen)
+        self.metrics.start(*config.parse_listen(self.metrics_listen))
         log.info("metrics on http://%s/metrics", self.metrics_listen)
 
     # ---- connections ----
