@@ -31,7 +31,9 @@ enum {
     PUMP_FUNCTION_NAME_MAX = 1024,     /* longer kernel names are cut here */
     PUMP_PLAN_SLOTS = 4096,            /* trigger hash slots, a power of two */
     PUMP_PLAN_PROBES = 8,              /* a trigger sits within this many slots of its hash */
-    PUMP_PLAN_RANGES = 32768           /* allocation bases all triggers name, in total */
+    PUMP_PLAN_RANGES = 32768,          /* allocation bases all triggers name, in total */
+    PUMP_TRACE_MAGIC = 0x43525450,     /* "PTRC" */
+    PUMP_TRACE_BLOCK_MAGIC = 0x4b4c4254 /* "TBLK" */
 };
 
 /* ---- the socket ----
@@ -130,6 +132,27 @@ struct pump_plan {
     uint8_t pad0[32];
     struct pump_plan_trigger trigger[4096];   /* PUMP_PLAN_SLOTS */
     uint64_t range[32768];                    /* PUMP_PLAN_RANGES */
+};
+
+/* ---- trace files (pump-run --trace FILE) ----
+ * pumpd writes what it ingests for a job: a struct pump_trace_header, then
+ * blocks, each a struct pump_trace_block followed by `records` struct
+ * pump_event exactly as one process's shim wrote them (in ring order; times
+ * are that machine's CLOCK_MONOTONIC). Versioned by the header. */
+struct pump_trace_header {
+    uint32_t magic;               /* PUMP_TRACE_MAGIC */
+    uint32_t version;             /* PUMP_PROTOCOL_VERSION */
+    uint32_t record_size;         /* sizeof(struct pump_event) */
+    uint32_t reserved;
+    uint64_t start_ns;            /* CLOCK_MONOTONIC when the trace began */
+    char job[32];                 /* pumpd's id of the job */
+    char name[64];                /* the job's name */
+};
+
+struct pump_trace_block {
+    uint32_t magic;               /* PUMP_TRACE_BLOCK_MAGIC */
+    int32_t pid;                  /* the process whose records follow */
+    uint64_t records;
 };
 
 #endif
