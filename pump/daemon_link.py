@@ -43,9 +43,12 @@ class DaemonLink:
         return {protocol.SOCKET_ENV: self.socket_path, "PUMP_JOB": self.job}
 
     def connect(self, cfg: config.JobConfig, name: str, verbose: int = 0):
-        """Find or start the daemon the job's mode asks for, and register the job."""
+        """Find or start the daemon the job's mode asks for, and register the job
+        (handing pumpd the trace file, opened here with the user's permissions)."""
         mode = cfg.daemon_mode or "auto"
         if mode == "none":
+            if cfg.trace_file:
+                raise DaemonError("--trace needs a daemon (--daemon auto, system or embedded)")
             return
         system_path = cfg.daemon_socket or protocol.default_socket()
         if mode in ("auto", "system") and protocol.ping(system_path) is not None:
@@ -61,8 +64,29 @@ class DaemonLink:
         request = {"op": "register", "name": name, "policy": cfg.policy or "launch", "budget": budget}
         if cfg.capacity is not None:
             request["capacity"] = cfg.capacity
-        with protocol.Client(self.socket_path) as client:
-            self.job = client.request(request)["job"]
+        trace_fd = ()
+        if cfg.trace_file:
+            try:
+                trace_fd = (os.open(cfg.trace_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644),)
+            except OSError as exc:
+                raise DaemonError(f"--trace {cfg.trace_file}: {exc.strerror}") from None
+            request["trace"] = True
+        try:
+            with protocol.Client(self.socket_path) as client:
+                self.job = client.request(request, fds=trace_fd)["job"]
+        finally:
+            for fd in trace_fd:
+                os.close(fd)
+
+    def end(self):
+        """Tell pumpd the command has exited: it reads what is left and closes the trace."""
+        if self.job is None:
+            return
+        try:
+            with protocol.Client(self.socket_path) as client:
+                client.request({"op": "end", "job": self.job})
+        except (OSError, protocol.ProtocolError):
+            pass  # a daemon gone meanwhile: nothing more to tell it
 
     def _start_embedded(self, verbose: int):
         self.directory = tempfile.mkdtemp(prefix="pumpd-")  # 0700

@@ -15,6 +15,8 @@ socket's peer credentials, SO_PEERCRED):
   resume    a shim re-attaches after a daemon restart, with its 2 fds -> {"session"}
   status    the jobs the caller may see -> {"jobs": [...]}
   set       steer one's own job (root: any): job, budget -> {"job"}
+  end       pump-run: the job's command has exited; pumpd reads what is left,
+            closes its trace, and forgets the job once no process of it runs
 """
 
 import json
@@ -59,16 +61,19 @@ _CHECKS = {
     "str": (lambda v, n: isinstance(v, str) and len(v) <= n, "a string of at most {} characters"),
     "policy": (lambda v, n: v in ("off", "launch", "lookahead"), '"off", "launch" or "lookahead"'),
     "bytes": (lambda v, n: _size_or_none(v), "a byte count (0 .. 2**64-1) or null"),
+    "bool": (lambda v, n: isinstance(v, bool), "true or false"),
 }
 REQUESTS = {
     "ping": {},
     "register": {"name": ("str", True, NAME_MAX), "policy": ("policy", False, None),
-                 "capacity": ("str", False, 64), "budget": ("bytes", False, None)},
+                 "capacity": ("str", False, 64), "budget": ("bytes", False, None),
+                 "trace": ("bool", False, None)},
     "attach": {"job": ("str", True, JOB_ID_MAX), "name": ("str", True, NAME_MAX),
                "policy": ("policy", True, None), "pid": ("bytes", False, None)},
     "resume": {"pid": ("bytes", False, None)},
     "status": {},
     "set": {"job": ("str", True, JOB_ID_MAX), "budget": ("bytes", True, None)},
+    "end": {"job": ("str", True, JOB_ID_MAX)},
 }
 
 

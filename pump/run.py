@@ -79,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--daemon", dest="daemon_mode", choices=config.DAEMON_MODES,
                    help="auto: the system pumpd if it answers, else one embedded for this job "
                         "(default); system; embedded; none")
+    p.add_argument("--trace", metavar="FILE", help="record the job's allocations and launches to FILE "
+                                                   "(pump_channel.h's trace layout; needs a daemon)")
     p.add_argument("--socket", metavar="PATH", help="the system pumpd's socket (default: $PUMP_SOCKET "
                                                     "or " + "/run/pump/pumpd.sock)")
     p.add_argument("--stats", metavar="FILE",
@@ -229,7 +231,7 @@ def main(argv=None) -> int:
             _die(f"--stats {args.stats}: {exc.strerror or exc}")
 
     flags = {"policy": args.policy, "capacity": args.capacity, "budget": args.budget,
-             "daemon_mode": args.daemon_mode, "daemon_socket": args.socket}
+             "daemon_mode": args.daemon_mode, "daemon_socket": args.socket, "trace_file": args.trace}
     try:
         cfg = config.resolve_job(flags, args.config, args.name)
     except config.ConfigError as exc:
@@ -254,6 +256,7 @@ def main(argv=None) -> int:
         stats_dir = tempfile.mkdtemp(prefix="pump-run-")  # mode 0700
         try:
             rc = run_child(command, child_env(args, cfg, shim_file, stats_dir, link), held)
+            link.end()
             ok = report(stats_dir, args, command, rc, stats_file)
         finally:
             shutil.rmtree(stats_dir, ignore_errors=True)

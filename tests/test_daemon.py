@@ -270,7 +270,7 @@ def test_truncated_and_silent_connections_harm_nobody(pumpd):
 def test_fds_where_none_belong_are_closed_and_refused(pumpd):
     r, w = os.pipe()
     reply = send_raw(pumpd, frame(b'{"op": "status"}'), fds=(r,))
-    assert reply[0] == protocol.ERROR and "only resume may" in reply[1]["error"]
+    assert reply[0] == protocol.ERROR and "carries file descriptors; only resume" in reply[1]["error"]
     os.close(r)
     os.close(w)
 
@@ -412,3 +412,53 @@ def test_two_users_neither_sees_nor_steers_the_others_job():
     finally:
         stop_pumpd(proc)
         shutil.rmtree(run_dir)
+
+
+# ---- traces ----
+def test_trace_records_what_the_daemon_ingested(pumpd, tmp_path):
+    from pump import trace
+    path = tmp_path / "job.trace"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    with protocol.Client(pumpd) as c:
+        job = c.request({"op": "register", "name": "traced", "trace": True}, fds=(fd,))["job"]
+    os.close(fd)
+    shim = FakeShim(pumpd, job=job)
+    shim.emit("alloc", 1 << 30, 4 << 20, 1)
+    for f in (0x10, 0x20, 0x10):
+        shim.launch(f, 1 << 30, 2 << 30, 3 << 30, 4 << 30)  # 4 bases: a LAUNCH and a LAUNCH_MORE
+    assert wait_for(lambda: status(pumpd)[0]["events"] == 7)
+    with protocol.Client(pumpd) as c:
+        c.request({"op": "end", "job": job})
+    header, blocks = trace.read(path)
+    assert header["job"] == job and header["name"] == "traced"
+    records = np.concatenate([r for pid, r in blocks])
+    assert {pid for pid, _ in blocks} == {os.getpid()}
+    assert list(records["seq"]) == list(range(1, 8))
+    batch = channel.decode(records)
+    assert batch.launch_function.tolist() == [0x10, 0x20, 0x10]
+    assert batch.launch_bases(1).tolist() == [1 << 30, 2 << 30, 3 << 30, 4 << 30]
+    assert batch.allocs == [(1 << 30, 4 << 20)]
+    shim.close()
+
+
+def test_register_with_trace_but_no_descriptor_is_refused(pumpd):
+    reply = send_raw(pumpd, frame(b'{"op": "register", "name": "x", "trace": true}'))
+    assert reply[0] == protocol.ERROR and "needs the trace file's descriptor" in reply[1]["error"]
+
+
+@pytest.mark.parametrize("cut,expected", [
+    (10, "truncated: 10 bytes, a trace header is"),
+    (-5, "truncated: block at byte"),
+    (None, "not a pump trace (magic 0x00000000)"),
+])
+def test_corrupt_trace_files_get_a_clear_error(tmp_path, cut, expected):
+    from pump import trace
+    path = tmp_path / "t.trace"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    w = trace.TraceWriter(fd, "j1", "n")
+    w.write(7, launch_records([16, 32]))
+    w.close()
+    data = path.read_bytes()
+    path.write_bytes(b"\0" * len(data) if cut is None else data[:cut])
+    with pytest.raises(trace.TraceError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+        trace.read(path)

@@ -85,6 +85,8 @@ class Job:
         self.created = created or time.time()
         self.sessions = {}              # pid -> Session
         self.known_pids = dict(pids)    # pid -> start time, kept across restarts
+        self.trace = None               # a TraceWriter while pump-run --trace records
+        self.ended = False              # pump-run said its command exited: the leader no longer counts
 
     @staticmethod
     def new_id() -> str:
@@ -92,8 +94,15 @@ class Job:
 
     def alive(self) -> bool:
         """Any of its processes still running (the leader, or a process that attached)."""
-        processes = [(self.leader_pid, self.leader_started), *list(self.known_pids.items())]
+        processes = list(self.known_pids.items())
+        if not self.ended:
+            processes.append((self.leader_pid, self.leader_started))
         return any(started is not None and start_time(pid) == started for pid, started in processes)
+
+    def close_trace(self):
+        if self.trace is not None:
+            self.trace.close()
+            self.trace = None
 
     def add_session(self, session: Session):
         old = self.sessions.pop(session.pid, None)

@@ -20,6 +20,7 @@ import time
 
 from pump import channel, config, protocol
 from pump.protocol import ProtocolError
+from pump.trace import TraceWriter
 from pumpd.jobs import Job, JobStore, Session, start_time
 
 log = logging.getLogger("pumpd")
@@ -199,7 +200,9 @@ class Daemon:
                     pass
             if self.metrics is not None:
                 self.metrics.stop()
+            self.ingest_once()  # what is in the rings now still reaches traces
             for job in self.jobs.values():
+                job.close_trace()
                 for s in job.sessions.values():
                     s.close()
             log.info("stopped")
@@ -258,12 +261,15 @@ class Daemon:
 
     async def _handle(self, conn, request, fds):
         op = request["op"]
-        if op != "resume" and fds:
-            raise RequestError(f"{op}: carries file descriptors; only resume may")
+        if fds and op != "resume" and not (op == "register" and request.get("trace") and len(fds) == 1):
+            raise RequestError(f"{op}: carries file descriptors; only resume (2) and register "
+                               "with trace (1) may")
+        if op == "register" and request.get("trace") and len(fds) != 1:
+            raise RequestError("register: trace true needs the trace file's descriptor")
         if op == "ping":
             return {"ok": True, "version": protocol.VERSION, "pid": os.getpid()}, ()
         if op == "register":
-            return self._register(conn, request), ()
+            return self._register(conn, request, fds), ()
         if op == "attach":
             return self._attach(conn, request)
         if op == "resume":
@@ -272,15 +278,19 @@ class Daemon:
             return {"ok": True, "jobs": [j.status() for j in self._visible(conn.uid)]}, ()
         if op == "set":
             return self._set(conn, request), ()
+        if op == "end":
+            return self._end(conn, request), ()
         raise RequestError(f"unknown op {op!r}")  # validate_request lets no other through
 
     def _visible(self, uid: int):
         return [j for j in self.jobs.values() if uid == 0 or j.uid == uid]
 
-    def _register(self, conn, request) -> dict:
+    def _register(self, conn, request, fds) -> dict:
         job = Job(Job.new_id(), request["name"], conn.uid, conn.pid, start_time(conn.pid),
                   request.get("policy") or "launch", request.get("capacity"),
                   request.get("budget", None) or self.default_budget)
+        if fds:
+            job.trace = TraceWriter(fds.pop(), job.id, job.name)
         self.jobs[job.id] = job
         self.store.save(job)
         log.info("job %s (%s) registered by pid %d, uid %d", job.id, job.name, conn.pid, conn.uid)
@@ -371,15 +381,36 @@ class Daemon:
         return {"ok": True, "session": session_id, "job": job.id}
 
     def _set(self, conn, request) -> dict:
-        job = self.jobs.get(request["job"])
-        if job is None or (conn.uid != 0 and job.uid != conn.uid):
-            raise RequestError(f"no job {request['job']} of this user")  # another's job looks absent
+        job = self._own_job(conn, request["job"])
         job.budget = request["budget"]
         self.store.save(job)
         for s in job.sessions.values():
             self._publish_plan(job, s, force=True)
         log.info("job %s: budget %s, set by uid %d", job.id, job.budget, conn.uid)
         return {"ok": True, "job": job.id}
+
+    def _end(self, conn, request) -> dict:
+        job = self._own_job(conn, request["job"])
+        job.ended = True
+        self.ingest_once()
+        job.close_trace()
+        if not job.alive():
+            self._forget(job)
+        return {"ok": True, "job": job.id}
+
+    def _own_job(self, conn, job_id) -> Job:
+        job = self.jobs.get(job_id)
+        if job is None or (conn.uid != 0 and job.uid != conn.uid):
+            raise RequestError(f"no job {job_id} of this user")  # another's job looks absent
+        return job
+
+    def _forget(self, job):
+        del self.jobs[job.id]
+        for s in job.sessions.values():
+            s.close()
+        job.close_trace()
+        self.store.remove(job)
+        log.info("job %s (%s) ended", job.id, job.name)
 
     def _new_session_id(self) -> int:
         self.next_session += 1
@@ -404,6 +435,8 @@ class Daemon:
             for session in list(job.sessions.values()):
                 records = session.ring.read(INGEST_LIMIT)
                 if len(records):
+                    if job.trace is not None:
+                        job.trace.write(session.pid, records)
                     session.ingest(channel.decode(records))
                     total += len(records)
                 if (session.policy.changed and job.policy == "lookahead") or \
@@ -448,11 +481,7 @@ class Daemon:
             if job.forget_pids(dead):
                 self.store.save(job)
             if not alive:
-                del self.jobs[job.id]
-                for s in job.sessions.values():
-                    s.close()
-                self.store.remove(job)
-                log.info("job %s (%s) ended", job.id, job.name)
+                self._forget(job)
 
     # ---- telemetry and snapshots ----
     async def _sample_telemetry(self):
