@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/un.h>
 
 #include "shim.h"
 
@@ -75,10 +76,56 @@ PUMP_HIDDEN bool pump_parse_capacity(const char *text, enum pump_capacity_kind *
     return false;
 }
 
+PUMP_HIDDEN bool pump_parse_budget(const char *text, enum pump_capacity_kind *kind, uint64_t *value)
+{
+    return pump_parse_capacity(text, kind, value) && *kind != PUMP_CAP_HOST;
+}
+
+PUMP_HIDDEN bool pump_valid_job(const char *text)
+{
+    size_t n = 0;
+    for (; text[n] != '\0'; n++) {
+        char c = text[n];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-'))
+            return false;
+    }
+    return n >= 1 && n <= 31;
+}
+
+PUMP_HIDDEN bool pump_valid_name(const char *text)
+{
+    const unsigned char *p = (const unsigned char *)text;
+    size_t n = strlen(text);
+    if (n < 1 || n > 64)
+        return false;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = p[i];
+        if (c < 0x20 || c == 0x7f)
+            return false;
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        /* Well-formed UTF-8: a lead byte, then its continuation bytes (no
+         * overlong forms, surrogates or code points past U+10FFFF). */
+        size_t more = c >= 0xc2 && c <= 0xdf ? 1 : c >= 0xe0 && c <= 0xef ? 2 : c >= 0xf0 && c <= 0xf4 ? 3 : 0;
+        if (more == 0 || i + more >= n)
+            return false;
+        for (size_t k = 1; k <= more; k++)
+            if ((p[i + k] & 0xc0) != 0x80)
+                return false;
+        if ((c == 0xe0 && p[i + 1] < 0xa0) || (c == 0xed && p[i + 1] > 0x9f) || (c == 0xf0 && p[i + 1] < 0x90) ||
+            (c == 0xf4 && p[i + 1] > 0x8f))
+            return false;
+        i += more + 1;
+    }
+    return true;
+}
+
 struct bad_value {
     const char *var, *value, *allowed, *fallback;
 };
-static struct bad_value bad_values[8];
+static struct bad_value bad_values[16];
 static int bad_value_count;
 
 static void bad_value(const char *var, const char *value, const char *allowed, const char *fallback)
@@ -137,4 +184,50 @@ PUMP_HIDDEN void pump_config_load(void)
     }
     if ((v = getenv("PUMP_STATS_DIR")) != NULL && *v)
         pump_config.stats_dir = v;
+    if ((v = getenv("PUMP_BUDGET")) != NULL && *v) {
+        if (!pump_parse_budget(v, &pump_config.budget_kind, &pump_config.budget_value)) {
+            pump_config.budget_kind = PUMP_CAP_DEFAULT;
+            bad_value("PUMP_BUDGET", v,
+                      "a size (bytes, or with K/M/G/T, KiB..TiB, KB..TB) or a percentage 1%..100% of the device",
+                      "no budget");
+        }
+    }
+    if ((v = getenv("PUMP_JOB")) != NULL && *v) {
+        if (pump_valid_job(v))
+            memcpy(pump_config.job, v, strlen(v) + 1);
+        else
+            bad_value("PUMP_JOB", v, "1 to 31 characters of A-Z, a-z, 0-9, _ and -", "no job");
+    }
+    if ((v = getenv("PUMP_NAME")) != NULL && *v) {
+        if (pump_valid_name(v))
+            memcpy(pump_config.name, v, strlen(v) + 1);
+        else
+            bad_value("PUMP_NAME", v, "1 to 64 bytes of UTF-8 without control characters", "no name");
+    }
+    /* pumpd: PUMP_SOCKET, else the system's service, else the user's own. */
+    static char user_socket[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    if ((v = getenv("PUMP_SOCKET")) != NULL) {
+        if (*v == '\0')
+            pump_config.daemon_off = true;
+        else if (strlen(v) < sizeof user_socket) {
+            pump_config.socket_paths[0] = v;
+            pump_config.socket_set = true;
+        }
+        else
+            bad_value("PUMP_SOCKET", v, "a socket path shorter than 108 bytes, or empty for no daemon",
+                      "the default sockets");
+    }
+    if (!pump_config.daemon_off && pump_config.socket_paths[0] == NULL) {
+        pump_config.socket_paths[0] = "/run/pump/pumpd.sock";
+        const char *runtime = getenv("XDG_RUNTIME_DIR");
+        if (runtime != NULL && runtime[0] == '/') {
+            static const char suffix[] = "/pump/pumpd.sock";
+            size_t length = strlen(runtime);
+            if (length + sizeof suffix <= sizeof user_socket) {
+                memcpy(user_socket, runtime, length);
+                memcpy(user_socket + length, suffix, sizeof suffix);
+                pump_config.socket_paths[1] = user_socket;
+            }
+        }
+    }
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "channel.h"
 #include "hooks.h"
 
 typedef void *(*dlsym_fn)(void *, const char *);
@@ -90,6 +91,8 @@ static bool load_driver(void)
         .func_param_info = own_entry(lib, get_proc, "cuFuncGetParamInfo", 12040, "cuFuncGetParamInfo"),
         .kernel_param_info = own_entry(lib, get_proc, "cuKernelGetParamInfo", 12040, "cuKernelGetParamInfo"),
         .pointer_get_attribute = own_entry(lib, get_proc, "cuPointerGetAttribute", 4000, "cuPointerGetAttribute"),
+        .func_get_name = own_entry(lib, get_proc, "cuFuncGetName", 12030, "cuFuncGetName"),
+        .kernel_get_name = own_entry(lib, get_proc, "cuKernelGetName", 12030, "cuKernelGetName"),
     };
     d.can_prefetch = d.ctx_get_current != NULL && d.ctx_get_device != NULL && d.stream_create != NULL &&
                      d.event_create != NULL && d.event_record != NULL && d.stream_wait_event != NULL &&
@@ -114,9 +117,10 @@ static bool driver_load_slow(void)
         pump_config_report();
         bool ok = load_driver();
         loading_on_this_thread = false;
-        if (ok)
+        if (ok) {
             pump_stats_open();
-        else
+            pump_channel_start();
+        } else
             pump_stats_passthrough("libcuda.so.1 not found");
         atomic_store_explicit(&driver_state, ok ? DRIVER_READY : DRIVER_FAILED, memory_order_release);
         return ok;

@@ -1,6 +1,8 @@
 /* hooks_launch.c: every kernel launch entry point, and what pump does before
- * forwarding it: count it, scan its arguments, prefetch at launch.
+ * forwarding it: count it, scan its arguments, add what the daemon's plan
+ * names for this function, prefetch at launch, and tell the daemon.
  */
+#include "channel.h"
 #include "hooks_common.h"
 #include "prefetch.h"
 
@@ -18,8 +20,15 @@ static void before_launch(CUfunction f, CUstream stream, void **params, void **e
     uint64_t managed = PUMP_COUNT(launches_managed, 1) + 1;
     if (managed % pump_config.epoch_launches == 0)
         pump_epoch_advance();
-    if (pump_config.policy == PUMP_POLICY_LAUNCH && pump_driver.can_prefetch)
-        pump_prefetch_for_launch(stream, &scan);
+    struct pump_channel *channel = pump_channel_get();
+    int device = -1;
+    if (pump_config.policy == PUMP_POLICY_LAUNCH && pump_driver.can_prefetch) {
+        if (channel != NULL)
+            pump_channel_plan_extend(channel, f, &scan);
+        device = pump_prefetch_for_launch(stream, &scan);
+    }
+    if (channel != NULL)
+        pump_channel_launch(channel, f, stream, device, &scan);
 }
 
 #define PUMP_LAUNCH_KERNEL_HOOK(id, per_thread)                                                        \

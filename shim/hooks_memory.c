@@ -5,6 +5,7 @@
  * pump did not see) is dropped.
  */
 #include "capacity.h"
+#include "channel.h"
 #include "hooks_common.h"
 #include "ranges.h"
 
@@ -18,12 +19,14 @@ static void forget_stale(CUdeviceptr base, size_t size)
 
 /* False when the table is full: the allocation then stays invisible to pump
  * (no prefetch, and outside the capacity count, since no free would see it). */
-static bool track_managed(CUdeviceptr base, size_t size)
+static bool track_managed(CUdeviceptr base, size_t size, unsigned int flags)
 {
     forget_stale(base, size);
-    if (!pump_ranges_insert(base, size))
+    struct pump_range *range = pump_ranges_insert(base, size, flags);
+    if (range == NULL)
         return false;
     PUMP_COUNT(managed_allocs, 1);
+    pump_channel_alloc(range, base, size, flags);
     return true;
 }
 
@@ -33,6 +36,7 @@ static void untrack(CUdeviceptr base)
     if (pump_ranges_remove(base, &size)) {
         pump_capacity_release(size);
         PUMP_COUNT(managed_frees, 1);
+        pump_channel_free(base, size);
     }
 }
 
@@ -44,7 +48,7 @@ CUresult pump_mem_alloc_managed(CUdeviceptr *dptr, size_t bytesize, unsigned int
     if (!pump_capacity_reserve(bytesize))
         return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = real(dptr, bytesize, flags);
-    if (r != CUDA_SUCCESS || !track_managed(*dptr, bytesize))
+    if (r != CUDA_SUCCESS || !track_managed(*dptr, bytesize, flags))
         pump_capacity_release(bytesize);
     return r;
 }
@@ -59,7 +63,7 @@ static void after_device_alloc(CUresult r, const CUdeviceptr *dptr, size_t bytes
     if (may_be_managed && pump_driver.pointer_get_attribute != NULL &&
         pump_driver.pointer_get_attribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, *dptr) == CUDA_SUCCESS &&
         managed) {
-        if (track_managed(*dptr, bytesize))
+        if (track_managed(*dptr, bytesize, 0))
             pump_capacity_add(bytesize);
     } else {
         forget_stale(*dptr, bytesize);

@@ -1,16 +1,19 @@
 /* hooks_sync.c: synchronisations. After one returns, the host may read or
  * write managed memory (migrating it back), so pump's residency beliefs
- * expire: the next launches prefetch again.
+ * expire: the next launches prefetch again. The daemon hears of each.
  */
+#include "channel.h"
 #include "hooks_common.h"
 
-#define PUMP_SYNC_HOOK(id, params, args)       \
-    CUresult pump_##id params                  \
-    {                                          \
-        PUMP_REAL_OR_RETURN(id, real);         \
-        CUresult r = real args;                \
-        pump_epoch_advance();                  \
-        return r;                              \
+#define PUMP_SYNC_HOOK(id, params, args)              \
+    CUresult pump_##id params                         \
+    {                                                 \
+        PUMP_REAL_OR_RETURN(id, real);                \
+        CUresult r = real args;                       \
+        uint32_t epoch = pump_epoch_advance();        \
+        if (pump_active())                            \
+            pump_channel_sync(epoch);                 \
+        return r;                                     \
     }
 PUMP_SYNC_HOOK(ctx_synchronize, (void), ())
 /* CUDA 13's form, with a context argument: what the CUDA 13 runtime asks for. */

@@ -23,4 +23,10 @@ struct pump_layout {
 /* The layout of f (a CUfunction, or a CUkernel cast to one); never NULL. */
 PUMP_HIDDEN const struct pump_layout *pump_layout_of(CUfunction f);
 
+/* Sends pumpd a FUNCTION event for every function whose layout was built
+ * before the channel was attached (each function is announced once, by
+ * whoever gets there first: the thread building its layout, or this). */
+struct pump_channel;
+PUMP_HIDDEN void pump_layouts_announce(struct pump_channel *channel);
+
 #endif

@@ -1,14 +1,16 @@
 /* lifecycle.c: what happens when libpump loads, when the process forks and
  * when it exits.
  *
- * Loading reads the configuration and nothing else (no driver, no threads).
- * Fork keeps the range table consistent in the child. Exit only marks the
+ * Loading reads the configuration and nothing else (no driver, no threads;
+ * the daemon channel's thread starts when CUDA is first used). Fork keeps
+ * the range table consistent in the child and drops the parent's channel. Exit only marks the
  * record: no driver call and no lock, so a process that exits while another
  * thread is inside the driver never hangs on pump.
  */
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "channel.h"
 #include "ranges.h"
 
 PUMP_HIDDEN void pump_stats_after_fork_in_child(void);
@@ -17,6 +19,7 @@ PUMP_HIDDEN void pump_stats_at_exit(void);
 static void child_after_fork(void)
 {
     pump_ranges_after_fork();
+    pump_channel_after_fork_in_child();
     pump_stats_after_fork_in_child();
 }
 

@@ -118,19 +118,21 @@ PUMP_HIDDEN uint64_t pump_ranges_drop(uint64_t base, uint64_t size)
     return dropped;
 }
 
-PUMP_HIDDEN bool pump_ranges_insert(uint64_t base, uint64_t size)
+PUMP_HIDDEN struct pump_range *pump_ranges_insert(uint64_t base, uint64_t size, uint32_t flags)
 {
     if (size == 0 || base + size < base)
-        return false;
+        return NULL;
     write_begin();
     uint32_t n = LOAD(count);
     uint32_t i = upper_bound(n, base);
-    bool inserted = false;
+    struct pump_range *inserted = NULL;
     if (n < PUMP_RANGES_MAX && (free_count > 0 || slots_used < PUMP_RANGES_MAX)) {
         uint32_t slot = free_count > 0 ? free_slots[--free_count] : slots_used++;
         STORE(records[slot].base, base);
         STORE(records[slot].size, size);
         STORE(records[slot].resident_stamp, 0);
+        STORE(records[slot].flags, flags);
+        STORE(records[slot].announced, 0);
         count_chunks(base, base + size, +1);
         for (uint32_t j = n; j > i; j--) {
             STORE(starts[j], LOAD(starts[j - 1]));
@@ -141,7 +143,7 @@ PUMP_HIDDEN bool pump_ranges_insert(uint64_t base, uint64_t size)
         STORE(ends[i], base + size);
         STORE(slots[i], slot);
         STORE(count, n + 1);
-        inserted = true;
+        inserted = &records[slot];
     }
     write_end();
     if (!inserted)
@@ -208,6 +210,15 @@ PUMP_HIDDEN uint32_t pump_ranges_lookup(const uint64_t *words, uint32_t n, struc
 PUMP_HIDDEN bool pump_ranges_empty(void)
 {
     return LOAD(count) == 0;
+}
+
+PUMP_HIDDEN void pump_ranges_each(void (*fn)(struct pump_range *range, void *arg), void *arg)
+{
+    pthread_mutex_lock(&writer);
+    uint32_t n = LOAD(count);
+    for (uint32_t i = 0; i < n; i++)
+        fn(&records[LOAD(slots[i])], arg);
+    pthread_mutex_unlock(&writer);
 }
 
 PUMP_HIDDEN void pump_ranges_before_fork(void)

@@ -20,10 +20,15 @@ struct pump_range {
      * of the epoch and device it was prefetched for, 0 for nowhere. Read and
      * written with relaxed atomics: a stale belief costs faults, never values. */
     uint32_t resident_stamp;
+    uint32_t flags;       /* cuMemAllocManaged's flags (0 where unknown) */
+    /* 1 once its ALLOC event went to the daemon (whoever sets it first,
+     * the allocating thread or the channel's attach, writes the event). */
+    uint32_t announced;
 };
 
-/* Adds an allocation; call pump_ranges_drop() on its range first. */
-PUMP_HIDDEN bool pump_ranges_insert(uint64_t base, uint64_t size);
+/* Adds an allocation; call pump_ranges_drop() on its range first. Returns
+ * its record, or NULL when the table is full. */
+PUMP_HIDDEN struct pump_range *pump_ranges_insert(uint64_t base, uint64_t size, uint32_t flags);
 /* Removes every allocation overlapping [base, base+size): memory the driver
  * just handed out cannot still be one (pump missed its free). Returns the
  * bytes they covered. */
@@ -36,6 +41,9 @@ PUMP_HIDDEN bool pump_ranges_remove(uint64_t base, uint64_t *size);
 PUMP_HIDDEN uint32_t pump_ranges_lookup(const uint64_t *words, uint32_t n, struct pump_range **found,
                                         uint32_t found_count, uint32_t found_max, uint64_t *hits);
 PUMP_HIDDEN bool pump_ranges_empty(void);
+/* Calls fn on every allocation, in address order, with the table locked
+ * against changes (fn must not change it). */
+PUMP_HIDDEN void pump_ranges_each(void (*fn)(struct pump_range *range, void *arg), void *arg);
 
 PUMP_HIDDEN void pump_ranges_before_fork(void);
 PUMP_HIDDEN void pump_ranges_after_fork(void);

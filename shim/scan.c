@@ -61,6 +61,7 @@ static const char *extra_buffer(void **extra, size_t *size)
 PUMP_HIDDEN void pump_scan_launch(CUfunction f, void **params, void **extra, struct pump_scan *out)
 {
     out->found = 0;
+    out->own = 0;
     out->unscanned = false;
     const struct pump_layout *layout = pump_layout_of(f);
     struct gather g;  /* not zero-initialised: the batch is 2 KiB */
@@ -90,6 +91,7 @@ PUMP_HIDDEN void pump_scan_launch(CUfunction f, void **params, void **extra, str
         }
     }
     flush(&g);
+    out->own = out->found;
     if (g.words > 0)
         PUMP_COUNT(scan_words, g.words);
     if (g.hits > 0)

@@ -9,6 +9,7 @@
 
 struct pump_scan {
     uint32_t found;                /* distinct managed allocations */
+    uint32_t own;                  /* range[0 .. own) are the launch's own; the rest came from the plan */
     bool unscanned;                /* the arguments could not be read */
     struct pump_range *range[PUMP_SCAN_MAX_RANGES];
 };

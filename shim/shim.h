@@ -47,6 +47,13 @@ struct pump_config {
     int log_level;                      /* PUMP_LOG: 0 off, 1 info, 2 debug */
     uint32_t epoch_launches;            /* PUMP_EPOCH_LAUNCHES */
     const char *stats_dir;              /* PUMP_STATS_DIR, or NULL */
+    enum pump_capacity_kind budget_kind; /* PUMP_BUDGET: DEFAULT (none), BYTES or PERCENT */
+    uint64_t budget_value;              /* bytes, or percent */
+    bool daemon_off;                    /* PUMP_SOCKET="": never connect to pumpd */
+    bool socket_set;                    /* PUMP_SOCKET names the socket */
+    const char *socket_paths[2];        /* where pumpd is looked for, in order (NULL: none) */
+    char job[32];                       /* PUMP_JOB, validated; "" when unset */
+    char name[65];                      /* PUMP_NAME, validated; "" when unset */
 };
 extern PUMP_HIDDEN struct pump_config pump_config;
 PUMP_HIDDEN void pump_config_load(void);
@@ -54,6 +61,11 @@ PUMP_HIDDEN void pump_config_load(void);
 PUMP_HIDDEN void pump_config_report(void);
 /* Parses a capacity value; shared with nothing else but kept apart for tests. */
 PUMP_HIDDEN bool pump_parse_capacity(const char *text, enum pump_capacity_kind *kind, uint64_t *value);
+/* PUMP_BUDGET's grammar: PUMP_CAPACITY's without `host`. */
+PUMP_HIDDEN bool pump_parse_budget(const char *text, enum pump_capacity_kind *kind, uint64_t *value);
+/* PUMP_JOB: 1..31 of [A-Za-z0-9_-]. PUMP_NAME: 1..64 bytes of UTF-8 without control characters. */
+PUMP_HIDDEN bool pump_valid_job(const char *text);
+PUMP_HIDDEN bool pump_valid_name(const char *text);
 
 /* ---- logging (log.c): off by default, rate-limited when on ---- */
 PUMP_HIDDEN void pump_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -85,7 +97,8 @@ extern PUMP_HIDDEN atomic_bool pump_passthrough;
 /* Residency beliefs expire when the epoch moves (synchronisations, and every
  * PUMP_EPOCH_LAUNCHES launches). */
 extern PUMP_HIDDEN _Atomic uint32_t pump_epoch;
-PUMP_HIDDEN void pump_epoch_advance(void);
+/* Returns the new epoch. */
+PUMP_HIDDEN uint32_t pump_epoch_advance(void);
 
 /* ---- the driver (driver.c) ---- */
 /* Loads libcuda and resolves every pointer pump needs; false if it cannot
@@ -110,6 +123,8 @@ struct pump_driver {
     PFN_cuFuncGetParamInfo_v12040 func_param_info;       /* NULL before CUDA 12.4 */
     PFN_cuKernelGetParamInfo_v12040 kernel_param_info;
     PFN_cuPointerGetAttribute_v4000 pointer_get_attribute;
+    PFN_cuFuncGetName_v12030 func_get_name;              /* NULL before CUDA 12.3 */
+    PFN_cuKernelGetName_v12030 kernel_get_name;
     bool can_prefetch;                                   /* all of the prefetch path is there */
 };
 extern PUMP_HIDDEN struct pump_driver pump_driver;

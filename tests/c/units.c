@@ -62,9 +62,9 @@ static void test_range_table(void)
     EXPECT(pump_ranges_empty());
     EXPECT(find(0x1000) == NULL);
     uint64_t base = 0x7f0000000000ull;
-    EXPECT(pump_ranges_insert(base, 3 * MiB));
-    EXPECT(pump_ranges_insert(base + 8 * MiB, 1));        /* a one-byte allocation */
-    EXPECT(pump_ranges_insert(base - 4 * MiB, 4 * MiB));  /* adjacent below */
+    EXPECT(pump_ranges_insert(base, 3 * MiB, 1));
+    EXPECT(pump_ranges_insert(base + 8 * MiB, 1, 1));        /* a one-byte allocation */
+    EXPECT(pump_ranges_insert(base - 4 * MiB, 4 * MiB, 1));  /* adjacent below */
     EXPECT(!pump_ranges_empty());
     EXPECT(find(base) != NULL && find(base)->base == base);
     EXPECT(find(base + 3 * MiB - 1) != NULL && find(base + 3 * MiB - 1)->base == base);
@@ -125,7 +125,7 @@ static void test_readers_race_writer(void)
         pthread_create(&readers[i], NULL, reader, NULL);
     for (int round = 0; round < 200; round++) {
         for (int i = 0; i < 64; i++)
-            pump_ranges_insert(RACE_BASE + (uint64_t)i * 4 * MiB, (1 + (uint64_t)(i + round) % 4) * MiB);
+            pump_ranges_insert(RACE_BASE + (uint64_t)i * 4 * MiB, (1 + (uint64_t)(i + round) % 4) * MiB, 1);
         for (int i = 0; i < 64; i += 2) {
             uint64_t size;
             pump_ranges_remove(RACE_BASE + (uint64_t)i * 4 * MiB, &size);

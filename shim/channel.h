@@ -1,0 +1,64 @@
+/* channel.h: the shim's side of the channels to pumpd (pump_channel.h has
+ * the layout): a worker thread that attaches to the daemon and keeps the
+ * connection, the event ring's writer, and the plan's reader.
+ *
+ * The daemon is optional (fail-open, like MPS): without one, or while it is
+ * away, nothing here costs a launch more than one atomic load.
+ */
+#ifndef PUMP_CHANNEL_SHIM_H
+#define PUMP_CHANNEL_SHIM_H
+
+#include "pump_channel.h"
+#include "scan.h"
+
+/* What the hot path reads: filled in once, before it is published, and
+ * never changed after (the ring's capacity is the one validated at attach,
+ * not whatever the shared header says later). */
+struct pump_channel {
+    struct pump_ring_header *ring;
+    struct pump_event *records;
+    uint64_t mask;                  /* capacity - 1 */
+    uint32_t capacity;
+    const struct pump_plan *plan;   /* read-only mapping */
+};
+
+/* NULL until a ring is attached, and in a forked child. */
+extern PUMP_HIDDEN struct pump_channel *_Atomic pump_channel_live;
+
+static inline struct pump_channel *pump_channel_get(void)
+{
+    return atomic_load_explicit(&pump_channel_live, memory_order_acquire);
+}
+
+/* Starts the worker (once per process; not with PUMP_SOCKET=""). Called
+ * when the driver has been loaded: CUDA is in use. Never waits. */
+PUMP_HIDDEN void pump_channel_start(void);
+PUMP_HIDDEN void pump_channel_after_fork_in_child(void);
+
+/* Writes n records (kind, count, device and arg set by the caller; seq and
+ * time_ns by the writer) contiguously, or drops them all and counts it when
+ * the ring lacks room. No lock, no system call. */
+PUMP_HIDDEN void pump_channel_emit(struct pump_channel *c, const struct pump_event *records, uint32_t n);
+
+/* The events pump sends. */
+PUMP_HIDDEN void pump_channel_alloc(struct pump_range *range, uint64_t base, uint64_t size, uint32_t flags);
+PUMP_HIDDEN void pump_channel_free(uint64_t base, uint64_t size);
+/* LAUNCH (+ LAUNCH_MORE) with the launch's own allocations (scan->own). */
+PUMP_HIDDEN void pump_channel_launch(struct pump_channel *c, CUfunction f, CUstream stream, int device,
+                                     const struct pump_scan *scan);
+/* FUNCTION (+ NAME): the handle and its name, asked of the driver. */
+PUMP_HIDDEN void pump_channel_function(struct pump_channel *c, CUfunction f);
+PUMP_HIDDEN void pump_channel_sync(uint32_t epoch);
+
+/* The plan: adds to scan the allocations the plan names for a launch of f
+ * (as many as fit); returns how many were added. */
+PUMP_HIDDEN uint32_t pump_channel_plan_extend(struct pump_channel *c, CUfunction f, struct pump_scan *scan);
+/* The plan's budget_bytes (0: none, or no plan). */
+PUMP_HIDDEN uint64_t pump_channel_plan_budget(void);
+
+/* Validates a ring of ring_size bytes and a plan (NULL for none) already
+ * mapped, and makes them the live channel, as the worker does after attach;
+ * false if they are not valid. Exposed for the unit tests. */
+PUMP_HIDDEN bool pump_channel_install(struct pump_ring_header *ring, size_t ring_size, const struct pump_plan *plan);
+
+#endif
