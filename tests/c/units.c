@@ -1,11 +1,15 @@
 /* units.c: unit tests of the shim's internals, linked with the shim's objects
  * (plain and sanitized): the capacity grammar and the range table, including
- * lock-free readers racing a writer. Prints "units: N passed, M failed". */
+ * lock-free readers racing a writer; the PUMP_BUDGET/JOB/NAME grammars; the
+ * event ring's writer (threads racing a reader round a small ring) and the
+ * plan's reader. Prints "units: N passed, M failed". */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "channel.h"
 #include "ranges.h"
 
 static int passed, failed;
@@ -139,11 +143,246 @@ static void test_readers_race_writer(void)
     EXPECT(pump_ranges_empty());
 }
 
+static void test_budget_job_name_grammar(void)
+{
+    enum pump_capacity_kind kind;
+    uint64_t value;
+    EXPECT(pump_parse_budget("6GiB", &kind, &value) && kind == PUMP_CAP_BYTES && value == 6ull << 30);
+    EXPECT(pump_parse_budget("40%", &kind, &value) && kind == PUMP_CAP_PERCENT && value == 40);
+    EXPECT(!pump_parse_budget("host", &kind, &value));
+    EXPECT(!pump_parse_budget("0", &kind, &value));
+    EXPECT(pump_valid_job("j0123456789abcdef") && pump_valid_job("a-b_C") && pump_valid_job("x"));
+    EXPECT(!pump_valid_job("") && !pump_valid_job("a b") && !pump_valid_job("a\"b") && !pump_valid_job("j/1"));
+    EXPECT(pump_valid_job("0123456789012345678901234567890") && !pump_valid_job("01234567890123456789012345678901"));
+    EXPECT(pump_valid_name("resnet \"big\" \\ run") && pump_valid_name("r\xc3\xa9seau") &&
+           pump_valid_name("\xe2\x82\xac\xf0\x9f\x98\x80"));
+    EXPECT(!pump_valid_name("") && !pump_valid_name("tab\there") && !pump_valid_name("del\x7f"));
+    EXPECT(!pump_valid_name("\xc3") && !pump_valid_name("\xc0\xaf") && !pump_valid_name("\xed\xa0\x80") &&
+           !pump_valid_name("\xff"));
+    char longest[66];
+    memset(longest, 'n', 65);
+    longest[65] = '\0';
+    EXPECT(!pump_valid_name(longest));
+    longest[64] = '\0';
+    EXPECT(pump_valid_name(longest));
+}
+
+/* ---- the ring: writers in threads, a reader advancing the tail ---- */
+#define RING_RECORDS 1024
+#define WRITERS 4
+#define WRITES 20000
+
+static struct pump_ring_header *ring;
+static struct pump_event *ring_records;
+static atomic_bool writers_done;
+static atomic_int ring_errors;
+static uint64_t records_read;
+
+static void *ring_writer(void *arg)
+{
+    struct pump_channel *c = pump_channel_get();
+    uint64_t id = (uint64_t)(uintptr_t)arg;
+    for (uint64_t i = 0; i < WRITES; i++) {
+        /* Groups of 1 to 3 records, each naming its writer, sequence and part. */
+        uint32_t n = 1 + (uint32_t)(i % 3);
+        struct pump_event group[3];
+        memset(group, 0, sizeof group);
+        for (uint32_t k = 0; k < n; k++) {
+            group[k].kind = k == 0 ? PUMP_EVENT_LAUNCH : PUMP_EVENT_LAUNCH_MORE;
+            group[k].count = (uint16_t)n;
+            group[k].device = (int32_t)id;
+            group[k].arg[0] = id;
+            group[k].arg[1] = i;
+            group[k].arg[2] = k;
+        }
+        pump_channel_emit(c, group, n);
+    }
+    return NULL;
+}
+
+static void *ring_reader(void *arg)
+{
+    (void)arg;
+    uint64_t tail = 0;
+    for (;;) {
+        bool done = atomic_load(&writers_done);
+        uint64_t head = __atomic_load_n(&ring->head, __ATOMIC_ACQUIRE);
+        if (tail == head && done)
+            return NULL;
+        while (tail < head) {
+            struct pump_event *e = &ring_records[tail % RING_RECORDS];
+            if (__atomic_load_n(&e->seq, __ATOMIC_ACQUIRE) != tail + 1)
+                break;  /* reserved, not yet complete */
+            uint16_t kind = __atomic_load_n(&e->kind, __ATOMIC_RELAXED);
+            uint16_t count = __atomic_load_n(&e->count, __ATOMIC_RELAXED);
+            uint64_t part = __atomic_load_n(&e->arg[2], __ATOMIC_RELAXED);
+            /* A group's records are contiguous: part k follows part k - 1. */
+            if (kind == PUMP_EVENT_LAUNCH) {
+                if (part != 0 || count < 1 || count > 3)
+                    atomic_fetch_add(&ring_errors, 1);
+                for (uint32_t k = 1; k < count; k++) {
+                    struct pump_event *more = &ring_records[(tail + k) % RING_RECORDS];
+                    while (__atomic_load_n(&more->seq, __ATOMIC_ACQUIRE) != tail + k + 1)
+                        pump_cpu_relax();
+                    if (__atomic_load_n(&more->arg[2], __ATOMIC_RELAXED) != k ||
+                        __atomic_load_n(&more->arg[1], __ATOMIC_RELAXED) !=
+                            __atomic_load_n(&e->arg[1], __ATOMIC_RELAXED) ||
+                        __atomic_load_n(&more->arg[0], __ATOMIC_RELAXED) !=
+                            __atomic_load_n(&e->arg[0], __ATOMIC_RELAXED))
+                        atomic_fetch_add(&ring_errors, 1);
+                }
+                tail += count;
+                records_read += count;
+            } else {
+                atomic_fetch_add(&ring_errors, 1);
+                tail++;
+                records_read++;
+            }
+            __atomic_store_n(&ring->tail, tail, __ATOMIC_RELEASE);
+        }
+        pump_cpu_relax();
+    }
+}
+
+static void test_ring(void)
+{
+    size_t size = sizeof(struct pump_ring_header) + RING_RECORDS * sizeof(struct pump_event);
+    void *memory = NULL;
+    EXPECT(posix_memalign(&memory, 64, size) == 0);
+    ring = memory;
+    memset(ring, 0, size);
+    ring->magic = PUMP_RING_MAGIC;
+    ring->version = PUMP_PROTOCOL_VERSION;
+    ring->record_size = sizeof(struct pump_event);
+    ring->capacity = RING_RECORDS;
+    ring_records = (struct pump_event *)(ring + 1);
+
+    /* Bad geometry is refused. */
+    ring->capacity = 1000;
+    EXPECT(!pump_channel_install(ring, size, NULL));
+    ring->capacity = RING_RECORDS;
+    EXPECT(!pump_channel_install(ring, size - 64, NULL));
+    ring->record_size = 32;
+    EXPECT(!pump_channel_install(ring, size, NULL));
+    ring->record_size = sizeof(struct pump_event);
+    EXPECT(pump_channel_get() == NULL);
+    EXPECT(pump_channel_install(ring, size, NULL));
+    EXPECT(pump_channel_get() != NULL);
+
+    pthread_t writers[WRITERS], reader;
+    pthread_create(&reader, NULL, ring_reader, NULL);
+    for (uintptr_t i = 0; i < WRITERS; i++)
+        pthread_create(&writers[i], NULL, ring_writer, (void *)i);
+    for (int i = 0; i < WRITERS; i++)
+        pthread_join(writers[i], NULL);
+    atomic_store(&writers_done, true);
+    pthread_join(reader, NULL);
+    uint64_t attempted = (uint64_t)WRITERS * (WRITES / 3 * 6 + (WRITES % 3 >= 1) + 2 * (WRITES % 3 >= 2));
+    uint64_t written = __atomic_load_n(&ring->written, __ATOMIC_RELAXED);
+    uint64_t dropped = __atomic_load_n(&ring->dropped, __ATOMIC_RELAXED);
+    EXPECT(atomic_load(&ring_errors) == 0);
+    EXPECT(written + dropped == attempted);
+    EXPECT(written == records_read && written == __atomic_load_n(&ring->head, __ATOMIC_RELAXED));
+    EXPECT(written > RING_RECORDS);  /* it went round */
+
+    /* Full: a group that does not fit is dropped whole; a reader's tail
+     * beyond the head (garbage) reads as full, never as room. */
+    uint64_t head = __atomic_load_n(&ring->head, __ATOMIC_RELAXED);
+    __atomic_store_n(&ring->tail, head - RING_RECORDS + 2, __ATOMIC_RELEASE);
+    struct pump_event three[3];
+    memset(three, 0, sizeof three);
+    pump_channel_emit(pump_channel_get(), three, 3);
+    EXPECT(__atomic_load_n(&ring->head, __ATOMIC_RELAXED) == head);
+    EXPECT(__atomic_load_n(&ring->dropped, __ATOMIC_RELAXED) == dropped + 3);
+    __atomic_store_n(&ring->tail, head + 5, __ATOMIC_RELEASE);
+    pump_channel_emit(pump_channel_get(), three, 1);
+    EXPECT(__atomic_load_n(&ring->head, __ATOMIC_RELAXED) == head);
+    __atomic_store_n(&ring->tail, head, __ATOMIC_RELEASE);
+    pump_channel_emit(pump_channel_get(), three, 2);
+    EXPECT(__atomic_load_n(&ring->head, __ATOMIC_RELAXED) == head + 2);
+    EXPECT(ring_records[head % RING_RECORDS].seq == head + 1 && ring_records[(head + 1) % RING_RECORDS].seq == head + 2);
+}
+
+/* ---- the plan: triggers, bounds, generations ---- */
+static uint32_t plan_slot(uint64_t function)
+{
+    return (uint32_t)(((function >> 4) * 0x9E3779B97F4A7C15ull) >> 52);
+}
+
+static void test_plan(void)
+{
+    struct pump_plan *plan = calloc(1, sizeof *plan);
+    plan->magic = PUMP_PLAN_MAGIC;
+    plan->version = PUMP_PROTOCOL_VERSION;
+    struct pump_channel c = *pump_channel_get();
+    c.plan = plan;
+
+    uint64_t base = 0x500000000000ull;
+    for (int i = 0; i < 4; i++)
+        EXPECT(pump_ranges_insert(base + (uint64_t)i * 8 * MiB, 4 * MiB, 1));
+    uint64_t f = 0x7f00deadbe00ull, g = 0x7f00deadbf00ull;
+    /* f's trigger two slots past its hash (behind another function's). */
+    uint32_t s = plan_slot(f);
+    plan->trigger[s].function = 0x1230;
+    plan->trigger[(s + 1) % PUMP_PLAN_SLOTS].function = 0x4560;
+    plan->trigger[(s + 2) % PUMP_PLAN_SLOTS] = (struct pump_plan_trigger){f, 100, 3};
+    plan->range[100] = base + 8 * MiB + 12;   /* inside the second allocation */
+    plan->range[101] = base + 16 * MiB;
+    plan->range[102] = 0x42;                  /* no allocation: ignored */
+
+    struct pump_scan scan = {.found = 0};
+    scan.range[scan.found++] = find(base);   /* the launch's own */
+    scan.own = scan.found;
+    EXPECT(pump_channel_plan_extend(&c, (CUfunction)f, &scan) == 2);
+    EXPECT(scan.found == 3 && scan.range[1]->base == base + 8 * MiB && scan.range[2]->base == base + 16 * MiB);
+    /* Already there: not added twice. */
+    EXPECT(pump_channel_plan_extend(&c, (CUfunction)f, &scan) == 0 && scan.found == 3);
+
+    struct pump_scan other = {.found = 0};
+    EXPECT(pump_channel_plan_extend(&c, (CUfunction)g, &other) == 0);
+    /* Mid-write (odd generation): nothing. */
+    plan->generation = 7;
+    other.found = 0;
+    EXPECT(pump_channel_plan_extend(&c, (CUfunction)f, &other) == 0);
+    plan->generation = 8;
+    EXPECT(pump_channel_plan_extend(&c, (CUfunction)f, &other) == 2);
+    /* Out of bounds: first or count past the ranges. */
+    struct pump_plan_trigger *t = &plan->trigger[(s + 2) % PUMP_PLAN_SLOTS];
+    uint32_t bad[][2] = {{PUMP_PLAN_RANGES, 1}, {PUMP_PLAN_RANGES - 1, 2}, {0, 0xffffffffu}, {0xffffffffu, 2}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        t->first = bad[i][0];
+        t->count = bad[i][1];
+        other.found = 0;
+        EXPECT(pump_channel_plan_extend(&c, (CUfunction)f, &other) == 0);
+    }
+    /* Beyond the probe window: not found. */
+    *t = (struct pump_plan_trigger){0, 0, 0};
+    plan->trigger[(s + PUMP_PLAN_PROBES) % PUMP_PLAN_SLOTS] = (struct pump_plan_trigger){f, 100, 2};
+    other.found = 0;
+    EXPECT(pump_channel_plan_extend(&c, (CUfunction)f, &other) == 0);
+    /* A full scan set takes no more. */
+    plan->trigger[(s + PUMP_PLAN_PROBES - 1) % PUMP_PLAN_SLOTS] = (struct pump_plan_trigger){f, 100, 2};
+    other.found = PUMP_SCAN_MAX_RANGES;
+    EXPECT(pump_channel_plan_extend(&c, (CUfunction)f, &other) == 0);
+    memset(other.range, 0, sizeof other.range);
+    other.found = PUMP_SCAN_MAX_RANGES - 1;
+    EXPECT(pump_channel_plan_extend(&c, (CUfunction)f, &other) == 1 && other.found == PUMP_SCAN_MAX_RANGES);
+
+    for (int i = 0; i < 4; i++) {
+        uint64_t size;
+        EXPECT(pump_ranges_remove(base + (uint64_t)i * 8 * MiB, &size));
+    }
+    free(plan);
+}
+
 int main(void)
 {
     test_capacity_grammar();
     test_range_table();
     test_readers_race_writer();
+    test_budget_job_name_grammar();
+    test_ring();
+    test_plan();
     printf("units: %d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

@@ -1,0 +1,658 @@
+"""The shim's side of the channels to pumpd, against a tiny daemon written here:
+a thread on a Unix socket that answers attach with a sealed ring and plan
+(memfds it creates) and records every request. The records are parsed with
+a cffi view of shim/pump_channel.h, kept local to this file."""
+
+import fcntl
+import json
+import mmap
+import os
+import pathlib
+import random
+import shutil
+import socket
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+
+import cffi
+import pytest
+
+from helpers import clean_env
+from pump import stats
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+MiB = 1 << 20
+
+
+def _channel_ffi():
+    text = (ROOT / "shim" / "pump_channel.h").read_text()
+    ffi = cffi.FFI()
+    ffi.cdef("\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#")))
+    return ffi, ffi.dlopen(None)
+
+
+FFI, C = _channel_ffi()
+RING_HEADER = FFI.sizeof("struct pump_ring_header")
+RECORD = FFI.sizeof("struct pump_event")
+PLAN_SIZE = FFI.sizeof("struct pump_plan")
+SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+KINDS = {C.PUMP_EVENT_ALLOC: "ALLOC", C.PUMP_EVENT_FREE: "FREE", C.PUMP_EVENT_LAUNCH: "LAUNCH",
+         C.PUMP_EVENT_LAUNCH_MORE: "LAUNCH_MORE", C.PUMP_EVENT_FUNCTION: "FUNCTION",
+         C.PUMP_EVENT_NAME: "NAME", C.PUMP_EVENT_SYNC: "SYNC"}
+
+
+def sealed_memfd(name, size, init=None, seals=SEALS):
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, size)
+    mm = mmap.mmap(fd, size)
+    if init is not None:
+        init(mm)
+    if seals:
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+    return fd, mm
+
+
+class Ring:
+    """The event ring as pumpd makes it; reads records back, optionally consuming."""
+
+    def __init__(self, capacity=65536, job="job-1", session=7, seals=SEALS, **header):
+        def init(mm):
+            h = FFI.from_buffer("struct pump_ring_header *", mm)
+            h.magic, h.version, h.record_size = C.PUMP_RING_MAGIC, C.PUMP_PROTOCOL_VERSION, RECORD
+            h.capacity, h.session, h.job = capacity, session, job.encode()
+            for key, value in header.items():
+                setattr(h, key, value)
+
+        self.capacity = capacity
+        self.fd, self.mm = sealed_memfd("pump-ring", RING_HEADER + capacity * RECORD, init, seals)
+        self.header = FFI.from_buffer("struct pump_ring_header *", self.mm)
+        self.records = FFI.cast("struct pump_event *", FFI.from_buffer("char[]", self.mm) + RING_HEADER)
+        self.seen = []           # records consumed by read()
+        self.errors = []
+
+    def read(self, wait=1.0):
+        """Every complete record from tail to head (waiting up to `wait` s for
+        reserved ones), checking seq; advances tail."""
+        tail, head = self.header.tail, self.header.head
+        deadline = time.monotonic() + wait
+        while tail < head:
+            r = self.records[tail % self.capacity]
+            if r.seq != tail + 1:
+                if time.monotonic() > deadline:
+                    self.errors.append(f"record {tail}: seq {r.seq}")
+                    break
+                time.sleep(0.0005)
+                continue
+            self.seen.append({"seq": r.seq, "kind": KINDS.get(r.kind, r.kind), "count": r.count,
+                              "device": r.device, "time_ns": r.time_ns, "arg": list(r.arg)})
+            tail += 1
+            self.header.tail = tail
+        return self.seen
+
+
+class Plan:
+    def __init__(self, budget=0, garbage=False, seals=SEALS):
+        def init(mm):
+            if garbage:
+                mm[:] = random.Random(5).randbytes(PLAN_SIZE)
+            p = FFI.from_buffer("struct pump_plan *", mm)
+            p.magic, p.version, p.budget_bytes = C.PUMP_PLAN_MAGIC, C.PUMP_PROTOCOL_VERSION, budget
+            if garbage:
+                p.generation = 2
+
+        self.fd, self.mm = sealed_memfd("pump-plan", PLAN_SIZE, init, seals)
+        self.plan = FFI.from_buffer("struct pump_plan *", self.mm)
+
+    def trigger(self, function, bases, first=0, probe=0):
+        slot = (((function >> 4) * 0x9E3779B97F4A7C15) % 2**64) >> 52
+        p = self.plan
+        p.generation += 1
+        t = p.trigger[(slot + probe) % C.PUMP_PLAN_SLOTS]
+        t.function, t.first, t.count = function, first, len(bases)
+        for i, base in enumerate(bases):
+            p.range[first + i] = base
+        p.trigger_count += 1
+        p.range_count = max(p.range_count, first + len(bases))
+        p.generation += 1
+
+
+def recv_exact(conn, n, fds):
+    data = b""
+    while len(data) < n:
+        chunk, got, _flags, _addr = socket.recv_fds(conn, n - len(data), 4)
+        fds.extend(got)
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def recv_message(conn):
+    fds = []
+    head = recv_exact(conn, 16, fds)
+    if head is None:
+        return None
+    magic, version, kind, length, reserved = struct.unpack("<IHHII", head)
+    payload = recv_exact(conn, length, fds) if length else b""
+    return {"magic": magic, "version": version, "type": kind, "reserved": reserved,
+            "request": json.loads(payload), "fds": fds}
+
+
+def send_message(conn, kind, obj, fds=()):
+    payload = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+    data = struct.pack("<IHHII", C.PUMP_MSG_MAGIC, C.PUMP_PROTOCOL_VERSION, kind, len(payload), 0) + payload
+    if fds:
+        socket.send_fds(conn, [data], list(fds))
+    else:
+        conn.sendall(data)
+
+
+class Daemon:
+    """A listener on `path`; attach gets (ring, plan), resume gets a reply;
+    reply="error" answers everything with an error."""
+
+    def __init__(self, path, ring=None, plan=None, reply="ok", consume=False):
+        self.path = str(path)
+        self.ring, self.plan, self.reply = ring, plan, reply
+        self.messages = []
+        self.conns = []
+        self.cond = threading.Condition()
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(self.path)
+        self.listener.listen(16)
+        self.stopping = False
+        threading.Thread(target=self._serve, daemon=True).start()
+        if consume:
+            threading.Thread(target=self._consume, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _handle(self, conn):
+        try:
+            while (msg := recv_message(conn)) is not None:
+                with self.cond:
+                    self.messages.append(msg)
+                    self.cond.notify_all()
+                if self.reply == "error":
+                    # raw: a control character the shim must not print
+                    send_message(conn, C.PUMP_MSG_ERROR, b'{"error": "no room\n for you' + b"x" * 500 + b'"}')
+                elif msg["request"]["op"] == "attach":
+                    send_message(conn, C.PUMP_MSG_REPLY, {"ok": True, "session": 7, "job": "job-1"},
+                                 (self.ring.fd, self.plan.fd))
+                else:
+                    send_message(conn, C.PUMP_MSG_REPLY, {"ok": True})
+        except OSError:
+            pass
+
+    def _consume(self):
+        while not self.stopping:
+            if self.ring.header.magic == C.PUMP_RING_MAGIC:
+                self.ring.read()
+            time.sleep(0.001)
+
+    def requests(self):
+        with self.cond:
+            return [m["request"] for m in self.messages]
+
+    def wait_for(self, count, timeout=10):
+        with self.cond:
+            assert self.cond.wait_for(lambda: len(self.messages) >= count, timeout), self.messages
+            return self.messages[count - 1]
+
+    def close(self):
+        """Goes away: the listener and every connection, as a crashed pumpd."""
+        if self.stopping:
+            return
+        self.stopping = True
+        self.listener.close()
+        for conn in self.conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            conn.close()
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+
+
+@pytest.fixture
+def sockdir():
+    """A short directory for sockets (sun_path holds 108 bytes)."""
+    path = tempfile.mkdtemp(prefix="pump-ch-")
+    yield pathlib.Path(path)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def daemon(sockdir):
+    """daemon(**kwargs): a Daemon on sockdir/pumpd.sock with a fresh ring and plan."""
+    made = []
+
+    def make(capacity=65536, budget=0, ring=None, plan=None, **kwargs):
+        for old in made:  # one listener on the path at a time
+            old.close()
+        d = Daemon(sockdir / "pumpd.sock", ring or Ring(capacity), plan or Plan(budget), **kwargs)
+        made.append(d)
+        return d
+
+    yield make
+    for d in made:
+        d.close()
+
+
+class Job:
+    """A test program started under the shim, talking over stdin/stdout."""
+
+    def __init__(self, c_build, libpump, stats_dir, name, *args, variant="plain", env=None):
+        full_env = dict(clean_env(), LD_LIBRARY_PATH=str(c_build / variant), PUMP_STATS_DIR=str(stats_dir))
+        if variant == "plain":
+            full_env["LD_PRELOAD"] = str(libpump)
+        full_env.update({"ASAN_OPTIONS": "detect_leaks=1", "TSAN_OPTIONS": "halt_on_error=1"})
+        full_env.update(env or {})
+        self.stats_dir = stats_dir
+        self.proc = subprocess.Popen([str(c_build / variant / name), *map(str, args)], env=full_env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)
+
+    def line(self):
+        text = self.proc.stdout.readline()
+        assert text, self.proc.stderr.read()
+        return json.loads(text)
+
+    def say(self, text="go"):
+        self.proc.stdin.write(text + "\n")
+        self.proc.stdin.flush()
+
+    def finish(self, timeout=300):
+        out, err = self.proc.communicate(timeout=timeout)
+        assert self.proc.returncode == 0, err[-4000:]
+        self.stderr = err
+        self.result = json.loads(out.splitlines()[-1])
+        return self.result
+
+    def record(self):
+        (record,) = stats.read_dir(self.stats_dir)
+        return record
+
+
+@pytest.fixture
+def job(c_build, libpump, tmp_path):
+    counter = [0]
+
+    def start(name, *args, **kwargs):
+        counter[0] += 1
+        stats_dir = tmp_path / f"job{counter[0]}"
+        stats_dir.mkdir()
+        return Job(c_build, libpump, stats_dir, name, *args, **kwargs)
+
+    return start
+
+
+def wait_until(predicate, timeout=10, what="condition"):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+def attached(ring, records=1):
+    """The shim has mapped the ring: its first records are there."""
+    wait_until(lambda: ring.header.written >= records, what="the shim to attach and write")
+
+
+def decode(records):
+    """Merge multi-record events: ALLOC/FREE/SYNC/LAUNCH(+MORE)/FUNCTION(+NAME)."""
+    events = []
+    i = 0
+    while i < len(records):
+        r = records[i]
+        kind, arg = r["kind"], r["arg"]
+        if kind == "ALLOC":
+            events.append(("ALLOC", arg[0], arg[1], arg[2]))
+        elif kind == "FREE":
+            events.append(("FREE", arg[0], arg[1]))
+        elif kind == "SYNC":
+            events.append(("SYNC", arg[0]))
+        elif kind == "LAUNCH":
+            bases = arg[2:5]
+            while len(bases) < r["count"]:
+                i += 1
+                more = records[i]
+                assert more["kind"] == "LAUNCH_MORE" and more["seq"] == records[i - 1]["seq"] + 1
+                bases += more["arg"][: more["count"]]
+            events.append(("LAUNCH", arg[0], arg[1], r["device"], bases[: r["count"]]))
+        elif kind == "FUNCTION":
+            name = b"".join(a.to_bytes(8, "little") for a in arg[1:5])
+            while len(name) < r["count"]:
+                i += 1
+                more = records[i]
+                assert more["kind"] == "NAME"
+                name += b"".join(a.to_bytes(8, "little") for a in more["arg"])[: more["count"]]
+            events.append(("FUNCTION", arg[0], name[: r["count"]].decode()))
+        else:
+            raise AssertionError(f"unexpected record {r}")
+        i += 1
+    return events
+
+
+def check_seq(ring):
+    records = ring.read()
+    assert not ring.errors
+    assert [r["seq"] for r in records] == list(range(1, len(records) + 1))
+    assert ring.header.head == ring.header.written == len(records)
+    return records
+
+
+# ---- what the shim writes ----
+
+def test_touch_events_in_order(run_program, daemon):
+    d = daemon()
+    run = run_program("touch_linked", env={"PUMP_SOCKET": d.path})
+    assert run.result["gpu_faults"] == 0
+    records = check_seq(d.ring)
+    assert run.totals["events_written"] == len(records) and run.totals["events_dropped"] == 0
+    events = decode(records)
+    kinds = [e[0] for e in events]
+    # four allocations, then per launch its function (first time) and the launch, a sync, four frees
+    assert kinds[:4] == ["ALLOC"] * 4 and kinds[-5:] == ["SYNC"] + ["FREE"] * 4, kinds
+    frees = [e[1] for e in events[-4:]]           # a, b, c, d: freed in that order
+    a, b, c, dd = frees
+    assert sorted(e[1] for e in events[:4]) == sorted(frees)
+    assert all(e[2] == 64 * MiB and e[3] == 1 for e in events[:4])  # CU_MEM_ATTACH_GLOBAL
+    names, launches = {}, []
+    for e in events[4:-5]:
+        if e[0] == "FUNCTION":
+            assert e[1] not in names  # once per function
+            names[e[1]] = e[2]
+        else:
+            assert e[0] == "LAUNCH" and e[1] in names  # its FUNCTION came first
+            launches.append((names[e[1]], e[4], e[3]))
+    assert launches == [("scale", [a], 0), ("axpy", [a, b], 0), ("sum", [b], 0), ("add", [a, b, c], 0),
+                        ("scale", [dd], 0), ("negate", [dd], 0)]
+    assert events[-5] == ("SYNC", 2)  # the first epoch is 1
+    times = [r["time_ns"] for r in records]
+    assert times == sorted(times) and times[0] > 0
+    (attach,) = d.requests()
+    assert attach == {"op": "attach", "pid": run.records[0]["pid"], "job": "", "name": "", "policy": "launch"}
+
+
+def test_long_function_names_are_cut(job, daemon):
+    d = daemon()
+    j = job("events", 2, "--wait", "--long-name", env={"PUMP_SOCKET": d.path})
+    first = j.line()
+    attached(d.ring, 2)
+    j.say()
+    j.finish()
+    functions = [e for e in decode(check_seq(d.ring)) if e[0] == "FUNCTION"]
+    long_name = "".join(chr(ord("a") + i % 26) for i in range(1500))
+    assert functions == [("FUNCTION", first["long_function"], long_name[: C.PUMP_FUNCTION_NAME_MAX]),
+                         ("FUNCTION", first["function"], "bump")]
+
+
+def test_full_ring_drops_and_counts(job, daemon, run_program):
+    """Nobody reads a 1024-record ring: the shim drops and counts, never waits."""
+    launches = 3000
+    d = daemon(capacity=C.PUMP_RING_RECORDS_MIN)
+    j = job("events", launches, "--sync-every=100", "--wait", env={"PUMP_SOCKET": d.path})
+    j.line()
+    attached(d.ring, 2)  # the two allocations
+    j.say()
+    result = j.finish()
+    record = j.record()
+    attempted = 2 + 1 + launches + result["syncs"] + 2  # ALLOC, FUNCTION, LAUNCH, SYNC, FREE
+    h = d.ring.header
+    assert h.written == C.PUMP_RING_RECORDS_MIN and h.dropped > 0
+    assert h.written + h.dropped == attempted
+    assert (record["events_written"], record["events_dropped"]) == (h.written, h.dropped)
+    bare = run_program("events", launches, "--sync-every=100", pump=False)
+    assert result["checksum"] == bare.result["checksum"]
+    assert check_seq(d.ring)[-1]["kind"] == "LAUNCH"
+
+
+# ---- the plan and the budget ----
+
+def run_with_plan(job, d, *setup, launches=3):
+    """events with a plan written once the shim attached; stops at --wait-end
+    to read the live counters, then finishes."""
+    j = job("events", launches, "--wait", "--wait-end", env={"PUMP_SOCKET": d.path})
+    first = j.line()
+    attached(d.ring, 2)
+    for step in setup:
+        step(d.plan, first)
+    j.say()
+    j.line()  # {"launched": N}
+    live = j.record()
+    j.say()
+    return first, live, j.finish(), j.record()
+
+
+def test_plan_trigger_prefetches_a_named_allocation(job, daemon):
+    _, _, without, _ = run_with_plan(job, daemon())
+    assert without["bytes_prefetched_h2d"] == 2 * MiB  # A only: the kernel names nothing else
+
+    d = daemon()
+    first, live, result, record = run_with_plan(
+        job, d, lambda plan, f: plan.trigger(f["function"], [f["b"] + 4096], first=40, probe=3))
+    assert result["bytes_prefetched_h2d"] == 6 * MiB and result["bytes_prefetched_unused"] == 4 * MiB
+    assert result["gpu_faults"] == without["gpu_faults"] == 0
+    assert result["checksum"] == without["checksum"]
+    assert record["plan_prefetch_ranges"] == 1  # once: then believed resident
+    assert live["resident_bytes"] == 6 * MiB and record["resident_bytes"] == 0  # the last sync ends the epoch
+    assert record["budget_bytes"] == 0 and record["budget_skips"] == 0
+    # LAUNCH events carry the launch's own allocation, not the plan's
+    launches = [e for e in decode(check_seq(d.ring)) if e[0] == "LAUNCH"]
+    assert launches == [("LAUNCH", first["function"], launches[0][2], 0, [first["a"]])] * 3
+
+
+def test_plan_budget_caps_prefetch(job, daemon):
+    d = daemon(budget=3 * MiB)
+    _, live, result, record = run_with_plan(
+        job, d, lambda plan, f: plan.trigger(f["function"], [f["b"]]))
+    # A (2 MiB) fits the 3 MiB budget; B (4 MiB) never does
+    assert result["bytes_prefetched_h2d"] == 2 * MiB and result["gpu_faults"] == 0
+    assert record["budget_bytes"] == 3 * MiB and record["budget_skips"] == 3
+    assert record["plan_prefetch_ranges"] == 0
+    assert live["resident_bytes"] == 2 * MiB
+    assert record["bytes_evicted"] == 0
+
+
+@pytest.mark.parametrize("budget, expect", [("100MiB", 100 * MiB), ("10%", 1 << 30)])
+def test_env_budget(run_program, budget, expect):
+    """PUMP_BUDGET without a daemon: 64 MiB buffers, a budget for one (10% of
+    a 10 GiB device is 1 GiB: all four fit)."""
+    env = {"PUMP_BUDGET": budget, "FAKECUDA_DEVICE_MEMORY": str(10 << 30)}
+    run = run_program("touch_linked", env=env)
+    bare = run_program("touch_linked", pump=False)
+    assert run.result["checksum"] == bare.result["checksum"]
+    assert run.totals["budget_bytes"] == expect
+    if expect < 256 * MiB:
+        assert run.totals["budget_skips"] > 0 and run.result["gpu_faults"] > 0
+        assert run.totals["prefetch_bytes"] <= expect
+    else:
+        assert run.totals["budget_skips"] == 0 and run.result["gpu_faults"] == 0
+
+
+@pytest.mark.parametrize("variant", ["plain", "asan"])
+def test_garbage_plan_and_scribbled_ring_harm_nothing(job, daemon, run_program, variant):
+    """Anyone with the fds may write anything into the plan and the ring's
+    header: random bytes everywhere (magic and generation included), triggers
+    for the program's functions out of bounds every way, or naming random
+    addresses."""
+    rng = random.Random(11)
+    d = daemon(plan=Plan(garbage=True))
+    j = job("events", 50, "--sync-every=7", "--wait", "--long-name", variant=variant,
+            env={"PUMP_SOCKET": d.path})
+    first = j.line()
+    attached(d.ring, 2)
+    os.pwrite(d.plan.fd, rng.randbytes(PLAN_SIZE), 0)
+    p = d.plan.plan
+    for function, spans in [(first["function"], [(0xFFFFFFF0, 0xFFFFFFFF), (C.PUMP_PLAN_RANGES - 1, 5)]),
+                            (first["long_function"], [(100, 0xFFFFFFFF), (100, 64)])]:
+        slot = (((function >> 4) * 0x9E3779B97F4A7C15) % 2**64) >> 52
+        for probe, (lo, n) in enumerate(spans):
+            t = p.trigger[(slot + probe) % C.PUMP_PLAN_SLOTS]
+            t.function, t.first, t.count = function, lo, n
+    p.range[100] = first["b"]  # one real allocation among random words
+    p.generation = 4
+    os.pwrite(d.ring.fd, rng.randbytes(RING_HEADER), 0)
+    j.say()
+    result = j.finish()
+    bare = run_program("events", 50, "--sync-every=7", "--long-name", pump=False)
+    assert result["checksum"] == bare.result["checksum"]
+    assert "Sanitizer" not in j.stderr and "runtime error" not in j.stderr
+    record = j.record()
+    assert record["events_written"] + record["events_dropped"] > 50
+    assert record["plan_prefetch_ranges"] <= 1  # B, once, via the in-bounds trigger at most
+
+
+# ---- connection life ----
+
+def test_resume_after_the_daemon_goes_away(job, daemon, sockdir):
+    first_daemon = daemon()
+    ring, plan = first_daemon.ring, first_daemon.plan
+    j = job("events", 20, "--wait", "--wait-end", env={"PUMP_SOCKET": first_daemon.path, "PUMP_LOG": "1"})
+    j.line()
+    attached(ring, 2)
+    first_daemon.close()
+    j.say()  # launches while no daemon listens: they still go into the ring
+    j.line()
+    assert sum(r["kind"] == "LAUNCH" for r in ring.read()) == 20
+    second = daemon(ring=ring, plan=plan)  # a restarted pumpd, same socket path
+    msg = second.wait_for(1, timeout=15)
+    assert msg["request"] == {"op": "resume", "pid": j.proc.pid}
+    assert (msg["type"], msg["magic"], msg["version"], msg["reserved"]) == (C.PUMP_MSG_REQUEST, C.PUMP_MSG_MAGIC,
+                                                                             C.PUMP_PROTOCOL_VERSION, 0)
+    assert len(msg["fds"]) == 2
+    same = [os.fstat(a).st_ino == os.fstat(b).st_ino for a, b in zip(msg["fds"], (ring.fd, plan.fd))]
+    assert same == [True, True]
+    j.say()
+    j.finish()
+    assert j.stderr.count("daemon connection lost; reconnecting") == 1
+    kinds = [e[0] for e in decode(check_seq(ring))]
+    assert kinds[-3:] == ["SYNC", "FREE", "FREE"]
+    assert j.record()["events_dropped"] == 0
+
+
+def test_empty_socket_means_no_daemon_and_unset_finds_the_users(run_program, sockdir):
+    """PUMP_SOCKET unset: /run/pump/pumpd.sock, then $XDG_RUNTIME_DIR/pump/pumpd.sock."""
+    if os.path.exists("/run/pump/pumpd.sock"):
+        pytest.skip("a system pumpd is running here")
+    (sockdir / "pump").mkdir()
+    d = Daemon(sockdir / "pump" / "pumpd.sock", Ring(), Plan())
+    try:
+        off = run_program("touch_linked", env={"PUMP_SOCKET": "", "XDG_RUNTIME_DIR": str(sockdir)})
+        assert off.result["gpu_faults"] == 0 and off.proc.stderr == ""
+        time.sleep(0.5)
+        assert d.requests() == [] and d.conns == []
+        found = run_program("touch_linked", env={"XDG_RUNTIME_DIR": str(sockdir)})
+        assert found.result["checksum"] == off.result["checksum"]
+        assert d.wait_for(1)["request"]["op"] == "attach"
+        assert found.totals["events_written"] > 0
+    finally:
+        d.close()
+
+
+def test_no_daemon_listening(run_program, sockdir):
+    start = time.monotonic()
+    bare = run_program("touch_linked", pump=False)
+    bare_time = time.monotonic() - start
+    start = time.monotonic()
+    run = run_program("touch_linked", env={"PUMP_SOCKET": str(sockdir / "nobody.sock")})
+    assert time.monotonic() - start < bare_time + 2
+    assert run.result["checksum"] == bare.result["checksum"] and run.result["gpu_faults"] == 0
+    assert run.proc.stderr == ""  # silent
+    assert run.totals["events_written"] == run.totals["events_dropped"] == 0
+    loud = run_program("touch_linked", env={"PUMP_SOCKET": str(sockdir / "nobody.sock"), "PUMP_LOG": "1"})
+    assert sum("no pump daemon" in line for line in loud.proc.stderr.splitlines()) == 1
+
+
+def test_attach_request_carries_job_name_policy(run_program, daemon):
+    d = daemon()
+    name = 'resnet "big" \\ run \u00e9'
+    run = run_program("touch_linked", env={"PUMP_SOCKET": d.path, "PUMP_JOB": "j-42_x", "PUMP_NAME": name,
+                                           "PUMP_POLICY": "off"})
+    assert run.result["checksum"]
+    msg = d.wait_for(1)
+    assert msg["request"] == {"op": "attach", "pid": run.records[0]["pid"], "job": "j-42_x", "name": name,
+                              "policy": "off"}
+    assert (msg["type"], msg["fds"]) == (C.PUMP_MSG_REQUEST, [])
+    # policy off still reports launches (device unknown: nothing prefetched)
+    launches = [e for e in decode(check_seq(d.ring)) if e[0] == "LAUNCH"]
+    assert len(launches) == 6 and {e[3] for e in launches} == {-1}
+
+
+def test_bad_job_and_name_warn(run_program, daemon):
+    d = daemon()
+    run = run_program("touch_linked", env={"PUMP_SOCKET": d.path, "PUMP_JOB": "no spaces!",
+                                           "PUMP_NAME": "n" * 65, "PUMP_BUDGET": "host"})
+    lines = run.proc.stderr.splitlines()
+    assert len(lines) == 3 and all("allowed" in line for line in lines), lines
+    assert d.wait_for(1)["request"]["job"] == "" and d.requests()[0]["name"] == ""
+    assert run.totals["budget_bytes"] == 0
+
+
+def test_error_reply_is_logged_once_and_the_program_runs(run_program, daemon):
+    d = daemon(reply="error")
+    run = run_program("touch_linked", env={"PUMP_SOCKET": d.path, "PUMP_LOG": "1"})
+    assert run.result["gpu_faults"] == 0
+    (line,) = [l for l in run.proc.stderr.splitlines() if "refused attach" in l]
+    assert "no room? for you" in line and len(line) < 300
+    assert d.ring.header.written == 0 and run.totals["events_written"] == 0
+
+
+@pytest.mark.parametrize("problem", ["unsealed", "capacity", "record_size", "magic"])
+def test_invalid_ring_is_refused(run_program, daemon, problem):
+    ring = {"unsealed": lambda: Ring(seals=0), "capacity": lambda: Ring(capacity=1000 * 2),
+            "record_size": lambda: Ring(record_size=32), "magic": lambda: Ring(magic=1)}[problem]()
+    if problem == "capacity":
+        ring.header.capacity = 1000  # not a power of two, and not the memfd's size
+    d = daemon(ring=ring)
+    run = run_program("touch_linked", env={"PUMP_SOCKET": d.path, "PUMP_LOG": "1"})
+    assert run.result["gpu_faults"] == 0
+    assert d.wait_for(1)["request"]["op"] == "attach"
+    assert run.totals["events_written"] == 0 and ring.header.head == 0
+    assert "working without the daemon" in run.proc.stderr
+
+
+@pytest.mark.parametrize("mode", ["before", "after"])
+def test_fork(run_program, daemon, mode):
+    """Forked before CUDA: the child attaches on its own. After: the child
+    passes through, never attaches, writes nothing; the parent carries on."""
+    d = daemon()
+    run = run_program("fork", mode, env={"PUMP_SOCKET": d.path})
+    assert run.proc.returncode == 0, run.proc.stderr
+    users = {l["who"]: l["pid"] for l in run.lines}
+    d.wait_for(1)
+    time.sleep(0.3)
+    expected = users["child"] if mode == "before" else users["parent"]
+    assert [r["pid"] for r in d.requests()] == [expected]
+    assert [r["op"] for r in d.requests()] == ["attach"]
+
+
+# ---- sanitizers ----
+
+@pytest.mark.parametrize("variant", ["asan", "tsan"])
+@pytest.mark.parametrize("program, args", [("events", [300, "--sync-every=50"]), ("threads", [4, 300]),
+                                           ("touch_linked", [1])])
+def test_channel_under_sanitizers(run_program, daemon, variant, program, args):
+    """A daemon that reads as the shim writes (a small ring goes round)."""
+    d = daemon(capacity=C.PUMP_RING_RECORDS_MIN, consume=True)
+    env = {"PUMP_SOCKET": d.path, "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0",
+           "TSAN_OPTIONS": "halt_on_error=1:second_deadlock_stack=1", "UBSAN_OPTIONS": "print_stacktrace=1"}
+    run = run_program(program, *args, variant=variant, env=env, timeout=600)
+    assert run.proc.returncode == 0, run.proc.stderr[-4000:]
+    assert "Sanitizer" not in run.proc.stderr and "runtime error" not in run.proc.stderr, run.proc.stderr[-4000:]
+    d.wait_for(1)
+    wait_until(lambda: d.ring.header.tail == d.ring.header.head, what="the reader to catch up")
+    assert not d.ring.errors
+    assert run.totals["events_written"] == d.ring.header.written == len(d.ring.seen)
