@@ -118,6 +118,7 @@ class DaemonLink:
             raise DaemonError(f"the embedded pumpd did not start ({exc})") from None
         finally:
             notify.close()
+            os.unlink(notify_path)  # so a pumpd outliving a killed pump-run leaves nothing behind
 
     def close(self):
         """Stop the embedded pumpd (if any) and remove its directory."""

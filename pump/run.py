@@ -26,6 +26,7 @@ signal that was ignored when pump-run started stays ignored (nohup works).
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -120,7 +121,9 @@ def child_env(args, cfg, shim_file: str, stats_dir: str, link: DaemonLink) -> di
     env = dict(os.environ)
     env["LD_PRELOAD"] = preload_value(shim_file, env.get("LD_PRELOAD", ""))
     env["PUMP_STATS_DIR"] = stats_dir
-    env.update(config.job_env(cfg))
+    # Only what the user chose: the shim has the same defaults, documented with it.
+    chosen = dataclasses.replace(cfg, **{f: None for f, src in cfg.source.items() if src == "default"})
+    env.update(config.job_env(chosen))
     if cfg.policy == "lookahead":
         env["PUMP_POLICY"] = "launch"  # the shim's rule; pumpd's plans add the lookahead
     env.update(link.env())

@@ -205,6 +205,14 @@ class Daemon:
                 job.close_trace()
                 for s in job.sessions.values():
                     s.close()
+                if self.exit_with is not None:
+                    self.store.remove(job)  # an embedded pumpd has no successor to hand jobs to
+            if self.exit_with is not None:
+                for directory in (self.store.dir, os.path.dirname(self.socket_path)):
+                    try:
+                        os.rmdir(directory)  # only if empty: pump-run owns what else is there
+                    except OSError:
+                        pass
             log.info("stopped")
 
     def stop(self):
