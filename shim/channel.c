@@ -55,7 +55,10 @@ static void *_Atomic ring_map;
 static _Atomic size_t ring_map_size;
 static void *_Atomic plan_map;
 static _Atomic int ring_fd = -1, plan_fd = -1, socket_fd = -1;
-static atomic_bool started;
+static atomic_bool started, exiting;
+/* What ring_fd and plan_fd were at attach (the worker's own). */
+static dev_t ring_dev, plan_dev;
+static ino_t ring_ino, plan_ino;
 
 /* ---- the event ring: the writer (hot path) ---- */
 
@@ -158,6 +161,8 @@ PUMP_HIDDEN void pump_channel_launch(struct pump_channel *c, CUfunction f, CUstr
 static const char *function_name(CUfunction f)
 {
     const char *name = NULL;
+    if (atomic_load_explicit(&exiting, memory_order_relaxed))
+        return "";
     /* A CUkernel may arrive where a CUfunction is expected: ask both. */
     if (pump_driver.func_get_name != NULL && pump_driver.func_get_name(&name, f) == CUDA_SUCCESS && name != NULL)
         return name;
@@ -516,9 +521,22 @@ static bool map_channel(int ring, int plan)
         munmap(p, sizeof(struct pump_plan));
         return false;
     }
+    ring_dev = rs.st_dev;
+    ring_ino = rs.st_ino;
+    plan_dev = ps.st_dev;
+    plan_ino = ps.st_ino;
     atomic_store(&ring_fd, ring);
     atomic_store(&plan_fd, plan);
     return true;
+}
+
+/* False when the program closed (and maybe reused) the ring's or the plan's
+ * descriptor: they must not be handed to the daemon then. */
+static bool still_ours(void)
+{
+    struct stat rs, ps;
+    return fstat(atomic_load(&ring_fd), &rs) == 0 && fstat(atomic_load(&plan_fd), &ps) == 0 &&
+           rs.st_dev == ring_dev && rs.st_ino == ring_ino && ps.st_dev == plan_dev && ps.st_ino == plan_ino;
 }
 
 static bool attach(int fd)
@@ -597,6 +615,11 @@ static void *worker_main(void *arg)
             }
             continue;
         }
+        if (attached && !still_ours()) {
+            pump_log_once("the daemon channel's descriptors were closed: not resuming (the ring stays in use)");
+            close_fd(&socket_fd);
+            return NULL;
+        }
         bool ok = attached ? resume(fd) : attach(fd);
         if (!ok) {
             close_fd(&socket_fd);
@@ -638,6 +661,11 @@ PUMP_HIDDEN void pump_channel_start(void)
         pump_log_once("cannot start the daemon channel (error %d): working alone", r);
     else
         pthread_setname_np(thread, "pump-channel");
+}
+
+PUMP_HIDDEN void pump_channel_at_exit(void)
+{
+    atomic_store(&exiting, true);
 }
 
 /* The child has no worker: it drops the parent's ring, plan and socket.

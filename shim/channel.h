@@ -34,6 +34,9 @@ static inline struct pump_channel *pump_channel_get(void)
  * when the driver has been loaded: CUDA is in use. Never waits. */
 PUMP_HIDDEN void pump_channel_start(void);
 PUMP_HIDDEN void pump_channel_after_fork_in_child(void);
+/* The process is exiting: the worker makes no more driver calls (libcuda
+ * may be tearing down). */
+PUMP_HIDDEN void pump_channel_at_exit(void);
 
 /* Writes n records (kind, count, device and arg set by the caller; seq and
  * time_ns by the writer) contiguously, or drops them all and counts it when

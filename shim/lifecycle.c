@@ -16,6 +16,12 @@
 PUMP_HIDDEN void pump_stats_after_fork_in_child(void);
 PUMP_HIDDEN void pump_stats_at_exit(void);
 
+static void at_exit(void)
+{
+    pump_channel_at_exit();
+    pump_stats_at_exit();
+}
+
 static void child_after_fork(void)
 {
     pump_ranges_after_fork();
@@ -27,5 +33,5 @@ __attribute__((constructor)) static void pump_load(void)
 {
     pump_config_load();
     pthread_atfork(pump_ranges_before_fork, pump_ranges_after_fork, child_after_fork);
-    atexit(pump_stats_at_exit);
+    atexit(at_exit);
 }

@@ -111,6 +111,8 @@ static void setup_context(struct prefetch_context *c, CUcontext ctx)
                     (uint64_t)total_bytes % 100 * pump_config.budget_value / 100;
     else if (pump_config.budget_kind == PUMP_CAP_PERCENT)
         pump_log_once("cannot read the device's memory: no budget");
+    if (c->budget != 0 && pump_channel_plan_budget() == 0)
+        PUMP_SET(budget_bytes, c->budget);
     if (!c->usable)
         pump_log_once("no prefetch stream for a context: its launches are not prefetched");
     __atomic_store_n(&c->ctx, ctx, __ATOMIC_RELEASE);
