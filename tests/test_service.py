@@ -268,7 +268,14 @@ def test_install_root(tmp_path):
     assert stat.S_IMODE(unit.stat().st_mode) == 0o644
     conf = tmp_path / "etc/pump/pumpd.toml"
     assert load_toml(conf) == {}           # all comments: pumpd's defaults, metrics off
-    assert '#metrics = "127.0.0.1:' in conf.read_text()
+    assert '#listen = "127.0.0.1:' in conf.read_text()
+    # Every commented-out setting, switched on, is a valid pumpd.toml.
+    import re
+    from pump import config
+    enabled = tmp_path / "enabled.toml"
+    enabled.write_text(re.sub(r"(?m)^#(\[|\w+ = )", r"\1", conf.read_text()))
+    cfg = config.load_daemon_file(str(enabled))
+    assert cfg.metrics_listen and cfg.socket == "/run/pump/pumpd.sock" and cfg.default_budget
     assert (tmp_path / "etc/pump/jobs.d").is_dir()
 
     # a second install keeps the administrator's configuration
