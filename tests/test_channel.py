@@ -41,7 +41,7 @@ PLAN_SIZE = FFI.sizeof("struct pump_plan")
 SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 KINDS = {C.PUMP_EVENT_ALLOC: "ALLOC", C.PUMP_EVENT_FREE: "FREE", C.PUMP_EVENT_LAUNCH: "LAUNCH",
          C.PUMP_EVENT_LAUNCH_MORE: "LAUNCH_MORE", C.PUMP_EVENT_FUNCTION: "FUNCTION",
-         C.PUMP_EVENT_NAME: "NAME", C.PUMP_EVENT_SYNC: "SYNC"}
+         C.PUMP_EVENT_NAME: "NAME", C.PUMP_EVENT_SYNC: "SYNC", C.PUMP_EVENT_COUNTERS: "COUNTERS"}
 
 
 def sealed_memfd(name, size, init=None, seals=SEALS):
@@ -311,7 +311,8 @@ def attached(ring, records=1):
 
 
 def decode(records):
-    """Merge multi-record events: ALLOC/FREE/SYNC/LAUNCH(+MORE)/FUNCTION(+NAME)."""
+    """Merge multi-record events: ALLOC/FREE/SYNC/LAUNCH(+MORE)/FUNCTION(+NAME).
+    COUNTERS (the worker's periodic accounting) are left out."""
     events = []
     i = 0
     while i < len(records):
@@ -339,6 +340,8 @@ def decode(records):
                 assert more["kind"] == "NAME"
                 name += b"".join(a.to_bytes(8, "little") for a in more["arg"])[: more["count"]]
             events.append(("FUNCTION", arg[0], name[: r["count"]].decode()))
+        elif kind == "COUNTERS":
+            assert r["count"] == 5
         else:
             raise AssertionError(f"unexpected record {r}")
         i += 1
@@ -403,16 +406,21 @@ def test_full_ring_drops_and_counts(job, daemon, run_program):
     """Nobody reads a 1024-record ring: the shim drops and counts, never waits."""
     launches = 3000
     d = daemon(capacity=C.PUMP_RING_RECORDS_MIN)
+    start = time.monotonic()
     j = job("events", launches, "--sync-every=100", "--wait", env={"PUMP_SOCKET": d.path})
     j.line()
     attached(d.ring, 2)  # the two allocations
     j.say()
     result = j.finish()
+    elapsed = time.monotonic() - start
     record = j.record()
     attempted = 2 + 1 + launches + result["syncs"] + 2  # ALLOC, FUNCTION, LAUNCH, SYNC, FREE
     h = d.ring.header
     assert h.written == C.PUMP_RING_RECORDS_MIN and h.dropped > 0
-    assert h.written + h.dropped == attempted
+    # beyond those, only the worker's COUNTERS records (twice a second, once at exit)
+    counters = h.written + h.dropped - attempted
+    assert 0 <= counters <= 2 * elapsed + 2, counters
+    assert counters >= sum(r["kind"] == "COUNTERS" for r in d.ring.read())
     assert (record["events_written"], record["events_dropped"]) == (h.written, h.dropped)
     bare = run_program("events", launches, "--sync-every=100", pump=False)
     assert result["checksum"] == bare.result["checksum"]
