@@ -174,8 +174,8 @@ def _count(n: int, singular: str, plural: str = None) -> str:
 def summary_line(totals: dict) -> str:
     """One line for stderr, e.g.
     ``pump: 1234 launches (1000 on managed memory), 57 prefetch calls, 1.2 GiB
-    prefetched, 3 processes``; capacity refusals, errors and pass-through processes
-    appear only when non-zero.
+    prefetched, 0 B evicted, 0 events dropped, 3 processes``; capacity refusals,
+    errors and pass-through processes appear only when non-zero.
     """
     t = totals
     parts = [
@@ -183,6 +183,8 @@ def summary_line(totals: dict) -> str:
         f"({t['launches_managed']} on managed memory)",
         _count(t["prefetch_calls"], "prefetch call"),
         f"{human_bytes(t['prefetch_bytes'])} prefetched",
+        f"{human_bytes(t['bytes_evicted'])} evicted",
+        _count(t["events_dropped"], "event") + " dropped",
     ]
     if t.get("capacity_refusals"):
         parts.append(_count(t["capacity_refusals"], "capacity refusal"))

@@ -18,6 +18,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -43,6 +44,7 @@ _Static_assert(offsetof(struct pump_plan, trigger) == 64, "the plan's triggers f
 #define RING_HEADER_BYTES ((uint64_t)sizeof(struct pump_ring_header))
 #define RETRY_MAX_S 10
 #define IO_TIMEOUT_S 2
+#define COUNTERS_INTERVAL_MS 500 /* how often the worker sends the shim's counters */
 /* A record reservation gives up after this many lost races (a head that
  * someone else keeps moving must not stall a launch). */
 #define RESERVE_ATTEMPTS 64
@@ -199,6 +201,22 @@ PUMP_HIDDEN void pump_channel_sync(uint32_t epoch)
         return;
     struct pump_event e = event(PUMP_EVENT_SYNC, 1, -1);
     e.arg[0] = epoch;
+    pump_channel_emit(c, &e, 1);
+}
+
+/* The shim's own accounting for pumpd: what `pump status` shows of the job. */
+static void send_counters(void)
+{
+    struct pump_channel *c = pump_channel_get();
+    if (c == NULL)
+        return;
+    const struct pump_stats *s = atomic_load_explicit(&pump_stats_record, memory_order_relaxed);
+    struct pump_event e = event(PUMP_EVENT_COUNTERS, 5, -1);
+    e.arg[0] = __atomic_load_n(&s->launches, __ATOMIC_RELAXED);
+    e.arg[1] = __atomic_load_n(&s->launches_managed, __ATOMIC_RELAXED);
+    e.arg[2] = __atomic_load_n(&s->prefetch_bytes, __ATOMIC_RELAXED);
+    e.arg[3] = __atomic_load_n(&s->resident_bytes, __ATOMIC_RELAXED);
+    e.arg[4] = __atomic_load_n(&s->bytes_evicted, __ATOMIC_RELAXED);
     pump_channel_emit(c, &e, 1);
 }
 
@@ -576,16 +594,19 @@ static bool resume(int fd)
 }
 
 /* Returns when the daemon is gone (EOF or an error); anything it sends
- * meanwhile is read and ignored. */
+ * meanwhile is read and ignored. Twice a second, the counters go out. */
 static void wait_until_lost(int fd)
 {
     char sink[256];
     for (;;) {
-        ssize_t r = recv(fd, sink, sizeof sink, 0);
-        if (r > 0)
+        send_counters();
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int ready = poll(&p, 1, COUNTERS_INTERVAL_MS);
+        if (ready == 0 || (ready < 0 && errno == EINTR))
             continue;
-        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-            continue;  /* the receive timeout: still connected */
+        ssize_t r = recv(fd, sink, sizeof sink, 0);
+        if (r > 0 || (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)))
+            continue;
         return;
     }
 }
@@ -666,6 +687,7 @@ PUMP_HIDDEN void pump_channel_start(void)
 PUMP_HIDDEN void pump_channel_at_exit(void)
 {
     atomic_store(&exiting, true);
+    send_counters();  /* the final figures (lock-free, like any event) */
 }
 
 /* The child has no worker: it drops the parent's ring, plan and socket.

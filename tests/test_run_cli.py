@@ -341,7 +341,7 @@ WRITER = textwrap.dedent("""\
 """)
 
 SUMMARY = ("pump: 1234 launches (1000 on managed memory), 57 prefetch calls, "
-           "1.2 GiB prefetched, 2 processes")
+           "1.2 GiB prefetched, 0 B evicted, 0 events dropped, 2 processes")
 
 
 @pytest.fixture

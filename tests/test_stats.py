@@ -141,10 +141,10 @@ def totals(**over):
 
 def test_summary_line():
     t = totals(launches=1234, launches_managed=1000, prefetch_calls=57,
-               prefetch_bytes=int(1.2 * GiB), processes=3)
+               prefetch_bytes=int(1.2 * GiB), bytes_evicted=512, events_dropped=7, processes=3)
     assert stats.summary_line(t) == (
         "pump: 1234 launches (1000 on managed memory), 57 prefetch calls, "
-        "1.2 GiB prefetched, 3 processes"
+        "1.2 GiB prefetched, 512 B evicted, 7 events dropped, 3 processes"
     )
 
 
@@ -154,7 +154,7 @@ def test_summary_line_shows_problems_only_when_nonzero():
                                      passthrough_processes=1))
     assert line == (
         "pump: 1 launch (0 on managed memory), 1 prefetch call, 0 B prefetched, "
-        "1 capacity refusal, 2 errors, 1 process (1 passed through)"
+        "0 B evicted, 0 events dropped, 1 capacity refusal, 2 errors, 1 process (1 passed through)"
     )
     assert "error" not in stats.summary_line(totals(processes=1))
     assert "refusal" not in stats.summary_line(totals(processes=1))
