@@ -19,7 +19,7 @@ STRUCT = "struct pump_stats"
 
 # How aggregate() treats fields other than plain counters (which it sums).
 _IDENTITY_FIELDS = frozenset({"magic", "version", "pid", "parent_pid"})
-_MAX_FIELDS = frozenset({"managed_bytes_peak", "capacity_bytes"})
+_MAX_FIELDS = frozenset({"managed_bytes_peak", "capacity_bytes", "budget_bytes"})
 _COUNT_FLAGS = {"exited": "exited_processes", "passthrough": "passthrough_processes"}
 
 log = logging.getLogger(__name__)
@@ -131,7 +131,7 @@ def aggregate(records) -> dict:
 
     - Counters are summed over processes (``managed_bytes``, the footprint "now",
       becomes the sum of each process's last footprint).
-    - ``managed_bytes_peak`` and ``capacity_bytes`` are the MAX over processes, not a
+    - ``managed_bytes_peak``, ``capacity_bytes`` and ``budget_bytes`` are the MAX over processes, not a
       sum: the largest single-process peak and cap (processes peak at different
       times, so a sum would overstate the job's peak).
     - ``processes``: records read; ``exited_processes``: those that ran their exit

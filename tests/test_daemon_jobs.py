@@ -1,0 +1,119 @@
+"""pumpd with real jobs: fakecuda programs under pump-run with the real shim.
+
+- kill -9 of the daemon in the middle of a job: the job finishes with the same
+  result; a restarted daemon lists it again and its shim resumes.
+- a killed job's session is gone within 2 s.
+- eight concurrent jobs under one daemon: all correct, no events dropped.
+- --policy lookahead: the daemon's plan reaches the shim and adds prefetches.
+"""
+
+import json
+import signal
+import subprocess
+import time
+
+import pytest
+
+from helpers import PUMP_RUN, clean_env, start_pumpd, stop_pumpd
+from pump import protocol
+from test_daemon import status, wait_for
+
+
+@pytest.fixture
+def job_env(c_build):
+    env = clean_env()
+    env["LD_LIBRARY_PATH"] = str(c_build / "plain")
+    return env
+
+
+def bare_checksum(c_build, job_env, iterations):
+    proc = subprocess.run([str(c_build / "plain" / "touch_linked"), str(iterations)], env=job_env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])["checksum"]
+
+
+def start_job(c_build, job_env, socket_path, *args, program="touch_linked", stats=None):
+    argv = [PUMP_RUN, "--daemon", "system", "--socket", socket_path]
+    if stats is not None:
+        argv += ["--stats", str(stats)]
+    return subprocess.Popen(argv + ["--", str(c_build / "plain" / program), *map(str, args)],
+                            env=job_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_kill_9_of_the_daemon_mid_job(c_build, job_env, tmp_path):
+    iterations = 40
+    expected = bare_checksum(c_build, job_env, iterations)
+    path = str(tmp_path / "pumpd.sock")
+    daemon = start_pumpd(path)
+    job = start_job(c_build, job_env, path, iterations, stats=tmp_path / "stats.json")
+    try:
+        first = wait_for(lambda: [j for j in status(path) if j["sessions"] == 1 and j["events"] > 0], timeout=20)
+        assert first, status(path)
+        job_id = first[0]["job"]
+        daemon.send_signal(signal.SIGKILL)
+        daemon.wait()
+        time.sleep(0.5)
+        daemon = start_pumpd(path)
+        assert [j["job"] for j in status(path)] == [job_id]  # listed again at once, from its file
+        resumed = wait_for(lambda: [j for j in status(path) if j["sessions"] == 1 and j["events"] > 0],
+                           timeout=10)
+        assert resumed and resumed[0]["job"] == job_id, status(path)  # the shim came back on its own
+        out, err = job.communicate(timeout=300)
+        assert job.returncode == 0, err
+        assert json.loads(out.splitlines()[-1])["checksum"] == expected
+        totals = json.loads((tmp_path / "stats.json").read_text())["totals"]
+        assert totals["errors"] == 0
+    finally:
+        job.kill()
+        stop_pumpd(daemon)
+
+
+def test_killed_job_leaves_within_two_seconds(c_build, job_env, tmp_path):
+    path = str(tmp_path / "pumpd.sock")
+    daemon = start_pumpd(path)
+    job = start_job(c_build, job_env, path, 2_000_000_000, 0, 4, program="launch_stream")
+    try:
+        assert wait_for(lambda: [j for j in status(path) if j["sessions"] == 1 and j["events"] > 0], timeout=20)
+        job.send_signal(signal.SIGKILL)  # pump-run itself, then its child
+        subprocess.run(["pkill", "-KILL", "-f", "launch_stream 2000000000"], check=False)
+        killed = time.monotonic()
+        assert wait_for(lambda: status(path) == [], timeout=5), status(path)
+        assert time.monotonic() - killed < 2.0
+    finally:
+        job.kill()
+        stop_pumpd(daemon)
+
+
+def test_eight_concurrent_jobs_under_one_daemon(c_build, job_env, tmp_path):
+    iterations = 6
+    expected = bare_checksum(c_build, job_env, iterations)
+    path = str(tmp_path / "pumpd.sock")
+    daemon = start_pumpd(path)
+    try:
+        jobs = [start_job(c_build, job_env, path, iterations, stats=tmp_path / f"s{i}.json") for i in range(8)]
+        seen = wait_for(lambda: len(status(path)) == 8 and all(j["events"] > 0 for j in status(path)), timeout=60)
+        assert seen, status(path)
+        for i, job in enumerate(jobs):
+            out, err = job.communicate(timeout=300)
+            assert job.returncode == 0, err
+            assert json.loads(out.splitlines()[-1])["checksum"] == expected
+            totals = json.loads((tmp_path / f"s{i}.json").read_text())["totals"]
+            assert totals["events_written"] > 0 and totals["events_dropped"] == 0
+        assert wait_for(lambda: status(path) == [], timeout=5)
+    finally:
+        stop_pumpd(daemon)
+
+
+def test_lookahead_plan_adds_prefetches(c_build, job_env, tmp_path):
+    path = str(tmp_path / "pumpd.sock")
+    daemon = start_pumpd(path)
+    try:
+        proc = subprocess.run([PUMP_RUN, "--daemon", "system", "--socket", path, "--policy", "lookahead",
+                               "--stats", str(tmp_path / "s.json"), "--", str(c_build / "plain" / "launch_stream"),
+                               "300000", "100000", "8"], env=job_env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        totals = json.loads((tmp_path / "s.json").read_text())["totals"]
+        assert totals["plan_prefetch_ranges"] > 0
+    finally:
+        stop_pumpd(daemon)
