@@ -59,6 +59,7 @@ def _dtype(struct_name: str) -> np.dtype:
 EVENT = _dtype("struct pump_event")
 KIND = {name[len("PUMP_EVENT_"):].lower(): getattr(C, name)
         for name in dir(C) if name.startswith("PUMP_EVENT_")}
+assert sorted(KIND.values()) == list(range(1, len(KIND) + 1)), "decode() takes the kinds to be 1..N"
 
 
 class ChannelError(Exception):
@@ -286,7 +287,8 @@ def decode(records: np.ndarray) -> Batch:
     bad_launch = is_launch & (count > LAUNCH_BASES_MAX)
     owner = np.cumsum(is_launch & ~bad_launch) - 1          # the launch a MORE record extends
     prev_kind = np.concatenate(([0], kind[:-1]))
-    orphan_more = is_more & ((owner < 0) | ~np.isin(prev_kind, (KIND["launch"], KIND["launch_more"])) | (count > 5))
+    follows_launch = (prev_kind == KIND["launch"]) | (prev_kind == KIND["launch_more"])
+    orphan_more = is_more & ((owner < 0) | ~follows_launch | (count > 5))
     launches = np.flatnonzero(is_launch & ~bad_launch)
     batch.launch_function = arg[launches, 0].copy()
 
@@ -307,11 +309,12 @@ def decode(records: np.ndarray) -> Batch:
     batch.bases = np.concatenate(base_list)[order]
     batch.launch_base_start = np.searchsorted(owners[order], np.arange(len(launches)))
 
-    known = np.isin(kind, list(KIND.values()))
+    known = (kind >= min(KIND.values())) & (kind <= max(KIND.values()))  # the kinds are 1..N
     batch.invalid = int(np.count_nonzero(~known | bad_launch | orphan_more))
-    batch.syncs = int(np.count_nonzero(kind == KIND["sync"]))
+    is_sync = kind == KIND["sync"]
+    batch.syncs = int(np.count_nonzero(is_sync))
 
-    rare = np.flatnonzero(~np.isin(kind, (KIND["launch"], KIND["launch_more"], KIND["sync"])) & known)
+    rare = np.flatnonzero(known & ~(is_launch | is_more | is_sync))
     name_of, name_left = None, 0
     for i in rare.tolist():
         k, n, a = int(kind[i]), int(count[i]), arg[i]
