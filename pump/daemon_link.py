@@ -100,7 +100,9 @@ class DaemonLink:
         argv = [sys.executable, "-m", "pumpd", "--socket", self.socket_path, "--foreground",
                 "--exit-with", str(os.getpid())] + ["-v"] * verbose
         try:
-            self.embedded = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
+            # cwd "/": as daemons do, and so no `pump` directory where the job
+            # runs shadows the installed package.
+            self.embedded = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, cwd="/",
                                              start_new_session=True)  # the terminal's ^C is the job's
             deadline = time.monotonic() + READY_TIMEOUT
             while time.monotonic() < deadline:

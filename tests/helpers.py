@@ -22,8 +22,9 @@ def start_pumpd(socket_path, *args, env=None, timeout=15.0, **popen):
     import time
 
     from pump import protocol
+    # cwd "/": the installed package, never the source tree's pump/ (python -m puts cwd first)
     proc = subprocess.Popen([sys.executable, "-m", "pumpd", "--socket", str(socket_path), "--foreground", *args],
-                            env=env if env is not None else clean_env(), **popen)
+                            env=env if env is not None else clean_env(), cwd="/", **popen)
     deadline = time.monotonic() + timeout
     while protocol.ping(str(socket_path), timeout=0.5) is None:
         if proc.poll() is not None or time.monotonic() > deadline:

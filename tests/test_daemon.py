@@ -192,7 +192,7 @@ def test_resume_hands_back_the_ring(tmp_path):
 
 
 def test_second_daemon_on_a_live_socket_refuses(pumpd):
-    proc = subprocess.run([sys.executable, "-m", "pumpd", "--socket", pumpd], env=clean_env(),
+    proc = subprocess.run([sys.executable, "-m", "pumpd", "--socket", pumpd], env=clean_env(), cwd="/",
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 1
     assert "another pumpd already answers" in proc.stderr
