@@ -14,19 +14,14 @@ import importlib
 import sys
 
 import pump
+from pump.cli_common import OneLineParser, die
 from pump import config
 
 PROG = "pump"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, not usage + message
-        _die(f"{message} (see {self.prog} --help)")
-
-
 def _die(message: str, code: int = 2):
-    print(f"{PROG}: {message}", file=sys.stderr)
-    sys.exit(code)
+    die(PROG, message, code)
 
 
 # --- pump config check ---------------------------------------------------------------------
@@ -62,7 +57,7 @@ def _status(args) -> int:
 # --- the parser ----------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description="Look at and check pump (the CUDA Unified Memory prefetcher).",
+    p = OneLineParser(prog=PROG, description="Look at and check pump (the CUDA Unified Memory prefetcher).",
                 allow_abbrev=False)
     p.add_argument("--version", action="version", version=f"{PROG} {pump.__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)

@@ -37,6 +37,7 @@ import sys
 import tempfile
 
 import pump
+from pump.cli_common import OneLineParser, die
 from pump import config, shim, stats
 from pump.daemon_link import DaemonError, DaemonLink
 from pump.protocol import ProtocolError
@@ -49,18 +50,12 @@ FORWARDED_SIGNALS = (
 )
 SI_KERNEL = 0x80  # Linux si_code of a signal the kernel sent (e.g. from a tty)
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, not usage + message
-        _die(f"{message} (see {PROG} --help)")
-
-
 def _die(message: str, code: int = 2):
-    print(f"{PROG}: {message}", file=sys.stderr)
-    sys.exit(code)
+    die(PROG, message, code)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = OneLineParser(
         prog=PROG,
         usage=f"{PROG} [options] [--] COMMAND [ARGS...]",
         description="Run COMMAND with the pump Unified Memory prefetcher (libpump.so).",

@@ -51,14 +51,16 @@ class Connection:
         self.pid, self.uid, self.gid = peer_credentials(sock)
         self.session = None  # the Session this connection attached or resumed
 
-    async def _readable(self):
+    async def _ready(self, writing: bool = False):
+        """Until the socket can be read (or written)."""
         loop = asyncio.get_running_loop()
+        add, remove = (loop.add_writer, loop.remove_writer) if writing else (loop.add_reader, loop.remove_reader)
         ready = loop.create_future()
-        loop.add_reader(self.sock, lambda: ready.done() or ready.set_result(None))
+        add(self.sock, lambda: ready.done() or ready.set_result(None))
         try:
             await ready
         finally:
-            loop.remove_reader(self.sock)
+            remove(self.sock)
 
     async def _recv(self, n: int, fds: list) -> bytes:
         while True:
@@ -66,7 +68,7 @@ class Connection:
                 data, ancillary, flags, _ = self.sock.recvmsg(
                     n, socket.CMSG_SPACE(protocol.FDS_MAX * array.array("i").itemsize))
             except (BlockingIOError, InterruptedError):
-                await self._readable()
+                await self._ready()
                 continue
             for level, kind, payload in ancillary:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
@@ -116,12 +118,7 @@ class Connection:
                 sent = self.sock.sendmsg([data], ancillary)
                 break
             except (BlockingIOError, InterruptedError):
-                ready = loop.create_future()
-                loop.add_writer(self.sock, lambda: ready.done() or ready.set_result(None))
-                try:
-                    await ready
-                finally:
-                    loop.remove_writer(self.sock)
+                await self._ready(writing=True)
         if sent < len(data):
             await loop.sock_sendall(self.sock, data[sent:])
 
