@@ -63,6 +63,8 @@ def test_attach_ingest_and_status(pumpd):
     assert (job["launches"], job["launches_managed"], job["prefetch_bytes"], job["resident_bytes"]) == \
         (7, 5, 4 << 20, 2 << 20)
     assert job["events_dropped"] == 0 and job["events_invalid"] == 0
+    # The liveness pass also reads the job's process tree (host memory, CPU).
+    assert wait_for(lambda: (status(pumpd)[0]["host_rss_bytes"] or 0) > 0)
     shim.close()
 
 
@@ -128,6 +130,51 @@ def test_bulk_ingest_decodes_every_launch(pumpd):
     assert wait_for(lambda: status(pumpd)[0]["events"] == len(functions), timeout=10)
     assert status(pumpd)[0]["events_dropped"] == 0
     shim.close()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_service_config_jobs_dir_and_metrics(tmp_path):
+    jobs_dir = tmp_path / "jobs.d"
+    jobs_dir.mkdir()
+    (jobs_dir / "nightly.toml").write_text('[prefetch]\npolicy = "lookahead"\n[memory]\nbudget = "1GiB"\n')
+    port = free_port()
+    conf = tmp_path / "pumpd.toml"
+    conf.write_text(f'[daemon]\njobs_dir = "{jobs_dir}"\n[metrics]\nlisten = "127.0.0.1:{port}"\n'
+                    '[telemetry]\nnvml = false\n')
+    path = str(tmp_path / "pumpd.sock")
+    proc = start_pumpd(path, "--config", str(conf))
+    try:
+        shim = FakeShim(path, name="nightly")  # preloaded by hand: the system's file for its name applies
+        job = status(path)[0]
+        assert (job["policy"], job["budget_bytes"]) == ("lookahead", 1 << 30)
+        assert wait_for(lambda: shim.plan.budget_bytes == 1 << 30)
+        shim.launch(0x10, 1 << 30)
+        import urllib.request
+
+        def scrape():
+            return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        assert wait_for(lambda: 'pump_job_events_total{job="%s",name="nightly"} 1.0' % shim.job in scrape()), scrape()
+        assert "pump_daemon_sessions 1.0" in scrape()
+        shim.close()
+    finally:
+        stop_pumpd(proc)
+
+
+def test_bad_service_config_stops_pumpd(tmp_path):
+    conf = tmp_path / "pumpd.toml"
+    conf.write_text('[metrics]\nlisten = "everywhere"\n')
+    proc = subprocess.run([sys.executable, "-m", "pumpd", "--socket", str(tmp_path / "s"), "--config", str(conf)],
+                          env=clean_env(), cwd="/", capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2
+    assert proc.stderr == (f'{conf}: [metrics] listen: bad value "everywhere"; allowed: a string "HOST:PORT": an IPv4 '
+                           'address or localhost, or [an IPv6 address], and a port 1..65535, e.g. "127.0.0.1:9400" '
+                           'or "[::1]:9400"\n')
+    assert not (tmp_path / "s").exists()
 
 
 # ---- liveness and restart ----

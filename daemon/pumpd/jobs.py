@@ -87,6 +87,7 @@ class Job:
         self.known_pids = dict(pids)    # pid -> start time, kept across restarts
         self.trace = None               # a TraceWriter while pump-run --trace records
         self.ended = False              # pump-run said its command exited: the leader no longer counts
+        self.tree = {}                  # the leader's process tree: pids, rss_bytes, cpu_seconds
 
     @staticmethod
     def new_id() -> str:
@@ -148,6 +149,7 @@ class Job:
             "sessions": len(self.sessions), "policy": self.policy, "capacity": self.capacity,
             "budget_bytes": self.budget, **totals,
             "events": events, "events_dropped": dropped, "events_invalid": invalid,
+            "host_rss_bytes": self.tree.get("rss_bytes"), "cpu_seconds": self.tree.get("cpu_seconds"),
             "started": self.created,
         }
 

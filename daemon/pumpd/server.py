@@ -22,6 +22,7 @@ from pump import channel, config, protocol
 from pump.protocol import ProtocolError
 from pump.trace import TraceWriter
 from pumpd.jobs import Job, JobStore, Session, start_time
+from pumpd.telemetry import Telemetry
 
 log = logging.getLogger("pumpd")
 
@@ -126,7 +127,7 @@ class Connection:
 class Daemon:
     def __init__(self, socket_path: str, state_dir: str, exit_with: int = None,
                  socket_mode: int = 0o600, telemetry=None, metrics_listen: str = None,
-                 default_budget: int = None):
+                 default_budget: int = None, jobs_dir: str = config.DEFAULT_JOBS_DIR):
         self.socket_path = socket_path
         self.store = JobStore(state_dir)
         self.exit_with = exit_with
@@ -135,6 +136,7 @@ class Daemon:
         self.metrics_listen = metrics_listen
         self.metrics = None
         self.default_budget = default_budget
+        self.jobs_dir = jobs_dir
         self.jobs = {}                 # job id -> Job
         self.next_session = 1
         self.connections = 0
@@ -318,9 +320,20 @@ class Daemon:
             if parent is not None:
                 return parent
             job_id = Job.new_id()
-        # A shim preloaded by hand, or one whose job this pumpd never saw.
-        job = Job(job_id, request["name"] or _process_name(conn.pid), conn.uid, conn.pid,
-                  start_time(conn.pid), request["policy"], budget=self.default_budget)
+        # A shim preloaded by hand, or one whose job this pumpd never saw: the
+        # system's jobs.d/NAME.toml still applies to it.
+        name = request["name"] or _process_name(conn.pid)
+        policy, budget = request["policy"], self.default_budget
+        try:
+            cfg = config.resolve_job({}, None, name, self.jobs_dir) if request["name"] else None
+        except config.ConfigError as exc:
+            log.warning("job %s: %s", name, exc)
+            cfg = None
+        if cfg is not None:
+            policy = cfg.policy if cfg.source["policy"] != "default" else policy
+            if cfg.budget is not None and not cfg.budget.endswith("%"):
+                budget = config.parse_size(cfg.budget)
+        job = Job(job_id, name, conn.uid, conn.pid, start_time(conn.pid), policy, budget=budget)
         self.jobs[job.id] = job
         log.info("job %s (%s) started by the shim of pid %d, uid %d", job.id, job.name, conn.pid, conn.uid)
         return job
@@ -490,8 +503,13 @@ class Daemon:
                 self.stop()
 
     def _check_liveness(self):
-        """Which jobs and processes are dead (runs in the thread pool: /proc reads only)."""
-        return [(job, job.alive(), job.dead_pids()) for job in list(self.jobs.values())]
+        """Which jobs and processes are dead, and each job's process tree (host
+        memory and CPU): runs in the thread pool, /proc reads only."""
+        verdicts = []
+        for job in list(self.jobs.values()):
+            job.tree = Telemetry.process_tree(job.leader_pid)
+            verdicts.append((job, job.alive(), job.dead_pids()))
+        return verdicts
 
     def _reap(self, verdicts):
         if any(dead or not alive for _, alive, dead in verdicts):
