@@ -140,6 +140,7 @@ class Daemon:
         self.jobs = {}                 # job id -> Job
         self.next_session = 1
         self.connections = 0
+        self.serving = set()           # the connections' tasks
         self.bad_messages = 0
         self.events_ingested = 0
         self.fill = 0.0                # the fullest ring's share read by the last sweep
@@ -239,7 +240,9 @@ class Daemon:
                 continue
             conn.setblocking(False)
             self.connections += 1
-            asyncio.create_task(self._serve(conn))
+            task = asyncio.create_task(self._serve(conn))
+            self.serving.add(task)  # the loop keeps only weak references to tasks
+            task.add_done_callback(self.serving.discard)
 
     async def _serve(self, sock):
         conn = None
