@@ -2,8 +2,10 @@
 
     pump config check [--daemon] FILE...   check job files (or, --daemon, pumpd.toml files)
     pump status [--json]                   the jobs pumpd runs that the caller may see
+    pump trace show|stats FILE             read a trace (pump-run --trace)
 
-Exit codes: 0 ok; 1 a checked file has errors (each on its own line on stderr); 2
+Exit codes: 0 ok; 1 a checked file has errors (each on its own line on stderr), no
+daemon answers, or a trace file is bad; 2
 pump's own errors (one line on stderr, "pump: ...").
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import sys
 
 import pump
@@ -44,14 +47,34 @@ def _config_check(args) -> int:
 # --- pump status ---------------------------------------------------------------------------
 
 def _status(args) -> int:
-    # pump.status is imported here, not at the top: `pump config` works without it.
+    # Imported here: `pump config` needs none of what status imports.
+    return importlib.import_module("pump.status").main(args)
+
+
+# --- pump trace ----------------------------------------------------------------------------
+
+def _trace(args) -> int:
+    from pump import trace
     try:
-        status = importlib.import_module("pump.status")
-    except ModuleNotFoundError as exc:
-        if exc.name != "pump.status":  # a dependency of pump.status is missing: say which
-            raise
-        _die("status is not available in this build")
-    return status.main(args)
+        if args.trace_command == "show":
+            trace.show(args.file, sys.stdout)
+        else:
+            doc = trace.stats(args.file)
+            if args.json:
+                json.dump(doc, sys.stdout, indent=2)
+                print()
+            else:
+                for key, value in doc.items():
+                    if key != "busiest_functions":
+                        print(f"{key:20} {value}")
+                for f in doc["busiest_functions"]:
+                    print(f"{'':20} {f['launches']:>10} launches of {f['name']} [{f['function']}]")
+    except trace.TraceError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # `pump trace show FILE | head`
+        sys.stderr.close()
+    return 0
 
 
 # --- the parser ----------------------------------------------------------------------------
@@ -79,6 +102,20 @@ def build_parser() -> argparse.ArgumentParser:
                             description="The jobs the caller may see (own jobs; root sees all).")
     status.add_argument("--json", action="store_true", help="one JSON document instead of a table")
     status.set_defaults(handler=_status)
+
+    tr = sub.add_parser("trace", help="read a trace file (pump-run --trace)", allow_abbrev=False,
+                        description="Read a trace file that pump-run --trace recorded.")
+    tr_sub = tr.add_subparsers(dest="trace_command", metavar="SUBCOMMAND", required=True)
+    show = tr_sub.add_parser("show", allow_abbrev=False, help="every record, one line each",
+                             description="Every record: pid, milliseconds from the start, kind, what.")
+    show.add_argument("file", metavar="FILE")
+    show.set_defaults(handler=_trace)
+    st = tr_sub.add_parser("stats", allow_abbrev=False, help="totals: records, launches, functions, memory",
+                           description="Totals over the trace: records per kind, launches, functions, "
+                                       "peak managed bytes, the busiest functions.")
+    st.add_argument("--json", action="store_true", help="one JSON document")
+    st.add_argument("file", metavar="FILE")
+    st.set_defaults(handler=_trace)
     return p
 
 

@@ -75,3 +75,82 @@ def read(path):
         blocks.append((pid, np.frombuffer(data, channel.EVENT, n, offset).copy()))
         offset += n * channel.RECORD_SIZE
     return header, blocks
+
+
+# ---- reading a trace for people: `pump trace show|stats FILE` ----
+def _names(blocks) -> dict:
+    names = {}
+    for _pid, records in blocks:
+        names.update(channel.decode(records).functions)
+    return names
+
+
+def _describe(kind: int, count: int, arg, names: dict):
+    """One record's kind and details, or None for records that continue the one before."""
+    k = {v: n for n, v in channel.KIND.items()}.get(kind, f"kind-{kind}")
+    if k == "alloc":
+        return k, f"0x{int(arg[0]):x} {int(arg[1])} bytes flags {int(arg[2])}"
+    if k == "free":
+        return k, f"0x{int(arg[0]):x} {int(arg[1])} bytes"
+    if k == "launch":
+        name = names.get(int(arg[0]), "?")
+        shown = ", ".join(f"0x{int(b):x}" for b in arg[2:2 + min(count, 3)])
+        more = f" (+{count - 3} more)" if count > 3 else ""
+        return k, f"{name} [0x{int(arg[0]):x}] stream 0x{int(arg[1]):x}: {count} allocations {shown}{more}"
+    if k == "function":
+        return k, f"0x{int(arg[0]):x} {names.get(int(arg[0]), '')}"
+    if k == "sync":
+        return k, f"epoch {int(arg[0])}"
+    if k == "counters":
+        return k, ("launches {} managed {} prefetched {} resident {} evicted {}"
+                   .format(*(int(a) for a in arg)))
+    return None if k in ("launch_more", "name") else (k, "")
+
+
+def show(path, out):
+    """Every record, one line each: pid, time (ms from the trace's start), kind, what."""
+    header, blocks = read(path)
+    names = _names(blocks)
+    out.write(f"# pump trace of job {header['job']} ({header['name']})\n")
+    for pid, records in blocks:
+        for r in records:
+            line = _describe(int(r["kind"]), int(r["count"]), r["arg"], names)
+            if line is not None:
+                ms = (int(r["time_ns"]) - header["start_ns"]) / 1e6
+                out.write(f"{pid:>8} {ms:12.3f} {line[0]:<9} {line[1]}\n")
+
+
+def stats(path) -> dict:
+    """What a trace holds, in totals: per kind, per process, and the busiest functions."""
+    header, blocks = read(path)
+    kinds, launches_of = {}, {}
+    live = peak = 0
+    sizes = {}
+    pids = set()
+    times = []
+    for pid, records in blocks:
+        pids.add(pid)
+        if len(records):
+            times += [int(records["time_ns"].min()), int(records["time_ns"].max())]
+        batch = channel.decode(records)
+        for k, v in channel.KIND.items():
+            kinds[k] = kinds.get(k, 0) + int((records["kind"] == v).sum())
+        for f in batch.launch_function.tolist():
+            launches_of[f] = launches_of.get(f, 0) + 1
+        for base, size in batch.allocs:
+            live += size - sizes.get(base, 0)
+            sizes[base] = size
+            peak = max(peak, live)
+        for base, _ in batch.frees:
+            live -= sizes.pop(base, 0)
+    names = _names(blocks)
+    busiest = sorted(launches_of.items(), key=lambda kv: -kv[1])[:10]
+    return {
+        "job": header["job"], "name": header["name"], "processes": len(pids),
+        "records": sum(len(r) for _, r in blocks), "kinds": kinds,
+        "launches": kinds.get("launch", 0), "functions": len(launches_of),
+        "managed_bytes_peak": peak,
+        "seconds": (max(times) - min(times)) / 1e9 if times else 0.0,
+        "busiest_functions": [{"function": f"0x{f:x}", "name": names.get(f, "?"), "launches": n}
+                              for f, n in busiest],
+    }

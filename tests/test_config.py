@@ -829,14 +829,6 @@ def test_version():
 
 # --- pump status (pump/status.py is its own module) -----------------------------------------
 
-def test_status_without_its_module(monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "pump.status", None)  # as if pump/status.py were absent
-    with pytest.raises(SystemExit) as exc:
-        cli.main(["status"])
-    assert exc.value.code == 2
-    assert capsys.readouterr().err == "pump: status is not available in this build\n"
-
-
 def test_status_calls_pump_status_main(monkeypatch):
     seen = []
     fake = types.ModuleType("pump.status")

@@ -509,3 +509,31 @@ def test_corrupt_trace_files_get_a_clear_error(tmp_path, cut, expected):
     path.write_bytes(b"\0" * len(data) if cut is None else data[:cut])
     with pytest.raises(trace.TraceError, match=expected.replace("(", r"\(").replace(")", r"\)")):
         trace.read(path)
+
+
+def test_pump_trace_show_and_stats(tmp_path):
+    from pump import trace
+    path = tmp_path / "t.trace"
+    w = trace.TraceWriter(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644), "j1", "shown")
+    alloc = np.zeros(1, channel.EVENT)
+    alloc["kind"], alloc["arg"][0, :3] = channel.KIND["alloc"], (1 << 30, 4 << 20, 1)
+    name = np.zeros(1, channel.EVENT)
+    name["kind"], name["count"], name["arg"][0, 0] = channel.KIND["function"], 6, 16
+    name["arg"][0, 1] = int.from_bytes(b"kernel\0\0", "little")
+    w.write(11, np.concatenate([alloc, name, launch_records([16, 32, 16])]))
+    w.close()
+    pump = str(pathlib.Path(sys.executable).parent / "pump")
+    shown = subprocess.run([pump, "trace", "show", str(path)], capture_output=True, text=True, timeout=30)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0] == "# pump trace of job j1 (shown)"
+    assert [l.split()[2] for l in lines[1:]] == ["alloc", "function", "launch", "launch", "launch"]
+    assert "kernel [0x10] stream 0x0: 2 allocations 0x10000000, 0x10200000" in lines[3]
+    doc = json.loads(subprocess.run([pump, "trace", "stats", "--json", str(path)], capture_output=True,
+                                    text=True, timeout=30).stdout)
+    assert (doc["processes"], doc["records"], doc["launches"], doc["functions"], doc["managed_bytes_peak"]) == \
+        (1, 5, 3, 2, 4 << 20)
+    assert doc["busiest_functions"][0] == {"function": "0x10", "name": "kernel", "launches": 2}
+    path.write_bytes(path.read_bytes()[:-10])
+    bad = subprocess.run([pump, "trace", "stats", str(path)], capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 1 and "truncated: block at byte" in bad.stderr
