@@ -812,7 +812,7 @@ def test_example_job_file_is_accepted_and_complete():
     ([], "pump: the following arguments are required: COMMAND (see pump --help)"),
     (["config"], "pump: the following arguments are required: SUBCOMMAND (see pump config --help)"),
     (["config", "check"], "pump: the following arguments are required: FILE (see pump config check --help)"),
-    (["frob"], "pump: argument COMMAND: invalid choice: 'frob' (choose from 'config', 'status') "
+    (["frob"], "pump: argument COMMAND: invalid choice: 'frob' (choose from 'config', 'status', 'trace') "
                "(see pump --help)"),
     (["config", "check", "--bogus", "x"], "pump: unrecognized arguments: --bogus (see pump --help)"),
 ])
