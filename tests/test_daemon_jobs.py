@@ -117,3 +117,17 @@ def test_lookahead_plan_adds_prefetches(c_build, job_env, tmp_path):
         assert totals["plan_prefetch_ranges"] > 0
     finally:
         stop_pumpd(daemon)
+
+
+def test_trace_of_a_real_job(c_build, job_env, tmp_path):
+    from pump import trace
+    proc = subprocess.run([PUMP_RUN, "--daemon", "embedded", "--trace", str(tmp_path / "job.trace"),
+                           "--stats", str(tmp_path / "s.json"), "--", str(c_build / "plain" / "touch_linked"), "3"],
+                          env=job_env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    totals = json.loads((tmp_path / "s.json").read_text())["totals"]
+    doc = trace.stats(tmp_path / "job.trace")
+    assert doc["launches"] == totals["launches_managed"] > 0
+    assert doc["records"] == totals["events_written"]          # every event the shim wrote reached the file
+    assert doc["managed_bytes_peak"] == totals["managed_bytes_peak"]
+    assert doc["kinds"]["sync"] > 0 and doc["functions"] > 0
