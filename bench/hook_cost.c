@@ -33,12 +33,8 @@ int main(int argc, char **argv)
     }
     const char *scenario = argv[1];
     long launches = atol(argv[2]);
-    CUdevice dev;
-    CUcontext ctx;
-    CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&dev, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CHECK(cuCtxSetCurrent(ctx));
+    cuda_api_load(&api, 0);
+    cuda_api_start(&api);
 
     const size_t four[] = {8, 8, 8, 8}, wide[] = {WIDE_WORDS * 8}, align[] = {8, 8, 8, 8};
     int is_wide = strcmp(scenario, "wide") == 0;

@@ -35,12 +35,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "launch_stream: LAUNCHES > 0, RATE >= 0, 1 <= FUNCTIONS <= %d\n", FUNCTIONS_MAX);
         return 2;
     }
-    CUdevice dev;
-    CUcontext ctx;
-    CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&dev, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CHECK(cuCtxSetCurrent(ctx));
+    cuda_api_load(&api, 0);
+    cuda_api_start(&api);
 
     const size_t sizes[] = {8, 8}, aligns[] = {8, 8};
     CUmodule module;

@@ -366,12 +366,7 @@ class Daemon:
         session_id = self._new_session_id()
         ring = channel.Ring.create(session_id, job.id)
         plan = channel.Plan.create()
-        session = Session(session_id, conn.pid, start_time(conn.pid), ring, plan)
-        job.add_session(session)
-        self.store.save(job)
-        conn.session = session
-        self._publish_plan(job, session, force=True)
-        log.info("pid %d attached to job %s as session %d", conn.pid, job.id, session_id)
+        self._open_session(conn, job, session_id, ring, plan, "attached to")
         return {"ok": True, "session": session_id, "job": job.id}, (ring.fd, plan.fd)
 
     def _resume(self, conn, fds) -> dict:
@@ -397,13 +392,17 @@ class Daemon:
             raise RequestError("resume: the ring names no job of this user")
         session_id = self._new_session_id()
         ring.header.session = session_id
+        self._open_session(conn, job, session_id, ring, plan, "resumed in")
+        return {"ok": True, "session": session_id, "job": job.id}
+
+    def _open_session(self, conn, job, session_id, ring, plan, how: str):
+        """The connection's process joins the job with this ring and plan."""
         session = Session(session_id, conn.pid, start_time(conn.pid), ring, plan)
         job.add_session(session)
         self.store.save(job)
         conn.session = session
         self._publish_plan(job, session, force=True)
-        log.info("pid %d resumed in job %s as session %d", conn.pid, job.id, session_id)
-        return {"ok": True, "session": session_id, "job": job.id}
+        log.info("pid %d %s job %s as session %d", conn.pid, how, job.id, session_id)
 
     def _set(self, conn, request) -> dict:
         job = self._own_job(conn, request["job"])
