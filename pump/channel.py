@@ -118,7 +118,7 @@ class Ring:
         ring = cls(fd, mm, records, 0)
         h = ring.header
         h.version, h.record_size, h.capacity, h.session = C.PUMP_PROTOCOL_VERSION, RECORD_SIZE, records, session
-        ffi.memmove(h.job, job.encode()[: len(h.job) - 1], len(job.encode()[: len(h.job) - 1]))
+        h.job = job.encode()[: len(h.job) - 1]
         h.magic = C.PUMP_RING_MAGIC
         return ring
 

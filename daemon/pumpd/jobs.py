@@ -14,6 +14,7 @@ is a dead one.
 import json
 import os
 import pathlib
+import pwd
 import secrets
 import time
 
@@ -139,9 +140,8 @@ class Job:
             dropped += s.ring.dropped + s.ring.lost
             invalid += s.invalid
         try:
-            import pwd
             user = pwd.getpwuid(self.uid).pw_name
-        except (KeyError, ImportError):
+        except KeyError:  # a uid with no name here
             user = str(self.uid)
         return {
             "job": self.id, "name": self.name, "pid": self.leader_pid, "uid": self.uid, "user": user,
