@@ -57,6 +57,7 @@ def _dtype(struct_name: str) -> np.dtype:
 
 
 EVENT = _dtype("struct pump_event")
+TRIGGER = _dtype("struct pump_plan_trigger")
 KIND = {name[len("PUMP_EVENT_"):].lower(): getattr(C, name)
         for name in dir(C) if name.startswith("PUMP_EVENT_")}
 assert sorted(KIND.values()) == list(range(1, len(KIND) + 1)), "decode() takes the kinds to be 1..N"
@@ -66,9 +67,38 @@ class ChannelError(Exception):
     """A ring or plan that cannot be used; str() says why."""
 
 
-def plan_slot(function: int) -> int:
-    """The plan slot a trigger for ``function`` hashes to (pump_channel.h)."""
-    return (((function >> 4) * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF) >> 52
+KEY_MULTIPLIER = 0x9E3779B97F4A7C15
+_MASK = (1 << 64) - 1
+
+
+def launch_key(function: int, bases) -> int:
+    """A launch's key (pump_channel.h): the kernel and the allocations it is given."""
+    h = (function * KEY_MULTIPLIER) & _MASK
+    for b in bases:
+        h = ((h ^ int(b)) * KEY_MULTIPLIER) & _MASK
+    h ^= h >> 32
+    return h or 1
+
+
+def launch_keys(batch: "Batch") -> np.ndarray:
+    """launch_key() of every launch in a batch, vectorised over launches."""
+    n = len(batch.launch_function)
+    with np.errstate(over="ignore"):
+        k = np.uint64(KEY_MULTIPLIER)
+        h = batch.launch_function.astype(np.uint64) * k
+        counts = np.diff(np.append(batch.launch_base_start, len(batch.bases))).astype(np.int64)
+        for j in range(int(counts.max()) if n else 0):
+            has = counts > j
+            idx = batch.launch_base_start[has] + j
+            h[has] = (h[has] ^ batch.bases[idx].astype(np.uint64)) * k
+        h ^= h >> np.uint64(32)
+    h[h == 0] = 1
+    return h
+
+
+def plan_slot(key: int) -> int:
+    """The plan slot a trigger for ``key`` hashes to (pump_channel.h)."""
+    return key >> (64 - C.PUMP_PLAN_SLOT_BITS)
 
 
 def _memfd(name: str, size: int) -> int:
@@ -207,7 +237,7 @@ class Plan:
     def create(cls) -> "Plan":
         fd = _memfd("pump-plan", PLAN_SIZE)
         plan = cls(fd, mmap.mmap(fd, PLAN_SIZE))
-        plan.plan.version = C.PUMP_PROTOCOL_VERSION
+        plan.plan.version = C.PUMP_PLAN_VERSION
         plan.plan.magic = C.PUMP_PLAN_MAGIC
         return plan
 
@@ -216,37 +246,45 @@ class Plan:
         """A plan handed back on resume: rewritten from scratch by the next publish()."""
         plan = cls(fd, _map_sealed(fd, "plan", lambda size: size == PLAN_SIZE))
         plan.plan.generation &= ~1  # its last writer may have died mid-write
-        plan.plan.version = C.PUMP_PROTOCOL_VERSION
+        plan.plan.version = C.PUMP_PLAN_VERSION
         plan.plan.magic = C.PUMP_PLAN_MAGIC
         return plan
 
-    def publish(self, budget_bytes: int, triggers: dict):
-        """Write a whole plan: the budget (0: none) and, per function, the allocation
-        bases to prefetch before its launch.  Triggers that do not fit (no free slot
-        within PLAN_PROBES of their hash, or no room left in the range table) are
-        left out and counted in ``dropped_triggers``."""
-        slots = np.zeros(PLAN_SLOTS, dtype=[("function", "<u8"), ("first", "<u4"), ("count", "<u4")])
+    def publish(self, budget_bytes: int, triggers: dict, order: int = C.PUMP_ORDER_MIGRATED):
+        """Write a whole plan: the budget (0: none), the victim order between planned
+        evictions, and per launch key a triple (need, prefetch, evict) of lists of
+        (address, bytes) ranges (pump_channel.h says what the shim does with each).
+        Triggers that do not fit (no free slot within PLAN_PROBES of their hash, more
+        than 65535 ranges of one kind, or no room left in the range table) are left out
+        and counted in ``dropped_triggers``."""
+        slots = np.zeros(PLAN_SLOTS, dtype=TRIGGER)
         ranges = []
-        for function, bases in triggers.items():
-            if not function or not bases or len(ranges) + len(bases) > PLAN_RANGES:
-                self.dropped_triggers += bool(function and bases)
+        for key, lists in triggers.items():
+            wanted = sum(len(part) for part in lists)
+            if not key or not wanted:
                 continue
-            home = plan_slot(function)
+            if len(ranges) + wanted > PLAN_RANGES or max(len(part) for part in lists) > 0xFFFF:
+                self.dropped_triggers += 1
+                continue
+            home = plan_slot(key)
             for probe in range(PLAN_PROBES):
                 slot = (home + probe) % PLAN_SLOTS
-                if slots["function"][slot] == 0:
-                    slots[slot] = (function, len(ranges), len(bases))
-                    ranges.extend(bases)
+                if slots["key"][slot] == 0:
+                    slots[slot] = (key, len(ranges), *(len(part) for part in lists), 0, 0)
+                    for part in lists:
+                        ranges.extend(part)
                     break
             else:
                 self.dropped_triggers += 1
+        table = np.asarray(ranges, dtype="<u8").reshape(-1, 2)
         p = self.plan
         p.generation = (p.generation | 1)  # odd: the shim ignores the plan meanwhile
         p.budget_bytes = budget_bytes
+        p.order = order
         ffi.memmove(p.trigger, slots.tobytes(), slots.nbytes)
-        ffi.memmove(p.range, np.asarray(ranges, dtype="<u8").tobytes(), 8 * len(ranges))
-        p.trigger_count = int(np.count_nonzero(slots["function"]))
-        p.range_count = len(ranges)
+        ffi.memmove(p.range, table.tobytes(), table.nbytes)
+        p.trigger_count = int(np.count_nonzero(slots["key"]))
+        p.range_count = len(table)
         p.generation = p.generation + 1
 
     def close(self):
@@ -261,6 +299,7 @@ class Batch:
     records: int = 0
     invalid: int = 0                      # records that broke the format (dropped)
     launch_function: np.ndarray = None    # per launch, in order
+    launch_time: np.ndarray = None        # per launch: the launch call's CLOCK_MONOTONIC ns
     launch_base_start: np.ndarray = None  # per launch: its first entry in `bases`
     bases: np.ndarray = None              # allocation bases, launch after launch
     allocs: list = dataclasses.field(default_factory=list)   # (base, size)
@@ -268,6 +307,13 @@ class Batch:
     functions: dict = dataclasses.field(default_factory=dict)  # function -> name
     syncs: int = 0
     counters: tuple = None                # the last COUNTERS record's five values
+    # From generated traces (and framework integration): per launch, the exact
+    # (address, bytes, written) ranges it touches and its (flops, bytes, ns) cost.
+    extents: dict = dataclasses.field(default_factory=dict)   # launch index -> [(addr, bytes, written)]
+    costs: dict = dataclasses.field(default_factory=dict)     # launch index -> (flops, bytes, ns)
+    block_allocs: list = dataclasses.field(default_factory=list)  # (launches before it, addr, bytes)
+    block_frees: list = dataclasses.field(default_factory=list)   # (launches before it, addr, bytes)
+    steps: list = dataclasses.field(default_factory=list)     # (launches before it, step)
 
     def launch_bases(self, i: int) -> np.ndarray:
         end = self.launch_base_start[i + 1] if i + 1 < len(self.launch_base_start) else len(self.bases)
@@ -291,6 +337,7 @@ def decode(records: np.ndarray) -> Batch:
     orphan_more = is_more & ((owner < 0) | ~follows_launch | (count > 5))
     launches = np.flatnonzero(is_launch & ~bad_launch)
     batch.launch_function = arg[launches, 0].copy()
+    batch.launch_time = records["time_ns"][launches].copy()
 
     # Bases: up to 3 in the LAUNCH record (arg2..4), up to 5 in each MORE record.
     inline = np.minimum(count[launches], 3)
@@ -315,9 +362,30 @@ def decode(records: np.ndarray) -> Batch:
     batch.syncs = int(np.count_nonzero(is_sync))
 
     rare = np.flatnonzero(known & ~(is_launch | is_more | is_sync))
+    launches_before = np.cumsum(is_launch & ~bad_launch)  # at record i, launches up to and including it
     name_of, name_left = None, 0
     for i in rare.tolist():
         k, n, a = int(kind[i]), int(count[i]), arg[i]
+        if k in (KIND["extent"], KIND["cost"]):
+            prev = int(kind[i - 1]) if i else 0
+            if owner[i] < 0 or prev not in (KIND["launch"], KIND["launch_more"], KIND["extent"]) or \
+                    (k == KIND["extent"] and not 1 <= n <= 2):
+                batch.invalid += 1
+                continue
+            if k == KIND["cost"]:
+                batch.costs[int(owner[i])] = (int(a[0]), int(a[1]), int(a[2]))
+            else:
+                batch.extents.setdefault(int(owner[i]), []).extend(
+                    (int(a[2 * j]), int(a[2 * j + 1]), bool(int(a[4]) >> j & 1)) for j in range(n))
+            continue
+        if k in (KIND["block_alloc"], KIND["block_free"], KIND["step"]):
+            at = int(launches_before[i])
+            if k == KIND["step"]:
+                batch.steps.append((at, int(a[0])))
+            else:
+                (batch.block_allocs if k == KIND["block_alloc"] else batch.block_frees).append(
+                    (at, int(a[0]), int(a[1])))
+            continue
         if k == KIND["name"]:
             if name_of is None or n > 40 or n > name_left:
                 batch.invalid += 1

@@ -19,7 +19,7 @@ STRUCT = "struct pump_stats"
 
 # How aggregate() treats fields other than plain counters (which it sums).
 _IDENTITY_FIELDS = frozenset({"magic", "version", "pid", "parent_pid"})
-_MAX_FIELDS = frozenset({"managed_bytes_peak", "capacity_bytes", "budget_bytes"})
+_MAX_FIELDS = frozenset({"managed_bytes_peak", "capacity_bytes", "budget_bytes", "resident_bytes_peak"})
 _COUNT_FLAGS = {"exited": "exited_processes", "passthrough": "passthrough_processes"}
 
 log = logging.getLogger(__name__)
@@ -175,15 +175,21 @@ def summary_line(totals: dict) -> str:
     """One line for stderr, e.g.
     ``pump: 1234 launches (1000 on managed memory), 57 prefetch calls, 1.2 GiB
     prefetched, 0 B evicted, 0 events dropped, 3 processes``; capacity refusals,
-    errors and pass-through processes appear only when non-zero.
+    errors and pass-through processes appear only when non-zero; under a budget,
+    the evictions say how high believed-resident memory went against it
+    (``96.0 MiB evicted (peak 64.0 MiB resident, budget 64.0 MiB)``).
     """
     t = totals
+    evicted = f"{human_bytes(t['bytes_evicted'])} evicted"
+    if t.get("budget_bytes"):
+        evicted += (f" (peak {human_bytes(t.get('resident_bytes_peak', 0))} resident, "
+                    f"budget {human_bytes(t['budget_bytes'])})")
     parts = [
         f"{_count(t['launches'], 'launch', 'launches')} "
         f"({t['launches_managed']} on managed memory)",
         _count(t["prefetch_calls"], "prefetch call"),
         f"{human_bytes(t['prefetch_bytes'])} prefetched",
-        f"{human_bytes(t['bytes_evicted'])} evicted",
+        evicted,
         _count(t["events_dropped"], "event") + " dropped",
     ]
     if t.get("capacity_refusals"):

@@ -222,41 +222,70 @@ static void send_counters(void)
 
 /* ---- the plan: the reader ---- */
 
-PUMP_HIDDEN uint32_t pump_channel_plan_extend(struct pump_channel *c, CUfunction f, struct pump_scan *scan)
+/* The launch key of pump_channel.h: the function, then each allocation base. */
+static uint64_t launch_key(CUfunction f, const struct pump_scan *scan)
+{
+    const uint64_t k = 0x9E3779B97F4A7C15ull;
+    uint64_t h = (uint64_t)(uintptr_t)f * k;
+    for (uint32_t i = 0; i < scan->own; i++)
+        h = (h ^ __atomic_load_n(&scan->range[i]->base, __ATOMIC_RELAXED)) * k;
+    h ^= h >> 32;
+    return h != 0 ? h : 1;
+}
+
+PUMP_HIDDEN bool pump_channel_plan_trigger(struct pump_channel *c, CUfunction f, const struct pump_scan *scan,
+                                           struct pump_trigger *out)
 {
     const struct pump_plan *p = c->plan;
-    uint64_t key = (uint64_t)(uintptr_t)f;
-    if (p == NULL || key == 0 || scan->found >= PUMP_SCAN_MAX_RANGES)
-        return 0;
+    if (p == NULL || __atomic_load_n(&p->trigger_count, __ATOMIC_RELAXED) == 0)
+        return false;
     uint64_t generation = __atomic_load_n(&p->generation, __ATOMIC_ACQUIRE);
     if (generation & 1)
-        return 0;  /* the daemon is writing it */
-    uint32_t slot = (uint32_t)(((key >> 4) * 0x9E3779B97F4A7C15ull) >> 52);
-    uint32_t first = 0, count = 0;
+        return false;  /* the daemon is writing it */
+    uint64_t key = launch_key(f, scan);
+    uint32_t slot = (uint32_t)(key >> (64 - PUMP_PLAN_SLOT_BITS));
+    uint32_t first = 0, need = 0, prefetch = 0, evict = 0;
     bool hit = false;
     for (uint32_t probe = 0; probe < PUMP_PLAN_PROBES && !hit; probe++) {
         const struct pump_plan_trigger *t = &p->trigger[(slot + probe) & (PUMP_PLAN_SLOTS - 1)];
-        if (__atomic_load_n(&t->function, __ATOMIC_ACQUIRE) == key) {
+        if (__atomic_load_n(&t->key, __ATOMIC_ACQUIRE) == key) {
             first = __atomic_load_n(&t->first, __ATOMIC_ACQUIRE);
-            count = __atomic_load_n(&t->count, __ATOMIC_ACQUIRE);
+            need = __atomic_load_n(&t->need, __ATOMIC_ACQUIRE);
+            prefetch = __atomic_load_n(&t->prefetch, __ATOMIC_ACQUIRE);
+            evict = __atomic_load_n(&t->evict, __ATOMIC_ACQUIRE);
             hit = true;
         }
     }
-    if (!hit || count == 0 || first >= PUMP_PLAN_RANGES || count > PUMP_PLAN_RANGES - first)
-        return 0;
-    uint32_t room = PUMP_SCAN_MAX_RANGES - scan->found;
-    if (count > room)
-        count = room;
-    uint64_t bases[PUMP_SCAN_MAX_RANGES];
+    uint32_t all = need + prefetch + evict;
+    if (!hit || first >= PUMP_PLAN_RANGES || all > PUMP_PLAN_RANGES - first || all == 0)
+        return false;
+    /* At most PUMP_TRIGGER_RANGES_MAX ranges are carried out: up to half of
+     * them needs, then of the room left up to half evictions when both other
+     * kinds are many; the rest count as skipped. */
+    uint32_t take_need = need < PUMP_TRIGGER_RANGES_MAX / 2 ? need : PUMP_TRIGGER_RANGES_MAX / 2;
+    uint32_t room = PUMP_TRIGGER_RANGES_MAX - take_need;
+    uint32_t half = evict < room / 2 ? evict : room / 2;
+    uint32_t take_prefetch = prefetch < room - half ? prefetch : room - half;
+    uint32_t take_evict = evict < room - take_prefetch ? evict : room - take_prefetch;
     /* Acquire loads: the generation's second read cannot move before them. */
-    for (uint32_t i = 0; i < count; i++)
-        bases[i] = __atomic_load_n(&p->range[first + i], __ATOMIC_ACQUIRE);
+    const uint32_t from[3] = {first, first + need, first + need + prefetch};
+    const uint32_t take[3] = {take_need, take_prefetch, take_evict};
+    uint32_t to = 0;
+    for (int part = 0; part < 3; part++)
+        for (uint32_t i = 0; i < take[part]; i++, to++) {
+            out->range[to].address = __atomic_load_n(&p->range[from[part] + i].address, __ATOMIC_ACQUIRE);
+            out->range[to].bytes = __atomic_load_n(&p->range[from[part] + i].bytes, __ATOMIC_ACQUIRE);
+        }
+    out->order = __atomic_load_n(&p->order, __ATOMIC_ACQUIRE);
     if (__atomic_load_n(&p->generation, __ATOMIC_ACQUIRE) != generation)
-        return 0;  /* rewritten meanwhile: this launch goes without */
-    uint64_t hits = 0;
-    uint32_t before = scan->found;
-    scan->found = pump_ranges_lookup(bases, count, scan->range, scan->found, PUMP_SCAN_MAX_RANGES, &hits);
-    return scan->found - before;
+        return false;  /* rewritten meanwhile: this launch goes without */
+    out->need = take_need;
+    out->prefetch = take_prefetch;
+    out->evict = take_evict;
+    PUMP_COUNT(plan_triggers, 1);
+    if (to < all)
+        PUMP_COUNT(plan_ranges_skipped, all - to);
+    return true;
 }
 
 PUMP_HIDDEN uint64_t pump_channel_plan_budget(void)
@@ -293,8 +322,9 @@ PUMP_HIDDEN bool pump_channel_install(struct pump_ring_header *ring, size_t ring
     if (plan != NULL) {
         uint32_t magic = __atomic_load_n(&plan->magic, __ATOMIC_RELAXED);
         uint32_t version = __atomic_load_n(&plan->version, __ATOMIC_RELAXED);
-        if (magic != PUMP_PLAN_MAGIC || version != PUMP_PROTOCOL_VERSION) {
-            pump_log_once("pumpd's plan is not valid: working without the daemon");
+        if (magic != PUMP_PLAN_MAGIC || version != PUMP_PLAN_VERSION) {
+            pump_log_once("pumpd's plan is not valid (magic 0x%08x, version %u; this shim reads version %d): "
+                          "working without the daemon", magic, version, PUMP_PLAN_VERSION);
             return false;
         }
     }

@@ -9,7 +9,7 @@
 #define PUMP_CHANNEL_SHIM_H
 
 #include "pump_channel.h"
-#include "scan.h"
+#include "residency.h"
 
 /* What the hot path reads: filled in once, before it is published, and
  * never changed after (the ring's capacity is the one validated at attach,
@@ -53,9 +53,11 @@ PUMP_HIDDEN void pump_channel_launch(struct pump_channel *c, CUfunction f, CUstr
 PUMP_HIDDEN void pump_channel_function(struct pump_channel *c, CUfunction f);
 PUMP_HIDDEN void pump_channel_sync(uint32_t epoch);
 
-/* The plan: adds to scan the allocations the plan names for a launch of f
- * (as many as fit); returns how many were added. */
-PUMP_HIDDEN uint32_t pump_channel_plan_extend(struct pump_channel *c, CUfunction f, struct pump_scan *scan);
+/* The plan: the trigger for a launch of f with the scan's own allocations
+ * (its launch key, pump_channel.h), copied into *out; false when there is
+ * none (or the daemon was rewriting the plan). */
+PUMP_HIDDEN bool pump_channel_plan_trigger(struct pump_channel *c, CUfunction f, const struct pump_scan *scan,
+                                           struct pump_trigger *out);
 /* The plan's budget_bytes (0: none, or no plan). */
 PUMP_HIDDEN uint64_t pump_channel_plan_budget(void);
 

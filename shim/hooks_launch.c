@@ -1,34 +1,73 @@
-/* hooks_launch.c: every kernel launch entry point, and what pump does before
- * forwarding it: count it, scan its arguments, add what the daemon's plan
- * names for this function, prefetch at launch, and tell the daemon.
+/* hooks_launch.c: every kernel launch entry point, and what pump does around
+ * forwarding it: before, count it, scan its arguments and apply the launch
+ * rule (prefetch, making room under the budget); after the real call, record
+ * the kernel's use and carry out what policy off's budget or the daemon's
+ * plan asks once it is enqueued; and tell the daemon.
  */
 #include "channel.h"
 #include "hooks_common.h"
-#include "prefetch.h"
 
-static void before_launch(CUfunction f, CUstream stream, void **params, void **extra)
+/* One launch's state between the two steps (on the hook's stack). */
+struct launch {
+    struct pump_scan scan;
+    struct pump_context *context;  /* non-NULL: the step after the launch has work */
+    CUstream stream;
+    uint64_t budget;
+    uint64_t tick;                 /* its number among managed launches */
+    int capturing;                 /* -1: not asked yet */
+    bool planned;                  /* the plan has a trigger for it, in `trigger` */
+    struct pump_trigger trigger;
+};
+
+static void before_launch(struct launch *l, CUfunction f, CUstream stream, void **params, void **extra)
 {
+    l->context = NULL;
     PUMP_COUNT(launches, 1);
     if (PUMP_UNLIKELY(!pump_active()) || pump_ranges_empty())
         return;
-    struct pump_scan scan;
-    pump_scan_launch(f, params, extra, &scan);
-    if (scan.unscanned)
+    pump_scan_launch(f, params, extra, &l->scan);
+    if (l->scan.unscanned)
         PUMP_COUNT(launches_unscanned, 1);
-    if (scan.found == 0)
+    if (l->scan.found == 0)
         return;
-    uint64_t managed = PUMP_COUNT(launches_managed, 1) + 1;
-    if (managed % pump_config.epoch_launches == 0)
+    l->tick = PUMP_COUNT(launches_managed, 1) + 1;
+    if (l->tick % pump_config.epoch_launches == 0)
         pump_epoch_advance();
     struct pump_channel *channel = pump_channel_get();
+    bool launch_rule = pump_config.policy == PUMP_POLICY_LAUNCH;
     int device = -1;
-    if (pump_config.policy == PUMP_POLICY_LAUNCH && pump_driver.can_prefetch) {
-        if (channel != NULL)
-            pump_channel_plan_extend(channel, f, &scan);
-        device = pump_prefetch_for_launch(stream, &scan);
+    if (pump_driver.can_prefetch && (launch_rule || pump_budget_possible())) {
+        struct pump_context *c = pump_context_current();
+        if (c != NULL) {
+            l->budget = pump_context_budget(c);
+            l->capturing = -1;
+            l->planned = launch_rule && channel != NULL &&
+                         pump_channel_plan_trigger(channel, f, &l->scan, &l->trigger);
+            if (launch_rule)
+                pump_residency_launch(c, stream, &l->scan, l->budget, l->planned ? &l->trigger : NULL,
+                                      &l->capturing);
+            device = launch_rule || l->budget != 0 ? pump_context_device(c) : -1;
+            /* After the kernel: its use (budget), policy off's rule, the plan. */
+            if (l->budget != 0 || l->planned) {
+                l->context = c;
+                l->stream = stream;
+            }
+        }
     }
     if (channel != NULL)
-        pump_channel_launch(channel, f, stream, device, &scan);
+        pump_channel_launch(channel, f, stream, device, &l->scan);
+}
+
+static void after_launch(struct launch *l, CUresult r)
+{
+    if (PUMP_LIKELY(l->context == NULL) || r != CUDA_SUCCESS)
+        return;
+    if (l->capturing < 0)
+        l->capturing = pump_stream_capturing(l->stream);
+    if (l->capturing)
+        return;  /* nothing is added to a stream being captured */
+    pump_residency_after_launch(l->context, l->stream, &l->scan, l->budget, l->tick,
+                                l->planned ? &l->trigger : NULL);
 }
 
 #define PUMP_LAUNCH_KERNEL_HOOK(id, per_thread)                                                        \
@@ -37,8 +76,11 @@ static void before_launch(CUfunction f, CUstream stream, void **params, void **e
                        void **params, void **extra)                                                    \
     {                                                                                                  \
         PUMP_REAL_OR_RETURN(id, real);                                                                 \
-        before_launch(f, pump_stream_of(stream, per_thread), params, extra);                          \
-        return real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra);                        \
+        struct launch l;                                                                               \
+        before_launch(&l, f, pump_stream_of(stream, per_thread), params, extra);                      \
+        CUresult r = real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra);                  \
+        after_launch(&l, r);                                                                           \
+        return r;                                                                                      \
     }
 PUMP_LAUNCH_KERNEL_HOOK(launch_kernel, false)
 PUMP_LAUNCH_KERNEL_HOOK(launch_kernel_ptsz, true)
@@ -47,9 +89,13 @@ PUMP_LAUNCH_KERNEL_HOOK(launch_kernel_ptsz, true)
     CUresult pump_##id(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)    \
     {                                                                                              \
         PUMP_REAL_OR_RETURN(id, real);                                                             \
+        struct launch l;                                                                           \
+        l.context = NULL;                                                                          \
         if (config != NULL)                                                                        \
-            before_launch(f, pump_stream_of(config->hStream, per_thread), params, extra);          \
-        return real(config, f, params, extra);                                                     \
+            before_launch(&l, f, pump_stream_of(config->hStream, per_thread), params, extra);      \
+        CUresult r = real(config, f, params, extra);                                               \
+        after_launch(&l, r);                                                                       \
+        return r;                                                                                  \
     }
 PUMP_LAUNCH_KERNEL_EX_HOOK(launch_kernel_ex, false)
 PUMP_LAUNCH_KERNEL_EX_HOOK(launch_kernel_ex_ptsz, true)
@@ -60,8 +106,11 @@ PUMP_LAUNCH_KERNEL_EX_HOOK(launch_kernel_ex_ptsz, true)
                        void **params)                                                                  \
     {                                                                                                  \
         PUMP_REAL_OR_RETURN(id, real);                                                                 \
-        before_launch(f, pump_stream_of(stream, per_thread), params, NULL);                           \
-        return real(f, gx, gy, gz, bx, by, bz, shared, stream, params);                               \
+        struct launch l;                                                                               \
+        before_launch(&l, f, pump_stream_of(stream, per_thread), params, NULL);                       \
+        CUresult r = real(f, gx, gy, gz, bx, by, bz, shared, stream, params);                         \
+        after_launch(&l, r);                                                                           \
+        return r;                                                                                      \
     }
 PUMP_LAUNCH_COOPERATIVE_HOOK(launch_cooperative_kernel, false)
 PUMP_LAUNCH_COOPERATIVE_HOOK(launch_cooperative_kernel_ptsz, true)

@@ -7,7 +7,7 @@
 #include "capacity.h"
 #include "channel.h"
 #include "hooks_common.h"
-#include "ranges.h"
+#include "residency.h"
 
 /* Memory the driver just handed out: whatever pump listed there is stale. */
 static void forget_stale(CUdeviceptr base, size_t size)
@@ -25,6 +25,7 @@ static bool track_managed(CUdeviceptr base, size_t size, unsigned int flags)
     struct pump_range *range = pump_ranges_insert(base, size, flags);
     if (range == NULL)
         return false;
+    pump_residency_attach(range);
     PUMP_COUNT(managed_allocs, 1);
     pump_channel_alloc(range, base, size, flags);
     return true;

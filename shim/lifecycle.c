@@ -12,6 +12,7 @@
 
 #include "channel.h"
 #include "ranges.h"
+#include "residency.h"
 
 PUMP_HIDDEN void pump_stats_after_fork_in_child(void);
 PUMP_HIDDEN void pump_stats_at_exit(void);
@@ -22,8 +23,22 @@ static void at_exit(void)
     pump_stats_at_exit();
 }
 
+/* The range table's lock comes first: removing a range detaches its blocks. */
+static void before_fork(void)
+{
+    pump_ranges_before_fork();
+    pump_residency_before_fork();
+}
+
+static void parent_after_fork(void)
+{
+    pump_residency_after_fork();
+    pump_ranges_after_fork();
+}
+
 static void child_after_fork(void)
 {
+    pump_residency_after_fork();
     pump_ranges_after_fork();
     pump_channel_after_fork_in_child();
     pump_stats_after_fork_in_child();
@@ -32,6 +47,6 @@ static void child_after_fork(void)
 __attribute__((constructor)) static void pump_load(void)
 {
     pump_config_load();
-    pthread_atfork(pump_ranges_before_fork, pump_ranges_after_fork, child_after_fork);
+    pthread_atfork(before_fork, parent_after_fork, child_after_fork);
     atexit(at_exit);
 }

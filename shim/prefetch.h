@@ -1,14 +1,47 @@
-/* prefetch.h: the prefetch engine, PUMP's rule at launch time. */
+/* prefetch.h: the migration engine: per-context streams and events, and the
+ * driver calls that move managed memory to a GPU (prefetch) or back to the
+ * host (eviction). What to move is decided in residency.c. */
 #ifndef PUMP_PREFETCH_H
 #define PUMP_PREFETCH_H
 
-#include "scan.h"
+#include "shim.h"
 
-/* Before a launch on `stream` in the calling thread's current context:
- * enqueues the prefetch of every found allocation not believed resident on
- * a prefetch stream of that context's device (as far as the budget allows),
- * records an event, and makes `stream` wait on it (on the GPU). Never waits
- * on the CPU. Returns the device prefetched to, or -1 if unknown. */
-PUMP_HIDDEN int pump_prefetch_for_launch(CUstream stream, const struct pump_scan *scan);
+struct pump_context;
+
+/* The calling thread's current context, set up on first use; NULL when there
+ * is none or pump could not make its streams there. */
+PUMP_HIDDEN struct pump_context *pump_context_current(void);
+PUMP_HIDDEN int pump_context_device(const struct pump_context *c);
+/* The budget in force on c's device: the daemon's plan's, else PUMP_BUDGET's;
+ * 0: none. Kept in the stats record's budget_bytes. */
+PUMP_HIDDEN uint64_t pump_context_budget(const struct pump_context *c);
+/* A budget may be in force (PUMP_BUDGET is set, or the plan has one). */
+PUMP_HIDDEN bool pump_budget_possible(void);
+
+/* True when `stream` is being captured into a graph (or cannot be asked):
+ * pump then adds nothing to it. */
+PUMP_HIDDEN bool pump_stream_capturing(CUstream stream);
+
+/* Enqueues the move of n ranges to c's device on its prefetch stream. */
+PUMP_HIDDEN bool pump_prefetch_to_device(struct pump_context *c, CUdeviceptr *ptrs, size_t *sizes, size_t n);
+/* Makes `stream` wait (on the GPU) for everything on c's prefetch stream. */
+PUMP_HIDDEN void pump_prefetch_wait(struct pump_context *c, CUstream stream);
+
+/* Records a "use" event on `stream` (after the kernel just enqueued there)
+ * and returns its token (0: none could be recorded). Evictions wait on it.
+ * Of two tokens, the later use has the greater token >> this shift. */
+#define PUMP_USE_SEQUENCE_SHIFT 24
+PUMP_HIDDEN uint64_t pump_use_record(struct pump_context *c, CUstream stream);
+/* Makes `stream` wait (on the GPU) for the point a token names. */
+PUMP_HIDDEN void pump_use_wait(CUstream stream, uint64_t token);
+/* Makes c's eviction stream wait for the use named by a token. */
+PUMP_HIDDEN void pump_evict_after(struct pump_context *c, uint64_t token);
+/* A token for everything enqueued so far on c's prefetch stream (0: none):
+ * a kernel that needs a block of a planned prefetch waits on it. */
+PUMP_HIDDEN uint64_t pump_prefetch_record(struct pump_context *c);
+/* Enqueues the move of n ranges to the host on c's eviction stream. */
+PUMP_HIDDEN bool pump_evict_to_host(struct pump_context *c, CUdeviceptr *ptrs, size_t *sizes, size_t n);
+/* Makes c's prefetch stream wait for the evictions enqueued so far. */
+PUMP_HIDDEN void pump_prefetch_after_evictions(struct pump_context *c);
 
 #endif

@@ -29,9 +29,12 @@ enum {
     PUMP_RING_RECORDS_MIN = 1024,      /* a ring holds a power of two records */
     PUMP_RING_RECORDS_MAX = 4194304,
     PUMP_FUNCTION_NAME_MAX = 1024,     /* longer kernel names are cut here */
-    PUMP_PLAN_SLOTS = 4096,            /* trigger hash slots, a power of two */
+    PUMP_PLAN_VERSION = 2,             /* the plan's layout below */
+    PUMP_PLAN_SLOTS = 16384,           /* trigger hash slots, a power of two */
+    PUMP_PLAN_SLOT_BITS = 14,          /* log2(PUMP_PLAN_SLOTS) */
     PUMP_PLAN_PROBES = 8,              /* a trigger sits within this many slots of its hash */
-    PUMP_PLAN_RANGES = 32768,          /* allocation bases all triggers name, in total */
+    PUMP_PLAN_RANGES = 65536,          /* address ranges all triggers name, in total */
+    PUMP_TRACE_VERSION = 2,            /* trace files; version 1 (no kinds past COUNTERS) is read too */
     PUMP_TRACE_MAGIC = 0x43525450,     /* "PTRC" */
     PUMP_TRACE_BLOCK_MAGIC = 0x4b4c4254 /* "TBLK" */
 };
@@ -68,10 +71,25 @@ enum pump_event_kind {
                                      in all; arg1..4 the first 32 bytes of the name */
     PUMP_EVENT_NAME = 6,          /* follows a FUNCTION: count bytes of the name in arg0..4 */
     PUMP_EVENT_SYNC = 7,          /* a synchronisation returned: arg0 the new epoch */
-    PUMP_EVENT_COUNTERS = 8       /* the shim's own accounting, sent by its worker about
+    PUMP_EVENT_COUNTERS = 8,      /* the shim's own accounting, sent by its worker about
                                      twice a second: arg0 launches, arg1 launches on managed
                                      memory, arg2 bytes prefetched, arg3 bytes believed
                                      resident on GPUs, arg4 bytes evicted */
+    /* The kinds below come from what knows more than a kernel's arguments: the trace
+     * generator (pump trace generate) and, later, framework allocator integration. */
+    PUMP_EVENT_EXTENT = 9,        /* follows a LAUNCH (after its MOREs): byte ranges the
+                                     launch reads or writes, exactly. count: ranges in this
+                                     record (1 or 2): arg0 address, arg1 bytes, arg2 address,
+                                     arg3 bytes; arg4 bit i set: range i is written */
+    PUMP_EVENT_COST = 10,         /* follows a LAUNCH: arg0 floating-point operations,
+                                     arg1 bytes of device-memory traffic, arg2 the kernel's
+                                     measured time in ns (0: unknown) */
+    PUMP_EVENT_BLOCK_ALLOC = 11,  /* the framework's allocator handed out arg1 bytes at
+                                     arg0, inside a managed allocation */
+    PUMP_EVENT_BLOCK_FREE = 12,   /* the framework's allocator took back arg1 bytes at arg0:
+                                     the contents are dead until handed out again */
+    PUMP_EVENT_STEP = 13          /* the program begins training step arg0 (a marker for
+                                     people and tools; the policy finds steps itself) */
 };
 
 /* 64 bytes. A record is complete once `seq` holds its ring position + 1
@@ -108,15 +126,38 @@ struct pump_ring_header {
 };
 
 /* ---- the plan ---- */
-/* Before a launch of `function`, also prefetch the allocations at
- * range[first .. first + count). A trigger sits in slot
- *     ((function >> 4) * 0x9E3779B97F4A7C15 mod 2^64) >> 52
- * or one of the PUMP_PLAN_PROBES - 1 slots after it (wrapping around);
- * function 0 marks an empty slot. */
+/* A launch's key names the kernel and what it is given (DeepUM's execution
+ * id): with K = 0x9E3779B97F4A7C15 and arithmetic mod 2^64,
+ *     h = function * K;  for each allocation base b, in the LAUNCH record's
+ *     order: h = (h ^ b) * K;  h ^= h >> 32;  key = h, or 1 where h is 0.
+ * A trigger for key k sits in slot k >> (64 - PUMP_PLAN_SLOT_BITS) or one of
+ * the PUMP_PLAN_PROBES - 1 slots after it (wrapping around); key 0 marks an
+ * empty slot. The trigger's ranges follow each other from range[first]:
+ * `need`, then `prefetch`, then `evict` of them. When a launch with that key
+ * is made, the shim
+ *  - before the kernel, makes sure of the `need` ranges (the blocks this
+ *    launch touches): those not believed resident are prefetched, and the
+ *    kernel waits on the GPU for them and for planned prefetches of them still
+ *    in flight; they replace the launch rule's whole allocations;
+ *  - after enqueuing the kernel, evicts to the host the `evict` ranges,
+ *    ordered after the kernel (their last user),
+ *  - then prefetches the `prefetch` ranges to the launch's device, for the
+ *    launches that follow.
+ * Ranges are whole pages inside the job's managed allocations; the shim
+ * checks each against its own table and skips what is not. */
 struct pump_plan_trigger {
-    uint64_t function;
+    uint64_t key;
     uint32_t first;
-    uint32_t count;
+    uint16_t need;
+    uint16_t prefetch;
+    uint16_t evict;
+    uint16_t reserved0;
+    uint32_t reserved1;
+};
+
+struct pump_plan_range {
+    uint64_t address;
+    uint64_t bytes;
 };
 
 /* pumpd makes `generation` odd, writes, then makes it even again; the shim
@@ -124,24 +165,32 @@ struct pump_plan_trigger {
  * this launch if the two differ or are odd. It never waits for the daemon. */
 struct pump_plan {
     uint32_t magic;               /* PUMP_PLAN_MAGIC */
-    uint32_t version;             /* PUMP_PROTOCOL_VERSION */
+    uint32_t version;             /* PUMP_PLAN_VERSION */
     uint64_t generation;
     uint64_t budget_bytes;        /* cap on GPU-resident managed bytes per device; 0: none */
     uint32_t trigger_count;       /* slots in use */
     uint32_t range_count;         /* entries of range[] in use */
-    uint8_t pad0[32];
-    struct pump_plan_trigger trigger[4096];   /* PUMP_PLAN_SLOTS */
-    uint64_t range[32768];                    /* PUMP_PLAN_RANGES */
+    uint32_t order;               /* enum pump_plan_order: how the shim picks victims
+                                     when the budget is reached between planned evictions */
+    uint8_t pad0[28];
+    struct pump_plan_trigger trigger[16384];  /* PUMP_PLAN_SLOTS, 24 bytes each */
+    struct pump_plan_range range[65536];      /* PUMP_PLAN_RANGES */
 };
 
-/* ---- trace files (pump-run --trace FILE) ----
+enum pump_plan_order {
+    PUMP_ORDER_MIGRATED = 0,      /* least recently migrated first: what the driver does */
+    PUMP_ORDER_USED = 1           /* least recently used by a launch first */
+};
+
+/* ---- trace files (pump-run --trace FILE, pump trace generate) ----
  * pumpd writes what it ingests for a job: a struct pump_trace_header, then
  * blocks, each a struct pump_trace_block followed by `records` struct
  * pump_event exactly as one process's shim wrote them (in ring order; times
- * are that machine's CLOCK_MONOTONIC). Versioned by the header. */
+ * are that machine's CLOCK_MONOTONIC). Versioned by the header: version 2
+ * added the kinds EXTENT..STEP, which generated traces carry. */
 struct pump_trace_header {
     uint32_t magic;               /* PUMP_TRACE_MAGIC */
-    uint32_t version;             /* PUMP_PROTOCOL_VERSION */
+    uint32_t version;             /* PUMP_TRACE_VERSION */
     uint32_t record_size;         /* sizeof(struct pump_event) */
     uint32_t reserved;
     uint64_t start_ns;            /* CLOCK_MONOTONIC when the trace began */

@@ -12,7 +12,7 @@
 
 enum {
     PUMP_STATS_MAGIC = 0x504d5053,   /* "SPMP" little-endian: a pump record */
-    PUMP_STATS_VERSION = 2
+    PUMP_STATS_VERSION = 3
 };
 
 struct pump_stats {
@@ -36,9 +36,9 @@ struct pump_stats {
     uint64_t prefetch_calls;         /* driver prefetch calls made (batch or single) */
     uint64_t prefetch_ranges;        /* address ranges in those calls */
     uint64_t prefetch_bytes;         /* bytes asked to move to a GPU */
-    uint64_t plan_prefetch_ranges;   /* ... of those ranges, allocations the daemon's plan added to a launch's own */
-    uint64_t resident_skips;         /* allocations skipped: believed resident */
-    uint64_t budget_skips;           /* allocations not prefetched: they would have passed the budget */
+    uint64_t plan_prefetch_ranges;   /* ... of those ranges, ones a trigger of the daemon's plan named */
+    uint64_t resident_skips;         /* allocations skipped: believed resident (prefetched this epoch) */
+    uint64_t budget_skips;           /* 2 MiB blocks not prefetched: they did not fit the budget */
     uint64_t epochs;                 /* residency-belief expiries */
     uint64_t managed_allocs;         /* managed allocations tracked */
     uint64_t managed_frees;
@@ -46,13 +46,20 @@ struct pump_stats {
     uint64_t managed_bytes_peak;
     uint64_t capacity_bytes;         /* the cap in force (0 until first managed alloc) */
     uint64_t capacity_refusals;      /* allocations refused at the cap */
-    uint64_t budget_bytes;           /* the budget in force (the daemon's plan, else PUMP_BUDGET): bytes
-                                        prefetched to one GPU per epoch at most; 0: none */
-    uint64_t resident_bytes;         /* bytes believed resident on GPUs now: prefetched in the current epoch */
-    uint64_t bytes_evicted;          /* bytes pump moved back to the host (no eviction yet: stays 0) */
+    uint64_t budget_bytes;           /* the budget in force (the daemon's plan, else PUMP_BUDGET): the cap
+                                        on managed bytes believed resident per GPU; 0: none */
+    uint64_t resident_bytes;         /* managed bytes believed resident on GPUs now (whole 2 MiB blocks) */
+    uint64_t bytes_evicted;          /* bytes pump moved back to the host (prefetch to the host) */
     uint64_t events_written;         /* event records written to the daemon's ring */
     uint64_t events_dropped;         /* event records dropped: the ring was full */
     uint64_t errors;                 /* pump's own driver calls that failed */
+    /* version 3: the budget held by eviction, and the plan's triggers carried out */
+    uint64_t resident_bytes_peak;    /* the most resident_bytes has been: at most the budget when it held */
+    uint64_t evictions;              /* 2 MiB blocks evicted (to hold the budget, or as a plan said) */
+    uint64_t plan_triggers;          /* launches whose key found a trigger in the daemon's plan */
+    uint64_t plan_evict_ranges;      /* the triggers' evict ranges carried out */
+    uint64_t plan_ranges_skipped;    /* the triggers' ranges not inside a live managed allocation (or
+                                        past the 256 a launch carries out) */
 };
 
 #endif

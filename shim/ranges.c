@@ -16,6 +16,7 @@
 #include <pthread.h>
 
 #include "ranges.h"
+#include "residency.h"
 
 /* Shared words are stored with release and loaded with acquire: a reader
  * that sees a writer's data then sees its odd sequence, without fences
@@ -92,6 +93,7 @@ static void erase_at(uint32_t i)
 {
     uint32_t n = LOAD(count);
     count_chunks(LOAD(starts[i]), LOAD(ends[i]), -1);
+    pump_residency_detach(&records[LOAD(slots[i])]);
     release_slot(LOAD(slots[i]));
     for (uint32_t j = i; j + 1 < n; j++) {
         STORE(starts[j], LOAD(starts[j + 1]));
@@ -133,6 +135,9 @@ PUMP_HIDDEN struct pump_range *pump_ranges_insert(uint64_t base, uint64_t size, 
         STORE(records[slot].resident_stamp, 0);
         STORE(records[slot].flags, flags);
         STORE(records[slot].announced, 0);
+        STORE(records[slot].accounted_on, 0);
+        STORE(records[slot].used_tick, 0);
+        STORE(records[slot].last_use, 0);
         count_chunks(base, base + size, +1);
         for (uint32_t j = n; j > i; j--) {
             STORE(starts[j], LOAD(starts[j - 1]));
@@ -205,6 +210,13 @@ PUMP_HIDDEN uint32_t pump_ranges_lookup(const uint64_t *words, uint32_t n, struc
             found[found_count++] = r;
     }
     return found_count;
+}
+
+PUMP_HIDDEN struct pump_range *pump_ranges_find(uint64_t addr)
+{
+    if (addr - LOAD(lowest) >= LOAD(highest) - LOAD(lowest))
+        return NULL;
+    return search(addr);
 }
 
 PUMP_HIDDEN bool pump_ranges_empty(void)

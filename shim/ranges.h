@@ -13,6 +13,8 @@
  * ones still work but are invisible to prefetching (logged once). */
 #define PUMP_RANGES_MAX 65536
 
+struct pump_blocks;
+
 struct pump_range {
     uint64_t base;
     uint64_t size;
@@ -24,6 +26,17 @@ struct pump_range {
     /* 1 once its ALLOC event went to the daemon (whoever sets it first,
      * the allocating thread or the channel's attach, writes the event). */
     uint32_t announced;
+    /* Device + 1 when every block is believed resident there (the budget's
+     * accounting, which epochs do not expire), 0 otherwise: lets a launch
+     * under policy off skip the residency lock. */
+    uint32_t accounted_on;
+    /* The last launch that used it, for eviction order and ordering:
+     * used_tick is that launch's number among managed launches; last_use
+     * names the event recorded after it (residency.c; 0: none recorded). */
+    uint64_t used_tick;
+    uint64_t last_use;
+    /* Per-block residency (residency.c), under its lock; NULL until attached. */
+    struct pump_blocks *blocks;
 };
 
 /* Adds an allocation; call pump_ranges_drop() on its range first. Returns
@@ -41,6 +54,8 @@ PUMP_HIDDEN bool pump_ranges_remove(uint64_t base, uint64_t *size);
 PUMP_HIDDEN uint32_t pump_ranges_lookup(const uint64_t *words, uint32_t n, struct pump_range **found,
                                         uint32_t found_count, uint32_t found_max, uint64_t *hits);
 PUMP_HIDDEN bool pump_ranges_empty(void);
+/* The allocation holding addr, or NULL (lock-free; may be stale, as above). */
+PUMP_HIDDEN struct pump_range *pump_ranges_find(uint64_t addr);
 /* Calls fn on every allocation, in address order, with the table locked
  * against changes (fn must not change it). */
 PUMP_HIDDEN void pump_ranges_each(void (*fn)(struct pump_range *range, void *arg), void *arg);

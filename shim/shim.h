@@ -94,11 +94,6 @@ PUMP_HIDDEN void pump_stats_passthrough(const char *reason);
 /* True once the shim stands aside for good (a child forked after CUDA init,
  * or the driver could not be loaded); hooks then only forward. */
 extern PUMP_HIDDEN atomic_bool pump_passthrough;
-/* Residency beliefs expire when the epoch moves (synchronisations, and every
- * PUMP_EPOCH_LAUNCHES launches). */
-extern PUMP_HIDDEN _Atomic uint32_t pump_epoch;
-/* Returns the new epoch. */
-PUMP_HIDDEN uint32_t pump_epoch_advance(void);
 
 /* ---- the driver (driver.c) ---- */
 /* Loads libcuda and resolves every pointer pump needs; false if it cannot

@@ -21,7 +21,7 @@ import cffi
 import pytest
 
 from helpers import clean_env
-from pump import stats
+from pump import channel, stats
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MiB = 1 << 20
@@ -99,24 +99,17 @@ class Plan:
             if garbage:
                 mm[:] = random.Random(5).randbytes(PLAN_SIZE)
             p = FFI.from_buffer("struct pump_plan *", mm)
-            p.magic, p.version, p.budget_bytes = C.PUMP_PLAN_MAGIC, C.PUMP_PROTOCOL_VERSION, budget
+            p.magic, p.version, p.budget_bytes = C.PUMP_PLAN_MAGIC, C.PUMP_PLAN_VERSION, budget
             if garbage:
                 p.generation = 2
 
         self.fd, self.mm = sealed_memfd("pump-plan", PLAN_SIZE, init, seals)
         self.plan = FFI.from_buffer("struct pump_plan *", self.mm)
 
-    def trigger(self, function, bases, first=0, probe=0):
-        slot = (((function >> 4) * 0x9E3779B97F4A7C15) % 2**64) >> 52
-        p = self.plan
-        p.generation += 1
-        t = p.trigger[(slot + probe) % C.PUMP_PLAN_SLOTS]
-        t.function, t.first, t.count = function, first, len(bases)
-        for i, base in enumerate(bases):
-            p.range[first + i] = base
-        p.trigger_count += 1
-        p.range_count = max(p.range_count, first + len(bases))
-        p.generation += 1
+    def publish(self, budget, triggers, order=C.PUMP_ORDER_MIGRATED):
+        """Rewrites the plan as pumpd does (pump.channel.Plan.publish): triggers
+        {launch key: (need, prefetch, evict ranges)}, ranges (address, bytes)."""
+        channel.Plan(self.fd, self.mm).publish(budget, triggers, order)
 
 
 def recv_exact(conn, n, fds):
@@ -444,34 +437,66 @@ def run_with_plan(job, d, *setup, launches=3):
     return first, live, j.finish(), j.record()
 
 
-def test_plan_trigger_prefetches_a_named_allocation(job, daemon):
+def key_of(first, *bases):
+    """The launch key of events' kernel given these allocations (pump_channel.h)."""
+    return channel.launch_key(first["function"], [first[b] for b in bases])
+
+
+def test_plan_trigger_prefetches_a_named_range(job, daemon):
     _, _, without, _ = run_with_plan(job, daemon())
     assert without["bytes_prefetched_h2d"] == 2 * MiB  # A only: the kernel names nothing else
 
     d = daemon()
     first, live, result, record = run_with_plan(
-        job, d, lambda plan, f: plan.trigger(f["function"], [f["b"] + 4096], first=40, probe=3))
-    assert result["bytes_prefetched_h2d"] == 6 * MiB and result["bytes_prefetched_unused"] == 4 * MiB
+        job, d, lambda plan, f: plan.publish(0, {
+            key_of(f, "a"): ([], [(f["b"] + 4096, 64 << 10), (0x42, 4096)], []),  # B's first block; a stray range
+            key_of(f, "b"): ([], [(f["b"], 4 * MiB)], []),                        # never launched: never used
+        }))
+    # after the first launch, B's first 2 MiB block comes in for later launches
+    assert result["bytes_prefetched_h2d"] == 4 * MiB and result["bytes_prefetched_unused"] == 2 * MiB
     assert result["gpu_faults"] == without["gpu_faults"] == 0
     assert result["checksum"] == without["checksum"]
-    assert record["plan_prefetch_ranges"] == 1  # once: then believed resident
-    assert live["resident_bytes"] == 6 * MiB and record["resident_bytes"] == 0  # the last sync ends the epoch
-    assert record["budget_bytes"] == 0 and record["budget_skips"] == 0
+    assert record["plan_triggers"] == 3 and record["plan_prefetch_ranges"] == 1  # once: then believed resident
+    assert record["plan_ranges_skipped"] == 3  # the stray range, at each launch
+    # beliefs about the budget do not expire at a sync; frees end them
+    assert live["resident_bytes"] == 4 * MiB and record["resident_bytes"] == 0
+    assert record["resident_bytes_peak"] == 4 * MiB
+    assert record["budget_bytes"] == 0 and record["budget_skips"] == 0 and record["bytes_evicted"] == 0
     # LAUNCH events carry the launch's own allocation, not the plan's
     launches = [e for e in decode(check_seq(d.ring)) if e[0] == "LAUNCH"]
     assert launches == [("LAUNCH", first["function"], launches[0][2], 0, [first["a"]])] * 3
 
 
+def test_plan_for_other_allocations_is_not_used(job, daemon):
+    """The key names the allocations: the same kernel given B has another."""
+    d = daemon()
+    _, _, result, record = run_with_plan(
+        job, d, lambda plan, f: plan.publish(0, {key_of(f, "b"): ([], [(f["b"], 4 * MiB)], [])}))
+    assert result["bytes_prefetched_h2d"] == 2 * MiB
+    assert record["plan_triggers"] == 0 and record["plan_prefetch_ranges"] == 0
+
+
+def test_plan_need_replaces_the_launch_rule(job, daemon):
+    """A trigger's need ranges are what its launch takes before the kernel, in place of
+    its whole allocations: naming B's first block (and not A) leaves A to fault in."""
+    d = daemon()
+    _, _, result, record = run_with_plan(
+        job, d, lambda plan, f: plan.publish(0, {key_of(f, "a"): ([(f["b"], 2 * MiB)], [], [])}))
+    assert result["bytes_prefetched_h2d"] == 2 * MiB and result["bytes_prefetched_unused"] == 2 * MiB
+    assert result["gpu_faults"] == 2 * MiB // (64 << 10)  # A, once: then it is on the GPU
+    assert record["plan_triggers"] == 3 and record["launches_prefetched"] == 1
+
+
 def test_plan_budget_caps_prefetch(job, daemon):
     d = daemon(budget=3 * MiB)
     _, live, result, record = run_with_plan(
-        job, d, lambda plan, f: plan.trigger(f["function"], [f["b"]]))
-    # A (2 MiB) fits the 3 MiB budget; B (4 MiB) never does
+        job, d, lambda plan, f: plan.publish(3 * MiB, {key_of(f, "a"): ([], [(f["b"], 4 * MiB)], [])}))
+    # A (2 MiB) fits the 3 MiB budget; no block of B fits beside it, and A is this launch's
     assert result["bytes_prefetched_h2d"] == 2 * MiB and result["gpu_faults"] == 0
-    assert record["budget_bytes"] == 3 * MiB and record["budget_skips"] == 3
+    assert record["budget_bytes"] == 3 * MiB and record["budget_skips"] == 3 * 2  # B's two blocks, 3 launches
     assert record["plan_prefetch_ranges"] == 0
     assert live["resident_bytes"] == 2 * MiB
-    assert record["bytes_evicted"] == 0
+    assert record["bytes_evicted"] == 0 and record["evictions"] == 0
 
 
 @pytest.mark.parametrize("budget, expect", [("100MiB", 100 * MiB), ("10%", 1 << 30)])
@@ -483,11 +508,14 @@ def test_env_budget(run_program, budget, expect):
     bare = run_program("touch_linked", pump=False)
     assert run.result["checksum"] == bare.result["checksum"]
     assert run.totals["budget_bytes"] == expect
+    assert run.totals["resident_bytes_peak"] <= expect
     if expect < 256 * MiB:
+        # a launch given two buffers (128 MiB) cannot have both: the rest faults, others leave
         assert run.totals["budget_skips"] > 0 and run.result["gpu_faults"] > 0
-        assert run.totals["prefetch_bytes"] <= expect
+        assert run.totals["bytes_evicted"] > 0
     else:
         assert run.totals["budget_skips"] == 0 and run.result["gpu_faults"] == 0
+        assert run.totals["bytes_evicted"] == 0
 
 
 @pytest.mark.parametrize("variant", ["plain", "asan"])
@@ -504,13 +532,14 @@ def test_garbage_plan_and_scribbled_ring_harm_nothing(job, daemon, run_program, 
     attached(d.ring, 2)
     os.pwrite(d.plan.fd, rng.randbytes(PLAN_SIZE), 0)
     p = d.plan.plan
-    for function, spans in [(first["function"], [(0xFFFFFFF0, 0xFFFFFFFF), (C.PUMP_PLAN_RANGES - 1, 5)]),
-                            (first["long_function"], [(100, 0xFFFFFFFF), (100, 64)])]:
-        slot = (((function >> 4) * 0x9E3779B97F4A7C15) % 2**64) >> 52
-        for probe, (lo, n) in enumerate(spans):
+    for key, spans in [(key_of(first, "a"), [(0xFFFFFFF0, 0xFFFF, 0xFFFF), (C.PUMP_PLAN_RANGES - 1, 5, 0)]),
+                       (channel.launch_key(first["long_function"], [first["a"]]),
+                        [(100, 0xFFFF, 0xFFFF), (100, 64, 1)])]:
+        slot = channel.plan_slot(key)
+        for probe, (lo, prefetch, evict) in enumerate(spans):
             t = p.trigger[(slot + probe) % C.PUMP_PLAN_SLOTS]
-            t.function, t.first, t.count = function, lo, n
-    p.range[100] = first["b"]  # one real allocation among random words
+            t.key, t.first, t.prefetch, t.evict = key, lo, prefetch, evict
+    p.range[100].address, p.range[100].bytes = first["b"], 2 * MiB  # one real range among random ones
     p.generation = 4
     os.pwrite(d.ring.fd, rng.randbytes(RING_HEADER), 0)
     j.say()
@@ -520,7 +549,7 @@ def test_garbage_plan_and_scribbled_ring_harm_nothing(job, daemon, run_program, 
     assert "Sanitizer" not in j.stderr and "runtime error" not in j.stderr
     record = j.record()
     assert record["events_written"] + record["events_dropped"] > 50
-    assert record["plan_prefetch_ranges"] <= 1  # B, once, via the in-bounds trigger at most
+    assert record["plan_prefetch_ranges"] <= 1  # B's block, once, via the in-bounds trigger at most
 
 
 # ---- connection life ----

@@ -7,7 +7,7 @@
  * First line: {"function": F, "a": A, "b": B} (handle and bases, so a test
  * can write a plan naming them). --wait: then wait for a line on stdin
  * before launching. --sync-every=K: synchronize the stream after every K
- * launches (always once at the end). --wait-end: after the launches, print
+ * launches (and the context once at the end). --wait-end: after the launches, print
  * {"launched": N} and wait for another line before that last synchronize.
  * --long-name: one extra launch first, of a kernel whose name is 1500
  * characters long. Last line: the result (checksum, fakecuda's counters,
@@ -109,7 +109,7 @@ int main(int argc, char **argv)
         fflush(stdout);
         wait_for_line();
     }
-    CHECK(api.stream_synchronize(stream));
+    CHECK(api.ctx_synchronize()); /* the whole context: pump's own streams too */
     syncs++;
 
     struct fakecuda_stats stats;
@@ -121,8 +121,10 @@ int main(int argc, char **argv)
     CHECK(api.mem_free(a));
     CHECK(api.mem_free(b));
     printf("{\"checksum\": %.1f, \"gpu_faults\": %llu, \"bytes_prefetched_h2d\": %llu, "
-           "\"bytes_prefetched_unused\": %llu, \"kernels_run\": %llu, \"syncs\": %ld}\n",
+           "\"bytes_prefetched_unused\": %llu, \"bytes_d2h\": %llu, \"device_resident_peak\": %llu, "
+           "\"kernels_run\": %llu, \"syncs\": %ld}\n",
            sum, (unsigned long long)stats.gpu_faults, (unsigned long long)stats.bytes_prefetched_h2d,
-           (unsigned long long)stats.bytes_prefetched_unused, (unsigned long long)stats.kernels_run, syncs);
+           (unsigned long long)stats.bytes_prefetched_unused, (unsigned long long)stats.bytes_d2h,
+           (unsigned long long)stats.device_resident_peak, (unsigned long long)stats.kernels_run, syncs);
     return 0;
 }

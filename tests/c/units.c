@@ -309,17 +309,30 @@ static void test_ring(void)
     EXPECT(ring_records[head % RING_RECORDS].seq == head + 1 && ring_records[(head + 1) % RING_RECORDS].seq == head + 2);
 }
 
-/* ---- the plan: triggers, bounds, generations ---- */
-static uint32_t plan_slot(uint64_t function)
+/* ---- the plan: launch keys, triggers, bounds, generations ---- */
+/* The key as pump_channel.h defines it, written again here from the text. */
+static struct pump_plan_trigger trigger(uint64_t key, uint32_t first, uint16_t need, uint16_t prefetch,
+                                        uint16_t evict)
 {
-    return (uint32_t)(((function >> 4) * 0x9E3779B97F4A7C15ull) >> 52);
+    return (struct pump_plan_trigger){.key = key, .first = first, .need = need, .prefetch = prefetch,
+                                      .evict = evict};
+}
+
+static uint64_t spec_key(uint64_t function, const uint64_t *bases, int n)
+{
+    uint64_t h = function * 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < n; i++)
+        h = (h ^ bases[i]) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 32;
+    return h ? h : 1;
 }
 
 static void test_plan(void)
 {
     struct pump_plan *plan = calloc(1, sizeof *plan);
     plan->magic = PUMP_PLAN_MAGIC;
-    plan->version = PUMP_PROTOCOL_VERSION;
+    plan->version = PUMP_PLAN_VERSION;
+    plan->order = PUMP_ORDER_USED;
     struct pump_channel c = *pump_channel_get();
     c.plan = plan;
 
@@ -327,52 +340,73 @@ static void test_plan(void)
     for (int i = 0; i < 4; i++)
         EXPECT(pump_ranges_insert(base + (uint64_t)i * 8 * MiB, 4 * MiB, 1));
     uint64_t f = 0x7f00deadbe00ull, g = 0x7f00deadbf00ull;
-    /* f's trigger two slots past its hash (behind another function's). */
-    uint32_t s = plan_slot(f);
-    plan->trigger[s].function = 0x1230;
-    plan->trigger[(s + 1) % PUMP_PLAN_SLOTS].function = 0x4560;
-    plan->trigger[(s + 2) % PUMP_PLAN_SLOTS] = (struct pump_plan_trigger){f, 100, 3};
-    plan->range[100] = base + 8 * MiB + 12;   /* inside the second allocation */
-    plan->range[101] = base + 16 * MiB;
-    plan->range[102] = 0x42;                  /* no allocation: ignored */
-
+    uint64_t own[] = {base + 8 * MiB, base};
     struct pump_scan scan = {.found = 0};
-    scan.range[scan.found++] = find(base);   /* the launch's own */
+    scan.range[scan.found++] = find(own[0]);  /* the launch's own, in argument order */
+    scan.range[scan.found++] = find(own[1]);
     scan.own = scan.found;
-    EXPECT(pump_channel_plan_extend(&c, (CUfunction)f, &scan) == 2);
-    EXPECT(scan.found == 3 && scan.range[1]->base == base + 8 * MiB && scan.range[2]->base == base + 16 * MiB);
-    /* Already there: not added twice. */
-    EXPECT(pump_channel_plan_extend(&c, (CUfunction)f, &scan) == 0 && scan.found == 3);
+    uint64_t key = spec_key(f, own, 2);
+    EXPECT(key != spec_key(f, (uint64_t[]){own[1], own[0]}, 2));  /* the order is part of the key */
+    /* The trigger two slots past its hash (behind other keys). */
+    uint32_t s = (uint32_t)(key >> (64 - PUMP_PLAN_SLOT_BITS));
+    plan->trigger[s].key = key ^ 1;
+    plan->trigger[(s + 1) % PUMP_PLAN_SLOTS].key = key ^ 2;
+    plan->trigger[(s + 2) % PUMP_PLAN_SLOTS] = trigger(key, 100, 0, 2, 1);
+    plan->range[100] = (struct pump_plan_range){base + 16 * MiB, 64 << 10};
+    plan->range[101] = (struct pump_plan_range){0x42, 4096};
+    plan->range[102] = (struct pump_plan_range){base + 24 * MiB, 2 * MiB};
+    plan->trigger_count = 3;
 
-    struct pump_scan other = {.found = 0};
-    EXPECT(pump_channel_plan_extend(&c, (CUfunction)g, &other) == 0);
+    struct pump_trigger t;
+    EXPECT(pump_channel_plan_trigger(&c, (CUfunction)f, &scan, &t));
+    EXPECT(t.prefetch == 2 && t.evict == 1 && t.order == PUMP_ORDER_USED);
+    EXPECT(t.range[0].address == base + 16 * MiB && t.range[0].bytes == (64 << 10));
+    EXPECT(t.range[1].address == 0x42 && t.range[2].address == base + 24 * MiB);
+    /* Another function, or the same with other allocations: no trigger. */
+    EXPECT(!pump_channel_plan_trigger(&c, (CUfunction)g, &scan, &t));
+    scan.own = 1;
+    EXPECT(!pump_channel_plan_trigger(&c, (CUfunction)f, &scan, &t));
+    scan.own = 2;
     /* Mid-write (odd generation): nothing. */
     plan->generation = 7;
-    other.found = 0;
-    EXPECT(pump_channel_plan_extend(&c, (CUfunction)f, &other) == 0);
+    EXPECT(!pump_channel_plan_trigger(&c, (CUfunction)f, &scan, &t));
     plan->generation = 8;
-    EXPECT(pump_channel_plan_extend(&c, (CUfunction)f, &other) == 2);
-    /* Out of bounds: first or count past the ranges. */
-    struct pump_plan_trigger *t = &plan->trigger[(s + 2) % PUMP_PLAN_SLOTS];
-    uint32_t bad[][2] = {{PUMP_PLAN_RANGES, 1}, {PUMP_PLAN_RANGES - 1, 2}, {0, 0xffffffffu}, {0xffffffffu, 2}};
+    EXPECT(pump_channel_plan_trigger(&c, (CUfunction)f, &scan, &t));
+    /* Out of bounds: first, or first + prefetch + evict, past the ranges; or no ranges. */
+    struct pump_plan_trigger *trig = &plan->trigger[(s + 2) % PUMP_PLAN_SLOTS];
+    struct { uint32_t first; uint16_t need, prefetch, evict; } bad[] = {
+        {PUMP_PLAN_RANGES, 0, 1, 0}, {PUMP_PLAN_RANGES - 1, 0, 1, 1}, {PUMP_PLAN_RANGES - 2, 0, 0xffff, 0xffff},
+        {PUMP_PLAN_RANGES - 2, 2, 1, 0}, {0xffffffffu, 0, 2, 0}, {5, 0, 0, 0}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        t->first = bad[i][0];
-        t->count = bad[i][1];
-        other.found = 0;
-        EXPECT(pump_channel_plan_extend(&c, (CUfunction)f, &other) == 0);
+        *trig = trigger(key, bad[i].first, bad[i].need, bad[i].prefetch, bad[i].evict);
+        EXPECT(!pump_channel_plan_trigger(&c, (CUfunction)f, &scan, &t));
     }
+    /* Needs come first, in order. */
+    *trig = trigger(key, 100, 1, 1, 1);
+    EXPECT(pump_channel_plan_trigger(&c, (CUfunction)f, &scan, &t));
+    EXPECT(t.need == 1 && t.prefetch == 1 && t.evict == 1 && t.range[0].address == base + 16 * MiB &&
+           t.range[1].address == 0x42 && t.range[2].address == base + 24 * MiB);
+    /* Many ranges: at most PUMP_TRIGGER_RANGES_MAX, up to half needs, then half of the rest
+     * evictions when both other kinds are many. */
+    *trig = trigger(key, 0, 0, 1000, 1000);
+    EXPECT(pump_channel_plan_trigger(&c, (CUfunction)f, &scan, &t));
+    EXPECT(t.prefetch == PUMP_TRIGGER_RANGES_MAX / 2 && t.evict == PUMP_TRIGGER_RANGES_MAX / 2);
+    *trig = trigger(key, 0, 0, 1000, 3);
+    EXPECT(pump_channel_plan_trigger(&c, (CUfunction)f, &scan, &t));
+    EXPECT(t.prefetch == PUMP_TRIGGER_RANGES_MAX - 3 && t.evict == 3);
+    *trig = trigger(key, 0, 1000, 1000, 1000);
+    EXPECT(pump_channel_plan_trigger(&c, (CUfunction)f, &scan, &t));
+    EXPECT(t.need == PUMP_TRIGGER_RANGES_MAX / 2 && t.prefetch == PUMP_TRIGGER_RANGES_MAX / 4 &&
+           t.evict == PUMP_TRIGGER_RANGES_MAX / 4);
     /* Beyond the probe window: not found. */
-    *t = (struct pump_plan_trigger){0, 0, 0};
-    plan->trigger[(s + PUMP_PLAN_PROBES) % PUMP_PLAN_SLOTS] = (struct pump_plan_trigger){f, 100, 2};
-    other.found = 0;
-    EXPECT(pump_channel_plan_extend(&c, (CUfunction)f, &other) == 0);
-    /* A full scan set takes no more. */
-    plan->trigger[(s + PUMP_PLAN_PROBES - 1) % PUMP_PLAN_SLOTS] = (struct pump_plan_trigger){f, 100, 2};
-    other.found = PUMP_SCAN_MAX_RANGES;
-    EXPECT(pump_channel_plan_extend(&c, (CUfunction)f, &other) == 0);
-    memset(other.range, 0, sizeof other.range);
-    other.found = PUMP_SCAN_MAX_RANGES - 1;
-    EXPECT(pump_channel_plan_extend(&c, (CUfunction)f, &other) == 1 && other.found == PUMP_SCAN_MAX_RANGES);
+    *trig = trigger(0, 0, 0, 0, 0);
+    plan->trigger[(s + PUMP_PLAN_PROBES) % PUMP_PLAN_SLOTS] = trigger(key, 100, 0, 2, 0);
+    EXPECT(!pump_channel_plan_trigger(&c, (CUfunction)f, &scan, &t));
+    plan->trigger[(s + PUMP_PLAN_PROBES - 1) % PUMP_PLAN_SLOTS] = trigger(key, 100, 0, 2, 0);
+    EXPECT(pump_channel_plan_trigger(&c, (CUfunction)f, &scan, &t) && t.prefetch == 2 && t.evict == 0);
+    /* An empty plan is not searched. */
+    plan->trigger_count = 0;
+    EXPECT(!pump_channel_plan_trigger(&c, (CUfunction)f, &scan, &t));
 
     for (int i = 0; i < 4; i++) {
         uint64_t size;

@@ -12,6 +12,15 @@ _Atomic int fc_initialized;
 _Atomic int fc_init_pid;
 static _Atomic int fc_fork_poisoned;
 _Atomic uint64_t fc_dev_resident[FAKECUDA_MAX_DEVICES];
+_Atomic uint64_t fc_dev_resident_peak[FAKECUDA_MAX_DEVICES];
+
+void fc_dev_resident_add(int device, uint64_t bytes)
+{
+    uint64_t now = atomic_fetch_add(&fc_dev_resident[device], bytes) + bytes;
+    uint64_t peak = atomic_load(&fc_dev_resident_peak[device]);
+    while (now > peak && !atomic_compare_exchange_weak(&fc_dev_resident_peak[device], &peak, now)) {
+    }
+}
 _Atomic uint64_t fc_dev_plain[FAKECUDA_MAX_DEVICES];
 
 static struct CUctx_st fc_primary[FAKECUDA_MAX_DEVICES];

@@ -34,6 +34,9 @@ struct fakecuda_stats {
     uint64_t gpu_faults, cpu_faults, pages_touched_by_kernels, bytes_prefetched_h2d,
         bytes_prefetched_unused, bytes_faulted_h2d, bytes_d2h, kernels_run, launches,
         prefetch_calls, batch_prefetch_calls;
+    /* Managed bytes resident on devices: now (all devices), and the most any one
+       device held since the last reset (how far a budget was exceeded). */
+    uint64_t device_resident_bytes, device_resident_peak;
 };
 void fakecuda_get_stats(struct fakecuda_stats *out); /* call after synchronizing */
 void fakecuda_reset_stats(void);

@@ -106,6 +106,9 @@ extern _Atomic int fc_init_pid; /* the process that called cuInit (writes FAKECU
 void fc_atfork_child(void);     /* a child forked after cuInit cannot use the driver */
 extern _Atomic uint64_t fc_dev_resident[FAKECUDA_MAX_DEVICES]; /* managed bytes per device */
 extern _Atomic uint64_t fc_dev_plain[FAKECUDA_MAX_DEVICES];    /* plain allocations */
+/* The most fc_dev_resident[d] has been since the last stats reset. */
+extern _Atomic uint64_t fc_dev_resident_peak[FAKECUDA_MAX_DEVICES];
+void fc_dev_resident_add(int device, uint64_t bytes); /* raises the peak too */
 CUcontext fc_current_ctx(void);
 int fc_ctx_valid(CUcontext c);
 int fc_ctx_device(CUcontext c);

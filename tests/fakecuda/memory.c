@@ -134,7 +134,7 @@ static int64_t page_move(fc_alloc *a, size_t p, uint8_t target, int why)
         break;
     }
     if (cur >= FC_LOC_DEV0) atomic_fetch_sub(&fc_dev_resident[cur - FC_LOC_DEV0], FAKECUDA_PAGE);
-    if (target >= FC_LOC_DEV0) atomic_fetch_add(&fc_dev_resident[target - FC_LOC_DEV0], FAKECUDA_PAGE);
+    if (target >= FC_LOC_DEV0) fc_dev_resident_add(target - FC_LOC_DEV0, FAKECUDA_PAGE);
     a->loc[p] = target;
     return ns;
 }

@@ -1,0 +1,674 @@
+/* residency.c: pump's belief of what is on each GPU, block by block, and the
+ * budget it is held to (see residency.h).
+ *
+ * Each managed allocation gets, when it is made, a state per 2 MiB block
+ * (address >> 21; the last block may be partial): the device it is believed
+ * resident on, its place in that device's migration order (a list, oldest
+ * first: the order blocks became believed resident; using a resident block
+ * again does not move it), and a stamp of the epoch it was last prefetched
+ * in. Each allocation's range record summarises its blocks for the launch
+ * path, which reads only those summaries (without a lock): resident_stamp
+ * (every block prefetched in this epoch: skip it) and accounted_on (every
+ * block counted on that device: nothing for policy off to count).
+ *
+ * Everything else runs under one lock, only when a launch actually changes
+ * the belief: counting blocks in, choosing victims (least recently migrated,
+ * or for a plan with PUMP_ORDER_USED least recently used by a launch, ties
+ * broken by migration order), and enqueueing the moves. A block taken for a
+ * launch is never its victim, nor is a block its trigger prefetches.
+ *
+ * A rule that wants more blocks than fit takes them in order (the scan's
+ * allocations in argument order, blocks by address; a trigger's ranges in
+ * plan order) up to the first that does not fit, and none after it.
+ * Plan ranges are widened to the blocks they touch.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "residency.h"
+
+#define DEVICES_MAX 64
+#define BATCH 64 /* ranges per driver call, and waits per eviction batch */
+
+struct pump_block {
+    struct pump_block *older, *newer; /* the device's migration order (NULL: not resident) */
+    struct pump_blocks *owner;
+    uint64_t migrated;                /* its place in that order */
+    uint64_t mark;                    /* the decision whose trigger prefetches it */
+    uint64_t ready;                   /* token of the planned prefetch that brought it; 0: none */
+    uint64_t evicted_in;              /* its device's `awaited` + 1 when last evicted: a prefetch of it
+                                         while that is still the case must wait for the evictions */
+    uint32_t stamp;                   /* resident_stamp() when last prefetched; 0: not this epoch */
+    int32_t device;                   /* believed resident there; -1: nowhere */
+};
+
+struct pump_blocks {
+    struct pump_range *range;
+    uint64_t base, size;
+    uint64_t mark;                    /* the decision whose launch uses it */
+    uint32_t count;
+    struct pump_block block[];
+};
+
+struct device_state {
+    struct pump_block order;          /* sentinel: order.newer is the least recently migrated */
+    uint64_t resident;                /* bytes believed resident (written under the lock, read anywhere) */
+    uint64_t migrations;
+    uint64_t evicted_unawaited;       /* evicted since the prefetch stream last waited for the evictions */
+    uint64_t awaited;                 /* times the prefetch stream waited for the evictions */
+};
+
+struct victim {
+    uint64_t used, migrated;
+    struct pump_block *block;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct device_state devices[DEVICES_MAX];
+static uint64_t resident_total, resident_peak, decisions, blocks_total;
+static struct victim *scratch; /* room for every block: victims sorted by use */
+static uint64_t scratch_size;
+
+PUMP_HIDDEN _Atomic uint32_t pump_epoch = 1;
+
+PUMP_HIDDEN uint32_t pump_epoch_advance(void)
+{
+    uint32_t epoch = atomic_fetch_add_explicit(&pump_epoch, 1, memory_order_relaxed) + 1;
+    PUMP_COUNT(epochs, 1);
+    return epoch;
+}
+
+/* "Prefetched to device in the current epoch"; 0 (never skipped) for devices
+ * past what the stamp can name. */
+static uint32_t resident_stamp(int device)
+{
+    if (device < 0 || device >= 15)
+        return 0;
+    return (atomic_load_explicit(&pump_epoch, memory_order_relaxed) << 4) | (uint32_t)(device + 1);
+}
+
+static uint64_t block_start(const struct pump_blocks *a, uint32_t i)
+{
+    uint64_t start = (a->base / PUMP_BLOCK_SIZE + i) * PUMP_BLOCK_SIZE;
+    return start < a->base ? a->base : start;
+}
+
+static uint64_t block_bytes(const struct pump_blocks *a, uint32_t i)
+{
+    uint64_t end = (a->base / PUMP_BLOCK_SIZE + i + 1) * PUMP_BLOCK_SIZE, last = a->base + a->size;
+    return (end > last ? last : end) - block_start(a, i);
+}
+
+static uint32_t index_of(const struct pump_block *b)
+{
+    return (uint32_t)(b - b->owner->block);
+}
+
+static struct device_state *device_state(int device)
+{
+    struct device_state *d = &devices[device];
+    if (d->order.newer == NULL)
+        d->order.newer = d->order.older = &d->order;
+    return d;
+}
+
+static void publish_resident(void)
+{
+    PUMP_SET(resident_bytes, resident_total);
+    if (resident_total > resident_peak) {
+        resident_peak = resident_total;
+        PUMP_SET(resident_bytes_peak, resident_peak);
+    }
+}
+
+static void count_out(struct pump_blocks *a, uint32_t i)
+{
+    struct pump_block *b = &a->block[i];
+    if (b->device < 0)
+        return;
+    struct device_state *d = &devices[b->device];
+    uint64_t bytes = block_bytes(a, i);
+    b->older->newer = b->newer;
+    b->newer->older = b->older;
+    b->older = b->newer = NULL;
+    __atomic_store_n(&d->resident, d->resident - bytes, __ATOMIC_RELAXED);
+    resident_total -= bytes;
+    b->device = -1;
+    b->stamp = 0;
+    b->ready = 0;
+    __atomic_store_n(&a->range->resident_stamp, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&a->range->accounted_on, 0, __ATOMIC_RELAXED);
+}
+
+static void count_in(struct pump_blocks *a, uint32_t i, int device)
+{
+    struct pump_block *b = &a->block[i];
+    if (b->device == device)
+        return;
+    count_out(a, i);
+    struct device_state *d = device_state(device);
+    b->older = d->order.older;
+    b->newer = &d->order;
+    d->order.older->newer = b;
+    d->order.older = b;
+    b->migrated = ++d->migrations;
+    b->device = device;
+    uint64_t bytes = block_bytes(a, i);
+    __atomic_store_n(&d->resident, d->resident + bytes, __ATOMIC_RELAXED);
+    resident_total += bytes;
+}
+
+/* Brings the range record's summaries in line with its blocks. */
+static void refresh(struct pump_blocks *a, int device, uint32_t stamp)
+{
+    bool counted = true, stamped = stamp != 0;
+    for (uint32_t i = 0; i < a->count; i++) {
+        counted = counted && a->block[i].device == device;
+        stamped = stamped && a->block[i].device == device && a->block[i].stamp == stamp;
+    }
+    __atomic_store_n(&a->range->accounted_on, counted ? (uint32_t)device + 1 : 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&a->range->resident_stamp, stamped ? stamp : 0, __ATOMIC_RELAXED);
+}
+
+/* ---- allocations ---- */
+
+PUMP_HIDDEN bool pump_residency_attach(struct pump_range *range)
+{
+    uint64_t base = __atomic_load_n(&range->base, __ATOMIC_RELAXED);
+    uint64_t size = __atomic_load_n(&range->size, __ATOMIC_RELAXED);
+    uint64_t count = (base + size - 1) / PUMP_BLOCK_SIZE - base / PUMP_BLOCK_SIZE + 1;
+    struct pump_blocks *a = count <= UINT32_MAX ? calloc(1, sizeof *a + count * sizeof(struct pump_block)) : NULL;
+    bool ok = a != NULL;
+    pthread_mutex_lock(&lock);
+    if (ok && blocks_total + count > scratch_size) {
+        uint64_t want = blocks_total + count > 2 * scratch_size ? blocks_total + count : 2 * scratch_size;
+        struct victim *grown = realloc(scratch, want * sizeof *grown);
+        ok = grown != NULL;
+        if (ok) {
+            scratch = grown;
+            scratch_size = want;
+        }
+    }
+    if (ok) {
+        a->range = range;
+        a->base = base;
+        a->size = size;
+        a->count = (uint32_t)count;
+        for (uint32_t i = 0; i < a->count; i++) {
+            a->block[i].owner = a;
+            a->block[i].device = -1;
+        }
+        blocks_total += count;
+        range->blocks = a;
+    }
+    pthread_mutex_unlock(&lock);
+    if (!ok) {
+        free(a);
+        pump_log_once("no memory for a managed allocation's residency: it is prefetched whole and never budgeted");
+    }
+    return ok;
+}
+
+PUMP_HIDDEN void pump_residency_detach(struct pump_range *range)
+{
+    pthread_mutex_lock(&lock);
+    struct pump_blocks *a = range->blocks;
+    if (a != NULL) {
+        for (uint32_t i = 0; i < a->count; i++)
+            count_out(a, i);
+        blocks_total -= a->count;
+        range->blocks = NULL;
+        publish_resident();
+    }
+    pthread_mutex_unlock(&lock);
+    free(a);
+}
+
+/* ---- evictions ---- */
+
+struct evictions {
+    struct pump_context *c;
+    int device;
+    CUstream stream;     /* where a fallback use event may be recorded (NULL: none) */
+    uint64_t after;      /* a use every eviction here also waits for (0: none) */
+    uint64_t fallback;   /* the use waited for when a block's last use is unknown */
+    uint32_t n, waits;
+    CUdeviceptr ptr[BATCH];
+    size_t size[BATCH];
+    uint64_t wait[BATCH];
+    uint64_t bytes, blocks;
+};
+
+static void evictions_flush(struct evictions *e)
+{
+    if (e->n == 0)
+        return;
+    for (uint32_t i = 0; i < e->waits; i++)
+        pump_evict_after(e->c, e->wait[i]);
+    if (pump_evict_to_host(e->c, e->ptr, e->size, e->n)) {
+        PUMP_COUNT(bytes_evicted, e->bytes);
+        PUMP_COUNT(evictions, e->blocks);
+    }
+    devices[e->device].evicted_unawaited += e->bytes;
+    e->n = e->waits = 0;
+    e->bytes = e->blocks = 0;
+}
+
+static void add_wait(struct evictions *e, uint64_t token)
+{
+    for (uint32_t i = 0; i < e->waits; i++)
+        if (e->wait[i] == token)
+            return;
+    if (token != 0)
+        e->wait[e->waits++] = token;
+}
+
+/* Block i of a leaves the belief now and the GPU after its last user. */
+static void evict_block(struct evictions *e, struct pump_blocks *a, uint32_t i)
+{
+    uint64_t token = __atomic_load_n(&a->range->last_use, __ATOMIC_ACQUIRE);
+    if (token == 0) {
+        /* Used before anything was recorded: after all the stream has so far. */
+        if (e->fallback == 0 && e->stream != NULL)
+            e->fallback = pump_use_record(e->c, e->stream);
+        token = e->fallback;
+    }
+    if (e->n == BATCH)
+        evictions_flush(e);
+    if (e->waits + 3 > BATCH)
+        evictions_flush(e);
+    add_wait(e, token);
+    add_wait(e, e->after);
+    add_wait(e, a->block[i].ready);  /* a planned prefetch of it no kernel waited for */
+    uint64_t start = block_start(a, i), bytes = block_bytes(a, i);
+    if (a->block[i].device >= 0)
+        a->block[i].evicted_in = devices[a->block[i].device].awaited + 1;
+    if (e->n > 0 && e->ptr[e->n - 1] + e->size[e->n - 1] == start) {
+        e->size[e->n - 1] += bytes;
+    } else {
+        e->ptr[e->n] = start;
+        e->size[e->n++] = bytes;
+    }
+    e->bytes += bytes;
+    e->blocks++;
+    count_out(a, i);
+}
+
+static bool is_protected(const struct pump_block *b, uint64_t decision)
+{
+    return b->owner->mark == decision || b->mark == decision;
+}
+
+static int by_use(const void *x, const void *y)
+{
+    const struct victim *a = x, *b = y;
+    if (a->used != b->used)
+        return a->used < b->used ? -1 : 1;
+    return a->migrated < b->migrated ? -1 : a->migrated > b->migrated;
+}
+
+/* Evicts unprotected blocks of e's device, in `order`, until `need` more
+ * bytes fit under `budget` (0: none); true when they fit. */
+static bool make_room(struct evictions *e, uint64_t need, uint64_t budget, uint32_t order, uint64_t decision)
+{
+    struct device_state *d = device_state(e->device);
+    if (budget == 0 || d->resident + need <= budget)
+        return true;
+    if (order == PUMP_ORDER_USED) {
+        size_t n = 0;
+        for (struct pump_block *b = d->order.newer; b != &d->order; b = b->newer)
+            if (!is_protected(b, decision))
+                scratch[n++] = (struct victim){__atomic_load_n(&b->owner->range->used_tick, __ATOMIC_RELAXED),
+                                               b->migrated, b};
+        qsort(scratch, n, sizeof *scratch, by_use);
+        for (size_t i = 0; i < n && d->resident + need > budget; i++)
+            evict_block(e, scratch[i].block->owner, index_of(scratch[i].block));
+    } else {
+        struct pump_block *next;
+        for (struct pump_block *b = d->order.newer; b != &d->order && d->resident + need > budget; b = next) {
+            next = b->newer;
+            if (!is_protected(b, decision))
+                evict_block(e, b->owner, index_of(b));
+        }
+    }
+    return d->resident + need <= budget;
+}
+
+/* ---- prefetches ---- */
+
+struct prefetches {
+    struct pump_context *c;
+    int device;
+    uint32_t stamp;
+    bool from_plan, issued;
+    bool after_evictions;  /* a block of it has an eviction the prefetch stream has not waited for */
+    uint32_t n;
+    struct {
+        struct pump_blocks *a;
+        uint32_t first, count;
+    } run[BATCH];
+    uint64_t pending;    /* bytes of the runs new to the device */
+    uint64_t bytes;
+};
+
+static void prefetches_flush(struct prefetches *p, struct evictions *e, uint64_t budget)
+{
+    if (p->n == 0)
+        return;
+    evictions_flush(e);
+    struct device_state *d = &devices[p->device];
+    /* Room made by evictions still queued: this prefetch may not pass them. */
+    if (p->after_evictions ||
+        (budget != 0 && d->evicted_unawaited > 0 && d->resident + p->pending + d->evicted_unawaited > budget)) {
+        pump_prefetch_after_evictions(p->c);
+        d->evicted_unawaited = 0;
+        d->awaited++;
+    }
+    CUdeviceptr ptrs[BATCH];
+    size_t sizes[BATCH];
+    for (uint32_t r = 0; r < p->n; r++) {
+        ptrs[r] = block_start(p->run[r].a, p->run[r].first);
+        uint64_t last = p->run[r].first + p->run[r].count - 1;
+        sizes[r] = (size_t)(block_start(p->run[r].a, (uint32_t)last) + block_bytes(p->run[r].a, (uint32_t)last) -
+                            ptrs[r]);
+    }
+    bool ok = pump_prefetch_to_device(p->c, ptrs, sizes, p->n);
+    uint64_t ready = ok && p->from_plan ? pump_prefetch_record(p->c) : 0;
+    PUMP_COUNT(prefetch_ranges, p->n);
+    PUMP_COUNT(prefetch_bytes, p->bytes);
+    if (p->from_plan)
+        PUMP_COUNT(plan_prefetch_ranges, p->n);
+    for (uint32_t r = 0; ok && r < p->n; r++) {
+        struct pump_blocks *a = p->run[r].a;
+        for (uint32_t i = p->run[r].first; i < p->run[r].first + p->run[r].count; i++) {
+            count_in(a, i, p->device);
+            a->block[i].stamp = p->stamp;
+            a->block[i].ready = ready;
+        }
+        refresh(a, p->device, p->stamp);
+    }
+    p->issued = true;
+    p->after_evictions = false;
+    p->n = 0;
+    p->pending = p->bytes = 0;
+}
+
+/* Block i of a, wanted on p's device: false when it cannot fit. */
+static bool want_block(struct prefetches *p, struct evictions *e, uint64_t budget, uint32_t order,
+                       uint64_t decision, struct pump_blocks *a, uint32_t i)
+{
+    struct pump_block *b = &a->block[i];
+    if (p->stamp != 0 && b->device == p->device && b->stamp == p->stamp)
+        return true;  /* prefetched this epoch */
+    uint64_t bytes = block_bytes(a, i), cost = b->device == p->device ? 0 : bytes;
+    if (cost > 0 && !make_room(e, p->pending + cost, budget, order, decision))
+        return false;
+    if (cost > 0 && b->evicted_in == device_state(p->device)->awaited + 1)
+        p->after_evictions = true;  /* its eviction may not pass this prefetch */
+    if (p->n > 0 && p->run[p->n - 1].a == a && p->run[p->n - 1].first + p->run[p->n - 1].count == i) {
+        p->run[p->n - 1].count++;
+    } else {
+        if (p->n == BATCH)
+            prefetches_flush(p, e, budget);
+        p->run[p->n].a = a;
+        p->run[p->n].first = i;
+        p->run[p->n++].count = 1;
+    }
+    p->pending += cost;
+    p->bytes += bytes;
+    return true;
+}
+
+/* Marks the launch's own allocations: never its victims. */
+static uint64_t begin_decision(const struct pump_scan *scan)
+{
+    uint64_t decision = ++decisions;
+    for (uint32_t r = 0; r < scan->own; r++)
+        if (scan->range[r]->blocks != NULL)
+            scan->range[r]->blocks->mark = decision;
+    return decision;
+}
+
+/* ---- the rules ---- */
+
+/* The allocation's blocks a plan range names, or NULL when the range is not
+ * inside a live managed allocation. */
+static struct pump_blocks *plan_blocks(const struct pump_plan_range *range, uint32_t *first, uint32_t *last)
+{
+    uint64_t address = range->address, bytes = range->bytes;
+    if (bytes == 0 || address + bytes < address)
+        return NULL;
+    struct pump_range *r = pump_ranges_find(address);
+    struct pump_blocks *a = r != NULL ? r->blocks : NULL;
+    if (a == NULL || address < a->base || address + bytes > a->base + a->size)
+        return NULL;
+    *first = (uint32_t)(address / PUMP_BLOCK_SIZE - a->base / PUMP_BLOCK_SIZE);
+    *last = (uint32_t)((address + bytes - 1) / PUMP_BLOCK_SIZE - a->base / PUMP_BLOCK_SIZE);
+    return a;
+}
+
+/* A launch with a plan trigger takes its need ranges instead of its whole
+ * allocations: those not believed resident are prefetched (room is made in
+ * the plan's order), and the kernel waits for them, or else for the planned
+ * prefetch that brought the latest of them, if any. */
+static void need_rule(struct pump_context *c, int device, CUstream stream, const struct pump_scan *scan,
+                      uint64_t budget, const struct pump_trigger *t)
+{
+    uint32_t order = t->order == PUMP_ORDER_USED ? PUMP_ORDER_USED : PUMP_ORDER_MIGRATED;
+    uint64_t left_out = 0, ready = 0;
+    pthread_mutex_lock(&lock);
+    uint64_t decision = begin_decision(scan);
+    for (uint32_t k = 0; k < t->need; k++) {
+        uint32_t first, last;
+        struct pump_blocks *a = plan_blocks(&t->range[k], &first, &last);
+        for (uint32_t i = first; a != NULL && i <= last; i++)
+            a->block[i].mark = decision;
+    }
+    struct evictions e = {.c = c, .device = device, .stream = stream};
+    struct prefetches p = {.c = c, .device = device, .stamp = resident_stamp(device)};
+    bool full = false;
+    for (uint32_t k = 0; k < t->need; k++) {
+        uint32_t first, last;
+        struct pump_blocks *a = plan_blocks(&t->range[k], &first, &last);
+        for (uint32_t i = first; a != NULL && i <= last; i++) {
+            if (a->block[i].device == device && a->block[i].ready > ready)
+                ready = a->block[i].ready;
+            full = full || !want_block(&p, &e, budget, order, decision, a, i);
+            left_out += full;
+        }
+    }
+    prefetches_flush(&p, &e, budget);
+    evictions_flush(&e);
+    publish_resident();
+    if (p.issued) {
+        pump_prefetch_wait(c, stream);
+        PUMP_COUNT(launches_prefetched, 1);
+    } else if (ready != 0 && pump_config.wait) {
+        pump_use_wait(stream, ready);
+    }
+    pthread_mutex_unlock(&lock);
+    if (left_out > 0)
+        PUMP_COUNT(budget_skips, left_out);
+}
+
+PUMP_HIDDEN void pump_residency_launch(struct pump_context *c, CUstream stream, const struct pump_scan *scan,
+                                       uint64_t budget, const struct pump_trigger *trigger, int *capturing)
+{
+    int device = pump_context_device(c);
+    if (device < 0 || device >= DEVICES_MAX)
+        return;
+    if (trigger != NULL && trigger->need > 0) {
+        *capturing = pump_stream_capturing(stream);
+        if (*capturing)
+            PUMP_COUNT(launches_captured, 1);
+        else
+            need_rule(c, device, stream, scan, budget, trigger);
+        return;
+    }
+    uint32_t stamp = resident_stamp(device), todo = 0;
+    for (uint32_t r = 0; r < scan->own; r++)
+        todo += stamp == 0 || __atomic_load_n(&scan->range[r]->resident_stamp, __ATOMIC_RELAXED) != stamp;
+    if (todo < scan->own)
+        PUMP_COUNT(resident_skips, scan->own - todo);
+    if (todo == 0)
+        return;
+    *capturing = pump_stream_capturing(stream);
+    if (*capturing) {
+        PUMP_COUNT(launches_captured, 1);
+        return;
+    }
+    pthread_mutex_lock(&lock);
+    uint64_t decision = begin_decision(scan);
+    struct evictions e = {.c = c, .device = device, .stream = stream};
+    struct prefetches p = {.c = c, .device = device, .stamp = stamp};
+    uint64_t left_out = 0;
+    bool full = false;
+    for (uint32_t r = 0; r < scan->own; r++) {
+        struct pump_blocks *a = scan->range[r]->blocks;
+        if (a == NULL)
+            continue;
+        for (uint32_t i = 0; i < a->count; i++) {
+            full = full || !want_block(&p, &e, budget, PUMP_ORDER_MIGRATED, decision, a, i);
+            left_out += full;
+        }
+    }
+    prefetches_flush(&p, &e, budget);
+    evictions_flush(&e);
+    for (uint32_t r = 0; r < scan->own; r++)
+        if (scan->range[r]->blocks != NULL)
+            refresh(scan->range[r]->blocks, device, stamp);
+    publish_resident();
+    if (p.issued) {
+        pump_prefetch_wait(c, stream);
+        PUMP_COUNT(launches_prefetched, 1);
+    }
+    pthread_mutex_unlock(&lock);
+    if (left_out > 0)
+        PUMP_COUNT(budget_skips, left_out);
+}
+
+/* Policy off with a budget: the launch's blocks are counted in (the kernel
+ * faults in what it touches), then the oldest others leave until it holds. */
+static void off_rule(struct pump_context *c, int device, const struct pump_scan *scan, uint64_t budget,
+                     uint64_t token)
+{
+    uint32_t counted = 0;
+    for (uint32_t r = 0; r < scan->own; r++)
+        counted += __atomic_load_n(&scan->range[r]->accounted_on, __ATOMIC_RELAXED) == (uint32_t)device + 1;
+    if (counted == scan->own)
+        return;
+    pthread_mutex_lock(&lock);
+    uint64_t decision = begin_decision(scan);
+    for (uint32_t r = 0; r < scan->own; r++) {
+        struct pump_blocks *a = scan->range[r]->blocks;
+        if (a == NULL)
+            continue;
+        for (uint32_t i = 0; i < a->count; i++)
+            count_in(a, i, device);
+        refresh(a, device, 0);
+    }
+    struct evictions e = {.c = c, .device = device, .fallback = token};
+    make_room(&e, 0, budget, PUMP_ORDER_MIGRATED, decision);
+    evictions_flush(&e);
+    publish_resident();
+    pthread_mutex_unlock(&lock);
+}
+
+static void plan_rule(struct pump_context *c, int device, const struct pump_scan *scan, uint64_t budget,
+                      uint64_t token, const struct pump_trigger *t)
+{
+    uint32_t order = t->order == PUMP_ORDER_USED ? PUMP_ORDER_USED : PUMP_ORDER_MIGRATED;
+    uint64_t skipped = 0, left_out = 0;
+    pthread_mutex_lock(&lock);
+    uint64_t decision = begin_decision(scan);
+    struct evictions e = {.c = c, .device = device, .after = token, .fallback = token};
+    uint32_t prefetch_from = t->need, evict_from = t->need + t->prefetch;
+    for (uint32_t k = evict_from; k < evict_from + t->evict; k++) {
+        uint32_t first, last;
+        struct pump_blocks *a = plan_blocks(&t->range[k], &first, &last);
+        skipped += a == NULL;
+        for (uint32_t i = first; a != NULL && i <= last; i++)
+            evict_block(&e, a, i);
+        if (a != NULL)
+            PUMP_COUNT(plan_evict_ranges, 1);
+    }
+    for (uint32_t k = prefetch_from; k < evict_from; k++) {
+        uint32_t first, last;
+        struct pump_blocks *a = plan_blocks(&t->range[k], &first, &last);
+        for (uint32_t i = first; a != NULL && i <= last; i++)
+            a->block[i].mark = decision;
+    }
+    struct prefetches p = {.c = c, .device = device, .stamp = resident_stamp(device), .from_plan = true};
+    bool full = false;
+    for (uint32_t k = prefetch_from; k < evict_from; k++) {
+        uint32_t first, last;
+        struct pump_blocks *a = plan_blocks(&t->range[k], &first, &last);
+        skipped += a == NULL;
+        for (uint32_t i = first; a != NULL && i <= last; i++) {
+            full = full || !want_block(&p, &e, budget, order, decision, a, i);
+            left_out += full;
+        }
+    }
+    prefetches_flush(&p, &e, budget);
+    evictions_flush(&e);
+    publish_resident();
+    pthread_mutex_unlock(&lock);
+    if (skipped > 0)
+        PUMP_COUNT(plan_ranges_skipped, skipped);
+    if (left_out > 0)
+        PUMP_COUNT(budget_skips, left_out);
+}
+
+/* Over the budget although every rule kept to it: the budget was lowered (the
+ * arbiter, `pump` set) or a rule could not help it (policy off's launch larger
+ * than the budget). The oldest blocks but this launch's leave. */
+static void hold_budget(struct pump_context *c, int device, const struct pump_scan *scan, uint64_t budget,
+                        uint64_t token)
+{
+    pthread_mutex_lock(&lock);
+    uint64_t decision = begin_decision(scan);
+    struct evictions e = {.c = c, .device = device, .fallback = token};
+    make_room(&e, 0, budget, PUMP_ORDER_MIGRATED, decision);
+    evictions_flush(&e);
+    publish_resident();
+    pthread_mutex_unlock(&lock);
+}
+
+PUMP_HIDDEN void pump_residency_after_launch(struct pump_context *c, CUstream stream, const struct pump_scan *scan,
+                                             uint64_t budget, uint64_t tick, const struct pump_trigger *trigger)
+{
+    uint64_t token = 0;
+    if (budget != 0 || (trigger != NULL && trigger->evict > 0))
+        token = pump_use_record(c, stream);
+    if (budget != 0 && token != 0) {
+        for (uint32_t r = 0; r < scan->own; r++) {
+            struct pump_range *range = scan->range[r];
+            uint64_t old = __atomic_load_n(&range->last_use, __ATOMIC_RELAXED);
+            /* The latest use wins (tokens order by their sequence number). */
+            while (old >> PUMP_USE_SEQUENCE_SHIFT < token >> PUMP_USE_SEQUENCE_SHIFT &&
+                   !__atomic_compare_exchange_n(&range->last_use, &old, token, true, __ATOMIC_RELEASE,
+                                                __ATOMIC_RELAXED)) {
+            }
+            __atomic_store_n(&range->used_tick, tick, __ATOMIC_RELAXED);
+        }
+    }
+    int device = pump_context_device(c);
+    if (device < 0 || device >= DEVICES_MAX)
+        return;
+    if (pump_config.policy == PUMP_POLICY_OFF && budget != 0)
+        off_rule(c, device, scan, budget, token);
+    if (trigger != NULL)
+        plan_rule(c, device, scan, budget, token, trigger);
+    if (budget != 0 && __atomic_load_n(&devices[device].resident, __ATOMIC_RELAXED) > budget)
+        hold_budget(c, device, scan, budget, token);
+}
+
+PUMP_HIDDEN void pump_residency_before_fork(void)
+{
+    pthread_mutex_lock(&lock);
+}
+
+PUMP_HIDDEN void pump_residency_after_fork(void)
+{
+    pthread_mutex_unlock(&lock);
+}

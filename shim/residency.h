@@ -1,0 +1,54 @@
+/* residency.h: what pump believes is resident on each GPU, per 2 MiB block
+ * of each managed allocation, and the budget that belief is held to. The
+ * policies' rules (off's evict-only emulation, launch's prefetch at launch,
+ * lookahead's plan triggers; `pump simulate` models the same rules) decide
+ * here what the migration engine (prefetch.h) moves. */
+#ifndef PUMP_RESIDENCY_H
+#define PUMP_RESIDENCY_H
+
+#include "pump_channel.h"
+#include "prefetch.h"
+#include "scan.h"
+
+/* Residency beliefs for SKIPPING a prefetch expire when the epoch moves
+ * (synchronisations, and every PUMP_EPOCH_LAUNCHES managed launches); the
+ * budget's accounting does not. */
+extern PUMP_HIDDEN _Atomic uint32_t pump_epoch;
+/* Returns the new epoch. */
+PUMP_HIDDEN uint32_t pump_epoch_advance(void);
+
+/* A new managed allocation (its block state is allocated here, never on a
+ * launch); false when there is no memory for it (it is then not budgeted). */
+PUMP_HIDDEN bool pump_residency_attach(struct pump_range *range);
+/* The allocation is gone: its blocks leave the accounting. Called with the
+ * range table's writer lock held. */
+PUMP_HIDDEN void pump_residency_detach(struct pump_range *range);
+
+/* The trigger a launch's key found in the plan, copied out of it. */
+#define PUMP_TRIGGER_RANGES_MAX 256
+struct pump_trigger {
+    uint32_t need, prefetch, evict; /* range[0 .. need), then prefetch, then evict ranges */
+    uint32_t order;               /* enum pump_plan_order */
+    struct pump_plan_range range[PUMP_TRIGGER_RANGES_MAX];
+};
+
+/* The launch rule, before a launch on `stream` (policy launch): prefetches
+ * the blocks of the scan's allocations (or, with a trigger that has need
+ * ranges, of those) not believed resident on c's device, evicting least
+ * recently migrated blocks (the trigger's order) to make room under `budget`
+ * (0: none); the stream waits for them. Sets *capturing when it had to ask. */
+PUMP_HIDDEN void pump_residency_launch(struct pump_context *c, CUstream stream, const struct pump_scan *scan,
+                                       uint64_t budget, const struct pump_trigger *trigger, int *capturing);
+
+/* After the kernel was enqueued (not on a capturing stream): records its use
+ * (when a budget or the trigger needs one), then under policy off with a
+ * budget applies the evict-only rule, and with a trigger (may be NULL)
+ * evicts its evict ranges after this kernel and prefetches its prefetch
+ * ranges within the budget. */
+PUMP_HIDDEN void pump_residency_after_launch(struct pump_context *c, CUstream stream, const struct pump_scan *scan,
+                                             uint64_t budget, uint64_t tick, const struct pump_trigger *trigger);
+
+PUMP_HIDDEN void pump_residency_before_fork(void);
+PUMP_HIDDEN void pump_residency_after_fork(void);
+
+#endif

@@ -1,0 +1,216 @@
+"""The budget held by eviction, and the daemon's plans carried out, by the real
+shim on fakecuda: a job's GPU-resident managed memory stays at its budget
+(fakecuda's per-device peak says how far it went over), values are the same
+as without pump, every eviction waits for the block's last user, plan
+triggers evict and prefetch what they name, and capture is left alone.
+Also bench/replay_trace, which replays pump traces on fakecuda."""
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from helpers import clean_env
+from pump import channel, stats, trace
+# the shim-side daemon stand-in and its fixtures (pytest registers fixtures imported here)
+from test_channel import daemon, job, key_of, run_with_plan, sockdir  # noqa: F401
+
+MiB = 1 << 20
+PAGE = 64 << 10
+
+# budget BUFFERS MIB ROUNDS: each launch uses two 16 MiB buffers; the set is 128 MiB
+BUFFERS, BUFFER_MIB, ROUNDS = 8, 16, 3
+WORKING_SET = BUFFERS * BUFFER_MIB * MiB
+BUDGET = 64 * MiB
+LAUNCH_BYTES = 2 * BUFFER_MIB * MiB
+
+
+def budget_run(run_program, policy, budget, *extra, variant="plain", pump=True):
+    env = {"PUMP_SOCKET": "", "PUMP_POLICY": policy}
+    if budget:
+        env["PUMP_BUDGET"] = str(budget)
+    env.update({"ASAN_OPTIONS": "detect_leaks=1", "TSAN_OPTIONS": "halt_on_error=1"})
+    run = run_program("budget", BUFFERS, BUFFER_MIB, ROUNDS, *extra, variant=variant, pump=pump, env=env,
+                      timeout=600)
+    assert run.proc.returncode == 0, run.proc.stderr[-4000:]
+    assert "Sanitizer" not in run.proc.stderr and "runtime error" not in run.proc.stderr, run.proc.stderr[-4000:]
+    return run
+
+
+def test_without_a_budget_the_whole_set_is_resident(run_program):
+    """What the budget must prevent: all 128 MiB end up on the GPU."""
+    bare = budget_run(run_program, "off", 0, pump=False).result
+    assert bare["device_resident_peak"] == WORKING_SET
+    launch = budget_run(run_program, "launch", 0)
+    assert launch.result["checksum"] == bare["checksum"] and launch.result["gpu_faults"] == 0
+    assert launch.totals["bytes_evicted"] == 0 and launch.totals["resident_bytes_peak"] == WORKING_SET
+
+
+@pytest.mark.parametrize("policy", ["off", "launch"])
+def test_budget_holds(run_program, policy):
+    """Kernels wait 1 ms before touching their buffers: an eviction that did
+    not wait for its block's last kernel would take the buffers from under it
+    (launch: faults, or pages evicted before they arrived; both: a peak past
+    the budget)."""
+    bare = budget_run(run_program, "off", 0, pump=False).result
+    run = budget_run(run_program, policy, BUDGET, "--kernel-us=1000")
+    result, totals = run.result, run.totals
+    assert result["checksum"] == bare["checksum"]
+    assert totals["budget_bytes"] == BUDGET and totals["resident_bytes_peak"] <= BUDGET
+    assert totals["evictions"] > 0 and totals["bytes_evicted"] >= WORKING_SET - BUDGET
+    # Every round brings the whole set through a budget of half of it.
+    if policy == "launch":
+        # Nothing is faulted: each kernel's buffers were prefetched and stayed until it ran;
+        # every eviction moved exactly the pages pump asked for, so the peak is the budget.
+        assert result["gpu_faults"] == 0
+        assert result["bytes_d2h"] == totals["bytes_evicted"]
+        assert result["device_resident_peak"] <= BUDGET
+    else:
+        # Nothing prefetched: kernels fault in what they touch, possibly before the
+        # evictions queued behind the previous kernel have run: at most one launch over.
+        assert totals["prefetch_bytes"] == 0
+        assert result["device_resident_peak"] <= BUDGET + LAUNCH_BYTES, result
+        assert result["bytes_d2h"] == totals["bytes_evicted"]
+
+
+def test_summary_line_shows_the_budget_held(run_program):
+    line = stats.summary_line(budget_run(run_program, "launch", BUDGET).totals)
+    assert "evicted (peak 64.0 MiB resident, budget 64.0 MiB)" in line, line
+
+
+@pytest.mark.parametrize("variant", ["asan", "tsan"])
+@pytest.mark.parametrize("policy", ["off", "launch"])
+def test_budget_under_sanitizers(run_program, variant, policy):
+    bare = budget_run(run_program, "off", 0, pump=False).result
+    run = budget_run(run_program, policy, BUDGET, variant=variant)
+    assert run.result["checksum"] == bare["checksum"]
+    assert run.totals["resident_bytes_peak"] <= BUDGET and run.totals["evictions"] > 0
+
+
+@pytest.mark.parametrize("variant", ["plain", "tsan"])
+def test_budget_with_threads(run_program, variant):
+    """Threads launching on their own streams and buffers while another allocates,
+    frees and synchronises, under a budget smaller than their buffers together."""
+    env = {"PUMP_SOCKET": "", "PUMP_BUDGET": "3MiB", "TSAN_OPTIONS": "halt_on_error=1"}
+    run = run_program("threads", 4, 200, variant=variant, env=env, timeout=600)
+    assert run.proc.returncode == 0, run.proc.stderr[-4000:]
+    assert "Sanitizer" not in run.proc.stderr, run.proc.stderr[-4000:]
+    assert run.totals["resident_bytes_peak"] <= 3 * MiB and run.totals["evictions"] > 0
+
+
+@pytest.mark.parametrize("policy", ["off", "launch"])
+def test_capture_is_left_alone_under_a_budget(run_program, policy):
+    """touch --capture captures its last kernel into a graph: pump adds nothing to a
+    capturing stream (an eviction or prefetch there would break the capture)."""
+    env = {"PUMP_SOCKET": "", "PUMP_POLICY": policy, "PUMP_BUDGET": "100MiB"}
+    bare = run_program("touch_linked", 1, "--capture", pump=False)
+    run = run_program("touch_linked", 1, "--capture", env=env)
+    assert run.result["checksum"] == bare.result["checksum"]
+    assert run.totals["errors"] == 0
+    # off counts a launch's own blocks in and never evicts them: its largest launch (three
+    # 64 MiB buffers) goes past the budget by itself
+    assert run.totals["resident_bytes_peak"] <= (100 if policy == "launch" else 192) * MiB
+    if policy == "launch":
+        assert run.totals["launches_captured"] >= 1
+
+
+# ---- plans ----
+
+def test_plan_evicts_and_prefetches_within_its_budget(job, daemon):
+    """events: three launches of a kernel on A (2 MiB); B (4 MiB) is never used.
+    The plan (budget 4 MiB) says: after each launch on A, evict A and prefetch B,
+    and evict a range that is no managed memory (skipped). Launch 1 brings A in,
+    then A leaves after it and B comes in; launches 2 and 3 must evict B's older
+    block to bring A back, then the trigger evicts A and fetches that block again."""
+    _, _, without, _ = run_with_plan(job, daemon())
+    d = daemon(budget=4 * MiB)
+    first, live, result, record = run_with_plan(
+        job, d, lambda plan, f: plan.publish(4 * MiB, {
+            key_of(f, "a"): ([], [(f["b"], 4 * MiB)], [(f["a"], 2 * MiB), (0x42, PAGE)])}))
+    assert result["checksum"] == without["checksum"]
+    assert result["gpu_faults"] == 0
+    assert record["plan_triggers"] == 3 and record["plan_evict_ranges"] == 3
+    assert record["plan_prefetch_ranges"] == 3 and record["plan_ranges_skipped"] == 3
+    # A three times and B's blocks 2 + 1 + 1 times in; A three times and B's first block twice out
+    assert result["bytes_prefetched_h2d"] == 3 * 2 * MiB + 8 * MiB
+    assert result["bytes_d2h"] == record["bytes_evicted"] == 3 * 2 * MiB + 2 * 2 * MiB
+    assert record["evictions"] == 5
+    assert result["device_resident_peak"] <= 4 * MiB and record["resident_bytes_peak"] <= 4 * MiB
+    assert live["resident_bytes"] == 4 * MiB  # B, after the last trigger
+
+
+# ---- bench/replay_trace ----
+
+BASES = [0x7f0000000000 + i * 64 * MiB for i in range(4)]
+ALLOCATION = 8 * MiB
+# (allocations named, extents (allocation, offset, bytes)): a launch without extents
+# touches its allocations whole; one with 70 extents needs the host table past 64 pairs;
+# one with four allocations needs a LAUNCH_MORE record.
+LAUNCHES = [([0], []),
+            ([1, 2], [(1, 0, MiB), (2, 4 * MiB, PAGE)]),
+            ([3], [(3, k * PAGE, PAGE) for k in range(70)]),
+            ([0, 1, 2, 3], [])]
+
+
+def record(kind, count, *args, device=-1):
+    r = np.zeros(1, dtype=channel.EVENT)
+    r["kind"], r["count"], r["device"] = channel.KIND[kind], count, device
+    r["arg"][0, :len(args)] = args
+    return r
+
+
+def write_trace(path):
+    records = [record("alloc", 1, base, ALLOCATION, 1) for base in BASES] + [record("step", 1, 0)]
+    for n, (own, extents) in enumerate(LAUNCHES):
+        records.append(record("launch", len(own), 0x1000 + n % 2, 0x77, *[BASES[i] for i in own[:3]], device=0))
+        for k in range(3, len(own), 5):
+            chunk = [BASES[i] for i in own[k:k + 5]]
+            records.append(record("launch_more", len(chunk), *chunk, device=0))
+        for k in range(0, len(extents), 2):
+            pair = extents[k:k + 2]
+            args = [v for i, offset, size in pair for v in (BASES[i] + offset, size)]
+            records.append(record("extent", len(pair), *args, device=0))
+    records.append(record("sync", 1, 2))
+    records += [record("free", 1, base, ALLOCATION) for base in BASES]
+    writer = trace.TraceWriter(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "job-1", "replay")
+    writer.write(1234, np.concatenate(records))
+    writer.close()
+    return path
+
+
+def replay(c_build, libpump, path, env=None, pump=True):
+    full = dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"), PUMP_SOCKET="", **(env or {}))
+    if pump:
+        full["LD_PRELOAD"] = str(libpump)
+    return subprocess.run([str(c_build / "plain" / "replay_trace"), str(path)], env=full, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_replay_trace_touches_what_the_trace_says(c_build, libpump, tmp_path):
+    path = write_trace(tmp_path / "t.trace")
+    proc = replay(c_build, libpump, path, pump=False)
+    assert proc.returncode == 0, proc.stderr
+    bare = json.loads(proc.stdout)
+    ranges = sum(len(extents) or len(own) for own, extents in LAUNCHES)
+    assert (bare["launches"], bare["ranges_touched"], bare["allocs"], bare["frees"], bare["syncs"]) == \
+        (4, ranges, 4, 4, 1)
+    assert bare["unknown_bases"] == bare["ranges_outside"] == bare["frees_unknown"] == 0
+    # the last launch touches all four allocations whole: every page faults once
+    assert bare["gpu_faults"] == 4 * ALLOCATION // PAGE
+    proc = replay(c_build, libpump, path, {"PUMP_POLICY": "launch"})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["gpu_faults"] == 0  # the shim found every allocation from the arguments
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda data: data[:-10], "truncated: the file ends inside a block's records"),
+    (lambda data: data[:124], "truncated: the file ends inside a block header"),
+    (lambda data: b"XXXX" + data[4:], "not a pump trace"),
+])
+def test_replay_trace_refuses_bad_files(c_build, libpump, tmp_path, damage, message):
+    path = write_trace(tmp_path / "t.trace")
+    path.write_bytes(damage(path.read_bytes()))
+    proc = replay(c_build, libpump, path, pump=False)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
