@@ -26,7 +26,7 @@ class TraceWriter:
     def __init__(self, fd: int, job: str, name: str):
         self.file = os.fdopen(fd, "wb", buffering=1 << 20)
         header = ffi.new(HEADER + " *")
-        header.magic, header.version = C.PUMP_TRACE_MAGIC, C.PUMP_PROTOCOL_VERSION
+        header.magic, header.version = C.PUMP_TRACE_MAGIC, C.PUMP_TRACE_VERSION
         header.record_size = channel.RECORD_SIZE
         header.start_ns = time.monotonic_ns()
         header.job = job.encode()[: len(header.job) - 1]
@@ -56,9 +56,9 @@ def read(path):
     h = ffi.cast(HEADER + " *", buf)
     if h.magic != C.PUMP_TRACE_MAGIC:
         raise TraceError(f"{path}: not a pump trace (magic 0x{h.magic:08x})")
-    if h.version != C.PUMP_PROTOCOL_VERSION or h.record_size != channel.RECORD_SIZE:
+    if not 1 <= h.version <= C.PUMP_TRACE_VERSION or h.record_size != channel.RECORD_SIZE:
         raise TraceError(f"{path}: trace version {h.version} with {h.record_size}-byte records; "
-                         f"this pump reads version {C.PUMP_PROTOCOL_VERSION}, {channel.RECORD_SIZE}-byte")
+                         f"this pump reads versions 1 to {C.PUMP_TRACE_VERSION}, {channel.RECORD_SIZE}-byte")
     header = {"job": ffi.string(h.job).decode(errors="replace"), "name": ffi.string(h.name).decode(errors="replace"),
               "start_ns": h.start_ns}
     blocks, offset = [], hsize
@@ -104,6 +104,15 @@ def _describe(kind: int, count: int, arg, names: dict):
     if k == "counters":
         return k, ("launches {} managed {} prefetched {} resident {} evicted {}"
                    .format(*(int(a) for a in arg)))
+    if k == "extent":
+        return k, ", ".join(f"{'w' if int(arg[4]) >> j & 1 else 'r'} 0x{int(arg[2 * j]):x} {int(arg[2 * j + 1])} bytes"
+                            for j in range(min(count, 2)))
+    if k == "cost":
+        return k, f"{int(arg[0])} flops, {int(arg[1])} bytes" + (f", {int(arg[2])} ns" if int(arg[2]) else "")
+    if k in ("block_alloc", "block_free"):
+        return k, f"0x{int(arg[0]):x} {int(arg[1])} bytes"
+    if k == "step":
+        return k, f"{int(arg[0])}"
     return None if k in ("launch_more", "name") else (k, "")
 
 
@@ -124,7 +133,7 @@ def stats(path) -> dict:
     """What a trace holds, in totals: per kind, per process, and the busiest functions."""
     header, blocks = read(path)
     kinds, launches_of = {}, {}
-    live = peak = 0
+    live = peak = flops = 0
     sizes = {}
     pids = set()
     times = []
@@ -143,6 +152,7 @@ def stats(path) -> dict:
             peak = max(peak, live)
         for base, _ in batch.frees:
             live -= sizes.pop(base, 0)
+        flops += sum(cost[0] for cost in batch.costs.values())
     names = _names(blocks)
     busiest = sorted(launches_of.items(), key=lambda kv: -kv[1])[:10]
     return {
@@ -150,6 +160,7 @@ def stats(path) -> dict:
         "records": sum(len(r) for _, r in blocks), "kinds": kinds,
         "launches": kinds.get("launch", 0), "functions": len(launches_of),
         "managed_bytes_peak": peak,
+        "steps": kinds.get("step", 0), "flops": flops,
         "seconds": (max(times) - min(times)) / 1e9 if times else 0.0,
         "busiest_functions": [{"function": f"0x{f:x}", "name": names.get(f, "?"), "launches": n}
                               for f, n in busiest],

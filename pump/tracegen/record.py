@@ -1,0 +1,227 @@
+"""Turning a program's operators into a trace: a TorchDispatchMode that sees every
+aten operator a model's training step runs on the meta device (after autograd, so
+backward and the optimizer are seen too) and records what a CUDA device would do.
+
+The meta device stands for the GPU; tensors on the CPU stay on the host (the
+optimizer's step counters) and are not recorded.  Per operator:
+  - every new storage gets an address from the caching-allocator model (BLOCK_ALLOC,
+    and ALLOC when a segment is made); when the storage dies (a weakref finalizer on
+    its Python object, which PyTorch keeps alive exactly as long as the storage),
+    its block goes back (BLOCK_FREE);
+  - operators that only make views or change metadata launch nothing, nor do
+    allocation-only ones (empty) or host-to-device copies (not kernels);
+  - any other launches a kernel, with the exact byte ranges of its operands (inputs
+    read, schema-mutated arguments written, new outputs written), the segments holding
+    them, its FLOPs (torch.utils.flop_counter's formulas; 0 for operators without one,
+    which are bound by memory traffic) and its bytes read plus written;
+  - a _foreach_ operator launches as CUDA's multi_tensor_apply does: chunks of 65536
+    elements, a launch whenever the tensors or blocks per launch reach their limit.
+CudaChoices makes the choices PyTorch makes for a CUDA tensor where the meta device
+would choose otherwise (dropout's fused kernel and its boolean mask).
+"""
+
+import weakref
+
+import torch
+from torch.nn import functional as F
+from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry
+
+from pump import channel
+
+ALLOCATION_ONLY = {"empty", "empty_like", "empty_strided", "empty_permuted", "new_empty", "new_empty_strided"}
+# In-place operators that overwrite their mutated argument without reading it.
+WRITE_ONLY = {"zero_", "fill_", "copy_", "normal_", "uniform_", "bernoulli_", "random_", "exponential_",
+              "_foreach_zero_", "_foreach_copy_"}
+# multi_tensor_apply (ATen/native/cuda/MultiTensorApply.cuh): per launch, at most this
+# many tensors (by the number of tensor lists, 1..5) and 320 blocks of 65536 elements.
+FOREACH_CHUNK = 65536
+FOREACH_MAX_BLOCKS = 320
+FOREACH_MAX_TENSORS = (110, 64, 48, 36, 30)
+FOREACH_MAX_TENSORS_SCALAR_LIST = (96, 64, 48, 36, 30)
+
+
+def _on_device(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.device.type == "meta"
+
+
+class CudaChoices(TorchFunctionMode):
+    """Dropout in training takes CUDA's fused native_dropout (one kernel, a bool mask;
+    ATen's is_fused_kernel_acceptable) where the meta device would take the CPU path
+    (a float mask filled by bernoulli_, then a multiply)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.dropout:
+            p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
+            training = args[2] if len(args) > 2 else kwargs.get("training", True)
+            inplace = args[3] if len(args) > 3 else kwargs.get("inplace", False)
+            x = args[0]
+            if training and not inplace and 0 < p < 1 and _on_device(x) and x.numel():
+                return torch.native_dropout(x, p, True)[0]
+        return func(*args, **kwargs)
+
+
+class Recorder(TorchDispatchMode):
+    """Records operators into an EventStream, placing storages with a CachingAllocator."""
+
+    def __init__(self, events, allocator):
+        super().__init__()
+        self.events, self.allocator = events, allocator
+        self.live = {}           # storage (its StorageImpl's address) -> (address, bytes, segment)
+        self.flops = 0           # of every launch recorded so far
+        self.recording = True
+
+    # --- storages ------------------------------------------------------------------------
+    def place(self, t) -> bool:
+        """Give the storage of device tensor ``t`` a block if it has none; True if it is new."""
+        storage = t.untyped_storage()
+        key, nbytes = storage._cdata, storage.nbytes()
+        held = self.live.get(key)
+        if held is not None and held[1] >= nbytes:
+            return False
+        if held is not None:      # resized in place: a new block, as resize_ takes one
+            self._release(key)
+        if nbytes == 0:
+            return False
+        address, size, segment = self.allocator.malloc(nbytes)
+        if segment is not None:
+            self.events.alloc(*segment)
+        self.events.block_alloc(address, size)
+        self.live[key] = (address, nbytes, self.allocator.blocks[address].segment)
+        if held is None:
+            weakref.finalize(storage, self._release, key).atexit = False
+        return True
+
+    def place_module(self, module):
+        """Place a model's parameters and buffers in the order Module.to() copies them to
+        the GPU: each submodule's before its parent's own."""
+        for child in module.children():
+            self.place_module(child)
+        for t in [*module._parameters.values(), *module._buffers.values()]:
+            if _on_device(t):
+                self.place(t)
+
+    def _release(self, key):
+        if not self.recording or key not in self.live:
+            return
+        address = self.live.pop(key)[0]
+        self.events.block_free(address, self.allocator.free(address))
+
+    def close(self):
+        """Stop recording: storages that die from now on are not the program's frees."""
+        self.recording = False
+
+    def _extent(self, t, start: int = 0, stop: int = None):
+        """(address, bytes, segment) of elements [start, stop) of ``t`` (all of it by default)
+        in its storage, or None if that is empty."""
+        if t.numel() == 0:
+            return None
+        address, _, segment = self.live[t.untyped_storage()._cdata]
+        size = t.element_size()
+        if stop is None:
+            span = 1 + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride()))
+            return address + t.storage_offset() * size, span * size, segment
+        return address + (t.storage_offset() + start) * size, (stop - start) * size, segment
+
+    # --- operators -----------------------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func.namespace != "aten":
+            return out
+        operands = []            # (argument value, schema argument)
+        for i, arg in enumerate(func._schema.arguments):
+            value = args[i] if i < len(args) else kwargs.get(arg.name)
+            operands.append((value, arg))
+        inputs = [(t, arg.alias_info is not None and arg.alias_info.is_write)
+                  for value, arg in operands for t in pytree.tree_leaves(value) if _on_device(t)]
+        outputs = [t for t in pytree.tree_leaves(out) if _on_device(t)]
+        new = [t for t in outputs if self.place(t)]
+        name = func.overloadpacket.__name__
+        mutates = any(m for _, m in inputs)
+        if name in ALLOCATION_ONLY or torch.Tag.inplace_view in func.tags or not (new or mutates):
+            return out               # no kernel: an allocation, a view, or metadata only
+        if not inputs and any(isinstance(t, torch.Tensor) for value, _ in operands
+                              for t in pytree.tree_leaves(value)):
+            return out               # a host-to-device copy: the copy engine, no kernel
+        read_mutated = name not in WRITE_ONLY
+        if name.startswith("_foreach_"):
+            self._foreach(func, operands, new, read_mutated)
+        else:
+            ranges = [(self._extent(t), not m or read_mutated, m) for t, m in inputs]
+            ranges += [(self._extent(t), False, True) for t in new]
+            flops = flop_registry[func.overloadpacket](*args, **kwargs, out_val=out) \
+                if func.overloadpacket in flop_registry else 0
+            self._launch(str(func), ranges, flops)
+        return out
+
+    def _launch(self, name: str, ranges, flops: int):
+        """One kernel over ``ranges``: [((address, bytes, segment) or None, read, written)]."""
+        merged = {}              # (address, bytes) -> [read, written, segment], first use first
+        for extent, read, written in ranges:
+            if extent is None:
+                continue
+            entry = merged.setdefault(extent[:2], [False, False, extent[2]])
+            entry[0] |= read
+            entry[1] |= written
+        if not merged:
+            return
+        segments = list(dict.fromkeys(segment for _, _, segment in merged.values()))
+        traffic = sum(nbytes * (read + written) for (_, nbytes), (read, written, _) in merged.items())
+        self.events.launch(name, segments[:channel.LAUNCH_BASES_MAX],
+                           [(a, n, w) for (a, n), (_, w, _) in merged.items()], int(flops), traffic)
+        self.flops += int(flops)
+
+    def _foreach(self, func, operands, new, read_mutated: bool):
+        """A _foreach_ operator's launches, as multi_tensor_apply makes them."""
+        lists, single = [], []   # (tensors, read, written); tensors read by every launch
+        scalar_list = False
+        for value, arg in operands:
+            kind = str(arg.type)
+            written = arg.alias_info is not None and arg.alias_info.is_write
+            if kind.startswith("List[Tensor]") or kind == "Tensor[]":
+                if value and _on_device(value[0]):
+                    lists.append((value, not written or read_mutated, written))
+            elif _on_device(value):
+                single.append(value)
+            scalar_list |= kind in ("List[number]", "Scalar[]")
+        if new:
+            lists.append((new, False, True))
+        table = FOREACH_MAX_TENSORS_SCALAR_LIST if scalar_list else FOREACH_MAX_TENSORS
+        max_tensors = table[min(len(lists), len(table)) - 1]
+        shared = [(self._extent(t), True, False) for t in single]
+        name = str(func)
+        for launch in _multi_tensor_chunks([t.numel() for t in lists[0][0]], max_tensors):
+            ranges = list(shared)
+            for index, first, stop in launch:
+                for tensors, read, written in lists:
+                    t = tensors[index]
+                    if t.is_contiguous():
+                        extent = self._extent(t, first * FOREACH_CHUNK, min(stop * FOREACH_CHUNK, t.numel()))
+                    else:
+                        extent = self._extent(t)
+                    ranges.append((extent, read, written))
+            self._launch(name, ranges, 0)
+
+
+def _multi_tensor_chunks(numels, max_tensors: int):
+    """multi_tensor_apply's launches over tensors of ``numels`` elements: per launch, a list
+    of (tensor index, first chunk, chunk after the last)."""
+    nonempty = [i for i, n in enumerate(numels) if n]
+    launches, pending, blocks = [], [], 0
+    for i in nonempty:
+        chunks = -(-numels[i] // FOREACH_CHUNK)
+        pending.append([i, 0, 0])
+        for chunk in range(chunks):
+            pending[-1][2] = chunk + 1
+            blocks += 1
+            tensor_done = chunk == chunks - 1
+            if (len(pending) == max_tensors and tensor_done) or blocks == FOREACH_MAX_BLOCKS or \
+                    (i == nonempty[-1] and tensor_done):
+                launches.append([tuple(p) for p in pending])
+                blocks = 0
+                pending = [] if tensor_done else [[i, chunk + 1, chunk + 1]]
+    return launches

@@ -1,0 +1,297 @@
+"""pump trace generate: the caching-allocator model against PyTorch's rules, the
+multi_tensor_apply launch split, and generated traces of the tiny models read back
+with pump.trace and pump.channel (every launch complete, its ranges inside live
+blocks, steps marked, freed blocks reused), and the command line's errors."""
+
+import collections
+
+import pytest
+
+pytest.importorskip("torch")
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from pump import channel, cli, trace  # noqa: E402
+from pump.tracegen import MODEL_NAMES, allocator, generate, models, record  # noqa: E402
+
+MiB = 1 << 20
+K = channel.KIND
+
+
+# --- the allocator model -------------------------------------------------------------------
+
+def test_requests_round_up_to_512_bytes():
+    assert [allocator.round_request(n) for n in (1, 511, 512, 513, 1025)] == [512, 512, 512, 1024, 1536]
+
+
+@pytest.mark.parametrize("nbytes,segment", [
+    (1, 2 * MiB), (MiB, 2 * MiB),                       # small pool: 2 MiB segments
+    (MiB + 1, 20 * MiB), (10 * MiB - 512, 20 * MiB),    # large, under 10 MiB: 20 MiB segments
+    (10 * MiB - 1, 10 * MiB),                           # (the size after rounding to 512 decides)
+    (10 * MiB, 10 * MiB), (10 * MiB + 1, 12 * MiB),     # from 10 MiB: rounded up to 2 MiB
+    (33 * MiB, 34 * MiB),
+])
+def test_segment_sizes(nbytes, segment):
+    a = allocator.CachingAllocator()
+    address, _, made = a.malloc(nbytes)
+    assert made == (address, segment) and address % (2 * MiB) == 0
+
+
+def test_small_blocks_are_packed_into_one_segment():
+    a = allocator.CachingAllocator()
+    first, size, made = a.malloc(1000)
+    second, _, again = a.malloc(1000)
+    assert (size, made[1], again, second) == (1024, 2 * MiB, None, first + 1024)
+
+
+def test_small_and_large_pools_do_not_share_segments():
+    a = allocator.CachingAllocator()
+    small = a.malloc(MiB)[0]
+    large, _, made = a.malloc(MiB + 512)
+    assert made is not None and large != small + MiB
+
+
+def test_large_split_only_leaves_more_than_1_mib():
+    a = allocator.CachingAllocator()
+    # 19 MiB gets a 20 MiB segment; the 1 MiB left is not split off: the block is all of it.
+    assert a.malloc(19 * MiB)[1] == 20 * MiB
+    # 10 MiB + 1 gets 12 MiB; what is left (2 MiB - 512) is split off and serves the next
+    # request whole: splitting it would leave less than 1 MiB.
+    address, size, _ = a.malloc(10 * MiB + 1)
+    assert size == 10 * MiB + 512
+    assert a.malloc(MiB + 512) == (address + size, 2 * MiB - 512, None)
+
+
+def test_small_split_leaves_512_bytes():
+    a = allocator.CachingAllocator()
+    base = a.malloc(MiB)[0]
+    assert a.malloc(MiB - 512)[:2] == (base + MiB, MiB - 512)
+    assert a.malloc(1) == (base + 2 * MiB - 512, 512, None)       # the last 512 bytes
+    assert a.malloc(1)[2] is not None                              # the segment is full
+
+
+def test_best_fit_by_size_then_address():
+    a = allocator.CachingAllocator()
+    blocks = [a.malloc(n)[0] for n in (3 * MiB, 2 * MiB, 2 * MiB, 2 * MiB, 2 * MiB, 2 * MiB)]
+    for i in (4, 0, 2):           # free 3 MiB and two 2 MiB blocks, none touching another free one
+        a.free(blocks[i])
+    assert a.malloc(2 * MiB)[:2] == (blocks[2], 2 * MiB)   # the smallest that fits, the lower address
+    assert a.malloc(2 * MiB)[:2] == (blocks[4], 2 * MiB)
+    # Then the 3 MiB block, whole (1 MiB would be left: not split), before the segment's free tail.
+    assert a.malloc(2 * MiB)[:3] == (blocks[0], 3 * MiB, None)
+
+
+def test_freed_neighbours_merge_and_serve_a_larger_request():
+    a = allocator.CachingAllocator()
+    x, y, z = (a.malloc(4 * MiB)[0] for _ in range(3))
+    segments = dict(a.segments)
+    for address in (x, z, y):    # y last: it merges with both sides
+        assert a.free(address) == 4 * MiB
+    assert a.malloc(12 * MiB)[:2] == (x, 12 * MiB) and a.segments == segments
+
+
+def test_free_of_an_unknown_block_is_an_error():
+    a = allocator.CachingAllocator()
+    address = a.malloc(100)[0]
+    with pytest.raises(ValueError, match="not a block the allocator handed out"):
+        a.free(address + 512)
+    a.free(address)
+    with pytest.raises(ValueError):
+        a.free(address)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.sampled_from([1, 700, 4096, MiB - 1, MiB, MiB + 1, 3 * MiB,
+                                                           11 * MiB, 25 * MiB]),
+                          st.integers(0, 1000)), max_size=120))
+def test_random_programs_keep_the_pools_consistent(ops):
+    a = allocator.CachingAllocator()
+    live = {}
+    for do_free, nbytes, pick in ops:
+        if do_free and live:
+            address = sorted(live)[pick % len(live)]
+            assert a.free(address) == live.pop(address)
+        else:
+            address, size, _ = a.malloc(nbytes)
+            assert size >= nbytes and address not in live
+            live[address] = size
+    # Every segment is tiled exactly by its blocks; no two free blocks are neighbours;
+    # the pools hold exactly the free blocks; handed-out blocks do not overlap.
+    free = set()
+    for base, size in a.segments.items():
+        assert base % allocator.SEGMENT_ALIGNMENT == 0
+        block, end = a.blocks[base], base
+        while block is not None:
+            assert block.address == end and block.segment == base
+            assert block.allocated == (block.address in live)
+            if not block.allocated:
+                assert block.next is None or block.next.allocated
+                free.add((block.small, block.size, block.address))
+            end += block.size
+            block = block.next
+        assert end == base + size
+    assert free == {(small, s, addr) for small, pool in a.free_blocks.items() for s, addr in pool}
+    assert a.allocated_bytes == sum(live.values())
+
+
+# --- multi_tensor_apply's launches ---------------------------------------------------------
+
+def test_foreach_launches_split_at_the_block_and_tensor_limits():
+    chunk, blocks = record.FOREACH_CHUNK, record.FOREACH_MAX_BLOCKS
+    launches = record._multi_tensor_chunks([10, chunk * blocks + 5, 0, 3], 36)
+    # Tensor 0 takes a block, tensor 1 the other 319, then its last 2 chunks go on with tensor 3.
+    assert launches == [[(0, 0, 1), (1, 0, 319)], [(1, 319, 321), (3, 0, 1)]]
+    assert [len(x) for x in record._multi_tensor_chunks([1] * 40, 36)] == [36, 4]
+
+
+# --- generated traces ----------------------------------------------------------------------
+
+def _generate(tmp_path, model, **kw):
+    path = tmp_path / f"{model}.trace"
+    summary = generate.generate(str(path), model, "tiny", **kw)
+    header, blocks = trace.read(str(path))
+    assert [pid for pid, _ in blocks] == [0]
+    return summary, header, blocks[0][1]
+
+
+def _replay(records, batch):
+    """Walk the records in order: each launch's ranges must lie inside blocks handed out
+    and not yet taken back, inside the segments its bases name. Returns the addresses
+    handed out again after being freed."""
+    segments, live, freed, reused = {}, {}, set(), set()
+    launch = -1
+    for r in records:
+        kind, a = int(r["kind"]), [int(v) for v in r["arg"]]
+        if kind == K["alloc"]:
+            assert a[0] % (2 * MiB) == 0 and a[2] == 1
+            segments[a[0]] = a[1]
+        elif kind == K["block_alloc"]:
+            assert any(b <= a[0] and a[0] + a[1] <= b + s for b, s in segments.items())
+            if a[0] in freed:
+                reused.add(a[0])
+            live[a[0]] = a[1]
+        elif kind == K["block_free"]:
+            assert live.pop(a[0]) == a[1]
+            freed.add(a[0])
+        elif kind == K["launch"]:
+            launch += 1
+            bases = set(int(b) for b in batch.launch_bases(launch))
+            assert len(bases) == len(batch.launch_bases(launch)) == int(r["count"])
+            extents = batch.extents[launch]
+            assert extents and launch in batch.costs
+            for address, nbytes, _ in extents:
+                assert any(b <= address and address + nbytes <= b + s for b, s in live.items()), \
+                    f"launch {launch} ({batch.functions[int(batch.launch_function[launch])]}) touches a dead range"
+                assert any(b <= address and address + nbytes <= b + segments[b] for b in bases)
+    assert launch + 1 == len(batch.launch_function)
+    return reused
+
+
+@pytest.mark.parametrize("model", MODEL_NAMES)
+def test_tiny_trace_reads_back_complete(tmp_path, model):
+    summary, header, records = _generate(tmp_path, model, steps=3, last_batch=1, eval_every=2)
+    assert header["name"].startswith(f"{model} tiny")
+    batch = channel.decode(records)
+    assert batch.invalid == 0
+    assert list(records["seq"]) == list(range(1, len(records) + 1))
+    assert (records["time_ns"][1:] > records["time_ns"][:-1]).all()
+    assert [s for _, s in batch.steps] == [0, 1, 2]
+    assert [at for at, _ in batch.steps] == sorted(at for at, _ in batch.steps)
+    assert summary.launches == len(batch.launch_function) == len(batch.costs)
+    assert _replay(records, batch), "no freed block was handed out again"
+    assert summary.footprint_bytes == sum(size for _, size in batch.allocs)
+    names = collections.Counter(batch.functions[int(f)] for f in batch.launch_function)
+    assert not [n for n in names if n.split(".")[1] in ("view", "t", "transpose", "expand", "detach",
+                                                        "_unsafe_view", "split", "empty")]
+    assert any(n.startswith("aten._foreach_") for n in names)
+    flops = {n: 0 for n in names}
+    for i, f in enumerate(batch.launch_function):
+        flops[batch.functions[int(f)]] += batch.costs[i][0]
+        assert batch.costs[i][1] >= sum(nbytes for _, nbytes, _ in batch.extents[i])
+    assert all(flops[n] > 0 for n in names if n.split(".")[1] in ("mm", "addmm", "bmm", "convolution"))
+    assert summary.step_flops > 0
+
+
+def test_parameters_are_placed_before_the_first_step(tmp_path):
+    _, _, records = _generate(tmp_path, "gpt2-medium", steps=1)
+    batch = channel.decode(records)
+    net = models.build("gpt2-medium", models.MODELS["gpt2-medium"].tiny)
+    # The token embedding is also the head: one storage. Buffers are placed too.
+    tensors = {t.untyped_storage()._cdata: t for t in [*net.parameters(), *net.buffers()]}
+    expected = sorted(allocator.round_request(t.untyped_storage().nbytes()) for t in tensors.values())
+    before = sorted(size for at, _, size in batch.block_allocs[:len(expected)])
+    assert before == expected
+    assert batch.steps[0][0] == 0 and all(at == 0 for at, _, _ in batch.block_allocs[:len(expected)])
+
+
+def test_dropout_is_cudas_fused_kernel(tmp_path):
+    _, _, records = _generate(tmp_path, "gpt2-medium", steps=1)
+    batch = channel.decode(records)
+    names = {batch.functions[int(f)] for f in batch.launch_function}
+    assert {"aten.native_dropout.default", "aten.native_dropout_backward.default"} <= names
+    assert not any("bernoulli" in n for n in names)
+
+
+def test_evaluation_adds_forward_launches_only(tmp_path):
+    def names(**kw):
+        _, _, records = _generate(tmp_path, "bert-base", steps=2, **kw)
+        batch = channel.decode(records)
+        return collections.Counter(batch.functions[int(f)] for f in batch.launch_function)
+    extra = names(eval_every=1) - names()
+    assert extra and not [n for n in extra if "backward" in n or "dropout" in n or "foreach" in n]
+
+
+def test_last_batch_is_smaller(tmp_path):
+    _, _, records = _generate(tmp_path, "resnet50", steps=2, last_batch=1)
+    batch = channel.decode(records)
+    first_of_step = [at for at, _ in batch.steps]
+    reads = [batch.extents[i][0][1] for i in first_of_step]   # the first convolution reads the images
+    assert reads[1] * 2 == reads[0]
+
+
+def test_generation_is_deterministic(tmp_path):
+    a = _generate(tmp_path, "vit-b16", steps=2)[2]
+    b = _generate(tmp_path, "vit-b16", steps=2)[2]
+    assert (a["arg"] == b["arg"]).all() and (a["kind"] == b["kind"]).all()
+
+
+# --- the command line ----------------------------------------------------------------------
+
+def _cli(capsys, *args):
+    try:
+        rc = cli.main(["trace", "generate", *args])
+    except SystemExit as exc:
+        rc = exc.code
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_cli_writes_a_trace_and_one_summary_line(tmp_path, capsys):
+    path = tmp_path / "g.trace"
+    rc, out, err = _cli(capsys, "gpt2-medium", "--size", "tiny", "--steps", "2", "-o", str(path))
+    assert (rc, err) == (0, "")
+    assert len(out.splitlines()) == 1 and "launches" in out and "GFLOP per step" in out and str(path) in out
+    assert channel.decode(trace.read(str(path))[1][0][1]).steps[-1][1] == 1
+
+
+@pytest.mark.parametrize("args,message", [
+    (["gpt3", "-o", "x"], "argument MODEL: invalid choice: 'gpt3' (choose from 'resnet50', 'bert-base', "
+                          "'gpt2-medium', 'vit-b16')"),
+    (["resnet50", "--seq", "8", "-o", "x"], "resnet50 takes images, not sequences "
+                                           "(sequence models: bert-base, gpt2-medium)"),
+    (["bert-base", "--size", "tiny", "--seq", "64", "-o", "x"], "--seq 64: from 1 to 32"),
+    (["vit-b16", "--batch", "4", "--last-batch", "4", "-o", "x"], "--last-batch 4: from 1 to 3"),
+    (["vit-b16", "--steps", "0", "-o", "x"], "--steps 0: at least 1"),
+    (["vit-b16", "--eval-every", "0", "-o", "x"], "--eval-every 0: at least 1"),
+    (["vit-b16", "--size", "huge", "-o", "x"], "invalid choice: 'huge'"),
+    (["vit-b16"], "the following arguments are required: -o/--output"),
+])
+def test_cli_errors_are_one_line(capsys, args, message):
+    rc, out, err = _cli(capsys, *args)
+    assert (rc, out) == (2, "")
+    assert len(err.splitlines()) == 1 and err.startswith("pump: ") and message in err
+
+
+def test_cli_unwritable_output(tmp_path, capsys):
+    rc, _, err = _cli(capsys, "resnet50", "--size", "tiny", "--steps", "1", "-o", str(tmp_path / "no" / "t"))
+    assert rc == 2 and "cannot write" in err and "No such file or directory" in err
