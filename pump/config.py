@@ -39,13 +39,15 @@ else:  # pragma: no cover - exercised on Python 3.9/3.10
 __all__ = [
     "ConfigError", "BadValueError", "JobConfig", "DaemonConfig",
     "parse_size", "check_capacity", "check_budget", "check_name", "parse_listen",
-    "load_job_file", "load_daemon_file", "resolve_job", "job_env",
+    "load_job_file", "load_daemon_file", "resolve_job", "job_env", "budget_terms",
     "SIZE_ALLOWED", "CAPACITY_ALLOWED", "BUDGET_ALLOWED", "NAME_ALLOWED",
     "POLICIES", "DAEMON_MODES", "LOG_LEVELS", "DEFAULT_JOBS_DIR", "JOB_DEFAULTS",
 ]
 
 DEFAULT_JOBS_DIR = "/etc/pump/jobs.d"
 POLICIES = ("off", "launch", "lookahead")
+SHARE_MAX = 1000000   # a job's [memory] share
+PRIORITY_MAX = 1000   # a job's [memory] priority: -PRIORITY_MAX..PRIORITY_MAX
 DAEMON_MODES = ("auto", "system", "embedded", "none")
 LOG_LEVELS = ("error", "warning", "info", "debug")
 
@@ -121,6 +123,12 @@ def check_budget(text: str) -> str:
     if isinstance(text, str) and (_is_percent(text) or _size_bytes(text) is not None):
         return text
     raise BadValueError(f"bad value {text!r}; allowed: {BUDGET_ALLOWED}")
+
+
+def _check_size(text: str) -> str:
+    """Check a plain size (no percentage); return it unchanged."""
+    parse_size(text)
+    return text
 
 
 def check_name(text: str) -> str:
@@ -323,6 +331,14 @@ def _size_or(checker: Callable[[str], str]) -> Callable[[Any], str]:
     return check
 
 
+def _share(v):
+    if not (_is_int(v) or isinstance(v, float)):
+        raise _WrongType
+    if not 0 < v <= SHARE_MAX:  # nan fails too
+        raise _BadValue
+    return v
+
+
 def _interval(v):
     if not (_is_int(v) or isinstance(v, float)):
         raise _WrongType
@@ -351,6 +367,7 @@ _TOML_SIZE = (
 )
 _TOML_BUDGET = _TOML_SIZE + ', or a percentage of the device "1%".."100%"'
 _TOML_CAPACITY = _TOML_SIZE + ', a percentage of the device "1%".."100%", or "host"'
+_TOML_POOL = _TOML_SIZE + ', or a percentage of each GPU\'s memory "1%".."100%" (known through NVML)'
 _TOML_PATH = "a non-empty string (a path)"
 _TOML_BOOL = "a boolean (true or false)"
 
@@ -384,6 +401,12 @@ JOB_SCHEMA: Dict[str, Dict[str, _Key]] = {
     "memory": {
         "capacity": _key("capacity", _size_or(check_capacity), _TOML_CAPACITY),
         "budget": _key("budget", _size_or(check_budget), _TOML_BUDGET),
+        # The arbiter's terms (pumpd.toml [budgets] gpu_pool divides a GPU among jobs):
+        "share": _key("share", _share, f"a number > 0 and <= {SHARE_MAX} (the job's weight; default 1)"),
+        "min_budget": _key("min_budget", _size_or(_check_size), _TOML_SIZE),
+        "max_budget": _key("max_budget", _size_or(_check_size), _TOML_SIZE),
+        "priority": _key("priority", _int_range(-PRIORITY_MAX, PRIORITY_MAX),
+                         f"an integer {-PRIORITY_MAX}..{PRIORITY_MAX} (higher first; default 0)"),
     },
     "trace": {
         "file": _key("trace_file", _path, _TOML_PATH),
@@ -411,6 +434,7 @@ DAEMON_SCHEMA: Dict[str, Dict[str, _Key]] = {
     },
     "budgets": {
         "default_budget": _key("default_budget", _size_or(check_budget), _TOML_BUDGET),
+        "gpu_pool": _key("gpu_pool", _size_or(check_budget), _TOML_POOL),
     },
 }
 
@@ -432,6 +456,10 @@ class JobConfig:
     epoch_launches: Optional[int] = None
     capacity: Optional[str] = None  # the shim's grammar (check_capacity); a TOML integer as its digits
     budget: Optional[str] = None    # the shim's grammar (check_budget)
+    share: Optional[float] = None   # the arbiter's terms: an int or float > 0
+    min_budget: Optional[str] = None  # a size (parse_size); a TOML integer as its digits
+    max_budget: Optional[str] = None
+    priority: Optional[int] = None
     trace_file: Optional[str] = None
     daemon_mode: Optional[str] = None
     daemon_socket: Optional[str] = None
@@ -452,6 +480,7 @@ class DaemonConfig:
     nvml: bool = True
     interval_s: float = 2.0
     default_budget: Optional[str] = None   # budget of jobs that set none; None: no budget
+    gpu_pool: Optional[str] = None         # bytes (or "N%" of each GPU) the arbiter divides; None: none
     source: Dict[str, str] = dataclasses.field(default_factory=dict)
 
 
@@ -525,7 +554,26 @@ def _load_job_file(path, missing_ok: bool = False) -> Optional[JobConfig]:
     if doc is None:
         return None
     values = _validate(path, doc, JOB_SCHEMA)
-    return JobConfig(**values, source={f: path for f in values})
+    cfg = JobConfig(**values, source={f: path for f in values})
+    errors = []
+    if cfg.budget is not None and any(getattr(cfg, f) is not None for f in _ARBITER_FIELDS):
+        errors.append(f"{path}: [memory] budget: a fixed budget is not divided by the arbiter, so "
+                      f"{', '.join(_ARBITER_FIELDS)} do not apply with it; allowed: budget alone, or those "
+                      "without budget")
+    if _min_over_max(cfg):
+        errors.append(f"{path}: [memory] min_budget: {cfg.min_budget} is more than max_budget "
+                      f"{cfg.max_budget}; allowed: min_budget <= max_budget")
+    if errors:
+        raise ConfigError(errors)
+    return cfg
+
+
+_ARBITER_FIELDS = ("share", "min_budget", "max_budget", "priority")
+
+
+def _min_over_max(cfg: JobConfig) -> bool:
+    return (cfg.min_budget is not None and cfg.max_budget is not None
+            and parse_size(cfg.min_budget) > parse_size(cfg.max_budget))
 
 
 def load_daemon_file(path: str) -> DaemonConfig:
@@ -604,6 +652,10 @@ def resolve_job(flags: Mapping[str, Any], config_file: Optional[str] = None, nam
                 value, src = JOB_DEFAULTS.get(field), "default"
         setattr(cfg, field, value)
         cfg.source[field] = src
+    if _min_over_max(cfg):  # min and max from different files (one file's pair is checked at load)
+        raise ConfigError([f"min_budget {cfg.min_budget} (from {cfg.source['min_budget']}) is more than "
+                           f"max_budget {cfg.max_budget} (from {cfg.source['max_budget']}); "
+                           "allowed: min_budget <= max_budget"])
     return cfg
 
 
@@ -623,3 +675,21 @@ def job_env(cfg: JobConfig) -> Dict[str, str]:
     if cfg.name is not None:
         env["PUMP_NAME"] = cfg.name
     return env
+
+
+def budget_terms(cfg: JobConfig) -> dict:
+    """pumpd's register request's budget fields from a job's settings: the fixed budget
+    (bytes; a percentage is the shim's to resolve, pumpd only counts it against the pool)
+    and the arbiter's terms, those set."""
+    terms = {"budget": None}
+    if cfg.budget is not None and cfg.budget.endswith("%"):
+        terms["budget_percent"] = int(cfg.budget[:-1])
+    elif cfg.budget is not None:
+        terms["budget"] = parse_size(cfg.budget)
+    for field in ("min_budget", "max_budget"):
+        if getattr(cfg, field) is not None:
+            terms[field] = parse_size(getattr(cfg, field))
+    for field in ("share", "priority"):
+        if getattr(cfg, field) is not None:
+            terms[field] = getattr(cfg, field)
+    return terms

@@ -58,10 +58,7 @@ class DaemonLink:
                               "scripts/install-service; or use --daemon auto)")
         else:
             self._start_embedded(verbose)
-        budget = None
-        if cfg.budget is not None and not cfg.budget.endswith("%"):
-            budget = config.parse_size(cfg.budget)  # a percentage is the shim's to resolve
-        request = {"op": "register", "name": name, "policy": cfg.policy or "launch", "budget": budget}
+        request = {"op": "register", "name": name, "policy": cfg.policy or "launch", **config.budget_terms(cfg)}
         if cfg.capacity is not None:
             request["capacity"] = cfg.capacity
         trace_fd = ()

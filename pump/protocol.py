@@ -10,11 +10,14 @@ answers anything else with an error naming what is wrong and what is allowed.
 Ops (``pid`` and ``uid`` never travel in a request: pumpd takes them from the
 socket's peer credentials, SO_PEERCRED):
   ping      who is there: {"ok", "version", "pid"}
-  register  pump-run announces a job: name, policy, capacity, budget -> {"job"}
+  register  pump-run announces a job: name, policy, capacity, budget (bytes, or
+            budget_percent), and the arbiter's share, min_budget, max_budget,
+            priority -> {"job"}
   attach    a shim joins its job (or starts one) -> {"session", "job"} + 2 fds
   resume    a shim re-attaches after a daemon restart, with its 2 fds -> {"session"}
-  status    the jobs the caller may see -> {"jobs": [...]}
-  set       steer one's own job (root: any): job, budget -> {"job"}
+  status    the jobs the caller may see, and each GPU's pool -> {"jobs": [...], "pools": [...]}
+  set       steer one's own job (root: any): job, budget (0 or null: back to its
+            config's or the arbiter's) -> {"job"}
   end       pump-run: the job's command has exited; pumpd reads what is left,
             closes its trace, and forgets the job once no process of it runs
 """
@@ -25,6 +28,7 @@ import socket
 import struct
 
 from pump import headers
+from pump.config import PRIORITY_MAX, SHARE_MAX
 
 ffi, C = headers.load("pump_channel.h")
 VERSION = C.PUMP_PROTOCOL_VERSION
@@ -62,12 +66,20 @@ _CHECKS = {
     "policy": (lambda v, n: v in ("off", "launch", "lookahead"), '"off", "launch" or "lookahead"'),
     "bytes": (lambda v, n: _size_or_none(v), "a byte count (0 .. 2**64-1) or null"),
     "bool": (lambda v, n: isinstance(v, bool), "true or false"),
+    "share": (lambda v, n: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= n,
+              "a number > 0 and <= {}"),
+    "int": (lambda v, n: isinstance(v, int) and not isinstance(v, bool) and n[0] <= v <= n[1],
+            "an integer {0[0]}..{0[1]}"),
 }
 REQUESTS = {
     "ping": {},
     "register": {"name": ("str", True, NAME_MAX), "policy": ("policy", False, None),
                  "capacity": ("str", False, 64), "budget": ("bytes", False, None),
-                 "trace": ("bool", False, None)},
+                 "trace": ("bool", False, None),
+                 # the arbiter's terms (pump.config [memory]); sent only where set
+                 "budget_percent": ("int", False, (1, 100)), "share": ("share", False, SHARE_MAX),
+                 "min_budget": ("bytes", False, None), "max_budget": ("bytes", False, None),
+                 "priority": ("int", False, (-PRIORITY_MAX, PRIORITY_MAX))},
     "attach": {"job": ("str", True, JOB_ID_MAX), "name": ("str", True, NAME_MAX),
                "policy": ("policy", True, None), "pid": ("bytes", False, None)},
     "resume": {"pid": ("bytes", False, None)},

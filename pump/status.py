@@ -1,4 +1,5 @@
-"""`pump status [--json]`: the jobs pumpd runs that the caller may see.
+"""`pump status [--json]`: the jobs pumpd runs that the caller may see, and how each
+GPU's pool is divided among jobs (pumpd.toml [budgets] gpu_pool).
 
 It asks the system pumpd ($PUMP_SOCKET, else /run/pump/pumpd.sock) and every
 embedded pumpd the caller's own pump-run jobs started (their sockets sit in the
@@ -15,12 +16,27 @@ import tempfile
 from pump import protocol
 from pump.stats import human_bytes
 
-COLUMNS = (  # (heading, field, format)
-    ("JOB", "job", str), ("NAME", "name", str), ("PID", "pid", str), ("USER", "user", str),
-    ("POLICY", "policy", str),
-    ("BUDGET", "budget_bytes", lambda v: "-" if v is None else human_bytes(v)),
-    ("RESIDENT", "resident_bytes", human_bytes), ("LAUNCHES", "launches", str),
-    ("PREFETCHED", "prefetch_bytes", human_bytes), ("DROPPED", "events_dropped", str),
+
+def _budget(job) -> str:
+    if job.get("budget_bytes") is not None:
+        return human_bytes(job["budget_bytes"])
+    if job.get("budget_percent") is not None:
+        return f"{job['budget_percent']}%"  # the shim resolves it against its device
+    return "-"
+
+
+def _budget_from(job) -> str:
+    """Where the budget comes from: "config" (the job's fixed budget), "set" (pump's set
+    op), "default" (pumpd's default_budget) or "arbiter" (its share of the GPU's pool)."""
+    source = job.get("budget_source") or "-"
+    return source + ", min unmet" if job.get("budget_state") == "unmet" else source
+
+
+COLUMNS = (  # (heading, format of a job)
+    ("JOB", "job"), ("NAME", "name"), ("PID", "pid"), ("USER", "user"), ("POLICY", "policy"),
+    ("BUDGET", _budget), ("FROM", _budget_from),
+    ("RESIDENT", lambda j: human_bytes(j.get("resident_bytes") or 0)), ("LAUNCHES", "launches"),
+    ("PREFETCHED", lambda j: human_bytes(j.get("prefetch_bytes") or 0)), ("DROPPED", "events_dropped"),
 )
 
 
@@ -37,8 +53,8 @@ def daemon_sockets() -> list:
 
 
 def collect():
-    """(jobs, daemons that answered) over every daemon found."""
-    jobs, daemons = [], []
+    """(jobs, pools, daemons that answered) over every daemon found."""
+    jobs, pools, daemons = [], [], []
     for path in daemon_sockets():
         try:
             with protocol.Client(path, timeout=2.0) as client:
@@ -48,24 +64,42 @@ def collect():
         daemons.append(path)
         for job in reply.get("jobs", []):
             jobs.append(dict(job, daemon=path))
-    return jobs, daemons
+        for pool in reply.get("pools", []):
+            pools.append(dict(pool, daemon=path))
+    return jobs, pools, daemons
+
+
+def _cell(job, how) -> str:
+    return how(job) if callable(how) else str(job.get(how))
 
 
 def table(jobs) -> str:
-    rows = [[h for h, _, _ in COLUMNS]]
-    rows += [[fmt(job.get(field)) for _, field, fmt in COLUMNS] for job in jobs]
+    rows = [[h for h, _ in COLUMNS]]
+    rows += [[_cell(job, how) for _, how in COLUMNS] for job in jobs]
     widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
+def pool_lines(pools, several_daemons: bool) -> list:
+    lines = []
+    for p in pools:
+        waiting = f" ({p['unmet']} waiting for its minimum)" if p["unmet"] else ""
+        where = f" [{p['daemon']}]" if several_daemons else ""
+        lines.append(f"GPU {p['gpu']}: pool {human_bytes(p['pool_bytes'])}, {human_bytes(p['assigned_bytes'])} "
+                     f"assigned to {p['jobs']} job{'s' if p['jobs'] != 1 else ''}{waiting}{where}")
+    return lines
+
+
 def main(args) -> int:
-    jobs, daemons = collect()
+    jobs, pools, daemons = collect()
     if args.json:
-        json.dump({"daemons": daemons, "jobs": jobs}, sys.stdout, indent=2)
+        json.dump({"daemons": daemons, "jobs": jobs, "pools": pools}, sys.stdout, indent=2)
         print()
         return 0 if daemons else 1
     if not daemons:
         print(f"pump: no pumpd answers (looked at {', '.join(daemon_sockets())})", file=sys.stderr)
         return 1
     print(table(jobs) if jobs else "no jobs")
+    for line in pool_lines(pools, len(daemons) > 1):
+        print(line)
     return 0

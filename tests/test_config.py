@@ -38,6 +38,10 @@ BOOL = "a boolean (true or false)"
 LISTEN = ('a string "HOST:PORT": an IPv4 address or localhost, or [an IPv6 address], '
           'and a port 1..65535, e.g. "127.0.0.1:9400" or "[::1]:9400"')
 INTERVAL = "a number > 0 and <= 3600 (seconds)"
+POOL = SIZE + ', or a percentage of each GPU\'s memory "1%".."100%" (known through NVML)'
+SHARE = "a number > 0 and <= 1000000 (the job's weight; default 1)"
+PRIORITY = "an integer -1000..1000 (higher first; default 0)"
+ARBITER_FIELDS = ("share", "min_budget", "max_budget", "priority")
 
 
 def write(tmp_path, text, name="job.toml"):
@@ -147,7 +151,7 @@ def test_unknown_top_level_key_and_dotted_section(tmp_path):
 @pytest.mark.parametrize("section,allowed", [
     ("job", "name"),
     ("prefetch", "policy, wait, epoch_launches"),
-    ("memory", "capacity, budget"),
+    ("memory", "capacity, budget, share, min_budget, max_budget, priority"),
     ("trace", "file"),
     ("daemon", "mode, socket"),
 ])
@@ -160,7 +164,7 @@ def test_unknown_key_job_file(tmp_path, section, allowed):
     ("daemon", "socket, jobs_dir, log_level"),
     ("metrics", "listen"),
     ("telemetry", "nvml, interval_s"),
-    ("budgets", "default_budget"),
+    ("budgets", "default_budget, gpu_pool"),
 ])
 def test_unknown_key_daemon_file(tmp_path, section, allowed):
     path, errors = daemon_errors(tmp_path, f"[{section}]\nbogus = 1\n")
@@ -206,6 +210,12 @@ def test_section_not_a_table_daemon_file(tmp_path):
     ("memory", "capacity", "1.5", CAPACITY, "float 1.5"),
     ("memory", "capacity", "true", CAPACITY, "boolean true"),
     ("memory", "budget", '["8G"]', BUDGET, 'array ["8G"]'),
+    ("memory", "share", '"2"', SHARE, 'string "2"'),
+    ("memory", "share", "true", SHARE, "boolean true"),
+    ("memory", "min_budget", "1.5", SIZE, "float 1.5"),
+    ("memory", "max_budget", "false", SIZE, "boolean false"),
+    ("memory", "priority", "1.0", PRIORITY, "float 1.0"),
+    ("memory", "priority", '"high"', PRIORITY, 'string "high"'),
     ("trace", "file", "7", PATH, "integer 7"),
     ("daemon", "mode", "{ a = 1 }", 'one of "auto", "system", "embedded", "none"', "table {a = 1}"),
     ("daemon", "socket", "1979-05-27T07:32:00Z", PATH, "offset date-time 1979-05-27T07:32:00+00:00"),
@@ -229,6 +239,7 @@ def test_wrong_type_example_from_the_docs(tmp_path):
     ("telemetry", "interval_s", '"2s"', INTERVAL, 'string "2s"'),
     ("telemetry", "interval_s", "true", INTERVAL, "boolean true"),
     ("budgets", "default_budget", "1979-05-27", BUDGET, "local date 1979-05-27"),
+    ("budgets", "gpu_pool", "true", POOL, "boolean true"),
 ])
 def test_wrong_type_daemon_file(tmp_path, section, key, toml, expected, got):
     path, errors = daemon_errors(tmp_path, f"[{section}]\n{key} = {toml}\n")
@@ -277,6 +288,16 @@ def test_long_values_are_cut_short(tmp_path):
     ("trace", "file", '"a\\u0000b"', PATH),
     ("daemon", "mode", '"daemon"', '"auto", "system", "embedded", "none"'),
     ("daemon", "socket", '""', PATH),
+    ("memory", "share", "0", SHARE),
+    ("memory", "share", "-1.5", SHARE),
+    ("memory", "share", "1000001", SHARE),
+    ("memory", "share", "nan", SHARE),
+    ("memory", "share", "inf", SHARE),
+    ("memory", "min_budget", '"50%"', SIZE),
+    ("memory", "min_budget", "0", SIZE),
+    ("memory", "max_budget", '"host"', SIZE),
+    ("memory", "priority", "1001", PRIORITY),
+    ("memory", "priority", "-1001", PRIORITY),
 ])
 def test_bad_value_job_file(tmp_path, section, key, toml, allowed):
     path, errors = job_errors(tmp_path, f"[{section}]\n{key} = {toml}\n")
@@ -304,6 +325,9 @@ def test_bad_value_job_file(tmp_path, section, key, toml, allowed):
     ("telemetry", "interval_s", "inf", INTERVAL),
     ("budgets", "default_budget", '"host"', BUDGET),
     ("budgets", "default_budget", "0", BUDGET),
+    ("budgets", "gpu_pool", '"host"', POOL),
+    ("budgets", "gpu_pool", '"101%"', POOL),
+    ("budgets", "gpu_pool", "0", POOL),
 ])
 def test_bad_value_daemon_file(tmp_path, section, key, toml, allowed):
     path, errors = daemon_errors(tmp_path, f"[{section}]\n{key} = {toml}\n")
@@ -366,8 +390,8 @@ def test_integer_sizes_are_bytes(tmp_path, key):
 
 
 def test_integer_sizes_daemon_default_budget(tmp_path):
-    cfg = config.load_daemon_file(write(tmp_path, "[budgets]\ndefault_budget = 4096\n"))
-    assert cfg.default_budget == "4096"
+    cfg = config.load_daemon_file(write(tmp_path, "[budgets]\ndefault_budget = 4096\ngpu_pool = 25769803776\n"))
+    assert (cfg.default_budget, cfg.gpu_pool) == ("4096", "25769803776")
 
 
 @pytest.mark.parametrize("text,n", GOOD_SIZES.items())
@@ -505,8 +529,66 @@ def test_full_job_file(tmp_path):
     assert cfg == config.JobConfig(
         name="train-1.b_c", policy="lookahead", wait=False, epoch_launches=4294967295, capacity="host",
         budget="75%", trace_file="/tmp/t.trace", daemon_mode="embedded", daemon_socket="/run/x.sock",
-        source={f: path for f in config.JOB_FIELDS},
+        source={f: path for f in config.JOB_FIELDS if f not in ARBITER_FIELDS},
     )
+
+
+def test_arbiter_terms(tmp_path):
+    path = write(tmp_path, """
+        [memory]
+        share = 2.5
+        min_budget = "1GiB"
+        max_budget = 8589934592
+        priority = -5
+    """)
+    cfg = config.load_job_file(path)
+    assert (cfg.share, cfg.min_budget, cfg.max_budget, cfg.priority) == (2.5, "1GiB", "8589934592", -5)
+    assert cfg.source == {f: path for f in ARBITER_FIELDS}
+    assert config.budget_terms(cfg) == {"budget": None, "share": 2.5, "min_budget": 1 << 30,
+                                        "max_budget": 8 << 30, "priority": -5}
+
+
+@pytest.mark.parametrize("budget,terms", [
+    ('"75%"', {"budget": None, "budget_percent": 75}),
+    ('"2GiB"', {"budget": 2 << 30}),
+    ("4096", {"budget": 4096}),
+])
+def test_budget_terms_of_a_fixed_budget(tmp_path, budget, terms):
+    cfg = config.load_job_file(write(tmp_path, f"[memory]\nbudget = {budget}\n"))
+    assert config.budget_terms(cfg) == terms
+
+
+def test_a_fixed_budget_and_the_arbiter_s_terms_in_one_file(tmp_path):
+    path, errors = job_errors(tmp_path, '[memory]\nbudget = "8G"\npriority = 3\n')
+    assert errors == [f"{path}: [memory] budget: a fixed budget is not divided by the arbiter, so share, "
+                      "min_budget, max_budget, priority do not apply with it; allowed: budget alone, or "
+                      "those without budget"]
+
+
+def test_min_budget_over_max_budget(tmp_path):
+    path, errors = job_errors(tmp_path, '[memory]\nmin_budget = "8G"\nmax_budget = 4294967296\n')
+    assert errors == [f"{path}: [memory] min_budget: 8G is more than max_budget 4294967296; "
+                      "allowed: min_budget <= max_budget"]
+    # Equal is allowed.
+    config.load_job_file(write(tmp_path, '[memory]\nmin_budget = "4G"\nmax_budget = 4294967296\n'))
+
+
+def test_min_budget_over_max_budget_across_files(tmp_path, jobs_dir):
+    system = write(jobs_dir, '[memory]\nmax_budget = "4G"\n', "train.toml")
+    cfg_file = write(tmp_path, '[job]\nname = "train"\n[memory]\nmin_budget = "8G"\n')
+    with pytest.raises(ConfigError) as exc:
+        config.resolve_job({}, cfg_file, None, jobs_dir=str(jobs_dir))
+    assert exc.value.errors == [f"min_budget 8G (from {cfg_file}) is more than max_budget 4G (from {system}); "
+                                "allowed: min_budget <= max_budget"]
+
+
+def test_a_budget_flag_beats_the_files_terms(tmp_path, jobs_dir):
+    write(jobs_dir, '[memory]\nshare = 3\npriority = 7\n', "train.toml")
+    cfg_file = write(tmp_path, '[job]\nname = "train"\n')
+    cfg = config.resolve_job({"budget": "1G"}, cfg_file, None, jobs_dir=str(jobs_dir))
+    assert (cfg.budget, cfg.share, cfg.priority) == ("1G", 3, 7)
+    # Both reach pumpd, whose arbiter keeps a fixed budget and leaves the terms unused.
+    assert config.budget_terms(cfg) == {"budget": 1 << 30, "share": 3, "priority": 7}
 
 
 def test_partial_job_file_sets_only_its_keys(tmp_path):
@@ -526,7 +608,7 @@ def test_daemon_file_defaults(tmp_path):
     cfg = config.load_daemon_file(path)
     assert cfg == config.DaemonConfig(source={f: "default" for f in config.DAEMON_FIELDS})
     assert (cfg.socket, cfg.jobs_dir, cfg.log_level, cfg.metrics_listen, cfg.nvml, cfg.interval_s,
-            cfg.default_budget) == (None, "/etc/pump/jobs.d", "info", None, True, 2.0, None)
+            cfg.default_budget, cfg.gpu_pool) == (None, "/etc/pump/jobs.d", "info", None, True, 2.0, None, None)
 
 
 def test_daemon_file_full(tmp_path):
@@ -542,11 +624,12 @@ def test_daemon_file_full(tmp_path):
         interval_s = 3600
         [budgets]
         default_budget = "50%"
+        gpu_pool = "90%"
     """, "pumpd.toml")
     cfg = config.load_daemon_file(path)
     assert cfg == config.DaemonConfig(
         socket="/run/pump/pumpd.sock", jobs_dir="/srv/pump/jobs.d", log_level="debug",
-        metrics_listen="[::1]:9400", nvml=False, interval_s=3600.0, default_budget="50%",
+        metrics_listen="[::1]:9400", nvml=False, interval_s=3600.0, default_budget="50%", gpu_pool="90%",
         source={f: path for f in config.DAEMON_FIELDS},
     )
     assert isinstance(cfg.interval_s, float)
@@ -608,7 +691,7 @@ def test_flag_beats_file_beats_jobs_d_beats_default(tmp_path, jobs_dir):
         trace_file="/cfg.trace", daemon_mode="system", daemon_socket="/sys.sock",
         source={"name": cfg_file, "policy": cfg_file, "wait": "flag", "epoch_launches": system,
                 "capacity": "flag", "budget": system, "trace_file": cfg_file, "daemon_mode": system,
-                "daemon_socket": system},
+                "daemon_socket": system, **{f: "default" for f in ARBITER_FIELDS}},
     )
 
 
@@ -812,7 +895,7 @@ def test_example_job_file_is_accepted_and_complete():
     ([], "pump: the following arguments are required: COMMAND (see pump --help)"),
     (["config"], "pump: the following arguments are required: SUBCOMMAND (see pump config --help)"),
     (["config", "check"], "pump: the following arguments are required: FILE (see pump config check --help)"),
-    (["frob"], "pump: argument COMMAND: invalid choice: 'frob' (choose from 'config', 'status', 'trace') "
+    (["frob"], "pump: argument COMMAND: invalid choice: 'frob' (choose from 'config', 'status', 'trace', 'simulate') "
                "(see pump --help)"),
     (["config", "check", "--bogus", "x"], "pump: unrecognized arguments: --bogus (see pump --help)"),
 ])

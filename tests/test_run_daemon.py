@@ -123,9 +123,9 @@ def test_pump_status(tmp_path):
         table = subprocess.run([PUMP, "status"], env=env, capture_output=True, text=True, timeout=30)
         assert table.returncode == 0, table.stderr
         header, row = table.stdout.splitlines()[:2]
-        assert header.split() == ["JOB", "NAME", "PID", "USER", "POLICY", "BUDGET", "RESIDENT", "LAUNCHES",
-                                  "PREFETCHED", "DROPPED"]
-        assert row.split()[:3] == [job, "shown", str(os.getpid())] and "3.0 GiB" in row
+        assert header.split() == ["JOB", "NAME", "PID", "USER", "POLICY", "BUDGET", "FROM", "RESIDENT",
+                                  "LAUNCHES", "PREFETCHED", "DROPPED"]
+        assert row.split()[:3] == [job, "shown", str(os.getpid())] and "3.0 GiB  config" in row
         doc = json.loads(subprocess.run([PUMP, "status", "--json"], env=env, capture_output=True, text=True,
                                         timeout=30).stdout)
         assert [j["job"] for j in doc["jobs"]] == [job] and doc["daemons"][0] == env["PUMP_SOCKET"]

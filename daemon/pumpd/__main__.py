@@ -96,7 +96,8 @@ def main(argv=None) -> int:
                     exit_with=args.exit_with,
                     socket_mode=0o666 if is_system_socket(socket_path) else 0o600,
                     telemetry=telemetry, metrics_listen=cfg.metrics_listen,
-                    default_budget=_budget_bytes(cfg.default_budget), jobs_dir=cfg.jobs_dir)
+                    default_budget=_budget_bytes(cfg.default_budget), jobs_dir=cfg.jobs_dir,
+                    gpu_pool=cfg.gpu_pool)
 
     async def run():
         loop = asyncio.get_running_loop()

@@ -1,0 +1,308 @@
+"""The multi-job arbiter: how one GPU's memory pool is divided into the budgets of
+the jobs that share it (DESIGN.md: "arbiter: GPU budgets").
+
+pumpd.toml's ``[budgets] gpu_pool`` is what the arbiter hands out on each GPU (bytes,
+or a percentage of the GPU's memory as NVML reports it).  Each job states its terms in
+its config's ``[memory]`` section:
+
+- ``budget``: a fixed budget.  The job keeps it, outside the division, and it counts
+  against the pool (so does a budget set with ``op set``, which overrides the config).
+- ``share`` (default 1): its weight in the division.
+- ``min_budget`` (default 0): the least it must get.  Once granted, a minimum is a
+  promise: no job that comes later pushes it under it, whatever its priority.
+- ``max_budget`` (default none): the most it can use.
+- ``priority`` (default 0, higher first): the order in which jobs waiting for their
+  minimum are granted it, when the pool cannot hold every minimum.
+
+The division (:func:`divide`, pure) goes in three steps:
+
+1. Fixed budgets are taken off the pool.
+2. Minimums are granted: promises kept first, then the jobs still waiting, in order of
+   priority (higher first), then arrival.  The order is strict: a job waits while one
+   before it waits, so a large minimum is not starved by small ones arriving after it.
+   A job whose minimum does not fit is still run (pump cannot stop a program using its
+   GPU), with what the division below gives it beyond a minimum of 0, and is marked
+   "unmet" until its minimum fits; pumpd logs a warning.
+3. Water-filling: the rest goes to all arbitrated jobs in proportion to their shares,
+   each held within [its granted minimum, its max_budget]: budget = clamp(L * share),
+   with one level L making the budgets add up to the pool (or every job at its max).
+
+Budgets are rounded down to whole 2 MiB blocks (the shim works on 2 MiB blocks, so a
+finer budget means nothing), never under a granted minimum.  Their sum stays within
+the pool, unless promised minimums and fixed budgets alone exceed it (the pool shrank).
+
+:class:`Arbiter` applies a division to pumpd's jobs: it works out each job's terms,
+writes each job's budget, its source and state, and logs every change.  Where a job's
+GPU is unknown it is GPU 0 (the shim does not report it; fakecuda has one device).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from fractions import Fraction
+from typing import Dict, Iterable, List, Optional
+
+from pump.config import budget_terms, parse_size
+from pump.stats import human_bytes
+
+log = logging.getLogger("pumpd")
+
+BLOCK = 2 << 20        # the shim's block: budgets are whole blocks
+NOTHING = 1            # the budget published for a grant of 0: a plan's 0 means "no cap"
+
+# Where a job's budget comes from (Job.status()'s "budget_source").
+FIXED_SOURCES = ("set", "config")      # op set, or the job's config or flag
+ARBITER, DEFAULT = "arbiter", "default"
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """One job's terms for one GPU's pool, as :func:`divide` takes them."""
+
+    key: str                          # the job's id
+    share: float = 1.0                # > 0
+    min_bytes: int = 0
+    max_bytes: Optional[int] = None   # None: no cap
+    priority: int = 0
+    arrival: float = 0.0              # earlier first among equal priorities
+    fixed_bytes: Optional[int] = None  # a fixed budget: not divided, taken off the pool
+    promised: bool = False            # its minimum was granted before: a promise kept
+
+
+@dataclasses.dataclass(frozen=True)
+class Grant:
+    budget: int                       # bytes
+    state: str                        # "fixed", "met" (its minimum is granted) or "unmet"
+
+
+def divide(pool: int, claims: Iterable[Claim]) -> Dict[str, Grant]:
+    """The budgets of the claims on a pool of ``pool`` bytes (see the module's text)."""
+    claims = list(claims)
+    grants = {c.key: Grant(c.fixed_bytes, "fixed") for c in claims if c.fixed_bytes is not None}
+    available = max(pool - sum(g.budget for g in grants.values()), 0)
+    shared = [c for c in claims if c.fixed_bytes is None]
+
+    promised = sum(c.min_bytes for c in shared if c.promised)
+    met = {c.key for c in shared if c.promised or c.min_bytes == 0}
+    blocked = False
+    for c in sorted((c for c in shared if c.key not in met), key=lambda c: (-c.priority, c.arrival, c.key)):
+        if not blocked and promised + c.min_bytes <= available:
+            promised += c.min_bytes
+            met.add(c.key)
+        else:
+            blocked = True  # strict order: none after a waiting job jumps it
+
+    floors = {c.key: (c.min_bytes if c.key in met else 0) for c in shared}
+    levels = _water_fill(available, shared, floors)
+    for c in shared:
+        rounded = int(levels[c.key] // BLOCK) * BLOCK
+        grants[c.key] = Grant(max(rounded, floors[c.key]), "met" if c.key in met else "unmet")
+    return grants
+
+
+def _water_fill(total: int, claims: List[Claim], floors: Dict[str, int]) -> Dict[str, Fraction]:
+    """clamp(L * share, floor, max) for each claim, with the level L that makes them add up
+    to ``total`` (all at their floors if those exceed it; all at their caps if those fall
+    short).  Exact arithmetic: a float level could hand out a byte too many."""
+    shares = {c.key: Fraction(c.share) for c in claims}
+    caps = {c.key: c.max_bytes for c in claims}
+
+    def level_of(c: Claim, level: Fraction) -> Fraction:
+        x = max(level * shares[c.key], Fraction(floors[c.key]))
+        return x if caps[c.key] is None else min(x, Fraction(caps[c.key]))
+
+    def filled(level: Fraction) -> Fraction:
+        return sum((level_of(c, level) for c in claims), Fraction(0))
+
+    # The sum is piecewise linear in the level, with corners where a claim leaves its
+    # floor or reaches its cap: find the last corner at or under the total, then solve
+    # on the straight piece after it.
+    corners = sorted({Fraction(0)} | {Fraction(floors[c.key]) / shares[c.key] for c in claims}
+                     | {Fraction(c.max_bytes) / shares[c.key] for c in claims if c.max_bytes is not None})
+    lo, hi = 0, len(corners) - 1
+    if filled(corners[0]) >= total:
+        return {c.key: level_of(c, corners[0]) for c in claims}
+    while lo < hi:  # the last corner whose sum is <= total
+        mid = (lo + hi + 1) // 2
+        if filled(corners[mid]) <= total:
+            lo = mid
+        else:
+            hi = mid - 1
+    corner = corners[lo]
+    rising = sum((shares[c.key] for c in claims
+                  if floors[c.key] <= corner * shares[c.key]
+                  and (caps[c.key] is None or corner * shares[c.key] < caps[c.key])), Fraction(0))
+    if rising == 0:  # every claim is at its cap past this corner: the pool is not all needed
+        return {c.key: level_of(c, corner) for c in claims}
+    level = corner + (total - filled(corner)) / rising
+    return {c.key: level_of(c, level) for c in claims}
+
+
+@dataclasses.dataclass
+class Terms:
+    """A job's terms for its budget (its config, ``op set``) and what the arbiter made of
+    them; kept on the Job and in its state file."""
+
+    fixed_bytes: Optional[int] = None     # [memory] budget (or --budget) as bytes
+    fixed_percent: Optional[int] = None   # ... as a percentage of the GPU (the shim resolves it)
+    set_bytes: Optional[int] = None       # op set: overrides the config; None: not set
+    share: float = 1.0
+    min_bytes: int = 0
+    max_bytes: Optional[int] = None
+    priority: int = 0
+    gpu: int = 0                          # unknown to pumpd: GPU 0
+    promised: bool = False                # the arbiter granted its minimum
+    source: Optional[str] = None          # where Job.budget comes from: FIXED_SOURCES, ARBITER, DEFAULT
+    state: Optional[str] = None           # the arbiter's "met" or "unmet"; None when not divided
+
+    @classmethod
+    def from_request(cls, request: dict) -> "Terms":
+        """From a register request's fields (pump-run sends only those set)."""
+        return cls(fixed_bytes=request.get("budget") or None, fixed_percent=request.get("budget_percent"),
+                   share=request.get("share", 1.0), min_bytes=request.get("min_budget") or 0,
+                   max_bytes=request.get("max_budget"), priority=request.get("priority", 0))
+
+    @classmethod
+    def from_config(cls, cfg) -> "Terms":
+        """From a resolved pump.config.JobConfig (the system's jobs.d file, for a shim
+        preloaded by hand): as pump-run would have sent them."""
+        return cls.from_request(budget_terms(cfg))
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "Terms":
+        return cls(**doc)
+
+
+class Arbiter:
+    """Divides each GPU's pool among pumpd's jobs and writes each job's budget.
+
+    ``pool`` is pumpd.toml's gpu_pool (bytes "24GiB", or a percentage "90%" of each GPU's
+    memory, known only through NVML telemetry); None: no pool, and a job's budget is
+    its fixed one, else ``default_budget`` (bytes), else none."""
+
+    def __init__(self, pool: Optional[str] = None, default_budget: Optional[int] = None):
+        self.pool = pool
+        self.default_budget = default_budget
+        self.gpu_memory: Dict[int, int] = {}   # GPU index -> total bytes, from telemetry
+        self.pools: Dict[int, dict] = {}       # GPU -> the last division's totals, for status
+        self._warned = set()
+
+    def observe_telemetry(self, sample: Optional[dict]) -> bool:
+        """Take each GPU's memory from a telemetry sample; True if any changed."""
+        memory = {g["index"]: g["memory_total"] for g in (sample or {}).get("gpus", [])
+                  if g.get("memory_total")}
+        changed = memory != self.gpu_memory
+        self.gpu_memory = memory
+        return changed
+
+    def pool_bytes(self, gpu: int) -> Optional[int]:
+        if self.pool is None:
+            return None
+        if not self.pool.endswith("%"):
+            return parse_size(self.pool)
+        total = self.gpu_memory.get(gpu)
+        if total is None:
+            self._warn_once(("pool", gpu), "[budgets] gpu_pool %s: GPU %d's memory is unknown (no NVML "
+                            "telemetry): its jobs are not arbitrated until it is known", self.pool, gpu)
+            return None
+        return total * int(self.pool[:-1]) // 100
+
+    def apply(self, jobs: Iterable) -> list:
+        """Work out every job's budget; return the jobs whose budget, source or state changed."""
+        jobs = list(jobs)
+        changed = []
+        by_gpu: Dict[int, list] = {}
+        for job in jobs:
+            by_gpu.setdefault(job.terms.gpu, []).append(job)
+        self.pools = {}
+        for gpu, members in sorted(by_gpu.items()):
+            pool = self.pool_bytes(gpu)
+            outcome = self._divide(gpu, pool, members) if pool is not None else self._undivided(members)
+            for job, (budget, source, state) in outcome.items():
+                if (job.budget, job.terms.source, job.terms.state) != (budget, source, state):
+                    self._log_change(job, budget, source, state, gpu, pool, len(members))
+                    job.budget, job.terms.source, job.terms.state = budget, source, state
+                    changed.append(job)
+        return changed
+
+    def _fixed(self, job):
+        """(bytes or None, source) of a job's fixed budget, or None if it has none."""
+        t = job.terms
+        if t.set_bytes:
+            return t.set_bytes, "set"
+        if t.fixed_bytes:
+            return t.fixed_bytes, "config"
+        if t.fixed_percent:
+            return None, "config"  # the shim resolves a percentage itself: pumpd publishes none
+        return None
+
+    def _undivided(self, jobs) -> dict:
+        outcome = {}
+        for job in jobs:
+            fixed = self._fixed(job)
+            if fixed is not None:
+                outcome[job] = (*fixed, None)
+            elif self.default_budget:
+                outcome[job] = (self.default_budget, DEFAULT, None)
+            else:
+                outcome[job] = (None, None, None)
+        return outcome
+
+    def _divide(self, gpu: int, pool: int, jobs) -> dict:
+        claims, fixed_of = [], {}
+        for job in jobs:
+            t = job.terms
+            fixed = self._fixed(job)
+            counted = None
+            if fixed is not None:
+                fixed_of[job.id] = fixed
+                counted = fixed[0]
+                if counted is None:  # a percentage: counted where the GPU's memory is known
+                    total = self.gpu_memory.get(gpu)
+                    counted = total * t.fixed_percent // 100 if total else 0
+                    if not total:
+                        self._warn_once(("percent", job.id), "job %s (%s): budget %d%% is not counted "
+                                        "against GPU %d's pool: its memory is unknown (no NVML telemetry)",
+                                        job.id, job.name, t.fixed_percent, gpu)
+            claims.append(Claim(job.id, t.share, t.min_bytes, t.max_bytes, t.priority, job.created,
+                                counted, t.promised))
+        grants = divide(pool, claims)
+        outcome = {}
+        for job in jobs:
+            grant = grants[job.id]
+            if job.id in fixed_of:
+                outcome[job] = (*fixed_of[job.id], None)
+                continue
+            if grant.state == "met" and not job.terms.promised and job.terms.min_bytes:
+                job.terms.promised = True
+            outcome[job] = (grant.budget or NOTHING, ARBITER, grant.state)
+        assigned = sum(g.budget for g in grants.values())
+        # Counts only: status shows every user the pools, but no other user's job.
+        self.pools[gpu] = {"gpu": gpu, "pool_bytes": pool, "assigned_bytes": assigned, "jobs": len(jobs),
+                           "unmet": sum(g.state == "unmet" for g in grants.values())}
+        if assigned > pool:
+            self._warn_once(("over", gpu, assigned), "GPU %d's pool (%s) is over-committed: fixed budgets "
+                            "and promised minimums come to %s", gpu, human_bytes(pool), human_bytes(assigned))
+        return outcome
+
+    def _log_change(self, job, budget, source, state, gpu, pool, members):
+        shown = "none" if budget is None else human_bytes(budget)
+        was = "none" if job.budget is None else human_bytes(job.budget)
+        if state == "unmet":
+            log.warning("job %s (%s): its min_budget %s does not fit GPU %d's pool (%s, %d job%s): "
+                        "budget %s -> %s until it does", job.id, job.name, human_bytes(job.terms.min_bytes),
+                        gpu, human_bytes(pool), members, "s" if members != 1 else "", was, shown)
+        elif source == ARBITER:
+            log.info("job %s (%s): budget %s -> %s (arbiter: GPU %d's pool of %s among %d job%s)",
+                     job.id, job.name, was, shown, gpu, human_bytes(pool), members, "s" if members != 1 else "")
+        else:
+            log.info("job %s (%s): budget %s -> %s (%s)", job.id, job.name, was, shown, source or "no budget")
+
+    def _warn_once(self, key, message, *args):
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(message, *args)
