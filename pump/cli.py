@@ -3,6 +3,8 @@
     pump config check [--daemon] FILE...   check job files (or, --daemon, pumpd.toml files)
     pump status [--json]                   the jobs pumpd runs that the caller may see
     pump trace show|stats FILE             read a trace (pump-run --trace)
+    pump trace generate MODEL -o FILE      a real model's training steps as a trace, without a GPU
+    pump simulate TRACE --capacity SIZE    model a trace under each prefetch policy
 
 Exit codes: 0 ok; 1 a checked file has errors (each on its own line on stderr), no
 daemon answers, or a trace file is bad; 2
@@ -18,7 +20,7 @@ import sys
 
 import pump
 from pump.cli_common import OneLineParser, die
-from pump import config
+from pump import config, tracegen
 
 PROG = "pump"
 
@@ -77,6 +79,28 @@ def _trace(args) -> int:
     return 0
 
 
+def _trace_generate(args) -> int:
+    try:
+        from pump.tracegen import generate
+    except ImportError as exc:
+        _die(f"trace generate needs PyTorch ({exc}); install pump[models]")
+    try:
+        summary = generate.generate(args.output, args.model, args.size, args.batch, args.seq, args.steps,
+                                    args.last_batch, args.eval_every)
+    except ValueError as exc:
+        _die(f"trace generate: {exc}")
+    except OSError as exc:
+        _die(f"trace generate: cannot write {args.output}: {exc.strerror}")
+    print(summary.line(args.output))
+    return 0
+
+
+# --- pump simulate ------------------------------------------------------------------------
+
+def _simulate(args) -> int:
+    return importlib.import_module("pump.simulate.cli").main(args)
+
+
 # --- the parser ----------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,8 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="one JSON document instead of a table")
     status.set_defaults(handler=_status)
 
-    tr = sub.add_parser("trace", help="read a trace file (pump-run --trace)", allow_abbrev=False,
-                        description="Read a trace file that pump-run --trace recorded.")
+    tr = sub.add_parser("trace", help="read a trace file (pump-run --trace), or generate one", allow_abbrev=False,
+                        description="Read a trace file that pump-run --trace recorded, or generate one.")
     tr_sub = tr.add_subparsers(dest="trace_command", metavar="SUBCOMMAND", required=True)
     show = tr_sub.add_parser("show", allow_abbrev=False, help="every record, one line each",
                              description="Every record: pid, milliseconds from the start, kind, what.")
@@ -116,6 +140,24 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--json", action="store_true", help="one JSON document")
     st.add_argument("file", metavar="FILE")
     st.set_defaults(handler=_trace)
+    gen = tr_sub.add_parser(
+        "generate", allow_abbrev=False, help="a real model's training steps as a trace, without a GPU",
+        description="Run MODEL's training steps (AdamW, fp32) on PyTorch's meta device, with a model of "
+                    "its CUDA caching allocator, and write what a GPU would run as a trace: per kernel "
+                    "the byte ranges it reads and writes, its FLOPs and bytes.")
+    gen.add_argument("model", metavar="MODEL", choices=tracegen.MODEL_NAMES,
+                     help=f"one of {', '.join(tracegen.MODEL_NAMES)}")
+    gen.add_argument("-o", "--output", metavar="FILE", required=True, help="the trace file to write")
+    gen.add_argument("--size", choices=tracegen.SIZES, default="full",
+                     help="the published configuration (full, the default) or a tiny one for tests")
+    gen.add_argument("--batch", type=int, metavar="N", help="batch size (default: the model's)")
+    gen.add_argument("--seq", type=int, metavar="N", help="sequence length (bert-base, gpt2-medium)")
+    gen.add_argument("--steps", type=int, metavar="N", default=3, help="training steps (default 3)")
+    gen.add_argument("--last-batch", type=int, metavar="N", help="the last step's smaller batch")
+    gen.add_argument("--eval-every", type=int, metavar="K",
+                     help="an evaluation forward (no_grad) after every K steps")
+    gen.set_defaults(handler=_trace_generate)
+    importlib.import_module("pump.simulate.cli").add_parser(sub, _simulate)
     return p
 
 

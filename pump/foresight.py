@@ -1,0 +1,406 @@
+"""Foresight: the policy that learns a job's iteration and plans ahead (issue 4, item 3).
+
+pumpd runs one Foresight per process on the batches it reads from the ring; the simulator
+(pump simulate --policy lookahead) replays the same object on a trace.  What it does:
+- learns each launch's key (pump_channel.h), the 2 MiB blocks it needs (those its EXTENT ranges
+  touch; the blocks of the allocations its arguments point into where it has none) and its
+  time (COST-derived in the simulator, pumpd's measured time per launch otherwise);
+- finds the iteration: the period of the launch-key sequence, with a tolerance, so that a short
+  last batch, an evaluation step or a changed shape does not derail it (a plan stays until a
+  new period is found; then it re-learns);
+- plans on the learned iteration, taken as a cycle: Belady's MIN (evict what is used again
+  furthest in the future) with every block of a launch resident together, under the budget
+  less the room transfers in flight need (reserve_bytes(): bandwidth x the longest kernel),
+  so that a prefetch rarely waits for the eviction that makes its room; each eviction is
+  attached to the last launch that uses the block before its next use (ordered after that
+  kernel, as early as it can be), and each prefetch to the launch after which its room exists,
+  but no further ahead than the time the link needs to refill the whole budget (budget /
+  bandwidth, in kernel time: so the lookahead in launches follows from bandwidth and kernel
+  times).  The shim finds a trigger by launch key, so evictions and prefetches ride only on
+  launches whose key occurs once per iteration (moved to the next such launch);
+- per launch key, `need`: the blocks the launch touches.  The shim prefetches those not
+  believed resident instead of the launch rule's whole allocations, and the kernel waits for
+  them only;
+- lifetime: a range the framework's allocator took back (BLOCK_FREE) is dead; discard_range()
+  gives its part that may be discarded (aligned inward to 2 MiB).  Nothing else is ever
+  called dead.
+Until an iteration is learned, triggers() is empty: the shim's launch-time rule applies.
+"""
+
+import bisect
+import collections
+import heapq
+
+import numpy as np
+
+from pump import channel
+
+C = channel.C
+BLOCK_SHIFT = 21
+BLOCK = 1 << BLOCK_SHIFT          # pump_channel.h's block: residency and plan unit
+DEFAULT_TOLERANCE = 0.05          # the share of an iteration's launches that may differ
+MIN_PERIOD = 2
+MAX_HISTORY = 1 << 20             # launches kept; iterations longer than half of it are not learned
+ANCHORS = 16                      # recent launches considered as the period's anchor
+CANDIDATES = 64                   # periods tried per detection
+
+
+class IterationDetector:
+    """The period of a launch-key sequence, found with a tolerance.
+
+    Cheap enough to run on every batch pumpd reads (a few hundred launches every 5-25 ms):
+    keys live in a growing array (no copy of the history per batch) and each key's positions
+    are indexed as they arrive, so finding candidate periods costs the anchor's occurrences,
+    not a pass over the history."""
+
+    def __init__(self, tolerance: float = DEFAULT_TOLERANCE):
+        if not 0 <= tolerance < 0.5:
+            raise ValueError(f"tolerance {tolerance}: allowed 0 <= tolerance < 0.5")
+        self.tolerance = tolerance
+        self._buf = np.empty(1024, np.uint64)
+        self._len = 0
+        self.offset = 0               # global launch index of keys[0]
+        self._where = {}              # key -> global indices at which it occurs (may hold dropped ones)
+
+    @property
+    def keys(self) -> np.ndarray:
+        return self._buf[:self._len]
+
+    @property
+    def seen(self) -> int:
+        return self.offset + self._len
+
+    def extend(self, keys: np.ndarray) -> int:
+        """Append keys; returns how many old ones were dropped from the front."""
+        keys = np.asarray(keys, np.uint64)
+        if self._len + len(keys) > len(self._buf):
+            grown = np.empty(max(2 * len(self._buf), self._len + len(keys)), np.uint64)
+            grown[:self._len] = self.keys
+            self._buf = grown
+        for i, k in enumerate(keys.tolist(), self.seen):
+            self._where.setdefault(k, []).append(i)
+        self._buf[self._len:self._len + len(keys)] = keys
+        self._len += len(keys)
+        drop = self._len - MAX_HISTORY
+        if drop < MAX_HISTORY // 8:      # trim in chunks: a trim copies the history
+            return 0
+        self._buf[:MAX_HISTORY] = self._buf[drop:self._len].copy()
+        self._len = MAX_HISTORY
+        self.offset += drop
+        for k in list(self._where):
+            kept = self._where[k][bisect.bisect_left(self._where[k], self.offset):]
+            if kept:
+                self._where[k] = kept
+            else:
+                del self._where[k]
+        return drop
+
+    def detect(self) -> int:
+        """The smallest period P for which the last P keys match the P before them in at least
+        (1 - tolerance) of the places; 0 if there is none."""
+        h = self.keys
+        n = len(h)
+        if n < 2 * MIN_PERIOD:
+            return 0
+        # Anchor: the rarest of the last few keys (fewest candidate periods to try).
+        tail = dict.fromkeys(h[-ANCHORS:].tolist())
+        occurrences = {k: self._where[k][bisect.bisect_left(self._where[k], self.offset):] for k in tail}
+        for key in sorted(occurrences, key=lambda k: len(occurrences[k])):
+            where = occurrences[key]
+            if len(where) < 2:
+                continue
+            last = where[-1]
+            tried = 0
+            for earlier in reversed(where[:-1]):
+                p = last - earlier
+                if 2 * p > n or tried == CANDIDATES:
+                    break
+                if p < MIN_PERIOD:
+                    continue
+                tried += 1
+                if np.count_nonzero(h[n - p:] != h[n - 2 * p:n - p]) <= self.tolerance * p:
+                    return p
+            return 0
+        return 0
+
+
+class Foresight:
+    """The lookahead policy; see the module's docstring.
+
+    budget_bytes: the cap on GPU-resident bytes the plan keeps to (set_budget() changes it);
+    bandwidth: host<->GPU bytes per second; launch_seconds: mean time of a launch (pumpd
+    measures it; set_launch_seconds() updates it), used where observe() gets no per-launch
+    times."""
+
+    order = C.PUMP_ORDER_USED
+
+    def __init__(self, budget_bytes: int, bandwidth: float, launch_seconds: float = 10e-6,
+                 tolerance: float = DEFAULT_TOLERANCE):
+        if budget_bytes <= 0 or bandwidth <= 0 or launch_seconds <= 0:
+            raise ValueError("budget_bytes, bandwidth and launch_seconds must be > 0")
+        self.budget = int(budget_bytes)
+        self.bandwidth = float(bandwidth)
+        self.launch_seconds = float(launch_seconds)
+        self.detector = IterationDetector(tolerance)
+        self.allocations = {}         # base -> size (the job's managed allocations)
+        self._bases = []              # sorted bases, for address lookups
+        self.block_bytes = {}         # block address -> its bytes (a last block may be partial)
+        self.blocks = []              # per launch in history: tuple of the block addresses it needs
+        self._blocks_of_key = {}      # launch key -> its blocks, for launches without extents
+        self.seconds = np.empty(0)    # per launch in history: its time
+        self.period = 0
+        self.learned_at = None        # global launch index at which the first plan was made
+        self.schedule_keys = None     # the learned iteration's keys
+        self._plan = {}
+        self.discards = {}            # launch key -> [(address, bytes)] freed after it, last iteration
+        self.block_frees = []         # (global launch index, address, bytes), in history
+        self.changed = False
+
+    @property
+    def learned(self) -> bool:
+        return self.period > 0
+
+    @property
+    def lookahead_seconds(self) -> float:
+        """How far ahead (in kernel time) the plan prefetches: the time to refill the budget."""
+        return self.budget / self.bandwidth
+
+    def set_budget(self, budget_bytes: int):
+        """A new budget (the arbiter's): the plan is made again for it."""
+        if budget_bytes <= 0:
+            raise ValueError(f"budget_bytes {budget_bytes}: allowed > 0")
+        if int(budget_bytes) != self.budget:
+            self.budget = int(budget_bytes)
+            if self.learned:
+                self._learn(self.period)
+
+    def set_launch_seconds(self, seconds: float):
+        """pumpd's latest mean time per launch, for batches that come without kernel times."""
+        if not seconds > 0:
+            raise ValueError(f"launch_seconds {seconds}: allowed > 0")
+        self.launch_seconds = float(seconds)
+
+    # ---- learning ----
+    def observe(self, batch: channel.Batch, kernel_seconds=None):
+        """Learn one batch (channel.decode()); kernel_seconds: per launch, or None."""
+        for base, size in batch.allocs:
+            self._add_allocation(base, size)
+        n = 0 if batch.launch_function is None else len(batch.launch_function)
+        first = self.detector.seen
+        if n:
+            keys = channel.launch_keys(batch)
+            if batch.extents:
+                self.blocks.extend(self._needed_blocks(batch, i) for i in range(n))
+            else:
+                # Without extents a launch's blocks follow from its key (the kernel and its
+                # allocations): pumpd's case, at up to a million launches a second.
+                cache, listed = self._blocks_of_key, keys.tolist()
+                for key in set(listed).difference(cache):
+                    cache[key] = self._needed_blocks(batch, listed.index(key))
+                self.blocks.extend(map(cache.__getitem__, listed))
+            times = (np.full(n, self.launch_seconds) if kernel_seconds is None
+                     else np.asarray(kernel_seconds, float))
+            self.seconds = np.concatenate((self.seconds, times))
+            drop = self.detector.extend(keys)
+            if drop:
+                del self.blocks[:drop]
+                self.seconds = self.seconds[drop:]
+        self.block_frees.extend((first + at, addr, size) for at, addr, size in batch.block_frees)
+        if self.block_frees and self.block_frees[0][0] < self.detector.offset:
+            self.block_frees = [f for f in self.block_frees if f[0] >= self.detector.offset]
+        for base, _size in batch.frees:
+            self._drop_allocation(base)
+        if n:
+            self._maybe_learn(keys)
+
+    def _add_allocation(self, base, size):
+        self._blocks_of_key.clear()
+        if base not in self.allocations:
+            bisect.insort(self._bases, base)
+        self.allocations[base] = size
+        for b in range(base, base + size, BLOCK):
+            self.block_bytes[b] = min(BLOCK, base + size - b)
+
+    def _drop_allocation(self, base):
+        self._blocks_of_key.clear()
+        if self.allocations.pop(base, None) is not None:
+            self._bases.pop(bisect.bisect_left(self._bases, base))
+
+    def _allocation_of(self, address):
+        i = bisect.bisect_right(self._bases, address) - 1
+        if i >= 0:
+            base = self._bases[i]
+            if address < base + self.allocations[base]:
+                return base, self.allocations[base]
+        return None
+
+    def _needed_blocks(self, batch, i) -> tuple:
+        """The blocks launch i needs: those its EXTENT ranges touch, where it has them (the
+        plan's `need` replaces the launch rule's whole allocations); else the blocks of the
+        allocations its arguments point into (all that is known)."""
+        found = []
+        extents = batch.extents.get(i)
+        if extents:
+            for addr, size, _written in extents:
+                alloc = self._allocation_of(addr)
+                if alloc is not None and size > 0:
+                    end = min(addr + size, alloc[0] + alloc[1])
+                    found.extend(range(addr >> BLOCK_SHIFT << BLOCK_SHIFT, end, BLOCK))
+        else:
+            for base in batch.launch_bases(i).tolist():
+                size = self.allocations.get(base)
+                if size:
+                    found.extend(range(base, base + size, BLOCK))
+        return tuple(dict.fromkeys(found))
+
+    def _maybe_learn(self, keys):
+        if self.learned:
+            missing = np.count_nonzero(~np.isin(keys, self.schedule_keys))
+            if missing <= self.detector.tolerance * len(keys):
+                return
+        period = self.detector.detect()
+        if not period:
+            return
+        window = self.detector.keys[-period:]
+        if self.learned and period == self.period and \
+                np.count_nonzero(window != self.schedule_keys) <= self.detector.tolerance * period:
+            return
+        self._learn(period)
+
+    def _learn(self, period):
+        start = len(self.blocks) - period
+        self.period = period
+        self.schedule_keys = self.detector.keys[-period:].copy()
+        if self.learned_at is None:
+            self.learned_at = self.detector.seen
+        keys = self.schedule_keys.tolist()
+        # The shim knows a launch by its key only: a key met more than once in the iteration
+        # (the same kernel on the same allocations, other tensors in them) needs all of them.
+        need = {}
+        for key, blocks in zip(keys, self.blocks[start:]):
+            need.setdefault(key, {}).update(dict.fromkeys(blocks))
+        uses = [tuple(need[key]) for key in keys]
+        count = collections.Counter(keys)
+        prefetch, evict = plan_cycle(uses, self.block_bytes, self.seconds[start:], self.budget,
+                                     self.lookahead_seconds, self.reserve_bytes(period),
+                                     [count[key] == 1 for key in keys])
+        plan = {key: ({}, {}) for key in need}
+        for j, key in enumerate(keys):
+            plan[key][0].update(dict.fromkeys(prefetch[j]))
+            plan[key][1].update(dict.fromkeys(evict[j]))
+        self._plan = {k: (self._ranges(need[k]), self._ranges(p), self._ranges(e)) for k, (p, e) in plan.items()}
+        first = self.detector.seen - period
+        self.discards = {}
+        for at, addr, size in self.block_frees:
+            dead = discard_range(addr, size)
+            if dead and first < at <= first + period:
+                self.discards.setdefault(keys[at - 1 - first], []).append(dead)
+        self.changed = True
+
+    def reserve_bytes(self, period: int) -> int:
+        """Room the plan leaves free for transfers in flight: an eviction starts only when the
+        kernel that last used its block ends, and meanwhile the prefetch stream goes on moving
+        up to bandwidth x that kernel's time into room the plan already counts as taken; the
+        longest kernel of the iteration bounds it.  Kept under half the budget."""
+        longest = float(np.max(self.seconds[-period:])) if period else 0.0
+        return min(int(self.bandwidth * longest), self.budget // 2)
+
+    def _ranges(self, blocks) -> list:
+        """Block addresses -> (address, bytes) ranges, adjacent blocks of an allocation joined."""
+        out = []
+        for b in sorted(blocks):
+            size = self.block_bytes.get(b, BLOCK)
+            if out and out[-1][0] + out[-1][1] == b and out[-1][1] % BLOCK == 0:
+                out[-1] = (out[-1][0], out[-1][1] + size)
+            else:
+                out.append((b, size))
+        return out
+
+    # ---- output ----
+    def triggers(self) -> dict:
+        """{launch key: (need, prefetch, evict)}, each a list of (address, bytes) ranges, for
+        pump.channel.Plan.publish(): at a launch with this key the shim prefetches the `need`
+        ranges not believed resident (the kernel waits for those only), then after the kernel
+        evicts `evict` and prefetches `prefetch` for the launches to come."""
+        self.changed = False
+        return self._plan
+
+
+def discard_range(address: int, size: int):
+    """The part of a dead range that may be discarded: aligned inward to 2 MiB, or None."""
+    lo = -(-address // BLOCK) * BLOCK
+    hi = (address + size) // BLOCK * BLOCK
+    return (lo, hi - lo) if hi > lo else None
+
+
+def plan_cycle(uses, block_bytes, seconds, budget, horizon_seconds, reserve=0, anchors=None):
+    """Belady's MIN on one learned iteration taken as a cycle, turned into prefetches ahead.
+
+    uses[j]: the blocks launch j needs; seconds[j]: its time.  MIN, run on the budget less
+    `reserve` (room kept for transfers in flight), decides at each use of a block not resident
+    which blocks to evict (those used again furthest in the future).  Each eviction is planned
+    after the victim's last use before that point, and the block's prefetch after the latest
+    of those evictions (the room exists from then on), but no earlier than `horizon_seconds`
+    of kernel time before its use.  anchors[j] (default: all) says whether launch j may carry
+    evictions and prefetches: the shim finds a trigger by launch key, so a key met twice in an
+    iteration would run them twice; plans move them to the next anchor.  Returns, per position
+    j, the blocks to prefetch and the blocks to evict after launch j.  The cycle is played
+    twice and the second pass is the plan, so that it starts from the steady state."""
+    period = len(uses)
+    size = lambda b: block_bytes.get(b, BLOCK)  # noqa: E731
+    budget = budget - reserve
+    span = 3 * period
+    next_use, seen = {}, {}
+    for pos in range(span - 1, -1, -1):
+        for b in uses[pos % period]:
+            next_use[pos, b] = seen.get(b, float("inf"))
+            seen[b] = pos
+    anchor_at = [span] * (span + 1)  # the first anchor at or after each position
+    for pos in range(span - 1, -1, -1):
+        anchor_at[pos] = pos if anchors is None or anchors[pos % period] else anchor_at[pos + 1]
+    clock = np.concatenate(([0.0], np.cumsum(np.tile(np.asarray(seconds, float), 2))))
+
+    resident, used_bytes = {}, 0     # block -> its next use
+    heap = []                        # (-next use, block); stale entries skipped
+    last_use = {}                    # block -> position of its last use
+    room_from = 0                    # position of the latest planned eviction
+    prefetch = [[] for _ in range(period)]
+    evict = [[] for _ in range(period)]
+    for pos in range(2 * period):
+        record = pos >= period
+        # The earliest trigger whose kernel ends within the horizon of this launch's start.
+        earliest = int(np.searchsorted(clock, clock[pos] - horizon_seconds, side="left")) - 1
+        for b in uses[pos % period]:
+            if b in resident or size(b) > budget:
+                continue
+            victims, free = [], budget - used_bytes
+            while free < size(b):
+                while heap and resident.get(heap[0][1]) != -heap[0][0]:
+                    heapq.heappop(heap)
+                if not heap or -heap[0][0] <= pos:
+                    break
+                _, v = heapq.heappop(heap)
+                victims.append(v)
+                free += size(v)
+            if free < size(b):          # only blocks of this launch are left: it faults
+                for v in victims:
+                    heapq.heappush(heap, (-resident[v], v))
+                continue
+            for v in victims:
+                del resident[v]
+                used_bytes -= size(v)
+                at = anchor_at[last_use[v]]
+                room_from = max(room_from, at)
+                if record:
+                    evict[at % period].append(v)
+            resident[b] = pos
+            used_bytes += size(b)
+            at = anchor_at[max(earliest, room_from, 0)]
+            if record and at < pos:
+                prefetch[at % period].append(b)
+        for b in uses[pos % period]:
+            if b in resident:
+                resident[b] = next_use[pos, b]
+                heapq.heappush(heap, (-resident[b], b))
+            last_use[b] = pos
+    return prefetch, evict

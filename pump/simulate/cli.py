@@ -1,0 +1,95 @@
+"""`pump simulate`: its arguments (added to pump's parser) and what it runs."""
+
+import argparse
+import sys
+
+from pump import config
+from pump.simulate import engine, report, workload
+
+BOUND_HELP = """\
+lower bound of a steady step: max(compute time, B / bandwidth), where B is the
+host->GPU bytes Belady's MIN moves per step on the learned iteration repeated
+for ever, in 2 MiB blocks of what kernels touch (EXTENT ranges), with room for
+capacity / 2 MiB blocks: (MIN's bytes over 16 iterations from empty - capacity)
+/ 16.  MIN fetches the fewest blocks of any policy (Belady 1966; Mattson et al.
+1970), and a prefetching policy can be turned into a demand-paging one with no
+more fetches, so no policy moves less.  Also shown: the weaker bound from the
+touched bytes beyond capacity, and MIN with each launch's blocks resident
+together (what a policy that prefetches before each kernel can reach).
+Details: pump/simulate/bound.py."""
+
+CAPACITY_ALLOWED = config.SIZE_ALLOWED + "; or a percentage of the trace's peak footprint, 1%..100%"
+
+
+def _capacity(text: str) -> str:
+    if text.endswith("%") and text[:-1].isdigit() and 1 <= int(text[:-1]) <= 100:
+        return text
+    config.parse_size(text)
+    return text
+
+
+def _capacity_type(text):
+    try:
+        return _capacity(text)
+    except ValueError:
+        raise config.BadValueError(f"bad value {text!r}; allowed: {CAPACITY_ALLOWED}") from None
+
+
+def _bandwidth(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < 1e6:
+        raise config.BadValueError(f"bad value {text!r}; allowed: GB/s as a number > 0, e.g. 63 or 25.5")
+    return value
+
+
+def add_parser(sub, handler):
+    p = sub.add_parser("simulate", allow_abbrev=False, help="model a trace under each prefetch policy",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Replay TRACE in a discrete-event model of Unified Memory: step time, "
+                                   "faults and bytes each way per policy, against the ideal (unlimited memory) "
+                                   "and the lower bound. Every constant: pump/simulate/constants.py.",
+                       epilog=BOUND_HELP)
+    p.add_argument("trace", metavar="TRACE", help="a trace file (pump-run --trace, pump trace generate)")
+    p.add_argument("--capacity", metavar="SIZE", required=True, type=_capacity_type,
+                   help=f"GPU memory the job may use: {CAPACITY_ALLOWED}".replace("%", "%%"))
+    p.add_argument("--bandwidth", metavar="GB/s", type=_bandwidth,
+                   help="host<->GPU bandwidth each way (default: the model's, PCIe Gen5 x16 for h100)")
+    p.add_argument("--policy", choices=engine.POLICIES, action="append",
+                   help="a policy to run (repeatable; default: all)")
+    p.add_argument("--model", choices=tuple(engine.MODELS), default="h100",
+                   help="h100 (default): an H100 PCIe on PCIe Gen5; fakecuda: predict fakecuda's counts "
+                        "for a replay under pump-run --budget SIZE")
+    p.add_argument("--plot", metavar="FILE.png", help="also plot step time against capacity for every policy")
+    p.add_argument("--json", action="store_true", help="one JSON document instead of a table")
+    p.set_defaults(handler=handler)
+
+
+def capacity_bytes(text: str, peak: int) -> int:
+    if text.endswith("%"):
+        return max(1, peak * int(text[:-1]) // 100)
+    return config.parse_size(text)
+
+
+def main(args) -> int:
+    try:
+        w = workload.load(args.trace)
+        model = engine.MODELS[args.model](args.bandwidth * 1e9 if args.bandwidth else None)
+    except (workload.WorkloadError, ValueError) as exc:
+        print(f"pump: {exc}", file=sys.stderr)
+        return 1
+    doc = report.simulate(w, capacity_bytes(args.capacity, w.peak_footprint), model,
+                          tuple(args.policy or engine.POLICIES))
+    if args.model == "fakecuda":
+        doc["fakecuda_counts"] = report.fakecuda_counts(doc)
+    if args.plot:
+        doc["plot"] = dict(report.plot(w, model, args.plot), file=args.plot)
+    if args.json:
+        print(report.dumps(doc))
+    else:
+        print(report.text(doc))
+        if args.plot:
+            print(f"plot: {args.plot}")
+    return 0

@@ -1,0 +1,458 @@
+"""The discrete-event model behind `pump simulate`: one pass over a workload's launches, in
+program order, for one policy at one capacity.
+
+Two layers, as ../notes/semantics.md fixes them:
+- the shim's BELIEF (2 MiB blocks believed resident, the budget, its eviction orders) decides
+  prefetches and evictions exactly as the shim does for each policy;
+- the TRUTH (which 64 KiB pages are on the GPU) counts faults and bytes as fakecuda and the
+  driver do: a fault per touched page not on the GPU, prefetch bytes = pages really moved,
+  eviction bytes = resident pages really moved back (discarded pages move nothing).
+With the H100 model the GPU itself holds at most `capacity` bytes (2 MiB chunks): a fault that
+needs room makes the driver evict the least recently migrated chunk, on the fault path.  With
+the fakecuda model device memory is unlimited (fakecuda never evicts) and only the budget holds.
+
+Time: four FIFO resources, each op starting when its inputs are ready:
+- the host issues launches HOST_LAUNCH_S apart, at most LAUNCH_QUEUE_DEPTH ahead of the GPU,
+  and waits for the GPU at each step's start (a training loop reads its loss every step);
+- the compute stream runs kernel k after kernel k-1, after its launch, after the prefetches of
+  its blocks (the kernel waits on its prefetch event), for its roofline time plus its faults'
+  service time plus the driver's evictions on its fault path;
+- the prefetch stream (host->GPU) and the eviction stream (GPU->host) each move bytes at the
+  link's bandwidth, full duplex; an eviction starts after the last kernel that used the block,
+  and a prefetch that needs room waits until enough evictions have completed.
+Counts follow program order (each stream's ordering is what makes that exact on fakecuda).
+"""
+
+import collections
+import dataclasses
+import math
+
+import numpy as np
+
+from pump.foresight import Foresight, discard_range
+from pump.simulate import constants as K
+
+POLICIES = ("naive", "launch", "lookahead", "ideal")
+
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+    name: str
+    bandwidth: float            # bytes/s each way over the link
+    peak_flops: float           # fp32 FLOPs on the plain units
+    tensor_flops: float         # fp32 FLOPs PyTorch runs on tensor cores (TF32)
+    hbm_bytes_per_s: float
+    fault_seconds: float        # the faulting kernel's stall per serviced fault
+    fault_batch: int
+    host_launch_seconds: float
+    queue_depth: int
+    gpu_limits_memory: bool     # the driver evicts at capacity (a real GPU), or never (fakecuda)
+    # The policy is told each launch's exact extents and the framework's frees (a framework
+    # integration's view), or only what today's shim reports to pumpd: allocation bases.
+    policy_sees_extents: bool = True
+
+
+def h100(bandwidth: float = None) -> Model:
+    return Model("h100-pcie-gen5", bandwidth or K.PCIE5_X16_BYTES_PER_S, K.H100_PEAK_FLOPS,
+                 K.H100_TF32_FLOPS, K.H100_HBM_BYTES_PER_S, K.FAULT_SERVICE_S, K.FAULT_BATCH_FAULTS, K.HOST_LAUNCH_S,
+                 K.LAUNCH_QUEUE_DEPTH, True)
+
+
+def fakecuda(bandwidth: float = None) -> Model:
+    f = K.fakecuda_constants()
+    if f["FAKECUDA_PAGE"] != K.PAGE_BYTES or f["FAKECUDA_MANAGED_ALIGN"] != K.BLOCK_BYTES:
+        raise ValueError(f"{K.FAKECUDA_MODEL_H}: page {f['FAKECUDA_PAGE']} / alignment "
+                         f"{f['FAKECUDA_MANAGED_ALIGN']} differ from the simulator's {K.PAGE_BYTES} / {K.BLOCK_BYTES}")
+    h2d = f["FAKECUDA_H2D_BYTES_PER_US"] * 1e6
+    return Model("fakecuda", bandwidth or h2d, K.H100_PEAK_FLOPS, K.H100_TF32_FLOPS, K.H100_HBM_BYTES_PER_S,
+                 f["FAKECUDA_GPU_FAULT_US"] * 1e-6 + K.PAGE_BYTES / h2d, 1,
+                 f["FAKECUDA_LAUNCH_LATENCY_US"] * 1e-6, K.LAUNCH_QUEUE_DEPTH, False,
+                 policy_sees_extents=False)
+
+
+MODELS = {"h100": h100, "fakecuda": fakecuda}
+
+
+@dataclasses.dataclass
+class Result:
+    policy: str
+    capacity: int
+    step_ends: list                   # seconds at which each step's last kernel ends
+    steady: list                      # indices of the steps that count as steady state
+    faults: int = 0
+    fault_batches: int = 0
+    bytes_prefetched_h2d: int = 0     # pages moved host->GPU by prefetches
+    bytes_faulted_h2d: int = 0        # pages moved host->GPU by faults
+    bytes_d2h: int = 0                # pages moved GPU->host by evictions (shim's or driver's)
+    bytes_discarded: int = 0          # resident bytes discarded instead of written back
+    unsafe_discards: int = 0          # discards refused: the range was not known dead
+    prefetch_calls: int = 0
+    evictions: int = 0                # blocks evicted
+    driver_evictions: int = 0         # of which by the driver (GPU full)
+    prefetch_wait_seconds: float = 0  # time prefetches waited for evictions to make room
+    data_wait_seconds: float = 0      # time kernels, launched and next in line, waited for data
+    max_believed: int = 0             # the most bytes the shim believed resident
+    max_resident: int = 0             # the most bytes of 2 MiB chunks really on the GPU
+    per_step: dict = None             # per step: faults, bytes each way
+    learned_at: int = None
+
+    @property
+    def step_seconds(self) -> float:
+        times = np.diff(np.concatenate(([0.0], self.step_ends)))[self.steady]
+        return float(np.median(times)) if len(times) else float("nan")
+
+    def steady_mean(self, what: str) -> float:
+        return float(np.mean(np.asarray(self.per_step[what])[self.steady])) if self.steady else float("nan")
+
+
+def steady_steps(workload) -> list:
+    """The steps that count: those that begin after the iteration is learned, less the first
+    of them (the plan's first use warms up), when two or more remain; at least the last."""
+    bounds = _step_bounds(workload)
+    start = workload.learned_at or 0
+    after = [s for s, (lo, _) in enumerate(bounds) if lo >= start]
+    if len(after) >= 2:
+        after = after[1:]
+    return after or [len(bounds) - 1]
+
+
+def _step_bounds(workload):
+    """[(first launch, end launch)] of each step: from STEP records, else the period."""
+    n = workload.launches
+    starts = [s for s in workload.steps if 0 < s < n]
+    if not starts and workload.period:
+        starts = list(range(workload.period, n, workload.period))
+    starts = [0] + starts
+    return list(zip(starts, starts[1:] + [n]))
+
+
+def _first_not_in(order, protect):
+    """The first key of an ordered dict not in `protect` (protected keys are few)."""
+    for b in order:
+        if b not in protect:
+            return b
+    return None
+
+
+def run(workload, policy: str, capacity: int, model: Model) -> Result:
+    if policy not in POLICIES:
+        raise ValueError(f"policy {policy!r}: allowed {', '.join(POLICIES)}")
+    return _Run(workload, policy, capacity, model).go()
+
+
+class _Run:
+    def __init__(self, w, policy, capacity, model):
+        self.w, self.policy, self.capacity, self.m = w, policy, int(capacity), model
+        self.kernel_s = w.kernel_seconds(model.peak_flops, model.tensor_flops, model.hbm_bytes_per_s)
+        nb = len(w.block_bytes)
+        self.size = w.block_bytes.tolist()
+        self.res = [0] * nb                    # truth: resident page mask per block
+        self.clean = [0] * nb                  # truth: resident pages discarded (dead)
+        self.populated = [0] * nb              # truth: pages that exist (touched or prefetched once)
+        self.dead = [0] * nb                   # pages the framework's allocator took back
+        self.gpu_lrm = collections.OrderedDict()  # truth: chunks in migration order
+        self.gpu_bytes = 0
+        self.migrated = collections.OrderedDict()  # belief, least recently migrated first
+        self.used = collections.OrderedDict()      # belief, least recently used first
+        self.believed = 0
+        self.last_user_end = [0.0] * nb
+        self.ready = [0.0] * nb                # when the prefetch that brought a block ends
+        self.pending = collections.deque()     # evictions in flight: (end time, bytes)
+        self.pending_bytes = 0
+        self.pf_free = self.ev_free = 0.0
+        self.bounds = _step_bounds(w)
+        self.r = Result(policy, self.capacity, [], steady_steps(w),
+                        per_step={k: [] for k in ("faults", "h2d", "d2h", "data_wait", "prefetch_wait")})
+        self.foresight = None
+        self.plan = {}
+        if policy == "lookahead":
+            mean = float(np.mean(self.kernel_s)) or K.HOST_LAUNCH_S
+            self.foresight = Foresight(self.capacity, model.bandwidth, launch_seconds=mean)
+        self.shim = policy in ("launch", "lookahead") or (policy == "naive" and not model.gpu_limits_memory)
+
+    # ---- truth ----
+    def _truth_evict(self, b):
+        """Move block b's resident pages to the host (discarded ones move nothing)."""
+        mask = self.res[b]
+        if not mask:
+            return 0
+        moved = (mask & ~self.clean[b]).bit_count() * K.PAGE_BYTES
+        self.r.bytes_discarded += (mask & self.clean[b]).bit_count() * K.PAGE_BYTES
+        self.res[b] = self.clean[b] = 0
+        del self.gpu_lrm[b]
+        self.gpu_bytes -= self.size[b]
+        self.r.bytes_d2h += moved
+        return moved
+
+    def _truth_add(self, b, mask):
+        """Pages arrive on the GPU; returns the bytes that moved. A page never populated
+        is populated in place on the GPU (first touch): nothing moves (the driver's and
+        fakecuda's behaviour)."""
+        new = mask & ~self.res[b]
+        if not new:
+            return 0
+        if not self.res[b]:
+            self.gpu_lrm[b] = None
+            self.gpu_bytes += self.size[b]
+        self.res[b] |= new
+        self.clean[b] &= ~mask
+        moved = (new & self.populated[b]).bit_count() * K.PAGE_BYTES
+        self.populated[b] |= mask
+        return moved
+
+    def _driver_make_room(self, protect):
+        """The GPU is full: the driver evicts least recently migrated chunks (not the ones the
+        faulting kernel holds); returns bytes moved to the host on the fault path."""
+        moved = 0
+        while self.gpu_bytes > self.capacity:
+            b = _first_not_in(self.gpu_lrm, protect)
+            if b is None:
+                break
+            moved += self._truth_evict(b)
+            self.r.driver_evictions += 1
+        return moved
+
+    # ---- belief ----
+    def _believe(self, b):
+        if b not in self.migrated:
+            self.migrated[b] = None
+            self.used[b] = None
+            self.believed += self.size[b]
+
+    def _forget(self, b):
+        if b in self.migrated:
+            del self.migrated[b]
+            del self.used[b]
+            self.believed -= self.size[b]
+
+    def _evict(self, b, now):
+        """The shim evicts b to the host, on the eviction stream after b's last user."""
+        self._forget(b)
+        moved = self._truth_evict(b)
+        self.r.evictions += 1
+        start = max(now, self.ev_free, self.last_user_end[b])
+        self.ev_free = start + moved / self.m.bandwidth
+        if moved:
+            self.pending.append((self.ev_free, self.size[b]))
+            self.pending_bytes += self.size[b]
+
+    def _prefetch(self, b, now):
+        """The shim prefetches b; returns when it is on the GPU."""
+        self._believe(b)
+        moved = self._truth_add(b, self.w.block_pages[b])
+        self.r.bytes_prefetched_h2d += moved
+        self.r.prefetch_calls += 1
+        start = max(now, self.pf_free)
+        # Room: evictions still in flight hold their chunks until they complete.
+        while self.pending and self.pending[0][0] <= start:
+            self.pending_bytes -= self.pending.popleft()[1]
+        while self.pending and self.believed + self.pending_bytes > self.capacity:
+            end, nbytes = self.pending.popleft()
+            self.pending_bytes -= nbytes
+            self.r.prefetch_wait_seconds += max(0.0, end - start)
+            start = max(start, end)
+        self.pf_free = start + moved / self.m.bandwidth
+        self.ready[b] = self.pf_free
+        self.r.max_believed = max(self.r.max_believed, self.believed)
+        self.r.max_resident = max(self.r.max_resident, self.gpu_bytes)
+        return self.pf_free
+
+    def _victims_until(self, need, order, protect, now):
+        """Evict believed blocks in `order` (not in `protect`) until `need` more bytes fit."""
+        while self.believed + need > self.capacity:
+            v = _first_not_in(order, protect)
+            if v is None:
+                return False
+            self._evict(v, now)
+        return True
+
+    def _launch_rule(self, k, now, order):
+        """PUMP: prefetch the launch's blocks not believed resident, making room first; the
+        first that fit are taken, from the first that does not the rest fault."""
+        blocks = self.w.arg_blocks[k]
+        protect = set(blocks)
+        ready = now
+        for b in blocks:
+            if b in self.migrated:
+                continue
+            if not self._victims_until(self.size[b], order, protect, now):
+                break
+            ready = max(ready, self._prefetch(b, now))
+        return ready
+
+    def _need_rule(self, k, now, need):
+        """A launch the plan knows: prefetch its `need` blocks not believed resident (instead of
+        the launch rule's whole allocations), making room as the launch rule does."""
+        protect = set(need)
+        ready = now
+        for b in need:
+            if b in self.migrated:
+                continue
+            if not self._victims_until(self.size[b], self.used, protect, now):
+                break
+            ready = max(ready, self._prefetch(b, now))
+        return ready
+
+    def _trigger(self, plan, now):
+        """The plan's trigger for a launch, after its kernel: planned evictions, then the
+        prefetches that fit the budget (the rest come in by the `need` rule later)."""
+        _need, prefetch, evict = plan
+        for b in evict:
+            if b in self.migrated:
+                self._evict(b, now)
+        for b in prefetch:
+            if b not in self.migrated and self.believed + self.size[b] <= self.capacity:
+                self._prefetch(b, now)
+
+    # ---- allocator events ----
+    def _events(self, k, now):
+        for what, addr, size in self.w.events.get(k, ()):
+            blocks = range(addr >> 21, (addr + size + K.BLOCK_BYTES - 1) >> 21)
+            ids = [self.block_of.get(x) for x in blocks]
+            if what == "free":
+                for b in ids:
+                    if b is not None:
+                        self._forget(b)
+                        if self.res[b]:
+                            self.res[b] = self.clean[b] = 0
+                            del self.gpu_lrm[b]
+                            self.gpu_bytes -= self.size[b]
+                        self.dead[b] = 0
+            elif what in ("block_free", "block_alloc"):
+                self._mark_dead(addr, size, what == "block_free")
+                if what == "block_free" and self.foresight is not None:
+                    self._discard(discard_range(addr, size), now)
+
+    def _page_masks(self, addr, size, inward):
+        """(block id, page mask) over a byte range: pages wholly inside it (inward) or touching it."""
+        lo = -(-addr // K.PAGE_BYTES) if inward else addr // K.PAGE_BYTES
+        hi = (addr + size) // K.PAGE_BYTES if inward else -(-(addr + size) // K.PAGE_BYTES)
+        p = lo
+        while p < hi:
+            blk_end = (p // K.PAGES_PER_BLOCK + 1) * K.PAGES_PER_BLOCK
+            top = min(hi, blk_end)
+            b = self.block_of.get(p // K.PAGES_PER_BLOCK)
+            if b is not None:
+                yield b, ((1 << (top - p)) - 1) << (p % K.PAGES_PER_BLOCK)
+            p = top
+
+    def _mark_dead(self, addr, size, dead):
+        for b, mask in self._page_masks(addr, size, inward=dead):
+            self.dead[b] = self.dead[b] | mask if dead else self.dead[b] & ~mask
+
+    def _discard(self, dead_range, now):
+        """cuMemDiscardBatchAsync of a range the framework freed: its resident pages become
+        clean (no write-back when evicted); refused unless every page of it is dead."""
+        if dead_range is None:
+            return
+        masks = list(self._page_masks(*dead_range, inward=True))
+        if any(mask & ~self.dead[b] for b, mask in masks):
+            self.r.unsafe_discards += 1
+            return
+        for b, mask in masks:
+            self.clean[b] |= mask & self.res[b]
+            if self.res[b] and not (self.res[b] & ~self.clean[b]):
+                self.gpu_lrm.move_to_end(b, last=False)  # DISCARDED ranks before USED
+
+    # ---- the pass ----
+    def go(self) -> Result:
+        w, m, r = self.w, self.m, self.r
+        self.block_of = {int(a) >> 21: b for b, a in enumerate(w.block_address.tolist())}
+        n = w.launches
+        kend = np.zeros(n)
+        cpu = prev_end = 0.0
+        batch_iter = iter(w.batches)
+        next_batch = next(batch_iter, None)
+        step_starts = {lo for lo, _ in self.bounds}
+        step_last = {hi - 1 for _, hi in self.bounds}
+        ideal = self.policy == "ideal"
+        base = [0] * 5  # the counts when the step began: faults, h2d, d2h, data and prefetch waits
+        for k in range(n):
+            while next_batch is not None and next_batch[0] <= k:
+                if self.foresight is not None:
+                    self._feed(next_batch)
+                next_batch = next(batch_iter, None)
+            cpu = cpu + m.host_launch_seconds
+            if k >= m.queue_depth:
+                cpu = max(cpu, kend[k - m.queue_depth])
+            if k in step_starts and k:
+                cpu = max(cpu, prev_end)
+            ready = cpu
+            planned = self.plan.get(int(w.keys[k])) if self.plan else None
+            if not ideal:
+                self._events(k, cpu)
+                if planned is not None:
+                    ready = max(ready, self._need_rule(k, cpu, planned[0]))
+                elif self.shim and self.policy != "naive":
+                    order = self.used if self.plan else self.migrated
+                    ready = max(ready, self._launch_rule(k, cpu, order))
+                faults = moved_back = faulted = 0
+                touched = w.touched[k]
+                protect = {b for b, _ in touched}
+                for b, mask in touched:
+                    miss = mask & ~self.res[b]
+                    if miss:
+                        faults += miss.bit_count()
+                        faulted += self._truth_add(b, mask)
+                    elif mask & self.clean[b]:
+                        self.clean[b] &= ~mask
+                    ready = max(ready, self.ready[b])
+                    if m.gpu_limits_memory and self.gpu_bytes > self.capacity:
+                        moved_back += self._driver_make_room(protect)
+                    r.max_resident = max(r.max_resident, self.gpu_bytes)
+                r.faults += faults
+                r.fault_batches += math.ceil(faults / m.fault_batch)
+                r.bytes_faulted_h2d += faulted
+                duration = self.kernel_s[k] + faults * m.fault_seconds + moved_back / m.bandwidth
+            else:
+                duration = self.kernel_s[k]
+            start = max(prev_end, ready)
+            r.data_wait_seconds += start - max(prev_end, cpu)
+            prev_end = kend[k] = start + duration
+            if not ideal:
+                for b in (w.arg_blocks[k] if planned is None else planned[0]):
+                    if b in self.used:
+                        self.used.move_to_end(b)
+                for b in w.arg_blocks[k]:
+                    self.last_user_end[b] = prev_end
+                for b, _ in w.touched[k]:
+                    self.last_user_end[b] = prev_end
+                if self.policy == "naive" and self.shim:
+                    for b in w.arg_blocks[k]:
+                        self._believe(b)
+                    self._victims_until(0, self.migrated, set(w.arg_blocks[k]), cpu)
+                    r.max_believed = max(r.max_believed, self.believed)
+                elif planned is not None:
+                    self._trigger(planned, cpu)
+            if k in step_last:
+                r.step_ends.append(prev_end)
+                now = (r.faults, r.bytes_prefetched_h2d + r.bytes_faulted_h2d, r.bytes_d2h,
+                       r.data_wait_seconds, r.prefetch_wait_seconds)
+                for i, what in enumerate(("faults", "h2d", "d2h", "data_wait", "prefetch_wait")):
+                    r.per_step[what].append(now[i] - base[i])
+                base = list(now)
+        if self.foresight is not None:
+            r.learned_at = self.foresight.learned_at
+        return r
+
+    def _feed(self, item):
+        start, batch = item
+        nl = len(batch.launch_function)
+        if not self.m.policy_sees_extents:
+            batch = dataclasses.replace(batch, extents={}, block_frees=[], block_allocs=[])
+        self.foresight.observe(batch, kernel_seconds=self.kernel_s[start:start + nl])
+        if self.foresight.changed:
+            shift = 21
+            plan = {}
+            for key, ranges in self.foresight.triggers().items():
+                plan[key] = tuple(self._blocks_of_ranges(r, shift) for r in ranges)
+            self.plan = plan
+
+    def _blocks_of_ranges(self, ranges, shift):
+        out = []
+        for addr, size in ranges:
+            for x in range(addr >> shift, (addr + size + K.BLOCK_BYTES - 1) >> shift):
+                b = self.block_of.get(x)
+                if b is not None:
+                    out.append(b)
+        return out

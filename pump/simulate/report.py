@@ -1,0 +1,113 @@
+"""What `pump simulate` and scripts/bench-sim print: per policy the steady-state step time,
+faults and bytes each way, their ratio to the ideal (unlimited memory) and to the lower bound,
+and the plot of step time against capacity.
+
+The lower bound, max(compute time, bytes that must move / bandwidth) with the bytes Belady's MIN
+fetches per steady step, is defined, and shown to be one, in bound.py.
+"""
+
+import json
+
+
+from pump.simulate import engine
+from pump.simulate.bound import lower_bound
+
+
+def simulate(workload, capacity: int, model: engine.Model, policies=engine.POLICIES) -> dict:
+    """One JSON-able document: the trace, the model, the bound and per policy its results."""
+    doc = {"trace": workload.path, "name": workload.name, "model": model.name,
+           "bandwidth_bytes_per_s": model.bandwidth, "capacity_bytes": int(capacity),
+           "peak_footprint_bytes": int(workload.peak_footprint), "launches": workload.launches,
+           "period": workload.period, "learned_at_launch": workload.learned_at,
+           "steady_steps": engine.steady_steps(workload)}
+    doc.update(lower_bound(workload, capacity, model))
+    doc["policies"] = {}
+    ideal = None
+    for policy in ("ideal",) + tuple(p for p in policies if p != "ideal"):
+        r = engine.run(workload, policy, capacity, model)
+        if policy == "ideal":
+            ideal = r.step_seconds
+            if "ideal" not in policies:
+                continue
+        doc["policies"][policy] = {
+            "step_seconds": r.step_seconds,
+            "ratio_to_ideal": r.step_seconds / ideal if ideal else None,
+            "ratio_to_lower_bound": r.step_seconds / doc["lower_bound_seconds"] if doc["lower_bound_seconds"] else None,
+            "per_step": {"faults": r.steady_mean("faults"), "bytes_h2d": r.steady_mean("h2d"),
+                         "bytes_d2h": r.steady_mean("d2h"), "data_wait_seconds": r.steady_mean("data_wait"),
+                         "prefetch_wait_seconds": r.steady_mean("prefetch_wait")},
+            "total": {"gpu_faults": r.faults, "fault_batches": r.fault_batches,
+                      "bytes_prefetched_h2d": r.bytes_prefetched_h2d, "bytes_faulted_h2d": r.bytes_faulted_h2d,
+                      "bytes_d2h": r.bytes_d2h, "bytes_discarded": r.bytes_discarded,
+                      "unsafe_discards": r.unsafe_discards, "prefetch_calls": r.prefetch_calls,
+                      "evictions": r.evictions, "driver_evictions": r.driver_evictions,
+                      "prefetch_wait_seconds": r.prefetch_wait_seconds, "data_wait_seconds": r.data_wait_seconds,
+                      "max_believed_bytes": r.max_believed, "max_resident_bytes": r.max_resident},
+        }
+    doc["ideal_seconds"] = ideal
+    return doc
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def text(doc: dict) -> str:
+    lines = [f"{doc['name']} ({doc['trace']}): {doc['launches']} launches, period {doc['period']}, "
+             f"peak footprint {_size(doc['peak_footprint_bytes'])}",
+             f"model {doc['model']}, capacity {_size(doc['capacity_bytes'])}, "
+             f"bandwidth {doc['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s each way, steady steps {doc['steady_steps']}",
+             f"lower bound {doc['lower_bound_seconds'] * 1e3:.3f} ms per step (compute "
+             f"{doc['compute_seconds'] * 1e3:.3f} ms; MIN moves {_size(doc['must_move_bytes'])} host->GPU); "
+             f"ideal {doc['ideal_seconds'] * 1e3:.3f} ms",
+             f"weaker bound {doc['weak_lower_bound_seconds'] * 1e3:.3f} ms (touched {_size(doc['touched_bytes'])}, "
+             f"{_size(doc['touched_beyond_capacity_bytes'])} beyond capacity)",
+             f"{'policy':<10} {'step ms':>10} {'x ideal':>8} {'x bound':>8} {'faults':>10} "
+             f"{'H2D/step':>11} {'D2H/step':>11} {'data wait':>10}"]
+    for policy, p in doc["policies"].items():
+        s = p["per_step"]
+        lines.append(f"{policy:<10} {p['step_seconds'] * 1e3:>10.3f} {p['ratio_to_ideal']:>8.2f} "
+                     f"{p['ratio_to_lower_bound']:>8.2f} {s['faults']:>10.0f} {_size(s['bytes_h2d']):>11} "
+                     f"{_size(s['bytes_d2h']):>11} {s['data_wait_seconds'] * 1e3:>8.1f}ms")
+    return "\n".join(lines)
+
+
+def fakecuda_counts(doc: dict) -> dict:
+    """What fakecuda's stats would say for each policy over the whole replay (its names)."""
+    return {p: {k: v[k] for k in ("gpu_faults", "bytes_prefetched_h2d", "bytes_faulted_h2d", "bytes_d2h")}
+            for p, v in ((p, d["total"]) for p, d in doc["policies"].items())}
+
+
+def plot(workload, model: engine.Model, path: str, fractions=(0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)):
+    """Step time against capacity (as a share of the peak footprint) for every policy."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+    caps = [int(workload.peak_footprint * f) for f in fractions]
+    series = {p: [] for p in engine.POLICIES}
+    bound = []
+    for c in caps:
+        for p in engine.POLICIES:
+            series[p].append(engine.run(workload, p, c, model).step_seconds * 1e3)
+        bound.append(lower_bound(workload, c, model)["lower_bound_seconds"] * 1e3)
+    fig, ax = pyplot.subplots(figsize=(7, 4.5))
+    for p, ys in series.items():
+        ax.plot([f * 100 for f in fractions], ys, marker="o", label=p)
+    ax.plot([f * 100 for f in fractions], bound, linestyle="--", color="gray", label="lower bound")
+    ax.set_xlabel("capacity, % of peak footprint")
+    ax.set_ylabel("step time, ms")
+    ax.set_yscale("log")
+    ax.set_title(f"{workload.name}: {model.name}, {model.bandwidth / 1e9:.0f} GB/s")
+    ax.legend()
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    pyplot.close(fig)
+    return {"fractions": list(fractions), "capacities": caps, "step_ms": series, "lower_bound_ms": bound}
+
+
+def dumps(doc) -> str:
+    return json.dumps(doc, indent=2, default=float)

@@ -1,0 +1,196 @@
+"""A trace turned into what the simulator replays: per launch its key, the 2 MiB blocks of the
+allocations its arguments point into (what the shim knows), the 64 KiB pages it really touches
+(EXTENT records, else its whole allocations), its roofline time, and the allocator events
+between launches.  Built once per trace and shared by every policy and capacity."""
+
+import bisect
+import dataclasses
+
+import numpy as np
+
+from pump import channel, trace
+from pump.foresight import IterationDetector
+from pump.simulate import constants as K
+
+KIND = channel.KIND
+
+
+class WorkloadError(Exception):
+    """A trace the simulator cannot replay; str() says why."""
+
+
+@dataclasses.dataclass
+class Workload:
+    path: str
+    name: str
+    keys: np.ndarray                  # per launch: its key (channel.launch_key)
+    arg_blocks: list                  # per launch: block ids of its allocations, argument order
+    touched: list                     # per launch: ((block id, page mask), ...)
+    flops: np.ndarray                 # per launch (0 where the trace has no COST)
+    traffic: np.ndarray               # per launch: bytes of device-memory traffic
+    tensor_core: np.ndarray           # per launch: its FLOPs run on tensor cores (see kernel_seconds)
+    measured_ns: np.ndarray           # per launch: measured kernel time (0: unknown)
+    block_address: np.ndarray         # per block id
+    block_bytes: np.ndarray           # per block id (an allocation's last block may be partial)
+    block_pages: list                 # per block id: mask of its pages
+    events: dict                      # launch index -> [(kind, ...)] happening before it
+    steps: list                       # launch index at which each step begins
+    batches: list                     # (first launch, channel.Batch) as pumpd would read them
+    peak_footprint: int               # most managed bytes allocated at once
+    learned_at: int                   # launch at which the iteration is first learned (or None)
+    period: int
+
+    @property
+    def launches(self) -> int:
+        return len(self.keys)
+
+    def kernel_seconds(self, peak_flops: float, tensor_flops: float, hbm_bytes_per_s: float) -> np.ndarray:
+        """Per launch: the measured time where known, else the roofline of its COST: FLOPs at
+        the tensor-core peak for kernels PyTorch runs there in fp32 (constants.py), else at
+        the plain peak, against its bytes at the memory bandwidth."""
+        peak = np.where(self.tensor_core, tensor_flops, peak_flops)
+        roof = np.maximum(self.flops / peak, self.traffic / hbm_bytes_per_s)
+        return np.where(self.measured_ns > 0, self.measured_ns * 1e-9, roof)
+
+
+# Kernels whose fp32 FLOPs PyTorch runs on tensor cores by default (constants.py, [TF32]).
+TENSOR_CORE_KERNELS = ("aten.convolution", "aten.cudnn_convolution")
+
+
+def _records_of_busiest_process(path):
+    try:
+        header, blocks = trace.read(path)
+    except trace.TraceError as exc:
+        raise WorkloadError(str(exc)) from None
+    by_pid = {}
+    for pid, records in blocks:
+        by_pid.setdefault(pid, []).append(records)
+    if not by_pid:
+        raise WorkloadError(f"{path}: the trace holds no records")
+    merged = {pid: np.concatenate(parts) for pid, parts in by_pid.items()}
+    pid = max(merged, key=lambda p: int(np.count_nonzero(merged[p]["kind"] == KIND["launch"])))
+    return header, merged[pid]
+
+
+def _split(records, launches_per_batch):
+    """Cut records into batches of about launches_per_batch launches, at a LAUNCH record."""
+    starts = np.flatnonzero(records["kind"] == KIND["launch"])
+    cuts = starts[launches_per_batch::launches_per_batch]
+    return np.split(records, cuts)
+
+
+def load(path, batch_launches: int = K.DAEMON_READ_LAUNCHES) -> Workload:
+    header, records = _records_of_busiest_process(path)
+    page_shift = K.PAGE_BYTES.bit_length() - 1
+    block_shift = K.BLOCK_BYTES.bit_length() - 1
+    ppb = K.PAGES_PER_BLOCK
+
+    block_id, block_address, block_bytes, block_pages = {}, [], [], []
+
+    def blocks_of(base, size):
+        ids = []
+        for addr in range(base, base + size, K.BLOCK_BYTES):
+            nbytes = min(K.BLOCK_BYTES, base + size - addr)
+            b = block_id.get(addr >> block_shift)
+            if b is None:
+                b = block_id[addr >> block_shift] = len(block_address)
+                block_address.append(addr)
+                block_bytes.append(nbytes)
+                block_pages.append(0)
+            block_bytes[b] = max(block_bytes[b], nbytes)
+            pages = -(-nbytes // K.PAGE_BYTES)
+            block_pages[b] |= (1 << pages) - 1
+            ids.append(b)
+        return ids
+
+    allocations, sorted_bases = {}, []
+    live = peak = 0
+    keys, arg_blocks, touched = [], [], []
+    flops, traffic, measured, tensor_core = [], [], [], []
+    names = {}
+    events, steps, batches = {}, [], []
+    first = 0
+    for part in _split(records, batch_launches):
+        batch = channel.decode(part)
+        n = len(batch.launch_function)
+        batches.append((first, batch))
+        kind = part["kind"]
+        valid_launch = (kind == KIND["launch"]) & (part["count"] <= channel.LAUNCH_BASES_MAX)
+        before = np.cumsum(valid_launch) - valid_launch      # launches of this part before record i
+        for i in np.flatnonzero((kind == KIND["alloc"]) | (kind == KIND["free"])).tolist():
+            base, size = int(part["arg"][i, 0]), int(part["arg"][i, 1])
+            what = "alloc" if kind[i] == KIND["alloc"] else "free"
+            events.setdefault(first + int(before[i]), []).append((what, base, size))
+        for at, addr, size in batch.block_allocs:
+            events.setdefault(first + at, []).append(("block_alloc", addr, size))
+        for at, addr, size in batch.block_frees:
+            events.setdefault(first + at, []).append(("block_free", addr, size))
+        steps.extend(first + at for at, _ in batch.steps)
+        keys.append(channel.launch_keys(batch))
+        names.update(batch.functions)
+        tensor_core.extend(names.get(f, "").startswith(TENSOR_CORE_KERNELS)
+                           for f in batch.launch_function.tolist())
+        for i in range(n):
+            g = first + i
+            for what, base, size in events.get(g, ()):
+                if what == "alloc":
+                    if base not in allocations:
+                        bisect.insort(sorted_bases, base)
+                    live += size - allocations.get(base, 0)
+                    allocations[base] = size
+                    peak = max(peak, live)
+                    blocks_of(base, size)
+                elif what == "free" and base in allocations:
+                    live -= allocations.pop(base)
+                    sorted_bases.remove(base)
+            args = []
+            for base in batch.launch_bases(i).tolist():
+                if base in allocations:
+                    args.extend(blocks_of(base, allocations[base]))
+            args = tuple(dict.fromkeys(args))
+            arg_blocks.append(args)
+            masks = {}
+            extents = batch.extents.get(i)
+            if extents:
+                for addr, size, _written in extents:
+                    j = bisect.bisect_right(sorted_bases, addr) - 1
+                    if j < 0 or size <= 0:
+                        continue
+                    base = sorted_bases[j]
+                    if addr >= base + allocations[base]:
+                        continue
+                    end = min(addr + size, base + allocations[base])
+                    p = addr >> page_shift
+                    last = (end - 1) >> page_shift
+                    while p <= last:
+                        blk = block_id[p // ppb]
+                        hi = min(last, (p // ppb + 1) * ppb - 1)
+                        masks[blk] = masks.get(blk, 0) | (((1 << (hi - p + 1)) - 1) << (p % ppb))
+                        p = hi + 1
+            else:
+                for b in args:
+                    masks[b] = block_pages[b]
+            touched.append(tuple(masks.items()))
+            cost = batch.costs.get(i, (0, 0, 0))
+            flops.append(cost[0])
+            traffic.append(cost[1])
+            measured.append(cost[2])
+        # Events after the last launch of this part belong before the next part's first.
+        first += n
+    if not arg_blocks:
+        raise WorkloadError(f"{path}: the trace holds no launches")
+    keys = np.concatenate(keys)
+    detector = IterationDetector()
+    learned_at, period = None, 0
+    for start, batch in batches:
+        detector.extend(keys[start:start + len(batch.launch_function)])
+        period = detector.detect()
+        if period:
+            learned_at = detector.seen
+            break
+    return Workload(
+        path=path, name=header["name"] or header["job"], keys=keys, arg_blocks=arg_blocks, touched=touched,
+        flops=np.asarray(flops, float), traffic=np.asarray(traffic, float),
+        tensor_core=np.asarray(tensor_core, bool), measured_ns=np.asarray(measured, float), block_address=np.asarray(block_address, np.uint64),
+        block_bytes=np.asarray(block_bytes, np.int64), block_pages=block_pages, events=events,
+        steps=sorted(set(steps)), batches=batches, peak_footprint=peak, learned_at=learned_at, period=period)

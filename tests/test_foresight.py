@@ -1,0 +1,225 @@
+"""Foresight (pump/foresight.py): iteration detection, Belady planning, budget, lifetime."""
+
+import numpy as np
+import pytest
+
+from pump import channel
+from pump.foresight import BLOCK, Foresight, IterationDetector, discard_range, plan_cycle
+from synthetic_trace import MIB, TraceBuilder, training_trace
+
+
+def _observe_in_batches(t, f, launches_per_batch=7):
+    recs = np.concatenate(t.records)
+    starts = np.flatnonzero(recs["kind"] == channel.KIND["launch"])
+    for part in np.split(recs, starts[launches_per_batch::launches_per_batch]):
+        f.observe(channel.decode(part))
+
+
+def test_detects_the_training_period():
+    t, _, _ = training_trace(steps=4, layers=6)
+    f = Foresight(64 * MIB, 50e9)
+    _observe_in_batches(t, f)
+    assert f.learned and f.period == 12
+    assert f.triggers() and all(isinstance(k, int) and k for k in f.triggers())
+
+
+def test_not_learned_from_one_iteration():
+    t, _, _ = training_trace(steps=1, layers=6)
+    f = Foresight(64 * MIB, 50e9)
+    f.observe(t.batch())
+    assert not f.learned and f.triggers() == {}
+
+
+def test_eval_step_and_short_last_batch_do_not_derail_it():
+    t, _, _ = training_trace(steps=7, layers=6, eval_after=3, short_last=True)
+    f = Foresight(64 * MIB, 50e9)
+    periods = []
+    recs = np.concatenate(t.records)
+    starts = np.flatnonzero(recs["kind"] == channel.KIND["launch"])
+    for part in np.split(recs, starts[5::5]):
+        f.observe(channel.decode(part))
+        periods.append(f.period)
+    learned = [p for p in periods if p]
+    assert learned and set(learned) == {12}, periods
+
+
+def test_relearns_after_a_lasting_change():
+    t, weights, acts = training_trace(steps=3, layers=4)
+    for s in range(3):  # the program changes for good: other kernels, a different order
+        for i in range(4):
+            t.launch(900 + i, [acts[i]], [(acts[i], MIB, True)])
+    f = Foresight(64 * MIB, 50e9)
+    _observe_in_batches(t, f, 3)
+    assert f.period == 4
+
+
+def test_detector_tolerates_a_few_differences():
+    d = IterationDetector(tolerance=0.1)
+    seq = np.tile(np.arange(1, 21, dtype=np.uint64), 3)
+    seq[45] = 999  # one launch in 20 differs in the last period
+    d.extend(seq)
+    assert d.detect() == 20
+    strict = IterationDetector(tolerance=0.0)
+    strict.extend(seq)
+    assert strict.detect() != 20
+
+
+def _misses(uses, sizes, budget, evict_rule):
+    """Loads of a cyclic schedule played with `evict_rule` (returns the victim)."""
+    resident, loads = [], 0
+    for _ in range(3):
+        for i, blocks in enumerate(uses):
+            for b in blocks:
+                if b in resident:
+                    continue
+                while sum(sizes[x] for x in resident) + sizes[b] > budget:
+                    resident.remove(evict_rule(resident, i))
+                resident.append(b)
+                loads += 1
+    return loads
+
+
+def test_belady_plan_beats_least_recently_migrated_on_a_cycle():
+    uses = [(b * BLOCK,) for b in range(8)]          # a cycle over 8 blocks
+    sizes = {b * BLOCK: BLOCK for b in range(8)}
+    budget = 4 * BLOCK
+    prefetch, evict = plan_cycle(uses, sizes, [1e-3] * 8, budget, horizon_seconds=1.0)
+    # Play the plan as the shim does: a block missing at its launch comes in then (evicting the
+    # least recently used block), then the trigger's evictions and prefetches.
+    resident, misses = [], 0
+    for cycle in range(3):
+        for i, blocks in enumerate(uses):
+            for b in blocks:
+                if b not in resident:
+                    misses += cycle == 2
+                    if len(resident) == 4:
+                        resident.pop(0)
+                    resident.append(b)
+                else:
+                    resident.append(resident.pop(resident.index(b)))
+            resident = [b for b in resident if b not in evict[i]]
+            resident += [b for b in prefetch[i] if b not in resident]
+            assert len(resident) <= 4
+    lrm = _misses(uses, sizes, budget, lambda resident, i: resident[0]) / 3
+    assert lrm == 8                      # LRM misses every access of a cycle larger than memory
+    assert misses <= 8 - 3               # Belady keeps all but one block of the budget
+
+
+def test_evictions_come_after_the_last_use():
+    uses = [(0,), (BLOCK,), (2 * BLOCK,), (0, 3 * BLOCK), (BLOCK,), (4 * BLOCK,)]
+    sizes = {b * BLOCK: BLOCK for b in range(5)}
+    prefetch, evict = plan_cycle(uses, sizes, [1e-3] * 6, 2 * BLOCK, horizon_seconds=1.0)
+    assert any(evict)
+    for i, victims in enumerate(evict):
+        for v in victims:  # the launch the eviction follows is the block's last user
+            assert v in uses[i] or v in prefetch[i - 1], (i, v)
+
+
+def test_lookahead_horizon_follows_bandwidth():
+    a, b, c = 0, BLOCK, 2 * BLOCK
+    uses = [(a,)] + [(c,)] * 14 + [(b, c)]   # room for b exists from launch 0 on (a is done)
+    sizes = {a: BLOCK, b: BLOCK, c: BLOCK}
+    far, _ = plan_cycle(uses, sizes, [1e-4] * 16, 2 * BLOCK, horizon_seconds=1.0)
+    near, _ = plan_cycle(uses, sizes, [1e-4] * 16, 2 * BLOCK, horizon_seconds=2.5e-4)
+    assert b in far[0]                        # as early as the room allows
+    assert b in near[12] and not any(b in p for p in near[:12])  # 3 launches of 0.1 ms ahead
+
+
+def test_discard_is_aligned_inward_and_only_for_freed_ranges():
+    assert discard_range(BLOCK + 4096, 3 * BLOCK) == (2 * BLOCK, 2 * BLOCK)
+    assert discard_range(BLOCK + 4096, BLOCK) is None
+    t = TraceBuilder()
+    seg = t.alloc(16 * MIB)
+    for s in range(4):
+        t.launch(1, [seg], [(seg, 16 * MIB, True)])
+        t.launch(2, [seg], [(seg + MIB, 9 * MIB, False)])
+        t.block_free(seg + MIB, 9 * MIB)
+        t.launch(3, [seg], [(seg, MIB, False)])
+    f = Foresight(8 * MIB, 50e9)
+    f.observe(t.batch())
+    assert f.learned
+    dead = [r for ranges in f.discards.values() for r in ranges]
+    assert dead == [(seg + 2 * MIB, 8 * MIB)]
+    assert all(seg + MIB <= a and a + n <= seg + 10 * MIB for a, n in dead)
+    assert not any(dead == list(p) for _, p, _ in f.triggers().values())  # discards are not in triggers
+
+
+def test_need_is_the_touched_blocks_not_the_whole_allocation():
+    t = TraceBuilder()
+    seg = t.alloc(32 * MIB)                  # one allocator segment, two tensors in it
+    for s in range(3):
+        t.launch(1, [seg], [(seg + 3 * MIB, 2 * MIB, True)])   # blocks 1 and 2 of 16
+        t.launch(2, [seg], [(seg + 20 * MIB, 100, False)])     # block 10
+    f = Foresight(64 * MIB, 50e9)
+    f.observe(t.batch())
+    assert f.learned
+    key1, key2 = (channel.launch_key(fn, [seg]) for fn in (1, 2))
+    assert f.triggers()[key1][0] == [(seg + 2 * MIB, 4 * MIB)]
+    assert f.triggers()[key2][0] == [(seg + 20 * MIB, 2 * MIB)]
+
+
+def test_a_key_met_twice_per_iteration_carries_no_evictions_or_prefetches():
+    t = TraceBuilder()
+    bufs = [t.alloc(4 * MIB) for _ in range(6)]
+    for s in range(4):
+        for i in range(6):
+            t.launch(10 + i, [bufs[i]], [(bufs[i], 4 * MIB, True)])
+            t.launch(99, [bufs[0]], [(bufs[0], MIB, False)])   # the same key six times
+    f = Foresight(12 * MIB, 50e9)
+    f.observe(t.batch())
+    assert f.learned and f.period == 12
+    need, prefetch, evict = f.triggers()[channel.launch_key(99, [bufs[0]])]
+    assert need == [(bufs[0], 2 * MIB)] and prefetch == [] and evict == []
+    assert any(p or e for _, p, e in f.triggers().values())
+
+
+def test_set_budget_replans_and_launch_seconds_updates():
+    t, _, _ = training_trace(steps=4, layers=6)
+    f = Foresight(40 * MIB, 50e9)
+    f.observe(t.batch())
+    tight = f.triggers()
+    f.set_budget(1 << 30)                      # all of it fits: nothing to evict
+    assert f.changed and not any(e for _, _, e in f.triggers().values())
+    assert any(e for _, _, e in tight.values())
+    f.set_launch_seconds(2e-3)
+    f.observe(training_trace(steps=1, layers=6)[0].batch())
+    assert f.seconds[-1] == 2e-3
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="allowed > 0"):
+            f.set_budget(bad)
+        with pytest.raises(ValueError, match="allowed > 0"):
+            f.set_launch_seconds(bad)
+
+
+def test_reserve_follows_bandwidth_and_the_longest_kernel():
+    t, _, _ = training_trace(steps=3, layers=4, flops=2e9)
+    f = Foresight(64 * MIB, 10e9)
+    f.observe(t.batch(), kernel_seconds=np.tile([1e-4] * 7 + [1e-3], 3))
+    assert f.reserve_bytes(f.period) == int(10e9 * 1e-3)
+    assert Foresight(8 * MIB, 10e9, launch_seconds=1.0).reserve_bytes(0) == 0
+
+
+def test_detection_in_small_batches_over_a_long_history():
+    period = np.arange(1, 1001, dtype=np.uint64)
+    d = IterationDetector()
+    found = []
+    for step in range(5):
+        seq = period.copy()
+        for part in np.split(seq, range(256, 1000, 256)):
+            d.extend(part)
+            found.append(d.detect())
+    assert found.index(1000) == 7              # two whole periods seen: 2000 keys, 8th batch
+    assert set(found[7:]) == {1000}
+
+
+def test_triggers_publish_into_a_plan():
+    t, _, _ = training_trace(steps=4, layers=6)
+    f = Foresight(40 * MIB, 50e9)
+    f.observe(t.batch())
+    plan = channel.Plan.create()
+    try:
+        plan.publish(40 * MIB, f.triggers(), f.order)
+        assert plan.dropped_triggers == 0 and plan.plan.trigger_count == len(f.triggers())
+        assert plan.plan.order == channel.C.PUMP_ORDER_USED
+    finally:
+        plan.close()

@@ -1,0 +1,65 @@
+"""A real model's trace replayed on fakecuda under pump-run with a budget gives the fault
+and byte counts `pump simulate --model fakecuda` predicts for the same policy (issue 4:
+within 5%). The trace is generated here (ResNet-50's training steps at batch 2, by
+`pump trace generate`), so this also runs the generator end to end.
+
+Policies compared: off (pump's evict-only emulation of an oversubscribed GPU; the
+simulator's "naive") and launch. lookahead is not compared here: its plan arrives from a
+live pumpd at a point that depends on timing, and the daemon plans on whole allocations
+(see the README's known limits for the measured gap)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from helpers import PUMP_RUN, clean_env
+
+pytest.importorskip("torch")
+
+TOLERANCE = 0.05
+COUNTS = ("gpu_faults", "bytes_prefetched_h2d", "bytes_faulted_h2d", "bytes_d2h")
+
+
+@pytest.fixture(scope="module")
+def model_trace(tmp_path_factory):
+    path = tmp_path_factory.mktemp("replay") / "resnet50-b2.trace"
+    proc = subprocess.run([sys.executable, "-m", "pump.cli", "trace", "generate", "resnet50", "--batch", "2",
+                           "--steps", "4", "-o", str(path)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return path
+
+
+def simulated(path, policy, budget):
+    proc = subprocess.run([sys.executable, "-m", "pump.cli", "simulate", str(path), "--model", "fakecuda",
+                           "--capacity", str(budget), "--policy", policy, "--json"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    return doc["fakecuda_counts"][policy], doc["peak_footprint_bytes"]
+
+
+def replayed(c_build, tmp_path, path, policy, budget):
+    stats = tmp_path / f"fakecuda-{policy}.json"
+    env = dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"), FAKECUDA_STATS=str(stats))
+    proc = subprocess.run([PUMP_RUN, "--daemon", "none", "--policy", {"naive": "off"}.get(policy, policy),
+                           "--budget", str(budget), "--", str(c_build / "plain" / "replay_trace"), str(path)],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(stats.read_text()), proc.stderr
+
+
+@pytest.mark.parametrize("policy", ["naive", "launch"])
+def test_replay_matches_the_simulator(c_build, tmp_path, model_trace, policy):
+    _, peak = simulated(model_trace, "ideal", 1 << 40)
+    budget = peak // 2 // (2 << 20) * (2 << 20)  # half the footprint, in whole 2 MiB blocks
+    predicted, _ = simulated(model_trace, policy, budget)
+    measured, summary = replayed(c_build, tmp_path, model_trace, policy, budget)
+    assert predicted["bytes_d2h"] > 0 and predicted["gpu_faults"] > 0  # the budget binds
+    for count in COUNTS:
+        p, m = predicted[count], measured[count]
+        assert abs(p - m) <= TOLERANCE * max(p, m), (count, p, m, summary)
+    # The budget held: what fakecuda had on the GPU at most, against it (a kernel may fault
+    # in pages between evictions: at most one launch's worth over).
+    assert measured["device_resident_peak"] <= budget * 1.25, (measured, budget)

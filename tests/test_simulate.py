@@ -1,0 +1,217 @@
+"""pump simulate (pump/simulate/): the engine's policies, its accounting, its CLI."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pump.simulate import constants as K
+from pump.simulate import bound, engine, report, workload
+from synthetic_trace import MIB, TraceBuilder, training_trace
+
+
+def _cyclic(steps=8, layers=8, size=8 * MIB):
+    t = TraceBuilder()
+    bufs = [t.alloc(size) for _ in range(layers)]
+    for s in range(steps):
+        t.step(s)
+        for i in range(layers):
+            t.launch(10 + i, [bufs[i]], [(bufs[i], size, i % 2 == 0)], 1e9, size)
+    return t
+
+
+@pytest.fixture
+def cyclic(tmp_path):
+    return workload.load(_cyclic().write(str(tmp_path / "cyclic.trace")), batch_launches=4)
+
+
+def test_policies_order_on_a_cycle_larger_than_memory(cyclic):
+    cap = cyclic.peak_footprint // 2
+    m = engine.h100()
+    t = {p: engine.run(cyclic, p, cap, m).step_seconds for p in engine.POLICIES}
+    assert t["ideal"] < t["lookahead"] < t["launch"] < t["naive"]
+    bound = report.lower_bound(cyclic, cap, m)["lower_bound_seconds"]
+    assert t["ideal"] <= bound <= t["lookahead"]
+
+
+def _optimal_fetches(refs, slots, cycles):
+    """Exhaustive search over every cache content: the fewest fetches of any demand-paging
+    policy on refs repeated `cycles` times from empty (MIN must reach it)."""
+    states = {frozenset(): 0}
+    for b in refs * cycles:
+        nxt = {}
+        for state, cost in states.items():
+            if b in state:
+                options = [(state, cost)]
+            elif len(state) < slots:
+                options = [(state | {b}, cost + 1)]
+            else:
+                options = [((state - {v}) | {b}, cost + 1) for v in state]
+            for st, c in options:
+                nxt[st] = min(c, nxt.get(st, c))
+        states = nxt
+    return min(states.values())
+
+
+@pytest.mark.parametrize("refs, slots", [
+    ([0, 1, 2, 3, 4], 3),                              # a loop larger than memory
+    ([0, 1, 2, 3, 3, 2, 1, 0], 2),                     # training's mirror order
+    ([0, 1, 0, 2, 0, 3, 4, 1, 4, 2], 3),
+])
+def test_bound_min_is_the_optimum(refs, slots):
+    sizes = [2 * MIB] * 8
+    fetches, nbytes = bound.min_fetches([(b,) for b in refs], sizes, slots, cycles=5)
+    assert fetches == _optimal_fetches(refs, slots, 5) and nbytes == fetches * 2 * MIB
+    per_cycle = bound.steady_bytes_per_cycle([(b,) for b in refs], sizes, slots, cycles=5)
+    assert per_cycle == (nbytes - slots * 2 * MIB) / 5
+
+
+def test_bound_parts(tmp_path):
+    t, _, _ = training_trace(steps=6, layers=6)
+    w = workload.load(t.write(str(tmp_path / "t.trace")), batch_launches=5)
+    m = engine.h100()
+    b = bound.lower_bound(w, w.peak_footprint // 2, m)
+    # Mirror-order reuse: MIN moves more than the touched bytes beyond capacity.
+    assert b["must_move_bytes"] > b["touched_beyond_capacity_bytes"] > 0
+    assert b["whole_launch_must_move_bytes"] >= b["must_move_bytes"]
+    assert b["lower_bound_seconds"] == max(b["compute_seconds"], b["must_move_bytes"] / m.bandwidth)
+    assert b["weak_lower_bound_seconds"] <= b["lower_bound_seconds"]
+    full = bound.lower_bound(w, w.peak_footprint, m)
+    assert full["must_move_bytes"] == 0 and full["lower_bound_seconds"] == full["compute_seconds"]
+
+
+def test_lookahead_prefetches_what_kernels_touch_not_whole_segments(tmp_path):
+    t = TraceBuilder()
+    segs = [t.alloc(16 * MIB) for _ in range(4)]
+    for s in range(8):
+        t.step(s)
+        for seg in segs + segs[::-1]:   # one 2 MiB tensor used of each 16 MiB segment
+            t.launch(20 + segs.index(seg), [seg], [(seg + 4 * MIB, 2 * MIB, True)], 1e9)
+    w = workload.load(t.write(str(tmp_path / "s.trace")), batch_launches=4)
+    m = engine.h100()  # its policy is told the extents (fakecuda's sees what today's shim reports)
+    launch = engine.run(w, "launch", 24 * MIB, m)
+    ahead = engine.run(w, "lookahead", 24 * MIB, m)
+    assert launch.steady_mean("h2d") >= 16 * MIB
+    assert ahead.steady_mean("h2d") == 0 and ahead.steady_mean("faults") == 0  # 4 x 2 MiB fit
+
+
+def test_belady_moves_fewer_bytes_than_least_recently_migrated(cyclic):
+    cap = cyclic.peak_footprint // 2
+    m = engine.fakecuda()
+    launch = engine.run(cyclic, "launch", cap, m)
+    ahead = engine.run(cyclic, "lookahead", cap, m)
+    assert ahead.learned_at is not None
+    assert ahead.steady_mean("h2d") < 0.8 * launch.steady_mean("h2d")
+
+
+@pytest.mark.parametrize("policy", ["naive", "launch", "lookahead"])
+def test_the_budget_holds(cyclic, policy):
+    cap = cyclic.peak_footprint // 2
+    r = engine.run(cyclic, policy, cap, engine.fakecuda())
+    assert r.max_believed <= cap
+    h = engine.run(cyclic, policy, cap, engine.h100())
+    assert h.max_resident <= cap
+
+
+def test_ideal_and_full_capacity_fault_only_once(cyclic):
+    m = engine.h100()
+    assert engine.run(cyclic, "ideal", 1, m).faults == 0
+    naive = engine.run(cyclic, "naive", cyclic.peak_footprint, m)
+    assert naive.faults == cyclic.peak_footprint // K.PAGE_BYTES  # the first touch of each page
+    assert naive.bytes_d2h == 0
+
+
+def test_extents_decide_what_faults(tmp_path):
+    t = TraceBuilder()
+    seg = t.alloc(8 * MIB)
+    t.launch(1, [seg], [(seg + 100, 200 * 1024, True)])  # pages 0..3 of the segment
+    w = workload.load(t.write(str(tmp_path / "x.trace")))
+    r = engine.run(w, "naive", 64 * MIB, engine.h100())
+    # First touch populates on the GPU: faults, but nothing crosses the link.
+    assert r.faults == 4 and r.bytes_faulted_h2d == 0
+    launch = engine.run(w, "launch", 64 * MIB, engine.h100())
+    assert launch.faults == 0 and launch.max_believed == 8 * MIB  # PUMP takes the whole allocation
+    assert launch.bytes_prefetched_h2d == 0
+
+
+def test_pages_that_exist_cross_the_link(tmp_path):
+    """Touched once, evicted by a budget, touched again: now the pages move."""
+    t = TraceBuilder()
+    a, b = t.alloc(8 * MIB), t.alloc(8 * MIB)
+    for _ in range(2):
+        t.launch(1, [a], [(a, 8 * MIB, True)])
+        t.launch(2, [b], [(b, 8 * MIB, True)])
+    w = workload.load(t.write(str(tmp_path / "y.trace")))
+    r = engine.run(w, "naive", 8 * MIB, engine.fakecuda())
+    assert r.faults == 4 * 8 * MIB // K.PAGE_BYTES
+    assert r.bytes_faulted_h2d == 2 * 8 * MIB and r.bytes_d2h == 3 * 8 * MIB
+
+
+def test_discards_only_dead_ranges(tmp_path):
+    t = TraceBuilder()
+    seg = t.alloc(32 * MIB)
+    other = t.alloc(32 * MIB)
+    for s in range(6):
+        t.step(s)
+        t.block_alloc(seg, 16 * MIB)
+        t.launch(1, [seg], [(seg, 16 * MIB, True)], 1e9)
+        t.launch(2, [other], [(other, 32 * MIB, True)], 1e9)
+        t.launch(3, [seg], [(seg, 16 * MIB, False)], 1e9)
+        t.block_free(seg + MIB, 15 * MIB)
+        t.launch(4, [other], [(other, 32 * MIB, False)], 1e9)
+    w = workload.load(t.write(str(tmp_path / "d.trace")), batch_launches=4)
+    r = engine.run(w, "lookahead", 40 * MIB, engine.h100())
+    assert r.unsafe_discards == 0 and r.bytes_discarded > 0
+    run = engine._Run(w, "lookahead", 40 * MIB, engine.h100())
+    run.block_of = {int(a) >> 21: b for b, a in enumerate(w.block_address.tolist())}
+    run._discard((other, 4 * MIB), 0.0)  # live memory: refused
+    assert run.r.unsafe_discards == 1
+
+
+def test_fakecuda_constants_are_read_from_its_header():
+    f = K.fakecuda_constants()
+    assert f["FAKECUDA_PAGE"] == K.PAGE_BYTES and f["FAKECUDA_H2D_BYTES_PER_US"] > 0
+    assert engine.fakecuda().bandwidth == f["FAKECUDA_H2D_BYTES_PER_US"] * 1e6
+
+
+def test_fakecuda_constants_missing_is_a_clear_error(tmp_path):
+    bad = tmp_path / "model.h"
+    bad.write_text("#define FAKECUDA_PAGE (64u * 1024u)\n")
+    with pytest.raises(ValueError, match="FAKECUDA_H2D_BYTES_PER_US"):
+        K.fakecuda_constants(str(bad))
+
+
+def _pump(*args):
+    return subprocess.run([sys.executable, "-m", "pump.cli", "simulate", *args], capture_output=True, text=True)
+
+
+def test_cli_json_and_plot(tmp_path):
+    path = _cyclic().write(str(tmp_path / "c.trace"))
+    png = tmp_path / "c.png"
+    p = _pump(path, "--capacity", "50%", "--bandwidth", "32", "--json", "--plot", str(png), "--model", "fakecuda")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["bandwidth_bytes_per_s"] == 32e9 and set(doc["policies"]) == set(engine.POLICIES)
+    assert doc["fakecuda_counts"]["naive"]["gpu_faults"] > 0
+    assert png.stat().st_size > 1000
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--capacity", "lots"], "allowed: a byte count"),
+    (["--capacity", "0%"], "percentage of the trace's peak footprint"),
+    (["--capacity", "1G", "--bandwidth", "fast"], "GB/s as a number > 0"),
+    (["--capacity", "1G", "--policy", "best"], "choose from 'naive', 'launch', 'lookahead', 'ideal'"),
+    (["--capacity", "1G", "--model", "a100"], "choose from 'h100', 'fakecuda'"),
+])
+def test_cli_bad_inputs_say_what_is_allowed(tmp_path, args, message):
+    path = _cyclic(steps=2).write(str(tmp_path / "c.trace"))
+    p = _pump(path, *args)
+    assert p.returncode == 2 and message in p.stderr and p.stdout == ""
+
+
+def test_cli_bad_trace(tmp_path):
+    bad = tmp_path / "bad.trace"
+    bad.write_bytes(b"not a trace at all, clearly not" * 10)
+    p = _pump(str(bad), "--capacity", "1G")
+    assert p.returncode == 1 and "not a pump trace" in p.stderr
