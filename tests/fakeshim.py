@@ -8,6 +8,7 @@ the real shim.
 
 import mmap
 import os
+import time
 import socket
 
 import numpy as np
@@ -40,6 +41,7 @@ class FakeShim:
             return False
         rec = self.records[head % self.capacity]
         rec["kind"], rec["count"], rec["device"] = channel.KIND[kind], count, device
+        rec["time_ns"] = time.monotonic_ns()
         rec["arg"] = list(args) + [0] * (5 - len(args))
         self.header.head = head + 1
         rec["seq"] = head + 1
@@ -70,12 +72,15 @@ class FakeShim:
             more = more[5:]
 
     def plan_triggers(self) -> dict:
+        """{launch key: (need, prefetch, evict)}, each a list of (address, bytes)."""
         p = self.plan
         out = {}
         for slot in range(channel.PLAN_SLOTS):
             t = p.trigger[slot]
-            if t.function:
-                out[t.function] = [p.range[t.first + i] for i in range(t.count)]
+            if t.key:
+                ranges = [(p.range[t.first + i].address, p.range[t.first + i].bytes)
+                          for i in range(t.need + t.prefetch + t.evict)]
+                out[t.key] = (ranges[:t.need], ranges[t.need:t.need + t.prefetch], ranges[t.need + t.prefetch:])
         return out
 
     def close(self):

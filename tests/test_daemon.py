@@ -87,16 +87,29 @@ def test_ring_is_a_sealed_private_memfd(pumpd):
     shim.close()
 
 
-def test_lookahead_plan_names_the_next_launch(pumpd):
+def test_lookahead_plan_learns_the_iteration(pumpd):
+    """Three kernels on three 2 MiB allocations, in a loop, under a budget of two:
+    once the iteration is learned, each launch key's trigger needs its allocation,
+    and the plan evicts and prefetches to keep within the budget."""
+    MiB = 1 << 20
     with protocol.Client(pumpd) as c:
-        job = c.request({"op": "register", "name": "la", "policy": "lookahead"})["job"]
+        job = c.request({"op": "register", "name": "la", "policy": "lookahead", "budget": 4 * MiB})["job"]
     shim = FakeShim(pumpd, job=job)
-    for _ in range(3):
-        shim.launch(0x100, 1 << 30)
-        shim.launch(0x200, 2 << 30, 3 << 30)
-    triggers = wait_for(lambda: shim.plan.generation % 2 == 0 and shim.plan_triggers().get(0x100))
-    assert triggers == [2 << 30, 3 << 30]
-    assert shim.plan_triggers()[0x200] == [1 << 30]
+    bases = [(1 << 30) + i * 2 * MiB for i in range(3)]
+    for b in bases:
+        shim.emit("alloc", b, 2 * MiB, 1)
+    functions = [0x100, 0x200, 0x300]
+    for _ in range(12):
+        for f, b in zip(functions, bases):
+            shim.launch(f, b)
+    keys = [channel.launch_key(f, [b]) for f, b in zip(functions, bases)]
+    assert wait_for(lambda: shim.plan.generation % 2 == 0 and set(keys) <= set(shim.plan_triggers()))
+    triggers = shim.plan_triggers()
+    for key, b in zip(keys, bases):
+        assert triggers[key][0] == [(b, 2 * MiB)]  # need: the launch's own allocation
+    assert any(evict for _, _, evict in triggers.values())
+    assert any(prefetch for _, prefetch, _ in triggers.values())
+    assert shim.plan.budget_bytes == 4 * MiB and shim.plan.order == channel.C.PUMP_ORDER_USED
     shim.close()
 
 

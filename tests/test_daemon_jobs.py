@@ -105,16 +105,22 @@ def test_eight_concurrent_jobs_under_one_daemon(c_build, job_env, tmp_path):
         stop_pumpd(daemon)
 
 
-def test_lookahead_plan_adds_prefetches(c_build, job_env, tmp_path):
+def test_lookahead_plan_evicts_and_prefetches(c_build, job_env, tmp_path):
+    """launch_stream cycles over 8 allocations of 2 MiB, two per launch; with a budget
+    of half of them, pumpd learns the cycle and its plan moves blocks ahead of use and
+    out after their last use, within the budget."""
     path = str(tmp_path / "pumpd.sock")
     daemon = start_pumpd(path)
     try:
         proc = subprocess.run([PUMP_RUN, "--daemon", "system", "--socket", path, "--policy", "lookahead",
-                               "--stats", str(tmp_path / "s.json"), "--", str(c_build / "plain" / "launch_stream"),
-                               "300000", "100000", "8"], env=job_env, capture_output=True, text=True, timeout=120)
+                               "--budget", "8MiB", "--stats", str(tmp_path / "s.json"), "--",
+                               str(c_build / "plain" / "launch_stream"), "30000", "100000", "8"],
+                              env=job_env, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
         totals = json.loads((tmp_path / "s.json").read_text())["totals"]
-        assert totals["plan_prefetch_ranges"] > 0
+        assert totals["plan_triggers"] > 0
+        assert totals["plan_prefetch_ranges"] > 0 and totals["plan_evict_ranges"] > 0
+        assert totals["resident_bytes_peak"] <= 8 << 20
     finally:
         stop_pumpd(daemon)
 

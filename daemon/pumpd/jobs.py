@@ -21,7 +21,7 @@ import time
 import psutil
 
 from pump import channel
-from pump.policy import SuccessorPolicy
+from pumpd.arbiter import Terms
 
 
 def start_time(pid: int):
@@ -48,7 +48,7 @@ class Session:
         self.functions = {}         # function handle -> kernel name
         self.live_bytes = 0         # managed bytes allocated and not freed, from events
         self.allocations = {}       # base -> size
-        self.policy = SuccessorPolicy()
+        self.lookahead = None       # a lookahead.Lookahead for jobs with policy lookahead
         self.plan_budget = None     # the budget last published, to know when to publish again
         self.plan_published = 0.0
 
@@ -58,17 +58,15 @@ class Session:
         for base, size in batch.allocs:
             self.live_bytes += size - self.allocations.get(base, 0)
             self.allocations[base] = size
-        freed = []
         for base, _size in batch.frees:
             size = self.allocations.pop(base, None)
             if size is not None:
                 self.live_bytes -= size
-                freed.append(base)
         self.functions.update(batch.functions)
         if batch.counters is not None:
             self.counters = batch.counters
-        self.policy.observe(batch)
-        self.policy.forget(freed)
+        if self.lookahead is not None:
+            self.lookahead.observe(batch)
 
     def close(self):
         self.ring.close()
@@ -83,6 +81,7 @@ class Job:
         self.id, self.name, self.uid = job_id, name, uid
         self.leader_pid, self.leader_started = leader_pid, leader_started
         self.policy, self.capacity, self.budget = policy, capacity, budget
+        self.terms = Terms()            # what decides the budget: config, op set, the arbiter
         self.created = created or time.time()
         self.sessions = {}              # pid -> Session
         self.known_pids = dict(pids)    # pid -> start time, kept across restarts
@@ -147,7 +146,11 @@ class Job:
             "job": self.id, "name": self.name, "pid": self.leader_pid, "uid": self.uid, "user": user,
             "pids": sorted(set(self.known_pids) | set(self.sessions)),
             "sessions": len(self.sessions), "policy": self.policy, "capacity": self.capacity,
-            "budget_bytes": self.budget, **totals,
+            "budget_bytes": self.budget, "budget_source": self.terms.source,
+            "budget_percent": self.terms.fixed_percent, "budget_state": self.terms.state,
+            "share": self.terms.share, "min_budget_bytes": self.terms.min_bytes,
+            "max_budget_bytes": self.terms.max_bytes, "priority": self.terms.priority,
+            "gpu": self.terms.gpu, **totals,
             "events": events, "events_dropped": dropped, "events_invalid": invalid,
             "host_rss_bytes": self.tree.get("rss_bytes"), "cpu_seconds": self.tree.get("cpu_seconds"),
             "started": self.created,
@@ -157,14 +160,18 @@ class Job:
     def to_json(self) -> dict:
         return {"job": self.id, "name": self.name, "uid": self.uid, "leader_pid": self.leader_pid,
                 "leader_started": self.leader_started, "policy": self.policy,
-                "capacity": self.capacity, "budget": self.budget, "created": self.created,
+                "capacity": self.capacity, "budget": self.budget, "terms": self.terms.to_json(),
+                "created": self.created,
                 "pids": [[pid, t] for pid, t in self.known_pids.items()]}
 
     @classmethod
     def from_json(cls, doc: dict) -> "Job":
-        return cls(doc["job"], doc["name"], int(doc["uid"]), int(doc["leader_pid"]), doc["leader_started"],
-                   doc["policy"], doc["capacity"], doc["budget"], doc["created"],
-                   [(int(pid), t) for pid, t in doc["pids"]])
+        job = cls(doc["job"], doc["name"], int(doc["uid"]), int(doc["leader_pid"]), doc["leader_started"],
+                  doc["policy"], doc["capacity"], doc["budget"], doc["created"],
+                  [(int(pid), t) for pid, t in doc["pids"]])
+        # An older pumpd's file has no terms: the budget it held stays, as fixed.
+        job.terms = Terms.from_json(doc["terms"]) if "terms" in doc else Terms(fixed_bytes=doc["budget"])
+        return job
 
 
 class JobStore:

@@ -21,7 +21,9 @@ import time
 from pump import channel, config, protocol
 from pump.protocol import ProtocolError
 from pump.trace import TraceWriter
+from pumpd.arbiter import Arbiter, Terms
 from pumpd.jobs import Job, JobStore, Session, start_time
+from pumpd import lookahead
 from pumpd.telemetry import Telemetry
 
 log = logging.getLogger("pumpd")
@@ -127,7 +129,8 @@ class Connection:
 class Daemon:
     def __init__(self, socket_path: str, state_dir: str, exit_with: int = None,
                  socket_mode: int = 0o600, telemetry=None, metrics_listen: str = None,
-                 default_budget: int = None, jobs_dir: str = config.DEFAULT_JOBS_DIR):
+                 default_budget: int = None, jobs_dir: str = config.DEFAULT_JOBS_DIR,
+                 gpu_pool: str = None):
         self.socket_path = socket_path
         self.store = JobStore(state_dir)
         self.exit_with = exit_with
@@ -135,7 +138,7 @@ class Daemon:
         self.telemetry = telemetry
         self.metrics_listen = metrics_listen
         self.metrics = None
-        self.default_budget = default_budget
+        self.arbiter = Arbiter(gpu_pool, default_budget)
         self.jobs_dir = jobs_dir
         self.jobs = {}                 # job id -> Job
         self.next_session = 1
@@ -146,6 +149,7 @@ class Daemon:
         self.fill = 0.0                # the fullest ring's share read by the last sweep
         self.backlog = False           # ... at least 1/4: sweep again at once
         self.telemetry_sample = None
+        self.best_throughput = 0.0      # the highest host-to-GPU bytes/s NVML reported
         self.started = time.monotonic()
         self.stopping = None
 
@@ -182,6 +186,7 @@ class Daemon:
                 log.info("picked up job %s (%s, pid %d) from an earlier pumpd", job.id, job.name, job.leader_pid)
             else:
                 self.store.remove(job)
+        self._rebalance()
         sock = self._listen(listen_sock)
         if self.metrics_listen:
             self._start_metrics()
@@ -289,7 +294,8 @@ class Daemon:
         if op == "resume":
             return self._resume(conn, fds), ()
         if op == "status":
-            return {"ok": True, "jobs": [j.status() for j in self._visible(conn.uid)]}, ()
+            return {"ok": True, "jobs": [j.status() for j in self._visible(conn.uid)],
+                    "pools": list(self.arbiter.pools.values())}, ()
         if op == "set":
             return self._set(conn, request), ()
         if op == "end":
@@ -301,13 +307,14 @@ class Daemon:
 
     def _register(self, conn, request, fds) -> dict:
         job = Job(Job.new_id(), request["name"], conn.uid, conn.pid, start_time(conn.pid),
-                  request.get("policy") or "launch", request.get("capacity"),
-                  request.get("budget", None) or self.default_budget)
+                  request.get("policy") or "launch", request.get("capacity"))
+        job.terms = Terms.from_request(request)
         if fds:
             job.trace = TraceWriter(fds.pop(), job.id, job.name)
         self.jobs[job.id] = job
         self.store.save(job)
         log.info("job %s (%s) registered by pid %d, uid %d", job.id, job.name, conn.pid, conn.uid)
+        self._rebalance()
         return {"ok": True, "job": job.id}
 
     def _job_for_attach(self, conn, request) -> Job:
@@ -326,7 +333,7 @@ class Daemon:
         # A shim preloaded by hand, or one whose job this pumpd never saw: the
         # system's jobs.d/NAME.toml still applies to it.
         name = request["name"] or _process_name(conn.pid)
-        policy, budget = request["policy"], self.default_budget
+        policy, terms = request["policy"], Terms()
         try:
             cfg = config.resolve_job({}, None, name, self.jobs_dir) if request["name"] else None
         except config.ConfigError as exc:
@@ -334,11 +341,12 @@ class Daemon:
             cfg = None
         if cfg is not None:
             policy = cfg.policy if cfg.source["policy"] != "default" else policy
-            if cfg.budget is not None and not cfg.budget.endswith("%"):
-                budget = config.parse_size(cfg.budget)
-        job = Job(job_id, name, conn.uid, conn.pid, start_time(conn.pid), policy, budget=budget)
+            terms = Terms.from_config(cfg)
+        job = Job(job_id, name, conn.uid, conn.pid, start_time(conn.pid), policy)
+        job.terms = terms
         self.jobs[job.id] = job
         log.info("job %s (%s) started by the shim of pid %d, uid %d", job.id, job.name, conn.pid, conn.uid)
+        self._rebalance()
         return job
 
     def _job_of_ancestor(self, pid: int, uid: int):
@@ -398,6 +406,9 @@ class Daemon:
     def _open_session(self, conn, job, session_id, ring, plan, how: str):
         """The connection's process joins the job with this ring and plan."""
         session = Session(session_id, conn.pid, start_time(conn.pid), ring, plan)
+        if job.policy == "lookahead":
+            session.lookahead = lookahead.Lookahead(self._plan_budget(job),
+                                                    lookahead.bandwidth(self.best_throughput))
         job.add_session(session)
         self.store.save(job)
         conn.session = session
@@ -406,11 +417,11 @@ class Daemon:
 
     def _set(self, conn, request) -> dict:
         job = self._own_job(conn, request["job"])
-        job.budget = request["budget"]
+        job.terms.set_bytes = request["budget"] or None  # 0 or null: back to the config's or the arbiter's
+        log.info("job %s: budget %s by uid %d", job.id,
+                 f"set to {job.terms.set_bytes}" if job.terms.set_bytes else "setting cleared", conn.uid)
         self.store.save(job)
-        for s in job.sessions.values():
-            self._publish_plan(job, s, force=True)
-        log.info("job %s: budget %s, set by uid %d", job.id, job.budget, conn.uid)
+        self._rebalance()
         return {"ok": True, "job": job.id}
 
     def _end(self, conn, request) -> dict:
@@ -435,21 +446,39 @@ class Daemon:
         job.close_trace()
         self.store.remove(job)
         log.info("job %s (%s) ended", job.id, job.name)
+        self._rebalance()
+
+    def _rebalance(self):
+        """Budgets anew for every job (one came, went, or was set; a pool changed): the
+        jobs whose budget changed get it in their plans at once."""
+        for job in self.arbiter.apply(self.jobs.values()):
+            self.store.save(job)
+            for s in job.sessions.values():
+                self._publish_plan(job, s, force=True)
 
     def _new_session_id(self) -> int:
         self.next_session += 1
         return self.next_session - 1
 
     # ---- ingest and plans ----
+    def _plan_budget(self, job) -> int:
+        """What a lookahead plan keeps to: the job's budget, else its GPU's memory, else 0."""
+        return job.budget or lookahead.default_budget(self.telemetry_sample)
+
     def _publish_plan(self, job, session, force=False):
         now = time.monotonic()
         budget = job.budget or 0
+        planner = session.lookahead
         if not force and (now - session.plan_published < PLAN_INTERVAL or
-                          (not session.policy.changed and budget == session.plan_budget)):
+                          (not (planner and planner.changed) and budget == session.plan_budget)):
             return
         # "launch" is the shim's own rule; only "lookahead" adds pumpd's triggers.
-        triggers = session.policy.triggers() if job.policy == "lookahead" else {}
-        session.plan.publish(budget, triggers)
+        if planner is not None and budget != session.plan_budget:
+            planner.set_budget(self._plan_budget(job))
+        if planner is not None:
+            session.plan.publish(budget, planner.triggers(), planner.policy.order)
+        else:
+            session.plan.publish(budget, {})
         session.plan_budget, session.plan_published = budget, now
 
     def ingest_once(self) -> int:
@@ -465,7 +494,7 @@ class Daemon:
                         job.trace.write(session.pid, records)
                     session.ingest(channel.decode(records))
                     total += len(records)
-                if (session.policy.changed and job.policy == "lookahead") or \
+                if (session.lookahead is not None and session.lookahead.changed) or \
                         session.plan_budget != (job.budget or 0):
                     self._publish_plan(job, session)
         self.events_ingested += total
@@ -535,6 +564,10 @@ class Daemon:
                     loop.run_in_executor(None, self.telemetry.sample), BLOCKING_TIMEOUT)
             except asyncio.TimeoutError:
                 log.warning("telemetry took over %g s", BLOCKING_TIMEOUT)
+            else:
+                self.best_throughput = lookahead.best_throughput(self.telemetry_sample, self.best_throughput)
+                if self.arbiter.observe_telemetry(self.telemetry_sample):
+                    self._rebalance()  # a pool given as a percentage of the GPU
             await asyncio.sleep(self.telemetry.interval)
 
     def snapshot(self) -> dict:

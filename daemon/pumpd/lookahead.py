@@ -1,0 +1,79 @@
+"""pumpd's side of `--policy lookahead`: one Foresight (pump/foresight.py) per process,
+fed what pumpd measures.
+
+The policy needs three figures it cannot read from a trace here:
+- kernel times: the shim reports when each launch was made, not when its kernel ran.  A
+  training job's launching thread runs ahead of the GPU until the driver's launch queue is
+  full, then launches at the rate the kernels finish, so the interval between consecutive
+  launch calls is the kernel-time measurement pumpd has (clipped: a pause for data loading
+  or a checkpoint is not a kernel);
+- the link's bandwidth: the highest host-to-GPU PCIe throughput NVML has reported for any
+  GPU while pumpd ran (prefetch approaches the link's limit), else the PCIe Gen5 x16 figure
+  of the simulator's model;
+- the budget: the job's (arbiter, config or `pump-run --budget`), else the GPU's memory as
+  NVML reports it, else no eviction at all (the plan then only prefetches ahead).
+"""
+
+import numpy as np
+
+from pump import channel
+from pump.foresight import Foresight
+from pump.simulate import constants
+
+# Launch intervals outside this span are not kernel times (see above).
+KERNEL_SECONDS_MIN, KERNEL_SECONDS_MAX = 1e-6, 0.1
+# NVML throughput below this says nothing about the link (nothing was moving).
+BANDWIDTH_FLOOR = 1e9
+NO_BUDGET = 1 << 60
+
+
+class Lookahead:
+    """The Foresight of one process and the measurements that drive it."""
+
+    def __init__(self, budget: int, bandwidth: float):
+        self.policy = Foresight(budget or NO_BUDGET, bandwidth)
+        self.last_launch_ns = None
+
+    def observe(self, batch: channel.Batch):
+        times = batch.launch_time
+        if times is None or len(times) == 0:
+            self.policy.observe(batch)
+            return
+        previous = times[0] if self.last_launch_ns is None else self.last_launch_ns
+        gaps = np.diff(np.concatenate(([previous], times)).astype(np.int64)) / 1e9
+        seconds = np.clip(gaps, KERNEL_SECONDS_MIN, KERNEL_SECONDS_MAX)
+        self.last_launch_ns = int(times[-1])
+        self.policy.observe(batch, kernel_seconds=seconds)
+
+    def set_budget(self, budget: int):
+        self.policy.set_budget(budget or NO_BUDGET)
+
+    @property
+    def changed(self) -> bool:
+        return self.policy.changed
+
+    def triggers(self) -> dict:
+        return self.policy.triggers()
+
+
+def best_throughput(telemetry_sample, best: float) -> float:
+    """The highest host-to-GPU throughput (bytes/s) seen so far, updated from a sample
+    (NVML's RX is what the GPU receives)."""
+    for gpu in (telemetry_sample or {}).get("gpus", []):
+        rx = gpu.get("pcie_rx_bytes_per_s")
+        if rx and rx > best:
+            best = float(rx)
+    return best
+
+
+def bandwidth(best_measured: float) -> float:
+    """The link bandwidth the plans assume: measured where NVML has seen traffic."""
+    return best_measured if best_measured >= BANDWIDTH_FLOOR else constants.PCIE5_X16_BYTES_PER_S
+
+
+def default_budget(telemetry_sample) -> int:
+    """The first GPU's memory as NVML reports it, or 0 (none known)."""
+    for gpu in (telemetry_sample or {}).get("gpus", []):
+        if gpu.get("memory_total"):
+            return int(gpu["memory_total"])
+    return 0
