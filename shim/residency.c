@@ -17,9 +17,12 @@
  * broken by migration order), and enqueueing the moves. A block taken for a
  * launch is never its victim, nor is a block its trigger prefetches.
  *
- * A rule that wants more blocks than fit takes them in order (the scan's
- * allocations in argument order, blocks by address; a trigger's ranges in
- * plan order) up to the first that does not fit, and none after it.
+ * A launch that wants more blocks than fit takes them in order (the scan's
+ * allocations in argument order, blocks by address; a trigger's need ranges
+ * in plan order) up to the first that does not fit, and none after it. A
+ * trigger's prefetches for later launches evict nothing: each comes in if it
+ * fits beside what the plan's evictions left, else it is skipped (the launch
+ * that needs it takes it then).
  * Plan ranges are widened to the blocks they touch.
  */
 #include <pthread.h>
@@ -395,13 +398,15 @@ static void prefetches_flush(struct prefetches *p, struct evictions *e, uint64_t
 
 /* Block i of a, wanted on p's device: false when it cannot fit. */
 static bool want_block(struct prefetches *p, struct evictions *e, uint64_t budget, uint32_t order,
-                       uint64_t decision, struct pump_blocks *a, uint32_t i)
+                       uint64_t decision, struct pump_blocks *a, uint32_t i, bool may_evict)
 {
     struct pump_block *b = &a->block[i];
     if (p->stamp != 0 && b->device == p->device && b->stamp == p->stamp)
         return true;  /* prefetched this epoch */
     uint64_t bytes = block_bytes(a, i), cost = b->device == p->device ? 0 : bytes;
-    if (cost > 0 && !make_room(e, p->pending + cost, budget, order, decision))
+    if (cost > 0 && !may_evict && budget != 0 && device_state(p->device)->resident + p->pending + cost > budget)
+        return false;
+    if (cost > 0 && may_evict && !make_room(e, p->pending + cost, budget, order, decision))
         return false;
     if (cost > 0 && b->evicted_in == device_state(p->device)->awaited + 1)
         p->after_evictions = true;  /* its eviction may not pass this prefetch */
@@ -473,7 +478,7 @@ static void need_rule(struct pump_context *c, int device, CUstream stream, const
         for (uint32_t i = first; a != NULL && i <= last; i++) {
             if (a->block[i].device == device && a->block[i].ready > ready)
                 ready = a->block[i].ready;
-            full = full || !want_block(&p, &e, budget, order, decision, a, i);
+            full = full || !want_block(&p, &e, budget, order, decision, a, i, true);
             left_out += full;
         }
     }
@@ -528,7 +533,7 @@ PUMP_HIDDEN void pump_residency_launch(struct pump_context *c, CUstream stream, 
         if (a == NULL)
             continue;
         for (uint32_t i = 0; i < a->count; i++) {
-            full = full || !want_block(&p, &e, budget, PUMP_ORDER_MIGRATED, decision, a, i);
+            full = full || !want_block(&p, &e, budget, PUMP_ORDER_MIGRATED, decision, a, i, true);
             left_out += full;
         }
     }
@@ -599,14 +604,12 @@ static void plan_rule(struct pump_context *c, int device, const struct pump_scan
             a->block[i].mark = decision;
     }
     struct prefetches p = {.c = c, .device = device, .stamp = resident_stamp(device), .from_plan = true};
-    bool full = false;
     for (uint32_t k = prefetch_from; k < evict_from; k++) {
         uint32_t first, last;
         struct pump_blocks *a = plan_blocks(&t->range[k], &first, &last);
         skipped += a == NULL;
         for (uint32_t i = first; a != NULL && i <= last; i++) {
-            full = full || !want_block(&p, &e, budget, order, decision, a, i);
-            left_out += full;
+            left_out += !want_block(&p, &e, budget, order, decision, a, i, false);
         }
     }
     prefetches_flush(&p, &e, budget);

@@ -5,8 +5,9 @@ The policy needs three figures it cannot read from a trace here:
 - kernel times: the shim reports when each launch was made, not when its kernel ran.  A
   training job's launching thread runs ahead of the GPU until the driver's launch queue is
   full, then launches at the rate the kernels finish, so the interval between consecutive
-  launch calls is the kernel-time measurement pumpd has (clipped: a pause for data loading
-  or a checkpoint is not a kernel);
+  launch calls is the kernel-time measurement pumpd has. A pause for data loading, a
+  synchronisation or a checkpoint is not a kernel: an interval over PAUSE_FACTOR times the
+  batch's median counts as the median;
 - the link's bandwidth: the highest host-to-GPU PCIe throughput NVML has reported for any
   GPU while pumpd ran (prefetch approaches the link's limit), else the PCIe Gen5 x16 figure
   of the simulator's model;
@@ -20,8 +21,9 @@ from pump import channel
 from pump.foresight import Foresight
 from pump.simulate import constants
 
-# Launch intervals outside this span are not kernel times (see above).
-KERNEL_SECONDS_MIN, KERNEL_SECONDS_MAX = 1e-6, 0.1
+# Launch intervals under this are the launching thread's own pace, not kernel times.
+KERNEL_SECONDS_MIN = 1e-6
+PAUSE_FACTOR = 50
 # NVML throughput below this says nothing about the link (nothing was moving).
 BANDWIDTH_FLOOR = 1e9
 NO_BUDGET = 1 << 60
@@ -41,7 +43,9 @@ class Lookahead:
             return
         previous = times[0] if self.last_launch_ns is None else self.last_launch_ns
         gaps = np.diff(np.concatenate(([previous], times)).astype(np.int64)) / 1e9
-        seconds = np.clip(gaps, KERNEL_SECONDS_MIN, KERNEL_SECONDS_MAX)
+        seconds = np.maximum(gaps, KERNEL_SECONDS_MIN)
+        median = float(np.median(seconds))
+        seconds[seconds > PAUSE_FACTOR * median] = median
         self.last_launch_ns = int(times[-1])
         self.policy.observe(batch, kernel_seconds=seconds)
 
