@@ -77,8 +77,12 @@ class IterationDetector:
             grown = np.empty(max(2 * len(self._buf), self._len + len(keys)), np.uint64)
             grown[:self._len] = self.keys
             self._buf = grown
-        for i, k in enumerate(keys.tolist(), self.seen):
-            self._where.setdefault(k, []).append(i)
+        # Positions per distinct key, in order: a batch repeats few keys many times.
+        order = np.argsort(keys, kind="stable")
+        distinct, starts = np.unique(keys[order], return_index=True)
+        positions = (order + self.seen).tolist()
+        for k, start, end in zip(distinct.tolist(), starts.tolist(), starts[1:].tolist() + [len(keys)]):
+            self._where.setdefault(k, []).extend(positions[start:end])
         self._buf[self._len:self._len + len(keys)] = keys
         self._len += len(keys)
         drop = self._len - MAX_HISTORY
