@@ -15,9 +15,12 @@ struct launch {
     uint64_t budget;
     uint64_t tick;                 /* its number among managed launches */
     int capturing;                 /* -1: not asked yet */
-    bool planned;                  /* the plan has a trigger for it, in `trigger` */
-    struct pump_trigger trigger;
+    const struct pump_trigger *trigger; /* the plan's trigger for it, or NULL */
 };
+
+/* Where a launch's trigger is copied: per thread, off the hook's stack (most
+ * launches have none, and a 4 KiB frame costs every launch). */
+static _Thread_local struct pump_trigger thread_trigger;
 
 static void before_launch(struct launch *l, CUfunction f, CUstream stream, void **params, void **extra)
 {
@@ -41,14 +44,15 @@ static void before_launch(struct launch *l, CUfunction f, CUstream stream, void 
         if (c != NULL) {
             l->budget = pump_context_budget(c);
             l->capturing = -1;
-            l->planned = launch_rule && channel != NULL &&
-                         pump_channel_plan_trigger(channel, f, &l->scan, &l->trigger);
+            l->trigger = NULL;
+            if (launch_rule && channel != NULL && channel->plan != NULL &&
+                pump_channel_plan_trigger(channel, f, &l->scan, &thread_trigger))
+                l->trigger = &thread_trigger;
             if (launch_rule)
-                pump_residency_launch(c, stream, &l->scan, l->budget, l->planned ? &l->trigger : NULL,
-                                      &l->capturing);
+                pump_residency_launch(c, stream, &l->scan, l->budget, l->trigger, &l->capturing);
             device = launch_rule || l->budget != 0 ? pump_context_device(c) : -1;
             /* After the kernel: its use (budget), policy off's rule, the plan. */
-            if (l->budget != 0 || l->planned) {
+            if (l->budget != 0 || l->trigger != NULL) {
                 l->context = c;
                 l->stream = stream;
             }
@@ -66,8 +70,7 @@ static void after_launch(struct launch *l, CUresult r)
         l->capturing = pump_stream_capturing(l->stream);
     if (l->capturing)
         return;  /* nothing is added to a stream being captured */
-    pump_residency_after_launch(l->context, l->stream, &l->scan, l->budget, l->tick,
-                                l->planned ? &l->trigger : NULL);
+    pump_residency_after_launch(l->context, l->stream, &l->scan, l->budget, l->tick, l->trigger);
 }
 
 #define PUMP_LAUNCH_KERNEL_HOOK(id, per_thread)                                                        \
