@@ -2,6 +2,9 @@
  * buffers, while another thread allocates and frees managed memory (range
  * table writes racing launch-path reads) and synchronises (epoch moves).
  * Every thread checks its own results; run under ThreadSanitizer in CI.
+ * Every thread makes its first launch before any makes its second, so all
+ * buffers are live and launched at once whatever the scheduling (a budget
+ * below their sum must evict).
  *
  *   threads [THREADS [LAUNCHES]]
  */
@@ -17,6 +20,7 @@
 static CUcontext context;
 static CUfunction inc;
 static int launches = 200;
+static pthread_barrier_t launched; /* every thread's first launch is made */
 static atomic_int failures;
 static atomic_bool stop_churn;
 
@@ -37,6 +41,8 @@ static void *worker(void *arg)
     for (int i = 0; i < launches; i++) {
         void *params[] = {&buffer, &n};
         CHECK(api.launch_kernel(inc, 1, 1, 1, 128, 1, 1, 0, stream, params, NULL));
+        if (i == 0)
+            pthread_barrier_wait(&launched);
     }
     CHECK(api.stream_synchronize(stream));
     api.host_touch(x, FLOATS * sizeof *x);
@@ -82,6 +88,7 @@ int main(int argc, char **argv)
     CHECK(api.module_get_function(&inc, module, "inc"));
 
     pthread_t churner, workers[256];
+    pthread_barrier_init(&launched, NULL, (unsigned)threads);
     pthread_create(&churner, NULL, churn, NULL);
     for (int i = 0; i < threads; i++)
         pthread_create(&workers[i], NULL, worker, NULL);
@@ -89,6 +96,7 @@ int main(int argc, char **argv)
         pthread_join(workers[i], NULL);
     atomic_store(&stop_churn, true);
     pthread_join(churner, NULL);
+    pthread_barrier_destroy(&launched);
     printf("{\"threads\": %d, \"launches\": %d, \"failures\": %d}\n", threads, launches, atomic_load(&failures));
     return atomic_load(&failures) ? 1 : 0;
 }
