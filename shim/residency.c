@@ -39,6 +39,8 @@ struct pump_block {
     uint64_t migrated;                /* its place in that order */
     uint64_t mark;                    /* the decision whose trigger prefetches it */
     uint64_t ready;                   /* token of the planned prefetch that brought it; 0: none */
+    uint64_t planned_for;             /* the launch tick whose trigger prefetched it: for PUMP_ORDER_USED
+                                         it counts as used then (not as old as its allocation's last use) */
     uint64_t evicted_in;              /* its device's `awaited` + 1 when last evicted: a prefetch of it
                                          while that is still the case must wait for the evictions */
     uint32_t stamp;                   /* resident_stamp() when last prefetched; 0: not this epoch */
@@ -139,6 +141,7 @@ static void count_out(struct pump_blocks *a, uint32_t i)
     b->device = -1;
     b->stamp = 0;
     b->ready = 0;
+    b->planned_for = 0;
     __atomic_store_n(&a->range->resident_stamp, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&a->range->accounted_on, 0, __ATOMIC_RELAXED);
 }
@@ -319,10 +322,12 @@ static bool make_room(struct evictions *e, uint64_t need, uint64_t budget, uint3
         return true;
     if (order == PUMP_ORDER_USED) {
         size_t n = 0;
-        for (struct pump_block *b = d->order.newer; b != &d->order; b = b->newer)
-            if (!is_protected(b, decision))
-                scratch[n++] = (struct victim){__atomic_load_n(&b->owner->range->used_tick, __ATOMIC_RELAXED),
-                                               b->migrated, b};
+        for (struct pump_block *b = d->order.newer; b != &d->order; b = b->newer) {
+            if (is_protected(b, decision))
+                continue;
+            uint64_t used = __atomic_load_n(&b->owner->range->used_tick, __ATOMIC_RELAXED);
+            scratch[n++] = (struct victim){used > b->planned_for ? used : b->planned_for, b->migrated, b};
+        }
         qsort(scratch, n, sizeof *scratch, by_use);
         for (size_t i = 0; i < n && d->resident + need > budget; i++)
             evict_block(e, scratch[i].block->owner, index_of(scratch[i].block));
@@ -345,6 +350,7 @@ struct prefetches {
     uint32_t stamp;
     bool from_plan, issued;
     bool after_evictions;  /* a block of it has an eviction the prefetch stream has not waited for */
+    uint64_t tick;         /* a plan's prefetch: the launch whose trigger it is (0: none) */
     uint32_t n;
     struct {
         struct pump_blocks *a;
@@ -387,6 +393,8 @@ static void prefetches_flush(struct prefetches *p, struct evictions *e, uint64_t
             count_in(a, i, p->device);
             a->block[i].stamp = p->stamp;
             a->block[i].ready = ready;
+            if (p->tick != 0)
+                a->block[i].planned_for = p->tick;
         }
         refresh(a, p->device, p->stamp);
     }
@@ -580,7 +588,7 @@ static void off_rule(struct pump_context *c, int device, const struct pump_scan 
 }
 
 static void plan_rule(struct pump_context *c, int device, const struct pump_scan *scan, uint64_t budget,
-                      uint64_t token, const struct pump_trigger *t)
+                      uint64_t token, uint64_t tick, const struct pump_trigger *t)
 {
     uint32_t order = t->order == PUMP_ORDER_USED ? PUMP_ORDER_USED : PUMP_ORDER_MIGRATED;
     uint64_t skipped = 0, left_out = 0;
@@ -603,7 +611,8 @@ static void plan_rule(struct pump_context *c, int device, const struct pump_scan
         for (uint32_t i = first; a != NULL && i <= last; i++)
             a->block[i].mark = decision;
     }
-    struct prefetches p = {.c = c, .device = device, .stamp = resident_stamp(device), .from_plan = true};
+    struct prefetches p = {.c = c, .device = device, .stamp = resident_stamp(device), .from_plan = true,
+                           .tick = tick};
     for (uint32_t k = prefetch_from; k < evict_from; k++) {
         uint32_t first, last;
         struct pump_blocks *a = plan_blocks(&t->range[k], &first, &last);
@@ -661,7 +670,7 @@ PUMP_HIDDEN void pump_residency_after_launch(struct pump_context *c, CUstream st
     if (pump_config.policy == PUMP_POLICY_OFF && budget != 0)
         off_rule(c, device, scan, budget, token);
     if (trigger != NULL)
-        plan_rule(c, device, scan, budget, token, trigger);
+        plan_rule(c, device, scan, budget, token, tick, trigger);
     if (budget != 0 && __atomic_load_n(&devices[device].resident, __ATOMIC_RELAXED) > budget)
         hold_budget(c, device, scan, budget, token);
 }

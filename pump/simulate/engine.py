@@ -320,7 +320,8 @@ class _Run:
                         self.dead[b] = 0
             elif what in ("block_free", "block_alloc"):
                 self._mark_dead(addr, size, what == "block_free")
-                if what == "block_free" and self.foresight is not None:
+                # Discard needs the framework's frees, which today's shim does not see.
+                if what == "block_free" and self.foresight is not None and self.m.policy_sees_extents:
                     self._discard(discard_range(addr, size), now)
 
     def _page_masks(self, addr, size, inward):
