@@ -110,6 +110,7 @@ def test_lookahead_plan_learns_the_iteration(pumpd):
     assert any(evict for _, _, evict in triggers.values())
     assert any(prefetch for _, prefetch, _ in triggers.values())
     assert shim.plan.budget_bytes == 4 * MiB and shim.plan.order == channel.C.PUMP_ORDER_USED
+    assert status(pumpd)[0]["iteration_launches"] == [3]
     shim.close()
 
 

@@ -154,6 +154,9 @@ class Job:
             "events": events, "events_dropped": dropped, "events_invalid": invalid,
             "host_rss_bytes": self.tree.get("rss_bytes"), "cpu_seconds": self.tree.get("cpu_seconds"),
             "started": self.created,
+            # lookahead: per process, the iteration learned (launches per period; 0: not yet)
+            "iteration_launches": [s.lookahead.policy.period for s in self.sessions.values()
+                                   if s.lookahead is not None],
         }
 
     # ---- persistence ----
