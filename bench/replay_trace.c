@@ -19,9 +19,10 @@
  *           length are the last two arguments; the kernel touches them too.
  *   SYNC    cuStreamSynchronize (the shim's residency beliefs expire there, as in the
  *           traced job)
- *   STEP    nothing; with --step-pause MS, cuStreamSynchronize and a sleep of MS
- *           milliseconds, as a real step's host work (data, loss.item()) gives pumpd time
- *           to read the step and publish its plan before the next one
+ *   STEP    nothing; with --step-pause MS, cuStreamSynchronize, a JSON line of fakecuda's
+ *           counters so far, and a sleep of MS milliseconds, as a real step's host work
+ *           (data, loss.item()) gives pumpd time to read the step and publish its plan
+ *           before the next one
  *   others  nothing (FUNCTION, NAME, COUNTERS, COST, BLOCK_ALLOC, BLOCK_FREE)
  * Records of every process in the trace are replayed in file order by this one
  * process. At the end: cuCtxSynchronize, then one JSON line with fakecuda's counters
@@ -344,6 +345,10 @@ static void replay(const struct pump_event *e)
     case PUMP_EVENT_STEP:
         if (step_pause_ms > 0) {
             CHECK(cuStreamSynchronize(stream));
+            struct fakecuda_stats s;
+            fakecuda_get_stats(&s);
+            printf("{\"step\": %" PRIu64 ", \"gpu_faults\": %" PRIu64 ", \"bytes_prefetched_h2d\": %" PRIu64
+                   ", \"bytes_d2h\": %" PRIu64 "}\n", e->arg[0], s.gpu_faults, s.bytes_prefetched_h2d, s.bytes_d2h);
             struct timespec pause = {step_pause_ms / 1000, (long)(step_pause_ms % 1000) * 1000000L};
             while (nanosleep(&pause, &pause) != 0 && errno == EINTR) {
             }
