@@ -460,6 +460,32 @@ static struct pump_blocks *plan_blocks(const struct pump_plan_range *range, uint
     return a;
 }
 
+/* Marks the blocks of ranges[0 .. n) with the decision: never its victims. */
+static void mark_ranges(const struct pump_plan_range *ranges, uint32_t n, uint64_t decision)
+{
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t first, last;
+        struct pump_blocks *a = plan_blocks(&ranges[k], &first, &last);
+        for (uint32_t i = first; a != NULL && i <= last; i++)
+            a->block[i].mark = decision;
+    }
+}
+
+/* Ends what a launch takes before its kernel: the moves are enqueued, and the
+ * kernel's stream waits for its prefetches, or else for the planned prefetch
+ * `ready` names (0: none). Under the lock. */
+static void take_done(struct prefetches *p, struct evictions *e, CUstream stream, uint64_t budget, uint64_t ready)
+{
+    prefetches_flush(p, e, budget);
+    evictions_flush(e);
+    if (p->issued) {
+        pump_prefetch_wait(p->c, stream);
+        PUMP_COUNT(launches_prefetched, 1);
+    } else if (ready != 0 && pump_config.wait) {
+        pump_use_wait(stream, ready);
+    }
+}
+
 /* A launch with a plan trigger takes its need ranges instead of its whole
  * allocations: those not believed resident are prefetched (room is made in
  * the plan's order), and the kernel waits for them, or else for the planned
@@ -467,16 +493,10 @@ static struct pump_blocks *plan_blocks(const struct pump_plan_range *range, uint
 static void need_rule(struct pump_context *c, int device, CUstream stream, const struct pump_scan *scan,
                       uint64_t budget, const struct pump_trigger *t)
 {
-    uint32_t order = t->order == PUMP_ORDER_USED ? PUMP_ORDER_USED : PUMP_ORDER_MIGRATED;
     uint64_t left_out = 0, ready = 0;
     pthread_mutex_lock(&lock);
     uint64_t decision = begin_decision(scan);
-    for (uint32_t k = 0; k < t->need; k++) {
-        uint32_t first, last;
-        struct pump_blocks *a = plan_blocks(&t->range[k], &first, &last);
-        for (uint32_t i = first; a != NULL && i <= last; i++)
-            a->block[i].mark = decision;
-    }
+    mark_ranges(t->range, t->need, decision);
     struct evictions e = {.c = c, .device = device, .stream = stream};
     struct prefetches p = {.c = c, .device = device, .stamp = resident_stamp(device)};
     bool full = false;
@@ -486,19 +506,39 @@ static void need_rule(struct pump_context *c, int device, CUstream stream, const
         for (uint32_t i = first; a != NULL && i <= last; i++) {
             if (a->block[i].device == device && a->block[i].ready > ready)
                 ready = a->block[i].ready;
-            full = full || !want_block(&p, &e, budget, order, decision, a, i, true);
+            full = full || !want_block(&p, &e, budget, t->order, decision, a, i, true);
             left_out += full;
         }
     }
-    prefetches_flush(&p, &e, budget);
-    evictions_flush(&e);
+    take_done(&p, &e, stream, budget, ready);
     publish_resident();
-    if (p.issued) {
-        pump_prefetch_wait(c, stream);
-        PUMP_COUNT(launches_prefetched, 1);
-    } else if (ready != 0 && pump_config.wait) {
-        pump_use_wait(stream, ready);
+    pthread_mutex_unlock(&lock);
+    if (left_out > 0)
+        PUMP_COUNT(budget_skips, left_out);
+}
+
+/* The launch rule: the blocks of the launch's allocations. */
+static void launch_rule(struct pump_context *c, int device, CUstream stream, const struct pump_scan *scan,
+                        uint64_t budget, uint32_t stamp)
+{
+    pthread_mutex_lock(&lock);
+    uint64_t decision = begin_decision(scan);
+    struct evictions e = {.c = c, .device = device, .stream = stream};
+    struct prefetches p = {.c = c, .device = device, .stamp = stamp};
+    uint64_t left_out = 0;
+    bool full = false;
+    for (uint32_t r = 0; r < scan->own; r++) {
+        struct pump_blocks *a = scan->range[r]->blocks;
+        for (uint32_t i = 0; a != NULL && i < a->count; i++) {
+            full = full || !want_block(&p, &e, budget, PUMP_ORDER_MIGRATED, decision, a, i, true);
+            left_out += full;
+        }
     }
+    take_done(&p, &e, stream, budget, 0);
+    for (uint32_t r = 0; r < scan->own; r++)
+        if (scan->range[r]->blocks != NULL)
+            refresh(scan->range[r]->blocks, device, stamp);
+    publish_resident();
     pthread_mutex_unlock(&lock);
     if (left_out > 0)
         PUMP_COUNT(budget_skips, left_out);
@@ -510,54 +550,24 @@ PUMP_HIDDEN void pump_residency_launch(struct pump_context *c, CUstream stream, 
     int device = pump_context_device(c);
     if (device < 0 || device >= DEVICES_MAX)
         return;
-    if (trigger != NULL && trigger->need > 0) {
-        *capturing = pump_stream_capturing(stream);
-        if (*capturing)
-            PUMP_COUNT(launches_captured, 1);
-        else
-            need_rule(c, device, stream, scan, budget, trigger);
-        return;
+    bool planned = trigger != NULL && trigger->need > 0;
+    uint32_t stamp = resident_stamp(device);
+    if (!planned) {
+        uint32_t todo = 0;
+        for (uint32_t r = 0; r < scan->own; r++)
+            todo += stamp == 0 || __atomic_load_n(&scan->range[r]->resident_stamp, __ATOMIC_RELAXED) != stamp;
+        if (todo < scan->own)
+            PUMP_COUNT(resident_skips, scan->own - todo);
+        if (todo == 0)
+            return;
     }
-    uint32_t stamp = resident_stamp(device), todo = 0;
-    for (uint32_t r = 0; r < scan->own; r++)
-        todo += stamp == 0 || __atomic_load_n(&scan->range[r]->resident_stamp, __ATOMIC_RELAXED) != stamp;
-    if (todo < scan->own)
-        PUMP_COUNT(resident_skips, scan->own - todo);
-    if (todo == 0)
-        return;
     *capturing = pump_stream_capturing(stream);
-    if (*capturing) {
+    if (*capturing)
         PUMP_COUNT(launches_captured, 1);
-        return;
-    }
-    pthread_mutex_lock(&lock);
-    uint64_t decision = begin_decision(scan);
-    struct evictions e = {.c = c, .device = device, .stream = stream};
-    struct prefetches p = {.c = c, .device = device, .stamp = stamp};
-    uint64_t left_out = 0;
-    bool full = false;
-    for (uint32_t r = 0; r < scan->own; r++) {
-        struct pump_blocks *a = scan->range[r]->blocks;
-        if (a == NULL)
-            continue;
-        for (uint32_t i = 0; i < a->count; i++) {
-            full = full || !want_block(&p, &e, budget, PUMP_ORDER_MIGRATED, decision, a, i, true);
-            left_out += full;
-        }
-    }
-    prefetches_flush(&p, &e, budget);
-    evictions_flush(&e);
-    for (uint32_t r = 0; r < scan->own; r++)
-        if (scan->range[r]->blocks != NULL)
-            refresh(scan->range[r]->blocks, device, stamp);
-    publish_resident();
-    if (p.issued) {
-        pump_prefetch_wait(c, stream);
-        PUMP_COUNT(launches_prefetched, 1);
-    }
-    pthread_mutex_unlock(&lock);
-    if (left_out > 0)
-        PUMP_COUNT(budget_skips, left_out);
+    else if (planned)
+        need_rule(c, device, stream, scan, budget, trigger);
+    else
+        launch_rule(c, device, stream, scan, budget, stamp);
 }
 
 /* Policy off with a budget: the launch's blocks are counted in (the kernel
@@ -590,7 +600,6 @@ static void off_rule(struct pump_context *c, int device, const struct pump_scan 
 static void plan_rule(struct pump_context *c, int device, const struct pump_scan *scan, uint64_t budget,
                       uint64_t token, uint64_t tick, const struct pump_trigger *t)
 {
-    uint32_t order = t->order == PUMP_ORDER_USED ? PUMP_ORDER_USED : PUMP_ORDER_MIGRATED;
     uint64_t skipped = 0, left_out = 0;
     pthread_mutex_lock(&lock);
     uint64_t decision = begin_decision(scan);
@@ -605,12 +614,7 @@ static void plan_rule(struct pump_context *c, int device, const struct pump_scan
         if (a != NULL)
             PUMP_COUNT(plan_evict_ranges, 1);
     }
-    for (uint32_t k = prefetch_from; k < evict_from; k++) {
-        uint32_t first, last;
-        struct pump_blocks *a = plan_blocks(&t->range[k], &first, &last);
-        for (uint32_t i = first; a != NULL && i <= last; i++)
-            a->block[i].mark = decision;
-    }
+    mark_ranges(t->range + prefetch_from, t->prefetch, decision);
     struct prefetches p = {.c = c, .device = device, .stamp = resident_stamp(device), .from_plan = true,
                            .tick = tick};
     for (uint32_t k = prefetch_from; k < evict_from; k++) {
@@ -618,7 +622,7 @@ static void plan_rule(struct pump_context *c, int device, const struct pump_scan
         struct pump_blocks *a = plan_blocks(&t->range[k], &first, &last);
         skipped += a == NULL;
         for (uint32_t i = first; a != NULL && i <= last; i++) {
-            left_out += !want_block(&p, &e, budget, order, decision, a, i, false);
+            left_out += !want_block(&p, &e, budget, t->order, decision, a, i, false);
         }
     }
     prefetches_flush(&p, &e, budget);
