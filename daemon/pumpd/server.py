@@ -473,12 +473,12 @@ class Daemon:
                           (not (planner and planner.changed) and budget == session.plan_budget)):
             return
         # "launch" is the shim's own rule; only "lookahead" adds pumpd's triggers.
-        if planner is not None and budget != session.plan_budget:
-            planner.set_budget(self._plan_budget(job))
+        triggers, order = {}, channel.C.PUMP_ORDER_MIGRATED
         if planner is not None:
-            session.plan.publish(budget, planner.triggers(), planner.policy.order)
-        else:
-            session.plan.publish(budget, {})
+            if budget != session.plan_budget:
+                planner.set_budget(self._plan_budget(job))
+            triggers, order = planner.triggers(), planner.policy.order
+        session.plan.publish(budget, triggers, order)
         session.plan_budget, session.plan_published = budget, now
 
     def ingest_once(self) -> int:

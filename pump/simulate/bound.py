@@ -30,7 +30,7 @@ Why no policy moves fewer bytes:
 - Eviction to the host runs at the same time on the other direction of the link, so only
   host->GPU bytes count.
 The model behind this bound moves and keeps memory in whole 2 MiB blocks, as the budget is
-counted (../notes/semantics.md). A policy moving only the 64 KiB pages a kernel touches could
+counted (shim/residency.c). A policy moving only the 64 KiB pages a kernel touches could
 move less where a block is touched in part. In the four bench traces, the touched pages are
 over 99% of the touched blocks' bytes.
 

@@ -1,7 +1,7 @@
 """The discrete-event model behind `pump simulate`: one pass over a workload's launches, in
 program order, for one policy at one capacity.
 
-Two layers, as ../notes/semantics.md fixes them:
+Two layers, the shim's rules as shim/residency.c states them:
 - the shim's BELIEF (2 MiB blocks believed resident, the budget, its eviction orders) decides
   prefetches and evictions exactly as the shim does for each policy;
 - the TRUTH (which 64 KiB pages are on the GPU) counts faults and bytes as fakecuda and the
@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 
-from pump.foresight import Foresight, discard_range
+from pump.foresight import BLOCK_SHIFT, Foresight, discard_range
 from pump.simulate import constants as K
 
 POLICIES = ("naive", "launch", "lookahead", "ideal")
@@ -266,29 +266,17 @@ class _Run:
             self._evict(v, now)
         return True
 
-    def _launch_rule(self, k, now, order):
-        """PUMP: prefetch the launch's blocks not believed resident, making room first; the
-        first that fit are taken, from the first that does not the rest fault."""
-        blocks = self.w.arg_blocks[k]
+    def _take(self, blocks, order, now):
+        """What a launch takes before its kernel: its blocks not believed resident are
+        prefetched, making room in `order` first; the first that fit are taken, from the first
+        that does not the rest fault.  The launch rule takes its whole allocations (PUMP), a
+        launch the plan knows its `need` blocks."""
         protect = set(blocks)
         ready = now
         for b in blocks:
             if b in self.migrated:
                 continue
             if not self._victims_until(self.size[b], order, protect, now):
-                break
-            ready = max(ready, self._prefetch(b, now))
-        return ready
-
-    def _need_rule(self, k, now, need):
-        """A launch the plan knows: prefetch its `need` blocks not believed resident (instead of
-        the launch rule's whole allocations), making room as the launch rule does."""
-        protect = set(need)
-        ready = now
-        for b in need:
-            if b in self.migrated:
-                continue
-            if not self._victims_until(self.size[b], self.used, protect, now):
                 break
             ready = max(ready, self._prefetch(b, now))
         return ready
@@ -307,7 +295,7 @@ class _Run:
     # ---- allocator events ----
     def _events(self, k, now):
         for what, addr, size in self.w.events.get(k, ()):
-            blocks = range(addr >> 21, (addr + size + K.BLOCK_BYTES - 1) >> 21)
+            blocks = range(addr >> BLOCK_SHIFT, (addr + size + K.BLOCK_BYTES - 1) >> BLOCK_SHIFT)
             ids = [self.block_of.get(x) for x in blocks]
             if what == "free":
                 for b in ids:
@@ -358,7 +346,7 @@ class _Run:
     # ---- the pass ----
     def go(self) -> Result:
         w, m, r = self.w, self.m, self.r
-        self.block_of = {int(a) >> 21: b for b, a in enumerate(w.block_address.tolist())}
+        self.block_of = {int(a) >> BLOCK_SHIFT: b for b, a in enumerate(w.block_address.tolist())}
         n = w.launches
         kend = np.zeros(n)
         cpu = prev_end = 0.0
@@ -383,10 +371,10 @@ class _Run:
             if not ideal:
                 self._events(k, cpu)
                 if planned is not None:
-                    ready = max(ready, self._need_rule(k, cpu, planned[0]))
+                    ready = max(ready, self._take(planned[0], self.used, cpu))
                 elif self.shim and self.policy != "naive":
                     order = self.used if self.plan else self.migrated
-                    ready = max(ready, self._launch_rule(k, cpu, order))
+                    ready = max(ready, self._take(w.arg_blocks[k], order, cpu))
                 faults = moved_back = faulted = 0
                 touched = w.touched[k]
                 protect = {b for b, _ in touched}
@@ -443,16 +431,13 @@ class _Run:
             batch = dataclasses.replace(batch, extents={}, block_frees=[], block_allocs=[])
         self.foresight.observe(batch, kernel_seconds=self.kernel_s[start:start + nl])
         if self.foresight.changed:
-            shift = 21
-            plan = {}
-            for key, ranges in self.foresight.triggers().items():
-                plan[key] = tuple(self._blocks_of_ranges(r, shift) for r in ranges)
-            self.plan = plan
+            self.plan = {key: tuple(self._blocks_of_ranges(r) for r in ranges)
+                         for key, ranges in self.foresight.triggers().items()}
 
-    def _blocks_of_ranges(self, ranges, shift):
+    def _blocks_of_ranges(self, ranges):
         out = []
         for addr, size in ranges:
-            for x in range(addr >> shift, (addr + size + K.BLOCK_BYTES - 1) >> shift):
+            for x in range(addr >> BLOCK_SHIFT, (addr + size + K.BLOCK_BYTES - 1) >> BLOCK_SHIFT):
                 b = self.block_of.get(x)
                 if b is not None:
                     out.append(b)
