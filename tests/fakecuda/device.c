@@ -1,6 +1,7 @@
 /* device.c: why it exists: cuInit, the modelled devices (FAKECUDA_DEVICES, each with
- * FAKECUDA_DEVICE_MEMORY bytes), primary and created contexts, the per-thread current
- * context and context stack, cuMemGetInfo, and the error-name/string table. */
+ * FAKECUDA_DEVICE_MEMORY bytes; FAKECUDA_CONCURRENT_MANAGED), primary and created
+ * contexts, the per-thread current context and context stack, cuMemGetInfo, and the
+ * error-name/string table. */
 #include "fakecuda_internal.h"
 
 #include <stdio.h>
@@ -50,8 +51,14 @@ CUcontext fc_current_ctx(void) { return fc_tls_cur; }
 int fc_ctx_valid(CUcontext c) { return c && c->magic == FC_MAGIC_CTX; }
 int fc_ctx_device(CUcontext c) { return c->device; }
 
+/* CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS of every device: 1 unless
+ * FAKECUDA_CONCURRENT_MANAGED=0 (a GPU without it, e.g. before Pascal or on Windows). */
+static int fc_concurrent_managed = 1;
+
 static void init_devices(void)
 {
+    const char *v = getenv("FAKECUDA_CONCURRENT_MANAGED");
+    fc_concurrent_managed = !(v && strcmp(v, "0") == 0);
     for (int i = 0; i < FAKECUDA_MAX_DEVICES; i++) {
         fc_primary[i].magic = FC_MAGIC_CTX;
         fc_primary[i].device = i;
@@ -108,7 +115,7 @@ FC_EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUde
     if (!dev_ok(dev)) return CUDA_ERROR_INVALID_DEVICE;
     int v = 0;
     switch (attrib) {
-    case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS:
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: v = fc_concurrent_managed; break;
     case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS:

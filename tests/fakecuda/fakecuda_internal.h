@@ -90,6 +90,7 @@ void fc_wait_until(uint64_t t_ns);
 #define FC_MAGIC_LIB 0x4c494221u
 #define FC_MAGIC_GRAPH 0x47525021u
 #define FC_MAGIC_EXEC 0x45584521u
+#define FC_MAGIC_POOL 0x504f4f21u
 #define FC_MAGIC_DEAD 0xdeadbeefu
 
 struct CUctx_st {
@@ -190,6 +191,14 @@ void fc_run_kernel(fc_kdef *def, const fakecuda_dims *d, void *args, int device)
 fc_op *fc_kernel_op(fc_kdef *def, const fakecuda_dims *d, const void *args);
 
 /* ---- memory.c ---- */
+/* A memory pool: a device's default pinned or managed pool, or one cuMemPoolCreate made. */
+struct CUmemPoolHandle_st {
+    uint32_t magic;
+    int device;
+    int managed;    /* CU_MEM_ALLOCATION_TYPE_MANAGED: its allocations are managed memory */
+    int is_default;
+    fc_link keep;   /* created pools only */
+};
 enum { FC_LOC_UNPOP = 0, FC_LOC_HOST = 1, FC_LOC_DEV0 = 2 };
 CUresult fc_check_managed_range(uintptr_t p, size_t n);
 void fc_run_prefetch(const fc_range *r, size_t n);

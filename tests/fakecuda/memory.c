@@ -1,7 +1,9 @@
 /* memory.c: why it exists: managed allocations (host memory with a residency state per
- * FAKECUDA_PAGE page: unpopulated, host or device N), plain device allocations, page
- * migration by kernel touches (GPU faults), host touches (CPU faults) and prefetches
- * (the prefetch entry points validate here and run as stream ops), pointer queries. */
+ * FAKECUDA_PAGE page: unpopulated, host or device N), plain device allocations, memory
+ * pools (default pinned and managed pools per device, created pools) for stream-ordered
+ * allocation, page migration by kernel touches (GPU faults), host touches (CPU faults)
+ * and prefetches (the prefetch entry points validate here and run as stream ops), pointer
+ * queries, IPC handles and the handles of cuMemCreate. */
 #include "fakecuda_internal.h"
 
 #include <stdlib.h>
@@ -323,16 +325,135 @@ FC_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 }
 FC_ALIAS(cuMemFree_v2);
 
-/* Stream-ordered allocation: the memory is plain device memory allocated at once (earlier
- * than stream order requires, which no correct program can observe). */
+/* ---- memory pools ---- */
+/* Each device's two default pools (pinned, managed), made on first use; a device's
+ * current pool (what cuMemAllocAsync uses) is its default pinned pool until
+ * cuDeviceSetMemPool names another. */
+static struct CUmemPoolHandle_st fc_default_pools[FAKECUDA_MAX_DEVICES][2];
+static _Atomic(CUmemoryPool) fc_current_pools[FAKECUDA_MAX_DEVICES];
+static pthread_once_t fc_pools_once = PTHREAD_ONCE_INIT;
+
+static void pools_init(void)
+{
+    for (int d = 0; d < FAKECUDA_MAX_DEVICES; d++)
+        for (int managed = 0; managed < 2; managed++)
+            fc_default_pools[d][managed] = (struct CUmemPoolHandle_st){
+                .magic = FC_MAGIC_POOL, .device = d, .managed = managed, .is_default = 1 };
+}
+
+static CUmemoryPool default_pool(int device, int managed)
+{
+    pthread_once(&fc_pools_once, pools_init);
+    return &fc_default_pools[device][managed];
+}
+
+static CUmemoryPool current_pool(int device)
+{
+    CUmemoryPool p = atomic_load(&fc_current_pools[device]);
+    return p ? p : default_pool(device, 0);
+}
+
+static int pool_valid(CUmemoryPool p) { return p && p->magic == FC_MAGIC_POOL; }
+
+/* A pool's type and device from a CUmemAllocationType and a device location. */
+static CUresult pool_kind(CUmemAllocationType type, const CUmemLocation *l, int *managed, int *device)
+{
+    if (!l || (type != CU_MEM_ALLOCATION_TYPE_PINNED && type != CU_MEM_ALLOCATION_TYPE_MANAGED))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (l->type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_NOT_SUPPORTED; /* host, NUMA, none */
+    if (l->id < 0 || l->id >= fc_cfg.ndevices) return CUDA_ERROR_INVALID_DEVICE;
+    *managed = type == CU_MEM_ALLOCATION_TYPE_MANAGED;
+    *device = l->id;
+    return CUDA_SUCCESS;
+}
+
+FC_EXPORT CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type)
+{
+    FC_ENTRY(cuMemGetDefaultMemPool, 13000);
+    int managed, device;
+    CUresult err = pool_kind(type, location, &managed, &device);
+    if (err != CUDA_SUCCESS) return err;
+    if (!pool_out) return CUDA_ERROR_INVALID_VALUE;
+    *pool_out = default_pool(device, managed);
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuMemGetDefaultMemPool);
+
+FC_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
+{
+    FC_ENTRY(cuDeviceGetDefaultMemPool, 11020);
+    if (!pool_out) return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= fc_cfg.ndevices) return CUDA_ERROR_INVALID_DEVICE;
+    *pool_out = default_pool(dev, 0);
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuDeviceGetDefaultMemPool);
+
+FC_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+    FC_ENTRY(cuDeviceGetMemPool, 11020);
+    if (!pool) return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= fc_cfg.ndevices) return CUDA_ERROR_INVALID_DEVICE;
+    *pool = current_pool(dev);
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuDeviceGetMemPool);
+
+/* As cuda.h says: the pool must be local to the device (and, for cuMemAllocAsync's
+ * current pool, a pinned one). */
+FC_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
+{
+    FC_ENTRY(cuDeviceSetMemPool, 11020);
+    if (dev < 0 || dev >= fc_cfg.ndevices) return CUDA_ERROR_INVALID_DEVICE;
+    if (!pool_valid(pool) || pool->device != dev || pool->managed) return CUDA_ERROR_INVALID_VALUE;
+    atomic_store(&fc_current_pools[dev], pool);
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuDeviceSetMemPool);
+
+FC_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
+{
+    FC_ENTRY(cuMemPoolCreate, 11020);
+    if (!pool || !poolProps) return CUDA_ERROR_INVALID_VALUE;
+    int managed, device;
+    CUresult err = pool_kind(poolProps->allocType, &poolProps->location, &managed, &device);
+    if (err != CUDA_SUCCESS) return err;
+    struct CUmemPoolHandle_st *p = calloc(1, sizeof *p);
+    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+    *p = (struct CUmemPoolHandle_st){ .magic = FC_MAGIC_POOL, .device = device, .managed = managed };
+    fc_keep(&p->keep);
+    *pool = p;
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuMemPoolCreate);
+
+/* Destroying a device's current pool makes its default pool current again (cuda.h).
+ * Allocations keep no reference to their pool, so outstanding ones stay valid. */
+FC_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+    FC_ENTRY(cuMemPoolDestroy, 11020);
+    if (!pool_valid(pool) || pool->is_default) return CUDA_ERROR_INVALID_VALUE;
+    CUmemoryPool expected = pool;
+    atomic_compare_exchange_strong(&fc_current_pools[pool->device], &expected, NULL);
+    pool->magic = FC_MAGIC_DEAD;
+    fc_unkeep(&pool->keep);
+    free(pool);
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuMemPoolDestroy);
+
+/* Stream-ordered allocation: memory of the pool's kind (managed from a managed pool),
+ * allocated at once (earlier than stream order requires, which no correct program can
+ * observe). In a capture, too: graph-owned memory is not modelled, so what a capture
+ * allocates lives until the process exits (free_async accepts and ignores its free). */
 static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream hStream)
 {
-    (void)pool; /* any pool: plain device memory */
     CUresult err = CUDA_SUCCESS;
     CUstream s = fc_resolve_stream(hStream, &err);
     if (!s) return err;
-    if (fc_stream_capturing(s)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    return alloc_common(dptr, size, 0, s->device, s->ctx);
+    if (!pool) pool = current_pool(s->device);
+    else if (!pool_valid(pool)) return CUDA_ERROR_INVALID_VALUE;
+    return alloc_common(dptr, size, pool->managed, pool->device, s->ctx);
 }
 FC_DEF(cuMemAllocAsync, 11020, (CUdeviceptr *dptr, size_t bytesize, CUstream hStream),
        alloc_async(dptr, bytesize, NULL, hStream));
@@ -349,12 +470,12 @@ static CUresult free_async(CUdeviceptr dptr, CUstream hStream)
     CUresult err = CUDA_SUCCESS;
     CUstream s = fc_resolve_stream(hStream, &err);
     if (!s) return err;
-    if (fc_stream_capturing(s)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     pthread_rwlock_rdlock(&fc_reg_lock);
     fc_alloc *a = reg_find((uintptr_t)dptr);
     int ok = a && a->base == (uintptr_t)dptr;
     pthread_rwlock_unlock(&fc_reg_lock);
     if (!ok) return CUDA_ERROR_INVALID_VALUE;
+    if (fc_stream_capturing(s)) return CUDA_SUCCESS; /* a free node: the graph's memory is kept */
     fc_op *op = calloc(1, sizeof *op);
     if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
     op->kind = FC_OP_FREE;
@@ -550,3 +671,65 @@ FC_EXPORT CUresult cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise
     return advise(devPtr, count, advice);
 }
 FC_ALIAS(cuMemAdvise_v2);
+
+/* ---- interprocess handles ---- */
+/* Only plain device memory, by its base, can be exported; managed memory cannot
+ * (the driver returns CUDA_ERROR_INVALID_VALUE for it). The handle holds the address. */
+FC_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
+{
+    FC_ENTRY(cuIpcGetMemHandle, 4010);
+    if (!pHandle) return CUDA_ERROR_INVALID_VALUE;
+    pthread_rwlock_rdlock(&fc_reg_lock);
+    fc_alloc *a = reg_find((uintptr_t)dptr);
+    int ok = a && a->base == (uintptr_t)dptr && !a->managed;
+    pthread_rwlock_unlock(&fc_reg_lock);
+    if (!ok) return CUDA_ERROR_INVALID_VALUE;
+    memset(pHandle, 0, sizeof *pHandle);
+    memcpy(pHandle->reserved, &dptr, sizeof dptr);
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuIpcGetMemHandle);
+
+/* ---- virtual memory management: physical allocations only ---- */
+/* A cuMemCreate handle: device memory counted against the device (cuMemGetInfo); it
+ * cannot be mapped here (no cuMemAddressReserve/cuMemMap), only created and released. */
+typedef struct fc_physical {
+    uint32_t magic;
+    int device;
+    size_t size;
+    fc_link keep;
+} fc_physical;
+#define FC_MAGIC_PHYS 0x50485921u
+
+FC_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                               unsigned long long flags)
+{
+    FC_ENTRY(cuMemCreate, 10020);
+    if (!handle || !prop || flags != 0 || size == 0 || size % FAKECUDA_MANAGED_ALIGN != 0 ||
+        prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    int dev = prop->location.id;
+    if (dev < 0 || dev >= fc_cfg.ndevices) return CUDA_ERROR_INVALID_DEVICE;
+    if (atomic_load(&fc_dev_plain[dev]) + size > fc_cfg.device_memory) return CUDA_ERROR_OUT_OF_MEMORY;
+    fc_physical *p = calloc(1, sizeof *p);
+    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+    *p = (fc_physical){ .magic = FC_MAGIC_PHYS, .device = dev, .size = size };
+    fc_keep(&p->keep);
+    atomic_fetch_add(&fc_dev_plain[dev], size);
+    *handle = (CUmemGenericAllocationHandle)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuMemCreate);
+
+FC_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+    FC_ENTRY(cuMemRelease, 10020);
+    fc_physical *p = (fc_physical *)(uintptr_t)handle;
+    if (!p || p->magic != FC_MAGIC_PHYS) return CUDA_ERROR_INVALID_VALUE;
+    atomic_fetch_sub(&fc_dev_plain[p->device], p->size);
+    p->magic = FC_MAGIC_DEAD;
+    fc_unkeep(&p->keep);
+    free(p);
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuMemRelease);

@@ -48,6 +48,15 @@
     X(cuMemFreeAsync, 11020, cuMemFreeAsync_ptsz, 1, PFN_cuMemFreeAsync_v11020_ptsz)                  \
     X(cuMemAllocFromPoolAsync, 11020, cuMemAllocFromPoolAsync, 0, PFN_cuMemAllocFromPoolAsync_v11020) \
     X(cuMemAllocFromPoolAsync, 11020, cuMemAllocFromPoolAsync_ptsz, 1, PFN_cuMemAllocFromPoolAsync_v11020_ptsz) \
+    X(cuMemGetDefaultMemPool, 13000, cuMemGetDefaultMemPool, 0, PFN_cuMemGetDefaultMemPool_v13000)    \
+    X(cuDeviceGetDefaultMemPool, 11020, cuDeviceGetDefaultMemPool, 0, PFN_cuDeviceGetDefaultMemPool_v11020) \
+    X(cuDeviceGetMemPool, 11020, cuDeviceGetMemPool, 0, PFN_cuDeviceGetMemPool_v11020)                \
+    X(cuDeviceSetMemPool, 11020, cuDeviceSetMemPool, 0, PFN_cuDeviceSetMemPool_v11020)                \
+    X(cuMemPoolCreate, 11020, cuMemPoolCreate, 0, PFN_cuMemPoolCreate_v11020)                         \
+    X(cuMemPoolDestroy, 11020, cuMemPoolDestroy, 0, PFN_cuMemPoolDestroy_v11020)                      \
+    X(cuIpcGetMemHandle, 4010, cuIpcGetMemHandle, 0, PFN_cuIpcGetMemHandle_v4010)                     \
+    X(cuMemCreate, 10020, cuMemCreate, 0, PFN_cuMemCreate_v10020)                                     \
+    X(cuMemRelease, 10020, cuMemRelease, 0, PFN_cuMemRelease_v10020)                                  \
     X(cuPointerGetAttribute, 4000, cuPointerGetAttribute, 0, PFN_cuPointerGetAttribute_v4000)         \
     X(cuMemGetAddressRange, 3020, cuMemGetAddressRange_v2, 0, PFN_cuMemGetAddressRange_v3020)         \
     X(cuMemPrefetchAsync, 8000, cuMemPrefetchAsync, 0, PFN_cuMemPrefetchAsync_v8000)                  \

@@ -217,6 +217,17 @@ static int child_devices(void)
     return failed ? 1 : 0;
 }
 
+static int child_no_concurrent(void)
+{
+    CHECK(setup_child() != NULL, "child setup");
+    int v = -1;
+    OK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, 0));
+    CHECK(v == 0, "FAKECUDA_CONCURRENT_MANAGED=0 gives %d", v);
+    OK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, 0));
+    CHECK(v == 1, "managed memory itself still there");
+    return failed ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1) {
@@ -224,6 +235,7 @@ int main(int argc, char **argv)
               : !strcmp(argv[1], "fail")    ? child_fail()
               : !strcmp(argv[1], "stats")   ? child_stats()
               : !strcmp(argv[1], "devices") ? child_devices()
+              : !strcmp(argv[1], "no-concurrent") ? child_no_concurrent()
                                             : 2;
         if (r == 1) fprintf(stderr, "child %s: %d failed\n", argv[1], failed);
         return r;
@@ -580,8 +592,65 @@ int main(int argc, char **argv)
     OK(cuMemFreeAsync(async, s1));
     OK(cuStreamSynchronize(s1));
     CHECK(cuMemGetAddressRange(&base, &range, async) == CUDA_ERROR_NOT_FOUND, "freed in stream order");
+    CUipcMemHandle ipc;
+    OK(cuIpcGetMemHandle(&ipc, plain));
+    CHECK(cuIpcGetMemHandle(&ipc, (CUdeviceptr)(uintptr_t)a) == CUDA_ERROR_INVALID_VALUE, "no IPC of managed memory");
     OK(cuMemFree(plain));
     CHECK(cuMemFree(plain) == CUDA_ERROR_INVALID_VALUE, "double free refused");
+
+    /* 12b. memory pools: the managed default pool gives managed memory that faults */
+    CUmemoryPool pinned_pool = NULL, managed_pool = NULL, current = NULL, own = NULL;
+    CUmemLocation dev0 = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 };
+    OK(cuMemGetDefaultMemPool(&pinned_pool, &dev0, CU_MEM_ALLOCATION_TYPE_PINNED));
+    OK(cuMemGetDefaultMemPool(&managed_pool, &dev0, CU_MEM_ALLOCATION_TYPE_MANAGED));
+    OK(cuDeviceGetMemPool(&current, dev));
+    CHECK(pinned_pool && managed_pool && pinned_pool != managed_pool && current == pinned_pool, "default pools");
+    OK(cuDeviceGetDefaultMemPool(&current, dev));
+    CHECK(current == pinned_pool, "device default pool is the pinned one");
+    CHECK(cuMemGetDefaultMemPool(&current, &dev0, CU_MEM_ALLOCATION_TYPE_INVALID) == CUDA_ERROR_INVALID_VALUE,
+          "pool type checked");
+    CUdeviceptr pooled = 0;
+    OK(cuMemAllocFromPoolAsync(&pooled, 4 * PAGE, managed_pool, s1));
+    OK(cuPointerGetAttribute(&is_managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, pooled));
+    CHECK(is_managed == 1 && pooled % (2 * MiB) == 0, "managed pool memory is managed");
+    OK(cuStreamSynchronize(s1));
+    fakecuda_reset_stats();
+    float *pf = (float *)(uintptr_t)pooled;
+    size_t npf = 4 * PAGE / sizeof(float);
+    fakecuda_host_touch(pf, 4 * PAGE);
+    for (size_t i = 0; i < npf; i++) pf[i] = 1.0f;
+    void *args_pf[] = { &pf, &npf };
+    OK(cuLaunchKernel(fdouble, 1, 1, 1, 1, 1, 1, 0, s1, args_pf, NULL));
+    OK(cuStreamSynchronize(s1));
+    CHECK(stats().gpu_faults == 4 && all_equal(pf, npf, 2.0f), "managed pool memory faults like managed memory");
+    OK(cuMemFreeAsync(pooled, s1));
+    CUmemPoolProps props = { .allocType = CU_MEM_ALLOCATION_TYPE_PINNED, .location = dev0 };
+    OK(cuMemPoolCreate(&own, &props));
+    OK(cuDeviceSetMemPool(dev, own));
+    OK(cuDeviceGetMemPool(&current, dev));
+    CHECK(current == own, "current pool set");
+    CHECK(cuDeviceSetMemPool(dev, managed_pool) == CUDA_ERROR_INVALID_VALUE, "a managed pool cannot be current");
+    OK(cuMemAllocAsync(&async, 4096, s1));
+    OK(cuPointerGetAttribute(&is_managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, async));
+    CHECK(is_managed == 0, "pinned pool memory is plain");
+    OK(cuMemFreeAsync(async, s1));
+    OK(cuMemPoolDestroy(own));
+    OK(cuDeviceGetMemPool(&current, dev));
+    CHECK(current == pinned_pool, "destroying the current pool restores the default");
+    CHECK(cuMemPoolDestroy(pinned_pool) == CUDA_ERROR_INVALID_VALUE, "a default pool cannot be destroyed");
+
+    /* 12c. cuMemCreate: physical device memory, by handle */
+    CUmemAllocationProp vmm = { .type = CU_MEM_ALLOCATION_TYPE_PINNED, .location = dev0 };
+    CUmemGenericAllocationHandle phys = 0;
+    OK(cuMemGetInfo(&fr, &tot));
+    size_t free_before = fr;
+    CHECK(cuMemCreate(&phys, 4096, &vmm, 0) == CUDA_ERROR_INVALID_VALUE, "cuMemCreate granularity");
+    OK(cuMemCreate(&phys, 2 * MiB, &vmm, 0));
+    OK(cuMemGetInfo(&fr, &tot));
+    CHECK(free_before - fr == 2 * MiB, "cuMemCreate counts against the device");
+    OK(cuMemRelease(phys));
+    OK(cuMemGetInfo(&fr, &tot));
+    CHECK(fr == free_before, "cuMemRelease gives it back");
 
     /* 13. teardown */
     OK(cuMemFree((CUdeviceptr)(uintptr_t)a));
@@ -590,6 +659,13 @@ int main(int argc, char **argv)
     OK(cuMemFree((CUdeviceptr)(uintptr_t)d));
     OK(cuMemGetInfo(&fr, &tot));
     CHECK(fr == tot, "all device memory free again");
+    /* in a capture, stream-ordered allocation and free are accepted (graph-owned memory is kept, so it comes last) */
+    OK(cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    OK(cuMemAllocAsync(&async, 4096, s1));
+    OK(cuMemFreeAsync(async, s1));
+    OK(cuStreamEndCapture(s1, &g));
+    OK(cuGraphDestroy(g));
+    OK(cuStreamSynchronize(s1));
     OK(cuEventDestroy(ev));
     OK(cuEventDestroy(never));
     OK(cuEventDestroy(t0));
@@ -618,6 +694,7 @@ int main(int argc, char **argv)
     CHECK(run_child("fail", "FAKECUDA_FAIL=cuMemAlloc_v2=2,cuLaunchKernel=CUDA_ERROR_LAUNCH_FAILED", NULL) == 0,
           "FAKECUDA_FAIL child");
     CHECK(run_child("devices", "FAKECUDA_DEVICES=2", "FAKECUDA_DEVICE_MEMORY=4G") == 0, "FAKECUDA_DEVICES child");
+    CHECK(run_child("no-concurrent", "FAKECUDA_CONCURRENT_MANAGED=0", NULL) == 0, "FAKECUDA_CONCURRENT_MANAGED child");
     char path[] = "/tmp/fakecuda-selftest-XXXXXX";
     int fd = mkstemp(path);
     if (fd >= 0) close(fd);
@@ -633,7 +710,7 @@ int main(int argc, char **argv)
     }
     unlink(path);
     CHECK(strstr(json, "\"launches\": 1") && strstr(json, "\"gpu_faults\": ") &&
-              strstr(json, "\"batch_prefetch_calls\": 0}"), "stats JSON: %s", json);
+              strstr(json, "\"batch_prefetch_calls\": 0,"), "stats JSON: %s", json);
 
     printf("selftest: %d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
