@@ -2,7 +2,8 @@
  *
  * Going beyond GPU memory is the user's explicit choice, never a default:
  * unless PUMP_CAPACITY says otherwise, the cap is the device's free memory
- * when the first managed allocation is made. PUMP_CAPACITY takes bytes, a
+ * when it is first needed: at the first managed allocation, or under
+ * managed_all at the first memory query. PUMP_CAPACITY takes bytes, a
  * percentage of the device's total memory, or `host` (the device's total
  * plus the host memory available at that moment).
  */
@@ -104,12 +105,17 @@ PUMP_HIDDEN bool pump_capacity_reserve(uint64_t bytes)
     return false;
 }
 
-PUMP_HIDDEN void pump_capacity_add(uint64_t bytes)
-{
-    publish(__atomic_add_fetch(&footprint, bytes, __ATOMIC_RELAXED));
-}
-
 PUMP_HIDDEN void pump_capacity_release(uint64_t bytes)
 {
     publish(__atomic_sub_fetch(&footprint, bytes, __ATOMIC_RELAXED));
+}
+
+PUMP_HIDDEN void pump_capacity_info(size_t *free_bytes, size_t *total_bytes)
+{
+    uint64_t limit = current_cap();
+    if (limit == UINT64_MAX || limit > SIZE_MAX)
+        return;
+    uint64_t used = __atomic_load_n(&footprint, __ATOMIC_RELAXED);
+    *total_bytes = (size_t)limit;
+    *free_bytes = (size_t)(used < limit ? limit - used : 0);
 }

@@ -7,8 +7,9 @@
 /* Counts `bytes` of new managed memory against the cap; false (and one clear
  * line, the first time) when it would go past it. */
 PUMP_HIDDEN bool pump_capacity_reserve(uint64_t bytes);
-/* Counts memory that is managed whatever the cap says (a managed pool's). */
-PUMP_HIDDEN void pump_capacity_add(uint64_t bytes);
 PUMP_HIDDEN void pump_capacity_release(uint64_t bytes);
+/* A memory query's answer under managed_all: total = the cap, free = what the
+ * footprint leaves of it; the driver's answer stays where no cap is set. */
+PUMP_HIDDEN void pump_capacity_info(size_t *free_bytes, size_t *total_bytes);
 
 #endif

@@ -167,6 +167,12 @@ PUMP_HIDDEN void pump_config_load(void)
         else
             bad_value("PUMP_WAIT", v, "0 or 1", "1");
     }
+    if ((v = getenv("PUMP_MANAGED_ALL")) != NULL && *v) {
+        if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0)
+            pump_config.managed_all = v[0] == '1';
+        else
+            bad_value("PUMP_MANAGED_ALL", v, "0 or 1", "0");
+    }
     if ((v = getenv("PUMP_CAPACITY")) != NULL && *v) {
         if (!pump_parse_capacity(v, &pump_config.cap_kind, &pump_config.cap_value)) {
             pump_config.cap_kind = PUMP_CAP_DEFAULT;

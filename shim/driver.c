@@ -93,6 +93,13 @@ static bool load_driver(void)
         .pointer_get_attribute = own_entry(lib, get_proc, "cuPointerGetAttribute", 4000, "cuPointerGetAttribute"),
         .func_get_name = own_entry(lib, get_proc, "cuFuncGetName", 12030, "cuFuncGetName"),
         .kernel_get_name = own_entry(lib, get_proc, "cuKernelGetName", 12030, "cuKernelGetName"),
+        .device_get_count = own_entry(lib, get_proc, "cuDeviceGetCount", 2000, "cuDeviceGetCount"),
+        .device_get_attribute = own_entry(lib, get_proc, "cuDeviceGetAttribute", 2000, "cuDeviceGetAttribute"),
+        .stream_get_device = own_entry(lib, get_proc, "cuStreamGetDevice", 12080, "cuStreamGetDevice"),
+        .device_get_mem_pool = own_entry(lib, get_proc, "cuDeviceGetMemPool", 11020, "cuDeviceGetMemPool"),
+        .device_get_default_mem_pool =
+            own_entry(lib, get_proc, "cuDeviceGetDefaultMemPool", 11020, "cuDeviceGetDefaultMemPool"),
+        .mem_get_default_mem_pool = own_entry(lib, get_proc, "cuMemGetDefaultMemPool", 13000, "cuMemGetDefaultMemPool"),
     };
     d.can_prefetch = d.ctx_get_current != NULL && d.ctx_get_device != NULL && d.stream_create != NULL &&
                      d.event_create != NULL && d.event_record != NULL && d.stream_wait_event != NULL &&

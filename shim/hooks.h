@@ -27,6 +27,9 @@
       PFN_cuMemAllocFromPoolAsync_v11020_ptsz)                                          \
     X(mem_free_async, "cuMemFreeAsync", PFN_cuMemFreeAsync_v11020)                      \
     X(mem_free_async_ptsz, "cuMemFreeAsync_ptsz", PFN_cuMemFreeAsync_v11020_ptsz)       \
+    X(mem_get_info, "cuMemGetInfo_v2", PFN_cuMemGetInfo_v3020)                          \
+    X(mem_create, "cuMemCreate", PFN_cuMemCreate_v10020)                                \
+    X(ipc_get_mem_handle, "cuIpcGetMemHandle", PFN_cuIpcGetMemHandle_v4010)             \
     X(launch_kernel, "cuLaunchKernel", PFN_cuLaunchKernel_v4000)                        \
     X(launch_kernel_ptsz, "cuLaunchKernel_ptsz", PFN_cuLaunchKernel_v7000_ptsz)         \
     X(launch_kernel_ex, "cuLaunchKernelEx", PFN_cuLaunchKernelEx_v11060)                \

@@ -1,12 +1,22 @@
 /* hooks_memory.c: allocations and frees. Managed allocations enter the range
- * table (and count against the capacity cap); frees leave it. Plain device
- * allocations are forwarded untouched, except that memory the driver hands
- * out can never still be a managed allocation: any stale entry there (a free
- * pump did not see) is dropped.
+ * table (and count against the capacity cap); frees leave it.
+ *
+ * Under managed_all (managed_all.h) the program's device allocations become
+ * managed memory within the same cap: cuMemAlloc becomes cuMemAllocManaged,
+ * cuMemAllocAsync takes from the stream device's managed pool in the same
+ * stream order, and cuMemGetInfo reports the capacity. What cannot be made
+ * managed is left alone with one notice: cuMemCreate's memory, and IPC handles
+ * (managed memory has none). cuMemAllocPitch stays device memory (rare outside
+ * textures; the driver's pitch rule is not something pump can ask for).
+ *
+ * Device allocations otherwise pass untouched, except that memory the driver
+ * hands out can never still be a managed allocation: any stale entry there (a
+ * free pump did not see) is dropped.
  */
 #include "capacity.h"
 #include "channel.h"
 #include "hooks_common.h"
+#include "managed_all.h"
 #include "residency.h"
 
 /* Memory the driver just handed out: whatever pump listed there is stale. */
@@ -41,6 +51,28 @@ static void untrack(CUdeviceptr base)
     }
 }
 
+/* Ends a managed allocation that reserved its bytes against the cap: tracked,
+ * or the reservation given back. */
+static void settle_managed(CUresult r, const CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    if (r != CUDA_SUCCESS || !track_managed(*dptr, bytesize, flags))
+        pump_capacity_release(bytesize);
+}
+
+/* Whether pump may turn this device allocation into managed memory. */
+static bool convertible(const CUdeviceptr *dptr, size_t bytesize)
+{
+    return pump_active() && dptr != NULL && bytesize != 0 && pump_managed_all();
+}
+
+static void count_converted(CUresult r, size_t bytesize)
+{
+    if (r == CUDA_SUCCESS) {
+        PUMP_COUNT(managed_all_allocs, 1);
+        PUMP_COUNT(managed_all_bytes, bytesize);
+    }
+}
+
 CUresult pump_mem_alloc_managed(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
     PUMP_REAL_OR_RETURN(mem_alloc_managed, real);
@@ -49,57 +81,83 @@ CUresult pump_mem_alloc_managed(CUdeviceptr *dptr, size_t bytesize, unsigned int
     if (!pump_capacity_reserve(bytesize))
         return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = real(dptr, bytesize, flags);
-    if (r != CUDA_SUCCESS || !track_managed(*dptr, bytesize, flags))
-        pump_capacity_release(bytesize);
+    settle_managed(r, dptr, bytesize, flags);
     return r;
-}
-
-/* Device memory from the driver; stream-ordered memory is managed when its
- * pool is (CUDA 13 managed pools), which only the pointer itself can tell. */
-static void after_device_alloc(CUresult r, const CUdeviceptr *dptr, size_t bytesize, bool may_be_managed)
-{
-    if (r != CUDA_SUCCESS || !pump_active())
-        return;
-    unsigned int managed = 0;
-    if (may_be_managed && pump_driver.pointer_get_attribute != NULL &&
-        pump_driver.pointer_get_attribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, *dptr) == CUDA_SUCCESS &&
-        managed) {
-        if (track_managed(*dptr, bytesize, 0))
-            pump_capacity_add(bytesize);
-    } else {
-        forget_stale(*dptr, bytesize);
-    }
 }
 
 CUresult pump_mem_alloc(CUdeviceptr *dptr, size_t bytesize)
 {
     PUMP_REAL_OR_RETURN(mem_alloc, real);
+    pump_pfn_mem_alloc_managed managed = PUMP_REAL(mem_alloc_managed);
+    if (managed != NULL && convertible(dptr, bytesize)) {
+        if (!pump_capacity_reserve(bytesize))
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        CUresult r = managed(dptr, bytesize, CU_MEM_ATTACH_GLOBAL);
+        settle_managed(r, dptr, bytesize, CU_MEM_ATTACH_GLOBAL);
+        count_converted(r, bytesize);
+        return r;
+    }
     CUresult r = real(dptr, bytesize);
-    after_device_alloc(r, dptr, bytesize, false);
+    if (r == CUDA_SUCCESS && pump_active())
+        forget_stale(*dptr, bytesize);
     return r;
 }
 
-#define PUMP_ALLOC_ASYNC_HOOK(id)                                          \
-    CUresult pump_##id(CUdeviceptr *dptr, size_t bytesize, CUstream stream) \
-    {                                                                      \
-        PUMP_REAL_OR_RETURN(id, real);                                     \
-        CUresult r = real(dptr, bytesize, stream);                         \
-        after_device_alloc(r, dptr, bytesize, true);                       \
-        return r;                                                          \
+/* Memory from a pool pump did not pick: managed when the pool is (CUDA 13
+ * managed pools), which only the pointer tells. Managed memory counts against
+ * the cap like any other: past it, it is freed again in the stream's order
+ * and the program gets CUDA_ERROR_OUT_OF_MEMORY. */
+static CUresult after_pool_alloc(CUresult r, const CUdeviceptr *dptr, size_t bytesize, CUstream stream,
+                                 pump_pfn_mem_free_async free_async)
+{
+    if (r != CUDA_SUCCESS || !pump_active())
+        return r;
+    unsigned int managed = 0;
+    if (free_async == NULL || pump_driver.pointer_get_attribute == NULL ||
+        pump_driver.pointer_get_attribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, *dptr) != CUDA_SUCCESS ||
+        !managed) {
+        forget_stale(*dptr, bytesize);
+        return r;
     }
-PUMP_ALLOC_ASYNC_HOOK(mem_alloc_async)
-PUMP_ALLOC_ASYNC_HOOK(mem_alloc_async_ptsz)
+    if (!pump_capacity_reserve(bytesize)) {
+        free_async(*dptr, stream);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    settle_managed(r, dptr, bytesize, 0);
+    return r;
+}
 
-#define PUMP_ALLOC_FROM_POOL_HOOK(id)                                                           \
-    CUresult pump_##id(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream stream)  \
-    {                                                                                           \
-        PUMP_REAL_OR_RETURN(id, real);                                                          \
-        CUresult r = real(dptr, bytesize, pool, stream);                                        \
-        after_device_alloc(r, dptr, bytesize, true);                                            \
-        return r;                                                                               \
+/* cuMemAllocAsync: under managed_all, from the stream device's managed pool
+ * (same stream, same order); else from the device's current pool as asked. */
+#define PUMP_ALLOC_ASYNC_HOOK(id, from_pool_id, free_id, per_thread)                                      \
+    CUresult pump_##id(CUdeviceptr *dptr, size_t bytesize, CUstream stream)                               \
+    {                                                                                                     \
+        PUMP_REAL_OR_RETURN(id, real);                                                                    \
+        pump_pfn_##from_pool_id from_pool = PUMP_REAL(from_pool_id);                                      \
+        CUmemoryPool pool = from_pool != NULL && convertible(dptr, bytesize)                              \
+                                ? pump_managed_pool_for(pump_stream_of(stream, per_thread))               \
+                                : NULL;                                                                   \
+        if (pool == NULL)                                                                                 \
+            return after_pool_alloc(real(dptr, bytesize, stream), dptr, bytesize, stream, PUMP_REAL(free_id)); \
+        if (!pump_capacity_reserve(bytesize))                                                             \
+            return CUDA_ERROR_OUT_OF_MEMORY;                                                              \
+        CUresult r = from_pool(dptr, bytesize, pool, stream);                                             \
+        settle_managed(r, dptr, bytesize, 0);                                                             \
+        count_converted(r, bytesize);                                                                     \
+        return r;                                                                                         \
     }
-PUMP_ALLOC_FROM_POOL_HOOK(mem_alloc_from_pool_async)
-PUMP_ALLOC_FROM_POOL_HOOK(mem_alloc_from_pool_async_ptsz)
+PUMP_ALLOC_ASYNC_HOOK(mem_alloc_async, mem_alloc_from_pool_async, mem_free_async, false)
+PUMP_ALLOC_ASYNC_HOOK(mem_alloc_async_ptsz, mem_alloc_from_pool_async_ptsz, mem_free_async_ptsz, true)
+
+/* The program's own pool: its properties are the program's choice. */
+#define PUMP_ALLOC_FROM_POOL_HOOK(id, free_id)                                                                \
+    CUresult pump_##id(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream stream)                \
+    {                                                                                                         \
+        PUMP_REAL_OR_RETURN(id, real);                                                                        \
+        return after_pool_alloc(real(dptr, bytesize, pool, stream), dptr, bytesize, stream, PUMP_REAL(free_id)); \
+    }
+PUMP_ALLOC_FROM_POOL_HOOK(mem_alloc_from_pool_async, mem_free_async)
+PUMP_ALLOC_FROM_POOL_HOOK(mem_alloc_from_pool_async_ptsz, mem_free_async_ptsz)
 
 CUresult pump_mem_free(CUdeviceptr dptr)
 {
@@ -123,3 +181,52 @@ CUresult pump_mem_free(CUdeviceptr dptr)
     }
 PUMP_FREE_ASYNC_HOOK(mem_free_async)
 PUMP_FREE_ASYNC_HOOK(mem_free_async_ptsz)
+
+/* Under managed_all the job's memory is its capacity: a framework sizing its
+ * cache from free memory neither refuses to allocate nor takes it all. */
+CUresult pump_mem_get_info(size_t *free_bytes, size_t *total_bytes)
+{
+    PUMP_REAL_OR_RETURN(mem_get_info, real);
+    CUresult r = real(free_bytes, total_bytes);
+    if (r == CUDA_SUCCESS && pump_active() && pump_managed_all())
+        pump_capacity_info(free_bytes, total_bytes);
+    return r;
+}
+
+/* Physical memory for virtual memory management (PyTorch's expandable
+ * segments, NCCL's buffers): mapped by the program itself, it cannot be made
+ * managed. */
+CUresult pump_mem_create(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                         unsigned long long flags)
+{
+    PUMP_REAL_OR_RETURN(mem_create, real);
+    CUresult r = real(handle, size, prop, flags);
+    if (r == CUDA_SUCCESS && pump_active()) {
+        PUMP_COUNT(vmm_allocs, 1);
+        static atomic_flag told = ATOMIC_FLAG_INIT;
+        if (pump_managed_all() && !atomic_flag_test_and_set(&told))
+            pump_notice("managed_all: memory from cuMemCreate (virtual memory management: PyTorch's expandable "
+                        "segments, NCCL's buffers) stays device memory: pump cannot prefetch it and it is outside "
+                        "the capacity");
+    }
+    return r;
+}
+
+/* Managed memory has no IPC handle: the driver refuses, and under managed_all
+ * that refusal is pump's doing, so say how to avoid it. */
+CUresult pump_ipc_get_mem_handle(CUipcMemHandle *handle, CUdeviceptr dptr)
+{
+    PUMP_REAL_OR_RETURN(ipc_get_mem_handle, real);
+    CUresult r = real(handle, dptr);
+    if (r != CUDA_SUCCESS && pump_active() && pump_managed_all() && pump_ranges_find(dptr) != NULL) {
+        PUMP_COUNT(ipc_refusals, 1);
+        static atomic_flag told = ATOMIC_FLAG_INIT;
+        if (!atomic_flag_test_and_set(&told))
+            pump_notice("cuIpcGetMemHandle failed (CUresult %d) on managed memory: under managed_all the program's "
+                        "device allocations are managed memory, which cannot be shared between processes; to share "
+                        "CUDA memory between processes (e.g. torch.multiprocessing), run with pump-run "
+                        "--no-managed-all (PUMP_MANAGED_ALL=0)",
+                        (int)r);
+    }
+    return r;
+}

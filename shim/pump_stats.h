@@ -60,6 +60,12 @@ struct pump_stats {
     uint64_t plan_evict_ranges;      /* the triggers' evict ranges carried out */
     uint64_t plan_ranges_skipped;    /* the triggers' ranges not inside a live managed allocation (or
                                         past the 256 a launch carries out) */
+    /* managed_all: the program's device allocations made managed memory (PUMP_MANAGED_ALL) */
+    uint64_t managed_all_allocs;     /* device allocations (cuMemAlloc, cuMemAllocAsync) made managed */
+    uint64_t managed_all_bytes;      /* ... their bytes */
+    uint64_t managed_all_captured;   /* stream-ordered allocations left alone: their stream was capturing */
+    uint64_t vmm_allocs;             /* cuMemCreate allocations: device memory pump cannot make managed */
+    uint64_t ipc_refusals;           /* cuIpcGetMemHandle calls that failed on memory managed_all made managed */
 };
 
 #endif

@@ -54,6 +54,7 @@ struct pump_config {
     const char *socket_paths[2];        /* where pumpd is looked for, in order (NULL: none) */
     char job[32];                       /* PUMP_JOB, validated; "" when unset */
     char name[65];                      /* PUMP_NAME, validated; "" when unset */
+    bool managed_all;                   /* PUMP_MANAGED_ALL: device allocations become managed memory */
 };
 extern PUMP_HIDDEN struct pump_config pump_config;
 PUMP_HIDDEN void pump_config_load(void);
@@ -120,6 +121,13 @@ struct pump_driver {
     PFN_cuPointerGetAttribute_v4000 pointer_get_attribute;
     PFN_cuFuncGetName_v12030 func_get_name;              /* NULL before CUDA 12.3 */
     PFN_cuKernelGetName_v12030 kernel_get_name;
+    /* managed_all (managed_all.c): which devices allow it, and the managed pools */
+    PFN_cuDeviceGetCount_v2000 device_get_count;
+    PFN_cuDeviceGetAttribute_v2000 device_get_attribute;
+    PFN_cuStreamGetDevice_v12080 stream_get_device;      /* NULL before CUDA 12.8 */
+    PFN_cuDeviceGetMemPool_v11020 device_get_mem_pool;
+    PFN_cuDeviceGetDefaultMemPool_v11020 device_get_default_mem_pool;
+    PFN_cuMemGetDefaultMemPool_v13000 mem_get_default_mem_pool; /* NULL before CUDA 13 */
     bool can_prefetch;                                   /* all of the prefetch path is there */
 };
 extern PUMP_HIDDEN struct pump_driver pump_driver;

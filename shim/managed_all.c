@@ -1,0 +1,128 @@
+/* managed_all.c: PUMP_MANAGED_ALL. A program that allocates device memory
+ * (PyTorch, cuda-python, CuPy) gives pump nothing to prefetch; made managed,
+ * the same allocations can be prefetched, and can go beyond GPU memory where
+ * the capacity allows.
+ *
+ * Managed memory stands in for device memory only where every visible device
+ * has concurrent managed access: without it, the host may not touch any
+ * managed memory while a kernel runs, a rule a program written for device
+ * memory never had to follow. Elsewhere managed_all is off, said once.
+ */
+#include <pthread.h>
+
+#include "managed_all.h"
+
+enum { UNDECIDED, ON, OFF };
+static _Atomic int decision = UNDECIDED;
+static pthread_mutex_t decide_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int decide(void)
+{
+    if (!pump_config.managed_all)
+        return OFF;
+    int count = 0;
+    CUresult r = CUDA_ERROR_NOT_SUPPORTED;
+    if (pump_driver.device_get_count != NULL && pump_driver.device_get_attribute != NULL)
+        r = pump_driver.device_get_count(&count);
+    if (r == CUDA_ERROR_NOT_INITIALIZED)
+        return UNDECIDED;  /* before cuInit: the program's call fails anyway; ask at the next */
+    if (r != CUDA_SUCCESS || count < 1) {
+        pump_notice("managed_all is off: the driver cannot list its devices (CUresult %d); device allocations "
+                    "stay device memory",
+                    (int)r);
+        return OFF;
+    }
+    for (int device = 0; device < count; device++) {
+        int concurrent = 0;
+        r = pump_driver.device_get_attribute(&concurrent, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, device);
+        if (r != CUDA_SUCCESS || !concurrent) {
+            pump_notice("managed_all is off: device %d has no concurrent managed access (the host could not touch "
+                        "managed memory while kernels run); device allocations stay device memory, and pump "
+                        "prefetches only the program's own managed allocations",
+                        device);
+            return OFF;
+        }
+    }
+    pump_log(1, "managed_all: device allocations become managed memory (%d device%s)", count, count == 1 ? "" : "s");
+    return ON;
+}
+
+PUMP_HIDDEN bool pump_managed_all(void)
+{
+    int d = atomic_load_explicit(&decision, memory_order_acquire);
+    if (PUMP_LIKELY(d != UNDECIDED))
+        return d == ON;
+    pthread_mutex_lock(&decide_lock);
+    d = atomic_load_explicit(&decision, memory_order_relaxed);
+    if (d == UNDECIDED) {
+        d = decide();
+        atomic_store_explicit(&decision, d, memory_order_release);
+    }
+    pthread_mutex_unlock(&decide_lock);
+    return d == ON;
+}
+
+/* Each device's default pools, looked up once: the one cuMemAllocAsync uses
+ * unless the program sets another (pinned), and the managed one pump uses
+ * instead. Devices past the table pass through. */
+#define POOL_DEVICES 64
+static struct {
+    _Atomic(CUmemoryPool) device_default;
+    _Atomic(CUmemoryPool) managed;
+} pools[POOL_DEVICES];
+
+/* A racing lookup stores the same handle: no lock needed. */
+static CUmemoryPool cached(_Atomic(CUmemoryPool) *slot, CUresult (*lookup)(CUmemoryPool *, CUdevice), CUdevice device)
+{
+    CUmemoryPool pool = atomic_load_explicit(slot, memory_order_acquire);
+    if (pool == NULL && lookup(&pool, device) == CUDA_SUCCESS)
+        atomic_store_explicit(slot, pool, memory_order_release);
+    return pool;
+}
+
+static CUresult device_default_pool(CUmemoryPool *pool, CUdevice device)
+{
+    return pump_driver.device_get_default_mem_pool(pool, device);
+}
+
+/* The release threshold stays the driver's default (0): pump counts a pool's
+ * live allocations in the footprint, not the memory a pool keeps after frees,
+ * so a pool holding freed memory would let the job pass its capacity unseen
+ * (and the managed default pool is shared with any other user in the process).
+ * The price: a pool past its threshold gives memory back at synchronisations. */
+static CUresult managed_default_pool(CUmemoryPool *pool, CUdevice device)
+{
+    CUmemLocation location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device};
+    return pump_driver.mem_get_default_mem_pool(pool, &location, CU_MEM_ALLOCATION_TYPE_MANAGED);
+}
+
+PUMP_HIDDEN CUmemoryPool pump_managed_pool_for(CUstream stream)
+{
+    if (pump_driver.mem_get_default_mem_pool == NULL || pump_driver.stream_get_device == NULL ||
+        pump_driver.device_get_mem_pool == NULL || pump_driver.device_get_default_mem_pool == NULL ||
+        pump_driver.stream_is_capturing == NULL) {
+        pump_log_once("managed_all: this driver has no managed memory pools (CUDA 13): stream-ordered "
+                      "allocations stay device memory");
+        return NULL;
+    }
+    CUstreamCaptureStatus capture;
+    if (pump_driver.stream_is_capturing(stream, &capture) != CUDA_SUCCESS)
+        return NULL;  /* the driver's own call will say what is wrong with the stream */
+    if (capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+        PUMP_COUNT(managed_all_captured, 1);  /* the graph owns the allocation: its node is the program's */
+        return NULL;
+    }
+    CUdevice device;
+    if (pump_driver.stream_get_device(stream, &device) != CUDA_SUCCESS || device < 0 || device >= POOL_DEVICES)
+        return NULL;
+    CUmemoryPool current, device_default = cached(&pools[device].device_default, device_default_pool, device);
+    if (device_default == NULL || pump_driver.device_get_mem_pool(&current, device) != CUDA_SUCCESS)
+        return NULL;
+    if (current != device_default) {
+        pump_log_once("managed_all: the program chose its own memory pool for device %d: its stream-ordered "
+                      "allocations come from it unchanged",
+                      (int)device);
+        return NULL;
+    }
+    return cached(&pools[device].managed, managed_default_pool, device);
+}

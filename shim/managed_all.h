@@ -1,0 +1,19 @@
+/* managed_all.h: whether the program's device allocations become managed
+ * memory (PUMP_MANAGED_ALL), and the managed pool a stream-ordered allocation
+ * comes from instead. The hooks that convert are in hooks_memory.c. */
+#ifndef PUMP_MANAGED_ALL_H
+#define PUMP_MANAGED_ALL_H
+
+#include "shim.h"
+
+/* True when PUMP_MANAGED_ALL=1 and every visible device has concurrent
+ * managed access; decided once, at the first call after cuInit. */
+PUMP_HIDDEN bool pump_managed_all(void);
+
+/* The managed pool an allocation on `stream` (legacy-ABI handle, see
+ * pump_stream_of) should come from, or NULL to leave the allocation as the
+ * program asked: the stream is being captured, the program made another pool
+ * its device's current one, or the driver has no managed pools. */
+PUMP_HIDDEN CUmemoryPool pump_managed_pool_for(CUstream stream);
+
+#endif
