@@ -100,6 +100,7 @@ static bool load_driver(void)
         .device_get_default_mem_pool =
             own_entry(lib, get_proc, "cuDeviceGetDefaultMemPool", 11020, "cuDeviceGetDefaultMemPool"),
         .mem_get_default_mem_pool = own_entry(lib, get_proc, "cuMemGetDefaultMemPool", 13000, "cuMemGetDefaultMemPool"),
+        .discard_batch = own_entry(lib, get_proc, "cuMemDiscardBatchAsync", 13000, "cuMemDiscardBatchAsync"),
     };
     d.can_prefetch = d.ctx_get_current != NULL && d.ctx_get_device != NULL && d.stream_create != NULL &&
                      d.event_create != NULL && d.event_record != NULL && d.stream_wait_event != NULL &&

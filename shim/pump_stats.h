@@ -66,6 +66,10 @@ struct pump_stats {
     uint64_t managed_all_captured;   /* stream-ordered allocations left alone: their stream was capturing */
     uint64_t vmm_allocs;             /* cuMemCreate allocations: device memory pump cannot make managed */
     uint64_t ipc_refusals;           /* cuIpcGetMemHandle calls that failed on memory managed_all made managed */
+    /* pump's allocator for PyTorch (torch_allocator.c) */
+    uint64_t torch_allocs;           /* tensors allocated through pump_torch_alloc */
+    uint64_t torch_frees;
+    uint64_t bytes_discarded;        /* dead tensors' whole 2 MiB blocks discarded before their free */
 };
 
 #endif

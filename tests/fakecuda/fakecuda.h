@@ -37,6 +37,9 @@ struct fakecuda_stats {
     /* Managed bytes resident on devices: now (all devices), and the most any one
        device held since the last reset (how far a budget was exceeded). */
     uint64_t device_resident_bytes, device_resident_peak;
+    /* Bytes of whole pages discarded (cuMemDiscardBatchAsync): left unpopulated, their
+       contents poisoned, so that reading dead memory shows in a result. */
+    uint64_t bytes_discarded;
 };
 void fakecuda_get_stats(struct fakecuda_stats *out); /* call after synchronizing */
 void fakecuda_reset_stats(void);

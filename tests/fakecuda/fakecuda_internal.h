@@ -69,7 +69,7 @@ void fc_config_load(void);
 typedef struct fc_counters {
     _Atomic uint64_t gpu_faults, cpu_faults, pages_touched_by_kernels, bytes_prefetched_h2d,
         bytes_prefetched_unused, bytes_faulted_h2d, bytes_d2h, kernels_run, launches,
-        prefetch_calls, batch_prefetch_calls;
+        prefetch_calls, batch_prefetch_calls, bytes_discarded;
 } fc_counters;
 extern fc_counters fc_ctr;
 #define FC_COUNT(field, n) atomic_fetch_add_explicit(&fc_ctr.field, (uint64_t)(n), memory_order_relaxed)

@@ -8,6 +8,10 @@
  * faults in 64 KiB blocks, so one fault = one 64 KiB page here. */
 #define FAKECUDA_PAGE (64u * 1024u)
 
+/* The byte a discarded page is filled with: as floats, NaN, so a kernel that reads dead
+ * memory (a discard before its last use) changes a result visibly. */
+#define FAKECUDA_DISCARD_POISON 0xFF
+
 /* Managed allocations start on a 2 MiB boundary (the driver's large-page size). */
 #define FAKECUDA_MANAGED_ALIGN (2u * 1024u * 1024u)
 

@@ -12,7 +12,7 @@
 #include <time.h>
 
 enum { FC_BIT_PREFETCHED = 1, FC_BIT_TOUCHED = 2 };
-enum { WHY_KERNEL, WHY_HOST, WHY_PREFETCH };
+enum { WHY_KERNEL, WHY_HOST, WHY_PREFETCH, WHY_DISCARD };
 
 typedef struct fc_alloc {
     uintptr_t base;
@@ -133,6 +133,10 @@ static int64_t page_move(fc_alloc *a, size_t p, uint8_t target, int why)
         } else if (cur >= FC_LOC_DEV0) { /* peer to peer: costed, not counted */
             ns += xfer_ns(FAKECUDA_PAGE, FAKECUDA_H2D_BYTES_PER_US);
         } /* unpopulated: populated in place, nothing moves */
+        break;
+    case WHY_DISCARD: /* dead: nothing moves, and whoever reads it before writing sees poison */
+        FC_COUNT(bytes_discarded, FAKECUDA_PAGE);
+        memset((void *)(a->base + p * FAKECUDA_PAGE), FAKECUDA_DISCARD_POISON, FAKECUDA_PAGE);
         break;
     }
     if (cur >= FC_LOC_DEV0) atomic_fetch_sub(&fc_dev_resident[cur - FC_LOC_DEV0], FAKECUDA_PAGE);
@@ -544,7 +548,8 @@ CUresult fc_check_managed_range(uintptr_t p, size_t n)
 
 void fc_run_prefetch(const fc_range *r, size_t n)
 {
-    for (size_t i = 0; i < n; i++) migrate_range(r[i].ptr, r[i].size, (uint8_t)r[i].loc, WHY_PREFETCH);
+    for (size_t i = 0; i < n; i++)
+        migrate_range(r[i].ptr, r[i].size, (uint8_t)r[i].loc, r[i].loc == FC_LOC_UNPOP ? WHY_DISCARD : WHY_PREFETCH);
     fc_pay_debt(0); /* the stream is busy until the last byte has moved */
 }
 
@@ -562,9 +567,9 @@ static int loc_from_location(CUmemLocation l, CUresult *err)
     }
 }
 
-/* One stream op for the whole call (a batch is one op). */
+/* One stream op for the whole call (a batch is one op), counted in `calls` (if any). */
 static CUresult prefetch_enqueue(const CUdeviceptr *ptrs, const size_t *sizes, const int *locs, size_t n,
-                                 CUstream hStream, int batch)
+                                 CUstream hStream, _Atomic uint64_t *calls)
 {
     CUresult err = CUDA_SUCCESS;
     CUstream s = fc_resolve_stream(hStream, &err);
@@ -581,8 +586,7 @@ static CUresult prefetch_enqueue(const CUdeviceptr *ptrs, const size_t *sizes, c
     op->u.pf.n = n;
     op->u.pf.r = (fc_range *)(op + 1);
     for (size_t i = 0; i < n; i++) op->u.pf.r[i] = (fc_range){ (uintptr_t)ptrs[i], sizes[i], locs[i] };
-    if (batch) FC_COUNT(batch_prefetch_calls, 1);
-    else FC_COUNT(prefetch_calls, 1);
+    if (calls) atomic_fetch_add_explicit(calls, 1, memory_order_relaxed);
     fc_enqueue(s, op);
     return CUDA_SUCCESS;
 }
@@ -593,7 +597,7 @@ static CUresult prefetch_v1(CUdeviceptr p, size_t n, CUdevice dst, CUstream s)
     if (dst == CU_DEVICE_CPU) loc = FC_LOC_HOST;
     else if (dst >= 0 && dst < fc_cfg.ndevices) loc = FC_LOC_DEV0 + dst;
     else return CUDA_ERROR_INVALID_DEVICE;
-    return prefetch_enqueue(&p, &n, &loc, 1, s, 0);
+    return prefetch_enqueue(&p, &n, &loc, 1, s, &fc_ctr.prefetch_calls);
 }
 FC_DEF(cuMemPrefetchAsync, 8000, (CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream),
        prefetch_v1(devPtr, count, dstDevice, hStream));
@@ -606,7 +610,7 @@ static CUresult prefetch_v2(CUdeviceptr p, size_t n, CUmemLocation l, unsigned f
     if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
     int loc = loc_from_location(l, &err);
     if (loc < 0) return err;
-    return prefetch_enqueue(&p, &n, &loc, 1, s, 0);
+    return prefetch_enqueue(&p, &n, &loc, 1, s, &fc_ctr.prefetch_calls);
 }
 FC_DEF(cuMemPrefetchAsync_v2, 12020, (CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags,
         CUstream hStream),
@@ -636,7 +640,7 @@ static CUresult prefetch_batch(CUdeviceptr *dptrs, size_t *sizes, size_t count, 
         size_t last = k + 1 < nlocs ? idxs[k + 1] : count;
         for (size_t i = idxs[k]; i < last && l >= 0; i++) loc[i] = l;
     }
-    if (err == CUDA_SUCCESS) err = prefetch_enqueue(dptrs, sizes, loc, count, s, 1);
+    if (err == CUDA_SUCCESS) err = prefetch_enqueue(dptrs, sizes, loc, count, s, &fc_ctr.batch_prefetch_calls);
     free(loc);
     return err;
 }
@@ -648,6 +652,42 @@ FC_DEF(cuMemPrefetchBatchAsync_ptsz, 13000, (CUdeviceptr *dptrs, size_t *sizes, 
         CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags,
         CUstream hStream),
        prefetch_batch(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream, 1));
+
+/* A discard is a stream op like a prefetch, whose destination is "unpopulated": each whole
+ * 64 KiB page inside a range stops being anywhere and its bytes are poisoned; the bytes of
+ * partly covered pages are left as they are. Same rules as a batch prefetch: flags 0, never
+ * the legacy NULL stream, ranges inside managed allocations. */
+static CUresult discard_batch(CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags, CUstream s,
+                              int ptsz)
+{
+    if (!dptrs || !sizes || count == 0 || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    if (s == CU_STREAM_LEGACY || (!ptsz && s == NULL)) return CUDA_ERROR_INVALID_VALUE;
+    CUdeviceptr *pages = malloc(count * (sizeof *pages + sizeof(size_t) + sizeof(int)));
+    if (!pages) return CUDA_ERROR_OUT_OF_MEMORY;
+    size_t *lens = (size_t *)(pages + count);
+    int *unpopulated = (int *)(lens + count);
+    size_t n = 0;
+    CUresult err = CUDA_SUCCESS;
+    for (size_t i = 0; i < count && err == CUDA_SUCCESS; i++) {
+        if ((err = fc_check_managed_range((uintptr_t)dptrs[i], sizes[i])) != CUDA_SUCCESS) break;
+        CUdeviceptr first = (dptrs[i] + FAKECUDA_PAGE - 1) / FAKECUDA_PAGE * FAKECUDA_PAGE;
+        CUdeviceptr end = (dptrs[i] + sizes[i]) / FAKECUDA_PAGE * FAKECUDA_PAGE;
+        if (end > first) {
+            pages[n] = first;
+            lens[n] = end - first;
+            unpopulated[n++] = FC_LOC_UNPOP;
+        }
+    }
+    if (err == CUDA_SUCCESS && n > 0) err = prefetch_enqueue(pages, lens, unpopulated, n, s, NULL);
+    free(pages);
+    return err;
+}
+FC_DEF(cuMemDiscardBatchAsync, 13000, (CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags,
+        CUstream hStream),
+       discard_batch(dptrs, sizes, count, flags, hStream, 0));
+FC_DEF(cuMemDiscardBatchAsync_ptsz, 13000, (CUdeviceptr *dptrs, size_t *sizes, size_t count,
+        unsigned long long flags, CUstream hStream),
+       discard_batch(dptrs, sizes, count, flags, hStream, 1));
 
 /* Advice is validated and accepted; it does not change the model's behaviour. */
 static CUresult advise(CUdeviceptr p, size_t n, CUmem_advise advice)

@@ -65,6 +65,8 @@
     X(cuMemPrefetchAsync, 12020, cuMemPrefetchAsync_v2_ptsz, 1, PFN_cuMemPrefetchAsync_v12020_ptsz)   \
     X(cuMemPrefetchBatchAsync, 13000, cuMemPrefetchBatchAsync, 0, PFN_cuMemPrefetchBatchAsync_v13000) \
     X(cuMemPrefetchBatchAsync, 13000, cuMemPrefetchBatchAsync_ptsz, 1, PFN_cuMemPrefetchBatchAsync_v13000_ptsz) \
+    X(cuMemDiscardBatchAsync, 13000, cuMemDiscardBatchAsync, 0, PFN_cuMemDiscardBatchAsync_v13000)    \
+    X(cuMemDiscardBatchAsync, 13000, cuMemDiscardBatchAsync_ptsz, 1, PFN_cuMemDiscardBatchAsync_v13000_ptsz) \
     X(cuMemAdvise, 8000, cuMemAdvise, 0, PFN_cuMemAdvise_v8000)                                       \
     X(cuMemAdvise, 12020, cuMemAdvise_v2, 0, PFN_cuMemAdvise_v12020)                                  \
     X(cuStreamCreate, 2000, cuStreamCreate, 0, PFN_cuStreamCreate_v2000)                              \

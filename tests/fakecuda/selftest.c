@@ -354,6 +354,29 @@ int main(int argc, char **argv)
           "cpu faults %llu d2h %llu unused %llu", (unsigned long long)st.cpu_faults,
           (unsigned long long)st.bytes_d2h, (unsigned long long)st.bytes_prefetched_unused);
 
+    /* 3b. a discard: whole pages inside the range go nowhere and are poisoned; a partly
+     * covered page keeps its place and its bytes; the legacy stream is refused */
+    fakecuda_reset_stats();
+    OK(cuMemPrefetchAsync((CUdeviceptr)(uintptr_t)a, 4 * PAGE, dloc, 0, s1));
+    OK(cuStreamSynchronize(s1));
+    fakecuda_reset_stats();
+    uint64_t resident_before = stats().device_resident_bytes;
+    CUdeviceptr dptr = (CUdeviceptr)(uintptr_t)a + PAGE / 2;
+    size_t dsize = 2 * PAGE;
+    OK(cuMemDiscardBatchAsync(&dptr, &dsize, 1, 0, s1));
+    OK(cuStreamSynchronize(s1));
+    st = stats();
+    CHECK(st.bytes_discarded == PAGE && st.bytes_d2h == 0 && st.device_resident_bytes == resident_before - PAGE,
+          "discard: %llu discarded, %llu resident", (unsigned long long)st.bytes_discarded,
+          (unsigned long long)st.device_resident_bytes);
+    uint32_t word0, word1;
+    memcpy(&word0, (char *)a + PAGE / 2, sizeof word0);
+    memcpy(&word1, (char *)a + PAGE, sizeof word1);
+    CHECK(word0 != 0xFFFFFFFFu && word1 == 0xFFFFFFFFu, "discard poisons whole pages only");
+    CHECK(cuMemDiscardBatchAsync(&dptr, &dsize, 1, 0, NULL) == CUDA_ERROR_INVALID_VALUE,
+          "discard on the legacy stream refused");
+    fakecuda_host_touch(a, 4 * PAGE);
+
     /* 4. a prefetch raced by a kernel on another stream that does not wait: the prefetch
      * starts once the kernel has started, so the kernel faults on pages not yet moved */
     float *c = managed_filled(4 * big, 1.0f);
