@@ -1,0 +1,110 @@
+"""pump's start-up hook for Python frameworks.
+
+pump-run puts this directory first on PYTHONPATH when a job asks for something that only
+Python code can do, so Python runs this file at start-up in every Python process of the
+job, whatever interpreter the job uses (hence the standard library only: pump itself may
+not be importable there). Then it runs the sitecustomize it shadows, if there is one.
+
+What it does: `[memory] torch_allocator = "pump"` (PUMP_TORCH_ALLOCATOR=pump) hands every
+PyTorch tensor to libpump's `pump_torch_alloc` / `pump_torch_free` (shim/torch_allocator.c)
+through `torch.cuda.memory.CUDAPluggableAllocator`, so that pump knows each tensor's exact
+extent and death. The switch is made the moment `torch` has been imported, before any
+tensor exists: PyTorch refuses a new allocator once its allocator has been used, and a
+program that installs its own allocator later still gets its way.
+"""
+
+import importlib
+import importlib.abc
+import importlib.util
+import os
+import sys
+
+ALLOCATOR_ENV = "PUMP_TORCH_ALLOCATOR"
+ALLOCATORS = ("caching", "pump")
+SHIM_NAME = "libpump.so"
+
+
+def _notice(message):
+    print(f"pump: {message}", file=sys.stderr)
+
+
+def _shim_path():
+    """The libpump the process was started with (LD_PRELOAD), else PUMP_SHIM_PATH."""
+    for entry in os.environ.get("LD_PRELOAD", "").replace(":", " ").split():
+        if os.path.basename(entry) == SHIM_NAME:
+            return entry
+    return os.environ.get("PUMP_SHIM_PATH", "")
+
+
+def install_pump_allocator(torch):
+    """Make libpump PyTorch's CUDA allocator; one notice where it cannot be."""
+    try:
+        shim = _shim_path()
+        if not shim:
+            raise RuntimeError(f"{SHIM_NAME} is not in LD_PRELOAD")
+        memory = torch.cuda.memory
+        memory.change_current_allocator(
+            memory.CUDAPluggableAllocator(shim, "pump_torch_alloc", "pump_torch_free"))
+    except Exception as error:  # a CPU-only build, an allocator already in use, no libpump
+        _notice(f'torch_allocator = "pump" not installed ({type(error).__name__}: {error}); '
+                "PyTorch keeps its caching allocator")
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs `then(module)` once, right after the top-level module `name` has executed."""
+
+    def __init__(self, name, then):
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)  # one shot, and the lookup below must not find us
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        loader, then = spec.loader, self.then
+
+        class ThenLoader(importlib.abc.Loader):
+            def create_module(self, spec):
+                return loader.create_module(spec)
+
+            def exec_module(self, module):
+                loader.exec_module(module)
+                then(module)
+
+        spec.loader = ThenLoader()
+        return spec
+
+
+def _arm():
+    choice = os.environ.get(ALLOCATOR_ENV, "")
+    if choice in ("", "caching"):
+        return
+    if choice not in ALLOCATORS:
+        _notice(f"{ALLOCATOR_ENV}={choice!r} is not one of {', '.join(ALLOCATORS)}; "
+                "PyTorch keeps its caching allocator")
+    elif "torch" in sys.modules:
+        install_pump_allocator(sys.modules["torch"])
+    else:
+        sys.meta_path.insert(0, _AfterImport("torch", install_pump_allocator))
+
+
+def _chain():
+    """Run the sitecustomize this file shadows: the one the user's setup expects."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    saved = sys.path[:]
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    mine = sys.modules.pop("sitecustomize", None)
+    try:
+        importlib.import_module("sitecustomize")
+    except ImportError as error:
+        if error.name != "sitecustomize":
+            raise  # the other file's own failure: site.py reports it, as without pump
+        sys.modules["sitecustomize"] = mine
+    finally:
+        sys.path[:] = saved
+
+
+_arm()
+_chain()

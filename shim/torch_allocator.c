@@ -1,0 +1,68 @@
+/* torch_allocator.c: pump's allocator for PyTorch, opt-in (`[memory] torch_allocator =
+ * "pump"`; pump/boot/sitecustomize.py installs it through CUDAPluggableAllocator).
+ *
+ * PyTorch's caching allocator hands tensors out of large segments, so pump sees segments:
+ * the extent of a launch's tensors and their deaths stay inside PyTorch. Here each tensor
+ * is its own stream-ordered allocation, made through pump's own cuMemAllocAsync hook (under
+ * managed_all: the stream device's managed pool, within the capacity; in a capture: as the
+ * program asked), so the range table, the budget and the daemon's ALLOC/FREE events see
+ * exact tensors. At a free the tensor is dead from that point of its stream on: the 2 MiB
+ * blocks wholly inside it are discarded in that stream's order before the stream-ordered
+ * free, so dead memory is neither written back to the host nor migrated in again.
+ *
+ * PyTorch calls these with the stream the tensor was allocated on; a tensor used on another
+ * stream (record_stream) is the program's to synchronise, as with any stream-ordered free.
+ */
+#include <sys/types.h>
+
+#include "hooks_common.h"
+#include "ranges.h"
+
+#define PUMP_EXPORT __attribute__((visibility("default")))
+
+PUMP_EXPORT void *pump_torch_alloc(ssize_t size, int device, CUstream stream);
+PUMP_EXPORT void pump_torch_free(void *ptr, size_t size, int device, CUstream stream);
+
+/* NULL is PyTorch's out-of-memory answer: it raises its own error, with its own advice. */
+void *pump_torch_alloc(ssize_t size, int device, CUstream stream)
+{
+    (void)device;  /* PyTorch made it current; the stream names it too */
+    CUdeviceptr ptr = 0;
+    if (size <= 0 || pump_mem_alloc_async(&ptr, (size_t)size, stream) != CUDA_SUCCESS)
+        return NULL;
+    PUMP_COUNT(torch_allocs, 1);
+    return (void *)(uintptr_t)ptr;
+}
+
+/* The blocks wholly inside a dead tensor of managed memory, discarded in its stream's
+ * order. Never on the legacy NULL stream (the driver refuses it there) and never in a
+ * capture (a graph replays without pump seeing the free again). */
+static void discard_dead(CUdeviceptr ptr, size_t size, CUstream stream)
+{
+    if (pump_driver.discard_batch == NULL || stream == NULL || stream == CU_STREAM_LEGACY ||
+        pump_ranges_find(ptr) == NULL)
+        return;
+    CUdeviceptr first = (ptr + PUMP_BLOCK_SIZE - 1) / PUMP_BLOCK_SIZE * PUMP_BLOCK_SIZE;
+    CUdeviceptr end = (ptr + size) / PUMP_BLOCK_SIZE * PUMP_BLOCK_SIZE;
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (end <= first || pump_driver.stream_is_capturing(stream, &capture) != CUDA_SUCCESS ||
+        capture != CU_STREAM_CAPTURE_STATUS_NONE)
+        return;
+    size_t bytes = (size_t)(end - first);
+    if (pump_driver.discard_batch(&first, &bytes, 1, 0, stream) == CUDA_SUCCESS)
+        PUMP_COUNT(bytes_discarded, bytes);
+    else
+        PUMP_COUNT(errors, 1);
+}
+
+void pump_torch_free(void *ptr, size_t size, int device, CUstream stream)
+{
+    (void)device;
+    if (ptr == NULL)
+        return;
+    CUdeviceptr dptr = (CUdeviceptr)(uintptr_t)ptr;
+    if (pump_active())
+        discard_dead(dptr, size, stream);
+    if (pump_mem_free_async(dptr, stream) == CUDA_SUCCESS)
+        PUMP_COUNT(torch_frees, 1);
+}

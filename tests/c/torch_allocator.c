@@ -1,0 +1,131 @@
+/* torch_allocator.c: the allocation pattern of a training step, made the way PyTorch makes
+ * it through a CUDAPluggableAllocator (tests/test_torch_allocator.py): weights allocated
+ * once, an activation allocated, written, read and freed every step, all on one stream.
+ * Through libpump's pump_torch_alloc / pump_torch_free when the process has them (under
+ * pump), else through cuMemAllocAsync / cuMemFreeAsync, as PyTorch's cudaMallocAsync
+ * backend does: the results must not differ. One JSON line.
+ *
+ *   torch_allocator STEPS [legacy]    legacy: on the legacy NULL stream (as PyTorch's default)
+ */
+#include <string.h>
+#include <sys/types.h>
+
+#include "cuda_api.h"
+
+/* libpump's allocator, when the process has libpump (weak: the bare run has none). */
+extern void *pump_torch_alloc(ssize_t size, int device, CUstream stream) __attribute__((weak));
+extern void pump_torch_free(void *ptr, size_t size, int device, CUstream stream) __attribute__((weak));
+
+#define WEIGHTS ((size_t)8 << 20)
+#define ACTIVATION ((size_t)6 << 20)
+
+static CUstream stream;
+static CUfunction forward, update;
+
+static CUdeviceptr tensor_alloc(size_t bytes)
+{
+    if (pump_torch_alloc != NULL)
+        return (CUdeviceptr)(uintptr_t)pump_torch_alloc((ssize_t)bytes, 0, stream);
+    CUdeviceptr p;
+    CHECK(cuMemAllocAsync(&p, bytes, stream));
+    return p;
+}
+
+static void tensor_free(CUdeviceptr p, size_t bytes)
+{
+    if (pump_torch_free != NULL)
+        pump_torch_free((void *)(uintptr_t)p, bytes, 0, stream);
+    else
+        CHECK(cuMemFreeAsync(p, stream));
+}
+
+/* out[i] = w[i % nw] * 0.5 + step: writes every element of out before anything reads it. */
+static void forward_kernel(void **params, const fakecuda_dims *dims)
+{
+    (void)dims;
+    const float *w = *(const float **)params[0];
+    float *out = *(float **)params[1];
+    uint64_t nw = *(uint64_t *)params[2], n = *(uint64_t *)params[3];
+    float step = *(float *)params[4];
+    api.touch(w, nw * sizeof *w);
+    api.touch(out, n * sizeof *out);
+    for (uint64_t i = 0; i < n; i++)
+        out[i] = w[i % nw] * 0.5f + step;
+}
+
+/* w[i] += out[i] * 0.001: reads the whole activation. */
+static void update_kernel(void **params, const fakecuda_dims *dims)
+{
+    (void)dims;
+    float *w = *(float **)params[0];
+    const float *out = *(const float **)params[1];
+    uint64_t nw = *(uint64_t *)params[2], n = *(uint64_t *)params[3];
+    api.touch(w, nw * sizeof *w);
+    api.touch(out, n * sizeof *out);
+    for (uint64_t i = 0; i < n && i < nw; i++)
+        w[i] += out[i] * 0.001f;
+}
+
+static CUfunction function(CUmodule module, const char *name, fakecuda_kernel_fn kernel, unsigned count,
+                           const size_t *sizes)
+{
+    const size_t aligns[] = {8, 8, 8, 8, 4};
+    if (api.register_kernel(name, kernel, count, sizes, aligns)) {
+        fprintf(stderr, "error: kernel registration failed\n");
+        exit(3);
+    }
+    CUfunction f;
+    CHECK(cuModuleGetFunction(&f, module, name));
+    return f;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || (argc == 3 && strcmp(argv[2], "legacy") != 0) || argc > 3) {
+        fprintf(stderr, "usage: torch_allocator STEPS [legacy]\n");
+        return 2;
+    }
+    int steps = atoi(argv[1]);
+    cuda_api_load(&api, 0);
+    cuda_api_start(&api);
+    CUmodule module;
+    CHECK(cuModuleLoadData(&module, "fakecuda"));
+    const size_t forward_sizes[] = {8, 8, 8, 8, 4}, update_sizes[] = {8, 8, 8, 8};
+    forward = function(module, "forward", forward_kernel, 5, forward_sizes);
+    update = function(module, "update", update_kernel, 4, update_sizes);
+    stream = NULL;
+    if (argc == 2)
+        CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+
+    CUdeviceptr w = tensor_alloc(WEIGHTS);
+    uint64_t nw = WEIGHTS / sizeof(float), n = ACTIVATION / sizeof(float);
+    unsigned int managed = 0;
+    CHECK(cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, w));
+    float *host_w = (float *)(uintptr_t)w;
+    api.host_touch(host_w, WEIGHTS);
+    for (uint64_t i = 0; i < nw; i++)
+        host_w[i] = (float)(i % 13);
+    for (int s = 0; s < steps; s++) {
+        CUdeviceptr out = tensor_alloc(ACTIVATION);
+        float step = (float)s;
+        void *forward_params[] = {&w, &out, &nw, &n, &step};
+        CHECK(cuLaunchKernel(forward, 1, 1, 1, 1, 1, 1, 0, stream, forward_params, NULL));
+        void *update_params[] = {&w, &out, &nw, &n};
+        CHECK(cuLaunchKernel(update, 1, 1, 1, 1, 1, 1, 0, stream, update_params, NULL));
+        tensor_free(out, ACTIVATION);
+    }
+    CHECK(cuStreamSynchronize(stream));
+    api.host_touch(host_w, WEIGHTS);
+    double checksum = 0;
+    for (uint64_t i = 0; i < nw; i++)
+        checksum += (double)host_w[i] * (double)(i % 7 + 1);
+    tensor_free(w, WEIGHTS);
+    CHECK(cuStreamSynchronize(stream));
+    struct fakecuda_stats st;
+    api.get_stats(&st);
+    printf("{\"pump_allocator\": %d, \"managed\": %u, \"checksum\": %.6f, \"bytes_discarded\": %llu, "
+           "\"gpu_faults\": %llu}\n",
+           pump_torch_alloc != NULL, managed, checksum, (unsigned long long)st.bytes_discarded,
+           (unsigned long long)st.gpu_faults);
+    return 0;
+}
