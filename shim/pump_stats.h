@@ -60,6 +60,12 @@ struct pump_stats {
     uint64_t plan_evict_ranges;      /* the triggers' evict ranges carried out */
     uint64_t plan_ranges_skipped;    /* the triggers' ranges not inside a live managed allocation (or
                                         past the 256 a launch carries out) */
+    /* CUDA graphs: each instantiation's kernel nodes are scanned, each replay prefetched */
+    uint64_t graph_execs_scanned;    /* instantiations whose kernel nodes pump scanned */
+    uint64_t graph_exec_updates;     /* exec updates and kernel-node parameter changes seen */
+    uint64_t graph_launches_prefetched; /* replays whose working set was prefetched (or believed resident) */
+    uint64_t graph_launches_over_budget; /* replays whose working set exceeds the budget: left to faults */
+    uint64_t graph_launches_unknown; /* replays of an exec pump could not scan: passed through */
 };
 
 #endif
