@@ -67,6 +67,18 @@ def test_updated_exec_is_scanned_again(run_program, update):
     assert run.totals["graph_launches_prefetched"] == REPLAYS
 
 
+def test_replay_into_a_capture_adds_nothing(run_program):
+    """A replay made while its stream is captured becomes nodes of the outer
+    graph: pump adds nothing there (fakecuda would invalidate the capture),
+    and the outer graph's replays are prefetched."""
+    run = run_program("graphs", REPLAYS, "--nested")
+    assert run.result["gpu_faults"] == 0
+    assert run.result["checksum"] == bare(run_program)
+    assert run.totals["graph_launches"] == REPLAYS + 1
+    assert run.totals["graph_launches_prefetched"] == REPLAYS
+    assert run.totals["graph_execs_scanned"] == 2
+
+
 def test_working_set_over_the_budget_is_left_to_faults(run_program):
     run = run_program("graphs", REPLAYS, env={"PUMP_BUDGET": "48M"})
     assert run.result["gpu_faults"] == EXPECTED_FAULTS

@@ -6,7 +6,7 @@
  * GPU faults fakecuda counted, and the faults expected with no prefetching.
  *
  *   graphs REPLAYS [--build=capture|hand|child] [--instantiate=flags|params|v10000|v11000|v12000]
- *                  [--reinstantiate] [--update=exec|node]
+ *                  [--reinstantiate] [--update=exec|node] [--nested]
  * --build: the graph is captured from a stream, built node by node, or built
  *   by hand inside a child graph node of another graph.
  * --instantiate: cuGraphInstantiateWithFlags, cuGraphInstantiateWithParams,
@@ -16,6 +16,8 @@
  * --update: from the second replay on, the last kernel works on a fifth
  *   buffer E instead of D, through cuGraphExecUpdate with a second graph, or
  *   cuGraphExecKernelNodeSetParams on that node.
+ * --nested: the replays run a second graph, captured around a replay of the
+ *   first (which must add nothing to the capturing stream).
  */
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -221,7 +223,7 @@ int main(int argc, char **argv)
 {
     int replays = argc > 1 ? atoi(argv[1]) : 4;
     const char *build_how = "capture", *instantiate_how = "flags", *update = NULL;
-    int reinstantiate = 0;
+    int reinstantiate = 0, nested = 0;
     for (int i = 2; i < argc; i++) {
         if (strncmp(argv[i], "--build=", 8) == 0)
             build_how = argv[i] + 8;
@@ -231,10 +233,12 @@ int main(int argc, char **argv)
             reinstantiate = 1;
         else if (strncmp(argv[i], "--update=", 9) == 0)
             update = argv[i] + 9;
+        else if (strcmp(argv[i], "--nested") == 0)
+            nested = 1;
         else {
             fprintf(stderr, "usage: graphs REPLAYS [--build=capture|hand|child] "
                             "[--instantiate=flags|params|v10000|v11000|v12000] [--reinstantiate] "
-                            "[--update=exec|node]\n");
+                            "[--update=exec|node] [--nested]\n");
             return 2;
         }
     }
@@ -273,6 +277,16 @@ int main(int argc, char **argv)
 
     CUgraph graph = build(&w, build_how, stream);
     CUgraphExec exec = instantiate(graph, instantiate_how, stream);
+    if (nested) {
+        CUgraph around;
+        CHECK(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+        CHECK(cuGraphLaunch(exec, stream));
+        CHECK(cuStreamEndCapture(stream, &around));
+        CHECK(cuGraphExecDestroy(exec));
+        CHECK(cuGraphDestroy(graph));
+        graph = around;
+        exec = instantiate(graph, instantiate_how, stream);
+    }
     const uint64_t pages = BUFFER_FLOATS * sizeof(float) / PAGE;
     uint64_t expected_faults = 0;
     for (int r = 0; r < replays; r++) {
