@@ -101,6 +101,16 @@ static bool load_driver(void)
             own_entry(lib, get_proc, "cuDeviceGetDefaultMemPool", 11020, "cuDeviceGetDefaultMemPool"),
         .mem_get_default_mem_pool = own_entry(lib, get_proc, "cuMemGetDefaultMemPool", 13000, "cuMemGetDefaultMemPool"),
         .discard_batch = own_entry(lib, get_proc, "cuMemDiscardBatchAsync", 13000, "cuMemDiscardBatchAsync"),
+        /* graphs and devices */
+        .graph_get_nodes = own_entry(lib, get_proc, "cuGraphGetNodes", 10000, "cuGraphGetNodes"),
+        .graph_node_get_type = own_entry(lib, get_proc, "cuGraphNodeGetType", 10000, "cuGraphNodeGetType"),
+        .graph_kernel_node_get_params =
+            own_entry(lib, get_proc, "cuGraphKernelNodeGetParams", 12000, "cuGraphKernelNodeGetParams_v2"),
+        .graph_child_graph =
+            own_entry(lib, get_proc, "cuGraphChildGraphNodeGetGraph", 10000, "cuGraphChildGraphNodeGetGraph"),
+        .stream_get_ctx = own_entry(lib, get_proc, "cuStreamGetCtx", 9020, "cuStreamGetCtx"),
+        .ctx_push_current = own_entry(lib, get_proc, "cuCtxPushCurrent", 4000, "cuCtxPushCurrent_v2"),
+        .ctx_pop_current = own_entry(lib, get_proc, "cuCtxPopCurrent", 4000, "cuCtxPopCurrent_v2"),
     };
     d.can_prefetch = d.ctx_get_current != NULL && d.ctx_get_device != NULL && d.stream_create != NULL &&
                      d.event_create != NULL && d.event_record != NULL && d.stream_wait_event != NULL &&

@@ -12,6 +12,12 @@
 
 #include "shim.h"
 
+/* The 5-argument cuGraphInstantiate of CUDA 10 and 11 (cuGraphInstantiate and
+ * _v2): libcuda still exports it, cudaTypedefs.h names it only internally. */
+typedef CUresult (CUDAAPI *pump_pfn_graph_instantiate_v10000)(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                                               CUgraphNode *phErrorNode, char *logBuffer,
+                                                               size_t bufferSize);
+
 /* X(id, ABI symbol, PFN type) */
 #define PUMP_HOOKS(X)                                                                   \
     X(get_proc_address, "cuGetProcAddress", PFN_cuGetProcAddress_v11030)                \
@@ -45,7 +51,24 @@
     X(stream_synchronize, "cuStreamSynchronize", PFN_cuStreamSynchronize_v2000)         \
     X(stream_synchronize_ptsz, "cuStreamSynchronize_ptsz",                              \
       PFN_cuStreamSynchronize_v7000_ptsz)                                               \
-    X(event_synchronize, "cuEventSynchronize", PFN_cuEventSynchronize_v2000)
+    X(event_synchronize, "cuEventSynchronize", PFN_cuEventSynchronize_v2000)                \
+    /* graphs: instantiation, update and destruction (hooks_graph.c) */                  \
+    X(graph_instantiate, "cuGraphInstantiate", pump_pfn_graph_instantiate_v10000)        \
+    X(graph_instantiate_v2, "cuGraphInstantiate_v2", pump_pfn_graph_instantiate_v10000)  \
+    X(graph_instantiate_with_flags, "cuGraphInstantiateWithFlags",                      \
+      PFN_cuGraphInstantiateWithFlags_v11040)                                           \
+    X(graph_instantiate_with_params, "cuGraphInstantiateWithParams",                    \
+      PFN_cuGraphInstantiateWithParams_v12000)                                          \
+    X(graph_instantiate_with_params_ptsz, "cuGraphInstantiateWithParams_ptsz",          \
+      PFN_cuGraphInstantiateWithParams_v12000_ptsz)                                     \
+    X(graph_exec_update, "cuGraphExecUpdate", PFN_cuGraphExecUpdate_v10020)              \
+    X(graph_exec_update_v2, "cuGraphExecUpdate_v2", PFN_cuGraphExecUpdate_v12000)        \
+    X(graph_exec_kernel_node_set_params, "cuGraphExecKernelNodeSetParams",              \
+      PFN_cuGraphExecKernelNodeSetParams_v10010)                                        \
+    X(graph_exec_kernel_node_set_params_v2, "cuGraphExecKernelNodeSetParams_v2",        \
+      PFN_cuGraphExecKernelNodeSetParams_v12000)                                        \
+    X(graph_exec_node_set_params, "cuGraphExecNodeSetParams", PFN_cuGraphExecNodeSetParams_v12020) \
+    X(graph_exec_destroy, "cuGraphExecDestroy", PFN_cuGraphExecDestroy_v10000)
 
 enum pump_hook_id {
 #define PUMP_HOOK_ENUM(id, name, pfn) PUMP_HOOK_##id,

@@ -40,7 +40,7 @@ static void before_launch(struct launch *l, CUfunction f, CUstream stream, void 
     bool launch_rule = pump_config.policy == PUMP_POLICY_LAUNCH;
     int device = -1;
     if (pump_driver.can_prefetch && (launch_rule || pump_budget_possible())) {
-        struct pump_context *c = pump_context_current();
+        struct pump_context *c = pump_context_of(stream);
         if (c != NULL) {
             l->budget = pump_context_budget(c);
             l->capturing = -1;
@@ -117,14 +117,3 @@ PUMP_LAUNCH_KERNEL_EX_HOOK(launch_kernel_ex_ptsz, true)
     }
 PUMP_LAUNCH_COOPERATIVE_HOOK(launch_cooperative_kernel, false)
 PUMP_LAUNCH_COOPERATIVE_HOOK(launch_cooperative_kernel_ptsz, true)
-
-/* A graph replay is one call: its kernels are not seen one by one. */
-#define PUMP_GRAPH_LAUNCH_HOOK(id)                        \
-    CUresult pump_##id(CUgraphExec graph, CUstream stream) \
-    {                                                     \
-        PUMP_REAL_OR_RETURN(id, real);                    \
-        PUMP_COUNT(graph_launches, 1);                    \
-        return real(graph, stream);                       \
-    }
-PUMP_GRAPH_LAUNCH_HOOK(graph_launch)
-PUMP_GRAPH_LAUNCH_HOOK(graph_launch_ptsz)

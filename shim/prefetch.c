@@ -8,6 +8,11 @@
  * moves many ranges in one call; older drivers get one call per range. The
  * launching thread never waits: every ordering is an event on the GPU.
  *
+ * The context is the launch stream's (cuStreamGetCtx), pushed for the while
+ * when another is current: a prefetch goes to the launch stream's device, and
+ * pump never creates or retains a context, so none appears on a device the
+ * program did not use.
+ *
  * Use events. After each kernel that may own blocks pump could evict, an
  * event from a per-context ring is recorded on the kernel's stream, and
  * evictions wait on it. A ring slot is reused by a later launch; before it is
@@ -70,12 +75,35 @@ static void capture_mode_restore(bool relaxed, CUstreamCaptureMode *mode)
         pump_driver.exchange_capture_mode(mode);
 }
 
+/* Makes ctx current for pump's own calls: true, with *pushed when it had to
+ * be pushed (pop it with context_leave). */
+static bool context_enter(CUcontext ctx, bool *pushed)
+{
+    CUcontext current = NULL;
+    *pushed = false;
+    if (pump_driver.ctx_get_current(&current) == CUDA_SUCCESS && current == ctx)
+        return true;
+    if (pump_driver.ctx_push_current == NULL || pump_driver.ctx_pop_current == NULL)
+        return false;
+    *pushed = call_ok(pump_driver.ctx_push_current(ctx), "cuCtxPushCurrent");
+    return *pushed;
+}
+
+static void context_leave(bool pushed)
+{
+    CUcontext popped;
+    if (pushed)
+        call_ok(pump_driver.ctx_pop_current(&popped), "cuCtxPopCurrent");
+}
+
 static void setup_context(struct pump_context *c, CUcontext ctx, uint32_t index)
 {
+    bool pushed;
+    bool entered = context_enter(ctx, &pushed);
     CUstreamCaptureMode mode;
     bool relaxed = capture_mode_relax(&mode);
     c->index = index;
-    c->usable = call_ok(pump_driver.ctx_get_device(&c->device), "cuCtxGetDevice") &&
+    c->usable = entered && call_ok(pump_driver.ctx_get_device(&c->device), "cuCtxGetDevice") &&
                 call_ok(pump_driver.stream_create(&c->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate") &&
                 call_ok(pump_driver.stream_create(&c->evict_stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate") &&
                 call_ok(pump_driver.event_create(&c->evicted, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
@@ -87,12 +115,13 @@ static void setup_context(struct pump_context *c, CUcontext ctx, uint32_t index)
     size_t free_bytes = 0, total_bytes = 0;
     if (pump_config.budget_kind == PUMP_CAP_BYTES)
         c->budget = pump_config.budget_value;
-    else if (pump_config.budget_kind == PUMP_CAP_PERCENT && pump_driver.mem_get_info != NULL &&
+    else if (pump_config.budget_kind == PUMP_CAP_PERCENT && entered && pump_driver.mem_get_info != NULL &&
              pump_driver.mem_get_info(&free_bytes, &total_bytes) == CUDA_SUCCESS)
         c->budget = (uint64_t)total_bytes / 100 * pump_config.budget_value +
                     (uint64_t)total_bytes % 100 * pump_config.budget_value / 100;
     else if (pump_config.budget_kind == PUMP_CAP_PERCENT)
         pump_log_once("cannot read the device's memory: no budget");
+    context_leave(pushed);
     if (c->budget != 0 && pump_channel_plan_budget() == 0)
         PUMP_SET(budget_bytes, c->budget);
     if (!c->usable)
@@ -100,10 +129,14 @@ static void setup_context(struct pump_context *c, CUcontext ctx, uint32_t index)
     __atomic_store_n(&c->ctx, ctx, __ATOMIC_RELEASE);
 }
 
-PUMP_HIDDEN struct pump_context *pump_context_current(void)
+PUMP_HIDDEN struct pump_context *pump_context_of(CUstream stream)
 {
     CUcontext ctx = NULL;
-    if (pump_driver.ctx_get_current(&ctx) != CUDA_SUCCESS || ctx == NULL)
+    if (pump_driver.stream_get_ctx == NULL || pump_driver.stream_get_ctx(stream, &ctx) != CUDA_SUCCESS)
+        ctx = NULL;  /* a driver before 9.2: the current context's device */
+    if (ctx == NULL && pump_driver.ctx_get_current(&ctx) != CUDA_SUCCESS)
+        return NULL;
+    if (ctx == NULL)
         return NULL;
     uint32_t n = __atomic_load_n(&context_count, __ATOMIC_ACQUIRE);
     for (uint32_t i = 0; i < n; i++)

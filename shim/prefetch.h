@@ -8,9 +8,10 @@
 
 struct pump_context;
 
-/* The calling thread's current context, set up on first use; NULL when there
- * is none or pump could not make its streams there. */
-PUMP_HIDDEN struct pump_context *pump_context_current(void);
+/* The context `stream` belongs to (the NULL and per-thread streams: the
+ * calling thread's current one), set up on first use; NULL when there is
+ * none or pump could not make its streams there. Its device is the stream's. */
+PUMP_HIDDEN struct pump_context *pump_context_of(CUstream stream);
 PUMP_HIDDEN int pump_context_device(const struct pump_context *c);
 /* The budget in force on c's device: the daemon's plan's, else PUMP_BUDGET's;
  * 0: none. Kept in the stats record's budget_bytes. */

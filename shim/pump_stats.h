@@ -70,6 +70,12 @@ struct pump_stats {
     uint64_t torch_allocs;           /* tensors allocated through pump_torch_alloc */
     uint64_t torch_frees;
     uint64_t bytes_discarded;        /* dead tensors' whole 2 MiB blocks discarded before their free */
+    /* CUDA graphs: each instantiation's kernel nodes are scanned, each replay prefetched */
+    uint64_t graph_execs_scanned;    /* instantiations whose kernel nodes pump scanned */
+    uint64_t graph_exec_updates;     /* exec updates and kernel-node parameter changes seen */
+    uint64_t graph_launches_prefetched; /* replays whose working set was prefetched (or believed resident) */
+    uint64_t graph_launches_over_budget; /* replays whose working set exceeds the budget: left to faults */
+    uint64_t graph_launches_unknown; /* replays of an exec pump could not scan: passed through */
 };
 
 #endif

@@ -432,13 +432,24 @@ static bool want_block(struct prefetches *p, struct evictions *e, uint64_t budge
     return true;
 }
 
+/* The allocations one launch (a kernel's own, or a graph replay's) uses. */
+struct uses {
+    struct pump_range *const *range;
+    uint32_t n;
+};
+
+static struct uses uses_of(const struct pump_scan *scan)
+{
+    return (struct uses){scan->range, scan->own};
+}
+
 /* Marks the launch's own allocations: never its victims. */
-static uint64_t begin_decision(const struct pump_scan *scan)
+static uint64_t begin_decision(struct uses u)
 {
     uint64_t decision = ++decisions;
-    for (uint32_t r = 0; r < scan->own; r++)
-        if (scan->range[r]->blocks != NULL)
-            scan->range[r]->blocks->mark = decision;
+    for (uint32_t r = 0; r < u.n; r++)
+        if (u.range[r]->blocks != NULL)
+            u.range[r]->blocks->mark = decision;
     return decision;
 }
 
@@ -473,17 +484,16 @@ static void mark_ranges(const struct pump_plan_range *ranges, uint32_t n, uint64
 
 /* Ends what a launch takes before its kernel: the moves are enqueued, and the
  * kernel's stream waits for its prefetches, or else for the planned prefetch
- * `ready` names (0: none). Under the lock. */
-static void take_done(struct prefetches *p, struct evictions *e, CUstream stream, uint64_t budget, uint64_t ready)
+ * `ready` names (0: none). Under the lock. True when it prefetched. */
+static bool take_done(struct prefetches *p, struct evictions *e, CUstream stream, uint64_t budget, uint64_t ready)
 {
     prefetches_flush(p, e, budget);
     evictions_flush(e);
-    if (p->issued) {
+    if (p->issued)
         pump_prefetch_wait(p->c, stream);
-        PUMP_COUNT(launches_prefetched, 1);
-    } else if (ready != 0 && pump_config.wait) {
+    else if (ready != 0 && pump_config.wait)
         pump_use_wait(stream, ready);
-    }
+    return p->issued;
 }
 
 /* A launch with a plan trigger takes its need ranges instead of its whole
@@ -495,7 +505,7 @@ static void need_rule(struct pump_context *c, int device, CUstream stream, const
 {
     uint64_t left_out = 0, ready = 0;
     pthread_mutex_lock(&lock);
-    uint64_t decision = begin_decision(scan);
+    uint64_t decision = begin_decision(uses_of(scan));
     mark_ranges(t->range, t->need, decision);
     struct evictions e = {.c = c, .device = device, .stream = stream};
     struct prefetches p = {.c = c, .device = device, .stamp = resident_stamp(device)};
@@ -510,38 +520,54 @@ static void need_rule(struct pump_context *c, int device, CUstream stream, const
             left_out += full;
         }
     }
-    take_done(&p, &e, stream, budget, ready);
+    bool prefetched = take_done(&p, &e, stream, budget, ready);
     publish_resident();
     pthread_mutex_unlock(&lock);
+    if (prefetched)
+        PUMP_COUNT(launches_prefetched, 1);
     if (left_out > 0)
         PUMP_COUNT(budget_skips, left_out);
 }
 
-/* The launch rule: the blocks of the launch's allocations. */
-static void launch_rule(struct pump_context *c, int device, CUstream stream, const struct pump_scan *scan,
-                        uint64_t budget, uint32_t stamp)
+/* The launch rule: the blocks of the launch's allocations. True when it
+ * prefetched. */
+static bool launch_rule(struct pump_context *c, int device, CUstream stream, struct uses u, uint64_t budget,
+                        uint32_t stamp)
 {
     pthread_mutex_lock(&lock);
-    uint64_t decision = begin_decision(scan);
+    uint64_t decision = begin_decision(u);
     struct evictions e = {.c = c, .device = device, .stream = stream};
     struct prefetches p = {.c = c, .device = device, .stamp = stamp};
     uint64_t left_out = 0;
     bool full = false;
-    for (uint32_t r = 0; r < scan->own; r++) {
-        struct pump_blocks *a = scan->range[r]->blocks;
+    for (uint32_t r = 0; r < u.n; r++) {
+        struct pump_blocks *a = u.range[r]->blocks;
         for (uint32_t i = 0; a != NULL && i < a->count; i++) {
             full = full || !want_block(&p, &e, budget, PUMP_ORDER_MIGRATED, decision, a, i, true);
             left_out += full;
         }
     }
-    take_done(&p, &e, stream, budget, 0);
-    for (uint32_t r = 0; r < scan->own; r++)
-        if (scan->range[r]->blocks != NULL)
-            refresh(scan->range[r]->blocks, device, stamp);
+    bool prefetched = take_done(&p, &e, stream, budget, 0);
+    for (uint32_t r = 0; r < u.n; r++)
+        if (u.range[r]->blocks != NULL)
+            refresh(u.range[r]->blocks, device, stamp);
     publish_resident();
     pthread_mutex_unlock(&lock);
     if (left_out > 0)
         PUMP_COUNT(budget_skips, left_out);
+    return prefetched;
+}
+
+/* The allocations not believed resident on `device` this epoch (their
+ * number), counting the others as resident skips. */
+static uint32_t launch_todo(struct uses u, uint32_t stamp)
+{
+    uint32_t todo = 0;
+    for (uint32_t r = 0; r < u.n; r++)
+        todo += stamp == 0 || __atomic_load_n(&u.range[r]->resident_stamp, __ATOMIC_RELAXED) != stamp;
+    if (todo < u.n)
+        PUMP_COUNT(resident_skips, u.n - todo);
+    return todo;
 }
 
 PUMP_HIDDEN void pump_residency_launch(struct pump_context *c, CUstream stream, const struct pump_scan *scan,
@@ -552,38 +578,42 @@ PUMP_HIDDEN void pump_residency_launch(struct pump_context *c, CUstream stream, 
         return;
     bool planned = trigger != NULL && trigger->need > 0;
     uint32_t stamp = resident_stamp(device);
-    if (!planned) {
-        uint32_t todo = 0;
-        for (uint32_t r = 0; r < scan->own; r++)
-            todo += stamp == 0 || __atomic_load_n(&scan->range[r]->resident_stamp, __ATOMIC_RELAXED) != stamp;
-        if (todo < scan->own)
-            PUMP_COUNT(resident_skips, scan->own - todo);
-        if (todo == 0)
-            return;
-    }
+    if (!planned && launch_todo(uses_of(scan), stamp) == 0)
+        return;
     *capturing = pump_stream_capturing(stream);
     if (*capturing)
         PUMP_COUNT(launches_captured, 1);
     else if (planned)
         need_rule(c, device, stream, scan, budget, trigger);
-    else
-        launch_rule(c, device, stream, scan, budget, stamp);
+    else if (launch_rule(c, device, stream, uses_of(scan), budget, stamp))
+        PUMP_COUNT(launches_prefetched, 1);
+}
+
+PUMP_HIDDEN void pump_residency_graph_launch(struct pump_context *c, CUstream stream,
+                                             struct pump_range *const *ranges, uint32_t n, uint64_t budget)
+{
+    int device = pump_context_device(c);
+    if (device < 0 || device >= DEVICES_MAX)
+        return;
+    struct uses u = {ranges, n};
+    uint32_t stamp = resident_stamp(device);
+    if (launch_todo(u, stamp) > 0)
+        launch_rule(c, device, stream, u, budget, stamp);
 }
 
 /* Policy off with a budget: the launch's blocks are counted in (the kernel
  * faults in what it touches), then the oldest others leave until it holds. */
-static void off_rule(struct pump_context *c, int device, const struct pump_scan *scan, uint64_t budget,
-                     uint64_t token)
+static void off_rule(struct pump_context *c, int device, struct uses u, uint64_t budget, uint64_t token)
 {
     uint32_t counted = 0;
-    for (uint32_t r = 0; r < scan->own; r++)
-        counted += __atomic_load_n(&scan->range[r]->accounted_on, __ATOMIC_RELAXED) == (uint32_t)device + 1;
-    if (counted == scan->own)
+    for (uint32_t r = 0; r < u.n; r++)
+        counted += __atomic_load_n(&u.range[r]->accounted_on, __ATOMIC_RELAXED) == (uint32_t)device + 1;
+    if (counted == u.n)
         return;
     pthread_mutex_lock(&lock);
-    uint64_t decision = begin_decision(scan);
-    for (uint32_t r = 0; r < scan->own; r++) {
-        struct pump_blocks *a = scan->range[r]->blocks;
+    uint64_t decision = begin_decision(u);
+    for (uint32_t r = 0; r < u.n; r++) {
+        struct pump_blocks *a = u.range[r]->blocks;
         if (a == NULL)
             continue;
         for (uint32_t i = 0; i < a->count; i++)
@@ -597,12 +627,12 @@ static void off_rule(struct pump_context *c, int device, const struct pump_scan 
     pthread_mutex_unlock(&lock);
 }
 
-static void plan_rule(struct pump_context *c, int device, const struct pump_scan *scan, uint64_t budget,
+static void plan_rule(struct pump_context *c, int device, struct uses u, uint64_t budget,
                       uint64_t token, uint64_t tick, const struct pump_trigger *t)
 {
     uint64_t skipped = 0, left_out = 0;
     pthread_mutex_lock(&lock);
-    uint64_t decision = begin_decision(scan);
+    uint64_t decision = begin_decision(u);
     struct evictions e = {.c = c, .device = device, .after = token, .fallback = token};
     uint32_t prefetch_from = t->need, evict_from = t->need + t->prefetch;
     for (uint32_t k = evict_from; k < evict_from + t->evict; k++) {
@@ -638,11 +668,10 @@ static void plan_rule(struct pump_context *c, int device, const struct pump_scan
 /* Over the budget although every rule kept to it: the budget was lowered (the
  * arbiter, `pump` set) or a rule could not help it (policy off's launch larger
  * than the budget). The oldest blocks but this launch's leave. */
-static void hold_budget(struct pump_context *c, int device, const struct pump_scan *scan, uint64_t budget,
-                        uint64_t token)
+static void hold_budget(struct pump_context *c, int device, struct uses u, uint64_t budget, uint64_t token)
 {
     pthread_mutex_lock(&lock);
-    uint64_t decision = begin_decision(scan);
+    uint64_t decision = begin_decision(u);
     struct evictions e = {.c = c, .device = device, .fallback = token};
     make_room(&e, 0, budget, PUMP_ORDER_MIGRATED, decision);
     evictions_flush(&e);
@@ -650,15 +679,16 @@ static void hold_budget(struct pump_context *c, int device, const struct pump_sc
     pthread_mutex_unlock(&lock);
 }
 
-PUMP_HIDDEN void pump_residency_after_launch(struct pump_context *c, CUstream stream, const struct pump_scan *scan,
-                                             uint64_t budget, uint64_t tick, const struct pump_trigger *trigger)
+/* After a kernel or a graph replay was enqueued: see pump_residency_after_launch. */
+static void after_use(struct pump_context *c, CUstream stream, struct uses u, uint64_t budget, uint64_t tick,
+                      const struct pump_trigger *trigger)
 {
     uint64_t token = 0;
     if (budget != 0 || (trigger != NULL && trigger->evict > 0))
         token = pump_use_record(c, stream);
     if (budget != 0 && token != 0) {
-        for (uint32_t r = 0; r < scan->own; r++) {
-            struct pump_range *range = scan->range[r];
+        for (uint32_t r = 0; r < u.n; r++) {
+            struct pump_range *range = u.range[r];
             uint64_t old = __atomic_load_n(&range->last_use, __ATOMIC_RELAXED);
             /* The latest use wins (tokens order by their sequence number). */
             while (old >> PUMP_USE_SEQUENCE_SHIFT < token >> PUMP_USE_SEQUENCE_SHIFT &&
@@ -672,11 +702,24 @@ PUMP_HIDDEN void pump_residency_after_launch(struct pump_context *c, CUstream st
     if (device < 0 || device >= DEVICES_MAX)
         return;
     if (pump_config.policy == PUMP_POLICY_OFF && budget != 0)
-        off_rule(c, device, scan, budget, token);
+        off_rule(c, device, u, budget, token);
     if (trigger != NULL)
-        plan_rule(c, device, scan, budget, token, tick, trigger);
+        plan_rule(c, device, u, budget, token, tick, trigger);
     if (budget != 0 && __atomic_load_n(&devices[device].resident, __ATOMIC_RELAXED) > budget)
-        hold_budget(c, device, scan, budget, token);
+        hold_budget(c, device, u, budget, token);
+}
+
+PUMP_HIDDEN void pump_residency_after_launch(struct pump_context *c, CUstream stream, const struct pump_scan *scan,
+                                             uint64_t budget, uint64_t tick, const struct pump_trigger *trigger)
+{
+    after_use(c, stream, uses_of(scan), budget, tick, trigger);
+}
+
+PUMP_HIDDEN void pump_residency_after_graph_launch(struct pump_context *c, CUstream stream,
+                                                   struct pump_range *const *ranges, uint32_t n, uint64_t budget,
+                                                   uint64_t tick)
+{
+    after_use(c, stream, (struct uses){ranges, n}, budget, tick, NULL);
 }
 
 PUMP_HIDDEN void pump_residency_before_fork(void)

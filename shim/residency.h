@@ -48,6 +48,17 @@ PUMP_HIDDEN void pump_residency_launch(struct pump_context *c, CUstream stream, 
 PUMP_HIDDEN void pump_residency_after_launch(struct pump_context *c, CUstream stream, const struct pump_scan *scan,
                                              uint64_t budget, uint64_t tick, const struct pump_trigger *trigger);
 
+/* A graph replay on `stream` (policy launch; the stream is not being
+ * captured; the allocations' bytes fit `budget`, 0: none): the launch rule
+ * over the graph's allocations ranges[0 .. n), as for one kernel. */
+PUMP_HIDDEN void pump_residency_graph_launch(struct pump_context *c, CUstream stream,
+                                             struct pump_range *const *ranges, uint32_t n, uint64_t budget);
+/* After a graph replay was enqueued: pump_residency_after_launch's use
+ * record and policy off's rule, over the graph's allocations. */
+PUMP_HIDDEN void pump_residency_after_graph_launch(struct pump_context *c, CUstream stream,
+                                                   struct pump_range *const *ranges, uint32_t n, uint64_t budget,
+                                                   uint64_t tick);
+
 PUMP_HIDDEN void pump_residency_before_fork(void);
 PUMP_HIDDEN void pump_residency_after_fork(void);
 

@@ -130,6 +130,14 @@ struct pump_driver {
     PFN_cuMemGetDefaultMemPool_v13000 mem_get_default_mem_pool; /* NULL before CUDA 13 */
     PFN_cuMemDiscardBatchAsync_v13000 discard_batch;     /* NULL before CUDA 13 */
     bool can_prefetch;                                   /* all of the prefetch path is there */
+    /* graphs (hooks_graph.c) and devices (prefetch.c) */
+    PFN_cuGraphGetNodes_v10000 graph_get_nodes;
+    PFN_cuGraphNodeGetType_v10000 graph_node_get_type;
+    PFN_cuGraphKernelNodeGetParams_v12000 graph_kernel_node_get_params; /* NULL before CUDA 12 */
+    PFN_cuGraphChildGraphNodeGetGraph_v10000 graph_child_graph;
+    PFN_cuStreamGetCtx_v9020 stream_get_ctx;             /* the context a stream belongs to */
+    PFN_cuCtxPushCurrent_v4000 ctx_push_current;
+    PFN_cuCtxPopCurrent_v4000 ctx_pop_current;
 };
 extern PUMP_HIDDEN struct pump_driver pump_driver;
 

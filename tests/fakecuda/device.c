@@ -30,6 +30,14 @@ static pthread_once_t fc_init_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t fc_ctx_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct CUctx_st *fc_created_ctxs; /* never freed: handles stay checkable */
 static _Atomic unsigned long long fc_ctx_ids = 1;
+/* Contexts made per device: primary activations (a retain from no references) and
+ * cuCtxCreate calls (fakecuda_contexts_created). */
+static _Atomic int fc_contexts_made[FAKECUDA_MAX_DEVICES];
+
+FC_EXPORT int fakecuda_contexts_created(int device)
+{
+    return device >= 0 && device < FAKECUDA_MAX_DEVICES ? atomic_load(&fc_contexts_made[device]) : -1;
+}
 
 /* The current context and the push/pop stack are per thread, as in the driver. */
 #define FC_CTX_STACK 32
@@ -173,7 +181,7 @@ FC_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     FC_ENTRY(cuDevicePrimaryCtxRetain, 7000);
     if (!pctx) return CUDA_ERROR_INVALID_VALUE;
     if (!dev_ok(dev)) return CUDA_ERROR_INVALID_DEVICE;
-    atomic_fetch_add(&fc_primary_refs[dev], 1);
+    if (atomic_fetch_add(&fc_primary_refs[dev], 1) == 0) atomic_fetch_add(&fc_contexts_made[dev], 1);
     *pctx = &fc_primary[dev];
     return CUDA_SUCCESS;
 }
@@ -211,6 +219,7 @@ static CUresult ctx_create(CUcontext *pctx, unsigned flags, CUdevice dev)
     c->device = dev;
     c->flags = flags;
     c->id = atomic_fetch_add(&fc_ctx_ids, 1);
+    atomic_fetch_add(&fc_contexts_made[dev], 1);
     pthread_mutex_lock(&fc_ctx_mu);
     c->next_all = fc_created_ctxs;
     fc_created_ctxs = c;

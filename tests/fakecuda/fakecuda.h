@@ -42,6 +42,9 @@ struct fakecuda_stats {
     uint64_t bytes_discarded;
 };
 void fakecuda_get_stats(struct fakecuda_stats *out); /* call after synchronizing */
+/* Contexts made on a device since load: primary context activations (a retain with no
+   references left) and cuCtxCreate calls; -1 for a device number out of range. */
+int fakecuda_contexts_created(int device);
 void fakecuda_reset_stats(void);
 
 #ifdef __cplusplus

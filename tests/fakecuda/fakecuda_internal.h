@@ -189,6 +189,11 @@ struct fc_kdef {
 void fc_run_kernel(fc_kdef *def, const fakecuda_dims *d, void *args, int device);
 /* A kernel op (args copied, start not before now + FAKECUDA_LAUNCH_LATENCY_US). */
 fc_op *fc_kernel_op(fc_kdef *def, const fakecuda_dims *d, const void *args);
+/* The kernel behind a CUfunction or CUkernel handle, or NULL. */
+fc_kdef *fc_kernel_def(const void *func_or_kernel);
+/* Copies a launch's arguments (kernelParams, or the `extra` buffer, never both) into
+ * args (def->argsize bytes, device layout). */
+CUresult fc_pack_args(const fc_kdef *def, void **params, void **extra, unsigned char *args);
 
 /* ---- memory.c ---- */
 /* A memory pool: a device's default pinned or managed pool, or one cuMemPoolCreate made. */

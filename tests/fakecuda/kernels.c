@@ -275,25 +275,12 @@ void fc_run_kernel(fc_kdef *def, const fakecuda_dims *d, void *args, int device)
     FC_COUNT(kernels_run, 1);
 }
 
-/* Copies the arguments (kernelParams, or the `extra` buffer decoded with the layout) and
- * enqueues the kernel, or appends it to the stream's capture. */
-static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                       unsigned shmem, CUstream h, void **params, void **extra)
+fc_kdef *fc_kernel_def(const void *func_or_kernel) { return def_of(func_or_kernel, 0); }
+
+CUresult fc_pack_args(const fc_kdef *def, void **params, void **extra, unsigned char *args)
 {
-    fc_kdef *def = def_of(f, 0);
-    if (!def) return CUDA_ERROR_INVALID_HANDLE;
-    if (def->noop) {
-        FC_COUNT(launches, 1);
-        return CUDA_SUCCESS;
-    }
-    if (params && extra) return CUDA_ERROR_INVALID_VALUE;
-    if (!gx || !gy || !gz || !bx || !by || !bz) return CUDA_ERROR_INVALID_VALUE;
     CUresult err = CUDA_SUCCESS;
-    CUstream s = fc_resolve_stream(h, &err);
-    if (!s) return err;
-    _Alignas(16) unsigned char stackbuf[1024];
-    unsigned char *args = def->argsize <= sizeof stackbuf ? stackbuf : malloc(def->argsize);
-    if (!args) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (params && extra) return CUDA_ERROR_INVALID_VALUE;
     if (params) {
         for (unsigned i = 0; i < def->nparams && err == CUDA_SUCCESS; i++) {
             if (!params[i]) err = CUDA_ERROR_INVALID_VALUE;
@@ -316,6 +303,27 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
     } else if (def->nparams) {
         err = CUDA_ERROR_INVALID_VALUE;
     }
+    return err;
+}
+
+/* Copies the arguments and enqueues the kernel, or appends it to the stream's capture. */
+static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                       unsigned shmem, CUstream h, void **params, void **extra)
+{
+    fc_kdef *def = def_of(f, 0);
+    if (!def) return CUDA_ERROR_INVALID_HANDLE;
+    if (def->noop) {
+        FC_COUNT(launches, 1);
+        return CUDA_SUCCESS;
+    }
+    if (!gx || !gy || !gz || !bx || !by || !bz) return CUDA_ERROR_INVALID_VALUE;
+    CUresult err = CUDA_SUCCESS;
+    CUstream s = fc_resolve_stream(h, &err);
+    if (!s) return err;
+    _Alignas(16) unsigned char stackbuf[1024];
+    unsigned char *args = def->argsize <= sizeof stackbuf ? stackbuf : malloc(def->argsize);
+    if (!args) return CUDA_ERROR_OUT_OF_MEMORY;
+    err = fc_pack_args(def, params, extra, args);
     if (err == CUDA_SUCCESS) {
         fakecuda_dims d = { { gx, gy, gz }, { bx, by, bz }, shmem };
         int r = fc_stream_capturing(s) ? fc_capture_add_kernel(s, def, &d, args) : FC_NOT_CAPTURING;

@@ -148,7 +148,21 @@
     X(cuLaunchKernelEx, 11060, cuLaunchKernelEx, 0, PFN_cuLaunchKernelEx_v11060)                      \
     X(cuLaunchKernelEx, 11060, cuLaunchKernelEx_ptsz, 1, PFN_cuLaunchKernelEx_v11060_ptsz)            \
     X(cuLaunchCooperativeKernel, 9000, cuLaunchCooperativeKernel, 0, PFN_cuLaunchCooperativeKernel_v9000) \
-    X(cuLaunchCooperativeKernel, 9000, cuLaunchCooperativeKernel_ptsz, 1, PFN_cuLaunchCooperativeKernel_v9000_ptsz)
+    X(cuLaunchCooperativeKernel, 9000, cuLaunchCooperativeKernel_ptsz, 1, PFN_cuLaunchCooperativeKernel_v9000_ptsz) \
+    /* graphs built by hand, child graphs, exec updates; CUDA 12's 3-argument cuGraphInstantiate */      \
+    X(cuGraphInstantiate, 12000, cuGraphInstantiateWithFlags, 0, PFN_cuGraphInstantiateWithFlags_v11040) \
+    X(cuGraphInstantiateWithParams, 12000, cuGraphInstantiateWithParams, 0,                           \
+      PFN_cuGraphInstantiateWithParams_v12000)                                                        \
+    X(cuGraphInstantiateWithParams, 12000, cuGraphInstantiateWithParams_ptsz, 1,                      \
+      PFN_cuGraphInstantiateWithParams_v12000_ptsz)                                                   \
+    X(cuGraphCreate, 10000, cuGraphCreate, 0, PFN_cuGraphCreate_v10000)                               \
+    X(cuGraphAddKernelNode, 12000, cuGraphAddKernelNode_v2, 0, PFN_cuGraphAddKernelNode_v12000)       \
+    X(cuGraphAddChildGraphNode, 10000, cuGraphAddChildGraphNode, 0, PFN_cuGraphAddChildGraphNode_v10000) \
+    X(cuGraphChildGraphNodeGetGraph, 10000, cuGraphChildGraphNodeGetGraph, 0,                         \
+      PFN_cuGraphChildGraphNodeGetGraph_v10000)                                                       \
+    X(cuGraphExecKernelNodeSetParams, 12000, cuGraphExecKernelNodeSetParams_v2, 0,                    \
+      PFN_cuGraphExecKernelNodeSetParams_v12000)                                                      \
+    X(cuGraphExecUpdate, 12000, cuGraphExecUpdate_v2, 0, PFN_cuGraphExecUpdate_v12000)
 
 /* The hidden aliases (defined next to each export) and the signature checks. */
 #define FC_DECL(base, ver, sym, ptsz, pfn)                                                    \

@@ -203,7 +203,11 @@ static int child_devices(void)
     OK(cuCtxSynchronize());
     CUcontext c1;
     size_t fr, tot;
+    CHECK(fakecuda_contexts_created(1) == 0, "no context on device 1 yet");
     OK(cuDevicePrimaryCtxRetain(&c1, 1));
+    OK(cuDevicePrimaryCtxRetain(&c1, 1));
+    CHECK(fakecuda_contexts_created(1) == 1, "one primary activation (%d)", fakecuda_contexts_created(1));
+    OK(cuDevicePrimaryCtxRelease(1));
     OK(cuCtxPushCurrent(c1));
     OK(cuMemGetInfo(&fr, &tot));
     CHECK(tot - fr == 16 * PAGE, "device 1 holds the prefetched pages (%zu)", tot - fr);
@@ -543,6 +547,53 @@ int main(int argc, char **argv)
     OK(cuThreadExchangeStreamCaptureMode(&mode));
     CHECK(mode == CU_STREAM_CAPTURE_MODE_GLOBAL, "capture mode exchanged");
 
+    /* 10b. graphs built by hand: kernel nodes, a child graph (copied into its node),
+     * instantiation with params, and an exec's kernel node or whole graph updated */
+    float *e = managed_filled(PAGE, 1.0f), *e2 = managed_filled(PAGE, 1.0f);
+    void *args_e[] = { &e, &nd }, *args_e2[] = { &e2, &nd };
+    CUDA_KERNEL_NODE_PARAMS np = { .func = fdouble, .gridDimX = 1, .gridDimY = 1, .gridDimZ = 1,
+                                   .blockDimX = 1, .blockDimY = 1, .blockDimZ = 1, .kernelParams = args_e };
+    CUgraph inner_graph, outer, got;
+    CUgraphNode kn, kn_outer, cn;
+    CUgraphNodeType nt;
+    OK(cuGraphCreate(&inner_graph, 0));
+    OK(cuGraphAddKernelNode(&kn, inner_graph, NULL, 0, &np));
+    OK(cuGraphCreate(&outer, 0));
+    OK(cuGraphAddKernelNode(&kn_outer, outer, NULL, 0, &np));
+    OK(cuGraphAddChildGraphNode(&cn, outer, &kn_outer, 1, inner_graph));
+    OK(cuGraphDestroy(inner_graph));
+    OK(cuGraphNodeGetType(cn, &nt));
+    OK(cuGraphChildGraphNodeGetGraph(cn, &got));
+    OK(cuGraphGetNodes(got, NULL, &nn));
+    CHECK(nt == CU_GRAPH_NODE_TYPE_GRAPH && nn == 1, "child graph node");
+    CUDA_GRAPH_INSTANTIATE_PARAMS ip = { .hUploadStream = s1 };
+    OK(cuGraphInstantiateWithParams(&ge, outer, &ip));
+    CHECK(ip.result_out == CUDA_GRAPH_INSTANTIATE_SUCCESS, "instantiate result");
+    OK(cuGraphLaunch(ge, s1));
+    OK(cuStreamSynchronize(s1));
+    CHECK(all_equal(e, nd, 4.0f), "parent and child kernels ran");
+    np.kernelParams = args_e2;
+    OK(cuGraphExecKernelNodeSetParams(ge, kn_outer, &np));
+    OK(cuGraphLaunch(ge, s1));
+    OK(cuStreamSynchronize(s1));
+    CHECK(all_equal(e, nd, 8.0f) && all_equal(e2, nd, 2.0f), "exec kernel node set params");
+    CUgraphExecUpdateResultInfo ui;
+    OK(cuGraphCreate(&inner_graph, 0));
+    OK(cuGraphAddKernelNode(&kn, inner_graph, NULL, 0, &np));
+    CHECK(cuGraphExecUpdate(ge, inner_graph, &ui) == CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE &&
+              ui.result == CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED, "update with another topology");
+    OK(cuGraphAddKernelNode(&kn, inner_graph, &kn, 1, &np));
+    OK(cuGraphExecUpdate(ge, inner_graph, &ui));
+    OK(cuGraphLaunch(ge, s1));
+    OK(cuStreamSynchronize(s1));
+    CHECK(ui.result == CU_GRAPH_EXEC_UPDATE_SUCCESS && all_equal(e, nd, 8.0f) && all_equal(e2, nd, 8.0f),
+          "exec update");
+    OK(cuGraphExecDestroy(ge));
+    OK(cuGraphDestroy(inner_graph));
+    OK(cuGraphDestroy(outer));
+    OK(cuMemFree((CUdeviceptr)(uintptr_t)e));
+    OK(cuMemFree((CUdeviceptr)(uintptr_t)e2));
+
     /* 11. cuGetProcAddress routing: pointers identical to dlsym of the ABI export */
     struct { const char *sym; int ver; cuuint64_t flags; const char *abi; } routes[] = {
         { "cuLaunchKernel", 12000, 0, "cuLaunchKernel" },
@@ -560,6 +611,9 @@ int main(int argc, char **argv)
         { "cuMemPrefetchBatchAsync", 13000, 0, "cuMemPrefetchBatchAsync" },
         { "cuFuncGetParamInfo", 12040, 0, "cuFuncGetParamInfo" },
         { "cuGraphInstantiate", 11000, 0, "cuGraphInstantiate_v2" },
+        { "cuGraphInstantiate", 12000, 0, "cuGraphInstantiateWithFlags" },
+        { "cuGraphInstantiateWithParams", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+          "cuGraphInstantiateWithParams_ptsz" },
         { "cuLaunchHostFunc", 13010, 0, "cuLaunchHostFunc" }, /* _v2 is 13010, above driver 13000 */
     };
     int routes_ok = 1;

@@ -343,7 +343,8 @@ FC_DEF(cuStreamGetId_ptsz, 12000, (CUstream hStream, unsigned long long *streamI
        stream_get_flags(hStream, NULL, NULL, streamId));
 
 /* ---- graphs and capture ---- */
-enum { FC_NODE_KERNEL, FC_NODE_HOST };
+enum { FC_NODE_KERNEL, FC_NODE_HOST, FC_NODE_GRAPH };
+struct CUgraph_st;
 struct CUgraphNode_st {
     int type;
     fc_kdef *def;
@@ -352,9 +353,20 @@ struct CUgraphNode_st {
     void **params; /* params[i] = args + offsets[i] (the node's kernelParams) */
     CUhostFn fn;
     void *ud;
+    struct CUgraph_st *child; /* FC_NODE_GRAPH: the node's own copy of the child graph */
 };
 struct CUgraph_st { fc_link link; uint32_t magic; struct CUgraphNode_st **nodes; size_t n, cap; };
-struct CUgraphExec_st { fc_link link; uint32_t magic; struct CUgraphNode_st **nodes; size_t n; };
+/* An executable graph: its graph's kernel and host nodes, child graphs flattened in
+ * order; orig[i] is the graph node nodes[i] was copied from (what exec updates name). */
+struct CUgraphExec_st {
+    fc_link link;
+    uint32_t magic;
+    struct CUgraphNode_st **nodes;
+    CUgraphNode *orig;
+    size_t n, cap;
+};
+static void graph_free(struct CUgraph_st *g);
+static struct CUgraph_st *graph_clone(const struct CUgraph_st *g);
 
 typedef struct fc_capture {
     uint64_t id;
@@ -380,6 +392,7 @@ static void node_free(struct CUgraphNode_st *n)
     if (!n) return;
     free(n->args);
     free(n->params);
+    if (n->child) graph_free(n->child);
     free(n);
 }
 
@@ -402,8 +415,31 @@ static struct CUgraphNode_st *node_copy(const struct CUgraphNode_st *o)
 {
     if (o->type == FC_NODE_KERNEL) return node_kernel(o->def, &o->dims, o->args);
     struct CUgraphNode_st *n = calloc(1, sizeof *n);
-    if (n) *n = *o;
+    if (!n) return NULL;
+    *n = *o;
+    if (o->type == FC_NODE_GRAPH && !(n->child = graph_clone(o->child))) {
+        free(n);
+        return NULL;
+    }
     return n;
+}
+
+/* A kernel node from a kernel node's parameters (the arguments are copied). */
+static CUresult node_from_params(const CUDA_KERNEL_NODE_PARAMS *p, struct CUgraphNode_st **out)
+{
+    if (!p) return CUDA_ERROR_INVALID_VALUE;
+    fc_kdef *def = fc_kernel_def(p->func ? (const void *)p->func : (const void *)p->kern);
+    if (!def) return CUDA_ERROR_INVALID_HANDLE;
+    if (!p->gridDimX || !p->gridDimY || !p->gridDimZ || !p->blockDimX || !p->blockDimY || !p->blockDimZ)
+        return CUDA_ERROR_INVALID_VALUE;
+    unsigned char *args = malloc(def->argsize ? def->argsize : 1);
+    if (!args) return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = fc_pack_args(def, p->kernelParams, p->extra, args);
+    fakecuda_dims d = { { p->gridDimX, p->gridDimY, p->gridDimZ }, { p->blockDimX, p->blockDimY, p->blockDimZ },
+                        p->sharedMemBytes };
+    if (r == CUDA_SUCCESS && !(*out = node_kernel(def, &d, args))) r = CUDA_ERROR_OUT_OF_MEMORY;
+    free(args);
+    return r;
 }
 
 static int graph_append(struct CUgraph_st *g, struct CUgraphNode_st *n)
@@ -420,6 +456,15 @@ static int graph_append(struct CUgraph_st *g, struct CUgraphNode_st *n)
     return 0;
 }
 
+static struct CUgraph_st *graph_new(void)
+{
+    struct CUgraph_st *g = calloc(1, sizeof *g);
+    if (!g) return NULL;
+    g->magic = FC_MAGIC_GRAPH;
+    fc_keep(&g->link);
+    return g;
+}
+
 static void graph_free(struct CUgraph_st *g)
 {
     for (size_t i = 0; i < g->n; i++) node_free(g->nodes[i]);
@@ -427,6 +472,17 @@ static void graph_free(struct CUgraph_st *g)
     g->magic = FC_MAGIC_DEAD;
     fc_unkeep(&g->link);
     free(g);
+}
+
+static struct CUgraph_st *graph_clone(const struct CUgraph_st *g)
+{
+    struct CUgraph_st *c = graph_new();
+    for (size_t i = 0; c && i < g->n; i++)
+        if (graph_append(c, node_copy(g->nodes[i])) != 0) {
+            graph_free(c);
+            c = NULL;
+        }
+    return c;
 }
 
 /* Appends a node to s's capture under fc_capture_mu: a CUresult or FC_NOT_CAPTURING. */
@@ -489,10 +545,12 @@ static CUresult begin_capture(CUstream h, CUstreamCaptureMode mode, int ptsz)
         return CUDA_ERROR_INVALID_VALUE;
     STREAM_OR_RETURN(h);
     fc_capture *cap = calloc(1, sizeof *cap);
-    struct CUgraph_st *g = calloc(1, sizeof *g);
-    if (!cap || !g) { free(cap); free(g); return CUDA_ERROR_OUT_OF_MEMORY; }
-    g->magic = FC_MAGIC_GRAPH;
-    fc_keep(&g->link);
+    struct CUgraph_st *g = graph_new();
+    if (!cap || !g) {
+        free(cap);
+        if (g) graph_free(g);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     cap->graph = g;
     cap->origin = s;
     pthread_mutex_lock(&fc_capture_mu);
@@ -605,6 +663,53 @@ FC_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
 }
 FC_ALIAS(cuThreadExchangeStreamCaptureMode);
 
+static void exec_free(struct CUgraphExec_st *e)
+{
+    for (size_t i = 0; i < e->n; i++) node_free(e->nodes[i]);
+    free(e->nodes);
+    free(e->orig);
+    e->magic = FC_MAGIC_DEAD;
+    fc_unkeep(&e->link);
+    free(e);
+}
+
+/* Appends copies of g's kernel and host nodes to e, child graphs flattened in place. */
+static int exec_flatten(struct CUgraphExec_st *e, const struct CUgraph_st *g)
+{
+    for (size_t i = 0; i < g->n; i++) {
+        struct CUgraphNode_st *o = g->nodes[i];
+        if (o->type == FC_NODE_GRAPH) {
+            if (exec_flatten(e, o->child) != 0) return -1;
+            continue;
+        }
+        if (e->n == e->cap) {
+            size_t nc = e->cap ? e->cap * 2 : 8;
+            struct CUgraphNode_st **v = realloc(e->nodes, nc * sizeof *v);
+            if (v) e->nodes = v;
+            CUgraphNode *w = v ? realloc(e->orig, nc * sizeof *w) : NULL;
+            if (!v || !w) return -1;
+            e->orig = w;
+            e->cap = nc;
+        }
+        if (!(e->nodes[e->n] = node_copy(o))) return -1;
+        e->orig[e->n++] = o;
+    }
+    return 0;
+}
+
+static struct CUgraphExec_st *exec_of(const struct CUgraph_st *g)
+{
+    struct CUgraphExec_st *e = calloc(1, sizeof *e);
+    if (!e) return NULL;
+    e->magic = FC_MAGIC_EXEC;
+    fc_keep(&e->link);
+    if (exec_flatten(e, g) != 0) {
+        exec_free(e);
+        return NULL;
+    }
+    return e;
+}
+
 static CUresult instantiate(CUgraphExec *ph, CUgraph g, unsigned long long flags, CUgraphNode *err_node, char *log,
                             size_t log_size)
 {
@@ -612,21 +717,8 @@ static CUresult instantiate(CUgraphExec *ph, CUgraph g, unsigned long long flags
     if (err_node) *err_node = NULL;
     if (log && log_size) log[0] = '\0';
     if (!ph || !g || g->magic != FC_MAGIC_GRAPH) return CUDA_ERROR_INVALID_VALUE;
-    struct CUgraphExec_st *e = calloc(1, sizeof *e);
+    struct CUgraphExec_st *e = exec_of(g);
     if (!e) return CUDA_ERROR_OUT_OF_MEMORY;
-    e->nodes = calloc(g->n ? g->n : 1, sizeof *e->nodes);
-    if (!e->nodes) { free(e); return CUDA_ERROR_OUT_OF_MEMORY; }
-    for (size_t i = 0; i < g->n; i++) {
-        if (!(e->nodes[i] = node_copy(g->nodes[i]))) {
-            for (size_t j = 0; j < i; j++) node_free(e->nodes[j]);
-            free(e->nodes);
-            free(e);
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        }
-    }
-    e->n = g->n;
-    e->magic = FC_MAGIC_EXEC;
-    fc_keep(&e->link);
     *ph = e;
     return CUDA_SUCCESS;
 }
@@ -638,6 +730,20 @@ FC_DEF(cuGraphInstantiate, 10000, (CUgraphExec *phGraphExec, CUgraph hGraph, CUg
 FC_DEF(cuGraphInstantiate_v2, 11000, (CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode,
         char *logBuffer, size_t bufferSize),
        instantiate(phGraphExec, hGraph, 0, phErrorNode, logBuffer, bufferSize));
+
+static CUresult instantiate_with_params(CUgraphExec *ph, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS *p)
+{
+    if (!p) return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = instantiate(ph, g, p->flags, &p->hErrNode_out, NULL, 0);
+    p->result_out = r == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
+    return r;
+}
+FC_DEF(cuGraphInstantiateWithParams, 12000, (CUgraphExec *phGraphExec, CUgraph hGraph,
+        CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams),
+       instantiate_with_params(phGraphExec, hGraph, instantiateParams));
+FC_DEF(cuGraphInstantiateWithParams_ptsz, 12000, (CUgraphExec *phGraphExec, CUgraph hGraph,
+        CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams),
+       instantiate_with_params(phGraphExec, hGraph, instantiateParams));
 
 /* The graph's nodes run in capture order, as one block of ops on the stream (into a
  * capturing stream they are appended to that capture instead). */
@@ -690,14 +796,114 @@ FC_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
     FC_ENTRY(cuGraphExecDestroy, 10000);
     if (!hGraphExec || hGraphExec->magic != FC_MAGIC_EXEC) return CUDA_ERROR_INVALID_VALUE;
-    for (size_t i = 0; i < hGraphExec->n; i++) node_free(hGraphExec->nodes[i]);
-    free(hGraphExec->nodes);
-    hGraphExec->magic = FC_MAGIC_DEAD;
-    fc_unkeep(&hGraphExec->link);
-    free(hGraphExec);
+    exec_free(hGraphExec);
     return CUDA_SUCCESS;
 }
 FC_ALIAS(cuGraphExecDestroy);
+
+/* ---- graphs built by hand, and exec updates (nodes are a linear list: dependencies
+ * are validated, not recorded) ---- */
+FC_EXPORT CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
+{
+    FC_ENTRY(cuGraphCreate, 10000);
+    if (!phGraph || flags) return CUDA_ERROR_INVALID_VALUE;
+    return (*phGraph = graph_new()) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+FC_ALIAS(cuGraphCreate);
+
+static CUresult add_node(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t ndeps,
+                         struct CUgraphNode_st *n)
+{
+    if (!ph || !g || g->magic != FC_MAGIC_GRAPH || (ndeps && !deps)) {
+        node_free(n);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (graph_append(g, n) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    *ph = n;
+    return CUDA_SUCCESS;
+}
+
+static CUresult add_kernel_node(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t ndeps,
+                                const CUDA_KERNEL_NODE_PARAMS *p)
+{
+    struct CUgraphNode_st *n = NULL;
+    CUresult r = node_from_params(p, &n);
+    return r == CUDA_SUCCESS ? add_node(ph, g, deps, ndeps, n) : r;
+}
+FC_DEF(cuGraphAddKernelNode_v2, 12000, (CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+        size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS *nodeParams),
+       add_kernel_node(phGraphNode, hGraph, dependencies, numDependencies, nodeParams));
+
+/* The child graph is copied, as the driver clones it. */
+static CUresult add_child_node(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t ndeps, CUgraph child)
+{
+    if (!child || child->magic != FC_MAGIC_GRAPH) return CUDA_ERROR_INVALID_VALUE;
+    struct CUgraphNode_st *n = calloc(1, sizeof *n);
+    if (!n || !(n->child = graph_clone(child))) {
+        free(n);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    n->type = FC_NODE_GRAPH;
+    return add_node(ph, g, deps, ndeps, n);
+}
+FC_DEF(cuGraphAddChildGraphNode, 10000, (CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+        size_t numDependencies, CUgraph childGraph),
+       add_child_node(phGraphNode, hGraph, dependencies, numDependencies, childGraph));
+
+FC_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
+{
+    FC_ENTRY(cuGraphChildGraphNodeGetGraph, 10000);
+    if (!hNode || !phGraph || hNode->type != FC_NODE_GRAPH) return CUDA_ERROR_INVALID_VALUE;
+    *phGraph = hNode->child;
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuGraphChildGraphNodeGetGraph);
+
+/* The exec's copy of graph node hNode (a kernel node) gets new parameters. */
+static CUresult exec_kernel_node_set(CUgraphExec e, CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS *p)
+{
+    if (!e || e->magic != FC_MAGIC_EXEC || !hNode) return CUDA_ERROR_INVALID_VALUE;
+    size_t i = 0;
+    while (i < e->n && !(e->orig[i] == hNode && e->nodes[i]->type == FC_NODE_KERNEL)) i++;
+    if (i == e->n) return CUDA_ERROR_INVALID_VALUE;
+    struct CUgraphNode_st *n = NULL;
+    CUresult r = node_from_params(p, &n);
+    if (r != CUDA_SUCCESS) return r;
+    node_free(e->nodes[i]);
+    e->nodes[i] = n;
+    return CUDA_SUCCESS;
+}
+FC_DEF(cuGraphExecKernelNodeSetParams_v2, 12000, (CUgraphExec hGraphExec, CUgraphNode hNode,
+        const CUDA_KERNEL_NODE_PARAMS *nodeParams),
+       exec_kernel_node_set(hGraphExec, hNode, nodeParams));
+
+/* The exec takes g's parameters when g has the same nodes in the same order. */
+static CUresult exec_update(CUgraphExec e, CUgraph g, CUgraphExecUpdateResultInfo *info)
+{
+    if (!e || e->magic != FC_MAGIC_EXEC || !g || g->magic != FC_MAGIC_GRAPH || !info)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(info, 0, sizeof *info);
+    struct CUgraphExec_st *fresh = exec_of(g);
+    if (!fresh) return CUDA_ERROR_OUT_OF_MEMORY;
+    int same = fresh->n == e->n;
+    for (size_t i = 0; same && i < e->n; i++) same = fresh->nodes[i]->type == e->nodes[i]->type;
+    if (!same) {
+        exec_free(fresh);
+        info->result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+        return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+    }
+    for (size_t i = 0; i < e->n; i++) {
+        struct CUgraphNode_st *old = e->nodes[i];
+        e->nodes[i] = fresh->nodes[i];
+        fresh->nodes[i] = old;
+        e->orig[i] = fresh->orig[i];
+    }
+    exec_free(fresh);
+    info->result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+    return CUDA_SUCCESS;
+}
+FC_DEF(cuGraphExecUpdate_v2, 12000, (CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo),
+       exec_update(hGraphExec, hGraph, resultInfo));
 
 FC_EXPORT CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
 {
@@ -714,7 +920,9 @@ FC_EXPORT CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
 {
     FC_ENTRY(cuGraphNodeGetType, 10000);
     if (!hNode || !type) return CUDA_ERROR_INVALID_VALUE;
-    *type = hNode->type == FC_NODE_KERNEL ? CU_GRAPH_NODE_TYPE_KERNEL : CU_GRAPH_NODE_TYPE_HOST;
+    *type = hNode->type == FC_NODE_KERNEL ? CU_GRAPH_NODE_TYPE_KERNEL
+            : hNode->type == FC_NODE_GRAPH ? CU_GRAPH_NODE_TYPE_GRAPH
+                                           : CU_GRAPH_NODE_TYPE_HOST;
     return CUDA_SUCCESS;
 }
 FC_ALIAS(cuGraphNodeGetType);
