@@ -8,6 +8,11 @@ CUDA writes its counters to a record in a private directory; at exit pump-run
 sums them and prints one summary line on stderr.  A command that never uses CUDA
 writes no record, and then pump-run adds nothing to its output.
 
+Under managed_all (the default; --no-managed-all, [memory] managed_all) the shim turns the
+program's device allocations into managed memory, and pump-run merges
+expandable_segments:False into PyTorch's allocator settings (pump/torch_env.py: expandable
+segments cannot be managed; a user's own choice wins).
+
 Exit code: the command's, 128+N when it was killed by signal N, 127/126 when it
 cannot be started, 2 for pump-run's own errors (one line on stderr).
 
