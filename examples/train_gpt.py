@@ -23,22 +23,20 @@ float.hex of the loss, for bit-identical comparison), then one final object {"st
 "peak_bytes" (torch.cuda.max_memory_allocated on a GPU, else null), "preset", "config",
 "warmup"}.  --warmup steps train too but are neither printed nor timed.
 """
-import os
-
-# cuBLAS needs this before CUDA initialises to be deterministic; a user's own value stays.
-os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-
-import argparse  # noqa: E402  (after the environment is set, like torch below)
+import argparse
 import dataclasses
 import hashlib
 import json
 import math
+import os
 import sys
 import time
 
-import torch  # noqa: E402
+# cuBLAS needs this before CUDA initialises to be deterministic; a user's own value stays.
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+import torch  # noqa: E402  (after the environment is set)
 import torch.nn as nn  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
