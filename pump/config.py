@@ -407,6 +407,8 @@ JOB_SCHEMA: Dict[str, Dict[str, _Key]] = {
         "max_budget": _key("max_budget", _size_or(_check_size), _TOML_SIZE),
         "priority": _key("priority", _int_range(-PRIORITY_MAX, PRIORITY_MAX),
                          f"an integer {-PRIORITY_MAX}..{PRIORITY_MAX} (higher first; default 0)"),
+        # true: the program's device allocations become managed memory (PUMP_MANAGED_ALL)
+        "managed_all": _key("managed_all", _boolean, _TOML_BOOL),
     },
     "trace": {
         "file": _key("trace_file", _path, _TOML_PATH),
@@ -440,7 +442,8 @@ DAEMON_SCHEMA: Dict[str, Dict[str, _Key]] = {
 
 # --- the configurations --------------------------------------------------------------------
 
-JOB_DEFAULTS: Mapping[str, Any] = {"policy": "launch", "wait": True, "daemon_mode": "auto"}
+JOB_DEFAULTS: Mapping[str, Any] = {"policy": "launch", "wait": True, "daemon_mode": "auto",
+                                   "managed_all": True}
 
 
 @dataclasses.dataclass
@@ -460,6 +463,7 @@ class JobConfig:
     min_budget: Optional[str] = None  # a size (parse_size); a TOML integer as its digits
     max_budget: Optional[str] = None
     priority: Optional[int] = None
+    managed_all: Optional[bool] = None
     trace_file: Optional[str] = None
     daemon_mode: Optional[str] = None
     daemon_socket: Optional[str] = None
@@ -586,7 +590,8 @@ def load_daemon_file(path: str) -> DaemonConfig:
 
 
 _FLAG_NAMES = {"name": "--name", "policy": "--policy", "capacity": "--capacity", "budget": "--budget",
-               "trace_file": "--trace", "daemon_mode": "--daemon", "daemon_socket": "--socket"}
+               "trace_file": "--trace", "daemon_mode": "--daemon", "daemon_socket": "--socket",
+               "managed_all": "--managed-all"}
 _FIELD_KEYS = {k.field: k for keys in JOB_SCHEMA.values() for k in keys.values()}
 
 
@@ -674,6 +679,8 @@ def job_env(cfg: JobConfig) -> Dict[str, str]:
         env["PUMP_BUDGET"] = cfg.budget
     if cfg.name is not None:
         env["PUMP_NAME"] = cfg.name
+    if cfg.managed_all is not None:
+        env["PUMP_MANAGED_ALL"] = "1" if cfg.managed_all else "0"
     return env
 
 

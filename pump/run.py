@@ -8,6 +8,11 @@ CUDA writes its counters to a record in a private directory; at exit pump-run
 sums them and prints one summary line on stderr.  A command that never uses CUDA
 writes no record, and then pump-run adds nothing to its output.
 
+Under managed_all (the default; --no-managed-all, [memory] managed_all) the shim turns the
+program's device allocations into managed memory, and pump-run merges
+expandable_segments:False into PyTorch's allocator settings (pump/torch_env.py: expandable
+segments cannot be managed; a user's own choice wins).
+
 Exit code: the command's, 128+N when it was killed by signal N, 127/126 when it
 cannot be started, 2 for pump-run's own errors (one line on stderr).
 
@@ -38,7 +43,7 @@ import tempfile
 
 import pump
 from pump.cli_common import OneLineParser, die
-from pump import config, shim, stats
+from pump import config, shim, stats, torch_env
 from pump.daemon_link import DaemonError, DaemonLink
 from pump.protocol import ProtocolError
 
@@ -72,6 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", metavar="SIZE", type=config.check_budget,
                    help="cap on the job's GPU-resident managed bytes (PUMP_BUDGET): "
                         + config.BUDGET_ALLOWED.replace("%", "%%"))
+    p.add_argument("--managed-all", action=argparse.BooleanOptionalAction,
+                   help="turn the program's device allocations into managed memory, within the "
+                        "job's capacity (default: on; --no-managed-all: leave them device memory, "
+                        "as sharing CUDA tensors between processes needs)")
     p.add_argument("--daemon", dest="daemon_mode", choices=config.DAEMON_MODES,
                    help="auto: the system pumpd if it answers, else one embedded for this job "
                         "(default); system; embedded; none")
@@ -112,13 +121,23 @@ def preload_value(shim_file: str, existing: str) -> str:
     return ":".join([shim_file] + rest)
 
 
+# Passed even when defaulted: pump-run's default (on) is not a bare LD_PRELOAD's (the shim's).
+ALWAYS_PASSED = ("managed_all",)
+
+
 def child_env(args, cfg, shim_file: str, stats_dir: str, link: DaemonLink) -> dict:
     env = dict(os.environ)
     env["LD_PRELOAD"] = preload_value(shim_file, env.get("LD_PRELOAD", ""))
     env["PUMP_STATS_DIR"] = stats_dir
     # Only what the user chose: the shim has the same defaults, documented with it.
-    chosen = dataclasses.replace(cfg, **{f: None for f, src in cfg.source.items() if src == "default"})
+    chosen = dataclasses.replace(cfg, **{f: None for f, src in cfg.source.items()
+                                         if src == "default" and f not in ALWAYS_PASSED})
     env.update(config.job_env(chosen))
+    if cfg.managed_all:
+        allocator_env, notice = torch_env.managed_all_allocator_env(env)
+        env.update(allocator_env)
+        if notice:
+            print(f"{PROG}: notice: {notice}", file=sys.stderr)
     if cfg.policy == "lookahead":
         env["PUMP_POLICY"] = "launch"  # the shim's rule; pumpd's plans add the lookahead
     env.update(link.env())
@@ -229,7 +248,8 @@ def main(argv=None) -> int:
             _die(f"--stats {args.stats}: {exc.strerror or exc}")
 
     flags = {"policy": args.policy, "capacity": args.capacity, "budget": args.budget,
-             "daemon_mode": args.daemon_mode, "daemon_socket": args.socket, "trace_file": args.trace}
+             "daemon_mode": args.daemon_mode, "daemon_socket": args.socket, "trace_file": args.trace,
+             "managed_all": args.managed_all}
     try:
         cfg = config.resolve_job(flags, args.config, args.name)
     except config.ConfigError as exc:

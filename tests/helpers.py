@@ -42,3 +42,36 @@ def stop_pumpd(proc):
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+
+# Whether a real NVIDIA GPU and its driver are here (fakecuda does not count).
+_GPU_PROBE = """
+import ctypes, sys
+try:
+    cuda = ctypes.CDLL("libcuda.so.1")
+except OSError:
+    sys.exit(1)
+count = ctypes.c_int()
+real = not hasattr(cuda, "fakecuda_register_kernel")
+sys.exit(0 if real and cuda.cuInit(0) == 0 and cuda.cuDeviceGetCount(ctypes.byref(count)) == 0
+         and count.value > 0 else 1)
+"""
+_has_gpu = None
+
+
+def has_gpu() -> bool:
+    """Whether a real GPU is here: asked once, in a child process, so that the test
+    process itself never initialises CUDA."""
+    global _has_gpu
+    if _has_gpu is None:
+        import subprocess
+        _has_gpu = subprocess.run([sys.executable, "-c", _GPU_PROBE], env=clean_env(),
+                                  capture_output=True, timeout=60).returncode == 0
+    return _has_gpu
+
+
+def needs_gpu(test):
+    """Marks a test `gpu` and skips it where there is no real GPU."""
+    import pytest
+    return pytest.mark.gpu(pytest.mark.skipif(not has_gpu(), reason="needs a real NVIDIA GPU")(test))

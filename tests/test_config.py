@@ -151,7 +151,7 @@ def test_unknown_top_level_key_and_dotted_section(tmp_path):
 @pytest.mark.parametrize("section,allowed", [
     ("job", "name"),
     ("prefetch", "policy, wait, epoch_launches"),
-    ("memory", "capacity, budget, share, min_budget, max_budget, priority"),
+    ("memory", "capacity, budget, share, min_budget, max_budget, priority, managed_all"),
     ("trace", "file"),
     ("daemon", "mode, socket"),
 ])
@@ -216,6 +216,9 @@ def test_section_not_a_table_daemon_file(tmp_path):
     ("memory", "max_budget", "false", SIZE, "boolean false"),
     ("memory", "priority", "1.0", PRIORITY, "float 1.0"),
     ("memory", "priority", '"high"', PRIORITY, 'string "high"'),
+    ("memory", "managed_all", '"yes"', BOOL, 'string "yes"'),
+    ("memory", "managed_all", "1", BOOL, "integer 1"),
+    ("memory", "managed_all", '"true"', BOOL, 'string "true"'),
     ("trace", "file", "7", PATH, "integer 7"),
     ("daemon", "mode", "{ a = 1 }", 'one of "auto", "system", "embedded", "none"', "table {a = 1}"),
     ("daemon", "socket", "1979-05-27T07:32:00Z", PATH, "offset date-time 1979-05-27T07:32:00+00:00"),
@@ -515,6 +518,7 @@ FULL_JOB = """
     [memory]
     capacity = "host"
     budget = "75%"
+    managed_all = false
     [trace]
     file = "/tmp/t.trace"
     [daemon]
@@ -528,8 +532,8 @@ def test_full_job_file(tmp_path):
     cfg = config.load_job_file(path)
     assert cfg == config.JobConfig(
         name="train-1.b_c", policy="lookahead", wait=False, epoch_launches=4294967295, capacity="host",
-        budget="75%", trace_file="/tmp/t.trace", daemon_mode="embedded", daemon_socket="/run/x.sock",
-        source={f: path for f in config.JOB_FIELDS if f not in ARBITER_FIELDS},
+        budget="75%", managed_all=False, trace_file="/tmp/t.trace", daemon_mode="embedded",
+        daemon_socket="/run/x.sock", source={f: path for f in config.JOB_FIELDS if f not in ARBITER_FIELDS},
     )
 
 
@@ -652,6 +656,7 @@ SYSTEM_JOB = """
     [memory]
     capacity = "1G"
     budget = "1G"
+    managed_all = false
     [trace]
     file = "/sys.trace"
     [daemon]
@@ -669,7 +674,7 @@ def jobs_dir(tmp_path):
 
 def test_defaults(jobs_dir):
     cfg = config.resolve_job({}, None, None, jobs_dir=str(jobs_dir))
-    assert cfg == config.JobConfig(policy="launch", wait=True, daemon_mode="auto",
+    assert cfg == config.JobConfig(policy="launch", wait=True, daemon_mode="auto", managed_all=True,
                                    source={f: "default" for f in config.JOB_FIELDS})
 
 
@@ -688,11 +693,32 @@ def test_flag_beats_file_beats_jobs_d_beats_default(tmp_path, jobs_dir):
     cfg = config.resolve_job({"capacity": "3G", "wait": True}, cfg_file, None, jobs_dir=str(jobs_dir))
     assert cfg == config.JobConfig(
         name="train", policy="lookahead", wait=True, epoch_launches=5, capacity="3G", budget="1G",
-        trace_file="/cfg.trace", daemon_mode="system", daemon_socket="/sys.sock",
+        managed_all=False, trace_file="/cfg.trace", daemon_mode="system", daemon_socket="/sys.sock",
         source={"name": cfg_file, "policy": cfg_file, "wait": "flag", "epoch_launches": system,
-                "capacity": "flag", "budget": system, "trace_file": cfg_file, "daemon_mode": system,
+                "capacity": "flag", "budget": system, "managed_all": system, "trace_file": cfg_file,
+                "daemon_mode": system,
                 "daemon_socket": system, **{f: "default" for f in ARBITER_FIELDS}},
     )
+
+
+@pytest.mark.parametrize("flag,file_value,jobs_d_value,expected,source", [
+    (None, None, None, True, "default"),       # on by default
+    (None, None, "false", False, "jobs.d"),
+    (None, "true", "false", True, "config"),   # --config beats jobs.d
+    (None, "false", "true", False, "config"),
+    (True, "false", "false", True, "flag"),    # --managed-all beats both
+    (False, "true", "true", False, "flag"),    # --no-managed-all too
+])
+def test_managed_all_precedence(tmp_path, jobs_dir, flag, file_value, jobs_d_value, expected, source):
+    sources = {"default": "default", "flag": "flag"}
+    if jobs_d_value is not None:
+        sources["jobs.d"] = write(jobs_dir, f"[memory]\nmanaged_all = {jobs_d_value}\n", "train.toml")
+    cfg_file = write(tmp_path, '[job]\nname = "train"\n'
+                     + (f"[memory]\nmanaged_all = {file_value}\n" if file_value else ""))
+    sources["config"] = cfg_file
+    cfg = config.resolve_job({"managed_all": flag}, cfg_file, None, jobs_dir=str(jobs_dir))
+    assert (cfg.managed_all, cfg.source["managed_all"]) == (expected, sources[source])
+    assert config.job_env(cfg)["PUMP_MANAGED_ALL"] == ("1" if expected else "0")
 
 
 def test_false_flag_beats_true_file(tmp_path, jobs_dir):
@@ -815,13 +841,13 @@ def test_job_env_all(tmp_path, jobs_dir):
     cfg = config.resolve_job({}, write(tmp_path, FULL_JOB), None, jobs_dir=str(jobs_dir))
     assert config.job_env(cfg) == {
         "PUMP_POLICY": "lookahead", "PUMP_WAIT": "0", "PUMP_EPOCH_LAUNCHES": "4294967295",
-        "PUMP_CAPACITY": "host", "PUMP_BUDGET": "75%", "PUMP_NAME": "train-1.b_c",
+        "PUMP_CAPACITY": "host", "PUMP_BUDGET": "75%", "PUMP_NAME": "train-1.b_c", "PUMP_MANAGED_ALL": "0",
     }
 
 
 def test_job_env_only_what_is_set(jobs_dir):
     cfg = config.resolve_job({}, None, None, jobs_dir=str(jobs_dir))
-    assert config.job_env(cfg) == {"PUMP_POLICY": "launch", "PUMP_WAIT": "1"}
+    assert config.job_env(cfg) == {"PUMP_POLICY": "launch", "PUMP_WAIT": "1", "PUMP_MANAGED_ALL": "1"}
     assert config.job_env(config.JobConfig()) == {}
     assert config.job_env(config.JobConfig(capacity="8G")) == {"PUMP_CAPACITY": "8G"}
 
@@ -889,6 +915,7 @@ def test_example_job_file_is_accepted_and_complete():
     assert "#" in open(path).read()
     cfg = config.load_job_file(path)
     assert cfg.name and cfg.policy and cfg.capacity and cfg.budget and cfg.trace_file and cfg.daemon_mode
+    assert cfg.managed_all is True
 
 
 @pytest.mark.parametrize("args,line", [

@@ -1,5 +1,6 @@
-"""examples/managed_saxpy.py, the README's example, run as a user would: bare, under
-pump-run, and under pump-run --policy off.
+"""The examples, run as a user would. examples/managed_saxpy.py: bare, under pump-run,
+and under pump-run --policy off. examples/train_gpt.py (the README's main job): its
+interface, bit-identical runs, and pump-run (on a GPU where there is one).
 
 The environment is clean (no LD_PRELOAD, LD_LIBRARY_PATH, PUMP_* or FAKECUDA_*), so the
 example finds no libcuda.so.1 and takes its own way to fakecuda: it re-executes itself
@@ -7,6 +8,7 @@ with build/tests/plain on the library path. That build comes from the c_build fi
 which also keeps it current with the sources."""
 
 import json
+import math
 import pathlib
 import re
 import subprocess
@@ -14,7 +16,7 @@ import sys
 
 import pytest
 
-from helpers import PUMP_RUN, clean_env
+from helpers import PUMP_RUN, clean_env, has_gpu, needs_gpu
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "managed_saxpy.py"
@@ -73,3 +75,118 @@ def test_pump_run_policy_off(bare, example_env):
     assert checksum == bare[1]
     assert faults == bare[2] > 0, proc.stdout  # pump counted launches and moved nothing
     assert re.search(rf"^pump: {2 * STEPS} launches .* 0 B prefetched", proc.stderr, re.M), proc.stderr
+
+
+# --- examples/train_gpt.py, the README's main job ------------------------------------------
+
+TRAIN_GPT = [sys.executable, str(ROOT / "examples" / "train_gpt.py")]
+STEP_KEYS = {"step", "loss", "loss_hex", "ms"}
+FINAL_KEYS = {"steps", "checksum_hex", "params", "device", "peak_bytes", "preset", "config", "warmup"}
+
+
+def train(args, env, pump_run=()):
+    proc = subprocess.run([*pump_run, *TRAIN_GPT, *args], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def train_json(args, env, pump_run=()):
+    proc = train(["--json", *args], env, pump_run)
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    return proc, lines[:-1], lines[-1]
+
+
+@pytest.fixture(scope="module")
+def gpt_env():
+    return clean_env()
+
+
+@pytest.fixture(scope="module")
+def cpu_run(gpt_env):
+    return train_json(["--device", "cpu", "--steps", "3"], gpt_env)
+
+
+def test_train_gpt_json_schema(cpu_run):
+    _, steps, final = cpu_run
+    assert [s["step"] for s in steps] == [0, 1, 2]
+    for s in steps:
+        assert set(s) == STEP_KEYS
+        assert float.fromhex(s["loss_hex"]) == s["loss"] and math.isfinite(s["loss"])
+        assert isinstance(s["ms"], float) and s["ms"] > 0
+    assert set(final) == FINAL_KEYS
+    assert final["steps"] == 3 and final["warmup"] == 0 and final["preset"] == "tiny"
+    assert final["device"] == "cpu" and final["peak_bytes"] is None
+    assert re.fullmatch(r"[0-9a-f]{64}", final["checksum_hex"])
+    assert 1_000_000 < final["params"] < 10_000_000  # tiny: a few M parameters
+    assert final["config"] == {"layers": 4, "d_model": 192, "heads": 6, "seq": 64, "batch": 8, "vocab": 4096}
+    assert steps[0]["loss"] == pytest.approx(math.log(4096), rel=0.05)  # untrained: uniform over the vocabulary
+
+
+def test_train_gpt_is_bit_identical_and_warmup_is_training(cpu_run, gpt_env):
+    _, steps, final = cpu_run
+    _, again, final_again = train_json(["--device", "cpu", "--steps", "3"], gpt_env)
+    assert [s["loss_hex"] for s in again] == [s["loss_hex"] for s in steps]
+    assert final_again["checksum_hex"] == final["checksum_hex"]
+    # two warmup steps, then one timed: the same training as three steps
+    _, warm, final_warm = train_json(["--device", "cpu", "--warmup", "2", "--steps", "1"], gpt_env)
+    assert [(s["step"], s["loss_hex"]) for s in warm] == [(0, steps[2]["loss_hex"])]
+    assert final_warm["checksum_hex"] == final["checksum_hex"]
+
+
+def test_train_gpt_another_seed_trains_another_model(cpu_run, gpt_env):
+    _, steps, final = cpu_run
+    _, other, final_other = train_json(["--device", "cpu", "--steps", "3", "--seed", "1"], gpt_env)
+    assert other[0]["loss_hex"] != steps[0]["loss_hex"]
+    assert final_other["checksum_hex"] != final["checksum_hex"]
+
+
+def test_train_gpt_overrides_and_text_output(gpt_env):
+    proc = train(["--device", "cpu", "--steps", "2", "--layers", "1", "--d-model", "32", "--heads", "2",
+                  "--seq", "16", "--batch", "2", "--vocab", "64"], gpt_env)
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("tiny: 0.0M parameters, GPTConfig(layers=1, d_model=32, heads=2, seq=16, "
+                               "batch=2, vocab=64), on cpu"), proc.stdout
+    assert len(re.findall(r"^step \d: loss \d+\.\d{4}, \d+\.\d ms$", proc.stdout, re.M)) == 2, proc.stdout
+    assert re.fullmatch(r"checksum [0-9a-f]{16} after 2 steps", lines[-1]), proc.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--heads", "5"], "--d-model 192 is not a multiple of --heads 5"),
+    (["--layers", "0"], "--layers: allowed: an integer >= 1"),
+    (["--steps", "0"], "allowed: --steps N >= 1 and --warmup N >= 0"),
+    (["--preset", "gpt5"], "invalid choice: 'gpt5'"),
+])
+def test_train_gpt_bad_arguments(gpt_env, args, message):
+    proc = subprocess.run([*TRAIN_GPT, "--device", "cpu", *args], env=gpt_env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and proc.stdout == "" and message in proc.stderr, proc.stderr
+
+
+def test_train_gpt_under_pump_run_on_the_cpu(cpu_run, gpt_env, tmp_path):
+    """The same losses and checksum under pump-run. On the CPU no process uses CUDA, so by
+    pump-run's rule there is no summary line (test_train_gpt_on_the_gpu has one)."""
+    stats_file = tmp_path / "stats.json"
+    proc, steps, final = train_json(["--device", "cpu", "--steps", "3"], gpt_env,
+                                    pump_run=(PUMP_RUN, "--stats", str(stats_file)))
+    assert [s["loss_hex"] for s in steps] == [s["loss_hex"] for s in cpu_run[1]]
+    assert final["checksum_hex"] == cpu_run[2]["checksum_hex"]
+    if not has_gpu():  # (a CUDA build of PyTorch on a GPU machine may initialise CUDA all the same)
+        assert "pump: " not in proc.stderr
+        assert json.loads(stats_file.read_text())["processes"] == []
+
+
+@needs_gpu
+def test_train_gpt_on_the_gpu(gpt_env, tmp_path):
+    """On a GPU: bit-identical losses and checksum with and without pump-run (managed_all on
+    by default), pump's summary line, and launches on managed memory."""
+    args = ["--device", "cuda", "--steps", "5"]
+    _, bare_steps, bare_final = train_json(args, gpt_env)
+    stats_file = tmp_path / "stats.json"
+    proc, steps, final = train_json(args, gpt_env, pump_run=(PUMP_RUN, "--stats", str(stats_file)))
+    assert [s["loss_hex"] for s in steps] == [s["loss_hex"] for s in bare_steps]
+    assert final["checksum_hex"] == bare_final["checksum_hex"]
+    assert final["device"].startswith("cuda") and final["peak_bytes"] > 0
+    assert len([line for line in proc.stderr.splitlines() if line.startswith("pump: ")]) == 1, proc.stderr
+    totals = json.loads(stats_file.read_text())["totals"]
+    assert totals["launches"] > 0 and totals["launches_managed"] > 0, totals

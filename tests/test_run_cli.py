@@ -139,6 +139,68 @@ def test_flags_set_pump_variables(env):
     assert r.stdout == f"{env['PUMP_SHIM_PATH']}|off|unset|1"
 
 
+# --- managed_all and PyTorch's allocator settings --------------------------------------
+
+SHOW_MANAGED = ('printf "%s|%s|%s|%s" "${PUMP_MANAGED_ALL-unset}" "${PYTORCH_CUDA_ALLOC_CONF-unset}" '
+                '"${PYTORCH_HIP_ALLOC_CONF-unset}" "${PYTORCH_ALLOC_CONF-unset}"')
+
+
+def test_managed_all_is_on_by_default(env):
+    r = pump_run(["sh", "-c", SHOW_MANAGED], env)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "1|unset|unset|expandable_segments:False", "")
+
+
+def test_no_managed_all_touches_no_allocator_setting(env):
+    r = pump_run(["--no-managed-all", "sh", "-c", SHOW_MANAGED], env)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "0|unset|unset|unset", "")
+    env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    r = pump_run(["--no-managed-all", "sh", "-c", SHOW_MANAGED], env)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "0|expandable_segments:True|unset|unset", "")
+
+
+@pytest.mark.parametrize("user,shown", [
+    ({"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128"},
+     "1|max_split_size_mb:128,expandable_segments:False|unset|unset"),
+    ({"PYTORCH_ALLOC_CONF": "garbage_collection_threshold:0.6"},
+     "1|unset|unset|garbage_collection_threshold:0.6,expandable_segments:False"),
+    # the variable PyTorch reads first gets the merge; the other is left as it was
+    ({"PYTORCH_CUDA_ALLOC_CONF": "", "PYTORCH_ALLOC_CONF": "max_split_size_mb:64"},
+     "1|expandable_segments:False|unset|max_split_size_mb:64"),
+    ({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"}, "1|expandable_segments:False|unset|unset"),
+])
+def test_allocator_settings_are_merged(env, user, shown):
+    env.update(user)
+    r = pump_run(["sh", "-c", SHOW_MANAGED], env)
+    assert (r.returncode, r.stdout, r.stderr) == (0, shown, "")
+
+
+def test_users_expandable_segments_win_with_one_notice(env):
+    env["PYTORCH_ALLOC_CONF"] = "expandable_segments:True, max_split_size_mb:64"
+    r = pump_run(["sh", "-c", SHOW_MANAGED], env)
+    assert (r.returncode, r.stdout) == (0, "1|unset|unset|expandable_segments:True, max_split_size_mb:64")
+    notice = one_line(r.stderr)
+    assert notice.startswith("pump-run: notice: PYTORCH_ALLOC_CONF sets expandable_segments:True: ")
+    assert "cannot be managed" in notice and "device memory" in notice
+
+
+def test_managed_all_from_the_config_file_and_the_flag_beats_it(env, tmp_path):
+    job = tmp_path / "job.toml"
+    job.write_text("[memory]\nmanaged_all = false\n")
+    r = pump_run(["--config", str(job), "sh", "-c", SHOW_MANAGED], env)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "0|unset|unset|unset", "")
+    r = pump_run(["--config", str(job), "--managed-all", "sh", "-c", SHOW_MANAGED], env)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "1|unset|unset|expandable_segments:False", "")
+
+
+def test_bad_managed_all_in_the_config_file(env, tmp_path):
+    job = tmp_path / "job.toml"
+    job.write_text('[memory]\nmanaged_all = "yes"\n')
+    r = pump_run(["--config", str(job), "sh", "-c", "echo ran"], env)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert one_line(r.stderr) == (f'pump-run: {job}: [memory] managed_all: expected a boolean (true or false), '
+                                  'got string "yes"')
+
+
 def test_existing_ld_preload_is_kept_after_libpump(env, libdir):
     shim, other = env["PUMP_SHIM_PATH"], str(libdir / "other.so")
     env["LD_PRELOAD"] = other
