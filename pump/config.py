@@ -41,11 +41,13 @@ __all__ = [
     "parse_size", "check_capacity", "check_budget", "check_name", "parse_listen",
     "load_job_file", "load_daemon_file", "resolve_job", "job_env", "budget_terms",
     "SIZE_ALLOWED", "CAPACITY_ALLOWED", "BUDGET_ALLOWED", "NAME_ALLOWED",
-    "POLICIES", "DAEMON_MODES", "LOG_LEVELS", "DEFAULT_JOBS_DIR", "JOB_DEFAULTS",
+    "POLICIES", "TORCH_ALLOCATORS", "DAEMON_MODES", "LOG_LEVELS", "DEFAULT_JOBS_DIR", "JOB_DEFAULTS",
 ]
 
 DEFAULT_JOBS_DIR = "/etc/pump/jobs.d"
 POLICIES = ("off", "launch", "lookahead")
+# [memory] torch_allocator: PyTorch's own caching allocator, or pump's (pump/boot/sitecustomize.py)
+TORCH_ALLOCATORS = ("caching", "pump")
 SHARE_MAX = 1000000   # a job's [memory] share
 PRIORITY_MAX = 1000   # a job's [memory] priority: -PRIORITY_MAX..PRIORITY_MAX
 DAEMON_MODES = ("auto", "system", "embedded", "none")
@@ -409,6 +411,8 @@ JOB_SCHEMA: Dict[str, Dict[str, _Key]] = {
                          f"an integer {-PRIORITY_MAX}..{PRIORITY_MAX} (higher first; default 0)"),
         # true: the program's device allocations become managed memory (PUMP_MANAGED_ALL)
         "managed_all": _key("managed_all", _boolean, _TOML_BOOL),
+        # PyTorch's CUDA allocator: its own caching one, or pump's (shim/torch_allocator.c)
+        "torch_allocator": _enum_key("torch_allocator", *TORCH_ALLOCATORS),
     },
     "trace": {
         "file": _key("trace_file", _path, _TOML_PATH),
@@ -464,6 +468,7 @@ class JobConfig:
     max_budget: Optional[str] = None
     priority: Optional[int] = None
     managed_all: Optional[bool] = None
+    torch_allocator: Optional[str] = None
     trace_file: Optional[str] = None
     daemon_mode: Optional[str] = None
     daemon_socket: Optional[str] = None
@@ -681,6 +686,8 @@ def job_env(cfg: JobConfig) -> Dict[str, str]:
         env["PUMP_NAME"] = cfg.name
     if cfg.managed_all is not None:
         env["PUMP_MANAGED_ALL"] = "1" if cfg.managed_all else "0"
+    if cfg.torch_allocator is not None:
+        env["PUMP_TORCH_ALLOCATOR"] = cfg.torch_allocator
     return env
 
 

@@ -1,4 +1,5 @@
-"""PyTorch's allocator settings under managed_all: merged into the user's, never overwritten.
+"""What pump-run sets for PyTorch: its allocator settings under managed_all, merged into the
+user's, never overwritten; and pump's start-up hook where a job asks for pump's allocator.
 
 Under ``--managed-all`` the shim turns the program's device allocations into managed
 memory, but PyTorch's expandable segments are virtual-memory-management allocations
@@ -17,6 +18,8 @@ booleans exactly ``True`` or ``False``; a key given twice: the last one counts.
 
 from __future__ import annotations
 
+import os
+import pathlib
 from typing import Dict, List, Mapping, Optional, Tuple
 
 # In the order PyTorch looks for them; the first one set is the only one read.
@@ -84,3 +87,14 @@ def managed_all_allocator_env(env: Mapping[str, str]) -> Tuple[Dict[str, str], O
                     "device memory, bounded by the GPU and not by the job's capacity (remove "
                     f"{EXPANDABLE}:True to make them managed)")
     return {name: merge_alloc_conf(conf)}, None
+
+
+# pump's sitecustomize (pump/boot/): installs pump's allocator when torch is imported.
+BOOT_DIR = pathlib.Path(__file__).resolve().parent / "boot"
+
+
+def pump_allocator_env(env: Mapping[str, str]) -> Dict[str, str]:
+    """PYTHONPATH with pump's start-up hook first, for `[memory] torch_allocator = "pump"`
+    (the hook reads PUMP_TORCH_ALLOCATOR, which pump-run sets from the same setting)."""
+    rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(BOOT_DIR)]
+    return {"PYTHONPATH": os.pathsep.join([str(BOOT_DIR), *rest])}

@@ -151,7 +151,7 @@ def test_unknown_top_level_key_and_dotted_section(tmp_path):
 @pytest.mark.parametrize("section,allowed", [
     ("job", "name"),
     ("prefetch", "policy, wait, epoch_launches"),
-    ("memory", "capacity, budget, share, min_budget, max_budget, priority, managed_all"),
+    ("memory", "capacity, budget, share, min_budget, max_budget, priority, managed_all, torch_allocator"),
     ("trace", "file"),
     ("daemon", "mode, socket"),
 ])
@@ -219,6 +219,7 @@ def test_section_not_a_table_daemon_file(tmp_path):
     ("memory", "managed_all", '"yes"', BOOL, 'string "yes"'),
     ("memory", "managed_all", "1", BOOL, "integer 1"),
     ("memory", "managed_all", '"true"', BOOL, 'string "true"'),
+    ("memory", "torch_allocator", "true", 'one of "caching", "pump"', "boolean true"),
     ("trace", "file", "7", PATH, "integer 7"),
     ("daemon", "mode", "{ a = 1 }", 'one of "auto", "system", "embedded", "none"', "table {a = 1}"),
     ("daemon", "socket", "1979-05-27T07:32:00Z", PATH, "offset date-time 1979-05-27T07:32:00+00:00"),
@@ -519,6 +520,7 @@ FULL_JOB = """
     capacity = "host"
     budget = "75%"
     managed_all = false
+    torch_allocator = "pump"
     [trace]
     file = "/tmp/t.trace"
     [daemon]
@@ -532,7 +534,7 @@ def test_full_job_file(tmp_path):
     cfg = config.load_job_file(path)
     assert cfg == config.JobConfig(
         name="train-1.b_c", policy="lookahead", wait=False, epoch_launches=4294967295, capacity="host",
-        budget="75%", managed_all=False, trace_file="/tmp/t.trace", daemon_mode="embedded",
+        budget="75%", managed_all=False, torch_allocator="pump", trace_file="/tmp/t.trace", daemon_mode="embedded",
         daemon_socket="/run/x.sock", source={f: path for f in config.JOB_FIELDS if f not in ARBITER_FIELDS},
     )
 
@@ -657,6 +659,7 @@ SYSTEM_JOB = """
     capacity = "1G"
     budget = "1G"
     managed_all = false
+    torch_allocator = "caching"
     [trace]
     file = "/sys.trace"
     [daemon]
@@ -693,9 +696,11 @@ def test_flag_beats_file_beats_jobs_d_beats_default(tmp_path, jobs_dir):
     cfg = config.resolve_job({"capacity": "3G", "wait": True}, cfg_file, None, jobs_dir=str(jobs_dir))
     assert cfg == config.JobConfig(
         name="train", policy="lookahead", wait=True, epoch_launches=5, capacity="3G", budget="1G",
-        managed_all=False, trace_file="/cfg.trace", daemon_mode="system", daemon_socket="/sys.sock",
+        managed_all=False, torch_allocator="caching", trace_file="/cfg.trace", daemon_mode="system",
+        daemon_socket="/sys.sock",
         source={"name": cfg_file, "policy": cfg_file, "wait": "flag", "epoch_launches": system,
-                "capacity": "flag", "budget": system, "managed_all": system, "trace_file": cfg_file,
+                "capacity": "flag", "budget": system, "managed_all": system, "torch_allocator": system,
+                "trace_file": cfg_file,
                 "daemon_mode": system,
                 "daemon_socket": system, **{f: "default" for f in ARBITER_FIELDS}},
     )
@@ -842,6 +847,7 @@ def test_job_env_all(tmp_path, jobs_dir):
     assert config.job_env(cfg) == {
         "PUMP_POLICY": "lookahead", "PUMP_WAIT": "0", "PUMP_EPOCH_LAUNCHES": "4294967295",
         "PUMP_CAPACITY": "host", "PUMP_BUDGET": "75%", "PUMP_NAME": "train-1.b_c", "PUMP_MANAGED_ALL": "0",
+        "PUMP_TORCH_ALLOCATOR": "pump",
     }
 
 

@@ -201,6 +201,37 @@ def test_bad_managed_all_in_the_config_file(env, tmp_path):
                                   'got string "yes"')
 
 
+SHOW_TORCH = 'printf "%s|%s" "${PUMP_TORCH_ALLOCATOR-unset}" "${PYTHONPATH-unset}"'
+
+
+def test_torch_allocator_pump_puts_the_start_up_hook_first(env, tmp_path):
+    from pump import torch_env
+
+    job = tmp_path / "job.toml"
+    job.write_text('[memory]\ntorch_allocator = "pump"\n')
+    env["PYTHONPATH"] = f"/mine{os.pathsep}{torch_env.BOOT_DIR}"
+    r = pump_run(["--config", str(job), "sh", "-c", SHOW_TORCH], env)
+    assert (r.returncode, r.stderr) == (0, "")
+    assert r.stdout == f"pump|{torch_env.BOOT_DIR}{os.pathsep}/mine"
+    assert (torch_env.BOOT_DIR / "sitecustomize.py").is_file()
+
+
+def test_torch_allocator_caching_or_unset_adds_nothing(env, tmp_path):
+    assert pump_run(["sh", "-c", SHOW_TORCH], env).stdout == "unset|unset"
+    job = tmp_path / "job.toml"
+    job.write_text('[memory]\ntorch_allocator = "caching"\n')
+    assert pump_run(["--config", str(job), "sh", "-c", SHOW_TORCH], env).stdout == "caching|unset"
+
+
+def test_bad_torch_allocator_in_the_config_file(env, tmp_path):
+    job = tmp_path / "job.toml"
+    job.write_text('[memory]\ntorch_allocator = "cudaMallocAsync"\n')
+    r = pump_run(["--config", str(job), "sh", "-c", "echo ran"], env)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert one_line(r.stderr) == (f'pump-run: {job}: [memory] torch_allocator: bad value "cudaMallocAsync"; '
+                                  'allowed: "caching", "pump"')
+
+
 def test_existing_ld_preload_is_kept_after_libpump(env, libdir):
     shim, other = env["PUMP_SHIM_PATH"], str(libdir / "other.so")
     env["LD_PRELOAD"] = other
