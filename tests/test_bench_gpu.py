@@ -139,7 +139,8 @@ def test_ratios_and_rendered_rows():
                          "launch": {"step_ms": table.summarize([100]), "identical": True,
                                     "cupti": {"counters": {"bytes_h2d": 3e9, "gpu_page_faults": 12},
                                               "bytes_h2d_by_cause": {"prefetch": 2e9, "user": 0}}},
-                         "lookahead": {"error": "exit status 1: boom"}}}
+                         "lookahead": {"error": "exit status 1: boom"},
+                         "late": {"skipped": "not run: 3 s left of the suite's budget"}}}
     table.add_ratios(case)
     launch = case["variants"]["launch"]
     assert launch["ratio_to_ideal"] == pytest.approx(2.5) and launch["ratio_to_bound"] == pytest.approx(2.0)
@@ -148,6 +149,7 @@ def test_ratios_and_rendered_rows():
     assert "| b (emulated) | launch | 100.00 | 0.0% | 2.500x | 2.000x | 4.00x | yes | 3.00 | - | 12 | prefetch 2.00 |" in text
     assert "| b (emulated) | lookahead | ERROR: exit status 1: boom |" in text
     assert "| c | - | REFUSED case c: too big |" in text
+    assert "| b (emulated) | late | not run: 3 s left of the suite's budget |" in text
 
 
 # ---------------------------------------------------------------- bytes that must move
@@ -334,21 +336,23 @@ def small_suite(fake_gpu, monkeypatch, tmp_path):
     monkeypatch.setattr(suite, "versions", lambda: {"python": "test"})
     (tmp_path / "train.py").write_text(FAKE_TRAIN)
 
-    def run(cases, free, total):
+    def run(cases, free, total, status):
         monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(free, total))
         out = tmp_path / f"suite-{cases}.json"
         assert suite.main(["--cases", cases, "--scale", "0.01", "--json", str(out), "--work", str(tmp_path / "w"),
-                           "--train-script", str(tmp_path / "train.py")]) == 0
+                           "--train-script", str(tmp_path / "train.py")]) == status
         return json.loads(out.read_text())
     return run
 
 
 def test_suite_on_fakecuda(small_suite):
-    doc = small_suite("acd", 20 * GiB, 24 * GiB)
+    doc = small_suite("acd", 20 * GiB, 24 * GiB, status=1)
     cases = {c["case"]: c for c in doc["cases"]}
+    # fakecuda has no pinned memory or explicit copies: the ideal chain cannot run there, and the
+    # suite fails for it (and for nothing else).
+    assert [f.split(":")[0] for f in doc["failures"]] == ["case a, ideal"]
     assert doc["device"]["name"] == "fake GPU" and doc["bandwidth"]["h2d_bytes_per_s"] > 0
     a = cases["a"]["variants"]
-    # fakecuda has no pinned memory or explicit copies: the ideal chain cannot run there.
     assert "cuMemHostAlloc" in a["ideal"]["error"] and cases["a"]["reference"] == "naive"
     for name in ("launch", "lookahead"):
         assert a[name]["identical"] is True and a[name]["step_ms"]["n"] == 2, a[name]
@@ -365,7 +369,7 @@ def test_suite_on_fakecuda(small_suite):
 
 
 def test_suite_refuses_cases_past_free_memory_and_runs_none_of_them(small_suite, capsys):
-    doc = small_suite("ab", 2 * GiB + 2 * MiB, 3 * GiB)    # 2 MiB allowed; --scale 0.01 asks 4 MiB
+    doc = small_suite("ab", 2 * GiB + 2 * MiB, 3 * GiB, status=0)    # 2 MiB allowed; --scale 0.01 asks 4 MiB
     assert all(c["refused"].startswith(f"REFUSED case {c['case']}") for c in doc["cases"])
     assert "| a | - | REFUSED case a" in doc["table"]
     assert "chain.py" not in capsys.readouterr().out      # nothing was started

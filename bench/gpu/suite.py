@@ -17,7 +17,9 @@ Unified Memory counters per variant and one `pump-run --trace` per case for the 
 move.  Before every run that asks for managed memory the card's free memory is read (NVML) and
 a request that would not fit with membudget's margin is REFUSED, loudly, and not run.  Sizes
 scale with --scale (1 = the defaults below).  Runs stop when --budget-seconds is spent: what was
-not run is marked skipped.  Prints progress and the table; --json writes every figure.
+not run is marked skipped.  Prints progress and the table; --json writes every figure.  Exit
+status 1 when a variant failed or its results were not bit-identical to the reference run's
+(refused and skipped cases are reported, not failed), else 0.
 """
 
 import argparse
@@ -292,12 +294,13 @@ class Suite:
                 argv = command(case, v, warmup, count, stats=stats)
                 r = self.run(argv, reserve=self.args.budget_seconds * 0.3)
             except (membudget.Refused, OutOfTime) as exc:
-                rec["error"] = str(exc)
+                rec["refused" if isinstance(exc, membudget.Refused) else "skipped"] = str(exc)
                 self.say(str(exc))
                 continue
             rec.update(command=argv, rc=r["rc"], seconds=r["seconds"])
             if r["rc"] != 0 or r["final"] is None:
-                rec["error"] = f"exit status {r['rc']}: {r['stderr_tail'] or 'no final record'}"
+                last = (r["stderr_tail"].splitlines() or ["no final record"])[-1]
+                rec.update(error=f"exit status {r['rc']}: {last}", stderr_tail=r["stderr_tail"])
                 continue
             rec["run"] = r
             rec["step_ms"] = table.summarize(timed_ms(r["steps"], warmup, count))
@@ -489,10 +492,15 @@ def main(argv=None) -> int:
     doc["table"] = table.render(doc["cases"])
     doc["seconds"] = args.budget_seconds - suite.left()
     suite.say("\n" + doc["table"])
+    failures = [f"case {c['case']}, {name}: {v.get('error') or v.get('mismatch')}" for c in doc["cases"]
+                for name, v in c.get("variants", {}).items() if v.get("error") or v.get("identical") is False]
+    doc["failures"] = failures
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(doc, indent=2, default=str) + "\n")
         suite.say(f"wrote {args.json}")
-    return 0
+    for line in failures:
+        suite.say(f"FAILED {line}")
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -76,8 +76,9 @@ def rows(cases) -> list:
             counters = (v.get("cupti") or {}).get("counters") or {}
             causes = (v.get("cupti") or {}).get("bytes_h2d_by_cause") or {}
             by_cause = ", ".join(f"{k} {n / GB:.2f}" for k, n in causes.items() if n) or "-"
-            if v.get("error"):
-                out.append([label, name, "ERROR: " + v["error"].splitlines()[0]] + ["-"] * (len(COLUMNS) - 3))
+            stopped = ("ERROR: " + v["error"]) if v.get("error") else v.get("refused") or v.get("skipped")
+            if stopped:
+                out.append([label, name, stopped.splitlines()[0]] + ["-"] * (len(COLUMNS) - 3))
                 continue
             out.append([label, name, _fmt(s and s["median"], ".2f"), _fmt(s and s["iqr_pct"], ".1f", "%"),
                         _fmt(v.get("ratio_to_ideal"), ".3f", "x"), _fmt(v.get("ratio_to_bound"), ".3f", "x"),
