@@ -1,6 +1,7 @@
 """Tests that need a real NVIDIA GPU (marked `gpu`; skipped where there is none, which includes
 fakecuda): pump on real hardware keeps results bit-identical and does its job.  scripts/gpu-check
-runs them with `pytest -m gpu`.  Every test checks the card's free memory first and fails loudly
+runs them with `pytest -m gpu`, with the other files' gpu tests (examples/train_gpt.py's
+bit-identity under pump-run is tests/test_example.py's).  Every test checks the card's free memory first and fails loudly
 rather than ask for more managed memory than is free (../shared GPU.md)."""
 
 import json
@@ -16,7 +17,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench" / "gpu"
 sys.path.insert(0, str(BENCH))
 import membudget  # noqa: E402
-import suite  # noqa: E402  (its output parsing and comparison: one definition of "bit-identical")
+import suite  # noqa: E402  (its output parsing)
 
 MiB = membudget.MiB
 
@@ -80,22 +81,6 @@ def test_managed_saxpy_is_prefetched_and_matches(tmp_path):
     assert totals["launches_managed"] == 12, totals
     assert totals["launches_prefetched"] > 0 and totals["prefetch_bytes"] >= 4 * 64 * MiB, totals
     assert totals["errors"] == 0, totals
-
-
-def test_train_gpt_is_bit_identical_under_pump_run(tmp_path):
-    script = ROOT / "examples" / "train_gpt.py"
-    if not script.exists():
-        pytest.fail(f"{script} is missing: issue 5's example transformer")
-    require_free("train_gpt.py --preset tiny", 2 * membudget.GiB)
-    argv = [sys.executable, script, "--preset", "tiny", "--steps", "4", "--warmup", "1", "--device", "cuda", "--json"]
-    plain = run(argv)
-    pumped, totals = under_pump(tmp_path, argv)
-    steps, final, _ = suite.parse_output(plain.stdout)
-    pump_steps, pump_final, _ = suite.parse_output(pumped.stdout)
-    assert final and len(steps) >= 4 and all("loss_hex" in s for s in steps), plain.stdout[-2000:]
-    identical, why = suite.compare({"steps": steps, "final": final}, {"steps": pump_steps, "final": pump_final})
-    assert identical, why
-    assert totals["launches_managed"] > 0, f"pump-run's managed_all left PyTorch's memory unmanaged: {totals}"
 
 
 def test_graph_replay_under_pump_matches_and_prefetches(tmp_path):
