@@ -336,11 +336,11 @@ def small_suite(fake_gpu, monkeypatch, tmp_path):
     monkeypatch.setattr(suite, "versions", lambda: {"python": "test"})
     (tmp_path / "train.py").write_text(FAKE_TRAIN)
 
-    def run(cases, free, total, status):
+    def run(cases, free, total, status, script="train.py"):
         monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(free, total))
         out = tmp_path / f"suite-{cases}.json"
         assert suite.main(["--cases", cases, "--scale", "0.01", "--json", str(out), "--work", str(tmp_path / "w"),
-                           "--train-script", str(tmp_path / "train.py")]) == status
+                           "--train-script", str(tmp_path / script)]) == status
         return json.loads(out.read_text())
     return run
 
@@ -373,3 +373,11 @@ def test_suite_refuses_cases_past_free_memory_and_runs_none_of_them(small_suite,
     assert all(c["refused"].startswith(f"REFUSED case {c['case']}") for c in doc["cases"])
     assert "| a | - | REFUSED case a" in doc["table"]
     assert "chain.py" not in capsys.readouterr().out      # nothing was started
+
+
+def test_suite_fails_when_the_training_job_cannot_run(small_suite):
+    doc = small_suite("ce", 20 * GiB, 24 * GiB, status=1, script="missing.py")
+    assert [c["case"] for c in doc["cases"]] == ["c", "e"]
+    assert all("train_gpt.py's ideal run gave no peak_bytes (exit status 2)" in c["error"] for c in doc["cases"])
+    assert [f.split(":")[0] for f in doc["failures"]] == ["case c", "case e"]
+    assert "| c | - | ERROR: train_gpt.py's ideal run gave no peak_bytes" in doc["table"]

@@ -68,8 +68,9 @@ def rows(cases) -> list:
     out = []
     for case in cases:
         label = case["case"] + (" (emulated)" if case.get("emulated") else "")
-        if case.get("refused") or case.get("skipped"):
-            out.append([label, "-", case.get("refused") or case.get("skipped")] + ["-"] * (len(COLUMNS) - 3))
+        stopped = ("ERROR: " + case["error"]) if case.get("error") else case.get("refused") or case.get("skipped")
+        if stopped:
+            out.append([label, "-", stopped.splitlines()[0]] + ["-"] * (len(COLUMNS) - 3))
             continue
         for name, v in case["variants"].items():
             s = v.get("step_ms")
