@@ -3,7 +3,6 @@ output parsing and the bit-identity check, the table's arithmetic, the lower bou
 must move (against pump's own bound), the CUPTI injection library's report, scripts/gpu-check's
 refusals, and the suite's cuda-python programs and the whole suite on fakecuda."""
 
-import ctypes
 import importlib.machinery
 import importlib.util
 import json
@@ -12,7 +11,6 @@ import subprocess
 import sys
 import types
 
-import numpy as np
 import pytest
 
 from helpers import PUMP_RUN, clean_env

@@ -51,11 +51,11 @@ CHAIN_PAIRS, CHAIN_MIB, CHAIN_REPEAT = 4, 128, 4            # working set 1 GiB 
 GPT = {"preset": "gpt2", "batch": 8, "seq": 512}            # --batch scales
 BANDWIDTH_MIB = 1024
 TIMED = {"chain": (2, 10), "gpt": (2, 8)}                   # (warm-up, timed) steps
-UNTIMED_STEPS = 4                 # counter and trace runs: enough repeats for pump to learn the iteration
+UNTIMED_STEPS = 5                 # counter and trace runs: enough repeats for pump to learn the iteration
 TORCH_SLACK = 1.5                 # PyTorch's cache, fragmentation and workspaces beyond its peak allocated
 RUN_CAP_S = 240                   # no single run may take longer
 MIN_RUN_S = 15                    # a run is not started with less time than this left
-COUNTER_RUN_S = 45                # time kept back from the timed phase for counter runs, per case
+UNTIMED_SHARE = 0.3               # of --budget-seconds, kept back from the timed runs for the untimed ones
 
 
 class OutOfTime(Exception):
@@ -99,9 +99,9 @@ def budget_of(nbytes: int) -> int:
     return max(BLOCK, nbytes // BLOCK * BLOCK)
 
 
-def emulated_variants(budget: int, allowed: int, ideal_memory: str) -> list:
+def emulated_variants(budget: int, allowed: int) -> list:
     cap = ["--capacity", str(allowed), "--budget", str(budget)]
-    return [Variant("ideal", None, ideal_memory), Variant("naive", ["--policy", "off", *cap]),
+    return [Variant("ideal", None, "device"), Variant("naive", ["--policy", "off", *cap]),
             Variant("launch", ["--policy", "launch", *cap]), Variant("lookahead", ["--policy", "lookahead", *cap])]
 
 
@@ -123,7 +123,7 @@ def plan_chain(case_key: str, scale: float, free: int, total: int) -> Case:
                     fitting_variants(allowed), allowed, program, "launch")
     budget = budget_of(s["working_set"] // 2)
     return Case("b", f"kernel chain under an emulated capacity of {budget / GiB:.2f} GiB (half its working set)",
-                "chain", True, emulated_variants(budget, allowed, "device"), budget, program, "launch")
+                "chain", True, emulated_variants(budget, allowed), budget, program, "launch")
 
 
 def plan_gpt(case_key: str, program: list, peak_bytes: int, free: int, total: int) -> Case:
@@ -135,7 +135,7 @@ def plan_gpt(case_key: str, program: list, peak_bytes: int, free: int, total: in
     if case_key == "c":
         budget = budget_of(peak_bytes // 2)
         return Case("c", f"train_gpt.py under an emulated capacity of {budget / GiB:.2f} GiB (half its peak)",
-                    "gpt", True, emulated_variants(budget, allowed, "device"), budget, program, "launch")
+                    "gpt", True, emulated_variants(budget, allowed), budget, program, "launch")
     if case_key == "d":
         return Case("d", "train_gpt.py, fits: plain `pump-run` (managed_all on) against no pump", "gpt", False,
                     [Variant("ideal", None, "device"), Variant("pump", [])], allowed, program)
@@ -292,7 +292,7 @@ class Suite:
                     self.guard(f"case {case.key}, {v.name}", request)
                 stats = self.work / f"{case.key}-{v.name}-stats.json" if v.pump is not None else None
                 argv = command(case, v, warmup, count, stats=stats)
-                r = self.run(argv, reserve=self.args.budget_seconds * 0.3)
+                r = self.run(argv, reserve=self.args.budget_seconds * UNTIMED_SHARE)
             except (membudget.Refused, OutOfTime) as exc:
                 rec["refused" if isinstance(exc, membudget.Refused) else "skipped"] = str(exc)
                 self.say(str(exc))
