@@ -189,6 +189,28 @@ def test_host_written_blocks_come_over_every_step(tmp_path):
     assert 6 * MiB - 2 * MiB / bound.CYCLES <= half <= 6 * MiB
 
 
+def test_suite_bound_takes_compute_from_ideal_and_bytes_from_the_trace(tmp_path):
+    xs, ys = chain_trace(tmp_path / "b.trace")
+    runner = suite.Suite(suite.parse_args(["--work", str(tmp_path)]))
+    case = suite.plan_chain("b", 0.01, 40 * GiB, 80 * GiB)
+    case.capacity = 4 * MiB
+    case.result = {"variants": {"ideal": {"step_ms": table.summarize([30]), "host_ms": table.summarize([8]),
+                                          "kernel_ms": table.summarize([2])}},
+                   "trace_run": {"final": {"buffers": [{"address": a, "bytes": 2 * MiB, "host_written": a in xs}
+                                                       for a in xs + ys]}}}
+    b = runner.bound(case, {"h2d_bytes_per_s": 1e8})      # about 60 ms of transfer against 10 of compute
+    assert b["compute_s"] == pytest.approx(0.010) and b["host_written_blocks"] == 2
+    assert 6 * MiB - 2 * MiB / bound.CYCLES <= b["must_move_bytes"] <= 6 * MiB
+    assert b["seconds"] == pytest.approx(b["must_move_bytes"] / 1e8) and b["limited_by"] == "transfer"
+    assert "no measured prefetch bandwidth" in runner.bound(case, {"error": "x"})["error"]
+    del case.result["trace_run"]
+    assert "did not finish" in runner.bound(case, {"h2d_bytes_per_s": 1e9})["error"]
+    fits = suite.plan_gpt("d", suite.gpt_args(1, "t.py"), GiB, 40 * GiB, 80 * GiB)
+    fits.result = {"variants": {"ideal": {"step_ms": table.summarize([30])}}}
+    d = runner.bound(fits, {"h2d_bytes_per_s": 1e9})
+    assert d["seconds"] == pytest.approx(0.030) and d["must_move_bytes"] == 0 and d["limited_by"] == "compute"
+
+
 def test_a_trace_without_an_iteration_is_refused(tmp_path):
     t = TraceBuilder()
     t.launch(1, [t.alloc(2 * MiB)])

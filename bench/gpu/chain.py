@@ -14,7 +14,8 @@ device memory, the host writes pinned buffers and copies them with cuMemcpyHtoDA
 CUDA graph once and replays it every step.
 
 Prints one JSON object per step, {"step", "warmup", "ms" (host clock over the whole step),
-"kernel_ms" (events around its kernels)}, then one final object: {"steps", "checksum_hex"
+"host_ms" (host clock over the host's writes, and for device memory the copies' enqueueing),
+"kernel_ms" (events around its kernels, which start after the copies)}, then one final object: {"steps", "checksum_hex"
 (SHA-256 of every y_k's bytes at the end: equal across variants when results are
 bit-identical), "memory", "graph", "device", "working_set_bytes",
 "host_written_bytes_per_step", "buffers" [{"address", "bytes", "host_written"}], "fakecuda"
@@ -116,6 +117,7 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         for k, x in enumerate(xs):
             host_write(k, x, patterns[step % 2])
+        host_ms = (time.perf_counter() - t0) * 1e3
         call("cuEventRecord", start, stream)
         if graph_exec is not None:
             call("cuGraphLaunch", graph_exec, stream)
@@ -124,7 +126,7 @@ def main(argv=None) -> int:
         call("cuEventRecord", end, stream)
         gpu.synchronize(stream)
         ms = (time.perf_counter() - t0) * 1e3
-        print(json.dumps({"step": step, "warmup": step < args.warmup, "ms": ms,
+        print(json.dumps({"step": step, "warmup": step < args.warmup, "ms": ms, "host_ms": host_ms,
                           "kernel_ms": float(call("cuEventElapsedTime", start, end))}), flush=True)
 
     digest = hashlib.sha256()
