@@ -1,0 +1,121 @@
+"""The CUDA driver through cuda-python (cuda.bindings.driver), as the GPU benchmarks' programs use
+it: checked calls (a failure names the call and its CUresult), device 0's primary context, kernel
+launches from ctypes values, and on pump's CPU model of the driver (tests/fakecuda, found through
+LD_LIBRARY_PATH) the example kernels as host functions, so the same programs run in CI.
+
+The kernels are examples/managed_saxpy.py's hand-written PTX (saxpy: y = a*x + y; scale: x *= s);
+the driver JIT-compiles it for the GPU at hand."""
+
+import ctypes
+import pathlib
+import sys
+
+import membudget
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "examples"))
+import managed_saxpy  # noqa: E402  (PTX, fakecuda's kernels and counters; import has no side effects)
+
+try:
+    import cuda.bindings
+    from cuda.bindings import driver as cu
+except ImportError as exc:  # pragma: no cover - said once, where the suite starts
+    sys.exit(f"the GPU benchmarks need cuda-python's cuda.bindings (pip install cuda-bindings): {exc}")
+
+if int(cuda.bindings.__version__.split(".")[0]) < 13:
+    sys.exit(f"the GPU benchmarks need cuda-bindings 13 or newer (CUDA 13's cuMemPrefetchAsync); "
+             f"found {cuda.bindings.__version__}")
+
+THREADS = 256
+MAX_BLOCKS = 4096  # grid-stride kernels: any grid covers any n
+
+
+class CudaError(RuntimeError):
+    """A driver call that failed; str() names the call and the CUresult."""
+
+
+def call(name: str, *args):
+    """cu.<name>(*args), checked; returns its outputs (None, one value, or a tuple)."""
+    out = getattr(cu, name)(*args)
+    err, rest = out[0], out[1:]
+    if err != cu.CUresult.CUDA_SUCCESS:
+        _, text = cu.cuGetErrorName(err)
+        raise CudaError(f"{name} failed: CUresult {int(err)} ({(text or b'?').decode()})")
+    if not rest:
+        return None
+    return rest[0] if len(rest) == 1 else rest
+
+
+def _location(to_device: bool, ordinal: int):
+    loc = cu.CUmemLocation()
+    loc.type = (cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE if to_device
+                else cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_HOST)
+    loc.id = ordinal if to_device else 0
+    return loc
+
+
+class Gpu:
+    """Device 0 with its primary context current; on fakecuda, the example kernels registered."""
+
+    def __init__(self):
+        call("cuInit", 0)
+        self.device = call("cuDeviceGet", 0)
+        self.ordinal = 0
+        self.context = call("cuDevicePrimaryCtxRetain", self.device)
+        call("cuCtxSetCurrent", self.context)
+        self.name = call("cuDeviceGetName", 256, self.device).split(b"\0")[0].decode()
+        # cuda.bindings opened libcuda.so.1 already: this is the same library, for fakecuda's extras.
+        self.lib = ctypes.CDLL("libcuda.so.1")
+        self.fake = hasattr(self.lib, "fakecuda_register_kernel")
+        if self.fake:
+            managed_saxpy.register_fake_kernels(self.lib)
+        self.module = call("cuModuleLoadData", managed_saxpy.PTX.encode() + b"\0")
+        self.functions = {name: call("cuModuleGetFunction", self.module, name.encode())
+                          for name in ("saxpy", "scale")}
+
+    def memory(self):
+        """(free, total) bytes on the device, as the driver reports them."""
+        free, total = call("cuMemGetInfo")
+        return int(free), int(total)
+
+    def check_fits(self, what: str, request_bytes: int) -> None:
+        """membudget's rule, with the driver's view of free memory, before allocating."""
+        membudget.check(what, request_bytes, *self.memory())
+
+    def alloc(self, size: int, managed: bool) -> int:
+        ptr = (call("cuMemAllocManaged", size, cu.CUmemAttach_flags.CU_MEM_ATTACH_GLOBAL) if managed
+               else call("cuMemAlloc", size))
+        return int(ptr)
+
+    def host_alloc(self, size: int) -> int:
+        """Pinned host memory (what the explicit-copy variant copies from)."""
+        return int(call("cuMemHostAlloc", size, 0))
+
+    def host_touch(self, ptr: int, size: int) -> None:
+        """Before the host reads or writes managed memory: fakecuda cannot see CPU page faults,
+        so it is told (on a GPU the MMU does this itself)."""
+        if self.fake:
+            self.lib.fakecuda_host_touch(ctypes.c_void_p(ptr), ctypes.c_size_t(size))
+
+    def launch(self, kernel: str, n: int, stream, *params) -> None:
+        """One launch of `kernel` over n elements; params are ctypes values of its exact C types."""
+        slots = (ctypes.c_void_p * len(params))(*(ctypes.addressof(p) for p in params))
+        blocks = min((n + THREADS - 1) // THREADS, MAX_BLOCKS)
+        call("cuLaunchKernel", self.functions[kernel], blocks, 1, 1, THREADS, 1, 1, 0, stream,
+             ctypes.addressof(slots), 0)
+
+    def prefetch(self, ptr: int, size: int, to_device: bool, stream) -> None:
+        call("cuMemPrefetchAsync", ptr, size, _location(to_device, self.ordinal), 0, stream)
+
+    def synchronize(self, stream) -> None:
+        call("cuStreamSynchronize", stream)
+        if managed_saxpy.KERNEL_ERRORS:  # fakecuda's kernels raise here, not inside C
+            raise managed_saxpy.KERNEL_ERRORS[0]
+
+    def fake_counters(self) -> dict:
+        """fakecuda's counters (GPU faults, bytes moved), or {} on a real GPU."""
+        if not self.fake:
+            return {}
+        st = managed_saxpy.FakeStats()
+        self.lib.fakecuda_get_stats(ctypes.byref(st))
+        return {name: getattr(st, name) for name, _ in st._fields_}

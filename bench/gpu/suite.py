@@ -1,0 +1,515 @@
+#!/usr/bin/env python3
+"""pump's GPU benchmark suite (issue 5): every workload under every variant, compared within
+one run on one GPU.  bench/README.md explains the cases, the variants and every column.
+
+    python bench/gpu/suite.py [--cases abcde] [--scale X] [--budget-seconds S] [--json FILE]
+                              [--train-script PATH] [--work DIR]
+
+Cases: a, the cuda-python kernel chain (host writes its inputs every step); b, the same chain
+under an emulated capacity of half its working set; c, examples/train_gpt.py under an emulated
+capacity of half its peak footprint; d, the same job, which fits, under plain `pump-run`; e, the
+same job under `pump-run --no-managed-all`.  Variants: ideal (plain device memory, no pump),
+naive (managed memory without pump; under an emulated capacity pump's evict-only mode, `--policy
+off --budget B`), launch and lookahead (pump's policies), and for d and e the pump run itself.
+
+Order: the link's prefetch bandwidth, every case's timed runs, then the untimed runs: CUPTI's
+Unified Memory counters per variant and one `pump-run --trace` per case for the bytes that must
+move.  Before every run that asks for managed memory the card's free memory is read (NVML) and
+a request that would not fit with membudget's margin is REFUSED, loudly, and not run.  Sizes
+scale with --scale (1 = the defaults below).  Runs stop when --budget-seconds is spent: what was
+not run is marked skipped.  Prints progress and the table; --json writes every figure.  Exit
+status 1 when a variant failed or its results were not bit-identical to the reference run's
+(refused cases, and those skipped for time, are reported, not failed), else 0.
+"""
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import pathlib
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+
+import cupti  # noqa: E402
+import lowerbound  # noqa: E402
+import membudget  # noqa: E402
+import table  # noqa: E402
+
+MiB, GiB = membudget.MiB, membudget.GiB
+BLOCK = 2 * MiB                    # pump's budget unit
+CASES = "abcde"
+CHAIN_PAIRS, CHAIN_MIB, CHAIN_REPEAT = 4, 128, 4            # working set 1 GiB at --scale 1
+GPT = {"preset": "gpt2", "batch": 8, "seq": 512}            # --batch scales
+BANDWIDTH_MIB = 1024
+TIMED = {"chain": (2, 10), "gpt": (2, 8)}                   # (warm-up, timed) steps
+UNTIMED_STEPS = 5                 # counter and trace runs: enough repeats for pump to learn the iteration
+TORCH_SLACK = 1.5                 # PyTorch's cache, fragmentation and workspaces beyond its peak allocated
+RUN_CAP_S = 240                   # no single run may take longer
+MIN_RUN_S = 15                    # a run is not started with less time than this left
+UNTIMED_SHARE = 0.3               # of --budget-seconds, kept back from the timed runs for the untimed ones
+
+
+class OutOfTime(Exception):
+    pass
+
+
+@dataclasses.dataclass
+class Variant:
+    name: str
+    pump: list = None             # pump-run options; None: the program runs without pump
+    memory: str = "managed"       # chain only: managed or device
+
+
+@dataclasses.dataclass
+class Case:
+    key: str
+    title: str
+    workload: str                 # chain or gpt
+    emulated: bool
+    variants: list
+    capacity: int = 0             # the emulated capacity (the budget), or what the GPU allows
+    program: list = None          # the program's argv, less the step counts
+    traced: str = None            # the variant whose untimed run is traced for the lower bound
+    result: dict = None
+
+
+# ---------------------------------------------------------------- sizes, variants, commands
+def chain_sizes(scale: float) -> dict:
+    mib = max(1, round(CHAIN_MIB * scale))
+    return {"pairs": CHAIN_PAIRS, "mib": mib, "repeat": CHAIN_REPEAT, "working_set": 2 * CHAIN_PAIRS * mib * MiB}
+
+
+def gpt_args(scale: float, script) -> list:
+    batch = max(1, round(GPT["batch"] * scale))
+    return [sys.executable, str(script), "--preset", GPT["preset"], "--batch", str(batch), "--seq", str(GPT["seq"]),
+            "--device", "cuda", "--json"]
+
+
+def budget_of(nbytes: int) -> int:
+    """An emulated capacity of nbytes, in whole 2 MiB blocks (at least one)."""
+    return max(BLOCK, nbytes // BLOCK * BLOCK)
+
+
+def emulated_variants(budget: int, allowed: int) -> list:
+    cap = ["--capacity", str(allowed), "--budget", str(budget)]
+    return [Variant("ideal", None, "device"), Variant("naive", ["--policy", "off", *cap]),
+            Variant("launch", ["--policy", "launch", *cap]), Variant("lookahead", ["--policy", "lookahead", *cap])]
+
+
+def fitting_variants(allowed: int) -> list:
+    cap = ["--capacity", str(allowed)]
+    return [Variant("ideal", None, "device"), Variant("naive", None), Variant("launch", ["--policy", "launch", *cap]),
+            Variant("lookahead", ["--policy", "lookahead", *cap])]
+
+
+def plan_chain(case_key: str, scale: float, free: int, total: int) -> Case:
+    """Case a or b, sized by --scale; raises membudget.Refused when the card cannot hold it."""
+    s = chain_sizes(scale)
+    membudget.check(f"case {case_key} (kernel chain, {s['working_set'] / GiB:.2f} GiB)", s["working_set"], free, total)
+    allowed = membudget.allowed(free, total)
+    program = [sys.executable, str(HERE / "chain.py"), "--pairs", str(s["pairs"]), "--mib", str(s["mib"]),
+               "--repeat", str(s["repeat"])]
+    if case_key == "a":
+        return Case("a", "kernel chain, host writes its inputs every step; fits", "chain", False,
+                    fitting_variants(allowed), allowed, program, "launch")
+    budget = budget_of(s["working_set"] // 2)
+    return Case("b", f"kernel chain under an emulated capacity of {budget / GiB:.2f} GiB (half its working set)",
+                "chain", True, emulated_variants(budget, allowed), budget, program, "launch")
+
+
+def plan_gpt(case_key: str, program: list, peak_bytes: int, free: int, total: int) -> Case:
+    """Case c, d or e of train_gpt.py, whose ideal run peaked at peak_bytes; raises Refused."""
+    request = int(peak_bytes * TORCH_SLACK)
+    membudget.check(f"case {case_key} (train_gpt.py, peak {peak_bytes / GiB:.2f} GiB x {TORCH_SLACK})",
+                    request, free, total)
+    allowed = membudget.allowed(free, total)
+    if case_key == "c":
+        budget = budget_of(peak_bytes // 2)
+        return Case("c", f"train_gpt.py under an emulated capacity of {budget / GiB:.2f} GiB (half its peak)",
+                    "gpt", True, emulated_variants(budget, allowed), budget, program, "launch")
+    if case_key == "d":
+        return Case("d", "train_gpt.py, fits: plain `pump-run` (managed_all on) against no pump", "gpt", False,
+                    [Variant("ideal", None, "device"), Variant("pump", [])], allowed, program)
+    return Case("e", "train_gpt.py under `pump-run --no-managed-all` (pump's own overhead)", "gpt", False,
+                [Variant("ideal", None, "device"), Variant("pump-no-managed-all", ["--no-managed-all"])], allowed, program)
+
+
+def pump_run() -> str:
+    beside = pathlib.Path(sys.executable).parent / "pump-run"
+    found = str(beside) if beside.exists() else shutil.which("pump-run")
+    if not found:
+        raise SystemExit("suite: pump-run is not installed (pip install --no-build-isolation --no-deps .)")
+    return found
+
+
+def command(case: Case, variant: Variant, warmup: int, steps: int, stats=None, trace=None) -> list:
+    argv = list(case.program) + ["--warmup", str(warmup), "--steps", str(steps)]
+    if case.workload == "chain":
+        argv += ["--memory", variant.memory]
+    if variant.pump is None:
+        return argv
+    extra = (["--stats", str(stats)] if stats else []) + (["--trace", str(trace)] if trace else [])
+    return [pump_run(), *variant.pump, *extra, "--", *argv]
+
+
+# ---------------------------------------------------------------- outputs
+def parse_output(stdout: str):
+    """(step records, final record, every JSON object) of a program printing JSON lines."""
+    steps, final, docs = [], None, []
+    for line in stdout.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        docs.append(doc)
+        if "step" in doc:
+            steps.append(doc)
+        elif "checksum_hex" in doc:
+            final = doc
+    return steps, final, docs
+
+
+def timed_ms(steps: list, warmup: int, count: int, field: str = "ms") -> list:
+    """The timed steps' `field`: records marked warm-up are dropped, else the first `warmup` when
+    the program printed more than `count` steps; at most the last `count`."""
+    if any("warmup" in s for s in steps):
+        kept = [s for s in steps if not s.get("warmup")]
+    else:
+        kept = steps[warmup:] if len(steps) > count else steps
+    return [float(s[field]) for s in kept[-count:]]
+
+
+def compare(reference: dict, run: dict):
+    """(identical, what differs) between two runs' outputs: the final checksum and every step's
+    loss bits where the program prints them; (None, why) when there is nothing to compare."""
+    ref_final, final = reference.get("final") or {}, run.get("final") or {}
+    if not final.get("checksum_hex") or not ref_final.get("checksum_hex"):
+        return None, "no checksum to compare"
+    ref_loss = [s.get("loss_hex") for s in reference.get("steps", [])]
+    loss = [s.get("loss_hex") for s in run.get("steps", [])]
+    if len(ref_loss) != len(loss):
+        return False, f"{len(loss)} steps where the reference has {len(ref_loss)}"
+    for i, (a, b) in enumerate(zip(ref_loss, loss)):
+        if a != b:
+            return False, f"step {i}: loss {b} where the reference has {a}"
+    if final["checksum_hex"] != ref_final["checksum_hex"]:
+        return False, f"checksum {final['checksum_hex'][:16]}... where the reference has {ref_final['checksum_hex'][:16]}..."
+    return True, None
+
+
+PUMP_FIELDS = ("launches", "launches_managed", "launches_prefetched", "graph_launches", "prefetch_calls",
+               "prefetch_bytes", "bytes_evicted", "evictions", "managed_bytes_peak", "capacity_bytes",
+               "budget_bytes", "resident_bytes_peak", "plan_triggers", "events_dropped", "errors",
+               "passthrough_processes")
+
+
+def pump_totals(stats_file) -> dict:
+    """The counters of `pump-run --stats` the suite reports (all of them stay in the file)."""
+    try:
+        totals = json.loads(pathlib.Path(stats_file).read_text())["totals"]
+    except (OSError, ValueError, KeyError) as exc:
+        return {"error": f"no pump stats: {exc}"}
+    return {k: totals[k] for k in PUMP_FIELDS if k in totals}
+
+
+# ---------------------------------------------------------------- running
+class Suite:
+    def __init__(self, args):
+        self.args = args
+        self.deadline = time.monotonic() + args.budget_seconds
+        self.work = pathlib.Path(args.work or tempfile.mkdtemp(prefix="pump-gpu-suite-"))
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.cache = {}
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    @staticmethod
+    def say(text: str) -> None:
+        print(text, flush=True)
+
+    def run(self, argv, env_extra=None, reserve: float = 0.0) -> dict:
+        """One program run (a successful one is cached by its command line and environment):
+        rc, step records, final record, every JSON object, seconds, stderr's tail."""
+        key = (tuple(argv), tuple(sorted((env_extra or {}).items())))
+        if key in self.cache:
+            return self.cache[key]
+        timeout = min(RUN_CAP_S, self.left() - reserve)
+        if timeout < MIN_RUN_S:
+            raise OutOfTime(f"not run: {max(0.0, self.left()):.0f} s left of the suite's budget")
+        shown = " ".join(f"{k}={v}" for k, v in (env_extra or {}).items())
+        self.say(f"$ {shown + ' ' if shown else ''}{' '.join(argv)}")
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.run(argv, env=dict(os.environ, PYTHONUNBUFFERED="1", **(env_extra or {})),
+                                  capture_output=True, text=True, timeout=timeout, cwd=REPO)
+            rc, out, err = proc.returncode, proc.stdout, proc.stderr
+        except subprocess.TimeoutExpired as exc:
+            text = [s.decode(errors="replace") if isinstance(s, bytes) else (s or "") for s in (exc.stdout, exc.stderr)]
+            rc, out, err = None, text[0], text[1] + f"\n(killed: over its {timeout:.0f} s)"
+        seconds = time.monotonic() - t0
+        steps, final, docs = parse_output(out)
+        tail = "\n".join(err.strip().splitlines()[-12:])
+        self.say(f"  rc {rc}, {seconds:.1f} s, {len(steps)} steps" + (f"\n  stderr: {tail}" if tail else ""))
+        result = {"rc": rc, "steps": steps, "final": final, "docs": docs, "seconds": seconds, "stderr_tail": tail}
+        if rc == 0:
+            self.cache[key] = result
+        return result
+
+    def guard(self, what: str, request: int) -> None:
+        """Refuse (membudget.Refused) unless the card has room for `request` right now."""
+        membudget.check(what, request, *membudget.nvml_memory(0))
+
+    def bandwidth(self) -> dict:
+        free, total = membudget.nvml_memory(0)
+        mib = max(1, min(round(BANDWIDTH_MIB * self.args.scale), membudget.allowed(free, total) // 4 // MiB))
+        membudget.check(f"the prefetch bandwidth run ({mib} MiB)", mib * MiB, free, total)
+        r = self.run([sys.executable, str(HERE / "prefetch_bw.py"), "--mib", str(mib)])
+        if r["rc"] != 0 or not r["docs"]:
+            raise RuntimeError(f"prefetch_bw.py failed (rc {r['rc']}): {r['stderr_tail']}")
+        return r["docs"][-1]
+
+    def timed(self, case: Case, request: int) -> None:
+        """Every variant's timed run; step times, identity with ideal, pump's counters."""
+        warmup, count = TIMED[case.workload]
+        out = case.result.setdefault("variants", {})
+        for v in case.variants:
+            rec = out.setdefault(v.name, {})
+            try:
+                if v.memory == "managed":
+                    self.guard(f"case {case.key}, {v.name}", request)
+                stats = self.work / f"{case.key}-{v.name}-stats.json" if v.pump is not None else None
+                argv = command(case, v, warmup, count, stats=stats)
+                r = self.run(argv, reserve=self.args.budget_seconds * UNTIMED_SHARE)
+            except (membudget.Refused, OutOfTime) as exc:
+                rec["refused" if isinstance(exc, membudget.Refused) else "skipped"] = str(exc)
+                self.say(str(exc))
+                continue
+            rec.update(command=argv, rc=r["rc"], seconds=r["seconds"])
+            if r["rc"] != 0 or r["final"] is None:
+                last = (r["stderr_tail"].splitlines() or ["no final record"])[-1]
+                rec.update(error=f"exit status {r['rc']}: {last}", stderr_tail=r["stderr_tail"])
+                continue
+            rec["run"] = r
+            rec["step_ms"] = table.summarize(timed_ms(r["steps"], warmup, count))
+            if case.workload == "chain":
+                for field in ("host_ms", "kernel_ms"):
+                    rec[field] = table.summarize(timed_ms(r["steps"], warmup, count, field))
+            rec["checksum_hex"] = r["final"]["checksum_hex"]
+            if stats:
+                rec["pump"] = pump_totals(stats)
+        # The reference: ideal, else the first other variant without pump that ran.
+        plain = [v.name for v in case.variants if v.pump is None and "run" in out[v.name]]
+        case.result["reference"] = plain[0] if plain else None
+        for name, rec in out.items():
+            if name != case.result["reference"] and "run" in rec:
+                rec["identical"], rec["mismatch"] = (compare(out[plain[0]]["run"], rec["run"]) if plain
+                                                     else (None, "no run without pump to compare with"))
+
+    def untimed(self, case: Case, request: int, library) -> None:
+        """CUPTI's counters per variant, and the traced variant's trace for the lower bound."""
+        for v in case.variants:
+            rec = case.result["variants"][v.name]
+            report = self.work / f"{case.key}-{v.name}-cupti.json"
+            trace = self.work / f"{case.key}.trace" if v.name == case.traced else None
+            try:
+                if v.memory == "managed":
+                    self.guard(f"case {case.key}, {v.name} (counters)", request)
+                r = self.run(command(case, v, 0, UNTIMED_STEPS, trace=trace),
+                             cupti.env(library, str(report)) if isinstance(library, str) else None)
+            except (membudget.Refused, OutOfTime) as exc:
+                rec["cupti"] = {"error": str(exc)}
+                continue
+            if not isinstance(library, str):
+                rec["cupti"] = {"error": library["error"]}
+            elif r["rc"] != 0:
+                rec["cupti"] = {"error": f"the counter run failed (exit status {r['rc']}): {r['stderr_tail']}"}
+            else:
+                rec["cupti"] = cupti.read(str(report))
+            if trace is not None and r["rc"] == 0:
+                case.result["trace_run"] = r
+
+    def bound(self, case: Case, bandwidth: dict) -> dict:
+        """The case's lower bound (table.lower_bound) or {"error": why}."""
+        ideal = case.result["variants"].get("ideal", {})
+        if "step_ms" not in ideal:
+            return {"error": "no ideal run to take compute time from"}
+        # The work no variant avoids, one part after the other: the chain's host writes, then its
+        # kernels (ideal's, as fast as they go); the transformer's whole ideal step.
+        compute = (ideal["host_ms"]["median"] + ideal["kernel_ms"]["median"] if case.workload == "chain"
+                   else ideal["step_ms"]["median"]) / 1e3
+        if "h2d_bytes_per_s" not in bandwidth:
+            return {"error": f"no measured prefetch bandwidth: {bandwidth.get('error')}"}
+        if case.traced is None:
+            doc = table.lower_bound(compute, 0, bandwidth["h2d_bytes_per_s"])
+            doc["source"] = "the job fits and the host writes no managed memory: nothing must move"
+            return doc
+        run = case.result.get("trace_run")
+        if run is None:
+            return {"error": f"no trace: the {case.traced} variant's untimed run did not finish"}
+        written = [(b["address"], b["bytes"]) for b in (run["final"] or {}).get("buffers", []) if b.get("host_written")]
+        try:
+            must = lowerbound.must_move(str(self.work / f"{case.key}.trace"), case.capacity, written)
+        except (lowerbound.NoIteration, lowerbound.workload.WorkloadError) as exc:
+            return {"error": str(exc)}
+        doc = table.lower_bound(compute, must["must_move_bytes"], bandwidth["h2d_bytes_per_s"])
+        doc.update(must, source=f"Belady's MIN on the {case.traced} run's pump trace at "
+                                f"{case.capacity / GiB:.2f} GiB (bench/gpu/lowerbound.py)")
+        return doc
+
+
+# ---------------------------------------------------------------- what ran where
+def versions() -> dict:
+    from importlib import metadata
+    out = {"python": platform.python_version()}
+    for dist in ("pump", "cuda-bindings", "torch", "nvidia-ml-py", "numpy"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    def output(argv):
+        try:
+            return subprocess.run(argv, capture_output=True, text=True, timeout=120).stdout.strip() or None
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+    out["torch_cuda"] = output([sys.executable, "-c", "import torch; print(torch.version.cuda)"])
+    out["commit"] = output(["git", "-C", str(REPO), "rev-parse", "HEAD"]) or os.environ.get("PUMP_COMMIT")
+    return out
+
+
+def device_info() -> dict:
+    """GPU 0 as NVML names it, with the driver and the CUDA version the driver supports."""
+    import pynvml
+    pynvml.nvmlInit()
+    try:
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        name = pynvml.nvmlDeviceGetName(h)
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        cuda = pynvml.nvmlSystemGetCudaDriverVersion()
+        mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+        return {"name": name.decode() if isinstance(name, bytes) else name,
+                "driver": driver.decode() if isinstance(driver, bytes) else driver,
+                "cuda_driver_version": f"{cuda // 1000}.{cuda % 1000 // 10}", "memory_total_bytes": int(mem.total),
+                "memory_free_at_start_bytes": int(mem.free)}
+    finally:
+        pynvml.nvmlShutdown()
+
+
+EMULATED = ("Cases marked emulated hold the job's managed footprint above a budget of GPU-resident "
+            "bytes that pump enforces by evicting to the host; the card itself is never oversubscribed "
+            "(../shared GPU.md). Their naive variant is pump's evict-only mode (--policy off --budget B). "
+            "Judge them by their ratio to the lower bound.")
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(prog="suite.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cases", default=CASES, help=f"which cases, in order (default {CASES})")
+    ap.add_argument("--scale", type=float, default=1.0, help="size factor for every case (default 1)")
+    ap.add_argument("--budget-seconds", type=float, default=420.0, help="stop starting runs after this (default 420)")
+    ap.add_argument("--json", metavar="FILE", help="write every figure as one JSON document")
+    ap.add_argument("--train-script", default=str(REPO / "examples" / "train_gpt.py"),
+                    help="the PyTorch job of cases c-e (default examples/train_gpt.py)")
+    ap.add_argument("--work", metavar="DIR", help="where traces and counter reports go (default a temp dir)")
+    args = ap.parse_args(argv)
+    bad = sorted(set(args.cases) - set(CASES))
+    if bad or not args.cases:
+        ap.error(f"--cases {args.cases!r}: allowed letters {CASES}")
+    if not 0 < args.scale <= 64:
+        ap.error(f"--scale {args.scale}: allowed above 0, at most 64")
+    if args.budget_seconds < MIN_RUN_S:
+        ap.error(f"--budget-seconds {args.budget_seconds}: at least {MIN_RUN_S}")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    suite = Suite(args)
+    try:
+        device = device_info()
+    except Exception as exc:  # NVML missing or no GPU: nothing may run without the memory check
+        print(f"suite: cannot read the GPU through NVML, so no case may run: {exc}", file=sys.stderr)
+        return 2
+    doc = {"suite": "bench/gpu/suite.py", "started": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+           "device": device, "versions": versions(), "scale": args.scale, "emulated_note": EMULATED,
+           "timed_steps": TIMED, "untimed_steps": UNTIMED_STEPS}
+    suite.say(f"GPU: {device['name']}, driver {device['driver']} (CUDA {device['cuda_driver_version']}), "
+              f"{device['memory_free_at_start_bytes'] / GiB:.1f} of {device['memory_total_bytes'] / GiB:.1f} GiB free")
+    try:
+        doc["bandwidth"] = suite.bandwidth()
+    except (membudget.Refused, OutOfTime, RuntimeError) as exc:
+        doc["bandwidth"] = {"error": str(exc)}
+        suite.say(str(exc))
+    try:
+        library = cupti.build(suite.work)
+    except cupti.Unavailable as exc:
+        library = {"error": str(exc)}
+        suite.say(f"CUPTI counters unavailable: {exc}")
+
+    cases, gpt_ideal = [], None
+    for key in args.cases:
+        suite.say(f"== case {key}")
+        try:
+            if key in "ab":
+                case = plan_chain(key, args.scale, *membudget.nvml_memory(0))
+                request = chain_sizes(args.scale)["working_set"]
+            else:
+                program = gpt_args(args.scale, args.train_script)
+                if gpt_ideal is None:
+                    warmup, count = TIMED["gpt"]
+                    gpt_ideal = suite.run(program + ["--warmup", str(warmup), "--steps", str(count)])
+                peak = (gpt_ideal["final"] or {}).get("peak_bytes")
+                if gpt_ideal["rc"] != 0 or not peak:
+                    raise RuntimeError(f"train_gpt.py's ideal run gave no peak_bytes (exit status {gpt_ideal['rc']}): "
+                                       f"{gpt_ideal['stderr_tail']}")
+                case = plan_gpt(key, program, int(peak), *membudget.nvml_memory(0))
+                request = int(int(peak) * TORCH_SLACK)
+        except (membudget.Refused, OutOfTime, RuntimeError) as exc:
+            suite.say(str(exc))
+            what = {membudget.Refused: "refused", OutOfTime: "skipped"}.get(type(exc), "error")
+            cases.append(({"case": key, what: str(exc)}, None, 0))
+            continue
+        case.result = {"case": key, "title": case.title, "emulated": case.emulated, "capacity_bytes": case.capacity,
+                       "request_bytes": request, "variants": {}}
+        suite.timed(case, request)
+        cases.append((case.result, case, request))
+
+    suite.say("== untimed runs: CUPTI counters and traces")
+    for result, case, request in cases:
+        if case is not None:
+            suite.untimed(case, request, library)
+            result["lower_bound"] = suite.bound(case, doc["bandwidth"])
+            table.add_ratios(result)
+            result.pop("trace_run", None)
+            for rec in result["variants"].values():
+                rec.pop("run", None)
+    doc["cases"] = [result for result, _, _ in cases]
+    doc["table"] = table.render(doc["cases"])
+    doc["seconds"] = args.budget_seconds - suite.left()
+    suite.say("\n" + doc["table"])
+    failures = [f"case {c['case']}, {name}: {v.get('error') or v.get('mismatch')}" for c in doc["cases"]
+                for name, v in c.get("variants", {}).items() if v.get("error") or v.get("identical") is False]
+    failures = ([f"bandwidth: {doc['bandwidth']['error']}"] if "error" in doc["bandwidth"] else []) + \
+        [f"case {c['case']}: {c['error']}" for c in doc["cases"] if "error" in c] + failures
+    doc["failures"] = failures
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(doc, indent=2, default=str) + "\n")
+        suite.say(f"wrote {args.json}")
+    for line in failures:
+        suite.say(f"FAILED {line}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

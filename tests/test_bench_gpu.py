@@ -1,0 +1,403 @@
+"""The GPU benchmark suite's logic without a GPU: the free-memory refusal, sizes and variants,
+output parsing and the bit-identity check, the table's arithmetic, the lower bound's bytes that
+must move (against pump's own bound), the CUPTI injection library's report, scripts/gpu-check's
+refusals, and the suite's cuda-python programs and the whole suite on fakecuda."""
+
+import importlib.machinery
+import importlib.util
+import json
+import pathlib
+import subprocess
+import sys
+import types
+
+import pytest
+
+from helpers import PUMP_RUN, clean_env
+from synthetic_trace import TraceBuilder
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench" / "gpu"
+sys.path.insert(0, str(BENCH))
+import cupti  # noqa: E402
+import lowerbound  # noqa: E402
+import membudget  # noqa: E402
+import suite  # noqa: E402
+import table  # noqa: E402
+from pump.simulate import bound, engine, workload  # noqa: E402
+
+GiB, MiB = membudget.GiB, membudget.MiB
+
+
+# ---------------------------------------------------------------- the free-memory rule
+def test_margin_is_the_larger_of_2_GiB_and_5_percent():
+    assert membudget.margin(16 * GiB) == 2 * GiB
+    assert membudget.margin(140 * GiB) == 7 * GiB
+    assert membudget.allowed(10 * GiB, 16 * GiB) == 8 * GiB
+    assert membudget.allowed(1 * GiB, 16 * GiB) == 0
+
+
+def test_check_refuses_loudly_past_free_memory_less_the_margin():
+    membudget.check("a case", 8 * GiB, 10 * GiB, 16 * GiB)  # exactly the limit: allowed
+    with pytest.raises(membudget.Refused) as exc:
+        membudget.check("case b", 8 * GiB + 1, 10 * GiB, 16 * GiB)
+    text = str(exc.value)
+    assert text.startswith("REFUSED case b") and "10.00 GiB free" in text and "at most 8.00 GiB" in text
+    with pytest.raises(ValueError):
+        membudget.check("x", -1, 10 * GiB, 16 * GiB)
+
+
+def test_plan_chain_refuses_a_working_set_the_card_cannot_hold():
+    with pytest.raises(membudget.Refused, match="REFUSED case a"):
+        suite.plan_chain("a", 1.0, 2 * GiB + 512 * MiB, 16 * GiB)      # 1 GiB asked, 0.5 GiB allowed
+    case = suite.plan_chain("b", 1.0, 40 * GiB, 80 * GiB)
+    assert case.emulated and case.capacity == 512 * MiB                  # half of 8 x 128 MiB
+    assert [v.name for v in case.variants] == ["ideal", "naive", "launch", "lookahead"]
+    naive = case.variants[1].pump
+    assert naive[:2] == ["--policy", "off"] and naive[naive.index("--budget") + 1] == str(512 * MiB)
+    assert naive[naive.index("--capacity") + 1] == str(membudget.allowed(40 * GiB, 80 * GiB))
+    assert case.variants[0].pump is None and case.variants[0].memory == "device"
+    fits = suite.plan_chain("a", 0.5, 40 * GiB, 80 * GiB)
+    assert not fits.emulated and fits.variants[1].pump is None and "--mib" in fits.program
+    assert fits.program[fits.program.index("--mib") + 1] == "64"
+
+
+def test_plan_gpt_sizes_the_budget_from_the_peak_and_refuses_past_free():
+    program = suite.gpt_args(1.0, "train.py")
+    c = suite.plan_gpt("c", program, 10 * GiB + 3, 40 * GiB, 80 * GiB)
+    assert c.capacity == 5 * GiB and c.capacity % suite.BLOCK == 0
+    assert suite.plan_gpt("d", program, GiB, 40 * GiB, 80 * GiB).variants[1].pump == []
+    assert suite.plan_gpt("e", program, GiB, 40 * GiB, 80 * GiB).variants[1].pump == ["--no-managed-all"]
+    with pytest.raises(membudget.Refused, match=r"REFUSED case c .*x 1.5"):
+        suite.plan_gpt("c", program, 30 * GiB, 40 * GiB, 80 * GiB)       # 45 GiB asked, 36 allowed
+
+
+def test_commands_put_pump_run_options_before_the_program():
+    case = suite.plan_chain("b", 0.01, 40 * GiB, 80 * GiB)
+    argv = suite.command(case, case.variants[2], 2, 10, stats="s.json", trace="t.trace")
+    sep = argv.index("--")
+    assert argv[0].endswith("pump-run") and argv[1:3] == ["--policy", "launch"]
+    assert argv[sep - 4:sep] == ["--stats", "s.json", "--trace", "t.trace"]
+    assert argv[sep + 1:][-6:] == ["--warmup", "2", "--steps", "10", "--memory", "managed"]
+    assert suite.command(case, case.variants[0], 0, 3)[-2:] == ["--memory", "device"]
+
+
+def test_suite_arguments_are_checked():
+    for bad in (["--cases", "ax"], ["--cases", ""], ["--scale", "0"], ["--budget-seconds", "5"]):
+        with pytest.raises(SystemExit):
+            suite.parse_args(bad)
+    assert suite.parse_args(["--cases", "ca"]).cases == "ca"
+
+
+# ---------------------------------------------------------------- outputs and identity
+def test_parse_output_and_timed_steps():
+    out = "noise\n" + "\n".join(json.dumps({"step": i, "ms": 10.0 + i, "loss_hex": f"{i:x}"}) for i in range(5))
+    out += "\n{bad json\n" + json.dumps({"steps": 3, "checksum_hex": "aa"}) + "\n"
+    steps, final, docs = suite.parse_output(out)
+    assert len(steps) == 5 and final == {"steps": 3, "checksum_hex": "aa"} and len(docs) == 6
+    assert suite.timed_ms(steps, 2, 3) == [12.0, 13.0, 14.0]        # the warm-up steps were printed
+    assert suite.timed_ms(steps[:3], 2, 3) == [10.0, 11.0, 12.0]    # they were not
+    marked = [dict(s, warmup=s["step"] < 1) for s in steps]
+    assert suite.timed_ms(marked, 1, 10) == [11.0, 12.0, 13.0, 14.0]
+
+
+def test_compare_finds_the_first_differing_loss_and_the_checksum():
+    ref = {"steps": [{"loss_hex": "a"}, {"loss_hex": "b"}], "final": {"checksum_hex": "c" * 64}}
+    assert suite.compare(ref, ref) == (True, None)
+    other = {"steps": [{"loss_hex": "a"}, {"loss_hex": "x"}], "final": {"checksum_hex": "c" * 64}}
+    assert suite.compare(ref, other) == (False, "step 1: loss x where the reference has b")
+    short = {"steps": ref["steps"][:1], "final": ref["final"]}
+    assert suite.compare(ref, short)[0] is False
+    bad_sum = {"steps": ref["steps"], "final": {"checksum_hex": "d" * 64}}
+    assert suite.compare(ref, bad_sum)[0] is False
+    assert suite.compare(ref, {"steps": [], "final": None}) == (None, "no checksum to compare")
+
+
+# ---------------------------------------------------------------- the table
+def test_summarize_gives_median_and_quartiles():
+    s = table.summarize([4, 1, 3, 2, 100])
+    assert (s["median"], s["q1"], s["q3"], s["min"], s["max"], s["n"]) == (3, 2, 4, 1, 100, 5)
+    assert s["iqr_pct"] == pytest.approx(200 / 3)
+    assert table.summarize([7])["iqr_pct"] == 0.0
+    with pytest.raises(ValueError):
+        table.summarize([])
+
+
+def test_lower_bound_is_the_larger_of_compute_and_transfer():
+    b = table.lower_bound(0.010, 2e9, 50e9)
+    assert b["seconds"] == pytest.approx(0.040) and b["limited_by"] == "transfer"
+    assert table.lower_bound(0.1, 2e9, 50e9)["limited_by"] == "compute"
+    with pytest.raises(ValueError):
+        table.lower_bound(0.1, 1, 0)
+
+
+def test_ratios_and_rendered_rows():
+    case = {"case": "b", "emulated": True, "lower_bound": {"seconds": 0.05},
+            "variants": {"ideal": {"step_ms": table.summarize([40])}, "naive": {"step_ms": table.summarize([400])},
+                         "launch": {"step_ms": table.summarize([100]), "identical": True,
+                                    "cupti": {"counters": {"bytes_h2d": 3e9, "gpu_page_faults": 12},
+                                              "bytes_h2d_by_cause": {"prefetch": 2e9, "user": 0}}},
+                         "lookahead": {"error": "exit status 1: boom"},
+                         "late": {"skipped": "not run: 3 s left of the suite's budget"}}}
+    table.add_ratios(case)
+    launch = case["variants"]["launch"]
+    assert launch["ratio_to_ideal"] == pytest.approx(2.5) and launch["ratio_to_bound"] == pytest.approx(2.0)
+    assert launch["speedup_over_naive"] == pytest.approx(4.0)
+    text = table.render([case, {"case": "c", "refused": "REFUSED case c: too big"}])
+    assert "| b (emulated) | launch | 100.00 | 0.0% | 2.500x | 2.000x | 4.00x | yes | 3.00 | - | 12 | prefetch 2.00 |" in text
+    assert "| b (emulated) | lookahead | ERROR: exit status 1: boom |" in text
+    assert "| c | - | REFUSED case c: too big |" in text
+    assert "| b (emulated) | late | not run: 3 s left of the suite's budget |" in text
+
+
+# ---------------------------------------------------------------- bytes that must move
+def chain_trace(path, pairs=2, block_bytes=2 * MiB, steps=8):
+    """A chain like chain.py's --repeat 1: per step, per pair, saxpy(x, y) then scale(y)."""
+    t = TraceBuilder()
+    xs = [t.alloc(block_bytes) for _ in range(pairs)]
+    ys = [t.alloc(block_bytes) for _ in range(pairs)]
+    for s in range(steps):
+        t.step(s)
+        for x, y in zip(xs, ys):
+            t.launch(1, [x, y])
+            t.launch(2, [y])
+    t.write(path)
+    return xs, ys
+
+
+def test_must_move_without_host_writes_is_pumps_bound(tmp_path):
+    from synthetic_trace import training_trace
+    path = tmp_path / "train.trace"
+    training_trace(steps=6)[0].write(path)
+    w = workload.load(str(path))
+    for capacity in (16 * MiB, 48 * MiB, 96 * MiB):
+        expected = bound.lower_bound(w, capacity, engine.h100())["must_move_bytes"]
+        assert lowerbound.must_move(str(path), capacity)["must_move_bytes"] == pytest.approx(expected, abs=1)
+
+
+def test_host_written_blocks_come_over_every_step(tmp_path):
+    path = tmp_path / "chain.trace"
+    xs, _ = chain_trace(path)
+    written = [(x, 2 * MiB) for x in xs]
+    everything = lowerbound.must_move(str(path), 64 * MiB, written)
+    assert everything["host_written_blocks"] == 2 and everything["must_move_bytes"] == 4 * MiB
+    assert lowerbound.must_move(str(path), 64 * MiB)["must_move_bytes"] == 0
+    # Half the working set (2 of 4 blocks): per step both x and one y come over (worked by hand:
+    # MIN keeps the y used first next step beside the fresh x it is paired with), less at most one
+    # block over the CYCLES played, for what the GPU may hold before them.
+    half = lowerbound.must_move(str(path), 4 * MiB, written)["must_move_bytes"]
+    assert 6 * MiB - 2 * MiB / bound.CYCLES <= half <= 6 * MiB
+
+
+def test_suite_bound_takes_compute_from_ideal_and_bytes_from_the_trace(tmp_path):
+    xs, ys = chain_trace(tmp_path / "b.trace")
+    runner = suite.Suite(suite.parse_args(["--work", str(tmp_path)]))
+    case = suite.plan_chain("b", 0.01, 40 * GiB, 80 * GiB)
+    case.capacity = 4 * MiB
+    case.result = {"variants": {"ideal": {"step_ms": table.summarize([30]), "host_ms": table.summarize([8]),
+                                          "kernel_ms": table.summarize([2])}},
+                   "trace_run": {"final": {"buffers": [{"address": a, "bytes": 2 * MiB, "host_written": a in xs}
+                                                       for a in xs + ys]}}}
+    b = runner.bound(case, {"h2d_bytes_per_s": 1e8})      # about 60 ms of transfer against 10 of compute
+    assert b["compute_s"] == pytest.approx(0.010) and b["host_written_blocks"] == 2
+    assert 6 * MiB - 2 * MiB / bound.CYCLES <= b["must_move_bytes"] <= 6 * MiB
+    assert b["seconds"] == pytest.approx(b["must_move_bytes"] / 1e8) and b["limited_by"] == "transfer"
+    assert "no measured prefetch bandwidth" in runner.bound(case, {"error": "x"})["error"]
+    del case.result["trace_run"]
+    assert "did not finish" in runner.bound(case, {"h2d_bytes_per_s": 1e9})["error"]
+    fits = suite.plan_gpt("d", suite.gpt_args(1, "t.py"), GiB, 40 * GiB, 80 * GiB)
+    fits.result = {"variants": {"ideal": {"step_ms": table.summarize([30])}}}
+    d = runner.bound(fits, {"h2d_bytes_per_s": 1e9})
+    assert d["seconds"] == pytest.approx(0.030) and d["must_move_bytes"] == 0 and d["limited_by"] == "compute"
+
+
+def test_a_trace_without_an_iteration_is_refused(tmp_path):
+    t = TraceBuilder()
+    t.launch(1, [t.alloc(2 * MiB)])
+    t.write(tmp_path / "one.trace")
+    with pytest.raises(lowerbound.NoIteration, match="no iteration"):
+        lowerbound.must_move(str(tmp_path / "one.trace"), 64 * MiB)
+
+
+# ---------------------------------------------------------------- CUPTI
+def test_cupti_report_of_a_process_without_a_gpu(tmp_path):
+    try:
+        library = cupti.build(tmp_path)
+    except cupti.Unavailable as exc:
+        pytest.skip(f"no CUPTI to build against here: {exc}")
+    report = tmp_path / "report.json"
+    code = f"import ctypes; assert ctypes.CDLL({library!r}).InitializeInjection() == 1"
+    proc = subprocess.run([sys.executable, "-c", code], env=dict(clean_env(), PUMP_BENCH_CUPTI_OUT=str(report)),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(report.read_text())
+    assert set(doc["counters"]) == {"bytes_h2d", "bytes_d2h", "cpu_page_faults", "gpu_page_faults", "thrashing",
+                                    "throttling"}
+    assert set(doc["bytes_h2d_by_cause"]) >= {"user", "coherence", "prefetch", "eviction"}
+    assert doc["enable"] != "CUPTI_SUCCESS" and "refused" in cupti.read(str(report))["error"]
+
+
+def test_cupti_read_says_when_there_is_no_report(tmp_path):
+    assert "no CUPTI report" in cupti.read(str(tmp_path / "none.json"))["error"]
+    (tmp_path / "bad.json").write_text("{")
+    assert "unreadable" in cupti.read(str(tmp_path / "bad.json"))["error"]
+
+
+# ---------------------------------------------------------------- scripts/gpu-check
+def gpu_check_module():
+    loader = importlib.machinery.SourceFileLoader("gpu_check", str(ROOT / "scripts" / "gpu-check"))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("gpu_check", loader))
+    loader.exec_module(module)
+    return module
+
+
+def test_gpu_check_without_a_gpu_refuses_and_writes_its_json(tmp_path):
+    env = dict(clean_env("OUT"), PYTHONPATH=str(tmp_path))  # a pynvml that sees no GPU
+    (tmp_path / "pynvml.py").write_text("def nvmlInit(): pass\ndef nvmlShutdown(): pass\n"
+                                        "def nvmlDeviceGetCount(): return 0\n")
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu-check"), "--out", str(tmp_path / "out")],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    doc = json.loads((tmp_path / "out" / "gpu-check.json").read_text())
+    assert doc["error"] == "NVML sees no GPU" and doc["gpu_check"]["passed"] is False
+    assert "no GPU to check" in (tmp_path / "out" / "gpu-check.log").read_text()
+
+
+def test_gpu_check_names_the_wheels_it_lacks(tmp_path, monkeypatch):
+    gc = gpu_check_module()
+    monkeypatch.setattr(gc, "RUNTIME_WHEELS", ("json", "no_such_module_for_pump"))
+    log = gc.Log(tmp_path / "log")
+    result = gc.ensure_runtime_wheels(log, tmp_path, 30)
+    assert result["rc"] == 1 and "no_such_module_for_pump" in result["tail"] and "json" not in result["tail"]
+    assert "pip download" in result["tail"]
+
+
+def test_gpu_check_reads_pytests_summary():
+    gc = gpu_check_module()
+    tail = "sss\n=== short test summary ===\nSKIPPED [1] x\n3 passed, 2 skipped, 700 deselected in 9.1s"
+    assert gc.pytest_summary(tail) == "3 passed, 2 skipped, 700 deselected in 9.1s"
+
+
+# ---------------------------------------------------------------- on fakecuda
+@pytest.fixture
+def fake_gpu(c_build, monkeypatch):
+    """The environment that runs the suite's cuda-python programs on fakecuda."""
+    pytest.importorskip("cuda.bindings", reason="cuda-python (pip install cuda-bindings) runs the suite's programs")
+    env = dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"))
+    for key in [k for k in __import__("os").environ if k.startswith(("PUMP_", "FAKECUDA_"))] + ["LD_PRELOAD"]:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("LD_LIBRARY_PATH", env["LD_LIBRARY_PATH"])
+    return env
+
+
+CHAIN = [sys.executable, str(BENCH / "chain.py"), "--memory", "managed", "--pairs", "2", "--mib", "1",
+         "--repeat", "1", "--warmup", "1", "--steps", "2"]
+
+
+def final_of(proc):
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return suite.parse_output(proc.stdout)[1]
+
+
+def test_chain_on_fakecuda_pump_prefetches_and_results_stay_identical(fake_gpu, tmp_path):
+    plain = final_of(subprocess.run(CHAIN, env=fake_gpu, capture_output=True, text=True, timeout=300))
+    trace = tmp_path / "chain.trace"
+    pumped = final_of(subprocess.run([PUMP_RUN, "--trace", str(trace), "--", *CHAIN], env=fake_gpu,
+                                     capture_output=True, text=True, timeout=300))
+    graph = final_of(subprocess.run(CHAIN + ["--graph"], env=fake_gpu, capture_output=True, text=True, timeout=300))
+    assert plain["checksum_hex"] == pumped["checksum_hex"] == graph["checksum_hex"]
+    assert plain["fakecuda"]["gpu_faults"] > 0 and plain["fakecuda"]["bytes_prefetched_h2d"] == 0
+    assert pumped["fakecuda"]["gpu_faults"] == 0 and pumped["fakecuda"]["bytes_prefetched_h2d"] > 0
+    assert plain["host_written_bytes_per_step"] == 2 * MiB and plain["working_set_bytes"] == 4 * MiB
+    written = [(b["address"], b["bytes"]) for b in pumped["buffers"] if b["host_written"]]
+    # The shim's own trace of the run: every step the two host-written inputs must come over.
+    assert lowerbound.must_move(str(trace), 64 * MiB, written)["must_move_bytes"] == 2 * MiB
+
+
+def test_chain_refuses_a_working_set_past_free_memory(fake_gpu):
+    proc = subprocess.run(CHAIN[:-6] + ["--mib", str(64 * 1024)], env=fake_gpu, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 3 and proc.stderr.startswith("REFUSED chain.py (2 pairs of 65536 MiB, managed)")
+    assert proc.stdout == ""
+
+
+def fake_nvml(free, total):
+    module = types.ModuleType("pynvml")
+    module.NVMLError = type("NVMLError", (Exception,), {})
+    memory = types.SimpleNamespace(free=free, total=total)
+    module.__dict__.update(nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetHandleByIndex=lambda i: i,
+                           nvmlDeviceGetMemoryInfo=lambda h: memory, nvmlDeviceGetName=lambda h: "fake GPU",
+                           nvmlSystemGetDriverVersion=lambda: "0.0", nvmlSystemGetCudaDriverVersion=lambda: 13000)
+    return module
+
+
+FAKE_TRAIN = """
+import argparse, json, struct
+ap = argparse.ArgumentParser()
+for name in ("--preset", "--batch", "--seq", "--steps", "--warmup", "--device"):
+    ap.add_argument(name)
+ap.add_argument("--json", action="store_true")
+a = ap.parse_args()
+loss = 10.0
+for step in range(int(a.steps) + int(a.warmup)):
+    loss *= 0.9
+    print(json.dumps({"step": step, "loss": loss, "loss_hex": struct.pack(">d", loss).hex(), "ms": 1.0 + step % 3}))
+print(json.dumps({"steps": int(a.steps), "checksum_hex": "ab" * 32, "params": 1, "device": "cuda",
+                  "peak_bytes": 64 << 20}))
+"""
+
+
+@pytest.fixture
+def small_suite(fake_gpu, monkeypatch, tmp_path):
+    monkeypatch.setattr(suite, "CHAIN_PAIRS", 2)
+    monkeypatch.setattr(suite, "CHAIN_REPEAT", 1)
+    monkeypatch.setattr(suite, "TIMED", {"chain": (1, 2), "gpt": (1, 3)})
+    monkeypatch.setattr(suite, "UNTIMED_STEPS", 3)
+    monkeypatch.setattr(suite, "versions", lambda: {"python": "test"})
+    (tmp_path / "train.py").write_text(FAKE_TRAIN)
+
+    def run(cases, free, total, status, script="train.py"):
+        monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(free, total))
+        out = tmp_path / f"suite-{cases}.json"
+        assert suite.main(["--cases", cases, "--scale", "0.01", "--json", str(out), "--work", str(tmp_path / "w"),
+                           "--train-script", str(tmp_path / script)]) == status
+        return json.loads(out.read_text())
+    return run
+
+
+def test_suite_on_fakecuda(small_suite):
+    doc = small_suite("acd", 20 * GiB, 24 * GiB, status=1)
+    cases = {c["case"]: c for c in doc["cases"]}
+    # fakecuda has no pinned memory or explicit copies: the ideal chain cannot run there, and the
+    # suite fails for it (and for nothing else).
+    assert [f.split(":")[0] for f in doc["failures"]] == ["case a, ideal"]
+    assert doc["device"]["name"] == "fake GPU" and doc["bandwidth"]["h2d_bytes_per_s"] > 0
+    a = cases["a"]["variants"]
+    assert "cuMemHostAlloc" in a["ideal"]["error"] and cases["a"]["reference"] == "naive"
+    for name in ("launch", "lookahead"):
+        assert a[name]["identical"] is True and a[name]["step_ms"]["n"] == 2, a[name]
+        assert a[name]["pump"]["prefetch_bytes"] > 0 and "error" in a[name]["cupti"]
+    assert a["launch"]["speedup_over_naive"] > 0 and "no ideal run" in cases["a"]["lower_bound"]["error"]
+    c = cases["c"]
+    assert c["emulated"] and c["capacity_bytes"] == 32 * MiB and c["request_bytes"] == 96 * MiB
+    for name in ("naive", "launch", "lookahead"):
+        assert c["variants"][name]["identical"] is True and c["variants"][name]["ratio_to_ideal"] == 1.0
+    assert c["variants"]["naive"]["command"][1:3] == ["--policy", "off"]
+    d = cases["d"]
+    assert d["lower_bound"]["must_move_bytes"] == 0 and d["variants"]["pump"]["ratio_to_bound"] == 1.0
+    assert "| c (emulated) | launch | 2.00 |" in doc["table"]
+
+
+def test_suite_refuses_cases_past_free_memory_and_runs_none_of_them(small_suite, capsys):
+    doc = small_suite("ab", 2 * GiB + 2 * MiB, 3 * GiB, status=0)    # 2 MiB allowed; --scale 0.01 asks 4 MiB
+    assert all(c["refused"].startswith(f"REFUSED case {c['case']}") for c in doc["cases"])
+    assert "| a | - | REFUSED case a" in doc["table"]
+    assert "chain.py" not in capsys.readouterr().out      # nothing was started
+
+
+def test_suite_fails_when_the_training_job_cannot_run(small_suite):
+    doc = small_suite("ce", 20 * GiB, 24 * GiB, status=1, script="missing.py")
+    assert [c["case"] for c in doc["cases"]] == ["c", "e"]
+    assert all("train_gpt.py's ideal run gave no peak_bytes (exit status 2)" in c["error"] for c in doc["cases"])
+    assert [f.split(":")[0] for f in doc["failures"]] == ["case c", "case e"]
+    assert "| c | - | ERROR: train_gpt.py's ideal run gave no peak_bytes" in doc["table"]
