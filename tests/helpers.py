@@ -45,33 +45,42 @@ def stop_pumpd(proc):
 
 
 
-# Whether a real NVIDIA GPU and its driver are here (fakecuda does not count).
+# Why there is no real NVIDIA GPU and driver here (fakecuda does not count); exit 0 if there is.
 _GPU_PROBE = """
 import ctypes, sys
 try:
-    cuda = ctypes.CDLL("libcuda.so.1")
+    lib = ctypes.CDLL("libcuda.so.1")
 except OSError:
-    sys.exit(1)
-count = ctypes.c_int()
-real = not hasattr(cuda, "fakecuda_register_kernel")
-sys.exit(0 if real and cuda.cuInit(0) == 0 and cuda.cuDeviceGetCount(ctypes.byref(count)) == 0
-         and count.value > 0 else 1)
+    sys.exit("no CUDA driver (libcuda.so.1 does not load)")
+if hasattr(lib, "fakecuda_register_kernel"):
+    sys.exit("libcuda.so.1 is fakecuda, pump's CPU model")
+rc = lib.cuInit(0)
+if rc:
+    sys.exit(f"cuInit failed with CUresult {rc}")
+n = ctypes.c_int()
+if lib.cuDeviceGetCount(ctypes.byref(n)) or n.value < 1:
+    sys.exit("the CUDA driver sees no device")
 """
-_has_gpu = None
+_no_gpu_reason = None
+
+
+def no_gpu_reason() -> str:
+    """Why no real GPU is here ("" when one is): asked once, in a child process, so that
+    the test process itself never initialises CUDA."""
+    global _no_gpu_reason
+    if _no_gpu_reason is None:
+        import subprocess
+        probe = subprocess.run([sys.executable, "-c", _GPU_PROBE], env=clean_env(), capture_output=True,
+                               text=True, timeout=60)
+        _no_gpu_reason = "" if probe.returncode == 0 else (probe.stderr.strip().splitlines() or ["no GPU"])[-1]
+    return _no_gpu_reason
 
 
 def has_gpu() -> bool:
-    """Whether a real GPU is here: asked once, in a child process, so that the test
-    process itself never initialises CUDA."""
-    global _has_gpu
-    if _has_gpu is None:
-        import subprocess
-        _has_gpu = subprocess.run([sys.executable, "-c", _GPU_PROBE], env=clean_env(),
-                                  capture_output=True, timeout=60).returncode == 0
-    return _has_gpu
+    return not no_gpu_reason()
 
 
 def needs_gpu(test):
     """Marks a test `gpu` and skips it where there is no real GPU."""
     import pytest
-    return pytest.mark.gpu(pytest.mark.skipif(not has_gpu(), reason="needs a real NVIDIA GPU")(test))
+    return pytest.mark.gpu(pytest.mark.skipif(not has_gpu(), reason=f"needs an NVIDIA GPU: {no_gpu_reason()}")(test))

@@ -190,3 +190,22 @@ def test_train_gpt_on_the_gpu(gpt_env, tmp_path):
     assert len([line for line in proc.stderr.splitlines() if line.startswith("pump: ")]) == 1, proc.stderr
     totals = json.loads(stats_file.read_text())["totals"]
     assert totals["launches"] > 0 and totals["launches_managed"] > 0, totals
+
+
+@needs_gpu
+def test_train_gpt_with_pumps_allocator_on_the_gpu(gpt_env, tmp_path):
+    """On a GPU, `[memory] torch_allocator = "pump"`: every tensor goes through libpump
+    (pump/boot/sitecustomize.py installs it), and the losses and checksum stay bit-identical."""
+    args = ["--device", "cuda", "--steps", "5"]
+    _, bare_steps, bare_final = train_json(args, gpt_env)
+    job = tmp_path / "job.toml"
+    job.write_text('[memory]\ntorch_allocator = "pump"\n')
+    stats_file = tmp_path / "stats.json"
+    proc, steps, final = train_json(args, gpt_env,
+                                    pump_run=(PUMP_RUN, "--config", str(job), "--stats", str(stats_file)))
+    assert "not installed" not in proc.stderr, proc.stderr
+    assert [s["loss_hex"] for s in steps] == [s["loss_hex"] for s in bare_steps]
+    assert final["checksum_hex"] == bare_final["checksum_hex"]
+    totals = json.loads(stats_file.read_text())["totals"]
+    assert totals["torch_allocs"] > 0 and totals["torch_frees"] > 0, totals
+    assert totals["managed_allocs"] >= totals["torch_allocs"] - totals["torch_frees"], totals

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from helpers import PUMP_RUN, clean_env
+from helpers import PUMP_RUN, clean_env, has_gpu, no_gpu_reason
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench" / "gpu"
@@ -21,31 +21,7 @@ import suite  # noqa: E402  (its output parsing)
 
 MiB = membudget.MiB
 
-# In a child process, so that pytest's own process never initialises CUDA.
-_PROBE = """
-import ctypes, sys
-try:
-    lib = ctypes.CDLL("libcuda.so.1")
-except OSError:
-    sys.exit("no CUDA driver (libcuda.so.1 does not load)")
-if hasattr(lib, "fakecuda_register_kernel"):
-    sys.exit("libcuda.so.1 is fakecuda, pump's CPU model")
-rc = lib.cuInit(0)
-if rc:
-    sys.exit(f"cuInit failed with CUresult {rc}")
-n = ctypes.c_int()
-if lib.cuDeviceGetCount(ctypes.byref(n)) or n.value < 1:
-    sys.exit("the CUDA driver sees no device")
-"""
-
-
-def _no_gpu_reason() -> str:
-    probe = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, env=clean_env())
-    return "" if probe.returncode == 0 else (probe.stderr.strip().splitlines() or ["no GPU"])[-1]
-
-
-_REASON = _no_gpu_reason()
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(bool(_REASON), reason=f"needs an NVIDIA GPU: {_REASON}")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not has_gpu(), reason=f"needs an NVIDIA GPU: {no_gpu_reason()}")]
 
 
 def require_free(what: str, request_bytes: int) -> None:

@@ -271,7 +271,10 @@ def test_pump_run_whole_process_tree(c_build, tmp_path):
     assert [r["gpu_faults"] for r in results] == [0, 0]
     assert len(doc["processes"]) == 2
     assert doc["totals"]["launches"] == 12
-    assert doc["totals"]["prefetch_bytes"] == 2 * (256 << 20)
+    # each process's 256 MiB of managed buffers, and its 8-byte result buffer, which
+    # pump-run's default --managed-all made managed memory
+    assert doc["totals"]["prefetch_bytes"] == 2 * ((256 << 20) + 8)
+    assert doc["totals"]["managed_all_allocs"] == 2
     (summary,) = proc.stderr.splitlines()
     assert summary.startswith("pump: 12 launches (12 on managed memory)")
     assert "512.0 MiB prefetched" in summary and "2 processes" in summary

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "check.h"
 #include "fakecuda.h"
 
 struct cuda_api {
@@ -53,14 +54,6 @@ struct cuda_api {
     void (*reset_stats)(void);
 };
 
-#define CHECK(call)                                                             \
-    do {                                                                        \
-        CUresult check_result_ = (call);                                        \
-        if (check_result_ != CUDA_SUCCESS) {                                    \
-            fprintf(stderr, "error: %s returned %d\n", #call, (int)check_result_); \
-            exit(3);                                                            \
-        }                                                                       \
-    } while (0)
 
 #ifdef PUMP_TEST_PROCADDR
 /* Returns 0, or 4 when there is no driver (as cudart reports

@@ -17,19 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "fakecuda.h"
 
 #define BUFFER_FLOATS ((size_t)4 << 20) /* 16 MiB of floats */
 #define PAGE (64u << 10)
 
-#define CHECK(call)                                                                  \
-    do {                                                                             \
-        CUresult check_result_ = (call);                                             \
-        if (check_result_ != CUDA_SUCCESS) {                                         \
-            fprintf(stderr, "error: %s returned %d\n", #call, (int)check_result_);  \
-            exit(3);                                                                 \
-        }                                                                            \
-    } while (0)
 
 static void axpy_kernel(void **params, const fakecuda_dims *dims)
 {

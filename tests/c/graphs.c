@@ -26,19 +26,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "fakecuda.h"
 
 #define BUFFER_FLOATS ((size_t)4 << 20) /* 16 MiB of floats */
 #define PAGE (64u << 10)                /* fakecuda's fault granularity */
 
-#define CHECK(call)                                                                  \
-    do {                                                                             \
-        CUresult check_result_ = (call);                                             \
-        if (check_result_ != CUDA_SUCCESS) {                                         \
-            fprintf(stderr, "error: %s returned %d\n", #call, (int)check_result_);  \
-            exit(3);                                                                 \
-        }                                                                            \
-    } while (0)
 
 static float *arg_floats(void **params, int i) { return *(float **)params[i]; }
 static uint64_t arg_u64(void **params, int i) { return *(uint64_t *)params[i]; }
@@ -86,14 +79,6 @@ static void host_fill(CUdeviceptr p, float base)
     fakecuda_host_touch(x, BUFFER_FLOATS * sizeof *x);
     for (size_t i = 0; i < BUFFER_FLOATS; i++)
         x[i] = base + (float)(i % 1024) * 0.25f;
-}
-
-static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
-{
-    const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ p[i]) * 0x100000001b3ull;
-    return h;
 }
 
 /* The graph's kernels and their arguments (kernel node parameters point here). */

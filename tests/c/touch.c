@@ -127,14 +127,6 @@ static void host_fill(float *x, size_t n, float base)
         x[i] = base + (float)(i % 1024) * 0.25f;
 }
 
-static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
-{
-    const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ p[i]) * 0x100000001b3ull;
-    return h;
-}
-
 int main(int argc, char **argv)
 {
     int iterations = argc > 1 ? atoi(argv[1]) : 1;
