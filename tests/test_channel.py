@@ -422,7 +422,7 @@ def test_full_ring_drops_and_counts(job, daemon, run_program):
     result = j.finish()
     elapsed = time.monotonic() - start
     record = j.record()
-    attempted = 2 + 1 + launches + result["syncs"] + 2  # ALLOC, FUNCTION, LAUNCH, SYNC, FREE
+    attempted = 2 + 1 + 1 + launches + result["syncs"] + 2  # ALLOC, FUNCTION, DEVICE, LAUNCH, SYNC, FREE
     h = d.ring.header
     assert h.written == C.PUMP_RING_RECORDS_MIN and h.dropped > 0
     # beyond those, only the worker's COUNTERS records (twice a second, once at exit)
