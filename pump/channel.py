@@ -39,6 +39,9 @@ SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 # or the job scribbled the ring): the reader never stalls on one job's record.
 STUCK_SECONDS = 1.0
 LAUNCH_BASES_MAX = 64  # the shim's PUMP_SCAN_MAX_RANGES
+DEVICES_MAX = 64       # DEVICE records name CUDA ordinals 0..63 (shim/channel.c's DEVICES_MAX)
+UUID_BYTES = 16        # a DEVICE record's count
+PROBLEMS_MAX = 8       # a batch says what was wrong with this many invalid records at most
 
 _NUMPY_TYPES = {"uint64_t": "<u8", "uint32_t": "<u4", "int32_t": "<i4", "uint16_t": "<u2"}
 
@@ -69,6 +72,27 @@ class ChannelError(Exception):
 
 KEY_MULTIPLIER = 0x9E3779B97F4A7C15
 _MASK = (1 << 64) - 1
+
+
+def uuid_from_cuda_bytes(b: bytes) -> str:
+    """The NVML spelling of a GPU UUID given as CUDA's 16 raw bytes
+    (``cuDeviceGetUuid``): ``"GPU-"`` and the bytes in hex, grouped 8-4-4-4-12."""
+    b = bytes(b)
+    if len(b) != UUID_BYTES:
+        raise ValueError(f"a CUDA UUID is {UUID_BYTES} bytes, got {len(b)}")
+    h = b.hex()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def device_record(device: int, count: int, arg) -> str:
+    """A DEVICE record's UUID (NVML's spelling); ValueError saying what is wrong
+    with one that breaks the format."""
+    if not 0 <= device < DEVICES_MAX:
+        raise ValueError(f"DEVICE record with CUDA ordinal {device}; ordinals are 0..{DEVICES_MAX - 1}")
+    if count != UUID_BYTES:
+        raise ValueError(f"DEVICE record for device {device} with count {count}; "
+                         f"it carries a {UUID_BYTES}-byte UUID")
+    return uuid_from_cuda_bytes(np.asarray(arg[:2], dtype="<u8").tobytes())
 
 
 def launch_key(function: int, bases) -> int:
@@ -314,6 +338,8 @@ class Batch:
     block_allocs: list = dataclasses.field(default_factory=list)  # (launches before it, addr, bytes)
     block_frees: list = dataclasses.field(default_factory=list)   # (launches before it, addr, bytes)
     steps: list = dataclasses.field(default_factory=list)     # (launches before it, step)
+    devices: list = dataclasses.field(default_factory=list)   # (CUDA ordinal, GPU UUID "GPU-...")
+    problems: list = dataclasses.field(default_factory=list)  # what was wrong with the first invalid DEVICE records
 
     def launch_bases(self, i: int) -> np.ndarray:
         end = self.launch_base_start[i + 1] if i + 1 < len(self.launch_base_start) else len(self.bases)
@@ -400,6 +426,14 @@ def decode(records: np.ndarray) -> Batch:
             batch.frees.append((int(a[0]), int(a[1])))
         elif k == KIND["counters"]:
             batch.counters = tuple(int(v) for v in a)
+        elif k == KIND["device"]:
+            device = int(records["device"][i])
+            try:
+                batch.devices.append((device, device_record(device, n, a)))
+            except ValueError as exc:
+                batch.invalid += 1
+                if len(batch.problems) < PROBLEMS_MAX:
+                    batch.problems.append(str(exc))
         elif k == KIND["function"]:
             if n > C.PUMP_FUNCTION_NAME_MAX:
                 batch.invalid += 1

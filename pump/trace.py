@@ -85,8 +85,9 @@ def _names(blocks) -> dict:
     return names
 
 
-def _describe(kind: int, count: int, arg, names: dict):
+def _describe(record, names: dict):
     """One record's kind and details, or None for records that continue the one before."""
+    kind, count, arg = int(record["kind"]), int(record["count"]), record["arg"]
     k = {v: n for n, v in channel.KIND.items()}.get(kind, f"kind-{kind}")
     if k == "alloc":
         return k, f"0x{int(arg[0]):x} {int(arg[1])} bytes flags {int(arg[2])}"
@@ -113,6 +114,12 @@ def _describe(kind: int, count: int, arg, names: dict):
         return k, f"0x{int(arg[0]):x} {int(arg[1])} bytes"
     if k == "step":
         return k, f"{int(arg[0])}"
+    if k == "device":
+        device = int(record["device"])
+        try:
+            return k, f"{device} {channel.device_record(device, count, arg)}"
+        except ValueError as exc:
+            return k, f"invalid: {exc}"
     return None if k in ("launch_more", "name") else (k, "")
 
 
@@ -123,7 +130,7 @@ def show(path, out):
     out.write(f"# pump trace of job {header['job']} ({header['name']})\n")
     for pid, records in blocks:
         for r in records:
-            line = _describe(int(r["kind"]), int(r["count"]), r["arg"], names)
+            line = _describe(r, names)
             if line is not None:
                 ms = (int(r["time_ns"]) - header["start_ns"]) / 1e6
                 out.write(f"{pid:>8} {ms:12.3f} {line[0]:<9} {line[1]}\n")

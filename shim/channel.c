@@ -204,6 +204,62 @@ PUMP_HIDDEN void pump_channel_sync(uint32_t epoch)
     pump_channel_emit(c, &e, 1);
 }
 
+/* ---- devices: which GPUs the process works on (DEVICE) ----
+ * Each device's UUID is read once and announced once per daemon: at first
+ * use if a channel is live, else by pump_channel_install. The two race
+ * without a lock: the user stores KNOWN then loads the channel, the worker
+ * stores the channel then loads KNOWN (all sequentially consistent), so at
+ * least one of them sees the other, and `announced` lets only one emit. */
+#define DEVICES_MAX 64 /* ordinals 0..63 are announced (pump/channel.py: DEVICES_MAX) */
+enum { DEVICE_UNKNOWN, DEVICE_READING, DEVICE_KNOWN, DEVICE_FAILED };
+static struct {
+    _Atomic uint32_t state;
+    atomic_bool announced;
+    uint64_t uuid[2];          /* written before state becomes DEVICE_KNOWN */
+} devices[DEVICES_MAX];
+
+static void announce_device(struct pump_channel *c, int device, bool again)
+{
+    if (atomic_load(&devices[device].state) != DEVICE_KNOWN ||
+        (!again && atomic_exchange(&devices[device].announced, true)))
+        return;
+    struct pump_event e = event(PUMP_EVENT_DEVICE, 16, device);
+    e.arg[0] = devices[device].uuid[0];
+    e.arg[1] = devices[device].uuid[1];
+    pump_channel_emit(c, &e, 1);
+}
+
+PUMP_HIDDEN void pump_channel_device(CUdevice device)
+{
+    if (device < 0 || device >= DEVICES_MAX) {
+        pump_log_once("device %d is past the %d devices pump names to pumpd: its jobs count against GPU 0",
+                      (int)device, DEVICES_MAX);
+        return;
+    }
+    uint32_t unknown = DEVICE_UNKNOWN;
+    if (!atomic_compare_exchange_strong(&devices[device].state, &unknown, DEVICE_READING))
+        return;  /* read already, or being read */
+    CUuuid uuid;
+    if (pump_driver.device_get_uuid == NULL || pump_driver.device_get_uuid(&uuid, device) != CUDA_SUCCESS) {
+        atomic_store(&devices[device].state, DEVICE_FAILED);
+        pump_log_once("cannot read device %d's UUID: pumpd counts this job against GPU 0", (int)device);
+        return;
+    }
+    memcpy(devices[device].uuid, uuid.bytes, sizeof devices[device].uuid);
+    atomic_store(&devices[device].state, DEVICE_KNOWN);
+    struct pump_channel *c = atomic_load(&pump_channel_live);
+    if (c != NULL)
+        announce_device(c, device, false);
+}
+
+/* Every device known (each once, unless again: then all, for a daemon that
+ * restarted and lost what its predecessor read). */
+static void announce_devices(struct pump_channel *c, bool again)
+{
+    for (int d = 0; d < DEVICES_MAX; d++)
+        announce_device(c, d, again);
+}
+
 /* The shim's own accounting for pumpd: what `pump status` shows of the job. */
 static void send_counters(void)
 {
@@ -341,6 +397,7 @@ PUMP_HIDDEN bool pump_channel_install(struct pump_ring_header *ring, size_t ring
     atomic_store_explicit(&pump_channel_live, &channel, memory_order_seq_cst);
     pump_ranges_each(announce_range, NULL);
     pump_layouts_announce(&channel);
+    announce_devices(&channel, false);
     return true;
 }
 
@@ -679,6 +736,9 @@ static void *worker_main(void *arg)
             continue;
         }
         pump_log(2, "%s pumpd at %s", attached ? "resumed with" : "attached to", path);
+        struct pump_channel *live = pump_channel_get();
+        if (attached && live != NULL)
+            announce_devices(live, true);
         attached = true;
         backoff = 1;
         wait_until_lost(fd);

@@ -52,6 +52,9 @@ PUMP_HIDDEN void pump_channel_launch(struct pump_channel *c, CUfunction f, CUstr
 /* FUNCTION (+ NAME): the handle and its name, asked of the driver. */
 PUMP_HIDDEN void pump_channel_function(struct pump_channel *c, CUfunction f);
 PUMP_HIDDEN void pump_channel_sync(uint32_t epoch);
+/* DEVICE: the process works on `device` (a CUDA ordinal). Asks the driver for
+ * its UUID the first time only; sent now, or when the daemon attaches. */
+PUMP_HIDDEN void pump_channel_device(CUdevice device);
 
 /* The plan: the trigger for a launch of f with the scan's own allocations
  * (its launch key, pump_channel.h), copied into *out; false when there is

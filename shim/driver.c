@@ -111,6 +111,8 @@ static bool load_driver(void)
         .stream_get_ctx = own_entry(lib, get_proc, "cuStreamGetCtx", 9020, "cuStreamGetCtx"),
         .ctx_push_current = own_entry(lib, get_proc, "cuCtxPushCurrent", 4000, "cuCtxPushCurrent_v2"),
         .ctx_pop_current = own_entry(lib, get_proc, "cuCtxPopCurrent", 4000, "cuCtxPopCurrent_v2"),
+        /* device UUIDs (channel.c) */
+        .device_get_uuid = own_entry(lib, get_proc, "cuDeviceGetUuid", 11040, "cuDeviceGetUuid_v2"),
     };
     d.can_prefetch = d.ctx_get_current != NULL && d.ctx_get_device != NULL && d.stream_create != NULL &&
                      d.event_create != NULL && d.event_record != NULL && d.stream_wait_event != NULL &&

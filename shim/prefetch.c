@@ -103,7 +103,8 @@ static void setup_context(struct pump_context *c, CUcontext ctx, uint32_t index)
     CUstreamCaptureMode mode;
     bool relaxed = capture_mode_relax(&mode);
     c->index = index;
-    c->usable = entered && call_ok(pump_driver.ctx_get_device(&c->device), "cuCtxGetDevice") &&
+    bool have_device = entered && call_ok(pump_driver.ctx_get_device(&c->device), "cuCtxGetDevice");
+    c->usable = have_device &&
                 call_ok(pump_driver.stream_create(&c->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate") &&
                 call_ok(pump_driver.stream_create(&c->evict_stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate") &&
                 call_ok(pump_driver.event_create(&c->evicted, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
@@ -122,6 +123,8 @@ static void setup_context(struct pump_context *c, CUcontext ctx, uint32_t index)
     else if (pump_config.budget_kind == PUMP_CAP_PERCENT)
         pump_log_once("cannot read the device's memory: no budget");
     context_leave(pushed);
+    if (have_device)
+        pump_channel_device(c->device);  /* pumpd learns which GPU this is */
     if (c->budget != 0 && pump_channel_plan_budget() == 0)
         PUMP_SET(budget_bytes, c->budget);
     if (!c->usable)

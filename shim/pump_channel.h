@@ -88,8 +88,16 @@ enum pump_event_kind {
                                      arg0, inside a managed allocation */
     PUMP_EVENT_BLOCK_FREE = 12,   /* the framework's allocator took back arg1 bytes at arg0:
                                      the contents are dead until handed out again */
-    PUMP_EVENT_STEP = 13          /* the program begins training step arg0 (a marker for
+    PUMP_EVENT_STEP = 13,         /* the program begins training step arg0 (a marker for
                                      people and tools; the policy finds steps itself) */
+    /* Which GPU is which: CUDA ordinals differ between processes (CUDA_VISIBLE_DEVICES)
+     * and from NVML's indices; the UUID names the GPU. */
+    PUMP_EVENT_DEVICE = 14        /* the process works on device `device` (its CUDA ordinal,
+                                     0..63): written once per device, when the shim sets up
+                                     its first context there (never on a launch's path after
+                                     that), and again after it resumes with a restarted
+                                     pumpd. count: 16; arg0, arg1: the 16 bytes of the
+                                     device's UUID (cuDeviceGetUuid_v2), in memory order */
 };
 
 /* 64 bytes. A record is complete once `seq` holds its ring position + 1
@@ -187,7 +195,9 @@ enum pump_plan_order {
  * blocks, each a struct pump_trace_block followed by `records` struct
  * pump_event exactly as one process's shim wrote them (in ring order; times
  * are that machine's CLOCK_MONOTONIC). Versioned by the header: version 2
- * added the kinds EXTENT..STEP, which generated traces carry. */
+ * added the kinds EXTENT..STEP, which generated traces carry. DEVICE came
+ * later within version 2: a reader skips (and counts) a kind it does not
+ * know, so a new kind needs no new version; a changed layout does. */
 struct pump_trace_header {
     uint32_t magic;               /* PUMP_TRACE_MAGIC */
     uint32_t version;             /* PUMP_TRACE_VERSION */

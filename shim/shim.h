@@ -138,6 +138,8 @@ struct pump_driver {
     PFN_cuStreamGetCtx_v9020 stream_get_ctx;             /* the context a stream belongs to */
     PFN_cuCtxPushCurrent_v4000 ctx_push_current;
     PFN_cuCtxPopCurrent_v4000 ctx_pop_current;
+    /* the UUIDs of the devices pump works on, for pumpd (channel.c) */
+    PFN_cuDeviceGetUuid_v11040 device_get_uuid;
 };
 extern PUMP_HIDDEN struct pump_driver pump_driver;
 

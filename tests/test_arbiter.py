@@ -229,7 +229,7 @@ def test_pumpd_divides_its_pool_and_publishes_the_budgets(pool_pumpd):
     jobs = _jobs(path)
     assert (jobs["a"]["budget_bytes"], jobs["a"]["budget_source"], jobs["a"]["budget_state"]) == \
         (8 * MiB, "arbiter", "met")
-    assert jobs["b"]["share"] == 2 and jobs["b"]["gpu"] == 0
+    assert jobs["b"]["share"] == 2 and (jobs["b"]["gpu_uuids"], jobs["b"]["gpus"]) == ([], [0])
     with protocol.Client(path) as c:
         pools = c.request({"op": "status"})["pools"]
     assert pools == [{"gpu": 0, "pool_bytes": 24 * MiB, "assigned_bytes": 24 * MiB, "jobs": 2, "unmet": 0}]

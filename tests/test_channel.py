@@ -41,7 +41,8 @@ PLAN_SIZE = FFI.sizeof("struct pump_plan")
 SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 KINDS = {C.PUMP_EVENT_ALLOC: "ALLOC", C.PUMP_EVENT_FREE: "FREE", C.PUMP_EVENT_LAUNCH: "LAUNCH",
          C.PUMP_EVENT_LAUNCH_MORE: "LAUNCH_MORE", C.PUMP_EVENT_FUNCTION: "FUNCTION",
-         C.PUMP_EVENT_NAME: "NAME", C.PUMP_EVENT_SYNC: "SYNC", C.PUMP_EVENT_COUNTERS: "COUNTERS"}
+         C.PUMP_EVENT_NAME: "NAME", C.PUMP_EVENT_SYNC: "SYNC", C.PUMP_EVENT_COUNTERS: "COUNTERS",
+         C.PUMP_EVENT_DEVICE: "DEVICE"}
 
 
 def sealed_memfd(name, size, init=None, seals=SEALS):
@@ -305,7 +306,8 @@ def attached(ring, records=1):
 
 def decode(records):
     """Merge multi-record events: ALLOC/FREE/SYNC/LAUNCH(+MORE)/FUNCTION(+NAME).
-    COUNTERS (the worker's periodic accounting) are left out."""
+    COUNTERS (the worker's periodic accounting) and DEVICE (see devices()) are
+    left out."""
     events = []
     i = 0
     while i < len(records):
@@ -335,10 +337,23 @@ def decode(records):
             events.append(("FUNCTION", arg[0], name[: r["count"]].decode()))
         elif kind == "COUNTERS":
             assert r["count"] == 5
+        elif kind == "DEVICE":
+            assert r["count"] == 16 and r["device"] >= 0
         else:
             raise AssertionError(f"unexpected record {r}")
         i += 1
     return events
+
+
+def devices(records):
+    """(CUDA ordinal, UUID bytes) of each DEVICE record, in order."""
+    return [(r["device"], b"".join(a.to_bytes(8, "little") for a in r["arg"][:2]))
+            for r in records if r["kind"] == "DEVICE"]
+
+
+def fakecuda_uuid(device):
+    """fakecuda's UUID of a device (tests/fakecuda/device.c)."""
+    return b"fakecuda\x40\x80" + bytes(5) + bytes([device])
 
 
 def check_seq(ring):
@@ -407,7 +422,7 @@ def test_full_ring_drops_and_counts(job, daemon, run_program):
     result = j.finish()
     elapsed = time.monotonic() - start
     record = j.record()
-    attempted = 2 + 1 + launches + result["syncs"] + 2  # ALLOC, FUNCTION, LAUNCH, SYNC, FREE
+    attempted = 2 + 1 + 1 + launches + result["syncs"] + 2  # ALLOC, FUNCTION, DEVICE, LAUNCH, SYNC, FREE
     h = d.ring.header
     assert h.written == C.PUMP_RING_RECORDS_MIN and h.dropped > 0
     # beyond those, only the worker's COUNTERS records (twice a second, once at exit)
@@ -552,6 +567,37 @@ def test_garbage_plan_and_scribbled_ring_harm_nothing(job, daemon, run_program, 
     assert record["plan_prefetch_ranges"] <= 1  # B's block, once, via the in-bounds trigger at most
 
 
+# ---- devices: which GPU the process works on ----
+
+def test_the_launch_device_is_named_once_with_its_uuid(run_program, daemon):
+    """Launches on device 1 while device 0's context is current: device 1 is the one pump
+    works on (its prefetch stream), named once; device 0 is not named."""
+    d = daemon()
+    run = run_program("devices", 1, 0, env={"PUMP_SOCKET": d.path, "FAKECUDA_DEVICES": "2"})
+    assert run.result["gpu_faults"] == 0
+    wait_until(lambda: d.ring.header.written >= run.totals["events_written"] > 0, what="every record")
+    records = check_seq(d.ring)
+    assert devices(records) == [(1, fakecuda_uuid(1))]
+    (device,) = [r for r in records if r["kind"] == "DEVICE"]
+    assert device["count"] == 16 and device["arg"][2:] == [0, 0, 0]
+
+
+def test_a_device_used_before_the_daemon_came_is_named_when_it_attaches(job, daemon, sockdir):
+    path = sockdir / "pumpd.sock"
+    j = job("events", 5, "--wait", "--wait-end", env={"PUMP_SOCKET": str(path)})
+    j.line()
+    j.say()
+    j.line()  # launched on device 0 while no daemon listened
+    d = daemon()
+    d.wait_for(1, timeout=30)
+    wait_until(lambda: devices(d.ring.read(wait=0)), what="the DEVICE record")
+    j.say()
+    j.finish()
+    records = check_seq(d.ring)
+    assert devices(records) == [(0, fakecuda_uuid(0))]
+    assert sum(e[0] == "LAUNCH" for e in decode(records)) == 0  # launches before attach are not replayed
+
+
 # ---- connection life ----
 
 def test_resume_after_the_daemon_goes_away(job, daemon, sockdir):
@@ -572,11 +618,16 @@ def test_resume_after_the_daemon_goes_away(job, daemon, sockdir):
     assert len(msg["fds"]) == 2
     same = [os.fstat(a).st_ino == os.fstat(b).st_ino for a, b in zip(msg["fds"], (ring.fd, plan.fd))]
     assert same == [True, True]
+    # The device, named once to the first daemon and again to the second (it lost what
+    # its predecessor read), before the program goes on.
+    wait_until(lambda: len(devices(ring.read(wait=0))) == 2, what="the device named to the new daemon")
     j.say()
     j.finish()
     assert j.stderr.count("daemon connection lost; reconnecting") == 1
-    kinds = [e[0] for e in decode(check_seq(ring))]
+    records = check_seq(ring)
+    kinds = [e[0] for e in decode(records)]
     assert kinds[-3:] == ["SYNC", "FREE", "FREE"]
+    assert devices(records) == [(0, fakecuda_uuid(0))] * 2
     assert j.record()["events_dropped"] == 0
 
 

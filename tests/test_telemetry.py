@@ -14,7 +14,8 @@ import psutil
 import pytest
 
 
-from pumpd.telemetry import Telemetry, uuid_from_cuda_bytes  # noqa: E402
+from pump.channel import uuid_from_cuda_bytes  # noqa: E402
+from pumpd.telemetry import Telemetry  # noqa: E402
 
 UUID0 = "GPU-11111111-2222-3333-4444-555555555555"
 UUID1 = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"

@@ -32,8 +32,16 @@ finer budget means nothing), never under a granted minimum.  Their sum stays wit
 the pool, unless promised minimums and fixed budgets alone exceed it (the pool shrank).
 
 :class:`Arbiter` applies a division to pumpd's jobs: it works out each job's terms,
-writes each job's budget, its source and state, and logs every change.  Where a job's
-GPU is unknown it is GPU 0 (the shim does not report it; fakecuda has one device).
+writes each job's budget, its source and state, and logs every change.
+
+Which GPUs: each process's shim names the devices it works on by UUID (DEVICE records),
+and NVML telemetry says which NVML index has that UUID; a job counts against the pool of
+each GPU it uses.  A job seen on no device yet, or only on devices NVML does not list (no
+NVML, a MIG instance), counts against GPU 0.  A job on several GPUs is a claim in each
+GPU's division and gets the least of its grants as its one budget (the shim caps what is
+resident on each device with it), so it stays within every pool it uses; the rest of its
+larger grants stays unassigned until the next division.  Its minimum is met when it is
+met on every GPU it uses; once granted, the promise holds on any GPU it uses later too.
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ from typing import Dict, Iterable, List, Optional
 
 from pump.config import budget_terms, parse_size
 from pump.stats import human_bytes
+from pumpd.telemetry import nvml_indices
 
 log = logging.getLogger("pumpd")
 
@@ -151,7 +160,8 @@ class Terms:
     min_bytes: int = 0
     max_bytes: Optional[int] = None
     priority: int = 0
-    gpu: int = 0                          # unknown to pumpd: GPU 0
+    gpu_uuids: List[str] = dataclasses.field(default_factory=list)  # the GPUs its processes use
+    gpus: List[int] = dataclasses.field(default_factory=list)  # the NVML indices the arbiter counted it on
     promised: bool = False                # the arbiter granted its minimum
     source: Optional[str] = None          # where Job.budget comes from: FIXED_SOURCES, ARBITER, DEFAULT
     state: Optional[str] = None           # the arbiter's "met" or "unmet"; None when not divided
@@ -174,6 +184,8 @@ class Terms:
 
     @classmethod
     def from_json(cls, doc: dict) -> "Terms":
+        doc = dict(doc)
+        doc.pop("gpu", None)  # an older pumpd's placement: always GPU 0, unknown
         return cls(**doc)
 
 
@@ -188,16 +200,33 @@ class Arbiter:
         self.pool = pool
         self.default_budget = default_budget
         self.gpu_memory: Dict[int, int] = {}   # GPU index -> total bytes, from telemetry
+        self.gpu_uuids: Optional[List[dict]] = None  # [{"uuid", "index"}] NVML lists; None: no sample yet
         self.pools: Dict[int, dict] = {}       # GPU -> the last division's totals, for status
         self._warned = set()
 
     def observe_telemetry(self, sample: Optional[dict]) -> bool:
-        """Take each GPU's memory from a telemetry sample; True if any changed."""
-        memory = {g["index"]: g["memory_total"] for g in (sample or {}).get("gpus", [])
-                  if g.get("memory_total")}
-        changed = memory != self.gpu_memory
-        self.gpu_memory = memory
+        """Take each GPU's memory and UUID from a telemetry sample; True if any changed."""
+        gpus = (sample or {}).get("gpus", [])
+        memory = {g["index"]: g["memory_total"] for g in gpus if g.get("memory_total")}
+        uuids = [{"uuid": g["uuid"], "index": g["index"]} for g in gpus if g.get("uuid")]
+        changed = (memory, uuids) != (self.gpu_memory, self.gpu_uuids)
+        self.gpu_memory, self.gpu_uuids = memory, uuids
         return changed
+
+    def placement(self, job) -> List[int]:
+        """The NVML indices of the GPUs a job uses, by UUID; [0] where none is known."""
+        index_of = nvml_indices(job.terms.gpu_uuids, self.gpu_uuids or [])
+        unlisted = [u for u in job.terms.gpu_uuids if u not in index_of]
+        # Said only where it matters (a pool) and once telemetry has had its say.
+        if unlisted and self.pool is not None and self.gpu_uuids is not None:
+            if not self.gpu_uuids:
+                self._warn_once("no-uuids", "[budgets] gpu_pool: NVML lists no GPU (no NVML telemetry), so "
+                                "the GPUs jobs use are not known by index: every job counts against GPU 0")
+            for uuid in unlisted if self.gpu_uuids else ():
+                self._warn_once(("unlisted", uuid), "job %s (%s) uses %s, which NVML does not list (a MIG "
+                                "instance?): not counted against any pool%s", job.id, job.name, uuid,
+                                "" if index_of else "; the job counts against GPU 0")
+        return sorted(set(index_of.values())) or [0]
 
     def pool_bytes(self, gpu: int) -> Optional[int]:
         if self.pool is None:
@@ -212,21 +241,40 @@ class Arbiter:
         return total * int(self.pool[:-1]) // 100
 
     def apply(self, jobs: Iterable) -> list:
-        """Work out every job's budget; return the jobs whose budget, source or state changed."""
+        """Work out every job's budget; return the jobs whose budget, source, state or GPUs
+        changed."""
         jobs = list(jobs)
-        changed = []
         by_gpu: Dict[int, list] = {}
         for job in jobs:
-            by_gpu.setdefault(job.terms.gpu, []).append(job)
+            for gpu in self.placement(job):
+                by_gpu.setdefault(gpu, []).append(job)
         self.pools = {}
+        counted: Dict[int, dict] = {}          # GPU -> {job: bytes its division counted for it}
+        results: Dict[object, list] = {}       # job -> [(budget, source, state, gpu, pool, members)]
         for gpu, members in sorted(by_gpu.items()):
             pool = self.pool_bytes(gpu)
             outcome = self._divide(gpu, pool, members) if pool is not None else self._undivided(members)
-            for job, (budget, source, state) in outcome.items():
-                if (job.budget, job.terms.source, job.terms.state) != (budget, source, state):
-                    self._log_change(job, budget, source, state, gpu, pool, len(members))
-                    job.budget, job.terms.source, job.terms.state = budget, source, state
-                    changed.append(job)
+            counted[gpu] = {job: result[3] for job, result in outcome.items()}
+            for job, result in outcome.items():
+                results.setdefault(job, []).append((*result[:3], gpu, pool, len(members)))
+        changed = []
+        for job in jobs:
+            mine = results[job]
+            budget, source, state, gpu, pool, members = min(mine, key=_tightness)
+            if any(r[2] == "unmet" for r in mine):
+                state = "unmet"
+            if state == "met" and job.terms.min_bytes:
+                job.terms.promised = True
+            gpus = [r[3] for r in mine]
+            if (job.budget, job.terms.source, job.terms.state, job.terms.gpus) != (budget, source, state, gpus):
+                self._log_change(job, budget, source, state, gpu, pool, members)
+                job.budget, job.terms.source, job.terms.state, job.terms.gpus = budget, source, state, gpus
+                changed.append(job)
+        for gpu, totals in self.pools.items():
+            # What each job holds of this pool: its grant here, or less where another GPU's
+            # division gave it less (its one budget is the least of its grants).
+            totals["assigned_bytes"] = sum(
+                min(n, job.budget) if job.terms.source == ARBITER else n for job, n in counted[gpu].items())
         return changed
 
     def _fixed(self, job):
@@ -241,25 +289,26 @@ class Arbiter:
         return None
 
     def _undivided(self, jobs) -> dict:
+        """{job: (budget, source, state, bytes counted)} where a GPU has no pool."""
         outcome = {}
         for job in jobs:
             fixed = self._fixed(job)
             if fixed is not None:
-                outcome[job] = (*fixed, None)
+                outcome[job] = (*fixed, None, 0)
             elif self.default_budget:
-                outcome[job] = (self.default_budget, DEFAULT, None)
+                outcome[job] = (self.default_budget, DEFAULT, None, 0)
             else:
-                outcome[job] = (None, None, None)
+                outcome[job] = (None, None, None, 0)
         return outcome
 
     def _divide(self, gpu: int, pool: int, jobs) -> dict:
+        """{job: (budget, source, state, bytes counted against the pool)}: one GPU's division."""
         claims, fixed_of = [], {}
         for job in jobs:
             t = job.terms
             fixed = self._fixed(job)
             counted = None
             if fixed is not None:
-                fixed_of[job.id] = fixed
                 counted = fixed[0]
                 if counted is None:  # a percentage: counted where the GPU's memory is known
                     total = self.gpu_memory.get(gpu)
@@ -268,6 +317,7 @@ class Arbiter:
                         self._warn_once(("percent", job.id), "job %s (%s): budget %d%% is not counted "
                                         "against GPU %d's pool: its memory is unknown (no NVML telemetry)",
                                         job.id, job.name, t.fixed_percent, gpu)
+                fixed_of[job.id] = (*fixed, counted)
             claims.append(Claim(job.id, t.share, t.min_bytes, t.max_bytes, t.priority, job.created,
                                 counted, t.promised))
         grants = divide(pool, claims)
@@ -275,11 +325,10 @@ class Arbiter:
         for job in jobs:
             grant = grants[job.id]
             if job.id in fixed_of:
-                outcome[job] = (*fixed_of[job.id], None)
-                continue
-            if grant.state == "met" and not job.terms.promised and job.terms.min_bytes:
-                job.terms.promised = True
-            outcome[job] = (grant.budget or NOTHING, ARBITER, grant.state)
+                budget, source, counted = fixed_of[job.id]
+                outcome[job] = (budget, source, None, counted)
+            else:
+                outcome[job] = (grant.budget or NOTHING, ARBITER, grant.state, grant.budget)
         assigned = sum(g.budget for g in grants.values())
         # Counts only: status shows every user the pools, but no other user's job.
         self.pools[gpu] = {"gpu": gpu, "pool_bytes": pool, "assigned_bytes": assigned, "jobs": len(jobs),
@@ -306,3 +355,9 @@ class Arbiter:
         if key not in self._warned:
             self._warned.add(key)
             log.warning(message, *args)
+
+
+def _tightness(result) -> float:
+    """Orders one job's (budget, ...) results on its GPUs: the least budget first, none
+    (no cap) last."""
+    return float("inf") if result[0] is None else result[0]

@@ -12,6 +12,7 @@ is a dead one.
 """
 
 import json
+import logging
 import os
 import pathlib
 import pwd
@@ -22,6 +23,8 @@ import psutil
 
 from pump import channel
 from pumpd.arbiter import Terms
+
+log = logging.getLogger("pumpd")
 
 
 def start_time(pid: int):
@@ -48,6 +51,8 @@ class Session:
         self.functions = {}         # function handle -> kernel name
         self.live_bytes = 0         # managed bytes allocated and not freed, from events
         self.allocations = {}       # base -> size
+        self.devices = {}           # CUDA ordinal (as this process numbers them) -> GPU UUID
+        self.told_invalid = False   # a bad DEVICE record was logged for this session
         self.lookahead = None       # a lookahead.Lookahead for jobs with policy lookahead
         self.plan_budget = None     # the budget last published, to know when to publish again
         self.plan_published = 0.0
@@ -63,6 +68,15 @@ class Session:
             if size is not None:
                 self.live_bytes -= size
         self.functions.update(batch.functions)
+        problems = list(batch.problems)
+        for ordinal, uuid in batch.devices:
+            if self.devices.setdefault(ordinal, uuid) != uuid:  # an ordinal names one GPU for good
+                self.invalid += 1
+                problems.append(f"DEVICE record names device {ordinal} {uuid}; it was {self.devices[ordinal]}")
+        if problems and not self.told_invalid:
+            self.told_invalid = True
+            log.warning("session %d (pid %d): %s: record ignored (later ones are counted in "
+                        "events_invalid)", self.id, self.pid, problems[0])
         if batch.counters is not None:
             self.counters = batch.counters
         if self.lookahead is not None:
@@ -104,6 +118,10 @@ class Job:
         if self.trace is not None:
             self.trace.close()
             self.trace = None
+
+    def gpu_uuids(self) -> list:
+        """The GPUs its processes work on (their shims' DEVICE records), sorted."""
+        return sorted({uuid for s in self.sessions.values() for uuid in s.devices.values()})
 
     def add_session(self, session: Session):
         old = self.sessions.pop(session.pid, None)
@@ -150,7 +168,7 @@ class Job:
             "budget_percent": self.terms.fixed_percent, "budget_state": self.terms.state,
             "share": self.terms.share, "min_budget_bytes": self.terms.min_bytes,
             "max_budget_bytes": self.terms.max_bytes, "priority": self.terms.priority,
-            "gpu": self.terms.gpu, **totals,
+            "gpu_uuids": self.terms.gpu_uuids, "gpus": self.terms.gpus, **totals,
             "events": events, "events_dropped": dropped, "events_invalid": invalid,
             "host_rss_bytes": self.tree.get("rss_bytes"), "cpu_seconds": self.tree.get("cpu_seconds"),
             "started": self.created,

@@ -485,6 +485,7 @@ class Daemon:
         """One sweep over every ring; returns the records read."""
         total = 0
         self.fill = 0.0
+        placed = []  # jobs whose processes named devices
         for job in list(self.jobs.values()):
             for session in list(job.sessions.values()):
                 records = session.ring.read(INGEST_LIMIT)
@@ -492,14 +493,32 @@ class Daemon:
                 if len(records):
                     if job.trace is not None:
                         job.trace.write(session.pid, records)
-                    session.ingest(channel.decode(records))
+                    batch = channel.decode(records)
+                    session.ingest(batch)
+                    if batch.devices:
+                        placed.append(job)
                     total += len(records)
                 if (session.lookahead is not None and session.lookahead.changed) or \
                         session.plan_budget != (job.budget or 0):
                     self._publish_plan(job, session)
         self.events_ingested += total
         self.backlog = self.fill >= 1 / 4
+        self._place(placed)
         return total
+
+    def _place(self, jobs):
+        """Each job's GPUs anew from its sessions' DEVICE records (the arbiter matches them
+        to NVML's GPUs); budgets anew if any job's changed."""
+        moved = False
+        for job in jobs:
+            uuids = job.gpu_uuids()
+            if uuids != job.terms.gpu_uuids:
+                log.info("job %s (%s) uses %s", job.id, job.name, ", ".join(uuids) or "no GPU it named")
+                job.terms.gpu_uuids = uuids
+                self.store.save(job)
+                moved = True
+        if moved:
+            self._rebalance()
 
     async def _ingest(self):
         # A sweep's cost is mostly fixed, so sweeps are paced to read batches:
@@ -552,6 +571,8 @@ class Daemon:
                 self.store.save(job)
             if not alive:
                 self._forget(job)
+            elif dead:
+                self._place([job])  # its GPUs are those of the processes left
 
     # ---- telemetry and snapshots ----
     async def _sample_telemetry(self):

@@ -25,20 +25,18 @@ _KIB = 1024
 _SHUTDOWN_WAIT_S = 5.0
 
 
-def uuid_from_cuda_bytes(b: bytes) -> str:
-    """The NVML spelling of a GPU UUID given as CUDA's 16 raw bytes
-    (``cuDeviceGetUuid``): ``"GPU-"`` and the bytes in hex, grouped 8-4-4-4-12."""
-    b = bytes(b)
-    if len(b) != 16:
-        raise ValueError(f"a CUDA UUID is 16 bytes, got {len(b)}")
-    h = b.hex()
-    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-
-
 def _uuid_key(uuid: str) -> str:
     """UUIDs compare case-insensitively, with or without NVML's "GPU-" prefix."""
     u = uuid.strip().lower()
     return u[4:] if u.startswith("gpu-") else u
+
+
+def nvml_indices(uuids, gpus) -> dict:
+    """``{uuid: NVML index}`` for each of ``uuids`` that one of ``gpus`` (``sample()``'s
+    list, or any dicts with "uuid" and "index") has; the others are left out (a MIG
+    instance, NVML unavailable)."""
+    by_key = {_uuid_key(g["uuid"]): g["index"] for g in gpus if g.get("uuid")}
+    return {u: by_key[_uuid_key(u)] for u in uuids if _uuid_key(u) in by_key}
 
 
 class Telemetry:
@@ -172,7 +170,8 @@ class Telemetry:
         """Map CUDA device ordinals to NVML indices by UUID (blocking).
 
         ``uuids_by_cuda_ordinal[k]`` is the UUID of the job's CUDA device ``k``
-        (``uuid_from_cuda_bytes`` of what ``cuDeviceGetUuid`` gave). The two
+        (``pump.channel.uuid_from_cuda_bytes`` of what ``cuDeviceGetUuid`` gave,
+        as a DEVICE record carries it). The two
         numberings differ: CUDA orders devices fastest first by default
         (``CUDA_DEVICE_ORDER=FASTEST_FIRST``, NVML by PCI bus id) and
         ``CUDA_VISIBLE_DEVICES`` both hides devices and reorders them (with
@@ -185,15 +184,13 @@ class Telemetry:
             mod = self._nvml()
             if mod is None:
                 return {}
-            by_uuid = {}
+            gpus = []
             for i in range(self._device_count(mod)):
                 h = self._query("handle", mod.nvmlDeviceGetHandleByIndex, i)
-                u = None if h is None else _text(self._query("uuid", mod.nvmlDeviceGetUUID, h))
-                if u:
-                    by_uuid[_uuid_key(u)] = i
-        return {ordinal: by_uuid[_uuid_key(u)]
-                for ordinal, u in enumerate(uuids_by_cuda_ordinal)
-                if _uuid_key(u) in by_uuid}
+                gpus.append({"index": i, "uuid": None if h is None else
+                             _text(self._query("uuid", mod.nvmlDeviceGetUUID, h))})
+        index_of = nvml_indices(uuids_by_cuda_ordinal, gpus)
+        return {ordinal: index_of[u] for ordinal, u in enumerate(uuids_by_cuda_ordinal) if u in index_of}
 
     @staticmethod
     def process_tree(pid: int) -> dict:

@@ -7,11 +7,13 @@
  * fakecuda counted, the faults expected with no prefetching, and the contexts
  * made on each device.
  *
- *   devices LAUNCH CURRENT
+ *   devices LAUNCH CURRENT [hold]
  * LAUNCH == CURRENT: the program uses that device only; no context may
- * appear on the other.
+ * appear on the other. hold: after the JSON line, wait until stdin closes
+ * (a test looks at the job while it runs).
  */
 #include <cuda.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,8 +57,9 @@ static CUcontext primary(int device)
 
 int main(int argc, char **argv)
 {
-    if (argc != 3) {
-        fprintf(stderr, "usage: devices LAUNCH CURRENT\n");
+    bool hold = argc == 4 && strcmp(argv[3], "hold") == 0;
+    if (argc != 3 && !hold) {
+        fprintf(stderr, "usage: devices LAUNCH CURRENT [hold]\n");
         return 2;
     }
     int launch_device = atoi(argv[1]), current_device = atoi(argv[2]);
@@ -110,6 +113,9 @@ int main(int argc, char **argv)
            (unsigned long long)h, (unsigned long long)stats.gpu_faults,
            (unsigned long long)(4 * BUFFER_FLOATS * sizeof(float) / PAGE), fakecuda_contexts_created(0),
            fakecuda_contexts_created(1));
+    fflush(stdout);
+    while (hold && getchar() != EOF) {
+    }
     CHECK(cuGraphExecDestroy(exec));
     CHECK(cuGraphDestroy(graph));
     CHECK(cuMemFree(x));
