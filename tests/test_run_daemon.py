@@ -113,6 +113,9 @@ def test_trace_file_that_cannot_be_opened(tmp_path):
 def test_pump_status(tmp_path):
     env = clean_env()
     env["PUMP_SOCKET"] = str(tmp_path / "pumpd.sock")
+    # pump status also asks every embedded pumpd of the caller's (their sockets are under the
+    # temp dir): a private one keeps other jobs of this user out of the answer.
+    env["TMPDIR"] = str(tmp_path)
     none = subprocess.run([PUMP, "status"], env=env, capture_output=True, text=True, timeout=30)
     assert none.returncode == 1 and none.stderr.startswith("pump: no pumpd answers")
     daemon = start_pumpd(env["PUMP_SOCKET"])
