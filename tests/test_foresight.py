@@ -276,3 +276,20 @@ def test_a_range_never_crosses_allocations():
     assert f.learned
     need = f.triggers()[channel.launch_key(1, [a, b])][0]
     assert need == [(a, 4 * MIB), (b, 4 * MIB)]      # the shim refuses a range over two allocations
+
+
+def test_pumpd_takes_no_pause_for_a_kernel_when_a_read_brings_few_launches():
+    """pumpd's kernel times are launch intervals with pauses left out (a pause: over
+    PAUSE_FACTOR times the median of the recent intervals, not of the read's own few)."""
+    lookahead = pytest.importorskip("pumpd.lookahead")
+    t, _, _ = training_trace(steps=4, layers=6)
+    recs = np.concatenate(t.records)
+    launches = np.flatnonzero(recs["kind"] == channel.KIND["launch"])
+    gaps = np.full(len(launches), 5_000)              # 5 us a kernel...
+    gaps[-2:] = 3_000_000                             # ...then two launches after 3 ms each
+    recs["time_ns"][launches] = np.cumsum(gaps)
+    la = lookahead.Lookahead(64 * MIB, 50e9)
+    la.observe(channel.decode(recs[:launches[-2]]))
+    la.observe(channel.decode(recs[launches[-2]:]))   # one read, only those two
+    assert la.policy.seconds[-2:].tolist() == [5e-6, 5e-6]
+    assert la.policy.reserve_bytes(la.policy.period) == int(50e9 * 5e-6)
