@@ -18,9 +18,10 @@ pumpd runs one Foresight per process on the batches it reads from the ring; the 
   bandwidth, in kernel time: so the lookahead in launches follows from bandwidth and kernel
   times).  The shim finds a trigger by launch key, so evictions and prefetches ride only on
   launches whose key occurs once per iteration (moved to the next such launch);
-- per launch key, `need`: the blocks the launch touches.  The shim prefetches those not
-  believed resident instead of the launch rule's whole allocations, and the kernel waits for
-  them only;
+- per launch key, `need`: the blocks the launch touches, in the order its arguments name
+  them (as the launch rule takes them; never address order, so that a plan does not depend on
+  where the allocator put things).  The shim prefetches those not believed resident instead
+  of the launch rule's whole allocations, and the kernel waits for them only;
 - lifetime: a range the framework's allocator took back (BLOCK_FREE) is dead; discard_range()
   gives its part that may be discarded (aligned inward to 2 MiB).  Nothing else is ever
   called dead.
@@ -310,14 +311,21 @@ class Foresight:
         return min(int(self.bandwidth * longest), self.budget // 2)
 
     def _ranges(self, blocks) -> list:
-        """Block addresses -> (address, bytes) ranges, adjacent blocks of an allocation joined."""
-        out = []
-        for b in sorted(blocks):
+        """Block addresses -> (address, bytes) ranges, in the order given (the shim takes a
+        launch's `need` and a trigger's prefetches in that order, up to the first that does
+        not fit), each block joined to the range before it when it follows it in the same
+        allocation (the shim refuses a range that crosses allocations).  The order never
+        depends on where the allocator put things: plans made on a trace and on its replay
+        at other addresses then agree."""
+        out, owner = [], None
+        for b in blocks:
             size = self.block_bytes.get(b, BLOCK)
-            if out and out[-1][0] + out[-1][1] == b and out[-1][1] % BLOCK == 0:
+            alloc = self._allocation_of(b)
+            if out and alloc is not None and alloc == owner and out[-1][0] + out[-1][1] == b:
                 out[-1] = (out[-1][0], out[-1][1] + size)
             else:
                 out.append((b, size))
+            owner = alloc
         return out
 
     # ---- output ----
@@ -342,7 +350,8 @@ def plan_cycle(uses, block_bytes, seconds, budget, horizon_seconds, reserve=0, a
 
     uses[j]: the blocks launch j needs; seconds[j]: its time.  MIN, run on the budget less
     `reserve` (room kept for transfers in flight), decides at each use of a block not resident
-    which blocks to evict (those used again furthest in the future).  Each eviction is planned
+    which blocks to evict (those used again furthest in the future; among those used again
+    at the same launch, the one that first appears earliest in `uses`, never by address).  Each eviction is planned
     after the victim's last use before that point, and the block's prefetch after the latest
     of those evictions (the room exists from then on), but no earlier than `horizon_seconds`
     of kernel time before its use.  anchors[j] (default: all) says whether launch j may carry
@@ -354,6 +363,10 @@ def plan_cycle(uses, block_bytes, seconds, budget, horizon_seconds, reserve=0, a
     size = lambda b: block_bytes.get(b, BLOCK)  # noqa: E731
     budget = budget - reserve
     span = 3 * period
+    rank = {}                        # block -> its first appearance: MIN's tie-break
+    for blocks in uses:
+        for b in blocks:
+            rank.setdefault(b, len(rank))
     next_use, seen = {}, {}
     for pos in range(span - 1, -1, -1):
         for b in uses[pos % period]:
@@ -365,7 +378,7 @@ def plan_cycle(uses, block_bytes, seconds, budget, horizon_seconds, reserve=0, a
     clock = np.concatenate(([0.0], np.cumsum(np.tile(np.asarray(seconds, float), 2))))
 
     resident, used_bytes = {}, 0     # block -> its next use
-    heap = []                        # (-next use, block); stale entries skipped
+    heap = []                        # (-next use, rank, block); stale entries skipped
     last_use = {}                    # block -> position of its last use
     room_from = 0                    # position of the latest planned eviction
     prefetch = [[] for _ in range(period)]
@@ -379,16 +392,16 @@ def plan_cycle(uses, block_bytes, seconds, budget, horizon_seconds, reserve=0, a
                 continue
             victims, free = [], budget - used_bytes
             while free < size(b):
-                while heap and resident.get(heap[0][1]) != -heap[0][0]:
+                while heap and resident.get(heap[0][2]) != -heap[0][0]:
                     heapq.heappop(heap)
                 if not heap or -heap[0][0] <= pos:
                     break
-                _, v = heapq.heappop(heap)
+                v = heapq.heappop(heap)[2]
                 victims.append(v)
                 free += size(v)
             if free < size(b):          # only blocks of this launch are left: it faults
                 for v in victims:
-                    heapq.heappush(heap, (-resident[v], v))
+                    heapq.heappush(heap, (-resident[v], rank[v], v))
                 continue
             for v in victims:
                 del resident[v]
@@ -405,6 +418,6 @@ def plan_cycle(uses, block_bytes, seconds, budget, horizon_seconds, reserve=0, a
         for b in uses[pos % period]:
             if b in resident:
                 resident[b] = next_use[pos, b]
-                heapq.heappush(heap, (-resident[b], b))
+                heapq.heappush(heap, (-resident[b], rank[b], b))
             last_use[b] = pos
     return prefetch, evict

@@ -39,8 +39,9 @@ struct pump_block {
     uint64_t migrated;                /* its place in that order */
     uint64_t mark;                    /* the decision whose trigger prefetches it */
     uint64_t ready;                   /* token of the planned prefetch that brought it; 0: none */
-    uint64_t planned_for;             /* the launch tick whose trigger prefetched it: for PUMP_ORDER_USED
-                                         it counts as used then (not as old as its allocation's last use) */
+    uint64_t planned_for;             /* the launch tick whose trigger last named it for prefetch (brought
+                                         in or already resident): for PUMP_ORDER_USED it counts as used
+                                         then (not as old as its allocation's last use) */
     uint64_t evicted_in;              /* its device's `awaited` + 1 when last evicted: a prefetch of it
                                          while that is still the case must wait for the evictions */
     uint32_t stamp;                   /* resident_stamp() when last prefetched; 0: not this epoch */
@@ -287,8 +288,9 @@ static void evict_block(struct evictions *e, struct pump_blocks *a, uint32_t i)
     add_wait(e, e->after);
     add_wait(e, a->block[i].ready);  /* a planned prefetch of it no kernel waited for */
     uint64_t start = block_start(a, i), bytes = block_bytes(a, i);
-    if (a->block[i].device >= 0)
-        a->block[i].evicted_in = devices[a->block[i].device].awaited + 1;
+    /* Also when it is not believed resident (a plan's evict range): pages a
+     * kernel faulted in move out, and a prefetch of it must not pass that. */
+    a->block[i].evicted_in = devices[e->device].awaited + 1;
     if (e->n > 0 && e->ptr[e->n - 1] + e->size[e->n - 1] == start) {
         e->size[e->n - 1] += bytes;
     } else {
@@ -396,7 +398,9 @@ static void prefetches_flush(struct prefetches *p, struct evictions *e, uint64_t
             if (p->tick != 0)
                 a->block[i].planned_for = p->tick;
         }
-        refresh(a, p->device, p->stamp);
+        /* A plan's prefetch no kernel has waited for yet leaves the lock-free
+         * skip off: the next launch rule over it must wait for `ready`. */
+        refresh(a, p->device, p->from_plan ? 0 : p->stamp);
     }
     p->issued = true;
     p->after_evictions = false;
@@ -409,6 +413,8 @@ static bool want_block(struct prefetches *p, struct evictions *e, uint64_t budge
                        uint64_t decision, struct pump_blocks *a, uint32_t i, bool may_evict)
 {
     struct pump_block *b = &a->block[i];
+    if (p->tick != 0 && b->device == p->device)
+        b->planned_for = p->tick;  /* named by a trigger: used by it, whether prefetched anew or not */
     if (p->stamp != 0 && b->device == p->device && b->stamp == p->stamp)
         return true;  /* prefetched this epoch */
     uint64_t bytes = block_bytes(a, i), cost = b->device == p->device ? 0 : bytes;
@@ -529,7 +535,9 @@ static void need_rule(struct pump_context *c, int device, CUstream stream, const
         PUMP_COUNT(budget_skips, left_out);
 }
 
-/* The launch rule: the blocks of the launch's allocations. True when it
+/* The launch rule: the blocks of the launch's allocations (also for a launch
+ * a plan has no trigger for); the kernel waits for them, or else for the
+ * planned prefetch that brought the latest of them, if any. True when it
  * prefetched. */
 static bool launch_rule(struct pump_context *c, int device, CUstream stream, struct uses u, uint64_t budget,
                         uint32_t stamp)
@@ -538,16 +546,18 @@ static bool launch_rule(struct pump_context *c, int device, CUstream stream, str
     uint64_t decision = begin_decision(u);
     struct evictions e = {.c = c, .device = device, .stream = stream};
     struct prefetches p = {.c = c, .device = device, .stamp = stamp};
-    uint64_t left_out = 0;
+    uint64_t left_out = 0, ready = 0;
     bool full = false;
     for (uint32_t r = 0; r < u.n; r++) {
         struct pump_blocks *a = u.range[r]->blocks;
         for (uint32_t i = 0; a != NULL && i < a->count; i++) {
+            if (a->block[i].device == device && a->block[i].ready > ready)
+                ready = a->block[i].ready;
             full = full || !want_block(&p, &e, budget, PUMP_ORDER_MIGRATED, decision, a, i, true);
             left_out += full;
         }
     }
-    bool prefetched = take_done(&p, &e, stream, budget, 0);
+    bool prefetched = take_done(&p, &e, stream, budget, ready);
     for (uint32_t r = 0; r < u.n; r++)
         if (u.range[r]->blocks != NULL)
             refresh(u.range[r]->blocks, device, stamp);

@@ -5,7 +5,7 @@ import pytest
 
 from pump import channel
 from pump.foresight import BLOCK, Foresight, IterationDetector, discard_range, plan_cycle
-from synthetic_trace import MIB, TraceBuilder, training_trace
+from synthetic_trace import BASE, MIB, TraceBuilder, training_trace
 
 
 def _observe_in_batches(t, f, launches_per_batch=7):
@@ -223,3 +223,73 @@ def test_triggers_publish_into_a_plan():
         assert plan.plan.order == channel.C.PUMP_ORDER_USED
     finally:
         plan.close()
+
+
+def _cycle_at(bases, steps=4):
+    """Training-like steps over five allocations placed at `bases` (in allocation order),
+    each launch given two of them; no extents (pumpd's view: allocation bases only)."""
+    t = TraceBuilder()
+    allocs = []
+    for base, size in zip(bases, (6 * MIB, 4 * MIB, 8 * MIB, 4 * MIB, 6 * MIB)):
+        t.next_base = base
+        allocs.append(t.alloc(size))
+    for _ in range(steps):
+        for i in (0, 1, 2, 3, 4, 3, 2, 1, 0):
+            t.launch(10 + i, [allocs[i], allocs[(i + 2) % 5]])
+    return t, allocs
+
+
+def test_a_plan_does_not_depend_on_where_the_allocations_lie():
+    """A replay maps a trace's allocations elsewhere (fakecuda's mmap places them top-down):
+    its plan must be the trace's, moved; ranges follow argument order, never address order."""
+    up = [BASE + i * 16 * MIB for i in range(5)]
+    down = [BASE + (4 - i) * 16 * MIB for i in range(5)]
+    plans = []
+    for bases in (up, down):
+        t, allocs = _cycle_at(bases)
+        f = Foresight(14 * MIB, 50e9)
+        f.observe(t.batch())
+        assert f.learned
+        to_up = dict(zip(allocs, up))
+
+        def moved(ranges):
+            out = []
+            for a, n in ranges:
+                base = max(b for b in allocs if b <= a)
+                out.append((to_up[base] + a - base, n))
+            return out
+        keys = {channel.launch_key(10 + i, [allocs[i], allocs[(i + 2) % 5]]): i for i in range(5)}
+        plans.append({keys[k]: tuple(moved(r) for r in parts) for k, parts in f.triggers().items()})
+    assert plans[0] == plans[1]
+    assert any(p or e for _, p, e in plans[0].values())
+
+
+def test_a_range_never_crosses_allocations():
+    t = TraceBuilder()
+    a, b = t.alloc(4 * MIB), t.alloc(4 * MIB)       # adjacent: b starts where a ends
+    assert b == a + 4 * MIB
+    for _ in range(3):
+        t.launch(1, [a, b])
+        t.launch(2, [a])
+    f = Foresight(64 * MIB, 50e9)
+    f.observe(t.batch())
+    assert f.learned
+    need = f.triggers()[channel.launch_key(1, [a, b])][0]
+    assert need == [(a, 4 * MIB), (b, 4 * MIB)]      # the shim refuses a range over two allocations
+
+
+def test_pumpd_takes_no_pause_for_a_kernel_when_a_read_brings_few_launches():
+    """pumpd's kernel times are launch intervals with pauses left out (a pause: over
+    PAUSE_FACTOR times the median of the recent intervals, not of the read's own few)."""
+    lookahead = pytest.importorskip("pumpd.lookahead")
+    t, _, _ = training_trace(steps=4, layers=6)
+    recs = np.concatenate(t.records)
+    launches = np.flatnonzero(recs["kind"] == channel.KIND["launch"])
+    gaps = np.full(len(launches), 5_000)              # 5 us a kernel...
+    gaps[-2:] = 3_000_000                             # ...then two launches after 3 ms each
+    recs["time_ns"][launches] = np.cumsum(gaps)
+    la = lookahead.Lookahead(64 * MIB, 50e9)
+    la.observe(channel.decode(recs[:launches[-2]]))
+    la.observe(channel.decode(recs[launches[-2]:]))   # one read, only those two
+    assert la.policy.seconds[-2:].tolist() == [5e-6, 5e-6]
+    assert la.policy.reserve_bytes(la.policy.period) == int(50e9 * 5e-6)

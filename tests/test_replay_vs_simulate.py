@@ -4,9 +4,11 @@ within 5%). The trace is generated here (ResNet-50's training steps at batch 2, 
 `pump trace generate`), so this also runs the generator end to end.
 
 Policies compared: off (pump's evict-only emulation of an oversubscribed GPU; the
-simulator's "naive") and launch. lookahead is not compared here: its plan arrives from a
-live pumpd at a point that depends on timing, and the daemon plans on whole allocations
-(see the README's known limits for the measured gap)."""
+simulator's "naive"), launch, and lookahead with a live (embedded) pumpd: the replay pauses
+at each step (replay_trace --step-pause) so that pumpd reads each step whole and plans in
+the pause, as `pump simulate --model fakecuda` models it. The trace runs 8 steps: its
+iteration is two steps long (the caching allocator alternates buffers), pumpd learns it
+after step 5, and steps 6 and 7 run on the plan."""
 
 import json
 import subprocess
@@ -26,7 +28,7 @@ COUNTS = ("gpu_faults", "bytes_prefetched_h2d", "bytes_faulted_h2d", "bytes_d2h"
 def model_trace(tmp_path_factory):
     path = tmp_path_factory.mktemp("replay") / "resnet50-b2.trace"
     proc = subprocess.run([sys.executable, "-m", "pump.cli", "trace", "generate", "resnet50", "--batch", "2",
-                           "--steps", "4", "-o", str(path)], capture_output=True, text=True, timeout=600)
+                           "--steps", "8", "-o", str(path)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     return path
 
@@ -43,14 +45,19 @@ def simulated(path, policy, budget):
 def replayed(c_build, tmp_path, path, policy, budget):
     stats = tmp_path / f"fakecuda-{policy}.json"
     env = dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"), FAKECUDA_STATS=str(stats))
-    proc = subprocess.run([PUMP_RUN, "--daemon", "none", "--policy", {"naive": "off"}.get(policy, policy),
-                           "--budget", str(budget), "--", str(c_build / "plain" / "replay_trace"), str(path)],
+    # lookahead needs pumpd (an embedded one: no system pumpd answers here), and time
+    # between steps for it to read each step and publish its plan.
+    daemon, pause = (["--daemon", "embedded"], ["--step-pause", "300"]) if policy == "lookahead" else \
+        (["--daemon", "none"], [])
+    proc = subprocess.run([PUMP_RUN, *daemon, "--policy", {"naive": "off"}.get(policy, policy),
+                           "--budget", str(budget), "--", str(c_build / "plain" / "replay_trace"), *pause,
+                           str(path)],
                           env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     return json.loads(stats.read_text()), proc.stderr
 
 
-@pytest.mark.parametrize("policy", ["naive", "launch"])
+@pytest.mark.parametrize("policy", ["naive", "launch", "lookahead"])
 def test_replay_matches_the_simulator(c_build, tmp_path, model_trace, policy):
     _, peak = simulated(model_trace, "ideal", 1 << 40)
     budget = peak // 2 // (2 << 20) * (2 << 20)  # half the footprint, in whole 2 MiB blocks

@@ -215,3 +215,20 @@ def test_cli_bad_trace(tmp_path):
     bad.write_bytes(b"not a trace at all, clearly not" * 10)
     p = _pump(str(bad), "--capacity", "1G")
     assert p.returncode == 1 and "not a pump trace" in p.stderr
+
+
+@pytest.mark.parametrize("reads_steps", [False, True])
+def test_a_plan_holds_only_after_pumpd_has_read_its_launches(tmp_path, reads_steps):
+    """pumpd reads a batch once its launches have been made: until the launch after the one
+    that completes the learning, lookahead is the launch rule, step for step."""
+    path = _cyclic(steps=8).write(str(tmp_path / "c.trace"))
+    w = workload.load(path, batch_launches=5, daemon_reads_steps=reads_steps)
+    m = engine.fakecuda()
+    cap = w.peak_footprint // 2
+    look, launch = (engine.run(w, p, cap, m) for p in ("lookahead", "launch"))
+    assert look.learned_at == w.learned_at and w.learned_at % (8 if reads_steps else 5) == 0
+    ends = w.steps[1:] + [w.launches]
+    before = sum(end <= w.learned_at for end in ends)     # the steps made before pumpd learned
+    for what in ("faults", "h2d", "d2h"):
+        assert look.per_step[what][:before] == launch.per_step[what][:before], what
+    assert look.per_step["h2d"][before:] != launch.per_step["h2d"][before:]

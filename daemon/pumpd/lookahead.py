@@ -7,7 +7,8 @@ The policy needs three figures it cannot read from a trace here:
   full, then launches at the rate the kernels finish, so the interval between consecutive
   launch calls is the kernel-time measurement pumpd has. A pause for data loading, a
   synchronisation or a checkpoint is not a kernel: an interval over PAUSE_FACTOR times the
-  batch's median counts as the median;
+  median of the last RECENT_INTERVALS intervals counts as that median (not the batch's own
+  median: one ring read may bring only a launch or two, all of them after a pause);
 - the link's bandwidth: the highest host-to-GPU PCIe throughput NVML has reported for any
   GPU while pumpd ran (prefetch approaches the link's limit), else the PCIe Gen5 x16 figure
   of the simulator's model;
@@ -24,6 +25,7 @@ from pump.simulate import constants
 # Launch intervals under this are the launching thread's own pace, not kernel times.
 KERNEL_SECONDS_MIN = 1e-6
 PAUSE_FACTOR = 50
+RECENT_INTERVALS = 4096
 # NVML throughput below this says nothing about the link (nothing was moving).
 BANDWIDTH_FLOOR = 1e9
 NO_BUDGET = 1 << 60
@@ -35,6 +37,7 @@ class Lookahead:
     def __init__(self, budget: int, bandwidth: float):
         self.policy = Foresight(budget or NO_BUDGET, bandwidth)
         self.last_launch_ns = None
+        self.recent = np.empty(0)     # the last RECENT_INTERVALS launch intervals (seconds)
 
     def observe(self, batch: channel.Batch):
         times = batch.launch_time
@@ -44,7 +47,8 @@ class Lookahead:
         previous = times[0] if self.last_launch_ns is None else self.last_launch_ns
         gaps = np.diff(np.concatenate(([previous], times)).astype(np.int64)) / 1e9
         seconds = np.maximum(gaps, KERNEL_SECONDS_MIN)
-        median = float(np.median(seconds))
+        self.recent = np.concatenate((self.recent, seconds))[-RECENT_INTERVALS:]
+        median = float(np.median(self.recent))
         seconds[seconds > PAUSE_FACTOR * median] = median
         self.last_launch_ns = int(times[-1])
         self.policy.observe(batch, kernel_seconds=seconds)

@@ -75,8 +75,8 @@ def capacity_bytes(text: str, peak: int) -> int:
 
 def main(args) -> int:
     try:
-        w = workload.load(args.trace)
         model = engine.MODELS[args.model](args.bandwidth * 1e9 if args.bandwidth else None)
+        w = workload.load(args.trace, daemon_reads_steps=model.daemon_reads_steps)
     except (workload.WorkloadError, ValueError) as exc:
         print(f"pump: {exc}", file=sys.stderr)
         return 1

@@ -25,6 +25,7 @@ Counts follow program order (each stream's ordering is what makes that exact on 
 
 import collections
 import dataclasses
+import heapq
 import math
 
 import numpy as np
@@ -50,6 +51,10 @@ class Model:
     # The policy is told each launch's exact extents and the framework's frees (a framework
     # integration's view), or only what today's shim reports to pumpd: allocation bases.
     policy_sees_extents: bool = True
+    # pumpd reads the ring every K.DAEMON_READ_LAUNCHES launches, or each step whole: a
+    # lookahead replay on fakecuda (bench/replay_trace --step-pause) issues a step's launches
+    # in a few ms, then pauses, and pumpd reads and plans in the pause.
+    daemon_reads_steps: bool = False
 
 
 def h100(bandwidth: float = None) -> Model:
@@ -67,7 +72,7 @@ def fakecuda(bandwidth: float = None) -> Model:
     return Model("fakecuda", bandwidth or h2d, K.H100_PEAK_FLOPS, K.H100_TF32_FLOPS, K.H100_HBM_BYTES_PER_S,
                  f["FAKECUDA_GPU_FAULT_US"] * 1e-6 + K.PAGE_BYTES / h2d, 1,
                  f["FAKECUDA_LAUNCH_LATENCY_US"] * 1e-6, K.LAUNCH_QUEUE_DEPTH, False,
-                 policy_sees_extents=False)
+                 policy_sees_extents=False, daemon_reads_steps=True)
 
 
 MODELS = {"h100": h100, "fakecuda": fakecuda}
@@ -134,6 +139,64 @@ def _first_not_in(order, protect):
     return None
 
 
+class _UseOrder:
+    """The shim's PUMP_ORDER_USED (shim/residency.c, make_room) over the believed blocks: a
+    block ranks by the later of its allocation's last use (a launch's number: the shim keeps
+    one per allocation, so every block of an allocation a launch is given counts as used by
+    it) and the launch whose plan trigger last named it, ties by migration order, oldest
+    first.  A heap with stale entries skipped: a launch re-ranks few blocks, a victim search
+    pops few."""
+
+    def __init__(self, blocks: int):
+        self.used = [0] * blocks       # per block: the last launch given its allocation
+        self.named = [0] * blocks      # per believed block: the last trigger that named it
+        self.migrated = [0] * blocks   # per believed block: its place in migration order
+        self.members = set()
+        self.heap = []                 # (rank, migrated, block)
+
+    def _push(self, b):
+        heapq.heappush(self.heap, (max(self.used[b], self.named[b]), self.migrated[b], b))
+
+    def add(self, b, migrated):
+        self.migrated[b], self.named[b] = migrated, 0
+        self.members.add(b)
+        self._push(b)
+
+    def remove(self, b):
+        self.members.discard(b)
+
+    def use(self, blocks, launch):
+        for b in blocks:
+            self.used[b] = launch
+            if b in self.members:
+                self._push(b)
+        if len(self.heap) > 4 * len(self.members) + 4096:  # drop the stale entries
+            self.heap = [(max(self.used[b], self.named[b]), self.migrated[b], b) for b in self.members]
+            heapq.heapify(self.heap)
+
+    def name(self, b, launch):
+        self.named[b] = launch
+        self._push(b)
+
+    def first_not_in(self, protect, aside):
+        """The least recently used block not in `protect` (left in place), or None; the
+        protected ones met on the way go to `aside`, for restore()."""
+        heap = self.heap
+        while heap:
+            rank, migrated, b = heap[0]
+            if b not in self.members or rank != max(self.used[b], self.named[b]) or migrated != self.migrated[b]:
+                heapq.heappop(heap)
+            elif b in protect:
+                aside.append(heapq.heappop(heap))
+            else:
+                return b
+        return None
+
+    def restore(self, aside):
+        for entry in aside:
+            heapq.heappush(self.heap, entry)
+
+
 def run(workload, policy: str, capacity: int, model: Model) -> Result:
     if policy not in POLICIES:
         raise ValueError(f"policy {policy!r}: allowed {', '.join(POLICIES)}")
@@ -153,7 +216,8 @@ class _Run:
         self.gpu_lrm = collections.OrderedDict()  # truth: chunks in migration order
         self.gpu_bytes = 0
         self.migrated = collections.OrderedDict()  # belief, least recently migrated first
-        self.used = collections.OrderedDict()      # belief, least recently used first
+        self.migrations = 0
+        self.used = _UseOrder(nb)                  # belief, least recently used first
         self.believed = 0
         self.last_user_end = [0.0] * nb
         self.ready = [0.0] * nb                # when the prefetch that brought a block ends
@@ -216,23 +280,26 @@ class _Run:
     def _believe(self, b):
         if b not in self.migrated:
             self.migrated[b] = None
-            self.used[b] = None
+            self.migrations += 1
+            self.used.add(b, self.migrations)
             self.believed += self.size[b]
 
     def _forget(self, b):
         if b in self.migrated:
             del self.migrated[b]
-            del self.used[b]
+            self.used.remove(b)
             self.believed -= self.size[b]
 
     def _evict(self, b, now):
-        """The shim evicts b to the host, on the eviction stream after b's last user."""
+        """The shim evicts b to the host, on the eviction stream after b's last user (a plan
+        may name a block not believed resident: pages a kernel faulted in move all the same)."""
+        believed = b in self.migrated
         self._forget(b)
         moved = self._truth_evict(b)
         self.r.evictions += 1
         start = max(now, self.ev_free, self.last_user_end[b])
         self.ev_free = start + moved / self.m.bandwidth
-        if moved:
+        if moved and believed:
             self.pending.append((self.ev_free, self.size[b]))
             self.pending_bytes += self.size[b]
 
@@ -258,13 +325,16 @@ class _Run:
         return self.pf_free
 
     def _victims_until(self, need, order, protect, now):
-        """Evict believed blocks in `order` (not in `protect`) until `need` more bytes fit."""
+        """Evict believed blocks in `order` (self.migrated or self.used; not in `protect`)
+        until `need` more bytes fit."""
+        aside = []
         while self.believed + need > self.capacity:
-            v = _first_not_in(order, protect)
+            v = self.used.first_not_in(protect, aside) if order is self.used else _first_not_in(order, protect)
             if v is None:
-                return False
+                break
             self._evict(v, now)
-        return True
+        self.used.restore(aside)
+        return self.believed + need <= self.capacity
 
     def _take(self, blocks, order, now):
         """What a launch takes before its kernel: its blocks not believed resident are
@@ -281,16 +351,19 @@ class _Run:
             ready = max(ready, self._prefetch(b, now))
         return ready
 
-    def _trigger(self, plan, now):
+    def _trigger(self, plan, now, launch):
         """The plan's trigger for a launch, after its kernel: planned evictions, then the
-        prefetches that fit the budget (the rest come in by the `need` rule later)."""
+        prefetches that fit the budget (the rest come in by the `need` rule later).  A block
+        it names for prefetch counts as used by it, whether it came in now or was resident."""
         _need, prefetch, evict = plan
         for b in evict:
-            if b in self.migrated:
-                self._evict(b, now)
+            self._evict(b, now)
         for b in prefetch:
-            if b not in self.migrated and self.believed + self.size[b] <= self.capacity:
+            if b not in self.migrated:
+                if self.believed + self.size[b] > self.capacity:
+                    continue
                 self._prefetch(b, now)
+            self.used.name(b, launch)
 
     # ---- allocator events ----
     def _events(self, k, now):
@@ -357,7 +430,8 @@ class _Run:
         ideal = self.policy == "ideal"
         base = [0] * 5  # the counts when the step began: faults, h2d, d2h, data and prefetch waits
         for k in range(n):
-            while next_batch is not None and next_batch[0] <= k:
+            # pumpd reads a batch once its last launch has been made: its plan holds from then.
+            while next_batch is not None and next_batch[0] + len(next_batch[1].launch_function) <= k:
                 if self.foresight is not None:
                     self._feed(next_batch)
                 next_batch = next(batch_iter, None)
@@ -373,8 +447,9 @@ class _Run:
                 if planned is not None:
                     ready = max(ready, self._take(planned[0], self.used, cpu))
                 elif self.shim and self.policy != "naive":
-                    order = self.used if self.plan else self.migrated
-                    ready = max(ready, self._take(w.arg_blocks[k], order, cpu))
+                    # The launch rule, also for a launch the plan does not know: the shim's
+                    # launch rule evicts in migration order whatever the plan's order.
+                    ready = max(ready, self._take(w.arg_blocks[k], self.migrated, cpu))
                 faults = moved_back = faulted = 0
                 touched = w.touched[k]
                 protect = {b for b, _ in touched}
@@ -399,9 +474,8 @@ class _Run:
             r.data_wait_seconds += start - max(prev_end, cpu)
             prev_end = kend[k] = start + duration
             if not ideal:
-                for b in (w.arg_blocks[k] if planned is None else planned[0]):
-                    if b in self.used:
-                        self.used.move_to_end(b)
+                if self.policy == "lookahead":  # the plan's victim order; no other policy has one
+                    self.used.use(w.arg_blocks[k], k + 1)
                 for b in w.arg_blocks[k]:
                     self.last_user_end[b] = prev_end
                 for b, _ in w.touched[k]:
@@ -412,7 +486,7 @@ class _Run:
                     self._victims_until(0, self.migrated, set(w.arg_blocks[k]), cpu)
                     r.max_believed = max(r.max_believed, self.believed)
                 elif planned is not None:
-                    self._trigger(planned, cpu)
+                    self._trigger(planned, cpu, k + 1)
             if k in step_last:
                 r.step_ends.append(prev_end)
                 now = (r.faults, r.bytes_prefetched_h2d + r.bytes_faulted_h2d, r.bytes_d2h,

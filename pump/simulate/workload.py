@@ -72,14 +72,20 @@ def _records_of_busiest_process(path):
     return header, merged[pid]
 
 
-def _split(records, launches_per_batch):
-    """Cut records into batches of about launches_per_batch launches, at a LAUNCH record."""
+def _split(records, launches_per_batch, at_steps):
+    """Cut records into batches as pumpd reads them: at each STEP record (at_steps, where the
+    trace has them), else every launches_per_batch launches, at a LAUNCH record."""
+    steps = np.flatnonzero(records["kind"] == KIND["step"])
+    if at_steps and len(steps):
+        return np.split(records, steps)
     starts = np.flatnonzero(records["kind"] == KIND["launch"])
     cuts = starts[launches_per_batch::launches_per_batch]
     return np.split(records, cuts)
 
 
-def load(path, batch_launches: int = K.DAEMON_READ_LAUNCHES) -> Workload:
+def load(path, batch_launches: int = K.DAEMON_READ_LAUNCHES, daemon_reads_steps: bool = False) -> Workload:
+    """daemon_reads_steps: pumpd reads each step whole (a replay that pauses between steps),
+    rather than every batch_launches launches."""
     header, records = _records_of_busiest_process(path)
     page_shift = K.PAGE_BYTES.bit_length() - 1
     block_shift = K.BLOCK_BYTES.bit_length() - 1
@@ -110,7 +116,7 @@ def load(path, batch_launches: int = K.DAEMON_READ_LAUNCHES) -> Workload:
     names = {}
     events, steps, batches = {}, [], []
     first = 0
-    for part in _split(records, batch_launches):
+    for part in _split(records, batch_launches, daemon_reads_steps):
         batch = channel.decode(part)
         n = len(batch.launch_function)
         batches.append((first, batch))
