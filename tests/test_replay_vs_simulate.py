@@ -46,8 +46,10 @@ def replayed(c_build, tmp_path, path, policy, budget):
     stats = tmp_path / f"fakecuda-{policy}.json"
     env = dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"), FAKECUDA_STATS=str(stats))
     # lookahead needs pumpd (an embedded one: no system pumpd answers here), and time
-    # between steps for it to read each step and publish its plan.
-    daemon, pause = (["--daemon", "embedded"], ["--step-pause", "300"]) if policy == "lookahead" else \
+    # between steps for it to read each step and publish its plan: planning the learned
+    # iteration is Python work that takes longer on a loaded machine, and a plan that lands
+    # inside the next step's launches starts at another launch than the model's.
+    daemon, pause = (["--daemon", "embedded"], ["--step-pause", "1000"]) if policy == "lookahead" else \
         (["--daemon", "none"], [])
     proc = subprocess.run([PUMP_RUN, *daemon, "--policy", {"naive": "off"}.get(policy, policy),
                            "--budget", str(budget), "--", str(c_build / "plain" / "replay_trace"), *pause,
