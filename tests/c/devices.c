@@ -25,7 +25,6 @@
 #define BUFFER_FLOATS ((size_t)4 << 20) /* 16 MiB of floats */
 #define PAGE (64u << 10)
 
-
 static void axpy_kernel(void **params, const fakecuda_dims *dims)
 {
     (void)dims;

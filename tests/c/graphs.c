@@ -32,7 +32,6 @@
 #define BUFFER_FLOATS ((size_t)4 << 20) /* 16 MiB of floats */
 #define PAGE (64u << 10)                /* fakecuda's fault granularity */
 
-
 static float *arg_floats(void **params, int i) { return *(float **)params[i]; }
 static uint64_t arg_u64(void **params, int i) { return *(uint64_t *)params[i]; }
 
