@@ -96,12 +96,10 @@ PUMP_HIDDEN bool pump_capacity_reserve(uint64_t bytes)
     }
     __atomic_sub_fetch(&footprint, bytes, __ATOMIC_RELAXED);
     PUMP_COUNT(capacity_refusals, 1);
-    static atomic_flag told = ATOMIC_FLAG_INIT;
-    if (!atomic_flag_test_and_set(&told))
-        pump_notice("managed allocation of %.3f GiB refused: the job's managed memory would pass its capacity of "
+    pump_notice_once("managed allocation of %.3f GiB refused: the job's managed memory would pass its capacity of "
                     "%.3f GiB. Raise it with pump-run --capacity SIZE|PCT%%|host (PUMP_CAPACITY); 'host' allows "
-                    "going beyond GPU memory into host memory",
-                    gib(bytes), gib(limit));
+                     "going beyond GPU memory into host memory",
+                     gib(bytes), gib(limit));
     return false;
 }
 

@@ -261,11 +261,8 @@ static void updated(CUresult r, CUgraphExec exec, CUgraph graph)
     struct graph_exec *old = *slot_of(exec);
     int device = old != NULL ? old->device : current_device();
     pthread_rwlock_unlock(&execs_lock);
-    struct graph_exec *g = scan_graph(exec, graph, device);
-    if (g != NULL)
-        replace(exec, g);
-    else
-        replace(exec, NULL);  /* no record: its replays count as unknown */
+    /* NULL (out of memory) forgets the exec: its replays count as unknown */
+    replace(exec, scan_graph(exec, graph, device));
 }
 
 CUresult pump_graph_exec_update(CUgraphExec exec, CUgraph graph, CUgraphNode *error_node,
@@ -395,12 +392,10 @@ static uint64_t working_set(const struct replay *r)
 
 static void over_budget_notice(uint64_t bytes, uint64_t budget)
 {
-    static atomic_flag said = ATOMIC_FLAG_INIT;
-    if (!atomic_flag_test_and_set_explicit(&said, memory_order_relaxed))
-        pump_notice("a CUDA graph uses %llu MiB of managed memory, more than the budget of %llu MiB; graphs have "
-                    "no prefetch node, so its replays are left to page faults (counted in "
-                    "graph_launches_over_budget)",
-                    (unsigned long long)(bytes >> 20), (unsigned long long)(budget >> 20));
+    pump_notice_once("a CUDA graph uses %llu MiB of managed memory, more than the budget of %llu MiB; graphs have "
+                     "no prefetch node, so its replays are left to page faults (counted in "
+                     "graph_launches_over_budget)",
+                     (unsigned long long)(bytes >> 20), (unsigned long long)(budget >> 20));
 }
 
 static void before_replay(struct replay *r, CUgraphExec exec, CUstream stream)

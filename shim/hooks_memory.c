@@ -203,11 +203,10 @@ CUresult pump_mem_create(CUmemGenericAllocationHandle *handle, size_t size, cons
     CUresult r = real(handle, size, prop, flags);
     if (r == CUDA_SUCCESS && pump_active()) {
         PUMP_COUNT(vmm_allocs, 1);
-        static atomic_flag told = ATOMIC_FLAG_INIT;
-        if (pump_managed_all() && !atomic_flag_test_and_set(&told))
-            pump_notice("managed_all: memory from cuMemCreate (virtual memory management: PyTorch's expandable "
-                        "segments, NCCL's buffers) stays device memory: pump cannot prefetch it and it is outside "
-                        "the capacity");
+        if (pump_managed_all())
+            pump_notice_once("managed_all: memory from cuMemCreate (virtual memory management: PyTorch's expandable "
+                             "segments, NCCL's buffers) stays device memory: pump cannot prefetch it and it is "
+                             "outside the capacity");
     }
     return r;
 }
@@ -220,13 +219,11 @@ CUresult pump_ipc_get_mem_handle(CUipcMemHandle *handle, CUdeviceptr dptr)
     CUresult r = real(handle, dptr);
     if (r != CUDA_SUCCESS && pump_active() && pump_managed_all() && pump_ranges_find(dptr) != NULL) {
         PUMP_COUNT(ipc_refusals, 1);
-        static atomic_flag told = ATOMIC_FLAG_INIT;
-        if (!atomic_flag_test_and_set(&told))
-            pump_notice("cuIpcGetMemHandle failed (CUresult %d) on managed memory: under managed_all the program's "
-                        "device allocations are managed memory, which cannot be shared between processes; to share "
-                        "CUDA memory between processes (e.g. torch.multiprocessing), run with pump-run "
-                        "--no-managed-all (PUMP_MANAGED_ALL=0)",
-                        (int)r);
+        pump_notice_once("cuIpcGetMemHandle failed (CUresult %d) on managed memory: under managed_all the program's "
+                         "device allocations are managed memory, which cannot be shared between processes; to "
+                         "share CUDA memory between processes (e.g. torch.multiprocessing), run with pump-run "
+                         "--no-managed-all (PUMP_MANAGED_ALL=0)",
+                         (int)r);
     }
     return r;
 }

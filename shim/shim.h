@@ -72,13 +72,16 @@ PUMP_HIDDEN bool pump_valid_name(const char *text);
 PUMP_HIDDEN void pump_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Always printed: a user error or a refusal the user must act on. */
 PUMP_HIDDEN void pump_notice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* Logs at level 1 only the first time this call site runs. */
-#define pump_log_once(...)                                                         \
-    do {                                                                           \
-        static atomic_flag pump_once_flag_ = ATOMIC_FLAG_INIT;                     \
+/* Runs `call` only the first time this call site is reached. */
+#define PUMP_ONCE(call)                                                                 \
+    do {                                                                                \
+        static atomic_flag pump_once_flag_ = ATOMIC_FLAG_INIT;                          \
         if (!atomic_flag_test_and_set_explicit(&pump_once_flag_, memory_order_relaxed)) \
-            pump_log(1, __VA_ARGS__);                                              \
+            call;                                                                       \
     } while (0)
+/* Logs at level 1, or says always, only the first time this call site runs. */
+#define pump_log_once(...) PUMP_ONCE(pump_log(1, __VA_ARGS__))
+#define pump_notice_once(...) PUMP_ONCE(pump_notice(__VA_ARGS__))
 
 /* ---- counters (stats.c): a shared-memory record per process ---- */
 extern PUMP_HIDDEN struct pump_stats *_Atomic pump_stats_record;
