@@ -171,6 +171,44 @@ __attribute__((unused)) static void inc_kernel(void **params, const fakecuda_dim
         x[i] += 1.0f;
 }
 
+/* Kernels and helpers several programs use, over (pointer, ..., n) arguments. */
+__attribute__((unused)) static float *arg_floats(void **params, int i) { return *(float **)params[i]; }
+__attribute__((unused)) static uint64_t arg_u64(void **params, int i) { return *(uint64_t *)params[i]; }
+
+/* x[i] *= factor over (float *x, uint64_t n, float factor). */
+__attribute__((unused)) static void scale_kernel(void **params, const fakecuda_dims *dims)
+{
+    (void)dims;
+    float *x = arg_floats(params, 0);
+    uint64_t n = arg_u64(params, 1);
+    float factor = *(float *)params[2];
+    api.touch(x, n * sizeof *x);
+    for (uint64_t i = 0; i < n; i++)
+        x[i] *= factor;
+}
+
+/* c[i] = a[i] + b[i] over (const float *a, const float *b, float *c, uint64_t n). */
+__attribute__((unused)) static void add_kernel(void **params, const fakecuda_dims *dims)
+{
+    (void)dims;
+    const float *a = arg_floats(params, 0), *b = arg_floats(params, 1);
+    float *c = arg_floats(params, 2);
+    uint64_t n = arg_u64(params, 3);
+    api.touch(a, n * sizeof *a);
+    api.touch(b, n * sizeof *b);
+    api.touch(c, n * sizeof *c);
+    for (uint64_t i = 0; i < n; i++)
+        c[i] = a[i] + b[i];
+}
+
+/* The host writes n floats of managed memory (after its CPU faults). */
+__attribute__((unused)) static void host_fill(float *x, size_t n, float base)
+{
+    api.host_touch(x, n * sizeof *x);
+    for (size_t i = 0; i < n; i++)
+        x[i] = base + (float)(i % 1024) * 0.25f;
+}
+
 /* cuInit, device `ordinal`'s primary context made current. */
 static inline CUdevice cuda_api_start_on(struct cuda_api *api, int ordinal)
 {

@@ -19,8 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
-#include "fakecuda.h"
+#include "cuda_api.h"
 
 #define BUFFER_FLOATS ((size_t)4 << 20) /* 16 MiB of floats */
 #define PAGE (64u << 10)
@@ -37,12 +36,10 @@ static void axpy_kernel(void **params, const fakecuda_dims *dims)
         y[i] += 2.0f * x[i];
 }
 
-static void host_fill(CUdeviceptr p, float base)
+/* A whole buffer written by the host. */
+static void buffer_fill(CUdeviceptr p, float base)
 {
-    float *x = (float *)p;
-    fakecuda_host_touch(x, BUFFER_FLOATS * sizeof *x);
-    for (size_t i = 0; i < BUFFER_FLOATS; i++)
-        x[i] = base + (float)(i % 1024) * 0.25f;
+    host_fill((float *)(uintptr_t)p, BUFFER_FLOATS, base);
 }
 
 static CUcontext primary(int device)
@@ -62,6 +59,7 @@ int main(int argc, char **argv)
         return 2;
     }
     int launch_device = atoi(argv[1]), current_device = atoi(argv[2]);
+    cuda_api_load(&api, 0);
     CHECK(cuInit(0));
     const size_t p8 = 8, sizes[] = {p8, p8, p8}, aligns[] = {p8, p8, p8};
     if (fakecuda_register_kernel("axpy", axpy_kernel, 3, sizes, aligns)) {
@@ -88,14 +86,14 @@ int main(int argc, char **argv)
     CHECK(cuLaunchKernel(axpy, 1, 1, 1, 256, 1, 1, 0, stream, params, NULL));
     CHECK(cuStreamEndCapture(stream, &graph));
     CHECK(cuGraphInstantiate(&exec, graph, 0));
-    host_fill(x, 1.0f);
-    host_fill(y, 2.0f);
+    buffer_fill(x, 1.0f);
+    buffer_fill(y, 2.0f);
     fakecuda_reset_stats();
 
     CHECK(cuCtxSetCurrent(current_ctx));
     CHECK(cuLaunchKernel(axpy, 1, 1, 1, 256, 1, 1, 0, stream, params, NULL));
     CHECK(cuStreamSynchronize(stream));
-    host_fill(x, 3.0f); /* both buffers back to the host for the replay */
+    buffer_fill(x, 3.0f); /* both buffers back to the host for the replay */
     fakecuda_host_touch((void *)y, BUFFER_FLOATS * sizeof(float));
     CHECK(cuGraphLaunch(exec, stream));
     CHECK(cuStreamSynchronize(stream));

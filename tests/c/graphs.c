@@ -26,25 +26,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
-#include "fakecuda.h"
+#include "cuda_api.h"
 
 #define BUFFER_FLOATS ((size_t)4 << 20) /* 16 MiB of floats */
 #define PAGE (64u << 10)                /* fakecuda's fault granularity */
-
-static float *arg_floats(void **params, int i) { return *(float **)params[i]; }
-static uint64_t arg_u64(void **params, int i) { return *(uint64_t *)params[i]; }
-
-static void scale_kernel(void **params, const fakecuda_dims *dims)
-{
-    (void)dims;
-    float *x = arg_floats(params, 0);
-    uint64_t n = arg_u64(params, 1);
-    float factor = *(float *)params[2];
-    fakecuda_touch(x, n * sizeof *x);
-    for (uint64_t i = 0; i < n; i++)
-        x[i] *= factor;
-}
 
 static void axpy_kernel(void **params, const fakecuda_dims *dims)
 {
@@ -59,25 +44,10 @@ static void axpy_kernel(void **params, const fakecuda_dims *dims)
         y[i] += a * x[i];
 }
 
-static void add_kernel(void **params, const fakecuda_dims *dims)
+/* A whole buffer written by the host. */
+static void buffer_fill(CUdeviceptr p, float base)
 {
-    (void)dims;
-    const float *a = arg_floats(params, 0), *b = arg_floats(params, 1);
-    float *c = arg_floats(params, 2);
-    uint64_t n = arg_u64(params, 3);
-    fakecuda_touch(a, n * sizeof *a);
-    fakecuda_touch(b, n * sizeof *b);
-    fakecuda_touch(c, n * sizeof *c);
-    for (uint64_t i = 0; i < n; i++)
-        c[i] = a[i] + b[i];
-}
-
-static void host_fill(CUdeviceptr p, float base)
-{
-    float *x = (float *)p;
-    fakecuda_host_touch(x, BUFFER_FLOATS * sizeof *x);
-    for (size_t i = 0; i < BUFFER_FLOATS; i++)
-        x[i] = base + (float)(i % 1024) * 0.25f;
+    host_fill((float *)(uintptr_t)p, BUFFER_FLOATS, base);
 }
 
 /* The graph's kernels and their arguments (kernel node parameters point here). */
@@ -228,6 +198,7 @@ int main(int argc, char **argv)
     }
     CUdevice device;
     CUcontext ctx;
+    cuda_api_load(&api, 0);
     CHECK(cuInit(0));
     CHECK(cuDeviceGet(&device, 0));
     CHECK(cuDevicePrimaryCtxRetain(&ctx, device));
@@ -253,7 +224,7 @@ int main(int argc, char **argv)
     CUdeviceptr buffer[5];
     for (int i = 0; i < 5; i++) {
         CHECK(cuMemAllocManaged(&buffer[i], BUFFER_FLOATS * sizeof(float), CU_MEM_ATTACH_GLOBAL));
-        host_fill(buffer[i], (float)(i + 1));
+        buffer_fill(buffer[i], (float)(i + 1));
     }
     w.a = buffer[0], w.b = buffer[1], w.c = buffer[2], w.last = buffer[3];
     work_params(&w);
@@ -277,8 +248,8 @@ int main(int argc, char **argv)
         if (r > 0) {
             if (r == 1 && update != NULL)
                 switch_last(exec, graph, &w, buffer[4], update);
-            host_fill(w.a, (float)r); /* A and the last buffer go back to the host */
-            host_fill(w.last, (float)(2 * r));
+            buffer_fill(w.a, (float)r); /* A and the last buffer go back to the host */
+            buffer_fill(w.last, (float)(2 * r));
             if (reinstantiate) {
                 CHECK(cuGraphExecDestroy(exec));
                 exec = instantiate(graph, instantiate_how, stream);

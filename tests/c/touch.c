@@ -23,20 +23,6 @@
 #define BUFFER_FLOATS ((size_t)16 << 20) /* 64 MiB of floats */
 #define PAGE (64u << 10)                 /* fakecuda's fault granularity */
 
-static float *arg_floats(void **params, int i) { return *(float **)params[i]; }
-static uint64_t arg_u64(void **params, int i) { return *(uint64_t *)params[i]; }
-
-static void scale_kernel(void **params, const fakecuda_dims *dims)
-{
-    (void)dims;
-    float *x = arg_floats(params, 0);
-    uint64_t n = arg_u64(params, 1);
-    float factor = *(float *)params[2];
-    api.touch(x, n * sizeof *x);
-    for (uint64_t i = 0; i < n; i++)
-        x[i] *= factor;
-}
-
 struct axpy_args {
     float *x;
     float *y;
@@ -65,19 +51,6 @@ static void sum_kernel(void **params, const fakecuda_dims *dims)
     for (uint64_t i = 0; i < n; i++)
         s += x[i];
     *out = s;
-}
-
-static void add_kernel(void **params, const fakecuda_dims *dims)
-{
-    (void)dims;
-    const float *a = arg_floats(params, 0), *b = arg_floats(params, 1);
-    float *c = arg_floats(params, 2);
-    uint64_t n = arg_u64(params, 3);
-    api.touch(a, n * sizeof *a);
-    api.touch(b, n * sizeof *b);
-    api.touch(c, n * sizeof *c);
-    for (uint64_t i = 0; i < n; i++)
-        c[i] = a[i] + b[i];
 }
 
 static void negate_kernel(void **params, const fakecuda_dims *dims)
@@ -117,13 +90,6 @@ static void register_kernels(void)
         fprintf(stderr, "error: kernel registration failed\n");
         exit(3);
     }
-}
-
-static void host_fill(float *x, size_t n, float base)
-{
-    api.host_touch(x, n * sizeof *x);
-    for (size_t i = 0; i < n; i++)
-        x[i] = base + (float)(i % 1024) * 0.25f;
 }
 
 int main(int argc, char **argv)
