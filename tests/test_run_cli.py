@@ -192,13 +192,17 @@ def test_managed_all_from_the_config_file_and_the_flag_beats_it(env, tmp_path):
     assert (r.returncode, r.stdout, r.stderr) == (0, "1|unset|unset|expandable_segments:False", "")
 
 
-def test_bad_managed_all_in_the_config_file(env, tmp_path):
+@pytest.mark.parametrize("line,error", [
+    ('managed_all = "yes"', 'managed_all: expected a boolean (true or false), got string "yes"'),
+    ('torch_allocator = "cudaMallocAsync"',
+     'torch_allocator: bad value "cudaMallocAsync"; allowed: "caching", "pump"'),
+])
+def test_bad_memory_setting_in_the_config_file(env, tmp_path, line, error):
     job = tmp_path / "job.toml"
-    job.write_text('[memory]\nmanaged_all = "yes"\n')
+    job.write_text(f"[memory]\n{line}\n")
     r = pump_run(["--config", str(job), "sh", "-c", "echo ran"], env)
     assert (r.returncode, r.stdout) == (2, "")
-    assert one_line(r.stderr) == (f'pump-run: {job}: [memory] managed_all: expected a boolean (true or false), '
-                                  'got string "yes"')
+    assert one_line(r.stderr) == f"pump-run: {job}: [memory] {error}"
 
 
 SHOW_TORCH = 'printf "%s|%s" "${PUMP_TORCH_ALLOCATOR-unset}" "${PYTHONPATH-unset}"'
@@ -221,15 +225,6 @@ def test_torch_allocator_caching_or_unset_adds_nothing(env, tmp_path):
     job = tmp_path / "job.toml"
     job.write_text('[memory]\ntorch_allocator = "caching"\n')
     assert pump_run(["--config", str(job), "sh", "-c", SHOW_TORCH], env).stdout == "caching|unset"
-
-
-def test_bad_torch_allocator_in_the_config_file(env, tmp_path):
-    job = tmp_path / "job.toml"
-    job.write_text('[memory]\ntorch_allocator = "cudaMallocAsync"\n')
-    r = pump_run(["--config", str(job), "sh", "-c", "echo ran"], env)
-    assert (r.returncode, r.stdout) == (2, "")
-    assert one_line(r.stderr) == (f'pump-run: {job}: [memory] torch_allocator: bad value "cudaMallocAsync"; '
-                                  'allowed: "caching", "pump"')
 
 
 def test_existing_ld_preload_is_kept_after_libpump(env, libdir):
