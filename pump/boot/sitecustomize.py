@@ -20,7 +20,7 @@ import os
 import sys
 
 ALLOCATOR_ENV = "PUMP_TORCH_ALLOCATOR"
-ALLOCATORS = ("caching", "pump")
+ALLOCATORS = ("caching", "pump")  # pump.config.TORCH_ALLOCATORS: this file may not import pump
 SHIM_NAME = "libpump.so"
 
 
