@@ -1,5 +1,6 @@
 /* hooks_memory.c: allocations and frees. Managed allocations enter the range
- * table (and count against the capacity cap); frees leave it.
+ * table (and count against the capacity cap); frees leave it (a segment a
+ * framework carved into tensors, torch_trace.c, with whatever is left in it).
  *
  * Under managed_all (managed_all.h) the program's device allocations become
  * managed memory within the same cap: cuMemAlloc becomes cuMemAllocManaged,
@@ -44,11 +45,13 @@ static bool track_managed(CUdeviceptr base, size_t size, unsigned int flags)
 static void untrack(CUdeviceptr base)
 {
     uint64_t size;
-    if (pump_ranges_remove(base, &size)) {
-        pump_capacity_release(size);
-        PUMP_COUNT(managed_frees, 1);
+    enum pump_removed removed = pump_ranges_remove(base, &size);
+    if (removed == PUMP_REMOVED_NOTHING)
+        return;
+    pump_capacity_release(size);
+    PUMP_COUNT(managed_frees, 1);
+    if (removed == PUMP_REMOVED_ALLOCATION)
         pump_channel_free(base, size);
-    }
 }
 
 /* Ends a managed allocation that reserved its bytes against the cap: tracked,

@@ -25,6 +25,7 @@
 
 #include "channel.h"
 #include "prefetch.h"
+#include "ranges.h"
 
 #define PUMP_CONTEXTS_MAX 64
 #define PUMP_EVENTS_PER_CONTEXT 64   /* prefetch events, recycled in turn; see pump_prefetch_wait */
@@ -235,6 +236,22 @@ PUMP_HIDDEN bool pump_evict_to_host(struct pump_context *c, CUdeviceptr *ptrs, s
  * thread before this wait is enqueued, the wait covers a later prefetch
  * instead, which only makes the kernel wait longer, never shorter than the
  * prefetch stream's order implies. */
+PUMP_HIDDEN void pump_discard_dead(CUdeviceptr ptr, size_t size, CUstream stream)
+{
+    if (pump_driver.discard_batch == NULL || stream == NULL || stream == CU_STREAM_LEGACY ||
+        pump_ranges_find(ptr) == NULL)
+        return;
+    CUdeviceptr first = (ptr + PUMP_BLOCK_SIZE - 1) / PUMP_BLOCK_SIZE * PUMP_BLOCK_SIZE;
+    CUdeviceptr end = (ptr + size) / PUMP_BLOCK_SIZE * PUMP_BLOCK_SIZE;
+    if (end <= first || pump_stream_capturing(stream))
+        return;
+    size_t bytes = (size_t)(end - first);
+    if (pump_driver.discard_batch(&first, &bytes, 1, 0, stream) == CUDA_SUCCESS)
+        PUMP_COUNT(bytes_discarded, bytes);
+    else
+        PUMP_COUNT(errors, 1);
+}
+
 PUMP_HIDDEN void pump_prefetch_wait(struct pump_context *c, CUstream stream)
 {
     uint32_t slot = __atomic_fetch_add(&c->next_event, 1, __ATOMIC_RELAXED) % PUMP_EVENTS_PER_CONTEXT;

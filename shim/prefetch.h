@@ -40,6 +40,12 @@ PUMP_HIDDEN void pump_evict_after(struct pump_context *c, uint64_t token);
 /* A token for everything enqueued so far on c's prefetch stream (0: none):
  * a kernel that needs a block of a planned prefetch waits on it. */
 PUMP_HIDDEN uint64_t pump_prefetch_record(struct pump_context *c);
+/* Discards the 2 MiB blocks wholly inside [ptr, ptr+size) of a managed
+ * allocation, memory dead from this point of `stream` on, in that stream's
+ * order: neither written back to the host nor migrated in again. Never on the
+ * legacy NULL stream (the driver refuses it there) nor in a capture (a replay
+ * would not free it again). */
+PUMP_HIDDEN void pump_discard_dead(CUdeviceptr ptr, size_t size, CUstream stream);
 /* Enqueues the move of n ranges to the host on c's eviction stream. */
 PUMP_HIDDEN bool pump_evict_to_host(struct pump_context *c, CUdeviceptr *ptrs, size_t *sizes, size_t n);
 /* Makes c's prefetch stream wait for the evictions enqueued so far. */

@@ -12,7 +12,7 @@
 
 enum {
     PUMP_STATS_MAGIC = 0x504d5053,   /* "SPMP" little-endian: a pump record */
-    PUMP_STATS_VERSION = 3
+    PUMP_STATS_VERSION = 4
 };
 
 struct pump_stats {
@@ -70,6 +70,9 @@ struct pump_stats {
     uint64_t torch_allocs;           /* tensors allocated through pump_torch_alloc */
     uint64_t torch_frees;
     uint64_t bytes_discarded;        /* dead tensors' whole 2 MiB blocks discarded before their free */
+    /* PyTorch's caching allocator, followed (torch_trace.c) */
+    uint64_t torch_tensor_allocs;    /* tensors it handed out of managed segments, tracked one by one */
+    uint64_t torch_tensor_frees;
     /* CUDA graphs: each instantiation's kernel nodes are scanned, each replay prefetched */
     uint64_t graph_execs_scanned;    /* instantiations whose kernel nodes pump scanned */
     uint64_t graph_exec_updates;     /* exec updates and kernel-node parameter changes seen */

@@ -12,6 +12,13 @@
  * see torn values and the sanitizers see no data race. Records never move
  * and the arrays are never freed, so a reader racing a free can at worst use
  * a stale record: a wrong residency belief, not a crash.
+ *
+ * A segment carved into tensors (pump_ranges_insert_tensor) leaves the sorted
+ * arrays for a small sorted list of its own, writer-only: launches find its
+ * tensors, and its free finds it there. A freed tensor stays in the arrays,
+ * marked dead, until a tensor of the same extent takes it over or another
+ * overlapping it erases it: with thousands of live tensors, moving the arrays
+ * on every tensor's allocation and free would cost microseconds each.
  */
 #include <pthread.h>
 
@@ -39,6 +46,11 @@ static uint16_t chunk_refs[CHUNK_SLOTS];
 static pthread_mutex_t writer = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t free_slots[PUMP_RANGES_MAX];   /* writer-only */
 static uint32_t free_count, slots_used;
+
+/* Carved segments [start, end), sorted by start (writer-only). */
+static uint64_t carved_starts[PUMP_CARVED_MAX];
+static uint64_t carved_ends[PUMP_CARVED_MAX];
+static uint32_t carved_count;
 
 static void write_begin(void)
 {
@@ -103,21 +115,96 @@ static void erase_at(uint32_t i)
     STORE(count, n - 1);
 }
 
-PUMP_HIDDEN uint64_t pump_ranges_drop(uint64_t base, uint64_t size)
+/* Index of the first carved segment whose start is > addr (writer). */
+static uint32_t carved_upper_bound(uint64_t addr)
 {
-    uint64_t end = base + size < base ? UINT64_MAX : base + size, dropped = 0;
-    if (end <= LOAD(lowest) || base >= LOAD(highest))
-        return 0;  /* nothing there: no need to take the writer's lock */
-    write_begin();
+    uint32_t lo = 0, hi = carved_count;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (carved_starts[mid] <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static void carved_erase(uint32_t i)
+{
+    for (uint32_t j = i; j + 1 < carved_count; j++) {
+        carved_starts[j] = carved_starts[j + 1];
+        carved_ends[j] = carved_ends[j + 1];
+    }
+    carved_count--;
+}
+
+/* Erases the ranges overlapping [base, end) (writer); the bytes of the counted ones. */
+static uint64_t erase_overlapping(uint64_t base, uint64_t end)
+{
+    uint64_t counted = 0;
     uint32_t i = upper_bound(LOAD(count), base);
     if (i > 0 && LOAD(ends[i - 1]) > base)
         i--;
     while (i < LOAD(count) && LOAD(starts[i]) < end) {
-        dropped += LOAD(ends[i]) - LOAD(starts[i]);
+        if (LOAD(records[LOAD(slots[i])].counted))
+            counted += LOAD(ends[i]) - LOAD(starts[i]);
         erase_at(i);
+    }
+    return counted;
+}
+
+PUMP_HIDDEN uint64_t pump_ranges_drop(uint64_t base, uint64_t size)
+{
+    uint64_t end = base + size < base ? UINT64_MAX : base + size, dropped = 0;
+    write_begin();
+    if (end > LOAD(lowest) && base < LOAD(highest))
+        dropped = erase_overlapping(base, end);
+    uint32_t i = carved_upper_bound(base);
+    if (i > 0 && carved_ends[i - 1] > base)
+        i--;
+    while (i < carved_count && carved_starts[i] < end) {
+        dropped += carved_ends[i] - carved_starts[i];
+        erase_overlapping(carved_starts[i], carved_ends[i]);
+        carved_erase(i);
     }
     write_end();
     return dropped;
+}
+
+/* Adds [base, base+size) at its place in the arrays (writer; nothing overlaps it). */
+static struct pump_range *insert_locked(uint64_t base, uint64_t size, uint32_t flags, uint32_t counted)
+{
+    uint32_t n = LOAD(count);
+    if (n >= PUMP_RANGES_MAX || (free_count == 0 && slots_used >= PUMP_RANGES_MAX))
+        return NULL;
+    uint32_t i = upper_bound(n, base);
+    uint32_t slot = free_count > 0 ? free_slots[--free_count] : slots_used++;
+    STORE(records[slot].base, base);
+    STORE(records[slot].size, size);
+    STORE(records[slot].resident_stamp, 0);
+    STORE(records[slot].flags, flags);
+    STORE(records[slot].announced, 0);
+    STORE(records[slot].accounted_on, 0);
+    STORE(records[slot].used_tick, 0);
+    STORE(records[slot].last_use, 0);
+    STORE(records[slot].counted, counted);
+    STORE(records[slot].dead, 0);
+    count_chunks(base, base + size, +1);
+    for (uint32_t j = n; j > i; j--) {
+        STORE(starts[j], LOAD(starts[j - 1]));
+        STORE(ends[j], LOAD(ends[j - 1]));
+        STORE(slots[j], LOAD(slots[j - 1]));
+    }
+    STORE(starts[i], base);
+    STORE(ends[i], base + size);
+    STORE(slots[i], slot);
+    STORE(count, n + 1);
+    return &records[slot];
+}
+
+static void log_full(void)
+{
+    pump_log_once("more than %d managed allocations: the newest are not prefetched", PUMP_RANGES_MAX);
 }
 
 PUMP_HIDDEN struct pump_range *pump_ranges_insert(uint64_t base, uint64_t size, uint32_t flags)
@@ -125,45 +212,111 @@ PUMP_HIDDEN struct pump_range *pump_ranges_insert(uint64_t base, uint64_t size, 
     if (size == 0 || base + size < base)
         return NULL;
     write_begin();
-    uint32_t n = LOAD(count);
-    uint32_t i = upper_bound(n, base);
-    struct pump_range *inserted = NULL;
-    if (n < PUMP_RANGES_MAX && (free_count > 0 || slots_used < PUMP_RANGES_MAX)) {
-        uint32_t slot = free_count > 0 ? free_slots[--free_count] : slots_used++;
-        STORE(records[slot].base, base);
-        STORE(records[slot].size, size);
-        STORE(records[slot].resident_stamp, 0);
-        STORE(records[slot].flags, flags);
-        STORE(records[slot].announced, 0);
-        STORE(records[slot].accounted_on, 0);
-        STORE(records[slot].used_tick, 0);
-        STORE(records[slot].last_use, 0);
-        count_chunks(base, base + size, +1);
-        for (uint32_t j = n; j > i; j--) {
-            STORE(starts[j], LOAD(starts[j - 1]));
-            STORE(ends[j], LOAD(ends[j - 1]));
-            STORE(slots[j], LOAD(slots[j - 1]));
-        }
-        STORE(starts[i], base);
-        STORE(ends[i], base + size);
-        STORE(slots[i], slot);
-        STORE(count, n + 1);
-        inserted = &records[slot];
-    }
+    struct pump_range *inserted = insert_locked(base, size, flags, 1);
     write_end();
     if (!inserted)
-        pump_log_once("more than %d managed allocations: the newest are not prefetched", PUMP_RANGES_MAX);
+        log_full();
     return inserted;
 }
 
-PUMP_HIDDEN bool pump_ranges_remove(uint64_t base, uint64_t *size)
+PUMP_HIDDEN enum pump_removed pump_ranges_remove(uint64_t base, uint64_t *size)
+{
+    enum pump_removed removed = PUMP_REMOVED_NOTHING;
+    write_begin();
+    uint32_t i = upper_bound(LOAD(count), base);
+    uint32_t c = carved_upper_bound(base);
+    if (i > 0 && LOAD(starts[i - 1]) == base && LOAD(records[LOAD(slots[i - 1])].counted)) {
+        *size = LOAD(ends[i - 1]) - base;
+        erase_at(i - 1);
+        removed = PUMP_REMOVED_ALLOCATION;
+    } else if (c > 0 && carved_starts[c - 1] == base) {
+        *size = carved_ends[c - 1] - base;
+        erase_overlapping(base, carved_ends[c - 1]);  /* tensors whose frees pump missed */
+        carved_erase(c - 1);
+        removed = PUMP_REMOVED_CARVED;
+    }
+    write_end();
+    return removed;
+}
+
+/* Carves the allocation at index i (writer): out of the arrays, into the carved list.
+ * False when the list is full. */
+static bool carve_at(uint32_t i)
+{
+    if (carved_count == PUMP_CARVED_MAX) {
+        pump_log_once("more than %d segments carved into tensors: the newest stay whole", PUMP_CARVED_MAX);
+        return false;
+    }
+    uint64_t start = LOAD(starts[i]), end = LOAD(ends[i]);
+    uint32_t c = carved_upper_bound(start);
+    for (uint32_t j = carved_count; j > c; j--) {
+        carved_starts[j] = carved_starts[j - 1];
+        carved_ends[j] = carved_ends[j - 1];
+    }
+    carved_starts[c] = start;
+    carved_ends[c] = end;
+    carved_count++;
+    erase_at(i);
+    return true;
+}
+
+/* Whether a carved segment holds [base, end) whole (writer). */
+static bool in_carved(uint64_t base, uint64_t end)
+{
+    uint32_t c = carved_upper_bound(base);
+    return c > 0 && carved_ends[c - 1] >= end;
+}
+
+PUMP_HIDDEN struct pump_range *pump_ranges_insert_tensor(uint64_t base, uint64_t size, uint64_t *carved_base,
+                                                         uint64_t *carved_size)
+{
+    *carved_base = *carved_size = 0;
+    uint64_t end = base + size;
+    if (size == 0 || end < base)
+        return NULL;
+    struct pump_range *inserted = NULL;
+    write_begin();
+    uint32_t i = upper_bound(LOAD(count), base);
+    bool held = in_carved(base, end);
+    if (!held && i > 0 && LOAD(records[LOAD(slots[i - 1])].counted) && LOAD(ends[i - 1]) >= end) {
+        *carved_base = LOAD(starts[i - 1]);
+        *carved_size = LOAD(ends[i - 1]) - *carved_base;
+        held = carve_at(i - 1);
+        if (!held)
+            *carved_base = *carved_size = 0;
+    }
+    i = upper_bound(LOAD(count), base);  /* carving moved the arrays */
+    struct pump_range *same = i > 0 && LOAD(starts[i - 1]) == base && LOAD(ends[i - 1]) == end
+                                  ? &records[LOAD(slots[i - 1])]
+                                  : NULL;
+    if (held && same != NULL && LOAD(same->dead) && !LOAD(same->counted)) {
+        STORE(same->resident_stamp, 0);
+        STORE(same->announced, 0);
+        STORE(same->accounted_on, 0);
+        STORE(same->used_tick, 0);
+        STORE(same->last_use, 0);
+        STORE(same->dead, 0);
+        inserted = same;
+    } else if (held) {
+        erase_overlapping(base, end);  /* freed tensors, and stale ones whose frees were missed */
+        inserted = insert_locked(base, size, CU_MEM_ATTACH_GLOBAL, 0);
+    }
+    write_end();
+    if (held && !inserted)
+        log_full();
+    return inserted;
+}
+
+PUMP_HIDDEN bool pump_ranges_remove_tensor(uint64_t base, uint64_t *size)
 {
     bool found = false;
     write_begin();
     uint32_t i = upper_bound(LOAD(count), base);
-    if (i > 0 && LOAD(starts[i - 1]) == base) {
+    struct pump_range *r = i > 0 ? &records[LOAD(slots[i - 1])] : NULL;
+    if (r != NULL && LOAD(starts[i - 1]) == base && !LOAD(r->counted) && !LOAD(r->dead)) {
         *size = LOAD(ends[i - 1]) - base;
-        erase_at(i - 1);
+        STORE(r->dead, 1);  /* kept in place: see ranges.h */
+        pump_residency_detach(r);
         found = true;
     }
     write_end();
@@ -181,7 +334,7 @@ static struct pump_range *search(uint64_t addr)
         }
         struct pump_range *found = NULL;
         uint32_t i = upper_bound(LOAD(count), addr);
-        if (i > 0 && addr < LOAD(ends[i - 1]))
+        if (i > 0 && addr < LOAD(ends[i - 1]) && !LOAD(records[LOAD(slots[i - 1])].dead))
             found = &records[LOAD(slots[i - 1])];
         if (atomic_load_explicit(&sequence, memory_order_relaxed) == before)
             return found;
@@ -229,7 +382,8 @@ PUMP_HIDDEN void pump_ranges_each(void (*fn)(struct pump_range *range, void *arg
     pthread_mutex_lock(&writer);
     uint32_t n = LOAD(count);
     for (uint32_t i = 0; i < n; i++)
-        fn(&records[LOAD(slots[i])], arg);
+        if (!LOAD(records[LOAD(slots[i])].dead))
+            fn(&records[LOAD(slots[i])], arg);
     pthread_mutex_unlock(&writer);
 }
 

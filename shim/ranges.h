@@ -37,17 +37,50 @@ struct pump_range {
     uint64_t last_use;
     /* Per-block residency (residency.c), under its lock; NULL until attached. */
     struct pump_blocks *blocks;
+    /* 1: an allocation, its bytes counted against the capacity; 0: a tensor a framework's
+     * allocator handed out of a carved segment, whose bytes are the segment's. */
+    uint32_t counted;
+    /* 1: a freed tensor, kept in place (invisible to lookups) so that the next tensor at
+     * its address and size, the caching allocator's steady state, takes it over without
+     * moving the table. */
+    uint32_t dead;
 };
+
+/* At most this many segments are carved into tensors at once; beyond, a segment stays
+ * one allocation to pump (logged once). */
+#define PUMP_CARVED_MAX 16384
 
 /* Adds an allocation; call pump_ranges_drop() on its range first. Returns
  * its record, or NULL when the table is full. */
 PUMP_HIDDEN struct pump_range *pump_ranges_insert(uint64_t base, uint64_t size, uint32_t flags);
-/* Removes every allocation overlapping [base, base+size): memory the driver
- * just handed out cannot still be one (pump missed its free). Returns the
- * bytes they covered. */
+/* Removes everything overlapping [base, base+size): memory the driver just
+ * handed out cannot still be an allocation, a carved segment or a tensor (pump
+ * missed a free). Returns the bytes they held against the capacity. */
 PUMP_HIDDEN uint64_t pump_ranges_drop(uint64_t base, uint64_t size);
-/* Removes the allocation starting at base; its size in *size. */
-PUMP_HIDDEN bool pump_ranges_remove(uint64_t base, uint64_t *size);
+
+/* What pump_ranges_remove found at a base. */
+enum pump_removed {
+    PUMP_REMOVED_NOTHING = 0,
+    PUMP_REMOVED_ALLOCATION,  /* an allocation: the daemon has yet to hear of its free */
+    PUMP_REMOVED_CARVED       /* a carved segment, with any tensor left in it: its end was
+                                 announced when it was carved */
+};
+/* Removes the allocation or carved segment starting at base (a free of the
+ * memory the driver handed out); the bytes it held against the capacity in
+ * *size. */
+PUMP_HIDDEN enum pump_removed pump_ranges_remove(uint64_t base, uint64_t *size);
+
+/* Tensors: what a framework's caching allocator hands out of its segments
+ * (torch_trace.c). A tensor must lie inside an allocation, which is then
+ * carved: it leaves the lookup (its tensors stand there instead) and its bytes
+ * stay counted until its own free. Adds the tensor [base, base+size), dropping
+ * stale tensors it overlaps; NULL (nothing changed) where no allocation or
+ * carved segment holds it whole, or a table is full. *carved_size: the bytes of
+ * the allocation this call carved, starting at *carved_base (0: none). */
+PUMP_HIDDEN struct pump_range *pump_ranges_insert_tensor(uint64_t base, uint64_t size, uint64_t *carved_base,
+                                                         uint64_t *carved_size);
+/* Ends the tensor starting at base; its size in *size. */
+PUMP_HIDDEN bool pump_ranges_remove_tensor(uint64_t base, uint64_t *size);
 /* Looks up n words (candidate pointers): each distinct allocation one of
  * them points into is appended to found[found_count..found_max), and every
  * word inside an allocation counts in *hits. Returns the new found_count. */

@@ -16,7 +16,7 @@
 #include <sys/types.h>
 
 #include "hooks_common.h"
-#include "ranges.h"
+#include "prefetch.h"
 
 #define PUMP_EXPORT __attribute__((visibility("default")))
 
@@ -34,27 +34,6 @@ void *pump_torch_alloc(ssize_t size, int device, CUstream stream)
     return (void *)(uintptr_t)ptr;
 }
 
-/* The blocks wholly inside a dead tensor of managed memory, discarded in its stream's
- * order. Never on the legacy NULL stream (the driver refuses it there) and never in a
- * capture (a graph replays without pump seeing the free again). */
-static void discard_dead(CUdeviceptr ptr, size_t size, CUstream stream)
-{
-    if (pump_driver.discard_batch == NULL || stream == NULL || stream == CU_STREAM_LEGACY ||
-        pump_ranges_find(ptr) == NULL)
-        return;
-    CUdeviceptr first = (ptr + PUMP_BLOCK_SIZE - 1) / PUMP_BLOCK_SIZE * PUMP_BLOCK_SIZE;
-    CUdeviceptr end = (ptr + size) / PUMP_BLOCK_SIZE * PUMP_BLOCK_SIZE;
-    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (end <= first || pump_driver.stream_is_capturing(stream, &capture) != CUDA_SUCCESS ||
-        capture != CU_STREAM_CAPTURE_STATUS_NONE)
-        return;
-    size_t bytes = (size_t)(end - first);
-    if (pump_driver.discard_batch(&first, &bytes, 1, 0, stream) == CUDA_SUCCESS)
-        PUMP_COUNT(bytes_discarded, bytes);
-    else
-        PUMP_COUNT(errors, 1);
-}
-
 void pump_torch_free(void *ptr, size_t size, int device, CUstream stream)
 {
     (void)device;
@@ -62,7 +41,7 @@ void pump_torch_free(void *ptr, size_t size, int device, CUstream stream)
         return;
     CUdeviceptr dptr = (CUdeviceptr)(uintptr_t)ptr;
     if (pump_active())
-        discard_dead(dptr, size, stream);
+        pump_discard_dead(dptr, size, stream);
     if (pump_mem_free_async(dptr, stream) == CUDA_SUCCESS)
         PUMP_COUNT(torch_frees, 1);
 }

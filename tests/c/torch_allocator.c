@@ -1,29 +1,56 @@
-/* torch_allocator.c: the allocation pattern of a training step, made the way PyTorch makes
- * it through a CUDAPluggableAllocator (tests/test_torch_allocator.py): weights allocated
- * once, an activation allocated, written, read and freed every step, all on one stream.
- * Through libpump's pump_torch_alloc / pump_torch_free when the process has them (under
- * pump), else through cuMemAllocAsync / cuMemFreeAsync, as PyTorch's cudaMallocAsync
- * backend does: the results must not differ. One JSON line.
+/* torch_allocator.c: the allocation pattern of a training step, made the ways PyTorch makes
+ * it (tests/test_torch_allocator.py): weights allocated once, an activation allocated,
+ * written, read and freed every step, all on one stream. The results must not differ.
+ * One JSON line.
  *
- *   torch_allocator STEPS [legacy]    legacy: on the legacy NULL stream (as PyTorch's default)
+ *   torch_allocator STEPS [legacy] [pluggable|caching|segments]
+ *
+ * legacy: on the legacy NULL stream (PyTorch's default stream).
+ * pluggable (the default): through a CUDAPluggableAllocator, libpump's pump_torch_alloc /
+ *   pump_torch_free when the process has them (under pump), else cuMemAllocAsync /
+ *   cuMemFreeAsync, as PyTorch's cudaMallocAsync backend does.
+ * caching: as PyTorch's caching allocator does, out of one 20 MiB segment from cuMemAlloc,
+ *   reporting each tensor handed out and taken back to libpump's pump_torch_trace when the
+ *   process has it (what pump's bridge forwards, pump/boot/torch_trace.cpp); after the
+ *   segment's cuMemFree, a second segment as large must fit the capacity again.
+ * segments: the same, reporting nothing (the bridge could not be built).
  */
+#include <stdbool.h>
 #include <string.h>
 #include <sys/types.h>
 
 #include "cuda_api.h"
+#include "pump_torch_trace.h"
 
-/* libpump's allocator, when the process has libpump (weak: the bare run has none). */
+/* libpump's entry points, when the process has libpump (weak: the bare run has none). */
 extern void *pump_torch_alloc(ssize_t size, int device, CUstream stream) __attribute__((weak));
 extern void pump_torch_free(void *ptr, size_t size, int device, CUstream stream) __attribute__((weak));
+extern void pump_torch_trace(int event, uint64_t addr, uint64_t size, int flags) __attribute__((weak));
 
 #define WEIGHTS ((size_t)8 << 20)
 #define ACTIVATION ((size_t)6 << 20)
+#define SEGMENT ((size_t)20 << 20)
 
+enum mode { PLUGGABLE, CACHING, SEGMENTS };
+static enum mode mode;
 static CUstream stream;
 static CUfunction forward, update;
+static CUdeviceptr segment;
+
+/* The caching allocator's layout: weights first in the segment, the activation after them
+ * (freed every step, so handed out again at the same place). */
+static CUdeviceptr carve(size_t bytes)
+{
+    CUdeviceptr p = segment + (bytes == WEIGHTS ? 0 : WEIGHTS);
+    if (mode == CACHING && pump_torch_trace != NULL)
+        pump_torch_trace(PUMP_TORCH_TENSOR_ALLOC, p, bytes, 0);
+    return p;
+}
 
 static CUdeviceptr tensor_alloc(size_t bytes)
 {
+    if (mode != PLUGGABLE)
+        return carve(bytes);
     if (pump_torch_alloc != NULL)
         return (CUdeviceptr)(uintptr_t)pump_torch_alloc((ssize_t)bytes, 0, stream);
     CUdeviceptr p;
@@ -33,10 +60,14 @@ static CUdeviceptr tensor_alloc(size_t bytes)
 
 static void tensor_free(CUdeviceptr p, size_t bytes)
 {
-    if (pump_torch_free != NULL)
+    if (mode != PLUGGABLE) {
+        if (mode == CACHING && pump_torch_trace != NULL)
+            pump_torch_trace(PUMP_TORCH_TENSOR_FREE, p, bytes, 0);
+    } else if (pump_torch_free != NULL) {
         pump_torch_free((void *)(uintptr_t)p, bytes, 0, stream);
-    else
+    } else {
         CHECK(cuMemFreeAsync(p, stream));
+    }
 }
 
 /* out[i] = w[i % nw] * 0.5 + step: writes every element of out before anything reads it. */
@@ -81,8 +112,21 @@ static CUfunction function(CUmodule module, const char *name, fakecuda_kernel_fn
 
 int main(int argc, char **argv)
 {
-    if (argc < 2 || (argc == 3 && strcmp(argv[2], "legacy") != 0) || argc > 3) {
-        fprintf(stderr, "usage: torch_allocator STEPS [legacy]\n");
+    static const char *const modes[] = {"pluggable", "caching", "segments"};
+    bool legacy = false, usage = argc < 2;
+    for (int i = 2; i < argc; i++) {
+        bool known = false;
+        for (int m = 0; m < 3; m++)
+            if (strcmp(argv[i], modes[m]) == 0) {
+                mode = (enum mode)m;
+                known = true;
+            }
+        if (strcmp(argv[i], "legacy") == 0)
+            legacy = known = true;
+        usage |= !known;
+    }
+    if (usage) {
+        fprintf(stderr, "usage: torch_allocator STEPS [legacy] [pluggable|caching|segments]\n");
         return 2;
     }
     int steps = atoi(argv[1]);
@@ -94,8 +138,10 @@ int main(int argc, char **argv)
     forward = function(module, "forward", forward_kernel, 5, forward_sizes);
     update = function(module, "update", update_kernel, 4, update_sizes);
     stream = NULL;
-    if (argc == 2)
+    if (!legacy)
         CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    if (mode != PLUGGABLE)
+        CHECK(cuMemAlloc(&segment, SEGMENT));
 
     CUdeviceptr w = tensor_alloc(WEIGHTS);
     uint64_t nw = WEIGHTS / sizeof(float), n = ACTIVATION / sizeof(float);
@@ -121,11 +167,16 @@ int main(int argc, char **argv)
         checksum += (double)host_w[i] * (double)(i % 7 + 1);
     tensor_free(w, WEIGHTS);
     CHECK(cuStreamSynchronize(stream));
+    if (mode != PLUGGABLE) {
+        CHECK(cuMemFree(segment));
+        CHECK(cuMemAlloc(&segment, SEGMENT));  /* the first one's bytes are free again */
+        CHECK(cuMemFree(segment));
+    }
     struct fakecuda_stats st;
     api.get_stats(&st);
     printf("{\"pump_allocator\": %d, \"managed\": %u, \"checksum\": %.6f, \"bytes_discarded\": %llu, "
-           "\"gpu_faults\": %llu}\n",
+           "\"gpu_faults\": %llu, \"device_resident_peak\": %llu}\n",
            pump_torch_alloc != NULL, managed, checksum, (unsigned long long)st.bytes_discarded,
-           (unsigned long long)st.gpu_faults);
+           (unsigned long long)st.gpu_faults, (unsigned long long)st.device_resident_peak);
     return 0;
 }

@@ -85,7 +85,7 @@ static void test_range_table(void)
     EXPECT(pump_ranges_lookup(words, 5, found, 0, 4, &hits) == 2 && hits == 3);
 
     uint64_t size = 0;
-    EXPECT(pump_ranges_remove(base, &size) && size == 3 * MiB);
+    EXPECT(pump_ranges_remove(base, &size) == PUMP_REMOVED_ALLOCATION && size == 3 * MiB);
     EXPECT(!pump_ranges_remove(base, &size));
     EXPECT(find(base + 1) == NULL);
     EXPECT(!pump_ranges_remove(base - 4 * MiB + 1, &size)); /* only exact bases */
@@ -94,6 +94,48 @@ static void test_range_table(void)
     EXPECT(pump_ranges_drop(base - 5 * MiB, 20 * MiB) == 4 * MiB + 1);
     EXPECT(pump_ranges_empty());
     EXPECT(pump_ranges_drop(base, MiB) == 0);
+}
+
+/* A caching allocator's segment carved into tensors: launches find the tensors,
+ * never the segment; the segment's bytes stay counted until its own free, which
+ * also takes any tensor whose free was missed. */
+static void test_carved_segments(void)
+{
+    uint64_t seg = 0x7e0000000000ull, cbase, csize, size = 0;
+    EXPECT(pump_ranges_insert_tensor(seg, MiB, &cbase, &csize) == NULL);  /* not managed memory */
+    EXPECT(pump_ranges_insert(seg, 20 * MiB, 1));
+    struct pump_range *a = pump_ranges_insert_tensor(seg, 6 * MiB, &cbase, &csize);
+    EXPECT(a != NULL && a->base == seg && a->size == 6 * MiB && !a->counted);
+    EXPECT(cbase == seg && csize == 20 * MiB);  /* carved by this tensor */
+    EXPECT(pump_ranges_insert_tensor(seg + 6 * MiB, 512, &cbase, &csize) != NULL && csize == 0);
+    EXPECT(find(seg + 5 * MiB)->base == seg);
+    EXPECT(find(seg + 6 * MiB + 511)->base == seg + 6 * MiB);
+    EXPECT(find(seg + 10 * MiB) == NULL);  /* free space in the segment: nothing there */
+    EXPECT(pump_ranges_insert_tensor(seg + 19 * MiB, 2 * MiB, &cbase, &csize) == NULL);  /* past its end */
+
+    /* A tensor freed, and the next of the same extent takes its record over. */
+    EXPECT(pump_ranges_remove_tensor(seg, &size) && size == 6 * MiB);
+    EXPECT(!pump_ranges_remove_tensor(seg, &size));
+    EXPECT(find(seg) == NULL);
+    EXPECT(pump_ranges_insert_tensor(seg, 6 * MiB, &cbase, &csize) == a && find(seg) == a && !a->dead);
+    EXPECT(pump_ranges_remove_tensor(seg, &size) && find(seg + MiB) == NULL);
+    /* One handed out over freed or stale ones replaces them. */
+    EXPECT(pump_ranges_insert_tensor(seg, 2 * MiB, &cbase, &csize) != NULL && find(seg)->size == 2 * MiB);
+    EXPECT(pump_ranges_remove_tensor(seg, &size) && size == 2 * MiB);
+    EXPECT(pump_ranges_insert_tensor(seg + 6 * MiB, 4 * MiB, &cbase, &csize) != NULL);
+    EXPECT(find(seg + 6 * MiB)->size == 4 * MiB);
+
+    /* The segment's free: its 20 MiB, the tensor left in it gone with it. */
+    EXPECT(pump_ranges_remove(seg + 6 * MiB, &size) == PUMP_REMOVED_NOTHING);  /* a tensor's base */
+    EXPECT(pump_ranges_remove(seg, &size) == PUMP_REMOVED_CARVED && size == 20 * MiB);
+    EXPECT(pump_ranges_empty() && find(seg + 6 * MiB) == NULL);
+    EXPECT(pump_ranges_remove(seg, &size) == PUMP_REMOVED_NOTHING);
+
+    /* Memory handed out over a carved segment pump saw no free of: its bytes come back. */
+    EXPECT(pump_ranges_insert(seg, 4 * MiB, 1));
+    EXPECT(pump_ranges_insert_tensor(seg + MiB, MiB, &cbase, &csize) != NULL && csize == 4 * MiB);
+    EXPECT(pump_ranges_drop(seg + 2 * MiB, MiB) == 4 * MiB);
+    EXPECT(pump_ranges_empty() && pump_ranges_remove(seg, &size) == PUMP_REMOVED_NOTHING);
 }
 
 /* Readers must only ever see ranges that really contain the address they
@@ -419,6 +461,7 @@ int main(void)
 {
     test_capacity_grammar();
     test_range_table();
+    test_carved_segments();
     test_readers_race_writer();
     test_budget_job_name_grammar();
     test_ring();
