@@ -138,8 +138,8 @@ def child_env(args, cfg, shim_file: str, stats_dir: str, link: DaemonLink) -> di
         env.update(allocator_env)
         if notice:
             print(f"{PROG}: notice: {notice}", file=sys.stderr)
-    if cfg.torch_allocator == "pump":
-        env.update(torch_env.pump_allocator_env(env))
+    if cfg.managed_all or cfg.torch_allocator == "pump":
+        env.update(torch_env.boot_env(env))
     if cfg.policy == "lookahead":
         env["PUMP_POLICY"] = "launch"  # the shim's rule; pumpd's plans add the lookahead
     env.update(link.env())

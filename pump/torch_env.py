@@ -89,12 +89,14 @@ def managed_all_allocator_env(env: Mapping[str, str]) -> Tuple[Dict[str, str], O
     return {name: merge_alloc_conf(conf)}, None
 
 
-# pump's sitecustomize (pump/boot/): installs pump's allocator when torch is imported.
+# pump's sitecustomize (pump/boot/): when torch is imported, installs pump's allocator or
+# follows PyTorch's caching allocator.
 BOOT_DIR = pathlib.Path(__file__).resolve().parent / "boot"
 
 
-def pump_allocator_env(env: Mapping[str, str]) -> Dict[str, str]:
+def boot_env(env: Mapping[str, str]) -> Dict[str, str]:
     """PYTHONPATH with pump's start-up hook first, for `[memory] torch_allocator = "pump"`
-    (the hook reads PUMP_TORCH_ALLOCATOR, which pump-run sets from the same setting)."""
+    and for following the caching allocator under managed_all (the hook reads
+    PUMP_TORCH_ALLOCATOR and PUMP_MANAGED_ALL, which pump-run sets from the same settings)."""
     rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(BOOT_DIR)]
     return {"PYTHONPATH": os.pathsep.join([str(BOOT_DIR), *rest])}

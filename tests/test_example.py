@@ -179,7 +179,8 @@ def test_train_gpt_under_pump_run_on_the_cpu(cpu_run, gpt_env, tmp_path):
 @needs_gpu
 def test_train_gpt_on_the_gpu(gpt_env, tmp_path):
     """On a GPU: bit-identical losses and checksum with and without pump-run (managed_all on
-    by default), pump's summary line, and launches on managed memory."""
+    by default), pump's summary line, launches on managed memory, and the caching allocator's
+    tensors followed."""
     args = ["--device", "cuda", "--steps", "5"]
     _, bare_steps, bare_final = train_json(args, gpt_env)
     stats_file = tmp_path / "stats.json"
@@ -190,6 +191,9 @@ def test_train_gpt_on_the_gpu(gpt_env, tmp_path):
     assert len([line for line in proc.stderr.splitlines() if line.startswith("pump: ")]) == 1, proc.stderr
     totals = json.loads(stats_file.read_text())["totals"]
     assert totals["launches"] > 0 and totals["launches_managed"] > 0, totals
+    # PyTorch's caching allocator followed (pump/boot/torch_trace.cpp): tensors, not segments.
+    assert "not followed" not in proc.stderr, proc.stderr
+    assert totals["torch_tensor_allocs"] > 0 and totals["torch_tensor_frees"] > 0, totals
 
 
 @needs_gpu

@@ -220,11 +220,17 @@ def test_torch_allocator_pump_puts_the_start_up_hook_first(env, tmp_path):
     assert (torch_env.BOOT_DIR / "sitecustomize.py").is_file()
 
 
-def test_torch_allocator_caching_or_unset_adds_nothing(env, tmp_path):
-    assert pump_run(["sh", "-c", SHOW_TORCH], env).stdout == "unset|unset"
+def test_managed_all_puts_the_hook_first_to_follow_the_caching_allocator(env, tmp_path):
+    from pump import torch_env
+
+    boot = str(torch_env.BOOT_DIR)
+    assert pump_run(["sh", "-c", SHOW_TORCH], env).stdout == f"unset|{boot}"
     job = tmp_path / "job.toml"
     job.write_text('[memory]\ntorch_allocator = "caching"\n')
-    assert pump_run(["--config", str(job), "sh", "-c", SHOW_TORCH], env).stdout == "caching|unset"
+    assert pump_run(["--config", str(job), "sh", "-c", SHOW_TORCH], env).stdout == f"caching|{boot}"
+    # Nothing managed, nothing to follow: no hook.
+    r = pump_run(["--no-managed-all", "--config", str(job), "sh", "-c", SHOW_TORCH], env)
+    assert r.stdout == "caching|unset"
 
 
 def test_existing_ld_preload_is_kept_after_libpump(env, libdir):

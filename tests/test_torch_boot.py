@@ -1,6 +1,8 @@
-"""pump/boot/sitecustomize.py: the start-up hook that puts pump's allocator under PyTorch
-when a job asks for it, tested against a stand-in `torch` package (the real switch needs a
-CUDA build of PyTorch: tests/test_gpu.py)."""
+"""pump/boot/: the start-up hook that puts pump's allocator under PyTorch when a job asks
+for it, or else follows PyTorch's caching allocator through the bridge it builds
+(_pump_torch_trace.py, torch_trace.cpp). Tested against a stand-in `torch` package (the real
+switch and the attached bridge need a CUDA build of PyTorch: tests/test_gpu.py), and the
+bridge's source compiled against the real PyTorch headers."""
 
 import os
 import pathlib
@@ -8,13 +10,25 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 import pump
 
 BOOT = pathlib.Path(pump.__file__).parent / "boot"
 
 FAKE_TORCH = {
-    "torch/__init__.py": "from . import cuda\n",
-    "torch/cuda/__init__.py": "from . import memory\n",
+    "torch/__init__.py": "from . import _C, cuda, version\n__version__ = '0.0+fake'\n",
+    "torch/_C.py": "_GLIBCXX_USE_CXX11_ABI = True\n",
+    "torch/version.py": "import os\ncuda = os.environ.get('FAKE_TORCH_CUDA') or None\n",
+    "torch/cuda/__init__.py": textwrap.dedent("""\
+        from . import memory
+        queued = []
+        def _lazy_call(callable):
+            queued.append(callable)
+        def _lazy_init():
+            for callable in queued:
+                callable()
+        """),
     "torch/cuda/memory.py": textwrap.dedent("""\
         import os
         calls = []
@@ -101,3 +115,94 @@ def test_an_error_inside_the_shadowed_sitecustomize_is_reported_as_without_pump(
     r = _run(tmp_path, "print('ran')", extra_path=[other])
     assert r.stdout.strip() == "ran"
     assert "no_such_module_here" in r.stderr  # site.py's own report, as it would be without pump
+
+
+# ---- following the caching allocator: the bridge, built and attached at CUDA's start ----
+
+START_CUDA = "import torch; print(len(torch.cuda.queued)); torch.cuda._lazy_init(); print('ran')"
+# A stand-in compiler: logs its arguments, writes an output that is no shared library.
+FAKE_CXX = """#!/bin/sh
+echo "$@" >> "$FAKE_CXX_LOG"
+while [ "$1" != "-o" ]; do shift; done
+echo not-elf > "$2"
+"""
+
+
+def _follow(tmp_path, **env):
+    cxx = tmp_path / "fake-c++"
+    if not cxx.exists():
+        cxx.write_text(FAKE_CXX)
+        cxx.chmod(0o755)
+    settings = dict(PUMP_MANAGED_ALL="1", FAKE_TORCH_CUDA="13.0", CXX=str(cxx),
+                    FAKE_CXX_LOG=str(tmp_path / "cxx.log"), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    settings.update(env)
+    return _run(tmp_path, START_CUDA, **settings)
+
+
+def _notices(r):
+    return [line for line in r.stderr.splitlines() if line.startswith("pump:")]
+
+
+def test_the_bridge_is_built_once_and_attached_when_cuda_starts(tmp_path):
+    r = _follow(tmp_path)
+    assert r.returncode == 0 and r.stdout.split() == ["1", "ran"], r.stderr
+    argv = (tmp_path / "cxx.log").read_text().split()
+    assert "-D_GLIBCXX_USE_CXX11_ABI=1" in argv and "-lc10_cuda" in argv
+    assert str(tmp_path / "fake" / "torch" / "include") in argv
+    assert argv[argv.index("-o") + 1].startswith(str(tmp_path / "cache" / "pump"))
+    # The stand-in's output does not load: one notice, and the job goes on.
+    notices = _notices(r)
+    assert len(notices) == 1 and "PyTorch's allocator is not followed" in notices[0], r.stderr
+    assert "pump sees its segments, not its tensors" in notices[0]
+    # The next job finds it in the cache: no second build.
+    assert _follow(tmp_path).stdout.split() == ["1", "ran"]
+    assert len((tmp_path / "cxx.log").read_text().splitlines()) == 1
+    assert not [f for f in (tmp_path / "cache" / "pump").iterdir() if f.name.startswith(".")]
+
+
+def test_a_failed_build_is_one_notice_naming_the_compiler_error(tmp_path):
+    cxx = tmp_path / "broken-c++"
+    cxx.write_text("#!/bin/sh\necho 'torch_trace.cpp:9: error: no member named attach' >&2\nexit 1\n")
+    cxx.chmod(0o755)
+    r = _follow(tmp_path, CXX=str(cxx))
+    assert r.stdout.split() == ["1", "ran"]
+    notices = _notices(r)
+    assert len(notices) == 1 and "its build failed: torch_trace.cpp:9: error: no member named attach" in notices[0]
+    assert list((tmp_path / "cache" / "pump").iterdir()) == []  # nothing half-built left
+
+
+def test_no_compiler_is_one_notice(tmp_path):
+    r = _follow(tmp_path, CXX="/nowhere/c++")
+    assert r.stdout.split() == ["1", "ran"]
+    assert "no C++ compiler (/nowhere/c++ not found; set CXX)" in _notices(r)[0]
+
+
+@pytest.mark.parametrize("setting", [{"FAKE_TORCH_CUDA": ""}, {"PUMP_MANAGED_ALL": "0"}],
+                         ids=["cpu-build", "no-managed-all"])
+def test_nothing_to_follow_is_silent(tmp_path, setting):
+    r = _follow(tmp_path, **setting)
+    # A CPU-only build has no CUDA allocator; without managed_all its memory is not pump's.
+    assert r.stdout.split() == ["0", "ran"] and _notices(r) == [], r.stderr
+    assert not (tmp_path / "cxx.log").exists()
+
+
+def test_the_bridge_compiles_against_the_real_pytorch_headers(tmp_path):
+    """torch_trace.cpp against the installed PyTorch's C++ headers (the pinned version of the
+    models extra), as the job's build would compile it; only linking needs a CUDA build."""
+    torch = pytest.importorskip("torch")
+    sys.path.insert(0, str(BOOT))
+    try:
+        import _pump_torch_trace as bridge
+    finally:
+        sys.path.remove(str(BOOT))
+    # CPU builds of PyTorch leave out this one generated header; CUDA builds have it.
+    stub = _tree(tmp_path / "stub", {"c10/cuda/impl/cuda_cmake_macros.h": "#pragma once\n"})
+    obj = tmp_path / "torch_trace.o"
+    argv = bridge.compile_argv(torch, str(obj), bridge.cuda_include_dir(), extra_includes=[stub])
+    argv = ["-c" if arg == "-shared" else arg for arg in argv[:argv.index("-o") + 2]]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    symbols = subprocess.run(["nm", "-C", str(obj)], capture_output=True, text=True).stdout
+    assert "T pump_torch_trace_attach" in symbols
+    assert "U c10::cuda::CUDACachingAllocator::allocator" in symbols  # libc10_cuda's, at load
+    assert "w pump_torch_trace" in symbols  # libpump's, when the process has it

@@ -5,12 +5,15 @@ Python code can do, so Python runs this file at start-up in every Python process
 job, whatever interpreter the job uses (hence the standard library only: pump itself may
 not be importable there). Then it runs the sitecustomize it shadows, if there is one.
 
-What it does: `[memory] torch_allocator = "pump"` (PUMP_TORCH_ALLOCATOR=pump) hands every
-PyTorch tensor to libpump's `pump_torch_alloc` / `pump_torch_free` (shim/torch_allocator.c)
-through `torch.cuda.memory.CUDAPluggableAllocator`, so that pump knows each tensor's exact
-extent and death. The switch is made the moment `torch` has been imported, before any
-tensor exists: PyTorch refuses a new allocator once its allocator has been used, and a
-program that installs its own allocator later still gets its way.
+What it does, the moment `torch` has been imported, before any tensor exists, so that pump
+knows each tensor's exact extent and death:
+- `[memory] torch_allocator = "pump"` (PUMP_TORCH_ALLOCATOR=pump) hands every PyTorch tensor
+  to libpump's `pump_torch_alloc` / `pump_torch_free` (shim/torch_allocator.c) through
+  `torch.cuda.memory.CUDAPluggableAllocator`. PyTorch refuses a new allocator once its
+  allocator has been used, and a program that installs its own allocator later still gets
+  its way.
+- Otherwise, under managed_all (PUMP_MANAGED_ALL=1), PyTorch keeps its caching allocator and
+  pump follows it (_pump_torch_trace.py).
 """
 
 import importlib
@@ -24,7 +27,7 @@ ALLOCATORS = ("caching", "pump")  # pump.config.TORCH_ALLOCATORS: this file may 
 SHIM_NAME = "libpump.so"
 
 
-def _notice(message):
+def notice(message):
     print(f"pump: {message}", file=sys.stderr)
 
 
@@ -46,7 +49,7 @@ def install_pump_allocator(torch):
         memory.change_current_allocator(
             memory.CUDAPluggableAllocator(shim, "pump_torch_alloc", "pump_torch_free"))
     except Exception as error:  # a CPU-only build, an allocator already in use, no libpump
-        _notice(f'torch_allocator = "pump" not installed ({type(error).__name__}: {error}); '
+        notice(f'torch_allocator = "pump" not installed ({type(error).__name__}: {error}); '
                 "PyTorch keeps its caching allocator")
 
 
@@ -77,17 +80,33 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-def _arm():
+def follow_caching_allocator(torch):
+    import _pump_torch_trace  # here: a job that never imports torch never loads it
+
+    _pump_torch_trace.arm(torch, notice)
+
+
+def _on_torch_import():
+    """What to do once torch is imported, from the job's settings (None: nothing)."""
     choice = os.environ.get(ALLOCATOR_ENV, "")
-    if choice in ("", "caching"):
+    if choice == "pump":
+        return install_pump_allocator
+    if choice not in ("", "caching"):
+        notice(f"{ALLOCATOR_ENV}={choice!r} is not one of {', '.join(ALLOCATORS)}; "
+               "PyTorch keeps its caching allocator")
+    if os.environ.get("PUMP_MANAGED_ALL") == "1":
+        return follow_caching_allocator
+    return None
+
+
+def _arm():
+    then = _on_torch_import()
+    if then is None:
         return
-    if choice not in ALLOCATORS:
-        _notice(f"{ALLOCATOR_ENV}={choice!r} is not one of {', '.join(ALLOCATORS)}; "
-                "PyTorch keeps its caching allocator")
-    elif "torch" in sys.modules:
-        install_pump_allocator(sys.modules["torch"])
+    if "torch" in sys.modules:
+        then(sys.modules["torch"])
     else:
-        sys.meta_path.insert(0, _AfterImport("torch", install_pump_allocator))
+        sys.meta_path.insert(0, _AfterImport("torch", then))
 
 
 def _chain():
