@@ -81,6 +81,36 @@ def test_bound_parts(tmp_path):
     assert full["must_move_bytes"] == 0 and full["lower_bound_seconds"] == full["compute_seconds"]
 
 
+def test_chain_bound_counts_when_bytes_must_cross():
+    # Launch 0 computes 10 ms on x; launches 1-4 touch p, q, r, s at once, with room for 3 blocks
+    # and 1 ms per block on the link.  MIN moves 3 blocks an iteration (3 ms, under the 10 ms of
+    # compute), but when launch 1 starts only x and one more block can be there beside p: one of
+    # q, r, s crosses before launch 5 (the next x) can start, and nothing computes meanwhile.
+    x, p, q, r, s = range(5)
+    launches = [(x,), (p,), (q,), (r,), (s,)]
+    sizes = [2 * MIB] * 5
+    seconds = [10e-3, 0, 0, 0, 0]
+    bandwidth = 2 * MIB / 1e-3
+    assert bound.steady_bytes_per_cycle(launches, sizes, 3) / bandwidth < sum(seconds)
+    assert bound.chain_seconds(launches, sizes, seconds, 3 * 2 * MIB, bandwidth) == pytest.approx(11e-3)
+    # With room for all of them nothing need cross: compute alone.
+    assert bound.chain_seconds(launches, sizes, seconds, 5 * 2 * MIB, bandwidth) == pytest.approx(10e-3)
+
+
+@pytest.mark.parametrize("capacity_share", [0.375, 0.5, 0.75])
+def test_no_whole_launch_policy_beats_the_chain_bound(tmp_path, capacity_share):
+    t, _, _ = training_trace(steps=6, layers=6)
+    w = workload.load(t.write(str(tmp_path / "t.trace")), batch_launches=5)
+    m = engine.h100()
+    cap = int(w.peak_footprint * capacity_share)
+    b = bound.lower_bound(w, cap, m)
+    assert b["whole_launch_chain_seconds"] >= b["compute_seconds"]
+    for policy in ("launch", "lookahead"):
+        r = engine.run(w, policy, cap, m)
+        assert r.steady_mean("faults") == 0   # the bound's premise: each kernel's blocks are there
+        assert r.step_seconds >= b["whole_launch_chain_seconds"] * (1 - 1e-9), policy
+
+
 def test_lookahead_prefetches_what_kernels_touch_not_whole_segments(tmp_path):
     t = TraceBuilder()
     segs = [t.alloc(16 * MIB) for _ in range(4)]

@@ -39,6 +39,16 @@ resident together (whole_launch_must_move_bytes), as they are for a policy that 
 kernel's blocks before it runs (pump's launch and lookahead).  A kernel that faults can stream
 through more memory than it holds; the optimizer's multi-tensor kernels touch up to 3 GB each.
 
+Beside those, for the same policies (each launch's blocks resident while its kernel runs): the
+chain bound (whole_launch_chain_seconds), which counts when bytes must move, not only how many.
+When kernel e starts, the GPU holds e's blocks W_e and at most C - |W_e| bytes of others; so of
+the blocks D that kernels e+1 .. k-1 touch, at least |D - W_e| - (C - |W_e|) bytes cross the link
+after kernel e starts and before kernel k starts.  Kernels run one after another, so one
+iteration lasts at least max(compute(e .. k-1), those bytes / bandwidth) + compute(k .. e+period-1),
+for every e and k (cyclically).  It exceeds the bytes bound where an iteration's traffic bunches
+up behind a stretch of compute that holds the memory: ViT-B/16's forward pass needs 4.9 GiB
+across the link between its optimizer step and its launch 220.
+
 The old, weaker figure is kept next to it: the touched bytes beyond capacity (T - C), since at
 most C of a step's T touched bytes can be on the GPU when it starts.  Training touches
 weights and activations forward and again backward, in reverse order. Under that mirror-order
@@ -101,6 +111,41 @@ def steady_bytes_per_cycle(launches, block_bytes, slots: int, cycles: int = CYCL
     return max(0.0, (nbytes - slots * K.BLOCK_BYTES) / cycles)
 
 
+def chain_seconds(launches, block_bytes, seconds, capacity: int, bandwidth: float) -> float:
+    """The chain bound on one iteration of `launches` (tuples of block ids, repeated for ever;
+    seconds: per launch) with `capacity` bytes of room (see the module's docstring).  For each e,
+    arriving[p] holds the bytes of the blocks, not e's own, first touched after e at launch p;
+    moving e on changes only the entries of the blocks of launches e and e + 1."""
+    length = len(launches)
+    size = lambda b: int(block_bytes[b])  # noqa: E731
+    clock = np.concatenate(([0.0], np.cumsum(np.tile(np.asarray(seconds, float), 2))))
+    next_use, later = {}, {}
+    for pos in range(2 * length - 1, -1, -1):
+        for b in launches[pos % length]:
+            next_use[pos, b] = later.get(b)
+            later[b] = pos
+    own = set(launches[0])
+    arriving = np.zeros(2 * length + 1)
+    for b, pos in later.items():
+        if b not in own:
+            arriving[pos] += size(b)
+    best = 0.0
+    for e in range(length):
+        # k = e+1 .. e+length: the bytes first touched by launches e+1 .. k-1
+        touched = np.concatenate(([0.0], np.cumsum(arriving[e + 1:e + length])))
+        moved = np.maximum(0.0, touched - (capacity - sum(size(b) for b in own)))
+        k = np.arange(e + 1, e + length + 1)
+        span = np.maximum(clock[k] - clock[e], moved / bandwidth) + (clock[e + length] - clock[k])
+        best = max(best, float(span.max()))
+        following = set(launches[(e + 1) % length])
+        for b in following - own:        # first touched at e + 1, now e + 1's own
+            arriving[e + 1] -= size(b)
+        for b in own - following:        # no longer own: first touched at its next use
+            arriving[next_use[e, b]] += size(b)
+        own = following
+    return best
+
+
 def _cycle(workload):
     """(first launch, end launch, steps it holds) of the iteration the bound repeats."""
     bounds = engine._step_bounds(workload)
@@ -121,6 +166,7 @@ def lower_bound(workload, capacity: int, model: engine.Model) -> dict:
                                   slots) / steps
     together = steady_bytes_per_cycle(launches, workload.block_bytes, slots) / steps
     compute = float(kernel_s[lo:hi].sum()) / steps
+    chain = chain_seconds(launches, workload.block_bytes, kernel_s[lo:hi], capacity, model.bandwidth) / steps
     weak = []
     bounds = engine._step_bounds(workload)
     for s in engine.steady_steps(workload):
@@ -134,6 +180,7 @@ def lower_bound(workload, capacity: int, model: engine.Model) -> dict:
     beyond = max(0.0, touched - capacity)
     return {"compute_seconds": compute, "touched_bytes": int(touched),
             "must_move_bytes": int(must), "whole_launch_must_move_bytes": int(together),
+            "whole_launch_chain_seconds": chain,
             "lower_bound_seconds": max(compute, must / model.bandwidth),
             "touched_beyond_capacity_bytes": int(beyond),
             "weak_lower_bound_seconds": max(compute, beyond / model.bandwidth)}

@@ -65,6 +65,9 @@ def text(doc: dict) -> str:
              f"ideal {doc['ideal_seconds'] * 1e3:.3f} ms",
              f"weaker bound {doc['weak_lower_bound_seconds'] * 1e3:.3f} ms (touched {_size(doc['touched_bytes'])}, "
              f"{_size(doc['touched_beyond_capacity_bytes'])} beyond capacity)",
+             f"with each launch's blocks resident while it runs (launch, lookahead): MIN moves "
+             f"{_size(doc['whole_launch_must_move_bytes'])}, "
+             f"chain bound {doc['whole_launch_chain_seconds'] * 1e3:.3f} ms",
              f"{'policy':<10} {'step ms':>10} {'x ideal':>8} {'x bound':>8} {'faults':>10} "
              f"{'H2D/step':>11} {'D2H/step':>11} {'data wait':>10}"]
     for policy, p in doc["policies"].items():
