@@ -171,6 +171,17 @@ PUMP_HIDDEN uint64_t pump_ranges_drop(uint64_t base, uint64_t size)
     return dropped;
 }
 
+/* A record's state of a new allocation or tensor: nothing resident, announced or used. */
+static void start_life(struct pump_range *r)
+{
+    STORE(r->resident_stamp, 0);
+    STORE(r->announced, 0);
+    STORE(r->accounted_on, 0);
+    STORE(r->used_tick, 0);
+    STORE(r->last_use, 0);
+    STORE(r->dead, 0);
+}
+
 /* Adds [base, base+size) at its place in the arrays (writer; nothing overlaps it). */
 static struct pump_range *insert_locked(uint64_t base, uint64_t size, uint32_t flags, uint32_t counted)
 {
@@ -181,14 +192,9 @@ static struct pump_range *insert_locked(uint64_t base, uint64_t size, uint32_t f
     uint32_t slot = free_count > 0 ? free_slots[--free_count] : slots_used++;
     STORE(records[slot].base, base);
     STORE(records[slot].size, size);
-    STORE(records[slot].resident_stamp, 0);
     STORE(records[slot].flags, flags);
-    STORE(records[slot].announced, 0);
-    STORE(records[slot].accounted_on, 0);
-    STORE(records[slot].used_tick, 0);
-    STORE(records[slot].last_use, 0);
     STORE(records[slot].counted, counted);
-    STORE(records[slot].dead, 0);
+    start_life(&records[slot]);
     count_chunks(base, base + size, +1);
     for (uint32_t j = n; j > i; j--) {
         STORE(starts[j], LOAD(starts[j - 1]));
@@ -279,23 +285,19 @@ PUMP_HIDDEN struct pump_range *pump_ranges_insert_tensor(uint64_t base, uint64_t
     uint32_t i = upper_bound(LOAD(count), base);
     bool held = in_carved(base, end);
     if (!held && i > 0 && LOAD(records[LOAD(slots[i - 1])].counted) && LOAD(ends[i - 1]) >= end) {
-        *carved_base = LOAD(starts[i - 1]);
-        *carved_size = LOAD(ends[i - 1]) - *carved_base;
+        uint64_t start = LOAD(starts[i - 1]), stop = LOAD(ends[i - 1]);
         held = carve_at(i - 1);
-        if (!held)
-            *carved_base = *carved_size = 0;
+        if (held) {
+            *carved_base = start;
+            *carved_size = stop - start;
+        }
     }
     i = upper_bound(LOAD(count), base);  /* carving moved the arrays */
     struct pump_range *same = i > 0 && LOAD(starts[i - 1]) == base && LOAD(ends[i - 1]) == end
                                   ? &records[LOAD(slots[i - 1])]
                                   : NULL;
     if (held && same != NULL && LOAD(same->dead) && !LOAD(same->counted)) {
-        STORE(same->resident_stamp, 0);
-        STORE(same->announced, 0);
-        STORE(same->accounted_on, 0);
-        STORE(same->used_tick, 0);
-        STORE(same->last_use, 0);
-        STORE(same->dead, 0);
+        start_life(same);
         inserted = same;
     } else if (held) {
         erase_overlapping(base, end);  /* freed tensors, and stale ones whose frees were missed */
