@@ -372,6 +372,12 @@ def test_suite_on_fakecuda(small_suite):
     # suite fails for it (and for nothing else).
     assert [f.split(":")[0] for f in doc["failures"]] == ["case a, ideal"]
     assert doc["device"]["name"] == "fake GPU" and doc["bandwidth"]["h2d_bytes_per_s"] > 0
+    # Discarded memory on fakecuda: evicted, or brought to the GPU from the host, nothing moves;
+    # but the eviction is a prefetch, which ends the discard: brought back after it, it moves.
+    moved = {move: doc["discard"][move]["fakecuda_discarded_bytes_moved"] for move in
+             ("gpu_to_host", "host_to_gpu", "host_to_gpu_after_eviction")}
+    size, rounds = doc["discard"]["bytes"], doc["discard"]["rounds"]
+    assert moved == {"gpu_to_host": 0, "host_to_gpu": 0, "host_to_gpu_after_eviction": size * rounds}
     a = cases["a"]["variants"]
     assert "cuMemHostAlloc" in a["ideal"]["error"] and cases["a"]["reference"] == "naive"
     for name in ("launch", "lookahead"):

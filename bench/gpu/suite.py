@@ -12,7 +12,8 @@ same job under `pump-run --no-managed-all`.  Variants: ideal (plain device memor
 naive (managed memory without pump; under an emulated capacity pump's evict-only mode, `--policy
 off --budget B`), launch and lookahead (pump's policies), and for d and e the pump run itself.
 
-Order: the link's prefetch bandwidth, every case's timed runs, then the untimed runs: CUPTI's
+Order: the link's prefetch bandwidth and whether it copies discarded memory (discard.py), every
+case's timed runs, then the untimed runs: CUPTI's
 Unified Memory counters per variant and one `pump-run --trace` per case for the bytes that must
 move.  Before every run that asks for managed memory the card's free memory is read (NVML) and
 a request that would not fit with membudget's margin is REFUSED, loudly, and not run.  Sizes
@@ -272,14 +273,22 @@ class Suite:
         """Refuse (membudget.Refused) unless the card has room for `request` right now."""
         membudget.check(what, request, *membudget.nvml_memory(0))
 
-    def bandwidth(self) -> dict:
+    def microbenchmark(self, script: str, what: str, buffers: int) -> dict:
+        """One of the link's microbenchmarks (a program printing one JSON object), its buffers of
+        BANDWIDTH_MIB x --scale MiB each, fewer where the card has less room."""
         free, total = membudget.nvml_memory(0)
-        mib = max(1, min(round(BANDWIDTH_MIB * self.args.scale), membudget.allowed(free, total) // 4 // MiB))
-        membudget.check(f"the prefetch bandwidth run ({mib} MiB)", mib * MiB, free, total)
-        r = self.run([sys.executable, str(HERE / "prefetch_bw.py"), "--mib", str(mib)])
+        mib = max(1, min(round(BANDWIDTH_MIB * self.args.scale), membudget.allowed(free, total) // 4 // buffers // MiB))
+        membudget.check(f"the {what} run ({buffers} x {mib} MiB)", buffers * mib * MiB, free, total)
+        r = self.run([sys.executable, str(HERE / script), "--mib", str(mib)])
         if r["rc"] != 0 or not r["docs"]:
-            raise RuntimeError(f"prefetch_bw.py failed (rc {r['rc']}): {r['stderr_tail']}")
+            raise RuntimeError(f"{script} failed (rc {r['rc']}): {r['stderr_tail']}")
         return r["docs"][-1]
+
+    def bandwidth(self) -> dict:
+        return self.microbenchmark("prefetch_bw.py", "prefetch bandwidth", 1)
+
+    def discard(self) -> dict:
+        return self.microbenchmark("discard.py", "discard", 2)
 
     def timed(self, case: Case, request: int) -> None:
         """Every variant's timed run; step times, identity with ideal, pump's counters."""
@@ -446,11 +455,12 @@ def main(argv=None) -> int:
            "timed_steps": TIMED, "untimed_steps": UNTIMED_STEPS}
     suite.say(f"GPU: {device['name']}, driver {device['driver']} (CUDA {device['cuda_driver_version']}), "
               f"{device['memory_free_at_start_bytes'] / GiB:.1f} of {device['memory_total_bytes'] / GiB:.1f} GiB free")
-    try:
-        doc["bandwidth"] = suite.bandwidth()
-    except (membudget.Refused, OutOfTime, RuntimeError) as exc:
-        doc["bandwidth"] = {"error": str(exc)}
-        suite.say(str(exc))
+    for part in ("bandwidth", "discard"):
+        try:
+            doc[part] = getattr(suite, part)()
+        except (membudget.Refused, OutOfTime, RuntimeError) as exc:
+            doc[part] = {"error": str(exc)}
+            suite.say(str(exc))
     try:
         library = cupti.build(suite.work)
     except cupti.Unavailable as exc:
@@ -500,7 +510,7 @@ def main(argv=None) -> int:
     suite.say("\n" + doc["table"])
     failures = [f"case {c['case']}, {name}: {v.get('error') or v.get('mismatch')}" for c in doc["cases"]
                 for name, v in c.get("variants", {}).items() if v.get("error") or v.get("identical") is False]
-    failures = ([f"bandwidth: {doc['bandwidth']['error']}"] if "error" in doc["bandwidth"] else []) + \
+    failures = [f"{part}: {doc[part]['error']}" for part in ("bandwidth", "discard") if "error" in doc[part]] + \
         [f"case {c['case']}: {c['error']}" for c in doc["cases"] if "error" in c] + failures
     doc["failures"] = failures
     if args.json:

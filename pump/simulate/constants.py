@@ -24,6 +24,15 @@ Sources cited below:
   [CUDF]  G. Kimball (NVIDIA), facebookincubator/velox#15022 (PREFETCHING.md §5): "Driver
           paging is about 10x lower throughput than explicit prefetching (which approaches
           the interconnect limit)": a cross-check of [OBS] and [PCIE5], not an input.
+  [DISCARD] CUDA 13 driver API, cuMemDiscardBatchAsync (cuda-python's cuda.bindings docs):
+          discarding "informs the driver that the contents of that range are no longer
+          useful", "allows the driver to optimize certain data migrations", and is undone by a
+          write or a prefetch.  The UVM driver's UVM_DISCARD (open-gpu-kernel-modules 580,
+          uvm_va_block.c and uvm_pmm_gpu.c, as read in a public analysis of that tree):
+          discarded pages are not copied on migration and keep that state through the driver's
+          eviction until a writable mapping or an API migration; wholly discarded root chunks
+          are evicted before used ones.  Whether libcuda's call reaches UVM_DISCARD is not
+          visible there: bench/gpu/discard.py measures the copies on a GPU.
   [SO]    stackoverflow.com/questions/53970187 (NVIDIA forum thread 68937 likewise), measured:
           "It takes 4~5us to launch a kernel"; after about 1000 queued kernels a launch waits
           for a kernel to finish ("the buffer size is about 1000 kernel").
@@ -71,6 +80,12 @@ FAULT_SERVICE_S = 10e-6
 # When the GPU is full the driver evicts 2 MiB root chunks, least recently MIGRATED first
 # (pick_root_chunk_to_evict: the USED list is ordered by allocation/migration, not access), on
 # the fault path: the faulting kernel waits for the copy to the host at the link's rate.
+# Discarded memory ([DISCARD]): pages discarded while on the GPU are not copied when evicted, by
+# the driver or by pump, and rank first among the driver's victims.  Brought back, they are
+# copied like live pages: pump's eviction is a prefetch, and a prefetch ends a discard (the
+# CUDA documentation; fakecuda does the same).  Kept on the safe side where the sources allow
+# better: the driver's own eviction keeps the discard, and memory discarded on the host is not
+# copied on its way back; the model credits neither until bench/gpu/discard.py has measured it.
 
 # ---- the host ([SO]) ----
 # CPU time per kernel launch in the application's thread (4-5 us measured: the middle).
