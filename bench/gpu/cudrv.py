@@ -6,6 +6,7 @@ LD_LIBRARY_PATH) the example kernels as host functions, so the same programs run
 The kernels are examples/managed_saxpy.py's hand-written PTX (saxpy: y = a*x + y; scale: x *= s);
 the driver JIT-compiles it for the GPU at hand."""
 
+import argparse
 import ctypes
 import pathlib
 import sys
@@ -119,3 +120,39 @@ class Gpu:
         st = managed_saxpy.FakeStats()
         self.lib.fakecuda_get_stats(ctypes.byref(st))
         return {name: getattr(st, name) for name, _ in st._fields_}
+
+
+def link_benchmark(prog: str, doc: str, argv, buffers: int, default_mib: int, mib_help: str, rounds_help: str):
+    """The start of a link microbenchmark (prefetch_bw.py, discard.py): its --mib and --rounds,
+    device 0, and the free-memory check for `buffers` buffers of --mib MiB.  Returns (args, gpu,
+    bytes per buffer), or None when refused (said on stderr: the program exits 3)."""
+    ap = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
+    ap.add_argument("--mib", type=int, default=default_mib, help=f"{mib_help} (default {default_mib})")
+    ap.add_argument("--rounds", type=int, default=5, help=f"{rounds_help} (default 5)")
+    args = ap.parse_args(argv)
+    if args.mib < 1 or args.rounds < 1:
+        ap.error("--mib and --rounds must be at least 1")
+    size = args.mib * membudget.MiB
+    gpu = Gpu()
+    try:
+        gpu.check_fits(f"{prog} ({buffers} x {args.mib} MiB)" if buffers > 1 else f"{prog} ({args.mib} MiB)",
+                       buffers * size)
+    except membudget.Refused as exc:
+        print(exc, file=sys.stderr)
+        return None
+    return args, gpu, size
+
+
+class PrefetchTimer:
+    """Times one cuMemPrefetchAsync on a stream with a pair of events; returns seconds."""
+
+    def __init__(self, gpu: Gpu, stream):
+        self.gpu, self.stream = gpu, stream
+        self.start, self.end = call("cuEventCreate", 0), call("cuEventCreate", 0)
+
+    def __call__(self, ptr: int, size: int, to_device: bool) -> float:
+        call("cuEventRecord", self.start, self.stream)
+        self.gpu.prefetch(ptr, size, to_device, self.stream)
+        call("cuEventRecord", self.end, self.stream)
+        self.gpu.synchronize(self.stream)
+        return float(call("cuEventElapsedTime", self.start, self.end)) * 1e-3

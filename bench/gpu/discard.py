@@ -14,36 +14,25 @@ the medians in seconds, live and discarded, and discarded / live: near 0 where t
 the copy, near 1 where it does not; on fakecuda also its byte counters for the discarded moves.
 """
 
-import argparse
 import ctypes
 import json
 import statistics
 import sys
 
 import cudrv
-import membudget
 from cudrv import call, cu
 
 MOVES = ("gpu_to_host", "host_to_gpu_after_eviction", "host_to_gpu")
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="discard.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mib", type=int, default=512, help="MiB per buffer (default 512)")
-    ap.add_argument("--rounds", type=int, default=5, help="timed rounds (default 5)")
-    args = ap.parse_args(argv)
-    if args.mib < 1 or args.rounds < 1:
-        ap.error("--mib and --rounds must be at least 1")
-    size = args.mib * membudget.MiB
-    gpu = cudrv.Gpu()
-    try:
-        gpu.check_fits(f"discard.py (2 x {args.mib} MiB)", 2 * size)
-    except membudget.Refused as exc:
-        print(exc, file=sys.stderr)
+    started = cudrv.link_benchmark("discard.py", __doc__, argv, 2, 512, "MiB per buffer", "timed rounds")
+    if started is None:
         return 3
+    args, gpu, size = started
     stream = call("cuStreamCreate", cu.CUstream_flags.CU_STREAM_NON_BLOCKING)
     live, dead = gpu.alloc(size, managed=True), gpu.alloc(size, managed=True)
-    start, end = call("cuEventCreate", 0), call("cuEventCreate", 0)
+    prefetch_timer = cudrv.PrefetchTimer(gpu, stream)
 
     def write(ptr):
         gpu.host_touch(ptr, size)
@@ -53,11 +42,7 @@ def main(argv=None) -> int:
         call("cuMemDiscardBatchAsync", [cu.CUdeviceptr(ptr)], [size], 1, 0, stream)
 
     def timed(ptr, to_device: bool) -> float:
-        call("cuEventRecord", start, stream)
-        gpu.prefetch(ptr, size, to_device, stream)
-        call("cuEventRecord", end, stream)
-        gpu.synchronize(stream)
-        return float(call("cuEventElapsedTime", start, end)) * 1e-3
+        return prefetch_timer(ptr, size, to_device)
 
     samples = {(move, kind): [] for move in MOVES for kind in ("live", "discarded")}
     counted = dict.fromkeys(MOVES, 0)

@@ -10,43 +10,29 @@ way.  Prints one JSON object: {"bytes", "h2d_bytes_per_s", "d2h_bytes_per_s" (me
 "h2d_samples", "d2h_samples" (bytes/s per round), "device"}.
 """
 
-import argparse
 import ctypes
 import json
 import statistics
 import sys
 
 import cudrv
-import membudget
 from cudrv import call, cu
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="prefetch_bw.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mib", type=int, default=1024, help="MiB to move each way (default 1024)")
-    ap.add_argument("--rounds", type=int, default=5, help="timed round trips (default 5)")
-    args = ap.parse_args(argv)
-    if args.mib < 1 or args.rounds < 1:
-        ap.error("--mib and --rounds must be at least 1")
-    size = args.mib * membudget.MiB
-    gpu = cudrv.Gpu()
-    try:
-        gpu.check_fits(f"prefetch_bw.py ({args.mib} MiB)", size)
-    except membudget.Refused as exc:
-        print(exc, file=sys.stderr)
+    started = cudrv.link_benchmark("prefetch_bw.py", __doc__, argv, 1, 1024, "MiB to move each way",
+                                   "timed round trips")
+    if started is None:
         return 3
+    args, gpu, size = started
     stream = call("cuStreamCreate", cu.CUstream_flags.CU_STREAM_NON_BLOCKING)
     ptr = gpu.alloc(size, managed=True)
     gpu.host_touch(ptr, size)
     ctypes.memset(ptr, 1, size)
-    start, end = call("cuEventCreate", 0), call("cuEventCreate", 0)
+    timer = cudrv.PrefetchTimer(gpu, stream)
 
     def timed(to_device: bool) -> float:
-        call("cuEventRecord", start, stream)
-        gpu.prefetch(ptr, size, to_device, stream)
-        call("cuEventRecord", end, stream)
-        gpu.synchronize(stream)
-        return size / (float(call("cuEventElapsedTime", start, end)) * 1e-3)
+        return size / timer(ptr, size, to_device)
 
     h2d, d2h = [], []
     for _ in range(args.rounds):
