@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     args, gpu, size = started
     stream = call("cuStreamCreate", cu.CUstream_flags.CU_STREAM_NON_BLOCKING)
     live, dead = gpu.alloc(size, managed=True), gpu.alloc(size, managed=True)
-    prefetch_timer = cudrv.PrefetchTimer(gpu, stream)
+    timed = cudrv.PrefetchTimer(gpu, stream)
 
     def write(ptr):
         gpu.host_touch(ptr, size)
@@ -40,9 +40,6 @@ def main(argv=None) -> int:
 
     def discard(ptr):
         call("cuMemDiscardBatchAsync", [cu.CUdeviceptr(ptr)], [size], 1, 0, stream)
-
-    def timed(ptr, to_device: bool) -> float:
-        return prefetch_timer(ptr, size, to_device)
 
     samples = {(move, kind): [] for move in MOVES for kind in ("live", "discarded")}
     counted = dict.fromkeys(MOVES, 0)
@@ -55,7 +52,7 @@ def main(argv=None) -> int:
             gpu.synchronize(stream)
             for move, to_device in (("gpu_to_host", False), ("host_to_gpu_after_eviction", True)):
                 before = gpu.fake_counters()
-                samples[move, kind].append(timed(ptr, to_device))
+                samples[move, kind].append(timed(ptr, size, to_device))
                 counted[move] += _moved(before, gpu.fake_counters()) if kind == "discarded" else 0
             write(ptr)
             gpu.prefetch(ptr, size, False, stream)
@@ -63,7 +60,7 @@ def main(argv=None) -> int:
                 discard(ptr)
             gpu.synchronize(stream)
             before = gpu.fake_counters()
-            samples["host_to_gpu", kind].append(timed(ptr, True))
+            samples["host_to_gpu", kind].append(timed(ptr, size, True))
             counted["host_to_gpu"] += _moved(before, gpu.fake_counters()) if kind == "discarded" else 0
     call("cuMemFree", live)
     call("cuMemFree", dead)
