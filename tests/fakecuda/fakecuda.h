@@ -40,6 +40,9 @@ struct fakecuda_stats {
     /* Bytes of whole pages discarded (cuMemDiscardBatchAsync): left unpopulated, their
        contents poisoned, so that reading dead memory shows in a result. */
     uint64_t bytes_discarded;
+    /* Stream-ordered allocations that reused memory freed earlier on the same stream
+       (from the same pool, of the same size), before that free had run on the stream. */
+    uint64_t allocations_reused;
 };
 void fakecuda_get_stats(struct fakecuda_stats *out); /* call after synchronizing */
 /* Contexts made on a device since load: primary context activations (a retain with no

@@ -69,7 +69,7 @@ void fc_config_load(void);
 typedef struct fc_counters {
     _Atomic uint64_t gpu_faults, cpu_faults, pages_touched_by_kernels, bytes_prefetched_h2d,
         bytes_prefetched_unused, bytes_faulted_h2d, bytes_d2h, kernels_run, launches,
-        prefetch_calls, batch_prefetch_calls, bytes_discarded;
+        prefetch_calls, batch_prefetch_calls, bytes_discarded, allocations_reused;
 } fc_counters;
 extern fc_counters fc_ctr;
 #define FC_COUNT(field, n) atomic_fetch_add_explicit(&fc_ctr.field, (uint64_t)(n), memory_order_relaxed)
@@ -134,7 +134,7 @@ typedef struct fc_op {
         struct { size_t n; fc_range *r; } pf;
         struct { CUhostFn fn; void *ud; } h;
         fc_fence *fence;
-        uintptr_t free_ptr;
+        struct { uintptr_t ptr; int pooled; } free;
     } u;
     /* kernel argument bytes / prefetch ranges follow */
 } fc_op;
@@ -202,12 +202,13 @@ struct CUmemPoolHandle_st {
     int device;
     int managed;    /* CU_MEM_ALLOCATION_TYPE_MANAGED: its allocations are managed memory */
     int is_default;
+    unsigned long long serial; /* never reused: names the pool a freed block returns to */
     fc_link keep;   /* created pools only */
 };
 enum { FC_LOC_UNPOP = 0, FC_LOC_HOST = 1, FC_LOC_DEV0 = 2 };
 CUresult fc_check_managed_range(uintptr_t p, size_t n);
 void fc_run_prefetch(const fc_range *r, size_t n);
-void fc_free_now(uintptr_t p);
+void fc_run_free(const fc_op *op); /* a cuMemFreeAsync reached in its stream */
 void fc_managed_scan(uint64_t *unused_bytes, int clear);
 extern _Thread_local int fc_tls_kernel_device; /* -1 outside a kernel */
 

@@ -26,6 +26,11 @@ typedef struct fc_alloc {
     pthread_mutex_t mu; /* guards loc[] and bits[] */
     uint8_t *loc;       /* FC_LOC_UNPOP, FC_LOC_HOST, FC_LOC_DEV0 + d */
     uint8_t *bits;      /* FC_BIT_* */
+    unsigned long long pool;        /* the serial of the pool it came from; 0: none */
+    /* Freed in stream order and not yet handed out again (on the freed list): */
+    const struct fc_op *pending_free; /* its free, not yet run on its stream */
+    unsigned long long free_stream;   /* that stream's id */
+    struct fc_alloc *next_freed;
 } fc_alloc;
 
 /* Allocations sorted by base, under a reader/writer lock (lock order: fc_reg_lock, then
@@ -215,7 +220,8 @@ void fc_managed_scan(uint64_t *unused_bytes, int clear)
 }
 
 /* ---- allocation ---- */
-static CUresult alloc_common(CUdeviceptr *dptr, size_t size, int managed, int device, CUcontext ctx)
+static CUresult alloc_common(CUdeviceptr *dptr, size_t size, int managed, int device, CUcontext ctx,
+                             unsigned long long pool)
 {
     if (!dptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
     if (!managed && atomic_load(&fc_dev_plain[device]) + size > fc_cfg.device_memory)
@@ -242,6 +248,7 @@ static CUresult alloc_common(CUdeviceptr *dptr, size_t size, int managed, int de
     a->managed = managed;
     a->device = device;
     a->ctx = ctx;
+    a->pool = pool;
     pthread_mutex_init(&a->mu, NULL);
     if (managed) {
         a->npages = (size + FAKECUDA_PAGE - 1) / FAKECUDA_PAGE;
@@ -277,7 +284,7 @@ static void alloc_destroy(fc_alloc *a)
     free(a);
 }
 
-void fc_free_now(uintptr_t p)
+static void free_now(uintptr_t p)
 {
     fc_alloc *a = reg_remove(p);
     if (a) alloc_destroy(a);
@@ -297,7 +304,7 @@ FC_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigne
     CUcontext c = need_ctx(&err);
     if (!c) return err;
     if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) return CUDA_ERROR_INVALID_VALUE;
-    return alloc_common(dptr, bytesize, 1, fc_ctx_device(c), c);
+    return alloc_common(dptr, bytesize, 1, fc_ctx_device(c), c, 0);
 }
 FC_ALIAS(cuMemAllocManaged);
 
@@ -307,7 +314,7 @@ FC_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     CUresult err = CUDA_SUCCESS;
     CUcontext c = need_ctx(&err);
     if (!c) return err;
-    return alloc_common(dptr, bytesize, 0, fc_ctx_device(c), c);
+    return alloc_common(dptr, bytesize, 0, fc_ctx_device(c), c, 0);
 }
 FC_ALIAS(cuMemAlloc_v2);
 
@@ -337,12 +344,15 @@ static struct CUmemPoolHandle_st fc_default_pools[FAKECUDA_MAX_DEVICES][2];
 static _Atomic(CUmemoryPool) fc_current_pools[FAKECUDA_MAX_DEVICES];
 static pthread_once_t fc_pools_once = PTHREAD_ONCE_INIT;
 
+static _Atomic unsigned long long fc_pool_serials = 1;
+
 static void pools_init(void)
 {
     for (int d = 0; d < FAKECUDA_MAX_DEVICES; d++)
         for (int managed = 0; managed < 2; managed++)
             fc_default_pools[d][managed] = (struct CUmemPoolHandle_st){
-                .magic = FC_MAGIC_POOL, .device = d, .managed = managed, .is_default = 1 };
+                .magic = FC_MAGIC_POOL, .device = d, .managed = managed, .is_default = 1,
+                .serial = atomic_fetch_add(&fc_pool_serials, 1) };
 }
 
 static CUmemoryPool default_pool(int device, int managed)
@@ -424,7 +434,8 @@ FC_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poo
     if (err != CUDA_SUCCESS) return err;
     struct CUmemPoolHandle_st *p = calloc(1, sizeof *p);
     if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
-    *p = (struct CUmemPoolHandle_st){ .magic = FC_MAGIC_POOL, .device = device, .managed = managed };
+    *p = (struct CUmemPoolHandle_st){ .magic = FC_MAGIC_POOL, .device = device, .managed = managed,
+                                      .serial = atomic_fetch_add(&fc_pool_serials, 1) };
     fc_keep(&p->keep);
     *pool = p;
     return CUDA_SUCCESS;
@@ -446,6 +457,38 @@ FC_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
 }
 FC_ALIAS(cuMemPoolDestroy);
 
+/* Stream-ordered reuse, as the driver's pools do it: memory freed with cuMemFreeAsync is
+ * handed out again at once by an allocation of the same size from the same pool on the
+ * same stream, before that free has run (stream order makes it safe: the new owner's work
+ * comes after the old owner's on that stream). Its pages stay where they were. A free
+ * that runs before any reuse gives the memory back. */
+static pthread_mutex_t fc_freed_mu = PTHREAD_MUTEX_INITIALIZER;
+static fc_alloc *fc_freed; /* freed in stream order, not yet run nor handed out again */
+
+/* Freed in stream order already, its memory not handed out again: freeing it is an error. */
+static int freed_already(fc_alloc *a)
+{
+    pthread_mutex_lock(&fc_freed_mu);
+    int freed = a->pending_free != NULL;
+    pthread_mutex_unlock(&fc_freed_mu);
+    return freed;
+}
+
+static fc_alloc *take_freed(size_t size, unsigned long long pool, unsigned long long stream)
+{
+    pthread_mutex_lock(&fc_freed_mu);
+    fc_alloc **link = &fc_freed;
+    while (*link && !((*link)->pool == pool && (*link)->free_stream == stream && (*link)->size == size))
+        link = &(*link)->next_freed;
+    fc_alloc *a = *link;
+    if (a) {
+        *link = a->next_freed;
+        a->pending_free = NULL;
+    }
+    pthread_mutex_unlock(&fc_freed_mu);
+    return a;
+}
+
 /* Stream-ordered allocation: memory of the pool's kind (managed from a managed pool),
  * allocated at once (earlier than stream order requires, which no correct program can
  * observe). In a capture, too: graph-owned memory is not modelled, so what a capture
@@ -457,7 +500,13 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, C
     if (!s) return err;
     if (!pool) pool = current_pool(s->device);
     else if (!pool_valid(pool)) return CUDA_ERROR_INVALID_VALUE;
-    return alloc_common(dptr, size, pool->managed, pool->device, s->ctx);
+    fc_alloc *reused = dptr && size ? take_freed(size, pool->serial, s->id) : NULL;
+    if (reused) {
+        FC_COUNT(allocations_reused, 1);
+        *dptr = (CUdeviceptr)reused->base;
+        return CUDA_SUCCESS;
+    }
+    return alloc_common(dptr, size, pool->managed, pool->device, s->ctx, pool->serial);
 }
 FC_DEF(cuMemAllocAsync, 11020, (CUdeviceptr *dptr, size_t bytesize, CUstream hStream),
        alloc_async(dptr, bytesize, NULL, hStream));
@@ -476,16 +525,43 @@ static CUresult free_async(CUdeviceptr dptr, CUstream hStream)
     if (!s) return err;
     pthread_rwlock_rdlock(&fc_reg_lock);
     fc_alloc *a = reg_find((uintptr_t)dptr);
-    int ok = a && a->base == (uintptr_t)dptr;
+    int ok = a && a->base == (uintptr_t)dptr && !freed_already(a);
     pthread_rwlock_unlock(&fc_reg_lock);
     if (!ok) return CUDA_ERROR_INVALID_VALUE;
     if (fc_stream_capturing(s)) return CUDA_SUCCESS; /* a free node: the graph's memory is kept */
     fc_op *op = calloc(1, sizeof *op);
     if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
     op->kind = FC_OP_FREE;
-    op->u.free_ptr = (uintptr_t)dptr;
+    op->u.free.ptr = (uintptr_t)dptr;
+    op->u.free.pooled = a->pool != 0;
+    if (op->u.free.pooled) { /* on the freed list before its free can run */
+        pthread_mutex_lock(&fc_freed_mu);
+        a->pending_free = op;
+        a->free_stream = s->id;
+        a->next_freed = fc_freed;
+        fc_freed = a;
+        pthread_mutex_unlock(&fc_freed_mu);
+    }
     fc_enqueue(s, op);
     return CUDA_SUCCESS;
+}
+
+/* A pool's memory is given back only if no allocation took it again meanwhile (its
+ * freed-list entry is this free's). */
+void fc_run_free(const fc_op *op)
+{
+    if (!op->u.free.pooled) {
+        free_now(op->u.free.ptr);
+        return;
+    }
+    pthread_mutex_lock(&fc_freed_mu);
+    fc_alloc **link = &fc_freed;
+    while (*link && (*link)->pending_free != op)
+        link = &(*link)->next_freed;
+    fc_alloc *a = *link;
+    if (a) *link = a->next_freed;
+    pthread_mutex_unlock(&fc_freed_mu);
+    if (a) free_now(a->base);
 }
 FC_DEF(cuMemFreeAsync, 11020, (CUdeviceptr dptr, CUstream hStream), free_async(dptr, hStream));
 FC_DEF(cuMemFreeAsync_ptsz, 11020, (CUdeviceptr dptr, CUstream hStream), free_async(dptr, hStream));

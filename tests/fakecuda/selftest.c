@@ -101,6 +101,8 @@ static void host_slow_set(void *ud) { (void)ud; wait_for(&go_a); sleep_ms(30); f
 static void host_wait_race(void *ud) { (void)ud; wait_for(&race_started); }
 static void host_observe(void *ud) { (void)ud; flag_seen = flag_a; }
 static void host_sleep20(void *ud) { (void)ud; sleep_ms(20); }
+static atomic_int go_free;
+static void host_hold(void *ud) { wait_for((atomic_int *)ud); }
 
 /* ---- child modes (run with knobs in the environment) ---- */
 static int run_child(const char *mode, const char *env1, const char *env2)
@@ -700,7 +702,28 @@ int main(int argc, char **argv)
     OK(cuLaunchKernel(fdouble, 1, 1, 1, 1, 1, 1, 0, s1, args_pf, NULL));
     OK(cuStreamSynchronize(s1));
     CHECK(stats().gpu_faults == 4 && all_equal(pf, npf, 2.0f), "managed pool memory faults like managed memory");
+    /* stream-ordered reuse: while its free has not run, the memory goes to the next allocation
+       of the same size from the same pool on the same stream, its pages where they were */
+    uint64_t resident_with_pooled = stats().device_resident_bytes;
+    OK(cuLaunchHostFunc(s1, host_hold, &go_free)); /* the frees below wait behind it */
     OK(cuMemFreeAsync(pooled, s1));
+    CHECK(cuMemFreeAsync(pooled, s1) == CUDA_ERROR_INVALID_VALUE, "stream-ordered double free refused");
+    CUdeviceptr again = 0, other = 0;
+    OK(cuMemAllocFromPoolAsync(&other, 4 * PAGE, managed_pool, s2));
+    CHECK(other != pooled, "no reuse on another stream");
+    OK(cuMemAllocFromPoolAsync(&again, 4 * PAGE, managed_pool, s1));
+    CHECK(again == pooled && stats().allocations_reused == 1, "reused on the same stream");
+    OK(cuMemFreeAsync(again, s1));
+    OK(cuMemAllocFromPoolAsync(&again, 2 * PAGE, managed_pool, s1));
+    CHECK(again != pooled, "no reuse for another size");
+    OK(cuMemFreeAsync(again, s1));
+    OK(cuMemFreeAsync(other, s2));
+    atomic_store(&go_free, 1);
+    OK(cuStreamSynchronize(s1));
+    OK(cuStreamSynchronize(s2));
+    CHECK(stats().device_resident_bytes == resident_with_pooled - 4 * PAGE &&
+              cuMemGetAddressRange(&base, &range, pooled) == CUDA_ERROR_NOT_FOUND,
+          "a free that ran gave the memory back");
     CUmemPoolProps props = { .allocType = CU_MEM_ALLOCATION_TYPE_PINNED, .location = dev0 };
     OK(cuMemPoolCreate(&own, &props));
     OK(cuDeviceSetMemPool(dev, own));
@@ -711,6 +734,7 @@ int main(int argc, char **argv)
     OK(cuPointerGetAttribute(&is_managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, async));
     CHECK(is_managed == 0, "pinned pool memory is plain");
     OK(cuMemFreeAsync(async, s1));
+    OK(cuStreamSynchronize(s1)); /* its bytes are free before 12c counts free memory */
     OK(cuMemPoolDestroy(own));
     OK(cuDeviceGetMemPool(&current, dev));
     CHECK(current == pinned_pool, "destroying the current pool restores the default");

@@ -168,6 +168,7 @@ FC_EXPORT void fakecuda_get_stats(struct fakecuda_stats *out)
     out->prefetch_calls = LD(prefetch_calls);
     out->batch_prefetch_calls = LD(batch_prefetch_calls);
     out->bytes_discarded = LD(bytes_discarded);
+    out->allocations_reused = LD(allocations_reused);
     out->device_resident_bytes = out->device_resident_peak = 0;
     for (int d = 0; d < FAKECUDA_MAX_DEVICES; d++) {
         out->device_resident_bytes += atomic_load_explicit(&fc_dev_resident[d], memory_order_relaxed);
@@ -188,7 +189,7 @@ FC_EXPORT void fakecuda_reset_stats(void)
                               &fc_ctr.bytes_prefetched_h2d, &fc_ctr.bytes_prefetched_unused,
                               &fc_ctr.bytes_faulted_h2d, &fc_ctr.bytes_d2h, &fc_ctr.kernels_run,
                               &fc_ctr.launches, &fc_ctr.prefetch_calls, &fc_ctr.batch_prefetch_calls,
-                              &fc_ctr.bytes_discarded };
+                              &fc_ctr.bytes_discarded, &fc_ctr.allocations_reused };
     for (size_t i = 0; i < sizeof f / sizeof *f; i++) atomic_store_explicit(f[i], 0, memory_order_relaxed);
     for (int d = 0; d < FAKECUDA_MAX_DEVICES; d++) /* the peak starts again from what is resident now */
         atomic_store_explicit(&fc_dev_resident_peak[d], atomic_load(&fc_dev_resident[d]), memory_order_relaxed);
@@ -225,10 +226,10 @@ __attribute__((destructor)) static void fc_write_stats_at_exit(void)
             ", \"bytes_d2h\": %" PRIu64 ", \"kernels_run\": %" PRIu64 ", \"launches\": %" PRIu64
             ", \"prefetch_calls\": %" PRIu64 ", \"batch_prefetch_calls\": %" PRIu64
             ", \"device_resident_bytes\": %" PRIu64 ", \"device_resident_peak\": %" PRIu64
-            ", \"bytes_discarded\": %" PRIu64 "}\n",
+            ", \"bytes_discarded\": %" PRIu64 ", \"allocations_reused\": %" PRIu64 "}\n",
             s.gpu_faults, s.cpu_faults, s.pages_touched_by_kernels, s.bytes_prefetched_h2d,
             s.bytes_prefetched_unused, s.bytes_faulted_h2d, s.bytes_d2h, s.kernels_run,
             s.launches, s.prefetch_calls, s.batch_prefetch_calls, s.device_resident_bytes,
-            s.device_resident_peak, s.bytes_discarded);
+            s.device_resident_peak, s.bytes_discarded, s.allocations_reused);
     fclose(f);
 }

@@ -140,7 +140,7 @@ static void run_op(struct CUstream_st *s, fc_op *op)
     case FC_OP_HOSTFN: op->u.h.fn(op->u.h.ud); break;
     case FC_OP_RECORD: fence_signal(op->u.fence); fence_unref(op->u.fence); break;
     case FC_OP_WAIT: fence_wait(op->u.fence); fence_unref(op->u.fence); break;
-    case FC_OP_FREE: fc_free_now(op->u.free_ptr); break;
+    case FC_OP_FREE: fc_run_free(op); break;
     }
     free(op);
 }
