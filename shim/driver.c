@@ -81,6 +81,7 @@ static bool load_driver(void)
         .stream_create = own_entry(lib, get_proc, "cuStreamCreate", 2000, "cuStreamCreate"),
         .event_create = own_entry(lib, get_proc, "cuEventCreate", 2000, "cuEventCreate"),
         .event_record = own_entry(lib, get_proc, "cuEventRecord", 2000, "cuEventRecord"),
+        .event_query = own_entry(lib, get_proc, "cuEventQuery", 2000, "cuEventQuery"),
         .stream_wait_event = own_entry(lib, get_proc, "cuStreamWaitEvent", 3020, "cuStreamWaitEvent"),
         .stream_is_capturing = own_entry(lib, get_proc, "cuStreamIsCapturing", 10000, "cuStreamIsCapturing"),
         .exchange_capture_mode =

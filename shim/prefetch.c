@@ -20,6 +20,15 @@
  * context's lock, so a slot's records come in order). An eviction that then
  * waits on a reused slot waits for a later point, never an earlier one: the
  * eviction stream was already made to wait for every earlier record of it.
+ *
+ * Discard marks. A discard of dead memory is undefined behaviour if anything
+ * else touches the memory meanwhile, and a stream-ordered pool hands the memory
+ * out again at once: a prefetch of the new owner, on pump's own stream, would
+ * race the discard queued on the freeing stream (and could be undone by it). So
+ * each discard is followed by a mark, an event from a second per-context ring,
+ * that pump's moves of the memory wait for. A mark's slot is recorded again only
+ * once its event is done (else the next dead tensor is not discarded), so a
+ * mark names its discard until that has run, and a reused slot means it has.
  */
 #include <pthread.h>
 
@@ -30,6 +39,12 @@
 #define PUMP_CONTEXTS_MAX 64
 #define PUMP_EVENTS_PER_CONTEXT 64   /* prefetch events, recycled in turn; see pump_prefetch_wait */
 #define PUMP_USE_EVENTS 1024         /* use events per context (a power of two) */
+#define PUMP_DISCARD_MARKS 256       /* discard marks per context */
+
+struct discard_mark {
+    CUevent event;                   /* recorded after the discard */
+    uint64_t first, end;             /* the memory it discarded */
+};
 
 struct pump_context {
     CUcontext ctx;       /* key: set (release) once the rest is ready */
@@ -42,10 +57,13 @@ struct pump_context {
     CUevent events[PUMP_EVENTS_PER_CONTEXT];
     uint32_t next_event; /* atomic */
     CUevent evicted;     /* recorded after evictions (residency.c's lock orders its use) */
-    pthread_mutex_t use_lock;
+    pthread_mutex_t use_lock;  /* guards the use events and the discard marks */
     bool use_ready, use_broken;
     uint64_t use_count;  /* use events recorded so far */
     CUevent use_events[PUMP_USE_EVENTS];
+    bool marks_ready, marks_broken;
+    uint64_t mark_count; /* discards marked so far (atomic: read without the lock) */
+    struct discard_mark marks[PUMP_DISCARD_MARKS];
 };
 
 static struct pump_context contexts[PUMP_CONTEXTS_MAX];
@@ -232,26 +250,139 @@ PUMP_HIDDEN bool pump_evict_to_host(struct pump_context *c, CUdeviceptr *ptrs, s
     return move_ranges(c->evict_stream, to, ptrs, sizes, n);
 }
 
+/* Marks: the mark's sequence number << 8 | the context's index + 1 (never 0). */
+#define MARK_SEQUENCE_SHIFT 8
+
+static bool marks_ready(struct pump_context *c)
+{
+    if (c->marks_ready || c->marks_broken)
+        return c->marks_ready;
+    for (int i = 0; i < PUMP_DISCARD_MARKS && !c->marks_broken; i++)
+        c->marks_broken = !call_ok(pump_driver.event_create(&c->marks[i].event, CU_EVENT_DISABLE_TIMING),
+                                   "cuEventCreate");
+    if (c->marks_broken)
+        pump_log_once("cannot create discard marks: dead tensors are not discarded");
+    c->marks_ready = !c->marks_broken;
+    return c->marks_ready;
+}
+
+/* The mark's context and slot, or NULL (0, PUMP_DISCARD_UNORDERED). */
+static struct pump_context *mark_context(uint64_t mark, struct discard_mark **slot)
+{
+    uint64_t index = mark & 0xff;
+    if (index == 0 || index > __atomic_load_n(&context_count, __ATOMIC_ACQUIRE))
+        return NULL;
+    struct pump_context *c = &contexts[index - 1];
+    *slot = &c->marks[(mark >> MARK_SEQUENCE_SHIFT) % PUMP_DISCARD_MARKS];
+    return c;
+}
+
+PUMP_HIDDEN uint64_t pump_discard_dead(CUdeviceptr ptr, size_t size, CUstream stream)
+{
+    if (pump_driver.discard_batch == NULL || pump_driver.event_query == NULL || stream == NULL ||
+        stream == CU_STREAM_LEGACY || pump_ranges_find(ptr) == NULL)
+        return 0;
+    CUdeviceptr first = (ptr + PUMP_BLOCK_SIZE - 1) / PUMP_BLOCK_SIZE * PUMP_BLOCK_SIZE;
+    CUdeviceptr end = (ptr + size) / PUMP_BLOCK_SIZE * PUMP_BLOCK_SIZE;
+    struct pump_context *c = end > first ? pump_context_of(stream) : NULL;
+    if (c == NULL || pump_stream_capturing(stream))
+        return 0;
+    size_t bytes = (size_t)(end - first);
+    uint64_t mark = 0;
+    CUstreamCaptureMode mode;
+    bool relaxed = capture_mode_relax(&mode);
+    pthread_mutex_lock(&c->use_lock);
+    uint64_t sequence = c->mark_count;
+    struct discard_mark *slot = &c->marks[sequence % PUMP_DISCARD_MARKS];
+    if (!marks_ready(c)) {
+        /* no discard without a mark */
+    } else if (sequence >= PUMP_DISCARD_MARKS && pump_driver.event_query(slot->event) != CUDA_SUCCESS) {
+        PUMP_COUNT(discards_skipped, 1);  /* the slot's discard is still running */
+    } else if (call_ok(pump_driver.discard_batch(&first, &bytes, 1, 0, stream), "cuMemDiscardBatchAsync")) {
+        PUMP_COUNT(bytes_discarded, bytes);
+        slot->first = first;
+        slot->end = end;
+        if (call_ok(pump_driver.event_record(slot->event, stream), "cuEventRecord")) {
+            mark = sequence << MARK_SEQUENCE_SHIFT | (c->index + 1);
+        } else {
+            /* The slot stays this discard's for good: nothing can be ordered after it. */
+            c->marks_broken = true;
+            c->marks_ready = false;
+            mark = PUMP_DISCARD_UNORDERED;
+            pump_log_once("cannot mark a discard: no more discards, and its memory is never prefetched");
+        }
+        __atomic_store_n(&c->mark_count, sequence + 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&c->use_lock);
+    capture_mode_restore(relaxed, &mode);
+    return mark;
+}
+
+PUMP_HIDDEN uint64_t pump_discard_over(uint64_t start, uint64_t bytes)
+{
+    uint64_t found = 0;
+    uint32_t n = __atomic_load_n(&context_count, __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i < n; i++) {
+        struct pump_context *c = &contexts[i];
+        if (!c->usable)
+            continue;
+        pthread_mutex_lock(&c->use_lock);
+        uint64_t count = c->mark_count;
+        for (uint64_t s = count > PUMP_DISCARD_MARKS ? count - PUMP_DISCARD_MARKS : 0; s < count; s++) {
+            const struct discard_mark *m = &c->marks[s % PUMP_DISCARD_MARKS];
+            if (m->first >= start + bytes || m->end <= start)
+                continue;
+            uint64_t mark = c->marks_broken && s + 1 == count ? PUMP_DISCARD_UNORDERED
+                                                                : s << MARK_SEQUENCE_SHIFT | (c->index + 1);
+            /* One context's later discard of the memory comes after its earlier
+             * ones there (through the owners in between); two contexts' cannot
+             * be ordered by one mark. */
+            found = found == 0 || (found & 0xff) == (mark & 0xff) ? mark : PUMP_DISCARD_UNORDERED;
+        }
+        pthread_mutex_unlock(&c->use_lock);
+    }
+    return found;
+}
+
+PUMP_HIDDEN bool pump_discard_done(uint64_t mark)
+{
+    struct discard_mark *slot;
+    struct pump_context *c = mark_context(mark, &slot);
+    if (c == NULL)
+        return false;
+    /* a slot is marked again only once its discard has run */
+    if (__atomic_load_n(&c->mark_count, __ATOMIC_ACQUIRE) > (mark >> MARK_SEQUENCE_SHIFT) + PUMP_DISCARD_MARKS)
+        return true;
+    return pump_driver.event_query(slot->event) == CUDA_SUCCESS;
+}
+
+/* A slot marked again meanwhile makes the stream wait for a later discard:
+ * longer, never shorter than needed. */
+static void discard_wait(CUstream stream, uint64_t mark)
+{
+    struct discard_mark *slot;
+    if (mark_context(mark, &slot) == NULL)
+        return;
+    CUstreamCaptureMode mode;
+    bool relaxed = capture_mode_relax(&mode);
+    call_ok(pump_driver.stream_wait_event(stream, slot->event, 0), "cuStreamWaitEvent");
+    capture_mode_restore(relaxed, &mode);
+}
+
+PUMP_HIDDEN void pump_prefetch_after_discard(struct pump_context *c, uint64_t mark)
+{
+    discard_wait(c->stream, mark);
+}
+
+PUMP_HIDDEN void pump_evict_after_discard(struct pump_context *c, uint64_t mark)
+{
+    discard_wait(c->evict_stream, mark);
+}
+
 /* Events are recycled round-robin; if a slot is re-recorded by another
  * thread before this wait is enqueued, the wait covers a later prefetch
  * instead, which only makes the kernel wait longer, never shorter than the
  * prefetch stream's order implies. */
-PUMP_HIDDEN void pump_discard_dead(CUdeviceptr ptr, size_t size, CUstream stream)
-{
-    if (pump_driver.discard_batch == NULL || stream == NULL || stream == CU_STREAM_LEGACY ||
-        pump_ranges_find(ptr) == NULL)
-        return;
-    CUdeviceptr first = (ptr + PUMP_BLOCK_SIZE - 1) / PUMP_BLOCK_SIZE * PUMP_BLOCK_SIZE;
-    CUdeviceptr end = (ptr + size) / PUMP_BLOCK_SIZE * PUMP_BLOCK_SIZE;
-    if (end <= first || pump_stream_capturing(stream))
-        return;
-    size_t bytes = (size_t)(end - first);
-    if (pump_driver.discard_batch(&first, &bytes, 1, 0, stream) == CUDA_SUCCESS)
-        PUMP_COUNT(bytes_discarded, bytes);
-    else
-        PUMP_COUNT(errors, 1);
-}
-
 PUMP_HIDDEN void pump_prefetch_wait(struct pump_context *c, CUstream stream)
 {
     uint32_t slot = __atomic_fetch_add(&c->next_event, 1, __ATOMIC_RELAXED) % PUMP_EVENTS_PER_CONTEXT;

@@ -12,7 +12,7 @@
 
 enum {
     PUMP_STATS_MAGIC = 0x504d5053,   /* "SPMP" little-endian: a pump record */
-    PUMP_STATS_VERSION = 4
+    PUMP_STATS_VERSION = 5
 };
 
 struct pump_stats {
@@ -70,6 +70,12 @@ struct pump_stats {
     uint64_t torch_allocs;           /* tensors allocated through pump_torch_alloc */
     uint64_t torch_frees;
     uint64_t bytes_discarded;        /* dead tensors' whole 2 MiB blocks discarded before their free */
+    uint64_t discards_skipped;       /* dead tensors not discarded: pump could not order later prefetches of
+                                        their memory after one more discard (256 still running) */
+    uint64_t prefetch_discard_waits; /* prefetches of memory allocated again over a discard that may still
+                                        be running, made to wait for it on the GPU */
+    uint64_t prefetch_discard_skips; /* blocks not prefetched: their discard could not be waited for (its
+                                        event could not be recorded), so kernels fault them in */
     /* PyTorch's caching allocator, followed (torch_trace.c) */
     uint64_t torch_tensor_allocs;    /* tensors it handed out of managed segments, tracked one by one */
     uint64_t torch_tensor_frees;

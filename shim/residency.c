@@ -24,6 +24,12 @@
  * fits beside what the plan's evictions left, else it is skipped (the launch
  * that needs it takes it then).
  * Plan ranges are widened to the blocks they touch.
+ *
+ * Memory allocated again over a dead tensor's discard (prefetch.h) is moved
+ * only after the discard: its prefetch makes the prefetch stream wait for it
+ * on the GPU, its eviction the eviction stream. That wait holds up the
+ * prefetches queued behind it only until the freeing stream reaches the free,
+ * which on that stream comes before any launch that needs them.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -44,6 +50,8 @@ struct pump_block {
                                          then (not as old as its allocation's last use) */
     uint64_t evicted_in;              /* its device's `awaited` + 1 when last evicted: a prefetch of it
                                          while that is still the case must wait for the evictions */
+    uint64_t discarded;               /* the mark of an earlier owner's discard of its memory that may
+                                         still be running: pump moves it only after that (0: none) */
     uint32_t stamp;                   /* resident_stamp() when last prefetched; 0: not this epoch */
     int32_t device;                   /* believed resident there; -1: nowhere */
 };
@@ -186,6 +194,15 @@ PUMP_HIDDEN bool pump_residency_attach(struct pump_range *range)
     uint64_t count = (base + size - 1) / PUMP_BLOCK_SIZE - base / PUMP_BLOCK_SIZE + 1;
     struct pump_blocks *a = count <= UINT32_MAX ? calloc(1, sizeof *a + count * sizeof(struct pump_block)) : NULL;
     bool ok = a != NULL;
+    if (ok) {
+        a->range = range;
+        a->base = base;
+        a->size = size;
+        a->count = (uint32_t)count;
+        bool reused = pump_discard_over(base, size) != 0;  /* memory a pool handed out again */
+        for (uint32_t i = 0; reused && i < a->count; i++)
+            a->block[i].discarded = pump_discard_over(block_start(a, i), block_bytes(a, i));
+    }
     pthread_mutex_lock(&lock);
     if (ok && blocks_total + count > scratch_size) {
         uint64_t want = blocks_total + count > 2 * scratch_size ? blocks_total + count : 2 * scratch_size;
@@ -197,10 +214,6 @@ PUMP_HIDDEN bool pump_residency_attach(struct pump_range *range)
         }
     }
     if (ok) {
-        a->range = range;
-        a->base = base;
-        a->size = size;
-        a->count = (uint32_t)count;
         for (uint32_t i = 0; i < a->count; i++) {
             a->block[i].owner = a;
             a->block[i].device = -1;
@@ -287,6 +300,15 @@ static void evict_block(struct evictions *e, struct pump_blocks *a, uint32_t i)
     add_wait(e, token);
     add_wait(e, e->after);
     add_wait(e, a->block[i].ready);  /* a planned prefetch of it no kernel waited for */
+    uint64_t discarded = a->block[i].discarded;
+    if (discarded != 0 && !pump_discard_done(discarded)) {
+        if (discarded == PUMP_DISCARD_UNORDERED) {
+            count_out(a, i);  /* never moved by pump */
+            return;
+        }
+        pump_evict_after_discard(e->c, discarded);
+    }
+    a->block[i].discarded = 0;
     uint64_t start = block_start(a, i), bytes = block_bytes(a, i);
     /* Also when it is not believed resident (a plan's evict range): pages a
      * kernel faulted in move out, and a prefetch of it must not pass that. */
@@ -360,6 +382,8 @@ struct prefetches {
     } run[BATCH];
     uint64_t pending;    /* bytes of the runs new to the device */
     uint64_t bytes;
+    uint32_t discards;   /* marks of discards the runs' memory must wait for */
+    uint64_t discard[BATCH];
 };
 
 static void prefetches_flush(struct prefetches *p, struct evictions *e, uint64_t budget)
@@ -375,6 +399,9 @@ static void prefetches_flush(struct prefetches *p, struct evictions *e, uint64_t
         d->evicted_unawaited = 0;
         d->awaited++;
     }
+    for (uint32_t k = 0; k < p->discards; k++)
+        pump_prefetch_after_discard(p->c, p->discard[k]);
+    PUMP_COUNT(prefetch_discard_waits, p->discards);
     CUdeviceptr ptrs[BATCH];
     size_t sizes[BATCH];
     for (uint32_t r = 0; r < p->n; r++) {
@@ -393,6 +420,7 @@ static void prefetches_flush(struct prefetches *p, struct evictions *e, uint64_t
         struct pump_blocks *a = p->run[r].a;
         for (uint32_t i = p->run[r].first; i < p->run[r].first + p->run[r].count; i++) {
             count_in(a, i, p->device);
+            a->block[i].discarded = 0;  /* the prefetch stream is past it */
             a->block[i].stamp = p->stamp;
             a->block[i].ready = ready;
             if (p->tick != 0)
@@ -404,8 +432,27 @@ static void prefetches_flush(struct prefetches *p, struct evictions *e, uint64_t
     }
     p->issued = true;
     p->after_evictions = false;
-    p->n = 0;
+    p->n = p->discards = 0;
     p->pending = p->bytes = 0;
+}
+
+static bool holds(const uint64_t *marks, uint32_t n, uint64_t mark)
+{
+    for (uint32_t k = 0; k < n; k++)
+        if (marks[k] == mark)
+            return true;
+    return false;
+}
+
+/* The discard block b's prefetch must wait for (0: none; it is then known
+ * to have run), or PUMP_DISCARD_UNORDERED: one no prefetch can wait for. */
+static uint64_t after_discard(struct pump_block *b)
+{
+    if (b->discarded != 0 && pump_discard_done(b->discarded))
+        b->discarded = 0;
+    if (b->discarded == PUMP_DISCARD_UNORDERED)
+        PUMP_COUNT(prefetch_discard_skips, 1);
+    return b->discarded;
 }
 
 /* Block i of a, wanted on p's device: false when it cannot fit. */
@@ -418,21 +465,30 @@ static bool want_block(struct prefetches *p, struct evictions *e, uint64_t budge
     if (p->stamp != 0 && b->device == p->device && b->stamp == p->stamp)
         return true;  /* prefetched this epoch */
     uint64_t bytes = block_bytes(a, i), cost = b->device == p->device ? 0 : bytes;
+    uint64_t discard = cost > 0 ? after_discard(b) : 0;
+    if (discard == PUMP_DISCARD_UNORDERED)
+        return true;  /* left to the kernel's faults */
     if (cost > 0 && !may_evict && budget != 0 && device_state(p->device)->resident + p->pending + cost > budget)
         return false;
     if (cost > 0 && may_evict && !make_room(e, p->pending + cost, budget, order, decision))
         return false;
     if (cost > 0 && b->evicted_in == device_state(p->device)->awaited + 1)
         p->after_evictions = true;  /* its eviction may not pass this prefetch */
-    if (p->n > 0 && p->run[p->n - 1].a == a && p->run[p->n - 1].first + p->run[p->n - 1].count == i) {
+    bool joins = p->n > 0 && p->run[p->n - 1].a == a && p->run[p->n - 1].first + p->run[p->n - 1].count == i;
+    bool new_discard = discard != 0 && !holds(p->discard, p->discards, discard);
+    if ((!joins && p->n == BATCH) || (new_discard && p->discards == BATCH)) {
+        prefetches_flush(p, e, budget);
+        joins = false;
+    }
+    if (joins) {
         p->run[p->n - 1].count++;
     } else {
-        if (p->n == BATCH)
-            prefetches_flush(p, e, budget);
         p->run[p->n].a = a;
         p->run[p->n].first = i;
         p->run[p->n++].count = 1;
     }
+    if (new_discard)
+        p->discard[p->discards++] = discard;
     p->pending += cost;
     p->bytes += bytes;
     return true;

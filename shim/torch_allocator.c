@@ -8,7 +8,9 @@
  * program asked), so the range table, the budget and the daemon's ALLOC/FREE events see
  * exact tensors. At a free the tensor is dead from that point of its stream on: the 2 MiB
  * blocks wholly inside it are discarded in that stream's order before the stream-ordered
- * free, so dead memory is neither written back to the host nor migrated in again.
+ * free, so dead memory is neither written back to the host nor migrated in again. The pool
+ * may hand it out again at once: pump moves the new tensor's memory only after that
+ * discard (prefetch.h's discard marks, residency.c).
  *
  * PyTorch calls these with the stream the tensor was allocated on; a tensor used on another
  * stream (record_stream) is the program's to synchronise, as with any stream-ordered free.

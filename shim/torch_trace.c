@@ -10,11 +10,10 @@
  * daemon see its tensors, each announced to the daemon as an allocation of its own, and
  * the segment's bytes stay counted against the capacity until its cuMemFree.
  *
- * A freed tensor is not discarded, unlike pump's own allocator's: the caching allocator
- * hands the block out again at once on the same stream, so a discard queued behind that
- * stream's kernels would land after pump's prefetch for the block's next tensor and undo
- * it (on fakecuda: 192 GPU faults in 3 steps of tests/c/torch_allocator.c, against none).
- * The free still tells the daemon the tensor is dead.
+ * A freed tensor is not discarded, unlike pump's own allocator's: a discard goes in the
+ * block's stream's order, and the bridge forwards no stream (PyTorch's default stream is
+ * the legacy one, where the driver refuses a discard anyway). The free still tells the
+ * daemon the tensor is dead.
  */
 #include "channel.h"
 #include "hooks_common.h"

@@ -5,7 +5,9 @@ pump's allocator (shim/torch_allocator.c), driven as PyTorch's CUDAPluggableAllo
 drives it: every tensor is its own managed allocation, and a dead tensor's whole 2 MiB
 blocks are discarded in its stream's order before it is freed. fakecuda poisons discarded
 pages (NaN as floats), so a discard that came before a tensor's last use would change the
-checksum.
+checksum. Its pool hands a freed activation's memory to the next step's at once, as the
+driver's does: pump's prefetch of the new tensor must wait for the old one's discard, or
+the discard, running after it, leaves the pages for the kernel to fault in again.
 
 PyTorch's caching allocator, followed (shim/torch_trace.c): tensors handed out of one
 managed segment, reported as pump's bridge reports them (pump/boot/torch_trace.cpp), carve
@@ -33,12 +35,42 @@ def test_tensors_are_managed_and_dead_ones_discarded(run_program):
     assert result["checksum"] == expected["checksum"]
     discarded = STEPS * ACTIVATION + WEIGHTS
     assert result["bytes_discarded"] == discarded  # fakecuda's count of what it discarded
+    # Each later step's activation got the dead one's memory, and no prefetch raced its discard.
+    assert result["allocations_reused"] >= 1 and result["gpu_faults"] == 0
     totals = run.totals
-    assert totals["bytes_discarded"] == discarded
+    assert totals["bytes_discarded"] == discarded and totals["discards_skipped"] == 0
+    assert totals["prefetch_discard_waits"] <= result["allocations_reused"]
     assert totals["torch_allocs"] == totals["torch_frees"] == STEPS + 1
     assert totals["managed_allocs"] == totals["managed_frees"] == STEPS + 1
     assert totals["errors"] == 0
     assert run.proc.stderr == ""
+
+
+MARKS = 256  # shim/prefetch.c's PUMP_DISCARD_MARKS
+HELD = 300   # tests/c/torch_allocator.c's HELD_TENSORS, of 2 MiB
+
+
+def test_a_dead_tensor_waits_for_no_discard_mark(run_program):
+    # While a host function holds the stream, no discard can run: once every mark is taken,
+    # dead tensors are freed without a discard (a later prefetch of their memory could not be
+    # ordered after it), and the program neither waits nor changes.
+    expected = bare(run_program, "held")
+    run = run_program("torch_allocator", STEPS, "held", env=MANAGED_ALL)
+    assert run.result["checksum"] == expected["checksum"] and run.result["gpu_faults"] == 0
+    assert run.totals["discards_skipped"] == HELD - MARKS
+    assert run.totals["bytes_discarded"] == MARKS * 2 * MIB + STEPS * ACTIVATION + WEIGHTS
+    assert run.totals["errors"] == 0
+
+
+def test_a_discard_that_cannot_be_marked_leaves_its_memory_to_faults(run_program):
+    # Without events, pump cannot order a prefetch of the memory after its discard: the next
+    # tensor there is never prefetched (its kernels fault it in), and nothing more is discarded.
+    expected = bare(run_program)
+    run = run_program("torch_allocator", STEPS, env={**MANAGED_ALL, "FAKECUDA_FAIL": "cuEventRecord=999"})
+    assert run.result["checksum"] == expected["checksum"]
+    assert run.totals["bytes_discarded"] == ACTIVATION  # the first step's, then no more
+    assert run.totals["prefetch_discard_skips"] > 0 and run.result["gpu_faults"] > 0
+    assert run.totals["errors"] > 0
 
 
 def test_the_legacy_stream_gets_no_discard(run_program):
@@ -62,10 +94,11 @@ def test_without_managed_all_tensors_stay_device_memory(run_program):
 
 @pytest.mark.parametrize("variant", ["asan", "tsan"])
 def test_sanitized(run_program, variant):
-    expected = bare(run_program)
-    run = run_program("torch_allocator", STEPS, variant=variant, env=MANAGED_ALL)
+    expected = bare(run_program, "held")
+    run = run_program("torch_allocator", STEPS, "held", variant=variant, env=MANAGED_ALL)
     assert run.result["checksum"] == expected["checksum"]
     assert run.result["bytes_discarded"] == STEPS * ACTIVATION + WEIGHTS
+    assert run.result["gpu_faults"] == 0 and run.totals["discards_skipped"] == HELD - MARKS
 
 
 SEGMENT = 20 * MIB  # tests/c/torch_allocator.c's caching-allocator segment

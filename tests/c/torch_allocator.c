@@ -3,9 +3,11 @@
  * written, read and freed every step, all on one stream. The results must not differ.
  * One JSON line.
  *
- *   torch_allocator STEPS [legacy] [pluggable|caching|segments]
+ *   torch_allocator STEPS [legacy] [held] [pluggable|caching|segments]
  *
  * legacy: on the legacy NULL stream (PyTorch's default stream).
+ * held: first, 300 tensors of 2 MiB (more than libpump has discard marks) allocated and
+ *   freed while a host function holds the stream, so that none of their discards can run.
  * pluggable (the default): through a CUDAPluggableAllocator, libpump's pump_torch_alloc /
  *   pump_torch_free when the process has them (under pump), else cuMemAllocAsync /
  *   cuMemFreeAsync, as PyTorch's cudaMallocAsync backend does.
@@ -15,9 +17,11 @@
  *   segment's cuMemFree, a second segment as large must fit the capacity again.
  * segments: the same, reporting nothing (the bridge could not be built).
  */
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "cuda_api.h"
 #include "pump_torch_trace.h"
@@ -30,6 +34,8 @@ extern void pump_torch_trace(int event, uint64_t addr, uint64_t size, int flags)
 #define WEIGHTS ((size_t)8 << 20)
 #define ACTIVATION ((size_t)6 << 20)
 #define SEGMENT ((size_t)20 << 20)
+#define HELD_TENSORS 300
+#define HELD_BYTES ((size_t)2 << 20)
 
 enum mode { PLUGGABLE, CACHING, SEGMENTS };
 static enum mode mode;
@@ -97,6 +103,13 @@ static void update_kernel(void **params, const fakecuda_dims *dims)
         w[i] += out[i] * 0.001f;
 }
 
+/* A host function holding its stream until the flag is set (or 10 s pass). */
+static void hold(void *flag)
+{
+    for (int i = 0; i < 100000 && !atomic_load((atomic_int *)flag); i++)
+        nanosleep(&(struct timespec){0, 100000}, NULL);
+}
+
 static CUfunction function(CUmodule module, const char *name, fakecuda_kernel_fn kernel, unsigned count,
                            const size_t *sizes)
 {
@@ -113,7 +126,7 @@ static CUfunction function(CUmodule module, const char *name, fakecuda_kernel_fn
 int main(int argc, char **argv)
 {
     static const char *const modes[] = {"pluggable", "caching", "segments"};
-    bool legacy = false, usage = argc < 2;
+    bool legacy = false, held = false, usage = argc < 2;
     for (int i = 2; i < argc; i++) {
         bool known = false;
         for (int m = 0; m < 3; m++)
@@ -123,10 +136,13 @@ int main(int argc, char **argv)
             }
         if (strcmp(argv[i], "legacy") == 0)
             legacy = known = true;
+        if (strcmp(argv[i], "held") == 0)
+            held = known = true;
         usage |= !known;
     }
-    if (usage) {
-        fprintf(stderr, "usage: torch_allocator STEPS [legacy] [pluggable|caching|segments]\n");
+    if (usage || (held && mode != PLUGGABLE)) {
+        fprintf(stderr, "usage: torch_allocator STEPS [legacy] [held] [pluggable|caching|segments]\n"
+                        "(held goes with pluggable only)\n");
         return 2;
     }
     int steps = atoi(argv[1]);
@@ -142,6 +158,14 @@ int main(int argc, char **argv)
         CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
     if (mode != PLUGGABLE)
         CHECK(cuMemAlloc(&segment, SEGMENT));
+    if (held) {
+        static atomic_int release;
+        CHECK(cuLaunchHostFunc(stream, hold, &release));
+        for (int i = 0; i < HELD_TENSORS; i++)
+            tensor_free(tensor_alloc(HELD_BYTES), HELD_BYTES);
+        atomic_store(&release, 1);
+        CHECK(cuStreamSynchronize(stream));  /* every discard has run: the steps find marks free */
+    }
 
     CUdeviceptr w = tensor_alloc(WEIGHTS);
     uint64_t nw = WEIGHTS / sizeof(float), n = ACTIVATION / sizeof(float);
@@ -175,8 +199,9 @@ int main(int argc, char **argv)
     struct fakecuda_stats st;
     api.get_stats(&st);
     printf("{\"pump_allocator\": %d, \"managed\": %u, \"checksum\": %.6f, \"bytes_discarded\": %llu, "
-           "\"gpu_faults\": %llu, \"device_resident_peak\": %llu}\n",
+           "\"gpu_faults\": %llu, \"device_resident_peak\": %llu, \"allocations_reused\": %llu}\n",
            pump_torch_alloc != NULL, managed, checksum, (unsigned long long)st.bytes_discarded,
-           (unsigned long long)st.gpu_faults, (unsigned long long)st.device_resident_peak);
+           (unsigned long long)st.gpu_faults, (unsigned long long)st.device_resident_peak,
+           (unsigned long long)st.allocations_reused);
     return 0;
 }
