@@ -24,7 +24,9 @@ pumpd runs one Foresight per process on the batches it reads from the ring; the 
   of the launch rule's whole allocations, and the kernel waits for them only;
 - lifetime: a range the framework's allocator took back (BLOCK_FREE) is dead; discard_range()
   gives its part that may be discarded (aligned inward to 2 MiB).  Nothing else is ever
-  called dead.
+  called dead.  The shim discards at the free itself, in the freeing stream's order (pump's
+  allocator, shim/torch_allocator.c), and `pump simulate` models that: a plan carries no
+  discards.
 Until an iteration is learned, triggers() is empty: the shim's launch-time rule applies.
 """
 
@@ -157,8 +159,6 @@ class Foresight:
         self.learned_at = None        # global launch index at which the first plan was made
         self.schedule_keys = None     # the learned iteration's keys
         self._plan = {}
-        self.discards = {}            # launch key -> [(address, bytes)] freed after it, last iteration
-        self.block_frees = []         # (global launch index, address, bytes), in history
         self.changed = False
 
     @property
@@ -191,7 +191,6 @@ class Foresight:
         for base, size in batch.allocs:
             self._add_allocation(base, size)
         n = 0 if batch.launch_function is None else len(batch.launch_function)
-        first = self.detector.seen
         if n:
             keys = channel.launch_keys(batch)
             if batch.extents:
@@ -210,9 +209,6 @@ class Foresight:
             if drop:
                 del self.blocks[:drop]
                 self.seconds = self.seconds[drop:]
-        self.block_frees.extend((first + at, addr, size) for at, addr, size in batch.block_frees)
-        if self.block_frees and self.block_frees[0][0] < self.detector.offset:
-            self.block_frees = [f for f in self.block_frees if f[0] >= self.detector.offset]
         for base, _size in batch.frees:
             self._drop_allocation(base)
         if n:
@@ -294,12 +290,6 @@ class Foresight:
             plan[key][0].update(dict.fromkeys(prefetch[j]))
             plan[key][1].update(dict.fromkeys(evict[j]))
         self._plan = {k: (self._ranges(need[k]), self._ranges(p), self._ranges(e)) for k, (p, e) in plan.items()}
-        first = self.detector.seen - period
-        self.discards = {}
-        for at, addr, size in self.block_frees:
-            dead = discard_range(addr, size)
-            if dead and first < at <= first + period:
-                self.discards.setdefault(keys[at - 1 - first], []).append(dead)
         self.changed = True
 
     def reserve_bytes(self, period: int) -> int:
