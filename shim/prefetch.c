@@ -41,10 +41,6 @@
 #define PUMP_USE_EVENTS 1024         /* use events per context (a power of two) */
 #define PUMP_DISCARD_MARKS 256       /* discard marks per context */
 
-struct discard_mark {
-    CUevent event;                   /* recorded after the discard */
-    uint64_t first, end;             /* the memory it discarded */
-};
 
 struct pump_context {
     CUcontext ctx;       /* key: set (release) once the rest is ready */
@@ -63,7 +59,10 @@ struct pump_context {
     CUevent use_events[PUMP_USE_EVENTS];
     bool marks_ready, marks_broken;
     uint64_t mark_count; /* discards marked so far (atomic: read without the lock) */
-    struct discard_mark marks[PUMP_DISCARD_MARKS];
+    CUevent marks[PUMP_DISCARD_MARKS];  /* each recorded after its discard, */
+    struct {
+        uint64_t first, end;
+    } marked[PUMP_DISCARD_MARKS];       /* of this memory */
 };
 
 static struct pump_context contexts[PUMP_CONTEXTS_MAX];
@@ -78,6 +77,15 @@ static bool call_ok(CUresult r, const char *what)
     PUMP_COUNT(errors, 1);
     pump_log(1, "%s failed (CUresult %d)", what, (int)r);
     return false;
+}
+
+/* Creates n events (timing off): false at the first that cannot be made. */
+static bool create_events(CUevent *events, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!call_ok(pump_driver.event_create(&events[i], CU_EVENT_DISABLE_TIMING), "cuEventCreate"))
+            return false;
+    return true;
 }
 
 /* pump's own driver calls must not trip a global-mode capture elsewhere:
@@ -126,9 +134,7 @@ static void setup_context(struct pump_context *c, CUcontext ctx, uint32_t index)
     c->usable = have_device &&
                 call_ok(pump_driver.stream_create(&c->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate") &&
                 call_ok(pump_driver.stream_create(&c->evict_stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate") &&
-                call_ok(pump_driver.event_create(&c->evicted, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
-    for (int i = 0; c->usable && i < PUMP_EVENTS_PER_CONTEXT; i++)
-        c->usable = call_ok(pump_driver.event_create(&c->events[i], CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+                create_events(&c->evicted, 1) && create_events(c->events, PUMP_EVENTS_PER_CONTEXT);
     capture_mode_restore(relaxed, &mode);
     pthread_mutex_init(&c->use_lock, NULL);
     c->budget = 0;
@@ -250,6 +256,15 @@ PUMP_HIDDEN bool pump_evict_to_host(struct pump_context *c, CUdeviceptr *ptrs, s
     return move_ranges(c->evict_stream, to, ptrs, sizes, n);
 }
 
+/* Makes `stream` wait (on the GPU) for the event's latest record. */
+static void stream_wait(CUstream stream, CUevent event)
+{
+    CUstreamCaptureMode mode;
+    bool relaxed = capture_mode_relax(&mode);
+    call_ok(pump_driver.stream_wait_event(stream, event, 0), "cuStreamWaitEvent");
+    capture_mode_restore(relaxed, &mode);
+}
+
 /* Marks: the mark's sequence number << 8 | the context's index + 1 (never 0). */
 #define MARK_SEQUENCE_SHIFT 8
 
@@ -257,23 +272,21 @@ static bool marks_ready(struct pump_context *c)
 {
     if (c->marks_ready || c->marks_broken)
         return c->marks_ready;
-    for (int i = 0; i < PUMP_DISCARD_MARKS && !c->marks_broken; i++)
-        c->marks_broken = !call_ok(pump_driver.event_create(&c->marks[i].event, CU_EVENT_DISABLE_TIMING),
-                                   "cuEventCreate");
+    c->marks_ready = create_events(c->marks, PUMP_DISCARD_MARKS);
+    c->marks_broken = !c->marks_ready;
     if (c->marks_broken)
         pump_log_once("cannot create discard marks: dead tensors are not discarded");
-    c->marks_ready = !c->marks_broken;
     return c->marks_ready;
 }
 
-/* The mark's context and slot, or NULL (0, PUMP_DISCARD_UNORDERED). */
-static struct pump_context *mark_context(uint64_t mark, struct discard_mark **slot)
+/* The mark's context and event, or NULL (0, PUMP_DISCARD_UNORDERED). */
+static struct pump_context *mark_context(uint64_t mark, CUevent *event)
 {
     uint64_t index = mark & 0xff;
     if (index == 0 || index > __atomic_load_n(&context_count, __ATOMIC_ACQUIRE))
         return NULL;
     struct pump_context *c = &contexts[index - 1];
-    *slot = &c->marks[(mark >> MARK_SEQUENCE_SHIFT) % PUMP_DISCARD_MARKS];
+    *event = c->marks[(mark >> MARK_SEQUENCE_SHIFT) % PUMP_DISCARD_MARKS];
     return c;
 }
 
@@ -293,16 +306,16 @@ PUMP_HIDDEN uint64_t pump_discard_dead(CUdeviceptr ptr, size_t size, CUstream st
     bool relaxed = capture_mode_relax(&mode);
     pthread_mutex_lock(&c->use_lock);
     uint64_t sequence = c->mark_count;
-    struct discard_mark *slot = &c->marks[sequence % PUMP_DISCARD_MARKS];
+    uint32_t slot = (uint32_t)(sequence % PUMP_DISCARD_MARKS);
     if (!marks_ready(c)) {
         /* no discard without a mark */
-    } else if (sequence >= PUMP_DISCARD_MARKS && pump_driver.event_query(slot->event) != CUDA_SUCCESS) {
+    } else if (sequence >= PUMP_DISCARD_MARKS && pump_driver.event_query(c->marks[slot]) != CUDA_SUCCESS) {
         PUMP_COUNT(discards_skipped, 1);  /* the slot's discard is still running */
     } else if (call_ok(pump_driver.discard_batch(&first, &bytes, 1, 0, stream), "cuMemDiscardBatchAsync")) {
         PUMP_COUNT(bytes_discarded, bytes);
-        slot->first = first;
-        slot->end = end;
-        if (call_ok(pump_driver.event_record(slot->event, stream), "cuEventRecord")) {
+        c->marked[slot].first = first;
+        c->marked[slot].end = end;
+        if (call_ok(pump_driver.event_record(c->marks[slot], stream), "cuEventRecord")) {
             mark = sequence << MARK_SEQUENCE_SHIFT | (c->index + 1);
         } else {
             /* The slot stays this discard's for good: nothing can be ordered after it. */
@@ -329,8 +342,8 @@ PUMP_HIDDEN uint64_t pump_discard_over(uint64_t start, uint64_t bytes)
         pthread_mutex_lock(&c->use_lock);
         uint64_t count = c->mark_count;
         for (uint64_t s = count > PUMP_DISCARD_MARKS ? count - PUMP_DISCARD_MARKS : 0; s < count; s++) {
-            const struct discard_mark *m = &c->marks[s % PUMP_DISCARD_MARKS];
-            if (m->first >= start + bytes || m->end <= start)
+            uint32_t slot = (uint32_t)(s % PUMP_DISCARD_MARKS);
+            if (c->marked[slot].first >= start + bytes || c->marked[slot].end <= start)
                 continue;
             uint64_t mark = c->marks_broken && s + 1 == count ? PUMP_DISCARD_UNORDERED
                                                                 : s << MARK_SEQUENCE_SHIFT | (c->index + 1);
@@ -346,27 +359,23 @@ PUMP_HIDDEN uint64_t pump_discard_over(uint64_t start, uint64_t bytes)
 
 PUMP_HIDDEN bool pump_discard_done(uint64_t mark)
 {
-    struct discard_mark *slot;
-    struct pump_context *c = mark_context(mark, &slot);
+    CUevent event;
+    struct pump_context *c = mark_context(mark, &event);
     if (c == NULL)
         return false;
     /* a slot is marked again only once its discard has run */
     if (__atomic_load_n(&c->mark_count, __ATOMIC_ACQUIRE) > (mark >> MARK_SEQUENCE_SHIFT) + PUMP_DISCARD_MARKS)
         return true;
-    return pump_driver.event_query(slot->event) == CUDA_SUCCESS;
+    return pump_driver.event_query(event) == CUDA_SUCCESS;
 }
 
 /* A slot marked again meanwhile makes the stream wait for a later discard:
  * longer, never shorter than needed. */
 static void discard_wait(CUstream stream, uint64_t mark)
 {
-    struct discard_mark *slot;
-    if (mark_context(mark, &slot) == NULL)
-        return;
-    CUstreamCaptureMode mode;
-    bool relaxed = capture_mode_relax(&mode);
-    call_ok(pump_driver.stream_wait_event(stream, slot->event, 0), "cuStreamWaitEvent");
-    capture_mode_restore(relaxed, &mode);
+    CUevent event;
+    if (mark_context(mark, &event) != NULL)
+        stream_wait(stream, event);
 }
 
 PUMP_HIDDEN void pump_prefetch_after_discard(struct pump_context *c, uint64_t mark)
@@ -410,12 +419,10 @@ static bool use_events_ready(struct pump_context *c)
 {
     if (c->use_ready || c->use_broken)
         return c->use_ready;
-    for (int i = 0; i < PUMP_USE_EVENTS && !c->use_broken; i++)
-        c->use_broken = !call_ok(pump_driver.event_create(&c->use_events[i], CU_EVENT_DISABLE_TIMING),
-                                 "cuEventCreate");
+    c->use_ready = create_events(c->use_events, PUMP_USE_EVENTS);
+    c->use_broken = !c->use_ready;
     if (c->use_broken)
         pump_log_once("cannot create use events: evictions wait for the launching stream instead");
-    c->use_ready = !c->use_broken;
     return c->use_ready;
 }
 
@@ -447,11 +454,7 @@ PUMP_HIDDEN void pump_use_wait(CUstream stream, uint64_t token)
     if (index == 0 || index > __atomic_load_n(&context_count, __ATOMIC_ACQUIRE))
         return;
     struct pump_context *user = &contexts[index - 1];
-    CUevent event = user->use_events[(token >> TOKEN_SLOT_SHIFT) & (PUMP_USE_EVENTS - 1)];
-    CUstreamCaptureMode mode;
-    bool relaxed = capture_mode_relax(&mode);
-    call_ok(pump_driver.stream_wait_event(stream, event, 0), "cuStreamWaitEvent");
-    capture_mode_restore(relaxed, &mode);
+    stream_wait(stream, user->use_events[(token >> TOKEN_SLOT_SHIFT) & (PUMP_USE_EVENTS - 1)]);
 }
 
 PUMP_HIDDEN void pump_evict_after(struct pump_context *c, uint64_t token)

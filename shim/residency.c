@@ -283,9 +283,26 @@ static void add_wait(struct evictions *e, uint64_t token)
         e->wait[e->waits++] = token;
 }
 
+/* The discard a move of block b must wait for (0: none; it is then known to
+ * have run), or PUMP_DISCARD_UNORDERED: one no move can wait for. */
+static uint64_t after_discard(struct pump_block *b)
+{
+    if (b->discarded != 0 && pump_discard_done(b->discarded))
+        b->discarded = 0;
+    return b->discarded;
+}
+
 /* Block i of a leaves the belief now and the GPU after its last user. */
 static void evict_block(struct evictions *e, struct pump_blocks *a, uint32_t i)
 {
+    uint64_t discarded = after_discard(&a->block[i]);
+    if (discarded == PUMP_DISCARD_UNORDERED) {
+        count_out(a, i);  /* never moved by pump */
+        return;
+    }
+    if (discarded != 0)
+        pump_evict_after_discard(e->c, discarded);
+    a->block[i].discarded = 0;
     uint64_t token = __atomic_load_n(&a->range->last_use, __ATOMIC_ACQUIRE);
     if (token == 0) {
         /* Used before anything was recorded: after all the stream has so far. */
@@ -300,15 +317,6 @@ static void evict_block(struct evictions *e, struct pump_blocks *a, uint32_t i)
     add_wait(e, token);
     add_wait(e, e->after);
     add_wait(e, a->block[i].ready);  /* a planned prefetch of it no kernel waited for */
-    uint64_t discarded = a->block[i].discarded;
-    if (discarded != 0 && !pump_discard_done(discarded)) {
-        if (discarded == PUMP_DISCARD_UNORDERED) {
-            count_out(a, i);  /* never moved by pump */
-            return;
-        }
-        pump_evict_after_discard(e->c, discarded);
-    }
-    a->block[i].discarded = 0;
     uint64_t start = block_start(a, i), bytes = block_bytes(a, i);
     /* Also when it is not believed resident (a plan's evict range): pages a
      * kernel faulted in move out, and a prefetch of it must not pass that. */
@@ -444,17 +452,6 @@ static bool holds(const uint64_t *marks, uint32_t n, uint64_t mark)
     return false;
 }
 
-/* The discard block b's prefetch must wait for (0: none; it is then known
- * to have run), or PUMP_DISCARD_UNORDERED: one no prefetch can wait for. */
-static uint64_t after_discard(struct pump_block *b)
-{
-    if (b->discarded != 0 && pump_discard_done(b->discarded))
-        b->discarded = 0;
-    if (b->discarded == PUMP_DISCARD_UNORDERED)
-        PUMP_COUNT(prefetch_discard_skips, 1);
-    return b->discarded;
-}
-
 /* Block i of a, wanted on p's device: false when it cannot fit. */
 static bool want_block(struct prefetches *p, struct evictions *e, uint64_t budget, uint32_t order,
                        uint64_t decision, struct pump_blocks *a, uint32_t i, bool may_evict)
@@ -466,8 +463,10 @@ static bool want_block(struct prefetches *p, struct evictions *e, uint64_t budge
         return true;  /* prefetched this epoch */
     uint64_t bytes = block_bytes(a, i), cost = b->device == p->device ? 0 : bytes;
     uint64_t discard = cost > 0 ? after_discard(b) : 0;
-    if (discard == PUMP_DISCARD_UNORDERED)
+    if (discard == PUMP_DISCARD_UNORDERED) {
+        PUMP_COUNT(prefetch_discard_skips, 1);
         return true;  /* left to the kernel's faults */
+    }
     if (cost > 0 && !may_evict && budget != 0 && device_state(p->device)->resident + p->pending + cost > budget)
         return false;
     if (cost > 0 && may_evict && !make_room(e, p->pending + cost, budget, order, decision))
