@@ -268,15 +268,23 @@ static void stream_wait(CUstream stream, CUevent event)
 /* Marks: the mark's sequence number << 8 | the context's index + 1 (never 0). */
 #define MARK_SEQUENCE_SHIFT 8
 
+/* A ring's events, made on its first use (under the context's lock): false,
+ * for good, when they cannot be made (logged once per context). */
+static bool ring_ready(bool *ready, bool *broken, CUevent *events, int n, const char *without)
+{
+    if (!*ready && !*broken) {
+        *ready = create_events(events, n);
+        *broken = !*ready;
+        if (*broken)
+            pump_log(1, "cannot create %s", without);
+    }
+    return *ready;
+}
+
 static bool marks_ready(struct pump_context *c)
 {
-    if (c->marks_ready || c->marks_broken)
-        return c->marks_ready;
-    c->marks_ready = create_events(c->marks, PUMP_DISCARD_MARKS);
-    c->marks_broken = !c->marks_ready;
-    if (c->marks_broken)
-        pump_log_once("cannot create discard marks: dead tensors are not discarded");
-    return c->marks_ready;
+    return ring_ready(&c->marks_ready, &c->marks_broken, c->marks, PUMP_DISCARD_MARKS,
+                      "discard marks: dead tensors are not discarded");
 }
 
 /* The mark's context and event, or NULL (0, PUMP_DISCARD_UNORDERED). */
@@ -417,13 +425,8 @@ PUMP_HIDDEN void pump_prefetch_after_evictions(struct pump_context *c)
 
 static bool use_events_ready(struct pump_context *c)
 {
-    if (c->use_ready || c->use_broken)
-        return c->use_ready;
-    c->use_ready = create_events(c->use_events, PUMP_USE_EVENTS);
-    c->use_broken = !c->use_ready;
-    if (c->use_broken)
-        pump_log_once("cannot create use events: evictions wait for the launching stream instead");
-    return c->use_ready;
+    return ring_ready(&c->use_ready, &c->use_broken, c->use_events, PUMP_USE_EVENTS,
+                      "use events: evictions wait for the launching stream instead");
 }
 
 PUMP_HIDDEN uint64_t pump_use_record(struct pump_context *c, CUstream stream)
