@@ -518,6 +518,11 @@ def _read_toml(path: str, missing_ok: bool = False) -> Optional[dict]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError([f"{path}: not valid TOML: {exc}"]) from None
+    except RecursionError:  # tomllib recurses once per level of arrays and inline tables
+        raise ConfigError([f"{path}: not valid here: arrays or inline tables nested too deeply "
+                           "(pump's settings nest none)"]) from None
+    except ValueError as exc:  # an integer past Python's 4300-digit conversion limit
+        raise ConfigError([f"{path}: not valid here: {str(exc).split(';')[0]}"]) from None
 
 
 def _validate(path: str, doc: dict, schema: Dict[str, Dict[str, _Key]]) -> Dict[str, Any]:

@@ -15,7 +15,9 @@ socket's peer credentials, SO_PEERCRED):
             priority -> {"job"}
   attach    a shim joins its job (or starts one) -> {"session", "job"} + 2 fds
   resume    a shim re-attaches after a daemon restart, with its 2 fds -> {"session"}
-  status    the jobs the caller may see, and each GPU's pool -> {"jobs": [...], "pools": [...]}
+  status    the jobs the caller may see, a page at a time from ``offset`` (default 0),
+            and each GPU's pool -> {"jobs": [...], "pools": [...], "total", "next"};
+            "next" is the offset of the next page, null after the last
   set       steer one's own job (root: any): job, budget (0 or null: back to its
             config's or the arbiter's) -> {"job"}
   end       pump-run: the job's command has exited; pumpd reads what is left,
@@ -24,6 +26,7 @@ socket's peer credentials, SO_PEERCRED):
 
 import json
 import os
+import re
 import socket
 import struct
 
@@ -50,6 +53,20 @@ SOCKET_ENV = "PUMP_SOCKET"
 
 JOB_ID_MAX = dict(ffi.typeof("struct pump_ring_header").fields)["job"].type.length - 1
 NAME_MAX = 64
+# A job id: pumpd makes them (Job.new_id); the shim's rule (shim/config.c pump_valid_job),
+# checked wherever one arrives, since a job id names pumpd's state files.
+JOB_ID_RULE = re.compile(r"[A-Za-z0-9_-]{1,%d}" % JOB_ID_MAX)
+JOB_ID_ALLOWED = f"1..{JOB_ID_MAX} of [A-Za-z0-9_-]"
+
+
+def valid_job_id(text) -> bool:
+    return isinstance(text, str) and JOB_ID_RULE.fullmatch(text) is not None
+
+
+def printable(text: str) -> str:
+    """text with control and other unprintable characters escaped as repr() does, for
+    logs and terminals (a name from a client could carry terminal escapes)."""
+    return text if text.isprintable() else repr(text)[1:-1]
 
 
 class ProtocolError(Exception):
@@ -68,6 +85,8 @@ _CHECKS = {
     "bool": (lambda v, n: isinstance(v, bool), "true or false"),
     "share": (lambda v, n: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= n,
               "a number > 0 and <= {}"),
+    "job": (lambda v, n: valid_job_id(v), "a job id: " + JOB_ID_ALLOWED),
+    "job_or_new": (lambda v, n: v == "" or valid_job_id(v), 'a job id: "" (a new job) or ' + JOB_ID_ALLOWED),
     "int": (lambda v, n: isinstance(v, int) and not isinstance(v, bool) and n[0] <= v <= n[1],
             "an integer {0[0]}..{0[1]}"),
 }
@@ -80,12 +99,12 @@ REQUESTS = {
                  "budget_percent": ("int", False, (1, 100)), "share": ("share", False, SHARE_MAX),
                  "min_budget": ("bytes", False, None), "max_budget": ("bytes", False, None),
                  "priority": ("int", False, (-PRIORITY_MAX, PRIORITY_MAX))},
-    "attach": {"job": ("str", True, JOB_ID_MAX), "name": ("str", True, NAME_MAX),
+    "attach": {"job": ("job_or_new", True, None), "name": ("str", True, NAME_MAX),
                "policy": ("policy", True, None), "pid": ("bytes", False, None)},
     "resume": {"pid": ("bytes", False, None)},
-    "status": {},
-    "set": {"job": ("str", True, JOB_ID_MAX), "budget": ("bytes", True, None)},
-    "end": {"job": ("str", True, JOB_ID_MAX)},
+    "status": {"offset": ("int", False, (0, 1 << 31))},
+    "set": {"job": ("job", True, None), "budget": ("bytes", True, None)},
+    "end": {"job": ("job", True, None)},
 }
 
 
@@ -94,13 +113,13 @@ def validate_request(doc) -> dict:
     if not isinstance(doc, dict):
         raise ProtocolError(f"a request must be a JSON object, got {type(doc).__name__}")
     op = doc.get("op")
-    if op not in REQUESTS:
-        raise ProtocolError(f"unknown op {op!r}; allowed: {', '.join(REQUESTS)}")
+    if not isinstance(op, str) or op not in REQUESTS:
+        raise ProtocolError(f"unknown op {_short(op)}; allowed: {', '.join(REQUESTS)}")
     schema = REQUESTS[op]
     for key in doc:
         if key != "op" and key not in schema:
             allowed = ", ".join(schema) or "none"
-            raise ProtocolError(f"{op}: unknown field {key!r}; allowed: {allowed}")
+            raise ProtocolError(f"{op}: unknown field {_short(key)}; allowed: {allowed}")
     for key, (kind, required, bound) in schema.items():
         if key not in doc:
             if required:
@@ -110,6 +129,12 @@ def validate_request(doc) -> dict:
         if not check(doc[key], bound):
             raise ProtocolError(f"{op}: field {key!r} must be {what.format(bound)}")
     return doc
+
+
+def _short(value, n: int = 40) -> str:
+    """repr(value), cut to about n characters: an error reply quotes what it refuses."""
+    text = repr(value)
+    return text if len(text) <= n else text[:n] + "..."
 
 
 # ---- framing ----

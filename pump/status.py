@@ -32,6 +32,8 @@ def _budget_from(job) -> str:
     return source + ", min unmet" if job.get("budget_state") == "unmet" else source
 
 
+PAGES_MAX = 10000  # status pages read from one daemon: 100 jobs each at most
+
 COLUMNS = (  # (heading, format of a job)
     ("JOB", "job"), ("NAME", "name"), ("PID", "pid"), ("USER", "user"), ("POLICY", "policy"),
     ("BUDGET", _budget), ("FROM", _budget_from),
@@ -57,20 +59,31 @@ def collect():
     jobs, pools, daemons = [], [], []
     for path in daemon_sockets():
         try:
-            with protocol.Client(path, timeout=2.0) as client:
-                reply = client.request({"op": "status"})
+            pages = _pages(path)
         except (OSError, protocol.ProtocolError):
             continue
         daemons.append(path)
-        for job in reply.get("jobs", []):
+        for job in (job for page in pages for job in page.get("jobs", [])):
             jobs.append(dict(job, daemon=path))
-        for pool in reply.get("pools", []):
+        for pool in pages[-1].get("pools", []):
             pools.append(dict(pool, daemon=path))
     return jobs, pools, daemons
 
 
+def _pages(path) -> list:
+    """Every page of one daemon's status reply (a page is what fits in one frame)."""
+    pages, offset = [], 0
+    with protocol.Client(path, timeout=2.0) as client:
+        while offset is not None and len(pages) < PAGES_MAX:
+            pages.append(client.request({"op": "status", "offset": offset}))
+            after = pages[-1].get("next")
+            offset = after if isinstance(after, int) and after > offset else None
+    return pages
+
+
 def _cell(job, how) -> str:
-    return how(job) if callable(how) else str(job.get(how))
+    """A table cell; control characters in names are shown escaped, never sent to the terminal."""
+    return protocol.printable(how(job) if callable(how) else str(job.get(how)))
 
 
 def table(jobs) -> str:

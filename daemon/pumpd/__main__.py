@@ -18,6 +18,7 @@ import tempfile
 
 from pump import config, protocol
 from pumpd import systemd
+from pumpd.jobs import StateDirError
 from pumpd.server import Daemon
 
 log = logging.getLogger("pumpd")
@@ -58,9 +59,19 @@ def _setup_logging(level: str, verbose: int):
     else:
         handler.setFormatter(logging.Formatter("pumpd: %(message)s"))
     log.addHandler(handler)
+    log.addFilter(_escape_controls)
     levels = {"error": logging.ERROR, "warning": logging.WARNING, "info": logging.INFO, "debug": logging.DEBUG}
     log.setLevel(logging.DEBUG if verbose > 1 else logging.INFO if verbose else levels[level])
     log.propagate = False
+
+
+def _escape_controls(record) -> bool:
+    """Log lines quote names and text from clients: control characters are shown escaped
+    (a job named "\x1b[2J" must not clear root's terminal or forge journal lines)."""
+    message = record.getMessage()
+    if not message.isprintable():
+        record.msg, record.args = protocol.printable(message), ()
+    return True
 
 
 def _budget_bytes(text):
@@ -92,12 +103,16 @@ def main(argv=None) -> int:
         telemetry = Telemetry(nvml=cfg.nvml)
         telemetry.interval = cfg.interval_s
     listen = systemd.listen_fds()
-    daemon = Daemon(socket_path, os.path.join(os.path.dirname(socket_path), "jobs"),
-                    exit_with=args.exit_with,
-                    socket_mode=0o666 if is_system_socket(socket_path) else 0o600,
-                    telemetry=telemetry, metrics_listen=cfg.metrics_listen,
-                    default_budget=_budget_bytes(cfg.default_budget), jobs_dir=cfg.jobs_dir,
-                    gpu_pool=cfg.gpu_pool)
+    try:
+        daemon = Daemon(socket_path, os.path.join(os.path.dirname(socket_path), "jobs"),
+                        exit_with=args.exit_with,
+                        socket_mode=0o666 if is_system_socket(socket_path) else 0o600,
+                        telemetry=telemetry, metrics_listen=cfg.metrics_listen,
+                        default_budget=_budget_bytes(cfg.default_budget), jobs_dir=cfg.jobs_dir,
+                        gpu_pool=cfg.gpu_pool)
+    except StateDirError as exc:
+        log.error("%s", exc)
+        return 1
 
     async def run():
         loop = asyncio.get_running_loop()

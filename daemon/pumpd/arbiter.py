@@ -173,6 +173,36 @@ class Terms:
                    share=request.get("share", 1.0), min_bytes=request.get("min_budget") or 0,
                    max_bytes=request.get("max_budget"), priority=request.get("priority", 0))
 
+    def within(self, allowed: "Terms", pooled: bool) -> "Terms":
+        """These terms (a user's register request) held to what the administrator allows.
+
+        ``allowed`` are the terms of the system's jobs.d/NAME.toml (the defaults where it
+        says nothing: share 1, priority 0, no minimum, no fixed budget).  A user may ask for
+        less than allowed, never more: share, priority and min_budget are cut to the allowed
+        ones.  Where a pool is divided (``pooled``), a fixed budget is taken off the pool
+        before others are served, so one larger than the allowed fixed budget (of the same
+        kind, bytes or percent) is not kept as fixed: bytes become the job's max_budget (a cap
+        on itself, divided like any job), a percentage is dropped.  Without a pool a fixed
+        budget caps only the job itself and stands.  Root's requests are not held (pumpd)."""
+        held = dataclasses.replace(self, share=min(self.share, allowed.share),
+                                   priority=min(self.priority, allowed.priority),
+                                   min_bytes=min(self.min_bytes, allowed.min_bytes))
+        if pooled and self.fixed_bytes is not None and (allowed.fixed_bytes is None
+                                                        or self.fixed_bytes > allowed.fixed_bytes):
+            held.fixed_bytes = None
+            held.max_bytes = self.fixed_bytes if self.max_bytes is None else min(self.max_bytes, self.fixed_bytes)
+        if pooled and self.fixed_percent is not None and (allowed.fixed_percent is None
+                                                          or self.fixed_percent > allowed.fixed_percent):
+            held.fixed_percent = None
+        if held != self:
+            log.info("terms asked %s held to %s (what jobs.d allows)", self.claimed(), held.claimed())
+        return held
+
+    def claimed(self) -> str:
+        return (f"share {self.share:g}, priority {self.priority}, min {self.min_bytes}, "
+                f"fixed {self.fixed_bytes if self.fixed_percent is None else f'{self.fixed_percent}%'}, "
+                f"max {self.max_bytes}")
+
     @classmethod
     def from_config(cls, cfg) -> "Terms":
         """From a resolved pump.config.JobConfig (the system's jobs.d file, for a shim

@@ -9,20 +9,26 @@ sessions on their own within a second or two.
 
 Liveness is by (pid, process start time): a pid that now names another process
 is a dead one.
+
+A job file's name is its id, which pumpd made and checks (protocol.valid_job_id)
+before it becomes a name; files are opened relative to the state directory's
+descriptor, never following a symlink, and pumpd refuses a state directory it
+does not own or that others can write.
 """
 
 import json
 import logging
 import os
-import pathlib
 import pwd
 import secrets
+import stat
 import time
 
 import psutil
 
-from pump import channel
+from pump import channel, protocol
 from pumpd.arbiter import Terms
+from pumpd.limits import Quota, table_tallies
 
 log = logging.getLogger("pumpd")
 
@@ -41,9 +47,11 @@ def start_time(pid: int):
 class Session:
     """One process of a job, attached through its shim."""
 
-    def __init__(self, session_id: int, pid: int, started, ring: channel.Ring, plan: channel.Plan):
+    def __init__(self, session_id: int, pid: int, started, ring: channel.Ring, plan: channel.Plan,
+                 quota: Quota = None):
         self.id, self.pid, self.started = session_id, pid, started
         self.ring, self.plan = ring, plan
+        self.quota = quota or Quota(0, table_tallies())  # its uid's caps on the tables below
         self.connected = True
         self.events = 0             # records ingested
         self.invalid = 0            # records that broke the format
@@ -60,6 +68,9 @@ class Session:
     def ingest(self, batch: channel.Batch):
         self.events += batch.records
         self.invalid += batch.invalid
+        # Tables grow only within the uid's caps; the batch the planner sees is cut alike.
+        batch.allocs = [(base, size) for base, size in batch.allocs
+                        if base in self.allocations or self.quota.take("allocations")]
         for base, size in batch.allocs:
             self.live_bytes += size - self.allocations.get(base, 0)
             self.allocations[base] = size
@@ -67,6 +78,9 @@ class Session:
             size = self.allocations.pop(base, None)
             if size is not None:
                 self.live_bytes -= size
+                self.quota.give_back("allocations")
+        batch.functions = {f: name for f, name in batch.functions.items()
+                           if f in self.functions or self.quota.take("functions")}
         self.functions.update(batch.functions)
         problems = list(batch.problems)
         for ordinal, uuid in batch.devices:
@@ -85,6 +99,7 @@ class Session:
     def close(self):
         self.ring.close()
         self.plan.close()
+        self.quota.release()
 
 
 class Job:
@@ -150,7 +165,10 @@ class Job:
     def status(self) -> dict:
         totals = dict.fromkeys(self.COUNTER_NAMES, 0)
         events = dropped = invalid = 0
+        tables_dropped = {"functions_dropped": 0, "allocations_dropped": 0}
         for s in self.sessions.values():
+            for what, n in s.quota.dropped.items():
+                tables_dropped[what + "_dropped"] += n
             for name, value in zip(self.COUNTER_NAMES, s.counters):
                 totals[name] += value
             events += s.events
@@ -169,7 +187,7 @@ class Job:
             "share": self.terms.share, "min_budget_bytes": self.terms.min_bytes,
             "max_budget_bytes": self.terms.max_bytes, "priority": self.terms.priority,
             "gpu_uuids": self.terms.gpu_uuids, "gpus": self.terms.gpus, **totals,
-            "events": events, "events_dropped": dropped, "events_invalid": invalid,
+            "events": events, "events_dropped": dropped, "events_invalid": invalid, **tables_dropped,
             "host_rss_bytes": self.tree.get("rss_bytes"), "cpu_seconds": self.tree.get("cpu_seconds"),
             "started": self.created,
             # lookahead: per process, the iteration learned (launches per period; 0: not yet)
@@ -195,35 +213,86 @@ class Job:
         return job
 
 
+class StateDirError(RuntimeError):
+    """The state directory is not one pumpd can trust: pumpd does not start."""
+
+
 class JobStore:
-    """The state directory's job files (0600, in a 0700 directory)."""
+    """The state directory's job files (0600, in a 0700 directory pumpd owns), named
+    by checked job ids and opened relative to the directory's descriptor without
+    following symlinks."""
 
     def __init__(self, directory):
-        self.dir = pathlib.Path(directory)
-        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(self.dir, 0o700)
+        self.dir = os.fspath(directory)
+        try:
+            os.mkdir(self.dir, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise StateDirError(f"state directory {self.dir}: cannot create it: {exc.strerror}") from None
+        try:
+            self.fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            raise StateDirError(f"state directory {self.dir}: cannot open it as a directory (not "
+                                f"following symlinks): {exc.strerror}") from None
+        check_private_dir(self.fd, self.dir, "state directory")
+        os.fchmod(self.fd, 0o700)
+
+    @staticmethod
+    def _name(job_id) -> str:
+        if not protocol.valid_job_id(job_id):  # pumpd made it: never true, unless a bug
+            raise ValueError(f"job id {job_id!r} is not {protocol.JOB_ID_ALLOWED}")
+        return job_id + ".json"
 
     def save(self, job: Job):
-        path = self.dir / f"{job.id}.json"
-        tmp = path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        name = self._name(job.id)
+        tmp = job.id + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                     dir_fd=self.fd)
         with os.fdopen(fd, "w") as f:
             json.dump(job.to_json(), f)
-        os.replace(tmp, path)
+        os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
 
     def remove(self, job: Job):
         try:
-            (self.dir / f"{job.id}.json").unlink()
+            os.unlink(self._name(job.id), dir_fd=self.fd)
         except FileNotFoundError:
             pass
 
     def load(self, log):
         """The jobs left by an earlier pumpd; a file that does not parse is removed."""
         jobs = []
-        for path in sorted(self.dir.glob("*.json")):
+        for name in sorted(os.listdir(self.fd)):
+            job_id, dot, ext = name.rpartition(".")
+            if ext != "json" or not protocol.valid_job_id(job_id):
+                continue
             try:
-                jobs.append(Job.from_json(json.loads(path.read_text())))
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                log.warning("dropping unreadable job file %s: %s", path, exc)
-                path.unlink(missing_ok=True)
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fd)
+                with os.fdopen(fd, "rb") as f:
+                    job = Job.from_json(json.loads(f.read()))
+                if job.id != job_id:
+                    raise ValueError(f"it names job {job.id!r}")
+                jobs.append(job)
+            except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
+                log.warning("dropping unreadable job file %s: %s", os.path.join(self.dir, name), exc)
+                try:
+                    os.unlink(name, dir_fd=self.fd)
+                except OSError:
+                    pass
         return jobs
+
+    def close(self):
+        os.close(self.fd)
+
+
+def check_private_dir(fd: int, path: str, what: str):
+    """Refuse (StateDirError) a directory not owned by pumpd's euid or writable by others."""
+    st = os.fstat(fd)
+    if not stat.S_ISDIR(st.st_mode):
+        raise StateDirError(f"{what} {path} is not a directory")
+    if st.st_uid != os.geteuid():
+        raise StateDirError(f"{what} {path} belongs to uid {st.st_uid}, not to pumpd's uid "
+                            f"{os.geteuid()}: remove it or give it to pumpd's user")
+    if st.st_mode & 0o022:
+        raise StateDirError(f"{what} {path} has mode {stat.S_IMODE(st.st_mode):04o}: group or "
+                            "others can write it; it must be 0700 or 0755 at most")

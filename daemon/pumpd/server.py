@@ -10,20 +10,22 @@ Who may do what is decided by the peer's credentials (SO_PEERCRED), never by
 what a message says: a user sees and steers only their own jobs, root all.
 """
 
-import array
 import asyncio
+import collections
 import logging
 import os
 import socket
-import struct
 import time
 
 from pump import channel, config, protocol
-from pump.protocol import ProtocolError
+from pump.protocol import ProtocolError, printable
 from pump.trace import TraceWriter
+from pumpd.accept import accept_forever, raise_descriptor_limit, refuse
 from pumpd.arbiter import Arbiter, Terms
+from pumpd.connection import Connection, RequestError, peer_credentials
 from pumpd.jobs import Job, JobStore, Session, start_time
-from pumpd import lookahead
+from pumpd import limits, lookahead
+from pumpd.tasks import RateLimitedLog, supervised
 from pumpd.telemetry import Telemetry
 
 log = logging.getLogger("pumpd")
@@ -34,96 +36,7 @@ INGEST_INTERVAL_MAX = 0.025  # ... and when rings are nearly idle: a 64K-record 
 INGEST_LIMIT = 1 << 16       # records read from one ring per sweep
 LIVENESS_INTERVAL = 0.5      # a dead job's session goes within 2 s
 PLAN_INTERVAL = 0.2          # a session's plan is rewritten at most this often
-MESSAGE_TIMEOUT = 10.0       # a started message must be complete within this
 BLOCKING_TIMEOUT = 5.0       # psutil/NVML calls in the thread pool
-CONNECTIONS_MAX = 4096
-SESSIONS_PER_UID_MAX = 256
-
-
-def peer_credentials(sock):
-    pid, uid, gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                         struct.calcsize("3i")))
-    return pid, uid, gid
-
-
-class Connection:
-    """One client socket: framed messages in, replies out (with fds when asked)."""
-
-    def __init__(self, sock: socket.socket):
-        self.sock = sock
-        self.pid, self.uid, self.gid = peer_credentials(sock)
-        self.session = None  # the Session this connection attached or resumed
-
-    async def _ready(self, writing: bool = False):
-        """Until the socket can be read (or written)."""
-        loop = asyncio.get_running_loop()
-        add, remove = (loop.add_writer, loop.remove_writer) if writing else (loop.add_reader, loop.remove_reader)
-        ready = loop.create_future()
-        add(self.sock, lambda: ready.done() or ready.set_result(None))
-        try:
-            await ready
-        finally:
-            remove(self.sock)
-
-    async def _recv(self, n: int, fds: list) -> bytes:
-        while True:
-            try:
-                data, ancillary, flags, _ = self.sock.recvmsg(
-                    n, socket.CMSG_SPACE(protocol.FDS_MAX * array.array("i").itemsize))
-            except (BlockingIOError, InterruptedError):
-                await self._ready()
-                continue
-            for level, kind, payload in ancillary:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                    got = array.array("i")
-                    got.frombytes(payload[: len(payload) - len(payload) % got.itemsize])
-                    fds.extend(got)
-            if flags & socket.MSG_CTRUNC:
-                raise ProtocolError(f"too many file descriptors; at most {protocol.FDS_MAX}")
-            return data
-
-    async def _recv_exact(self, n: int, fds: list, first: bytes = b"") -> bytes:
-        data = first
-        while len(data) < n:
-            chunk = await self._recv(n - len(data), fds)
-            if not chunk:
-                raise ConnectionError("closed mid-message")
-            data += chunk
-        return data
-
-    async def read_request(self, fds: list):
-        """The next request as a dict, None at a clean EOF; ProtocolError if malformed."""
-        first = await self._recv(protocol.HEADER.size, fds)
-        if not first:
-            return None
-        try:
-            return await asyncio.wait_for(self._finish(first, fds), MESSAGE_TIMEOUT)
-        except asyncio.TimeoutError:
-            raise ProtocolError(f"message not completed within {MESSAGE_TIMEOUT:g} s") from None
-
-    async def _finish(self, first: bytes, fds: list):
-        header = await self._recv_exact(protocol.HEADER.size, fds, first)
-        kind, length = protocol.parse_header(header)
-        if kind != protocol.REQUEST:
-            raise ProtocolError(f"expected a request (type {protocol.REQUEST}), got type {kind}")
-        payload = await self._recv_exact(length, fds)
-        try:
-            return protocol.validate_request(protocol.parse_payload(payload))
-        except ProtocolError as exc:
-            raise RequestError(str(exc)) from None  # well framed: the connection can go on
-
-    async def send(self, doc: dict, kind: int = protocol.REPLY, fds=()):
-        data = protocol.encode(doc, kind)
-        ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                sent = self.sock.sendmsg([data], ancillary)
-                break
-            except (BlockingIOError, InterruptedError):
-                await self._ready(writing=True)
-        if sent < len(data):
-            await loop.sock_sendall(self.sock, data[sent:])
 
 
 class Daemon:
@@ -142,7 +55,10 @@ class Daemon:
         self.jobs_dir = jobs_dir
         self.jobs = {}                 # job id -> Job
         self.next_session = 1
-        self.connections = 0
+        self.connections = collections.Counter()  # uid -> open connections
+        self.incomplete = collections.Counter()   # uid -> ... that have not completed a first message
+        self.tallies = limits.table_tallies()     # per-uid caps on what ring records make pumpd keep
+        self.errors = RateLimitedLog()
         self.serving = set()           # the connections' tasks
         self.bad_messages = 0
         self.events_ingested = 0
@@ -180,6 +96,7 @@ class Daemon:
 
     async def run(self, listen_sock=None, ready=None):
         self.stopping = asyncio.Event()
+        raise_descriptor_limit()
         for job in self.store.load(log):
             if job.alive():
                 self.jobs[job.id] = job
@@ -190,8 +107,9 @@ class Daemon:
         sock = self._listen(listen_sock)
         if self.metrics_listen:
             self._start_metrics()
-        tasks = [asyncio.create_task(coro) for coro in
-                 (self._accept(sock), self._ingest(), self._liveness(), self._sample_telemetry())]
+        bodies = {"accept": lambda: accept_forever(sock, self._admit, self.errors), "ingest": self._ingest,
+                  "liveness": self._liveness, "telemetry": self._sample_telemetry}
+        tasks = [asyncio.create_task(supervised(name, body, self.errors)) for name, body in bodies.items()]
         log.info("listening on %s", self.socket_path)
         if ready is not None:
             ready()
@@ -235,35 +153,48 @@ class Daemon:
         log.info("metrics on http://%s/metrics", self.metrics_listen)
 
     # ---- connections ----
-    async def _accept(self, listen_sock):
-        loop = asyncio.get_running_loop()
-        while True:
-            conn, _ = await loop.sock_accept(listen_sock)
-            if self.connections >= CONNECTIONS_MAX:
-                log.warning("refusing a connection: %d open", self.connections)
-                conn.close()
-                continue
-            conn.setblocking(False)
-            self.connections += 1
-            task = asyncio.create_task(self._serve(conn))
-            self.serving.add(task)  # the loop keeps only weak references to tasks
-            task.add_done_callback(self.serving.discard)
-
-    async def _serve(self, sock):
-        conn = None
+    def _admit(self, sock):
+        """A new connection: served, unless its uid (or everyone) is at a cap."""
         try:
-            conn = Connection(sock)
+            uid = peer_credentials(sock)[1]
+        except OSError:
+            sock.close()
+            return
+        why = (limits.over_cap(uid, self.connections[uid], limits.CONNECTIONS_PER_UID_MAX,
+                               sum(self.connections.values()), limits.CONNECTIONS_MAX)
+               or limits.over_cap(uid, self.incomplete[uid], limits.INCOMPLETE_PER_UID_MAX, 0, 1 << 62))
+        if why:
+            log.warning("refusing a connection of uid %d: %s", uid, why)
+            refuse(sock, f"too many connections: {why}")
+            return
+        sock.setblocking(False)
+        self.connections[uid] += 1
+        self.incomplete[uid] += 1
+        task = asyncio.create_task(self._serve(sock, uid))
+        self.serving.add(task)  # the loop keeps only weak references to tasks
+        task.add_done_callback(self.serving.discard)
+
+    async def _serve(self, sock, uid):
+        conn = None
+        complete = []  # the connection completed a first message
+
+        def first_message():
+            complete.append(True)
+            self.incomplete[uid] -= 1
+
+        try:
+            conn = Connection(sock, first_message)
             while True:
                 fds = []
                 try:
                     request = await conn.read_request(fds)
                     if request is None:
                         break
-                    reply, reply_fds = await self._handle(conn, request, fds)
+                    reply, reply_fds = await self._handled(conn, request, fds)
                     await conn.send(reply, fds=reply_fds)
                 except ProtocolError as exc:
                     self.bad_messages += 1
-                    log.info("pid %s: bad message: %s", conn.pid, exc)
+                    log.info("pid %s: bad message: %s", conn.pid, printable(str(exc)))
                     await conn.send({"error": str(exc)}, protocol.ERROR)
                     if not isinstance(exc, RequestError):
                         break  # the framing is broken: nothing after it can be trusted
@@ -272,11 +203,29 @@ class Daemon:
                         os.close(fd)
         except (ConnectionError, OSError) as exc:
             log.debug("connection closed: %s", exc)
+        except Exception as exc:  # noqa: BLE001 - a bug in serving one connection ends only it
+            self.errors.error("serving a connection", exc)
         finally:
-            self.connections -= 1
+            self.connections[uid] -= 1
+            if not complete:
+                self.incomplete[uid] -= 1
             if conn is not None and conn.session is not None:
                 conn.session.connected = False
             sock.close()
+
+    async def _handled(self, conn, request, fds):
+        """_handle's reply; an OSError (out of descriptors, memory) or a bug becomes an
+        error reply, and the connection stays."""
+        try:
+            return await self._handle(conn, request, fds)
+        except ProtocolError:
+            raise
+        except OSError as exc:
+            raise RequestError(f"{request['op']}: pumpd cannot now: {exc.strerror or exc}") from None
+        except Exception as exc:  # noqa: BLE001
+            self.errors.error(f"op {request['op']}", exc)
+            raise RequestError(f"{request['op']}: pumpd failed on it ({exc.__class__.__name__}); "
+                               "its log says more") from None
 
     async def _handle(self, conn, request, fds):
         op = request["op"]
@@ -294,8 +243,7 @@ class Daemon:
         if op == "resume":
             return self._resume(conn, fds), ()
         if op == "status":
-            return {"ok": True, "jobs": [j.status() for j in self._visible(conn.uid)],
-                    "pools": list(self.arbiter.pools.values())}, ()
+            return self._status(conn, request.get("offset", 0)), ()
         if op == "set":
             return self._set(conn, request), ()
         if op == "end":
@@ -305,10 +253,53 @@ class Daemon:
     def _visible(self, uid: int):
         return [j for j in self.jobs.values() if uid == 0 or j.uid == uid]
 
+    def _status(self, conn, offset: int) -> dict:
+        """The jobs the caller may see from offset on, as many as fit in one frame
+        (at most limits.STATUS_PAGE_JOBS); "next" is where the next page starts."""
+        jobs = sorted(self._visible(conn.uid), key=lambda j: (j.created, j.id))
+        pools = list(self.arbiter.pools.values())
+        room = protocol.PAYLOAD_MAX - len(protocol.encode({"ok": True, "jobs": [], "pools": pools,
+                                                          "total": len(jobs), "next": len(jobs)})) - 64
+        page = []
+        for job in jobs[offset: offset + limits.STATUS_PAGE_JOBS]:
+            row = job.status()
+            room -= len(protocol.encode(row)) - protocol.HEADER.size + 1
+            if room < 0 and page:
+                break
+            page.append(row)
+        after = offset + len(page)
+        return {"ok": True, "jobs": page, "pools": pools, "total": len(jobs),
+                "next": after if after < len(jobs) else None}
+
+    def _caller_started(self, conn):
+        """The calling process's start time, as it was when it connected: a job or a session
+        is tied to (pid, start time), and a pid that names another process by now is refused."""
+        if conn.started is None or start_time(conn.pid) != conn.started:
+            raise RequestError("the process that connected is gone; its pid names no process of yours")
+        return conn.started
+
+    def _room_for_job(self, uid: int):
+        why = limits.over_cap(uid, sum(j.uid == uid for j in self.jobs.values()), limits.JOBS_PER_UID_MAX,
+                              len(self.jobs), limits.JOBS_MAX)
+        if why:
+            raise RequestError(f"too many jobs: {why}")
+
+    def _allowed_terms(self, name: str):
+        """(the JobConfig of the system's jobs.d/NAME.toml or None, the Terms it allows)."""
+        try:
+            cfg = config.resolve_job({}, None, name, self.jobs_dir)
+        except config.ConfigError as exc:
+            log.warning("job %s: %s", name, exc)
+            return None, Terms()
+        return cfg, Terms.from_config(cfg)
+
     def _register(self, conn, request, fds) -> dict:
-        job = Job(Job.new_id(), request["name"], conn.uid, conn.pid, start_time(conn.pid),
+        self._room_for_job(conn.uid)
+        job = Job(Job.new_id(), request["name"], conn.uid, conn.pid, self._caller_started(conn),
                   request.get("policy") or "launch", request.get("capacity"))
         job.terms = Terms.from_request(request)
+        if conn.uid != 0:  # root is the administrator: its terms stand as sent
+            job.terms = job.terms.within(self._allowed_terms(job.name)[1], self.arbiter.pool is not None)
         if fds:
             job.trace = TraceWriter(fds.pop(), job.id, job.name)
         self.jobs[job.id] = job
@@ -319,30 +310,23 @@ class Daemon:
 
     def _job_for_attach(self, conn, request) -> Job:
         job_id = request["job"]
-        if job_id:
+        if job_id:  # pump-run's job (PUMP_JOB): pumpd made the id; another's job looks absent
             job = self.jobs.get(job_id)
-            if job is not None and job.uid != conn.uid:
-                raise RequestError(f"job {job_id} belongs to another user")
-            if job is not None:
-                return job
-        else:
-            parent = self._job_of_ancestor(conn.pid, conn.uid)
-            if parent is not None:
-                return parent
-            job_id = Job.new_id()
-        # A shim preloaded by hand, or one whose job this pumpd never saw: the
-        # system's jobs.d/NAME.toml still applies to it.
+            if job is None or job.uid != conn.uid:
+                raise RequestError(f"no job {job_id} of this user")
+            return job
+        parent = self._job_of_ancestor(conn.pid, conn.uid)
+        if parent is not None:
+            return parent
+        # A shim preloaded by hand: the system's jobs.d/NAME.toml still applies to it.
+        self._room_for_job(conn.uid)
         name = request["name"] or _process_name(conn.pid)
         policy, terms = request["policy"], Terms()
-        try:
-            cfg = config.resolve_job({}, None, name, self.jobs_dir) if request["name"] else None
-        except config.ConfigError as exc:
-            log.warning("job %s: %s", name, exc)
-            cfg = None
+        cfg = self._allowed_terms(name)[0] if request["name"] else None
         if cfg is not None:
             policy = cfg.policy if cfg.source["policy"] != "default" else policy
             terms = Terms.from_config(cfg)
-        job = Job(job_id, name, conn.uid, conn.pid, start_time(conn.pid), policy)
+        job = Job(Job.new_id(), name, conn.uid, conn.pid, self._caller_started(conn), policy)
         job.terms = terms
         self.jobs[job.id] = job
         log.info("job %s (%s) started by the shim of pid %d, uid %d", job.id, job.name, conn.pid, conn.uid)
@@ -362,14 +346,17 @@ class Daemon:
                 return job
         return None
 
-    def _sessions_of(self, uid: int) -> int:
-        return sum(len(j.sessions) for j in self.jobs.values() if j.uid == uid)
+    def _room_for_session(self, uid: int):
+        mine = sum(len(j.sessions) for j in self.jobs.values() if j.uid == uid)
+        everyone = sum(len(j.sessions) for j in self.jobs.values())
+        why = limits.over_cap(uid, mine, limits.SESSIONS_PER_UID_MAX, everyone, limits.SESSIONS_MAX)
+        if why:
+            raise RequestError(f"too many sessions: {why}")
 
     def _attach(self, conn, request):
         if conn.session is not None:
             raise RequestError("this connection has a session already")
-        if self._sessions_of(conn.uid) >= SESSIONS_PER_UID_MAX:
-            raise RequestError(f"uid {conn.uid} has {SESSIONS_PER_UID_MAX} sessions, the most allowed")
+        self._room_for_session(conn.uid)
         job = self._job_for_attach(conn, request)
         session_id = self._new_session_id()
         ring = channel.Ring.create(session_id, job.id)
@@ -382,6 +369,7 @@ class Daemon:
             raise RequestError(f"resume: carries {len(fds)} file descriptors; expected 2 (ring, plan)")
         if conn.session is not None:
             raise RequestError("this connection has a session already")
+        self._room_for_session(conn.uid)
         try:
             ring = channel.Ring.adopt(fds[0])
         except channel.ChannelError as exc:
@@ -405,7 +393,8 @@ class Daemon:
 
     def _open_session(self, conn, job, session_id, ring, plan, how: str):
         """The connection's process joins the job with this ring and plan."""
-        session = Session(session_id, conn.pid, start_time(conn.pid), ring, plan)
+        session = Session(session_id, conn.pid, self._caller_started(conn), ring, plan,
+                          limits.Quota(conn.uid, self.tallies))
         if job.policy == "lookahead":
             session.lookahead = lookahead.Lookahead(self._plan_budget(job),
                                                     lookahead.bandwidth(self.best_throughput))
@@ -601,10 +590,6 @@ class Daemon:
                        "uptime_s": time.monotonic() - self.started},
             "telemetry": self.telemetry_sample,
         }
-
-
-class RequestError(ProtocolError):
-    """A well-framed request the daemon refuses: the connection stays open."""
 
 
 def _process_name(pid: int) -> str:
