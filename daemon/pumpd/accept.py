@@ -20,6 +20,7 @@ log = logging.getLogger("pumpd")
 
 BACKOFF = 0.1          # seconds to wait when no descriptor can be had at all
 OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
+NO_DESCRIPTOR_LEFT = "pumpd is out of file descriptors; try again later"
 TRANSIENT = (errno.ECONNABORTED, errno.EINTR, errno.EAGAIN, errno.EPROTO, errno.EPERM)
 
 
@@ -71,7 +72,7 @@ class Reserve:
         except OSError:
             pass
         else:
-            refuse(conn, "pumpd is out of file descriptors; try again later")
+            refuse(conn, NO_DESCRIPTOR_LEFT)
         self.fd = self._open()
         return True
 

@@ -20,7 +20,7 @@ import time
 from pump import channel, config, protocol
 from pump.protocol import ProtocolError, printable
 from pump.trace import TraceWriter
-from pumpd.accept import accept_forever, raise_descriptor_limit, refuse
+from pumpd.accept import NO_DESCRIPTOR_LEFT, OUT_OF_DESCRIPTORS, accept_forever, raise_descriptor_limit, refuse
 from pumpd.arbiter import Arbiter, Terms
 from pumpd.connection import Connection, RequestError, peer_credentials
 from pumpd.jobs import Job, JobStore, Session, start_time
@@ -183,7 +183,12 @@ class Daemon:
             self.incomplete[uid] -= 1
 
         try:
-            conn = Connection(sock, first_message)
+            try:
+                conn = Connection(sock, first_message)  # reads /proc: needs a descriptor too
+            except OSError as exc:
+                if exc.errno in OUT_OF_DESCRIPTORS:
+                    refuse(sock, NO_DESCRIPTOR_LEFT)
+                raise
             while True:
                 fds = []
                 try:
