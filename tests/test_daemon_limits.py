@@ -61,16 +61,20 @@ def attach_as(path, job):
 
 
 @needs_root
-def test_a_job_id_from_another_user_never_touches_a_file(service, tmp_path):
-    precious = tmp_path / "precious.json"
-    precious.write_text("root's")
-    os.chmod(precious, 0o600)
-    for job in (str(tmp_path / "precious"), "../../" + str(tmp_path / "precious"), "jnotyours"):
-        reply = run_as_nobody(attach_as, service, job)
-        assert "job id" in reply or reply == f"no job {job} of this user", reply
-    time.sleep(1.5)  # the liveness sweep, which removed the file of a job gone
-    assert precious.read_text() == "root's"
-    assert protocol.ping(service)
+def test_a_job_id_from_another_user_never_touches_a_file(service):
+    where = pathlib.Path(tempfile.mkdtemp(dir="/tmp", prefix="p"))  # short: a job id was <= 31
+    try:
+        precious = where / "precious.json"
+        precious.write_text("root's")
+        os.chmod(precious, 0o600)
+        for job in (str(where / "precious"), "../../" + str(where / "precious")[1:], "jnotyours"):
+            reply = run_as_nobody(attach_as, service, job)
+            assert "job id" in reply or reply == f"no job {job} of this user", reply
+        time.sleep(1.5)  # the liveness sweep, which removed the file of a job gone
+        assert precious.read_text() == "root's"
+        assert protocol.ping(service)
+    finally:
+        shutil.rmtree(where)
 
 
 def test_attach_to_a_job_pumpd_does_not_know_is_refused(pumpd):
