@@ -29,6 +29,7 @@ import os
 import re
 import socket
 import struct
+import time
 
 from pump import headers
 from pump.config import PRIORITY_MAX, SHARE_MAX
@@ -182,8 +183,16 @@ class Client:
     def __init__(self, path: str, timeout: float = 5.0):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(timeout)
+        deadline = time.monotonic() + timeout
         try:
-            self.sock.connect(path)
+            while True:
+                try:
+                    self.sock.connect(path)
+                    break
+                except BlockingIOError:  # the listen backlog is full (a flood): wait a little
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.01)
         except OSError:
             self.sock.close()
             raise

@@ -90,7 +90,7 @@ class Daemon:
         finally:
             os.umask(old_umask)
         os.chmod(self.socket_path, self.socket_mode)
-        sock.listen(128)
+        sock.listen(socket.SOMAXCONN)  # a flood of connects waits in the kernel, not refused
         sock.setblocking(False)
         return sock
 
@@ -164,7 +164,7 @@ class Daemon:
                                sum(self.connections.values()), limits.CONNECTIONS_MAX)
                or limits.over_cap(uid, self.incomplete[uid], limits.INCOMPLETE_PER_UID_MAX, 0, 1 << 62))
         if why:
-            log.warning("refusing a connection of uid %d: %s", uid, why)
+            self.errors.warning(f"refusing connections of uid {uid}", why)
             refuse(sock, f"too many connections: {why}")
             return
         sock.setblocking(False)
@@ -540,6 +540,8 @@ class Daemon:
                                                   BLOCKING_TIMEOUT)
             except asyncio.TimeoutError:
                 log.warning("liveness check took over %g s", BLOCKING_TIMEOUT)
+            except OSError as exc:  # /proc unreadable for now (out of descriptors): next round
+                self.errors.warning("liveness check", exc.strerror or str(exc))
             else:
                 self._reap(verdicts)
             if self.exit_with is not None and start_time(self.exit_with) is None:

@@ -21,14 +21,26 @@ class RateLimitedLog:
         self.interval, self.last, self.suppressed = interval, {}, {}
 
     def error(self, where: str, exc: BaseException):
+        """A bug or a fault nobody foresaw: with its traceback."""
+        more = self._due(where)
+        if more is not None:
+            log.error("%s: unexpected %s: %s (pumpd goes on)%s", where, exc.__class__.__name__, exc,
+                      f"; {more} more since the last report" if more else "", exc_info=exc)
+
+    def warning(self, where: str, text: str):
+        """A fault foreseen (out of descriptors, a user at a cap): one line."""
+        more = self._due(where)
+        if more is not None:
+            log.warning("%s: %s%s", where, text, f" ({more} more since the last report)" if more else "")
+
+    def _due(self, where: str):
+        """None if where was reported within the interval, else how many were not since."""
         now = time.monotonic()
         if now - self.last.get(where, -self.interval) < self.interval:
             self.suppressed[where] = self.suppressed.get(where, 0) + 1
-            return
-        more = self.suppressed.pop(where, 0)
+            return None
         self.last[where] = now
-        log.error("%s: unexpected %s: %s (pumpd goes on)%s", where, exc.__class__.__name__, exc,
-                  f"; {more} more since the last report" if more else "", exc_info=exc)
+        return self.suppressed.pop(where, 0)
 
 
 async def supervised(name: str, body, errors: RateLimitedLog):
