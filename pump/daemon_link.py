@@ -90,7 +90,7 @@ class DaemonLink:
         try:
             try:
                 self._register(request, trace_fd)
-            except ConnectionError:
+            except (ConnectionError, FileNotFoundError):
                 if self.embedded is not None or self.socket_path == system_path:
                     raise
                 # The shared pumpd stopped (its grace period ended) as we came: start another.

@@ -82,8 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "job's capacity (default: on; --no-managed-all: leave them device memory, "
                         "as sharing CUDA tensors between processes needs)")
     p.add_argument("--daemon", dest="daemon_mode", choices=config.DAEMON_MODES,
-                   help="auto: the system pumpd if it answers, else one embedded for this job "
-                        "(default); system; embedded; none")
+                   help="auto: the system pumpd if it answers, else this user's shared pumpd, "
+                        "started if none runs (default); system; embedded: one for this job alone; none")
     p.add_argument("--trace", metavar="FILE", help="record the job's allocations and launches to FILE "
                                                    "(pump_channel.h's trace layout; needs a daemon)")
     p.add_argument("--socket", metavar="PATH", help="the system pumpd's socket (default: $PUMP_SOCKET "

@@ -183,10 +183,10 @@ def test_clients_refuse_a_daemon_of_another_uid(shared_dir, run_program):
     there, and the shim sent its attach request."""
     fake = ForeignDaemon(shared_dir)
     try:
-        env = dict(clean_env(), PUMP_SOCKET=fake.path)
-        status = subprocess.run([PUMP, "status"], env=env, capture_output=True, text=True, timeout=60)
+        env = dict(clean_env("XDG_RUNTIME_DIR"), PUMP_SOCKET=fake.path, TMPDIR=str(shared_dir))
+        status = subprocess.run([PUMP, "status", "--json"], env=env, capture_output=True, text=True, timeout=60)
         refusal = f"refusing the daemon on {fake.path}: it runs as uid {NOBODY}"
-        assert refusal in status.stderr and status.returncode == 1
+        assert status.stderr.startswith(f"pump: {refusal}") and json.loads(status.stdout)["daemons"] == []
         system = subprocess.run([PUMP_RUN, "--daemon", "system", "true"], env=env, capture_output=True,
                                 text=True, timeout=60)
         assert (system.returncode, system.stderr.startswith(f"pump-run: {refusal}")) == (2, True), system.stderr
@@ -206,6 +206,9 @@ d = pathlib.Path(sys.argv[1])
 (d / (sys.argv[2] + ".env")).write_text(os.environ["PUMP_SOCKET"] + " " + os.environ["PUMP_JOB"])
 while not (d / (sys.argv[2] + ".go")).exists():
     time.sleep(0.05)
+if len(sys.argv) > 3:
+    import subprocess
+    subprocess.run(sys.argv[3:], check=True)
 print("done", sys.argv[2])
 """
 
@@ -218,8 +221,8 @@ def user_env(shared_dir):
                 **{userd.GRACE_ENV: "1"})
 
 
-def start_job(name, directory, env):
-    return subprocess.Popen([PUMP_RUN, "--", sys.executable, "-c", JOB, str(directory), name], env=env,
+def start_job(name, directory, env, *then):
+    return subprocess.Popen([PUMP_RUN, "--", sys.executable, "-c", JOB, str(directory), name, *then], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
@@ -256,6 +259,23 @@ def test_two_jobs_share_one_daemon_that_outlives_the_first(shared_dir, user_env)
     assert (second.returncode, out, err) == (0, "done b\n", "")
     assert wait_until(lambda: gone(daemon_pid), 10)  # the grace period (1 s) after the last job
     assert not os.path.exists(sock_a)
+
+
+def test_a_job_runs_on_alone_when_the_shared_daemon_dies(shared_dir, user_env, c_build, run_program):
+    """A batch system that ends the first job's cgroup takes the daemon along: the jobs
+    left run their CUDA work correctly, the shim prefetching alone."""
+    bare = run_program("touch_linked", pump=False).result
+    env = dict(user_env, LD_LIBRARY_PATH=str(c_build / "plain"))
+    job = start_job("b", shared_dir, env, str(c_build / "plain" / "touch_linked"))
+    sock, _ = job_env(shared_dir, "b")
+    daemon_pid = protocol.ping(sock)["pid"]
+    os.kill(daemon_pid, signal.SIGKILL)
+    (shared_dir / "b.go").touch()
+    out, err = job.communicate(timeout=120)
+    assert job.returncode == 0, err
+    result = [json.loads(line) for line in out.splitlines() if line.startswith("{")][-1]
+    assert result["checksum"] == bare["checksum"]
+    assert err.startswith("pump:") and len(err.splitlines()) == 1  # the summary line, nothing else
 
 
 def test_race_of_two_starts_elects_one_daemon(shared_dir):

@@ -85,8 +85,9 @@ def main(argv=None) -> int:
     except config.ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
-    # An embedded pumpd shares the job's terminal: warnings only, unless -v.
-    _setup_logging("warning" if args.exit_with is not None else cfg.log_level, args.verbose)
+    # An embedded pumpd shares the job's terminal, a shared one writes a file that lives
+    # as long as the runtime directory: warnings only, unless -v.
+    _setup_logging("warning" if args.exit_with is not None or args.shared else cfg.log_level, args.verbose)
     try:
         socket_path = args.socket or cfg.socket or default_socket()
     except runtime_dir.RuntimeDirError as exc:
