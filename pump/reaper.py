@@ -36,8 +36,9 @@ _libc = ctypes.CDLL(None, use_errno=True)  # loaded before any fork: preexec_fn 
 
 
 def die_with_parent(parent_pid: int):
-    """In the child before exec: SIGKILL when pump-run dies, and now if it already has."""
-    if _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0 or os.getppid() != parent_pid:
+    """In the child before exec: SIGKILL when pump-run dies, and now if it already has (a
+    prctl that fails, which Linux never does for this option, leaves the watchdog alone)."""
+    if _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0 and os.getppid() != parent_pid:
         os.kill(os.getpid(), signal.SIGKILL)
 
 

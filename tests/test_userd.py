@@ -235,9 +235,9 @@ def job_env(directory, name):
 def test_two_jobs_share_one_daemon_that_outlives_the_first(shared_dir, user_env):
     """Before: each job had an embedded pumpd of its own (two sockets, two pump status
     daemons), and the first one's went with it."""
-    first = start_job("a", shared_dir, user_env)
-    sock_a, job_a = job_env(shared_dir, "a")
+    first = start_job("a", shared_dir, user_env)  # at once: both start a pumpd, one wins
     second = start_job("b", shared_dir, user_env)
+    sock_a, job_a = job_env(shared_dir, "a")
     sock_b, job_b = job_env(shared_dir, "b")
     assert sock_a == sock_b == os.path.join(user_env["XDG_RUNTIME_DIR"], "pump", runtime_dir.scope(),
                                             "pumpd.sock")
