@@ -267,9 +267,17 @@ def test_a_job_runs_on_alone_when_the_shared_daemon_dies(shared_dir, user_env, c
     bare = run_program("touch_linked", pump=False).result
     env = dict(user_env, LD_LIBRARY_PATH=str(c_build / "plain"))
     job = start_job("b", shared_dir, env, str(c_build / "plain" / "touch_linked"))
-    sock, _ = job_env(shared_dir, "b")
+    sock, job_b = job_env(shared_dir, "b")
     daemon_pid = protocol.ping(sock)["pid"]
     os.kill(daemon_pid, signal.SIGKILL)
+    assert wait_until(lambda: gone(daemon_pid))
+    # The next job starts a successor, which picks up the job left running.
+    later = start_job("c", shared_dir, env)
+    assert job_env(shared_dir, "c")[0] == sock and protocol.ping(sock)["pid"] != daemon_pid
+    with protocol.Client(sock) as client:
+        assert job_b in [j["job"] for j in client.request({"op": "status"})["jobs"]]
+    (shared_dir / "c.go").touch()
+    assert later.wait(60) == 0
     (shared_dir / "b.go").touch()
     out, err = job.communicate(timeout=120)
     assert job.returncode == 0, err
