@@ -349,3 +349,31 @@ def test_the_parent_death_signal_is_set_in_the_child(shared_dir):
     got = subprocess.run([PUMP_RUN, "--daemon", "none", "--", sys.executable, "-c", probe], env=clean_env(),
                          capture_output=True, text=True, timeout=60)
     assert got.stdout.strip() == str(int(signal.SIGKILL))
+
+
+def test_a_daemon_of_another_protocol_version_is_refused_by_name(shared_dir):
+    """Before: "unsupported protocol version 2; this pumpd speaks 1", as if the client were pumpd."""
+    path = str(shared_dir / "pumpd.sock")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(path)
+    listener.listen(4)
+
+    def answer():  # a future pumpd: its error reply in its own version's framing
+        conn, _ = listener.accept()
+        conn.recv(4096)
+        payload = b'{"error":"unsupported protocol version"}'
+        conn.sendall(protocol.HEADER.pack(protocol.MAGIC, protocol.VERSION + 1, protocol.ERROR,
+                                          len(payload), 0) + payload)
+        conn.close()
+
+    import threading
+    thread = threading.Thread(target=answer)
+    thread.start()
+    try:
+        with pytest.raises(protocol.PeerError) as refused, protocol.Client(path) as client:
+            client.request({"op": "ping"})
+    finally:
+        thread.join(10)
+        listener.close()
+    assert str(refused.value) == (f"the pumpd on {path} speaks protocol version {protocol.VERSION + 1}; this "
+                                  f"pump speaks {protocol.VERSION} (stop that pumpd, or run the pump it came with)")
