@@ -221,9 +221,24 @@ def user_env(shared_dir):
                 **{userd.GRACE_ENV: "1"})
 
 
+_started = []  # the pump-runs a test started, killed if it fails before they end
+
+
+@pytest.fixture(autouse=True)
+def _kill_leftover_jobs():
+    yield
+    while _started:
+        job = _started.pop()
+        if job.poll() is None:
+            job.kill()  # SIGKILL: the watchdog ends its tree (pump/reaper.py)
+            job.wait()
+
+
 def start_job(name, directory, env, *then):
-    return subprocess.Popen([PUMP_RUN, "--", sys.executable, "-c", JOB, str(directory), name, *then], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    _started.append(subprocess.Popen([PUMP_RUN, "--", sys.executable, "-c", JOB, str(directory), name, *then],
+                                     env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     start_new_session=True))
+    return _started[-1]
 
 
 def job_env(directory, name):
