@@ -46,7 +46,9 @@ def daemon_sockets() -> list:
     daemons' (own files only)."""
     paths = [protocol.default_socket()]
     try:
-        paths.append(runtime_dir.user_socket(create=False))
+        shared = runtime_dir.user_socket(create=False)
+        if shared not in paths:
+            paths.append(shared)
     except (runtime_dir.RuntimeDirError, OSError):
         pass  # none yet, or a directory pump will not trust
     for path in sorted(glob.glob(os.path.join(tempfile.gettempdir(), "pumpd-*", "pumpd.sock"))):
