@@ -1,7 +1,8 @@
 """pump-run's link to a pumpd: find one (or start one for this job), register the job.
 
 Modes (``--daemon``, ``[daemon] mode``):
-  auto      the system pumpd if its socket answers, else an embedded one
+  auto      the system pumpd if its socket answers, else the user's shared pumpd
+            (pump/userd.py; started if none answers), which all of the user's jobs share
   system    the system pumpd; an error if none answers
   embedded  a pumpd started for this job alone, in a private directory, gone with it
   none      no daemon: the shim prefetches on its own (PUMP_SOCKET="")
@@ -20,13 +21,29 @@ import sys
 import tempfile
 import time
 
-from pump import config, protocol
+from pump import config, protocol, userd
 
 READY_TIMEOUT = 15.0  # seconds an embedded pumpd may take to start listening
 
 
 class DaemonError(Exception):
     """No daemon where the mode requires one; str() says what to do."""
+
+
+def _answers(path: str, mode: str) -> bool:
+    """Whether a pumpd we may talk to answers at path; one of another uid or protocol
+    version is an error under --daemon system, passed over with a warning under auto."""
+    try:
+        with protocol.Client(path, 1.0) as client:
+            client.request({"op": "ping"})
+        return True
+    except protocol.PeerError as exc:
+        if mode == "system":
+            raise DaemonError(str(exc)) from None
+        print(f"pump-run: warning: {exc}; using this user's own pumpd", file=sys.stderr)
+        return False
+    except (OSError, protocol.ProtocolError):
+        return False
 
 
 class DaemonLink:
@@ -51,13 +68,15 @@ class DaemonLink:
                 raise DaemonError("--trace needs a daemon (--daemon auto, system or embedded)")
             return
         system_path = cfg.daemon_socket or protocol.default_socket()
-        if mode in ("auto", "system") and protocol.ping(system_path) is not None:
+        if mode in ("auto", "system") and _answers(system_path, mode):
             self.socket_path = system_path
         elif mode == "system":
             raise DaemonError(f"no pumpd answers on {system_path} (start the service: "
                               "scripts/install-service; or use --daemon auto)")
-        else:
+        elif mode == "embedded":
             self._start_embedded(verbose)
+        else:
+            self.socket_path = userd.shared_socket(verbose)
         request = {"op": "register", "name": name, "policy": cfg.policy or "launch", **config.budget_terms(cfg)}
         if cfg.capacity is not None:
             request["capacity"] = cfg.capacity
@@ -69,11 +88,21 @@ class DaemonLink:
                 raise DaemonError(f"--trace {cfg.trace_file}: {exc.strerror}") from None
             request["trace"] = True
         try:
-            with protocol.Client(self.socket_path) as client:
-                self.job = client.request(request, fds=trace_fd)["job"]
+            try:
+                self._register(request, trace_fd)
+            except (ConnectionError, FileNotFoundError):
+                if self.embedded is not None or self.socket_path == system_path:
+                    raise
+                # The shared pumpd stopped (its grace period ended) as we came: start another.
+                self.socket_path = userd.shared_socket(verbose)
+                self._register(request, trace_fd)
         finally:
             for fd in trace_fd:
                 os.close(fd)
+
+    def _register(self, request, fds):
+        with protocol.Client(self.socket_path) as client:
+            self.job = client.request(request, fds=fds)["job"]
 
     def end(self):
         """Tell pumpd the command has exited: it reads what is left and closes the trace."""

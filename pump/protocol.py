@@ -74,6 +74,10 @@ class ProtocolError(Exception):
     """A message that breaks the framing or the schema; str() says what and what is allowed."""
 
 
+class PeerError(ProtocolError):
+    """The daemon is not one pump may talk to (another uid, another protocol version)."""
+
+
 # ---- request schema: op -> {field: (kind, required, bound)} ----
 def _size_or_none(v):
     return v is None or (isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 64)
@@ -177,10 +181,24 @@ def default_socket() -> str:
     return os.environ.get(SOCKET_ENV) or SYSTEM_SOCKET
 
 
+def check_peer(sock, path: str):
+    """Before anything is sent: the daemon is the caller's uid or root, else PeerError, so no
+    request, job name or trace descriptor reaches another user.  SO_PEERCRED gives the
+    credentials the daemon had when it called listen(): a system service that listens as
+    root and then drops privileges still shows uid 0; one run as a dedicated user from the
+    start is refused (docs/daemon-sharing.md)."""
+    _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                          struct.calcsize("3i")))
+    if uid not in (0, os.geteuid()):
+        raise PeerError(f"refusing the daemon on {path}: it runs as uid {uid}; pump talks only to "
+                        f"a pumpd of its own uid ({os.geteuid()}) or root's")
+
+
 class Client:
     """One connection to pumpd; request() sends a request and returns the reply."""
 
     def __init__(self, path: str, timeout: float = 5.0):
+        self.path = path
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(timeout)
         deadline = time.monotonic() + timeout
@@ -193,7 +211,8 @@ class Client:
                     if time.monotonic() > deadline:
                         raise
                     time.sleep(0.01)
-        except OSError:
+            check_peer(self.sock, path)
+        except (OSError, PeerError):
             self.sock.close()
             raise
 
@@ -225,6 +244,10 @@ class Client:
     def _read_message(self):
         self.received_fds = []
         header = self._read_exact(HEADER.size)
+        magic, version = HEADER.unpack(header)[:2]
+        if magic == MAGIC and version != VERSION:
+            raise PeerError(f"the pumpd on {self.path} speaks protocol version {version}; this pump "
+                            f"speaks {VERSION} (stop that pumpd, or run the pump it came with)")
         kind, length = parse_header(header)
         return kind, parse_payload(self._read_exact(length))
 

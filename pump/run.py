@@ -43,7 +43,7 @@ import tempfile
 
 import pump
 from pump.cli_common import OneLineParser, die
-from pump import config, shim, stats, torch_env
+from pump import config, reaper, shim, stats, torch_env
 from pump.daemon_link import DaemonError, DaemonLink
 from pump.protocol import ProtocolError
 
@@ -82,8 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "job's capacity (default: on; --no-managed-all: leave them device memory, "
                         "as sharing CUDA tensors between processes needs)")
     p.add_argument("--daemon", dest="daemon_mode", choices=config.DAEMON_MODES,
-                   help="auto: the system pumpd if it answers, else one embedded for this job "
-                        "(default); system; embedded; none")
+                   help="auto: the system pumpd if it answers, else this user's shared pumpd, "
+                        "started if none runs (default); system; embedded: one for this job alone; none")
     p.add_argument("--trace", metavar="FILE", help="record the job's allocations and launches to FILE "
                                                    "(pump_channel.h's trace layout; needs a daemon)")
     p.add_argument("--socket", metavar="PATH", help="the system pumpd's socket (default: $PUMP_SOCKET "
@@ -167,14 +167,20 @@ class _HeldSignals:
         signal.pthread_sigmask(signal.SIG_SETMASK, self.old_mask)
 
 
+def _start_child(old_mask, parent: int):
+    signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+    reaper.die_with_parent(parent)  # a SIGKILLed pump-run takes its job along (pump/reaper.py)
+
+
 def run_child(command, env, held: _HeldSignals) -> int:
     """Run command, forwarding signals (see the module docstring); return its exit code."""
+    parent = os.getpid()
     try:
         proc = subprocess.Popen(
             command, env=env, close_fds=False,  # pass on fds as a bare exec would
             # the child starts with pump-run's original mask (pump-run has no threads,
             # so preexec_fn is safe here)
-            preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_SETMASK, held.old_mask),
+            preexec_fn=lambda: _start_child(held.old_mask, parent),
         )
     except OSError as exc:
         name = command[0]
@@ -272,10 +278,13 @@ def main(argv=None) -> int:
         link.close()
         link = DaemonLink()
 
+    watchdog = reaper.Watchdog()  # before the signals are held: it starts with none blocked
     with _HeldSignals() as held:
         stats_dir = tempfile.mkdtemp(prefix="pump-run-")  # mode 0700
         try:
-            rc = run_child(command, child_env(args, cfg, shim_file, stats_dir, link), held)
+            env = child_env(args, cfg, shim_file, stats_dir, link)
+            rc = run_child(command, dict(env, **watchdog.env()), held)
+            watchdog.disarm()
             link.end()
             ok = report(stats_dir, args, command, rc, stats_file)
         finally:

@@ -1,8 +1,9 @@
 """`pump status [--json]`: the jobs pumpd runs that the caller may see, and how each
 GPU's pool is divided among jobs (pumpd.toml [budgets] gpu_pool).
 
-It asks the system pumpd ($PUMP_SOCKET, else /run/pump/pumpd.sock) and every
-embedded pumpd the caller's own pump-run jobs started (their sockets sit in the
+It asks the system pumpd ($PUMP_SOCKET, else /run/pump/pumpd.sock), the caller's
+shared pumpd (pump/userd.py: the jobs the user runs without a service, together) and
+every embedded pumpd the caller's own pump-run jobs started (their sockets sit in the
 caller's private temp directories).  pumpd decides what the caller sees from
 the socket's peer credentials: a user's own jobs, or all jobs for root.
 """
@@ -13,7 +14,7 @@ import os
 import sys
 import tempfile
 
-from pump import protocol
+from pump import protocol, runtime_dir
 from pump.stats import human_bytes
 
 
@@ -43,8 +44,15 @@ COLUMNS = (  # (heading, format of a job)
 
 
 def daemon_sockets() -> list:
-    """The system daemon's socket, then the caller's embedded daemons' (own files only)."""
+    """The system daemon's socket, the caller's shared one, then the caller's embedded
+    daemons' (own files only)."""
     paths = [protocol.default_socket()]
+    try:
+        shared = runtime_dir.user_socket(create=False)
+        if shared not in paths:
+            paths.append(shared)
+    except (runtime_dir.RuntimeDirError, OSError):
+        pass  # none yet, or a directory pump will not trust
     for path in sorted(glob.glob(os.path.join(tempfile.gettempdir(), "pumpd-*", "pumpd.sock"))):
         try:
             if os.stat(path).st_uid == os.geteuid() and path not in paths:
@@ -60,6 +68,9 @@ def collect():
     for path in daemon_sockets():
         try:
             pages = _pages(path)
+        except protocol.PeerError as exc:
+            print(f"pump: {exc}", file=sys.stderr)
+            continue
         except (OSError, protocol.ProtocolError):
             continue
         daemons.append(path)

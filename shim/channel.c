@@ -418,6 +418,23 @@ static void close_fd(_Atomic int *fd)
         close(old);
 }
 
+/* Before anything is sent, the daemon must be this user's or root's (SO_PEERCRED):
+ * another user's socket in its place never gets the job's name, ring or plan. */
+static bool peer_trusted(int fd, const char *path)
+{
+    struct ucred peer;
+    socklen_t length = sizeof peer;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0 || length != sizeof peer) {
+        pump_log_once("cannot read the credentials of the daemon at %s: not attaching", path);
+        return false;
+    }
+    if (peer.uid == 0 || peer.uid == geteuid())
+        return true;
+    pump_log_once("the daemon at %s runs as uid %u, neither this user's (%u) nor root: not attaching",
+                  path, (unsigned)peer.uid, (unsigned)geteuid());
+    return false;
+}
+
 static int connect_to(const char *path)
 {
     struct sockaddr_un address = {.sun_family = AF_UNIX};
@@ -434,7 +451,7 @@ static int connect_to(const char *path)
     struct timeval timeout = {IO_TIMEOUT_S, 0};
     if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout) != 0 ||
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout) != 0 ||
-        connect(fd, (struct sockaddr *)&address, sizeof address) != 0) {
+        connect(fd, (struct sockaddr *)&address, sizeof address) != 0 || !peer_trusted(fd, path)) {
         close_fd(&socket_fd);
         return -1;
     }

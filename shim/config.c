@@ -7,10 +7,14 @@
  * the GPU have anything to be warned about.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include "shim.h"
 
@@ -141,6 +145,24 @@ PUMP_HIDDEN void pump_config_report(void)
                     bad_values[i].allowed, bad_values[i].fallback);
 }
 
+/* The user's shared pumpd lives under a directory named after the boot and the pid
+ * namespace (pump/runtime_dir.py's scope()): "<first 8 of boot_id>-<pid ns inode>". */
+static bool runtime_scope(char *out, size_t size)
+{
+    char boot[9] = {0};
+    struct stat ns;
+    int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t got = read(fd, boot, 8);
+    close(fd);
+    if (got != 8 || stat("/proc/self/ns/pid", &ns) != 0)
+        return false;
+    int length = snprintf(out, size, "%s-%lu", boot, (unsigned long)ns.st_ino);
+    return length > 0 && (size_t)length < size;
+}
+
+
 PUMP_HIDDEN void pump_config_load(void)
 {
     const char *v;
@@ -226,14 +248,11 @@ PUMP_HIDDEN void pump_config_load(void)
     if (!pump_config.daemon_off && pump_config.socket_paths[0] == NULL) {
         pump_config.socket_paths[0] = "/run/pump/pumpd.sock";
         const char *runtime = getenv("XDG_RUNTIME_DIR");
-        if (runtime != NULL && runtime[0] == '/') {
-            static const char suffix[] = "/pump/pumpd.sock";
-            size_t length = strlen(runtime);
-            if (length + sizeof suffix <= sizeof user_socket) {
-                memcpy(user_socket, runtime, length);
-                memcpy(user_socket + length, suffix, sizeof suffix);
+        char scope[64];
+        if (runtime != NULL && runtime[0] == '/' && runtime_scope(scope, sizeof scope)) {
+            int length = snprintf(user_socket, sizeof user_socket, "%s/pump/%s/pumpd.sock", runtime, scope);
+            if (length > 0 && (size_t)length < sizeof user_socket)
                 pump_config.socket_paths[1] = user_socket;
-            }
         }
     }
 }

@@ -21,7 +21,7 @@ import cffi
 import pytest
 
 from helpers import clean_env
-from pump import channel, stats
+from pump import channel, runtime_dir, stats
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MiB = 1 << 20
@@ -632,11 +632,12 @@ def test_resume_after_the_daemon_goes_away(job, daemon, sockdir):
 
 
 def test_empty_socket_means_no_daemon_and_unset_finds_the_users(run_program, sockdir):
-    """PUMP_SOCKET unset: /run/pump/pumpd.sock, then $XDG_RUNTIME_DIR/pump/pumpd.sock."""
+    """PUMP_SOCKET unset: /run/pump/pumpd.sock, then the user's shared pumpd's,
+    $XDG_RUNTIME_DIR/pump/<boot and pid namespace>/pumpd.sock (pump/runtime_dir.py)."""
     if os.path.exists("/run/pump/pumpd.sock"):
         pytest.skip("a system pumpd is running here")
-    (sockdir / "pump").mkdir()
-    d = Daemon(sockdir / "pump" / "pumpd.sock", Ring(), Plan())
+    (sockdir / "pump" / runtime_dir.scope()).mkdir(parents=True)
+    d = Daemon(sockdir / "pump" / runtime_dir.scope() / "pumpd.sock", Ring(), Plan())
     try:
         off = run_program("touch_linked", env={"PUMP_SOCKET": "", "XDG_RUNTIME_DIR": str(sockdir)})
         assert off.result["gpu_faults"] == 0 and off.proc.stderr == ""

@@ -65,10 +65,10 @@ def test_daemon_system_registers_the_job(tmp_path):
         stop_pumpd(daemon)
 
 
-def test_auto_starts_an_embedded_daemon_that_goes_with_the_job(tmp_path):
+def test_embedded_starts_a_daemon_that_goes_with_the_job(tmp_path):
     env = clean_env()
     env["PUMP_SOCKET"] = str(tmp_path / "no-service.sock")
-    out, proc = report(env=env)
+    out, proc = report("--daemon", "embedded", env=env)
     socket_path = out["PUMP_SOCKET"]
     assert socket_path != env["PUMP_SOCKET"] and socket_path.endswith("/pumpd.sock")
     assert [j["job"] for j in out["jobs"]] == [out["PUMP_JOB"]]

@@ -4,8 +4,9 @@ pumpd never forks itself into the background (systemd runs it as a foreground
 process, Type=notify; `--foreground` is accepted for clarity).  Its socket:
 --socket, else the config file's [daemon] socket, else $PUMP_SOCKET, else
 $RUNTIME_DIRECTORY/pumpd.sock under systemd, /run/pump/pumpd.sock for root, and
-$XDG_RUNTIME_DIR/pump/pumpd.sock (or a directory of its own under /tmp) for
-anyone else.  Job state lives in a 0700 "jobs" directory beside the socket.
+pumpd.sock in the user's checked runtime directory (pump/runtime_dir.py) for anyone
+else.  Job state lives in a 0700 "jobs" directory beside the socket.  --shared: the
+user's shared pumpd (pump/userd.py), elected by a lock beside its socket.
 """
 
 import argparse
@@ -14,9 +15,8 @@ import logging
 import os
 import signal
 import sys
-import tempfile
 
-from pump import config, protocol
+from pump import config, protocol, runtime_dir, userd
 from pumpd import systemd
 from pumpd.jobs import StateDirError
 from pumpd.server import Daemon
@@ -31,9 +31,7 @@ def default_socket() -> str:
         return os.path.join(os.environ["RUNTIME_DIRECTORY"].split(":")[0], "pumpd.sock")
     if os.geteuid() == 0:
         return protocol.SYSTEM_SOCKET
-    if os.environ.get("XDG_RUNTIME_DIR"):
-        return os.path.join(os.environ["XDG_RUNTIME_DIR"], "pump", "pumpd.sock")
-    return os.path.join(tempfile.gettempdir(), f"pump-{os.geteuid()}", "pumpd.sock")
+    return runtime_dir.user_socket()
 
 
 def is_system_socket(path: str) -> bool:
@@ -49,6 +47,10 @@ def build_parser():
     p.add_argument("-v", dest="verbose", action="count", default=0, help="more logging")
     # pump-run's embedded daemon: stop when that process is gone.
     p.add_argument("--exit-with", metavar="PID", type=int, help=argparse.SUPPRESS)
+    # pump-run's shared pumpd (pump/userd.py): hold the election lock; stop after
+    # --idle-exit seconds without a job.
+    p.add_argument("--shared", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--idle-exit", metavar="SECONDS", type=float, help=argparse.SUPPRESS)
     return p
 
 
@@ -94,9 +96,20 @@ def main(argv=None) -> int:
     except config.ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
-    # An embedded pumpd shares the job's terminal: warnings only, unless -v.
-    _setup_logging("warning" if args.exit_with is not None else cfg.log_level, args.verbose)
-    socket_path = args.socket or cfg.socket or default_socket()
+    # An embedded pumpd shares the job's terminal, a shared one writes a file that lives
+    # as long as the runtime directory: warnings only, unless -v.
+    _setup_logging("warning" if args.exit_with is not None or args.shared else cfg.log_level, args.verbose)
+    try:
+        socket_path = args.socket or cfg.socket or default_socket()
+    except runtime_dir.RuntimeDirError as exc:
+        log.error("%s", exc)
+        return 2
+    election = None  # the lock, held open until pumpd exits
+    if args.shared:
+        election = userd.hold_lock(socket_path)
+        if election is None:
+            log.info("another pumpd of this user serves %s: leaving it to that one", socket_path)
+            return 0
     telemetry = None
     if args.exit_with is None:  # an embedded pumpd serves one job: no GPU telemetry
         from pumpd.telemetry import Telemetry
@@ -109,7 +122,7 @@ def main(argv=None) -> int:
                         socket_mode=0o666 if is_system_socket(socket_path) else 0o600,
                         telemetry=telemetry, metrics_listen=cfg.metrics_listen,
                         default_budget=_budget_bytes(cfg.default_budget), jobs_dir=cfg.jobs_dir,
-                        gpu_pool=cfg.gpu_pool)
+                        gpu_pool=cfg.gpu_pool, idle_exit=args.idle_exit)
     except StateDirError as exc:
         log.error("%s", exc)
         return 1

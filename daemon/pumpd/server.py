@@ -43,10 +43,12 @@ class Daemon:
     def __init__(self, socket_path: str, state_dir: str, exit_with: int = None,
                  socket_mode: int = 0o600, telemetry=None, metrics_listen: str = None,
                  default_budget: int = None, jobs_dir: str = config.DEFAULT_JOBS_DIR,
-                 gpu_pool: str = None):
+                 gpu_pool: str = None, idle_exit: float = None):
         self.socket_path = socket_path
         self.store = JobStore(state_dir)
         self.exit_with = exit_with
+        self.idle_exit = idle_exit     # a shared pumpd stops after this long without a job
+        self.idle_since = time.monotonic()
         self.socket_mode = socket_mode
         self.telemetry = telemetry
         self.metrics_listen = metrics_listen
@@ -547,6 +549,17 @@ class Daemon:
             if self.exit_with is not None and start_time(self.exit_with) is None:
                 log.info("pid %d is gone: stopping (embedded pumpd)", self.exit_with)
                 self.stop()
+            if self.idle_exit is not None:
+                self._stop_when_idle()
+
+    def _stop_when_idle(self):
+        if self.jobs:
+            self.idle_since = None
+        elif self.idle_since is None:
+            self.idle_since = time.monotonic()
+        elif time.monotonic() - self.idle_since >= self.idle_exit:
+            log.info("no job for %g s: stopping (shared pumpd)", self.idle_exit)
+            self.stop()
 
     def _check_liveness(self):
         """Which jobs and processes are dead, and each job's process tree (host
