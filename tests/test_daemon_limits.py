@@ -211,6 +211,21 @@ def test_function_and_allocation_tables_are_capped_per_user():
     assert tallies["functions"].held[7] == 2
 
 
+def test_a_huge_allocation_record_does_not_stall_the_planner():
+    import threading
+    from pumpd import limits, lookahead
+    from pumpd.jobs import Session
+    ring, plan = channel.Ring.create(1, "jx", 1024), channel.Plan.create()
+    session = Session(1, os.getpid(), 0.0, ring, plan, limits.Quota(7, limits.table_tallies()))
+    session.lookahead = lookahead.Lookahead(1 << 30, 1e10)
+    worker = threading.Thread(target=session.ingest, args=(channel.Batch(allocs=[(1 << 21, 1 << 62)]),),
+                              daemon=True)  # one ALLOC record naming 2**62 bytes: 2**41 blocks
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive(), "the planner took over 10 s over one record"
+    assert session.quota.dropped["planned_blocks"] == 1
+
+
 # ---- status pages ----
 def test_status_with_many_jobs_reaches_root_in_pages(pumpd, capsys):
     path, _ = pumpd
