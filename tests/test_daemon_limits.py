@@ -5,7 +5,6 @@ terms are held to what jobs.d allows, a pid is tied to its process, names are
 escaped, and bad requests and config files get one clear line."""
 
 import asyncio
-import json
 import os
 import pathlib
 import resource
@@ -18,7 +17,7 @@ import time
 
 import pytest
 
-from fakeshim import FakeShim, raw_connect
+from fakeshim import raw_connect
 from helpers import PUMP_RUN, clean_env, start_pumpd, stop_pumpd
 from pump import channel, protocol
 from test_daemon import NOBODY, frame, run_as_nobody, send_raw, status, wait_for
@@ -161,7 +160,7 @@ def idle_connections(path, n):
 def test_incomplete_connections_are_capped_per_user(service):
     from pumpd import limits
     told = run_as_nobody(idle_connections, service, limits.INCOMPLETE_PER_UID_MAX + 1)
-    assert "too many connections: uid 65534 has 32" in told, told
+    assert "too many connections: uid 65534 has 32 connections without a complete first message" in told, told
     assert protocol.ping(service)
 
 
