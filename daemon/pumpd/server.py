@@ -281,7 +281,9 @@ class Daemon:
     def _allowed_terms(self, name: str):
         """(the JobConfig of the system's jobs.d/NAME.toml or None, the Terms it allows)."""
         try:
-            cfg = config.resolve_job({}, None, name, self.jobs_dir)
+            cfg = config.resolve_job({}, None, config.check_name(name), self.jobs_dir)
+        except ValueError:  # not a name a jobs.d file can have: the defaults
+            return None, Terms()
         except config.ConfigError as exc:
             log.warning("job %s: %s", name, exc)
             return None, Terms()
