@@ -253,6 +253,36 @@ def test_register_terms_are_held_to_what_jobs_d_allows():
     assert modest.within(Terms(), pooled=True) == modest
 
 
+def register_greedy(path):
+    """As another user: claim far more than jobs.d allows; what pumpd kept of it."""
+    with protocol.Client(path) as c:
+        for name, share in (("greedy", 1000), ("plain", 50)):
+            c.request({"op": "register", "name": name, "share": share, "priority": 1000,
+                       "min_budget": 24 << 20, "budget": 24 << 20})
+        return {j["name"]: j for j in c.request({"op": "status"})["jobs"]}
+
+
+@needs_root
+def test_another_users_register_terms_are_held_in_pumpd(tmp_path):
+    run_dir = pathlib.Path(tempfile.mkdtemp(prefix="pump-test-"))
+    os.chmod(run_dir, 0o755)
+    (tmp_path / "jobs.d").mkdir()
+    (tmp_path / "jobs.d" / "greedy.toml").write_text("[memory]\nshare = 2\n")
+    (tmp_path / "pumpd.toml").write_text(f'[daemon]\njobs_dir = "{tmp_path / "jobs.d"}"\n'
+                                         '[budgets]\ngpu_pool = "24MiB"\n')
+    path = str(run_dir / "pumpd.sock")
+    proc = start_pumpd(path, "--config", str(tmp_path / "pumpd.toml"),
+                       env=dict(clean_env(), RUNTIME_DIRECTORY=str(run_dir)))
+    try:
+        jobs = run_as_nobody(register_greedy, path)
+        held = {name: (j["share"], j["priority"], j["min_budget_bytes"], j["max_budget_bytes"],
+                       j["budget_source"]) for name, j in jobs.items()}
+        assert held == {"greedy": (2, 0, 0, 24 << 20, "arbiter"), "plain": (1, 0, 0, 24 << 20, "arbiter")}
+    finally:
+        stop_pumpd(proc)
+        shutil.rmtree(run_dir)
+
+
 def test_a_job_is_not_tied_to_a_pid_whose_process_is_gone(pumpd):
     path, _ = pumpd
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
