@@ -82,11 +82,12 @@ def collect():
 
 
 def _pages(path) -> list:
-    """Every page of one daemon's status reply (a page is what fits in one frame)."""
+    """Every page of one daemon's status reply (a page is what fits in one frame).  The
+    first request names no offset, so a pumpd from before pages answers it (all at once)."""
     pages, offset = [], 0
     with protocol.Client(path, timeout=2.0) as client:
         while offset is not None and len(pages) < PAGES_MAX:
-            pages.append(client.request({"op": "status", "offset": offset}))
+            pages.append(client.request({"op": "status", **({"offset": offset} if offset else {})}))
             after = pages[-1].get("next")
             offset = after if isinstance(after, int) and after > offset else None
     return pages

@@ -9,7 +9,6 @@ import pathlib
 import resource
 import shutil
 import socket
-import subprocess
 import tempfile
 import threading
 import time

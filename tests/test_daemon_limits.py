@@ -5,7 +5,6 @@ terms are held to what jobs.d allows, a pid is tied to its process, names are
 escaped, and bad requests and config files get one clear line."""
 
 import asyncio
-import json
 import os
 import pathlib
 import resource
@@ -18,7 +17,7 @@ import time
 
 import pytest
 
-from fakeshim import FakeShim, raw_connect
+from fakeshim import raw_connect
 from helpers import PUMP_RUN, clean_env, start_pumpd, stop_pumpd
 from pump import channel, protocol
 from test_daemon import NOBODY, frame, run_as_nobody, send_raw, status, wait_for
@@ -161,7 +160,7 @@ def idle_connections(path, n):
 def test_incomplete_connections_are_capped_per_user(service):
     from pumpd import limits
     told = run_as_nobody(idle_connections, service, limits.INCOMPLETE_PER_UID_MAX + 1)
-    assert "too many connections: uid 65534 has 32" in told, told
+    assert "too many connections: uid 65534 has 32 connections without a complete first message" in told, told
     assert protocol.ping(service)
 
 
@@ -211,6 +210,21 @@ def test_function_and_allocation_tables_are_capped_per_user():
     assert tallies["functions"].held[7] == 2
 
 
+def test_a_huge_allocation_record_does_not_stall_the_planner():
+    import threading
+    from pumpd import limits, lookahead
+    from pumpd.jobs import Session
+    ring, plan = channel.Ring.create(1, "jx", 1024), channel.Plan.create()
+    session = Session(1, os.getpid(), 0.0, ring, plan, limits.Quota(7, limits.table_tallies()))
+    session.lookahead = lookahead.Lookahead(1 << 30, 1e10)
+    worker = threading.Thread(target=session.ingest, args=(channel.Batch(allocs=[(1 << 21, 1 << 62)]),),
+                              daemon=True)  # one ALLOC record naming 2**62 bytes: 2**41 blocks
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive(), "the planner took over 10 s over one record"
+    assert session.quota.dropped["planned_blocks"] == 1
+
+
 # ---- status pages ----
 def test_status_with_many_jobs_reaches_root_in_pages(pumpd, capsys):
     path, _ = pumpd
@@ -237,6 +251,36 @@ def test_register_terms_are_held_to_what_jobs_d_allows():
     assert asked.within(Terms(share=2), pooled=False).fixed_bytes == 80 << 30  # no pool: harms none
     modest = Terms(share=0.5, priority=-1)
     assert modest.within(Terms(), pooled=True) == modest
+
+
+def register_greedy(path):
+    """As another user: claim far more than jobs.d allows; what pumpd kept of it."""
+    with protocol.Client(path) as c:
+        for name, share in (("greedy", 1000), ("plain", 50)):
+            c.request({"op": "register", "name": name, "share": share, "priority": 1000,
+                       "min_budget": 24 << 20, "budget": 24 << 20})
+        return {j["name"]: j for j in c.request({"op": "status"})["jobs"]}
+
+
+@needs_root
+def test_another_users_register_terms_are_held_in_pumpd(tmp_path):
+    run_dir = pathlib.Path(tempfile.mkdtemp(prefix="pump-test-"))
+    os.chmod(run_dir, 0o755)
+    (tmp_path / "jobs.d").mkdir()
+    (tmp_path / "jobs.d" / "greedy.toml").write_text("[memory]\nshare = 2\n")
+    (tmp_path / "pumpd.toml").write_text(f'[daemon]\njobs_dir = "{tmp_path / "jobs.d"}"\n'
+                                         '[budgets]\ngpu_pool = "24MiB"\n')
+    path = str(run_dir / "pumpd.sock")
+    proc = start_pumpd(path, "--config", str(tmp_path / "pumpd.toml"),
+                       env=dict(clean_env(), RUNTIME_DIRECTORY=str(run_dir)))
+    try:
+        jobs = run_as_nobody(register_greedy, path)
+        held = {name: (j["share"], j["priority"], j["min_budget_bytes"], j["max_budget_bytes"],
+                       j["budget_source"]) for name, j in jobs.items()}
+        assert held == {"greedy": (2, 0, 0, 24 << 20, "arbiter"), "plain": (1, 0, 0, 24 << 20, "arbiter")}
+    finally:
+        stop_pumpd(proc)
+        shutil.rmtree(run_dir)
 
 
 def test_a_job_is_not_tied_to_a_pid_whose_process_is_gone(pumpd):

@@ -28,6 +28,7 @@ import psutil
 
 from pump import channel, protocol
 from pumpd.arbiter import Terms
+from pump.foresight import BLOCK
 from pumpd.limits import Quota, table_tallies
 
 log = logging.getLogger("pumpd")
@@ -82,6 +83,9 @@ class Session:
         batch.functions = {f: name for f, name in batch.functions.items()
                            if f in self.functions or self.quota.take("functions")}
         self.functions.update(batch.functions)
+        if self.lookahead is not None:  # the planner keeps every 2 MiB block's size
+            batch.allocs = [(base, size) for base, size in batch.allocs
+                            if self.quota.take("planned_blocks", (base + max(size, 1) - 1) // BLOCK - base // BLOCK + 1)]
         problems = list(batch.problems)
         for ordinal, uuid in batch.devices:
             if self.devices.setdefault(ordinal, uuid) != uuid:  # an ordinal names one GPU for good
@@ -165,7 +169,7 @@ class Job:
     def status(self) -> dict:
         totals = dict.fromkeys(self.COUNTER_NAMES, 0)
         events = dropped = invalid = 0
-        tables_dropped = {"functions_dropped": 0, "allocations_dropped": 0}
+        tables_dropped = {"functions_dropped": 0, "allocations_dropped": 0, "planned_blocks_dropped": 0}
         for s in self.sessions.values():
             for what, n in s.quota.dropped.items():
                 tables_dropped[what + "_dropped"] += n

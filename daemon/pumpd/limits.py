@@ -26,6 +26,8 @@ JOBS_MAX = 4096                  # all users (root's reserve as for connections)
 FUNCTIONS_PER_UID_MAX = 1 << 16  # kernel names kept (up to 1 KiB each): a PyTorch job names a
                                  # few thousand kernels; 64 Ki of them is at most ~70 MiB
 ALLOCATIONS_PER_UID_MAX = 1 << 18  # managed allocations tracked live (~100 B each, ~26 MiB)
+PLANNED_BLOCKS_PER_UID_MAX = 1 << 19  # 2 MiB blocks a lookahead planner keeps a size for (it
+                                 # keeps each for good): 1 TiB of managed memory, ~60 MiB
 # (Descriptors per message: pump.protocol.FDS_MAX, checked at recvmsg.)
 
 # ---- status replies ----
@@ -82,10 +84,13 @@ class Quota:
         self.held = dict.fromkeys(tallies, 0)
         self.dropped = dict.fromkeys(tallies, 0)
 
-    def take(self, what: str) -> bool:
-        if self.tallies[what].take(self.uid, 1):
-            self.held[what] += 1
+    def take(self, what: str, n: int = 1) -> bool:
+        """n more entries of what, all or none."""
+        granted = self.tallies[what].take(self.uid, n)
+        if granted == n:
+            self.held[what] += n
             return True
+        self.tallies[what].give_back(self.uid, granted)
         self.dropped[what] += 1
         return False
 
@@ -103,4 +108,5 @@ class Quota:
 def table_tallies() -> dict:
     """The per-uid tallies of the tables ring records grow (one set per daemon)."""
     return {"functions": Tally("functions", FUNCTIONS_PER_UID_MAX),
-            "allocations": Tally("allocations", ALLOCATIONS_PER_UID_MAX)}
+            "allocations": Tally("allocations", ALLOCATIONS_PER_UID_MAX),
+            "planned_blocks": Tally("planned_blocks", PLANNED_BLOCKS_PER_UID_MAX)}

@@ -25,6 +25,7 @@ from pumpd.arbiter import Arbiter, Terms
 from pumpd.connection import Connection, RequestError, peer_credentials
 from pumpd.jobs import Job, JobStore, Session, start_time
 from pumpd import limits, lookahead
+from pumpd.pages import status_page
 from pumpd.tasks import RateLimitedLog, supervised
 from pumpd.telemetry import Telemetry
 
@@ -162,9 +163,11 @@ class Daemon:
         except OSError:
             sock.close()
             return
-        why = (limits.over_cap(uid, self.connections[uid], limits.CONNECTIONS_PER_UID_MAX,
-                               sum(self.connections.values()), limits.CONNECTIONS_MAX)
-               or limits.over_cap(uid, self.incomplete[uid], limits.INCOMPLETE_PER_UID_MAX, 0, 1 << 62))
+        why = limits.over_cap(uid, self.connections[uid], limits.CONNECTIONS_PER_UID_MAX,
+                              sum(self.connections.values()), limits.CONNECTIONS_MAX)
+        if not why and uid != 0 and self.incomplete[uid] >= limits.INCOMPLETE_PER_UID_MAX:
+            why = (f"uid {uid} has {self.incomplete[uid]} connections without a complete first "
+                   "message, the most allowed per user")
         if why:
             self.errors.warning(f"refusing connections of uid {uid}", why)
             refuse(sock, f"too many connections: {why}")
@@ -261,22 +264,8 @@ class Daemon:
         return [j for j in self.jobs.values() if uid == 0 or j.uid == uid]
 
     def _status(self, conn, offset: int) -> dict:
-        """The jobs the caller may see from offset on, as many as fit in one frame
-        (at most limits.STATUS_PAGE_JOBS); "next" is where the next page starts."""
         jobs = sorted(self._visible(conn.uid), key=lambda j: (j.created, j.id))
-        pools = list(self.arbiter.pools.values())
-        room = protocol.PAYLOAD_MAX - len(protocol.encode({"ok": True, "jobs": [], "pools": pools,
-                                                          "total": len(jobs), "next": len(jobs)})) - 64
-        page = []
-        for job in jobs[offset: offset + limits.STATUS_PAGE_JOBS]:
-            row = job.status()
-            room -= len(protocol.encode(row)) - protocol.HEADER.size + 1
-            if room < 0 and page:
-                break
-            page.append(row)
-        after = offset + len(page)
-        return {"ok": True, "jobs": page, "pools": pools, "total": len(jobs),
-                "next": after if after < len(jobs) else None}
+        return status_page(jobs, offset, list(self.arbiter.pools.values()))
 
     def _caller_started(self, conn):
         """The calling process's start time, as it was when it connected: a job or a session
@@ -294,7 +283,9 @@ class Daemon:
     def _allowed_terms(self, name: str):
         """(the JobConfig of the system's jobs.d/NAME.toml or None, the Terms it allows)."""
         try:
-            cfg = config.resolve_job({}, None, name, self.jobs_dir)
+            cfg = config.resolve_job({}, None, config.check_name(name), self.jobs_dir)
+        except ValueError:  # not a name a jobs.d file can have: the defaults
+            return None, Terms()
         except config.ConfigError as exc:
             log.warning("job %s: %s", name, exc)
             return None, Terms()
@@ -364,6 +355,7 @@ class Daemon:
         if conn.session is not None:
             raise RequestError("this connection has a session already")
         self._room_for_session(conn.uid)
+        self._caller_started(conn)  # before anything is made for it
         job = self._job_for_attach(conn, request)
         session_id = self._new_session_id()
         ring = channel.Ring.create(session_id, job.id)
@@ -377,6 +369,7 @@ class Daemon:
         if conn.session is not None:
             raise RequestError("this connection has a session already")
         self._room_for_session(conn.uid)
+        self._caller_started(conn)
         try:
             ring = channel.Ring.adopt(fds[0])
         except channel.ChannelError as exc:
@@ -400,7 +393,7 @@ class Daemon:
 
     def _open_session(self, conn, job, session_id, ring, plan, how: str):
         """The connection's process joins the job with this ring and plan."""
-        session = Session(session_id, conn.pid, self._caller_started(conn), ring, plan,
+        session = Session(session_id, conn.pid, conn.started, ring, plan,  # checked by the caller
                           limits.Quota(conn.uid, self.tallies))
         if job.policy == "lookahead":
             session.lookahead = lookahead.Lookahead(self._plan_budget(job),
