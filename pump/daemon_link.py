@@ -12,6 +12,7 @@ other) that reports readiness the way it does to systemd, on a NOTIFY_SOCKET
 pump-run listens on, and exits when pump-run is gone.
 """
 
+import errno
 import os
 import shutil
 import signal
@@ -21,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from pump import config, protocol, userd
+from pump import config, protocol, trace, userd
 
 READY_TIMEOUT = 15.0  # seconds an embedded pumpd may take to start listening
 
@@ -52,6 +53,7 @@ class DaemonLink:
         self.job = None
         self.embedded = None   # the embedded pumpd's Popen
         self.directory = None  # its private directory
+        self.trace_file = None  # --trace's path, once handed to pumpd
 
     def env(self) -> dict:
         """What the shim needs: where pumpd is (or "" for none) and the job to join."""
@@ -83,10 +85,14 @@ class DaemonLink:
         trace_fd = ()
         if cfg.trace_file:
             try:
-                trace_fd = (os.open(cfg.trace_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644),)
+                trace_fd = (trace.open_for_writing(cfg.trace_file),)
+            except trace.TraceError as exc:
+                raise DaemonError(f"--trace {exc}") from None
             except OSError as exc:
-                raise DaemonError(f"--trace {cfg.trace_file}: {exc.strerror}") from None
+                why = "a symbolic link, not followed" if exc.errno == errno.ELOOP else exc.strerror
+                raise DaemonError(f"--trace {cfg.trace_file}: {why}") from None
             request["trace"] = True
+            self.trace_file = cfg.trace_file
         try:
             try:
                 self._register(request, trace_fd)
@@ -105,14 +111,16 @@ class DaemonLink:
             self.job = client.request(request, fds=fds)["job"]
 
     def end(self):
-        """Tell pumpd the command has exited: it reads what is left and closes the trace."""
+        """Tell pumpd the command has exited: it reads what is left and closes the trace.
+        Returns what pumpd says of the trace ({"records_written", "records_dropped",
+        "problem"}), or None when pumpd could not say (gone, or no trace)."""
         if self.job is None:
-            return
+            return None
         try:
-            with protocol.Client(self.socket_path) as client:
-                client.request({"op": "end", "job": self.job})
+            with protocol.Client(self.socket_path, timeout=30.0) as client:
+                return client.request({"op": "end", "job": self.job}).get("trace")
         except (OSError, protocol.ProtocolError):
-            pass  # a daemon gone meanwhile: nothing more to tell it
+            return None  # a daemon gone meanwhile: nothing more to tell it
 
     def _start_embedded(self, verbose: int):
         self.directory = tempfile.mkdtemp(prefix="pumpd-")  # 0700

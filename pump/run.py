@@ -43,7 +43,7 @@ import tempfile
 
 import pump
 from pump.cli_common import OneLineParser, die
-from pump import config, reaper, shim, stats, torch_env
+from pump import config, reaper, shim, stats, torch_env, trace
 from pump.daemon_link import DaemonError, DaemonLink
 from pump.protocol import ProtocolError
 
@@ -202,7 +202,8 @@ def run_child(command, env, held: _HeldSignals) -> int:
 
 
 def report(stats_dir, args, command, rc, stats_file) -> bool:
-    """Print the summary line and write --stats; False if --stats could not be written."""
+    """Print the summary line and write --stats; (False if --stats could not be written,
+    the totals)."""
     bad = []
     records = stats.read_dir(stats_dir, errors=bad)
     for msg in bad:
@@ -211,7 +212,7 @@ def report(stats_dir, args, command, rc, stats_file) -> bool:
     if records and not args.quiet:
         print(stats.summary_line(totals), file=sys.stderr)
     if stats_file is None:
-        return True
+        return True, totals
     doc = {
         "pump_run": pump.__version__,
         "command": command,
@@ -226,8 +227,8 @@ def report(stats_dir, args, command, rc, stats_file) -> bool:
             stats_file.write("\n")
     except OSError as exc:
         print(f"{PROG}: --stats {args.stats}: {exc.strerror or exc}", file=sys.stderr)
-        return False
-    return True
+        return False, totals
+    return True, totals
 
 
 def main(argv=None) -> int:
@@ -285,8 +286,11 @@ def main(argv=None) -> int:
             env = child_env(args, cfg, shim_file, stats_dir, link)
             rc = run_child(command, dict(env, **watchdog.env()), held)
             watchdog.disarm()
-            link.end()
-            ok = report(stats_dir, args, command, rc, stats_file)
+            trace_status = link.end()
+            ok, totals = report(stats_dir, args, command, rc, stats_file)
+            if link.trace_file:
+                line = trace.report(link.trace_file, totals["events_written"], trace_status)
+                print(f"{PROG}: {line}", file=sys.stderr)
         finally:
             shutil.rmtree(stats_dir, ignore_errors=True)
             link.close()

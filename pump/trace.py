@@ -7,6 +7,7 @@ wrong with a corrupt or truncated file.
 """
 
 import os
+import stat
 import time
 
 import numpy as np
@@ -22,25 +23,97 @@ class TraceError(Exception):
     """A trace file that cannot be read; str() names the file and what is wrong."""
 
 
+def header_bytes(job: str, name: str) -> bytes:
+    """A trace file's header, starting its clock now."""
+    header = ffi.new(HEADER + " *")
+    header.magic, header.version = C.PUMP_TRACE_MAGIC, C.PUMP_TRACE_VERSION
+    header.record_size = channel.RECORD_SIZE
+    header.start_ns = time.monotonic_ns()
+    header.job = job.encode()[: len(header.job) - 1]
+    header.name = name.encode()[: len(header.name) - 1]
+    return bytes(ffi.buffer(header))
+
+
+def block_bytes(pid: int, records: np.ndarray) -> bytes:
+    """One block: a process's records from one ring read."""
+    block = ffi.new(BLOCK + " *")
+    block.magic, block.pid, block.records = C.PUMP_TRACE_BLOCK_MAGIC, pid, len(records)
+    return bytes(ffi.buffer(block)) + records.tobytes()
+
+
 class TraceWriter:
+    """A trace written in one go (the trace generator); pumpd writes its jobs'
+    traces off its event loop instead (pumpd/tracing.py)."""
+
     def __init__(self, fd: int, job: str, name: str):
         self.file = os.fdopen(fd, "wb", buffering=1 << 20)
-        header = ffi.new(HEADER + " *")
-        header.magic, header.version = C.PUMP_TRACE_MAGIC, C.PUMP_TRACE_VERSION
-        header.record_size = channel.RECORD_SIZE
-        header.start_ns = time.monotonic_ns()
-        header.job = job.encode()[: len(header.job) - 1]
-        header.name = name.encode()[: len(header.name) - 1]
-        self.file.write(ffi.buffer(header))
+        self.file.write(header_bytes(job, name))
 
     def write(self, pid: int, records: np.ndarray):
-        block = ffi.new(BLOCK + " *")
-        block.magic, block.pid, block.records = C.PUMP_TRACE_BLOCK_MAGIC, pid, len(records)
-        self.file.write(ffi.buffer(block))
-        self.file.write(records.tobytes())
+        self.file.write(block_bytes(pid, records))
 
     def close(self):
         self.file.close()
+
+
+def open_for_writing(path: str) -> int:
+    """A descriptor for writing a new trace at path, with the caller's permissions.
+
+    Never follows a symlink at path, and never truncates a file the caller does not
+    own (root running in a shared directory could otherwise be steered into another
+    user's file): an existing path must be a regular file of the caller's own, and
+    is emptied only after that check.  OSError (or TraceError) says what is wrong."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise TraceError(f"{path}: not a regular file; a trace is written to a regular file")
+        if info.st_uid != os.geteuid():
+            raise TraceError(f"{path}: belongs to uid {info.st_uid}; a trace is written only to a "
+                             "new file or one of your own")
+        os.set_blocking(fd, True)
+        os.ftruncate(fd, 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def count_records(path) -> int:
+    """The records in a trace's whole blocks (what a cut-off file still holds)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return 0
+    hsize, bsize = ffi.sizeof(HEADER), ffi.sizeof(BLOCK)
+    total, offset = 0, hsize
+    while len(data) - offset >= bsize:
+        b = ffi.cast(BLOCK + " *", ffi.from_buffer(data[offset:offset + bsize]))
+        n = b.records
+        if b.magic != C.PUMP_TRACE_BLOCK_MAGIC or len(data) - offset - bsize < n * channel.RECORD_SIZE:
+            break
+        total += n
+        offset += bsize + n * channel.RECORD_SIZE
+    return total
+
+
+def report(path, sent: int, status) -> str:
+    """pump-run's line on the trace: written, or incomplete and why.  sent: the records
+    the job's shims put in their rings; status: pumpd's word on the trace at the job's
+    end (None if pumpd could not be asked)."""
+    held = count_records(path)
+    if status is None:
+        why = "pumpd ended before the job did"
+    elif status.get("problem"):
+        why = status["problem"]
+    elif status.get("records_dropped"):
+        why = f"{status['records_dropped']} records were dropped (writing fell behind)"
+    elif held < sent:
+        why = "pumpd did not read every record"
+    else:
+        return f"trace written: {path} ({held} records)"
+    return f"warning: trace incomplete: {path} holds {held} of the {sent} records the job sent ({why})"
 
 
 def read(path):

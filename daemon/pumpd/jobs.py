@@ -118,7 +118,7 @@ class Job:
         self.created = created or time.time()
         self.sessions = {}              # pid -> Session
         self.known_pids = dict(pids)    # pid -> start time, kept across restarts
-        self.trace = None               # a TraceWriter while pump-run --trace records
+        self.trace = None               # a tracing.Trace while pump-run --trace records
         self.ended = False              # pump-run said its command exited: the leader no longer counts
         self.tree = {}                  # the leader's process tree: pids, rss_bytes, cpu_seconds
 
@@ -134,9 +134,9 @@ class Job:
         return any(started is not None and start_time(pid) == started for pid, started in processes)
 
     def close_trace(self):
+        """No more records for the trace (it is written out off the loop)."""
         if self.trace is not None:
             self.trace.close()
-            self.trace = None
 
     def gpu_uuids(self) -> list:
         """The GPUs its processes work on (their shims' DEVICE records), sorted."""
@@ -194,6 +194,7 @@ class Job:
             "events": events, "events_dropped": dropped, "events_invalid": invalid, **tables_dropped,
             "host_rss_bytes": self.tree.get("rss_bytes"), "cpu_seconds": self.tree.get("cpu_seconds"),
             "started": self.created,
+            "trace": self.trace.status() if self.trace is not None else None,
             # lookahead: per process, the iteration learned (launches per period; 0: not yet)
             "iteration_launches": [s.lookahead.policy.period for s in self.sessions.values()
                                    if s.lookahead is not None],

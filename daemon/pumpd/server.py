@@ -19,12 +19,11 @@ import time
 
 from pump import channel, config, protocol
 from pump.protocol import ProtocolError, printable
-from pump.trace import TraceWriter
 from pumpd.accept import NO_DESCRIPTOR_LEFT, OUT_OF_DESCRIPTORS, accept_forever, raise_descriptor_limit, refuse
 from pumpd.arbiter import Arbiter, Terms
 from pumpd.connection import Connection, RequestError, peer_credentials
 from pumpd.jobs import Job, JobStore, Session, start_time
-from pumpd import limits, lookahead
+from pumpd import limits, lookahead, tracing
 from pumpd.pages import status_page
 from pumpd.tasks import RateLimitedLog, supervised
 from pumpd.telemetry import Telemetry
@@ -71,6 +70,7 @@ class Daemon:
         self.best_throughput = 0.0      # the highest host-to-GPU bytes/s NVML reported
         self.started = time.monotonic()
         self.stopping = None
+        self.traces = None             # the trace writers (started with the loop)
 
     # ---- start and stop ----
     def _listen(self, listen_sock=None) -> socket.socket:
@@ -100,6 +100,7 @@ class Daemon:
     async def run(self, listen_sock=None, ready=None):
         self.stopping = asyncio.Event()
         raise_descriptor_limit()
+        self.traces = tracing.WriterPool()
         for job in self.store.load(log):
             if job.alive():
                 self.jobs[job.id] = job
@@ -138,11 +139,13 @@ class Daemon:
                 if self.exit_with is not None:
                     self.store.remove(job)  # an embedded pumpd has no successor to hand jobs to
             if self.exit_with is not None:
+                self.store.close()
                 for directory in (self.store.dir, os.path.dirname(self.socket_path)):
                     try:
                         os.rmdir(directory)  # only if empty: pump-run owns what else is there
                     except OSError:
                         pass
+            self.traces.stop()
             log.info("stopped")
 
     def stop(self):
@@ -257,7 +260,7 @@ class Daemon:
         if op == "set":
             return self._set(conn, request), ()
         if op == "end":
-            return self._end(conn, request), ()
+            return await self._end(conn, request), ()
         raise RequestError(f"unknown op {op!r}")  # validate_request lets no other through
 
     def _visible(self, uid: int):
@@ -299,7 +302,11 @@ class Daemon:
         if conn.uid != 0:  # root is the administrator: its terms stand as sent
             job.terms = job.terms.within(self._allowed_terms(job.name)[1], self.arbiter.pool is not None)
         if fds:
-            job.trace = TraceWriter(fds.pop(), job.id, job.name)
+            try:
+                tracing.check_descriptor(fds[0])
+            except (tracing.TraceRefused, OSError) as exc:
+                raise RequestError(f"register: {exc}; a trace goes to a regular file opened for writing") from None
+            job.trace = self.traces.open(fds.pop(), job.id, job.name)
         self.jobs[job.id] = job
         self.store.save(job)
         log.info("job %s (%s) registered by pid %d, uid %d", job.id, job.name, conn.pid, conn.uid)
@@ -413,18 +420,27 @@ class Daemon:
         self._rebalance()
         return {"ok": True, "job": job.id}
 
-    def _end(self, conn, request) -> dict:
+    async def _end(self, conn, request) -> dict:
         job = self._own_job(conn, request["job"])
         job.ended = True
         self.ingest_once()
         job.close_trace()
+        trace = job.trace
         if not job.alive():
             self._forget(job)
-        return {"ok": True, "job": job.id}
+        reply = {"ok": True, "job": job.id}
+        if trace is not None:
+            # pump-run reports what the trace holds: wait (off the loop's time) for its writes
+            deadline = time.monotonic() + tracing.WRITE_TIMEOUT
+            while not trace.done() and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            reply["trace"] = trace.status()
+        return reply
 
-    def _own_job(self, conn, job_id) -> Job:
+    def _own_job(self, conn, job_id, owner_only=False) -> Job:
+        """The job, if the caller may steer it (its owner; root too unless owner_only)."""
         job = self.jobs.get(job_id)
-        if job is None or (conn.uid != 0 and job.uid != conn.uid):
+        if job is None or (job.uid != conn.uid and (owner_only or conn.uid != 0)):
             raise RequestError(f"no job {job_id} of this user")  # another's job looks absent
         return job
 
@@ -530,6 +546,7 @@ class Daemon:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(LIVENESS_INTERVAL)
+            self.traces.check_timeouts()
             try:
                 verdicts = await asyncio.wait_for(loop.run_in_executor(None, self._check_liveness),
                                                   BLOCKING_TIMEOUT)

@@ -1,0 +1,181 @@
+"""Trace files against hostile descriptors and failing machines: pumpd takes only
+regular files, writes them off its event loop, gives up one trace on an error
+without stopping anything else, and what it read reaches the file even when it
+is killed; pump-run opens the file without following links or truncating a
+file that is not the caller's, and says when a trace is incomplete."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import psutil
+import pytest
+
+from fakeshim import FakeShim
+from helpers import PUMP_RUN, clean_env, start_pumpd, stop_pumpd
+from pump import channel, protocol, trace
+
+
+@pytest.fixture
+def pumpd(tmp_path):
+    path = tmp_path / "pumpd.sock"
+    proc = start_pumpd(path)
+    yield str(path)
+    stop_pumpd(proc)
+
+
+@pytest.fixture
+def job_env(c_build):
+    env = clean_env()
+    env["LD_LIBRARY_PATH"] = str(c_build / "plain")
+    return env
+
+
+def register_with(path, fd):
+    with protocol.Client(path) as c:
+        return c.request({"op": "register", "name": "traced", "trace": True}, fds=(fd,))["job"]
+
+
+def jobs(path):
+    with protocol.Client(path) as c:
+        return {j["job"]: j for j in c.request({"op": "status"})["jobs"]}
+
+
+def wait_for(predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_a_pipe_is_refused_as_a_trace(pumpd):
+    # Before: pumpd took the pipe, and once its buffer filled a write on the
+    # event loop blocked every request of every job.
+    r, w = os.pipe()
+    try:
+        with pytest.raises(protocol.ProtocolError, match="not a regular file"):
+            register_with(pumpd, w)
+        os.close(r)  # a pipe whose reader closed: the same answer
+        with pytest.raises(protocol.ProtocolError, match="not a regular file"):
+            register_with(pumpd, w)
+    finally:
+        os.close(w)
+    assert protocol.ping(pumpd)
+
+
+def test_a_read_only_descriptor_is_refused(pumpd, tmp_path):
+    (tmp_path / "t").write_bytes(b"")
+    fd = os.open(tmp_path / "t", os.O_RDONLY)
+    try:
+        with pytest.raises(protocol.ProtocolError, match="not open for writing"):
+            register_with(pumpd, fd)
+    finally:
+        os.close(fd)
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 64 KiB tmpfs (root only: skipped elsewhere)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.strip()}")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_file_system_ends_that_trace_only(pumpd, small_fs):
+    # Before: ENOSPC raised inside ingest: the ingest task ended for good and
+    # every job's counters froze.
+    fd = os.open(small_fs / "t", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        traced = register_with(pumpd, fd)
+    finally:
+        os.close(fd)
+    writer = FakeShim(pumpd, job=traced, name="traced")
+    bystander = FakeShim(pumpd, name="bystander")
+    for _ in range(40):  # 40 x 64 x 64-byte records: far past 64 KiB
+        for i in range(64):
+            writer.emit("alloc", (1 << 30) + (i << 21), 1 << 20, 1)
+        time.sleep(0.01)
+    assert wait_for(lambda: (jobs(pumpd)[traced]["trace"] or {}).get("problem") == "the file system is full")
+    bystander.launch(0x10, 1 << 30)
+    assert wait_for(lambda: jobs(pumpd)[bystander.job]["events"] == 1)  # ingest goes on
+    assert protocol.ping(pumpd)
+    writer.close()
+    bystander.close()
+
+
+def test_a_symlink_at_the_trace_path_is_not_followed(tmp_path):
+    target = tmp_path / "someone-elses"
+    target.write_text("keep me")
+    (tmp_path / "t.trace").symlink_to(target)
+    proc = subprocess.run([PUMP_RUN, "--daemon", "embedded", "--trace", str(tmp_path / "t.trace"), "true"],
+                          env=clean_env(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr == f"pump-run: --trace {tmp_path / 't.trace'}: a symbolic link, not followed\n"
+    assert target.read_text() == "keep me"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make another user's file")
+def test_another_users_file_is_not_truncated(tmp_path):
+    theirs = tmp_path / "theirs.trace"
+    theirs.write_text("keep me")
+    os.chown(theirs, 65534, 65534)
+    proc = subprocess.run([PUMP_RUN, "--daemon", "embedded", "--trace", str(theirs), "true"],
+                          env=clean_env(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "belongs to uid 65534" in proc.stderr
+    assert theirs.read_text() == "keep me"
+
+
+def test_trace_written_line(c_build, job_env, tmp_path):
+    path = tmp_path / "job.trace"
+    proc = subprocess.run([PUMP_RUN, "--daemon", "embedded", "--trace", str(path), "--stats", str(tmp_path / "s.json"),
+                           "--", str(c_build / "plain" / "touch_linked"), "3"],
+                          env=job_env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    held = trace.count_records(path)
+    assert held == json.loads((tmp_path / "s.json").read_text())["totals"]["events_written"] > 0
+    assert proc.stderr.splitlines()[-1] == f"pump-run: trace written: {path} ({held} records)"
+
+
+def test_killed_pumpd_leaves_what_it_read_and_pump_run_says_so(c_build, job_env, tmp_path):
+    # Before: up to 1 MiB sat in pumpd's buffer: kill -9 left a 0-byte trace and
+    # pump-run said nothing.
+    path = tmp_path / "job.trace"
+    job = subprocess.Popen([PUMP_RUN, "--daemon", "embedded", "--trace", str(path), "--",
+                            str(c_build / "plain" / "events"), "200", "--wait", "--wait-end"],
+                           env=job_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, bufsize=1)
+    try:
+        job.stdout.readline()
+        time.sleep(1.5)  # the shim attaches in the background: launches before that go unrecorded
+        job.stdin.write("go\n")
+        for line in job.stdout:
+            if line.startswith('{"launched"'):
+                break
+        daemons = [p for p in psutil.Process(job.pid).children() if "pumpd" in " ".join(p.cmdline())]
+        assert len(daemons) == 1
+        assert wait_for(lambda: trace.count_records(path) >= 200)  # read by pumpd: on disk, not in pumpd
+        os.kill(daemons[0].pid, signal.SIGKILL)
+        assert wait_for(lambda: daemons[0].status() == psutil.STATUS_ZOMBIE)  # pump-run's to reap
+        out, err = job.communicate("go\n", timeout=60)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == 0, err
+    assert json.loads(out.splitlines()[-1])["kernels_run"] == 200
+    held = trace.count_records(path)
+    assert held >= 200
+    assert f"pump-run: warning: trace incomplete: {path} holds {held} of the " in err
+    assert err.rstrip().endswith("(pumpd ended before the job did)")
+    header, blocks = trace.read(path)  # what is there reads cleanly
+    assert sum(len(r) for _, r in blocks) == held
+    assert channel.KIND["launch"] in {int(k) for _, r in blocks for k in r["kind"]}
