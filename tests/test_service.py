@@ -22,6 +22,7 @@ from pumpd.systemd import JournalFormatter, listen_fds, notify, stderr_is_journa
 
 INSTALL = ROOT / "scripts" / "install-service"
 TEMPLATE = ROOT / "scripts" / "pumpd.service"
+SOCKET_TEMPLATE = ROOT / "scripts" / "pumpd.socket"
 
 # -- sd_notify ----------------------------------------------------------------
 
@@ -240,19 +241,51 @@ def load_toml(path):
 def test_unit_file_directives():
     d = unit_directives(TEMPLATE.read_text())
     want = {
-        "Type": "notify", "ExecStart": "@PUMPD@ --foreground --config /etc/pump/pumpd.toml",
-        "User": "pump", "Group": "pump", "RuntimeDirectory": "pump", "RuntimeDirectoryMode": "0755",
+        "Type": "notify", "NotifyAccess": "main", "WatchdogSec": "30",
+        "ExecStart": "@PUMPD@ --foreground --config /etc/pump/pumpd.toml",
+        "User": "pump", "Group": "pump", "RuntimeDirectory": "pumpd", "RuntimeDirectoryMode": "0710",
         "ConfigurationDirectory": "pump", "Restart": "on-failure", "NoNewPrivileges": "yes",
-        "ProtectSystem": "strict", "ProtectHome": "read-only", "PrivateTmp": "yes",
-        "ReadWritePaths": "/run/pump",
+        "ProtectSystem": "strict", "ProtectHome": "yes", "PrivateTmp": "yes", "UMask": "0077",
+        "CapabilityBoundingSet": "", "SystemCallArchitectures": "native", "IPAddressDeny": "any",
+        "IPAddressAllow": "localhost", "LimitNOFILE": "65536", "RestrictNamespaces": "yes",
     }
     for key, value in want.items():
         assert d.get(("Service", key)) == [value], key
+    assert d[("Service", "SystemCallFilter")] == ["@system-service", "~@privileged"]
+    assert d[("Unit", "Requires")] == ["pumpd.socket"]
     assert d[("Install", "WantedBy")] == ["multi-user.target"]
     # NVML must still see /dev/nvidia*; a group the system may lack would stop the unit
     assert ("Service", "PrivateDevices") not in d
     assert ("Service", "SupplementaryGroups") not in d
     assert "#SupplementaryGroups=video" in TEMPLATE.read_text()
+    # The service never binds the socket itself (clients would refuse a non-root listener).
+    assert ("Service", "ReadWritePaths") not in d
+
+
+def test_socket_unit():
+    d = unit_directives(SOCKET_TEMPLATE.read_text())
+    assert d[("Socket", "ListenStream")] == ["/run/pump/pumpd.sock"]
+    assert d[("Socket", "SocketMode")] == ["0666"] and d[("Socket", "SocketUser")] == ["root"]
+    assert d[("Socket", "Accept")] == ["no"]
+    assert d[("Install", "WantedBy")] == ["sockets.target"]
+
+
+# The unit scored 7.1 (MEDIUM) before it was hardened and 1.6 (OK) after; a change
+# that weakens it past this fails.
+EXPOSURE_MAX = 2.0
+
+
+@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="no systemd-analyze (Debian: apt-get install systemd)")
+def test_security_exposure(tmp_path):
+    r = install("--root", tmp_path, "--pumpd", shutil.which("true"))
+    assert r.returncode == 0, r.stderr
+    unit = tmp_path / "etc/systemd/system/pumpd.service"
+    v = subprocess.run(["systemd-analyze", "security", "--offline=true", "--no-pager", str(unit)],
+                       capture_output=True, text=True, timeout=60)
+    import re
+    m = re.search(r"Overall exposure level for pumpd.service: ([0-9.]+)", v.stdout)
+    assert m, v.stdout + v.stderr
+    assert float(m.group(1)) <= EXPOSURE_MAX, v.stdout
 
 
 def test_install_root(tmp_path):
@@ -266,6 +299,8 @@ def test_install_root(tmp_path):
     assert d[("Service", "ExecStart")] == ["/opt/pump/bin/pumpd --foreground --config /etc/pump/pumpd.toml"]
     assert d[("Service", "Type")] == ["notify"] and d[("Service", "User")] == ["pump"]
     assert stat.S_IMODE(unit.stat().st_mode) == 0o644
+    socket_unit = tmp_path / "etc/systemd/system/pumpd.socket"
+    assert socket_unit.read_text() == SOCKET_TEMPLATE.read_text()
     conf = tmp_path / "etc/pump/pumpd.toml"
     assert load_toml(conf) == {}           # all comments: pumpd's defaults, metrics off
     assert '#listen = "127.0.0.1:' in conf.read_text()
@@ -287,7 +322,7 @@ def test_install_root(tmp_path):
 
     r = install("--root", tmp_path, "--uninstall")
     assert r.returncode == 0, r.stderr
-    assert not unit.exists() and conf.read_text() == "# mine\n"
+    assert not unit.exists() and not socket_unit.exists() and conf.read_text() == "# mine\n"
 
 
 def test_install_finds_pumpd_on_path(tmp_path):
@@ -311,7 +346,8 @@ def test_install_without_pumpd(tmp_path):
     assert not (tmp_path / "etc/systemd/system/pumpd.service").exists()
 
 
-@pytest.mark.parametrize("path", ["pumpd", "/opt/my pump/pumpd", "/opt/100%/pumpd", "/opt/$HOME/pumpd"])
+@pytest.mark.parametrize("path", ["pumpd", "/opt/my pump/pumpd", "/opt/100%/pumpd", "/opt/$HOME/pumpd",
+                                  "/home/alice/venv/bin/pumpd", "/root/.local/bin/pumpd"])
 def test_install_rejects_bad_pumpd_paths(tmp_path, path):
     r = install("--root", tmp_path, "--pumpd", path)
     assert r.returncode == 2 and "--pumpd" in r.stderr
@@ -377,7 +413,7 @@ def test_unit_verifies(tmp_path):
     exe = shutil.which("true")
     r = install("--root", tmp_path, "--pumpd", exe)
     assert r.returncode == 0, r.stderr
-    unit = tmp_path / "etc/systemd/system/pumpd.service"
-    v = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
-    complaints = [line for line in (v.stdout + v.stderr).splitlines() if "pumpd.service" in line]
+    units = [str(tmp_path / "etc/systemd/system" / name) for name in ("pumpd.socket", "pumpd.service")]
+    v = subprocess.run(["systemd-analyze", "verify", *units], capture_output=True, text=True, timeout=60)
+    complaints = [line for line in (v.stdout + v.stderr).splitlines() if "pumpd." in line]
     assert v.returncode == 0 and not complaints, v.stdout + v.stderr
