@@ -352,6 +352,10 @@ def _interval(v):
 def _listen(v):
     if not isinstance(v, str):
         raise _WrongType
+    if v.startswith("/"):  # a Unix socket: sun_path holds 107 bytes and a NUL
+        if "\0" in v or len(os.fsencode(v)) > 107:
+            raise _BadValue
+        return v
     try:
         parse_listen(v)
     except ValueError:
@@ -432,7 +436,10 @@ DAEMON_SCHEMA: Dict[str, Dict[str, _Key]] = {
     "metrics": {
         "listen": _key("metrics_listen", _listen,
                        'a string "HOST:PORT": an IPv4 address or localhost, or [an IPv6 address], '
-                       'and a port 1..65535, e.g. "127.0.0.1:9400" or "[::1]:9400"'),
+                       'and a port 1..65535, e.g. "127.0.0.1:9400" or "[::1]:9400"; or the absolute '
+                       'path of a Unix socket (at most 107 bytes)'),
+        "per_job": _key("metrics_per_job", _boolean, _TOML_BOOL),
+        "max_jobs": _key("metrics_max_jobs", _int_range(1, 10000), "an integer 1..10000"),
     },
     "telemetry": {
         "nvml": _key("nvml", _boolean, _TOML_BOOL),
@@ -485,7 +492,9 @@ class DaemonConfig:
     socket: Optional[str] = None           # None: pumpd's own choice (PUMP_SOCKET, --socket, ...)
     jobs_dir: str = DEFAULT_JOBS_DIR
     log_level: str = "info"
-    metrics_listen: Optional[str] = None   # "HOST:PORT" (parse_listen); None: metrics off
+    metrics_listen: Optional[str] = None   # "HOST:PORT" (parse_listen) or a Unix socket's path; None: off
+    metrics_per_job: bool = False          # series per job (name, pid, uid): a Unix socket only
+    metrics_max_jobs: int = 100            # at most this many jobs get series of their own
     nvml: bool = True
     interval_s: float = 2.0
     default_budget: Optional[str] = None   # budget of jobs that set none; None: no budget
@@ -595,6 +604,9 @@ def load_daemon_file(path: str) -> DaemonConfig:
     Raises ConfigError listing every problem."""
     path = os.fspath(path)
     values = _validate(path, _read_toml(path), DAEMON_SCHEMA)
+    if values.get("metrics_per_job") and not values.get("metrics_listen", "").startswith("/"):
+        raise ConfigError([f"{path}: [metrics] per_job = true needs listen to be a Unix socket's path "
+                           "(over TCP every local user could read every job's name, pid and owner)"])
     source = {f: (path if f in values else "default") for f in DAEMON_FIELDS}
     return DaemonConfig(**values, source=source)
 

@@ -36,7 +36,8 @@ NAME = "a string of 1 to 64 characters: a letter or digit, then letters, digits,
 PATH = "a non-empty string (a path)"
 BOOL = "a boolean (true or false)"
 LISTEN = ('a string "HOST:PORT": an IPv4 address or localhost, or [an IPv6 address], '
-          'and a port 1..65535, e.g. "127.0.0.1:9400" or "[::1]:9400"')
+          'and a port 1..65535, e.g. "127.0.0.1:9400" or "[::1]:9400"; or the absolute '
+          'path of a Unix socket (at most 107 bytes)')
 INTERVAL = "a number > 0 and <= 3600 (seconds)"
 POOL = SIZE + ', or a percentage of each GPU\'s memory "1%".."100%" (known through NVML)'
 SHARE = "a number > 0 and <= 1000000 (the job's weight; default 1)"
@@ -162,7 +163,7 @@ def test_unknown_key_job_file(tmp_path, section, allowed):
 
 @pytest.mark.parametrize("section,allowed", [
     ("daemon", "socket, jobs_dir, log_level"),
-    ("metrics", "listen"),
+    ("metrics", "listen, per_job, max_jobs"),
     ("telemetry", "nvml, interval_s"),
     ("budgets", "default_budget, gpu_pool"),
 ])
@@ -624,7 +625,9 @@ def test_daemon_file_full(tmp_path):
         jobs_dir = "/srv/pump/jobs.d"
         log_level = "debug"
         [metrics]
-        listen = "[::1]:9400"
+        listen = "/run/pumpd/metrics.sock"
+        per_job = true
+        max_jobs = 50
         [telemetry]
         nvml = false
         interval_s = 3600
@@ -635,10 +638,24 @@ def test_daemon_file_full(tmp_path):
     cfg = config.load_daemon_file(path)
     assert cfg == config.DaemonConfig(
         socket="/run/pump/pumpd.sock", jobs_dir="/srv/pump/jobs.d", log_level="debug",
-        metrics_listen="[::1]:9400", nvml=False, interval_s=3600.0, default_budget="50%", gpu_pool="90%",
+        metrics_listen="/run/pumpd/metrics.sock", metrics_per_job=True, metrics_max_jobs=50, nvml=False, interval_s=3600.0, default_budget="50%", gpu_pool="90%",
         source={f: path for f in config.DAEMON_FIELDS},
     )
     assert isinstance(cfg.interval_s, float)
+
+
+def test_metrics_per_job_needs_a_unix_socket(tmp_path):
+    for listen in ('"127.0.0.1:9400"', None):
+        text = "[metrics]\nper_job = true\n" + (f"listen = {listen}\n" if listen else "")
+        path, errors = daemon_errors(tmp_path, text)
+        assert errors == [f"{path}: [metrics] per_job = true needs listen to be a Unix socket's path "
+                          "(over TCP every local user could read every job's name, pid and owner)"]
+
+
+@pytest.mark.parametrize("listen", ['"/' + "a" * 107 + '"', '"/run/pump\\u0000x"', '"relative/metrics.sock"'])
+def test_metrics_bad_unix_socket(tmp_path, listen):
+    path, errors = daemon_errors(tmp_path, f"[metrics]\nlisten = {listen}\n")
+    assert len(errors) == 1 and errors[0].startswith(f"{path}: [metrics] listen: bad value")
 
 
 def test_daemon_file_partial_sources(tmp_path):

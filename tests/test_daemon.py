@@ -172,11 +172,32 @@ def test_service_config_jobs_dir_and_metrics(tmp_path):
 
         def scrape():
             return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-        assert wait_for(lambda: 'pump_job_events_total{job="%s",name="nightly"} 1.0' % shim.job in scrape()), scrape()
-        assert "pump_daemon_sessions 1.0" in scrape()
+        assert wait_for(lambda: "pump_jobs_events_total 1.0" in scrape()), scrape()
+        assert "pump_daemon_sessions 1.0" in scrape() and "nightly" not in scrape()   # over TCP: sums only
         shim.close()
     finally:
         stop_pumpd(proc)
+
+
+def test_service_metrics_per_job_on_a_unix_socket(tmp_path):
+    from test_metrics import scrape_unix
+    metrics = tmp_path / "metrics.sock"
+    conf = tmp_path / "pumpd.toml"
+    conf.write_text(f'[metrics]\nlisten = "{metrics}"\nper_job = true\nmax_jobs = 1\n[telemetry]\nnvml = false\n')
+    path = str(tmp_path / "pumpd.sock")
+    proc = start_pumpd(path, "--config", str(conf))
+    try:
+        first, second = FakeShim(path, name="first"), FakeShim(path, name="second")
+        first.launch(0x10, 1 << 20)
+        assert wait_for(lambda: 'pump_job_events_total{job="%s",name="first"} 1.0' % first.job
+                        in scrape_unix(str(metrics))), scrape_unix(str(metrics))
+        text = scrape_unix(str(metrics))
+        assert "pump_jobs_unlisted 1.0" in text and 'name="second"' not in text
+        first.close()
+        second.close()
+    finally:
+        stop_pumpd(proc)
+    assert not metrics.exists()
 
 
 def test_bad_service_config_stops_pumpd(tmp_path):
@@ -187,7 +208,7 @@ def test_bad_service_config_stops_pumpd(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr == (f'{conf}: [metrics] listen: bad value "everywhere"; allowed: a string "HOST:PORT": an IPv4 '
                            'address or localhost, or [an IPv6 address], and a port 1..65535, e.g. "127.0.0.1:9400" '
-                           'or "[::1]:9400"\n')
+                           'or "[::1]:9400"; or the absolute path of a Unix socket (at most 107 bytes)\n')
     assert not (tmp_path / "s").exists()
 
 

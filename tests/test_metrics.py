@@ -1,11 +1,15 @@
-"""pumpd's Prometheus endpoint: a real HTTP server on 127.0.0.1, scraped with urllib."""
+"""pumpd's Prometheus endpoint: a real HTTP server on 127.0.0.1 (sums over jobs only)
+or on a Unix socket (series per job allowed), scraped with urllib and http.client."""
 
+import http.client
 import logging
+import os
 import socket
-import sys
+import stat
 import threading
+import time
+import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -40,6 +44,29 @@ def scrape(port):
         return r.read().decode()
 
 
+class UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path):
+        super().__init__("pumpd", timeout=10)
+        self.unix_path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(10)
+        self.sock.connect(self.unix_path)
+
+
+def scrape_unix(path, url="/metrics"):
+    c = UnixHTTPConnection(path)
+    try:
+        c.request("GET", url)
+        r = c.getresponse()
+        assert r.status == 200, r.status
+        assert r.getheader("Content-Type").startswith("text/plain")
+        return r.read().decode()
+    finally:
+        c.close()
+
+
 def samples(text):
     """{(name, frozenset(labels.items())): value} of a scrape."""
     return {(s.name, frozenset(s.labels.items())): s.value
@@ -47,12 +74,19 @@ def samples(text):
 
 
 @pytest.fixture
-def server():
+def server(tmp_path):
+    """make(snapshot): on 127.0.0.1; make(snapshot, per_job=True, ...): on a Unix socket
+    (``.scrape()`` either way)."""
     servers = []
 
-    def make(snapshot):
-        m = MetricsServer(snapshot)
-        m.start("127.0.0.1", 0)
+    def make(snapshot, **options):
+        m = MetricsServer(snapshot, **options)
+        if options.get("per_job"):
+            m.start_unix(str(tmp_path / "metrics.sock"))
+            m.scrape = lambda: scrape_unix(m.path)
+        else:
+            m.start("127.0.0.1", 0)
+            m.scrape = lambda: scrape(m.port)
         servers.append(m)
         return m
     yield make
@@ -60,10 +94,9 @@ def server():
         m.stop()
 
 
-def test_scrape(server):
-    m = server(lambda: SNAPSHOT)
-    assert m.port > 0
-    text = scrape(m.port)
+def test_scrape_per_job(server):
+    m = server(lambda: SNAPSHOT, per_job=True)
+    text = m.scrape()
     s = samples(text)
     j1 = frozenset({"job": "j1", "name": "train"}.items())
     j2 = frozenset({"job": "j2", "name": "eval \"quoted\""}.items())
@@ -97,6 +130,109 @@ def test_scrape(server):
     assert "# TYPE pump_job_resident_bytes gauge" in text
     assert 'pump_job_resident_bytes{job="j2",name="eval \\"quoted\\""} 0.0' in text
     assert all(n.startswith("pump_") for n, _ in s)
+    assert s[("pump_jobs_unlisted", frozenset())] == 0
+
+
+def test_tcp_shows_sums_over_jobs_only(server):
+    m = server(lambda: SNAPSHOT)
+    assert m.port > 0
+    text = scrape(m.port)
+    s = samples(text)
+    assert s[("pump_jobs", frozenset())] == 2
+    assert s[("pump_jobs_launches_total", frozenset())] == 1503
+    assert s[("pump_jobs_resident_bytes", frozenset())] == 3 << 30
+    assert s[("pump_jobs_budget_bytes", frozenset())] == 8 << 30       # j2 has none
+    assert s[("pump_jobs_events_dropped_total", frozenset())] == 7
+    assert not any(n.startswith("pump_job_") for n, _ in s)
+    for secret in ("train", "4242", "1000", "j1", "quoted"):
+        assert secret not in text
+    assert s[("pump_daemon_sessions", frozenset())] == 2
+
+
+def test_per_job_series_refused_over_tcp():
+    m = MetricsServer(lambda: SNAPSHOT, per_job=True)
+    with pytest.raises(ValueError, match="only on a Unix socket"):
+        m.start("127.0.0.1", 0)
+    assert m.port is None
+
+
+def test_series_per_job_are_capped(server):
+    jobs = [dict(SNAPSHOT["jobs"][0], job=f"j{i}", name=f"train{i}", pid=1000 + i) for i in range(500)]
+    m = server(lambda: {"jobs": jobs, "daemon": None, "telemetry": None}, per_job=True, max_jobs=10)
+    s = samples(m.scrape())
+    infos = [labels for name, labels in s if name == "pump_job_info"]
+    assert len(infos) == 10 and all(dict(l)["job"] in {f"j{i}" for i in range(10)} for l in infos)
+    assert len([1 for name, _ in s if name == "pump_job_launches_total"]) == 10
+    assert s[("pump_jobs_unlisted", frozenset())] == 490
+    assert s[("pump_jobs", frozenset())] == 500
+    assert s[("pump_jobs_launches_total", frozenset())] == 500 * 1500
+
+
+def test_unix_socket_is_its_owners_and_groups(server):
+    m = server(lambda: SNAPSHOT, per_job=True)
+    assert stat.S_IMODE(os.lstat(m.path).st_mode) == 0o660
+    if os.geteuid() == 0:
+        from test_daemon import run_as_nobody
+
+        def connect():
+            try:
+                scrape_unix(m.path)
+            except PermissionError:
+                return "refused"
+            return "served"
+        assert run_as_nobody(connect) == "refused"
+    path = m.path
+    m.stop()
+    assert not os.path.exists(path) and m.path is None
+
+
+def test_unix_socket_replaces_a_stale_socket_only(tmp_path):
+    stale = tmp_path / "metrics.sock"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(stale))   # left by an earlier pumpd: nobody listens
+    m = MetricsServer(lambda: SNAPSHOT, per_job=True)
+    m.start_unix(str(stale))
+    try:
+        assert "pump_job_info" in scrape_unix(str(stale))
+    finally:
+        m.stop()
+    precious = tmp_path / "precious"
+    precious.write_text("data")
+    link = tmp_path / "link.sock"
+    link.symlink_to(precious)
+    for path in (precious, link):
+        with pytest.raises(FileExistsError, match="not a socket"):
+            MetricsServer(lambda: SNAPSHOT, per_job=True).start_unix(str(path))
+    assert precious.read_text() == "data" and link.is_symlink()
+
+
+def test_idle_scrapers_hold_no_more_than_the_limit(server, monkeypatch):
+    """Clients that connect and say nothing take at most MAX_SCRAPES threads, are
+    dropped after the client timeout, and then scrapes are served again."""
+    from pumpd import metrics
+    monkeypatch.setattr(metrics._Scrape, "timeout", 0.5)
+    m = server(lambda: SNAPSHOT)
+    threads = threading.active_count()
+    idle = [socket.create_connection(("127.0.0.1", m.port), timeout=5) for _ in range(metrics.MAX_SCRAPES + 20)]
+    time.sleep(0.2)
+    assert threading.active_count() <= threads + metrics.MAX_SCRAPES
+    # those over the limit were closed at once
+    closed = 0
+    for c in idle[metrics.MAX_SCRAPES:]:
+        c.settimeout(2)
+        closed += c.recv(1) == b""
+    assert closed == 20
+    time.sleep(1.0)   # past the client timeout: the idle ones are dropped
+    assert "pump_jobs_launches_total" in scrape(m.port)
+    for c in idle:
+        c.close()
+
+
+def test_only_metrics_is_served(server):
+    m = server(lambda: SNAPSHOT)
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(f"http://127.0.0.1:{m.port}/etc/passwd", timeout=10)
+    assert e.value.code == 404
 
 
 def test_snapshot_called_at_scrape_time(server):
@@ -149,7 +285,7 @@ def test_concurrent_scrapes(server):
         t.start()
     for t in threads:
         t.join()
-    assert len(results) == 8 and all("pump_job_launches_total" in r for r in results)
+    assert len(results) == 8 and all("pump_jobs_launches_total" in r for r in results)
 
 
 def test_stop_frees_port():
@@ -173,7 +309,7 @@ def test_stop_frees_port():
     m2 = MetricsServer(lambda: SNAPSHOT)
     m2.start("127.0.0.1", port)
     try:
-        assert m2.port == port and "pump_job_launches_total" in scrape(port)
+        assert m2.port == port and "pump_jobs_launches_total" in scrape(port)
     finally:
         m2.stop()
 

@@ -5,8 +5,10 @@ process, Type=notify; `--foreground` is accepted for clarity).  Its socket:
 --socket, else the config file's [daemon] socket, else $PUMP_SOCKET, else
 $RUNTIME_DIRECTORY/pumpd.sock under systemd, /run/pump/pumpd.sock for root, and
 pumpd.sock in the user's checked runtime directory (pump/runtime_dir.py) for anyone
-else.  Job state lives in a 0700 "jobs" directory beside the socket.  --shared: the
-user's shared pumpd (pump/userd.py), elected by a lock beside its socket.
+else; a socket systemd passes (pumpd.socket) overrides them all.  Job state lives
+in a 0700 "jobs" directory in $RUNTIME_DIRECTORY under systemd, else beside the
+socket.  --shared: the user's shared pumpd (pump/userd.py), elected by a lock
+beside its socket.  Under systemd pumpd refuses to run as root.
 """
 
 import argparse
@@ -37,6 +39,22 @@ def default_socket() -> str:
 def is_system_socket(path: str) -> bool:
     """The system service's socket is open to every local user (SO_PEERCRED decides)."""
     return bool(os.environ.get("RUNTIME_DIRECTORY")) or path == protocol.SYSTEM_SOCKET
+
+
+def state_dir(socket_path: str) -> str:
+    """Where the jobs/ directory goes: the service's own runtime directory (pumpd.socket's
+    /run/pump belongs to root), else beside the socket."""
+    runtime = os.environ.get("RUNTIME_DIRECTORY")
+    return runtime.split(":")[0] if runtime else os.path.dirname(socket_path)
+
+
+def refuses_root() -> str | None:
+    """Why pumpd will not start, when it is a systemd service running as root: the
+    service serves every local user, and a mistake in its code must not be root's."""
+    if os.environ.get("INVOCATION_ID") and os.geteuid() == 0:
+        return ("refusing to run as root under systemd: set User= in the unit "
+                "(scripts/pumpd.service runs as the user pump, on a socket systemd opens)")
+    return None
 
 
 def build_parser():
@@ -90,6 +108,10 @@ def _budget_bytes(text):
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    refusal = refuses_root()
+    if refusal:
+        print(f"pumpd: {refusal}", file=sys.stderr)
+        return 2
     path = args.config or ("/etc/pump/pumpd.toml" if os.path.exists("/etc/pump/pumpd.toml") else None)
     try:
         cfg = config.load_daemon_file(path) if path else config.DaemonConfig()
@@ -100,7 +122,12 @@ def main(argv=None) -> int:
     # as long as the runtime directory: warnings only, unless -v.
     _setup_logging("warning" if args.exit_with is not None or args.shared else cfg.log_level, args.verbose)
     try:
-        socket_path = args.socket or cfg.socket or default_socket()
+        listen = systemd.listen_fds()
+    except ValueError as exc:
+        log.error("%s", exc)
+        return 2
+    try:
+        socket_path = (listen[0].getsockname() if listen else None) or args.socket or cfg.socket or default_socket()
     except runtime_dir.RuntimeDirError as exc:
         log.error("%s", exc)
         return 2
@@ -115,12 +142,12 @@ def main(argv=None) -> int:
         from pumpd.telemetry import Telemetry
         telemetry = Telemetry(nvml=cfg.nvml)
         telemetry.interval = cfg.interval_s
-    listen = systemd.listen_fds()
     try:
-        daemon = Daemon(socket_path, os.path.join(os.path.dirname(socket_path), "jobs"),
+        daemon = Daemon(socket_path, os.path.join(state_dir(socket_path), "jobs"),
                         exit_with=args.exit_with,
                         socket_mode=0o666 if is_system_socket(socket_path) else 0o600,
                         telemetry=telemetry, metrics_listen=cfg.metrics_listen,
+                        metrics_options={"per_job": cfg.metrics_per_job, "max_jobs": cfg.metrics_max_jobs},
                         default_budget=_budget_bytes(cfg.default_budget), jobs_dir=cfg.jobs_dir,
                         gpu_pool=cfg.gpu_pool, idle_exit=args.idle_exit)
     except StateDirError as exc:

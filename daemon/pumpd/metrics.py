@@ -1,11 +1,11 @@
 """pumpd's /metrics endpoint in the Prometheus text format (off by default).
 
-``MetricsServer(snapshot).start("127.0.0.1", 9478)`` serves every metric below
-from prometheus_client's own HTTP server, which runs in threads of its own: the
-asyncio loop of pumpd is never blocked by a scrape. ``snapshot()`` is called at
-scrape time *from those threads*, possibly from several at once: it must be
-thread-safe and return data the caller no longer mutates (pumpd hands a
-function that returns a copy made under its lock). Its shape::
+``MetricsServer(snapshot, per_job=False).start("127.0.0.1", 9478)`` (TCP) or
+``.start_unix("/run/pumpd/metrics.sock")`` serves the metrics below from threads of
+its own: the asyncio loop of pumpd is never blocked by a scrape. ``snapshot()`` is
+called at scrape time *from those threads*, possibly from several at once: it must
+be thread-safe and return data the caller no longer mutates (pumpd hands a function
+that returns a copy made under its lock). Its shape::
 
     {"jobs": [{"job": str, "name": str, "pid": int, "uid": int, "policy": str,
                "budget_bytes": int | None, "resident_bytes": int, "launches": int,
@@ -20,35 +20,48 @@ the scrape answers with ``pump_metrics_snapshot_errors_total`` only, the error
 is counted (``MetricsServer.snapshot_errors``) and logged (the first with its
 traceback, later ones at debug level).
 
-Access: the endpoint has no peer credentials; whoever reaches the address sees
-every job's name, pid, uid and counters. Enabling it is the administrator's
-choice; bind it to 127.0.0.1 (or a monitoring-only interface).
+Access: an HTTP endpoint has no peer credentials, so what it shows is decided by
+where it listens. Every job's counters are summed (``pump_jobs_*``): no name, pid
+or owner, and a number of series that does not grow with the jobs. Series per job
+(``pump_job_*``, labelled with the job's id and name; ``pump_job_info`` adds its
+pid, uid and policy) only with ``per_job``, which pumpd allows on a Unix socket
+alone (mode 0660: its owner and group). Even then at most ``max_jobs`` jobs get
+series, the first registered; ``pump_jobs_unlisted`` counts the rest.
+At most MAX_SCRAPES scrapes are served at once (more are closed at once), and a
+client silent for CLIENT_TIMEOUT seconds is dropped: a local user cannot make
+pumpd hold threads.
 """
 
 from __future__ import annotations
 
+import http.server
 import logging
+import os
+import socket
+import socketserver
+import stat
 import threading
 from typing import Callable
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.exposition import start_http_server
 
 log = logging.getLogger("pumpd")
 
 JOB_LABELS = ["job", "name"]
+MAX_SCRAPES = 8
+CLIENT_TIMEOUT = 10.0
 GPU_LABELS = ["uuid", "index"]
 
 # (snapshot key, metric name, help, counter?) per job; counters get "_total".
 _JOB_METRICS = [
-    ("budget_bytes", "pump_job_budget_bytes", "The job's cap on GPU-resident bytes (absent when none).", False),
-    ("resident_bytes", "pump_job_resident_bytes", "Bytes pump believes resident on the GPU for the job.", False),
+    ("budget_bytes", "pump_job_budget_bytes", "Caps on GPU-resident bytes (absent when none).", False),
+    ("resident_bytes", "pump_job_resident_bytes", "Bytes pump believes resident on the GPU.", False),
     ("launches", "pump_job_launches", "Kernel launches.", True),
     ("launches_managed", "pump_job_launches_managed", "Kernel launches touching managed memory.", True),
     ("prefetch_bytes", "pump_job_prefetch_bytes", "Bytes asked to be prefetched to the GPU.", True),
     ("bytes_evicted", "pump_job_evicted_bytes", "Bytes evicted to host to hold the budget.", True),
-    ("events", "pump_job_events", "Events received from the job's shim.", True),
+    ("events", "pump_job_events", "Events received from the shim.", True),
     ("events_dropped", "pump_job_events_dropped", "Events the shim dropped because the ring was full.", True),
 ]
 _DAEMON_METRICS = [
@@ -66,21 +79,41 @@ _GPU_METRICS = [
 ]
 
 
-def _families(snap: dict) -> list:
-    """The metric families of one snapshot (raises on a malformed one)."""
-    out = []
-    jobs = snap.get("jobs") or []
+def _job_families(jobs: list, per_job: bool, max_jobs: int) -> list:
+    """The sums over all jobs, and with ``per_job`` the series of the first
+    ``max_jobs`` jobs (raises on a malformed job)."""
+    count = GaugeMetricFamily("pump_jobs", "Jobs pumpd serves.")
+    count.add_metric([], len(jobs))
+    out = [count]
+    for key, name, doc, counter in _JOB_METRICS:
+        values = [j[key] for j in jobs if j[key] is not None]
+        total = (CounterMetricFamily if counter else GaugeMetricFamily)(
+            name.replace("pump_job_", "pump_jobs_", 1), doc + " Summed over jobs.")
+        total.add_metric([], sum(values))
+        out.append(total)
+    if not per_job:
+        return out
+    listed = jobs[:max_jobs]
+    unlisted = GaugeMetricFamily("pump_jobs_unlisted", "Jobs without series of their own (over max_jobs).")
+    unlisted.add_metric([], len(jobs) - len(listed))
+    out.append(unlisted)
     info = GaugeMetricFamily("pump_job_info", "One per job: its pid, owner uid and policy.",
                              labels=JOB_LABELS + ["pid", "uid", "policy"])
-    for j in jobs:
+    for j in listed:
         info.add_metric([str(j["job"]), str(j["name"]), str(j["pid"]), str(j["uid"]), str(j["policy"])], 1)
     out.append(info)
     for key, name, doc, counter in _JOB_METRICS:
         fam = (CounterMetricFamily if counter else GaugeMetricFamily)(name, doc, labels=JOB_LABELS)
-        for j in jobs:
-            if j.get(key) is not None:
+        for j in listed:
+            if j[key] is not None:
                 fam.add_metric([str(j["job"]), str(j["name"])], j[key])
         out.append(fam)
+    return out
+
+
+def _families(snap: dict, per_job: bool, max_jobs: int) -> list:
+    """The metric families of one snapshot (raises on a malformed one)."""
+    out = _job_families(list(snap.get("jobs") or []), per_job, max_jobs)
 
     daemon = snap.get("daemon")
     if daemon:
@@ -131,11 +164,76 @@ class _Collector:
         return fams + [errors]
 
 
-class MetricsServer:
-    """The /metrics HTTP endpoint; see the module's doc for ``snapshot``."""
+class _Scrape(http.server.BaseHTTPRequestHandler):
+    """GET /metrics (or /): the registry in the text format; nothing else."""
 
-    def __init__(self, snapshot: Callable[[], dict]):
+    timeout = CLIENT_TIMEOUT
+    protocol_version = "HTTP/1.0"
+
+    def do_GET(self):
+        if self.path.split("?", 1)[0] not in ("/metrics", "/"):
+            self.send_error(404, "only /metrics is served")
+            return
+        body = generate_latest(self.server.registry)
+        self.send_response(200)
+        self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def address_string(self):
+        return str(self.client_address or "unix")
+
+    def log_message(self, format, *args):
+        pass
+
+
+class _Bounded(socketserver.ThreadingMixIn):
+    """A thread per scrape, MAX_SCRAPES at most: one over the limit is closed at once."""
+
+    daemon_threads = True
+    block_on_close = False
+    request_queue_size = 64   # the listen() backlog; socketserver's default of 5 makes connects wait
+
+    def setup_limits(self, registry):
+        self.registry = registry
+        self.slots = threading.BoundedSemaphore(MAX_SCRAPES)
+
+    def process_request(self, request, client_address):
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+
+class _TCPServer(_Bounded, socketserver.TCPServer):
+    allow_reuse_address = True
+
+
+class _TCP6Server(_TCPServer):
+    address_family = socket.AF_INET6
+
+
+class _UnixServer(_Bounded, socketserver.UnixStreamServer):
+    pass
+
+
+class MetricsServer:
+    """The /metrics HTTP endpoint; see the module's doc."""
+
+    def __init__(self, snapshot: Callable[[], dict], per_job: bool = False, max_jobs: int = 100):
         self._snapshot = snapshot
+        self.per_job, self.max_jobs = per_job, max_jobs
         self._lock = threading.Lock()
         self.snapshot_errors = 0
         self.registry = CollectorRegistry(auto_describe=False)
@@ -143,10 +241,11 @@ class MetricsServer:
         self._httpd = None
         self._thread = None
         self.port: int | None = None
+        self.path: str | None = None
 
     def _collect(self) -> list:
         try:
-            return _families(self._snapshot())
+            return _families(self._snapshot(), self.per_job, self.max_jobs)
         except Exception:
             with self._lock:
                 self.snapshot_errors += 1
@@ -161,15 +260,53 @@ class MetricsServer:
 
     def start(self, host: str, port: int) -> None:
         """Listen on host:port (that address only; pump.config.parse_listen reads
-        pumpd.toml's "HOST:PORT") and serve in background threads; ``.port`` is
-        the port bound (useful with port 0). OSError if it cannot be bound."""
+        pumpd.toml's "HOST:PORT"); ``.port`` is the port bound (useful with port 0).
+        OSError if it cannot be bound."""
+        if self.per_job:
+            raise ValueError("metrics: series per job only on a Unix socket (over TCP every "
+                             "local user could read every job's name, pid and owner)")
+        cls = _TCP6Server if ":" in host else _TCPServer
+        self._serve(cls((host, port), _Scrape, bind_and_activate=False), lambda s: s.server_bind())
+        self.port = self._httpd.server_address[1]
+
+    def start_unix(self, path: str) -> None:
+        """Listen on a Unix socket at ``path``, mode 0660 (its owner and group may
+        scrape; other users may not connect). A socket left there by an earlier pumpd
+        is replaced; any other file is an error (OSError)."""
+        try:
+            if not stat.S_ISSOCK(os.lstat(path).st_mode):
+                raise FileExistsError(f"metrics: {path} exists and is not a socket")
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+        def bind(server):
+            old = os.umask(0o117)   # born 0660: no moment when others could connect
+            try:
+                server.server_bind()
+            finally:
+                os.umask(old)
+        self._serve(_UnixServer(path, _Scrape, bind_and_activate=False), bind)
+        self.path = path
+
+    def _serve(self, httpd, bind) -> None:
         if self._httpd is not None:
+            httpd.server_close()
             raise RuntimeError("metrics server already started")
-        self._httpd, self._thread = start_http_server(port, addr=host, registry=self.registry)
-        self.port = self._httpd.server_port
+        httpd.setup_limits(self.registry)
+        try:
+            bind(httpd)
+            httpd.server_activate()
+        except BaseException:
+            httpd.server_close()
+            raise
+        self._httpd = httpd
+        self._thread = threading.Thread(target=httpd.serve_forever, name="pumpd-metrics", daemon=True)
+        self._thread.start()
 
     def stop(self) -> None:
-        """Stop serving and close the listening socket (idempotent)."""
+        """Stop serving and close the listening socket (idempotent); a Unix socket's
+        file is removed."""
         httpd, self._httpd = self._httpd, None
         if httpd is None:
             return
@@ -178,3 +315,9 @@ class MetricsServer:
         self._thread.join(timeout=5)
         self._thread = None
         self.port = None
+        if self.path is not None:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+            self.path = None

@@ -23,7 +23,7 @@ from pumpd.accept import NO_DESCRIPTOR_LEFT, OUT_OF_DESCRIPTORS, accept_forever,
 from pumpd.arbiter import Arbiter, Terms
 from pumpd.connection import Connection, RequestError, peer_credentials
 from pumpd.jobs import Job, JobStore, Session, start_time
-from pumpd import limits, lookahead, tracing
+from pumpd import limits, lookahead, systemd, tracing
 from pumpd.pages import status_page
 from pumpd.tasks import RateLimitedLog, supervised
 from pumpd.telemetry import Telemetry
@@ -43,7 +43,7 @@ class Daemon:
     def __init__(self, socket_path: str, state_dir: str, exit_with: int = None,
                  socket_mode: int = 0o600, telemetry=None, metrics_listen: str = None,
                  default_budget: int = None, jobs_dir: str = config.DEFAULT_JOBS_DIR,
-                 gpu_pool: str = None, idle_exit: float = None):
+                 gpu_pool: str = None, idle_exit: float = None, metrics_options: dict = None):
         self.socket_path = socket_path
         self.store = JobStore(state_dir)
         self.exit_with = exit_with
@@ -52,6 +52,7 @@ class Daemon:
         self.socket_mode = socket_mode
         self.telemetry = telemetry
         self.metrics_listen = metrics_listen
+        self.metrics_options = metrics_options or {}   # MetricsServer's per_job, max_jobs
         self.metrics = None
         self.arbiter = Arbiter(gpu_pool, default_budget)
         self.jobs_dir = jobs_dir
@@ -113,6 +114,9 @@ class Daemon:
             self._start_metrics()
         bodies = {"accept": lambda: accept_forever(sock, self._admit, self.errors), "ingest": self._ingest,
                   "liveness": self._liveness, "telemetry": self._sample_telemetry}
+        interval = systemd.watchdog_interval()
+        if interval is not None:
+            bodies["watchdog"] = lambda: systemd.feed_watchdog(interval)
         tasks = [asyncio.create_task(supervised(name, body, self.errors)) for name, body in bodies.items()]
         log.info("listening on %s", self.socket_path)
         if ready is not None:
@@ -154,9 +158,14 @@ class Daemon:
 
     def _start_metrics(self):
         from pumpd.metrics import MetricsServer
-        self.metrics = MetricsServer(self.snapshot)
-        self.metrics.start(*config.parse_listen(self.metrics_listen))
-        log.info("metrics on http://%s/metrics", self.metrics_listen)
+        self.metrics = MetricsServer(self.snapshot, **self.metrics_options)
+        if self.metrics_listen.startswith("/"):
+            self.metrics.start_unix(self.metrics_listen)
+            log.info("metrics on the Unix socket %s (curl --unix-socket %s http://pumpd/metrics)",
+                     self.metrics_listen, self.metrics_listen)
+        else:
+            self.metrics.start(*config.parse_listen(self.metrics_listen))
+            log.info("metrics on http://%s/metrics", self.metrics_listen)
 
     # ---- connections ----
     def _admit(self, sock):

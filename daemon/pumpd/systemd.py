@@ -1,10 +1,12 @@
 """What pumpd needs of systemd, in the standard library only: readiness
-notification (sd_notify), socket activation (sd_listen_fds) and priority
-prefixes for journald (sd-daemon). Each is a no-op outside systemd.
+notification (sd_notify), the watchdog (sd_watchdog_enabled), socket activation
+(sd_listen_fds) and priority prefixes for journald (sd-daemon). Each is a no-op
+outside systemd.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
@@ -32,6 +34,27 @@ def notify(state: str) -> bool:
         return True
     except (OSError, UnicodeError):
         return False
+
+
+def watchdog_interval() -> float | None:
+    """How often to send WATCHDOG=1, in seconds: half of $WATCHDOG_USEC (what
+    sd_watchdog_enabled advises), when the watchdog is on for this process
+    ($WATCHDOG_PID unset or ours); else None. The variables are removed from the
+    environment, so no child takes the watchdog for its own."""
+    usec, pid = os.environ.pop("WATCHDOG_USEC", None), os.environ.pop("WATCHDOG_PID", None)
+    if not usec or not usec.isdigit() or int(usec) == 0:
+        return None
+    if pid is not None and (not pid.isdigit() or int(pid) != os.getpid()):
+        return None
+    return int(usec) / 2e6
+
+
+async def feed_watchdog(interval: float):
+    """Sends WATCHDOG=1 every ``interval`` seconds, from the event loop it runs on: if
+    that loop freezes, the pings stop and systemd restarts the service."""
+    while True:
+        notify("WATCHDOG=1")
+        await asyncio.sleep(interval)
 
 
 def listen_fds() -> list[socket.socket]:
