@@ -8,8 +8,10 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 
+import numpy as np
 import psutil
 import pytest
 
@@ -179,3 +181,43 @@ def test_killed_pumpd_leaves_what_it_read_and_pump_run_says_so(c_build, job_env,
     header, blocks = trace.read(path)  # what is there reads cleanly
     assert sum(len(r) for _, r in blocks) == held
     assert channel.KIND["launch"] in {int(k) for _, r in blocks for k in r["kind"]}
+
+
+def test_a_write_that_hangs_ends_that_trace_only(tmp_path, monkeypatch):
+    """A regular file on FUSE or NFS can block a write forever: past WRITE_TIMEOUT the
+    trace is given up, a new writer takes the hung one's place, and other traces are
+    still written."""
+    from pumpd import tracing
+    monkeypatch.setattr(tracing, "WRITE_TIMEOUT", 0.2)
+    release = threading.Event()
+    real_write_all = tracing._write_all
+    hung_fd = os.open(tmp_path / "hung", os.O_WRONLY | os.O_CREAT, 0o600)
+    ok_fd = os.open(tmp_path / "ok", os.O_WRONLY | os.O_CREAT, 0o600)
+
+    def write_all(fd, data):
+        if fd == hung_fd:
+            release.wait(30)   # as a write on a dead NFS server would
+        real_write_all(fd, data)
+    monkeypatch.setattr(tracing, "_write_all", write_all)
+    pool = tracing.WriterPool()
+    try:
+        threads = len(pool.threads)
+        hung = pool.open(hung_fd, "j1", "hung")
+        ok = pool.open(ok_fd, "j2", "ok")
+        record = np.zeros(1, channel.EVENT)
+        for _ in range(tracing.WRITERS + 1):     # more writers than WRITERS would be needed
+            hung.write(1, record)
+        time.sleep(0.3)
+        pool.check_timeouts()
+        assert hung.status()["problem"] == "a write took over 0.2 s"
+        assert len(pool.threads) == threads + 1
+        for _ in range(5):
+            ok.write(2, record)
+        assert wait_for(lambda: ok.status()["records_written"] == 5, timeout=5)
+        ok.close()
+        assert wait_for(ok.done, timeout=5)
+        assert ok.status()["problem"] is None
+    finally:
+        release.set()
+        pool.stop()
+    assert trace.count_records(str(tmp_path / "ok")) == 5
