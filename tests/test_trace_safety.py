@@ -202,10 +202,10 @@ def test_a_write_that_hangs_ends_that_trace_only(tmp_path, monkeypatch):
     pool = tracing.WriterPool()
     try:
         threads = len(pool.threads)
-        hung = pool.open(hung_fd, "j1", "hung")
-        ok = pool.open(ok_fd, "j2", "ok")
+        hung = pool.open(hung_fd, "j1", "hung", 1000)
+        ok = pool.open(ok_fd, "j2", "ok", 2000)
         record = np.zeros(1, channel.EVENT)
-        for _ in range(tracing.WRITERS + 1):     # more writers than WRITERS would be needed
+        for _ in range(3):
             hung.write(1, record)
         time.sleep(0.3)
         pool.check_timeouts()
@@ -221,3 +221,50 @@ def test_a_write_that_hangs_ends_that_trace_only(tmp_path, monkeypatch):
         release.set()
         pool.stop()
     assert trace.count_records(str(tmp_path / "ok")) == 5
+
+
+def test_one_users_hung_traces_cannot_fill_pumpd(tmp_path, monkeypatch):
+    """Traces to files that hang queue at most QUEUE_BYTES_PER_UID_MAX of their user's
+    records, however many jobs that user traces; another user's trace is still queued
+    and written, and what was held is given back when the hung traces end."""
+    from pumpd import tracing
+    monkeypatch.setattr(tracing, "QUEUE_BYTES_PER_UID_MAX", 64 << 10)
+    monkeypatch.setattr(tracing, "WRITE_TIMEOUT", 0.2)
+    release = threading.Event()
+    real_write_all = tracing._write_all
+    hung_fds = [os.open(tmp_path / f"hung{i}", os.O_WRONLY | os.O_CREAT, 0o600) for i in range(4)]
+    ok_fd = os.open(tmp_path / "ok", os.O_WRONLY | os.O_CREAT, 0o600)
+
+    def write_all(fd, data):
+        if fd in hung_fds:
+            release.wait(30)
+        real_write_all(fd, data)
+    monkeypatch.setattr(tracing, "_write_all", write_all)
+    pool = tracing.WriterPool()
+    try:
+        hung = [pool.open(fd, f"j{i}", "hung", 1000) for i, fd in enumerate(hung_fds)]
+        block = np.zeros(64, channel.EVENT)              # 4 KiB of records a block
+        for _ in range(100):
+            for t in hung:
+                t.write(1, block)
+        assert pool.queued[1000] <= 64 << 10
+        assert sum(t.status()["records_dropped"] for t in hung) >= 4 * 100 * 64 - (64 << 10) // 64
+        # The user's hung files hold one writer: another user's trace is written at once.
+        assert wait_for(lambda: pool.writing == {1000: 1}, timeout=5)
+        ok = pool.open(ok_fd, "k", "ok", 2000)
+        ok.write(2, block)
+        assert wait_for(lambda: ok.status()["records_written"] == 64, timeout=5)
+        time.sleep(0.3)
+        pool.check_timeouts()
+        problems = sorted(t.status()["problem"] for t in hung)
+        assert problems == ["a write to another trace of this user took over 0.2 s"] * 3 + \
+            ["a write took over 0.2 s"]
+        assert ok.status()["problem"] is None
+        assert 1000 not in pool.queued
+        for t in hung:
+            t.close()
+        # the three that were not writing are closed now; the hung one once its write returns
+        assert wait_for(lambda: sum(t.done() for t in hung) == 3, timeout=5)
+    finally:
+        release.set()
+        pool.stop()

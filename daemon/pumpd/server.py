@@ -315,7 +315,7 @@ class Daemon:
                 tracing.check_descriptor(fds[0])
             except (tracing.TraceRefused, OSError) as exc:
                 raise RequestError(f"register: {exc}; a trace goes to a regular file opened for writing") from None
-            job.trace = self.traces.open(fds.pop(), job.id, job.name)
+            job.trace = self.traces.open(fds.pop(), job.id, job.name, conn.uid)
         self.jobs[job.id] = job
         self.store.save(job)
         log.info("job %s (%s) registered by pid %d, uid %d", job.id, job.name, conn.pid, conn.uid)

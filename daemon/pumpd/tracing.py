@@ -30,6 +30,8 @@ log = logging.getLogger("pumpd")
 
 WRITERS = 2                   # threads writing every job's traces
 QUEUE_BYTES_MAX = 32 << 20    # a trace's blocks waiting to be written; past it blocks are dropped
+QUEUE_BYTES_PER_UID_MAX = 64 << 20  # all of one user's traces together (a user's files can all hang)
+QUEUE_BYTES_ALL_MAX = 256 << 20     # every user's: well within the service's MemoryMax=2G
 WRITE_TIMEOUT = 10.0          # seconds one write may take before its trace is given up
 STUCK_WRITERS_MAX = 8         # writers replaced after a stuck write; past it, no more threads
 
@@ -50,9 +52,9 @@ def check_descriptor(fd: int):
 class Trace:
     """One job's trace: a queue of encoded blocks and the file they go to."""
 
-    def __init__(self, fd: int, job: str, name: str, pool: "WriterPool"):
+    def __init__(self, fd: int, job: str, name: str, uid: int, pool: "WriterPool"):
         check_descriptor(fd)
-        self.fd, self.pool = fd, pool
+        self.fd, self.uid, self.pool = fd, uid, pool
         self.queue = collections.deque()
         self.queued_bytes = 0
         self.records_written = 0     # records in blocks that reached the file
@@ -62,23 +64,27 @@ class Trace:
         self.busy_since = None       # when a writer took this trace's current write
         self.scheduled = False       # in the pool's pending queue (guarded by the pool's lock)
         self.lock = threading.Lock()
-        self._put(trace.header_bytes(job, name), 0)
+        if not self._put(trace.header_bytes(job, name), 0):
+            self.fail("pumpd holds the most unwritten trace data it takes from this user")
 
     def write(self, pid: int, records):
         """Queue one block (never blocks)."""
         self._put(trace.block_bytes(pid, records), len(records))
 
-    def _put(self, data: bytes, records: int):
+    def _put(self, data: bytes, records: int) -> bool:
+        """Queue data, or count its records as dropped: past the trace's queue, past its
+        user's share of every trace's queues, or once the trace has ended."""
         with self.lock:
             if self.problem is not None or self.closing:
                 self.records_dropped += records
-                return
-            if self.queued_bytes + len(data) > QUEUE_BYTES_MAX:
+                return False
+            if self.queued_bytes + len(data) > QUEUE_BYTES_MAX or not self.pool.reserve(self.uid, len(data)):
                 self.records_dropped += records
-                return
+                return False
             self.queue.append((data, records))
             self.queued_bytes += len(data)
         self.pool.wake(self)
+        return True
 
     def close(self):
         """No more blocks: the file is closed once the queue is written."""
@@ -93,9 +99,14 @@ class Trace:
             self.problem = problem
             self.records_dropped += sum(n for _, n in self.queue)
             self.queue.clear()
+            self.pool.release(self.uid, self.queued_bytes)
             self.queued_bytes = 0
         log.warning("trace of a job given up: %s", problem)
         self.pool.wake(self)
+
+    def has_work(self) -> bool:
+        with self.lock:
+            return self.problem is None and bool(self.queue)
 
     def done(self) -> bool:
         with self.lock:
@@ -121,6 +132,7 @@ class Trace:
                 return
             data, _ = self.queue.popleft()
             self.queued_bytes -= len(data)
+            self.pool.release(self.uid, len(data))
             if error is None:
                 self.records_written += records
             else:
@@ -144,6 +156,10 @@ class WriterPool:
         self.pending = collections.deque()
         self.stopping = False
         self.stuck = 0
+        self.bytes_lock = threading.Lock()
+        self.queued = {}             # uid -> bytes queued in its traces
+        self.queued_all = 0
+        self.writing = {}            # uid -> writers busy with its traces (at most 1 but while closing)
         self.threads = [self._start() for _ in range(WRITERS)]
 
     def _start(self):
@@ -151,11 +167,30 @@ class WriterPool:
         t.start()
         return t
 
-    def open(self, fd: int, job: str, name: str) -> Trace:
-        t = Trace(fd, job, name, self)
+    def open(self, fd: int, job: str, name: str, uid: int) -> Trace:
+        t = Trace(fd, job, name, uid, self)
         with self.ready:
             self.traces.add(t)
         return t
+
+    def reserve(self, uid: int, n: int) -> bool:
+        """Whether uid's traces may queue n more bytes (taken if so)."""
+        with self.bytes_lock:
+            mine = self.queued.get(uid, 0)
+            if mine + n > QUEUE_BYTES_PER_UID_MAX or self.queued_all + n > QUEUE_BYTES_ALL_MAX:
+                return False
+            self.queued[uid] = mine + n
+            self.queued_all += n
+            return True
+
+    def release(self, uid: int, n: int):
+        with self.bytes_lock:
+            left = self.queued.get(uid, 0) - n
+            if left > 0:
+                self.queued[uid] = left
+            else:
+                self.queued.pop(uid, None)
+            self.queued_all -= n
 
     def wake(self, t: Trace):
         with self.ready:
@@ -167,13 +202,33 @@ class WriterPool:
     def _work(self):
         while True:
             with self.ready:
-                while not self.pending and not self.stopping:
+                t = self._next()
+                while t is None and not self.stopping:
                     self.ready.wait()
-                if not self.pending:
+                    t = self._next()
+                if t is None:
                     return
-                t = self.pending.popleft()
                 t.scheduled = False  # a block queued from now on schedules it again
-            self._serve(t)
+                self.writing[t.uid] = self.writing.get(t.uid, 0) + 1
+            try:
+                self._serve(t)
+            finally:
+                with self.ready:
+                    if self.writing[t.uid] == 1:
+                        del self.writing[t.uid]
+                    else:
+                        self.writing[t.uid] -= 1
+                    self.ready.notify_all()
+
+    def _next(self):
+        """The first pending trace a writer may take (under self.ready): one whose user
+        has no write in progress, so a user whose files hang holds one writer at most,
+        or one with nothing left to write (a trace to close)."""
+        for t in self.pending:
+            if t.uid not in self.writing or not t.has_work():
+                self.pending.remove(t)
+                return t
+        return None
 
     def _serve(self, t: Trace):
         while True:
@@ -203,18 +258,23 @@ class WriterPool:
             pass
 
     def check_timeouts(self):
-        """From the event loop: give up traces whose write hangs (FUSE, NFS), and put
-        a new writer in place of each thread that hangs, up to STUCK_WRITERS_MAX."""
+        """From the event loop: give up traces whose write hangs (FUSE, NFS), and the
+        other traces of its user, which could only wait behind it; put a new writer in
+        place of each thread that hangs, up to STUCK_WRITERS_MAX."""
         now = time.monotonic()
         with self.ready:
             traces = list(self.traces)
-        for t in traces:
-            since = t.busy_since
-            if since is not None and now - since > WRITE_TIMEOUT and t.problem is None:
+        hung = {t for t in traces if t.busy_since is not None and now - t.busy_since > WRITE_TIMEOUT}
+        for t in hung:
+            if t.problem is None:
                 t.fail(f"a write took over {WRITE_TIMEOUT:g} s")
                 if self.stuck < STUCK_WRITERS_MAX:
                     self.stuck += 1
                     self.threads.append(self._start())
+        hung_uids = {t.uid for t in hung}
+        for t in traces:
+            if t.uid in hung_uids and t not in hung and t.problem is None:
+                t.fail(f"a write to another trace of this user took over {WRITE_TIMEOUT:g} s")
 
     def stop(self, timeout: float = 5.0):
         """Write out what is queued (within timeout), then end the threads."""
