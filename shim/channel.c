@@ -661,7 +661,7 @@ static bool still_ours(void)
            rs.st_dev == ring_dev && rs.st_ino == ring_ino && ps.st_dev == plan_dev && ps.st_ino == plan_ino;
 }
 
-static bool attach(int fd)
+PUMP_HIDDEN bool pump_channel_attach(int fd)
 {
     char job[sizeof pump_config.job * 6], name[sizeof pump_config.name * 6], json[1024];
     json_escape(job, sizeof job, pump_config.job);
@@ -745,7 +745,7 @@ static void *worker_main(void *arg)
             close_fd(&socket_fd);
             return NULL;
         }
-        bool ok = attached ? resume(fd) : attach(fd);
+        bool ok = attached ? resume(fd) : pump_channel_attach(fd);
         if (!ok) {
             close_fd(&socket_fd);
             sleep_seconds(backoff);

@@ -68,5 +68,10 @@ PUMP_HIDDEN uint64_t pump_channel_plan_budget(void);
  * mapped, and makes them the live channel, as the worker does after attach;
  * false if they are not valid. Exposed for the unit tests. */
 PUMP_HIDDEN bool pump_channel_install(struct pump_ring_header *ring, size_t ring_size, const struct pump_plan *plan);
+/* The worker's attach on a connected socket: sends the request, reads the
+ * reply, maps and installs the ring and plan it carries; false, with every
+ * descriptor received closed, when anything about the reply is wrong.
+ * Exposed for the fuzz harness (tests/fuzz). */
+PUMP_HIDDEN bool pump_channel_attach(int fd);
 
 #endif

@@ -55,7 +55,7 @@ PUMP_HIDDEN void *pump_dlsym_decide(void *handle, const char *name)
     if (!looks_like_driver_symbol(name))
         return NULL;
     int id = pump_hook_find(name);
-    if (id < 0 || __atomic_load_n(&pump_passthrough, __ATOMIC_RELAXED))
+    if (id < 0 || atomic_load_explicit(&pump_passthrough, memory_order_relaxed))
         return NULL;
     /* Only answer where the driver answers: from pump's own position,
      * RTLD_DEFAULT would find pump's exports first, so look past them. */
