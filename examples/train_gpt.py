@@ -22,6 +22,9 @@ float.hex of the loss, for bit-identical comparison), then one final object {"st
 "checksum_hex" (SHA-256 of every parameter's bytes after training), "params", "device",
 "peak_bytes" (torch.cuda.max_memory_allocated on a GPU, else null), "preset", "config",
 "warmup"}.  --warmup steps train too but are neither printed nor timed.
+
+Without a GPU (--device auto), the text output ends with what pump does on its CPU model
+of the driver (examples/no_gpu_demo.py; --no-demo skips it).
 """
 import argparse
 import dataclasses
@@ -37,6 +40,8 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 import torch  # noqa: E402  (after the environment is set)
 import torch.nn as nn  # noqa: E402
+
+import no_gpu_demo  # noqa: E402  (beside this file: Python puts the script's directory on sys.path)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +146,9 @@ def parse_args(argv):
                     help="auto (default): cuda if PyTorch sees a GPU, else cpu")
     ap.add_argument("--seed", type=int, default=0, help="seed of the weights and the data (default 0)")
     ap.add_argument("--json", action="store_true", help="JSON lines instead of text (see the module docstring)")
+    ap.add_argument("--no-demo", action="store_true",
+                    help="without a GPU (--device auto), skip showing pump on its CPU model of the driver "
+                         "(examples/no_gpu_demo.py) after training")
     args = ap.parse_args(argv)
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(GPTConfig)
                  if getattr(args, f.name) is not None}
@@ -207,6 +215,9 @@ def main(argv=None):
     else:
         peak_text = f", peak {peak / 2**20:.0f} MiB allocated" if peak is not None else ""
         print(f"checksum {checksum[:16]} after {args.steps} steps{peak_text}")
+        if args.device == "auto" and not on_gpu and not args.no_demo:
+            print("\nNo GPU here, so the job trained on the CPU and pump had nothing to do.", flush=True)
+            no_gpu_demo.show()
 
 
 if __name__ == "__main__":

@@ -176,6 +176,23 @@ def test_train_gpt_under_pump_run_on_the_cpu(cpu_run, gpt_env, tmp_path):
         assert json.loads(stats_file.read_text())["processes"] == []
 
 
+@pytest.mark.skipif(has_gpu(), reason="the demo is for machines without a GPU")
+def test_train_gpt_without_a_gpu_shows_pump_on_the_model(example_env):
+    """The README's first command where there is no GPU: after training on the CPU, the job
+    shows managed_saxpy on fakecuda under pump and under --policy off, labelled a model."""
+    proc = train(["--steps", "1"], example_env, pump_run=(PUMP_RUN,))
+    out = proc.stdout
+    assert "No GPU here, so the job trained on the CPU and pump had nothing to do." in out, out
+    assert "pump's CPU model of the driver\n(tests/fakecuda; counts of a model, not GPU timings)" in out, out
+    rows = dict(re.findall(r"^  (under pump-run.*?)\s{2,}(\d+)\s+[\d.]+ MiB\s+[\d.]+ MiB$", out, re.M))
+    assert rows["under pump-run"] == "0", out
+    assert int(rows["under pump-run --policy off (the driver alone)"]) == 4 * 4 * 16, out  # 64 KiB pages
+    assert "checksums: the same" in out, out
+    # --no-demo, --json and --device cpu train alone.
+    for args in (["--no-demo"], ["--json"], ["--device", "cpu"]):
+        assert "pump's CPU model" not in train(["--steps", "1", *args], example_env).stdout
+
+
 @needs_gpu
 def test_train_gpt_on_the_gpu(gpt_env, tmp_path):
     """On a GPU: bit-identical losses and checksum with and without pump-run (managed_all on
