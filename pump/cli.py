@@ -1,7 +1,7 @@
 """pump: the command for looking at and checking pump.
 
     pump config check [--daemon] FILE...   check job files (or, --daemon, pumpd.toml files)
-    pump status [--json]                   the jobs pumpd runs that the caller may see
+    pump status [--json] [--socket PATH]   the jobs pumpd runs that the caller may see
     pump trace show|stats FILE             read a trace (pump-run --trace)
     pump trace generate MODEL -o FILE      a real model's training steps as a trace, without a GPU
     pump simulate TRACE --capacity SIZE    model a trace under each prefetch policy
@@ -125,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="the jobs pumpd runs that you may see", allow_abbrev=False,
                             description="The jobs the caller may see (own jobs; root sees all).")
     status.add_argument("--json", action="store_true", help="one JSON document instead of a table")
+    status.add_argument("--socket", metavar="PATH",
+                        help="ask only the pumpd on this socket (default: the system's, yours and your jobs')")
     status.set_defaults(handler=_status)
 
     tr = sub.add_parser("trace", help="read a trace file (pump-run --trace), or generate one", allow_abbrev=False,

@@ -1,11 +1,13 @@
-"""`pump status [--json]`: the jobs pumpd runs that the caller may see, and how each
-GPU's pool is divided among jobs (pumpd.toml [budgets] gpu_pool).
+"""`pump status [--json] [--socket PATH]`: the jobs pumpd runs that the caller may see,
+and how each GPU's pool is divided among jobs (pumpd.toml [budgets] gpu_pool).
 
 It asks the system pumpd ($PUMP_SOCKET, else /run/pump/pumpd.sock), the caller's
 shared pumpd (pump/userd.py: the jobs the user runs without a service, together) and
 every embedded pumpd the caller's own pump-run jobs started (their sockets sit in the
 caller's private temp directories).  pumpd decides what the caller sees from
-the socket's peer credentials: a user's own jobs, or all jobs for root.
+the socket's peer credentials: a user's own jobs, or all jobs for root.  No daemon
+running means no jobs (exit 0); --socket PATH asks that one daemon only, and not getting
+an answer from it is an error (exit 1).
 """
 
 import glob
@@ -13,6 +15,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 
 from pump import protocol, runtime_dir
 from pump.stats import human_bytes
@@ -33,6 +36,27 @@ def _budget_from(job) -> str:
     return source + ", min unmet" if job.get("budget_state") == "unmet" else source
 
 
+def _age(job) -> str:
+    """How long ago the job registered: 45s, 12m05s, 3h02m, 2d04h."""
+    started = job.get("started")
+    if not isinstance(started, (int, float)):
+        return "-"
+    seconds = max(0, int(time.time() - started))
+    for unit, size, sub, sub_size in (("d", 86400, "h", 3600), ("h", 3600, "m", 60), ("m", 60, "s", 1)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}{(seconds % size) // sub_size:02d}{sub}"
+    return f"{seconds}s"
+
+
+def _learned(job) -> str:
+    """Lookahead jobs: the launches of the iteration each process learned ("not yet" while
+    none is); "-" for other policies."""
+    periods = job.get("iteration_launches") or []
+    if job.get("policy") != "lookahead" or not periods:
+        return "-"
+    return ",".join(f"{n} launches" if n else "not yet" for n in periods)
+
+
 PAGES_MAX = 10000  # status pages read from one daemon: 100 jobs each at most
 
 COLUMNS = (  # (heading, format of a job)
@@ -40,6 +64,7 @@ COLUMNS = (  # (heading, format of a job)
     ("BUDGET", _budget), ("FROM", _budget_from),
     ("RESIDENT", lambda j: human_bytes(j.get("resident_bytes") or 0)), ("LAUNCHES", "launches"),
     ("PREFETCHED", lambda j: human_bytes(j.get("prefetch_bytes") or 0)), ("DROPPED", "events_dropped"),
+    ("AGE", _age), ("LEARNED", _learned),
 )
 
 
@@ -62,10 +87,10 @@ def daemon_sockets() -> list:
     return paths
 
 
-def collect():
-    """(jobs, pools, daemons that answered) over every daemon found."""
+def collect(paths):
+    """(jobs, pools, daemons that answered) over the daemons' sockets given."""
     jobs, pools, daemons = [], [], []
-    for path in daemon_sockets():
+    for path in paths:
         try:
             pages = _pages(path)
         except protocol.PeerError as exc:
@@ -116,15 +141,19 @@ def pool_lines(pools, several_daemons: bool) -> list:
 
 
 def main(args) -> int:
-    jobs, pools, daemons = collect()
+    paths = [args.socket] if args.socket else daemon_sockets()
+    jobs, pools, daemons = collect(paths)
+    if args.socket and not daemons:
+        print(f"pump: no pumpd answers on {args.socket}", file=sys.stderr)
+        return 1
     if args.json:
         json.dump({"daemons": daemons, "jobs": jobs, "pools": pools}, sys.stdout, indent=2)
         print()
-        return 0 if daemons else 1
-    if not daemons:
-        print(f"pump: no pumpd answers (looked at {', '.join(daemon_sockets())})", file=sys.stderr)
-        return 1
-    print(table(jobs) if jobs else "no jobs")
+        return 0
+    if jobs:
+        print(table(jobs))
+    else:
+        print("no jobs" + ("" if daemons else f" (no pumpd is running: looked at {', '.join(paths)})"))
     for line in pool_lines(pools, len(daemons) > 1):
         print(line)
     return 0

@@ -4,6 +4,7 @@ would run them (the installed console scripts)."""
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -117,7 +118,13 @@ def test_pump_status(tmp_path):
     # temp dir): a private one keeps other jobs of this user out of the answer.
     env["TMPDIR"] = str(tmp_path)
     none = subprocess.run([PUMP, "status"], env=env, capture_output=True, text=True, timeout=30)
-    assert none.returncode == 1 and none.stderr.startswith("pump: no pumpd answers")
+    assert none.returncode == 0 and none.stdout.startswith("no jobs (no pumpd is running: looked at "), none
+    asked = subprocess.run([PUMP, "status", "--socket", env["PUMP_SOCKET"]], env=env, capture_output=True,
+                           text=True, timeout=30)
+    assert asked.returncode == 1 and asked.stderr == f"pump: no pumpd answers on {env['PUMP_SOCKET']}\n"
+    empty = json.loads(subprocess.run([PUMP, "status", "--json"], env=env, capture_output=True, text=True,
+                                      timeout=30).stdout)
+    assert empty == {"daemons": [], "jobs": [], "pools": []}
     daemon = start_pumpd(env["PUMP_SOCKET"])
     try:
         from pump import protocol
@@ -127,10 +134,36 @@ def test_pump_status(tmp_path):
         assert table.returncode == 0, table.stderr
         header, row = table.stdout.splitlines()[:2]
         assert header.split() == ["JOB", "NAME", "PID", "USER", "POLICY", "BUDGET", "FROM", "RESIDENT",
-                                  "LAUNCHES", "PREFETCHED", "DROPPED"]
+                                  "LAUNCHES", "PREFETCHED", "DROPPED", "AGE", "LEARNED"]
         assert row.split()[:3] == [job, "shown", str(os.getpid())] and "3.0 GiB  config" in row
+        assert re.fullmatch(r"\d+s", row.split()[-2]) and row.split()[-1] == "-", row
+        one = subprocess.run([PUMP, "status", "--socket", env["PUMP_SOCKET"]], env=env, capture_output=True,
+                             text=True, timeout=30)
+        assert one.returncode == 0 and one.stdout.splitlines()[1].split()[0] == job, one
         doc = json.loads(subprocess.run([PUMP, "status", "--json"], env=env, capture_output=True, text=True,
                                         timeout=30).stdout)
         assert [j["job"] for j in doc["jobs"]] == [job] and doc["daemons"][0] == env["PUMP_SOCKET"]
     finally:
         stop_pumpd(daemon)
+
+
+@pytest.mark.parametrize("job,age,learned", [
+    ({"policy": "launch", "started": 0}, None, "-"),
+    ({"policy": "lookahead", "iteration_launches": []}, "-", "-"),
+    ({"policy": "lookahead", "iteration_launches": [0]}, "-", "not yet"),
+    ({"policy": "lookahead", "iteration_launches": [512, 0]}, "-", "512 launches,not yet"),
+])
+def test_status_age_and_learned_cells(job, age, learned):
+    from pump import status
+    assert status._learned(job) == learned
+    if age is not None:
+        assert status._age(job) == age
+
+
+@pytest.mark.parametrize("ago,shown", [(0, "0s"), (59, "59s"), (60, "1m00s"), (725, "12m05s"), (3600 * 3 + 120, "3h02m"),
+                                        (86400 * 2 + 3600 * 4 + 5, "2d04h")])
+def test_status_age_is_human(ago, shown):
+    import time
+    from pump import status
+    assert status._age({"started": time.time() - ago}) == shown
+
