@@ -32,17 +32,21 @@ def _die(message: str, code: int = 2):
 # --- pump config check ---------------------------------------------------------------------
 
 def _config_check(args) -> int:
+    from pump import config_advice
     load = config.load_daemon_file if args.daemon else config.load_job_file
+    advise = config_advice.daemon_warnings if args.daemon else config_advice.job_warnings
     rc = 0
     for path in args.files:
         try:
-            load(path)
+            cfg = load(path)
         except config.ConfigError as exc:
             for line in exc.errors:
                 print(line, file=sys.stderr)
             rc = 1
         else:
             print(f"{path}: ok")
+            for line in advise(path, cfg):
+                print(line, file=sys.stderr)
     return rc
 
 
@@ -115,7 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     check = cfg_sub.add_parser(
         "check", allow_abbrev=False,
         help="validate job files (or pumpd.toml files with --daemon)",
-        description="Validate each FILE: print 'FILE: ok', or every error on stderr (exit 1).",
+        description="Validate each FILE: print 'FILE: ok' (and on stderr a warning for each value that is "
+                    "valid but can hardly be meant), or every error on stderr (exit 1).",
     )
     check.add_argument("--daemon", action="store_true",
                        help="FILE is the service's own file (pumpd.toml), not a job file")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import ipaddress
 import math
 import os
@@ -534,6 +535,12 @@ def _read_toml(path: str, missing_ok: bool = False) -> Optional[dict]:
         raise ConfigError([f"{path}: not valid here: {str(exc).split(';')[0]}"]) from None
 
 
+def _did_you_mean(name: str, choices, shown: str) -> str:
+    """ " (did you mean X?)" for the choice nearest a misspelt name, or nothing."""
+    near = difflib.get_close_matches(str(name).lower(), list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {shown.format(near[0])}?)" if near else ""
+
+
 def _validate(path: str, doc: dict, schema: Dict[str, Dict[str, _Key]]) -> Dict[str, Any]:
     """field -> value for what the document sets; raises ConfigError with every problem."""
     errors: List[str] = []
@@ -543,7 +550,8 @@ def _validate(path: str, doc: dict, schema: Dict[str, Dict[str, _Key]]) -> Dict[
         keys = schema.get(sname)
         where = f"{path}: [{_toml_key(sname)}]"
         if keys is None:
-            errors.append(f"{path}: unknown section [{_toml_key(sname)}]; allowed: {sections}")
+            errors.append(f"{path}: unknown section [{_toml_key(sname)}]{_did_you_mean(sname, schema, '[{}]')}; "
+                          f"allowed: {sections}")
             continue
         if not isinstance(table, dict):
             errors.append(f"{where} must be a table")
@@ -551,7 +559,8 @@ def _validate(path: str, doc: dict, schema: Dict[str, Dict[str, _Key]]) -> Dict[
         for kname, value in table.items():
             key = keys.get(kname)
             if key is None:
-                errors.append(f"{where} unknown key {kname!r}; allowed: {', '.join(keys)}")
+                errors.append(f"{where} unknown key {kname!r}{_did_you_mean(kname, keys, '{!r}')}; "
+                              f"allowed: {', '.join(keys)}")
                 continue
             try:
                 values[key.field] = key.check(value)

@@ -129,7 +129,7 @@ def test_unknown_section(tmp_path):
         [memroy]
         capacity = "8G"
     """)
-    assert errors == [f"{path}: unknown section [memroy]; allowed: {JOB_SECTIONS}"]
+    assert errors == [f"{path}: unknown section [memroy] (did you mean [memory]?); allowed: {JOB_SECTIONS}"]
 
 
 def test_unknown_section_daemon_file(tmp_path):
@@ -907,6 +907,42 @@ def test_check_several_files(tmp_path):
     r = pump("config", "check", good, bad, good)
     assert (r.returncode, r.stdout) == (1, f"{good}: ok\n{good}: ok\n")
     assert r.stderr == f"{bad}: unknown section [x]; allowed: {JOB_SECTIONS}\n"
+
+
+def test_check_suggests_the_nearest_key_and_section(tmp_path):
+    path = write(tmp_path, '[prefetch]\npolcy = "launch"\nbogus = 1\n[memroy]\n[Daemon]\n')
+    r = pump("config", "check", path)
+    assert r.returncode == 1 and r.stderr.splitlines() == [
+        f"{path}: [prefetch] unknown key 'polcy' (did you mean 'policy'?); allowed: policy, wait, epoch_launches",
+        f"{path}: [prefetch] unknown key 'bogus'; allowed: policy, wait, epoch_launches",
+        f"{path}: unknown section [memroy] (did you mean [memory]?); allowed: {JOB_SECTIONS}",
+        f"{path}: unknown section [Daemon] (did you mean [daemon]?); allowed: {JOB_SECTIONS}",
+    ]
+
+
+@pytest.mark.parametrize("memory,warnings", [
+    ('capacity = 4096', ["capacity '4096' is under 1 MiB"]),
+    ('capacity = "64MiB"\nbudget = "1MiB"', ["budget '1MiB' is under one 2 MiB block"]),
+    ('capacity = "1GiB"\nbudget = "2GiB"', ["budget '2GiB' is above capacity '1GiB'"]),
+    ('capacity = "1GiB"\nmax_budget = "4GiB"', ["max_budget '4GiB' is above capacity '1GiB'"]),
+    ('capacity = "50%"\nbudget = "2GiB"', []),     # a percentage is the device's: not judged here
+    ('capacity = "host"\nbudget = "8GiB"', []),
+])
+def test_check_warns_on_implausible_values_and_accepts_them(tmp_path, memory, warnings):
+    path = write(tmp_path, f"[memory]\n{memory}\n")
+    r = pump("config", "check", path)
+    assert (r.returncode, r.stdout) == (0, f"{path}: ok\n"), r.stderr
+    lines = r.stderr.splitlines()
+    assert len(lines) == len(warnings), r.stderr
+    for line, expected in zip(lines, warnings):
+        assert line.startswith(f"{path}: warning: [memory] {expected}"), line
+
+
+def test_check_warns_on_a_daemon_default_budget_above_the_pool(tmp_path):
+    path = write(tmp_path, '[budgets]\ndefault_budget = "40GiB"\ngpu_pool = "20GiB"\n', "pumpd.toml")
+    r = pump("config", "check", "--daemon", path)
+    assert r.returncode == 0 and r.stderr == (f"{path}: warning: [budgets] default_budget '40GiB' is above "
+                                              "gpu_pool '20GiB': no job could be given it\n")
 
 
 def test_check_daemon_file(tmp_path):
