@@ -21,6 +21,7 @@ STRUCT = "struct pump_stats"
 _IDENTITY_FIELDS = frozenset({"magic", "version", "pid", "parent_pid"})
 _MAX_FIELDS = frozenset({"managed_bytes_peak", "capacity_bytes", "budget_bytes", "resident_bytes_peak"})
 _COUNT_FLAGS = {"exited": "exited_processes", "passthrough": "passthrough_processes"}
+BLOCK_BYTES = 2 << 20  # the shim's residency block: budget_skips counts them
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +178,9 @@ def summary_line(totals: dict) -> str:
     prefetched, 0 B evicted, 0 events dropped, 3 processes``; capacity refusals,
     errors and pass-through processes appear only when non-zero; under a budget,
     the evictions say how high believed-resident memory went against it
-    (``96.0 MiB evicted (peak 64.0 MiB resident, budget 64.0 MiB)``).
+    (``96.0 MiB evicted (peak 64.0 MiB resident, budget 64.0 MiB)``), and what the
+    budget could not hold, when a launch needed more than it (``32.0 MiB left to faults
+    by the budget``).
     """
     t = totals
     evicted = f"{human_bytes(t['bytes_evicted'])} evicted"
@@ -192,6 +195,8 @@ def summary_line(totals: dict) -> str:
         evicted,
         _count(t["events_dropped"], "event") + " dropped",
     ]
+    if t.get("budget_bytes") and t.get("budget_skips"):
+        parts.append(f"{human_bytes(t['budget_skips'] * BLOCK_BYTES)} left to faults by the budget")
     if t.get("capacity_refusals"):
         parts.append(_count(t["capacity_refusals"], "capacity refusal"))
     if t.get("errors"):

@@ -557,6 +557,18 @@ static bool take_done(struct prefetches *p, struct evictions *e, CUstream stream
     return p->issued;
 }
 
+/* Said once per process: a launch whose own blocks pass the budget cannot be
+ * held. What does not fit is left to page faults, after other blocks were
+ * evicted to make room: slower than no budget at all. */
+static void tell_launch_over_budget(uint64_t launch_bytes, uint64_t budget)
+{
+    if (launch_bytes > budget)
+        pump_notice_once("a kernel launch uses %.1f MiB of managed memory, more than the budget of %.1f MiB: "
+                         "what does not fit is left to page faults (budget_skips in pump-run --stats), which "
+                         "costs more than no budget; set the budget above the largest launch's working set",
+                         (double)launch_bytes / (1 << 20), (double)budget / (1 << 20));
+}
+
 /* A launch with a plan trigger takes its need ranges instead of its whole
  * allocations: those not believed resident are prefetched (room is made in
  * the plan's order), and the kernel waits for them, or else for the planned
@@ -586,8 +598,13 @@ static void need_rule(struct pump_context *c, int device, CUstream stream, const
     pthread_mutex_unlock(&lock);
     if (prefetched)
         PUMP_COUNT(launches_prefetched, 1);
-    if (left_out > 0)
+    if (left_out > 0) {
         PUMP_COUNT(budget_skips, left_out);
+        uint64_t need_bytes = 0;
+        for (uint32_t k = 0; k < t->need; k++)
+            need_bytes += t->range[k].bytes;
+        tell_launch_over_budget(need_bytes, budget);
+    }
 }
 
 /* The launch rule: the blocks of the launch's allocations (also for a launch
@@ -618,8 +635,13 @@ static bool launch_rule(struct pump_context *c, int device, CUstream stream, str
             refresh(u.range[r]->blocks, device, stamp);
     publish_resident();
     pthread_mutex_unlock(&lock);
-    if (left_out > 0)
+    if (left_out > 0) {
         PUMP_COUNT(budget_skips, left_out);
+        uint64_t launch_bytes = 0;
+        for (uint32_t r = 0; r < u.n; r++)
+            launch_bytes += __atomic_load_n(&u.range[r]->size, __ATOMIC_RELAXED);
+        tell_launch_over_budget(launch_bytes, budget);
+    }
     return prefetched;
 }
 

@@ -80,6 +80,21 @@ def test_summary_line_shows_the_budget_held(run_program):
     assert "evicted (peak 64.0 MiB resident, budget 64.0 MiB)" in line, line
 
 
+def test_a_budget_under_one_launch_is_said_once_and_summed(run_program):
+    """Each launch uses 32 MiB: a 16 MiB budget cannot hold one. The shim says so once (on
+    stderr, without PUMP_LOG), and the summary says how much the budget left to faults; a
+    budget that holds a launch says nothing."""
+    NOTICE = "a kernel launch uses 32.0 MiB of managed memory, more than the budget of 16.0 MiB"
+    small = budget_run(run_program, "launch", 16 * MiB)
+    assert small.proc.stderr.count(NOTICE) == 1, small.proc.stderr
+    assert small.totals["budget_skips"] > 0
+    line = stats.summary_line(small.totals)
+    assert f"{stats.human_bytes(small.totals['budget_skips'] * 2 * MiB)} left to faults by the budget" in line
+    held = budget_run(run_program, "launch", BUDGET)
+    assert "more than the budget" not in held.proc.stderr and held.totals["budget_skips"] == 0
+    assert "left to faults" not in stats.summary_line(held.totals)
+
+
 @pytest.mark.parametrize("variant", ["asan", "tsan"])
 @pytest.mark.parametrize("policy", ["off", "launch"])
 def test_budget_under_sanitizers(run_program, variant, policy):
