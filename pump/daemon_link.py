@@ -110,17 +110,18 @@ class DaemonLink:
         with protocol.Client(self.socket_path) as client:
             self.job = client.request(request, fds=fds)["job"]
 
-    def end(self):
+    def end(self) -> dict:
         """Tell pumpd the command has exited: it reads what is left and closes the trace.
-        Returns what pumpd says of the trace ({"records_written", "records_dropped",
-        "problem"}), or None when pumpd could not say (gone, or no trace)."""
+        Returns its reply: "trace" ({"records_written", "records_dropped", "problem"}, where
+        there is a trace) and "iteration_launches" (lookahead: per process that learned an
+        iteration, its launches); {} when pumpd could not say (gone, or no daemon)."""
         if self.job is None:
-            return None
+            return {}
         try:
             with protocol.Client(self.socket_path, timeout=30.0) as client:
-                return client.request({"op": "end", "job": self.job}).get("trace")
+                return client.request({"op": "end", "job": self.job})
         except (OSError, protocol.ProtocolError):
-            return None  # a daemon gone meanwhile: nothing more to tell it
+            return {}  # a daemon gone meanwhile: nothing more to tell it
 
     def _start_embedded(self, verbose: int):
         self.directory = tempfile.mkdtemp(prefix="pumpd-")  # 0700

@@ -201,6 +201,18 @@ def run_child(command, env, held: _HeldSignals) -> int:
     return 128 - rc if rc < 0 else rc
 
 
+def lookahead_line(iterations) -> str:
+    """What lookahead learned, from pumpd's answer to end (None: pumpd could not say)."""
+    if iterations is None:
+        return "lookahead: pumpd did not say whether it learned an iteration"
+    learned = sorted({int(n) for n in iterations if isinstance(n, int) and n > 0})
+    if not learned:
+        return ("lookahead learned no iteration: the job's launches did not repeat while it ran, "
+                "so the launch rule applied throughout")
+    counts = " and ".join(str(n) for n in learned)
+    return f"lookahead learned an iteration of {counts} launches"
+
+
 def report(stats_dir, args, command, rc, stats_file) -> bool:
     """Print the summary line and write --stats; (False if --stats could not be written,
     the totals)."""
@@ -286,10 +298,12 @@ def main(argv=None) -> int:
             env = child_env(args, cfg, shim_file, stats_dir, link)
             rc = run_child(command, dict(env, **watchdog.env()), held)
             watchdog.disarm()
-            trace_status = link.end()
+            ended = link.end()
             ok, totals = report(stats_dir, args, command, rc, stats_file)
+            if cfg.policy == "lookahead" and link.job is not None and not args.quiet:
+                print(f"{PROG}: {lookahead_line(ended.get('iteration_launches'))}", file=sys.stderr)
             if link.trace_file:
-                line = trace.report(link.trace_file, totals["events_written"], trace_status)
+                line = trace.report(link.trace_file, totals["events_written"], ended.get("trace"))
                 print(f"{PROG}: {line}", file=sys.stderr)
         finally:
             shutil.rmtree(stats_dir, ignore_errors=True)

@@ -11,6 +11,7 @@ iteration is two steps long (the caching allocator alternates buffers), pumpd le
 after step 5, and steps 6 and 7 run on the plan."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -72,3 +73,7 @@ def test_replay_matches_the_simulator(c_build, tmp_path, model_trace, policy):
     # The budget held: what fakecuda had on the GPU at most, against it (a kernel may fault
     # in pages between evictions: at most one launch's worth over).
     assert measured["device_resident_peak"] <= budget * 1.25, (measured, budget)
+    # pump-run says what lookahead learned (one process: one iteration, the trace's step).
+    said = re.findall(r"^pump-run: lookahead learned an iteration of (\d+) launches$", summary, re.M)
+    assert (len(said), int(said[0]) > 0 if said else None) == ((1, True) if policy == "lookahead" else (0, None)), \
+        summary

@@ -85,7 +85,8 @@ def test_bad_config_file_stops_before_anything_runs(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
         f'pump-run: {cfg}: [prefetch] policy: bad value "fast"; allowed: "off", "launch", "lookahead"',
-        f"pump-run: {cfg}: unknown section [memroy]; allowed: [job], [prefetch], [memory], [trace], [daemon]",
+        f"pump-run: {cfg}: unknown section [memroy] (did you mean [memory]?); allowed: [job], [prefetch], [memory], "
+        "[trace], [daemon]",
     ]
     assert not marker.exists()
 
@@ -166,4 +167,16 @@ def test_status_age_is_human(ago, shown):
     import time
     from pump import status
     assert status._age({"started": time.time() - ago}) == shown
+
+
+@pytest.mark.parametrize("iterations,line", [
+    ([412], "lookahead learned an iteration of 412 launches"),
+    ([412, 0, 412, 398], "lookahead learned an iteration of 398 and 412 launches"),
+    ([], "lookahead learned no iteration: the job's launches did not repeat while it ran, so the launch "
+         "rule applied throughout"),
+    (None, "lookahead: pumpd did not say whether it learned an iteration"),
+])
+def test_lookahead_line(iterations, line):
+    from pump import run
+    assert run.lookahead_line(iterations) == line
 

@@ -32,6 +32,7 @@ from pump.foresight import BLOCK
 from pumpd.limits import Quota, table_tallies
 
 log = logging.getLogger("pumpd")
+ITERATIONS_KEPT = 64  # processes per job whose learned iteration is remembered
 
 
 def start_time(pid: int):
@@ -121,6 +122,7 @@ class Job:
         self.trace = None               # a tracing.Trace while pump-run --trace records
         self.ended = False              # pump-run said its command exited: the leader no longer counts
         self.tree = {}                  # the leader's process tree: pids, rss_bytes, cpu_seconds
+        self.iterations = {}            # pid -> launches of the iteration lookahead learned there
 
     @staticmethod
     def new_id() -> str:
@@ -141,6 +143,23 @@ class Job:
     def gpu_uuids(self) -> list:
         """The GPUs its processes work on (their shims' DEVICE records), sorted."""
         return sorted({uuid for s in self.sessions.values() for uuid in s.devices.values()})
+
+    def note_iteration(self, session: Session):
+        """What a lookahead session has learned, kept past its end (pump-run reports it when
+        the job ends); said in the log when it changes."""
+        period = session.lookahead.policy.period
+        if period == self.iterations.get(session.pid, 0):
+            return
+        self.iterations[session.pid] = period
+        while len(self.iterations) > ITERATIONS_KEPT:
+            del self.iterations[next(iter(self.iterations))]
+        if period:
+            log.info("job %s (%s): lookahead learned an iteration of %d launches (pid %d)",
+                     self.id, protocol.printable(self.name), period, session.pid)
+
+    def learned_iterations(self) -> list:
+        """The launches of each iteration learned, per process that learned one."""
+        return [n for n in self.iterations.values() if n]
 
     def add_session(self, session: Session):
         old = self.sessions.pop(session.pid, None)

@@ -437,7 +437,7 @@ class Daemon:
         trace = job.trace
         if not job.alive():
             self._forget(job)
-        reply = {"ok": True, "job": job.id}
+        reply = {"ok": True, "job": job.id, "iteration_launches": job.learned_iterations()}
         if trace is not None:
             # pump-run reports what the trace holds: wait (off the loop's time) for its writes
             deadline = time.monotonic() + tracing.WRITE_TIMEOUT
@@ -509,6 +509,8 @@ class Daemon:
                         job.trace.write(session.pid, records)
                     batch = channel.decode(records)
                     session.ingest(batch)
+                    if session.lookahead is not None:
+                        job.note_iteration(session)
                     if batch.devices:
                         placed.append(job)
                     total += len(records)
