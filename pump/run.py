@@ -223,6 +223,9 @@ def report(stats_dir, args, command, rc, stats_file) -> bool:
     totals = stats.aggregate(records)
     if records and not args.quiet:
         print(stats.summary_line(totals), file=sys.stderr)
+    elif not records and args.verbose and not args.quiet:
+        print(f"{PROG}: pump was idle: no process of the job called the CUDA driver (a job on the CPU, "
+              "or CUDA never initialised), so there was nothing to prefetch", file=sys.stderr)
     if stats_file is None:
         return True, totals
     doc = {

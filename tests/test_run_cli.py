@@ -469,6 +469,15 @@ def test_quiet(env, writer):
     assert (r.returncode, r.stdout, r.stderr) == (0, "done\n", "")
 
 
+def test_verbose_says_pump_was_idle_when_no_process_used_cuda(env):
+    idle = "pump-run: pump was idle: no process of the job called the CUDA driver"
+    r = pump_run(["-v", "true"], env)
+    assert r.returncode == 0 and r.stderr.startswith(idle), r.stderr
+    for quiet in (["true"], ["-v", "--quiet", "true"]):
+        r = pump_run(quiet, env)
+        assert r.returncode == 0 and idle not in r.stderr, r.stderr
+
+
 def test_corrupt_record_is_reported_not_fatal(env, writer):
     env["CORRUPT"] = "1"
     r = pump_run(writer, env)
