@@ -118,12 +118,13 @@ def open_driver():
     print("no CUDA driver here: running on pump's CPU model of the driver (tests/fakecuda)",
           flush=True)  # flushed: execve would drop it
     if not (FAKECUDA_DIR / "libcuda.so.1").exists():
-        print("building it once with scripts/build-tests ...", flush=True)
-        build = subprocess.run([str(REPO / "scripts" / "build-tests")], capture_output=True,
+        print("building it once with scripts/build-tests (a minute or two) ...", flush=True)
+        # Its progress, and the compiler's errors, go to stderr as they come.
+        build = subprocess.run([str(REPO / "scripts" / "build-tests"), "--progress"], stdout=subprocess.PIPE,
                                text=True, env=dict(os.environ, PYTHON=sys.executable))
         if build.returncode != 0:
             sys.exit("managed_saxpy: building fakecuda failed (it needs cmake, a C compiler and "
-                     "CUDA's headers: pip install nvidia-cuda-runtime):\n" + build.stdout + build.stderr)
+                     "CUDA's headers: pip install nvidia-cuda-runtime)")
     # The dynamic loader reads LD_LIBRARY_PATH only at process start: hence a fresh process.
     # LD_PRELOAD and PUMP_* are inherited, so under pump-run it is still under pump.
     path = [str(FAKECUDA_DIR)] + [p for p in [os.environ.get("LD_LIBRARY_PATH")] if p]

@@ -77,6 +77,18 @@ def test_pump_run_policy_off(bare, example_env):
     assert re.search(rf"^pump: {2 * STEPS} launches .* 0 B prefetched", proc.stderr, re.M), proc.stderr
 
 
+def test_the_first_build_of_fakecuda_says_how_far_it_is(c_build):
+    """managed_saxpy builds fakecuda on first use with scripts/build-tests --progress (here the
+    build is done already, so it counts straight to 100%)."""
+    build = subprocess.run([str(ROOT / "scripts" / "build-tests"), "--progress"], capture_output=True, text=True,
+                           env=dict(clean_env(), PYTHON=sys.executable), timeout=600)
+    assert build.returncode == 0 and build.stdout == "", build.stderr
+    lines = build.stderr.splitlines()
+    assert lines[-2:] == ["build-tests: 100%", "build-tests: done"], build.stderr
+    bad = subprocess.run([str(ROOT / "scripts" / "build-tests"), "--fast"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr == "build-tests: unknown option --fast; allowed: --progress\n"
+
+
 # --- examples/train_gpt.py, the README's main job ------------------------------------------
 
 TRAIN_GPT = [sys.executable, str(ROOT / "examples" / "train_gpt.py")]
