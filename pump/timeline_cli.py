@@ -107,5 +107,5 @@ def export(args) -> int:
         out.abandon()
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 1
-    out.finish(notes, f"{notes['name'] or 'job'} ({args.file}): host-side times")
+    out.finish(notes, f"{notes['name'] or 'job'} ({os.path.basename(args.file)}): host-side times")
     return 0

@@ -81,7 +81,9 @@ def render(doc: dict, out, title: str = ""):
             for start, dur, cat in t["X"]:
                 by_cat[cat].append((start, dur))
             for cat, bars in by_cat.items():
-                ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=colour[cat], edgecolor="white", linewidth=0.3)
+                # white edges part slices that touch, where there are few enough to see them
+                ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=colour[cat], edgecolor="white",
+                               linewidth=0.3 if len(bars) <= 200 else 0)
             ticks = collections.defaultdict(list)
             for start, cat in t["i"]:
                 ticks[cat].append(start)
@@ -108,12 +110,13 @@ def render(doc: dict, out, title: str = ""):
                 in_bytes = key[1].endswith(" bytes")
                 (ax if in_bytes else counts).step(
                     [x for x, _ in pts], [v / (1 << 20) if in_bytes else v for _, v in pts], where="post",
-                    color=pyplot.cm.Dark2(i % 8), linestyle="-" if in_bytes else ":",
+                    color=pyplot.cm.tab10(i % 10), linestyle="-" if in_bytes else ":",
                     label=key[1][:-len(" bytes")] + ", MiB" if in_bytes else key[1] + " (right scale)")
             ax.set_ylabel("MiB", fontsize=7)
             lines = ax.get_legend_handles_labels()
             more = counts.get_legend_handles_labels()
-            ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=7, loc="upper left")
+            ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=7, loc="upper left",
+                      bbox_to_anchor=(1.06 if more[0] else 1.01, 1), borderaxespad=0)
             if not more[0]:
                 counts.set_visible(False)
             for a in (ax, counts):

@@ -18,6 +18,7 @@ from pump import channel, trace
 
 KIND = channel.KIND
 HOST_TID = 0
+GENERATED = "generated"   # the job of traces `pump trace generate` writes (pump/tracegen)
 HOST_ONLY = ("host-side times only: launch calls, not kernels on the GPU (no CUPTI); "
              "prefetches and evictions as the shim's counters")
 # The driver's special stream handles (cuda.h), named as people know them.
@@ -43,8 +44,11 @@ def export(path: str, timeline, budget: int = None) -> dict:
         p.add(records, names, origin)
     for p in processes.values():
         p.finish(budget)
+    clock = "the host's CLOCK_MONOTONIC, microseconds from the trace's start"
+    if header["job"] == GENERATED:
+        clock = "none: a generated trace's records are 1 us apart in program order (pump simulate --timeline models time)"
     return {"source": f"pump trace export of {path}", "job": header["job"], "name": header["name"],
-            "clock": "the host's CLOCK_MONOTONIC, microseconds from the trace's start", "note": HOST_ONLY,
+            "clock": clock, "note": HOST_ONLY,
             "processes": len(processes), "records": sum(len(r) for _, r in blocks)}
 
 
@@ -130,7 +134,6 @@ class _Process:
         self.t.counter(self.pid, "GPU-resident (the shim's belief)", ts, bytes=a[3])
         self.t.counter(self.pid, "prefetched so far", ts, bytes=a[2])
         self.t.counter(self.pid, "evicted so far", ts, bytes=a[4])
-        self.t.counter(self.pid, "launches so far", ts, all=a[0], on_managed_memory=a[1])
 
     def _device(self, a, ts, count, device):
         try:
