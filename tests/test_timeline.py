@@ -419,3 +419,14 @@ def test_simulate_checks_its_timeline_paths_before_the_work(tmp_path):
     assert (proc.returncode, proc.stdout) == (2, "") and "give both" in proc.stderr
     proc = _run("simulate", tmp_path / "none.trace", "--capacity", "50%", "--timeline", tmp_path / "t.json")
     assert proc.returncode == 1 and "cannot read" in proc.stderr and not (tmp_path / "t.json").exists()
+
+
+def test_the_committed_examples_are_valid_and_small():
+    """docs/timeline/: what docs/timeline.md shows, each beside its PNG."""
+    examples = sorted((ROOT / "docs" / "timeline").glob("*.json*"))
+    assert [p.name for p in examples] == ["resnet50-step.json.gz", "saxpy.json"]
+    for path in examples:
+        assert path.stat().st_size < 1 << 20
+        assert_valid(timeline.load(path))
+        png = path.parent / (path.name.split(".")[0] + ".png")
+        assert png.read_bytes()[:4] == b"\x89PNG"
