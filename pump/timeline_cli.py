@@ -43,7 +43,8 @@ def add_export_parser(sub, handler):
 
 def add_max_events(p):
     p.add_argument("--max-events", metavar="N", type=_positive, default=timeline.DEFAULT_MAX_EVENTS,
-                   help=f"write at most N events, then note the cut (default {timeline.DEFAULT_MAX_EVENTS:,})")
+                   help=f"write at most N timeline events, then say where the timeline was cut "
+                        f"(default {timeline.DEFAULT_MAX_EVENTS:,})")
 
 
 class Outputs:
