@@ -9,6 +9,9 @@ from pump import config, timeline
 from pump.cli_common import die
 
 PROG = "pump"
+# Drawing reads the whole timeline back: 42,332 events took 1.7 s and 55 MB more than the
+# export alone (bench/traces/gpt2-medium.trace), so this many is a minute and a few GB.
+PNG_MAX_EVENTS = 500_000
 
 
 def _positive(text):
@@ -51,7 +54,7 @@ class Outputs:
     """The timeline (JSON) and its PNG, opened for writing at once."""
 
     def __init__(self, what: str, json_path: str, png_path: str, max_events: int):
-        self.json_path, self.png_path = json_path, png_path
+        self.what, self.json_path, self.png_path = what, json_path, png_path
         self.png = None
         if png_path:
             missing = matplotlib_missing()
@@ -83,7 +86,12 @@ class Outputs:
         if cut:
             print(f"{PROG}: warning: {self.json_path}: {cut}", file=sys.stderr)
         print(f"timeline written: {self.json_path} ({self.timeline.written} events)")
-        if self.png is not None:
+        if self.png is not None and self.timeline.written > PNG_MAX_EVENTS:
+            self.png.close()
+            os.unlink(self.png_path)
+            print(f"{PROG}: {self.what}: no PNG drawn: {self.timeline.written} events, more than the "
+                  f"{PNG_MAX_EVENTS:,} a PNG is drawn from (--max-events N cuts the timeline)", file=sys.stderr)
+        elif self.png is not None:
             from pump import timeline_png
             timeline_png.render(timeline.load(self.json_path), self.png, title)
             self.png.close()

@@ -335,6 +335,20 @@ def test_png_is_skipped_without_matplotlib(tmp_path):
     assert not png.exists()
 
 
+def test_no_png_of_more_events_than_it_can_show(tmp_path, monkeypatch, capsys):
+    from pump import cli, timeline_cli
+    monkeypatch.setattr(timeline_cli, "PNG_MAX_EVENTS", 20)
+    out, png = tmp_path / "t.json", tmp_path / "t.png"
+    assert cli.main(["trace", "export", "--perfetto", str(out), "--png", str(png), _synthetic(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert re.fullmatch(r"pump: trace export: no PNG drawn: \d+ events, more than the 20 a PNG is drawn from "
+                        r"\(--max-events N cuts the timeline\)\n", err), err
+    assert not png.exists()
+    assert cli.main(["trace", "export", "--perfetto", str(out), "--png", str(png), "--max-events", "20",
+                     _synthetic(tmp_path)]) == 0
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
 def test_the_png_draws_a_kineto_trace_too(tmp_path):
     if not KINETO:
         pytest.skip("no Kineto traces in shared/data/kineto")
