@@ -109,9 +109,7 @@ def main(args) -> int:
             print(f"plot: {args.plot}")
     if out:
         notes = steps.finish()
-        if args.json:  # stdout holds one JSON document; the timeline's lines go to stderr
-            with contextlib.redirect_stdout(sys.stderr):
-                out.finish(notes, f"{w.name}: step {steps.step} per policy, modelled")
-        else:
+        # With --json stdout holds one JSON document: the timeline's lines go to stderr.
+        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
             out.finish(notes, f"{w.name}: step {steps.step} per policy, modelled")
     return 0
