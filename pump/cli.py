@@ -3,6 +3,7 @@
     pump config check [--daemon] FILE...   check job files (or, --daemon, pumpd.toml files)
     pump status [--json] [--socket PATH]   the jobs pumpd runs that the caller may see
     pump trace show|stats FILE             read a trace (pump-run --trace)
+    pump trace export --perfetto OUT FILE  a trace as a timeline (Chrome Trace Event JSON)
     pump trace generate MODEL -o FILE      a real model's training steps as a trace, without a GPU
     pump simulate TRACE --capacity SIZE    model a trace under each prefetch policy
 
@@ -83,6 +84,11 @@ def _trace(args) -> int:
     return 0
 
 
+def _trace_export(args) -> int:
+    from pump import timeline_cli
+    return timeline_cli.export(args)
+
+
 def _trace_generate(args) -> int:
     try:
         from pump.tracegen import generate
@@ -147,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--json", action="store_true", help="one JSON document")
     st.add_argument("file", metavar="FILE")
     st.set_defaults(handler=_trace)
+    importlib.import_module("pump.timeline_cli").add_export_parser(tr_sub, _trace_export)
     gen = tr_sub.add_parser(
         "generate", allow_abbrev=False, help="a real model's training steps as a trace, without a GPU",
         description="Run MODEL's training steps (AdamW, fp32) on PyTorch's meta device, with a model of "

@@ -151,7 +151,8 @@ def read(path):
 
 
 # ---- reading a trace for people: `pump trace show|stats FILE` ----
-def _names(blocks) -> dict:
+def function_names(blocks) -> dict:
+    """Every kernel name the trace records: function handle -> name."""
     names = {}
     for _pid, records in blocks:
         names.update(channel.decode(records).functions)
@@ -199,7 +200,7 @@ def _describe(record, names: dict):
 def show(path, out):
     """Every record, one line each: pid, time (ms from the trace's start), kind, what."""
     header, blocks = read(path)
-    names = _names(blocks)
+    names = function_names(blocks)
     out.write(f"# pump trace of job {header['job']} ({header['name']})\n")
     for pid, records in blocks:
         for r in records:
@@ -233,7 +234,7 @@ def stats(path) -> dict:
         for base, _ in batch.frees:
             live -= sizes.pop(base, 0)
         flops += sum(cost[0] for cost in batch.costs.values())
-    names = _names(blocks)
+    names = function_names(blocks)
     busiest = sorted(launches_of.items(), key=lambda kv: -kv[1])[:10]
     return {
         "job": header["job"], "name": header["name"], "processes": len(pids),

@@ -1,10 +1,12 @@
 """`pump simulate`: its arguments (added to pump's parser) and what it runs."""
 
 import argparse
+import contextlib
 import sys
 
-from pump import config
+from pump import config, timeline_cli
 from pump.simulate import engine, report, workload
+from pump.simulate.timeline import StepTimeline
 
 BOUND_HELP = """\
 lower bound of a steady step: max(compute time, B / bandwidth), where B is the
@@ -63,6 +65,11 @@ def add_parser(sub, handler):
                    help="h100 (default): an H100 PCIe on PCIe Gen5; fakecuda: predict fakecuda's counts "
                         "for a replay under pump-run --budget SIZE")
     p.add_argument("--plot", metavar="FILE.png", help="also plot step time against capacity for every policy")
+    p.add_argument("--timeline", metavar="OUT.json",
+                   help="also write one simulated step per policy as Chrome Trace Event JSON (ui.perfetto.dev, "
+                        "chrome://tracing; gzip-compressed if the name ends in .gz)")
+    p.add_argument("--timeline-png", metavar="OUT.png", help="also draw that timeline as a PNG (needs matplotlib)")
+    timeline_cli.add_max_events(p)
     p.add_argument("--json", action="store_true", help="one JSON document instead of a table")
     p.set_defaults(handler=handler)
 
@@ -74,14 +81,22 @@ def capacity_bytes(text: str, peak: int) -> int:
 
 
 def main(args) -> int:
+    if args.timeline_png and not args.timeline:
+        print("pump: simulate: --timeline-png draws the --timeline; give both", file=sys.stderr)
+        return 2
+    out = timeline_cli.Outputs("simulate", args.timeline, args.timeline_png, args.max_events) \
+        if args.timeline else None
     try:
         model = engine.MODELS[args.model](args.bandwidth * 1e9 if args.bandwidth else None)
         w = workload.load(args.trace, daemon_reads_steps=model.daemon_reads_steps)
     except (workload.WorkloadError, ValueError) as exc:
+        if out:
+            out.abandon()
         print(f"pump: {exc}", file=sys.stderr)
         return 1
-    doc = report.simulate(w, capacity_bytes(args.capacity, w.peak_footprint), model,
-                          tuple(args.policy or engine.POLICIES))
+    capacity, policies = capacity_bytes(args.capacity, w.peak_footprint), tuple(args.policy or engine.POLICIES)
+    steps = StepTimeline(out.timeline, w, capacity, model, policies) if out else None
+    doc = report.simulate(w, capacity, model, policies, steps.recorder if steps else None)
     if args.model == "fakecuda":
         doc["fakecuda_counts"] = report.fakecuda_counts(doc)
     if args.plot:
@@ -92,4 +107,9 @@ def main(args) -> int:
         print(report.text(doc))
         if args.plot:
             print(f"plot: {args.plot}")
+    if out:
+        notes = steps.finish()
+        # With --json stdout holds one JSON document: the timeline's lines go to stderr.
+        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+            out.finish(notes, f"{w.name}: step {steps.step} per policy, modelled")
     return 0

@@ -197,15 +197,17 @@ class _UseOrder:
             heapq.heappush(self.heap, entry)
 
 
-def run(workload, policy: str, capacity: int, model: Model) -> Result:
+def run(workload, policy: str, capacity: int, model: Model, recorder=None) -> Result:
+    """recorder: told what happens, as it happens (pump/simulate/timeline.py), or None."""
     if policy not in POLICIES:
         raise ValueError(f"policy {policy!r}: allowed {', '.join(POLICIES)}")
-    return _Run(workload, policy, capacity, model).go()
+    return _Run(workload, policy, capacity, model, recorder).go()
 
 
 class _Run:
-    def __init__(self, w, policy, capacity, model):
+    def __init__(self, w, policy, capacity, model, recorder=None):
         self.w, self.policy, self.capacity, self.m = w, policy, int(capacity), model
+        self.rec = recorder
         self.kernel_s = w.kernel_seconds(model.peak_flops, model.tensor_flops, model.hbm_bytes_per_s)
         nb = len(w.block_bytes)
         self.size = w.block_bytes.tolist()
@@ -299,6 +301,8 @@ class _Run:
         self.r.evictions += 1
         start = max(now, self.ev_free, self.last_user_end[b])
         self.ev_free = start + moved / self.m.bandwidth
+        if self.rec is not None and moved:
+            self.rec.transfer("evict", b, moved, now, start, self.ev_free)
         if moved and believed:
             self.pending.append((self.ev_free, self.size[b]))
             self.pending_bytes += self.size[b]
@@ -320,6 +324,8 @@ class _Run:
             start = max(start, end)
         self.pf_free = start + moved / self.m.bandwidth
         self.ready[b] = self.pf_free
+        if self.rec is not None and moved:
+            self.rec.transfer("prefetch", b, moved, now, start, self.pf_free)
         self.r.max_believed = max(self.r.max_believed, self.believed)
         self.r.max_resident = max(self.r.max_resident, self.gpu_bytes)
         return self.pf_free
@@ -442,6 +448,9 @@ class _Run:
                 cpu = max(cpu, prev_end)
             ready = cpu
             planned = self.plan.get(int(w.keys[k])) if self.plan else None
+            if self.rec is not None:
+                self.rec.launch(k, cpu)
+            faults = moved_back = faulted = 0
             if not ideal:
                 self._events(k, cpu)
                 if planned is not None:
@@ -450,7 +459,6 @@ class _Run:
                     # The launch rule, also for a launch the plan does not know: the shim's
                     # launch rule evicts in migration order whatever the plan's order.
                     ready = max(ready, self._take(w.arg_blocks[k], self.migrated, cpu))
-                faults = moved_back = faulted = 0
                 touched = w.touched[k]
                 protect = {b for b, _ in touched}
                 for b, mask in touched:
@@ -473,6 +481,8 @@ class _Run:
             start = max(prev_end, ready)
             r.data_wait_seconds += start - max(prev_end, cpu)
             prev_end = kend[k] = start + duration
+            if self.rec is not None:
+                self.rec.kernel(k, start, duration, faults, faulted, moved_back, self.gpu_bytes, self.believed)
             if not ideal:
                 if self.policy == "lookahead":  # the plan's victim order; no other policy has one
                     self.used.use(w.arg_blocks[k], k + 1)

@@ -13,8 +13,9 @@ from pump.simulate import engine
 from pump.simulate.bound import lower_bound
 
 
-def simulate(workload, capacity: int, model: engine.Model, policies=engine.POLICIES) -> dict:
-    """One JSON-able document: the trace, the model, the bound and per policy its results."""
+def simulate(workload, capacity: int, model: engine.Model, policies=engine.POLICIES, recorder_for=None) -> dict:
+    """One JSON-able document: the trace, the model, the bound and per policy its results.
+    recorder_for(policy): engine.run's recorder for that policy (a timeline), or None."""
     doc = {"trace": workload.path, "name": workload.name, "model": model.name,
            "bandwidth_bytes_per_s": model.bandwidth, "capacity_bytes": int(capacity),
            "peak_footprint_bytes": int(workload.peak_footprint), "launches": workload.launches,
@@ -24,7 +25,7 @@ def simulate(workload, capacity: int, model: engine.Model, policies=engine.POLIC
     doc["policies"] = {}
     ideal = None
     for policy in ("ideal",) + tuple(p for p in policies if p != "ideal"):
-        r = engine.run(workload, policy, capacity, model)
+        r = engine.run(workload, policy, capacity, model, recorder_for(policy) if recorder_for else None)
         if policy == "ideal":
             ideal = r.step_seconds
             if "ideal" not in policies:
