@@ -227,6 +227,52 @@ def test_cli_json_and_plot(tmp_path):
     assert png.stat().st_size > 1000
 
 
+def test_cli_checks_its_outputs_before_the_work(tmp_path):
+    """An unwritable --plot (or --timeline) path fails at once, before any simulation, and
+    leaves none of the other outputs behind."""
+    path = _cyclic(steps=2).write(str(tmp_path / "c.trace"))
+    timeline = tmp_path / "t.json"
+    p = _pump(path, "--capacity", "50%", "--timeline", str(timeline), "--plot", str(tmp_path / "no" / "c.png"))
+    assert (p.returncode, p.stdout) == (2, "")
+    assert p.stderr == f"pump: simulate: cannot write {tmp_path / 'no' / 'c.png'}: No such file or directory\n"
+    assert not timeline.exists()
+    p = _pump(path, "--capacity", "50%", "--plot", str(tmp_path))  # a directory
+    assert p.returncode == 2 and "cannot write" in p.stderr and "simulate: run" not in p.stderr
+
+
+def test_cli_shows_progress_and_captions_the_plot(tmp_path, monkeypatch):
+    path = _cyclic(steps=4).write(str(tmp_path / "c.trace"))
+    p = _pump(path, "--capacity", "50%", "--plot", str(tmp_path / "c.png"))
+    assert p.returncode == 0, p.stderr
+    runs = [line for line in p.stderr.splitlines() if line.startswith("simulate: run ")]
+    total = 1 + len([q for q in engine.POLICIES if q != "ideal"]) + len(report.PLOT_FRACTIONS) * len(engine.POLICIES)
+    assert len(runs) == total and runs[0].startswith(f"simulate: run 1/{total}: ideal at ")
+    assert runs[-1].startswith(f"simulate: run {total}/{total}: ") and runs[-1].endswith("(plot)")
+    # The plot says what it is and marks the capacity asked for.
+    from matplotlib import axes
+    titles, lines = [], []
+    monkeypatch.setattr(axes.Axes, "set_title", lambda ax, text, *a, **k: titles.append(text))
+    original = axes.Axes.axvline
+    monkeypatch.setattr(axes.Axes, "axvline", lambda ax, x, *a, **k: lines.append((x, k["label"])) or
+                        original(ax, x, *a, **k))
+    w = workload.load(path)
+    report.plot(w, engine.fakecuda(), str(tmp_path / "d.png"), w.peak_footprint // 2)
+    assert titles and titles[0].endswith("(modelled, not measured)")
+    assert lines == [(50.0, f"--capacity {report._size(w.peak_footprint // 2)}")]
+
+
+def test_cli_warns_when_the_trace_has_no_kernel_costs(tmp_path):
+    t = TraceBuilder()
+    buf = t.alloc(8 * MIB)
+    for s in range(3):
+        t.step(s)
+        t.launch(10, [buf], [(buf, 8 * MIB, True)])
+    p = _pump(t.write(str(tmp_path / "free.trace")), "--capacity", "100%")
+    assert p.returncode == 0 and "has no kernel costs (no FLOPs, bytes or measured times)" in p.stderr
+    costly = _pump(_cyclic(steps=2).write(str(tmp_path / "c.trace")), "--capacity", "100%")
+    assert costly.returncode == 0 and "no kernel costs" not in costly.stderr
+
+
 @pytest.mark.parametrize("args, message", [
     (["--capacity", "lots"], "allowed: a byte count"),
     (["--capacity", "0%"], "percentage of the trace's peak footprint"),

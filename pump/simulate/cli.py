@@ -2,10 +2,13 @@
 
 import argparse
 import contextlib
+import os
 import sys
 
 from pump import config, timeline_cli
+from pump.cli_common import die
 from pump.simulate import engine, report, workload
+from pump.simulate.progress import Progress
 from pump.simulate.timeline import StepTimeline
 
 BOUND_HELP = """\
@@ -74,6 +77,25 @@ def add_parser(sub, handler):
     p.set_defaults(handler=handler)
 
 
+def _open_plot(path):
+    """(the --plot file opened for writing, or None without --plot; why it cannot be, or "")."""
+    if not path:
+        return None, ""
+    missing = timeline_cli.matplotlib_missing()
+    if missing:
+        return None, f"simulate: --plot {path}: {missing}"
+    try:
+        return open(path, "wb"), ""
+    except OSError as exc:
+        return None, f"simulate: cannot write {path}: {exc.strerror}"
+
+
+def _abandon_plot(plot, path):
+    if plot is not None:
+        plot.close()
+        os.unlink(path)
+
+
 def capacity_bytes(text: str, peak: int) -> int:
     if text.endswith("%"):
         return max(1, peak * int(text[:-1]) // 100)
@@ -84,23 +106,39 @@ def main(args) -> int:
     if args.timeline_png and not args.timeline:
         print("pump: simulate: --timeline-png draws the --timeline; give both", file=sys.stderr)
         return 2
+    # Every output is opened before the work: a path that cannot be written fails now.
     out = timeline_cli.Outputs("simulate", args.timeline, args.timeline_png, args.max_events) \
         if args.timeline else None
+    plot, why = _open_plot(args.plot)
+    if why:
+        if out:
+            out.abandon()
+        die("pump", why)
     try:
         model = engine.MODELS[args.model](args.bandwidth * 1e9 if args.bandwidth else None)
         w = workload.load(args.trace, daemon_reads_steps=model.daemon_reads_steps)
     except (workload.WorkloadError, ValueError) as exc:
         if out:
             out.abandon()
+        _abandon_plot(plot, args.plot)
         print(f"pump: {exc}", file=sys.stderr)
         return 1
+    if not (w.flops.any() or w.traffic.any() or w.measured_ns.any()):
+        print(f"pump: warning: {args.trace} has no kernel costs (no FLOPs, bytes or measured times): every "
+              "kernel takes no time in the model, so step times are launches, transfers and faults alone "
+              "(pump trace generate writes costs)", file=sys.stderr)
     capacity, policies = capacity_bytes(args.capacity, w.peak_footprint), tuple(args.policy or engine.POLICIES)
     steps = StepTimeline(out.timeline, w, capacity, model, policies) if out else None
-    doc = report.simulate(w, capacity, model, policies, steps.recorder if steps else None)
+    progress = Progress(report.runs(policies) + (report.plot_runs() if plot else 0))
+    try:
+        doc = report.simulate(w, capacity, model, policies, steps.recorder if steps else None, progress.step)
+        if plot:
+            with plot:
+                doc["plot"] = dict(report.plot(w, model, plot, capacity, progress.step), file=args.plot)
+    finally:
+        progress.close()
     if args.model == "fakecuda":
         doc["fakecuda_counts"] = report.fakecuda_counts(doc)
-    if args.plot:
-        doc["plot"] = dict(report.plot(w, model, args.plot), file=args.plot)
     if args.json:
         print(report.dumps(doc))
     else:

@@ -13,9 +13,16 @@ from pump.simulate import engine
 from pump.simulate.bound import lower_bound
 
 
-def simulate(workload, capacity: int, model: engine.Model, policies=engine.POLICIES, recorder_for=None) -> dict:
+def runs(policies) -> int:
+    """How many engine runs simulate() makes (ideal is always run: the others' ratio)."""
+    return 1 + sum(p != "ideal" for p in policies)
+
+
+def simulate(workload, capacity: int, model: engine.Model, policies=engine.POLICIES, recorder_for=None,
+             progress=None) -> dict:
     """One JSON-able document: the trace, the model, the bound and per policy its results.
-    recorder_for(policy): engine.run's recorder for that policy (a timeline), or None."""
+    recorder_for(policy): engine.run's recorder for that policy (a timeline), or None;
+    progress(what): called as each run begins."""
     doc = {"trace": workload.path, "name": workload.name, "model": model.name,
            "bandwidth_bytes_per_s": model.bandwidth, "capacity_bytes": int(capacity),
            "peak_footprint_bytes": int(workload.peak_footprint), "launches": workload.launches,
@@ -25,6 +32,8 @@ def simulate(workload, capacity: int, model: engine.Model, policies=engine.POLIC
     doc["policies"] = {}
     ideal = None
     for policy in ("ideal",) + tuple(p for p in policies if p != "ideal"):
+        if progress:
+            progress(f"{policy} at {_size(capacity)}")
         r = engine.run(workload, policy, capacity, model, recorder_for(policy) if recorder_for else None)
         if policy == "ideal":
             ideal = r.step_seconds
@@ -56,6 +65,11 @@ def _size(n: float) -> str:
     return f"{n:.0f} B"
 
 
+def _ratio(r) -> str:
+    """A ratio, or "-" where its denominator was 0 (a trace whose kernels take no time)."""
+    return "-" if r is None else f"{r:.2f}"
+
+
 def text(doc: dict) -> str:
     lines = [f"{doc['name']} ({doc['trace']}): {doc['launches']} launches, period {doc['period']}, "
              f"peak footprint {_size(doc['peak_footprint_bytes'])}",
@@ -73,8 +87,8 @@ def text(doc: dict) -> str:
              f"{'H2D/step':>11} {'D2H/step':>11} {'data wait':>10}"]
     for policy, p in doc["policies"].items():
         s = p["per_step"]
-        lines.append(f"{policy:<10} {p['step_seconds'] * 1e3:>10.3f} {p['ratio_to_ideal']:>8.2f} "
-                     f"{p['ratio_to_lower_bound']:>8.2f} {s['faults']:>10.0f} {_size(s['bytes_h2d']):>11} "
+        lines.append(f"{policy:<10} {p['step_seconds'] * 1e3:>10.3f} {_ratio(p['ratio_to_ideal']):>8} "
+                     f"{_ratio(p['ratio_to_lower_bound']):>8} {s['faults']:>10.0f} {_size(s['bytes_h2d']):>11} "
                      f"{_size(s['bytes_d2h']):>11} {s['data_wait_seconds'] * 1e3:>8.1f}ms")
     return "\n".join(lines)
 
@@ -85,8 +99,18 @@ def fakecuda_counts(doc: dict) -> dict:
             for p, v in ((p, d["total"]) for p, d in doc["policies"].items())}
 
 
-def plot(workload, model: engine.Model, path: str, fractions=(0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)):
-    """Step time against capacity (as a share of the peak footprint) for every policy."""
+PLOT_FRACTIONS = (0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)
+
+
+def plot_runs() -> int:
+    """How many engine runs plot() makes."""
+    return len(PLOT_FRACTIONS) * len(engine.POLICIES)
+
+
+def plot(workload, model: engine.Model, out, capacity=None, progress=None, fractions=PLOT_FRACTIONS):
+    """Step time against capacity (as a share of the peak footprint) for every policy, as a
+    PNG into `out` (a path or a binary file); `capacity`, the one asked for, is marked.
+    Captioned as what it is: a model's prediction."""
     import matplotlib
     matplotlib.use("Agg")
     from matplotlib import pyplot
@@ -95,6 +119,8 @@ def plot(workload, model: engine.Model, path: str, fractions=(0.25, 0.375, 0.5, 
     bound = []
     for c in caps:
         for p in engine.POLICIES:
+            if progress:
+                progress(f"{p} at {_size(c)} (plot)")
             series[p].append(engine.run(workload, p, c, model).step_seconds * 1e3)
         bound.append(lower_bound(workload, c, model)["lower_bound_seconds"] * 1e3)
     fig, ax = pyplot.subplots(figsize=(7, 4.5))
@@ -104,11 +130,14 @@ def plot(workload, model: engine.Model, path: str, fractions=(0.25, 0.375, 0.5, 
     ax.set_xlabel("capacity, % of peak footprint")
     ax.set_ylabel("step time, ms")
     ax.set_yscale("log")
-    ax.set_title(f"{workload.name}: {model.name}, {model.bandwidth / 1e9:.0f} GB/s")
+    if capacity:
+        ax.axvline(100 * capacity / workload.peak_footprint, color="black", linewidth=0.8, linestyle=":",
+                   label=f"--capacity {_size(capacity)}")
+    ax.set_title(f"{workload.name}: {model.name}, {model.bandwidth / 1e9:.0f} GB/s (modelled, not measured)")
     ax.legend()
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(out, format="png")
     pyplot.close(fig)
     return {"fractions": list(fractions), "capacities": caps, "step_ms": series, "lower_bound_ms": bound}
 
