@@ -71,11 +71,7 @@ def _trace(args) -> int:
                 json.dump(doc, sys.stdout, indent=2)
                 print()
             else:
-                for key, value in doc.items():
-                    if key != "busiest_functions":
-                        print(f"{key:20} {value}")
-                for f in doc["busiest_functions"]:
-                    print(f"{'':20} {f['launches']:>10} launches of {f['name']} [{f['function']}]")
+                print(trace.stats_text(doc))
     except trace.TraceError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 1

@@ -246,3 +246,33 @@ def stats(path) -> dict:
         "busiest_functions": [{"function": f"0x{f:x}", "name": names.get(f, "?"), "launches": n}
                               for f, n in busiest],
     }
+
+
+def _flops(n: float) -> str:
+    for unit, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:.0f} FLOP"
+
+
+def stats_text(doc: dict) -> str:
+    """`pump trace stats`' table: stats() in human units, the busiest functions last."""
+    from pump.protocol import printable  # names come from the traced program: escaped
+    from pump.stats import human_bytes
+    kinds = ", ".join(f"{k} {n:,}" for k, n in sorted(doc["kinds"].items(), key=lambda kv: -kv[1]) if n)
+    processes = f"{doc['processes']} process{'es' if doc['processes'] != 1 else ''}"
+    rows = [
+        ("job", f"{printable(doc['job'])} ({printable(doc['name'])}), {processes}"),
+        ("records", f"{doc['records']:,}" + (f" ({kinds})" if kinds else "")),
+        ("launches", f"{doc['launches']:,} of {doc['functions']:,} functions"),
+        ("managed peak", human_bytes(doc["managed_bytes_peak"])),
+        ("steps", f"{doc['steps']:,}" if doc["steps"] else "none marked"),
+        ("FLOPs", _flops(doc["flops"]) if doc["flops"] else "none recorded (a trace from pump-run has none)"),
+        ("span", f"{doc['seconds']:.3f} s of its clock"),
+    ]
+    lines = [f"{name:<14}{value}" for name, value in rows]
+    if doc["busiest_functions"]:
+        lines += ["", f"{'launches':>14}  function (the busiest)"]
+        lines += [f"{f['launches']:>14,}  {printable(f['name'])} [{f['function']}]"
+                  for f in doc["busiest_functions"]]
+    return "\n".join(lines)
