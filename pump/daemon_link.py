@@ -61,9 +61,10 @@ class DaemonLink:
             return {protocol.SOCKET_ENV: ""}
         return {protocol.SOCKET_ENV: self.socket_path, "PUMP_JOB": self.job}
 
-    def connect(self, cfg: config.JobConfig, name: str, verbose: int = 0):
+    def connect(self, cfg: config.JobConfig, name: str, verbose: int = 0, group: str = None):
         """Find or start the daemon the job's mode asks for, and register the job
-        (handing pumpd the trace file, opened here with the user's permissions)."""
+        (handing pumpd the trace file, opened here with the user's permissions); with a
+        group, join the job of this user's pump-runs of the same run if there is one."""
         mode = cfg.daemon_mode or "auto"
         if mode == "none":
             if cfg.trace_file:
@@ -82,6 +83,8 @@ class DaemonLink:
         request = {"op": "register", "name": name, "policy": cfg.policy or "launch", **config.budget_terms(cfg)}
         if cfg.capacity is not None:
             request["capacity"] = cfg.capacity
+        if group is not None:
+            request["group"] = group
         trace_fd = ()
         if cfg.trace_file:
             try:

@@ -78,6 +78,13 @@ class PeerError(ProtocolError):
     """The daemon is not one pump may talk to (another uid, another protocol version)."""
 
 
+# A run's group (pump-run --group, or from the launcher's environment): the pump-runs of one
+# user that name the same group are one job. Opaque to pumpd: never a path.
+GROUP_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
+GROUP_ALLOWED = "1 to 64 characters of A-Z a-z 0-9 _ . : -, starting with a letter or digit"
+RANK_MAX = (1 << 31) - 1
+
+
 # ---- request schema: op -> {field: (kind, required, bound)} ----
 def _size_or_none(v):
     return v is None or (isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 64)
@@ -94,6 +101,7 @@ _CHECKS = {
     "job_or_new": (lambda v, n: v == "" or valid_job_id(v), 'a job id: "" (a new job) or ' + JOB_ID_ALLOWED),
     "int": (lambda v, n: isinstance(v, int) and not isinstance(v, bool) and n[0] <= v <= n[1],
             "an integer {0[0]}..{0[1]}"),
+    "group": (lambda v, n: isinstance(v, str) and GROUP_RE.fullmatch(v) is not None, GROUP_ALLOWED),
 }
 REQUESTS = {
     "ping": {},
@@ -103,10 +111,13 @@ REQUESTS = {
                  # the arbiter's terms (pump.config [memory]); sent only where set
                  "budget_percent": ("int", False, (1, 100)), "share": ("share", False, SHARE_MAX),
                  "min_budget": ("bytes", False, None), "max_budget": ("bytes", False, None),
-                 "priority": ("int", False, (-PRIORITY_MAX, PRIORITY_MAX))},
+                 "priority": ("int", False, (-PRIORITY_MAX, PRIORITY_MAX)),
+                 # join the job of this user's other pump-runs of the same run, if one is running
+                 "group": ("group", False, None)},
     "attach": {"job": ("job_or_new", True, None), "name": ("str", True, NAME_MAX),
-               "policy": ("policy", True, None), "pid": ("bytes", False, None)},
-    "resume": {"pid": ("bytes", False, None)},
+               "policy": ("policy", True, None), "pid": ("bytes", False, None),
+               "rank": ("int", False, (0, RANK_MAX))},
+    "resume": {"pid": ("bytes", False, None), "rank": ("int", False, (0, RANK_MAX))},
     "status": {"offset": ("int", False, (0, 1 << 31))},
     "set": {"job": ("job", True, None), "budget": ("bytes", True, None)},
     "end": {"job": ("job", True, None)},

@@ -43,7 +43,7 @@ import tempfile
 
 import pump
 from pump.cli_common import OneLineParser, die
-from pump import config, reaper, shim, stats, torch_env, trace
+from pump import config, launchers, protocol, reaper, shim, stats, torch_env, trace
 from pump.daemon_link import DaemonError, DaemonLink
 from pump.protocol import ProtocolError
 
@@ -57,6 +57,12 @@ SI_KERNEL = 0x80  # Linux si_code of a signal the kernel sent (e.g. from a tty)
 
 def _die(message: str, code: int = 2):
     die(PROG, message, code)
+
+
+def _group(text: str) -> str:
+    if not protocol.GROUP_RE.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"bad value {text!r}; allowed: {protocol.GROUP_ALLOWED}")
+    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,6 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--daemon", dest="daemon_mode", choices=config.DAEMON_MODES,
                    help="auto: the system pumpd if it answers, else this user's shared pumpd, "
                         "started if none runs (default); system; embedded: one for this job alone; none")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--group", type=_group, metavar="GROUP",
+                       help="one job with the other pump-runs of this user that name GROUP (default: "
+                            "the Slurm job step or torchrun run pump-run runs in, if any)")
+    group.add_argument("--no-group", action="store_true", help="a job of its own, even under Slurm or torchrun")
     p.add_argument("--trace", metavar="FILE", help="record the job's allocations and launches to FILE "
                                                    "(pump_channel.h's trace layout; needs a daemon)")
     p.add_argument("--socket", metavar="PATH", help="the system pumpd's socket (default: $PUMP_SOCKET "
@@ -280,10 +291,11 @@ def main(argv=None) -> int:
         for line in exc.errors:
             print(f"{PROG}: {line}", file=sys.stderr)
         sys.exit(2)
-    name = cfg.name or os.path.basename(command[0])[:64] or "job"
+    group = None if args.no_group else args.group or launchers.run_group()
+    name = cfg.name or group or os.path.basename(command[0])[:64] or "job"
     link = DaemonLink()
     try:
-        link.connect(cfg, name, args.verbose)
+        link.connect(cfg, name, args.verbose, group)
     except DaemonError as exc:
         _die(str(exc))
     except (OSError, ProtocolError) as exc:

@@ -57,6 +57,18 @@ def _learned(job) -> str:
     return ",".join(f"{n} launches" if n else "not yet" for n in periods)
 
 
+def _ranks(job) -> str:
+    """The ranks of the job's processes (torchrun, Slurm, MPI), as runs: 0-3,6."""
+    ranks = sorted(set(r for r in job.get("ranks") or [] if isinstance(r, int)))
+    runs, start = [], None
+    for i, r in enumerate(ranks):
+        start = r if start is None else start
+        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
+            runs.append(str(r) if start == r else f"{start}-{r}")
+            start = None
+    return ",".join(runs) or "-"
+
+
 PAGES_MAX = 10000  # status pages read from one daemon: 100 jobs each at most
 
 COLUMNS = (  # (heading, format of a job)
@@ -64,7 +76,7 @@ COLUMNS = (  # (heading, format of a job)
     ("BUDGET", _budget), ("FROM", _budget_from),
     ("RESIDENT", lambda j: human_bytes(j.get("resident_bytes") or 0)), ("LAUNCHES", "launches"),
     ("PREFETCHED", lambda j: human_bytes(j.get("prefetch_bytes") or 0)), ("DROPPED", "events_dropped"),
-    ("AGE", _age), ("LEARNED", _learned),
+    ("RANKS", _ranks), ("AGE", _age), ("LEARNED", _learned),
 )
 
 

@@ -609,6 +609,14 @@ static void json_escape(char *out, size_t size, const char *in)
     out[n] = '\0';
 }
 
+/* The request's "rank" member (with its leading comma), or "" without a rank. */
+static void rank_field(char *out, size_t size)
+{
+    out[0] = '\0';
+    if (pump_config.rank >= 0)
+        snprintf(out, size, ",\"rank\":%d", (int)pump_config.rank);
+}
+
 static bool map_channel(int ring, int plan)
 {
     struct stat rs, ps;
@@ -666,8 +674,11 @@ PUMP_HIDDEN bool pump_channel_attach(int fd)
     char job[sizeof pump_config.job * 6], name[sizeof pump_config.name * 6], json[1024];
     json_escape(job, sizeof job, pump_config.job);
     json_escape(name, sizeof name, pump_config.name);
-    snprintf(json, sizeof json, "{\"op\":\"attach\",\"pid\":%d,\"job\":\"%s\",\"name\":\"%s\",\"policy\":\"%s\"}",
-             (int)getpid(), job, name, pump_config.policy == PUMP_POLICY_LAUNCH ? "launch" : "off");
+    char rank[24];
+    rank_field(rank, sizeof rank);
+    snprintf(json, sizeof json,
+             "{\"op\":\"attach\",\"pid\":%d,\"job\":\"%s\",\"name\":\"%s\",\"policy\":\"%s\"%s}",
+             (int)getpid(), job, name, pump_config.policy == PUMP_POLICY_LAUNCH ? "launch" : "off", rank);
     if (!send_request(fd, json, NULL, 0))
         return false;
     int fds[2], nfds = 0;
@@ -684,8 +695,9 @@ PUMP_HIDDEN bool pump_channel_attach(int fd)
 
 static bool resume(int fd)
 {
-    char json[64];
-    snprintf(json, sizeof json, "{\"op\":\"resume\",\"pid\":%d}", (int)getpid());
+    char json[96], rank[24];
+    rank_field(rank, sizeof rank);
+    snprintf(json, sizeof json, "{\"op\":\"resume\",\"pid\":%d%s}", (int)getpid(), rank);
     int ours[2] = {atomic_load(&ring_fd), atomic_load(&plan_fd)};
     if (!send_request(fd, json, ours, 2))
         return false;

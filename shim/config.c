@@ -232,6 +232,19 @@ PUMP_HIDDEN void pump_config_load(void)
         else
             bad_value("PUMP_NAME", v, "1 to 64 bytes of UTF-8 without control characters", "no name");
     }
+    /* The rank its launcher gave the process (torchrun, Slurm, Open MPI, MPICH): pumpd
+     * names the job's members by it. Not a setting: anything but a number is ignored. */
+    pump_config.rank = -1;
+    static const char *const rank_variables[] = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"};
+    for (size_t i = 0; i < sizeof rank_variables / sizeof rank_variables[0] && pump_config.rank < 0; i++) {
+        char *end;
+        if ((v = getenv(rank_variables[i])) == NULL || *v < '0' || *v > '9')
+            continue;
+        errno = 0;
+        long rank = strtol(v, &end, 10);
+        if (errno == 0 && *end == '\0' && rank <= INT32_MAX)
+            pump_config.rank = (int32_t)rank;
+    }
     /* pumpd: PUMP_SOCKET, else the system's service, else the user's own. */
     static char user_socket[sizeof(((struct sockaddr_un *)0)->sun_path)];
     if ((v = getenv("PUMP_SOCKET")) != NULL) {

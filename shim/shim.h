@@ -55,6 +55,7 @@ struct pump_config {
     char job[32];                       /* PUMP_JOB, validated; "" when unset */
     char name[65];                      /* PUMP_NAME, validated; "" when unset */
     bool managed_all;                   /* PUMP_MANAGED_ALL: device allocations become managed memory */
+    int32_t rank;                       /* the process's rank in its run (RANK, SLURM_PROCID, ...), or -1 */
 };
 extern PUMP_HIDDEN struct pump_config pump_config;
 PUMP_HIDDEN void pump_config_load(void);

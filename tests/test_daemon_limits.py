@@ -235,7 +235,7 @@ def test_status_with_many_jobs_reaches_root_in_pages(pumpd, capsys):
     from pump import status as status_cli
     os.environ[protocol.SOCKET_ENV] = path
     try:
-        jobs, _, daemons = status_cli.collect()
+        jobs, _, daemons = status_cli.collect(status_cli.daemon_sockets())
     finally:
         del os.environ[protocol.SOCKET_ENV]
     assert sorted(j["job"] for j in jobs if j["daemon"] == path) == sorted(made)

@@ -135,9 +135,9 @@ def test_pump_status(tmp_path):
         assert table.returncode == 0, table.stderr
         header, row = table.stdout.splitlines()[:2]
         assert header.split() == ["JOB", "NAME", "PID", "USER", "POLICY", "BUDGET", "FROM", "RESIDENT",
-                                  "LAUNCHES", "PREFETCHED", "DROPPED", "AGE", "LEARNED"]
+                                  "LAUNCHES", "PREFETCHED", "DROPPED", "RANKS", "AGE", "LEARNED"]
         assert row.split()[:3] == [job, "shown", str(os.getpid())] and "3.0 GiB  config" in row
-        assert re.fullmatch(r"\d+s", row.split()[-2]) and row.split()[-1] == "-", row
+        assert row.split()[-3] == "-" and re.fullmatch(r"\d+s", row.split()[-2]) and row.split()[-1] == "-", row
         one = subprocess.run([PUMP, "status", "--socket", env["PUMP_SOCKET"]], env=env, capture_output=True,
                              text=True, timeout=30)
         assert one.returncode == 0 and one.stdout.splitlines()[1].split()[0] == job, one
@@ -179,4 +179,11 @@ def test_status_age_is_human(ago, shown):
 def test_lookahead_line(iterations, line):
     from pump import run
     assert run.lookahead_line(iterations) == line
+
+
+@pytest.mark.parametrize("ranks,shown", [([], "-"), (None, "-"), ([0], "0"), ([1, 0, 3, 2], "0-3"),
+                                         ([0, 1, 2, 5, 7, 8], "0-2,5,7-8")])
+def test_status_ranks_are_shown_as_runs(ranks, shown):
+    from pump import status
+    assert status._ranks({"ranks": ranks}) == shown
 

@@ -33,6 +33,7 @@ from pumpd.limits import Quota, table_tallies
 
 log = logging.getLogger("pumpd")
 ITERATIONS_KEPT = 64  # processes per job whose learned iteration is remembered
+LEADERS_MAX = 1024    # pump-runs of one group in one job (the ranks of a node's run)
 
 
 def start_time(pid: int):
@@ -52,6 +53,7 @@ class Session:
     def __init__(self, session_id: int, pid: int, started, ring: channel.Ring, plan: channel.Plan,
                  quota: Quota = None):
         self.id, self.pid, self.started = session_id, pid, started
+        self.rank = None            # its rank in the run, as its shim said (RANK, SLURM_PROCID...)
         self.ring, self.plan = ring, plan
         self.quota = quota or Quota(0, table_tallies())  # its uid's caps on the tables below
         self.connected = True
@@ -120,7 +122,11 @@ class Job:
         self.sessions = {}              # pid -> Session
         self.known_pids = dict(pids)    # pid -> start time, kept across restarts
         self.trace = None               # a tracing.Trace while pump-run --trace records
-        self.ended = False              # pump-run said its command exited: the leader no longer counts
+        self.group = None               # the run the job is (pump-run's group), or None
+        # The pump-runs whose command is the job (pid -> start time): the leader, then those of
+        # the same group that joined; ended: those that said their command exited.
+        self.leaders = {leader_pid: leader_started}
+        self.ended = set()
         self.tree = {}                  # the leader's process tree: pids, rss_bytes, cpu_seconds
         self.iterations = {}            # pid -> launches of the iteration lookahead learned there
 
@@ -129,11 +135,32 @@ class Job:
         return "j" + secrets.token_hex(8)
 
     def alive(self) -> bool:
-        """Any of its processes still running (the leader, or a process that attached)."""
+        """Any of its processes still running (a leader whose command has not ended, or a
+        process that attached)."""
         processes = list(self.known_pids.items())
-        if not self.ended:
-            processes.append((self.leader_pid, self.leader_started))
+        processes += [(pid, t) for pid, t in self.leaders.items() if pid not in self.ended]
         return any(started is not None and start_time(pid) == started for pid, started in processes)
+
+    def refuses_leader(self, policy: str, trace: bool) -> str:
+        """Why another pump-run of the job's group may not join it, or ""."""
+        if policy != self.policy:
+            return (f"job {self.id} of group {self.group} runs policy {self.policy}; a pump-run joining it "
+                    f"asked for {policy} (the same run takes one policy)")
+        if trace:
+            return f"job {self.id} of group {self.group} is traced by its first pump-run only; --trace is refused"
+        if len(self.leaders) >= LEADERS_MAX:
+            return f"job {self.id} of group {self.group} has {LEADERS_MAX} pump-runs already (the most one job takes)"
+        return ""
+
+    def add_leader(self, pid: int, started):
+        self.leaders[pid] = started
+        self.ended.discard(pid)
+
+    def end_leader(self, pid: int) -> bool:
+        """A pump-run said its command exited (one not among the leaders, root's: the first);
+        True when every leader has."""
+        self.ended.add(pid if pid in self.leaders else self.leader_pid)
+        return self.ended >= set(self.leaders)
 
     def close_trace(self):
         """No more records for the trace (it is written out off the loop)."""
@@ -217,6 +244,8 @@ class Job:
             # lookahead: per process, the iteration learned (launches per period; 0: not yet)
             "iteration_launches": [s.lookahead.policy.period for s in self.sessions.values()
                                    if s.lookahead is not None],
+            "group": self.group, "pump_runs": len(self.leaders),
+            "ranks": sorted(s.rank for s in self.sessions.values() if s.rank is not None),
         }
 
     # ---- persistence ----
@@ -225,13 +254,19 @@ class Job:
                 "leader_started": self.leader_started, "policy": self.policy,
                 "capacity": self.capacity, "budget": self.budget, "terms": self.terms.to_json(),
                 "created": self.created,
-                "pids": [[pid, t] for pid, t in self.known_pids.items()]}
+                "pids": [[pid, t] for pid, t in self.known_pids.items()],
+                "group": self.group, "leaders": [[pid, t] for pid, t in self.leaders.items()],
+                "ended": sorted(self.ended)}
 
     @classmethod
     def from_json(cls, doc: dict) -> "Job":
         job = cls(doc["job"], doc["name"], int(doc["uid"]), int(doc["leader_pid"]), doc["leader_started"],
                   doc["policy"], doc["capacity"], doc["budget"], doc["created"],
                   [(int(pid), t) for pid, t in doc["pids"]])
+        # An older pumpd's file has no group: one leader, still running.
+        job.group = doc.get("group")
+        job.leaders.update((int(pid), t) for pid, t in doc.get("leaders", []))
+        job.ended = {int(pid) for pid in doc.get("ended", [])}
         # An older pumpd's file has no terms: the budget it held stays, as fixed.
         job.terms = Terms.from_json(doc["terms"]) if "terms" in doc else Terms(fixed_bytes=doc["budget"])
         return job

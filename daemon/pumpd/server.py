@@ -263,7 +263,7 @@ class Daemon:
         if op == "attach":
             return self._attach(conn, request)
         if op == "resume":
-            return self._resume(conn, fds), ()
+            return self._resume(conn, request, fds), ()
         if op == "status":
             return self._status(conn, request.get("offset", 0)), ()
         if op == "set":
@@ -304,9 +304,21 @@ class Daemon:
         return cfg, Terms.from_config(cfg)
 
     def _register(self, conn, request, fds) -> dict:
+        group = request.get("group")
+        joined = next((j for j in self.jobs.values() if group and j.uid == conn.uid and j.group == group
+                       and j.alive()), None)
+        if joined is not None:  # another pump-run of the same run: one job
+            why = joined.refuses_leader(request.get("policy") or "launch", bool(fds))
+            if why:
+                raise RequestError(f"register: {why}")
+            joined.add_leader(conn.pid, self._caller_started(conn))
+            self.store.save(joined)
+            log.info("pid %d joined job %s (%s) of group %s", conn.pid, joined.id, joined.name, group)
+            return {"ok": True, "job": joined.id, "joined": True}
         self._room_for_job(conn.uid)
         job = Job(Job.new_id(), request["name"], conn.uid, conn.pid, self._caller_started(conn),
                   request.get("policy") or "launch", request.get("capacity"))
+        job.group = group
         job.terms = Terms.from_request(request)
         if conn.uid != 0:  # root is the administrator: its terms stand as sent
             job.terms = job.terms.within(self._allowed_terms(job.name)[1], self.arbiter.pool is not None)
@@ -376,10 +388,10 @@ class Daemon:
         session_id = self._new_session_id()
         ring = channel.Ring.create(session_id, job.id)
         plan = channel.Plan.create()
-        self._open_session(conn, job, session_id, ring, plan, "attached to")
+        self._open_session(conn, job, session_id, ring, plan, "attached to", request.get("rank"))
         return {"ok": True, "session": session_id, "job": job.id}, (ring.fd, plan.fd)
 
-    def _resume(self, conn, fds) -> dict:
+    def _resume(self, conn, request, fds) -> dict:
         if len(fds) != 2:
             raise RequestError(f"resume: carries {len(fds)} file descriptors; expected 2 (ring, plan)")
         if conn.session is not None:
@@ -404,13 +416,14 @@ class Daemon:
             raise RequestError("resume: the ring names no job of this user")
         session_id = self._new_session_id()
         ring.header.session = session_id
-        self._open_session(conn, job, session_id, ring, plan, "resumed in")
+        self._open_session(conn, job, session_id, ring, plan, "resumed in", request.get("rank"))
         return {"ok": True, "session": session_id, "job": job.id}
 
-    def _open_session(self, conn, job, session_id, ring, plan, how: str):
+    def _open_session(self, conn, job, session_id, ring, plan, how: str, rank=None):
         """The connection's process joins the job with this ring and plan."""
         session = Session(session_id, conn.pid, conn.started, ring, plan,  # checked by the caller
                           limits.Quota(conn.uid, self.tallies))
+        session.rank = rank
         if job.policy == "lookahead":
             session.lookahead = lookahead.Lookahead(self._plan_budget(job),
                                                     lookahead.bandwidth(self.best_throughput))
@@ -418,7 +431,8 @@ class Daemon:
         self.store.save(job)
         conn.session = session
         self._publish_plan(job, session, force=True)
-        log.info("pid %d %s job %s as session %d", conn.pid, how, job.id, session_id)
+        log.info("pid %d%s %s job %s as session %d", conn.pid, "" if rank is None else f" (rank {rank})", how,
+                 job.id, session_id)
 
     def _set(self, conn, request) -> dict:
         job = self._own_job(conn, request["job"])
@@ -431,7 +445,8 @@ class Daemon:
 
     async def _end(self, conn, request) -> dict:
         job = self._own_job(conn, request["job"])
-        job.ended = True
+        if not job.end_leader(conn.pid):  # other pump-runs of its group still run
+            return {"ok": True, "job": job.id, "iteration_launches": job.learned_iterations()}
         self.ingest_once()
         job.close_trace()
         trace = job.trace

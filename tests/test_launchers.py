@@ -1,0 +1,118 @@
+"""The pump-runs of one run are one pump job (pump/launchers.py): `srun pump-run` and
+`torchrun ... pump-run` start a pump-run per rank; they name the same group (from
+SLURM_JOB_ID/SLURM_STEP_ID, TORCHELASTIC_RUN_ID and the agent, or --group), pumpd joins
+them, and `pump status` names the members by the ranks their shims send."""
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import PUMP_RUN, clean_env, start_pumpd, stop_pumpd
+from pump import launchers, protocol
+
+
+@pytest.mark.parametrize("env,group", [
+    ({}, None),
+    ({"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0"}, "slurm-4242.0"),
+    ({"SLURM_JOB_ID": "4242"}, "slurm-4242.batch"),                      # a batch script
+    ({"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "../x"}, "slurm-4242.batch"),
+    ({"SLURM_JOB_ID": "not-a-number"}, None),
+    ({"TORCHELASTIC_RUN_ID": "none"}, "torchrun-none-777"),
+    ({"TORCHELASTIC_RUN_ID": "my run/1"}, "torchrun-my_run_1-777"),
+])
+def test_run_group_from_the_launchers_environment(env, group):
+    assert launchers.run_group(env, parent_pid=777) == group
+    assert group is None or protocol.GROUP_RE.fullmatch(group)
+
+
+def jobs(socket):
+    with protocol.Client(str(socket)) as client:
+        return client.request({"op": "status"})["jobs"]
+
+
+def wait_for(predicate, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError("timed out")
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    socket = tmp_path / "pumpd.sock"
+    proc = start_pumpd(socket)
+    yield socket
+    stop_pumpd(proc)
+
+
+def rank(c_build, socket, device, extra_env, *flags):
+    """One rank: fakecuda's `devices` program on its device, holding until stdin closes."""
+    env = dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"), FAKECUDA_DEVICES="2", **extra_env)
+    return subprocess.Popen([PUMP_RUN, "--daemon", "system", "--socket", str(socket), *flags, "--",
+                             str(c_build / "plain" / "devices"), str(device), str(device), "hold"],
+                            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def finish(procs, status=0):
+    """Closes each rank's stdin (it ends) and returns its (stdout, stderr)."""
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == status, err
+        outs.append((out, err))
+    return outs
+
+
+def test_the_tasks_of_a_slurm_step_are_one_job_with_their_ranks(c_build, daemon):
+    slurm = {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0"}
+    procs = [rank(c_build, daemon, r, dict(slurm, SLURM_PROCID=str(r))) for r in (0, 1)]
+    try:
+        [job] = wait_for(lambda: [j for j in jobs(daemon) if j["sessions"] == 2] or None)
+        assert (job["name"], job["group"], job["pump_runs"], job["ranks"]) == ("slurm-4242.0", "slurm-4242.0", 2, [0, 1])
+        assert len(jobs(daemon)) == 1
+        table = subprocess.run([sys.executable, "-m", "pump.cli", "status", "--socket", str(daemon)],
+                               capture_output=True, text=True, env=clean_env(), timeout=30).stdout
+        assert table.splitlines()[1].split()[1] == "slurm-4242.0" and " 0-1 " in table, table
+        # Another step of the same Slurm job is another job.
+        other = rank(c_build, daemon, 0, dict(slurm, SLURM_STEP_ID="1", SLURM_PROCID="0"))
+        try:
+            wait_for(lambda: len(jobs(daemon)) == 2)
+        finally:
+            finish([other])
+    finally:
+        outs = finish(procs)
+    # Each task's summary is its own process's; the job is gone once both pump-runs ended.
+    assert all("pump: " in err for _, err in outs)
+    wait_for(lambda: jobs(daemon) == [])
+
+
+def test_a_group_member_asking_for_another_policy_is_refused(c_build, daemon):
+    first = rank(c_build, daemon, 0, {"RANK": "0"}, "--group", "run-1")
+    try:
+        wait_for(lambda: [j for j in jobs(daemon) if j["sessions"] == 1])
+        second = rank(c_build, daemon, 1, {"RANK": "1"}, "--group", "run-1", "--policy", "off")
+        [(out, err)] = finish([second], status=2)  # --daemon system: refused before the command runs
+        assert out == "" and err == ("pump-run: pumpd: register: job " + jobs(daemon)[0]["job"] + " of group "
+                                     "run-1 runs policy launch; a pump-run joining it asked for off (the "
+                                     "same run takes one policy)\n"), err
+        assert len(jobs(daemon)) == 1 and jobs(daemon)[0]["pump_runs"] == 1
+        alone = rank(c_build, daemon, 1, {"RANK": "1", "SLURM_JOB_ID": "5"}, "--no-group")
+        try:
+            wait_for(lambda: len(jobs(daemon)) == 2)
+            assert {j["group"] for j in jobs(daemon)} == {"run-1", None}
+        finally:
+            finish([alone])
+    finally:
+        finish([first])
+
+
+def test_group_flag_is_checked():
+    r = subprocess.run([PUMP_RUN, "--group", "../etc", "true"], capture_output=True, text=True,
+                       env=clean_env(), timeout=30)
+    assert r.returncode == 2 and "bad value '../etc'" in r.stderr
