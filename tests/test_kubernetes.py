@@ -252,6 +252,19 @@ def test_the_training_pods_environment_is_what_pump_run_gives(tmp_path, monkeypa
     assert f"--uid {init['securityContext']['runAsUser']} " in dockerfile
 
 
+def test_the_docs_pod_spec_is_the_examples():
+    text = (ROOT / "docs" / "clusters.md").read_text()
+    section = text[text.index("### A training pod"):]
+    spec = yaml.safe_load(section[section.index("```yaml\n") + 8:section.index("```\n", 8)])["spec"]
+    assert strict_problems(spec, "V1PodSpec", "docs") == []
+    _, pod = training_pod()
+    assert spec["containers"][0]["env"] == pod["containers"][0]["env"]
+    assert spec["initContainers"][0]["command"] == pod["initContainers"][0]["command"]
+    for container in ("containers", "initContainers"):
+        assert spec[container][0]["volumeMounts"] == [
+            {k: m[k] for k in m if k in ("name", "mountPath", "readOnly")} for m in pod[container][0]["volumeMounts"]]
+
+
 def test_child_env_is_the_job_environment_and_the_runs_own(monkeypatch):
     monkeypatch.setattr(os, "environ", {"PATH": "/bin", "PYTHONPATH": "/mine"})
     cfg = config.resolve_job({"policy": "lookahead"})
