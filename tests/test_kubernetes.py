@@ -9,11 +9,14 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import socket
 import stat
 import struct
 import subprocess
 import sys
+import tempfile
+import time
 
 import pytest
 
@@ -24,6 +27,8 @@ from kubernetes.utils import parse_quantity  # noqa: E402
 
 from pump import config, run, torch_env  # noqa: E402
 from pump.daemon_link import DaemonLink  # noqa: E402
+from fakeshim import FakeShim  # noqa: E402
+from helpers import clean_env, stop_pumpd  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MANIFESTS = sorted((ROOT / "deploy" / "kubernetes").rglob("*.yaml"))
@@ -295,12 +300,12 @@ conn.sendall(b"served")
 """
 
 
-def python_nobody_can_run():
+def python_nobody_can_run(candidates=(sys.executable, "/usr/bin/python3"), imports=""):
     """A Python that uid NOBODY can run (subprocess's user= drops every capability, as
-    pumpd-entrypoint does)."""
-    for python in (sys.executable, "/usr/bin/python3"):
+    pumpd-entrypoint does) and that imports `imports` there."""
+    for python in candidates:
         try:
-            subprocess.run([python, "-c", ""], user=NOBODY, group=NOBODY, extra_groups=[], cwd="/",
+            subprocess.run([python, "-c", imports], user=NOBODY, group=NOBODY, extra_groups=[], cwd="/",
                            capture_output=True, check=True)
         except (OSError, subprocess.CalledProcessError):
             continue
@@ -362,3 +367,70 @@ def test_entrypoint_refuses_what_it_cannot_do(python_for_nobody, tmp_path):
                    user=NOBODY, group=NOBODY, extra_groups=[])
     assert (r.returncode, r.stderr) == (2, f"pumpd-entrypoint: runs as root (uid 0) to bind {sock} as systemd "
                                            f"does; it runs as uid {NOBODY}\n")
+
+
+@pytest.fixture
+def node_dir():
+    """A directory uid NOBODY can reach (pytest's tmp_path lies under a private one)."""
+    path = pathlib.Path(tempfile.mkdtemp(prefix="pump-node-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path)
+
+
+def test_the_daemonsets_command_serves_pumps_clients(node_dir):
+    """The DaemonSet's command, environment, probe and ConfigMaps, with the node's paths under
+    node_dir: pumpd runs as the image's user would, with no capability, on a socket root
+    listens on, and applies the pump-jobs ConfigMap to a shim's job by its name."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: pumpd-entrypoint binds as root and drops to another user")
+    python = python_nobody_can_run((sys.executable,), "import pump, pumpd")
+    if python is None:
+        pytest.skip(f"uid {NOBODY} cannot run {sys.executable} with pump installed (a private directory above it)")
+    node = {"/run/pump": node_dir / "run-pump", "/run/pumpd": node_dir / "run-pumpd", "/etc/pump": node_dir / "etc"}
+    for path in node.values():
+        path.mkdir(mode=0o755)
+    node["/run/pumpd"].chmod(0o777)  # an emptyDir's mode
+    (node["/etc/pump"] / "jobs.d").mkdir()
+
+    def on_node(text: str) -> str:
+        return re.sub("|".join(node) + r"(?![\w-])", lambda m: str(node[m.group(0)]), text)
+    container = pumpd_container()
+    (node["/etc/pump"] / "pumpd.toml").write_text(on_node(find("ConfigMap", "pumpd-config")["data"]["pumpd.toml"]))
+    for name, text in find("ConfigMap", "pump-jobs")["data"].items():
+        (node["/etc/pump"] / "jobs.d" / name).write_text(text)
+    programs = {"pumpd-entrypoint": [python, str(ENTRYPOINT)], "pumpd": [python, "-m", "pumpd"],
+                "pump": [python, "-m", "pump.cli"]}
+    user = next(line.split(":")[0] for line in open("/etc/passwd") if line.split(":")[2] == str(NOBODY))
+
+    def argv(command):  # the image's programs, the test's user, the node's paths
+        out = []
+        for before, arg in zip([None, *command], command):
+            out += (programs[arg] if before in (None, "--") else [user] if before == "--user" else [on_node(arg)])
+        return out
+    env = dict(clean_env(), **{e["name"]: on_node(e["value"]) for e in container["env"]})
+    proc = subprocess.Popen(argv(container["command"]), env=env, cwd="/", stderr=subprocess.PIPE, text=True)
+    probe = argv(container["livenessProbe"]["exec"]["command"])
+    try:
+        deadline = time.monotonic() + 15
+        while subprocess.run(probe, capture_output=True, cwd="/").returncode != 0:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "no answer"
+            time.sleep(0.2)
+        status = dict(line.split(":\t", 1) for line in open(f"/proc/{proc.pid}/status").read().splitlines()
+                      if ":\t" in line)
+        assert status["Uid"].split() == [str(NOBODY)] * 4 and status["CapEff"] == status["CapPrm"] == "0" * 16
+        sock = os.stat(flag(probe, "--socket"))
+        assert (sock.st_uid, stat.S_IMODE(sock.st_mode)) == (0, 0o666)
+        assert os.stat(node["/run/pumpd"] / "jobs").st_uid == NOBODY  # the state, in the emptyDir
+        shim = FakeShim(flag(probe, "--socket"), name=training_pod()[0])
+        try:
+            r = subprocess.run(probe + ["--json"], capture_output=True, text=True, cwd="/")
+            (job,) = json.loads(r.stdout)["jobs"]
+            allowed = config.resolve_job({}, None, job["name"], jobs_dir=str(node["/etc/pump"] / "jobs.d"))
+            assert allowed.share is not None  # the pump-jobs ConfigMap names the Job's terms
+            assert (job["name"], job["share"], job["priority"]) == (training_pod()[0], allowed.share, allowed.priority)
+        finally:
+            shim.close()
+    finally:
+        stop_pumpd(proc)
+        proc.stderr.close()
