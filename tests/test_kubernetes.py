@@ -138,7 +138,7 @@ def test_the_check_finds_a_misspelt_field_that_the_client_drops_silently():
     no_name = copy.deepcopy(daemonset)
     del no_name["spec"]["template"]["spec"]["containers"][0]["name"]
     found = problems(no_name)  # the client's own check; its wording varies with its version
-    assert len(found) == 1 and "V1Container" in found[0] and "name" in found[0]
+    assert len(found) == 1 and found[0].startswith("V1DaemonSet: ") and "name" in found[0]
 
 
 # ---- the pieces fit ---------------------------------------------------------------------------
