@@ -7,8 +7,8 @@ cuMemAllocManaged calls cuMemGetInfo_v2 through the PLT, into pump's hook. Befor
 pump took its own cuMemGetInfo_v2 hook as the driver's: under managed_all,
 cuMemAllocManaged -> capacity (lock held) -> pump's cuMemGetInfo_v2 -> capacity -> the
 same lock, and the program hung (killed by `timeout` after 10 s, exit status 124). With
-the fix but without the per-thread guard, the driver's own 80 memory queries (4 threads x
-20 allocations) got pump's capacity view instead of its own function's answer. And a
+the fix but without the per-thread guard, the driver's own 200 memory queries (4 threads
+x 50 allocations) got pump's capacity view instead of its own function's answer. And a
 process without libcuda asking dlsym(RTLD_DEFAULT, "cuLaunchKernel") got pump's export,
 where without pump it gets NULL and a dlerror()."""
 
