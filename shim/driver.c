@@ -19,7 +19,7 @@ PUMP_HIDDEN dlsym_fn pump_libc_dlsym(void);
 
 PUMP_HIDDEN struct pump_driver pump_driver;
 PUMP_HIDDEN void *pump_real[PUMP_HOOK_COUNT];
-PUMP_HIDDEN _Thread_local unsigned int pump_hook_depth;
+PUMP_HIDDEN _Thread_local unsigned int pump_hook_depth __attribute__((tls_model("initial-exec")));
 
 PUMP_HIDDEN const struct pump_hook pump_hooks[PUMP_HOOK_COUNT] = {
 #define PUMP_HOOK_ENTRY(id, name, pfn) [PUMP_HOOK_##id] = {name, (void *)pump_##id},

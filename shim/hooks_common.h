@@ -9,7 +9,8 @@
  * libcuda linked without -Bsymbolic, another LD_PRELOAD shim) enters a second
  * hook: that one does no work of pump's (pump_active() is false there) and so
  * takes none of its locks again; it only forwards to the driver. */
-extern PUMP_HIDDEN _Thread_local unsigned int pump_hook_depth;
+extern PUMP_HIDDEN _Thread_local unsigned int pump_hook_depth
+    __attribute__((tls_model("initial-exec"))); /* preloaded: static TLS, no call per access */
 
 static inline void pump_hook_leave(const bool *entered)
 {

@@ -10,7 +10,12 @@ same lock, and the program hung (killed by `timeout` after 10 s, exit status 124
 the fix but without the per-thread guard, the driver's own 200 memory queries (4 threads
 x 50 allocations) got pump's capacity view instead of its own function's answer. And a
 process without libcuda asking dlsym(RTLD_DEFAULT, "cuLaunchKernel") got pump's export,
-where without pump it gets NULL and a dlerror()."""
+where without pump it gets NULL and a dlerror().
+
+tests/c/naive_interposer.c is a second shim preloaded after pump whose dlsym (exported as
+dlsym@GLIBC_2.34, as nvshare's is) answers driver names from RTLD_DEFAULT, that is with
+pump's own exports. Before the fix pump took its own cuGetProcAddress_v2 hook as the
+driver's, and the program died of the endless recursion (SIGSEGV, exit status 139)."""
 
 import json
 import subprocess
@@ -51,6 +56,17 @@ def test_a_driver_calling_back_into_exported_names(c_build, libpump, tmp_path, v
     # new allocation at that address can be taken for the freed one)
     assert totals["managed_allocs"] == THREADS * ALLOCATIONS
     assert totals["capacity_refusals"] == 0
+
+
+def test_a_stacked_interposer_answering_with_pumps_own_hooks(c_build, libpump, tmp_path):
+    plain = c_build / "plain"
+    env = dict(clean_env(), LD_LIBRARY_PATH=str(plain), PUMP_STATS_DIR=str(tmp_path), PUMP_LOG="1",
+               LD_PRELOAD=f"{libpump}:{plain / 'libnaive_interposer.so'}")
+    proc = subprocess.run([str(plain / "touch_procaddr")], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert json.loads(proc.stdout.splitlines()[-1])["gpu_faults"] == 0  # pump prefetched as usual
+    assert proc.stderr.count("taken from libcuda's handle instead") == 1  # said once
+    assert stats.aggregate(stats.read_dir(tmp_path))["errors"] == 0
 
 
 @pytest.mark.parametrize("variant", ["plain", "asan", "tsan"])
