@@ -600,7 +600,6 @@ int main(int argc, char **argv)
     struct { const char *sym; int ver; cuuint64_t flags; const char *abi; } routes[] = {
         { "cuLaunchKernel", 12000, 0, "cuLaunchKernel" },
         { "cuLaunchKernel", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuLaunchKernel_ptsz" },
-        { "cuLaunchKernel", 6000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuLaunchKernel" },
         { "cuMemPrefetchAsync", 8000, 0, "cuMemPrefetchAsync" },
         { "cuMemPrefetchAsync", 12020, 0, "cuMemPrefetchAsync_v2" },
         { "cuMemPrefetchAsync", 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuMemPrefetchAsync_v2_ptsz" },
@@ -613,7 +612,7 @@ int main(int argc, char **argv)
         { "cuMemPrefetchBatchAsync", 13000, 0, "cuMemPrefetchBatchAsync" },
         { "cuFuncGetParamInfo", 12040, 0, "cuFuncGetParamInfo" },
         { "cuGraphInstantiate", 11000, 0, "cuGraphInstantiate_v2" },
-        { "cuGraphInstantiate", 12000, 0, "cuGraphInstantiateWithFlags" },
+        { "cuGraphInstantiate", 12000, 0, "cuGraphInstantiate_v2" }, /* as NVIDIA's 535 and 550 drivers */
         { "cuGraphInstantiateWithParams", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
           "cuGraphInstantiateWithParams_ptsz" },
         { "cuLaunchHostFunc", 13010, 0, "cuLaunchHostFunc" }, /* _v2 is 13010, above driver 13000 */
@@ -637,6 +636,9 @@ int main(int argc, char **argv)
     CHECK(p == NULL && qs == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND, "unknown symbol");
     OK(cuGetProcAddress("cuMemPrefetchBatchAsync", &p, 12080, 0, &qs));
     CHECK(p == NULL && qs == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT, "version not sufficient");
+    /* per-thread stream asked below the first _ptsz version: none (NVIDIA's 535 and 550) */
+    OK(cuGetProcAddress("cuLaunchKernel", &p, 6000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &qs));
+    CHECK(p == NULL && qs == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT, "no _ptsz before 7000");
     CUresult (*legacy_gpa)(const char *, void **, int, cuuint64_t) =
         (CUresult(*)(const char *, void **, int, cuuint64_t))dlsym(h, "cuGetProcAddress");
     CHECK(legacy_gpa && legacy_gpa("cuMemAllocManaged", &p, 11030, 0) == CUDA_SUCCESS &&
