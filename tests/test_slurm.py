@@ -1,0 +1,155 @@
+"""pump under a real Slurm (tests/slurm_cluster.py: one node, two GPUs as GRES): `srun -n 2
+pump-run` makes one pump job named after the job step, its tasks named by rank, each on
+the GPU Slurm binds it to, all in one pumpd of the node (the system's when it runs, else
+the user's shared one) that arbitrates them with the node's other jobs; pump-run in an
+sbatch script; the SPANK plugin's `srun --pump`. The programs are fakecuda's `devices`,
+on two devices; results are compared with runs without pump; nothing is left running."""
+
+import json
+import os
+import pathlib
+import subprocess
+import time
+
+import psutil
+import pytest
+
+from helpers import PUMP_RUN, clean_env, start_pumpd, stop_pumpd
+from pump import protocol
+from slurm_cluster import SlurmCluster, missing_reason
+
+pytestmark = pytest.mark.skipif(bool(missing_reason()), reason=missing_reason() or "-")
+
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = SlurmCluster(tmp_path_factory.mktemp("slurm"))
+    try:
+        c.start()
+        yield c
+        c.wait_idle()
+    finally:
+        c.stop()
+
+
+@pytest.fixture
+def job_env(c_build, tmp_path):
+    """What a user's srun carries to its tasks (srun exports the caller's environment):
+    fakecuda with two devices, and a runtime directory of the test's own, where the
+    user's shared pumpd lives (so the test finds it, and no other test's is shared)."""
+    runtime = tmp_path / "xdg"
+    runtime.mkdir(mode=0o700)
+    return dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"), FAKECUDA_DEVICES="2",
+                XDG_RUNTIME_DIR=str(runtime), PUMP_DAEMON_GRACE="1")
+
+
+def jobs(socket):
+    with protocol.Client(str(socket)) as client:
+        return client.request({"op": "status"})
+
+
+def wait_for(predicate, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError("timed out")
+
+
+def results(stdout):
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith('{"checksum"')]
+
+
+def bare(c_build, env, device):
+    """The `devices` program on its own, without pump or Slurm."""
+    run = subprocess.run([str(c_build / "plain" / "devices"), str(device), str(device)], env=env,
+                         capture_output=True, text=True, timeout=60)
+    return results(run.stdout)[0]
+
+
+def fakecuda_uuid(device: int) -> str:
+    """fakecuda's UUID of a device, as pumpd writes it ("fakecuda" and 0x40 0x80 ... device)."""
+    raw = b"fakecuda\x40\x80" + bytes(5) + bytes([device])
+    h = raw.hex()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def user_pumpd_socket(env) -> pathlib.Path:
+    [path] = pathlib.Path(env["XDG_RUNTIME_DIR"], "pump").glob("*/pumpd.sock")
+    return path
+
+
+def processes_with(text: str) -> list:
+    """This machine's processes whose command line names text (a path of this test's)."""
+    found = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        if text in " ".join(p.info["cmdline"] or []) and p.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(p)
+    return found
+
+
+def test_srun_tasks_are_one_job_on_their_own_gpus_in_the_users_shared_pumpd(cluster, c_build, job_env):
+    expected = [bare(c_build, job_env, d) for d in (0, 1)]
+    srun = subprocess.Popen(["srun", "-n", "2", "--gpus-per-task=1", PUMP_RUN, "--",
+                             str(c_build / "plain" / "devices"), "0", "0", "hold"],
+                            env=cluster.env(job_env), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        # Both tasks hold their session (stdin, which srun gives every task, stays open).
+        socket = wait_for(lambda: list(pathlib.Path(job_env["XDG_RUNTIME_DIR"]).glob("pump/*/pumpd.sock")))[0]
+        # (each task's GPU is known once pumpd has read its shim's first records)
+        [job] = wait_for(lambda: [j for j in jobs(socket)["jobs"] if j["sessions"] == len(j["gpu_uuids"]) == 2])
+        status = jobs(socket)
+    finally:
+        out, err = srun.communicate(timeout=60)
+    assert srun.returncode == 0, err + cluster.logs()
+    slurm_job = job["group"].split("-")[1].split(".")[0]
+    assert (job["name"], job["group"]) == (f"slurm-{slurm_job}.0",) * 2
+    assert (job["pump_runs"], job["ranks"], len(status["jobs"])) == (2, [0, 1], 1)
+    # Each task on the GPU Slurm bound it to: its device 0 is GPU 0 for one, GPU 1 for the other.
+    assert job["gpu_uuids"] == [fakecuda_uuid(0), fakecuda_uuid(1)], job
+    got = results(out)
+    assert [r["checksum"] for r in got] == [e["checksum"] for e in expected], out
+    assert [r["gpu_faults"] for r in got] == [0, 0] and all(e["gpu_faults"] == e["expected_faults"] for e in expected)
+    # Nothing left: the shared pumpd ends its grace period (1 s) and exits, no task remains.
+    wait_for(lambda: not processes_with(job_env["XDG_RUNTIME_DIR"]) and not processes_with(str(c_build)), 15)
+
+
+def test_srun_tasks_join_the_system_pumpd_which_arbitrates_them_with_other_jobs(cluster, c_build, job_env, tmp_path):
+    """The node's service (here a pumpd on PUMP_SOCKET with a 128 MiB GPU pool) takes the
+    step's tasks as one job, and divides its pool between that job and another."""
+    config = tmp_path / "pumpd.toml"
+    config.write_text('[budgets]\ngpu_pool = "128MiB"\n')
+    socket = tmp_path / "pumpd.sock"
+    daemon = start_pumpd(socket, "--config", str(config))
+    env = dict(job_env, PUMP_SOCKET=str(socket))
+    try:
+        other = subprocess.Popen([PUMP_RUN, "--name", "other", "--", str(c_build / "plain" / "devices"), "0", "0",
+                                  "hold"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        srun = subprocess.Popen(["srun", "-n", "2", "--gpus-per-task=1", PUMP_RUN, "--",
+                                 str(c_build / "plain" / "devices"), "0", "0", "hold"],
+                                env=cluster.env(env), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(lambda: sorted(j["sessions"] for j in jobs(socket)["jobs"]) == [1, 2])
+            status = jobs(socket)
+        finally:
+            out, err = srun.communicate(timeout=60)
+            other.communicate(timeout=60)
+        assert srun.returncode == other.returncode == 0, err + cluster.logs()
+        by_name = {j["name"]: j for j in status["jobs"]}
+        step = next(name for name in by_name if name.startswith("slurm-"))
+        assert (by_name[step]["ranks"], by_name[step]["pump_runs"]) == ([0, 1], 2)
+        assert [(j["budget_bytes"], j["budget_source"]) for j in by_name.values()] == [(64 * MiB, "arbiter")] * 2
+        assert status["pools"] == [{"gpu": 0, "pool_bytes": 128 * MiB, "assigned_bytes": 128 * MiB, "jobs": 2,
+                                    "unmet": 0}]
+        assert [r["gpu_faults"] for r in results(out)] == [0, 0]
+        wait_for(lambda: jobs(socket)["jobs"] == [])
+        # No pumpd of the user's was started: the system's answered.
+        assert not list(pathlib.Path(job_env["XDG_RUNTIME_DIR"]).glob("pump/*/pumpd.sock"))
+    finally:
+        stop_pumpd(daemon)
