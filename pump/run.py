@@ -136,10 +136,14 @@ def preload_value(shim_file: str, existing: str) -> str:
 ALWAYS_PASSED = ("managed_all",)
 
 
-def child_env(args, cfg, shim_file: str, stats_dir: str, link: DaemonLink) -> dict:
-    env = dict(os.environ)
+def job_environment(cfg, shim_file: str, env, verbose: int = 0):
+    """(the environment pump-run gives a job's command, the notices to print): env with
+    libpump.so preloaded and the shim's and PyTorch's variables for the job's settings cfg.
+    What belongs to one pump-run alone (its stats directory, its pumpd and job, its
+    watchdog) is not in it: child_env and main add those."""
+    env = dict(env)
     env["LD_PRELOAD"] = preload_value(shim_file, env.get("LD_PRELOAD", ""))
-    env["PUMP_STATS_DIR"] = stats_dir
+    notices = []
     # Only what the user chose: the shim has the same defaults, documented with it.
     chosen = dataclasses.replace(cfg, **{f: None for f, src in cfg.source.items()
                                          if src == "default" and f not in ALWAYS_PASSED})
@@ -147,15 +151,22 @@ def child_env(args, cfg, shim_file: str, stats_dir: str, link: DaemonLink) -> di
     if cfg.managed_all:
         allocator_env, notice = torch_env.managed_all_allocator_env(env)
         env.update(allocator_env)
-        if notice:
-            print(f"{PROG}: notice: {notice}", file=sys.stderr)
+        notices += [notice] if notice else []
     if cfg.managed_all or cfg.torch_allocator == "pump":
         env.update(torch_env.boot_env(env))
     if cfg.policy == "lookahead":
         env["PUMP_POLICY"] = "launch"  # the shim's rule; pumpd's plans add the lookahead
+    if verbose:
+        env["PUMP_LOG"] = str(min(verbose, 2))
+    return env, notices
+
+
+def child_env(args, cfg, shim_file: str, stats_dir: str, link: DaemonLink) -> dict:
+    env, notices = job_environment(cfg, shim_file, os.environ, args.verbose)
+    for notice in notices:
+        print(f"{PROG}: notice: {notice}", file=sys.stderr)
+    env["PUMP_STATS_DIR"] = stats_dir
     env.update(link.env())
-    if args.verbose:
-        env["PUMP_LOG"] = str(min(args.verbose, 2))
     return env
 
 
