@@ -32,6 +32,17 @@ def missing_reason() -> str:
     return ""
 
 
+def build_spank_plugin(output: pathlib.Path) -> str:
+    """Builds deploy/slurm's SPANK plugin into output; why it cannot be ("" when built)."""
+    script = pathlib.Path(__file__).resolve().parent.parent / "deploy" / "slurm" / "build-spank-pump"
+    build = subprocess.run([str(script), str(output)], capture_output=True, text=True, timeout=120)
+    if build.returncode == 2 and "no <slurm/spank.h>" in build.stderr:
+        return build.stderr.strip()
+    if build.returncode != 0:
+        raise RuntimeError(f"building the SPANK plugin failed:\n{build.stderr}")
+    return ""
+
+
 def _free_ports(n: int) -> list:
     socks = [socket.socket() for _ in range(n)]
     try:

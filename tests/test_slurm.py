@@ -16,7 +16,7 @@ import pytest
 
 from helpers import PUMP_RUN, clean_env, start_pumpd, stop_pumpd
 from pump import protocol
-from slurm_cluster import SlurmCluster, missing_reason
+from slurm_cluster import SlurmCluster, build_spank_plugin, missing_reason
 
 pytestmark = pytest.mark.skipif(bool(missing_reason()), reason=missing_reason() or "-")
 
@@ -25,13 +25,25 @@ MiB = 1 << 20
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = SlurmCluster(tmp_path_factory.mktemp("slurm"))
+    """The cluster, with deploy/slurm's SPANK plugin in its plugstack.conf where it builds
+    (cluster.no_plugin says why not)."""
+    directory = tmp_path_factory.mktemp("slurm")
+    plugin = directory / "spank_pump.so"
+    no_plugin = build_spank_plugin(plugin)
+    c = SlurmCluster(directory, "" if no_plugin else f"required {plugin} pump_run={PUMP_RUN}\n")
+    c.no_plugin = no_plugin
     try:
         c.start()
         yield c
         c.wait_idle()
     finally:
         c.stop()
+
+
+@pytest.fixture
+def plugin(cluster):
+    if cluster.no_plugin:
+        pytest.skip(cluster.no_plugin)
 
 
 @pytest.fixture
@@ -92,14 +104,15 @@ def processes_with(text: str) -> list:
     return found
 
 
-def test_srun_tasks_are_one_job_on_their_own_gpus_in_the_users_shared_pumpd(cluster, c_build, job_env):
-    expected = [bare(c_build, job_env, d) for d in (0, 1)]
-    srun = subprocess.Popen(["srun", "-n", "2", "--gpus-per-task=1", PUMP_RUN, "--",
+def two_tasks_as_one_job(cluster, c_build, job_env, *srun_options, pump_run=(PUMP_RUN, "--")):
+    """`srun -n 2 --gpus-per-task=1 [pump-run --] devices 0 0 hold`: while both tasks hold
+    their session (srun gives every task its stdin, open until the test closes it), the
+    user's shared pumpd shows one job; returns (that job, pumpd's status, the tasks' results)."""
+    srun = subprocess.Popen(["srun", "-n", "2", "--gpus-per-task=1", *srun_options, *pump_run,
                              str(c_build / "plain" / "devices"), "0", "0", "hold"],
                             env=cluster.env(job_env), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
-        # Both tasks hold their session (stdin, which srun gives every task, stays open).
         socket = wait_for(lambda: list(pathlib.Path(job_env["XDG_RUNTIME_DIR"]).glob("pump/*/pumpd.sock")))[0]
         # (each task's GPU is known once pumpd has read its shim's first records)
         [job] = wait_for(lambda: [j for j in jobs(socket)["jobs"] if j["sessions"] == len(j["gpu_uuids"]) == 2])
@@ -107,16 +120,47 @@ def test_srun_tasks_are_one_job_on_their_own_gpus_in_the_users_shared_pumpd(clus
     finally:
         out, err = srun.communicate(timeout=60)
     assert srun.returncode == 0, err + cluster.logs()
+    return job, status, results(out)
+
+
+def check_one_job_on_two_gpus(job, status, got, expected, step="0"):
     slurm_job = job["group"].split("-")[1].split(".")[0]
-    assert (job["name"], job["group"]) == (f"slurm-{slurm_job}.0",) * 2
-    assert (job["pump_runs"], job["ranks"], len(status["jobs"])) == (2, [0, 1], 1)
+    assert (job["name"], job["group"]) == (f"slurm-{slurm_job}.{step}",) * 2
+    assert (job["ranks"], len(status["jobs"])) == ([0, 1], 1)
     # Each task on the GPU Slurm bound it to: its device 0 is GPU 0 for one, GPU 1 for the other.
     assert job["gpu_uuids"] == [fakecuda_uuid(0), fakecuda_uuid(1)], job
-    got = results(out)
-    assert [r["checksum"] for r in got] == [e["checksum"] for e in expected], out
+    assert [r["checksum"] for r in got] == [e["checksum"] for e in expected], got
     assert [r["gpu_faults"] for r in got] == [0, 0] and all(e["gpu_faults"] == e["expected_faults"] for e in expected)
-    # Nothing left: the shared pumpd ends its grace period (1 s) and exits, no task remains.
+
+
+def nothing_left(c_build, job_env):
+    """The shared pumpd ends its grace period (1 s) and exits; no task remains."""
     wait_for(lambda: not processes_with(job_env["XDG_RUNTIME_DIR"]) and not processes_with(str(c_build)), 15)
+
+
+def test_srun_tasks_are_one_job_on_their_own_gpus_in_the_users_shared_pumpd(cluster, c_build, job_env):
+    expected = [bare(c_build, job_env, d) for d in (0, 1)]
+    job, status, got = two_tasks_as_one_job(cluster, c_build, job_env)
+    check_one_job_on_two_gpus(job, status, got, expected)
+    assert job["pump_runs"] == 2  # a pump-run per task, joined
+    nothing_left(c_build, job_env)
+
+
+def test_the_spank_option_gives_the_tasks_pump_as_pump_run_does(cluster, plugin, c_build, job_env):
+    expected = [bare(c_build, job_env, d) for d in (0, 1)]
+    job, status, got = two_tasks_as_one_job(cluster, c_build, job_env, "--pump=launch", pump_run=())
+    check_one_job_on_two_gpus(job, status, got, expected)
+    assert (job["pump_runs"], job["policy"]) == (1, "launch")  # the plugin's one pump-run on the node
+    nothing_left(c_build, job_env)
+    # Its summary (every task's counters) is in slurmd's log.
+    assert "pump: pump: 4 launches (4 on managed memory)" in (cluster.dir / "log" / "slurmd.log").read_text()
+
+
+def test_the_spank_option_refuses_a_bad_policy(cluster, plugin, job_env):
+    run = cluster.run(["srun", "--pump=fast", "true"], check=False, env=cluster.env(job_env))
+    assert run.returncode != 0 and "--pump=fast: bad policy; allowed: off, launch, lookahead" in run.stderr
+    usage = cluster.run(["sbatch", "--help"], env=cluster.env(job_env)).stdout
+    assert "--pump=[POLICY]         run each task under pump" in usage, usage
 
 
 def test_srun_tasks_join_the_system_pumpd_which_arbitrates_them_with_other_jobs(cluster, c_build, job_env, tmp_path):
@@ -153,3 +197,31 @@ def test_srun_tasks_join_the_system_pumpd_which_arbitrates_them_with_other_jobs(
         assert not list(pathlib.Path(job_env["XDG_RUNTIME_DIR"]).glob("pump/*/pumpd.sock"))
     finally:
         stop_pumpd(daemon)
+
+
+@pytest.mark.parametrize("how", ["pump-run", "#SBATCH --pump"])
+def test_a_batch_script_is_one_job_named_after_its_batch_step(cluster, c_build, job_env, tmp_path, how, request):
+    """pump-run in an sbatch script, or the plugin's `#SBATCH --pump`; the script's program
+    holds until the test closes the FIFO it reads."""
+    if how != "pump-run":
+        request.getfixturevalue("plugin")
+    hold, out = tmp_path / "hold", tmp_path / "out"
+    os.mkfifo(hold)
+    devices = str(c_build / "plain" / "devices")
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n" + f"#SBATCH --output={out}\n"
+                      + ("#SBATCH --pump\n" if how != "pump-run" else "")
+                      + f"exec {PUMP_RUN + ' -- ' if how == 'pump-run' else ''}{devices} 0 0 hold < {hold}\n")
+    writer = os.open(hold, os.O_RDWR)  # never blocks; the script's read ends when it closes
+    try:
+        slurm_job = cluster.run(["sbatch", "--parsable", str(script)], env=cluster.env(job_env)).stdout.strip()
+        socket = wait_for(lambda: list(pathlib.Path(job_env["XDG_RUNTIME_DIR"]).glob("pump/*/pumpd.sock")))[0]
+        [job] = wait_for(lambda: [j for j in jobs(socket)["jobs"] if j["sessions"] == 1])
+    finally:
+        os.close(writer)
+    cluster.wait_idle()
+    assert (job["name"], job["group"], job["ranks"]) == (f"slurm-{slurm_job}.batch",) * 2 + ([0],)
+    got = results(out.read_text())
+    expected = bare(c_build, job_env, 0)
+    assert [(r["checksum"], r["gpu_faults"]) for r in got] == [(expected["checksum"], 0)], out.read_text()
+    nothing_left(c_build, job_env)
