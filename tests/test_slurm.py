@@ -9,7 +9,6 @@ import json
 import os
 import pathlib
 import subprocess
-import time
 
 import psutil
 import pytest
@@ -17,6 +16,7 @@ import pytest
 from helpers import PUMP_RUN, clean_env, start_pumpd, stop_pumpd
 from pump import protocol
 from slurm_cluster import SlurmCluster, build_spank_plugin, missing_reason
+from test_launchers import wait_for
 
 pytestmark = pytest.mark.skipif(bool(missing_reason()), reason=missing_reason() or "-")
 
@@ -60,16 +60,6 @@ def job_env(c_build, tmp_path):
 def jobs(socket):
     with protocol.Client(str(socket)) as client:
         return client.request({"op": "status"})
-
-
-def wait_for(predicate, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("timed out")
 
 
 def results(stdout):
