@@ -9,6 +9,7 @@ import json
 import os
 import pathlib
 import subprocess
+import sys
 
 import psutil
 import pytest
@@ -107,6 +108,8 @@ def two_tasks_as_one_job(cluster, c_build, job_env, *srun_options, pump_run=(PUM
         # (each task's GPU is known once pumpd has read its shim's first records)
         [job] = wait_for(lambda: [j for j in jobs(socket)["jobs"] if j["sessions"] == len(j["gpu_uuids"]) == 2])
         status = jobs(socket)
+        status["table"] = subprocess.run([sys.executable, "-m", "pump.cli", "status", "--socket", str(socket)],
+                                         capture_output=True, text=True, env=clean_env(), timeout=30).stdout
     finally:
         out, err = srun.communicate(timeout=60)
     assert srun.returncode == 0, err + cluster.logs()
@@ -117,6 +120,8 @@ def check_one_job_on_two_gpus(job, status, got, expected, step="0"):
     slurm_job = job["group"].split("-")[1].split(".")[0]
     assert (job["name"], job["group"]) == (f"slurm-{slurm_job}.{step}",) * 2
     assert (job["ranks"], len(status["jobs"])) == ([0, 1], 1)
+    row = status["table"].splitlines()[1].split()  # `pump status`: the job's name and ranks
+    assert row[1] == job["name"] and "0-1" in row, status["table"]
     # Each task on the GPU Slurm bound it to: its device 0 is GPU 0 for one, GPU 1 for the other.
     assert job["gpu_uuids"] == [fakecuda_uuid(0), fakecuda_uuid(1)], job
     assert [r["checksum"] for r in got] == [e["checksum"] for e in expected], got
