@@ -8,8 +8,10 @@ on two devices; results are compared with runs without pump; nothing is left run
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import psutil
 import pytest
@@ -220,3 +222,49 @@ def test_a_batch_script_is_one_job_named_after_its_batch_step(cluster, c_build, 
     expected = bare(c_build, job_env, 0)
     assert [(r["checksum"], r["gpu_faults"]) for r in got] == [(expected["checksum"], 0)], out.read_text()
     nothing_left(c_build, job_env)
+
+
+PROBE = """#!/bin/sh
+# Stands in for pump-run --serve-env: says the ids it runs with as a variable, or fails.
+if [ -n "$PROBE_FAIL" ]; then echo "probe: failing as asked" >&2; exit 3; fi
+printf 'PROBE_IDS=%s\\0\\0' "$(grep -E '^[UG]id:' /proc/self/status | tr -s '\\t' ' ' | tr '\\n' ';')"
+exec cat > /dev/null
+"""
+
+
+@pytest.fixture
+def probe_cluster(plugin, cluster):
+    """A second cluster whose plugin runs PROBE in pump-run's place, in a directory uid
+    65534 can reach (pytest's are private)."""
+    directory = pathlib.Path(tempfile.mkdtemp(prefix="pump-slurm-"))
+    directory.chmod(0o755)
+    probe = directory / "probe"
+    probe.write_text(PROBE)
+    probe.chmod(0o755)
+    (directory / "slurm").mkdir()
+    c = SlurmCluster(directory / "slurm", f"required {cluster.dir / 'spank_pump.so'} pump_run={probe}\n")
+    try:
+        c.start()
+        yield c
+        c.wait_idle()
+    finally:
+        c.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_the_plugin_runs_pump_run_as_the_job_user_alone_and_survives_its_failure(probe_cluster):
+    """The plugin's hook runs with root's ids (Slurm 22.05: all of them): its pump-run must
+    hold the job user's ids alone (else the user's environment, PYTHONPATH and all, would
+    run code as root); a pump-run that fails leaves the tasks running without pump, said
+    on the step's stderr."""
+    env = probe_cluster.env(clean_env("XDG_RUNTIME_DIR"))
+    run = probe_cluster.run(["srun", "--uid=65534", "--gid=65534", "--pump", "sh", "-c", 'echo "$PROBE_IDS"'],
+                            env=env, cwd="/")
+    assert run.stdout.split() == ["Uid:", "65534", "65534", "65534", "65534;Gid:", "65534", "65534", "65534",
+                                  "65534;"], run.stdout
+    failed = probe_cluster.run(["srun", "--pump", "sh", "-c", 'echo "ran: ${PROBE_IDS:-without pump}"'],
+                               env=dict(env, PROBE_FAIL="1"), cwd="/")
+    assert failed.stdout == "ran: without pump\n"
+    assert "--serve-env gave no environment; the tasks run without pump" in failed.stderr, failed.stderr
+    log = (probe_cluster.dir / "log" / "slurmd.log").read_text()
+    assert "pump: probe: failing as asked" in log and "--serve-env ended with status 3" in log, log

@@ -11,8 +11,8 @@
  * changing a task's argv, and exec'ing from the plugin would skip Slurm's TaskProlog and
  * the user's limits, which Slurm applies after this hook.
  *
- * A pump-run that fails leaves the tasks running without pump, said in slurmd's log:
- * pump never stops a job.
+ * A pump-run that fails leaves the tasks running without pump, said on the step's stderr
+ * and in slurmd's log: pump never stops a job.
  *
  * plugstack.conf:  optional /usr/lib/x86_64-linux-gnu/slurm-wlm/spank_pump.so [pump_run=PATH]
  * (PATH: the absolute path of pump-run; /usr/local/bin/pump-run when not given). */
@@ -112,8 +112,9 @@ static char **server_env(spank_t sp)
     return env;
 }
 
-/* In the forked child: the job's user for good (slurmstepd only set the effective ids),
- * the pipes as stdin, stdout and stderr, then pump-run. Async-signal-safe calls only. */
+/* In the forked child: the job's user for good (the hook runs with root's real and saved
+ * ids, and in Slurm 22.05 with root's effective ids too: tests/test_slurm.py saw it), the
+ * pipes as stdin, stdout and stderr, then pump-run. Async-signal-safe calls only. */
 static void exec_server(char **argv, char **env, uid_t uid, gid_t gid, const int in[2], const int out[2],
                         const int err[2])
 {
@@ -165,6 +166,10 @@ static void release_server(void)
                     SERVE_TIMEOUT_MS / 1000);
         kill(server, SIGKILL);
         waitpid(server, &status, 0);
+    } else if (r == server && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+        slurm_info("pump: %s --serve-env ended with %s %d%s", pump_run, WIFEXITED(status) ? "status" : "signal",
+                   WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status),
+                   WIFEXITED(status) && WEXITSTATUS(status) >= 126 ? " (it could not be run as the job's user)" : "");
     }
     /* r < 0 (ECHILD): slurmstepd, which waits for any child, reaped it: it has ended. */
     fcntl(server_stderr, F_SETFL, O_NONBLOCK);
