@@ -268,3 +268,18 @@ def test_the_plugin_runs_pump_run_as_the_job_user_alone_and_survives_its_failure
     assert "--serve-env gave no environment; the tasks run without pump" in failed.stderr, failed.stderr
     log = (probe_cluster.dir / "log" / "slurmd.log").read_text()
     assert "pump: probe: failing as asked" in log and "--serve-env ended with status 3" in log, log
+
+
+def test_the_spank_option_gives_the_variables_pump_run_gives(cluster, plugin, job_env):
+    """The same variables, with the same values, as `srun pump-run` gives its command, but
+    those that name one pump-run (its job, its counters' directory, its watchdog)."""
+    def variables(*argv):
+        out = cluster.run(["srun", *argv, "/usr/bin/env", "-0"], env=cluster.env(job_env)).stdout
+        return {k: v for k, v in (e.split("=", 1) for e in out.split("\0") if e)
+                if job_env.get(k) != v and not k.startswith(("SLURM_", "SLURMD_"))}  # Slurm's own: per run
+    own = ("PUMP_JOB", "PUMP_STATS_DIR", "PUMP_RUN_TOKEN")
+    by_plugin = variables("--pump")
+    by_pump_run = variables(PUMP_RUN, "--")
+    assert {"LD_PRELOAD", "PUMP_JOB", "PUMP_SOCKET", "PUMP_STATS_DIR"} <= set(by_plugin), by_plugin
+    assert {k: v for k, v in by_plugin.items() if k not in own} == \
+        {k: v for k, v in by_pump_run.items() if k not in own}
