@@ -7,6 +7,7 @@ runs in a container; two GPUs are declared as GRES on device files made here, so
 `--gpus-per-task=1` binds each task to its own (CUDA_VISIBLE_DEVICES), which fakecuda
 honours as the driver does. slurmd starts jobs as their user: it needs root."""
 
+import contextlib
 import os
 import pathlib
 import shutil
@@ -134,6 +135,16 @@ class SlurmCluster:
         self._spawn("slurmctld", [_sbin("slurmctld"), "-D", "-i", "-f", str(self.conf)])
         self._spawn("slurmd", [_sbin("slurmd"), "-D", "-f", str(self.conf), "-N", NODE])
         self._wait("the node", lambda: self.run(["sinfo", "-h", "-o", "%T"], check=False).stdout.strip() == "idle")
+
+    @contextlib.contextmanager
+    def running(self):
+        """Started for the with block; stopped after it, once its jobs are done."""
+        try:
+            self.start()
+            yield self
+            self.wait_idle()
+        finally:
+            self.stop()
 
     def run(self, argv, check=True, timeout=60, **kw):
         proc = subprocess.run(argv, env=kw.pop("env", self.env()), capture_output=True, text=True,

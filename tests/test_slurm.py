@@ -2,8 +2,10 @@
 pump-run` makes one pump job named after the job step, its tasks named by rank, each on
 the GPU Slurm binds it to, all in one pumpd of the node (the system's when it runs, else
 the user's shared one) that arbitrates them with the node's other jobs; pump-run in an
-sbatch script; the SPANK plugin's `srun --pump`. The programs are fakecuda's `devices`,
-on two devices; results are compared with runs without pump; nothing is left running."""
+sbatch script; the SPANK plugin's `srun --pump` and `#SBATCH --pump` (the variables
+pump-run gives, its pump-run run as the job's user alone, its failure harmless). The
+programs are fakecuda's `devices`, on two devices; results are compared with runs without
+pump; nothing is left running."""
 
 import json
 import os
@@ -35,12 +37,8 @@ def cluster(tmp_path_factory):
     no_plugin = build_spank_plugin(plugin)
     c = SlurmCluster(directory, "" if no_plugin else f"required {plugin} pump_run={PUMP_RUN}\n")
     c.no_plugin = no_plugin
-    try:
-        c.start()
+    with c.running():
         yield c
-        c.wait_idle()
-    finally:
-        c.stop()
 
 
 @pytest.fixture
@@ -83,9 +81,9 @@ def fakecuda_uuid(device: int) -> str:
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-def user_pumpd_socket(env) -> pathlib.Path:
-    [path] = pathlib.Path(env["XDG_RUNTIME_DIR"], "pump").glob("*/pumpd.sock")
-    return path
+def shared_pumpd_socket(job_env) -> pathlib.Path:
+    """The socket of the user's shared pumpd, once a task has started it."""
+    return wait_for(lambda: list(pathlib.Path(job_env["XDG_RUNTIME_DIR"]).glob("pump/*/pumpd.sock")))[0]
 
 
 def processes_with(text: str) -> list:
@@ -106,7 +104,7 @@ def two_tasks_as_one_job(cluster, c_build, job_env, *srun_options, pump_run=(PUM
                             env=cluster.env(job_env), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
-        socket = wait_for(lambda: list(pathlib.Path(job_env["XDG_RUNTIME_DIR"]).glob("pump/*/pumpd.sock")))[0]
+        socket = shared_pumpd_socket(job_env)
         # (each task's GPU is known once pumpd has read its shim's first records)
         [job] = wait_for(lambda: [j for j in jobs(socket)["jobs"] if j["sessions"] == len(j["gpu_uuids"]) == 2])
         status = jobs(socket)
@@ -212,7 +210,7 @@ def test_a_batch_script_is_one_job_named_after_its_batch_step(cluster, c_build, 
     writer = os.open(hold, os.O_RDWR)  # never blocks; the script's read ends when it closes
     try:
         slurm_job = cluster.run(["sbatch", "--parsable", str(script)], env=cluster.env(job_env)).stdout.strip()
-        socket = wait_for(lambda: list(pathlib.Path(job_env["XDG_RUNTIME_DIR"]).glob("pump/*/pumpd.sock")))[0]
+        socket = shared_pumpd_socket(job_env)
         [job] = wait_for(lambda: [j for j in jobs(socket)["jobs"] if j["sessions"] == 1])
     finally:
         os.close(writer)
@@ -244,11 +242,9 @@ def probe_cluster(plugin, cluster):
     (directory / "slurm").mkdir()
     c = SlurmCluster(directory / "slurm", f"required {cluster.dir / 'spank_pump.so'} pump_run={probe}\n")
     try:
-        c.start()
-        yield c
-        c.wait_idle()
+        with c.running():
+            yield c
     finally:
-        c.stop()
         shutil.rmtree(directory, ignore_errors=True)
 
 
