@@ -129,8 +129,10 @@ def check_one_job_on_two_gpus(job, status, got, expected, step="0"):
 
 
 def nothing_left(c_build, job_env):
-    """The shared pumpd ends its grace period (1 s) and exits; no task remains."""
-    wait_for(lambda: not processes_with(job_env["XDG_RUNTIME_DIR"]) and not processes_with(str(c_build)), 15)
+    """The shared pumpd ends its grace period (1 s) and exits; no task, nor the plugin's
+    pump-run, remains."""
+    wait_for(lambda: not processes_with(job_env["XDG_RUNTIME_DIR"]) and not processes_with(str(c_build))
+             and not processes_with(f"{PUMP_RUN} --serve-env"), 15)
 
 
 def test_srun_tasks_are_one_job_on_their_own_gpus_in_the_users_shared_pumpd(cluster, c_build, job_env):
