@@ -134,7 +134,7 @@ FC_EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUde
     case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: v = FAKECUDA_SM_COUNT; break;
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: v = 1024; break;
     case CU_DEVICE_ATTRIBUTE_WARP_SIZE: v = 32; break;
-    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: v = dev + 1; break;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: v = fc_cfg.physical[dev] + 1; break;
     case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: v = 2; break;
     default: v = 0; break;
     }
@@ -148,7 +148,7 @@ FC_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
     FC_ENTRY(cuDeviceGetName, 2000);
     if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
     if (!dev_ok(dev)) return CUDA_ERROR_INVALID_DEVICE;
-    snprintf(name, (size_t)len, "fakecuda device %d", dev);
+    snprintf(name, (size_t)len, "fakecuda device %d", fc_cfg.physical[dev]);
     return CUDA_SUCCESS;
 }
 FC_ALIAS(cuDeviceGetName);
@@ -169,7 +169,7 @@ static CUresult get_uuid(CUuuid *uuid, CUdevice dev)
     if (!dev_ok(dev)) return CUDA_ERROR_INVALID_DEVICE;
     static const char base[16] = { 'f', 'a', 'k', 'e', 'c', 'u', 'd', 'a', 0x40, 0x80, 0, 0, 0, 0, 0, 0 };
     memcpy(uuid->bytes, base, 16);
-    uuid->bytes[15] = (char)dev;
+    uuid->bytes[15] = (char)fc_cfg.physical[dev]; /* the machine's device, whatever its ordinal here */
     return CUDA_SUCCESS;
 }
 FC_DEF(cuDeviceGetUuid, 9020, (CUuuid *uuid, CUdevice dev), get_uuid(uuid, dev));

@@ -60,7 +60,8 @@ void fc_unkeep(fc_link *l);
 /* ---- stats.c: knobs and counters ---- */
 typedef struct fc_config {
     int driver_version;
-    int ndevices;
+    int ndevices;                       /* visible to this process (CUDA_VISIBLE_DEVICES) */
+    int physical[FAKECUDA_MAX_DEVICES]; /* ordinal -> the machine's device (UUID, name, PCI) */
     uint64_t device_memory;
 } fc_config;
 extern fc_config fc_cfg; /* valid after fc_config_load() */

@@ -187,6 +187,28 @@ static int child_stats(void)
     return 0;
 }
 
+/* CUDA_VISIBLE_DEVICES=2,0,x,1 on three devices: two visible, in that order, each with
+ * its own device's UUID; set but empty: none. */
+static int child_visible(void)
+{
+    int n = -1;
+    if (strcmp(getenv("CUDA_VISIBLE_DEVICES"), "") == 0) {
+        CHECK(cuInit(0) == CUDA_ERROR_NO_DEVICE, "CUDA_VISIBLE_DEVICES= leaves no device");
+        return failed ? 1 : 0;
+    }
+    OK(cuInit(0));
+    OK(cuDeviceGetCount(&n));
+    CHECK(n == 2, "CUDA_VISIBLE_DEVICES=2,0,x,1 shows %d devices", n);
+    CUuuid uuid;
+    OK(cuDeviceGetUuid(&uuid, 0));
+    CHECK(uuid.bytes[15] == 2, "ordinal 0 is device 2 (%d)", uuid.bytes[15]);
+    OK(cuDeviceGetUuid(&uuid, 1));
+    CHECK(uuid.bytes[15] == 0, "ordinal 1 is device 0 (%d)", uuid.bytes[15]);
+    CUdevice d;
+    CHECK(cuDeviceGet(&d, 2) == CUDA_ERROR_INVALID_DEVICE, "ordinal 2 is not visible");
+    return failed ? 1 : 0;
+}
+
 static int child_devices(void)
 {
     CUfunction f = setup_child();
@@ -241,6 +263,7 @@ int main(int argc, char **argv)
               : !strcmp(argv[1], "fail")    ? child_fail()
               : !strcmp(argv[1], "stats")   ? child_stats()
               : !strcmp(argv[1], "devices") ? child_devices()
+              : !strcmp(argv[1], "visible") ? child_visible()
               : !strcmp(argv[1], "no-concurrent") ? child_no_concurrent()
                                             : 2;
         if (r == 1) fprintf(stderr, "child %s: %d failed\n", argv[1], failed);
@@ -797,6 +820,9 @@ int main(int argc, char **argv)
     CHECK(run_child("fail", "FAKECUDA_FAIL=cuMemAlloc_v2=2,cuLaunchKernel=CUDA_ERROR_LAUNCH_FAILED", NULL) == 0,
           "FAKECUDA_FAIL child");
     CHECK(run_child("devices", "FAKECUDA_DEVICES=2", "FAKECUDA_DEVICE_MEMORY=4G") == 0, "FAKECUDA_DEVICES child");
+    CHECK(run_child("visible", "FAKECUDA_DEVICES=3", "CUDA_VISIBLE_DEVICES=2,0,x,1") == 0,
+          "CUDA_VISIBLE_DEVICES child");
+    CHECK(run_child("visible", "FAKECUDA_DEVICES=3", "CUDA_VISIBLE_DEVICES=") == 0, "empty CUDA_VISIBLE_DEVICES child");
     CHECK(run_child("no-concurrent", "FAKECUDA_CONCURRENT_MANAGED=0", NULL) == 0, "FAKECUDA_CONCURRENT_MANAGED child");
     char path[] = "/tmp/fakecuda-selftest-XXXXXX";
     int fd = mkstemp(path);

@@ -5,6 +5,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +66,33 @@ static void parse_fail(const char *s)
     }
 }
 
+/* CUDA_VISIBLE_DEVICES, as the driver reads it (CUDA C++ Programming Guide, "CUDA
+ * Environment Variables"): a comma-separated list of device indices, enumerated in that
+ * order; the list ends at the first entry that is not a valid index (so "0,2,-1,1" shows
+ * devices 0 and 2), and set but empty shows none. Not modelled, so ending the list
+ * (the strict side): a repeated index, and UUIDs (GPU-...), which the driver takes.
+ * Unset: every device, in order. */
+static void visible_devices(int machine_devices)
+{
+    const char *s = getenv("CUDA_VISIBLE_DEVICES");
+    fc_cfg.ndevices = 0;
+    if (!s) {
+        for (int i = 0; i < machine_devices; i++) fc_cfg.physical[fc_cfg.ndevices++] = i;
+        return;
+    }
+    bool seen[FAKECUDA_MAX_DEVICES] = {false};
+    while (*s && fc_cfg.ndevices < machine_devices) {
+        char *end = NULL;
+        errno = 0;
+        long index = strtol(s, &end, 10);
+        if (end == s || errno || (*end && *end != ',') || index < 0 || index >= machine_devices || seen[index])
+            return;
+        seen[index] = true;
+        fc_cfg.physical[fc_cfg.ndevices++] = (int)index;
+        s = *end ? end + 1 : end;
+    }
+}
+
 static void load_config(void)
 {
     const char *v = getenv("FAKECUDA_DRIVER_VERSION");
@@ -74,6 +102,7 @@ static void load_config(void)
     fc_cfg.ndevices = v && *v ? atoi(v) : FAKECUDA_DEFAULT_DEVICES;
     if (fc_cfg.ndevices < 0) fc_cfg.ndevices = 0;
     if (fc_cfg.ndevices > FAKECUDA_MAX_DEVICES) fc_cfg.ndevices = FAKECUDA_MAX_DEVICES;
+    visible_devices(fc_cfg.ndevices);
     fc_cfg.device_memory = parse_size(getenv("FAKECUDA_DEVICE_MEMORY"), FAKECUDA_DEFAULT_DEVICE_MEMORY);
     parse_fail(getenv("FAKECUDA_FAIL"));
 }
