@@ -17,19 +17,9 @@
 #include <unistd.h>
 
 #include "fakecuda.h"
+#include "selftest.h"
 
-static int passed, failed;
-#define CHECK(cond, ...)                                                 \
-    do {                                                                 \
-        if (cond) passed++;                                              \
-        else {                                                           \
-            failed++;                                                    \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);         \
-            fprintf(stderr, __VA_ARGS__);                                \
-            fprintf(stderr, "\n");                                       \
-        }                                                                \
-    } while (0)
-#define OK(call) CHECK((call) == CUDA_SUCCESS, "%s", #call)
+int passed, failed;
 
 #define MiB (1024u * 1024u)
 #define PAGE (64u * 1024u)
@@ -150,6 +140,11 @@ static int child_version(void)
         (CUresult(*)(CUfunction, size_t, size_t *, size_t *))dlsym(h, "cuFuncGetParamInfo");
     size_t off, size;
     CHECK(pi && pi(f, 0, &off, &size) == CUDA_ERROR_NOT_SUPPORTED, "dlsym'd ParamInfo not supported");
+    CUresult (*discard)(CUdeviceptr *, size_t *, size_t, unsigned long long, CUstream) =
+        (CUresult(*)(CUdeviceptr *, size_t *, size_t, unsigned long long, CUstream))dlsym(h, "cuMemDiscardBatchAsync");
+    CUdeviceptr dp = 0;
+    size_t dsize = PAGE;
+    CHECK(discard && discard(&dp, &dsize, 1, 0, NULL) == CUDA_ERROR_NOT_SUPPORTED, "no discard before CUDA 13");
     return failed ? 1 : 0;
 }
 
@@ -259,6 +254,8 @@ static int child_no_concurrent(void)
 int main(int argc, char **argv)
 {
     if (argc > 1) {
+        for (const struct selftest_driver_mode *m = selftest_driver_modes; m->name; m++)
+            if (!strcmp(argv[1], m->name)) return m->run();
         int r = !strcmp(argv[1], "version") ? child_version()
               : !strcmp(argv[1], "fail")    ? child_fail()
               : !strcmp(argv[1], "stats")   ? child_stats()
@@ -824,6 +821,9 @@ int main(int argc, char **argv)
           "CUDA_VISIBLE_DEVICES child");
     CHECK(run_child("visible", "FAKECUDA_DEVICES=3", "CUDA_VISIBLE_DEVICES=") == 0, "empty CUDA_VISIBLE_DEVICES child");
     CHECK(run_child("no-concurrent", "FAKECUDA_CONCURRENT_MANAGED=0", NULL) == 0, "FAKECUDA_CONCURRENT_MANAGED child");
+    for (const struct selftest_driver_mode *m = selftest_driver_modes; m->name; m++)
+        CHECK(run_child(m->name, m->env, NULL) == 0, "%s child", m->name);
+    CHECK(run_child("driver-cost", "FAKECUDA_IOCTL_THREAD=nobody", NULL) == 2, "bad FAKECUDA_IOCTL_THREAD refused");
     char path[] = "/tmp/fakecuda-selftest-XXXXXX";
     int fd = mkstemp(path);
     if (fd >= 0) close(fd);
