@@ -23,6 +23,8 @@ static const char *const fc_entry_names[FC_E_COUNT] = {
     [FC_E_SYNCHRONIZE] = "synchronize",
     [FC_E_MEM_GET_INFO] = "mem_get_info",
     [FC_E_POINTER_QUERY] = "pointer_query",
+    [FC_E_CAPTURE_QUERY] = "capture_query",
+    [FC_E_CONTEXT_QUERY] = "context_query",
 };
 
 static struct {

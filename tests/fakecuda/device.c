@@ -263,6 +263,7 @@ FC_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
 {
     FC_ENTRY(cuCtxSetCurrent, 4000);
     if (ctx && !fc_ctx_valid(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+    fc_cost(FC_E_CONTEXT_QUERY, FAKECUDA_CONTEXT_QUERY_HOST_NS);
     fc_tls_cur = ctx;
     return CUDA_SUCCESS;
 }
@@ -272,6 +273,7 @@ FC_EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
 {
     FC_ENTRY(cuCtxGetCurrent, 4000);
     if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+    fc_cost(FC_E_CONTEXT_QUERY, FAKECUDA_CONTEXT_QUERY_HOST_NS);
     *pctx = fc_tls_cur;
     return CUDA_SUCCESS;
 }
@@ -281,6 +283,7 @@ FC_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx)
 {
     FC_ENTRY(cuCtxPushCurrent_v2, 4000);
     if (!fc_ctx_valid(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+    fc_cost(FC_E_CONTEXT_QUERY, FAKECUDA_CONTEXT_QUERY_HOST_NS);
     if (fc_tls_depth >= FC_CTX_STACK) return CUDA_ERROR_OUT_OF_MEMORY;
     fc_tls_stack[fc_tls_depth++] = fc_tls_cur;
     fc_tls_cur = ctx;
@@ -292,6 +295,7 @@ FC_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
 {
     FC_ENTRY(cuCtxPopCurrent_v2, 4000);
     if (!fc_tls_cur) return CUDA_ERROR_INVALID_CONTEXT;
+    fc_cost(FC_E_CONTEXT_QUERY, FAKECUDA_CONTEXT_QUERY_HOST_NS);
     if (pctx) *pctx = fc_tls_cur;
     fc_tls_cur = fc_tls_depth > 0 ? fc_tls_stack[--fc_tls_depth] : NULL;
     return CUDA_SUCCESS;
@@ -303,6 +307,7 @@ static CUresult ctx_get_device(CUdevice *device, CUcontext ctx)
     if (!device) return CUDA_ERROR_INVALID_VALUE;
     if (!ctx) ctx = fc_tls_cur;
     if (!fc_ctx_valid(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+    fc_cost(FC_E_CONTEXT_QUERY, FAKECUDA_CONTEXT_QUERY_HOST_NS);
     *device = ctx->device;
     return CUDA_SUCCESS;
 }

@@ -85,7 +85,8 @@ uint64_t fc_host_clock_ns(void); /* now plus this thread's unpaid debt: when its
 
 /* ---- cost.c: the driver's host-side cost per entry point ---- */
 enum { FC_E_LAUNCH, FC_E_GRAPH_LAUNCH, FC_E_PREFETCH, FC_E_DISCARD, FC_E_EVENT_RECORD, FC_E_STREAM_WAIT_EVENT,
-       FC_E_EVENT_QUERY, FC_E_STREAM_QUERY, FC_E_SYNCHRONIZE, FC_E_MEM_GET_INFO, FC_E_POINTER_QUERY, FC_E_COUNT };
+       FC_E_EVENT_QUERY, FC_E_STREAM_QUERY, FC_E_SYNCHRONIZE, FC_E_MEM_GET_INFO, FC_E_POINTER_QUERY,
+       FC_E_CAPTURE_QUERY, FC_E_CONTEXT_QUERY, FC_E_COUNT };
 void fc_cost(int entry, int64_t ns);                       /* one call, ns charged to the caller */
 void fc_cost_call(int entry);                               /* one call, nothing charged yet */
 void fc_cost_charge(int entry, int64_t ns, int on_worker);  /* ns charged to this thread */

@@ -198,6 +198,14 @@ static int child_cost(void)
     CHECK(cost("synchronize").caller_ns == FAKECUDA_SYNC_HOST_NS, "event synchronize");
     CHECK(cost("mem_get_info").caller_ns == FAKECUDA_IOCTL_NS, "cuMemGetInfo");
     CHECK(cost("pointer_query").caller_ns == FAKECUDA_POINTER_QUERY_HOST_NS, "pointer query");
+    CUstreamCaptureStatus capturing;
+    OK(cuStreamIsCapturing(st, &capturing));
+    CHECK(cost("capture_query").caller_ns == FAKECUDA_CAPTURE_QUERY_HOST_NS, "capture query");
+    CUcontext cur;
+    OK(cuCtxGetCurrent(&cur));
+    OK(cuStreamGetCtx(st, &cur));
+    CHECK(cost("context_query").calls == 2 && cost("context_query").caller_ns == 2 * FAKECUDA_CONTEXT_QUERY_HOST_NS,
+          "context queries");
     uint64_t sum = 0;
     for (unsigned i = 0; fakecuda_entry_name(i); i++) sum += cost(fakecuda_entry_name(i)).caller_ns;
     CHECK(sum == stats().driver_host_ns, "driver_host_ns is the sum over entry points");
@@ -239,6 +247,14 @@ static int child_cost_worker(void)
     CHECK(c.caller_ns == FAKECUDA_LAUNCH_HOST_NS && c.worker_ns == IOCTL + 3 * 2 * BLOCK_PASS,
           "worker pays: caller %llu worker %llu", (unsigned long long)c.caller_ns, (unsigned long long)c.worker_ns);
     CHECK(stats().bytes_prefetched_h2d == 6 * MiB, "pages moved");
+    /* To the host: the worker's ioctl holds the lock while the pages are copied out. */
+    fakecuda_reset_stats();
+    OK(prefetch(a, 2 * MiB, -1));
+    OK(cuStreamSynchronize(st));
+    c = cost("prefetch");
+    CHECK(c.caller_ns == FAKECUDA_LAUNCH_HOST_NS && c.worker_ns == IOCTL + BLOCK_PASS && stats().bytes_d2h == 2 * MiB,
+          "to host on the worker: caller %llu worker %llu", (unsigned long long)c.caller_ns,
+          (unsigned long long)c.worker_ns);
     return failed ? 1 : 0;
 }
 

@@ -301,6 +301,7 @@ static CUresult stream_get_ctx(CUstream h, CUcontext *pctx, CUgreenCtx *pgreen)
 {
     if (!pctx) return CUDA_ERROR_INVALID_VALUE;
     STREAM_OR_RETURN(h);
+    fc_cost(FC_E_CONTEXT_QUERY, FAKECUDA_CONTEXT_QUERY_HOST_NS);
     *pctx = s->ctx;
     if (pgreen) *pgreen = NULL;
     return CUDA_SUCCESS;
@@ -614,6 +615,7 @@ static CUresult capture_info(CUstream h, CUstreamCaptureStatus *st, cuuint64_t *
 {
     if (!st) return CUDA_ERROR_INVALID_VALUE;
     STREAM_OR_RETURN(h);
+    fc_cost(FC_E_CAPTURE_QUERY, FAKECUDA_CAPTURE_QUERY_HOST_NS);
     pthread_mutex_lock(&fc_capture_mu);
     fc_capture *cap = atomic_load_explicit(&s->capture, memory_order_relaxed);
     *st = !cap ? CU_STREAM_CAPTURE_STATUS_NONE
