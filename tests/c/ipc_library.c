@@ -3,7 +3,7 @@
  * managed_all they must stay device memory. */
 #include "ipc_share.h"
 
-__attribute__((visibility("default"))) struct ipc_shared nccl_stand_in_share(bool through_runtime)
+__attribute__((visibility("default"))) struct ipc_shared nccl_stand_in_share(const char *path)
 {
-    return ipc_share(through_runtime);
+    return ipc_share(path);
 }

@@ -1,13 +1,13 @@
 /* ipc_share.h: what a library that shares device memory with other processes
  * does, as NCCL's P2P transport probes "legacy IPC": allocate device memory
- * (through the driver or through the CUDA runtime's cudaMalloc), take an IPC
- * handle of it, free it. Compiled into each object that calls it, so the
+ * (through the driver, the CUDA runtime's cudaMalloc, or stream-ordered), take
+ * an IPC handle of it, free it. Compiled into each object that calls it, so the
  * driver sees that object as the caller: the stand-in libnccl.so.2
  * (ipc_library.c) and the ordinary program (ipc.c). */
 #ifndef PUMP_TEST_IPC_SHARE_H
 #define PUMP_TEST_IPC_SHARE_H
-#include <stdbool.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "check.h"
 
@@ -16,14 +16,23 @@ int cudaMalloc(void **ptr, size_t size);
 
 struct ipc_shared {
     int managed;  /* CU_POINTER_ATTRIBUTE_IS_MANAGED of the allocation */
-    int ipc;      /* what cuIpcGetMemHandle returned */
+    int ipc;      /* what cuIpcGetMemHandle returned; -1: not asked (stream-ordered memory) */
 };
 
-__attribute__((unused)) static struct ipc_shared ipc_share(bool through_runtime)
+/* path: "driver" (cuMemAlloc), "runtime" (cudaMalloc) or "async" (cuMemAllocAsync). */
+__attribute__((unused)) static struct ipc_shared ipc_share(const char *path)
 {
     enum { SIZE = 2 << 20 };
     CUdeviceptr buffer = 0;
-    if (through_runtime) {
+    if (strcmp(path, "async") == 0) {
+        CHECK(cuMemAllocAsync(&buffer, SIZE, NULL));
+        unsigned int managed = 0;
+        CHECK(cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, buffer));
+        CHECK(cuMemFreeAsync(buffer, NULL));
+        CHECK(cuStreamSynchronize(NULL));
+        return (struct ipc_shared){(int)managed, -1};
+    }
+    if (strcmp(path, "runtime") == 0) {
         void *p = NULL;
         if (cudaMalloc(&p, SIZE) != 0) {
             fprintf(stderr, "error: cudaMalloc failed\n");
