@@ -7,7 +7,7 @@ a disagreement stays written down, never hidden."""
 
 import math
 import os
-import tomllib
+import sys
 
 import numpy as np
 import pytest
@@ -15,6 +15,11 @@ import pytest
 from pump.simulate import constants as K
 from pump.simulate import engine, workload
 from synthetic_trace import MIB, TraceBuilder
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # tomli: pyproject.toml's dependency before 3.11, as pump/config.py
+    import tomli as tomllib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "bench", "published", "measurements.toml")
