@@ -8,7 +8,7 @@ import sys
 from pump import config, timeline_cli
 from pump.cli_common import die
 from pump.simulate import constants as K
-from pump.simulate import engine, report, workload
+from pump.simulate import engine, report, sweep, workload
 from pump.simulate.progress import Progress
 from pump.simulate.timeline import StepTimeline
 
@@ -41,6 +41,13 @@ def _capacity_type(text):
         raise config.BadValueError(f"bad value {text!r}; allowed: {CAPACITY_ALLOWED}") from None
 
 
+def _size_type(text):
+    try:
+        return config.parse_size(text)
+    except ValueError:
+        raise config.BadValueError(f"bad value {text!r}; allowed: {config.SIZE_ALLOWED}") from None
+
+
 def _bandwidth(text):
     try:
         value = float(text)
@@ -59,8 +66,15 @@ def add_parser(sub, handler):
                                    "and the lower bound. Every constant: pump/simulate/constants.py.",
                        epilog=BOUND_HELP)
     p.add_argument("trace", metavar="TRACE", help="a trace file (pump-run --trace, pump trace generate)")
-    p.add_argument("--capacity", metavar="SIZE", required=True, type=_capacity_type,
-                   help=f"GPU memory the job may use: {CAPACITY_ALLOWED}".replace("%", "%%"))
+    p.add_argument("--capacity", metavar="SIZE", type=_capacity_type,
+                   help=f"GPU memory the job may use: {CAPACITY_ALLOWED} (needed unless --sweep)".replace("%", "%%"))
+    p.add_argument("--sweep", action="store_true",
+                   help="capacity planning: every policy's step against capacity, and the smallest capacity at "
+                        "which lookahead stays within 10%% (25%%) of the unlimited-memory step, and its step at the "
+                        "card's memory less --reserve")
+    p.add_argument("--reserve", metavar="SIZE", type=_size_type,
+                   help=f"with --sweep: the card's memory a job cannot use (default {K.RESERVE_BYTES >> 20} MiB: "
+                        "CUDA context, library workspaces, communication buffers; constants.py)")
     p.add_argument("--gpu", choices=tuple(K.GPU_PRESETS),
                    help=f"the GPU preset (default {K.DEFAULT_GPU}; each figure's datasheet: pump/simulate/constants.py)")
     p.add_argument("--link-gbps", "--bandwidth", dest="link_gbps", metavar="GB/s", type=_bandwidth,
@@ -106,7 +120,15 @@ def capacity_bytes(text: str, peak: int) -> int:
 
 
 def _bad_combination(args) -> str:
-    """Why --model and --gpu contradict each other, or ""."""
+    """Why the options contradict each other, or ""."""
+    if not args.capacity and not args.sweep:
+        return "give --capacity SIZE (or --sweep, which tries every capacity)"
+    if args.sweep and args.model == "fakecuda":
+        return "--sweep plans for a GPU's memory; --model fakecuda has none: give --gpu"
+    if args.sweep and args.timeline:
+        return "--timeline draws one capacity's step; --sweep tries many: give one of them"
+    if args.reserve is not None and not args.sweep:
+        return "--reserve is --sweep's: give both"
     if args.model == "fakecuda" and args.gpu:
         return f"--gpu {args.gpu} picks a GPU; --model fakecuda models tests/fakecuda: give one of them"
     if args.model == "h100" and args.gpu not in (None, K.DEFAULT_GPU):
@@ -152,6 +174,8 @@ def main(args) -> int:
         print(f"pump: warning: {args.trace} has no kernel costs (no FLOPs, bytes or measured times): every "
               "kernel takes no time in the model, so step times are launches, transfers and faults alone "
               "(pump trace generate writes costs)", file=sys.stderr)
+    if args.sweep:
+        return _sweep(args, w, cases, plot)
     capacity, policies = capacity_bytes(args.capacity, w.peak_footprint), tuple(args.policy or engine.POLICIES)
     steps = StepTimeline(out.timeline, w, capacity, model, policies) if out else None
     progress = Progress(report.runs(policies, len(cases)) + (report.plot_runs() if plot else 0))
@@ -175,4 +199,24 @@ def main(args) -> int:
         # With --json stdout holds one JSON document: the timeline's lines go to stderr.
         with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
             out.finish(notes, f"{w.name}: step {steps.step} per policy, modelled")
+    return 0
+
+
+def _sweep(args, w, cases, plot) -> int:
+    """--sweep: the table and the one-line answer (or --json), the plot with the card marked."""
+    reserve = K.RESERVE_BYTES if args.reserve is None else args.reserve
+    progress = Progress(report.plot_runs())
+    try:
+        doc = sweep.sweep(w, cases, reserve, progress.step)
+    finally:
+        progress.close()
+    if plot:
+        marks = [(doc["card_capacity_bytes"], f"{doc['gpu']} less reserve")]
+        if args.capacity:
+            capacity = capacity_bytes(args.capacity, w.peak_footprint)
+            marks.append((capacity, f"--capacity {report._size(capacity)}"))
+        with plot:
+            report.draw(w, cases[0][1], doc["sweep"], plot, [m for m in marks if m[0] <= w.peak_footprint])
+        doc["plot"] = args.plot
+    print(report.dumps(doc) if args.json else sweep.text(doc) + (f"\nplot: {args.plot}" if plot else ""))
     return 0

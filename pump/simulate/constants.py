@@ -221,6 +221,18 @@ ACHIEVED = {
 PREFETCH_LINE_FRACTION = 11.02e9 / pcie_bytes_per_s(3, 16)
 RANGE_CASES = (("best", 1.0, True), ("worst", PREFETCH_LINE_FRACTION, False))
 
+# ---- capacity planning (`pump simulate --sweep`) ----
+# What a training job cannot give its tensors of the card's memory: a stated figure, not a
+# measured one (it varies with the driver, the libraries and the job).  1 GiB: the CUDA context
+# and loaded kernel modules (several hundred MiB for a PyTorch process before any tensor; CUDA
+# lazy loading, the default since CUDA 11.7, lowers it), cuBLAS workspaces (PyTorch's default
+# CUBLAS_WORKSPACE_CONFIG ":4096:8", 8 x 4 MiB, per stream and handle), cuDNN's workspaces for
+# the chosen algorithms (tens to hundreds of MiB), and NCCL's buffers for data parallelism
+# (NCCL_BUFFSIZE, 4 MiB by default, per channel and peer).  --reserve changes it.
+RESERVE_BYTES = 1 << 30
+# Within how much of the unlimited-memory step the sweep's one-line answer asks lookahead to stay.
+SWEEP_TOLERANCES = (0.10, 0.25)
+
 # ---- pumpd (the daemon's own parameters, not physics) ----
 # Launches pumpd ingests per ring read in the simulation.  pumpd sweeps the rings every 5 to
 # 25 ms (daemon/pumpd/server.py, INGEST_INTERVAL_MIN/MAX) and a plan it publishes takes effect

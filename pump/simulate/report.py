@@ -140,39 +140,51 @@ def plot_runs() -> int:
     return len(PLOT_FRACTIONS) * len(engine.POLICIES)
 
 
-def plot(workload, model: engine.Model, out, capacity=None, progress=None, fractions=PLOT_FRACTIONS):
-    """Step time against capacity (as a share of the peak footprint) for every policy, as a
-    PNG into `out` (a path or a binary file); `capacity`, the one asked for, is marked.
-    Captioned as what it is: a model's prediction."""
-    import matplotlib
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
-    caps = [int(workload.peak_footprint * f) for f in fractions]
-    series = {p: [] for p in engine.POLICIES}
+def series(workload, model: engine.Model, fractions=PLOT_FRACTIONS, progress=None) -> dict:
+    """Each policy's mean step (ms) and the lower bound at each capacity, as shares of the
+    peak footprint."""
+    caps = [max(1, int(workload.peak_footprint * f)) for f in fractions]
+    steps = {p: [] for p in engine.POLICIES}
     bound = []
     for c in caps:
         for p in engine.POLICIES:
             if progress:
                 progress(f"{p} at {_size(c)} (plot)")
-            series[p].append(engine.run(workload, p, c, model).step_seconds * 1e3)
+            steps[p].append(engine.run(workload, p, c, model).step_mean_seconds * 1e3)
         bound.append(lower_bound(workload, c, model)["lower_bound_seconds"] * 1e3)
+    return {"fractions": list(fractions), "capacities": caps, "step_ms": steps, "lower_bound_ms": bound}
+
+
+def draw(workload, model: engine.Model, data: dict, out, marks=()):
+    """Draw series() as a PNG into `out` (a path or a binary file); marks: (capacity, label)
+    lines.  Captioned as what it is: a model's prediction."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+    xs = [100 * c / workload.peak_footprint for c in data["capacities"]]
     fig, ax = pyplot.subplots(figsize=(7, 4.5))
-    for p, ys in series.items():
-        ax.plot([f * 100 for f in fractions], ys, marker="o", label=p)
-    ax.plot([f * 100 for f in fractions], bound, linestyle="--", color="gray", label="lower bound")
+    for p, ys in data["step_ms"].items():
+        ax.plot(xs, ys, marker="o", label=p)
+    ax.plot(xs, data["lower_bound_ms"], linestyle="--", color="gray", label="lower bound")
     ax.set_xlabel("capacity, % of peak footprint")
-    ax.set_ylabel("step time, ms")
+    ax.set_ylabel("mean step time, ms")
     ax.set_yscale("log")
-    if capacity:
-        ax.axvline(100 * capacity / workload.peak_footprint, color="black", linewidth=0.8, linestyle=":",
-                   label=f"--capacity {_size(capacity)}")
+    for capacity, label in marks:
+        ax.axvline(100 * capacity / workload.peak_footprint, color="black", linewidth=0.8, linestyle=":", label=label)
     ax.set_title(f"{workload.name}: {model.name}, {model.bandwidth / 1e9:.0f} GB/s (modelled, not measured)")
     ax.legend()
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
     fig.savefig(out, format="png")
     pyplot.close(fig)
-    return {"fractions": list(fractions), "capacities": caps, "step_ms": series, "lower_bound_ms": bound}
+
+
+def plot(workload, model: engine.Model, out, capacity=None, progress=None, fractions=PLOT_FRACTIONS):
+    """Step time against capacity for every policy (series()), drawn into `out`; `capacity`,
+    the one asked for, is marked."""
+    data = series(workload, model, fractions, progress)
+    draw(workload, model, data, out, [(capacity, f"--capacity {_size(capacity)}")] if capacity else ())
+    return data
 
 
 def dumps(doc) -> str:
