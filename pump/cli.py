@@ -163,7 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
     importlib.import_module("pump.timeline_cli").add_export_parser(tr_sub, _trace_export)
     gen = tr_sub.add_parser(
         "generate", allow_abbrev=False, help="a real model's training steps as a trace, without a GPU",
-        description="Run MODEL's training steps (AdamW, fp32) on PyTorch's meta device, with a model of "
+        description="Run MODEL's training steps (AdamW, fp32), or your own model's (--model), on PyTorch's meta "
+                    "device, with a model of "
                     "its CUDA caching allocator, and write what a GPU would run as a trace: per kernel "
                     "the byte ranges it reads and writes, its FLOPs and bytes.")
     gen.add_argument("model", metavar="MODEL", choices=tracegen.MODEL_NAMES, nargs="?",

@@ -90,6 +90,9 @@ def _nsys(path, ranges, launches, kernels):
             deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, streamId INTEGER NOT NULL,
             correlationId INTEGER, globalPid INTEGER, demangledName INTEGER NOT NULL,
             shortName INTEGER NOT NULL, gridX INTEGER, blockX INTEGER);
+        CREATE TABLE TARGET_INFO_GPU (id INTEGER PRIMARY KEY, name TEXT, busLocation TEXT, totalMemory INTEGER,
+            smCount INTEGER, chipName TEXT, memoryBandwidth INTEGER);
+        INSERT INTO TARGET_INFO_GPU VALUES (0, 'NVIDIA H100 PCIe', '0000:01:00.0', 85520809984, 114, 'GH100', 0);
     """)
     db.execute("INSERT INTO StringIds VALUES (1, 'cudaLaunchKernel'), (2, 'gemm'), "
                "(3, 'aten::relu, seq = 2, op_id = 3, sizes = [[8, 32]]')")
@@ -114,7 +117,7 @@ def test_nsys_sqlite_export(tmp_path):
           launches=[(11, 7, 20), (12, 7, 250), (13, 7, 150)],   # 13: outside every range
           kernels=[(11, 1000, 1400), (12, 2000, 2100), (13, 3000, 3050)])
     p = profile_read.read(str(path))
-    assert (p.kernels, p.linked) == (3, 2)
+    assert (p.kernels, p.linked, profile.source_preset(p.device)) == (3, 2, "h100-pcie")
     got = {(i.name, i.input_bytes, i.kernel_ns) for i in p.invocations}
     assert got == {("linear", 4 * (8 * 16 + 32 * 16 + 32), 400.0), ("addmm", 4 * (32 + 8 * 16 + 16 * 32), 400.0),
                    ("relu", 4 * 8 * 32, 100.0)}

@@ -366,6 +366,19 @@ def custom():
     return Custom(16, 4), torch.empty(8, 16)
 
 
+class Constant(nn.Linear):
+    def __init__(self):
+        super().__init__(16, 4)
+        self.scale = torch.empty(4)      # neither a parameter nor a buffer: placed when first read
+
+    def forward(self, x):
+        return super().forward(x) * self.scale
+
+
+def constant():
+    return Constant(), torch.empty(8, 16)
+
+
 def raises():
     raise RuntimeError("no weights here")
 
@@ -424,6 +437,17 @@ def test_user_model_goes_through_the_built_in_models_path(user_models, tmp_path)
                    "-o", "user.trace"])
     a, b = (trace.read(str(p))[1][0][1] for p in (builtin, tmp_path / "user.trace"))
     assert rc == 0 and (a["kind"] == b["kind"]).all() and (a["arg"] == b["arg"]).all()
+
+
+def test_a_tensor_the_model_holds_is_placed_when_first_read(user_models, capsys):
+    assert _cli(capsys, "--model", "pump_user_models:constant", "--steps", "2", "-o", "t")[0] == 0
+    records = trace.read(str(user_models / "t"))[1][0][1]
+    batch = channel.decode(records)
+    first_mul = _launch_names(user_models / "t").index("aten.mul.Tensor")
+    # The weight, bias and scale, each a 512-byte block, before the first multiply reads it.
+    placed = [size for at, _, size in batch.block_allocs if at <= first_mul]
+    assert placed.count(512) >= 3 and first_mul < batch.steps[1][0]
+    assert _replay(records, batch)
 
 
 def test_activation_checkpointing_is_traced_with_its_recomputation(user_models, capsys):

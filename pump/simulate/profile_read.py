@@ -149,6 +149,8 @@ def read_nsys(path) -> Profile:
                     db.execute("SELECT correlationId, globalTid, start FROM CUPTI_ACTIVITY_KIND_RUNTIME")}
         ranges = db.execute("SELECT globalTid, start, end, text, textId FROM NVTX_EVENTS "
                             "WHERE end IS NOT NULL").fetchall()
+        has_gpus = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'TARGET_INFO_GPU'").fetchone()
+        gpus = db.execute("SELECT name FROM TARGET_INFO_GPU ORDER BY id").fetchall() if has_gpus else []
         db.close()
     except sqlite3.Error as exc:
         raise ProfileError(f"{path}: not an Nsight Systems SQLite export (nsys export --type sqlite) with "
@@ -162,7 +164,7 @@ def read_nsys(path) -> Profile:
         except (ValueError, SyntaxError):
             dims = None
         ops.append((tid, start, end, text.split(",", 1)[0], _bytes(dims, None) if dims is not None else None))
-    return attribute(path, "", ops, launches, kernels)
+    return attribute(path, gpus[0][0] if gpus else "", ops, launches, kernels)
 
 
 def read(path) -> Profile:
