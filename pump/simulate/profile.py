@@ -56,9 +56,8 @@ class Measured:
         total = [float(np.where(np.isnan(x), model, x).sum()) / steps for x in (self.seconds, self.low, self.high)]
         return {"source_gpu": self.source, "launches": len(self.seconds), "matched_by_shape": self.by_shape,
                 "matched_by_operator": self.by_name, "match_rate": round(self.rate, 4),
-                "kernel_ms_per_step": round(total[0] * 1e3, 3), "band_ms": [round(total[1] * 1e3, 3),
-                                                                             round(total[2] * 1e3, 3)],
-                "model_ms_per_step": round(float(model.sum()) / steps * 1e3, 3)}
+                "kernel_ms_per_step": total[0] * 1e3, "band_ms": [total[1] * 1e3, total[2] * 1e3],
+                "model_ms_per_step": float(model.sum()) / steps * 1e3}
 
 
 def source_preset(device: str, given: str = None) -> str:
@@ -148,6 +147,6 @@ def apply(w, path: str, target, source_gpu: str = None) -> dict:
 def text(doc: dict) -> str:
     return (f"profile {doc['file']} ({doc['device'] or doc['source_gpu']}, scaled from {doc['source_gpu']}): "
             f"{doc['match_rate']:.0%} of {doc['launches']} launches matched ({doc['matched_by_shape']} by operator "
-            f"and shapes, {doc['matched_by_operator']} by operator alone); kernel time {doc['kernel_ms_per_step']} "
-            f"ms per step (band {doc['band_ms'][0]}-{doc['band_ms'][1]} ms; the model alone: "
-            f"{doc['model_ms_per_step']} ms)")
+            f"and shapes, {doc['matched_by_operator']} by operator alone); kernel time {doc['kernel_ms_per_step']:.4g} "
+            f"ms per step (band {doc['band_ms'][0]:.4g}-{doc['band_ms'][1]:.4g} ms; the model alone: "
+            f"{doc['model_ms_per_step']:.4g} ms)")
