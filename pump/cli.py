@@ -5,6 +5,7 @@
     pump trace show|stats FILE             read a trace (pump-run --trace)
     pump trace export --perfetto OUT FILE  a trace as a timeline (Chrome Trace Event JSON)
     pump trace generate MODEL -o FILE      a real model's training steps as a trace, without a GPU
+                  (--model MODULE:CALLABLE: your own model)
     pump simulate TRACE --capacity SIZE    model a trace under each prefetch policy
 
 Exit codes: 0 ok; 1 a checked file has errors (each on its own line on stderr), no
@@ -87,16 +88,26 @@ def _trace_export(args) -> int:
 
 def _trace_generate(args) -> int:
     try:
-        from pump.tracegen import generate
+        from pump.tracegen import generate, user
+        from pump.simulate.progress import Progress
     except ImportError as exc:
         _die(f"trace generate needs PyTorch ({exc}); install pump[models]")
+    if (args.model is None) == (args.user_model is None):
+        _die("trace generate: give MODEL or --model MODULE:CALLABLE, one of them")
+    if args.user_model and any(v is not None for v in (args.size, args.batch, args.seq)):
+        _die("trace generate: --size, --batch and --seq are for the built-in models; with --model the "
+             "callable makes the model and its batch")
+    make = (lambda: user.load(args.user_model)) if args.user_model else \
+        (lambda: generate.builtin(args.model, args.size or "full", args.batch, args.seq))
+    progress = Progress(args.steps, label="trace generate", unit="step")
     try:
-        summary = generate.generate(args.output, args.model, args.size, args.batch, args.seq, args.steps,
-                                    args.last_batch, args.eval_every)
+        summary = generate.generate(args.output, make, args.steps, args.last_batch, args.eval_every, progress.step)
     except ValueError as exc:
         _die(f"trace generate: {exc}")
     except OSError as exc:
         _die(f"trace generate: cannot write {args.output}: {exc.strerror}")
+    finally:
+        progress.close()
     print(summary.line(args.output))
     return 0
 
@@ -152,13 +163,17 @@ def build_parser() -> argparse.ArgumentParser:
     importlib.import_module("pump.timeline_cli").add_export_parser(tr_sub, _trace_export)
     gen = tr_sub.add_parser(
         "generate", allow_abbrev=False, help="a real model's training steps as a trace, without a GPU",
-        description="Run MODEL's training steps (AdamW, fp32) on PyTorch's meta device, with a model of "
+        description="Run MODEL's training steps (AdamW, fp32), or your own model's (--model), on PyTorch's meta "
+                    "device, with a model of "
                     "its CUDA caching allocator, and write what a GPU would run as a trace: per kernel "
                     "the byte ranges it reads and writes, its FLOPs and bytes.")
-    gen.add_argument("model", metavar="MODEL", choices=tracegen.MODEL_NAMES,
+    gen.add_argument("model", metavar="MODEL", choices=tracegen.MODEL_NAMES, nargs="?",
                      help=f"one of {', '.join(tracegen.MODEL_NAMES)}")
+    gen.add_argument("--model", dest="user_model", metavar="MODULE:CALLABLE",
+                     help="your own model instead: CALLABLE in MODULE (importable, or path/to/file.py) returns "
+                          "(model, batch[, optimizer[, loss_fn]]), built under torch.device('meta'); docs/trace.md")
     gen.add_argument("-o", "--output", metavar="FILE", required=True, help="the trace file to write")
-    gen.add_argument("--size", choices=tracegen.SIZES, default="full",
+    gen.add_argument("--size", choices=tracegen.SIZES,
                      help="the published configuration (full, the default) or a tiny one for tests")
     gen.add_argument("--batch", type=int, metavar="N", help="batch size (default: the model's)")
     gen.add_argument("--seq", type=int, metavar="N", help="sequence length (bert-base, gpt2-medium)")

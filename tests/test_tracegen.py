@@ -148,7 +148,7 @@ def test_foreach_launches_split_at_the_block_and_tensor_limits():
 
 def _generate(tmp_path, model, **kw):
     path = tmp_path / f"{model}.trace"
-    summary = generate.generate(str(path), model, "tiny", **kw)
+    summary = generate.generate(str(path), lambda: generate.builtin(model, "tiny"), **kw)
     header, blocks = trace.read(str(path))
     assert [pid for pid, _ in blocks] == [0]
     return summary, header, blocks[0][1]
@@ -269,7 +269,8 @@ def _cli(capsys, *args):
 def test_cli_writes_a_trace_and_one_summary_line(tmp_path, capsys):
     path = tmp_path / "g.trace"
     rc, out, err = _cli(capsys, "gpt2-medium", "--size", "tiny", "--steps", "2", "-o", str(path))
-    assert (rc, err) == (0, "")
+    # Not a terminal: a progress line per step on stderr.
+    assert (rc, err) == (0, "trace generate: step 1/2: gpt2-medium tiny\ntrace generate: step 2/2: gpt2-medium tiny\n")
     assert len(out.splitlines()) == 1 and "launches" in out and "GFLOP per step" in out and str(path) in out
     assert channel.decode(trace.read(str(path))[1][0][1]).steps[-1][1] == 1
 
@@ -295,3 +296,194 @@ def test_cli_errors_are_one_line(capsys, args, message):
 def test_cli_unwritable_output(tmp_path, capsys):
     rc, _, err = _cli(capsys, "resnet50", "--size", "tiny", "--steps", "1", "-o", str(tmp_path / "no" / "t"))
     assert rc == 2 and "cannot write" in err and "No such file or directory" in err
+
+
+# --- your own model: --model MODULE:CALLABLE -----------------------------------------------
+
+USER_MODELS = '''
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+from pump.tracegen import models
+
+
+def mlp():
+    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)), torch.empty(8, 16)
+
+
+class Checkpointed(nn.Module):
+    def __init__(self, recompute):
+        super().__init__()
+        self.recompute = recompute
+        self.inner = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16))
+
+    def forward(self, x):
+        return checkpoint(self.inner, x, use_reentrant=False) if self.recompute else self.inner(x)
+
+
+def plain():
+    return Checkpointed(False), torch.empty(8, 16)
+
+
+def checkpointed():
+    return Checkpointed(True), torch.empty(8, 16)
+
+
+class Autocast(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(16, 4)
+
+    def forward(self, x):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return self.linear(x)
+
+
+def autocast():
+    return Autocast(), torch.empty(8, 16)
+
+
+class Item(nn.Linear):
+    def forward(self, x):
+        return super().forward(x) * x.sum().item()
+
+
+def item():
+    return Item(16, 4), torch.empty(8, 16)
+
+
+if not hasattr(torch.ops.pumptest, "double"):     # defined once per process, however often imported
+    torch.library.define("pumptest::double", "(Tensor x) -> Tensor")
+    torch.library.impl("pumptest::double", "cpu")(lambda x: x * 2)
+
+
+class Custom(nn.Linear):
+    def forward(self, x):
+        return torch.ops.pumptest.double(super().forward(x))
+
+
+def custom():
+    return Custom(16, 4), torch.empty(8, 16)
+
+
+class Constant(nn.Linear):
+    def __init__(self):
+        super().__init__(16, 4)
+        self.scale = torch.empty(4)      # neither a parameter nor a buffer: placed when first read
+
+    def forward(self, x):
+        return super().forward(x) * self.scale
+
+
+def constant():
+    return Constant(), torch.empty(8, 16)
+
+
+def raises():
+    raise RuntimeError("no weights here")
+
+
+def three():
+    return nn.Linear(2, 2), torch.empty(1, 2), None, None, None
+
+
+def on_cpu():
+    return nn.Linear(2, 2, device="cpu"), torch.empty(1, 2)
+
+
+class Wrapped(nn.Module):
+    """vit-b16 tiny with its loss inside, as a user would hand it over."""
+    def __init__(self):
+        super().__init__()
+        self.net = models.MODELS["vit-b16"].build(models.MODELS["vit-b16"].tiny).train()
+
+    def forward(self, images, labels):
+        return models.MODELS["vit-b16"].loss(self.net(images), labels)
+
+
+def vit():
+    spec = models.MODELS["vit-b16"]
+    return Wrapped(), spec.batch(spec.tiny, spec.tiny.batch, 0)
+'''
+
+
+@pytest.fixture
+def user_models(tmp_path, monkeypatch):
+    (tmp_path / "pump_user_models.py").write_text(USER_MODELS)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _launch_names(path):
+    batch = channel.decode(trace.read(str(path))[1][0][1])
+    return [batch.functions[int(f)] for f in batch.launch_function]
+
+
+def test_user_model_from_a_file(user_models, capsys):
+    rc, out, err = _cli(capsys, "--model", "pump_user_models.py:mlp", "--steps", "2", "-o", "t")
+    assert rc == 0 and err.splitlines() == ["trace generate: step 1/2: pump_user_models.py:mlp",
+                                            "trace generate: step 2/2: pump_user_models.py:mlp"]
+    assert out.startswith("pump_user_models.py:mlp (batch 8, 2 steps): ")
+    names = collections.Counter(_launch_names(user_models / "t"))
+    # Per step: two addmm forward; backward's mm for the weights and the input of the second layer.
+    assert names["aten.addmm.default"] == 4 and names["aten.mm.default"] >= 6
+    assert any(n.startswith("aten._foreach_") for n in names)     # AdamW, foreach as on CUDA
+
+
+def test_user_model_goes_through_the_built_in_models_path(user_models, tmp_path):
+    builtin = tmp_path / "builtin.trace"
+    generate.generate(str(builtin), lambda: generate.builtin("vit-b16", "tiny"), steps=2, last_batch=1)
+    rc = cli.main(["trace", "generate", "--model", "pump_user_models:vit", "--steps", "2", "--last-batch", "1",
+                   "-o", "user.trace"])
+    a, b = (trace.read(str(p))[1][0][1] for p in (builtin, tmp_path / "user.trace"))
+    assert rc == 0 and (a["kind"] == b["kind"]).all() and (a["arg"] == b["arg"]).all()
+
+
+def test_a_tensor_the_model_holds_is_placed_when_first_read(user_models, capsys):
+    assert _cli(capsys, "--model", "pump_user_models:constant", "--steps", "2", "-o", "t")[0] == 0
+    records = trace.read(str(user_models / "t"))[1][0][1]
+    batch = channel.decode(records)
+    first_mul = _launch_names(user_models / "t").index("aten.mul.Tensor")
+    # The weight, bias and scale, each a 512-byte block, before the first multiply reads it.
+    placed = [size for at, _, size in batch.block_allocs if at <= first_mul]
+    assert placed.count(512) >= 3 and first_mul < batch.steps[1][0]
+    assert _replay(records, batch)
+
+
+def test_activation_checkpointing_is_traced_with_its_recomputation(user_models, capsys):
+    assert _cli(capsys, "--model", "pump_user_models:plain", "--steps", "1", "-o", "plain")[0] == 0
+    assert _cli(capsys, "--model", "pump_user_models:checkpointed", "--steps", "1", "-o", "ckpt")[0] == 0
+    plain, ckpt = (collections.Counter(_launch_names(user_models / p)) for p in ("plain", "ckpt"))
+    # Backward runs the forward's first addmm and relu again.
+    assert ckpt - plain == collections.Counter({"aten.addmm.default": 1, "aten.relu.default": 1})
+
+
+@pytest.mark.parametrize("spec,message", [
+    ("pump_user_models:autocast", "autocast cannot be traced: it does not apply to meta tensors"),
+    ("pump_user_models:item", "operator aten._local_scalar_dense.default has no meta kernel (Tensor.item() or a "
+                              "Python number taken from a tensor): "),
+    ("pump_user_models:custom", "operator pumptest.double.default has no meta kernel"),
+    ("pump_user_models:raises", "--model pump_user_models:raises raised RuntimeError: no weights here"),
+    ("pump_user_models:three", "returned a tuple; expected (model, batch), (model, batch, optimizer) or "
+                               "(model, batch, optimizer, loss_fn)"),
+    ("pump_user_models:on_cpu", "weight is on cpu, not meta"),
+    ("pump_user_models:missing", "pump_user_models has no 'missing'"),
+    ("pump_user_models", "expected MODULE:CALLABLE"),
+    ("no_such_module_here:f", "no module 'no_such_module_here'"),
+    ("nowhere.py:f", "no file nowhere.py"),
+])
+def test_user_model_errors_are_one_line(user_models, capsys, spec, message):
+    rc, out, err = _cli(capsys, "--model", spec, "--steps", "1", "-o", "t")
+    last = err.splitlines()[-1]
+    assert (rc, out) == (2, "") and last.startswith("pump: trace generate: ") and message in last
+    assert all(line.startswith("trace generate: step") for line in err.splitlines()[:-1])
+    if "meta kernel" in message:
+        assert "torch.library.register_fake" in last
+    assert not (user_models / "t").exists()
+
+
+def test_user_model_refuses_built_in_settings(user_models, capsys):
+    rc, _, err = _cli(capsys, "--model", "pump_user_models:mlp", "--batch", "4", "-o", "t")
+    assert rc == 2 and "--size, --batch and --seq are for the built-in models" in err
+    rc, _, err = _cli(capsys, "resnet50", "--model", "pump_user_models:mlp", "-o", "t")
+    assert rc == 2 and "give MODEL or --model MODULE:CALLABLE, one of them" in err

@@ -8,7 +8,7 @@ import sys
 from pump import config, timeline_cli
 from pump.cli_common import die
 from pump.simulate import constants as K
-from pump.simulate import engine, report, sweep, workload
+from pump.simulate import engine, profile, report, sweep, workload
 from pump.simulate.progress import Progress
 from pump.simulate.timeline import StepTimeline
 
@@ -84,6 +84,12 @@ def add_parser(sub, handler):
     p.add_argument("--model", choices=tuple(engine.MODELS),
                    help="h100: the same as --gpu h100-pcie; fakecuda: predict fakecuda's counts "
                         "for a replay under pump-run --budget SIZE (no --gpu)")
+    p.add_argument("--profile", metavar="FILE",
+                   help="kernel times measured on a GPU: a PyTorch profiler trace (JSON, gzipped or not) or an "
+                        "Nsight Systems SQLite export of the same model, matched per operator and scaled to --gpu "
+                        "(docs/simulate.md)")
+    p.add_argument("--profile-gpu", metavar="PRESET", help="the GPU the profile was taken on (default: the "
+                                                           "profile's device name)")
     p.add_argument("--plot", metavar="FILE.png", help="also plot step time against capacity for every policy")
     p.add_argument("--timeline", metavar="OUT.json",
                    help="also write one simulated step per policy as Chrome Trace Event JSON (ui.perfetto.dev, "
@@ -164,6 +170,7 @@ def main(args) -> int:
         cases = models(args)
         model = cases[0][1]
         w = workload.load(args.trace, daemon_reads_steps=model.daemon_reads_steps)
+        measured = profile.apply(w, args.profile, model.gpu, args.profile_gpu) if args.profile else None
     except (workload.WorkloadError, ValueError) as exc:
         if out:
             out.abandon()
@@ -186,11 +193,15 @@ def main(args) -> int:
                 doc["plot"] = dict(report.plot(w, model, plot, capacity, progress.step), file=args.plot)
     finally:
         progress.close()
+    if measured:
+        doc["profile"] = measured
     if args.model == "fakecuda":
         doc["fakecuda_counts"] = report.fakecuda_counts(doc)
     if args.json:
         print(report.dumps(doc))
     else:
+        if measured:
+            print(profile.text(measured))
         print(report.text(doc))
         if args.plot:
             print(f"plot: {args.plot}")

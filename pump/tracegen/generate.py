@@ -1,4 +1,5 @@
-"""The training loop a generated trace records: per step zero_grad(set_to_none=True),
+"""The training loop a generated trace records, one path for the built-in models and a
+user's own (user.py): per step zero_grad(set_to_none=True),
 a batch copied in, forward, loss, backward, AdamW's step; optionally a smaller last
 batch and an evaluation forward (no_grad, eval mode) every K steps, the irregularities
 an iteration detector must survive.
@@ -11,10 +12,34 @@ counters stay on the host, as they do without capturable or fused.  fp32 through
 import dataclasses
 import gc
 import os
+import re
+import warnings
 
 import torch
+from torch.utils import _pytree as pytree
 
 from pump.tracegen import SIZES, allocator, events, models, record
+
+
+@dataclasses.dataclass
+class Program:
+    """What the training loop runs: a built-in model or a user's callable (user.py), alike."""
+    name: str                 # the model's name in the trace's header and the summary
+    model: torch.nn.Module    # on the meta device
+    batch: object             # an example batch: meta tensors, alone or in tuples, lists, dicts
+    loss: object              # loss(model, batch): the forward pass and the loss, a scalar tensor
+    optimizer: torch.optim.Optimizer
+    config: object = None     # a built-in model's configuration
+    seq: int = 0              # a built-in sequence model's length
+
+    @property
+    def batch_size(self) -> int:
+        """The leading dimension of the batch's first tensor."""
+        first = next(t for t in pytree.tree_leaves(self.batch) if isinstance(t, torch.Tensor))
+        return first.shape[0] if first.dim() else 1
+
+    def shape(self) -> str:
+        return f"batch {self.batch_size}" + (f" seq {self.seq}" if self.seq else "")
 
 
 @dataclasses.dataclass
@@ -39,10 +64,8 @@ class Summary:
                 f"{self.step_flops / 1e9:.1f} GFLOP per step -> {path}")
 
 
-def options(model: str, size: str = "full", batch: int = None, seq: int = None, steps: int = 3,
-            last_batch: int = None, eval_every: int = None):
-    """The checked settings of a generation: (spec, config, batch, seq); ValueError names
-    the setting that is wrong and what is allowed."""
+def builtin(model: str, size: str = "full", batch: int = None, seq: int = None) -> Program:
+    """Built-in ``model`` as a Program; ValueError names the setting that is wrong and what is allowed."""
     if model not in models.MODELS:
         raise ValueError(f"unknown model {model!r}; models: {', '.join(models.MODELS)}")
     if size not in SIZES:
@@ -52,12 +75,6 @@ def options(model: str, size: str = "full", batch: int = None, seq: int = None, 
     batch = config.batch if batch is None else batch
     if batch < 1:
         raise ValueError(f"--batch {batch}: at least 1")
-    if steps < 1:
-        raise ValueError(f"--steps {steps}: at least 1")
-    if last_batch is not None and not 1 <= last_batch < batch:
-        raise ValueError(f"--last-batch {last_batch}: from 1 to {batch - 1} (smaller than the batch)")
-    if eval_every is not None and eval_every < 1:
-        raise ValueError(f"--eval-every {eval_every}: at least 1")
     if spec.sequence:
         seq = config.seq if seq is None else seq
         if not 1 <= seq <= spec.max_seq(config):
@@ -65,31 +82,81 @@ def options(model: str, size: str = "full", batch: int = None, seq: int = None, 
     elif seq is not None:
         raise ValueError(f"--seq: {model} takes images, not sequences "
                          f"(sequence models: {', '.join(n for n, s in models.MODELS.items() if s.sequence)})")
-    return spec, config, batch, seq or 0
+    net = models.build(model, config)
+    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-4, weight_decay=0.01, foreach=True)
+    return Program(f"{model} {size}", net, spec.batch(config, batch, seq or 0),
+                   lambda m, b: spec.loss(m(b[0]), b[1]), optimizer, config, seq or 0)
 
 
-def generate(path: str, model: str, size: str = "full", batch: int = None, seq: int = None, steps: int = 3,
-             last_batch: int = None, eval_every: int = None) -> Summary:
-    """Record ``steps`` training steps of ``model`` and write them to the trace ``path``."""
-    spec, config, batch, seq = options(model, size, batch, seq, steps, last_batch, eval_every)
+def generate(path: str, make_program, steps: int = 3, last_batch: int = None, eval_every: int = None,
+             progress=None) -> Summary:
+    """Record ``steps`` training steps of the Program ``make_program()`` builds (called once the
+    settings are checked) and write them to the trace ``path``.  progress(what): called as each
+    step begins, with the program's name."""
+    if steps < 1:
+        raise ValueError(f"--steps {steps}: at least 1")
+    if eval_every is not None and eval_every < 1:
+        raise ValueError(f"--eval-every {eval_every}: at least 1")
+    program = make_program()
+    batch = program.batch_size
+    if last_batch is not None and not 1 <= last_batch < batch:
+        raise ValueError(f"--last-batch {last_batch}: from 1 to {batch - 1} (smaller than the batch)")
     # Opened first: a file that cannot be written fails before minutes of work.
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        stream, caching, step_flops = _record(spec, config, model, batch, seq, steps, last_batch, eval_every)
+        stream, caching, step_flops = _record(program, steps, last_batch, eval_every, progress or (lambda _: None))
     except BaseException:
         os.close(fd)
         os.unlink(path)
         raise
-    shape = f"batch {batch}" + (f" seq {seq}" if seq else "")
-    stream.write(fd, "generated", f"{model} {size} {shape}")
-    return Summary(model, config, batch, seq, steps, stream.launches, len(stream.rows), len(caching.segments),
-                   caching.reserved_bytes, caching.peak_allocated_bytes, step_flops)
+    stream.write(fd, "generated", f"{program.name} {program.shape()}")
+    return Summary(program.name.split()[0], program.config, batch, program.seq, steps, stream.launches,
+                   len(stream.rows), len(caching.segments), caching.reserved_bytes, caching.peak_allocated_bytes,
+                   step_flops)
 
 
-def _record(spec, config, model, batch, seq, steps, last_batch, eval_every):
+def _narrowed(batch, size: int, n: int):
+    """The batch with its first ``n`` samples: each tensor whose leading dimension is the batch's."""
+    return pytree.tree_map_only(torch.Tensor, lambda t: t[:n] if t.dim() and t.shape[0] == size else t, batch)
+
+
+def _fresh(batch):
+    """New storages shaped as the batch's tensors: a batch copied in from the host."""
+    return pytree.tree_map_only(torch.Tensor, torch.empty_like, batch)
+
+
+def _step(program, batch):
+    program.optimizer.zero_grad(set_to_none=True)
+    program.loss(program.model, batch).backward()
+    program.optimizer.step()
+
+
+def _evaluate(program, batch):
+    training = program.model.training
+    program.model.eval()
+    with torch.no_grad():
+        program.loss(program.model, batch)
+    program.model.train(training)
+
+
+def _run(program, step: int, what, batch):
+    """what(program, a fresh copy of ``batch``): an exception says, in one line, which step
+    raised it, or what the meta device cannot trace (record.Unsupported)."""
+    try:
+        # Copied in from the host; freed when the step is done with it.
+        what(program, _fresh(batch))
+    except Exception as exc:
+        refused = record.unsupported(exc)
+        if refused is not None:
+            raise refused from None
+        message = (str(exc).strip().splitlines() or [""])[0]
+        raise ValueError(f"{program.name} raised {type(exc).__name__} in training step {step + 1}"
+                         f"{' (evaluation)' if what is _evaluate else ''}: {message}") from None
+
+
+def _record(program, steps, last_batch, eval_every, progress):
     """(EventStream, CachingAllocator, FLOPs of the first step) of the training loop."""
-    net = models.build(model, config)
-    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-4, weight_decay=0.01, foreach=True)
+    last = _narrowed(program.batch, program.batch_size, last_batch) if last_batch else program.batch
     stream, caching = events.EventStream(), allocator.CachingAllocator()
     recorder = record.Recorder(stream, caching)
     step_flops = None
@@ -98,27 +165,18 @@ def _record(spec, config, model, batch, seq, steps, last_batch, eval_every):
     gc.collect()
     gc.disable()
     try:
-        with record.CudaChoices(), recorder:
-            recorder.place_module(net)
+        with record.CudaChoices(), recorder, warnings.catch_warnings():
+            warnings.filterwarnings("error", ".*" + re.escape(record.AUTOCAST_WARNING), UserWarning)
+            recorder.place_module(program.model)
             for step in range(steps):
+                progress(program.name)
                 stream.step(step)
-                # Copied in from the host; the previous batch went when the loop took this one.
-                inputs, labels = spec.batch(config, last_batch if last_batch and step == steps - 1 else batch, seq)
-                optimizer.zero_grad(set_to_none=True)
                 flops_before = recorder.flops
-                loss = spec.loss(net(inputs), labels)
-                loss.backward()
-                optimizer.step()
-                del inputs, labels
+                _run(program, step, _step, last if step == steps - 1 else program.batch)
                 if step_flops is None:
                     step_flops = recorder.flops - flops_before
                 if eval_every and (step + 1) % eval_every == 0:
-                    net.eval()
-                    with torch.no_grad():
-                        eval_inputs, eval_labels = spec.batch(config, batch, seq)
-                        spec.loss(net(eval_inputs), eval_labels)
-                        del eval_inputs, eval_labels
-                    net.train()
+                    _run(program, step, _evaluate, program.batch)
         recorder.close()
     finally:
         gc.enable()

@@ -17,7 +17,9 @@ optimizer's step counters) and are not recorded.  Per operator:
   - a _foreach_ operator launches as CUDA's multi_tensor_apply does: chunks of 65536
     elements, a launch whenever the tensors or blocks per launch reach their limit.
 CudaChoices makes the choices PyTorch makes for a CUDA tensor where the meta device
-would choose otherwise (dropout's fused kernel and its boolean mask).
+would choose otherwise (dropout's fused kernel and its boolean mask).  What cannot be
+traced on the meta device is refused, named (Unsupported): an operator without a meta
+kernel, and autocast, which does not apply to meta tensors.
 """
 
 import weakref
@@ -41,6 +43,38 @@ FOREACH_CHUNK = 65536
 FOREACH_MAX_BLOCKS = 320
 FOREACH_MAX_TENSORS = (110, 64, 48, 36, 30)
 FOREACH_MAX_TENSORS_SCALAR_LIST = (96, 64, 48, 36, 30)
+
+
+class Unsupported(ValueError):
+    """Something in the traced program the meta device cannot run as a GPU would; str() names it."""
+
+
+# torch.autocast("cuda") on a machine without CUDA warns this and disables itself; with CUDA it
+# stays enabled but applies to CUDA tensors only.  Either way meta tensors stay in fp32.
+AUTOCAST_WARNING = "Disabling autocast"
+AUTOCAST_REFUSED = ("autocast cannot be traced: it does not apply to meta tensors, so every operator would "
+                    "be recorded in fp32; trace without autocast, or cast the model and batch to one dtype")
+
+
+def unsupported(exc: BaseException):
+    """The Unsupported error an exception raised while tracing stands for, or None."""
+    if isinstance(exc, Unsupported):
+        return exc
+    if isinstance(exc, UserWarning) and AUTOCAST_WARNING in str(exc):
+        return Unsupported(AUTOCAST_REFUSED)
+    return None
+
+
+def _no_meta_kernel(func, exc: BaseException):
+    """Unsupported naming ``func`` if ``exc`` says it has no meta kernel, else None."""
+    text = str(exc)
+    if not (isinstance(exc, NotImplementedError) or "meta tensors" in text or "'Meta' backend" in text):
+        return None
+    why = "Tensor.item() or a Python number taken from a tensor" if "_local_scalar_dense" in str(func) \
+        else (text.splitlines() or [""])[0][:160]
+    return Unsupported(f"operator {func} has no meta kernel ({why}): an operator whose output depends on the "
+                       "data cannot be traced; for a custom or Triton operator, register a fake implementation "
+                       "with torch.library.register_fake")
 
 
 def _on_device(t) -> bool:
@@ -129,7 +163,15 @@ class Recorder(TorchDispatchMode):
     # --- operators -----------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
+        if torch.is_autocast_enabled("cuda"):
+            raise Unsupported(AUTOCAST_REFUSED)
+        try:
+            out = func(*args, **kwargs)
+        except Exception as exc:
+            refused = _no_meta_kernel(func, exc)
+            if refused is None:
+                raise
+            raise refused from None
         if func.namespace != "aten":
             return out
         operands = []            # (argument value, schema argument)
@@ -138,6 +180,8 @@ class Recorder(TorchDispatchMode):
             operands.append((value, arg))
         inputs = [(t, arg.alias_info is not None and arg.alias_info.is_write)
                   for value, arg in operands for t in pytree.tree_leaves(value) if _on_device(t)]
+        for t, _ in inputs:      # made before recording began (a constant the program holds): copied in
+            self.place(t)
         outputs = [t for t in pytree.tree_leaves(out) if _on_device(t)]
         new = [t for t in outputs if self.place(t)]
         name = func.overloadpacket.__name__
