@@ -10,6 +10,7 @@
  */
 #include <pthread.h>
 
+#include "capture_mode.h"
 #include "managed_all.h"
 
 enum { UNDECIDED, ON, OFF };
@@ -55,7 +56,9 @@ PUMP_HIDDEN bool pump_managed_all(void)
     pthread_mutex_lock(&decide_lock);
     d = atomic_load_explicit(&decision, memory_order_relaxed);
     if (d == UNDECIDED) {
+        struct pump_capture_mode mode = pump_capture_relax();
         d = decide();
+        pump_capture_restore(&mode);
         atomic_store_explicit(&decision, d, memory_order_release);
     }
     pthread_mutex_unlock(&decide_lock);
@@ -96,7 +99,17 @@ static CUresult managed_default_pool(CUmemoryPool *pool, CUdevice device)
     return pump_driver.mem_get_default_mem_pool(pool, &location, CU_MEM_ALLOCATION_TYPE_MANAGED);
 }
 
+static CUmemoryPool managed_pool_for(CUstream stream);
+
 PUMP_HIDDEN CUmemoryPool pump_managed_pool_for(CUstream stream)
+{
+    struct pump_capture_mode mode = pump_capture_relax();
+    CUmemoryPool pool = managed_pool_for(stream);
+    pump_capture_restore(&mode);
+    return pool;
+}
+
+static CUmemoryPool managed_pool_for(CUstream stream)
 {
     if (pump_driver.mem_get_default_mem_pool == NULL || pump_driver.stream_get_device == NULL ||
         pump_driver.device_get_mem_pool == NULL || pump_driver.device_get_default_mem_pool == NULL ||
