@@ -7,6 +7,13 @@
  * has concurrent managed access: without it, the host may not touch any
  * managed memory while a kernel runs, a rule a program written for device
  * memory never had to follow. Elsewhere managed_all is off, said once.
+ *
+ * Nor is it on where the driver cannot tell a kernel's parameter layout
+ * (cuFuncGetParamInfo and cuKernelGetParamInfo came with CUDA 12.4; the
+ * long-term 535 branch is CUDA 12.2): the launches the CUDA runtime and
+ * PyTorch make pass their arguments as kernelParams, which pump cannot scan
+ * without it, so the memory made managed would only fault in, never be
+ * prefetched. There pump counts only, said once.
  */
 #include <pthread.h>
 
@@ -31,6 +38,12 @@ static int decide(void)
         pump_notice("managed_all is off: the driver cannot list its devices (CUresult %d); device allocations "
                     "stay device memory",
                     (int)r);
+        return OFF;
+    }
+    if (pump_driver.func_param_info == NULL && pump_driver.kernel_param_info == NULL) {
+        pump_notice("managed_all is off: this driver cannot tell kernel parameter layouts (cuFuncGetParamInfo, "
+                    "CUDA 12.4), so pump cannot see which memory the runtime's and PyTorch's launches use; device "
+                    "allocations stay device memory, and pump counts only");
         return OFF;
     }
     for (int device = 0; device < count; device++) {
