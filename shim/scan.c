@@ -73,7 +73,6 @@ static struct wide *wide_of_thread(void)
 
 struct gather {
     struct pump_scan *out;
-    struct wide *wide;   /* NULL: the batched lookup into the scan's own places */
     bool full;           /* the scan's own places filled up: scan again, wide */
     uint64_t words, hits;
     uint32_t pending;
@@ -86,7 +85,7 @@ static size_t wide_slot(const struct pump_range *r)
 }
 
 /* Keeps each allocation the batch's words point into once, in argument order. */
-static void wide_flush(struct gather *g)
+static void wide_flush(struct gather *g, struct wide *wide)
 {
     struct pump_scan *out = g->out;
     for (uint32_t w = 0; w < g->pending && out->found < PUMP_SCAN_MAX_RANGES; w++) {
@@ -94,10 +93,10 @@ static void wide_flush(struct gather *g)
         if (pump_ranges_lookup(&g->batch[w], 1, &r, 0, 1, &g->hits) == 0)
             continue;
         size_t slot = wide_slot(r);
-        while (g->wide->set[slot] != NULL && g->wide->set[slot] != r)
+        while (wide->set[slot] != NULL && wide->set[slot] != r)
             slot = (slot + 1) & (WIDE_SLOTS - 1);
-        if (g->wide->set[slot] == NULL) {
-            g->wide->set[slot] = r;
+        if (wide->set[slot] == NULL) {
+            wide->set[slot] = r;
             out->range[out->found++] = r;
         }
     }
@@ -115,10 +114,15 @@ static void wide_clear(struct wide *w, const struct pump_scan *out)
     }
 }
 
-static void flush(struct gather *g)
+/* The scan runs on every launch: these are inlined into it, once for the scan into its
+ * own places (wide NULL), once for the wide one. */
+#define SCAN_INLINE inline __attribute__((always_inline))
+
+/* Looks up the pending words: into the scan's own places, or with `wide`, its thread's. */
+static SCAN_INLINE void flush(struct gather *g, struct wide *wide)
 {
-    if (g->wide != NULL) {
-        wide_flush(g);
+    if (wide != NULL) {
+        wide_flush(g, wide);
     } else {
         g->out->found = pump_ranges_lookup(g->batch, g->pending, g->out->range, g->out->found, PUMP_SCAN_INLINE,
                                            &g->hits);
@@ -129,11 +133,12 @@ static void flush(struct gather *g)
 }
 
 /* False once the scan must start again, wide. */
-static bool add_word(struct gather *g, const char *p)
+static SCAN_INLINE bool add_word(struct gather *g, struct wide *wide, const char *p)
 {
     memcpy(&g->batch[g->pending++], p, sizeof(uint64_t));  /* host copies need not be aligned */
-    if (g->pending == PUMP_SCAN_BATCH)
-        flush(g);
+    if (PUMP_LIKELY(g->pending < PUMP_SCAN_BATCH))
+        return true;
+    flush(g, wide);
     return !g->full;
 }
 
@@ -153,32 +158,32 @@ static const char *extra_buffer(void **extra, size_t *size)
 
 /* Looks up the launch's words (kernelParams `params` in the layout, else the `extra`
  * buffer): false when the scan's own places filled up first. */
-static bool gather(struct gather *g, const struct pump_layout *layout, void **params, const char *buffer,
-                   size_t size)
+static SCAN_INLINE bool gather(struct gather *g, struct wide *wide, const struct pump_layout *layout, void **params,
+                               const char *buffer, size_t size)
 {
     if (params != NULL) {
         for (uint32_t w = 0; w < layout->words; w++)
-            if (!add_word(g, (const char *)params[layout->word[w].param] + layout->word[w].offset_in_param))
+            if (!add_word(g, wide, (const char *)params[layout->word[w].param] + layout->word[w].offset_in_param))
                 return false;
     } else if (layout->known) {
         for (uint32_t w = 0; w < layout->words; w++)
-            if (layout->word[w].buffer_offset + 8 <= size && !add_word(g, buffer + layout->word[w].buffer_offset))
+            if (layout->word[w].buffer_offset + 8 <= size &&
+                !add_word(g, wide, buffer + layout->word[w].buffer_offset))
                 return false;
     } else {
         for (size_t o = 0; o + 8 <= size; o += 8)
-            if (!add_word(g, buffer + o))
+            if (!add_word(g, wide, buffer + o))
                 return false;
     }
-    flush(g);
+    flush(g, wide);
     return !g->full;
 }
 
-static void gather_start(struct gather *g, struct pump_scan *out, struct wide *wide)
+static SCAN_INLINE void gather_start(struct gather *g, struct pump_scan *out, struct wide *wide)
 {
     out->found = 0;
     out->range = wide != NULL ? wide->range : out->inline_range;
     g->out = out;
-    g->wide = wide;
     g->full = false;
     g->words = g->hits = 0;
     g->pending = 0;
@@ -202,9 +207,9 @@ PUMP_HIDDEN void pump_scan_launch(CUfunction f, void **params, void **extra, str
     struct gather g;  /* not zero-initialised: the batch is 2 KiB */
     gather_start(&g, out, NULL);
     struct wide *wide;
-    if (!gather(&g, layout, params, buffer, size) && (wide = wide_of_thread()) != NULL) {
+    if (PUMP_UNLIKELY(!gather(&g, NULL, layout, params, buffer, size)) && (wide = wide_of_thread()) != NULL) {
         gather_start(&g, out, wide);
-        gather(&g, layout, params, buffer, size);
+        gather(&g, wide, layout, params, buffer, size);
         wide_clear(wide, out);
     }
     out->own = out->found;
