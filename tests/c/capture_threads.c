@@ -12,13 +12,9 @@
  * capture when B is done. One JSON line: what cuStreamEndCapture returned, and a checksum.
  */
 #include <pthread.h>
-#include <sys/types.h>
 
 #include "cuda_api.h"
-
-/* libpump's allocator entry points, when the process has libpump (weak: the bare run has none). */
-extern void *pump_torch_alloc(ssize_t size, int device, CUstream stream) __attribute__((weak));
-extern void pump_torch_free(void *ptr, size_t size, int device, CUstream stream) __attribute__((weak));
+#include "pluggable.h"
 
 #define TENSOR_BYTES ((size_t)4 << 20)
 
@@ -26,23 +22,6 @@ static CUcontext context;
 static CUfunction set, inc;
 static pthread_barrier_t capturing, worked;
 static uint64_t checksum;
-
-static CUdeviceptr tensor_alloc(CUstream stream)
-{
-    if (pump_torch_alloc != NULL)
-        return (CUdeviceptr)(uintptr_t)pump_torch_alloc((ssize_t)TENSOR_BYTES, 0, stream);
-    CUdeviceptr p;
-    CHECK(cuMemAllocAsync(&p, TENSOR_BYTES, stream));
-    return p;
-}
-
-static void tensor_free(CUdeviceptr p, CUstream stream)
-{
-    if (pump_torch_free != NULL)
-        pump_torch_free((void *)(uintptr_t)p, TENSOR_BYTES, 0, stream);
-    else
-        CHECK(cuMemFreeAsync(p, stream));
-}
 
 /* x[i] = 1 over (float *x, uint64_t n): a new tensor's first writer. */
 static void set_kernel(void **params, const fakecuda_dims *dims)
@@ -69,18 +48,18 @@ static void *tensors(void *arg)
     CUstream stream;
     CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
     pthread_barrier_wait(&capturing);
-    CUdeviceptr first = tensor_alloc(stream);
+    CUdeviceptr first = pluggable_alloc(TENSOR_BYTES, stream);
     launch(set, stream, first);
     launch(inc, stream, first);
-    tensor_free(first, stream);
-    CUdeviceptr second = tensor_alloc(stream);
+    pluggable_free(first, TENSOR_BYTES, stream);
+    CUdeviceptr second = pluggable_alloc(TENSOR_BYTES, stream);
     launch(set, stream, second);
     launch(inc, stream, second);
     pthread_barrier_wait(&worked);
     CHECK(cuStreamSynchronize(stream));
     api.host_touch((const void *)(uintptr_t)second, TENSOR_BYTES);
     checksum = fnv1a(0xcbf29ce484222325ull, (const void *)(uintptr_t)second, TENSOR_BYTES);
-    tensor_free(second, stream);
+    pluggable_free(second, TENSOR_BYTES, stream);
     CHECK(cuStreamSynchronize(stream));
     CHECK(cuStreamDestroy(stream));
     return NULL;
@@ -95,15 +74,8 @@ int main(void)
     CHECK(cuDevicePrimaryCtxRetain(&context, device));
     CHECK(cuCtxSetCurrent(context));
     const size_t sizes[] = {8, 8}, aligns[] = {8, 8};
-    if (fakecuda_register_kernel("set", set_kernel, 2, sizes, aligns) ||
-        fakecuda_register_kernel("inc", inc_kernel, 2, sizes, aligns)) {
-        fprintf(stderr, "error: kernel registration failed\n");
-        return 3;
-    }
-    CUmodule module;
-    CHECK(cuModuleLoadData(&module, "fakecuda"));
-    CHECK(cuModuleGetFunction(&set, module, "set"));
-    CHECK(cuModuleGetFunction(&inc, module, "inc"));
+    set = cuda_api_kernel("set", set_kernel, 2, sizes, aligns);
+    inc = cuda_api_kernel("inc", inc_kernel, 2, sizes, aligns);
     CUstream stream;
     CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
     CUdeviceptr captured;

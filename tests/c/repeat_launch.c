@@ -18,15 +18,8 @@ int main(int argc, char **argv)
     cuda_api_load(&api, 0);
     cuda_api_start_on(&api, atoi(argv[1]));
     const size_t sizes[] = {8, 8}, aligns[] = {8, 8};
-    if (api.register_kernel("inc", inc_kernel, 2, sizes, aligns)) {
-        fprintf(stderr, "error: kernel registration failed\n");
-        return 3;
-    }
-    CUmodule module;
-    CUfunction inc;
+    CUfunction inc = cuda_api_kernel("inc", inc_kernel, 2, sizes, aligns);
     CUstream stream;
-    CHECK(api.module_load_data(&module, "fakecuda"));
-    CHECK(api.module_get_function(&inc, module, "inc"));
     CHECK(api.stream_create(&stream, CU_STREAM_NON_BLOCKING));
     CUdeviceptr x;
     uint64_t n = FLOATS;

@@ -24,11 +24,10 @@
 #include <time.h>
 
 #include "cuda_api.h"
+#include "pluggable.h"
 #include "pump_torch_trace.h"
 
 /* libpump's entry points, when the process has libpump (weak: the bare run has none). */
-extern void *pump_torch_alloc(ssize_t size, int device, CUstream stream) __attribute__((weak));
-extern void pump_torch_free(void *ptr, size_t size, int device, CUstream stream) __attribute__((weak));
 extern void pump_torch_trace(int event, uint64_t addr, uint64_t size, int flags) __attribute__((weak));
 
 #define WEIGHTS ((size_t)8 << 20)
@@ -55,25 +54,15 @@ static CUdeviceptr carve(size_t bytes)
 
 static CUdeviceptr tensor_alloc(size_t bytes)
 {
-    if (mode != PLUGGABLE)
-        return carve(bytes);
-    if (pump_torch_alloc != NULL)
-        return (CUdeviceptr)(uintptr_t)pump_torch_alloc((ssize_t)bytes, 0, stream);
-    CUdeviceptr p;
-    CHECK(cuMemAllocAsync(&p, bytes, stream));
-    return p;
+    return mode == PLUGGABLE ? pluggable_alloc(bytes, stream) : carve(bytes);
 }
 
 static void tensor_free(CUdeviceptr p, size_t bytes)
 {
-    if (mode != PLUGGABLE) {
-        if (mode == CACHING && pump_torch_trace != NULL)
-            pump_torch_trace(PUMP_TORCH_TENSOR_FREE, p, bytes, 0);
-    } else if (pump_torch_free != NULL) {
-        pump_torch_free((void *)(uintptr_t)p, bytes, 0, stream);
-    } else {
-        CHECK(cuMemFreeAsync(p, stream));
-    }
+    if (mode == PLUGGABLE)
+        pluggable_free(p, bytes, stream);
+    else if (mode == CACHING && pump_torch_trace != NULL)
+        pump_torch_trace(PUMP_TORCH_TENSOR_FREE, p, bytes, 0);
 }
 
 /* out[i] = w[i % nw] * 0.5 + step: writes every element of out before anything reads it. */

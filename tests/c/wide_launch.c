@@ -54,14 +54,7 @@ int main(int argc, char **argv)
     cuda_api_load(&api, 0);
     cuda_api_start(&api);
     const size_t sizes[] = {sizeof(struct tensor_list)}, aligns[] = {8};
-    if (api.register_kernel("foreach", foreach_kernel, 1, sizes, aligns)) {
-        fprintf(stderr, "error: kernel registration failed\n");
-        return 3;
-    }
-    CUmodule module;
-    CUfunction foreach;
-    CHECK(api.module_load_data(&module, "fakecuda"));
-    CHECK(api.module_get_function(&foreach, module, "foreach"));
+    CUfunction foreach = cuda_api_kernel("foreach", foreach_kernel, 1, sizes, aligns);
     CUstream stream;
     CHECK(api.stream_create(&stream, CU_STREAM_NON_BLOCKING));
 
