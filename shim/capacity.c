@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "capacity.h"
+#include "capture_mode.h"
 
 static uint64_t footprint;     /* atomic: managed bytes allocated now */
 static uint64_t cap;           /* 0 until resolved; UINT64_MAX if none could be set */
@@ -30,10 +31,21 @@ static uint64_t host_available(void)
     return (uint64_t)kib * 1024;
 }
 
+/* The current device's memory, asked in relaxed capture mode. */
+static bool device_memory(size_t *free_bytes, size_t *total_bytes)
+{
+    if (pump_driver.mem_get_info == NULL)
+        return false;
+    struct pump_capture_mode mode = pump_capture_relax();
+    bool ok = pump_driver.mem_get_info(free_bytes, total_bytes) == CUDA_SUCCESS;
+    pump_capture_restore(&mode);
+    return ok;
+}
+
 static uint64_t resolve(void)
 {
     size_t free_bytes = 0, total_bytes = 0;
-    if (pump_driver.mem_get_info == NULL || pump_driver.mem_get_info(&free_bytes, &total_bytes) != CUDA_SUCCESS) {
+    if (!device_memory(&free_bytes, &total_bytes)) {
         if (pump_config.cap_kind == PUMP_CAP_BYTES)
             return pump_config.cap_value;
         pump_log_once("cannot read the device's memory: no capacity cap");

@@ -137,12 +137,20 @@ PUMP_HIDDEN void pump_channel_free(uint64_t base, uint64_t size)
     pump_channel_emit(c, &e, 1);
 }
 
+/* The bases a LAUNCH carries (pump/channel.py's LAUNCH_BASES_MAX): a wider launch's first ones. */
+#define LAUNCH_BASES_MAX 64
+
+static uint32_t launch_bases(const struct pump_scan *scan)
+{
+    return scan->own < LAUNCH_BASES_MAX ? scan->own : LAUNCH_BASES_MAX;
+}
+
 PUMP_HIDDEN void pump_channel_launch(struct pump_channel *c, CUfunction f, CUstream stream, int device,
                                      const struct pump_scan *scan)
 {
     /* 3 bases in the LAUNCH record, 5 in each LAUNCH_MORE. */
-    struct pump_event records[1 + (PUMP_SCAN_MAX_RANGES + 4) / 5];
-    uint32_t own = scan->own;
+    struct pump_event records[1 + (LAUNCH_BASES_MAX + 4) / 5];
+    uint32_t own = launch_bases(scan);
     records[0] = event(PUMP_EVENT_LAUNCH, (uint16_t)own, device);
     records[0].arg[0] = (uint64_t)(uintptr_t)f;
     records[0].arg[1] = (uint64_t)(uintptr_t)stream;
@@ -283,7 +291,7 @@ static uint64_t launch_key(CUfunction f, const struct pump_scan *scan)
 {
     const uint64_t k = 0x9E3779B97F4A7C15ull;
     uint64_t h = (uint64_t)(uintptr_t)f * k;
-    for (uint32_t i = 0; i < scan->own; i++)
+    for (uint32_t i = 0; i < launch_bases(scan); i++)
         h = (h ^ __atomic_load_n(&scan->range[i]->base, __ATOMIC_RELAXED)) * k;
     h ^= h >> 32;
     return h != 0 ? h : 1;

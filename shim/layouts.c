@@ -12,6 +12,7 @@
  */
 #include <stdlib.h>
 
+#include "capture_mode.h"
 #include "channel.h"
 #include "layouts.h"
 
@@ -49,6 +50,7 @@ static const struct pump_layout *build(CUfunction f)
         return &unknown_layout;
     size_t *sizes = offsets + PUMP_MAX_PARAMS;
     uint32_t params = 0;
+    struct pump_capture_mode mode = pump_capture_relax();
     bool ok = query((param_info_fn)pump_driver.func_param_info, f, offsets, sizes, &params);
     /* Zero parameters from cuFuncGetParamInfo may mean "not a CUfunction". */
     if (!ok || params == 0) {
@@ -58,6 +60,7 @@ static const struct pump_layout *build(CUfunction f)
             params = kernel_params;
         }
     }
+    pump_capture_restore(&mode);
     if (!ok) {
         free(offsets);
         return &unknown_layout;

@@ -7,12 +7,20 @@
  * has concurrent managed access: without it, the host may not touch any
  * managed memory while a kernel runs, a rule a program written for device
  * memory never had to follow. Elsewhere managed_all is off, said once.
+ *
+ * Nor is it on where the driver cannot tell a kernel's parameter layout
+ * (cuFuncGetParamInfo and cuKernelGetParamInfo came with CUDA 12.4; the
+ * long-term 535 branch is CUDA 12.2): the launches the CUDA runtime and
+ * PyTorch make pass their arguments as kernelParams, which pump cannot scan
+ * without it, so the memory made managed would only fault in, never be
+ * prefetched. There pump counts only, said once.
  */
 #include <link.h>
 #include <pthread.h>
 #include <string.h>
 #include <unwind.h>
 
+#include "capture_mode.h"
 #include "managed_all.h"
 
 enum { UNDECIDED, ON, OFF };
@@ -33,6 +41,12 @@ static int decide(void)
         pump_notice("managed_all is off: the driver cannot list its devices (CUresult %d); device allocations "
                     "stay device memory",
                     (int)r);
+        return OFF;
+    }
+    if (pump_driver.func_param_info == NULL && pump_driver.kernel_param_info == NULL) {
+        pump_notice("managed_all is off: this driver cannot tell kernel parameter layouts (cuFuncGetParamInfo, "
+                    "CUDA 12.4), so pump cannot see which memory the runtime's and PyTorch's launches use; device "
+                    "allocations stay device memory, and pump counts only");
         return OFF;
     }
     for (int device = 0; device < count; device++) {
@@ -58,7 +72,9 @@ PUMP_HIDDEN bool pump_managed_all(void)
     pthread_mutex_lock(&decide_lock);
     d = atomic_load_explicit(&decision, memory_order_relaxed);
     if (d == UNDECIDED) {
+        struct pump_capture_mode mode = pump_capture_relax();
         d = decide();
+        pump_capture_restore(&mode);
         atomic_store_explicit(&decision, d, memory_order_release);
     }
     pthread_mutex_unlock(&decide_lock);
@@ -222,7 +238,17 @@ static CUresult managed_default_pool(CUmemoryPool *pool, CUdevice device)
     return pump_driver.mem_get_default_mem_pool(pool, &location, CU_MEM_ALLOCATION_TYPE_MANAGED);
 }
 
+static CUmemoryPool managed_pool_for(CUstream stream);
+
 PUMP_HIDDEN CUmemoryPool pump_managed_pool_for(CUstream stream)
+{
+    struct pump_capture_mode mode = pump_capture_relax();
+    CUmemoryPool pool = managed_pool_for(stream);
+    pump_capture_restore(&mode);
+    return pool;
+}
+
+static CUmemoryPool managed_pool_for(CUstream stream)
 {
     if (pump_driver.mem_get_default_mem_pool == NULL || pump_driver.stream_get_device == NULL ||
         pump_driver.device_get_mem_pool == NULL || pump_driver.device_get_default_mem_pool == NULL ||

@@ -32,6 +32,7 @@
  */
 #include <pthread.h>
 
+#include "capture_mode.h"
 #include "channel.h"
 #include "prefetch.h"
 #include "ranges.h"
@@ -88,20 +89,6 @@ static bool create_events(CUevent *events, int n)
     return true;
 }
 
-/* pump's own driver calls must not trip a global-mode capture elsewhere:
- * they run in relaxed capture mode (restore with capture_mode_restore). */
-static bool capture_mode_relax(CUstreamCaptureMode *mode)
-{
-    *mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-    return pump_driver.exchange_capture_mode != NULL && pump_driver.exchange_capture_mode(mode) == CUDA_SUCCESS;
-}
-
-static void capture_mode_restore(bool relaxed, CUstreamCaptureMode *mode)
-{
-    if (relaxed)
-        pump_driver.exchange_capture_mode(mode);
-}
-
 /* Makes ctx current for pump's own calls: true, with *pushed when it had to
  * be pushed (pop it with context_leave). */
 static bool context_enter(CUcontext ctx, bool *pushed)
@@ -125,17 +112,15 @@ static void context_leave(bool pushed)
 
 static void setup_context(struct pump_context *c, CUcontext ctx, uint32_t index)
 {
+    struct pump_capture_mode mode = pump_capture_relax();
     bool pushed;
     bool entered = context_enter(ctx, &pushed);
-    CUstreamCaptureMode mode;
-    bool relaxed = capture_mode_relax(&mode);
     c->index = index;
     bool have_device = entered && call_ok(pump_driver.ctx_get_device(&c->device), "cuCtxGetDevice");
     c->usable = have_device &&
                 call_ok(pump_driver.stream_create(&c->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate") &&
                 call_ok(pump_driver.stream_create(&c->evict_stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate") &&
                 create_events(&c->evicted, 1) && create_events(c->events, PUMP_EVENTS_PER_CONTEXT);
-    capture_mode_restore(relaxed, &mode);
     pthread_mutex_init(&c->use_lock, NULL);
     c->budget = 0;
     size_t free_bytes = 0, total_bytes = 0;
@@ -148,6 +133,7 @@ static void setup_context(struct pump_context *c, CUcontext ctx, uint32_t index)
     else if (pump_config.budget_kind == PUMP_CAP_PERCENT)
         pump_log_once("cannot read the device's memory: no budget");
     context_leave(pushed);
+    pump_capture_restore(&mode);
     if (have_device)
         pump_channel_device(c->device);  /* pumpd learns which GPU this is */
     if (c->budget != 0 && pump_channel_plan_budget() == 0)
@@ -218,8 +204,7 @@ static bool batch_broken; /* atomic: the driver refused a batch once */
 
 static bool move_ranges(CUstream stream, CUmemLocation to, CUdeviceptr *ptrs, size_t *sizes, size_t n)
 {
-    CUstreamCaptureMode mode;
-    bool relaxed = capture_mode_relax(&mode);
+    struct pump_capture_mode mode = pump_capture_relax();
     bool ok = true, done = false;
     if (pump_driver.prefetch_batch != NULL && !__atomic_load_n(&batch_broken, __ATOMIC_RELAXED)) {
         size_t first = 0;
@@ -240,7 +225,7 @@ static bool move_ranges(CUstream stream, CUmemLocation to, CUdeviceptr *ptrs, si
         ok = call_ok(r, "cuMemPrefetchAsync") && ok;
         PUMP_COUNT(prefetch_calls, 1);
     }
-    capture_mode_restore(relaxed, &mode);
+    pump_capture_restore(&mode);
     return ok;
 }
 
@@ -259,10 +244,9 @@ PUMP_HIDDEN bool pump_evict_to_host(struct pump_context *c, CUdeviceptr *ptrs, s
 /* Makes `stream` wait (on the GPU) for the event's latest record. */
 static void stream_wait(CUstream stream, CUevent event)
 {
-    CUstreamCaptureMode mode;
-    bool relaxed = capture_mode_relax(&mode);
+    struct pump_capture_mode mode = pump_capture_relax();
     call_ok(pump_driver.stream_wait_event(stream, event, 0), "cuStreamWaitEvent");
-    capture_mode_restore(relaxed, &mode);
+    pump_capture_restore(&mode);
 }
 
 /* Marks: the mark's sequence number << 8 | the context's index + 1 (never 0). */
@@ -310,8 +294,7 @@ PUMP_HIDDEN uint64_t pump_discard_dead(CUdeviceptr ptr, size_t size, CUstream st
         return 0;
     size_t bytes = (size_t)(end - first);
     uint64_t mark = 0;
-    CUstreamCaptureMode mode;
-    bool relaxed = capture_mode_relax(&mode);
+    struct pump_capture_mode mode = pump_capture_relax();
     pthread_mutex_lock(&c->use_lock);
     uint64_t sequence = c->mark_count;
     uint32_t slot = (uint32_t)(sequence % PUMP_DISCARD_MARKS);
@@ -335,7 +318,7 @@ PUMP_HIDDEN uint64_t pump_discard_dead(CUdeviceptr ptr, size_t size, CUstream st
         __atomic_store_n(&c->mark_count, sequence + 1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&c->use_lock);
-    capture_mode_restore(relaxed, &mode);
+    pump_capture_restore(&mode);
     return mark;
 }
 
@@ -374,7 +357,10 @@ PUMP_HIDDEN bool pump_discard_done(uint64_t mark)
     /* a slot is marked again only once its discard has run */
     if (__atomic_load_n(&c->mark_count, __ATOMIC_ACQUIRE) > (mark >> MARK_SEQUENCE_SHIFT) + PUMP_DISCARD_MARKS)
         return true;
-    return pump_driver.event_query(event) == CUDA_SUCCESS;
+    struct pump_capture_mode mode = pump_capture_relax();
+    bool done = pump_driver.event_query(event) == CUDA_SUCCESS;
+    pump_capture_restore(&mode);
+    return done;
 }
 
 /* A slot marked again meanwhile makes the stream wait for a later discard:
@@ -403,20 +389,18 @@ PUMP_HIDDEN void pump_evict_after_discard(struct pump_context *c, uint64_t mark)
 PUMP_HIDDEN void pump_prefetch_wait(struct pump_context *c, CUstream stream)
 {
     uint32_t slot = __atomic_fetch_add(&c->next_event, 1, __ATOMIC_RELAXED) % PUMP_EVENTS_PER_CONTEXT;
-    CUstreamCaptureMode mode;
-    bool relaxed = capture_mode_relax(&mode);
+    struct pump_capture_mode mode = pump_capture_relax();
     if (call_ok(pump_driver.event_record(c->events[slot], c->stream), "cuEventRecord") && pump_config.wait)
         call_ok(pump_driver.stream_wait_event(stream, c->events[slot], 0), "cuStreamWaitEvent");
-    capture_mode_restore(relaxed, &mode);
+    pump_capture_restore(&mode);
 }
 
 PUMP_HIDDEN void pump_prefetch_after_evictions(struct pump_context *c)
 {
-    CUstreamCaptureMode mode;
-    bool relaxed = capture_mode_relax(&mode);
+    struct pump_capture_mode mode = pump_capture_relax();
     if (call_ok(pump_driver.event_record(c->evicted, c->evict_stream), "cuEventRecord"))
         call_ok(pump_driver.stream_wait_event(c->stream, c->evicted, 0), "cuStreamWaitEvent");
-    capture_mode_restore(relaxed, &mode);
+    pump_capture_restore(&mode);
 }
 
 /* Tokens: the sequence number (for "which use is later"), the ring slot and
@@ -432,8 +416,7 @@ static bool use_events_ready(struct pump_context *c)
 PUMP_HIDDEN uint64_t pump_use_record(struct pump_context *c, CUstream stream)
 {
     uint64_t token = 0;
-    CUstreamCaptureMode mode;
-    bool relaxed = capture_mode_relax(&mode);
+    struct pump_capture_mode mode = pump_capture_relax();
     pthread_mutex_lock(&c->use_lock);
     if (use_events_ready(c)) {
         uint32_t slot = (uint32_t)(c->use_count % PUMP_USE_EVENTS);
@@ -447,7 +430,7 @@ PUMP_HIDDEN uint64_t pump_use_record(struct pump_context *c, CUstream stream)
         c->use_count += reusable;  /* a slot the eviction stream did not wait on is not reused */
     }
     pthread_mutex_unlock(&c->use_lock);
-    capture_mode_restore(relaxed, &mode);
+    pump_capture_restore(&mode);
     return token;
 }
 

@@ -21,7 +21,7 @@ struct pump_range {
     /* Where pump believes the allocation is resident: pump_resident_stamp()
      * of the epoch and device it was prefetched for, 0 for nowhere. Read and
      * written with relaxed atomics: a stale belief costs faults, never values. */
-    uint32_t resident_stamp;
+    uint64_t resident_stamp;
     uint32_t flags;       /* cuMemAllocManaged's flags (0 where unknown) */
     /* 1 once its ALLOC event went to the daemon (whoever sets it first,
      * the allocating thread or the channel's attach, writes the event). */

@@ -52,7 +52,7 @@ struct pump_block {
                                          while that is still the case must wait for the evictions */
     uint64_t discarded;               /* the mark of an earlier owner's discard of its memory that may
                                          still be running: pump moves it only after that (0: none) */
-    uint32_t stamp;                   /* resident_stamp() when last prefetched; 0: not this epoch */
+    uint64_t stamp;                   /* resident_stamp() when last prefetched; 0: not this epoch */
     int32_t device;                   /* believed resident there; -1: nowhere */
 };
 
@@ -92,13 +92,16 @@ PUMP_HIDDEN uint32_t pump_epoch_advance(void)
     return epoch;
 }
 
-/* "Prefetched to device in the current epoch"; 0 (never skipped) for devices
- * past what the stamp can name. */
-static uint32_t resident_stamp(int device)
+/* "Prefetched to device in the current epoch": the whole epoch, then the device + 1
+ * (1 .. DEVICES_MAX) in the low bits, so no epoch wraps into another's stamp early. */
+#define STAMP_DEVICE_BITS 7
+_Static_assert(DEVICES_MAX < 1 << STAMP_DEVICE_BITS, "a stamp names every device");
+static uint64_t resident_stamp(int device)
 {
-    if (device < 0 || device >= 15)
+    if (device < 0 || device >= DEVICES_MAX)
         return 0;
-    return (atomic_load_explicit(&pump_epoch, memory_order_relaxed) << 4) | (uint32_t)(device + 1);
+    return (uint64_t)atomic_load_explicit(&pump_epoch, memory_order_relaxed) << STAMP_DEVICE_BITS |
+           (uint64_t)(device + 1);
 }
 
 static uint64_t block_start(const struct pump_blocks *a, uint32_t i)
@@ -174,7 +177,7 @@ static void count_in(struct pump_blocks *a, uint32_t i, int device)
 }
 
 /* Brings the range record's summaries in line with its blocks. */
-static void refresh(struct pump_blocks *a, int device, uint32_t stamp)
+static void refresh(struct pump_blocks *a, int device, uint64_t stamp)
 {
     bool counted = true, stamped = stamp != 0;
     for (uint32_t i = 0; i < a->count; i++) {
@@ -379,7 +382,7 @@ static bool make_room(struct evictions *e, uint64_t need, uint64_t budget, uint3
 struct prefetches {
     struct pump_context *c;
     int device;
-    uint32_t stamp;
+    uint64_t stamp;
     bool from_plan, issued;
     bool after_evictions;  /* a block of it has an eviction the prefetch stream has not waited for */
     uint64_t tick;         /* a plan's prefetch: the launch whose trigger it is (0: none) */
@@ -612,7 +615,7 @@ static void need_rule(struct pump_context *c, int device, CUstream stream, const
  * planned prefetch that brought the latest of them, if any. True when it
  * prefetched. */
 static bool launch_rule(struct pump_context *c, int device, CUstream stream, struct uses u, uint64_t budget,
-                        uint32_t stamp)
+                        uint64_t stamp)
 {
     pthread_mutex_lock(&lock);
     uint64_t decision = begin_decision(u);
@@ -647,7 +650,7 @@ static bool launch_rule(struct pump_context *c, int device, CUstream stream, str
 
 /* The allocations not believed resident on `device` this epoch (their
  * number), counting the others as resident skips. */
-static uint32_t launch_todo(struct uses u, uint32_t stamp)
+static uint32_t launch_todo(struct uses u, uint64_t stamp)
 {
     uint32_t todo = 0;
     for (uint32_t r = 0; r < u.n; r++)
@@ -664,7 +667,7 @@ PUMP_HIDDEN void pump_residency_launch(struct pump_context *c, CUstream stream, 
     if (device < 0 || device >= DEVICES_MAX)
         return;
     bool planned = trigger != NULL && trigger->need > 0;
-    uint32_t stamp = resident_stamp(device);
+    uint64_t stamp = resident_stamp(device);
     if (!planned && launch_todo(uses_of(scan), stamp) == 0)
         return;
     *capturing = pump_stream_capturing(stream);
@@ -683,7 +686,7 @@ PUMP_HIDDEN void pump_residency_graph_launch(struct pump_context *c, CUstream st
     if (device < 0 || device >= DEVICES_MAX)
         return;
     struct uses u = {ranges, n};
-    uint32_t stamp = resident_stamp(device);
+    uint64_t stamp = resident_stamp(device);
     if (launch_todo(u, stamp) > 0)
         launch_rule(c, device, stream, u, budget, stamp);
 }

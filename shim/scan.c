@@ -11,7 +11,16 @@
  * is counted: bytes prefetched that no kernel used (fakecuda measures them)
  * and words that only looked like pointers (an integer argument whose value
  * happens to fall inside an allocation prefetches it for nothing).
+ *
+ * Most launches name a few allocations: their words are looked up in batches
+ * and kept in the scan itself. A launch that fills those PUMP_SCAN_INLINE
+ * places (a foreach kernel's tensor lists) is scanned again, wide: word by
+ * word, each allocation kept once through a hash set, in a buffer its thread
+ * allocates on its first wide launch and keeps until it exits. No launch
+ * allocates, and none pays for the wide ones.
  */
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "layouts.h"
@@ -21,27 +30,116 @@
 #define PUMP_EXTRA_MAX_PAIRS 8
 /* Words are gathered and looked up in batches of this many. */
 #define PUMP_SCAN_BATCH 256
+/* A wide scan's hash set: a power of two, at least twice PUMP_SCAN_MAX_RANGES. */
+#define WIDE_SLOTS 8192
+
+/* A thread's room for the allocations of its wide launches. */
+struct wide {
+    struct pump_range *range[PUMP_SCAN_MAX_RANGES];
+    struct pump_range *set[WIDE_SLOTS];  /* empty between scans */
+};
+
+static pthread_key_t wide_key;
+static pthread_once_t wide_once = PTHREAD_ONCE_INIT;
+static bool wide_key_made;
+
+static void make_wide_key(void)
+{
+    wide_key_made = pthread_key_create(&wide_key, free) == 0;
+}
+
+/* The calling thread's buffer (freed when it exits), or NULL. */
+static struct wide *wide_of_thread(void)
+{
+    pthread_once(&wide_once, make_wide_key);
+    if (!wide_key_made) {
+        pump_log_once("cannot keep a buffer per thread: launches naming more than %d managed allocations are "
+                      "prefetched in part", PUMP_SCAN_INLINE);
+        return NULL;
+    }
+    struct wide *w = pthread_getspecific(wide_key);
+    if (w != NULL)
+        return w;
+    w = calloc(1, sizeof *w);
+    if (w != NULL && pthread_setspecific(wide_key, w) != 0) {
+        free(w);
+        w = NULL;
+    }
+    if (w == NULL)
+        pump_log_once("no memory to scan a launch naming more than %d managed allocations: it is prefetched in "
+                      "part", PUMP_SCAN_INLINE);
+    return w;
+}
 
 struct gather {
     struct pump_scan *out;
+    bool full;           /* the scan's own places filled up: scan again, wide */
     uint64_t words, hits;
     uint32_t pending;
     uint64_t batch[PUMP_SCAN_BATCH];
 };
 
-static void flush(struct gather *g)
+static size_t wide_slot(const struct pump_range *r)
 {
-    g->out->found = pump_ranges_lookup(g->batch, g->pending, g->out->range, g->out->found, PUMP_SCAN_MAX_RANGES,
-                                       &g->hits);
+    return (size_t)(((uintptr_t)r >> 3) * 0x9E3779B97F4A7C15ull >> 40) & (WIDE_SLOTS - 1);
+}
+
+/* Keeps each allocation the batch's words point into once, in argument order. */
+static void wide_flush(struct gather *g, struct wide *wide)
+{
+    struct pump_scan *out = g->out;
+    for (uint32_t w = 0; w < g->pending && out->found < PUMP_SCAN_MAX_RANGES; w++) {
+        struct pump_range *r;
+        if (pump_ranges_lookup(&g->batch[w], 1, &r, 0, 1, &g->hits) == 0)
+            continue;
+        size_t slot = wide_slot(r);
+        while (wide->set[slot] != NULL && wide->set[slot] != r)
+            slot = (slot + 1) & (WIDE_SLOTS - 1);
+        if (wide->set[slot] == NULL) {
+            wide->set[slot] = r;
+            out->range[out->found++] = r;
+        }
+    }
+}
+
+/* Empties the set, newest first: each entry's probe path then still holds the older
+ * entries it was placed past. */
+static void wide_clear(struct wide *w, const struct pump_scan *out)
+{
+    for (uint32_t i = out->found; i-- > 0;) {
+        size_t slot = wide_slot(out->range[i]);
+        while (w->set[slot] != out->range[i])
+            slot = (slot + 1) & (WIDE_SLOTS - 1);
+        w->set[slot] = NULL;
+    }
+}
+
+/* The scan runs on every launch: these are inlined into it, once for the scan into its
+ * own places (wide NULL), once for the wide one. */
+#define SCAN_INLINE inline __attribute__((always_inline))
+
+/* Looks up the pending words: into the scan's own places, or with `wide`, its thread's. */
+static SCAN_INLINE void flush(struct gather *g, struct wide *wide)
+{
+    if (wide != NULL) {
+        wide_flush(g, wide);
+    } else {
+        g->out->found = pump_ranges_lookup(g->batch, g->pending, g->out->range, g->out->found, PUMP_SCAN_INLINE,
+                                           &g->hits);
+        g->full = g->out->found == PUMP_SCAN_INLINE;
+    }
     g->words += g->pending;
     g->pending = 0;
 }
 
-static void add_word(struct gather *g, const char *p)
+/* False once the scan must start again, wide. */
+static SCAN_INLINE bool add_word(struct gather *g, struct wide *wide, const char *p)
 {
     memcpy(&g->batch[g->pending++], p, sizeof(uint64_t));  /* host copies need not be aligned */
-    if (g->pending == PUMP_SCAN_BATCH)
-        flush(g);
+    if (PUMP_LIKELY(g->pending < PUMP_SCAN_BATCH))
+        return true;
+    flush(g, wide);
+    return !g->full;
 }
 
 /* The packed argument buffer of the `extra` form, or NULL. */
@@ -58,39 +156,62 @@ static const char *extra_buffer(void **extra, size_t *size)
     return *size > 0 ? buffer : NULL;
 }
 
+/* Looks up the launch's words (kernelParams `params` in the layout, else the `extra`
+ * buffer): false when the scan's own places filled up first. */
+static SCAN_INLINE bool gather(struct gather *g, struct wide *wide, const struct pump_layout *layout, void **params,
+                               const char *buffer, size_t size)
+{
+    if (params != NULL) {
+        for (uint32_t w = 0; w < layout->words; w++)
+            if (!add_word(g, wide, (const char *)params[layout->word[w].param] + layout->word[w].offset_in_param))
+                return false;
+    } else if (layout->known) {
+        for (uint32_t w = 0; w < layout->words; w++)
+            if (layout->word[w].buffer_offset + 8 <= size &&
+                !add_word(g, wide, buffer + layout->word[w].buffer_offset))
+                return false;
+    } else {
+        for (size_t o = 0; o + 8 <= size; o += 8)
+            if (!add_word(g, wide, buffer + o))
+                return false;
+    }
+    flush(g, wide);
+    return !g->full;
+}
+
+static SCAN_INLINE void gather_start(struct gather *g, struct pump_scan *out, struct wide *wide)
+{
+    out->found = 0;
+    out->range = wide != NULL ? wide->range : out->inline_range;
+    g->out = out;
+    g->full = false;
+    g->words = g->hits = 0;
+    g->pending = 0;
+}
+
 PUMP_HIDDEN void pump_scan_launch(CUfunction f, void **params, void **extra, struct pump_scan *out)
 {
     out->found = 0;
     out->own = 0;
     out->unscanned = false;
+    out->range = out->inline_range;
     const struct pump_layout *layout = pump_layout_of(f);
-    struct gather g;  /* not zero-initialised: the batch is 2 KiB */
-    g.out = out;
-    g.words = g.hits = 0;
-    g.pending = 0;
-
-    if (params != NULL) {
-        if (!layout->known) {
-            out->unscanned = true;  /* without a layout, kernelParams' length is unknown */
-            return;
-        }
-        for (uint32_t w = 0; w < layout->words; w++)
-            add_word(&g, (const char *)params[layout->word[w].param] + layout->word[w].offset_in_param);
-    } else if (extra != NULL) {
-        size_t size;
-        const char *buffer = extra_buffer(extra, &size);
-        if (buffer == NULL)
-            return;
-        if (layout->known) {
-            for (uint32_t w = 0; w < layout->words; w++)
-                if (layout->word[w].buffer_offset + 8 <= size)
-                    add_word(&g, buffer + layout->word[w].buffer_offset);
-        } else {
-            for (size_t o = 0; o + 8 <= size; o += 8)
-                add_word(&g, buffer + o);
-        }
+    const char *buffer = NULL;
+    size_t size = 0;
+    if (params != NULL && !layout->known) {
+        out->unscanned = true;  /* without a layout, kernelParams' length is unknown */
+        return;
     }
-    flush(&g);
+    if (params == NULL && (extra == NULL || (buffer = extra_buffer(extra, &size)) == NULL))
+        return;
+    struct gather g;  /* not zero-initialised: the batch is 2 KiB */
+    gather_start(&g, out, NULL);
+    struct wide *wide;
+    if (PUMP_UNLIKELY(!gather(&g, NULL, layout, params, buffer, size)) && (wide = wide_of_thread()) != NULL) {
+        gather_start(&g, out, wide);
+        gather(&g, wide, layout, params, buffer, size);
+        wide_clear(wide, out);
+    }
     out->own = out->found;
     if (g.words > 0)
         PUMP_COUNT(scan_words, g.words);

@@ -209,6 +209,22 @@ __attribute__((unused)) static void host_fill(float *x, size_t n, float base)
         x[i] = base + (float)(i % 1024) * 0.25f;
 }
 
+/* A kernel registered with fakecuda and looked up as a CUfunction of a loaded module
+ * (made in the current context). */
+__attribute__((unused)) static CUfunction cuda_api_kernel(const char *name, fakecuda_kernel_fn fn, unsigned nparams,
+                                                          const size_t *sizes, const size_t *aligns)
+{
+    if (api.register_kernel(name, fn, nparams, sizes, aligns)) {
+        fprintf(stderr, "error: kernel registration failed\n");
+        exit(3);
+    }
+    CUmodule module;
+    CUfunction f;
+    CHECK(api.module_load_data(&module, "fakecuda"));
+    CHECK(api.module_get_function(&f, module, name));
+    return f;
+}
+
 /* cuInit, device `ordinal`'s primary context made current. */
 static inline CUdevice cuda_api_start_on(struct cuda_api *api, int ordinal)
 {

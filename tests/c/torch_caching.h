@@ -15,9 +15,7 @@
 #include "cuda_api.h"
 #include "pump_torch_trace.h"
 
-/* libpump's entry points, when the process has libpump (weak: the bare run has none). */
-extern void *pump_torch_alloc(ssize_t size, int device, CUstream stream) __attribute__((weak));
-extern void pump_torch_free(void *ptr, size_t size, int device, CUstream stream) __attribute__((weak));
+/* libpump's bridge, when the process has libpump (weak: the bare run has none). */
 extern void pump_torch_trace(int event, uint64_t addr, uint64_t size, int flags) __attribute__((weak));
 
 #define TORCH_CACHING_SEGMENTS 64

@@ -384,6 +384,7 @@ static void test_plan(void)
     uint64_t f = 0x7f00deadbe00ull, g = 0x7f00deadbf00ull;
     uint64_t own[] = {base + 8 * MiB, base};
     struct pump_scan scan = {.found = 0};
+    scan.range = scan.inline_range;
     scan.range[scan.found++] = find(own[0]);  /* the launch's own, in argument order */
     scan.range[scan.found++] = find(own[1]);
     scan.own = scan.found;

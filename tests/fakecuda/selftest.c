@@ -568,6 +568,16 @@ int main(int argc, char **argv)
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
     OK(cuThreadExchangeStreamCaptureMode(&mode));
     CHECK(mode == CU_STREAM_CAPTURE_MODE_GLOBAL, "capture mode exchanged");
+    /* potentially unsafe calls (cuEventQuery) under a capture: allowed in relaxed mode,
+     * prohibited in global mode, which invalidates the capture */
+    OK(cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    OK(cuEventQuery(ev));
+    OK(cuThreadExchangeStreamCaptureMode(&mode));
+    CHECK(cuEventQuery(ev) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "event query in global mode");
+    CHECK(cuStreamEndCapture(s1, &g) == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED && g == NULL,
+          "capture invalidated by an unsafe call");
+    OK(cuEventQuery(ev));
+    OK(cuThreadExchangeStreamCaptureMode(&mode));
 
     /* 10b. graphs built by hand: kernel nodes, a child graph (copied into its node),
      * instantiation with params, and an exec's kernel node or whole graph updated */

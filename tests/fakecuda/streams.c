@@ -373,6 +373,8 @@ static struct CUgraph_st *graph_clone(const struct CUgraph_st *g);
 
 typedef struct fc_capture {
     uint64_t id;
+    CUstreamCaptureMode mode; /* given to cuStreamBeginCapture */
+    pthread_t thread;         /* the thread that began it */
     struct CUstream_st *origin;
     struct CUgraph_st *graph;
     int invalidated;
@@ -556,6 +558,8 @@ static CUresult begin_capture(CUstream h, CUstreamCaptureMode mode, int ptsz)
     }
     cap->graph = g;
     cap->origin = s;
+    cap->mode = mode;
+    cap->thread = pthread_self();
     pthread_mutex_lock(&fc_capture_mu);
     if (atomic_load_explicit(&s->capture, memory_order_relaxed) || capture_join(cap, s) != 0) {
         pthread_mutex_unlock(&fc_capture_mu);
@@ -655,7 +659,34 @@ FC_DEF(cuStreamGetCaptureInfo_v3_ptsz, 12030, (CUstream hStream, CUstreamCapture
         const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out),
        capture_info(hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out));
 
-/* The mode is kept per thread and exchanged; the model does not enforce it. */
+/* The rule cuThreadExchangeStreamCaptureMode's documentation (cuda.h) states: a thread in
+ * global mode is prohibited from potentially unsafe API calls while it has a capture not
+ * begun in relaxed mode, or while any other thread has one begun in global mode; in
+ * thread-local mode only its own captures count; in relaxed mode none. A prohibited call
+ * fails with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the captures that
+ * prohibit it ("operation not permitted when stream is capturing", then
+ * CUDA_ERROR_STREAM_CAPTURE_INVALIDATED at the end of the capture: cuEventQuery from
+ * PyTorch's NCCL watchdog thread, pytorch/pytorch#104487, #104555, #148594). */
+static CUresult capture_check_unsafe_call(void)
+{
+    CUstreamCaptureMode mode = fc_tls_capture_mode;
+    if (mode == CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_SUCCESS;
+    int prohibited = 0;
+    pthread_t self = pthread_self();
+    pthread_mutex_lock(&fc_capture_mu);
+    for (fc_capture *c = fc_captures; c; c = c->next) {
+        int own = pthread_equal(c->thread, self);
+        if ((own && c->mode != CU_STREAM_CAPTURE_MODE_RELAXED) ||
+            (!own && mode == CU_STREAM_CAPTURE_MODE_GLOBAL && c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL)) {
+            c->invalidated = 1;
+            prohibited = 1;
+        }
+    }
+    pthread_mutex_unlock(&fc_capture_mu);
+    return prohibited ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
+/* The mode is kept per thread and exchanged (capture_check_unsafe_call reads it). */
 FC_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
 {
     FC_ENTRY(cuThreadExchangeStreamCaptureMode, 10010);
@@ -1080,6 +1111,8 @@ FC_EXPORT CUresult cuEventQuery(CUevent hEvent)
     FC_ENTRY(cuEventQuery, 2000);
     if (!event_ok(hEvent)) return CUDA_ERROR_INVALID_HANDLE;
     fc_cost(FC_E_EVENT_QUERY, FAKECUDA_QUERY_HOST_NS);
+    CUresult unsafe = capture_check_unsafe_call();
+    if (unsafe != CUDA_SUCCESS) return unsafe;
     fc_fence *f = event_fence(hEvent);
     int done = !f || fence_done(f, NULL);
     fence_unref(f);
