@@ -210,3 +210,21 @@ def test_sweep_json_and_plot(trace_path, tmp_path):
     doc = json.loads(p.stdout)
     assert set(doc["sweep"]["step_ms"]) == set(engine.POLICIES) and len(doc["sweep"]["capacities"]) == 7
     assert png.stat().st_size > 1000 and doc["plot"] == str(png)
+
+
+def test_the_docs_table_of_presets_is_the_constants():
+    import pathlib
+    doc = (pathlib.Path(__file__).parent.parent / "docs" / "simulate.md").read_text()
+    doc = doc[doc.index("## GPU presets"):doc.index("**Kernel times.**")]
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `([\w-]+)` \| (.*) \|$", doc, re.M)}
+    del rows["--gpu"]                   # the header
+    assert set(rows) == set(K.GPU_PRESETS)
+    for name, row in rows.items():
+        g = K.GPU_PRESETS[name]
+        card, fp32, tf32, memory, link = row.split(" | ")
+        assert fp32 == f"{g.fp32_flops / 1e12:g} TFLOPS"
+        assert tf32 == ("none" if not g.tf32_flops else f"{g.tf32_flops / 1e12:g} TFLOPS")
+        assert memory.startswith(f"{g.memory_bytes / 1e9:g} GB {g.memory_kind}, ")
+        gen, lanes, gbps = re.fullmatch(r"PCIe Gen(\d) x(\d+), ([\d.]+) GB/s", link).groups()
+        assert (int(gen), int(lanes)) == (g.pcie_generation, g.pcie_lanes)
+        assert float(gbps) == pytest.approx(g.link_bytes_per_s / 1e9, rel=2e-3)
