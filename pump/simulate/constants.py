@@ -85,6 +85,10 @@ def pcie_bytes_per_s(generation: int, lanes: int) -> float:
     return gt * lanes * encoding / 8
 
 
+# pumpd plans with this link rate until NVML has measured one (daemon/pumpd/lookahead.py).
+PCIE5_X16_BYTES_PER_S = pcie_bytes_per_s(5, 16)
+
+
 @dataclasses.dataclass(frozen=True)
 class FaultPath:
     """The UVM driver's fault path: no datasheet gives it (see FAULT_PATH)."""
