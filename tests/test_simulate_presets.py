@@ -228,3 +228,20 @@ def test_the_docs_table_of_presets_is_the_constants():
         gen, lanes, gbps = re.fullmatch(r"PCIe Gen(\d) x(\d+), ([\d.]+) GB/s", link).groups()
         assert (int(gen), int(lanes)) == (g.pcie_generation, g.pcie_lanes)
         assert float(gbps) == pytest.approx(g.link_bytes_per_s / 1e9, rel=2e-3)
+
+
+def test_bench_sim_runs_each_preset_named_and_prints_means_and_medians(trace_path, tmp_path):
+    import pathlib
+    script = pathlib.Path(__file__).parent.parent / "scripts" / "bench-sim"
+    p = subprocess.run([sys.executable, str(script), "--no-plot", "--gpu", "v100", "--gpu", "l4",
+                        "--results", str(tmp_path), trace_path], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "NVIDIA V100 PCIe 32 GB" in p.stdout and "NVIDIA L4 24 GB" in p.stdout and "lookahead median ms" in p.stdout
+    summary = json.loads((tmp_path / "sim-summary.json").read_text())
+    assert set(summary["gpus"]) == {"v100", "l4"} and (tmp_path / "sim-l4-t.json").exists()
+    row = summary["gpus"]["v100"]["traces"]["t"]
+    for case in ("best", "worst"):
+        c = row[case]
+        assert c["lookahead_over_lower_bound"] == pytest.approx(c["step_mean_seconds"]["lookahead"]
+                                                                / c["lower_bound_seconds"])
+        assert set(c["step_median_seconds"]) == set(c["step_mean_seconds"]) == set(engine.POLICIES)
