@@ -210,3 +210,38 @@ def test_sweep_json_and_plot(trace_path, tmp_path):
     doc = json.loads(p.stdout)
     assert set(doc["sweep"]["step_ms"]) == set(engine.POLICIES) and len(doc["sweep"]["capacities"]) == 7
     assert png.stat().st_size > 1000 and doc["plot"] == str(png)
+
+
+def test_the_docs_table_of_presets_is_the_constants():
+    import pathlib
+    doc = (pathlib.Path(__file__).parent.parent / "docs" / "simulate.md").read_text()
+    doc = doc[doc.index("## GPU presets"):doc.index("**Kernel times.**")]
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `([\w-]+)` \| (.*) \|$", doc, re.M)}
+    del rows["--gpu"]                   # the header
+    assert set(rows) == set(K.GPU_PRESETS)
+    for name, row in rows.items():
+        g = K.GPU_PRESETS[name]
+        card, fp32, tf32, memory, link = row.split(" | ")
+        assert fp32 == f"{g.fp32_flops / 1e12:g} TFLOPS"
+        assert tf32 == ("none" if not g.tf32_flops else f"{g.tf32_flops / 1e12:g} TFLOPS")
+        assert memory.startswith(f"{g.memory_bytes / 1e9:g} GB {g.memory_kind}, ")
+        gen, lanes, gbps = re.fullmatch(r"PCIe Gen(\d) x(\d+), ([\d.]+) GB/s", link).groups()
+        assert (int(gen), int(lanes)) == (g.pcie_generation, g.pcie_lanes)
+        assert float(gbps) == pytest.approx(g.link_bytes_per_s / 1e9, rel=2e-3)
+
+
+def test_bench_sim_runs_each_preset_named_and_prints_means_and_medians(trace_path, tmp_path):
+    import pathlib
+    script = pathlib.Path(__file__).parent.parent / "scripts" / "bench-sim"
+    p = subprocess.run([sys.executable, str(script), "--no-plot", "--gpu", "v100", "--gpu", "l4",
+                        "--results", str(tmp_path), trace_path], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "NVIDIA V100 PCIe 32 GB" in p.stdout and "NVIDIA L4 24 GB" in p.stdout and "lookahead median ms" in p.stdout
+    summary = json.loads((tmp_path / "sim-summary.json").read_text())
+    assert set(summary["gpus"]) == {"v100", "l4"} and (tmp_path / "sim-l4-t.json").exists()
+    row = summary["gpus"]["v100"]["traces"]["t"]
+    for case in ("best", "worst"):
+        c = row[case]
+        assert c["lookahead_over_lower_bound"] == pytest.approx(c["step_mean_seconds"]["lookahead"]
+                                                                / c["lower_bound_seconds"])
+        assert set(c["step_median_seconds"]) == set(c["step_mean_seconds"]) == set(engine.POLICIES)

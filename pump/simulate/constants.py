@@ -17,19 +17,22 @@ Sources cited below:
           (both directions together).  The PCIe card's product brief PB-11133-001_v02 (November
           2022) agrees on the card ("greater than 2,000 gigabytes per second").
   [H200]  NVIDIA H200 Tensor Core GPU datasheet (nvidia.com, 2024), column "H200 SXM": FP32 67
-          TFLOPS, TF32 989*, BF16 1,979* (sparse), 141 GB HBM3e at 4.8 TB/s, PCIe Gen5 128 GB/s.
+          TFLOPS, TF32 989*, BF16 1,979* (sparse), 141 GB HBM3e at 4.8 TB/s, PCIe Gen5 128 GB/s
+          (as reproduced at lzwjava.github.io/nvidia-h200-gpu-specs-en and saulelectric.com).
   [A100-40] NVIDIA A100 Tensor Core GPU datasheet (nvidia.com, 2020 edition, columns "A100 40GB
           PCIe" / "A100 40GB SXM"): FP32 19.5 TFLOPS, TF32 156 (312 sparse), BF16 312 (624
-          sparse), 40 GB HBM2 at 1,555 GB/s, PCIe Gen4 64 GB/s.
+          sparse), 40 GB HBM2 at 1,555 GB/s, PCIe Gen4 64 GB/s (as reproduced at
+          glennklockwood.com/garden/processors/A100 and thundercompute.com's A100 specifications).
   [A100-80] NVIDIA A100 datasheet nvidia-a100-datasheet-us-nvidia-1758950-r4-web (nvidia.com,
           2021), column "A100 80GB PCIe": the same FLOPs, 80 GB HBM2e at 1,935 GB/s, PCIe Gen4
-          64 GB/s.
+          64 GB/s (as reproduced at thundercompute.com's A100 specifications).
   [L4]    NVIDIA L4 Tensor Core GPU datasheet (nvidia.com, 2023): FP32 30.3 TFLOPS, TF32 120*,
-          BF16 242* (sparse), 24 GB GDDR6 at 300 GB/s, PCIe Gen4 x16 64 GB/s.
+          BF16 242* (sparse), 24 GB GDDR6 at 300 GB/s, PCIe Gen4 x16 64 GB/s (as reproduced at
+          store.sourcecode.com's L4 listing and aiwiki.ai/wiki/nvidia_l4).
   [V100]  NVIDIA Tesla V100 GPU Accelerator datasheet (nvidia.com, 2018 edition with the 32 GB
           cards), column "V100 PCIe": single precision 14 TFLOPS, Tensor Performance 112 TFLOPS
           (FP16 in, FP32 accumulate: Volta has no TF32), 32 GB HBM2 at 900 GB/s, PCIe 32 GB/s
-          (Gen3 x16, both directions together).
+          (Gen3 x16, both directions together; as reproduced at io-tech.fi's V100 PCIe article).
   [TF32]  PyTorch documentation, "CUDA semantics", section "TensorFloat-32 (TF32) on Ampere
           (and later) devices": torch.backends.cuda.matmul.allow_tf32 defaults to False (since
           PyTorch 1.12), torch.backends.cudnn.allow_tf32 to True.
@@ -83,6 +86,10 @@ def pcie_bytes_per_s(generation: int, lanes: int) -> float:
     gt = {1: 2.5e9, 2: 5e9, 3: 8e9, 4: 16e9, 5: 32e9, 6: 64e9}[generation]
     encoding = 8 / 10 if generation < 3 else 128 / 130
     return gt * lanes * encoding / 8
+
+
+# pumpd plans with this link rate until NVML has measured one (daemon/pumpd/lookahead.py).
+PCIE5_X16_BYTES_PER_S = pcie_bytes_per_s(5, 16)
 
 
 @dataclasses.dataclass(frozen=True)

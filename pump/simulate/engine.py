@@ -7,7 +7,7 @@ Two layers, the shim's rules as shim/residency.c states them:
 - the TRUTH (which 64 KiB pages are on the GPU) counts faults and bytes as fakecuda and the
   driver do: a fault per touched page not on the GPU, prefetch bytes = pages really moved,
   eviction bytes = resident pages really moved back (discarded pages move nothing).
-With the H100 model the GPU itself holds at most `capacity` bytes (2 MiB chunks): a fault that
+With a GPU preset the GPU itself holds at most `capacity` bytes (2 MiB chunks): a fault that
 needs room makes the driver evict the least recently migrated chunk, on the fault path.  With
 the fakecuda model device memory is unlimited (fakecuda never evicts) and only the budget holds.
 

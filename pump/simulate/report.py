@@ -171,7 +171,7 @@ def draw(workload, model: engine.Model, data: dict, out, marks=()):
     ax.set_yscale("log")
     for capacity, label in marks:
         ax.axvline(100 * capacity / workload.peak_footprint, color="black", linewidth=0.8, linestyle=":", label=label)
-    ax.set_title(f"{workload.name}: {model.name}, {model.bandwidth / 1e9:.0f} GB/s (modelled, not measured)")
+    ax.set_title(f"{workload.name}: {model.name}, {model.bandwidth / 1e9:.0f} GB/s (modelled, not measured)", fontsize=9)
     ax.legend()
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
