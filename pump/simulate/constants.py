@@ -216,7 +216,9 @@ ACHIEVED = {
 }
 
 # ---- explicit migrations: a range, not one figure ----
-# No measured cudaMemPrefetchAsync rate on these links was found.  What is measured: explicit
+# One measured cudaMemPrefetchAsync rate is known (bench/published, lab5.prefetch-rate): 11.25
+# GB/s host->GPU on an RTX 2060, PCIe 3.0 x16 (nvprof's copy time in kamilgw/CUDA-Lab
+# Report5.md), 71% of the line rate: it agrees with the floor below.  What else is measured: explicit
 # prefetch is "nearly as fast as a cudaMemcpyAsync" between host and device ([UMBLOG]: NVIDIA's
 # "Maximizing Unified Memory Performance in CUDA", 2017, as cited in kokkos/kokkos#2915) and
 # "approaches the interconnect limit" ([CUDF]); pinned cudaMemcpy host->device of 1 MiB runs
