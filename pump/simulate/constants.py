@@ -136,7 +136,10 @@ FAULT_BATCH_FAULTS = 256
 # driven rates lie on both sides of it: issue 16 cites 2.4-5.6 GB/s measured on A100 and GTX 1080
 # cards, below it: on those figures the model services faults faster than measured, which
 # favours the naive baseline (pump's gains over naive are understated, not inflated);
-# PREFETCHING.md §5 reads 8.2 GB/s for a naive kernel on a GTX 1080 (PCIe 3), above it.
+# PREFETCHING.md §5 reads 8.2 GB/s for a naive kernel on a GTX 1080 (PCIe 3), above it, but
+# that figure counts an array never in host memory: the same run's 2 GiB faulted in over
+# 386.6 ms is 5.55 GB/s (bench/published: pascal-um.naive-kernel, pascal-um.migrated-bytes),
+# below the model as well.
 FAULT_SERVICE_S = 10e-6
 # Every preset shares this fault path: it is the driver's software (fault buffer fetch, VA
 # block locking, page-table updates, replay: the same open-gpu-kernel-modules code for Volta
