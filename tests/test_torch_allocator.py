@@ -97,7 +97,8 @@ def test_sanitized(run_program, variant):
     expected = bare(run_program, "held")
     run = run_program("torch_allocator", STEPS, "held", variant=variant, env=MANAGED_ALL)
     assert run.result["checksum"] == expected["checksum"]
-    assert run.result["bytes_discarded"] == STEPS * ACTIVATION + WEIGHTS
+    # fakecuda counts the pages it found populated: the held tensors a kernel cleared, too
+    assert run.result["bytes_discarded"] == MARKS * 2 * MIB + STEPS * ACTIVATION + WEIGHTS
     assert run.result["gpu_faults"] == 0 and run.totals["discards_skipped"] == HELD - MARKS
 
 
