@@ -165,6 +165,7 @@ def test_a_tensor_read_on_another_stream_is_freed_after_the_read(run_program, ma
     assert run.result["checksum"] == expected["checksum"]
     assert run.totals["torch_free_waits"] == 2  # each of the two frees waited for stream B
     assert run.totals["torch_frees_unordered"] == 0 and run.totals["errors"] == 0
+    assert run.proc.stderr == ""
 
 
 def test_a_tensor_used_on_two_streams_is_never_discarded(run_program):
@@ -188,3 +189,4 @@ def test_streams_sanitized(run_program, variant):
     run = run_program("torch_streams", variant=variant, env=MANAGED_ALL)
     assert run.result["checksum"] == expected["checksum"] and run.result["reused"] == 1
     assert run.totals["discards_declined"] == 2 and run.totals["bytes_discarded"] == 0
+    assert run.proc.stderr == ""
