@@ -10,6 +10,8 @@
 PUMP_HIDDEN void pump_stream_users_start(void);
 /* A kernel launch on `stream` named ranges[0 .. n) (a graph replay: n = 0). */
 PUMP_HIDDEN void pump_stream_users_note(CUstream stream, struct pump_range *const *ranges, uint32_t n);
+/* The program destroys `stream`: pump names it no more. */
+PUMP_HIDDEN void pump_stream_users_forget(CUstream stream);
 /* Before memory dies on `stream`: makes `stream` wait (on the GPU, never the host) for all
  * that every other stream pump saw a launch on has been given so far. True when the memory
  * at `range` may also be discarded there: a launch named it, and pump saw no launch on any

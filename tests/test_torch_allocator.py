@@ -183,6 +183,18 @@ def test_a_tensor_no_launch_named_is_not_discarded(run_program):
     assert run.totals["bytes_discarded"] == 0 and run.totals["torch_free_waits"] == 0
 
 
+@pytest.mark.parametrize("variant", ["plain", "asan"])
+def test_a_destroyed_stream_is_forgotten(run_program, variant):
+    # Once stream B is destroyed, pump names it no more: the free on A waits for nothing, and
+    # A is the only stream left, so the tensor is discarded. Before, the free asked the driver
+    # about B's dead handle (under ASan: heap-use-after-free in fakecuda's cuStreamGetCtx).
+    run = run_program("torch_streams", "destroyed", variant=variant, env=MANAGED_ALL)
+    assert run.result["bytes_discarded"] == 4 * MIB  # tests/c/torch_streams.c's tensor, launch-named
+    assert run.totals["torch_free_waits"] == 0 and run.totals["discards_declined"] == 0
+    assert run.totals["torch_frees_unordered"] == 0 and run.totals["errors"] == 0
+    assert run.proc.stderr == ""
+
+
 @pytest.mark.parametrize("variant", ["asan", "tsan"])
 def test_streams_sanitized(run_program, variant):
     expected = streams_bare(run_program)

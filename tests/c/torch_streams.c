@@ -1,7 +1,7 @@
 /* torch_streams.c: a tensor freed on its stream while another stream still reads it, as
  * PyTorch does with record_stream (tests/test_torch_allocator.py). One JSON line.
  *
- *   torch_streams [unlaunched]
+ *   torch_streams [unlaunched|destroyed]
  *
  * Stream A writes tensor X; stream B, after that write, runs a slow reader of X (a kernel
  * that sleeps 300 ms, then sums X). Meanwhile, on A: X is freed (B's reader still runs) and
@@ -15,6 +15,7 @@
  *
  * unlaunched: instead, one tensor allocated and freed on A with no kernel naming it (as a
  * tensor only copies, memsets or collectives use looks to pump).
+ * destroyed: B's reader is waited for and B destroyed before X's free: only A is left.
  */
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -35,8 +36,10 @@ static void tensor_free(CUdeviceptr p, CUevent read_on_b)
         pump_torch_free((void *)(uintptr_t)p, TENSOR, 0, stream_a);
         return;
     }
-    CHECK(cuEventRecord(read_on_b, stream_b));  /* record_stream(B), honoured at the free */
-    CHECK(cuStreamWaitEvent(stream_a, read_on_b, 0));
+    if (stream_b != NULL) {
+        CHECK(cuEventRecord(read_on_b, stream_b));  /* record_stream(B), honoured at the free */
+        CHECK(cuStreamWaitEvent(stream_a, read_on_b, 0));
+    }
     CHECK(cuMemFreeAsync(p, stream_a));
 }
 
@@ -68,8 +71,9 @@ static void slow_sum_kernel(void **params, const fakecuda_dims *dims)
 int main(int argc, char **argv)
 {
     bool unlaunched = argc == 2 && strcmp(argv[1], "unlaunched") == 0;
-    if (argc > 2 || (argc == 2 && !unlaunched)) {
-        fprintf(stderr, "usage: torch_streams [unlaunched]\n");
+    bool destroyed = argc == 2 && strcmp(argv[1], "destroyed") == 0;
+    if (argc > 2 || (argc == 2 && !unlaunched && !destroyed)) {
+        fprintf(stderr, "usage: torch_streams [unlaunched|destroyed]\n");
         return 2;
     }
     cuda_api_load(&api, 0);
@@ -101,6 +105,18 @@ int main(int argc, char **argv)
     double *sum_ptr = &sum;
     void *read_x[] = {&x, &sum_ptr};
     CHECK(cuLaunchKernel(slow_sum, 1, 1, 1, 1, 1, 1, 0, stream_b, read_x, NULL));
+    if (destroyed) {
+        CHECK(cuStreamSynchronize(stream_b));
+        CHECK(cuStreamDestroy(stream_b));
+        stream_b = NULL;
+        tensor_free(x, read_on_b);
+        CHECK(cuStreamSynchronize(stream_a));
+        struct fakecuda_stats st;
+        api.get_stats(&st);
+        printf("{\"pump_allocator\": %d, \"bytes_discarded\": %llu}\n", pump_torch_alloc != NULL,
+               (unsigned long long)st.bytes_discarded);
+        return 0;
+    }
 
     static atomic_int release;
     CHECK(cuLaunchHostFunc(stream_a, fake_hold, &release));
