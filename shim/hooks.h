@@ -52,6 +52,7 @@ typedef CUresult (CUDAAPI *pump_pfn_graph_instantiate_v10000)(CUgraphExec *phGra
     X(stream_synchronize_ptsz, "cuStreamSynchronize_ptsz",                              \
       PFN_cuStreamSynchronize_v7000_ptsz)                                               \
     X(event_synchronize, "cuEventSynchronize", PFN_cuEventSynchronize_v2000)                \
+    X(stream_destroy, "cuStreamDestroy_v2", PFN_cuStreamDestroy_v4000)                  \
     /* graphs: instantiation, update and destruction (hooks_graph.c) */                  \
     X(graph_instantiate, "cuGraphInstantiate", pump_pfn_graph_instantiate_v10000)        \
     X(graph_instantiate_v2, "cuGraphInstantiate_v2", pump_pfn_graph_instantiate_v10000)  \

@@ -16,6 +16,7 @@
 
 #include "hooks_common.h"
 #include "residency.h"
+#include "stream_users.h"
 
 /* Child graphs deeper than this are not walked: the exec is unknown. */
 #define CHILD_DEPTH_MAX 8
@@ -404,7 +405,10 @@ static void before_replay(struct replay *r, CUgraphExec exec, CUstream stream)
     r->range = NULL;
     r->n = 0;
     PUMP_COUNT(graph_launches, 1);
-    if (PUMP_UNLIKELY(!pump_active()) || pump_ranges_empty() || !pump_driver.can_prefetch)
+    if (PUMP_UNLIKELY(!pump_active()))
+        return;
+    pump_stream_users_note(stream, NULL, 0);  /* its tensors are never discarded: only its stream counts */
+    if (pump_ranges_empty() || !pump_driver.can_prefetch)
         return;
     bool launch_rule = pump_config.policy == PUMP_POLICY_LAUNCH;
     if (!launch_rule && !pump_budget_possible())

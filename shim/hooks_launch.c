@@ -6,6 +6,7 @@
  */
 #include "channel.h"
 #include "hooks_common.h"
+#include "stream_users.h"
 
 /* One launch's state between the two steps (on the hook's stack). */
 struct launch {
@@ -26,11 +27,16 @@ static void before_launch(struct launch *l, CUfunction f, CUstream stream, void 
 {
     l->context = NULL;
     PUMP_COUNT(launches, 1);
-    if (PUMP_UNLIKELY(!pump_active()) || pump_ranges_empty())
+    if (PUMP_UNLIKELY(!pump_active()))
         return;
+    if (pump_ranges_empty()) {
+        pump_stream_users_note(stream, NULL, 0);  /* pump's allocator orders frees after it */
+        return;
+    }
     pump_scan_launch(f, params, extra, &l->scan);
     if (l->scan.unscanned)
         PUMP_COUNT(launches_unscanned, 1);
+    pump_stream_users_note(stream, l->scan.range, l->scan.own);
     if (l->scan.found == 0)
         return;
     l->tick = PUMP_COUNT(launches_managed, 1) + 1;

@@ -74,6 +74,10 @@ struct pump_stats {
     uint64_t bytes_discarded;        /* dead tensors' whole 2 MiB blocks discarded before their free */
     uint64_t discards_skipped;       /* dead tensors not discarded: pump could not order later prefetches of
                                         their memory after one more discard (256 still running) */
+    uint64_t discards_declined;      /* dead tensors not discarded: no scanned launch named them, or pump saw
+                                        launches on another stream (stream_users.c) */
+    uint64_t torch_free_waits;       /* waits of a freeing stream for another stream pump saw launches on */
+    uint64_t torch_frees_unordered;  /* frees not ordered after every such stream (logged once) */
     uint64_t prefetch_discard_waits; /* prefetches of memory allocated again over a discard that may still
                                         be running, made to wait for it on the GPU */
     uint64_t prefetch_discard_skips; /* blocks not prefetched: their discard could not be waited for (its

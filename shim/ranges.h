@@ -44,6 +44,8 @@ struct pump_range {
      * its address and size, the caching allocator's steady state, takes it over without
      * moving the table. */
     uint32_t dead;
+    /* 1 once a scanned kernel launch named it (stream_users.c: only such memory is discarded). */
+    uint32_t launched;
 };
 
 /* At most this many segments are carved into tensors at once; beyond, a segment stays

@@ -12,13 +12,16 @@
  * may hand it out again at once: pump moves the new tensor's memory only after that
  * discard (prefetch.h's discard marks, residency.c).
  *
- * PyTorch calls these with the stream the tensor was allocated on; a tensor used on another
- * stream (record_stream) is the program's to synchronise, as with any stream-ordered free.
+ * PyTorch calls these with the stream the tensor was allocated on, and never passes on
+ * record_stream: a tensor may still be read on another stream when it is freed. So the
+ * freeing stream first waits (on the GPU) for every other stream pump saw launches on, and
+ * the discard is made only for a tensor pump saw all uses of (stream_users.c).
  */
 #include <sys/types.h>
 
 #include "hooks_common.h"
 #include "prefetch.h"
+#include "stream_users.h"
 
 #define PUMP_EXPORT __attribute__((visibility("default")))
 
@@ -30,6 +33,7 @@ void *pump_torch_alloc(ssize_t size, int device, CUstream stream)
 {
     (void)device;  /* PyTorch made it current; the stream names it too */
     CUdeviceptr ptr = 0;
+    pump_stream_users_start();
     if (size <= 0 || pump_mem_alloc_async(&ptr, (size_t)size, stream) != CUDA_SUCCESS)
         return NULL;
     PUMP_COUNT(torch_allocs, 1);
@@ -42,8 +46,15 @@ void pump_torch_free(void *ptr, size_t size, int device, CUstream stream)
     if (ptr == NULL)
         return;
     CUdeviceptr dptr = (CUdeviceptr)(uintptr_t)ptr;
-    if (pump_active())
-        pump_discard_dead(dptr, size, stream);
+    if (pump_active()) {
+        const struct pump_range *range = pump_ranges_find(dptr);
+        if (range != NULL && __atomic_load_n(&range->base, __ATOMIC_RELAXED) != dptr)
+            range = NULL;  /* not a managed tensor */
+        if (pump_stream_users_order_free(stream, range))
+            pump_discard_dead(dptr, size, stream);
+        else if (range != NULL)
+            PUMP_COUNT(discards_declined, 1);
+    }
     if (pump_mem_free_async(dptr, stream) == CUDA_SUCCESS)
         PUMP_COUNT(torch_frees, 1);
 }

@@ -97,7 +97,8 @@ def test_sanitized(run_program, variant):
     expected = bare(run_program, "held")
     run = run_program("torch_allocator", STEPS, "held", variant=variant, env=MANAGED_ALL)
     assert run.result["checksum"] == expected["checksum"]
-    assert run.result["bytes_discarded"] == STEPS * ACTIVATION + WEIGHTS
+    # fakecuda counts the pages it found populated: the held tensors a kernel cleared, too
+    assert run.result["bytes_discarded"] == MARKS * 2 * MIB + STEPS * ACTIVATION + WEIGHTS
     assert run.result["gpu_faults"] == 0 and run.totals["discards_skipped"] == HELD - MARKS
 
 
@@ -142,3 +143,62 @@ def test_caching_allocator_sanitized(run_program, variant):
     run = run_program("torch_allocator", STEPS, "caching", variant=variant, env=CAP)
     assert run.result["checksum"] == expected["checksum"]
     assert run.result["device_resident_peak"] == WEIGHTS + ACTIVATION
+
+
+# A tensor freed on its stream while another still reads it (tests/c/torch_streams.c): record_stream
+# never reaches a pluggable allocator, so pump orders the free after every other stream it saw
+# launches on, and discards nothing once a second stream is in use (shim/stream_users.c).
+def streams_bare(run_program):
+    result = run_program("torch_streams", pump=False).result
+    assert result["pump_allocator"] == 0 and result["reused"] == 1
+    assert result["checksum"] == result["expected"]  # record_stream honoured, as PyTorch's allocators do
+    return result
+
+
+@pytest.mark.parametrize("managed_all", ["1", "0"])
+def test_a_tensor_read_on_another_stream_is_freed_after_the_read(run_program, managed_all):
+    # Before: the freeing stream did not wait for the reader, the pool gave the memory to the
+    # next tensor at once, and the reader summed its values (checksum 1051721722.0, not 4194298.0).
+    expected = streams_bare(run_program)
+    run = run_program("torch_streams", env={"PUMP_MANAGED_ALL": managed_all})
+    assert run.result["pump_allocator"] == 1 and run.result["reused"] == 1
+    assert run.result["checksum"] == expected["checksum"]
+    assert run.totals["torch_free_waits"] == 2  # each of the two frees waited for stream B
+    assert run.totals["torch_frees_unordered"] == 0 and run.totals["errors"] == 0
+    assert run.proc.stderr == ""
+
+
+def test_a_tensor_used_on_two_streams_is_never_discarded(run_program):
+    # Before: both tensors' blocks were discarded (8 MiB), the first while stream B read it.
+    run = run_program("torch_streams", env=MANAGED_ALL)
+    assert run.totals["torch_frees"] == 2 and run.totals["discards_declined"] == 2
+    assert run.totals["bytes_discarded"] == 0 and run.result["bytes_discarded"] == 0
+
+
+def test_a_tensor_no_launch_named_is_not_discarded(run_program):
+    # Only copies, memsets or collectives may have used it: pump saw none of its uses.
+    # Before: its 4 MiB were discarded.
+    run = run_program("torch_streams", "unlaunched", env=MANAGED_ALL)
+    assert run.totals["torch_frees"] == 1 and run.totals["discards_declined"] == 1
+    assert run.totals["bytes_discarded"] == 0 and run.totals["torch_free_waits"] == 0
+
+
+@pytest.mark.parametrize("variant", ["plain", "asan"])
+def test_a_destroyed_stream_is_forgotten(run_program, variant):
+    # Once stream B is destroyed, pump names it no more: the free on A waits for nothing, and
+    # A is the only stream left, so the tensor is discarded. Before, the free asked the driver
+    # about B's dead handle (under ASan: heap-use-after-free in fakecuda's cuStreamGetCtx).
+    run = run_program("torch_streams", "destroyed", variant=variant, env=MANAGED_ALL)
+    assert run.result["bytes_discarded"] == 4 * MIB  # tests/c/torch_streams.c's tensor, launch-named
+    assert run.totals["torch_free_waits"] == 0 and run.totals["discards_declined"] == 0
+    assert run.totals["torch_frees_unordered"] == 0 and run.totals["errors"] == 0
+    assert run.proc.stderr == ""
+
+
+@pytest.mark.parametrize("variant", ["asan", "tsan"])
+def test_streams_sanitized(run_program, variant):
+    expected = streams_bare(run_program)
+    run = run_program("torch_streams", variant=variant, env=MANAGED_ALL)
+    assert run.result["checksum"] == expected["checksum"] and run.result["reused"] == 1
+    assert run.totals["discards_declined"] == 2 and run.totals["bytes_discarded"] == 0
+    assert run.proc.stderr == ""

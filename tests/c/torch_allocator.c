@@ -6,8 +6,9 @@
  *   torch_allocator STEPS [legacy] [held] [pluggable|caching|segments]
  *
  * legacy: on the legacy NULL stream (PyTorch's default stream).
- * held: first, 300 tensors of 2 MiB (more than libpump has discard marks) allocated and
- *   freed while a host function holds the stream, so that none of their discards can run.
+ * held: first, 300 tensors of 2 MiB (more than libpump has discard marks) allocated, cleared
+ *   by a kernel (pump discards only what a launch named) and freed while a host function
+ *   holds the stream, so that none of their discards can run.
  * pluggable (the default): through a CUDAPluggableAllocator, libpump's pump_torch_alloc /
  *   pump_torch_free when the process has them (under pump), else cuMemAllocAsync /
  *   cuMemFreeAsync, as PyTorch's cudaMallocAsync backend does.
@@ -21,10 +22,8 @@
 #include <stdbool.h>
 #include <string.h>
 #include <sys/types.h>
-#include <time.h>
 
-#include "torch_caching.h"
-#include "pluggable.h"
+#include "torch_program.h"
 
 #define WEIGHTS ((size_t)8 << 20)
 #define ACTIVATION ((size_t)6 << 20)
@@ -35,7 +34,7 @@
 enum mode { PLUGGABLE, CACHING, SEGMENTS };
 static enum mode mode;
 static CUstream stream;
-static CUfunction forward, update;
+static CUfunction forward, update, clear;
 /* One segment: the weights first, the activation after them (freed every step, so handed
  * out again at the same place). */
 static struct torch_caching cache = {.segment_size = SEGMENT};
@@ -80,24 +79,14 @@ static void update_kernel(void **params, const fakecuda_dims *dims)
         w[i] += out[i] * 0.001f;
 }
 
-/* A host function holding its stream until the flag is set (or 10 s pass). */
-static void hold(void *flag)
+/* out[i] = 0 */
+static void clear_kernel(void **params, const fakecuda_dims *dims)
 {
-    for (int i = 0; i < 100000 && !atomic_load((atomic_int *)flag); i++)
-        nanosleep(&(struct timespec){0, 100000}, NULL);
-}
-
-static CUfunction function(CUmodule module, const char *name, fakecuda_kernel_fn kernel, unsigned count,
-                           const size_t *sizes)
-{
-    const size_t aligns[] = {8, 8, 8, 8, 4};
-    if (api.register_kernel(name, kernel, count, sizes, aligns)) {
-        fprintf(stderr, "error: kernel registration failed\n");
-        exit(3);
-    }
-    CUfunction f;
-    CHECK(cuModuleGetFunction(&f, module, name));
-    return f;
+    (void)dims;
+    float *out = *(float **)params[0];
+    uint64_t n = *(uint64_t *)params[1];
+    api.touch(out, n * sizeof *out);
+    memset(out, 0, n * sizeof *out);
 }
 
 int main(int argc, char **argv)
@@ -125,20 +114,24 @@ int main(int argc, char **argv)
     int steps = atoi(argv[1]);
     cuda_api_load(&api, 0);
     cuda_api_start(&api);
-    CUmodule module;
-    CHECK(cuModuleLoadData(&module, "fakecuda"));
-    const size_t forward_sizes[] = {8, 8, 8, 8, 4}, update_sizes[] = {8, 8, 8, 8};
-    forward = function(module, "forward", forward_kernel, 5, forward_sizes);
-    update = function(module, "update", update_kernel, 4, update_sizes);
+    const size_t forward_sizes[] = {8, 8, 8, 8, 4}, update_sizes[] = {8, 8, 8, 8}, clear_sizes[] = {8, 8};
+    forward = cuda_api_kernel("forward", forward_kernel, 5, forward_sizes, forward_sizes);
+    update = cuda_api_kernel("update", update_kernel, 4, update_sizes, update_sizes);
+    clear = cuda_api_kernel("clear", clear_kernel, 2, clear_sizes, clear_sizes);
     stream = NULL;
     if (!legacy)
         CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
     cache.report = mode == CACHING;
     if (held) {
         static atomic_int release;
-        CHECK(cuLaunchHostFunc(stream, hold, &release));
-        for (int i = 0; i < HELD_TENSORS; i++)
-            tensor_free(tensor_alloc(HELD_BYTES), HELD_BYTES);
+        CHECK(cuLaunchHostFunc(stream, fake_hold, &release));
+        uint64_t held_n = HELD_BYTES / sizeof(float);
+        for (int i = 0; i < HELD_TENSORS; i++) {
+            CUdeviceptr t = tensor_alloc(HELD_BYTES);
+            void *clear_params[] = {&t, &held_n};
+            CHECK(cuLaunchKernel(clear, 1, 1, 1, 1, 1, 1, 0, stream, clear_params, NULL));
+            tensor_free(t, HELD_BYTES);
+        }
         atomic_store(&release, 1);
         CHECK(cuStreamSynchronize(stream));  /* every discard has run: the steps find marks free */
     }
