@@ -117,6 +117,7 @@ void fc_cost_write_json(FILE *f);
 #define FC_MAGIC_EXEC 0x45584521u
 #define FC_MAGIC_POOL 0x504f4f21u
 #define FC_MAGIC_DEAD 0xdeadbeefu
+#define FC_MAGIC_GONE 0x474f4e21u /* a stream whose context was destroyed or reset */
 
 struct CUctx_st {
     uint32_t magic;
@@ -125,6 +126,9 @@ struct CUctx_st {
     unsigned flags;
     unsigned long long id;
     _Atomic(struct CUstream_st *) default_stream; /* created on first use */
+    /* Raised when the context is destroyed or reset: its streams and events, made under an
+     * earlier epoch, are gone with it (fc_ctx_invalidate). */
+    _Atomic unsigned epoch;
     struct CUctx_st *next_all;
 };
 extern _Atomic int fc_initialized;
@@ -136,6 +140,9 @@ extern _Atomic uint64_t fc_dev_resident_peak[FAKECUDA_MAX_DEVICES];
 void fc_dev_resident_add(int device, uint64_t bytes); /* raises the peak too */
 CUcontext fc_current_ctx(void);
 int fc_ctx_valid(CUcontext c);
+/* Why a context cannot be used: CUDA_ERROR_CONTEXT_IS_DESTROYED for one destroyed while
+ * current to this thread (cuda.h, cuCtxDestroy), else CUDA_ERROR_INVALID_CONTEXT. */
+CUresult fc_ctx_error(CUcontext c);
 int fc_ctx_device(CUcontext c);
 
 /* ---- devmem.c: each device's memory, and the UVM driver's root chunks and their lists ---- */
@@ -212,6 +219,9 @@ CUstream fc_ctx_default_stream(CUcontext c);
 void fc_enqueue(CUstream s, fc_op *op);
 void fc_enqueue_chain(CUstream s, fc_op *first, fc_op *last, uint64_t n);
 void fc_sync_ctx_streams(CUcontext c, int device);
+/* The context is destroyed or reset: waits for its streams, then every stream and event made
+ * in it is gone (a later use: CUDA_ERROR_INVALID_HANDLE) and its default stream is made anew. */
+void fc_ctx_invalidate(CUcontext c);
 /* Capture: a stream belongs to at most one capture; appends are in streams.c. */
 int fc_stream_capturing(CUstream s);
 #define FC_NOT_CAPTURING (-1)

@@ -25,6 +25,8 @@
     X(cuDevicePrimaryCtxRetain, 7000, cuDevicePrimaryCtxRetain, 0, PFN_cuDevicePrimaryCtxRetain_v7000) \
     X(cuDevicePrimaryCtxRelease, 7000, cuDevicePrimaryCtxRelease, 0, PFN_cuDevicePrimaryCtxRelease_v7000) \
     X(cuDevicePrimaryCtxRelease, 11000, cuDevicePrimaryCtxRelease_v2, 0, PFN_cuDevicePrimaryCtxRelease_v11000) \
+    X(cuDevicePrimaryCtxReset, 7000, cuDevicePrimaryCtxReset, 0, PFN_cuDevicePrimaryCtxReset_v7000) \
+    X(cuDevicePrimaryCtxReset, 11000, cuDevicePrimaryCtxReset_v2, 0, PFN_cuDevicePrimaryCtxReset_v11000) \
     X(cuDevicePrimaryCtxGetState, 7000, cuDevicePrimaryCtxGetState, 0, PFN_cuDevicePrimaryCtxGetState_v7000) \
     X(cuCtxCreate, 3020, cuCtxCreate_v2, 0, PFN_cuCtxCreate_v3020)                                    \
     X(cuCtxCreate, 11040, cuCtxCreate_v3, 0, PFN_cuCtxCreate_v11040)                                  \

@@ -337,5 +337,6 @@ const struct selftest_driver_mode selftest_driver_modes[] = {
     { "driver-cost", NULL, child_cost },
     { "driver-cost-worker", "FAKECUDA_IOCTL_THREAD=worker", child_cost_worker },
     { "driver-evict", "FAKECUDA_DEVICE_MEMORY=8M", child_evict },
+    { "contexts", NULL, selftest_child_contexts },
     { NULL, NULL, NULL },
 };

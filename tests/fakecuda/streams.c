@@ -120,7 +120,7 @@ CUstream fc_resolve_stream(CUstream h, CUresult *err)
 {
     if (is_default_handle(h)) {
         CUcontext c = fc_current_ctx();
-        if (!fc_ctx_valid(c)) { *err = CUDA_ERROR_INVALID_CONTEXT; return NULL; }
+        if (!fc_ctx_valid(c)) { *err = fc_ctx_error(c); return NULL; }
         CUstream s = fc_ctx_default_stream(c);
         if (!s) *err = CUDA_ERROR_OUT_OF_MEMORY;
         return s;
@@ -229,12 +229,44 @@ void fc_sync_ctx_streams(CUcontext ctx, int device)
     free(v);
 }
 
+/* Streams of destroyed or reset contexts: kept (never freed), so a later use of the handle
+ * reads a dead stream and fails instead of reading freed memory. */
+static struct CUstream_st *fc_gone_streams;
+
+/* The driver destroys a context's streams and events with it ("Destroys and cleans up all
+ * resources associated with the context ... CUstream, CUevent", cuda.h, cuCtxDestroy; a primary
+ * context's reset "destroys and cleans up all resources", cuDevicePrimaryCtxReset). Using them
+ * afterwards is undefined behaviour there; here it is CUDA_ERROR_INVALID_HANDLE ("a resource
+ * handle passed to the API call was not valid", cuda.h), so a program that keeps them shows. */
+void fc_ctx_invalidate(CUcontext ctx)
+{
+    fc_sync_ctx_streams(ctx, -1);
+    pthread_mutex_lock(&fc_default_mu);
+    atomic_store_explicit(&ctx->default_stream, NULL, memory_order_release);
+    atomic_fetch_add(&ctx->epoch, 1); /* its events */
+    pthread_mutex_unlock(&fc_default_mu);
+    pthread_mutex_lock(&fc_streams_mu);
+    for (struct CUstream_st **pp = &fc_all_streams; *pp;) {
+        struct CUstream_st *s = *pp;
+        if (s->ctx != ctx) { pp = &s->next_all; continue; }
+        *pp = s->next_all;
+        s->next_all = fc_gone_streams; /* its owner's reference stays: never freed */
+        fc_gone_streams = s;
+        pthread_mutex_lock(&s->mu);
+        s->magic = FC_MAGIC_GONE;
+        s->destroyed = 1; /* its worker ends */
+        pthread_cond_signal(&s->cv_work);
+        pthread_mutex_unlock(&s->mu);
+    }
+    pthread_mutex_unlock(&fc_streams_mu);
+}
+
 static CUresult stream_create(CUstream *ph, unsigned flags, int prio)
 {
     if (!ph) return CUDA_ERROR_INVALID_VALUE;
     if (flags & ~(unsigned)CU_STREAM_NON_BLOCKING) return CUDA_ERROR_INVALID_VALUE;
     CUcontext c = fc_current_ctx();
-    if (!fc_ctx_valid(c)) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!fc_ctx_valid(c)) return fc_ctx_error(c);
     struct CUstream_st *s = stream_new(c, flags, prio, 0);
     if (!s) return CUDA_ERROR_OUT_OF_MEMORY;
     *ph = s;
@@ -987,12 +1019,17 @@ struct CUevent_st {
     fc_link link;
     uint32_t magic;
     unsigned flags;
+    CUcontext ctx;       /* made in ctx's epoch: gone when ctx is destroyed or reset */
+    unsigned epoch;
     pthread_mutex_t mu;
     fc_fence *fence;     /* latest record outside capture; NULL: never recorded (complete) */
     uint64_t capture_id; /* under fc_capture_mu: set when last recorded inside a capture */
 };
 
-static int event_ok(CUevent e) { return e && e->magic == FC_MAGIC_EVENT; }
+static int event_ok(CUevent e)
+{
+    return e && e->magic == FC_MAGIC_EVENT && atomic_load(&e->ctx->epoch) == e->epoch;
+}
 
 /* The event's latest fence, referenced (NULL if none). */
 static fc_fence *event_fence(CUevent e)
@@ -1017,11 +1054,14 @@ FC_EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
     FC_ENTRY(cuEventCreate, 2000);
     if (!phEvent) return CUDA_ERROR_INVALID_VALUE;
-    if (!fc_ctx_valid(fc_current_ctx())) return CUDA_ERROR_INVALID_CONTEXT;
+    CUcontext c = fc_current_ctx();
+    if (!fc_ctx_valid(c)) return fc_ctx_error(c);
     struct CUevent_st *e = calloc(1, sizeof *e);
     if (!e) return CUDA_ERROR_OUT_OF_MEMORY;
     e->magic = FC_MAGIC_EVENT;
     e->flags = Flags;
+    e->ctx = c;
+    e->epoch = atomic_load(&c->epoch);
     pthread_mutex_init(&e->mu, NULL);
     fc_keep(&e->link);
     *phEvent = e;
