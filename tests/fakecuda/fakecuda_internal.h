@@ -31,6 +31,9 @@
 
 /* Entry guard of every export: FAKECUDA_FAIL, version gating, init check. */
 CUresult fc_enter(const char *name, int min_version, int need_init);
+/* Whether the export this thread entered last is a _ptsz one (its NULL stream is the
+ * per-thread default stream, as cuda.h's CU_STREAM_PER_THREAD). */
+extern _Thread_local int fc_tls_ptsz;
 #define FC_ENTRY(name, ver)                                  \
     do {                                                     \
         CUresult fc_r_ = fc_enter(#name, (ver), 1);          \
@@ -200,7 +203,8 @@ struct CUstream_st {
     int device;
     unsigned flags;
     int priority;
-    int is_default;
+    int is_default;        /* the legacy or a per-thread default stream: not destroyable */
+    int legacy;            /* the context's legacy default stream (implicit synchronisation) */
     unsigned long long id;
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_idle;
@@ -212,8 +216,9 @@ struct CUstream_st {
     _Atomic(struct fc_capture *) capture;
     struct CUstream_st *next_all;
 };
-/* Maps 0 / CU_STREAM_LEGACY / CU_STREAM_PER_THREAD to the current context's default
- * stream; validates other handles. NULL if invalid (*err says why). */
+/* Maps CU_STREAM_LEGACY (and 0 in a non-_ptsz export) to the current context's legacy
+ * stream, CU_STREAM_PER_THREAD (and 0 in a _ptsz export) to this thread's default stream of
+ * it; validates other handles. NULL if invalid (*err says why). */
 CUstream fc_resolve_stream(CUstream s, CUresult *err);
 CUstream fc_ctx_default_stream(CUcontext c);
 void fc_enqueue(CUstream s, fc_op *op);

@@ -338,5 +338,6 @@ const struct selftest_driver_mode selftest_driver_modes[] = {
     { "driver-cost-worker", "FAKECUDA_IOCTL_THREAD=worker", child_cost_worker },
     { "driver-evict", "FAKECUDA_DEVICE_MEMORY=8M", child_evict },
     { "contexts", NULL, selftest_child_contexts },
+    { "default-streams", NULL, selftest_child_default_streams },
     { NULL, NULL, NULL },
 };

@@ -115,8 +115,12 @@ static void load_config(void)
 
 void fc_config_load(void) { pthread_once(&fc_once, load_config); }
 
+_Thread_local int fc_tls_ptsz;
+
 CUresult fc_enter(const char *name, int min_version, int need_init)
 {
+    size_t len = strlen(name);
+    fc_tls_ptsz = len > 5 && memcmp(name + len - 5, "_ptsz", 5) == 0;
     pthread_once(&fc_once, load_config);
     for (int i = 0; i < fc_nfail; i++)
         if (strcmp(fc_fail[i].name, name) == 0) return fc_fail[i].code;
