@@ -339,5 +339,6 @@ const struct selftest_driver_mode selftest_driver_modes[] = {
     { "driver-evict", "FAKECUDA_DEVICE_MEMORY=8M", child_evict },
     { "contexts", NULL, selftest_child_contexts },
     { "default-streams", NULL, selftest_child_default_streams },
+    { "copies", NULL, selftest_child_copies },
     { NULL, NULL, NULL },
 };

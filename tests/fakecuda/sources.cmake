@@ -23,6 +23,7 @@ set(FAKECUDA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/memory.c
     ${CMAKE_CURRENT_LIST_DIR}/devmem.c
     ${CMAKE_CURRENT_LIST_DIR}/prefetch.c
+    ${CMAKE_CURRENT_LIST_DIR}/copies.c
     ${CMAKE_CURRENT_LIST_DIR}/cost.c
     ${CMAKE_CURRENT_LIST_DIR}/streams.c
     ${CMAKE_CURRENT_LIST_DIR}/kernels.c
@@ -37,4 +38,4 @@ set(FAKECUDA_HEADERS
 set(FAKECUDA_INCLUDE_DIR ${CMAKE_CURRENT_LIST_DIR})
 set(FAKECUDA_EXPORTS_MAP ${CMAKE_CURRENT_LIST_DIR}/exports.map)
 set(FAKECUDA_SELFTEST_SOURCES ${CMAKE_CURRENT_LIST_DIR}/selftest.c ${CMAKE_CURRENT_LIST_DIR}/selftest_driver.c
-    ${CMAKE_CURRENT_LIST_DIR}/selftest_contexts.c)
+    ${CMAKE_CURRENT_LIST_DIR}/selftest_contexts.c ${CMAKE_CURRENT_LIST_DIR}/selftest_copies.c)

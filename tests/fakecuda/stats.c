@@ -120,7 +120,7 @@ _Thread_local int fc_tls_ptsz;
 CUresult fc_enter(const char *name, int min_version, int need_init)
 {
     size_t len = strlen(name);
-    fc_tls_ptsz = len > 5 && memcmp(name + len - 5, "_ptsz", 5) == 0;
+    fc_tls_ptsz = len > 5 && (memcmp(name + len - 5, "_ptsz", 5) == 0 || memcmp(name + len - 5, "_ptds", 5) == 0);
     pthread_once(&fc_once, load_config);
     for (int i = 0; i < fc_nfail; i++)
         if (strcmp(fc_fail[i].name, name) == 0) return fc_fail[i].code;

@@ -184,6 +184,7 @@ static void run_op(struct CUstream_st *s, fc_op *op)
     case FC_OP_RECORD: fence_signal(op->u.fence); fence_unref(op->u.fence); break;
     case FC_OP_WAIT: fence_wait(op->u.fence); fence_unref(op->u.fence); break;
     case FC_OP_FREE: fc_run_free(op); break;
+    case FC_OP_COPY: fc_run_copy(op, s->device); break;
     }
     free(op);
 }
@@ -331,6 +332,8 @@ static void stream_sync(struct CUstream_st *s)
     while (s->pending) pthread_cond_wait(&s->cv_idle, &s->mu);
     pthread_mutex_unlock(&s->mu);
 }
+
+void fc_stream_wait_idle(CUstream s) { stream_sync(s); }
 
 static int of_ctx(const struct CUstream_st *s, const void *ctx) { return s->ctx == ctx; }
 static int of_device(const struct CUstream_st *s, const void *device) { return s->device == *(const int *)device; }
