@@ -112,7 +112,7 @@
 
 /* Devices: FAKECUDA_DEVICES (default, max), FAKECUDA_DEVICE_MEMORY (default bytes). */
 #define FAKECUDA_DEFAULT_DEVICES 1
-#define FAKECUDA_MAX_DEVICES 8
+#define FAKECUDA_MAX_DEVICES 64 /* issue 14: up to 64 devices */
 #define FAKECUDA_DEFAULT_DEVICE_MEMORY (80ull << 30)
 
 /* Driver version reported (and gating entry points): FAKECUDA_DRIVER_VERSION. */

@@ -100,8 +100,10 @@ static void load_config(void)
     if (fc_cfg.driver_version <= 0) fc_cfg.driver_version = FAKECUDA_DEFAULT_DRIVER_VERSION;
     v = getenv("FAKECUDA_DEVICES");
     fc_cfg.ndevices = v && *v ? atoi(v) : FAKECUDA_DEFAULT_DEVICES;
-    if (fc_cfg.ndevices < 0) fc_cfg.ndevices = 0;
-    if (fc_cfg.ndevices > FAKECUDA_MAX_DEVICES) fc_cfg.ndevices = FAKECUDA_MAX_DEVICES;
+    if (fc_cfg.ndevices < 0 || fc_cfg.ndevices > FAKECUDA_MAX_DEVICES) {
+        fprintf(stderr, "fakecuda: FAKECUDA_DEVICES=%s: allowed: 0 to %d\n", v, FAKECUDA_MAX_DEVICES);
+        exit(2);
+    }
     visible_devices(fc_cfg.ndevices);
     fc_cfg.device_memory = parse_size(getenv("FAKECUDA_DEVICE_MEMORY"), FAKECUDA_DEFAULT_DEVICE_MEMORY);
     v = getenv("FAKECUDA_IOCTL_THREAD");
