@@ -142,6 +142,9 @@ static bool load_driver(void)
         .stream_get_ctx = own_entry(lib, get_proc, "cuStreamGetCtx", 9020, "cuStreamGetCtx"),
         .ctx_push_current = own_entry(lib, get_proc, "cuCtxPushCurrent", 4000, "cuCtxPushCurrent_v2"),
         .ctx_pop_current = own_entry(lib, get_proc, "cuCtxPopCurrent", 4000, "cuCtxPopCurrent_v2"),
+        .primary_ctx_get_state =
+            own_entry(lib, get_proc, "cuDevicePrimaryCtxGetState", 7000, "cuDevicePrimaryCtxGetState"),
+        .primary_ctx_retain = own_entry(lib, get_proc, "cuDevicePrimaryCtxRetain", 7000, "cuDevicePrimaryCtxRetain"),
         /* device UUIDs (channel.c) */
         .device_get_uuid = own_entry(lib, get_proc, "cuDeviceGetUuid", 11040, "cuDeviceGetUuid_v2"),
     };

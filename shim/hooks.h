@@ -53,6 +53,13 @@ typedef CUresult (CUDAAPI *pump_pfn_graph_instantiate_v10000)(CUgraphExec *phGra
       PFN_cuStreamSynchronize_v7000_ptsz)                                               \
     X(event_synchronize, "cuEventSynchronize", PFN_cuEventSynchronize_v2000)                \
     X(stream_destroy, "cuStreamDestroy_v2", PFN_cuStreamDestroy_v4000)                  \
+    /* contexts that go, and their streams and events with them (hooks_context.c); the  \
+     * unsuffixed reset and release have the _v2 forms' signature */                     \
+    X(ctx_destroy, "cuCtxDestroy_v2", PFN_cuCtxDestroy_v4000)                            \
+    X(primary_ctx_reset, "cuDevicePrimaryCtxReset", PFN_cuDevicePrimaryCtxReset_v11000)  \
+    X(primary_ctx_reset_v2, "cuDevicePrimaryCtxReset_v2", PFN_cuDevicePrimaryCtxReset_v11000) \
+    X(primary_ctx_release, "cuDevicePrimaryCtxRelease", PFN_cuDevicePrimaryCtxRelease_v11000) \
+    X(primary_ctx_release_v2, "cuDevicePrimaryCtxRelease_v2", PFN_cuDevicePrimaryCtxRelease_v11000) \
     /* graphs: instantiation, update and destruction (hooks_graph.c) */                  \
     X(graph_instantiate, "cuGraphInstantiate", pump_pfn_graph_instantiate_v10000)        \
     X(graph_instantiate_v2, "cuGraphInstantiate_v2", pump_pfn_graph_instantiate_v10000)  \

@@ -29,6 +29,11 @@
  * that pump's moves of the memory wait for. A mark's slot is recorded again only
  * once its event is done (else the next dead tensor is not discarded), so a
  * mark names its discard until that has run, and a reused slot means it has.
+ *
+ * A context that goes (hooks_context.c) takes pump's streams and events with
+ * it: its slot is marked gone and set up again, in place, at the context's
+ * next use. Tokens and marks made before count as done: everything of a
+ * destroyed context has ended.
  */
 #include <pthread.h>
 
@@ -48,6 +53,9 @@ struct pump_context {
     CUdevice device;
     uint32_t index;
     bool usable;
+    bool gone;           /* atomic: the context went; set up again at its next use */
+    uint64_t use_base;   /* atomic: tokens of a sequence up to this are from before it went */
+    uint64_t mark_base;  /* atomic: marks of a sequence below this are from before it went */
     CUstream stream;     /* prefetches */
     CUstream evict_stream;
     uint64_t budget;     /* PUMP_BUDGET for this device, in bytes; 0: none */
@@ -121,7 +129,6 @@ static void setup_context(struct pump_context *c, CUcontext ctx, uint32_t index)
                 call_ok(pump_driver.stream_create(&c->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate") &&
                 call_ok(pump_driver.stream_create(&c->evict_stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate") &&
                 create_events(&c->evicted, 1) && create_events(c->events, PUMP_EVENTS_PER_CONTEXT);
-    pthread_mutex_init(&c->use_lock, NULL);
     c->budget = 0;
     size_t free_bytes = 0, total_bytes = 0;
     if (pump_config.budget_kind == PUMP_CAP_BYTES)
@@ -154,7 +161,7 @@ PUMP_HIDDEN struct pump_context *pump_context_of(CUstream stream)
         return NULL;
     uint32_t n = __atomic_load_n(&context_count, __ATOMIC_ACQUIRE);
     for (uint32_t i = 0; i < n; i++)
-        if (__atomic_load_n(&contexts[i].ctx, __ATOMIC_ACQUIRE) == ctx)
+        if (__atomic_load_n(&contexts[i].ctx, __ATOMIC_ACQUIRE) == ctx && !__atomic_load_n(&contexts[i].gone, __ATOMIC_ACQUIRE))
             return contexts[i].usable ? &contexts[i] : NULL;
 
     struct pump_context *found = NULL;
@@ -163,13 +170,36 @@ PUMP_HIDDEN struct pump_context *pump_context_of(CUstream stream)
     for (uint32_t i = 0; i < n && found == NULL; i++)
         if (__atomic_load_n(&contexts[i].ctx, __ATOMIC_RELAXED) == ctx)
             found = &contexts[i];
-    if (found == NULL && n < PUMP_CONTEXTS_MAX) {
+    if (found != NULL && __atomic_load_n(&found->gone, __ATOMIC_RELAXED)) {
+        setup_context(found, ctx, found->index);
+        __atomic_store_n(&found->gone, false, __ATOMIC_RELEASE);
+    } else if (found == NULL && n < PUMP_CONTEXTS_MAX) {
         found = &contexts[n];
+        pthread_mutex_init(&found->use_lock, NULL);
         setup_context(found, ctx, n);
         __atomic_store_n(&context_count, n + 1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&context_lock);
     return found != NULL && found->usable ? found : NULL;
+}
+
+PUMP_HIDDEN void pump_context_forget(CUcontext ctx)
+{
+    pthread_mutex_lock(&context_lock);
+    uint32_t n = __atomic_load_n(&context_count, __ATOMIC_RELAXED);
+    for (uint32_t i = 0; i < n; i++) {
+        struct pump_context *c = &contexts[i];
+        if (__atomic_load_n(&c->ctx, __ATOMIC_RELAXED) != ctx || __atomic_load_n(&c->gone, __ATOMIC_RELAXED))
+            continue;
+        /* Its events went with it: the rings are made again at their next use. */
+        pthread_mutex_lock(&c->use_lock);
+        c->use_ready = c->use_broken = c->marks_ready = c->marks_broken = false;
+        __atomic_store_n(&c->use_base, atomic_load_explicit(&use_sequence, memory_order_relaxed), __ATOMIC_RELEASE);
+        __atomic_store_n(&c->mark_base, c->mark_count, __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&c->use_lock);
+        __atomic_store_n(&c->gone, true, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&context_lock);
 }
 
 PUMP_HIDDEN int pump_context_device(const struct pump_context *c)
@@ -278,6 +308,8 @@ static struct pump_context *mark_context(uint64_t mark, CUevent *event)
     if (index == 0 || index > __atomic_load_n(&context_count, __ATOMIC_ACQUIRE))
         return NULL;
     struct pump_context *c = &contexts[index - 1];
+    if ((mark >> MARK_SEQUENCE_SHIFT) < __atomic_load_n(&c->mark_base, __ATOMIC_ACQUIRE))
+        return NULL; /* from before its context went: done */
     *event = c->marks[(mark >> MARK_SEQUENCE_SHIFT) % PUMP_DISCARD_MARKS];
     return c;
 }
@@ -331,8 +363,9 @@ PUMP_HIDDEN uint64_t pump_discard_over(uint64_t start, uint64_t bytes)
         if (!c->usable)
             continue;
         pthread_mutex_lock(&c->use_lock);
-        uint64_t count = c->mark_count;
-        for (uint64_t s = count > PUMP_DISCARD_MARKS ? count - PUMP_DISCARD_MARKS : 0; s < count; s++) {
+        uint64_t count = c->mark_count, base = __atomic_load_n(&c->mark_base, __ATOMIC_RELAXED);
+        uint64_t from = count > PUMP_DISCARD_MARKS ? count - PUMP_DISCARD_MARKS : 0;
+        for (uint64_t s = from > base ? from : base; s < count; s++) {
             uint32_t slot = (uint32_t)(s % PUMP_DISCARD_MARKS);
             if (c->marked[slot].first >= start + bytes || c->marked[slot].end <= start)
                 continue;
@@ -352,8 +385,9 @@ PUMP_HIDDEN bool pump_discard_done(uint64_t mark)
 {
     CUevent event;
     struct pump_context *c = mark_context(mark, &event);
-    if (c == NULL)
-        return false;
+    if (c == NULL) /* an unordered mark; or one from before its context went, done */
+        return mark != PUMP_DISCARD_UNORDERED && (mark & 0xff) != 0 &&
+               (mark & 0xff) <= __atomic_load_n(&context_count, __ATOMIC_ACQUIRE);
     /* a slot is marked again only once its discard has run */
     if (__atomic_load_n(&c->mark_count, __ATOMIC_ACQUIRE) > (mark >> MARK_SEQUENCE_SHIFT) + PUMP_DISCARD_MARKS)
         return true;
@@ -440,6 +474,8 @@ PUMP_HIDDEN void pump_use_wait(CUstream stream, uint64_t token)
     if (index == 0 || index > __atomic_load_n(&context_count, __ATOMIC_ACQUIRE))
         return;
     struct pump_context *user = &contexts[index - 1];
+    if ((token >> PUMP_USE_SEQUENCE_SHIFT) <= __atomic_load_n(&user->use_base, __ATOMIC_ACQUIRE))
+        return; /* from before its context went: done */
     stream_wait(stream, user->use_events[(token >> TOKEN_SLOT_SHIFT) & (PUMP_USE_EVENTS - 1)]);
 }
 

@@ -12,6 +12,11 @@ struct pump_context;
  * calling thread's current one), set up on first use; NULL when there is
  * none or pump could not make its streams there. Its device is the stream's. */
 PUMP_HIDDEN struct pump_context *pump_context_of(CUstream stream);
+/* The context was destroyed or reset, and pump's streams and events there
+ * with it: they are never used again. The context's next use (the same
+ * handle: a primary context after its reset) makes new ones in the same
+ * place; tokens and marks from before count as done. */
+PUMP_HIDDEN void pump_context_forget(CUcontext ctx);
 PUMP_HIDDEN int pump_context_device(const struct pump_context *c);
 /* The budget in force on c's device: the daemon's plan's, else PUMP_BUDGET's;
  * 0: none. Kept in the stats record's budget_bytes. */

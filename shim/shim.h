@@ -143,6 +143,9 @@ struct pump_driver {
     PFN_cuStreamGetCtx_v9020 stream_get_ctx;             /* the context a stream belongs to */
     PFN_cuCtxPushCurrent_v4000 ctx_push_current;
     PFN_cuCtxPopCurrent_v4000 ctx_pop_current;
+    /* a primary context's handle when it is reset (hooks_context.c) */
+    PFN_cuDevicePrimaryCtxGetState_v7000 primary_ctx_get_state;
+    PFN_cuDevicePrimaryCtxRetain_v7000 primary_ctx_retain;
     /* the UUIDs of the devices pump works on, for pumpd (channel.c) */
     PFN_cuDeviceGetUuid_v11040 device_get_uuid;
 };

@@ -25,6 +25,8 @@ static const char *const fc_entry_names[FC_E_COUNT] = {
     [FC_E_POINTER_QUERY] = "pointer_query",
     [FC_E_CAPTURE_QUERY] = "capture_query",
     [FC_E_CONTEXT_QUERY] = "context_query",
+    [FC_E_MEMCPY] = "memcpy",
+    [FC_E_MEMSET] = "memset",
 };
 
 static struct {

@@ -56,6 +56,10 @@ static int dev_ok(CUdevice d) { return d >= 0 && d < fc_cfg.ndevices; }
 
 CUcontext fc_current_ctx(void) { return fc_tls_cur; }
 int fc_ctx_valid(CUcontext c) { return c && c->magic == FC_MAGIC_CTX; }
+CUresult fc_ctx_error(CUcontext c)
+{
+    return c && c->magic == FC_MAGIC_DEAD ? CUDA_ERROR_CONTEXT_IS_DESTROYED : CUDA_ERROR_INVALID_CONTEXT;
+}
 int fc_ctx_device(CUcontext c) { return c->device; }
 
 /* CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS of every device: 1 unless
@@ -186,15 +190,31 @@ FC_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 }
 FC_ALIAS(cuDevicePrimaryCtxRetain);
 
+/* "The context is automatically reset once the last reference to it is released" (cuda.h,
+ * cuDevicePrimaryCtxRelease). */
 static CUresult primary_release(CUdevice dev)
 {
     if (!dev_ok(dev)) return CUDA_ERROR_INVALID_DEVICE;
     int old = atomic_load(&fc_primary_refs[dev]);
     while (old > 0 && !atomic_compare_exchange_weak(&fc_primary_refs[dev], &old, old - 1)) {}
+    if (old == 1) fc_ctx_invalidate(&fc_primary[dev]);
     return old > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
 }
 FC_DEF(cuDevicePrimaryCtxRelease, 7000, (CUdevice dev), primary_release(dev));
 FC_DEF(cuDevicePrimaryCtxRelease_v2, 11000, (CUdevice dev), primary_release(dev));
+
+/* "Destroys and cleans up all resources associated with the current device in the current
+ * process"; "Resetting the primary context does not release it" (cuda.h,
+ * cuDevicePrimaryCtxReset): the handle and its retain count stay, its streams and events go.
+ * Its allocations are not freed here (see README, what is not modelled). */
+static CUresult primary_reset(CUdevice dev)
+{
+    if (!dev_ok(dev)) return CUDA_ERROR_INVALID_DEVICE;
+    fc_ctx_invalidate(&fc_primary[dev]);
+    return CUDA_SUCCESS;
+}
+FC_DEF(cuDevicePrimaryCtxReset, 7000, (CUdevice dev), primary_reset(dev));
+FC_DEF(cuDevicePrimaryCtxReset_v2, 11000, (CUdevice dev), primary_reset(dev));
 
 FC_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
 {
@@ -252,7 +272,7 @@ FC_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
     FC_ENTRY(cuCtxDestroy_v2, 4000);
     if (!fc_ctx_valid(ctx) || ctx->primary) return CUDA_ERROR_INVALID_CONTEXT;
-    fc_sync_ctx_streams(ctx, -1);
+    fc_ctx_invalidate(ctx);
     ctx->magic = FC_MAGIC_DEAD;
     if (fc_tls_cur == ctx) fc_tls_cur = fc_tls_depth > 0 ? fc_tls_stack[--fc_tls_depth] : NULL;
     return CUDA_SUCCESS;
@@ -306,7 +326,7 @@ static CUresult ctx_get_device(CUdevice *device, CUcontext ctx)
 {
     if (!device) return CUDA_ERROR_INVALID_VALUE;
     if (!ctx) ctx = fc_tls_cur;
-    if (!fc_ctx_valid(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!fc_ctx_valid(ctx)) return fc_ctx_error(ctx);
     fc_cost(FC_E_CONTEXT_QUERY, FAKECUDA_CONTEXT_QUERY_HOST_NS);
     *device = ctx->device;
     return CUDA_SUCCESS;
@@ -317,7 +337,7 @@ FC_DEF(cuCtxGetDevice_v2, 13000, (CUdevice *device, CUcontext ctx), ctx_get_devi
 static CUresult ctx_sync(CUcontext ctx)
 {
     if (!ctx) ctx = fc_tls_cur;
-    if (!fc_ctx_valid(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!fc_ctx_valid(ctx)) return fc_ctx_error(ctx);
     fc_sync_ctx_streams(ctx, -1);
     fc_cost(FC_E_SYNCHRONIZE, FAKECUDA_SYNC_HOST_NS);
     return CUDA_SUCCESS;

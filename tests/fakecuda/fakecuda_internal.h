@@ -31,6 +31,9 @@
 
 /* Entry guard of every export: FAKECUDA_FAIL, version gating, init check. */
 CUresult fc_enter(const char *name, int min_version, int need_init);
+/* Whether the export this thread entered last is a _ptsz or _ptds one (its NULL stream is the
+ * per-thread default stream, as cuda.h's CU_STREAM_PER_THREAD). */
+extern _Thread_local int fc_tls_ptsz;
 #define FC_ENTRY(name, ver)                                  \
     do {                                                     \
         CUresult fc_r_ = fc_enter(#name, (ver), 1);          \
@@ -87,7 +90,7 @@ uint64_t fc_host_clock_ns(void); /* now plus this thread's unpaid debt: when its
 /* ---- cost.c: the driver's host-side cost per entry point ---- */
 enum { FC_E_LAUNCH, FC_E_GRAPH_LAUNCH, FC_E_PREFETCH, FC_E_DISCARD, FC_E_EVENT_RECORD, FC_E_STREAM_WAIT_EVENT,
        FC_E_EVENT_QUERY, FC_E_STREAM_QUERY, FC_E_SYNCHRONIZE, FC_E_MEM_GET_INFO, FC_E_POINTER_QUERY,
-       FC_E_CAPTURE_QUERY, FC_E_CONTEXT_QUERY, FC_E_COUNT };
+       FC_E_CAPTURE_QUERY, FC_E_CONTEXT_QUERY, FC_E_MEMCPY, FC_E_MEMSET, FC_E_COUNT };
 void fc_cost(int entry, int64_t ns);                       /* one call, ns charged to the caller */
 void fc_cost_call(int entry);                               /* one call, nothing charged yet */
 void fc_cost_charge(int entry, int64_t ns, int on_worker);  /* ns charged to this thread */
@@ -117,6 +120,7 @@ void fc_cost_write_json(FILE *f);
 #define FC_MAGIC_EXEC 0x45584521u
 #define FC_MAGIC_POOL 0x504f4f21u
 #define FC_MAGIC_DEAD 0xdeadbeefu
+#define FC_MAGIC_GONE 0x474f4e21u /* a stream whose context was destroyed or reset */
 
 struct CUctx_st {
     uint32_t magic;
@@ -125,6 +129,9 @@ struct CUctx_st {
     unsigned flags;
     unsigned long long id;
     _Atomic(struct CUstream_st *) default_stream; /* created on first use */
+    /* Raised when the context is destroyed or reset: its streams and events, made under an
+     * earlier epoch, are gone with it (fc_ctx_invalidate). */
+    _Atomic unsigned epoch;
     struct CUctx_st *next_all;
 };
 extern _Atomic int fc_initialized;
@@ -136,6 +143,9 @@ extern _Atomic uint64_t fc_dev_resident_peak[FAKECUDA_MAX_DEVICES];
 void fc_dev_resident_add(int device, uint64_t bytes); /* raises the peak too */
 CUcontext fc_current_ctx(void);
 int fc_ctx_valid(CUcontext c);
+/* Why a context cannot be used: CUDA_ERROR_CONTEXT_IS_DESTROYED for one destroyed while
+ * current to this thread (cuda.h, cuCtxDestroy), else CUDA_ERROR_INVALID_CONTEXT. */
+CUresult fc_ctx_error(CUcontext c);
 int fc_ctx_device(CUcontext c);
 
 /* ---- devmem.c: each device's memory, and the UVM driver's root chunks and their lists ---- */
@@ -169,7 +179,7 @@ typedef struct fc_fence {
     uint64_t t_ns;
 } fc_fence;
 
-enum { FC_OP_KERNEL, FC_OP_PREFETCH, FC_OP_HOSTFN, FC_OP_RECORD, FC_OP_WAIT, FC_OP_FREE };
+enum { FC_OP_KERNEL, FC_OP_PREFETCH, FC_OP_HOSTFN, FC_OP_RECORD, FC_OP_WAIT, FC_OP_FREE, FC_OP_COPY };
 struct fc_kdef;
 typedef struct fc_range { uintptr_t ptr; size_t size; int loc; } fc_range;
 typedef struct fc_op {
@@ -182,6 +192,8 @@ typedef struct fc_op {
         struct { CUhostFn fn; void *ud; } h;
         fc_fence *fence;
         struct { uintptr_t ptr; int pooled; } free;
+        /* a copy (elem 0) or a memset of n elements of elem bytes; *_dev: the device side */
+        struct { uintptr_t dst, src; size_t n; unsigned elem, value; int dst_dev, src_dev; } copy;
     } u;
     /* kernel argument bytes / prefetch ranges follow */
 } fc_op;
@@ -193,7 +205,8 @@ struct CUstream_st {
     int device;
     unsigned flags;
     int priority;
-    int is_default;
+    int is_default;        /* the legacy or a per-thread default stream: not destroyable */
+    int legacy;            /* the context's legacy default stream (implicit synchronisation) */
     unsigned long long id;
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_idle;
@@ -205,13 +218,18 @@ struct CUstream_st {
     _Atomic(struct fc_capture *) capture;
     struct CUstream_st *next_all;
 };
-/* Maps 0 / CU_STREAM_LEGACY / CU_STREAM_PER_THREAD to the current context's default
- * stream; validates other handles. NULL if invalid (*err says why). */
+/* Maps CU_STREAM_LEGACY (and 0 in a non-_ptsz export) to the current context's legacy
+ * stream, CU_STREAM_PER_THREAD (and 0 in a _ptsz export) to this thread's default stream of
+ * it; validates other handles. NULL if invalid (*err says why). */
 CUstream fc_resolve_stream(CUstream s, CUresult *err);
 CUstream fc_ctx_default_stream(CUcontext c);
 void fc_enqueue(CUstream s, fc_op *op);
 void fc_enqueue_chain(CUstream s, fc_op *first, fc_op *last, uint64_t n);
 void fc_sync_ctx_streams(CUcontext c, int device);
+void fc_stream_wait_idle(CUstream s); /* waits until everything enqueued on s has run */
+/* The context is destroyed or reset: waits for its streams, then every stream and event made
+ * in it is gone (a later use: CUDA_ERROR_INVALID_HANDLE) and its default stream is made anew. */
+void fc_ctx_invalidate(CUcontext c);
 /* Capture: a stream belongs to at most one capture; appends are in streams.c. */
 int fc_stream_capturing(CUstream s);
 #define FC_NOT_CAPTURING (-1)
@@ -254,11 +272,16 @@ struct CUmemPoolHandle_st {
 };
 enum { FC_LOC_UNPOP = 0, FC_LOC_HOST = 1, FC_LOC_DEV0 = 2 };
 CUresult fc_check_managed_range(uintptr_t p, size_t n);
+/* What [p, p+n) is: memory no allocation covers (the host's), plain device memory, managed
+ * memory, or -1 when it runs past an allocation's end or into one. */
+enum { FC_MEM_HOST, FC_MEM_DEVICE, FC_MEM_MANAGED };
+int fc_mem_kind(uintptr_t p, size_t n);
 void fc_run_prefetch(const struct fc_op *op); /* a prefetch or discard reached in its stream */
 void fc_migrate_ranges(const fc_range *r, size_t n); /* moves the pages (memory.c) */
 uint64_t fc_device_resident_bytes(uintptr_t p, size_t n); /* managed bytes of [p, p+n) on any device */
 
 void fc_run_free(const fc_op *op); /* a cuMemFreeAsync reached in its stream */
+void fc_run_copy(const fc_op *op, int device); /* a copy or memset reached in its stream (copies.c) */
 void fc_managed_scan(uint64_t *unused_bytes, int clear);
 extern _Thread_local int fc_tls_kernel_device; /* -1 outside a kernel */
 

@@ -78,6 +78,13 @@
  * smallest median cudaStreamSynchronize, trace_diff (60 calls, 3 us, mostly idle streams). */
 #define FAKECUDA_SYNC_HOST_NS 3000u
 
+/* cuMemcpy* and cuMemsetD* (each form, synchronous or not), on top of any wait: the smallest
+ * median cudaMemcpyAsync (6 us, negative_queue_length rank0, 1,250 calls; 8 and 34.5 us in the
+ * other traces) and cudaMemsetAsync (6 us, trace_diff, 654 calls; 7 and 12 us elsewhere):
+ * the smallest, as for launches. */
+#define FAKECUDA_MEMCPY_HOST_NS 6000u
+#define FAKECUDA_MEMSET_HOST_NS 6000u
+
 /* One ioctl into the UVM driver (UVM_MIGRATE for a prefetch, UVM_DISCARD for a discard) or
  * RM (cuMemGetInfo, assumed; libcuda is closed): the fixed part, entering the kernel,
  * uvm_api_migrate's va_space and mmap locks, its service context. No published measurement

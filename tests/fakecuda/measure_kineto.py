@@ -17,7 +17,8 @@ import sys
 
 CALLS = ("cudaLaunchKernel", "cudaGraphLaunch", "cudaEventRecord", "cudaStreamWaitEvent", "cudaEventQuery",
          "cudaStreamQuery", "cudaStreamIsCapturing", "cudaStreamGetCaptureInfo", "cudaPointerGetAttributes",
-         "cudaStreamSynchronize", "cudaMemGetInfo", "cudaMemPrefetchAsync")
+         "cudaStreamSynchronize", "cudaMemGetInfo", "cudaMemPrefetchAsync", "cudaMemcpyAsync", "cudaMemsetAsync",
+         "cudaMemcpy", "cudaMemset")
 # ../shared beside the checkout (/work/main) or beside the worktrees' directory (/work/wt/NAME).
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
 DEFAULT_DIR = next((d for d in (_ROOT.parent / "shared/data/kineto", _ROOT.parent.parent / "shared/data/kineto")

@@ -766,6 +766,18 @@ CUresult fc_check_managed_range(uintptr_t p, size_t n)
     return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+int fc_mem_kind(uintptr_t p, size_t n)
+{
+    pthread_rwlock_rdlock(&fc_reg_lock);
+    size_t i = reg_first_end_above(p);
+    fc_alloc *a = i < fc_nreg ? fc_reg[i] : NULL;
+    int kind = !a || a->base >= p + n ? FC_MEM_HOST
+             : a->base > p || p + n > a->base + a->size ? -1
+             : a->managed ? FC_MEM_MANAGED : FC_MEM_DEVICE;
+    pthread_rwlock_unlock(&fc_reg_lock);
+    return kind;
+}
+
 void fc_migrate_ranges(const fc_range *r, size_t n)
 {
     for (size_t i = 0; i < n; i++)

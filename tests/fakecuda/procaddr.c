@@ -25,6 +25,36 @@
     X(cuDevicePrimaryCtxRetain, 7000, cuDevicePrimaryCtxRetain, 0, PFN_cuDevicePrimaryCtxRetain_v7000) \
     X(cuDevicePrimaryCtxRelease, 7000, cuDevicePrimaryCtxRelease, 0, PFN_cuDevicePrimaryCtxRelease_v7000) \
     X(cuDevicePrimaryCtxRelease, 11000, cuDevicePrimaryCtxRelease_v2, 0, PFN_cuDevicePrimaryCtxRelease_v11000) \
+    X(cuMemcpy, 4000, cuMemcpy, 0, PFN_cuMemcpy_v4000) \
+    X(cuMemcpy, 7000, cuMemcpy_ptds, 1, PFN_cuMemcpy_v7000_ptds) \
+    X(cuMemcpyAsync, 4000, cuMemcpyAsync, 0, PFN_cuMemcpyAsync_v4000) \
+    X(cuMemcpyAsync, 7000, cuMemcpyAsync_ptsz, 1, PFN_cuMemcpyAsync_v7000_ptsz) \
+    X(cuMemcpyHtoD, 3020, cuMemcpyHtoD_v2, 0, PFN_cuMemcpyHtoD_v3020) \
+    X(cuMemcpyHtoD, 7000, cuMemcpyHtoD_v2_ptds, 1, PFN_cuMemcpyHtoD_v7000_ptds) \
+    X(cuMemcpyDtoH, 3020, cuMemcpyDtoH_v2, 0, PFN_cuMemcpyDtoH_v3020) \
+    X(cuMemcpyDtoH, 7000, cuMemcpyDtoH_v2_ptds, 1, PFN_cuMemcpyDtoH_v7000_ptds) \
+    X(cuMemcpyDtoD, 3020, cuMemcpyDtoD_v2, 0, PFN_cuMemcpyDtoD_v3020) \
+    X(cuMemcpyDtoD, 7000, cuMemcpyDtoD_v2_ptds, 1, PFN_cuMemcpyDtoD_v7000_ptds) \
+    X(cuMemcpyHtoDAsync, 3020, cuMemcpyHtoDAsync_v2, 0, PFN_cuMemcpyHtoDAsync_v3020) \
+    X(cuMemcpyHtoDAsync, 7000, cuMemcpyHtoDAsync_v2_ptsz, 1, PFN_cuMemcpyHtoDAsync_v7000_ptsz) \
+    X(cuMemcpyDtoHAsync, 3020, cuMemcpyDtoHAsync_v2, 0, PFN_cuMemcpyDtoHAsync_v3020) \
+    X(cuMemcpyDtoHAsync, 7000, cuMemcpyDtoHAsync_v2_ptsz, 1, PFN_cuMemcpyDtoHAsync_v7000_ptsz) \
+    X(cuMemcpyDtoDAsync, 3020, cuMemcpyDtoDAsync_v2, 0, PFN_cuMemcpyDtoDAsync_v3020) \
+    X(cuMemcpyDtoDAsync, 7000, cuMemcpyDtoDAsync_v2_ptsz, 1, PFN_cuMemcpyDtoDAsync_v7000_ptsz) \
+    X(cuMemsetD8, 3020, cuMemsetD8_v2, 0, PFN_cuMemsetD8_v3020) \
+    X(cuMemsetD8, 7000, cuMemsetD8_v2_ptds, 1, PFN_cuMemsetD8_v7000_ptds) \
+    X(cuMemsetD16, 3020, cuMemsetD16_v2, 0, PFN_cuMemsetD16_v3020) \
+    X(cuMemsetD16, 7000, cuMemsetD16_v2_ptds, 1, PFN_cuMemsetD16_v7000_ptds) \
+    X(cuMemsetD32, 3020, cuMemsetD32_v2, 0, PFN_cuMemsetD32_v3020) \
+    X(cuMemsetD32, 7000, cuMemsetD32_v2_ptds, 1, PFN_cuMemsetD32_v7000_ptds) \
+    X(cuMemsetD8Async, 3020, cuMemsetD8Async, 0, PFN_cuMemsetD8Async_v3020) \
+    X(cuMemsetD8Async, 7000, cuMemsetD8Async_ptsz, 1, PFN_cuMemsetD8Async_v7000_ptsz) \
+    X(cuMemsetD16Async, 3020, cuMemsetD16Async, 0, PFN_cuMemsetD16Async_v3020) \
+    X(cuMemsetD16Async, 7000, cuMemsetD16Async_ptsz, 1, PFN_cuMemsetD16Async_v7000_ptsz) \
+    X(cuMemsetD32Async, 3020, cuMemsetD32Async, 0, PFN_cuMemsetD32Async_v3020) \
+    X(cuMemsetD32Async, 7000, cuMemsetD32Async_ptsz, 1, PFN_cuMemsetD32Async_v7000_ptsz) \
+    X(cuDevicePrimaryCtxReset, 7000, cuDevicePrimaryCtxReset, 0, PFN_cuDevicePrimaryCtxReset_v7000) \
+    X(cuDevicePrimaryCtxReset, 11000, cuDevicePrimaryCtxReset_v2, 0, PFN_cuDevicePrimaryCtxReset_v11000) \
     X(cuDevicePrimaryCtxGetState, 7000, cuDevicePrimaryCtxGetState, 0, PFN_cuDevicePrimaryCtxGetState_v7000) \
     X(cuCtxCreate, 3020, cuCtxCreate_v2, 0, PFN_cuCtxCreate_v3020)                                    \
     X(cuCtxCreate, 11040, cuCtxCreate_v3, 0, PFN_cuCtxCreate_v11040)                                  \

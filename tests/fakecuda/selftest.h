@@ -25,5 +25,8 @@ struct selftest_driver_mode {
     int (*run)(void); /* 0: every check passed */
 };
 extern const struct selftest_driver_mode selftest_driver_modes[]; /* ends with a NULL name */
+int selftest_child_contexts(void);        /* selftest_contexts.c */
+int selftest_child_default_streams(void); /* selftest_contexts.c */
+int selftest_child_copies(void);         /* selftest_copies.c */
 
 #endif

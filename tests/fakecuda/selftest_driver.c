@@ -333,9 +333,55 @@ static int child_evict(void)
     return failed ? 1 : 0;
 }
 
+/* FAKECUDA_DEVICES=64: the most the driver's own tools report on one node (issue 14); the
+ * last device works as the first does. */
+static int child_devices_64(void)
+{
+    if (setup() != 0) {
+        CHECK(0, "child setup");
+        return 1;
+    }
+    int n = 0;
+    OK(cuDeviceGetCount(&n));
+    CHECK(n == 64, "FAKECUDA_DEVICES=64 gives %d", n);
+    CUuuid first, last;
+    OK(cuDeviceGetUuid(&first, 0));
+    OK(cuDeviceGetUuid(&last, 63));
+    CHECK(memcmp(&first, &last, sizeof first) != 0, "device 63 has a UUID of its own");
+    CUcontext c63;
+    CUstream s63;
+    if (cuDevicePrimaryCtxRetain(&c63, 63) != CUDA_SUCCESS) {
+        CHECK(0, "device 63's primary context");
+        return 1;
+    }
+    OK(cuCtxPushCurrent(c63));
+    OK(cuStreamCreate(&s63, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr p = managed(16 * PAGE);
+    CUmemLocation l = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 63 };
+    OK(cuMemPrefetchAsync(p, 16 * PAGE, l, 0, s63));
+    OK(cuStreamSynchronize(s63));
+    size_t fr, tot;
+    OK(cuMemGetInfo(&fr, &tot));
+    CHECK(tot - fr == 16 * PAGE, "device 63 holds the prefetched pages (%zu)", tot - fr);
+    fakecuda_reset_stats();
+    size_t bytes = 16 * PAGE;
+    void *args[] = { &p, &bytes };
+    OK(cuLaunchKernel(ftouch, 1, 1, 1, 1, 1, 1, 0, s63, args, NULL));
+    OK(cuStreamSynchronize(s63));
+    CHECK(stats().gpu_faults == 0, "a kernel on device 63 finds them there");
+    OK(cuStreamDestroy(s63));
+    OK(cuCtxPopCurrent(&c63));
+    OK(cuMemFree(p));
+    return failed ? 1 : 0;
+}
+
 const struct selftest_driver_mode selftest_driver_modes[] = {
     { "driver-cost", NULL, child_cost },
     { "driver-cost-worker", "FAKECUDA_IOCTL_THREAD=worker", child_cost_worker },
     { "driver-evict", "FAKECUDA_DEVICE_MEMORY=8M", child_evict },
+    { "contexts", NULL, selftest_child_contexts },
+    { "default-streams", NULL, selftest_child_default_streams },
+    { "copies", NULL, selftest_child_copies },
+    { "devices-64", "FAKECUDA_DEVICES=64", child_devices_64 },
     { NULL, NULL, NULL },
 };

@@ -100,8 +100,10 @@ static void load_config(void)
     if (fc_cfg.driver_version <= 0) fc_cfg.driver_version = FAKECUDA_DEFAULT_DRIVER_VERSION;
     v = getenv("FAKECUDA_DEVICES");
     fc_cfg.ndevices = v && *v ? atoi(v) : FAKECUDA_DEFAULT_DEVICES;
-    if (fc_cfg.ndevices < 0) fc_cfg.ndevices = 0;
-    if (fc_cfg.ndevices > FAKECUDA_MAX_DEVICES) fc_cfg.ndevices = FAKECUDA_MAX_DEVICES;
+    if (fc_cfg.ndevices < 0 || fc_cfg.ndevices > FAKECUDA_MAX_DEVICES) {
+        fprintf(stderr, "fakecuda: FAKECUDA_DEVICES=%s: allowed: 0 to %d\n", v, FAKECUDA_MAX_DEVICES);
+        exit(2);
+    }
     visible_devices(fc_cfg.ndevices);
     fc_cfg.device_memory = parse_size(getenv("FAKECUDA_DEVICE_MEMORY"), FAKECUDA_DEFAULT_DEVICE_MEMORY);
     v = getenv("FAKECUDA_IOCTL_THREAD");
@@ -115,8 +117,12 @@ static void load_config(void)
 
 void fc_config_load(void) { pthread_once(&fc_once, load_config); }
 
+_Thread_local int fc_tls_ptsz;
+
 CUresult fc_enter(const char *name, int min_version, int need_init)
 {
+    size_t len = strlen(name);
+    fc_tls_ptsz = len > 5 && (memcmp(name + len - 5, "_ptsz", 5) == 0 || memcmp(name + len - 5, "_ptds", 5) == 0);
     pthread_once(&fc_once, load_config);
     for (int i = 0; i < fc_nfail; i++)
         if (strcmp(fc_fail[i].name, name) == 0) return fc_fail[i].code;

@@ -104,24 +104,67 @@ CUstream fc_ctx_default_stream(CUcontext c)
     if (s) return s;
     pthread_mutex_lock(&fc_default_mu);
     s = atomic_load_explicit(&c->default_stream, memory_order_relaxed);
-    if (!s) {
-        s = stream_new(c, 0, 0, 1);
+    if (!s && (s = stream_new(c, 0, 0, 1)) != NULL) {
+        s->legacy = 1;
         atomic_store_explicit(&c->default_stream, s, memory_order_release);
     }
     pthread_mutex_unlock(&fc_default_mu);
     return s;
 }
 
-/* 0, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD all name the current context's single
- * default stream (a simplification: no per-thread streams, no legacy implicit sync). */
+static void stream_drop(struct CUstream_st *s);
+
+/* Per-thread default streams: one per thread and context, made on first use, dropped when the
+ * thread exits (its pending work still runs) or made anew after the context is reset. A
+ * thread keeps those of FC_PER_THREAD_CTXS contexts; one more replaces the oldest. */
+#define FC_PER_THREAD_CTXS 8
+typedef struct {
+    struct { CUcontext ctx; unsigned epoch; struct CUstream_st *s; } e[FC_PER_THREAD_CTXS];
+    unsigned next;
+} fc_per_thread;
+static pthread_key_t fc_per_thread_key;
+static pthread_once_t fc_per_thread_once = PTHREAD_ONCE_INIT;
+
+static void per_thread_free(void *p)
+{
+    fc_per_thread *t = p;
+    for (int i = 0; i < FC_PER_THREAD_CTXS; i++)
+        if (t->e[i].s) stream_drop(t->e[i].s);
+    free(t);
+}
+static void per_thread_key_make(void) { pthread_key_create(&fc_per_thread_key, per_thread_free); }
+
+static struct CUstream_st *per_thread_stream(CUcontext c)
+{
+    pthread_once(&fc_per_thread_once, per_thread_key_make);
+    fc_per_thread *t = pthread_getspecific(fc_per_thread_key);
+    if (!t) {
+        if (!(t = calloc(1, sizeof *t)) || pthread_setspecific(fc_per_thread_key, t) != 0) { free(t); return NULL; }
+    }
+    unsigned epoch = atomic_load(&c->epoch);
+    int slot = -1;
+    for (int i = 0; i < FC_PER_THREAD_CTXS && slot < 0; i++)
+        if (t->e[i].ctx == c) slot = i;
+    if (slot >= 0 && t->e[slot].epoch == epoch) return t->e[slot].s;
+    if (slot < 0) slot = (int)(t->next++ % FC_PER_THREAD_CTXS);
+    struct CUstream_st *s = stream_new(c, 0, 0, 1); /* blocking: it synchronizes with the legacy stream */
+    if (!s) return NULL;
+    if (t->e[slot].s) stream_drop(t->e[slot].s);
+    t->e[slot].ctx = c;
+    t->e[slot].epoch = epoch;
+    t->e[slot].s = s;
+    return s;
+}
+
 static int is_default_handle(CUstream h) { return h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD; }
 
 CUstream fc_resolve_stream(CUstream h, CUresult *err)
 {
     if (is_default_handle(h)) {
         CUcontext c = fc_current_ctx();
-        if (!fc_ctx_valid(c)) { *err = CUDA_ERROR_INVALID_CONTEXT; return NULL; }
-        CUstream s = fc_ctx_default_stream(c);
+        if (!fc_ctx_valid(c)) { *err = fc_ctx_error(c); return NULL; }
+        int per_thread = h == CU_STREAM_PER_THREAD || (h == NULL && fc_tls_ptsz);
+        CUstream s = per_thread ? per_thread_stream(c) : fc_ctx_default_stream(c);
         if (!s) *err = CUDA_ERROR_OUT_OF_MEMORY;
         return s;
     }
@@ -141,6 +184,7 @@ static void run_op(struct CUstream_st *s, fc_op *op)
     case FC_OP_RECORD: fence_signal(op->u.fence); fence_unref(op->u.fence); break;
     case FC_OP_WAIT: fence_wait(op->u.fence); fence_unref(op->u.fence); break;
     case FC_OP_FREE: fc_run_free(op); break;
+    case FC_OP_COPY: fc_run_copy(op, s->device); break;
     }
     free(op);
 }
@@ -167,9 +211,8 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-void fc_enqueue_chain(CUstream s, fc_op *first, fc_op *last, uint64_t n)
+static void enqueue_raw(CUstream s, fc_op *first, fc_op *last, uint64_t n)
 {
-    if (!first) return;
     last->next = NULL;
     pthread_mutex_lock(&s->mu);
     if (s->tail) s->tail->next = first;
@@ -194,6 +237,93 @@ void fc_enqueue_chain(CUstream s, fc_op *first, fc_op *last, uint64_t n)
     }
 }
 
+/* The live streams for which where(s, arg) holds, each referenced (stream_unref each, then
+ * free the array; NULL if it cannot be made); *n their count. */
+static struct CUstream_st **streams_where(int (*where)(const struct CUstream_st *, const void *), const void *arg,
+                                          size_t *n)
+{
+    size_t cap = 16;
+    struct CUstream_st **v = malloc(cap * sizeof *v);
+    *n = 0;
+    if (!v) return NULL;
+    pthread_mutex_lock(&fc_streams_mu);
+    for (struct CUstream_st *s = fc_all_streams; s; s = s->next_all) {
+        if (!where(s, arg)) continue;
+        if (*n == cap) {
+            struct CUstream_st **nv = realloc(v, 2 * cap * sizeof *v);
+            if (!nv) break;
+            v = nv;
+            cap *= 2;
+        }
+        s->refs++;
+        v[(*n)++] = s;
+    }
+    pthread_mutex_unlock(&fc_streams_mu);
+    return v;
+}
+
+/* Another blocking stream of s's context. */
+static int other_blocking(const struct CUstream_st *o, const void *s)
+{
+    const struct CUstream_st *self = s;
+    return o != self && o->ctx == self->ctx && !(o->flags & CU_STREAM_NON_BLOCKING);
+}
+
+static int stream_busy(struct CUstream_st *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int busy = s->pending > 0;
+    pthread_mutex_unlock(&s->mu);
+    return busy;
+}
+
+/* `to`'s later work waits (on the device) for everything enqueued on `from` so far. */
+static void order_after(struct CUstream_st *to, struct CUstream_st *from)
+{
+    fc_fence *f = fence_new();
+    fc_op *rec = calloc(1, sizeof *rec), *wait = calloc(1, sizeof *wait);
+    if (!f || !rec || !wait) {
+        fprintf(stderr, "fakecuda: out of memory ordering the legacy stream\n");
+        abort();
+    }
+    atomic_fetch_add(&f->refs, 1); /* one for each op */
+    rec->kind = FC_OP_RECORD;
+    rec->u.fence = f;
+    wait->kind = FC_OP_WAIT;
+    wait->u.fence = f;
+    enqueue_raw(from, rec, rec, 1);
+    enqueue_raw(to, wait, wait, 1);
+}
+
+/* The legacy default stream's implicit synchronisation ("Stream synchronization behavior",
+ * CUDA Runtime API docs; cuda.h, cuStreamCreate's CU_STREAM_NON_BLOCKING): work on the
+ * legacy stream waits for all earlier work of every blocking stream of its context (the
+ * per-thread default streams included), and work on a blocking stream waits for all earlier
+ * work on the legacy stream. Streams made with CU_STREAM_NON_BLOCKING take no part. */
+static void legacy_sync(struct CUstream_st *s)
+{
+    if (s->flags & CU_STREAM_NON_BLOCKING) return;
+    if (!s->legacy) {
+        struct CUstream_st *legacy = atomic_load_explicit(&s->ctx->default_stream, memory_order_acquire);
+        if (legacy && legacy != s && stream_busy(legacy)) order_after(s, legacy);
+        return;
+    }
+    size_t n;
+    struct CUstream_st **v = streams_where(other_blocking, s, &n);
+    for (size_t i = 0; v && i < n; i++) {
+        if (stream_busy(v[i])) order_after(s, v[i]);
+        stream_unref(v[i]);
+    }
+    free(v);
+}
+
+void fc_enqueue_chain(CUstream s, fc_op *first, fc_op *last, uint64_t n)
+{
+    if (!first) return;
+    legacy_sync(s);
+    enqueue_raw(s, first, last, n);
+}
+
 void fc_enqueue(CUstream s, fc_op *op) { fc_enqueue_chain(s, op, op, 1); }
 
 static void stream_sync(struct CUstream_st *s)
@@ -203,30 +333,53 @@ static void stream_sync(struct CUstream_st *s)
     pthread_mutex_unlock(&s->mu);
 }
 
+void fc_stream_wait_idle(CUstream s) { stream_sync(s); }
+
+static int of_ctx(const struct CUstream_st *s, const void *ctx) { return s->ctx == ctx; }
+static int of_device(const struct CUstream_st *s, const void *device) { return s->device == *(const int *)device; }
+
 /* Synchronizes every stream of ctx (or, with ctx NULL, of device). */
 void fc_sync_ctx_streams(CUcontext ctx, int device)
 {
-    size_t n = 0, cap = 16;
-    struct CUstream_st **v = malloc(cap * sizeof *v);
-    if (!v) return;
-    pthread_mutex_lock(&fc_streams_mu);
-    for (struct CUstream_st *s = fc_all_streams; s; s = s->next_all) {
-        if (ctx ? s->ctx != ctx : s->device != device) continue;
-        if (n == cap) {
-            struct CUstream_st **nv = realloc(v, 2 * cap * sizeof *v);
-            if (!nv) break;
-            v = nv;
-            cap *= 2;
-        }
-        s->refs++;
-        v[n++] = s;
-    }
-    pthread_mutex_unlock(&fc_streams_mu);
-    for (size_t i = 0; i < n; i++) {
+    size_t n;
+    struct CUstream_st **v = ctx ? streams_where(of_ctx, ctx, &n) : streams_where(of_device, &device, &n);
+    for (size_t i = 0; v && i < n; i++) {
         stream_sync(v[i]);
         stream_unref(v[i]);
     }
     free(v);
+}
+
+/* Streams of destroyed or reset contexts: kept (never freed), so a later use of the handle
+ * reads a dead stream and fails instead of reading freed memory. */
+static struct CUstream_st *fc_gone_streams;
+
+/* The driver destroys a context's streams and events with it ("Destroys and cleans up all
+ * resources associated with the context ... CUstream, CUevent", cuda.h, cuCtxDestroy; a primary
+ * context's reset "destroys and cleans up all resources", cuDevicePrimaryCtxReset). Using them
+ * afterwards is undefined behaviour there; here it is CUDA_ERROR_INVALID_HANDLE ("a resource
+ * handle passed to the API call was not valid", cuda.h), so a program that keeps them shows. */
+void fc_ctx_invalidate(CUcontext ctx)
+{
+    fc_sync_ctx_streams(ctx, -1);
+    pthread_mutex_lock(&fc_default_mu);
+    atomic_store_explicit(&ctx->default_stream, NULL, memory_order_release);
+    atomic_fetch_add(&ctx->epoch, 1); /* its events */
+    pthread_mutex_unlock(&fc_default_mu);
+    pthread_mutex_lock(&fc_streams_mu);
+    for (struct CUstream_st **pp = &fc_all_streams; *pp;) {
+        struct CUstream_st *s = *pp;
+        if (s->ctx != ctx) { pp = &s->next_all; continue; }
+        *pp = s->next_all;
+        s->next_all = fc_gone_streams; /* its owner's reference stays: never freed */
+        fc_gone_streams = s;
+        pthread_mutex_lock(&s->mu);
+        s->magic = FC_MAGIC_GONE;
+        s->destroyed = 1; /* its worker ends */
+        pthread_cond_signal(&s->cv_work);
+        pthread_mutex_unlock(&s->mu);
+    }
+    pthread_mutex_unlock(&fc_streams_mu);
 }
 
 static CUresult stream_create(CUstream *ph, unsigned flags, int prio)
@@ -234,7 +387,7 @@ static CUresult stream_create(CUstream *ph, unsigned flags, int prio)
     if (!ph) return CUDA_ERROR_INVALID_VALUE;
     if (flags & ~(unsigned)CU_STREAM_NON_BLOCKING) return CUDA_ERROR_INVALID_VALUE;
     CUcontext c = fc_current_ctx();
-    if (!fc_ctx_valid(c)) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!fc_ctx_valid(c)) return fc_ctx_error(c);
     struct CUstream_st *s = stream_new(c, flags, prio, 0);
     if (!s) return CUDA_ERROR_OUT_OF_MEMORY;
     *ph = s;
@@ -251,18 +404,26 @@ FC_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
     if (is_default_handle(hStream) || hStream->magic != FC_MAGIC_STREAM || hStream->is_default)
         return CUDA_ERROR_INVALID_HANDLE;
     if (fc_stream_capturing(hStream)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    struct CUstream_st *s = hStream;
+    stream_drop(hStream);
+    return CUDA_SUCCESS;
+}
+
+/* Its owner lets go: pending work still runs; the worker frees it once drained. A stream
+ * whose context went is left alone (kept on fc_gone_streams). */
+static void stream_drop(struct CUstream_st *s)
+{
+    int found = 0;
     pthread_mutex_lock(&fc_streams_mu);
     for (struct CUstream_st **pp = &fc_all_streams; *pp; pp = &(*pp)->next_all)
-        if (*pp == s) { *pp = s->next_all; break; }
+        if (*pp == s) { *pp = s->next_all; found = 1; break; }
     pthread_mutex_unlock(&fc_streams_mu);
+    if (!found) return;
     pthread_mutex_lock(&s->mu);
     s->magic = FC_MAGIC_DEAD;
     s->destroyed = 1;
     pthread_cond_signal(&s->cv_work);
     pthread_mutex_unlock(&s->mu);
     stream_unref(s);
-    return CUDA_SUCCESS;
 }
 FC_ALIAS(cuStreamDestroy_v2);
 
@@ -1018,12 +1179,17 @@ struct CUevent_st {
     fc_link link;
     uint32_t magic;
     unsigned flags;
+    CUcontext ctx;       /* made in ctx's epoch: gone when ctx is destroyed or reset */
+    unsigned epoch;
     pthread_mutex_t mu;
     fc_fence *fence;     /* latest record outside capture; NULL: never recorded (complete) */
     uint64_t capture_id; /* under fc_capture_mu: set when last recorded inside a capture */
 };
 
-static int event_ok(CUevent e) { return e && e->magic == FC_MAGIC_EVENT; }
+static int event_ok(CUevent e)
+{
+    return e && e->magic == FC_MAGIC_EVENT && atomic_load(&e->ctx->epoch) == e->epoch;
+}
 
 /* The event's latest fence, referenced (NULL if none). */
 static fc_fence *event_fence(CUevent e)
@@ -1048,11 +1214,14 @@ FC_EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
     FC_ENTRY(cuEventCreate, 2000);
     if (!phEvent) return CUDA_ERROR_INVALID_VALUE;
-    if (!fc_ctx_valid(fc_current_ctx())) return CUDA_ERROR_INVALID_CONTEXT;
+    CUcontext c = fc_current_ctx();
+    if (!fc_ctx_valid(c)) return fc_ctx_error(c);
     struct CUevent_st *e = calloc(1, sizeof *e);
     if (!e) return CUDA_ERROR_OUT_OF_MEMORY;
     e->magic = FC_MAGIC_EVENT;
     e->flags = Flags;
+    e->ctx = c;
+    e->epoch = atomic_load(&c->epoch);
     pthread_mutex_init(&e->mu, NULL);
     fc_keep(&e->link);
     *phEvent = e;
