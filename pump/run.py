@@ -104,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no summary line on stderr")
     p.add_argument("-v", dest="verbose", action="count", default=0,
                    help="shim logging (PUMP_LOG=1; -vv: PUMP_LOG=2)")
+    p.add_argument("--serve-env", action="store_true",
+                   help="no command: register the job, write the variables pump-run gives a command "
+                        "(NAME=VALUE, each ending in a NUL byte, then a NUL byte) and hold the job "
+                        "until stdin closes (for Slurm's SPANK plugin: deploy/slurm/)")
     p.add_argument("--shim-path", action="store_true",
                    help="print the path of libpump.so and exit")
     p.add_argument("--version", action="version", version=f"{PROG} {pump.__version__}")
@@ -136,10 +140,14 @@ def preload_value(shim_file: str, existing: str) -> str:
 ALWAYS_PASSED = ("managed_all",)
 
 
-def child_env(args, cfg, shim_file: str, stats_dir: str, link: DaemonLink) -> dict:
-    env = dict(os.environ)
+def job_environment(cfg, shim_file: str, env, verbose: int = 0):
+    """(the environment pump-run gives a job's command, the notices to print): env with
+    libpump.so preloaded and the shim's and PyTorch's variables for the job's settings cfg.
+    What belongs to one pump-run alone (its stats directory, its pumpd and job, its
+    watchdog) is not in it: child_env and main add those."""
+    env = dict(env)
     env["LD_PRELOAD"] = preload_value(shim_file, env.get("LD_PRELOAD", ""))
-    env["PUMP_STATS_DIR"] = stats_dir
+    notices = []
     # Only what the user chose: the shim has the same defaults, documented with it.
     chosen = dataclasses.replace(cfg, **{f: None for f, src in cfg.source.items()
                                          if src == "default" and f not in ALWAYS_PASSED})
@@ -147,15 +155,22 @@ def child_env(args, cfg, shim_file: str, stats_dir: str, link: DaemonLink) -> di
     if cfg.managed_all:
         allocator_env, notice = torch_env.managed_all_allocator_env(env)
         env.update(allocator_env)
-        if notice:
-            print(f"{PROG}: notice: {notice}", file=sys.stderr)
+        notices += [notice] if notice else []
     if cfg.managed_all or cfg.torch_allocator == "pump":
         env.update(torch_env.boot_env(env))
     if cfg.policy == "lookahead":
         env["PUMP_POLICY"] = "launch"  # the shim's rule; pumpd's plans add the lookahead
+    if verbose:
+        env["PUMP_LOG"] = str(min(verbose, 2))
+    return env, notices
+
+
+def child_env(args, cfg, shim_file: str, stats_dir: str, link: DaemonLink) -> dict:
+    env, notices = job_environment(cfg, shim_file, os.environ, args.verbose)
+    for notice in notices:
+        print(f"{PROG}: notice: {notice}", file=sys.stderr)
+    env["PUMP_STATS_DIR"] = stats_dir
     env.update(link.env())
-    if args.verbose:
-        env["PUMP_LOG"] = str(min(args.verbose, 2))
     return env
 
 
@@ -267,7 +282,9 @@ def main(argv=None) -> int:
         print(shim_file)
         return 0
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not command:
+    if args.serve_env and command:
+        _die("--serve-env takes no command (the processes given its variables are started by another launcher)")
+    if not command and not args.serve_env:
         _die(f"no command given (usage: {PROG} [options] [--] COMMAND [ARGS...])")
     if re.search(r"[ :]", shim_file):
         _die(f"libpump.so path {shim_file!r} has a space or colon, which LD_PRELOAD cannot hold")
@@ -292,7 +309,7 @@ def main(argv=None) -> int:
             print(f"{PROG}: {line}", file=sys.stderr)
         sys.exit(2)
     group = None if args.no_group else args.group or launchers.run_group()
-    name = cfg.name or group or os.path.basename(command[0])[:64] or "job"
+    name = cfg.name or group or (os.path.basename(command[0])[:64] if command else "") or "job"
     link = DaemonLink()
     try:
         link.connect(cfg, name, args.verbose, group)
@@ -306,6 +323,8 @@ def main(argv=None) -> int:
         link.close()
         link = DaemonLink()
 
+    if args.serve_env:
+        return serve_env(args, cfg, shim_file, link, stats_file)
     watchdog = reaper.Watchdog()  # before the signals are held: it starts with none blocked
     with _HeldSignals() as held:
         stats_dir = tempfile.mkdtemp(prefix="pump-run-")  # mode 0700
@@ -313,18 +332,58 @@ def main(argv=None) -> int:
             env = child_env(args, cfg, shim_file, stats_dir, link)
             rc = run_child(command, dict(env, **watchdog.env()), held)
             watchdog.disarm()
-            ended = link.end()
-            ok, totals = report(stats_dir, args, command, rc, stats_file)
-            if cfg.policy == "lookahead" and link.job is not None and not args.quiet:
-                print(f"{PROG}: {lookahead_line(ended.get('iteration_launches'))}", file=sys.stderr)
-            if link.trace_file:
-                line = trace.report(link.trace_file, totals["events_written"], ended.get("trace"))
-                print(f"{PROG}: {line}", file=sys.stderr)
+            ok = finish(args, cfg, link, stats_dir, command, rc, stats_file)
         finally:
             shutil.rmtree(stats_dir, ignore_errors=True)
             link.close()
     return rc if ok or rc != 0 else 2  # an unwritten --stats fails a job that succeeded
 
+
+def finish(args, cfg, link, stats_dir, command, rc, stats_file) -> bool:
+    """The job is over: tell pumpd, print the summary (and what lookahead learned and the
+    trace holds), write --stats; False if --stats could not be written."""
+    ended = link.end()
+    ok, totals = report(stats_dir, args, command, rc, stats_file)
+    if cfg.policy == "lookahead" and link.job is not None and not args.quiet:
+        print(f"{PROG}: {lookahead_line(ended.get('iteration_launches'))}", file=sys.stderr)
+    if link.trace_file:
+        line = trace.report(link.trace_file, totals["events_written"], ended.get("trace"))
+        print(f"{PROG}: {line}", file=sys.stderr)
+    return ok
+
+
+class _Released(Exception):
+    """A signal asked a --serve-env pump-run to end its job."""
+
+
+def _release(signo, frame):
+    raise _Released()
+
+
+def serve_env(args, cfg, shim_file, link, stats_file) -> int:
+    """--serve-env: the job for processes another launcher starts (Slurm's SPANK plugin,
+    deploy/slurm/): write the variables pump-run would give a command (those it sets or
+    changes: NAME=VALUE, each ending in a NUL byte, then one more NUL byte), hold the job
+    until stdin reaches its end or a signal comes (the processes have ended), then end it
+    as after a command, the summary counting every process that used the variables."""
+    stats_dir = tempfile.mkdtemp(prefix="pump-run-")  # mode 0700
+    for signo in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signo, _release)
+    try:
+        env = child_env(args, cfg, shim_file, stats_dir, link)
+        given = "".join(f"{name}={value}\0" for name, value in env.items() if os.environ.get(name) != value)
+        try:
+            sys.stdout.write(given + "\0")
+            sys.stdout.flush()
+            while sys.stdin.buffer.read1(65536):
+                pass
+        except _Released:
+            pass
+        ok = finish(args, cfg, link, stats_dir, ["--serve-env"], 0, stats_file)
+    finally:
+        shutil.rmtree(stats_dir, ignore_errors=True)
+        link.close()
+    return 0 if ok else 2
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -9,17 +9,25 @@
  *    so glibc still sees the original caller (RTLD_NEXT is relative to it);
  *  - pump answers only exact names from its hook table, and only when the
  *    driver really has the symbol (otherwise the program sees what it would
- *    have seen without pump, NULL and dlerror() included).
+ *    have seen without pump, NULL and dlerror() included: forwarded, an
+ *    RTLD_DEFAULT lookup would find pump's own export, so pump answers NULL
+ *    itself where nothing but pump defines the name and no libcuda is loaded);
+ *  - a lookup made from inside one of pump's hooks (by the driver or a
+ *    stacked interposer) is forwarded unchanged: it never comes back to pump.
  */
 #include <dlfcn.h>
+#include <link.h>
 #include <string.h>
 
-#include "hooks.h"
+#include "hooks_common.h"
 
 typedef void *(*dlsym_fn)(void *, const char *);
 
-/* Read by the assembly trampoline below. */
+/* Read by the assembly trampoline below: the real dlsym, and the answer that
+ * means "forward the lookup to it". */
 PUMP_HIDDEN dlsym_fn pump_real_dlsym_ptr;
+PUMP_HIDDEN const char pump_dlsym_forward[1];
+#define FORWARD ((void *)pump_dlsym_forward)
 
 static void *dlsym_unavailable(void *handle, const char *name)
 {
@@ -42,27 +50,69 @@ PUMP_HIDDEN dlsym_fn pump_real_dlsym(void)
     return fn;
 }
 
+/* glibc's own dlsym, from libc's handle (libdl's before glibc 2.34): unlike
+ * RTLD_NEXT's, never another interposer's. */
+PUMP_HIDDEN dlsym_fn pump_libc_dlsym(void)
+{
+    static const char *const where[][2] = {
+        {"libc.so.6", "GLIBC_2.34"}, {"libdl.so.2", "GLIBC_2.2.5"}, {"libdl.so.2", "GLIBC_2.17"}};
+    for (size_t i = 0; i < sizeof where / sizeof where[0]; i++) {
+        void *lib = dlopen(where[i][0], RTLD_NOW | RTLD_NOLOAD);
+        dlsym_fn fn = lib != NULL ? (dlsym_fn)dlvsym(lib, "dlsym", where[i][1]) : NULL;
+        if (lib != NULL)
+            dlclose(lib);
+        if (fn != NULL)
+            return fn;
+    }
+    return NULL;
+}
+
 static bool looks_like_driver_symbol(const char *name)
 {
     return name != NULL && name[0] == 'c' && name[1] == 'u' && name[2] >= 'A' && name[2] <= 'Z';
 }
 
-/* Called by the trampoline: the hook to return, or NULL to forward the lookup
- * to the real dlsym unchanged. */
-PUMP_HIDDEN void *pump_dlsym_decide(void *handle, const char *name)
+/* An RTLD_DEFAULT lookup of a hooked name that nothing after pump defines.
+ * Forwarded, it would find pump's own export, unless something before pump
+ * defines it. Without pump it would fail, unless the caller's own scope has a
+ * driver (a library dlopened with libcuda among its dependencies): then the
+ * hook stands for that driver. */
+static bool undefined_without_pump(dlsym_fn real, const char *name, const void *caller)
+{
+    if (!pump_is_own_hook(real(RTLD_DEFAULT, name)))
+        return false;
+    Dl_info info;
+    struct link_map *map = NULL;
+    if (!dladdr1(caller, &info, (void **)&map, RTLD_DL_LINKMAP) || map == NULL)
+        return true;
+    void *scope = dlopen(map->l_name[0] != '\0' ? map->l_name : NULL, RTLD_NOW | RTLD_NOLOAD);
+    if (scope == NULL)
+        return true;
+    void *found = real(scope, name);
+    dlclose(scope);
+    return found == NULL || pump_is_own_hook(found);
+}
+
+/* Called by the trampoline with dlsym's caller: the answer to return (the
+ * hook, or NULL), or FORWARD to forward the lookup to the real dlsym unchanged. */
+PUMP_HIDDEN void *pump_dlsym_decide(void *handle, const char *name, const void *caller)
 {
     dlsym_fn real = pump_real_dlsym();
-    if (!looks_like_driver_symbol(name))
-        return NULL;
+    if (!looks_like_driver_symbol(name) || pump_hook_depth > 0)
+        return FORWARD;
     int id = pump_hook_find(name);
     if (id < 0 || atomic_load_explicit(&pump_passthrough, memory_order_relaxed))
-        return NULL;
+        return FORWARD;
     /* Only answer where the driver answers: from pump's own position,
      * RTLD_DEFAULT would find pump's exports first, so look past them. */
     void *where = (handle == RTLD_DEFAULT) ? RTLD_NEXT : handle;
-    if (real(where, name) == NULL)
+    if (real(where, name) != NULL)
+        return pump_hooks[id].hook;
+    if (handle == RTLD_DEFAULT && undefined_without_pump(real, name, caller)) {
+        real(RTLD_NEXT, name);  /* leaves dlerror() saying the symbol is undefined */
         return NULL;
-    return pump_hooks[id].hook;
+    }
+    return FORWARD;
 }
 
 /* dlsym itself: decide in C, then either return the hook or tail-jump to the
@@ -79,6 +129,7 @@ __asm__(".text\n"
         "  .cfi_adjust_cfa_offset 8\n"
         "  subq $8, %rsp\n"
         "  .cfi_adjust_cfa_offset 8\n"
+        "  movq 24(%rsp), %rdx\n"
         "  call pump_dlsym_decide\n"
         "  addq $8, %rsp\n"
         "  .cfi_adjust_cfa_offset -8\n"
@@ -86,8 +137,9 @@ __asm__(".text\n"
         "  .cfi_adjust_cfa_offset -8\n"
         "  popq %rdi\n"
         "  .cfi_adjust_cfa_offset -8\n"
-        "  testq %rax, %rax\n"
-        "  jz 1f\n"
+        "  leaq pump_dlsym_forward(%rip), %rcx\n"
+        "  cmpq %rcx, %rax\n"
+        "  je 1f\n"
         "  ret\n"
         "1:\n"
         "  jmp *pump_real_dlsym_ptr(%rip)\n"
@@ -105,12 +157,16 @@ __asm__(".text\n"
         "  .cfi_offset 30, -24\n"
         "  mov x29, sp\n"
         "  stp x0, x1, [sp, #16]\n"
+        "  mov x2, x30\n"
         "  bl pump_dlsym_decide\n"
         "  mov x9, x0\n"
         "  ldp x0, x1, [sp, #16]\n"
         "  ldp x29, x30, [sp], #32\n"
         "  .cfi_def_cfa_offset 0\n"
-        "  cbz x9, 1f\n"
+        "  adrp x10, pump_dlsym_forward\n"
+        "  add x10, x10, #:lo12:pump_dlsym_forward\n"
+        "  cmp x9, x10\n"
+        "  b.eq 1f\n"
         "  mov x0, x9\n"
         "  ret\n"
         "1:\n"

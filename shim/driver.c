@@ -15,9 +15,11 @@
 
 typedef void *(*dlsym_fn)(void *, const char *);
 PUMP_HIDDEN dlsym_fn pump_real_dlsym(void);
+PUMP_HIDDEN dlsym_fn pump_libc_dlsym(void);
 
 PUMP_HIDDEN struct pump_driver pump_driver;
 PUMP_HIDDEN void *pump_real[PUMP_HOOK_COUNT];
+PUMP_HIDDEN _Thread_local unsigned int pump_hook_depth __attribute__((tls_model("initial-exec")));
 
 PUMP_HIDDEN const struct pump_hook pump_hooks[PUMP_HOOK_COUNT] = {
 #define PUMP_HOOK_ENTRY(id, name, pfn) [PUMP_HOOK_##id] = {name, (void *)pump_##id},
@@ -31,6 +33,34 @@ PUMP_HIDDEN int pump_hook_find(const char *name)
         if (strcmp(pump_hooks[i].name, name) == 0)
             return i;
     return -1;
+}
+
+PUMP_HIDDEN bool pump_is_own_hook(const void *fn)
+{
+    for (int i = 0; i < PUMP_HOOK_COUNT; i++)
+        if (pump_hooks[i].hook == fn)
+            return true;
+    return false;
+}
+
+/* What pump forwards to or calls is never one of its own hooks: that would
+ * call itself. A stacked interposer's dlsym, or a driver linked without
+ * -Bsymbolic (its addresses of its own exports bind to pump's, which come
+ * first), can answer with one; then the symbol is taken from the driver's
+ * handle through glibc's own dlsym, and failing that pump stands aside for
+ * that entry point (it answers as a missing one). */
+static void *not_own(void *lib, const char *name, void *fn)
+{
+    if (fn == NULL || !pump_is_own_hook(fn))
+        return fn;
+    dlsym_fn libc_dlsym = pump_libc_dlsym();
+    void *own = libc_dlsym != NULL ? libc_dlsym(lib, name) : NULL;
+    if (own != NULL && !pump_is_own_hook(own)) {
+        pump_log_once("the driver's lookups answer with pump's own hooks: taken from libcuda's handle instead");
+        return own;
+    }
+    pump_log_once("%s resolves only to pump's own hook: pump stands aside for it", name);
+    return NULL;
 }
 
 enum { DRIVER_UNLOADED, DRIVER_LOADING, DRIVER_READY, DRIVER_FAILED };
@@ -52,12 +82,12 @@ static void *own_entry(void *lib, PFN_cuGetProcAddress_v12000 get_proc, const ch
                        int version, const char *abi_name)
 {
     if (get_proc == NULL)
-        return pump_real_dlsym()(lib, abi_name);
+        return not_own(lib, abi_name, pump_real_dlsym()(lib, abi_name));
     void *fn = NULL;
     CUdriverProcAddressQueryResult status;
     if (get_proc(symbol, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS)
         return NULL;
-    return fn;
+    return not_own(lib, abi_name, fn);
 }
 
 static bool load_driver(void)
@@ -71,7 +101,7 @@ static bool load_driver(void)
     }
     dlsym_fn real_dlsym = pump_real_dlsym();
     for (int i = 0; i < PUMP_HOOK_COUNT; i++)
-        pump_real[i] = real_dlsym(lib, pump_hooks[i].name);
+        pump_real[i] = not_own(lib, pump_hooks[i].name, real_dlsym(lib, pump_hooks[i].name));
 
     PFN_cuGetProcAddress_v12000 get_proc = (PFN_cuGetProcAddress_v12000)pump_real[PUMP_HOOK_get_proc_address_v2];
     struct pump_driver d = {

@@ -98,6 +98,9 @@ extern PUMP_HIDDEN void *pump_real[PUMP_HOOK_COUNT];
 /* Index of a hooked symbol name, or -1. */
 PUMP_HIDDEN int pump_hook_find(const char *name);
 
+/* Whether fn is one of pump's hooks (never a real entry point). */
+PUMP_HIDDEN bool pump_is_own_hook(const void *fn);
+
 /* The status a hook returns when it cannot reach the driver's function. */
 PUMP_HIDDEN CUresult pump_missing_entry(void);
 

@@ -7,7 +7,8 @@
  * cuMemAllocAsync takes from the stream device's managed pool in the same
  * stream order, and cuMemGetInfo reports the capacity. What cannot be made
  * managed is left alone with one notice: cuMemCreate's memory, and IPC handles
- * (managed memory has none). cuMemAllocPitch stays device memory (rare outside
+ * (managed memory has none); what communication libraries allocate to share
+ * by IPC handle stays device memory (managed_all.h). cuMemAllocPitch stays device memory (rare outside
  * textures; the driver's pitch rule is not something pump can ask for).
  *
  * Device allocations otherwise pass untouched, except that memory the driver
@@ -62,10 +63,11 @@ static void settle_managed(CUresult r, const CUdeviceptr *dptr, size_t bytesize,
         pump_capacity_release(bytesize);
 }
 
-/* Whether pump may turn this device allocation into managed memory. */
-static bool convertible(const CUdeviceptr *dptr, size_t bytesize)
+/* Whether pump may turn this device allocation into managed memory; caller:
+ * the hook's return address (managed_all.h). */
+static bool convertible(const CUdeviceptr *dptr, size_t bytesize, const void *caller)
 {
-    return pump_active() && dptr != NULL && bytesize != 0 && pump_managed_all();
+    return pump_active() && dptr != NULL && bytesize != 0 && pump_managed_all_for(caller);
 }
 
 static void count_converted(CUresult r, size_t bytesize)
@@ -92,7 +94,7 @@ CUresult pump_mem_alloc(CUdeviceptr *dptr, size_t bytesize)
 {
     PUMP_REAL_OR_RETURN(mem_alloc, real);
     pump_pfn_mem_alloc_managed managed = PUMP_REAL(mem_alloc_managed);
-    if (managed != NULL && convertible(dptr, bytesize)) {
+    if (managed != NULL && convertible(dptr, bytesize, __builtin_return_address(0))) {
         if (!pump_capacity_reserve(bytesize))
             return CUDA_ERROR_OUT_OF_MEMORY;
         CUresult r = managed(dptr, bytesize, CU_MEM_ATTACH_GLOBAL);
@@ -137,7 +139,7 @@ static CUresult after_pool_alloc(CUresult r, const CUdeviceptr *dptr, size_t byt
     {                                                                                                     \
         PUMP_REAL_OR_RETURN(id, real);                                                                    \
         pump_pfn_##from_pool_id from_pool = PUMP_REAL(from_pool_id);                                      \
-        CUmemoryPool pool = from_pool != NULL && convertible(dptr, bytesize)                              \
+        CUmemoryPool pool = from_pool != NULL && convertible(dptr, bytesize, __builtin_return_address(0)) \
                                 ? pump_managed_pool_for(pump_stream_of(stream, per_thread))               \
                                 : NULL;                                                                   \
         if (pool == NULL)                                                                                 \

@@ -15,7 +15,10 @@
  * without it, so the memory made managed would only fault in, never be
  * prefetched. There pump counts only, said once.
  */
+#include <link.h>
 #include <pthread.h>
+#include <string.h>
+#include <unwind.h>
 
 #include "capture_mode.h"
 #include "managed_all.h"
@@ -76,6 +79,129 @@ PUMP_HIDDEN bool pump_managed_all(void)
     }
     pthread_mutex_unlock(&decide_lock);
     return d == ON;
+}
+
+/* ---- which library allocates ----
+ * Communication libraries share their own device buffers with the other
+ * processes of a job by IPC handle (NCCL's P2P transport probes "legacy IPC"
+ * on a cudaMalloc buffer and silently falls back to slower transports when the
+ * handle fails); managed memory has none. Their allocations stay device
+ * memory. They are known by the file name of the library whose code called the
+ * hook: NCCL links the CUDA runtime statically by default (its src/Makefile:
+ * CUDARTLIB ?= cudart_static), so the caller is the library itself; Open MPI
+ * and UCX call the driver. Through the shared runtime (libcudart.so.*) the caller
+ * is the runtime: then the stack is unwound by its DWARF call-frame
+ * information (libgcc's unwinder; the x86-64 ABI requires that information of
+ * every object, and frame pointers may be absent, so no
+ * __builtin_return_address(n > 0)), past the runtime's frames, to the library
+ * that called it. An unwind that stops early names no library: the allocation
+ * is made managed, as before. */
+static const char *const sharing_libraries[] = {
+    "libnccl",    /* NCCL and its network plugins (libnccl-net-*.so) */
+    "libnvshmem", /* libnvshmem_host.so, libnvshmem.so */
+    "libmpi",     /* Open MPI, MPICH (libmpich.so), Intel MPI, MVAPICH */
+    "libopen-pal", "libmca_", "mca_", /* Open MPI's CUDA support: built in, common, or a component */
+    "libucp", "libuct",    /* UCX, under MPI and NVSHMEM: its cuda_ipc transport */
+};
+static const char runtime_library[] = "libcudart.so";
+
+enum caller { CALLER_UNKNOWN, CALLER_RUNTIME, CALLER_SHARING, CALLER_OTHER };
+
+static bool starts_with(const char *text, const char *prefix)
+{
+    return strncmp(text, prefix, strlen(prefix)) == 0;
+}
+
+static enum caller caller_of_file(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    const char *name = slash != NULL ? slash + 1 : path;
+    if (starts_with(name, runtime_library))
+        return CALLER_RUNTIME;
+    for (size_t i = 0; i < sizeof sharing_libraries / sizeof *sharing_libraries; i++)
+        if (starts_with(name, sharing_libraries[i]) && strstr(name, ".so") != NULL)
+            return CALLER_SHARING;
+    return CALLER_OTHER;
+}
+
+struct code_query {
+    uintptr_t address;
+    enum caller caller;
+};
+
+/* dl_iterate_phdr, not dladdr: only the object is needed, not a search of its
+ * symbols (libtorch's are hundreds of thousands); the name is read under the
+ * loader's lock, so a concurrent dlclose cannot free it. */
+static int find_object(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    struct code_query *query = data;
+    for (ElfW(Half) i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *segment = &info->dlpi_phdr[i];
+        if (segment->p_type == PT_LOAD && query->address - (info->dlpi_addr + segment->p_vaddr) < segment->p_memsz) {
+            query->caller = caller_of_file(info->dlpi_name != NULL ? info->dlpi_name : "");
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* A return address: the call instruction is just before it. */
+static enum caller caller_at(uintptr_t return_address)
+{
+    struct code_query query = {.address = return_address - 1, .caller = CALLER_UNKNOWN};
+    dl_iterate_phdr(find_object, &query);
+    return query.caller;
+}
+
+/* Far enough for any runtime's own frames; the walk stops at the first other library. */
+#define UNWIND_FRAMES 32
+
+struct unwind_walk {
+    uintptr_t hook_return;  /* the runtime's frame that called the hook */
+    bool past_hook;
+    int frames;
+    enum caller caller;
+};
+
+static _Unwind_Reason_Code unwind_step(struct _Unwind_Context *context, void *data)
+{
+    struct unwind_walk *walk = data;
+    uintptr_t ip = _Unwind_GetIP(context);
+    if (ip == 0 || ++walk->frames > UNWIND_FRAMES)
+        return _URC_END_OF_STACK;
+    if (!walk->past_hook) {  /* pump's own frames, up to the hook's caller */
+        walk->past_hook = ip == walk->hook_return;
+        return _URC_NO_REASON;
+    }
+    enum caller caller = caller_at(ip);
+    if (caller == CALLER_RUNTIME)
+        return _URC_NO_REASON;
+    walk->caller = caller;
+    return _URC_END_OF_STACK;
+}
+
+static enum caller caller_through_runtime(uintptr_t hook_return)
+{
+    struct unwind_walk walk = {.hook_return = hook_return, .caller = CALLER_UNKNOWN};
+    _Unwind_Backtrace(unwind_step, &walk);
+    return walk.caller;
+}
+
+PUMP_HIDDEN bool pump_managed_all_for(const void *caller)
+{
+    if (!pump_managed_all())
+        return false;
+    uintptr_t hook_return = (uintptr_t)caller;
+    enum caller kind = caller_at(hook_return);
+    if (kind == CALLER_RUNTIME)
+        kind = caller_through_runtime(hook_return);
+    if (kind != CALLER_SHARING)
+        return true;
+    PUMP_COUNT(managed_all_kept_shared, 1);
+    pump_log_once("managed_all: a communication library's allocations (NCCL, MPI, NVSHMEM, UCX) stay device "
+                  "memory: it shares them with other processes by IPC handle");
+    return false;
 }
 
 /* Each device's default pools, looked up once: the one cuMemAllocAsync uses

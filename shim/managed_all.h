@@ -10,6 +10,12 @@
  * managed access; decided once, at the first call after cuInit. */
 PUMP_HIDDEN bool pump_managed_all(void);
 
+/* Whether a device allocation whose hook returns to `caller` (the hook's
+ * __builtin_return_address(0)) becomes managed: pump_managed_all(), except
+ * for memory of a library that shares its buffers with other processes by
+ * IPC handle (NCCL, MPI, NVSHMEM, UCX), which managed memory does not have. */
+PUMP_HIDDEN bool pump_managed_all_for(const void *caller);
+
 /* The managed pool an allocation on `stream` (legacy-ABI handle, see
  * pump_stream_of) should come from, or NULL to leave the allocation as the
  * program asked: the stream is being captured, the program made another pool

@@ -64,6 +64,8 @@ struct pump_stats {
     uint64_t managed_all_allocs;     /* device allocations (cuMemAlloc, cuMemAllocAsync) made managed */
     uint64_t managed_all_bytes;      /* ... their bytes */
     uint64_t managed_all_captured;   /* stream-ordered allocations left alone: their stream was capturing */
+    uint64_t managed_all_kept_shared; /* device allocations left alone: a communication library (NCCL, MPI,
+                                        NVSHMEM, UCX) made them, to share by IPC handle */
     uint64_t vmm_allocs;             /* cuMemCreate allocations: device memory pump cannot make managed */
     uint64_t ipc_refusals;           /* cuIpcGetMemHandle calls that failed on memory managed_all made managed */
     /* pump's allocator for PyTorch (torch_allocator.c) */

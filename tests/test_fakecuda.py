@@ -1,9 +1,16 @@
 """fakecuda's own self-test (tests/fakecuda/selftest.c), plain and under the sanitizers:
-every other test's figures rest on the CPU driver model behaving as it says."""
+every other test's figures rest on the CPU driver model behaving as it says. And its measured
+host costs: fakecuda_model.h's launch cost is what the real A100 traces say."""
 
+import importlib.util
+import pathlib
+import re
+import statistics
 import subprocess
 
 import pytest
+
+FAKECUDA = pathlib.Path(__file__).parent / "fakecuda"
 
 
 @pytest.mark.parametrize("variant", ["plain", "asan", "tsan"])
@@ -12,3 +19,17 @@ def test_selftest(c_build, tmp_path, variant):
                          text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.rstrip().endswith(" 0 failed"), run.stdout
+
+
+def test_launch_cost_is_the_traces_smallest_median():
+    spec = importlib.util.spec_from_file_location("measure_kineto", FAKECUDA / "measure_kineto.py")
+    measure = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(measure)
+    traces = sorted(measure.DEFAULT_DIR.glob("*.json.gz"))
+    if not traces:
+        pytest.skip(f"the Kineto traces are not here ({measure.DEFAULT_DIR})")
+    medians = [statistics.median(calls["cudaLaunchKernel"]) for _, calls in map(measure.host_durations, traces)
+               if "cudaLaunchKernel" in calls]
+    model = (FAKECUDA / "fakecuda_model.h").read_text()
+    launch_ns = int(re.search(r"#define FAKECUDA_LAUNCH_HOST_NS (\d+)u", model).group(1))
+    assert len(medians) == 3 and launch_ns == min(medians) * 1000, (medians, launch_ns)

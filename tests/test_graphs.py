@@ -36,8 +36,8 @@ def test_replays_are_prefetched(run_program, build):
 @pytest.mark.parametrize("how", ["flags", "params", "v10000", "v11000", "v12000"])
 def test_every_instantiation_entry_point_is_seen(run_program, how):
     """cuGraphInstantiateWithFlags, ...WithParams, and what cuGetProcAddress
-    answers for "cuGraphInstantiate" at 10.0 and 11.0 (the 5-argument forms)
-    and 12.0 (the 3-argument form)."""
+    answers for "cuGraphInstantiate" at 10.0, 11.0 and 12.0 (the 5-argument
+    forms: NVIDIA's drivers answer _v2 at 12.0, tests/test_real_libcuda.py)."""
     run = run_program("graphs", REPLAYS, f"--instantiate={how}")
     assert run.result["gpu_faults"] == 0
     assert run.result["checksum"] == bare(run_program)

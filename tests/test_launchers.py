@@ -3,6 +3,8 @@
 SLURM_JOB_ID/SLURM_STEP_ID, TORCHELASTIC_RUN_ID and the agent, or --group), pumpd joins
 them, and `pump status` names the members by the ranks their shims send."""
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -116,3 +118,47 @@ def test_group_flag_is_checked():
     r = subprocess.run([PUMP_RUN, "--group", "../etc", "true"], capture_output=True, text=True,
                        env=clean_env(), timeout=30)
     assert r.returncode == 2 and "bad value '../etc'" in r.stderr
+
+
+def serve_env(socket, *flags):
+    """`pump-run --serve-env` on pumpd at socket: its process and the variables it says."""
+    proc = subprocess.Popen([PUMP_RUN, "--daemon", "system", "--socket", str(socket), *flags, "--serve-env"],
+                            env=clean_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    said = b""
+    while not (said.endswith(b"\0\0") or said == b"\0"):
+        chunk = proc.stdout.read1(4096)
+        assert chunk, proc.stderr.read().decode()
+        said += chunk
+    return proc, dict(entry.split("=", 1) for entry in said[:-2].decode().split("\0"))
+
+
+def test_serve_env_holds_a_job_for_processes_another_launcher_starts(c_build, daemon, tmp_path):
+    """What the SPANK plugin uses: the variables pump-run gives a command (only those), the
+    job held until stdin closes, its summary counting the processes that used them."""
+    proc, given = serve_env(daemon, "--group", "run-7")
+    try:
+        [job] = jobs(daemon)
+        assert (given["PUMP_SOCKET"], given["PUMP_JOB"], job["group"]) == (str(daemon), job["job"], "run-7")
+        assert given["LD_PRELOAD"].endswith("/libpump.so")
+        assert os.path.isdir(given["PUMP_STATS_DIR"]) and "PATH" not in given and "HOME" not in given
+        env = dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"), FAKECUDA_DEVICES="2", **given)
+        for device in ("0", "1"):  # two processes started elsewhere, with the variables
+            run = subprocess.run([str(c_build / "plain" / "devices"), device, device], env=env, capture_output=True,
+                                 text=True, timeout=60)
+            assert run.returncode == 0 and '"gpu_faults": 0,' in run.stdout, run.stderr
+        assert jobs(daemon)[0]["job"] == job["job"]  # held while its processes come and go
+    finally:
+        _, err = proc.communicate(timeout=60)  # stdin closes
+    assert proc.returncode == 0, err
+    assert "pump: 4 launches (4 on managed memory)" in err.decode() and "2 processes" in err.decode(), err
+    assert jobs(daemon) == [] and not os.path.exists(given["PUMP_STATS_DIR"])
+
+
+def test_serve_env_ends_its_job_on_sigterm_and_takes_no_command(daemon):
+    proc, given = serve_env(daemon)
+    proc.send_signal(signal.SIGTERM)  # stdin still open
+    assert proc.wait(30) == 0 and jobs(daemon) == [] and not os.path.exists(given["PUMP_STATS_DIR"])
+    proc.communicate()
+    r = subprocess.run([PUMP_RUN, "--serve-env", "true"], capture_output=True, text=True, env=clean_env(), timeout=30)
+    assert (r.returncode, r.stderr) == (2, "pump-run: --serve-env takes no command (the processes given its "
+                                           "variables are started by another launcher)\n")

@@ -245,7 +245,7 @@ def test_cli_shows_progress_and_captions_the_plot(tmp_path, monkeypatch):
     p = _pump(path, "--capacity", "50%", "--plot", str(tmp_path / "c.png"))
     assert p.returncode == 0, p.stderr
     runs = [line for line in p.stderr.splitlines() if line.startswith("simulate: run ")]
-    total = 1 + len([q for q in engine.POLICIES if q != "ideal"]) + len(report.PLOT_FRACTIONS) * len(engine.POLICIES)
+    total = report.runs(engine.POLICIES, len(K.RANGE_CASES)) + len(report.PLOT_FRACTIONS) * len(engine.POLICIES)
     assert len(runs) == total and runs[0].startswith(f"simulate: run 1/{total}: ideal at ")
     assert runs[-1].startswith(f"simulate: run {total}/{total}: ") and runs[-1].endswith("(plot)")
     # The plot says what it is and marks the capacity asked for.

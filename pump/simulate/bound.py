@@ -158,7 +158,7 @@ def _cycle(workload):
 
 def lower_bound(workload, capacity: int, model: engine.Model) -> dict:
     """The bound for one steady step (see the module's docstring), and its parts."""
-    kernel_s = workload.kernel_seconds(model.peak_flops, model.tensor_flops, model.hbm_bytes_per_s)
+    kernel_s = workload.kernel_seconds(model.gpu)
     lo, hi, steps = _cycle(workload)
     slots = capacity // K.BLOCK_BYTES
     launches = [tuple(b for b, _mask in workload.touched[k]) for k in range(lo, hi)]

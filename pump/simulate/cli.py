@@ -7,7 +7,8 @@ import sys
 
 from pump import config, timeline_cli
 from pump.cli_common import die
-from pump.simulate import engine, report, workload
+from pump.simulate import constants as K
+from pump.simulate import engine, report, sweep, workload
 from pump.simulate.progress import Progress
 from pump.simulate.timeline import StepTimeline
 
@@ -40,6 +41,13 @@ def _capacity_type(text):
         raise config.BadValueError(f"bad value {text!r}; allowed: {CAPACITY_ALLOWED}") from None
 
 
+def _size_type(text):
+    try:
+        return config.parse_size(text)
+    except ValueError:
+        raise config.BadValueError(f"bad value {text!r}; allowed: {config.SIZE_ALLOWED}") from None
+
+
 def _bandwidth(text):
     try:
         value = float(text)
@@ -58,15 +66,24 @@ def add_parser(sub, handler):
                                    "and the lower bound. Every constant: pump/simulate/constants.py.",
                        epilog=BOUND_HELP)
     p.add_argument("trace", metavar="TRACE", help="a trace file (pump-run --trace, pump trace generate)")
-    p.add_argument("--capacity", metavar="SIZE", required=True, type=_capacity_type,
-                   help=f"GPU memory the job may use: {CAPACITY_ALLOWED}".replace("%", "%%"))
-    p.add_argument("--bandwidth", metavar="GB/s", type=_bandwidth,
-                   help="host<->GPU bandwidth each way (default: the model's, PCIe Gen5 x16 for h100)")
+    p.add_argument("--capacity", metavar="SIZE", type=_capacity_type,
+                   help=f"GPU memory the job may use: {CAPACITY_ALLOWED} (needed unless --sweep)".replace("%", "%%"))
+    p.add_argument("--sweep", action="store_true",
+                   help="capacity planning: every policy's step against capacity, and the smallest capacity at "
+                        "which lookahead stays within 10%% (25%%) of the unlimited-memory step, and its step at the "
+                        "card's memory less --reserve")
+    p.add_argument("--reserve", metavar="SIZE", type=_size_type,
+                   help=f"with --sweep: the card's memory a job cannot use (default {K.RESERVE_BYTES >> 20} MiB: "
+                        "CUDA context, library workspaces, communication buffers; constants.py)")
+    p.add_argument("--gpu", choices=tuple(K.GPU_PRESETS),
+                   help=f"the GPU preset (default {K.DEFAULT_GPU}; each figure's datasheet: pump/simulate/constants.py)")
+    p.add_argument("--link-gbps", "--bandwidth", dest="link_gbps", metavar="GB/s", type=_bandwidth,
+                   help="the host link's line rate each way, instead of the preset's PCIe generation and lanes")
     p.add_argument("--policy", choices=engine.POLICIES, action="append",
                    help="a policy to run (repeatable; default: all)")
-    p.add_argument("--model", choices=tuple(engine.MODELS), default="h100",
-                   help="h100 (default): an H100 PCIe on PCIe Gen5; fakecuda: predict fakecuda's counts "
-                        "for a replay under pump-run --budget SIZE")
+    p.add_argument("--model", choices=tuple(engine.MODELS),
+                   help="h100: the same as --gpu h100-pcie; fakecuda: predict fakecuda's counts "
+                        "for a replay under pump-run --budget SIZE (no --gpu)")
     p.add_argument("--plot", metavar="FILE.png", help="also plot step time against capacity for every policy")
     p.add_argument("--timeline", metavar="OUT.json",
                    help="also write one simulated step per policy as Chrome Trace Event JSON (ui.perfetto.dev, "
@@ -102,9 +119,38 @@ def capacity_bytes(text: str, peak: int) -> int:
     return config.parse_size(text)
 
 
+def _bad_combination(args) -> str:
+    """Why the options contradict each other, or ""."""
+    if not args.capacity and not args.sweep:
+        return "give --capacity SIZE (or --sweep, which tries every capacity)"
+    if args.sweep and args.model == "fakecuda":
+        return "--sweep plans for a GPU's memory; --model fakecuda has none: give --gpu"
+    if args.sweep and args.timeline:
+        return "--timeline draws one capacity's step; --sweep tries many: give one of them"
+    if args.reserve is not None and not args.sweep:
+        return "--reserve is --sweep's: give both"
+    if args.model == "fakecuda" and args.gpu:
+        return f"--gpu {args.gpu} picks a GPU; --model fakecuda models tests/fakecuda: give one of them"
+    if args.model == "h100" and args.gpu not in (None, K.DEFAULT_GPU):
+        return f"--model h100 is --gpu {K.DEFAULT_GPU}, not --gpu {args.gpu}: give --gpu alone"
+    return ""
+
+
+def models(args) -> list:
+    """[(case, engine.Model)]: fakecuda's one, or the preset's over the range (engine.range_models)."""
+    link = args.link_gbps * 1e9 if args.link_gbps else None
+    if args.model == "fakecuda":
+        return [("fakecuda", engine.fakecuda(link))]
+    return engine.range_models(args.gpu or K.DEFAULT_GPU, link)
+
+
 def main(args) -> int:
     if args.timeline_png and not args.timeline:
         print("pump: simulate: --timeline-png draws the --timeline; give both", file=sys.stderr)
+        return 2
+    why = _bad_combination(args)
+    if why:
+        print(f"pump: simulate: {why}", file=sys.stderr)
         return 2
     # Every output is opened before the work: a path that cannot be written fails now.
     out = timeline_cli.Outputs("simulate", args.timeline, args.timeline_png, args.max_events) \
@@ -115,7 +161,8 @@ def main(args) -> int:
             out.abandon()
         die("pump", why)
     try:
-        model = engine.MODELS[args.model](args.bandwidth * 1e9 if args.bandwidth else None)
+        cases = models(args)
+        model = cases[0][1]
         w = workload.load(args.trace, daemon_reads_steps=model.daemon_reads_steps)
     except (workload.WorkloadError, ValueError) as exc:
         if out:
@@ -127,11 +174,13 @@ def main(args) -> int:
         print(f"pump: warning: {args.trace} has no kernel costs (no FLOPs, bytes or measured times): every "
               "kernel takes no time in the model, so step times are launches, transfers and faults alone "
               "(pump trace generate writes costs)", file=sys.stderr)
+    if args.sweep:
+        return _sweep(args, w, cases, plot)
     capacity, policies = capacity_bytes(args.capacity, w.peak_footprint), tuple(args.policy or engine.POLICIES)
     steps = StepTimeline(out.timeline, w, capacity, model, policies) if out else None
-    progress = Progress(report.runs(policies) + (report.plot_runs() if plot else 0))
+    progress = Progress(report.runs(policies, len(cases)) + (report.plot_runs() if plot else 0))
     try:
-        doc = report.simulate(w, capacity, model, policies, steps.recorder if steps else None, progress.step)
+        doc = report.simulate_range(w, capacity, cases, policies, steps.recorder if steps else None, progress.step)
         if plot:
             with plot:
                 doc["plot"] = dict(report.plot(w, model, plot, capacity, progress.step), file=args.plot)
@@ -150,4 +199,24 @@ def main(args) -> int:
         # With --json stdout holds one JSON document: the timeline's lines go to stderr.
         with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
             out.finish(notes, f"{w.name}: step {steps.step} per policy, modelled")
+    return 0
+
+
+def _sweep(args, w, cases, plot) -> int:
+    """--sweep: the table and the one-line answer (or --json), the plot with the card marked."""
+    reserve = K.RESERVE_BYTES if args.reserve is None else args.reserve
+    progress = Progress(report.plot_runs())
+    try:
+        doc = sweep.sweep(w, cases, reserve, progress.step)
+    finally:
+        progress.close()
+    if plot:
+        marks = [(doc["card_capacity_bytes"], f"{doc['gpu']} less reserve")]
+        if args.capacity:
+            capacity = capacity_bytes(args.capacity, w.peak_footprint)
+            marks.append((capacity, f"--capacity {report._size(capacity)}"))
+        with plot:
+            report.draw(w, cases[0][1], doc["sweep"], plot, [m for m in marks if m[0] <= w.peak_footprint])
+        doc["plot"] = args.plot
+    print(report.dumps(doc) if args.json else sweep.text(doc) + (f"\nplot: {args.plot}" if plot else ""))
     return 0

@@ -2,28 +2,46 @@
 the model lives in one file").  Change one only with new evidence, never to pass a target.
 
 Two models share the engine:
-- ``H100`` (the default): an NVIDIA H100 PCIe card on a PCIe Gen5 x16 link, the UVM driver's
-  fault path and eviction as read from its source (../shared/research/PREFETCHING.md §4-5).
+- a GPU preset (GPU_PRESETS; the default an NVIDIA H100 PCIe card on a PCIe Gen5 x16 link): its
+  datasheet's figures, and the UVM driver's fault path and eviction as read from its source
+  (../shared/research/PREFETCHING.md §4-5), the same for every preset.
 - ``FAKECUDA``: tests/fakecuda's CPU model, its constants read from fakecuda_model.h (not
   copied), used to predict what a replay on fakecuda counts (faults and bytes, not time).
 
 Sources cited below:
-  [H100]  NVIDIA H100 Tensor Core GPU datasheet (nvidia.com, 2023), column "H100 PCIe":
-          BF16 Tensor Core 1,513 TFLOPS *with sparsity* (dense: half), GPU memory 80 GB,
-          memory bandwidth 2 TB/s, PCIe Gen5: 128 GB/s (both directions together).
-          FP32 51 TFLOPS, TF32 Tensor Core 756 TFLOPS *with sparsity*.
+  [H100]  NVIDIA H100 Tensor Core GPU datasheet (nvidia.com, 2022; the two-column edition,
+          "H100 SXM" and "H100 PCIe"; its table reproduced at archive-lib.hpctech.co.jp/gpuproduct/
+          nvidia-h100.html; "* Shown with sparsity. Specifications 1/2 lower without sparsity"):
+          PCIe: FP32 51 TFLOPS, TF32 Tensor Core 756*, BF16 1,513*, 80 GB HBM2e at 2,000 GB/s;
+          SXM: FP32 67, TF32 989*, BF16 1,979*, 80 GB HBM3 at 3,350 GB/s; both PCIe Gen5 128 GB/s
+          (both directions together).  The PCIe card's product brief PB-11133-001_v02 (November
+          2022) agrees on the card ("greater than 2,000 gigabytes per second").
+  [H200]  NVIDIA H200 Tensor Core GPU datasheet (nvidia.com, 2024), column "H200 SXM": FP32 67
+          TFLOPS, TF32 989*, BF16 1,979* (sparse), 141 GB HBM3e at 4.8 TB/s, PCIe Gen5 128 GB/s.
+  [A100-40] NVIDIA A100 Tensor Core GPU datasheet (nvidia.com, 2020 edition, columns "A100 40GB
+          PCIe" / "A100 40GB SXM"): FP32 19.5 TFLOPS, TF32 156 (312 sparse), BF16 312 (624
+          sparse), 40 GB HBM2 at 1,555 GB/s, PCIe Gen4 64 GB/s.
+  [A100-80] NVIDIA A100 datasheet nvidia-a100-datasheet-us-nvidia-1758950-r4-web (nvidia.com,
+          2021), column "A100 80GB PCIe": the same FLOPs, 80 GB HBM2e at 1,935 GB/s, PCIe Gen4
+          64 GB/s.
+  [L4]    NVIDIA L4 Tensor Core GPU datasheet (nvidia.com, 2023): FP32 30.3 TFLOPS, TF32 120*,
+          BF16 242* (sparse), 24 GB GDDR6 at 300 GB/s, PCIe Gen4 x16 64 GB/s.
+  [V100]  NVIDIA Tesla V100 GPU Accelerator datasheet (nvidia.com, 2018 edition with the 32 GB
+          cards), column "V100 PCIe": single precision 14 TFLOPS, Tensor Performance 112 TFLOPS
+          (FP16 in, FP32 accumulate: Volta has no TF32), 32 GB HBM2 at 900 GB/s, PCIe 32 GB/s
+          (Gen3 x16, both directions together).
   [TF32]  PyTorch documentation, "CUDA semantics", section "TensorFloat-32 (TF32) on Ampere
           (and later) devices": torch.backends.cuda.matmul.allow_tf32 defaults to False (since
           PyTorch 1.12), torch.backends.cudnn.allow_tf32 to True.
-  [PCIE5] PCI Express Base Specification 5.0 (PCI-SIG, 2019): 32 GT/s per lane, 128b/130b
-          encoding; x16 carries 32e9 * 16 * 128/130 / 8 = 63.0e9 bytes/s each way.
+  [PCIE]  PCI Express Base Specifications 3.0, 4.0, 5.0 (PCI-SIG 2010, 2017, 2019): 8, 16, 32 GT/s
+          per lane, 128b/130b encoding; x16 carries 15.75, 31.5, 63.0e9 bytes/s each way.
   [UVM]   NVIDIA open-gpu-kernel-modules 595.45.04, kernel-open/nvidia-uvm/ (PREFETCHING.md §4):
           uvm_va_block_types.h, uvm_pmm_gpu.h, uvm_gpu_replayable_faults.c, uvm_pmm_gpu.c.
   [OBS]   ObservUVM §II, citing prior work (PREFETCHING.md §4.4): "10-50 us per fault
           serviced; 64 KiB migrated per fault".
   [CUDF]  G. Kimball (NVIDIA), facebookincubator/velox#15022 (PREFETCHING.md §5): "Driver
           paging is about 10x lower throughput than explicit prefetching (which approaches
-          the interconnect limit)": a cross-check of [OBS] and [PCIE5], not an input.
+          the interconnect limit)": a cross-check of [OBS] and [PCIE], not an input.
   [DISCARD] CUDA 13 driver API, cuMemDiscardBatchAsync (cuda-python's cuda.bindings docs):
           discarding "informs the driver that the contents of that range are no longer
           useful", "allows the driver to optimize certain data migrations", and is undone by a
@@ -38,6 +56,7 @@ Sources cited below:
           for a kernel to finish ("the buffer size is about 1000 kernel").
 """
 
+import dataclasses
 import os
 import re
 
@@ -51,32 +70,74 @@ PAGE_BYTES = 64 * KIB
 BLOCK_BYTES = 2 * MIB
 PAGES_PER_BLOCK = BLOCK_BYTES // PAGE_BYTES
 
-# ---- the GPU: H100 PCIe ([H100]) ----
+# ---- where PyTorch runs fp32 work ([TF32]) ----
 # The traces are fp32 training (pump trace generate), and PyTorch's defaults decide where fp32
-# FLOPs run ([TF32]): matrix multiplies on the FP32 units (torch.backends.cuda.matmul.allow_tf32
-# is False by default), convolutions on TF32 tensor cores (torch.backends.cudnn.allow_tf32 is
-# True by default).
-# FP32 peak: 51 TFLOPS.
-H100_PEAK_FLOPS = 51e12
-# TF32 tensor-core peak: 756 TFLOPS with 2:4 sparsity / 2 (dense).
-H100_TF32_FLOPS = 756e12 / 2
-# HBM2e bandwidth of the PCIe card: the roofline's memory roof.
-H100_HBM_BYTES_PER_S = 2.0e12
-# Device memory: the capacity when none is given is this (80 GB, decimal as the datasheet).
-H100_MEMORY_BYTES = 80 * 10**9
+# FLOPs run: matrix multiplies on the FP32 units (torch.backends.cuda.matmul.allow_tf32 is False
+# by default), convolutions on TF32 tensor cores (torch.backends.cudnn.allow_tf32 is True by
+# default) where the GPU has them: Volta has none, so there they run on the FP32 units too.
 
-# ---- the link: PCIe Gen5 x16 ([PCIE5]; [H100] states 128 GB/s for both directions) ----
-# Per direction; prefetch (host->GPU) and eviction (GPU->host) run full duplex, one copy
-# stream each, both at this rate (explicit prefetch "approaches the interconnect limit" [CUDF]).
-PCIE5_X16_BYTES_PER_S = 32e9 * 16 * 128 / 130 / 8
+
+def pcie_bytes_per_s(generation: int, lanes: int) -> float:
+    """A PCIe link's line rate per direction ([PCIE]): transfers/s per lane times lanes, less
+    the line encoding (8b/10b before Gen3, 128b/130b from Gen3 on), in bytes."""
+    gt = {1: 2.5e9, 2: 5e9, 3: 8e9, 4: 16e9, 5: 32e9, 6: 64e9}[generation]
+    encoding = 8 / 10 if generation < 3 else 128 / 130
+    return gt * lanes * encoding / 8
+
+
+@dataclasses.dataclass(frozen=True)
+class FaultPath:
+    """The UVM driver's fault path: no datasheet gives it (see FAULT_PATH)."""
+    name: str
+    service_seconds: float      # the faulting kernel's stall per serviced fault, 64 KiB included
+    batch_faults: int           # faults fetched and serviced per batch
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuPreset:
+    """One GPU as `pump simulate --gpu NAME` models it: its datasheet's figures (dense, not
+    sparse, at the clocks the datasheet states), its host link, and the fault path it shares."""
+    name: str
+    title: str
+    source: str                 # the datasheet, its version, and the column read
+    fp32_flops: float           # FP32 units (non-tensor), dense
+    tf32_flops: float           # TF32 tensor cores, dense; 0: none (fp32 convolutions use FP32 units)
+    bf16_flops: float           # BF16/FP16 tensor cores, dense (mixed-precision work; a profile's scale)
+    memory_bytes: int           # device memory, decimal as the datasheet states it
+    memory_kind: str
+    memory_bytes_per_s: float   # device memory bandwidth: the roofline's memory roof
+    pcie_generation: int        # the host link
+    pcie_lanes: int
+    fault_path: FaultPath
+
+    @property
+    def link_bytes_per_s(self) -> float:
+        """The host link's line rate per direction."""
+        return pcie_bytes_per_s(self.pcie_generation, self.pcie_lanes)
+
+    def conv_flops(self) -> float:
+        """Where PyTorch runs fp32 convolutions: TF32 tensor cores, else the FP32 units."""
+        return self.tf32_flops or self.fp32_flops
+
 
 # ---- the driver's fault path ([UVM] §4.3-4.4, [OBS]) ----
 # Faults are fetched and serviced in batches of uvm_perf_fault_batch_count (default 256).
 FAULT_BATCH_FAULTS = 256
 # Time the faulting kernel stalls per serviced fault, the 64 KiB migration included: the low
 # end of [OBS]'s 10-50 us (the figure most favourable to fault-driven paging).  64 KiB / 10 us
-# = 6.6 GB/s, about 10x below the link's 63 GB/s, as [CUDF] reports.
+# = 6.6 GB/s, about 10x below the Gen5 link's 63 GB/s, as [CUDF] reports.  Published fault-
+# driven rates lie on both sides of it: issue 16 cites 2.4-5.6 GB/s measured on A100 and GTX 1080
+# cards, below it: on those figures the model services faults faster than measured, which
+# favours the naive baseline (pump's gains over naive are understated, not inflated);
+# PREFETCHING.md §5 reads 8.2 GB/s for a naive kernel on a GTX 1080 (PCIe 3), above it.
 FAULT_SERVICE_S = 10e-6
+# Every preset shares this fault path: it is the driver's software (fault buffer fetch, VA
+# block locking, page-table updates, replay: the same open-gpu-kernel-modules code for Volta
+# to Hopper), not the card; [OBS]'s 10-50 us is not given per GPU; and the 64 KiB a fault moves
+# takes 1-4 us of the 10 on every link here (Gen5 x16 to Gen3 x16), so one figure for all is
+# within the source's own spread.  A GPU-specific measurement would replace it per preset.
+FAULT_PATH = FaultPath("uvm-driver", FAULT_SERVICE_S, FAULT_BATCH_FAULTS)
+
 # When the GPU is full the driver evicts 2 MiB root chunks, least recently MIGRATED first
 # (pick_root_chunk_to_evict: the USED list is ordered by allocation/migration, not access), on
 # the fault path: the faulting kernel waits for the copy to the host at the link's rate.
@@ -92,6 +153,85 @@ FAULT_SERVICE_S = 10e-6
 HOST_LAUNCH_S = 4.5e-6
 # Kernels a stream queues before a launch call blocks until one finishes.
 LAUNCH_QUEUE_DEPTH = 1000
+
+# ---- the GPU presets (`pump simulate --gpu NAME`) ----
+# Each figure from the datasheet named, dense (the datasheets' starred figures are with 2:4
+# sparsity: halved here), at the boost clock the datasheet states; memory in decimal GB as
+# printed.  Every one is a PCIe x16 host link (SXM modules too: their NVLink is GPU to GPU).
+_GB, _TB, _T = 10**9, 10**12, 1e12
+GPU_PRESETS = {p.name: p for p in (
+    GpuPreset("h100-pcie", "NVIDIA H100 PCIe 80 GB (HBM2e)", "[H100] column H100 PCIe",
+              51 * _T, 756 * _T / 2, 1513 * _T / 2, 80 * _GB, "HBM2e", 2.0 * _TB, 5, 16, FAULT_PATH),
+    GpuPreset("h100-sxm", "NVIDIA H100 SXM5 80 GB (HBM3)", "[H100] column H100 SXM",
+              67 * _T, 989 * _T / 2, 1979 * _T / 2, 80 * _GB, "HBM3", 3.35 * _TB, 5, 16, FAULT_PATH),
+    GpuPreset("h200", "NVIDIA H200 SXM 141 GB (HBM3e)", "[H200] column H200 SXM",
+              67 * _T, 989 * _T / 2, 1979 * _T / 2, 141 * _GB, "HBM3e", 4.8 * _TB, 5, 16, FAULT_PATH),
+    GpuPreset("a100-40gb", "NVIDIA A100 PCIe 40 GB (HBM2)", "[A100-40] column A100 40GB PCIe",
+              19.5 * _T, 156 * _T, 312 * _T, 40 * _GB, "HBM2", 1555 * _GB, 4, 16, FAULT_PATH),
+    GpuPreset("a100-80gb", "NVIDIA A100 PCIe 80 GB (HBM2e)", "[A100-80] column A100 80GB PCIe",
+              19.5 * _T, 156 * _T, 312 * _T, 80 * _GB, "HBM2e", 1935 * _GB, 4, 16, FAULT_PATH),
+    GpuPreset("l4", "NVIDIA L4 24 GB (GDDR6)", "[L4]",
+              30.3 * _T, 120 * _T / 2, 242 * _T / 2, 24 * _GB, "GDDR6", 300 * _GB, 4, 16, FAULT_PATH),
+    GpuPreset("v100", "NVIDIA V100 PCIe 32 GB (HBM2)", "[V100] column V100 PCIe",
+              14 * _T, 0.0, 112 * _T, 32 * _GB, "HBM2", 900 * _GB, 3, 16, FAULT_PATH),
+)}
+DEFAULT_GPU = "h100-pcie"
+
+
+# ---- achieved fractions of peak, per kind of operator (workload.kernel_seconds) ----
+# Real kernels run below the datasheet's peak; the model runs each kind at a fraction of it
+# measured on real cards, one figure for every preset (none of the sources covers them all).
+# Where the sources leave a choice, the higher fraction: faster kernels leave less compute to
+# hide transfers behind, the side that makes pump look worse.
+@dataclasses.dataclass(frozen=True)
+class Achieved:
+    compute: float              # of the kind's FLOPs peak
+    memory: float               # of the memory bandwidth
+    source: str
+
+
+# [SGEMM] cuBLAS fp32 GEMM at 4096^3 measured at 23.25 TFLOPS on an RTX A6000 (38.7 TFLOPS FP32
+# peak: 60%), siboehm/SGEMM_CUDA README; and at 11.9-12.2 TFLOPS for 1024^3 to 4096^3 on an L4
+# (30.3 peak: 40%), rtferraz/cuda-kernel-engineering profiles/04-tiled-gemm-benchmark.csv.
+# [JIA18] Z. Jia, M. Maggioni, B. Staiger, D. Scarpazza, "Dissecting the NVIDIA Volta GPU
+# Architecture via Microbenchmarking" (arXiv 1804.06826, 2018): global memory throughput
+# measured at 750 GB/s on a V100 against 900 GB/s theoretical (83%).
+_COMPUTE, _MEMORY = 0.60, 0.83
+ACHIEVED = {
+    "matmul": Achieved(_COMPUTE, _MEMORY, "[SGEMM] (compute), [JIA18] (memory)"),
+    # cuDNN runs convolutions as implicit GEMMs; no per-layer TF32 measurement was found, so
+    # the GEMM figure (applied to the TF32 peak where there is one).
+    "conv": Achieved(_COMPUTE, _MEMORY, "[SGEMM] as for matmul (implicit GEMM), [JIA18]"),
+    # Softmax, layer and batch norm, reductions: memory-bound; no separate measurement found,
+    # so [JIA18]'s streaming figure (favouring them: they re-read their input).
+    "normalization": Achieved(_COMPUTE, _MEMORY, "[JIA18]"),
+    "elementwise": Achieved(_COMPUTE, _MEMORY, "[JIA18]"),
+}
+
+# ---- explicit migrations: a range, not one figure ----
+# No measured cudaMemPrefetchAsync rate on these links was found.  What is measured: explicit
+# prefetch is "nearly as fast as a cudaMemcpyAsync" between host and device ([UMBLOG]: NVIDIA's
+# "Maximizing Unified Memory Performance in CUDA", 2017, as cited in kokkos/kokkos#2915) and
+# "approaches the interconnect limit" ([CUDF]); pinned cudaMemcpy host->device of 1 MiB runs
+# at 11.02 GB/s on a Quadro RTX 6000 on PCIe Gen3 x16 ([MEMCPY]: npho/cse554,
+# assignment1/host_GPU/README.md, CUDA 12.9): 70% of the 15.75 GB/s line rate.  So the
+# simulator reports two cases: the best, prefetches and evictions at the line rate and full
+# duplex; the worst, at PREFETCH_LINE_FRACTION of it and half duplex (the UVM driver notes
+# false dependencies between concurrent transfers in and out, issue 16).
+PREFETCH_LINE_FRACTION = 11.02e9 / pcie_bytes_per_s(3, 16)
+RANGE_CASES = (("best", 1.0, True), ("worst", PREFETCH_LINE_FRACTION, False))
+
+# ---- capacity planning (`pump simulate --sweep`) ----
+# What a training job cannot give its tensors of the card's memory: a stated figure, not a
+# measured one (it varies with the driver, the libraries and the job).  1 GiB: the CUDA context
+# and loaded kernel modules (several hundred MiB for a PyTorch process before any tensor; CUDA
+# lazy loading, the default since CUDA 11.7, lowers it), cuBLAS workspaces (PyTorch's default
+# CUBLAS_WORKSPACE_CONFIG ":4096:8", 8 x 4 MiB, per stream and handle), cuDNN's workspaces for
+# the chosen algorithms (tens to hundreds of MiB), and NCCL's buffers for data parallelism
+# (NCCL_BUFFSIZE, 4 MiB by default, per channel and peer).  --reserve changes it.
+RESERVE_BYTES = 1 << 30
+# Within how much of the unlimited-memory step the sweep's one-line answer asks lookahead to stay.
+SWEEP_TOLERANCES = (0.10, 0.25)
 
 # ---- pumpd (the daemon's own parameters, not physics) ----
 # Launches pumpd ingests per ring read in the simulation.  pumpd sweeps the rings every 5 to

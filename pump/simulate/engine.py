@@ -18,8 +18,11 @@ Time: four FIFO resources, each op starting when its inputs are ready:
   its blocks (the kernel waits on its prefetch event), for its roofline time plus its faults'
   service time plus the driver's evictions on its fault path;
 - the prefetch stream (host->GPU) and the eviction stream (GPU->host) each move bytes at the
-  link's bandwidth, full duplex; an eviction starts after the last kernel that used the block,
-  and a prefetch that needs room waits until enough evictions have completed.
+  model's rate of explicit migrations, full duplex, or half duplex: then every copy waits for
+  every copy issued before it, either way; an eviction starts after the last kernel that used
+  the block, and a prefetch that needs room waits until enough evictions have completed.  The
+  driver's evictions on the fault path move at the link's line rate (the side that favours
+  the naive baseline).
 Counts follow program order (each stream's ordering is what makes that exact on fakecuda).
 """
 
@@ -39,15 +42,17 @@ POLICIES = ("naive", "launch", "lookahead", "ideal")
 @dataclasses.dataclass(frozen=True)
 class Model:
     name: str
-    bandwidth: float            # bytes/s each way over the link
-    peak_flops: float           # fp32 FLOPs on the plain units
-    tensor_flops: float         # fp32 FLOPs PyTorch runs on tensor cores (TF32)
-    hbm_bytes_per_s: float
+    gpu: K.GpuPreset            # the card: its FLOPs and memory roofs (workload.kernel_seconds)
+    bandwidth: float            # bytes/s of explicit migrations each way: prefetches, pump's evictions
+    link_bytes_per_s: float     # the link's line rate: the driver's evictions on the fault path
     fault_seconds: float        # the faulting kernel's stall per serviced fault
     fault_batch: int
     host_launch_seconds: float
     queue_depth: int
     gpu_limits_memory: bool     # the driver evicts at capacity (a real GPU), or never (fakecuda)
+    # Prefetches and evictions on the two directions of the link at once, or one after another
+    # (the worst case of PREFETCH_DUPLEX in constants.py).
+    full_duplex: bool = True
     # The policy is told each launch's exact extents and the framework's frees (a framework
     # integration's view), or only what today's shim reports to pumpd: allocation bases.
     policy_sees_extents: bool = True
@@ -57,24 +62,49 @@ class Model:
     daemon_reads_steps: bool = False
 
 
+def gpu_model(gpu: str = K.DEFAULT_GPU, link: float = None, prefetch: float = None,
+              full_duplex: bool = True) -> Model:
+    """A GPU preset (K.GPU_PRESETS) on its host link: `link` overrides the line rate (bytes/s
+    each way), `prefetch` the rate of explicit migrations (at most the line rate; default it).
+    ValueError naming the allowed presets for an unknown one."""
+    if gpu not in K.GPU_PRESETS:
+        raise ValueError(f"unknown GPU preset {gpu!r}; allowed: {', '.join(K.GPU_PRESETS)}")
+    preset = K.GPU_PRESETS[gpu]
+    link = link or preset.link_bytes_per_s
+    rate = min(prefetch or link, link)
+    duplex = "" if full_duplex else ", half duplex"
+    name = f"{gpu}, PCIe Gen{preset.pcie_generation} x{preset.pcie_lanes}{duplex}"
+    return Model(name, preset, rate, link, preset.fault_path.service_seconds, preset.fault_path.batch_faults,
+                 K.HOST_LAUNCH_S, K.LAUNCH_QUEUE_DEPTH, True, full_duplex)
+
+
 def h100(bandwidth: float = None) -> Model:
-    return Model("h100-pcie-gen5", bandwidth or K.PCIE5_X16_BYTES_PER_S, K.H100_PEAK_FLOPS,
-                 K.H100_TF32_FLOPS, K.H100_HBM_BYTES_PER_S, K.FAULT_SERVICE_S, K.FAULT_BATCH_FAULTS, K.HOST_LAUNCH_S,
-                 K.LAUNCH_QUEUE_DEPTH, True)
+    """The default preset, an H100 PCIe; `bandwidth` overrides its link (bytes/s each way)."""
+    return gpu_model(K.DEFAULT_GPU, bandwidth)
 
 
 def fakecuda(bandwidth: float = None) -> Model:
+    """tests/fakecuda's model; its kernels take the default preset's times."""
     f = K.fakecuda_constants()
     if f["FAKECUDA_PAGE"] != K.PAGE_BYTES or f["FAKECUDA_MANAGED_ALIGN"] != K.BLOCK_BYTES:
         raise ValueError(f"{K.FAKECUDA_MODEL_H}: page {f['FAKECUDA_PAGE']} / alignment "
                          f"{f['FAKECUDA_MANAGED_ALIGN']} differ from the simulator's {K.PAGE_BYTES} / {K.BLOCK_BYTES}")
     h2d = f["FAKECUDA_H2D_BYTES_PER_US"] * 1e6
-    return Model("fakecuda", bandwidth or h2d, K.H100_PEAK_FLOPS, K.H100_TF32_FLOPS, K.H100_HBM_BYTES_PER_S,
+    rate = bandwidth or h2d
+    return Model("fakecuda", K.GPU_PRESETS[K.DEFAULT_GPU], rate, rate,
                  f["FAKECUDA_GPU_FAULT_US"] * 1e-6 + K.PAGE_BYTES / h2d, 1,
                  f["FAKECUDA_LAUNCH_LATENCY_US"] * 1e-6, K.LAUNCH_QUEUE_DEPTH, False,
                  policy_sees_extents=False, daemon_reads_steps=True)
 
 
+def range_models(gpu: str = K.DEFAULT_GPU, link: float = None) -> list:
+    """[(case, Model)] over the sourced range of explicit migrations (K.RANGE_CASES): the best
+    case at the line rate, full duplex, and the worst."""
+    link = gpu_model(gpu, link).link_bytes_per_s
+    return [(case, gpu_model(gpu, link, link * fraction, duplex)) for case, fraction, duplex in K.RANGE_CASES]
+
+
+# --model: h100 is the h100-pcie preset (--gpu picks another); fakecuda is tests/fakecuda.
 MODELS = {"h100": h100, "fakecuda": fakecuda}
 
 
@@ -101,10 +131,20 @@ class Result:
     per_step: dict = None             # per step: faults, bytes each way
     learned_at: int = None
 
+    def _steady_times(self):
+        return np.diff(np.concatenate(([0.0], self.step_ends)))[self.steady]
+
     @property
     def step_seconds(self) -> float:
-        times = np.diff(np.concatenate(([0.0], self.step_ends)))[self.steady]
+        """The median steady step (a typical step)."""
+        times = self._steady_times()
         return float(np.median(times)) if len(times) else float("nan")
+
+    @property
+    def step_mean_seconds(self) -> float:
+        """The mean steady step: what the lower bound, a long-run mean, is compared with."""
+        times = self._steady_times()
+        return float(np.mean(times)) if len(times) else float("nan")
 
     def steady_mean(self, what: str) -> float:
         return float(np.mean(np.asarray(self.per_step[what])[self.steady])) if self.steady else float("nan")
@@ -208,7 +248,7 @@ class _Run:
     def __init__(self, w, policy, capacity, model, recorder=None):
         self.w, self.policy, self.capacity, self.m = w, policy, int(capacity), model
         self.rec = recorder
-        self.kernel_s = w.kernel_seconds(model.peak_flops, model.tensor_flops, model.hbm_bytes_per_s)
+        self.kernel_s = w.kernel_seconds(model.gpu)
         nb = len(w.block_bytes)
         self.size = w.block_bytes.tolist()
         self.res = [0] * nb                    # truth: resident page mask per block
@@ -301,6 +341,8 @@ class _Run:
         self.r.evictions += 1
         start = max(now, self.ev_free, self.last_user_end[b])
         self.ev_free = start + moved / self.m.bandwidth
+        if not self.m.full_duplex:  # one direction at a time: copies in the order issued
+            self.pf_free = max(self.pf_free, self.ev_free)
         if self.rec is not None and moved:
             self.rec.transfer("evict", b, moved, now, start, self.ev_free)
         if moved and believed:
@@ -323,6 +365,8 @@ class _Run:
             self.r.prefetch_wait_seconds += max(0.0, end - start)
             start = max(start, end)
         self.pf_free = start + moved / self.m.bandwidth
+        if not self.m.full_duplex:
+            self.ev_free = max(self.ev_free, self.pf_free)
         self.ready[b] = self.pf_free
         if self.rec is not None and moved:
             self.rec.transfer("prefetch", b, moved, now, start, self.pf_free)
@@ -475,7 +519,7 @@ class _Run:
                 r.faults += faults
                 r.fault_batches += math.ceil(faults / m.fault_batch)
                 r.bytes_faulted_h2d += faulted
-                duration = self.kernel_s[k] + faults * m.fault_seconds + moved_back / m.bandwidth
+                duration = self.kernel_s[k] + faults * m.fault_seconds + moved_back / m.link_bytes_per_s
             else:
                 duration = self.kernel_s[k]
             start = max(prev_end, ready)

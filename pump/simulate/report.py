@@ -1,9 +1,11 @@
-"""What `pump simulate` and scripts/bench-sim print: per policy the steady-state step time,
-faults and bytes each way, their ratio to the ideal (unlimited memory) and to the lower bound,
-and the plot of step time against capacity.
+"""What `pump simulate` and scripts/bench-sim print: per policy the steady-state step time
+(mean and median of the steady steps), faults and bytes each way, the mean's ratio to the ideal
+(unlimited memory) and to the lower bound, over the range of the unmeasured constants (a best
+and a worst case: engine.range_models), and the plot of step time against capacity.
 
 The lower bound, max(compute time, bytes that must move / bandwidth) with the bytes Belady's MIN
-fetches per steady step, is defined, and shown to be one, in bound.py.
+fetches per steady step, is defined, and shown to be one, in bound.py.  It bounds the long-run
+mean step, so each policy's mean is compared with it, never its median.
 """
 
 import json
@@ -13,9 +15,10 @@ from pump.simulate import engine
 from pump.simulate.bound import lower_bound
 
 
-def runs(policies) -> int:
-    """How many engine runs simulate() makes (ideal is always run: the others' ratio)."""
-    return 1 + sum(p != "ideal" for p in policies)
+def runs(policies, cases: int = 1) -> int:
+    """How many engine runs simulate() makes (ideal is always run: the others' ratio), over
+    `cases` cases of the range."""
+    return cases * (1 + sum(p != "ideal" for p in policies))
 
 
 def simulate(workload, capacity: int, model: engine.Model, policies=engine.POLICIES, recorder_for=None,
@@ -23,8 +26,9 @@ def simulate(workload, capacity: int, model: engine.Model, policies=engine.POLIC
     """One JSON-able document: the trace, the model, the bound and per policy its results.
     recorder_for(policy): engine.run's recorder for that policy (a timeline), or None;
     progress(what): called as each run begins."""
-    doc = {"trace": workload.path, "name": workload.name, "model": model.name,
-           "bandwidth_bytes_per_s": model.bandwidth, "capacity_bytes": int(capacity),
+    doc = {"trace": workload.path, "name": workload.name, "model": model.name, "gpu": model.gpu.name,
+           "bandwidth_bytes_per_s": model.bandwidth, "link_bytes_per_s": model.link_bytes_per_s,
+           "full_duplex": model.full_duplex, "capacity_bytes": int(capacity),
            "peak_footprint_bytes": int(workload.peak_footprint), "launches": workload.launches,
            "period": workload.period, "learned_at_launch": workload.learned_at,
            "steady_steps": engine.steady_steps(workload)}
@@ -36,13 +40,15 @@ def simulate(workload, capacity: int, model: engine.Model, policies=engine.POLIC
             progress(f"{policy} at {_size(capacity)}")
         r = engine.run(workload, policy, capacity, model, recorder_for(policy) if recorder_for else None)
         if policy == "ideal":
-            ideal = r.step_seconds
+            ideal = r.step_mean_seconds
             if "ideal" not in policies:
                 continue
         doc["policies"][policy] = {
             "step_seconds": r.step_seconds,
-            "ratio_to_ideal": r.step_seconds / ideal if ideal else None,
-            "ratio_to_lower_bound": r.step_seconds / doc["lower_bound_seconds"] if doc["lower_bound_seconds"] else None,
+            "step_mean_seconds": r.step_mean_seconds,
+            "ratio_to_ideal": r.step_mean_seconds / ideal if ideal else None,
+            "ratio_to_lower_bound": (r.step_mean_seconds / doc["lower_bound_seconds"]
+                                     if doc["lower_bound_seconds"] else None),
             "per_step": {"faults": r.steady_mean("faults"), "bytes_h2d": r.steady_mean("h2d"),
                          "bytes_d2h": r.steady_mean("d2h"), "data_wait_seconds": r.steady_mean("data_wait"),
                          "prefetch_wait_seconds": r.steady_mean("prefetch_wait")},
@@ -58,6 +64,20 @@ def simulate(workload, capacity: int, model: engine.Model, policies=engine.POLIC
     return doc
 
 
+def simulate_range(workload, capacity: int, models, policies=engine.POLICIES, recorder_for=None,
+                   progress=None) -> dict:
+    """simulate() for each (case, model) of `models` (engine.range_models; the first case's
+    document is the whole, the others' under doc["cases"] too); recorder_for: the first only."""
+    doc, cases = None, {}
+    for i, (case, model) in enumerate(models):
+        one = simulate(workload, capacity, model, policies, recorder_for if i == 0 else None, progress)
+        doc = doc or one
+        cases[case] = {k: one[k] for k in ("model", "bandwidth_bytes_per_s", "full_duplex", "lower_bound_seconds",
+                                           "ideal_seconds", "policies")}
+    doc["cases"] = cases
+    return doc
+
+
 def _size(n: float) -> str:
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= scale:
@@ -68,6 +88,13 @@ def _size(n: float) -> str:
 def _ratio(r) -> str:
     """A ratio, or "-" where its denominator was 0 (a trace whose kernels take no time)."""
     return "-" if r is None else f"{r:.2f}"
+
+
+def _case_line(case, c) -> str:
+    steps = ", ".join(f"{p} {d['step_mean_seconds'] * 1e3:.3f} ms ({_ratio(d['ratio_to_lower_bound'])}x bound)"
+                      for p, d in c["policies"].items())
+    return (f"  {case}: {c['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s, {'full' if c['full_duplex'] else 'half'} "
+            f"duplex: bound {c['lower_bound_seconds'] * 1e3:.3f} ms; {steps}")
 
 
 def text(doc: dict) -> str:
@@ -83,13 +110,19 @@ def text(doc: dict) -> str:
              f"with each launch's blocks resident while it runs (launch, lookahead): MIN moves "
              f"{_size(doc['whole_launch_must_move_bytes'])}, "
              f"chain bound {doc['whole_launch_chain_seconds'] * 1e3:.3f} ms",
-             f"{'policy':<10} {'step ms':>10} {'x ideal':>8} {'x bound':>8} {'faults':>10} "
+             "step times over the steady steps: mean (compared with the bound) and median",
+             f"{'policy':<10} {'mean ms':>10} {'median ms':>10} {'x ideal':>8} {'x bound':>8} {'faults':>10} "
              f"{'H2D/step':>11} {'D2H/step':>11} {'data wait':>10}"]
     for policy, p in doc["policies"].items():
         s = p["per_step"]
-        lines.append(f"{policy:<10} {p['step_seconds'] * 1e3:>10.3f} {_ratio(p['ratio_to_ideal']):>8} "
+        lines.append(f"{policy:<10} {p['step_mean_seconds'] * 1e3:>10.3f} {p['step_seconds'] * 1e3:>10.3f} "
+                     f"{_ratio(p['ratio_to_ideal']):>8} "
                      f"{_ratio(p['ratio_to_lower_bound']):>8} {s['faults']:>10.0f} {_size(s['bytes_h2d']):>11} "
                      f"{_size(s['bytes_d2h']):>11} {s['data_wait_seconds'] * 1e3:>8.1f}ms")
+    if len(doc.get("cases", ())) > 1:
+        lines.append("over the range of explicit-migration rates (constants.py: line rate and full duplex, "
+                     "to the measured fraction and half duplex), mean steps:")
+        lines.extend(_case_line(case, c) for case, c in doc["cases"].items())
     return "\n".join(lines)
 
 
@@ -107,39 +140,51 @@ def plot_runs() -> int:
     return len(PLOT_FRACTIONS) * len(engine.POLICIES)
 
 
-def plot(workload, model: engine.Model, out, capacity=None, progress=None, fractions=PLOT_FRACTIONS):
-    """Step time against capacity (as a share of the peak footprint) for every policy, as a
-    PNG into `out` (a path or a binary file); `capacity`, the one asked for, is marked.
-    Captioned as what it is: a model's prediction."""
-    import matplotlib
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
-    caps = [int(workload.peak_footprint * f) for f in fractions]
-    series = {p: [] for p in engine.POLICIES}
+def series(workload, model: engine.Model, fractions=PLOT_FRACTIONS, progress=None) -> dict:
+    """Each policy's mean step (ms) and the lower bound at each capacity, as shares of the
+    peak footprint."""
+    caps = [max(1, int(workload.peak_footprint * f)) for f in fractions]
+    steps = {p: [] for p in engine.POLICIES}
     bound = []
     for c in caps:
         for p in engine.POLICIES:
             if progress:
                 progress(f"{p} at {_size(c)} (plot)")
-            series[p].append(engine.run(workload, p, c, model).step_seconds * 1e3)
+            steps[p].append(engine.run(workload, p, c, model).step_mean_seconds * 1e3)
         bound.append(lower_bound(workload, c, model)["lower_bound_seconds"] * 1e3)
+    return {"fractions": list(fractions), "capacities": caps, "step_ms": steps, "lower_bound_ms": bound}
+
+
+def draw(workload, model: engine.Model, data: dict, out, marks=()):
+    """Draw series() as a PNG into `out` (a path or a binary file); marks: (capacity, label)
+    lines.  Captioned as what it is: a model's prediction."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+    xs = [100 * c / workload.peak_footprint for c in data["capacities"]]
     fig, ax = pyplot.subplots(figsize=(7, 4.5))
-    for p, ys in series.items():
-        ax.plot([f * 100 for f in fractions], ys, marker="o", label=p)
-    ax.plot([f * 100 for f in fractions], bound, linestyle="--", color="gray", label="lower bound")
+    for p, ys in data["step_ms"].items():
+        ax.plot(xs, ys, marker="o", label=p)
+    ax.plot(xs, data["lower_bound_ms"], linestyle="--", color="gray", label="lower bound")
     ax.set_xlabel("capacity, % of peak footprint")
-    ax.set_ylabel("step time, ms")
+    ax.set_ylabel("mean step time, ms")
     ax.set_yscale("log")
-    if capacity:
-        ax.axvline(100 * capacity / workload.peak_footprint, color="black", linewidth=0.8, linestyle=":",
-                   label=f"--capacity {_size(capacity)}")
+    for capacity, label in marks:
+        ax.axvline(100 * capacity / workload.peak_footprint, color="black", linewidth=0.8, linestyle=":", label=label)
     ax.set_title(f"{workload.name}: {model.name}, {model.bandwidth / 1e9:.0f} GB/s (modelled, not measured)")
     ax.legend()
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
     fig.savefig(out, format="png")
     pyplot.close(fig)
-    return {"fractions": list(fractions), "capacities": caps, "step_ms": series, "lower_bound_ms": bound}
+
+
+def plot(workload, model: engine.Model, out, capacity=None, progress=None, fractions=PLOT_FRACTIONS):
+    """Step time against capacity for every policy (series()), drawn into `out`; `capacity`,
+    the one asked for, is marked."""
+    data = series(workload, model, fractions, progress)
+    draw(workload, model, data, out, [(capacity, f"--capacity {_size(capacity)}")] if capacity else ())
+    return data
 
 
 def dumps(doc) -> str:

@@ -1,7 +1,14 @@
 """A trace turned into what the simulator replays: per launch its key, the 2 MiB blocks of the
 allocations its arguments point into (what the shim knows), the 64 KiB pages it really touches
-(EXTENT records, else its whole allocations), its roofline time, and the allocator events
-between launches.  Built once per trace and shared by every policy and capacity."""
+(EXTENT records, else its whole allocations), its cost and kind of operator, and the allocator
+events between launches.  Built once per trace and shared by every policy and capacity.
+
+A kernel's time on a GPU preset, the one place the simulator gets it:
+- kernel_seconds(flops, traffic, kind, gpu): the model, a roofline at the achieved fractions of
+  peak measured for that kind of operator (constants.ACHIEVED);
+- Workload.kernel_seconds(gpu): per launch, the first of: Workload.override_seconds (a table of
+  measured times, NaN where a launch has none: what a profile of the model supplies), the
+  trace's own measured time (COST records of pump-run on a GPU), the model."""
 
 import bisect
 import dataclasses
@@ -28,7 +35,7 @@ class Workload:
     touched: list                     # per launch: ((block id, page mask), ...)
     flops: np.ndarray                 # per launch (0 where the trace has no COST)
     traffic: np.ndarray               # per launch: bytes of device-memory traffic
-    tensor_core: np.ndarray           # per launch: its FLOPs run on tensor cores (see kernel_seconds)
+    kind: np.ndarray                  # per launch: its kind of operator (op_kind; constants.ACHIEVED)
     measured_ns: np.ndarray           # per launch: measured kernel time (0: unknown)
     block_address: np.ndarray         # per block id
     block_bytes: np.ndarray           # per block id (an allocation's last block may be partial)
@@ -39,22 +46,57 @@ class Workload:
     peak_footprint: int               # most managed bytes allocated at once
     learned_at: int                   # launch at which the iteration is first learned (or None)
     period: int
+    override_seconds: np.ndarray = None   # per launch: a measured time to use instead (NaN: none)
 
     @property
     def launches(self) -> int:
         return len(self.keys)
 
-    def kernel_seconds(self, peak_flops: float, tensor_flops: float, hbm_bytes_per_s: float) -> np.ndarray:
-        """Per launch: the measured time where known, else the roofline of its COST: FLOPs at
-        the tensor-core peak for kernels PyTorch runs there in fp32 (constants.py), else at
-        the plain peak, against its bytes at the memory bandwidth."""
-        peak = np.where(self.tensor_core, tensor_flops, peak_flops)
-        roof = np.maximum(self.flops / peak, self.traffic / hbm_bytes_per_s)
-        return np.where(self.measured_ns > 0, self.measured_ns * 1e-9, roof)
+    def kernel_seconds(self, gpu) -> np.ndarray:
+        """Per launch on `gpu` (a constants.GpuPreset): an override where given, else the
+        trace's measured time, else kernel_seconds() of its cost."""
+        model = kernel_seconds(self.flops, self.traffic, self.kind, gpu)
+        seconds = np.where(self.measured_ns > 0, self.measured_ns * 1e-9, model)
+        if self.override_seconds is not None:
+            seconds = np.where(np.isnan(self.override_seconds), seconds, self.override_seconds)
+        return seconds
 
 
-# Kernels whose fp32 FLOPs PyTorch runs on tensor cores by default (constants.py, [TF32]).
-TENSOR_CORE_KERNELS = ("aten.convolution", "aten.cudnn_convolution")
+# The kinds of operator, by the aten name a generated trace gives each launch (the first that
+# matches); a name none matches is elementwise: memory-bound, its bytes at the achieved rate.
+OP_KINDS = (
+    ("conv", ("aten.convolution", "aten.cudnn_convolution", "aten._convolution")),
+    ("matmul", ("aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm", "aten.addbmm", "aten.matmul",
+                "aten.linear", "aten._scaled_dot_product")),
+    ("normalization", ("aten.native_batch_norm", "aten.native_layer_norm", "aten.native_group_norm",
+                       "aten._softmax", "aten._log_softmax", "aten.sum", "aten.mean", "aten.nll_loss",
+                       "aten.var", "aten.norm", "aten.amax", "aten.max.", "aten.cudnn_batch_norm")),
+)
+KINDS = tuple(k for k, _ in OP_KINDS) + ("elementwise",)
+
+
+def op_kind(name: str) -> str:
+    """The kind of operator a kernel named `name` (an aten op, e.g. aten.mm.default) is."""
+    for kind, prefixes in OP_KINDS:
+        if name.startswith(prefixes):
+            return kind
+    return "elementwise"
+
+
+def kernel_seconds(flops, traffic, kind, gpu):
+    """A kernel's time on `gpu` (constants.GpuPreset) from its cost (scalars or per-launch
+    arrays): the larger of its FLOPs at the kind's compute peak and its bytes at the memory
+    bandwidth, each at the fraction of peak measured for that kind (constants.ACHIEVED).
+    Where fp32 work runs (constants.py, [TF32]): convolutions on TF32 tensor cores where the
+    GPU has them, everything else on the FP32 units."""
+    kind = np.asarray(kind)
+    peak = np.where(kind == "conv", gpu.conv_flops(), gpu.fp32_flops)
+    compute = np.zeros(kind.shape)
+    memory = np.zeros(kind.shape)
+    for k in KINDS:
+        compute = np.where(kind == k, K.ACHIEVED[k].compute, compute)
+        memory = np.where(kind == k, K.ACHIEVED[k].memory, memory)
+    return np.maximum(np.asarray(flops) / (peak * compute), np.asarray(traffic) / (gpu.memory_bytes_per_s * memory))
 
 
 def _records_of_busiest_process(path):
@@ -112,7 +154,7 @@ def load(path, batch_launches: int = K.DAEMON_READ_LAUNCHES, daemon_reads_steps:
     allocations, sorted_bases = {}, []
     live = peak = 0
     keys, arg_blocks, touched = [], [], []
-    flops, traffic, measured, tensor_core = [], [], [], []
+    flops, traffic, measured, kinds = [], [], [], []
     names = {}
     events, steps, batches = {}, [], []
     first = 0
@@ -134,8 +176,7 @@ def load(path, batch_launches: int = K.DAEMON_READ_LAUNCHES, daemon_reads_steps:
         steps.extend(first + at for at, _ in batch.steps)
         keys.append(channel.launch_keys(batch))
         names.update(batch.functions)
-        tensor_core.extend(names.get(f, "").startswith(TENSOR_CORE_KERNELS)
-                           for f in batch.launch_function.tolist())
+        kinds.extend(op_kind(names.get(f, "")) for f in batch.launch_function.tolist())
         for i in range(n):
             g = first + i
             for what, base, size in events.get(g, ()):
@@ -197,6 +238,6 @@ def load(path, batch_launches: int = K.DAEMON_READ_LAUNCHES, daemon_reads_steps:
     return Workload(
         path=path, name=header["name"] or header["job"], keys=keys, arg_blocks=arg_blocks, touched=touched,
         flops=np.asarray(flops, float), traffic=np.asarray(traffic, float),
-        tensor_core=np.asarray(tensor_core, bool), measured_ns=np.asarray(measured, float), block_address=np.asarray(block_address, np.uint64),
+        kind=np.asarray(kinds), measured_ns=np.asarray(measured, float), block_address=np.asarray(block_address, np.uint64),
         block_bytes=np.asarray(block_bytes, np.int64), block_pages=block_pages, events=events,
         steps=sorted(set(steps)), batches=batches, peak_footprint=peak, learned_at=learned_at, period=period)

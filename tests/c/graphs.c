@@ -11,7 +11,7 @@
  *   by hand inside a child graph node of another graph.
  * --instantiate: cuGraphInstantiateWithFlags, cuGraphInstantiateWithParams,
  *   or the pointer cuGetProcAddress gives for "cuGraphInstantiate" at that
- *   CUDA version (the 5-argument form before 12.0).
+ *   CUDA version (the 5-argument form at every version, as NVIDIA's drivers answer).
  * --reinstantiate: each replay's exec is destroyed and a new one made.
  * --update: from the second replay on, the last kernel works on a fifth
  *   buffer E instead of D, through cuGraphExecUpdate with a second graph, or
@@ -142,10 +142,8 @@ static CUgraphExec instantiate(CUgraph graph, const char *how, CUstream stream)
             fprintf(stderr, "error: no cuGraphInstantiate at %d\n", version);
             exit(3);
         }
-        if (version >= 12000)
-            CHECK(((PFN_cuGraphInstantiateWithFlags_v11040)fn)(&exec, graph, 0));
-        else
-            CHECK(((instantiate_5)fn)(&exec, graph, NULL, NULL, 0));
+        /* the 5-argument form at every version, 12000 included (NVIDIA's drivers) */
+        CHECK(((instantiate_5)fn)(&exec, graph, NULL, NULL, 0));
     }
     return exec;
 }

@@ -23,13 +23,7 @@
 #include <sys/types.h>
 #include <time.h>
 
-#include "cuda_api.h"
-#include "pump_torch_trace.h"
-
-/* libpump's entry points, when the process has libpump (weak: the bare run has none). */
-extern void *pump_torch_alloc(ssize_t size, int device, CUstream stream) __attribute__((weak));
-extern void pump_torch_free(void *ptr, size_t size, int device, CUstream stream) __attribute__((weak));
-extern void pump_torch_trace(int event, uint64_t addr, uint64_t size, int flags) __attribute__((weak));
+#include "torch_caching.h"
 
 #define WEIGHTS ((size_t)8 << 20)
 #define ACTIVATION ((size_t)6 << 20)
@@ -41,22 +35,14 @@ enum mode { PLUGGABLE, CACHING, SEGMENTS };
 static enum mode mode;
 static CUstream stream;
 static CUfunction forward, update;
-static CUdeviceptr segment;
-
-/* The caching allocator's layout: weights first in the segment, the activation after them
- * (freed every step, so handed out again at the same place). */
-static CUdeviceptr carve(size_t bytes)
-{
-    CUdeviceptr p = segment + (bytes == WEIGHTS ? 0 : WEIGHTS);
-    if (mode == CACHING && pump_torch_trace != NULL)
-        pump_torch_trace(PUMP_TORCH_TENSOR_ALLOC, p, bytes, 0);
-    return p;
-}
+/* One segment: the weights first, the activation after them (freed every step, so handed
+ * out again at the same place). */
+static struct torch_caching cache = {.segment_size = SEGMENT};
 
 static CUdeviceptr tensor_alloc(size_t bytes)
 {
     if (mode != PLUGGABLE)
-        return carve(bytes);
+        return torch_caching_alloc(&cache, bytes);
     if (pump_torch_alloc != NULL)
         return (CUdeviceptr)(uintptr_t)pump_torch_alloc((ssize_t)bytes, 0, stream);
     CUdeviceptr p;
@@ -66,14 +52,12 @@ static CUdeviceptr tensor_alloc(size_t bytes)
 
 static void tensor_free(CUdeviceptr p, size_t bytes)
 {
-    if (mode != PLUGGABLE) {
-        if (mode == CACHING && pump_torch_trace != NULL)
-            pump_torch_trace(PUMP_TORCH_TENSOR_FREE, p, bytes, 0);
-    } else if (pump_torch_free != NULL) {
+    if (mode != PLUGGABLE)
+        torch_caching_free(&cache, p, bytes);
+    else if (pump_torch_free != NULL)
         pump_torch_free((void *)(uintptr_t)p, bytes, 0, stream);
-    } else {
+    else
         CHECK(cuMemFreeAsync(p, stream));
-    }
 }
 
 /* out[i] = w[i % nw] * 0.5 + step: writes every element of out before anything reads it. */
@@ -156,8 +140,7 @@ int main(int argc, char **argv)
     stream = NULL;
     if (!legacy)
         CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
-    if (mode != PLUGGABLE)
-        CHECK(cuMemAlloc(&segment, SEGMENT));
+    cache.report = mode == CACHING;
     if (held) {
         static atomic_int release;
         CHECK(cuLaunchHostFunc(stream, hold, &release));
@@ -192,7 +175,8 @@ int main(int argc, char **argv)
     tensor_free(w, WEIGHTS);
     CHECK(cuStreamSynchronize(stream));
     if (mode != PLUGGABLE) {
-        CHECK(cuMemFree(segment));
+        torch_caching_release(&cache);
+        CUdeviceptr segment;
         CHECK(cuMemAlloc(&segment, SEGMENT));  /* the first one's bytes are free again */
         CHECK(cuMemFree(segment));
     }

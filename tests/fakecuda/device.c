@@ -22,7 +22,6 @@ void fc_dev_resident_add(int device, uint64_t bytes)
     while (now > peak && !atomic_compare_exchange_weak(&fc_dev_resident_peak[device], &peak, now)) {
     }
 }
-_Atomic uint64_t fc_dev_plain[FAKECUDA_MAX_DEVICES];
 
 static struct CUctx_st fc_primary[FAKECUDA_MAX_DEVICES];
 static _Atomic int fc_primary_refs[FAKECUDA_MAX_DEVICES];
@@ -134,7 +133,7 @@ FC_EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUde
     case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: v = FAKECUDA_SM_COUNT; break;
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: v = 1024; break;
     case CU_DEVICE_ATTRIBUTE_WARP_SIZE: v = 32; break;
-    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: v = dev + 1; break;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: v = fc_cfg.physical[dev] + 1; break;
     case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: v = 2; break;
     default: v = 0; break;
     }
@@ -148,7 +147,7 @@ FC_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
     FC_ENTRY(cuDeviceGetName, 2000);
     if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
     if (!dev_ok(dev)) return CUDA_ERROR_INVALID_DEVICE;
-    snprintf(name, (size_t)len, "fakecuda device %d", dev);
+    snprintf(name, (size_t)len, "fakecuda device %d", fc_cfg.physical[dev]);
     return CUDA_SUCCESS;
 }
 FC_ALIAS(cuDeviceGetName);
@@ -169,7 +168,7 @@ static CUresult get_uuid(CUuuid *uuid, CUdevice dev)
     if (!dev_ok(dev)) return CUDA_ERROR_INVALID_DEVICE;
     static const char base[16] = { 'f', 'a', 'k', 'e', 'c', 'u', 'd', 'a', 0x40, 0x80, 0, 0, 0, 0, 0, 0 };
     memcpy(uuid->bytes, base, 16);
-    uuid->bytes[15] = (char)dev;
+    uuid->bytes[15] = (char)fc_cfg.physical[dev]; /* the machine's device, whatever its ordinal here */
     return CUDA_SUCCESS;
 }
 FC_DEF(cuDeviceGetUuid, 9020, (CUuuid *uuid, CUdevice dev), get_uuid(uuid, dev));
@@ -264,6 +263,7 @@ FC_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
 {
     FC_ENTRY(cuCtxSetCurrent, 4000);
     if (ctx && !fc_ctx_valid(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+    fc_cost(FC_E_CONTEXT_QUERY, FAKECUDA_CONTEXT_QUERY_HOST_NS);
     fc_tls_cur = ctx;
     return CUDA_SUCCESS;
 }
@@ -273,6 +273,7 @@ FC_EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
 {
     FC_ENTRY(cuCtxGetCurrent, 4000);
     if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+    fc_cost(FC_E_CONTEXT_QUERY, FAKECUDA_CONTEXT_QUERY_HOST_NS);
     *pctx = fc_tls_cur;
     return CUDA_SUCCESS;
 }
@@ -282,6 +283,7 @@ FC_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx)
 {
     FC_ENTRY(cuCtxPushCurrent_v2, 4000);
     if (!fc_ctx_valid(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+    fc_cost(FC_E_CONTEXT_QUERY, FAKECUDA_CONTEXT_QUERY_HOST_NS);
     if (fc_tls_depth >= FC_CTX_STACK) return CUDA_ERROR_OUT_OF_MEMORY;
     fc_tls_stack[fc_tls_depth++] = fc_tls_cur;
     fc_tls_cur = ctx;
@@ -293,6 +295,7 @@ FC_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
 {
     FC_ENTRY(cuCtxPopCurrent_v2, 4000);
     if (!fc_tls_cur) return CUDA_ERROR_INVALID_CONTEXT;
+    fc_cost(FC_E_CONTEXT_QUERY, FAKECUDA_CONTEXT_QUERY_HOST_NS);
     if (pctx) *pctx = fc_tls_cur;
     fc_tls_cur = fc_tls_depth > 0 ? fc_tls_stack[--fc_tls_depth] : NULL;
     return CUDA_SUCCESS;
@@ -304,6 +307,7 @@ static CUresult ctx_get_device(CUdevice *device, CUcontext ctx)
     if (!device) return CUDA_ERROR_INVALID_VALUE;
     if (!ctx) ctx = fc_tls_cur;
     if (!fc_ctx_valid(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+    fc_cost(FC_E_CONTEXT_QUERY, FAKECUDA_CONTEXT_QUERY_HOST_NS);
     *device = ctx->device;
     return CUDA_SUCCESS;
 }
@@ -315,19 +319,23 @@ static CUresult ctx_sync(CUcontext ctx)
     if (!ctx) ctx = fc_tls_cur;
     if (!fc_ctx_valid(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
     fc_sync_ctx_streams(ctx, -1);
+    fc_cost(FC_E_SYNCHRONIZE, FAKECUDA_SYNC_HOST_NS);
     return CUDA_SUCCESS;
 }
 FC_DEF(cuCtxSynchronize, 2000, (void), ctx_sync(NULL));
 FC_DEF(cuCtxSynchronize_v2, 13000, (CUcontext ctx), ctx_sync(ctx));
 
-/* free = total - managed bytes resident on the device - plain allocations (>= 0). */
+/* free = total - what the device has handed out: plain allocations, pools, cuMemCreate
+ * handles and managed memory's root chunks (devmem.c), which stay taken after their pages
+ * leave until the driver evicts them. A query of RM: charged as one ioctl. */
 FC_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 {
     FC_ENTRY(cuMemGetInfo_v2, 3020);
     if (!free || !total) return CUDA_ERROR_INVALID_VALUE;
     CUcontext c = fc_tls_cur;
     if (!fc_ctx_valid(c)) return CUDA_ERROR_INVALID_CONTEXT;
-    uint64_t used = atomic_load(&fc_dev_resident[c->device]) + atomic_load(&fc_dev_plain[c->device]);
+    fc_cost(FC_E_MEM_GET_INFO, FAKECUDA_IOCTL_NS);
+    uint64_t used = fc_devmem_used(c->device);
     uint64_t tot = fc_cfg.device_memory;
     *total = (size_t)tot;
     *free = (size_t)(used >= tot ? 0 : tot - used);

@@ -43,12 +43,30 @@ struct fakecuda_stats {
     /* Stream-ordered allocations that reused memory freed earlier on the same stream
        (from the same pool, of the same size), before that free had run on the stream. */
     uint64_t allocations_reused;
+    /* Modelled host time of driver entry points, whoever paid (fakecuda_get_entry_cost
+       splits it by entry point and payer). */
+    uint64_t driver_host_ns;
+    /* The UVM driver's own eviction of managed memory from a device that needed room (a
+       fault, a prefetch, or a plain allocation through PMA's callbacks): 2 MiB root chunks
+       evicted, bytes copied device->host by them, and bytes of evicted pages that later
+       came back to a device (faulted or prefetched in again). */
+    uint64_t driver_evictions, bytes_evicted_d2h, bytes_evicted_h2d;
+    /* Time allocations and frees waited for the va_space lock held by ioctls. */
+    uint64_t va_lock_wait_ns;
 };
 void fakecuda_get_stats(struct fakecuda_stats *out); /* call after synchronizing */
 /* Contexts made on a device since load: primary context activations (a retain with no
    references left) and cuCtxCreate calls; -1 for a device number out of range. */
 int fakecuda_contexts_created(int device);
 void fakecuda_reset_stats(void);
+
+/* Per entry point ("launch", "prefetch", ...: fakecuda_entry_name(i) for i = 0, 1, ... until
+   NULL): calls, and modelled host ns paid by the calling thread and by a driver worker
+   (FAKECUDA_IOCTL_THREAD=worker: a prefetch's or discard's ioctl). 0, or -1 for an unknown
+   name. fakecuda_reset_stats zeroes them. */
+struct fakecuda_entry_cost { uint64_t calls, caller_ns, worker_ns; };
+int fakecuda_get_entry_cost(const char *entry, struct fakecuda_entry_cost *out);
+const char *fakecuda_entry_name(unsigned i);
 
 #ifdef __cplusplus
 }

@@ -60,8 +60,10 @@ void fc_unkeep(fc_link *l);
 /* ---- stats.c: knobs and counters ---- */
 typedef struct fc_config {
     int driver_version;
-    int ndevices;
+    int ndevices;                       /* visible to this process (CUDA_VISIBLE_DEVICES) */
+    int physical[FAKECUDA_MAX_DEVICES]; /* ordinal -> the machine's device (UUID, name, PCI) */
     uint64_t device_memory;
+    int ioctl_on_worker; /* FAKECUDA_IOCTL_THREAD=worker: ioctls are paid by the stream's worker */
 } fc_config;
 extern fc_config fc_cfg; /* valid after fc_config_load() */
 void fc_config_load(void);
@@ -69,7 +71,8 @@ void fc_config_load(void);
 typedef struct fc_counters {
     _Atomic uint64_t gpu_faults, cpu_faults, pages_touched_by_kernels, bytes_prefetched_h2d,
         bytes_prefetched_unused, bytes_faulted_h2d, bytes_d2h, kernels_run, launches,
-        prefetch_calls, batch_prefetch_calls, bytes_discarded, allocations_reused;
+        prefetch_calls, batch_prefetch_calls, bytes_discarded, allocations_reused, driver_evictions,
+        bytes_evicted_d2h, bytes_evicted_h2d;
 } fc_counters;
 extern fc_counters fc_ctr;
 #define FC_COUNT(field, n) atomic_fetch_add_explicit(&fc_ctr.field, (uint64_t)(n), memory_order_relaxed)
@@ -79,6 +82,28 @@ uint64_t fc_now_ns(void);
 void fc_charge_ns(int64_t ns);  /* add modelled time to this thread's debt; may sleep */
 void fc_pay_debt(int64_t min_ns); /* sleep off this thread's debt if >= min_ns */
 void fc_wait_until(uint64_t t_ns);
+uint64_t fc_host_clock_ns(void); /* now plus this thread's unpaid debt: when its work reaches the driver */
+
+/* ---- cost.c: the driver's host-side cost per entry point ---- */
+enum { FC_E_LAUNCH, FC_E_GRAPH_LAUNCH, FC_E_PREFETCH, FC_E_DISCARD, FC_E_EVENT_RECORD, FC_E_STREAM_WAIT_EVENT,
+       FC_E_EVENT_QUERY, FC_E_STREAM_QUERY, FC_E_SYNCHRONIZE, FC_E_MEM_GET_INFO, FC_E_POINTER_QUERY,
+       FC_E_CAPTURE_QUERY, FC_E_CONTEXT_QUERY, FC_E_COUNT };
+void fc_cost(int entry, int64_t ns);                       /* one call, ns charged to the caller */
+void fc_cost_call(int entry);                               /* one call, nothing charged yet */
+void fc_cost_charge(int entry, int64_t ns, int on_worker);  /* ns charged to this thread */
+void fc_ioctl(int entry, int64_t ns, int on_worker);        /* ns paid now, va_space lock held for reading */
+int fc_ioctl_on_worker(void);
+int64_t fc_migrate_ioctl_ns(uintptr_t p, size_t n);
+int64_t fc_discard_ioctl_ns(uintptr_t p, size_t n);
+void fc_va_write_lock(void);
+void fc_va_write_unlock(void);
+void fc_va_read_lock(void);
+void fc_va_read_unlock(void);
+uint64_t fc_cost_total_ns(void);
+uint64_t fc_va_lock_wait_ns(void);
+void fc_cost_reset(void);
+#include <stdio.h>
+void fc_cost_write_json(FILE *f);
 
 /* ---- device.c ---- */
 #define FC_MAGIC_CTX 0x43545821u
@@ -106,13 +131,34 @@ extern _Atomic int fc_initialized;
 extern _Atomic int fc_init_pid; /* the process that called cuInit (writes FAKECUDA_STATS) */
 void fc_atfork_child(void);     /* a child forked after cuInit cannot use the driver */
 extern _Atomic uint64_t fc_dev_resident[FAKECUDA_MAX_DEVICES]; /* managed bytes per device */
-extern _Atomic uint64_t fc_dev_plain[FAKECUDA_MAX_DEVICES];    /* plain allocations */
 /* The most fc_dev_resident[d] has been since the last stats reset. */
 extern _Atomic uint64_t fc_dev_resident_peak[FAKECUDA_MAX_DEVICES];
 void fc_dev_resident_add(int device, uint64_t bytes); /* raises the peak too */
 CUcontext fc_current_ctx(void);
 int fc_ctx_valid(CUcontext c);
 int fc_ctx_device(CUcontext c);
+
+/* ---- devmem.c: each device's memory, and the UVM driver's root chunks and their lists ---- */
+typedef struct fc_chunk {
+    struct fc_chunk *prev, *next; /* on one of its device's lists (under the device's lock) */
+    void *owner;                  /* the managed allocation (memory.c's) */
+    size_t block;                 /* its VA block index in the owner */
+    int device;
+    uint64_t bytes;
+    unsigned resident; /* the block's pages resident on the device (under the owner's mu) */
+    int list;          /* which list; -1 while being evicted (under the device's lock) */
+} fc_chunk;
+int fc_devmem_take(int device, uint64_t bytes); /* 0, or -1 if it does not fit */
+void fc_devmem_give(int device, uint64_t bytes);
+uint64_t fc_devmem_used(int device);
+fc_chunk *fc_chunk_new(void *owner, size_t block, int device, uint64_t bytes); /* NULL: no room */
+void fc_chunk_page_in(fc_chunk *c);                 /* a page of the block landed on the device */
+void fc_chunk_page_out(fc_chunk *c, int discarded); /* a page left it (discarded: by a discard) */
+fc_chunk *fc_chunk_pick_victim(int device);         /* taken off its list; NULL: nothing to evict */
+void fc_chunk_release(fc_chunk *c);                 /* its bytes back to the device; freed */
+/* Makes room on device for bytes of plain memory, evicting managed chunks: CUDA_SUCCESS or
+ * CUDA_ERROR_OUT_OF_MEMORY (memory.c). */
+CUresult fc_reserve_device_memory(int device, uint64_t bytes);
 
 /* ---- streams.c ---- */
 typedef struct fc_fence {
@@ -131,7 +177,8 @@ typedef struct fc_op {
     int kind;
     union {
         struct { struct fc_kdef *def; fakecuda_dims dims; uint64_t not_before; void *args; } k;
-        struct { size_t n; fc_range *r; } pf;
+        /* ioctl_ns: paid by the worker before the pages move (FAKECUDA_IOCTL_THREAD=worker) */
+        struct { size_t n; fc_range *r; uint64_t not_before; int64_t ioctl_ns; int entry; } pf;
         struct { CUhostFn fn; void *ud; } h;
         fc_fence *fence;
         struct { uintptr_t ptr; int pooled; } free;
@@ -207,7 +254,10 @@ struct CUmemPoolHandle_st {
 };
 enum { FC_LOC_UNPOP = 0, FC_LOC_HOST = 1, FC_LOC_DEV0 = 2 };
 CUresult fc_check_managed_range(uintptr_t p, size_t n);
-void fc_run_prefetch(const fc_range *r, size_t n);
+void fc_run_prefetch(const struct fc_op *op); /* a prefetch or discard reached in its stream */
+void fc_migrate_ranges(const fc_range *r, size_t n); /* moves the pages (memory.c) */
+uint64_t fc_device_resident_bytes(uintptr_t p, size_t n); /* managed bytes of [p, p+n) on any device */
+
 void fc_run_free(const fc_op *op); /* a cuMemFreeAsync reached in its stream */
 void fc_managed_scan(uint64_t *unused_bytes, int clear);
 extern _Thread_local int fc_tls_kernel_device; /* -1 outside a kernel */

@@ -34,6 +34,68 @@
  * which an interposer's prefetch can get ahead of the kernel. */
 #define FAKECUDA_LAUNCH_LATENCY_US 5u
 
+/* ---- Host time of the driver's entry points (item: "the driver's host-side cost") ----
+ * Charged to the thread that pays (the caller, or for ioctls with FAKECUDA_IOCTL_THREAD=worker
+ * the stream's worker, standing for the driver's own thread), into the same per-thread debt
+ * that a kernel's start waits for. Measured figures come from the three A100 profiler traces
+ * in ../shared/data/kineto (HolisticTraceAnalysis tests/data, commit f4d0062), per trace by
+ * tests/fakecuda/measure_kineto.py; where a trace gives several medians, the smallest is taken
+ * (it makes what pump adds per launch look largest). Where no source gives a number, it says
+ * so and takes the end that makes pump look worse (dearer calls that pump makes). */
+
+/* cuLaunchKernel and its forms: median cudaLaunchKernel host time, A100-SXM4-80GB trace
+ * (5,240 calls: 4.0 us; the other two traces: 6.0 us over 8,568 and 9 us over 79). */
+#define FAKECUDA_LAUNCH_HOST_NS 4000u
+
+/* cuGraphLaunch: median cudaGraphLaunch, A100-SXM4-80GB trace (70 calls, 27.5 us). */
+#define FAKECUDA_GRAPH_LAUNCH_HOST_NS 27500u
+
+/* cuEventRecord: median cudaEventRecord, alexnet trace (30 calls, 1.5 us; the only trace
+ * that records events). */
+#define FAKECUDA_EVENT_RECORD_HOST_NS 1500u
+
+/* cuStreamWaitEvent: median cudaStreamWaitEvent, 1 us in two traces (186 and 425 calls;
+ * 0 us, below the traces' 1 us resolution, over 34 in the third): the larger is taken. */
+#define FAKECUDA_STREAM_WAIT_EVENT_HOST_NS 1000u
+
+/* cuEventQuery and cuStreamQuery: median cudaEventQuery is 0 us at the traces' 1 us
+ * resolution (3,703 and 25,773 calls); charged the resolution, 1 us. cudaStreamQuery is in
+ * no trace: charged as an event query. */
+#define FAKECUDA_QUERY_HOST_NS 1000u
+
+/* cuStreamIsCapturing / cuStreamGetCaptureInfo: median cudaStreamIsCapturing 1 us in two
+ * traces (32 and 60 calls; 0 us over 225 in the third), cudaStreamGetCaptureInfo 0 us (2,232
+ * calls): 1 us. Calls that read the context (cuCtxGetCurrent, cuCtxSetCurrent, cuCtxGetDevice,
+ * cuCtxPushCurrent, cuCtxPopCurrent, cuStreamGetCtx) are in no trace (the runtime keeps them
+ * to itself): no source; charged as a query, 1 us, the traces' resolution. */
+#define FAKECUDA_CAPTURE_QUERY_HOST_NS 1000u
+#define FAKECUDA_CONTEXT_QUERY_HOST_NS 1000u
+
+/* cuPointerGetAttribute(s): median cudaPointerGetAttributes, trace_diff (150 calls, 1 us). */
+#define FAKECUDA_POINTER_QUERY_HOST_NS 1000u
+
+/* cuStreamSynchronize / cuEventSynchronize / cuCtxSynchronize, on top of the wait: the
+ * smallest median cudaStreamSynchronize, trace_diff (60 calls, 3 us, mostly idle streams). */
+#define FAKECUDA_SYNC_HOST_NS 3000u
+
+/* One ioctl into the UVM driver (UVM_MIGRATE for a prefetch, UVM_DISCARD for a discard) or
+ * RM (cuMemGetInfo, assumed; libcuda is closed): the fixed part, entering the kernel,
+ * uvm_api_migrate's va_space and mmap locks, its service context. No published measurement
+ * (research/PREFETCHING.md section 5): 20 us is chosen, far above a bare syscall (~1 us). */
+#define FAKECUDA_IOCTL_NS 20000u
+
+/* Per 2 MiB VA block per pass of a UVM_MIGRATE, resident or not: uvm_migrate.c's
+ * uvm_va_range_migrate_multi_block creates and locks each block (uvm_va_range_block_create,
+ * UVM_VA_BLOCK_LOCK_RETRY) and uvm_va_block_migrate_locked checks its residency and
+ * mappings even when nothing moves. No published measurement: 5 us is chosen. Also the wait
+ * per block of UVM_DISCARD (uvm_va_block_discard waits for the block's tracker). */
+#define FAKECUDA_BLOCK_PASS_NS 5000u
+
+/* The UVM driver's VA block and root chunk: 2 MiB (UVM_VA_BLOCK_BITS 21 in
+ * uvm_va_block_types.h; UVM_CHUNK_SIZE_MAX in uvm_pmm_gpu.h). Prefetch passes, discard waits
+ * and device-memory eviction all go by it. */
+#define FAKECUDA_VA_BLOCK (2u * 1024u * 1024u)
+
 /* Modelled time is accumulated as a per-thread "debt" and slept off once it reaches
  * this many microseconds (oversleep is credited back), so the model costs few syscalls. */
 #define FAKECUDA_SLEEP_CHUNK_US 50u

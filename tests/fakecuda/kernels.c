@@ -256,7 +256,8 @@ fc_op *fc_kernel_op(fc_kdef *def, const fakecuda_dims *d, const void *args)
     op->u.k.dims = *d;
     op->u.k.args = (void *)(((uintptr_t)(op + 1) + 15) & ~(uintptr_t)15);
     if (def->argsize) memcpy(op->u.k.args, args, def->argsize);
-    op->u.k.not_before = fc_now_ns() + FAKECUDA_LAUNCH_LATENCY_US * 1000ull;
+    /* The launch reaches the GPU once the calling thread's modelled host time has passed. */
+    op->u.k.not_before = fc_host_clock_ns() + FAKECUDA_LAUNCH_LATENCY_US * 1000ull;
     return op;
 }
 
@@ -326,6 +327,7 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
     err = fc_pack_args(def, params, extra, args);
     if (err == CUDA_SUCCESS) {
         fakecuda_dims d = { { gx, gy, gz }, { bx, by, bz }, shmem };
+        fc_cost(FC_E_LAUNCH, FAKECUDA_LAUNCH_HOST_NS);
         int r = fc_stream_capturing(s) ? fc_capture_add_kernel(s, def, &d, args) : FC_NOT_CAPTURING;
         if (r == FC_NOT_CAPTURING) {
             fc_op *op = fc_kernel_op(def, &d, args);

@@ -2,8 +2,9 @@
  * FAKECUDA_PAGE page: unpopulated, host or device N), plain device allocations, memory
  * pools (default pinned and managed pools per device, created pools) for stream-ordered
  * allocation, page migration by kernel touches (GPU faults), host touches (CPU faults)
- * and prefetches (the prefetch entry points validate here and run as stream ops), pointer
- * queries, IPC handles and the handles of cuMemCreate. */
+ * and prefetches (prefetch.c's stream ops), the driver's eviction of managed memory when a
+ * device needs room (devmem.c picks the victim), pointer queries, IPC handles and the
+ * handles of cuMemCreate. */
 #include "fakecuda_internal.h"
 
 #include <stdlib.h>
@@ -11,7 +12,9 @@
 #include <sys/mman.h>
 #include <time.h>
 
-enum { FC_BIT_PREFETCHED = 1, FC_BIT_TOUCHED = 2 };
+enum { FC_BIT_PREFETCHED = 1, FC_BIT_TOUCHED = 2, FC_BIT_EVICTED = 4 };
+#define PAGES_PER_BLOCK (FAKECUDA_VA_BLOCK / FAKECUDA_PAGE)
+#define FC_NO_ROOM INT64_MIN
 enum { WHY_KERNEL, WHY_HOST, WHY_PREFETCH, WHY_DISCARD };
 
 typedef struct fc_alloc {
@@ -26,6 +29,7 @@ typedef struct fc_alloc {
     pthread_mutex_t mu; /* guards loc[] and bits[] */
     uint8_t *loc;       /* FC_LOC_UNPOP, FC_LOC_HOST, FC_LOC_DEV0 + d */
     uint8_t *bits;      /* FC_BIT_* */
+    fc_chunk **chunks;  /* [block * ndevices + d]: the block's root chunk on device d, or NULL */
     unsigned long long pool;        /* the serial of the pool it came from; 0: none */
     /* Freed in stream order and not yet handed out again (on the freed list): */
     const struct fc_op *pending_free; /* its free, not yet run on its stream */
@@ -77,7 +81,9 @@ static int reg_insert(fc_alloc *a)
     return 0;
 }
 
-/* Removes the allocation that starts exactly at p; NULL if none. */
+/* Removes the allocation that starts exactly at p; NULL if none. Its root chunks go back to
+ * their devices here, under the write lock, so that no eviction (which holds the lock for
+ * reading) can be holding one. */
 static fc_alloc *reg_remove(uintptr_t p)
 {
     pthread_rwlock_wrlock(&fc_reg_lock);
@@ -86,6 +92,9 @@ static fc_alloc *reg_remove(uintptr_t p)
         size_t i = reg_first_end_above(p);
         memmove(&fc_reg[i], &fc_reg[i + 1], (fc_nreg - i - 1) * sizeof *fc_reg);
         fc_nreg--;
+        size_t nchunks = a->managed ? (a->npages + PAGES_PER_BLOCK - 1) / PAGES_PER_BLOCK * (size_t)fc_cfg.ndevices : 0;
+        for (size_t c = 0; c < nchunks; c++)
+            if (a->chunks[c]) fc_chunk_release(a->chunks[c]);
     } else {
         a = NULL;
     }
@@ -95,7 +104,21 @@ static fc_alloc *reg_remove(uintptr_t p)
 
 static int64_t xfer_ns(uint64_t bytes, uint64_t bytes_per_us) { return (int64_t)(bytes * 1000u / bytes_per_us); }
 
-/* Moves page p of a to target for the given reason; counts and returns modelled ns. */
+static fc_chunk **chunk_slot(fc_alloc *a, size_t page, int device)
+{
+    return &a->chunks[page / PAGES_PER_BLOCK * (size_t)fc_cfg.ndevices + (size_t)device];
+}
+
+/* The root chunk a block takes on a device: 2 MiB, or what is left of the allocation. */
+static uint64_t chunk_bytes(const fc_alloc *a, size_t block)
+{
+    uint64_t left = (uint64_t)(a->npages - block * PAGES_PER_BLOCK) * FAKECUDA_PAGE;
+    return left < FAKECUDA_VA_BLOCK ? left : FAKECUDA_VA_BLOCK;
+}
+
+/* Moves page p of a to target for the given reason; counts and returns modelled ns, or
+ * FC_NO_ROOM (nothing done) when its block has no chunk on the target device and the device
+ * has no free memory for one. */
 static int64_t page_move(fc_alloc *a, size_t p, uint8_t target, int why)
 {
     uint8_t cur = a->loc[p];
@@ -108,6 +131,14 @@ static int64_t page_move(fc_alloc *a, size_t p, uint8_t target, int why)
     if (cur == target) {
         if (why == WHY_KERNEL) *b &= (uint8_t)~FC_BIT_PREFETCHED; /* the prefetch paid off */
         return 0;
+    }
+    fc_chunk **slot = target >= FC_LOC_DEV0 ? chunk_slot(a, p, target - FC_LOC_DEV0) : NULL;
+    if (slot && !*slot &&
+        !(*slot = fc_chunk_new(a, p / PAGES_PER_BLOCK, target - FC_LOC_DEV0, chunk_bytes(a, p / PAGES_PER_BLOCK))))
+        return FC_NO_ROOM;
+    if (target >= FC_LOC_DEV0 && (*b & FC_BIT_EVICTED)) { /* the driver's eviction, undone */
+        FC_COUNT(bytes_evicted_h2d, FAKECUDA_PAGE);
+        *b &= (uint8_t)~FC_BIT_EVICTED;
     }
     if (*b & FC_BIT_PREFETCHED) { /* migrated away before any kernel used it */
         FC_COUNT(bytes_prefetched_unused, FAKECUDA_PAGE);
@@ -144,10 +175,75 @@ static int64_t page_move(fc_alloc *a, size_t p, uint8_t target, int why)
         memset((void *)(a->base + p * FAKECUDA_PAGE), FAKECUDA_DISCARD_POISON, FAKECUDA_PAGE);
         break;
     }
-    if (cur >= FC_LOC_DEV0) atomic_fetch_sub(&fc_dev_resident[cur - FC_LOC_DEV0], FAKECUDA_PAGE);
-    if (target >= FC_LOC_DEV0) fc_dev_resident_add(target - FC_LOC_DEV0, FAKECUDA_PAGE);
+    if (cur >= FC_LOC_DEV0) {
+        atomic_fetch_sub(&fc_dev_resident[cur - FC_LOC_DEV0], FAKECUDA_PAGE);
+        fc_chunk_page_out(*chunk_slot(a, p, cur - FC_LOC_DEV0), why == WHY_DISCARD);
+    }
+    if (slot) {
+        fc_dev_resident_add(target - FC_LOC_DEV0, FAKECUDA_PAGE);
+        fc_chunk_page_in(*slot);
+    }
     a->loc[p] = target;
     return ns;
+}
+
+/* No room on the device and nothing left to evict: the page stays (a prefetch moves less
+ * than asked, as cuMemPrefetchAsync's documentation allows); a kernel's access still faults
+ * and crosses the link (the driver maps the page remotely). */
+static int64_t page_stays(fc_alloc *a, size_t p, int why)
+{
+    if (why != WHY_KERNEL) return 0;
+    FC_COUNT(gpu_faults, 1);
+    if (a->loc[p] == FC_LOC_UNPOP) a->loc[p] = FC_LOC_HOST;
+    return FAKECUDA_GPU_FAULT_US * 1000 + xfer_ns(FAKECUDA_PAGE, FAKECUDA_H2D_BYTES_PER_US);
+}
+
+/* Evicts one root chunk of the device, in the driver's order (devmem.c): its block's pages
+ * there are copied to the host at the link's rate (uvm_pmm_gpu.c, evict_root_chunk: "all
+ * resident pages backed by it are moved to the CPU"; discarded and unused ones are dropped,
+ * not copied). The caller holds fc_reg_lock for reading (no allocation goes meanwhile) and no
+ * allocation's mu; it pays the returned ns once it has let go of fc_reg_lock. 0 ns and
+ * *evicted = 0 when nothing is left to evict. */
+static int64_t evict_one(int device, int *evicted)
+{
+    fc_chunk *c = fc_chunk_pick_victim(device);
+    *evicted = c != NULL;
+    if (!c) return 0;
+    fc_alloc *b = c->owner;
+    int64_t ns = 0;
+    size_t first = c->block * PAGES_PER_BLOCK, end = first + PAGES_PER_BLOCK < b->npages ? first + PAGES_PER_BLOCK
+                                                                                        : b->npages;
+    pthread_mutex_lock(&b->mu);
+    for (size_t p = first; p < end; p++) {
+        if (b->loc[p] != FC_LOC_DEV0 + device) continue;
+        if (b->bits[p] & FC_BIT_PREFETCHED) FC_COUNT(bytes_prefetched_unused, FAKECUDA_PAGE);
+        b->bits[p] = (uint8_t)((b->bits[p] & ~FC_BIT_PREFETCHED) | FC_BIT_EVICTED);
+        b->loc[p] = FC_LOC_HOST;
+        atomic_fetch_sub(&fc_dev_resident[device], FAKECUDA_PAGE);
+        FC_COUNT(bytes_evicted_d2h, FAKECUDA_PAGE);
+        ns += xfer_ns(FAKECUDA_PAGE, FAKECUDA_D2H_BYTES_PER_US);
+    }
+    *chunk_slot(b, first, device) = NULL;
+    pthread_mutex_unlock(&b->mu);
+    fc_chunk_release(c);
+    FC_COUNT(driver_evictions, 1);
+    return ns;
+}
+
+/* A plain allocation that needs room gets it by evicting managed chunks (UVM registers
+ * uvm_pmm_gpu_pma_evict_pages / _range with PMA for RM's allocations); out of memory only
+ * when nothing evictable remains. The copies are paid by the allocating thread. */
+CUresult fc_reserve_device_memory(int device, uint64_t bytes)
+{
+    int64_t ns = 0;
+    int evicted = 1;
+    while (fc_devmem_take(device, bytes) != 0 && evicted) {
+        pthread_rwlock_rdlock(&fc_reg_lock);
+        ns += evict_one(device, &evicted);
+        pthread_rwlock_unlock(&fc_reg_lock);
+    }
+    fc_charge_ns(ns);
+    return evicted ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 /* Walks [addr, addr+len) page by page, releasing the locks and sleeping off the modelled
@@ -175,9 +271,19 @@ static void migrate_range(uintptr_t addr, size_t len, uint8_t target, int why)
         uintptr_t stop = end < a->base + a->size ? end : a->base + a->size;
         size_t p = (addr - a->base) / FAKECUDA_PAGE;
         size_t plast = (stop - 1 - a->base) / FAKECUDA_PAGE;
+        int64_t moved = 0;
         pthread_mutex_lock(&a->mu);
-        for (; p <= plast && ns < chunk; p++) ns += page_move(a, p, target, why);
+        for (; p <= plast && ns < chunk && (moved = page_move(a, p, target, why)) != FC_NO_ROOM; p++) ns += moved;
         pthread_mutex_unlock(&a->mu);
+        if (moved == FC_NO_ROOM) { /* evict (a's mu let go), then this page again; or it stays */
+            int evicted = 0;
+            ns += evict_one(target - FC_LOC_DEV0, &evicted);
+            if (!evicted) {
+                pthread_mutex_lock(&a->mu);
+                ns += page_stays(a, p++, why);
+                pthread_mutex_unlock(&a->mu);
+            }
+        }
         addr = p > plast ? stop : a->base + p * FAKECUDA_PAGE;
         pthread_rwlock_unlock(&fc_reg_lock);
         fc_charge_ns(ns);
@@ -212,7 +318,7 @@ void fc_managed_scan(uint64_t *unused_bytes, int clear)
         pthread_mutex_lock(&a->mu);
         for (size_t p = 0; p < a->npages; p++) {
             if (a->bits[p] & FC_BIT_PREFETCHED) *unused_bytes += FAKECUDA_PAGE;
-            if (clear) a->bits[p] = 0;
+            if (clear) a->bits[p] &= FC_BIT_EVICTED; /* where a page is is not a statistic */
         }
         pthread_mutex_unlock(&a->mu);
     }
@@ -224,16 +330,23 @@ static CUresult alloc_common(CUdeviceptr *dptr, size_t size, int managed, int de
                              unsigned long long pool)
 {
     if (!dptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
-    if (!managed && atomic_load(&fc_dev_plain[device]) + size > fc_cfg.device_memory)
-        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult err = managed ? CUDA_SUCCESS : fc_reserve_device_memory(device, size);
+    if (err != CUDA_SUCCESS) return err;
     fc_alloc *a = calloc(1, sizeof *a);
-    if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (!a) {
+        if (!managed) fc_devmem_give(device, size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     size_t align = managed ? FAKECUDA_MANAGED_ALIGN : 4096;
     size_t len = (size + align - 1) / align * align;
     size_t extra = managed ? align : 0;
-    if (len < size || len + extra < len) { free(a); return CUDA_ERROR_OUT_OF_MEMORY; }
-    void *m = mmap(NULL, len + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (m == MAP_FAILED) { free(a); return CUDA_ERROR_OUT_OF_MEMORY; }
+    void *m = len < size || len + extra < len ? MAP_FAILED
+              : mmap(NULL, len + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) {
+        if (!managed) fc_devmem_give(device, size);
+        free(a);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     uintptr_t base = (uintptr_t)m;
     if (managed) { /* trim to a 2 MiB-aligned base */
         uintptr_t al = (base + align - 1) & ~(uintptr_t)(align - 1);
@@ -254,15 +367,18 @@ static CUresult alloc_common(CUdeviceptr *dptr, size_t size, int managed, int de
         a->npages = (size + FAKECUDA_PAGE - 1) / FAKECUDA_PAGE;
         a->loc = calloc(a->npages, 1);
         a->bits = calloc(a->npages, 1);
+        a->chunks = calloc((a->npages + PAGES_PER_BLOCK - 1) / PAGES_PER_BLOCK * (size_t)fc_cfg.ndevices,
+                           sizeof *a->chunks);
     }
-    if ((managed && (!a->loc || !a->bits)) || reg_insert(a) != 0) {
+    if ((managed && (!a->loc || !a->bits || !a->chunks)) || reg_insert(a) != 0) {
+        if (!managed) fc_devmem_give(device, size);
         munmap(a->map, a->map_len);
         free(a->loc);
         free(a->bits);
+        free(a->chunks);
         free(a);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    if (!managed) atomic_fetch_add(&fc_dev_plain[device], size);
     *dptr = (CUdeviceptr)base;
     return CUDA_SUCCESS;
 }
@@ -275,12 +391,13 @@ static void alloc_destroy(fc_alloc *a)
             if (a->loc[p] >= FC_LOC_DEV0) atomic_fetch_sub(&fc_dev_resident[a->loc[p] - FC_LOC_DEV0], FAKECUDA_PAGE);
         }
     } else {
-        atomic_fetch_sub(&fc_dev_plain[a->device], a->size);
+        fc_devmem_give(a->device, a->size);
     }
     munmap(a->map, a->map_len);
     pthread_mutex_destroy(&a->mu);
     free(a->loc);
     free(a->bits);
+    free(a->chunks);
     free(a);
 }
 
@@ -304,7 +421,10 @@ FC_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigne
     CUcontext c = need_ctx(&err);
     if (!c) return err;
     if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) return CUDA_ERROR_INVALID_VALUE;
-    return alloc_common(dptr, bytesize, 1, fc_ctx_device(c), c, 0);
+    fc_va_write_lock(); /* an mmap of the UVM device file: uvm_mmap takes the va_space lock to write */
+    err = alloc_common(dptr, bytesize, 1, fc_ctx_device(c), c, 0);
+    fc_va_write_unlock();
+    return err;
 }
 FC_ALIAS(cuMemAllocManaged);
 
@@ -314,7 +434,12 @@ FC_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     CUresult err = CUDA_SUCCESS;
     CUcontext c = need_ctx(&err);
     if (!c) return err;
-    return alloc_common(dptr, bytesize, 0, fc_ctx_device(c), c, 0);
+    /* Whether libcuda maps plain memory into UVM (UVM_CREATE_EXTERNAL_RANGE takes the va_space
+     * lock to write, uvm_map_external.c) is not public: assumed, as the dearer answer. */
+    fc_va_write_lock();
+    err = alloc_common(dptr, bytesize, 0, fc_ctx_device(c), c, 0);
+    fc_va_write_unlock();
+    return err;
 }
 FC_ALIAS(cuMemAlloc_v2);
 
@@ -329,7 +454,9 @@ FC_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
     pthread_rwlock_unlock(&fc_reg_lock);
     if (dev < 0) return CUDA_ERROR_INVALID_VALUE;
     fc_sync_ctx_streams(NULL, dev);
+    fc_va_write_lock(); /* an munmap: uvm_vm_close_managed takes the va_space lock to write */
     a = reg_remove((uintptr_t)dptr);
+    fc_va_write_unlock();
     if (!a) return CUDA_ERROR_INVALID_VALUE;
     alloc_destroy(a);
     return CUDA_SUCCESS;
@@ -571,6 +698,7 @@ FC_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribu
 {
     FC_ENTRY(cuPointerGetAttribute, 4000);
     if (!data) return CUDA_ERROR_INVALID_VALUE;
+    fc_cost(FC_E_POINTER_QUERY, FAKECUDA_POINTER_QUERY_HOST_NS);
     pthread_rwlock_rdlock(&fc_reg_lock);
     fc_alloc *a = reg_find((uintptr_t)ptr);
     struct { uintptr_t base; size_t size; int managed, device; CUcontext ctx; } c = { 0, 0, 0, 0, NULL };
@@ -611,7 +739,23 @@ FC_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CU
 }
 FC_ALIAS(cuMemGetAddressRange_v2);
 
-/* ---- prefetch and advice ---- */
+/* ---- managed ranges, for prefetch.c ---- */
+uint64_t fc_device_resident_bytes(uintptr_t p, size_t n)
+{
+    uint64_t bytes = 0;
+    pthread_rwlock_rdlock(&fc_reg_lock);
+    fc_alloc *a = reg_find(p);
+    if (a && a->managed && n) {
+        size_t last = (p + n - 1 - a->base) / FAKECUDA_PAGE;
+        pthread_mutex_lock(&a->mu);
+        for (size_t q = (p - a->base) / FAKECUDA_PAGE; q <= last && q < a->npages; q++)
+            if (a->loc[q] >= FC_LOC_DEV0) bytes += FAKECUDA_PAGE;
+        pthread_mutex_unlock(&a->mu);
+    }
+    pthread_rwlock_unlock(&fc_reg_lock);
+    return bytes;
+}
+
 CUresult fc_check_managed_range(uintptr_t p, size_t n)
 {
     if (n == 0 || p + n < p) return CUDA_ERROR_INVALID_VALUE;
@@ -622,171 +766,11 @@ CUresult fc_check_managed_range(uintptr_t p, size_t n)
     return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-void fc_run_prefetch(const fc_range *r, size_t n)
+void fc_migrate_ranges(const fc_range *r, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         migrate_range(r[i].ptr, r[i].size, (uint8_t)r[i].loc, r[i].loc == FC_LOC_UNPOP ? WHY_DISCARD : WHY_PREFETCH);
-    fc_pay_debt(0); /* the stream is busy until the last byte has moved */
 }
-
-/* FC_LOC_* for a CUmemLocation, or -1. */
-static int loc_from_location(CUmemLocation l, CUresult *err)
-{
-    switch (l.type) {
-    case CU_MEM_LOCATION_TYPE_DEVICE:
-        if (l.id < 0 || l.id >= fc_cfg.ndevices) { *err = CUDA_ERROR_INVALID_DEVICE; return -1; }
-        return FC_LOC_DEV0 + l.id;
-    case CU_MEM_LOCATION_TYPE_HOST:
-    case CU_MEM_LOCATION_TYPE_HOST_NUMA:
-    case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT: return FC_LOC_HOST;
-    default: *err = CUDA_ERROR_INVALID_VALUE; return -1;
-    }
-}
-
-/* One stream op for the whole call (a batch is one op), counted in `calls` (if any). */
-static CUresult prefetch_enqueue(const CUdeviceptr *ptrs, const size_t *sizes, const int *locs, size_t n,
-                                 CUstream hStream, _Atomic uint64_t *calls)
-{
-    CUresult err = CUDA_SUCCESS;
-    CUstream s = fc_resolve_stream(hStream, &err);
-    if (!s) return err;
-    for (size_t i = 0; i < n; i++)
-        if ((err = fc_check_managed_range((uintptr_t)ptrs[i], sizes[i])) != CUDA_SUCCESS) return err;
-    if (fc_stream_capturing(s)) { /* not capturable in this model: invalidates the capture */
-        fc_capture_invalidate(s);
-        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    }
-    fc_op *op = calloc(1, sizeof *op + n * sizeof(fc_range));
-    if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
-    op->kind = FC_OP_PREFETCH;
-    op->u.pf.n = n;
-    op->u.pf.r = (fc_range *)(op + 1);
-    for (size_t i = 0; i < n; i++) op->u.pf.r[i] = (fc_range){ (uintptr_t)ptrs[i], sizes[i], locs[i] };
-    if (calls) atomic_fetch_add_explicit(calls, 1, memory_order_relaxed);
-    fc_enqueue(s, op);
-    return CUDA_SUCCESS;
-}
-
-static CUresult prefetch_v1(CUdeviceptr p, size_t n, CUdevice dst, CUstream s)
-{
-    int loc;
-    if (dst == CU_DEVICE_CPU) loc = FC_LOC_HOST;
-    else if (dst >= 0 && dst < fc_cfg.ndevices) loc = FC_LOC_DEV0 + dst;
-    else return CUDA_ERROR_INVALID_DEVICE;
-    return prefetch_enqueue(&p, &n, &loc, 1, s, &fc_ctr.prefetch_calls);
-}
-FC_DEF(cuMemPrefetchAsync, 8000, (CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream),
-       prefetch_v1(devPtr, count, dstDevice, hStream));
-FC_DEF(cuMemPrefetchAsync_ptsz, 8000, (CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream),
-       prefetch_v1(devPtr, count, dstDevice, hStream));
-
-static CUresult prefetch_v2(CUdeviceptr p, size_t n, CUmemLocation l, unsigned flags, CUstream s)
-{
-    CUresult err = CUDA_ERROR_INVALID_VALUE;
-    if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
-    int loc = loc_from_location(l, &err);
-    if (loc < 0) return err;
-    return prefetch_enqueue(&p, &n, &loc, 1, s, &fc_ctr.prefetch_calls);
-}
-FC_DEF(cuMemPrefetchAsync_v2, 12020, (CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags,
-        CUstream hStream),
-       prefetch_v2(devPtr, count, location, flags, hStream));
-FC_DEF(cuMemPrefetchAsync_v2_ptsz, 12020, (CUdeviceptr devPtr, size_t count, CUmemLocation location,
-        unsigned int flags, CUstream hStream),
-       prefetch_v2(devPtr, count, location, flags, hStream));
-
-/* cuda.h: prefetchLocIdxs[0] == 0, strictly increasing, last < count, numPrefetchLocs <=
- * count, flags 0, and never the legacy NULL stream (in the _ptsz form 0 is the per-thread
- * stream, so only CU_STREAM_LEGACY is refused there). */
-static CUresult prefetch_batch(CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *locs,
-                               size_t *idxs, size_t nlocs, unsigned long long flags, CUstream s, int ptsz)
-{
-    if (!dptrs || !sizes || !locs || !idxs || count == 0 || nlocs == 0 || nlocs > count || flags != 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (s == CU_STREAM_LEGACY || (!ptsz && s == NULL)) return CUDA_ERROR_INVALID_VALUE;
-    if (idxs[0] != 0) return CUDA_ERROR_INVALID_VALUE;
-    for (size_t k = 1; k < nlocs; k++)
-        if (idxs[k] <= idxs[k - 1]) return CUDA_ERROR_INVALID_VALUE;
-    if (idxs[nlocs - 1] >= count) return CUDA_ERROR_INVALID_VALUE;
-    int *loc = malloc(count * sizeof *loc);
-    if (!loc) return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult err = CUDA_SUCCESS;
-    for (size_t k = 0; k < nlocs && err == CUDA_SUCCESS; k++) {
-        int l = loc_from_location(locs[k], &err);
-        size_t last = k + 1 < nlocs ? idxs[k + 1] : count;
-        for (size_t i = idxs[k]; i < last && l >= 0; i++) loc[i] = l;
-    }
-    if (err == CUDA_SUCCESS) err = prefetch_enqueue(dptrs, sizes, loc, count, s, &fc_ctr.batch_prefetch_calls);
-    free(loc);
-    return err;
-}
-FC_DEF(cuMemPrefetchBatchAsync, 13000, (CUdeviceptr *dptrs, size_t *sizes, size_t count,
-        CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags,
-        CUstream hStream),
-       prefetch_batch(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream, 0));
-FC_DEF(cuMemPrefetchBatchAsync_ptsz, 13000, (CUdeviceptr *dptrs, size_t *sizes, size_t count,
-        CUmemLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags,
-        CUstream hStream),
-       prefetch_batch(dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream, 1));
-
-/* A discard is a stream op like a prefetch, whose destination is "unpopulated": each whole
- * 64 KiB page inside a range stops being anywhere and its bytes are poisoned; the bytes of
- * partly covered pages are left as they are. Same rules as a batch prefetch: flags 0, never
- * the legacy NULL stream, ranges inside managed allocations. */
-static CUresult discard_batch(CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags, CUstream s,
-                              int ptsz)
-{
-    if (!dptrs || !sizes || count == 0 || flags != 0) return CUDA_ERROR_INVALID_VALUE;
-    if (s == CU_STREAM_LEGACY || (!ptsz && s == NULL)) return CUDA_ERROR_INVALID_VALUE;
-    CUdeviceptr *pages = malloc(count * (sizeof *pages + sizeof(size_t) + sizeof(int)));
-    if (!pages) return CUDA_ERROR_OUT_OF_MEMORY;
-    size_t *lens = (size_t *)(pages + count);
-    int *unpopulated = (int *)(lens + count);
-    size_t n = 0;
-    CUresult err = CUDA_SUCCESS;
-    for (size_t i = 0; i < count && err == CUDA_SUCCESS; i++) {
-        if ((err = fc_check_managed_range((uintptr_t)dptrs[i], sizes[i])) != CUDA_SUCCESS) break;
-        CUdeviceptr first = (dptrs[i] + FAKECUDA_PAGE - 1) / FAKECUDA_PAGE * FAKECUDA_PAGE;
-        CUdeviceptr end = (dptrs[i] + sizes[i]) / FAKECUDA_PAGE * FAKECUDA_PAGE;
-        if (end > first) {
-            pages[n] = first;
-            lens[n] = end - first;
-            unpopulated[n++] = FC_LOC_UNPOP;
-        }
-    }
-    if (err == CUDA_SUCCESS && n > 0) err = prefetch_enqueue(pages, lens, unpopulated, n, s, NULL);
-    free(pages);
-    return err;
-}
-FC_DEF(cuMemDiscardBatchAsync, 13000, (CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags,
-        CUstream hStream),
-       discard_batch(dptrs, sizes, count, flags, hStream, 0));
-FC_DEF(cuMemDiscardBatchAsync_ptsz, 13000, (CUdeviceptr *dptrs, size_t *sizes, size_t count,
-        unsigned long long flags, CUstream hStream),
-       discard_batch(dptrs, sizes, count, flags, hStream, 1));
-
-/* Advice is validated and accepted; it does not change the model's behaviour. */
-static CUresult advise(CUdeviceptr p, size_t n, CUmem_advise advice)
-{
-    if (advice < CU_MEM_ADVISE_SET_READ_MOSTLY || advice > CU_MEM_ADVISE_UNSET_ACCESSED_BY)
-        return CUDA_ERROR_INVALID_VALUE;
-    return fc_check_managed_range((uintptr_t)p, n);
-}
-FC_EXPORT CUresult cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUdevice device)
-{
-    FC_ENTRY(cuMemAdvise, 8000);
-    if (device != CU_DEVICE_CPU && (device < 0 || device >= fc_cfg.ndevices)) return CUDA_ERROR_INVALID_DEVICE;
-    return advise(devPtr, count, advice);
-}
-FC_ALIAS(cuMemAdvise);
-FC_EXPORT CUresult cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location)
-{
-    FC_ENTRY(cuMemAdvise_v2, 12020);
-    CUresult err = CUDA_SUCCESS;
-    if (loc_from_location(location, &err) < 0) return err;
-    return advise(devPtr, count, advice);
-}
-FC_ALIAS(cuMemAdvise_v2);
 
 /* ---- interprocess handles ---- */
 /* Only plain device memory, by its base, can be exported; managed memory cannot
@@ -826,12 +810,15 @@ FC_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size
         return CUDA_ERROR_INVALID_VALUE;
     int dev = prop->location.id;
     if (dev < 0 || dev >= fc_cfg.ndevices) return CUDA_ERROR_INVALID_DEVICE;
-    if (atomic_load(&fc_dev_plain[dev]) + size > fc_cfg.device_memory) return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult err = fc_reserve_device_memory(dev, size);
+    if (err != CUDA_SUCCESS) return err;
     fc_physical *p = calloc(1, sizeof *p);
-    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (!p) {
+        fc_devmem_give(dev, size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     *p = (fc_physical){ .magic = FC_MAGIC_PHYS, .device = dev, .size = size };
     fc_keep(&p->keep);
-    atomic_fetch_add(&fc_dev_plain[dev], size);
     *handle = (CUmemGenericAllocationHandle)(uintptr_t)p;
     return CUDA_SUCCESS;
 }
@@ -842,7 +829,7 @@ FC_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
     FC_ENTRY(cuMemRelease, 10020);
     fc_physical *p = (fc_physical *)(uintptr_t)handle;
     if (!p || p->magic != FC_MAGIC_PHYS) return CUDA_ERROR_INVALID_VALUE;
-    atomic_fetch_sub(&fc_dev_plain[p->device], p->size);
+    fc_devmem_give(p->device, p->size);
     p->magic = FC_MAGIC_DEAD;
     fc_unkeep(&p->keep);
     free(p);

@@ -149,8 +149,8 @@
     X(cuLaunchKernelEx, 11060, cuLaunchKernelEx_ptsz, 1, PFN_cuLaunchKernelEx_v11060_ptsz)            \
     X(cuLaunchCooperativeKernel, 9000, cuLaunchCooperativeKernel, 0, PFN_cuLaunchCooperativeKernel_v9000) \
     X(cuLaunchCooperativeKernel, 9000, cuLaunchCooperativeKernel_ptsz, 1, PFN_cuLaunchCooperativeKernel_v9000_ptsz) \
-    /* graphs built by hand, child graphs, exec updates; CUDA 12's 3-argument cuGraphInstantiate */      \
-    X(cuGraphInstantiate, 12000, cuGraphInstantiateWithFlags, 0, PFN_cuGraphInstantiateWithFlags_v11040) \
+    /* graphs built by hand, child graphs, exec updates. At 12000 "cuGraphInstantiate" stays the     \
+     * 5-argument _v2, as NVIDIA's 535 and 550 drivers answer (tests/test_real_libcuda.py) */         \
     X(cuGraphInstantiateWithParams, 12000, cuGraphInstantiateWithParams, 0,                           \
       PFN_cuGraphInstantiateWithParams_v12000)                                                        \
     X(cuGraphInstantiateWithParams, 12000, cuGraphInstantiateWithParams_ptsz, 1,                      \
@@ -160,9 +160,43 @@
     X(cuGraphAddChildGraphNode, 10000, cuGraphAddChildGraphNode, 0, PFN_cuGraphAddChildGraphNode_v10000) \
     X(cuGraphChildGraphNodeGetGraph, 10000, cuGraphChildGraphNodeGetGraph, 0,                         \
       PFN_cuGraphChildGraphNodeGetGraph_v10000)                                                       \
+    X(cuGraphExecKernelNodeSetParams, 10010, cuGraphExecKernelNodeSetParams, 0,                       \
+      PFN_cuGraphExecKernelNodeSetParams_v10010)                                                      \
     X(cuGraphExecKernelNodeSetParams, 12000, cuGraphExecKernelNodeSetParams_v2, 0,                    \
       PFN_cuGraphExecKernelNodeSetParams_v12000)                                                      \
+    X(cuGraphExecUpdate, 10020, cuGraphExecUpdate, 0, PFN_cuGraphExecUpdate_v10020)                   \
     X(cuGraphExecUpdate, 12000, cuGraphExecUpdate_v2, 0, PFN_cuGraphExecUpdate_v12000)
+
+/* CUDA 10's forms of two graph calls, which the driver still exports and answers for at
+ * their versions: adapters over the current forms (streams.c). */
+extern __typeof__(cuGraphExecKernelNodeSetParams_v2) fcl_cuGraphExecKernelNodeSetParams_v2
+    __attribute__((visibility("hidden")));
+extern __typeof__(cuGraphExecUpdate_v2) fcl_cuGraphExecUpdate_v2 __attribute__((visibility("hidden")));
+
+FC_EXPORT CUresult cuGraphExecKernelNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                  const CUDA_KERNEL_NODE_PARAMS_v1 *p)
+{
+    FC_ENTRY(cuGraphExecKernelNodeSetParams, 10010);
+    if (!p) return CUDA_ERROR_INVALID_VALUE;
+    CUDA_KERNEL_NODE_PARAMS v2 = {
+        .func = p->func, .gridDimX = p->gridDimX, .gridDimY = p->gridDimY, .gridDimZ = p->gridDimZ,
+        .blockDimX = p->blockDimX, .blockDimY = p->blockDimY, .blockDimZ = p->blockDimZ,
+        .sharedMemBytes = p->sharedMemBytes, .kernelParams = p->kernelParams, .extra = p->extra};
+    return fcl_cuGraphExecKernelNodeSetParams_v2(hGraphExec, hNode, &v2);
+}
+FC_ALIAS(cuGraphExecKernelNodeSetParams);
+
+FC_EXPORT CUresult cuGraphExecUpdate(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphNode *hErrorNode_out,
+                                     CUgraphExecUpdateResult *updateResult_out)
+{
+    FC_ENTRY(cuGraphExecUpdate, 10020);
+    CUgraphExecUpdateResultInfo info = {0};
+    CUresult r = fcl_cuGraphExecUpdate_v2(hGraphExec, hGraph, &info);
+    if (hErrorNode_out) *hErrorNode_out = info.errorNode;
+    if (updateResult_out) *updateResult_out = info.result;
+    return r;
+}
+FC_ALIAS(cuGraphExecUpdate);
 
 /* The hidden aliases (defined next to each export) and the signature checks. */
 #define FC_DECL(base, ver, sym, ptsz, pfn)                                                    \
@@ -175,8 +209,10 @@ typedef struct fc_proc { const char *base; int version; const char *sym; int pts
 static const fc_proc fc_procs[] = { FC_PROC_TABLE(FC_ROW) };
 
 /* Among the entries for symbol with version <= min(cudaVersion, driver version), the
- * highest; with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, its _ptsz variant when one
- * exists at least that recent. No match: CUDA_SUCCESS, *pfn NULL, and a status. */
+ * highest; with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, for a name that has _ptsz
+ * variants, the highest of those, or none below the first _ptsz version (NVIDIA's 535
+ * and 550 drivers answer NULL, VERSION_NOT_SUFFICIENT, for "cuLaunchKernel" at 4000 with
+ * that flag). No match: CUDA_SUCCESS, *pfn NULL, and a status. */
 static CUresult lookup(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                        CUdriverProcAddressQueryResult *status)
 {
@@ -185,19 +221,17 @@ static CUresult lookup(const char *symbol, void **pfn, int cudaVersion, cuuint64
         return CUDA_ERROR_INVALID_VALUE;
     *pfn = NULL;
     int limit = cudaVersion < fc_cfg.driver_version ? cudaVersion : fc_cfg.driver_version;
-    int found = 0, best = -1, best_ptsz = -1;
+    int found = 0, has_ptsz = 0, best = -1, best_ptsz = -1;
     for (int i = 0; i < (int)(sizeof fc_procs / sizeof *fc_procs); i++) {
         const fc_proc *e = &fc_procs[i];
         if (strcmp(e->base, symbol) != 0) continue;
         found = 1;
+        has_ptsz |= e->ptsz;
         if (e->version > limit) continue;
         int *b = e->ptsz ? &best_ptsz : &best;
         if (*b < 0 || e->version > fc_procs[*b].version) *b = i;
     }
-    int pick = best;
-    if ((flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) && best_ptsz >= 0 &&
-        (best < 0 || fc_procs[best_ptsz].version >= fc_procs[best].version))
-        pick = best_ptsz;
+    int pick = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) && has_ptsz ? best_ptsz : best;
     if (pick >= 0) *pfn = fc_procs[pick].fn;
     if (status)
         *status = pick >= 0 ? CU_GET_PROC_ADDRESS_SUCCESS

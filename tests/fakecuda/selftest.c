@@ -17,19 +17,9 @@
 #include <unistd.h>
 
 #include "fakecuda.h"
+#include "selftest.h"
 
-static int passed, failed;
-#define CHECK(cond, ...)                                                 \
-    do {                                                                 \
-        if (cond) passed++;                                              \
-        else {                                                           \
-            failed++;                                                    \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);         \
-            fprintf(stderr, __VA_ARGS__);                                \
-            fprintf(stderr, "\n");                                       \
-        }                                                                \
-    } while (0)
-#define OK(call) CHECK((call) == CUDA_SUCCESS, "%s", #call)
+int passed, failed;
 
 #define MiB (1024u * 1024u)
 #define PAGE (64u * 1024u)
@@ -150,6 +140,11 @@ static int child_version(void)
         (CUresult(*)(CUfunction, size_t, size_t *, size_t *))dlsym(h, "cuFuncGetParamInfo");
     size_t off, size;
     CHECK(pi && pi(f, 0, &off, &size) == CUDA_ERROR_NOT_SUPPORTED, "dlsym'd ParamInfo not supported");
+    CUresult (*discard)(CUdeviceptr *, size_t *, size_t, unsigned long long, CUstream) =
+        (CUresult(*)(CUdeviceptr *, size_t *, size_t, unsigned long long, CUstream))dlsym(h, "cuMemDiscardBatchAsync");
+    CUdeviceptr dp = 0;
+    size_t dsize = PAGE;
+    CHECK(discard && discard(&dp, &dsize, 1, 0, NULL) == CUDA_ERROR_NOT_SUPPORTED, "no discard before CUDA 13");
     return failed ? 1 : 0;
 }
 
@@ -185,6 +180,28 @@ static int child_stats(void)
     cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL);
     /* exits without synchronizing: the stats writer must not hang on a busy stream */
     return 0;
+}
+
+/* CUDA_VISIBLE_DEVICES=2,0,x,1 on three devices: two visible, in that order, each with
+ * its own device's UUID; set but empty: none. */
+static int child_visible(void)
+{
+    int n = -1;
+    if (strcmp(getenv("CUDA_VISIBLE_DEVICES"), "") == 0) {
+        CHECK(cuInit(0) == CUDA_ERROR_NO_DEVICE, "CUDA_VISIBLE_DEVICES= leaves no device");
+        return failed ? 1 : 0;
+    }
+    OK(cuInit(0));
+    OK(cuDeviceGetCount(&n));
+    CHECK(n == 2, "CUDA_VISIBLE_DEVICES=2,0,x,1 shows %d devices", n);
+    CUuuid uuid;
+    OK(cuDeviceGetUuid(&uuid, 0));
+    CHECK(uuid.bytes[15] == 2, "ordinal 0 is device 2 (%d)", uuid.bytes[15]);
+    OK(cuDeviceGetUuid(&uuid, 1));
+    CHECK(uuid.bytes[15] == 0, "ordinal 1 is device 0 (%d)", uuid.bytes[15]);
+    CUdevice d;
+    CHECK(cuDeviceGet(&d, 2) == CUDA_ERROR_INVALID_DEVICE, "ordinal 2 is not visible");
+    return failed ? 1 : 0;
 }
 
 static int child_devices(void)
@@ -237,10 +254,13 @@ static int child_no_concurrent(void)
 int main(int argc, char **argv)
 {
     if (argc > 1) {
+        for (const struct selftest_driver_mode *m = selftest_driver_modes; m->name; m++)
+            if (!strcmp(argv[1], m->name)) return m->run();
         int r = !strcmp(argv[1], "version") ? child_version()
               : !strcmp(argv[1], "fail")    ? child_fail()
               : !strcmp(argv[1], "stats")   ? child_stats()
               : !strcmp(argv[1], "devices") ? child_devices()
+              : !strcmp(argv[1], "visible") ? child_visible()
               : !strcmp(argv[1], "no-concurrent") ? child_no_concurrent()
                                             : 2;
         if (r == 1) fprintf(stderr, "child %s: %d failed\n", argv[1], failed);
@@ -610,7 +630,6 @@ int main(int argc, char **argv)
     struct { const char *sym; int ver; cuuint64_t flags; const char *abi; } routes[] = {
         { "cuLaunchKernel", 12000, 0, "cuLaunchKernel" },
         { "cuLaunchKernel", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuLaunchKernel_ptsz" },
-        { "cuLaunchKernel", 6000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuLaunchKernel" },
         { "cuMemPrefetchAsync", 8000, 0, "cuMemPrefetchAsync" },
         { "cuMemPrefetchAsync", 12020, 0, "cuMemPrefetchAsync_v2" },
         { "cuMemPrefetchAsync", 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuMemPrefetchAsync_v2_ptsz" },
@@ -623,7 +642,7 @@ int main(int argc, char **argv)
         { "cuMemPrefetchBatchAsync", 13000, 0, "cuMemPrefetchBatchAsync" },
         { "cuFuncGetParamInfo", 12040, 0, "cuFuncGetParamInfo" },
         { "cuGraphInstantiate", 11000, 0, "cuGraphInstantiate_v2" },
-        { "cuGraphInstantiate", 12000, 0, "cuGraphInstantiateWithFlags" },
+        { "cuGraphInstantiate", 12000, 0, "cuGraphInstantiate_v2" }, /* as NVIDIA's 535 and 550 drivers */
         { "cuGraphInstantiateWithParams", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
           "cuGraphInstantiateWithParams_ptsz" },
         { "cuLaunchHostFunc", 13010, 0, "cuLaunchHostFunc" }, /* _v2 is 13010, above driver 13000 */
@@ -647,6 +666,9 @@ int main(int argc, char **argv)
     CHECK(p == NULL && qs == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND, "unknown symbol");
     OK(cuGetProcAddress("cuMemPrefetchBatchAsync", &p, 12080, 0, &qs));
     CHECK(p == NULL && qs == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT, "version not sufficient");
+    /* per-thread stream asked below the first _ptsz version: none (NVIDIA's 535 and 550) */
+    OK(cuGetProcAddress("cuLaunchKernel", &p, 6000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &qs));
+    CHECK(p == NULL && qs == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT, "no _ptsz before 7000");
     CUresult (*legacy_gpa)(const char *, void **, int, cuuint64_t) =
         (CUresult(*)(const char *, void **, int, cuuint64_t))dlsym(h, "cuGetProcAddress");
     CHECK(legacy_gpa && legacy_gpa("cuMemAllocManaged", &p, 11030, 0) == CUDA_SUCCESS &&
@@ -805,7 +827,13 @@ int main(int argc, char **argv)
     CHECK(run_child("fail", "FAKECUDA_FAIL=cuMemAlloc_v2=2,cuLaunchKernel=CUDA_ERROR_LAUNCH_FAILED", NULL) == 0,
           "FAKECUDA_FAIL child");
     CHECK(run_child("devices", "FAKECUDA_DEVICES=2", "FAKECUDA_DEVICE_MEMORY=4G") == 0, "FAKECUDA_DEVICES child");
+    CHECK(run_child("visible", "FAKECUDA_DEVICES=3", "CUDA_VISIBLE_DEVICES=2,0,x,1") == 0,
+          "CUDA_VISIBLE_DEVICES child");
+    CHECK(run_child("visible", "FAKECUDA_DEVICES=3", "CUDA_VISIBLE_DEVICES=") == 0, "empty CUDA_VISIBLE_DEVICES child");
     CHECK(run_child("no-concurrent", "FAKECUDA_CONCURRENT_MANAGED=0", NULL) == 0, "FAKECUDA_CONCURRENT_MANAGED child");
+    for (const struct selftest_driver_mode *m = selftest_driver_modes; m->name; m++)
+        CHECK(run_child(m->name, m->env, NULL) == 0, "%s child", m->name);
+    CHECK(run_child("driver-cost", "FAKECUDA_IOCTL_THREAD=nobody", NULL) == 2, "bad FAKECUDA_IOCTL_THREAD refused");
     char path[] = "/tmp/fakecuda-selftest-XXXXXX";
     int fd = mkstemp(path);
     if (fd >= 0) close(fd);

@@ -5,6 +5,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +66,33 @@ static void parse_fail(const char *s)
     }
 }
 
+/* CUDA_VISIBLE_DEVICES, as the driver reads it (CUDA C++ Programming Guide, "CUDA
+ * Environment Variables"): a comma-separated list of device indices, enumerated in that
+ * order; the list ends at the first entry that is not a valid index (so "0,2,-1,1" shows
+ * devices 0 and 2), and set but empty shows none. Not modelled, so ending the list
+ * (the strict side): a repeated index, and UUIDs (GPU-...), which the driver takes.
+ * Unset: every device, in order. */
+static void visible_devices(int machine_devices)
+{
+    const char *s = getenv("CUDA_VISIBLE_DEVICES");
+    fc_cfg.ndevices = 0;
+    if (!s) {
+        for (int i = 0; i < machine_devices; i++) fc_cfg.physical[fc_cfg.ndevices++] = i;
+        return;
+    }
+    bool seen[FAKECUDA_MAX_DEVICES] = {false};
+    while (*s && fc_cfg.ndevices < machine_devices) {
+        char *end = NULL;
+        errno = 0;
+        long index = strtol(s, &end, 10);
+        if (end == s || errno || (*end && *end != ',') || index < 0 || index >= machine_devices || seen[index])
+            return;
+        seen[index] = true;
+        fc_cfg.physical[fc_cfg.ndevices++] = (int)index;
+        s = *end ? end + 1 : end;
+    }
+}
+
 static void load_config(void)
 {
     const char *v = getenv("FAKECUDA_DRIVER_VERSION");
@@ -74,7 +102,14 @@ static void load_config(void)
     fc_cfg.ndevices = v && *v ? atoi(v) : FAKECUDA_DEFAULT_DEVICES;
     if (fc_cfg.ndevices < 0) fc_cfg.ndevices = 0;
     if (fc_cfg.ndevices > FAKECUDA_MAX_DEVICES) fc_cfg.ndevices = FAKECUDA_MAX_DEVICES;
+    visible_devices(fc_cfg.ndevices);
     fc_cfg.device_memory = parse_size(getenv("FAKECUDA_DEVICE_MEMORY"), FAKECUDA_DEFAULT_DEVICE_MEMORY);
+    v = getenv("FAKECUDA_IOCTL_THREAD");
+    if (v && *v && strcmp(v, "caller") != 0 && strcmp(v, "worker") != 0) {
+        fprintf(stderr, "fakecuda: FAKECUDA_IOCTL_THREAD=%s: allowed: caller (the default) or worker\n", v);
+        exit(2);
+    }
+    fc_cfg.ioctl_on_worker = v && strcmp(v, "worker") == 0;
     parse_fail(getenv("FAKECUDA_FAIL"));
 }
 
@@ -132,6 +167,8 @@ void fc_pay_debt(int64_t min_ns)
     if (fc_debt_ns < -1000000) fc_debt_ns = -1000000; /* credit for oversleep, capped at 1 ms */
 }
 
+uint64_t fc_host_clock_ns(void) { return fc_now_ns() + (uint64_t)(fc_debt_ns > 0 ? fc_debt_ns : 0); }
+
 void fc_charge_ns(int64_t ns)
 {
     fc_debt_ns += ns;
@@ -169,6 +206,11 @@ FC_EXPORT void fakecuda_get_stats(struct fakecuda_stats *out)
     out->batch_prefetch_calls = LD(batch_prefetch_calls);
     out->bytes_discarded = LD(bytes_discarded);
     out->allocations_reused = LD(allocations_reused);
+    out->driver_host_ns = fc_cost_total_ns();
+    out->driver_evictions = LD(driver_evictions);
+    out->bytes_evicted_d2h = LD(bytes_evicted_d2h);
+    out->bytes_evicted_h2d = LD(bytes_evicted_h2d);
+    out->va_lock_wait_ns = fc_va_lock_wait_ns();
     out->device_resident_bytes = out->device_resident_peak = 0;
     for (int d = 0; d < FAKECUDA_MAX_DEVICES; d++) {
         out->device_resident_bytes += atomic_load_explicit(&fc_dev_resident[d], memory_order_relaxed);
@@ -189,8 +231,10 @@ FC_EXPORT void fakecuda_reset_stats(void)
                               &fc_ctr.bytes_prefetched_h2d, &fc_ctr.bytes_prefetched_unused,
                               &fc_ctr.bytes_faulted_h2d, &fc_ctr.bytes_d2h, &fc_ctr.kernels_run,
                               &fc_ctr.launches, &fc_ctr.prefetch_calls, &fc_ctr.batch_prefetch_calls,
-                              &fc_ctr.bytes_discarded, &fc_ctr.allocations_reused };
+                              &fc_ctr.bytes_discarded, &fc_ctr.allocations_reused, &fc_ctr.driver_evictions,
+                              &fc_ctr.bytes_evicted_d2h, &fc_ctr.bytes_evicted_h2d };
     for (size_t i = 0; i < sizeof f / sizeof *f; i++) atomic_store_explicit(f[i], 0, memory_order_relaxed);
+    fc_cost_reset();
     for (int d = 0; d < FAKECUDA_MAX_DEVICES; d++) /* the peak starts again from what is resident now */
         atomic_store_explicit(&fc_dev_resident_peak[d], atomic_load(&fc_dev_resident[d]), memory_order_relaxed);
 }
@@ -226,10 +270,15 @@ __attribute__((destructor)) static void fc_write_stats_at_exit(void)
             ", \"bytes_d2h\": %" PRIu64 ", \"kernels_run\": %" PRIu64 ", \"launches\": %" PRIu64
             ", \"prefetch_calls\": %" PRIu64 ", \"batch_prefetch_calls\": %" PRIu64
             ", \"device_resident_bytes\": %" PRIu64 ", \"device_resident_peak\": %" PRIu64
-            ", \"bytes_discarded\": %" PRIu64 ", \"allocations_reused\": %" PRIu64 "}\n",
+            ", \"bytes_discarded\": %" PRIu64 ", \"allocations_reused\": %" PRIu64
+            ", \"driver_host_ns\": %" PRIu64 ", \"driver_evictions\": %" PRIu64 ", \"bytes_evicted_d2h\": %" PRIu64
+            ", \"bytes_evicted_h2d\": %" PRIu64 ", \"va_lock_wait_ns\": %" PRIu64 ", \"entry_costs\": ",
             s.gpu_faults, s.cpu_faults, s.pages_touched_by_kernels, s.bytes_prefetched_h2d,
             s.bytes_prefetched_unused, s.bytes_faulted_h2d, s.bytes_d2h, s.kernels_run,
             s.launches, s.prefetch_calls, s.batch_prefetch_calls, s.device_resident_bytes,
-            s.device_resident_peak, s.bytes_discarded, s.allocations_reused);
+            s.device_resident_peak, s.bytes_discarded, s.allocations_reused, s.driver_host_ns, s.driver_evictions,
+            s.bytes_evicted_d2h, s.bytes_evicted_h2d, s.va_lock_wait_ns);
+    fc_cost_write_json(f);
+    fputs("}\n", f);
     fclose(f);
 }

@@ -136,7 +136,7 @@ static void run_op(struct CUstream_st *s, fc_op *op)
         fc_wait_until(op->u.k.not_before);
         fc_run_kernel(op->u.k.def, &op->u.k.dims, op->u.k.args, s->device);
         break;
-    case FC_OP_PREFETCH: fc_run_prefetch(op->u.pf.r, op->u.pf.n); break;
+    case FC_OP_PREFETCH: fc_run_prefetch(op); break;
     case FC_OP_HOSTFN: op->u.h.fn(op->u.h.ud); break;
     case FC_OP_RECORD: fence_signal(op->u.fence); fence_unref(op->u.fence); break;
     case FC_OP_WAIT: fence_wait(op->u.fence); fence_unref(op->u.fence); break;
@@ -279,6 +279,7 @@ static CUresult stream_synchronize(CUstream h)
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     }
     stream_sync(s);
+    fc_cost(FC_E_SYNCHRONIZE, FAKECUDA_SYNC_HOST_NS);
     return CUDA_SUCCESS;
 }
 FC_DEF(cuStreamSynchronize, 2000, (CUstream hStream), stream_synchronize(hStream));
@@ -287,6 +288,7 @@ FC_DEF(cuStreamSynchronize_ptsz, 7000, (CUstream hStream), stream_synchronize(hS
 static CUresult stream_query(CUstream h)
 {
     STREAM_OR_RETURN(h);
+    fc_cost(FC_E_STREAM_QUERY, FAKECUDA_QUERY_HOST_NS);
     pthread_mutex_lock(&s->mu);
     uint64_t pending = s->pending;
     pthread_mutex_unlock(&s->mu);
@@ -299,6 +301,7 @@ static CUresult stream_get_ctx(CUstream h, CUcontext *pctx, CUgreenCtx *pgreen)
 {
     if (!pctx) return CUDA_ERROR_INVALID_VALUE;
     STREAM_OR_RETURN(h);
+    fc_cost(FC_E_CONTEXT_QUERY, FAKECUDA_CONTEXT_QUERY_HOST_NS);
     *pctx = s->ctx;
     if (pgreen) *pgreen = NULL;
     return CUDA_SUCCESS;
@@ -616,6 +619,7 @@ static CUresult capture_info(CUstream h, CUstreamCaptureStatus *st, cuuint64_t *
 {
     if (!st) return CUDA_ERROR_INVALID_VALUE;
     STREAM_OR_RETURN(h);
+    fc_cost(FC_E_CAPTURE_QUERY, FAKECUDA_CAPTURE_QUERY_HOST_NS);
     pthread_mutex_lock(&fc_capture_mu);
     fc_capture *cap = atomic_load_explicit(&s->capture, memory_order_relaxed);
     *st = !cap ? CU_STREAM_CAPTURE_STATUS_NONE
@@ -782,6 +786,7 @@ static CUresult graph_launch(CUgraphExec e, CUstream h)
 {
     if (!e || e->magic != FC_MAGIC_EXEC) return CUDA_ERROR_INVALID_VALUE;
     STREAM_OR_RETURN(h);
+    fc_cost(FC_E_GRAPH_LAUNCH, FAKECUDA_GRAPH_LAUNCH_HOST_NS);
     if (fc_stream_capturing(s)) {
         for (size_t i = 0; i < e->n; i++) {
             int r = capture_append(s, node_copy(e->nodes[i]));
@@ -1075,6 +1080,7 @@ static CUresult event_record(CUevent e, CUstream h, unsigned flags)
     (void)flags; /* CU_EVENT_RECORD_EXTERNAL is not modelled */
     if (!event_ok(e)) return CUDA_ERROR_INVALID_HANDLE;
     STREAM_OR_RETURN(h);
+    fc_cost(FC_E_EVENT_RECORD, FAKECUDA_EVENT_RECORD_HOST_NS);
     pthread_mutex_lock(&fc_capture_mu);
     fc_capture *cap = atomic_load_explicit(&s->capture, memory_order_relaxed);
     e->capture_id = cap ? cap->id : 0;
@@ -1104,6 +1110,7 @@ FC_EXPORT CUresult cuEventQuery(CUevent hEvent)
 {
     FC_ENTRY(cuEventQuery, 2000);
     if (!event_ok(hEvent)) return CUDA_ERROR_INVALID_HANDLE;
+    fc_cost(FC_E_EVENT_QUERY, FAKECUDA_QUERY_HOST_NS);
     CUresult unsafe = capture_check_unsafe_call();
     if (unsafe != CUDA_SUCCESS) return unsafe;
     fc_fence *f = event_fence(hEvent);
@@ -1120,6 +1127,7 @@ FC_EXPORT CUresult cuEventSynchronize(CUevent hEvent)
     fc_fence *f = event_fence(hEvent);
     if (f) fence_wait(f);
     fence_unref(f);
+    fc_cost(FC_E_SYNCHRONIZE, FAKECUDA_SYNC_HOST_NS);
     return CUDA_SUCCESS;
 }
 FC_ALIAS(cuEventSynchronize);
@@ -1151,6 +1159,7 @@ static CUresult stream_wait_event(CUstream h, CUevent e, unsigned flags)
     (void)flags;
     if (!event_ok(e)) return CUDA_ERROR_INVALID_HANDLE;
     STREAM_OR_RETURN(h);
+    fc_cost(FC_E_STREAM_WAIT_EVENT, FAKECUDA_STREAM_WAIT_EVENT_HOST_NS);
     pthread_mutex_lock(&fc_capture_mu);
     fc_capture *mine = atomic_load_explicit(&s->capture, memory_order_relaxed);
     fc_capture *theirs = e->capture_id ? capture_find(e->capture_id) : NULL;

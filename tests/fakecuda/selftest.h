@@ -1,0 +1,29 @@
+/* selftest.h: what fakecuda's self-test files share: the check counters and macros, and the
+ * child modes of selftest_driver.c, which selftest.c runs each in a process of its own with
+ * the given knob in the environment. */
+#ifndef SELFTEST_H
+#define SELFTEST_H
+
+#include <stdio.h>
+
+extern int passed, failed; /* selftest.c's */
+#define CHECK(cond, ...)                                                 \
+    do {                                                                 \
+        if (cond) passed++;                                              \
+        else {                                                           \
+            failed++;                                                    \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);         \
+            fprintf(stderr, __VA_ARGS__);                                \
+            fprintf(stderr, "\n");                                       \
+        }                                                                \
+    } while (0)
+#define OK(call) CHECK((call) == CUDA_SUCCESS, "%s", #call)
+
+struct selftest_driver_mode {
+    const char *name;
+    const char *env;  /* NAME=value, or NULL */
+    int (*run)(void); /* 0: every check passed */
+};
+extern const struct selftest_driver_mode selftest_driver_modes[]; /* ends with a NULL name */
+
+#endif

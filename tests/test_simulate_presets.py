@@ -1,0 +1,212 @@
+"""pump simulate's GPU presets (--gpu, --link-gbps), kernel times at achieved fractions of peak,
+the range of the unmeasured constants, capacity planning (--sweep), and the bound compared
+with the mean step: pump/simulate/constants.py, engine.py, workload.py, report.py, sweep.py."""
+
+import json
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from pump.simulate import constants as K
+from pump.simulate import bound, engine, report, sweep, workload
+from synthetic_trace import MIB, training_trace
+
+# The host link each preset's datasheet states: PCIe generation, and GB/s each way of x16.
+LINKS = {"h100-pcie": (5, 63.0), "h100-sxm": (5, 63.0), "h200": (5, 63.0), "a100-40gb": (4, 31.5),
+         "a100-80gb": (4, 31.5), "l4": (4, 31.5), "v100": (3, 15.75)}
+
+
+def _pump(*args):
+    return subprocess.run([sys.executable, "-m", "pump.cli", "simulate", *args], capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def trace_path(tmp_path_factory):
+    t, _, _ = training_trace(steps=6, layers=6)
+    return t.write(str(tmp_path_factory.mktemp("presets") / "t.trace"))
+
+
+@pytest.fixture(scope="module")
+def small(trace_path):
+    return workload.load(trace_path, batch_launches=5)
+
+
+def test_the_presets_are_the_ones_named_and_h100_pcie_is_the_default():
+    assert tuple(K.GPU_PRESETS) == tuple(LINKS) and K.DEFAULT_GPU == "h100-pcie"
+    assert engine.h100().gpu is K.GPU_PRESETS["h100-pcie"]
+
+
+@pytest.mark.parametrize("name", sorted(LINKS))
+def test_each_preset_is_sane_and_sourced(name):
+    g = K.GPU_PRESETS[name]
+    assert g.name == name
+    # Dense figures: the tensor cores beat the FP32 units, and nothing is at sparse rates.
+    assert 10e12 <= g.fp32_flops <= 70e12 and g.fp32_flops < g.bf16_flops <= 1000e12
+    assert g.tf32_flops == 0 if name == "v100" else g.fp32_flops < g.tf32_flops < g.bf16_flops
+    assert g.conv_flops() == (g.fp32_flops if name == "v100" else g.tf32_flops)
+    assert 16e9 <= g.memory_bytes <= 150e9 and 250e9 <= g.memory_bytes_per_s <= 5e12
+    assert (g.memory_kind == "GDDR6") == (name == "l4")
+    generation, gbps = LINKS[name]
+    assert g.pcie_generation == generation and g.pcie_lanes == 16
+    assert g.link_bytes_per_s == pytest.approx(gbps * 1e9, rel=1e-3)
+    # Its source is one the module's docstring cites, with the document's edition or version.
+    tag = re.match(r"\[[\w-]+\]", g.source).group(0)
+    entry = K.__doc__[K.__doc__.index(f"  {tag}"):]
+    assert re.search(r"20\d\d", entry.split("\n  [")[0])
+    # The fault path no datasheet gives: one, shared, and said why in constants.py.
+    assert g.fault_path is K.FAULT_PATH
+
+
+def test_achieved_fractions_are_below_peak_and_sourced():
+    assert set(K.ACHIEVED) == set(workload.KINDS)
+    for kind, a in K.ACHIEVED.items():
+        assert 0 < a.compute < 1 and 0 < a.memory < 1 and a.source.startswith("["), kind
+
+
+def test_op_kinds_follow_the_aten_names():
+    assert workload.op_kind("aten.convolution_backward.default") == "conv"
+    assert workload.op_kind("aten.addmm.default") == workload.op_kind("aten.bmm.default") == "matmul"
+    assert workload.op_kind("aten.native_layer_norm_backward.default") == "normalization"
+    assert workload.op_kind("aten._foreach_addcdiv_.ScalarList") == "elementwise"
+    assert workload.op_kind("") == "elementwise"
+
+
+def test_kernel_seconds_on_a_preset():
+    a100, v100 = K.GPU_PRESETS["a100-40gb"], K.GPU_PRESETS["v100"]
+    flops = 1e12
+    conv = workload.kernel_seconds(flops, 0, "conv", a100)
+    assert conv == pytest.approx(flops / (a100.tf32_flops * K.ACHIEVED["conv"].compute))
+    # No TF32 on a V100: its convolutions run on the FP32 units.
+    assert workload.kernel_seconds(flops, 0, "conv", v100) == pytest.approx(
+        flops / (v100.fp32_flops * K.ACHIEVED["conv"].compute))
+    mm = workload.kernel_seconds(flops, 0, "matmul", a100)
+    assert mm > flops / a100.fp32_flops and mm > conv      # below peak; fp32 matmuls skip TF32
+    memory = workload.kernel_seconds(0, 1e9, "elementwise", a100)
+    assert memory == pytest.approx(1e9 / (a100.memory_bytes_per_s * K.ACHIEVED["elementwise"].memory))
+
+
+def test_an_override_table_replaces_the_model_per_launch(small):
+    gpu = K.GPU_PRESETS["a100-40gb"]
+    modelled = small.kernel_seconds(gpu)
+    table = np.full(small.launches, np.nan)
+    table[3] = 0.25
+    small.override_seconds = table
+    try:
+        seconds = small.kernel_seconds(gpu)
+    finally:
+        small.override_seconds = None
+    assert seconds[3] == 0.25 and np.array_equal(np.delete(seconds, 3), np.delete(modelled, 3))
+
+
+def test_a_slower_card_is_slower(small):
+    cap = small.peak_footprint // 2
+    t = {g: engine.run(small, "lookahead", cap, engine.gpu_model(g)).step_mean_seconds for g in ("h100-sxm", "v100")}
+    assert t["h100-sxm"] < t["v100"]
+
+
+def test_the_range_is_line_rate_full_duplex_down_to_the_measured_rate_half_duplex(small):
+    cases = dict(engine.range_models("a100-40gb"))
+    best, worst = cases["best"], cases["worst"]
+    line = K.GPU_PRESETS["a100-40gb"].link_bytes_per_s
+    assert best.bandwidth == best.link_bytes_per_s == line and best.full_duplex       # the ceiling
+    assert worst.bandwidth == pytest.approx(line * K.PREFETCH_LINE_FRACTION) and not worst.full_duplex
+    assert worst.link_bytes_per_s == line                  # the driver's evictions: the line rate
+    assert engine.gpu_model("a100-40gb", prefetch=2 * line).bandwidth == line    # never above the line
+    cap = small.peak_footprint // 2
+    for policy in ("launch", "lookahead"):
+        b, w = (engine.run(small, policy, cap, m).step_mean_seconds for m in (best, worst))
+        assert b <= w, policy
+    # Half duplex alone never helps.
+    full = engine.gpu_model("a100-40gb", prefetch=line / 2)
+    half = engine.gpu_model("a100-40gb", prefetch=line / 2, full_duplex=False)
+    assert engine.run(small, "launch", cap, full).step_mean_seconds <= engine.run(small, "launch", cap, half).step_mean_seconds
+
+
+def test_cli_reports_both_cases(trace_path):
+    p = _pump(trace_path, "--capacity", "50%", "--gpu", "l4", "--json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["gpu"] == "l4" and set(doc["cases"]) == {"best", "worst"}
+    best, worst = doc["cases"]["best"], doc["cases"]["worst"]
+    assert best["bandwidth_bytes_per_s"] == doc["bandwidth_bytes_per_s"] == doc["link_bytes_per_s"]
+    assert worst["bandwidth_bytes_per_s"] < best["bandwidth_bytes_per_s"]
+    assert best["lower_bound_seconds"] <= worst["lower_bound_seconds"]
+    assert best["policies"]["lookahead"]["step_mean_seconds"] <= worst["policies"]["lookahead"]["step_mean_seconds"]
+    text = _pump(trace_path, "--capacity", "50%", "--gpu", "l4")
+    assert "  best: 31.5 GB/s, full duplex" in text.stdout and "  worst: 22.0 GB/s, half duplex" in text.stdout
+
+
+@pytest.mark.parametrize("option", ["--link-gbps", "--bandwidth"])
+def test_link_gbps_overrides_the_line_rate(trace_path, option):
+    p = _pump(trace_path, "--capacity", "50%", "--gpu", "v100", option, "8", "--json", "--policy", "launch")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["link_bytes_per_s"] == doc["cases"]["best"]["bandwidth_bytes_per_s"] == 8e9
+    assert doc["cases"]["worst"]["bandwidth_bytes_per_s"] == pytest.approx(8e9 * K.PREFETCH_LINE_FRACTION)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--capacity", "1G", "--gpu", "b200"],
+     "argument --gpu: invalid choice: 'b200' (choose from " + ", ".join(f"'{g}'" for g in LINKS) + ")"),
+    (["--capacity", "1G", "--gpu", "l4", "--model", "fakecuda"], "--model fakecuda models tests/fakecuda: give one"),
+    (["--capacity", "1G", "--gpu", "l4", "--model", "h100"], "--model h100 is --gpu h100-pcie, not --gpu l4"),
+    ([], "give --capacity SIZE (or --sweep, which tries every capacity)"),
+    (["--sweep", "--model", "fakecuda"], "--sweep plans for a GPU's memory; --model fakecuda has none"),
+    (["--capacity", "1G", "--reserve", "1G"], "--reserve is --sweep's: give both"),
+    (["--sweep", "--reserve", "lots"], "allowed: a byte count"),
+    (["--capacity", "1G", "--link-gbps", "0"], "GB/s as a number > 0"),
+])
+def test_bad_combinations_say_what_is_wrong(trace_path, args, message):
+    p = _pump(trace_path, *args)
+    assert p.returncode == 2 and message in p.stderr and p.stdout == ""
+
+
+def test_model_h100_is_the_h100_pcie_preset(trace_path):
+    docs = [json.loads(_pump(trace_path, "--capacity", "50%", "--json", "--policy", "launch", *extra).stdout)
+            for extra in ((), ("--model", "h100"), ("--gpu", "h100-pcie"))]
+    assert docs[0]["policies"] == docs[1]["policies"] == docs[2]["policies"] and docs[0]["gpu"] == "h100-pcie"
+
+
+@pytest.mark.parametrize("share", [0.375, 0.5, 0.75])
+def test_the_bound_holds_for_the_mean_step_and_is_compared_with_it(small, share):
+    cap = int(small.peak_footprint * share)
+    for case, model in engine.range_models("a100-40gb"):
+        doc = report.simulate(small, cap, model)
+        lb = doc["lower_bound_seconds"]
+        assert lb == bound.lower_bound(small, cap, model)["lower_bound_seconds"]
+        for policy, d in doc["policies"].items():
+            assert d["ratio_to_lower_bound"] == pytest.approx(d["step_mean_seconds"] / lb)
+            if policy != "ideal":
+                assert d["step_mean_seconds"] >= lb * (1 - 1e-9), (case, policy)
+
+
+def test_sweep_answers_the_planning_question_in_one_line(small, trace_path):
+    cases = engine.range_models("l4")
+    doc = sweep.sweep(small, cases)
+    best = doc["cases"]["best"]
+    within = best["smallest_capacity_bytes"]
+    assert set(within) == {"10%", "25%"} and within["25%"] <= within["10%"]
+    for tolerance, capacity in within.items():
+        limit = best["ideal_seconds"] * (1 + float(tolerance[:-1]) / 100)
+        assert engine.run(small, "lookahead", capacity, cases[0][1]).step_mean_seconds <= limit
+        lower = max(1, capacity - int(sweep.REFINE_SHARE * small.peak_footprint) - 2 * MIB)
+        assert engine.run(small, "lookahead", lower, cases[0][1]).step_mean_seconds > limit, tolerance
+    assert doc["card_capacity_bytes"] == K.GPU_PRESETS["l4"].memory_bytes - K.RESERVE_BYTES
+    p = _pump(trace_path, "--sweep", "--gpu", "l4", "--reserve", "512M")
+    assert p.returncode == 0, p.stderr
+    answer = [line for line in p.stdout.splitlines() if line.startswith("lookahead's step (")]
+    assert len(answer) == 1 and "within 10% from " in answer[0] and "within 25% from " in answer[0]
+    assert "on the l4's 22.4 GiB less a 512.0 MiB reserve" in answer[0]
+    assert "the footprint fits: no oversubscription" in answer[0]
+
+
+def test_sweep_json_and_plot(trace_path, tmp_path):
+    png = tmp_path / "s.png"
+    p = _pump(trace_path, "--sweep", "--gpu", "v100", "--json", "--plot", str(png), "--capacity", "50%")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert set(doc["sweep"]["step_ms"]) == set(engine.POLICIES) and len(doc["sweep"]["capacities"]) == 7
+    assert png.stat().st_size > 1000 and doc["plot"] == str(png)
