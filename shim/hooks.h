@@ -52,6 +52,18 @@ typedef CUresult (CUDAAPI *pump_pfn_graph_instantiate_v10000)(CUgraphExec *phGra
     X(stream_synchronize_ptsz, "cuStreamSynchronize_ptsz",                              \
       PFN_cuStreamSynchronize_v7000_ptsz)                                               \
     X(event_synchronize, "cuEventSynchronize", PFN_cuEventSynchronize_v2000)                \
+    /* what changes the context of a launch's stream (hooks_context.c) */                \
+    X(stream_destroy, "cuStreamDestroy_v2", PFN_cuStreamDestroy_v4000)                  \
+    X(ctx_set_current, "cuCtxSetCurrent", PFN_cuCtxSetCurrent_v4000)                    \
+    X(ctx_push_current, "cuCtxPushCurrent_v2", PFN_cuCtxPushCurrent_v4000)              \
+    X(ctx_pop_current, "cuCtxPopCurrent_v2", PFN_cuCtxPopCurrent_v4000)                 \
+    X(ctx_create, "cuCtxCreate_v2", PFN_cuCtxCreate_v3020)                              \
+    X(ctx_create_v3, "cuCtxCreate_v3", PFN_cuCtxCreate_v11040)                          \
+    X(ctx_create_v4, "cuCtxCreate_v4", PFN_cuCtxCreate_v12050)                          \
+    X(ctx_destroy, "cuCtxDestroy_v2", PFN_cuCtxDestroy_v4000)                           \
+    X(primary_ctx_release, "cuDevicePrimaryCtxRelease_v2",                              \
+      PFN_cuDevicePrimaryCtxRelease_v11000)                                             \
+    X(primary_ctx_reset, "cuDevicePrimaryCtxReset_v2", PFN_cuDevicePrimaryCtxReset_v11000) \
     /* graphs: instantiation, update and destruction (hooks_graph.c) */                  \
     X(graph_instantiate, "cuGraphInstantiate", pump_pfn_graph_instantiate_v10000)        \
     X(graph_instantiate_v2, "cuGraphInstantiate_v2", pump_pfn_graph_instantiate_v10000)  \
