@@ -328,6 +328,7 @@ PUMP_HIDDEN bool pump_ranges_remove_tensor(uint64_t base, uint64_t *size)
     if (r != NULL && LOAD(starts[i - 1]) == base && !LOAD(r->counted) && !LOAD(r->dead)) {
         *size = LOAD(ends[i - 1]) - base;
         STORE(r->dead, 1);  /* kept in place, its residency too: see ranges.h */
+        pump_residency_freed(r);
         found = true;
     }
     write_end();

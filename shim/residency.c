@@ -283,6 +283,12 @@ PUMP_HIDDEN void pump_residency_detach(struct pump_range *range)
     free(a);
 }
 
+PUMP_HIDDEN void pump_residency_freed(struct pump_range *range)
+{
+    if (pump_budget_possible())
+        pump_residency_detach(range);
+}
+
 /* ---- evictions ---- */
 
 struct evictions {

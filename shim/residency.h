@@ -34,6 +34,12 @@ PUMP_HIDDEN bool pump_residency_attach(struct pump_range *range);
 /* The allocation is gone: its blocks leave the accounting. Called with the
  * range table's writer lock held. */
 PUMP_HIDDEN void pump_residency_detach(struct pump_range *range);
+/* A tensor freed (its record kept, ranges.h), under the range table's writer
+ * lock: without a budget its blocks stay, for the next tensor of its extent;
+ * under one they leave the accounting as at a detach, so that memory the
+ * caching allocator holds for later takes no room of the budget from live
+ * tensors (nor is evicted: that would copy dead bytes to the host). */
+PUMP_HIDDEN void pump_residency_freed(struct pump_range *range);
 
 /* The trigger a launch's key found in the plan, copied out of it. */
 #define PUMP_TRIGGER_RANGES_MAX 256
