@@ -23,7 +23,7 @@ PUMP_HIDDEN struct pump_config pump_config = {
     .wait = true,
     .cap_kind = PUMP_CAP_DEFAULT,
     .log_level = 0,
-    .epoch_launches = 10000,
+    .epoch_launches = PUMP_EPOCH_LAUNCHES_DEFAULT,
 };
 
 static bool parse_u64(const char *text, uint64_t *out, const char **rest)

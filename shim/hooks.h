@@ -52,9 +52,16 @@ typedef CUresult (CUDAAPI *pump_pfn_graph_instantiate_v10000)(CUgraphExec *phGra
     X(stream_synchronize_ptsz, "cuStreamSynchronize_ptsz",                              \
       PFN_cuStreamSynchronize_v7000_ptsz)                                               \
     X(event_synchronize, "cuEventSynchronize", PFN_cuEventSynchronize_v2000)                \
+    /* streams and contexts that go, and what changes the context of a launch's stream  \
+     * (hooks_stream.c, hooks_context.c); the unsuffixed reset and release have the _v2   \
+     * forms' signature */                                                                \
     X(stream_destroy, "cuStreamDestroy_v2", PFN_cuStreamDestroy_v4000)                  \
-    /* contexts that go, and their streams and events with them (hooks_context.c); the  \
-     * unsuffixed reset and release have the _v2 forms' signature */                     \
+    X(ctx_set_current, "cuCtxSetCurrent", PFN_cuCtxSetCurrent_v4000)                    \
+    X(ctx_push_current, "cuCtxPushCurrent_v2", PFN_cuCtxPushCurrent_v4000)              \
+    X(ctx_pop_current, "cuCtxPopCurrent_v2", PFN_cuCtxPopCurrent_v4000)                 \
+    X(ctx_create, "cuCtxCreate_v2", PFN_cuCtxCreate_v3020)                              \
+    X(ctx_create_v3, "cuCtxCreate_v3", PFN_cuCtxCreate_v11040)                          \
+    X(ctx_create_v4, "cuCtxCreate_v4", PFN_cuCtxCreate_v12050)                          \
     X(ctx_destroy, "cuCtxDestroy_v2", PFN_cuCtxDestroy_v4000)                            \
     X(primary_ctx_reset, "cuDevicePrimaryCtxReset", PFN_cuDevicePrimaryCtxReset_v11000)  \
     X(primary_ctx_reset_v2, "cuDevicePrimaryCtxReset_v2", PFN_cuDevicePrimaryCtxReset_v11000) \

@@ -1,20 +1,47 @@
-/* hooks_context.c: contexts that go. cuCtxDestroy, cuDevicePrimaryCtxReset
- * (what cudaDeviceReset calls) and the last cuDevicePrimaryCtxRelease (which
- * "automatically resets" the primary context, cuda.h) destroy the context's
- * streams and events, pump's own among them; using them afterwards is
- * undefined behaviour on the driver. pump forgets what it made there
- * (prefetch.c), and makes it anew when the context is used again: the same
- * primary context keeps its handle across a reset.
- */
+/* hooks_context.c: contexts that go, and what changes the context a launch's stream
+ * belongs to.
+ * - cuCtxDestroy, cuDevicePrimaryCtxReset (what cudaDeviceReset calls) and the last
+ *   cuDevicePrimaryCtxRelease (which "automatically resets" the primary context, cuda.h)
+ *   destroy the context's streams and events, pump's own among them; using them afterwards
+ *   is undefined behaviour on the driver. pump forgets what it made there (prefetch.c), and
+ *   makes it anew when the context is used again: the same primary context keeps its handle
+ *   across a reset.
+ * - Those, and a thread's current context set, pushed, popped or made by a context's
+ *   creation, change which context a stream handle names: pump forgets the answers it
+ *   remembered (context_cache.h) around each. */
+#include "context_cache.h"
 #include "hooks_common.h"
 #include "prefetch.h"
+
+#define PUMP_CONTEXT_CHANGE_HOOK(id, params, args) \
+    CUresult pump_##id params                      \
+    {                                              \
+        PUMP_REAL_OR_RETURN(id, real);             \
+        pump_context_change_begin();               \
+        CUresult r = real args;                    \
+        pump_context_change_end();                 \
+        return r;                                  \
+    }
+PUMP_CONTEXT_CHANGE_HOOK(ctx_set_current, (CUcontext ctx), (ctx))
+PUMP_CONTEXT_CHANGE_HOOK(ctx_push_current, (CUcontext ctx), (ctx))
+PUMP_CONTEXT_CHANGE_HOOK(ctx_pop_current, (CUcontext * ctx), (ctx))
+PUMP_CONTEXT_CHANGE_HOOK(ctx_create, (CUcontext * ctx, unsigned int flags, CUdevice device), (ctx, flags, device))
+PUMP_CONTEXT_CHANGE_HOOK(ctx_create_v3,
+                         (CUcontext * ctx, CUexecAffinityParam *params, int count, unsigned int flags,
+                          CUdevice device),
+                         (ctx, params, count, flags, device))
+PUMP_CONTEXT_CHANGE_HOOK(ctx_create_v4,
+                         (CUcontext * ctx, CUctxCreateParams *params, unsigned int flags, CUdevice device),
+                         (ctx, params, flags, device))
 
 CUresult pump_ctx_destroy(CUcontext ctx)
 {
     PUMP_REAL_OR_RETURN(ctx_destroy, real);
+    pump_context_change_begin();
     CUresult r = real(ctx);
     if (r == CUDA_SUCCESS && pump_active())
         pump_context_forget(ctx);
+    pump_context_change_end();
     return r;
 }
 
@@ -42,9 +69,11 @@ static CUcontext active_primary(CUdevice dev, PFN_cuDevicePrimaryCtxRelease_v110
         if (release == NULL)                                                             \
             release = PUMP_REAL(primary_ctx_release);                                    \
         CUcontext ctx = pump_active() ? active_primary(dev, release) : NULL;             \
+        pump_context_change_begin();                                                     \
         CUresult r = real(dev);                                                          \
         if (r == CUDA_SUCCESS && ctx != NULL)                                            \
             pump_context_forget(ctx);                                                    \
+        pump_context_change_end();                                                       \
         return r;                                                                        \
     }
 PUMP_RESET_HOOK(primary_ctx_reset)
@@ -56,12 +85,14 @@ PUMP_RESET_HOOK(primary_ctx_reset_v2)
     {                                                                                     \
         PUMP_REAL_OR_RETURN(id, real);                                                    \
         CUcontext ctx = pump_active() ? active_primary(dev, real) : NULL;                 \
+        pump_context_change_begin();                                                      \
         CUresult r = real(dev);                                                           \
         unsigned int flags;                                                               \
         int active = 1;                                                                   \
         if (r == CUDA_SUCCESS && ctx != NULL &&                                           \
             pump_driver.primary_ctx_get_state(dev, &flags, &active) == CUDA_SUCCESS && !active) \
             pump_context_forget(ctx);                                                     \
+        pump_context_change_end();                                                        \
         return r;                                                                         \
     }
 PUMP_RELEASE_HOOK(primary_ctx_release)

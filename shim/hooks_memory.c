@@ -30,11 +30,12 @@ static void forget_stale(CUdeviceptr base, size_t size)
 }
 
 /* False when the table is full: the allocation then stays invisible to pump
- * (no prefetch, and outside the capacity count, since no free would see it). */
-static bool track_managed(CUdeviceptr base, size_t size, unsigned int flags)
+ * (no prefetch, and outside the capacity count, since no free would see it).
+ * host_touchable: the program made it managed itself (ranges.h). */
+static bool track_managed(CUdeviceptr base, size_t size, unsigned int flags, bool host_touchable)
 {
     forget_stale(base, size);
-    struct pump_range *range = pump_ranges_insert(base, size, flags);
+    struct pump_range *range = pump_ranges_insert(base, size, flags, host_touchable);
     if (range == NULL)
         return false;
     pump_residency_attach(range);
@@ -56,10 +57,10 @@ static void untrack(CUdeviceptr base)
 }
 
 /* Ends a managed allocation that reserved its bytes against the cap: tracked,
- * or the reservation given back. */
-static void settle_managed(CUresult r, const CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+ * or the reservation given back. by_pump: managed_all made it managed. */
+static void settle_managed(CUresult r, const CUdeviceptr *dptr, size_t bytesize, unsigned int flags, bool by_pump)
 {
-    if (r != CUDA_SUCCESS || !track_managed(*dptr, bytesize, flags))
+    if (r != CUDA_SUCCESS || !track_managed(*dptr, bytesize, flags, !by_pump))
         pump_capacity_release(bytesize);
 }
 
@@ -86,7 +87,7 @@ CUresult pump_mem_alloc_managed(CUdeviceptr *dptr, size_t bytesize, unsigned int
     if (!pump_capacity_reserve(bytesize))
         return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = real(dptr, bytesize, flags);
-    settle_managed(r, dptr, bytesize, flags);
+    settle_managed(r, dptr, bytesize, flags, false);
     return r;
 }
 
@@ -98,7 +99,7 @@ CUresult pump_mem_alloc(CUdeviceptr *dptr, size_t bytesize)
         if (!pump_capacity_reserve(bytesize))
             return CUDA_ERROR_OUT_OF_MEMORY;
         CUresult r = managed(dptr, bytesize, CU_MEM_ATTACH_GLOBAL);
-        settle_managed(r, dptr, bytesize, CU_MEM_ATTACH_GLOBAL);
+        settle_managed(r, dptr, bytesize, CU_MEM_ATTACH_GLOBAL, true);
         count_converted(r, bytesize);
         return r;
     }
@@ -128,7 +129,7 @@ static CUresult after_pool_alloc(CUresult r, const CUdeviceptr *dptr, size_t byt
         free_async(*dptr, stream);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    settle_managed(r, dptr, bytesize, 0);
+    settle_managed(r, dptr, bytesize, 0, false);
     return r;
 }
 
@@ -147,7 +148,7 @@ static CUresult after_pool_alloc(CUresult r, const CUdeviceptr *dptr, size_t byt
         if (!pump_capacity_reserve(bytesize))                                                             \
             return CUDA_ERROR_OUT_OF_MEMORY;                                                              \
         CUresult r = from_pool(dptr, bytesize, pool, stream);                                             \
-        settle_managed(r, dptr, bytesize, 0);                                                             \
+        settle_managed(r, dptr, bytesize, 0, true);                                                       \
         count_converted(r, bytesize);                                                                     \
         return r;                                                                                         \
     }

@@ -1,6 +1,8 @@
 /* hooks_stream.c: stream destruction. pump's allocator for PyTorch orders each free after
  * the streams pump saw launches on (stream_users.c); a destroyed stream is forgotten before
- * the driver destroys it, so that pump never names a dead handle to the driver. */
+ * the driver destroys it, so that pump never names a dead handle to the driver; and its
+ * handle may then name a stream of another context (context_cache.h). */
+#include "context_cache.h"
 #include "hooks_common.h"
 #include "stream_users.h"
 
@@ -9,5 +11,8 @@ CUresult pump_stream_destroy(CUstream stream)
     PUMP_REAL_OR_RETURN(stream_destroy, real);
     if (pump_active())
         pump_stream_users_forget(stream);
-    return real(stream);
+    pump_context_change_begin();
+    CUresult r = real(stream);
+    pump_context_change_end();
+    return r;
 }

@@ -1,6 +1,9 @@
 /* hooks_sync.c: synchronisations. After one returns, the host may read or
- * write managed memory (migrating it back), so pump's residency beliefs
- * expire: the next launches prefetch again. The daemon hears of each.
+ * write memory the program allocated managed itself (migrating it back), so
+ * pump's beliefs of that memory expire: its next launches prefetch it again.
+ * Memory managed_all made managed keeps them: the program believes it is
+ * device memory and never touches it from the host (residency.h). The daemon
+ * hears of each.
  */
 #include "channel.h"
 #include "hooks_common.h"
@@ -10,7 +13,7 @@
     {                                                 \
         PUMP_REAL_OR_RETURN(id, real);                \
         CUresult r = real args;                       \
-        uint32_t epoch = pump_epoch_advance();        \
+        uint32_t epoch = pump_epoch_synchronised();   \
         if (pump_active())                            \
             pump_channel_sync(epoch);                 \
         return r;                                     \

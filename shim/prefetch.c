@@ -8,8 +8,9 @@
  * moves many ranges in one call; older drivers get one call per range. The
  * launching thread never waits: every ordering is an event on the GPU.
  *
- * The context is the launch stream's (cuStreamGetCtx), pushed for the while
- * when another is current: a prefetch goes to the launch stream's device, and
+ * The context is the launch stream's (cuStreamGetCtx, remembered per thread:
+ * context_cache.h), pushed for the while when another is current: a prefetch
+ * goes to the launch stream's device, and
  * pump never creates or retains a context, so none appears on a device the
  * program did not use.
  *
@@ -39,6 +40,7 @@
 
 #include "capture_mode.h"
 #include "channel.h"
+#include "context_cache.h"
 #include "prefetch.h"
 #include "ranges.h"
 
@@ -152,11 +154,7 @@ static void setup_context(struct pump_context *c, CUcontext ctx, uint32_t index)
 
 PUMP_HIDDEN struct pump_context *pump_context_of(CUstream stream)
 {
-    CUcontext ctx = NULL;
-    if (pump_driver.stream_get_ctx == NULL || pump_driver.stream_get_ctx(stream, &ctx) != CUDA_SUCCESS)
-        ctx = NULL;  /* a driver before 9.2: the current context's device */
-    if (ctx == NULL && pump_driver.ctx_get_current(&ctx) != CUDA_SUCCESS)
-        return NULL;
+    CUcontext ctx = pump_stream_context(stream);  /* no driver call while nothing changed it */
     if (ctx == NULL)
         return NULL;
     uint32_t n = __atomic_load_n(&context_count, __ATOMIC_ACQUIRE);

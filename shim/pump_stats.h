@@ -12,7 +12,7 @@
 
 enum {
     PUMP_STATS_MAGIC = 0x504d5053,   /* "SPMP" little-endian: a pump record */
-    PUMP_STATS_VERSION = 5
+    PUMP_STATS_VERSION = 6
 };
 
 struct pump_stats {
@@ -91,6 +91,9 @@ struct pump_stats {
     uint64_t graph_launches_prefetched; /* replays whose working set was prefetched (or believed resident) */
     uint64_t graph_launches_over_budget; /* replays whose working set exceeds the budget: left to faults */
     uint64_t graph_launches_unknown; /* replays of an exec pump could not scan: passed through */
+    /* version 6: residency beliefs outlive synchronisations under managed_all */
+    uint64_t epoch_reprefetches;     /* 2 MiB blocks believed resident prefetched again only because the
+                                        safety net's epoch of launches expired the belief */
 };
 
 #endif

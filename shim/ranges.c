@@ -50,6 +50,7 @@ static uint32_t free_count, slots_used;
 /* Carved segments [start, end), sorted by start (writer-only). */
 static uint64_t carved_starts[PUMP_CARVED_MAX];
 static uint64_t carved_ends[PUMP_CARVED_MAX];
+static bool carved_host_touchable[PUMP_CARVED_MAX];  /* its allocation's, for its tensors */
 static uint32_t carved_count;
 
 static void write_begin(void)
@@ -134,6 +135,7 @@ static void carved_erase(uint32_t i)
     for (uint32_t j = i; j + 1 < carved_count; j++) {
         carved_starts[j] = carved_starts[j + 1];
         carved_ends[j] = carved_ends[j + 1];
+        carved_host_touchable[j] = carved_host_touchable[j + 1];
     }
     carved_count--;
 }
@@ -184,7 +186,8 @@ static void start_life(struct pump_range *r)
 }
 
 /* Adds [base, base+size) at its place in the arrays (writer; nothing overlaps it). */
-static struct pump_range *insert_locked(uint64_t base, uint64_t size, uint32_t flags, uint32_t counted)
+static struct pump_range *insert_locked(uint64_t base, uint64_t size, uint32_t flags, uint32_t counted,
+                                        bool host_touchable)
 {
     uint32_t n = LOAD(count);
     if (n >= PUMP_RANGES_MAX || (free_count == 0 && slots_used >= PUMP_RANGES_MAX))
@@ -195,6 +198,7 @@ static struct pump_range *insert_locked(uint64_t base, uint64_t size, uint32_t f
     STORE(records[slot].size, size);
     STORE(records[slot].flags, flags);
     STORE(records[slot].counted, counted);
+    STORE(records[slot].host_touchable, (uint32_t)host_touchable);
     start_life(&records[slot]);
     count_chunks(base, base + size, +1);
     for (uint32_t j = n; j > i; j--) {
@@ -214,12 +218,13 @@ static void log_full(void)
     pump_log_once("more than %d managed allocations: the newest are not prefetched", PUMP_RANGES_MAX);
 }
 
-PUMP_HIDDEN struct pump_range *pump_ranges_insert(uint64_t base, uint64_t size, uint32_t flags)
+PUMP_HIDDEN struct pump_range *pump_ranges_insert(uint64_t base, uint64_t size, uint32_t flags,
+                                                  bool host_touchable)
 {
     if (size == 0 || base + size < base)
         return NULL;
     write_begin();
-    struct pump_range *inserted = insert_locked(base, size, flags, 1);
+    struct pump_range *inserted = insert_locked(base, size, flags, 1, host_touchable);
     write_end();
     if (!inserted)
         log_full();
@@ -259,19 +264,21 @@ static bool carve_at(uint32_t i)
     for (uint32_t j = carved_count; j > c; j--) {
         carved_starts[j] = carved_starts[j - 1];
         carved_ends[j] = carved_ends[j - 1];
+        carved_host_touchable[j] = carved_host_touchable[j - 1];
     }
     carved_starts[c] = start;
     carved_ends[c] = end;
+    carved_host_touchable[c] = LOAD(records[LOAD(slots[i])].host_touchable) != 0;
     carved_count++;
     erase_at(i);
     return true;
 }
 
-/* Whether a carved segment holds [base, end) whole (writer). */
-static bool in_carved(uint64_t base, uint64_t end)
+/* The carved segment holding [base, end) whole, or -1 (writer). */
+static int64_t carved_holding(uint64_t base, uint64_t end)
 {
     uint32_t c = carved_upper_bound(base);
-    return c > 0 && carved_ends[c - 1] >= end;
+    return c > 0 && carved_ends[c - 1] >= end ? (int64_t)c - 1 : -1;
 }
 
 PUMP_HIDDEN struct pump_range *pump_ranges_insert_tensor(uint64_t base, uint64_t size, uint64_t *carved_base,
@@ -284,7 +291,7 @@ PUMP_HIDDEN struct pump_range *pump_ranges_insert_tensor(uint64_t base, uint64_t
     struct pump_range *inserted = NULL;
     write_begin();
     uint32_t i = upper_bound(LOAD(count), base);
-    bool held = in_carved(base, end);
+    bool held = carved_holding(base, end) >= 0;
     if (!held && i > 0 && LOAD(records[LOAD(slots[i - 1])].counted) && LOAD(ends[i - 1]) >= end) {
         uint64_t start = LOAD(starts[i - 1]), stop = LOAD(ends[i - 1]);
         held = carve_at(i - 1);
@@ -293,16 +300,19 @@ PUMP_HIDDEN struct pump_range *pump_ranges_insert_tensor(uint64_t base, uint64_t
             *carved_size = stop - start;
         }
     }
+    bool host_touchable = held && carved_host_touchable[carved_holding(base, end)];
     i = upper_bound(LOAD(count), base);  /* carving moved the arrays */
     struct pump_range *same = i > 0 && LOAD(starts[i - 1]) == base && LOAD(ends[i - 1]) == end
                                   ? &records[LOAD(slots[i - 1])]
                                   : NULL;
     if (held && same != NULL && LOAD(same->dead) && !LOAD(same->counted)) {
-        start_life(same);
+        /* The same memory handed out again: what pump knows of it (residency, last use) stays. */
+        STORE(same->announced, 0);
+        STORE(same->dead, 0);
         inserted = same;
     } else if (held) {
         erase_overlapping(base, end);  /* freed tensors, and stale ones whose frees were missed */
-        inserted = insert_locked(base, size, CU_MEM_ATTACH_GLOBAL, 0);
+        inserted = insert_locked(base, size, CU_MEM_ATTACH_GLOBAL, 0, host_touchable);
     }
     write_end();
     if (held && !inserted)
@@ -318,8 +328,8 @@ PUMP_HIDDEN bool pump_ranges_remove_tensor(uint64_t base, uint64_t *size)
     struct pump_range *r = i > 0 ? &records[LOAD(slots[i - 1])] : NULL;
     if (r != NULL && LOAD(starts[i - 1]) == base && !LOAD(r->counted) && !LOAD(r->dead)) {
         *size = LOAD(ends[i - 1]) - base;
-        STORE(r->dead, 1);  /* kept in place: see ranges.h */
-        pump_residency_detach(r);
+        STORE(r->dead, 1);  /* kept in place, its residency too: see ranges.h */
+        pump_residency_freed(r);
         found = true;
     }
     write_end();

@@ -23,6 +23,11 @@ struct pump_range {
      * written with relaxed atomics: a stale belief costs faults, never values. */
     uint64_t resident_stamp;
     uint32_t flags;       /* cuMemAllocManaged's flags (0 where unknown) */
+    /* 1: memory the program allocated as managed itself (or a tensor of such a segment): the
+     * host may touch it after a synchronisation, so pump's beliefs of it expire there. 0:
+     * memory managed_all made managed, which the program believes is device memory and never
+     * touches from the host (residency.h). */
+    uint32_t host_touchable;
     /* 1 once its ALLOC event went to the daemon (whoever sets it first,
      * the allocating thread or the channel's attach, writes the event). */
     uint32_t announced;
@@ -42,7 +47,9 @@ struct pump_range {
     uint32_t counted;
     /* 1: a freed tensor, kept in place (invisible to lookups) so that the next tensor at
      * its address and size, the caching allocator's steady state, takes it over without
-     * moving the table. */
+     * moving the table, and with what pump knows of its memory: its blocks stay (residency
+     * belongs to the memory, which the caching allocator keeps on the GPU), but under a
+     * budget (pump_residency_freed). */
     uint32_t dead;
     /* 1 once a scanned kernel launch named it (stream_users.c: only such memory is discarded). */
     uint32_t launched;
@@ -53,8 +60,9 @@ struct pump_range {
 #define PUMP_CARVED_MAX 16384
 
 /* Adds an allocation; call pump_ranges_drop() on its range first. Returns
- * its record, or NULL when the table is full. */
-PUMP_HIDDEN struct pump_range *pump_ranges_insert(uint64_t base, uint64_t size, uint32_t flags);
+ * its record, or NULL when the table is full. host_touchable: see pump_range. */
+PUMP_HIDDEN struct pump_range *pump_ranges_insert(uint64_t base, uint64_t size, uint32_t flags,
+                                                  bool host_touchable);
 /* Removes everything overlapping [base, base+size): memory the driver just
  * handed out cannot still be an allocation, a carved segment or a tensor (pump
  * missed a free). Returns the bytes they held against the capacity. */
@@ -77,11 +85,14 @@ PUMP_HIDDEN enum pump_removed pump_ranges_remove(uint64_t base, uint64_t *size);
  * carved: it leaves the lookup (its tensors stand there instead) and its bytes
  * stay counted until its own free. Adds the tensor [base, base+size), dropping
  * stale tensors it overlaps; NULL (nothing changed) where no allocation or
- * carved segment holds it whole, or a table is full. *carved_size: the bytes of
+ * carved segment holds it whole, or a table is full. A tensor of the extent of a freed
+ * one gets its record back, residency included. *carved_size: the bytes of
  * the allocation this call carved, starting at *carved_base (0: none). */
 PUMP_HIDDEN struct pump_range *pump_ranges_insert_tensor(uint64_t base, uint64_t size, uint64_t *carved_base,
                                                          uint64_t *carved_size);
-/* Ends the tensor starting at base; its size in *size. */
+/* Ends the tensor starting at base; its size in *size. Its residency stays with its record
+ * (but under a budget: pump_residency_freed) until a tensor of the same extent takes it over
+ * or the record is erased. */
 PUMP_HIDDEN bool pump_ranges_remove_tensor(uint64_t base, uint64_t *size);
 /* Looks up n words (candidate pointers): each distinct allocation one of
  * them points into is appended to found[found_count..found_max), and every

@@ -34,6 +34,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "context_cache.h"
 #include "residency.h"
 
 #define DEVICES_MAX 64
@@ -52,7 +53,7 @@ struct pump_block {
                                          while that is still the case must wait for the evictions */
     uint64_t discarded;               /* the mark of an earlier owner's discard of its memory that may
                                          still be running: pump moves it only after that (0: none) */
-    uint64_t stamp;                   /* resident_stamp() when last prefetched; 0: not this epoch */
+    uint64_t stamp;                   /* its kind's stamp (resident_stamps) when last prefetched; 0: none */
     int32_t device;                   /* believed resident there; -1: nowhere */
 };
 
@@ -83,25 +84,53 @@ static uint64_t resident_total, resident_peak, decisions, blocks_total;
 static struct victim *scratch; /* room for every block: victims sorted by use */
 static uint64_t scratch_size;
 
-PUMP_HIDDEN _Atomic uint32_t pump_epoch = 1;
+/* The epochs (residency.h): `synced` moves at synchronisations and with `launched`, the
+ * safety net's, which alone expires the beliefs of memory the host never touches. */
+static _Atomic uint32_t synced = 1, launched = 1;
 
 PUMP_HIDDEN uint32_t pump_epoch_advance(void)
 {
-    uint32_t epoch = atomic_fetch_add_explicit(&pump_epoch, 1, memory_order_relaxed) + 1;
+    /* Also a safety net for a context change pump cannot see (the driver's private tables). */
+    pump_context_change_begin();
+    pump_context_change_end();
+    atomic_fetch_add_explicit(&launched, 1, memory_order_relaxed);
     PUMP_COUNT(epochs, 1);
-    return epoch;
+    return atomic_fetch_add_explicit(&synced, 1, memory_order_relaxed) + 1;
 }
 
-/* "Prefetched to device in the current epoch": the whole epoch, then the device + 1
- * (1 .. DEVICES_MAX) in the low bits, so no epoch wraps into another's stamp early. */
+PUMP_HIDDEN uint32_t pump_epoch_synchronised(void)
+{
+    PUMP_COUNT(epochs, 1);
+    return atomic_fetch_add_explicit(&synced, 1, memory_order_relaxed) + 1;
+}
+
+/* "Prefetched to device in the current epoch": the whole epoch, a bit for its kind (the
+ * synchronisation epoch's, for host-touchable memory), then the device + 1 (1 .. DEVICES_MAX)
+ * in the low bits, so no epoch wraps into another's stamp early. */
 #define STAMP_DEVICE_BITS 7
 _Static_assert(DEVICES_MAX < 1 << STAMP_DEVICE_BITS, "a stamp names every device");
-static uint64_t resident_stamp(int device)
+
+/* A launch's stamps for memory of each kind on its device; 0: none (no such device). */
+struct stamps {
+    uint64_t host, device;
+};
+
+static uint64_t stamp_of(uint32_t epoch, bool host, int device)
+{
+    return ((uint64_t)epoch << 1 | host) << STAMP_DEVICE_BITS | (uint64_t)(device + 1);
+}
+
+static struct stamps resident_stamps(int device)
 {
     if (device < 0 || device >= DEVICES_MAX)
-        return 0;
-    return (uint64_t)atomic_load_explicit(&pump_epoch, memory_order_relaxed) << STAMP_DEVICE_BITS |
-           (uint64_t)(device + 1);
+        return (struct stamps){0, 0};
+    return (struct stamps){stamp_of(atomic_load_explicit(&synced, memory_order_relaxed), true, device),
+                           stamp_of(atomic_load_explicit(&launched, memory_order_relaxed), false, device)};
+}
+
+static uint64_t stamp_for(const struct pump_range *range, struct stamps s)
+{
+    return __atomic_load_n(&range->host_touchable, __ATOMIC_RELAXED) ? s.host : s.device;
 }
 
 static uint64_t block_start(const struct pump_blocks *a, uint32_t i)
@@ -192,6 +221,13 @@ static void refresh(struct pump_blocks *a, int device, uint64_t stamp)
 
 PUMP_HIDDEN bool pump_residency_attach(struct pump_range *range)
 {
+    /* A tensor that took over a freed one's record (ranges.h): the same memory, which the
+     * caching allocator kept on the GPU and pump never discards (torch_trace.c). */
+    pthread_mutex_lock(&lock);
+    bool kept = range->blocks != NULL;
+    pthread_mutex_unlock(&lock);
+    if (kept)
+        return true;
     uint64_t base = __atomic_load_n(&range->base, __ATOMIC_RELAXED);
     uint64_t size = __atomic_load_n(&range->size, __ATOMIC_RELAXED);
     uint64_t count = (base + size - 1) / PUMP_BLOCK_SIZE - base / PUMP_BLOCK_SIZE + 1;
@@ -245,6 +281,12 @@ PUMP_HIDDEN void pump_residency_detach(struct pump_range *range)
     }
     pthread_mutex_unlock(&lock);
     free(a);
+}
+
+PUMP_HIDDEN void pump_residency_freed(struct pump_range *range)
+{
+    if (pump_budget_possible())
+        pump_residency_detach(range);
 }
 
 /* ---- evictions ---- */
@@ -382,7 +424,7 @@ static bool make_room(struct evictions *e, uint64_t need, uint64_t budget, uint3
 struct prefetches {
     struct pump_context *c;
     int device;
-    uint64_t stamp;
+    struct stamps stamps;
     bool from_plan, issued;
     bool after_evictions;  /* a block of it has an eviction the prefetch stream has not waited for */
     uint64_t tick;         /* a plan's prefetch: the launch whose trigger it is (0: none) */
@@ -429,17 +471,18 @@ static void prefetches_flush(struct prefetches *p, struct evictions *e, uint64_t
         PUMP_COUNT(plan_prefetch_ranges, p->n);
     for (uint32_t r = 0; ok && r < p->n; r++) {
         struct pump_blocks *a = p->run[r].a;
+        uint64_t stamp = stamp_for(a->range, p->stamps);
         for (uint32_t i = p->run[r].first; i < p->run[r].first + p->run[r].count; i++) {
             count_in(a, i, p->device);
             a->block[i].discarded = 0;  /* the prefetch stream is past it */
-            a->block[i].stamp = p->stamp;
+            a->block[i].stamp = stamp;
             a->block[i].ready = ready;
             if (p->tick != 0)
                 a->block[i].planned_for = p->tick;
         }
         /* A plan's prefetch no kernel has waited for yet leaves the lock-free
          * skip off: the next launch rule over it must wait for `ready`. */
-        refresh(a, p->device, p->from_plan ? 0 : p->stamp);
+        refresh(a, p->device, p->from_plan ? 0 : stamp);
     }
     p->issued = true;
     p->after_evictions = false;
@@ -462,8 +505,12 @@ static bool want_block(struct prefetches *p, struct evictions *e, uint64_t budge
     struct pump_block *b = &a->block[i];
     if (p->tick != 0 && b->device == p->device)
         b->planned_for = p->tick;  /* named by a trigger: used by it, whether prefetched anew or not */
-    if (p->stamp != 0 && b->device == p->device && b->stamp == p->stamp)
+    uint64_t stamp = stamp_for(a->range, p->stamps);
+    if (stamp != 0 && b->device == p->device && b->stamp == stamp)
         return true;  /* prefetched this epoch */
+    if (stamp != 0 && b->device == p->device && b->stamp != 0 &&
+        !__atomic_load_n(&a->range->host_touchable, __ATOMIC_RELAXED))
+        PUMP_COUNT(epoch_reprefetches, 1);  /* only the safety net's epoch expired it */
     uint64_t bytes = block_bytes(a, i), cost = b->device == p->device ? 0 : bytes;
     uint64_t discard = cost > 0 ? after_discard(b) : 0;
     if (discard == PUMP_DISCARD_UNORDERED) {
@@ -584,7 +631,7 @@ static void need_rule(struct pump_context *c, int device, CUstream stream, const
     uint64_t decision = begin_decision(uses_of(scan));
     mark_ranges(t->range, t->need, decision);
     struct evictions e = {.c = c, .device = device, .stream = stream};
-    struct prefetches p = {.c = c, .device = device, .stamp = resident_stamp(device)};
+    struct prefetches p = {.c = c, .device = device, .stamps = resident_stamps(device)};
     bool full = false;
     for (uint32_t k = 0; k < t->need; k++) {
         uint32_t first, last;
@@ -615,12 +662,12 @@ static void need_rule(struct pump_context *c, int device, CUstream stream, const
  * planned prefetch that brought the latest of them, if any. True when it
  * prefetched. */
 static bool launch_rule(struct pump_context *c, int device, CUstream stream, struct uses u, uint64_t budget,
-                        uint64_t stamp)
+                        struct stamps stamps)
 {
     pthread_mutex_lock(&lock);
     uint64_t decision = begin_decision(u);
     struct evictions e = {.c = c, .device = device, .stream = stream};
-    struct prefetches p = {.c = c, .device = device, .stamp = stamp};
+    struct prefetches p = {.c = c, .device = device, .stamps = stamps};
     uint64_t left_out = 0, ready = 0;
     bool full = false;
     for (uint32_t r = 0; r < u.n; r++) {
@@ -635,7 +682,7 @@ static bool launch_rule(struct pump_context *c, int device, CUstream stream, str
     bool prefetched = take_done(&p, &e, stream, budget, ready);
     for (uint32_t r = 0; r < u.n; r++)
         if (u.range[r]->blocks != NULL)
-            refresh(u.range[r]->blocks, device, stamp);
+            refresh(u.range[r]->blocks, device, stamp_for(u.range[r], stamps));
     publish_resident();
     pthread_mutex_unlock(&lock);
     if (left_out > 0) {
@@ -650,11 +697,13 @@ static bool launch_rule(struct pump_context *c, int device, CUstream stream, str
 
 /* The allocations not believed resident on `device` this epoch (their
  * number), counting the others as resident skips. */
-static uint32_t launch_todo(struct uses u, uint64_t stamp)
+static uint32_t launch_todo(struct uses u, struct stamps stamps)
 {
     uint32_t todo = 0;
-    for (uint32_t r = 0; r < u.n; r++)
+    for (uint32_t r = 0; r < u.n; r++) {
+        uint64_t stamp = stamp_for(u.range[r], stamps);
         todo += stamp == 0 || __atomic_load_n(&u.range[r]->resident_stamp, __ATOMIC_RELAXED) != stamp;
+    }
     if (todo < u.n)
         PUMP_COUNT(resident_skips, u.n - todo);
     return todo;
@@ -667,15 +716,15 @@ PUMP_HIDDEN void pump_residency_launch(struct pump_context *c, CUstream stream, 
     if (device < 0 || device >= DEVICES_MAX)
         return;
     bool planned = trigger != NULL && trigger->need > 0;
-    uint64_t stamp = resident_stamp(device);
-    if (!planned && launch_todo(uses_of(scan), stamp) == 0)
+    struct stamps stamps = resident_stamps(device);
+    if (!planned && launch_todo(uses_of(scan), stamps) == 0)
         return;
     *capturing = pump_stream_capturing(stream);
     if (*capturing)
         PUMP_COUNT(launches_captured, 1);
     else if (planned)
         need_rule(c, device, stream, scan, budget, trigger);
-    else if (launch_rule(c, device, stream, uses_of(scan), budget, stamp))
+    else if (launch_rule(c, device, stream, uses_of(scan), budget, stamps))
         PUMP_COUNT(launches_prefetched, 1);
 }
 
@@ -686,9 +735,9 @@ PUMP_HIDDEN void pump_residency_graph_launch(struct pump_context *c, CUstream st
     if (device < 0 || device >= DEVICES_MAX)
         return;
     struct uses u = {ranges, n};
-    uint64_t stamp = resident_stamp(device);
-    if (launch_todo(u, stamp) > 0)
-        launch_rule(c, device, stream, u, budget, stamp);
+    struct stamps stamps = resident_stamps(device);
+    if (launch_todo(u, stamps) > 0)
+        launch_rule(c, device, stream, u, budget, stamps);
 }
 
 /* Policy off with a budget: the launch's blocks are counted in (the kernel
@@ -735,7 +784,7 @@ static void plan_rule(struct pump_context *c, int device, struct uses u, uint64_
             PUMP_COUNT(plan_evict_ranges, 1);
     }
     mark_ranges(t->range + prefetch_from, t->prefetch, decision);
-    struct prefetches p = {.c = c, .device = device, .stamp = resident_stamp(device), .from_plan = true,
+    struct prefetches p = {.c = c, .device = device, .stamps = resident_stamps(device), .from_plan = true,
                            .tick = tick};
     for (uint32_t k = prefetch_from; k < evict_from; k++) {
         uint32_t first, last;

@@ -10,19 +10,36 @@
 #include "prefetch.h"
 #include "scan.h"
 
-/* Residency beliefs for SKIPPING a prefetch expire when the epoch moves
- * (synchronisations, and every PUMP_EPOCH_LAUNCHES managed launches); the
- * budget's accounting does not. */
-extern PUMP_HIDDEN _Atomic uint32_t pump_epoch;
-/* Returns the new epoch. */
+/* Residency beliefs for SKIPPING a prefetch expire (the budget's accounting
+ * does not):
+ * - every PUMP_EPOCH_LAUNCHES managed launches, all of them: a coarse safety
+ *   net for what moves pages behind pump unseen (the driver evicting for
+ *   another process, a library's host path); what it re-prefetches of memory
+ *   believed resident is counted (epoch_reprefetches);
+ * - at every synchronisation, those of memory the program allocated managed
+ *   itself (host_touchable, ranges.h): from then on the host may touch it,
+ *   migrating it back. Memory managed_all made managed keeps its beliefs: the
+ *   program believes it is device memory and never touches it from the host,
+ *   and a synchronisation alone moves no page.
+ * Each returns the synchronisation epoch (what the daemon hears). */
 PUMP_HIDDEN uint32_t pump_epoch_advance(void);
+PUMP_HIDDEN uint32_t pump_epoch_synchronised(void);
 
 /* A new managed allocation (its block state is allocated here, never on a
- * launch); false when there is no memory for it (it is then not budgeted). */
+ * launch); false when there is no memory for it (it is then not budgeted).
+ * A tensor that took over a freed one's record keeps its blocks (ranges.h).
+ * Memory allocated again over a discard of pump's (its own allocator's) is a
+ * new record, its blocks believed nowhere: prefetched again, after the discard. */
 PUMP_HIDDEN bool pump_residency_attach(struct pump_range *range);
 /* The allocation is gone: its blocks leave the accounting. Called with the
  * range table's writer lock held. */
 PUMP_HIDDEN void pump_residency_detach(struct pump_range *range);
+/* A tensor freed (its record kept, ranges.h), under the range table's writer
+ * lock: without a budget its blocks stay, for the next tensor of its extent;
+ * under one they leave the accounting as at a detach, so that memory the
+ * caching allocator holds for later takes no room of the budget from live
+ * tensors (nor is evicted: that would copy dead bytes to the host). */
+PUMP_HIDDEN void pump_residency_freed(struct pump_range *range);
 
 /* The trigger a launch's key found in the plan, copied out of it. */
 #define PUMP_TRIGGER_RANGES_MAX 256

@@ -39,6 +39,14 @@ static inline void pump_cpu_relax(void)
 enum pump_policy { PUMP_POLICY_OFF, PUMP_POLICY_LAUNCH };
 enum pump_capacity_kind { PUMP_CAP_DEFAULT, PUMP_CAP_BYTES, PUMP_CAP_PERCENT, PUMP_CAP_HOST };
 
+/* The safety net's epoch (residency.h): managed launches after which every residency belief
+ * expires, so what moved pages behind pump unseen (the driver evicting for another process, a
+ * library's host path) is prefetched again within that many launches. 10,000: every 10 to 20
+ * steps of a PyTorch training step's 500 to 1,000 launches, so its cost (the working set asked
+ * again, resident: no bytes moved, a few batched calls) is spread thin; shorter epochs bring
+ * back the per-step re-prefetching issue 15 removed. */
+#define PUMP_EPOCH_LAUNCHES_DEFAULT 10000
+
 struct pump_config {
     enum pump_policy policy;            /* PUMP_POLICY */
     bool wait;                          /* PUMP_WAIT: kernels wait for their prefetch */

@@ -67,9 +67,9 @@ static void test_range_table(void)
     EXPECT(pump_ranges_empty());
     EXPECT(find(0x1000) == NULL);
     uint64_t base = 0x7f0000000000ull;
-    EXPECT(pump_ranges_insert(base, 3 * MiB, 1));
-    EXPECT(pump_ranges_insert(base + 8 * MiB, 1, 1));        /* a one-byte allocation */
-    EXPECT(pump_ranges_insert(base - 4 * MiB, 4 * MiB, 1));  /* adjacent below */
+    EXPECT(pump_ranges_insert(base, 3 * MiB, 1, false));
+    EXPECT(pump_ranges_insert(base + 8 * MiB, 1, 1, false));        /* a one-byte allocation */
+    EXPECT(pump_ranges_insert(base - 4 * MiB, 4 * MiB, 1, false));  /* adjacent below */
     EXPECT(!pump_ranges_empty());
     EXPECT(find(base) != NULL && find(base)->base == base);
     EXPECT(find(base + 3 * MiB - 1) != NULL && find(base + 3 * MiB - 1)->base == base);
@@ -103,7 +103,7 @@ static void test_carved_segments(void)
 {
     uint64_t seg = 0x7e0000000000ull, cbase, csize, size = 0;
     EXPECT(pump_ranges_insert_tensor(seg, MiB, &cbase, &csize) == NULL);  /* not managed memory */
-    EXPECT(pump_ranges_insert(seg, 20 * MiB, 1));
+    EXPECT(pump_ranges_insert(seg, 20 * MiB, 1, false));
     struct pump_range *a = pump_ranges_insert_tensor(seg, 6 * MiB, &cbase, &csize);
     EXPECT(a != NULL && a->base == seg && a->size == 6 * MiB && !a->counted);
     EXPECT(cbase == seg && csize == 20 * MiB);  /* carved by this tensor */
@@ -131,9 +131,11 @@ static void test_carved_segments(void)
     EXPECT(pump_ranges_empty() && find(seg + 6 * MiB) == NULL);
     EXPECT(pump_ranges_remove(seg, &size) == PUMP_REMOVED_NOTHING);
 
-    /* Memory handed out over a carved segment pump saw no free of: its bytes come back. */
-    EXPECT(pump_ranges_insert(seg, 4 * MiB, 1));
-    EXPECT(pump_ranges_insert_tensor(seg + MiB, MiB, &cbase, &csize) != NULL && csize == 4 * MiB);
+    /* Memory handed out over a carved segment pump saw no free of: its bytes come back. A
+     * tensor of memory the program allocated managed itself is, as its segment, host-touchable. */
+    EXPECT(pump_ranges_insert(seg, 4 * MiB, 1, true));
+    struct pump_range *t = pump_ranges_insert_tensor(seg + MiB, MiB, &cbase, &csize);
+    EXPECT(t != NULL && csize == 4 * MiB && t->host_touchable);
     EXPECT(pump_ranges_drop(seg + 2 * MiB, MiB) == 4 * MiB);
     EXPECT(pump_ranges_empty() && pump_ranges_remove(seg, &size) == PUMP_REMOVED_NOTHING);
 }
@@ -172,7 +174,8 @@ static void test_readers_race_writer(void)
         pthread_create(&readers[i], NULL, reader, NULL);
     for (int round = 0; round < 200; round++) {
         for (int i = 0; i < 64; i++)
-            pump_ranges_insert(RACE_BASE + (uint64_t)i * 4 * MiB, (1 + (uint64_t)(i + round) % 4) * MiB, 1);
+            pump_ranges_insert(RACE_BASE + (uint64_t)i * 4 * MiB, (1 + (uint64_t)(i + round) % 4) * MiB, 1,
+                               false);
         for (int i = 0; i < 64; i += 2) {
             uint64_t size;
             pump_ranges_remove(RACE_BASE + (uint64_t)i * 4 * MiB, &size);
@@ -380,7 +383,7 @@ static void test_plan(void)
 
     uint64_t base = 0x500000000000ull;
     for (int i = 0; i < 4; i++)
-        EXPECT(pump_ranges_insert(base + (uint64_t)i * 8 * MiB, 4 * MiB, 1));
+        EXPECT(pump_ranges_insert(base + (uint64_t)i * 8 * MiB, 4 * MiB, 1, false));
     uint64_t f = 0x7f00deadbe00ull, g = 0x7f00deadbf00ull;
     uint64_t own[] = {base + 8 * MiB, base};
     struct pump_scan scan = {.found = 0};

@@ -1,0 +1,181 @@
+/* steady_steps.c: training steps that each end with a synchronisation, as `.item()` makes
+ * them (tests/test_residency.py): weights kept, an activation allocated, written, read and
+ * freed every step, the same memory handed out again each time. Per step it prints what the
+ * driver saw of pump: prefetch calls (single and batched), bytes prefetched to the device,
+ * and the context queries made (cuCtxGetCurrent, cuStreamGetCtx, ...). One JSON line.
+ *
+ *   steady_steps STEPS caching|managed|pluggable|switch
+ *
+ * caching: PyTorch's caching allocator (tests/c/torch_caching.h) on segments from cuMemAlloc
+ *   (which managed_all makes managed), each tensor reported to libpump, on the legacy stream.
+ * managed: the same on segments the program allocates managed itself (cuMemAllocManaged).
+ * pluggable: pump's allocator (pump_torch_alloc/free, else cuMemAllocAsync/cuMemFreeAsync)
+ *   on a non-blocking stream: each dead activation is discarded before its memory is handed
+ *   out again.
+ * switch: as managed, on two devices (FAKECUDA_DEVICES=2): each step makes device step % 2's
+ *   primary context current (cuCtxSetCurrent) and launches on the legacy stream, which then
+ *   belongs to that context.
+ */
+#include <stddef.h>
+#include <string.h>
+#include <sys/types.h>
+
+#include "torch_caching.h"
+
+#define WEIGHTS ((size_t)8 << 20)
+#define ACTIVATION ((size_t)6 << 20)
+#define MAX_STEPS 64
+
+enum mode { CACHING, MANAGED, PLUGGABLE, SWITCH };
+static enum mode mode;
+static CUstream stream;
+static struct torch_caching cache = {.segment_size = 20 << 20, .report = true};
+
+static CUdeviceptr tensor_alloc(size_t bytes)
+{
+    if (mode != PLUGGABLE)
+        return torch_caching_alloc(&cache, bytes);
+    if (pump_torch_alloc != NULL)
+        return (CUdeviceptr)(uintptr_t)pump_torch_alloc((ssize_t)bytes, 0, stream);
+    CUdeviceptr p;
+    CHECK(cuMemAllocAsync(&p, bytes, stream));
+    return p;
+}
+
+static void tensor_free(CUdeviceptr p, size_t bytes)
+{
+    if (mode != PLUGGABLE)
+        torch_caching_free(&cache, p, bytes);
+    else if (pump_torch_free != NULL)
+        pump_torch_free((void *)(uintptr_t)p, bytes, 0, stream);
+    else
+        CHECK(cuMemFreeAsync(p, stream));
+}
+
+/* out[i] = w[i % nw] * 0.5 + step over (w, out, nw, n, step). */
+static void forward_kernel(void **params, const fakecuda_dims *dims)
+{
+    (void)dims;
+    const float *w = arg_floats(params, 0);
+    float *out = arg_floats(params, 1);
+    uint64_t nw = arg_u64(params, 2), n = arg_u64(params, 3);
+    api.touch(w, nw * sizeof *w);
+    api.touch(out, n * sizeof *out);
+    for (uint64_t i = 0; i < n; i += 1024)
+        out[i] = w[i % nw] * 0.5f + *(float *)params[4];
+}
+
+/* w[i] += out[i] * 0.001 over (w, out, nw, n). */
+static void update_kernel(void **params, const fakecuda_dims *dims)
+{
+    (void)dims;
+    float *w = arg_floats(params, 0);
+    const float *out = arg_floats(params, 1);
+    uint64_t nw = arg_u64(params, 2), n = arg_u64(params, 3);
+    api.touch(w, nw * sizeof *w);
+    api.touch(out, n * sizeof *out);
+    for (uint64_t i = 0; i < n && i < nw; i += 1024)
+        w[i] += out[i] * 0.001f;
+}
+
+static CUfunction function(CUmodule module, const char *name, fakecuda_kernel_fn kernel, unsigned count)
+{
+    const size_t sizes[] = {8, 8, 8, 8, 4}, aligns[] = {8, 8, 8, 8, 4};
+    if (api.register_kernel(name, kernel, count, sizes, aligns)) {
+        fprintf(stderr, "error: kernel registration failed\n");
+        exit(3);
+    }
+    CUfunction f;
+    CHECK(cuModuleGetFunction(&f, module, name));
+    return f;
+}
+
+struct counts {
+    uint64_t prefetch_calls, bytes_prefetched, context_queries;
+};
+
+static struct counts counts_now(void)
+{
+    struct fakecuda_stats st;
+    struct fakecuda_entry_cost context;
+    api.get_stats(&st);
+    if (fakecuda_get_entry_cost("context_query", &context) != 0)
+        context.calls = 0;
+    return (struct counts){st.prefetch_calls + st.batch_prefetch_calls, st.bytes_prefetched_h2d, context.calls};
+}
+
+static void print_list(const char *name, const struct counts *c, int steps, size_t offset)
+{
+    printf("\"%s\": [", name);
+    for (int s = 0; s < steps; s++) {
+        uint64_t before, after;
+        memcpy(&before, (const char *)&c[s] + offset, sizeof before);
+        memcpy(&after, (const char *)&c[s + 1] + offset, sizeof after);
+        printf("%s%llu", s ? ", " : "", (unsigned long long)(after - before));
+    }
+    printf("]");
+}
+
+int main(int argc, char **argv)
+{
+    static const char *const modes[] = {"caching", "managed", "pluggable", "switch"};
+    int steps = argc == 3 ? atoi(argv[1]) : 0, chosen = -1;
+    for (int m = 0; argc == 3 && m < 4; m++)
+        if (strcmp(argv[2], modes[m]) == 0)
+            chosen = m;
+    if (steps < 1 || steps > MAX_STEPS || chosen < 0) {
+        fprintf(stderr, "usage: steady_steps STEPS(1..%d) caching|managed|pluggable|switch\n", MAX_STEPS);
+        return 2;
+    }
+    mode = (enum mode)chosen;
+    cache.managed = mode == MANAGED || mode == SWITCH;
+    cuda_api_load(&api, 0);
+    cuda_api_start(&api);
+    CUcontext primary[2] = {NULL, NULL};
+    for (int d = 0; mode == SWITCH && d < 2; d++) {
+        CUdevice device;
+        CHECK(api.device_get(&device, d));
+        CHECK(api.primary_ctx_retain(&primary[d], device));
+    }
+    CUmodule module;
+    CHECK(cuModuleLoadData(&module, "fakecuda"));
+    CUfunction forward = function(module, "forward", forward_kernel, 5);
+    CUfunction update = function(module, "update", update_kernel, 4);
+    if (mode == PLUGGABLE)
+        CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+
+    CUdeviceptr w = tensor_alloc(WEIGHTS);
+    uint64_t nw = WEIGHTS / sizeof(float), n = ACTIVATION / sizeof(float);
+    struct counts at[MAX_STEPS + 1];
+    at[0] = counts_now();
+    for (int s = 0; s < steps; s++) {
+        if (mode == SWITCH)
+            CHECK(api.ctx_set_current(primary[s % 2]));
+        CUdeviceptr out = tensor_alloc(ACTIVATION);
+        float step = (float)s;
+        void *forward_params[] = {&w, &out, &nw, &n, &step};
+        CHECK(cuLaunchKernel(forward, 1, 1, 1, 1, 1, 1, 0, stream, forward_params, NULL));
+        void *update_params[] = {&w, &out, &nw, &n};
+        CHECK(cuLaunchKernel(update, 1, 1, 1, 1, 1, 1, 0, stream, update_params, NULL));
+        tensor_free(out, ACTIVATION);
+        CHECK(cuStreamSynchronize(stream));  /* .item() */
+        at[s + 1] = counts_now();
+    }
+    float *host_w = (float *)(uintptr_t)w;
+    api.host_touch(host_w, WEIGHTS);
+    double checksum = 0;
+    for (uint64_t i = 0; i < nw; i += 1024)
+        checksum += (double)host_w[i];
+    tensor_free(w, WEIGHTS);
+    CHECK(cuStreamSynchronize(stream));
+    struct fakecuda_stats st;
+    api.get_stats(&st);
+    printf("{\"checksum\": %.6f, \"gpu_faults\": %llu, ", checksum, (unsigned long long)st.gpu_faults);
+    print_list("prefetch_calls", at, steps, offsetof(struct counts, prefetch_calls));
+    printf(", ");
+    print_list("bytes_prefetched", at, steps, offsetof(struct counts, bytes_prefetched));
+    printf(", ");
+    print_list("context_queries", at, steps, offsetof(struct counts, context_queries));
+    printf("}\n");
+    return 0;
+}

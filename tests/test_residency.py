@@ -1,0 +1,74 @@
+"""Residency beliefs across steps that each end with a synchronisation (issue 15 item 1), on
+fakecuda (tests/c/steady_steps.c: weights kept, an activation freed and handed out again at the
+same address every step, `.item()`'s synchronisation after each).
+
+Residency belongs to the memory: under managed_all a synchronisation moves no page of memory
+the program believes is device memory, and a tensor the caching allocator hands out again keeps
+what pump knew of it. Memory pump discarded, or memory the program allocated managed itself
+(the host may touch it after a synchronisation), is prefetched again."""
+
+import pytest
+
+MIB = 1 << 20
+WEIGHTS, ACTIVATION = 8 * MIB, 6 * MIB  # tests/c/steady_steps.c
+STEPS = 5
+MANAGED_ALL = {"PUMP_MANAGED_ALL": "1"}
+
+
+def steps(run_program, mode, variant="plain", env=None):
+    expected = run_program("steady_steps", STEPS, mode, pump=False).result
+    run = run_program("steady_steps", STEPS, mode, variant=variant, env={**MANAGED_ALL, **(env or {})})
+    assert run.result["checksum"] == expected["checksum"]
+    assert run.totals["errors"] == 0
+    return run
+
+
+@pytest.mark.parametrize("variant", ["plain", "asan", "tsan"])
+def test_caching_allocator_steps_prefetch_once(run_program, variant):
+    # Before: every step prefetched its weights and activation again (prefetch calls per step
+    # [1, 1, 1, 1, 1], 70 MiB asked over 5 steps, all of it resident). Now: step 1 only.
+    run = steps(run_program, "caching", variant)
+    assert run.result["prefetch_calls"] == [1] + [0] * (STEPS - 1)
+    # Nor does pump ask the driver for the launch stream's context again (before: 2 context
+    # queries per step, one cuStreamGetCtx per launch).
+    assert run.result["context_queries"][1:] == [0] * (STEPS - 1)
+    assert run.totals["prefetch_bytes"] == WEIGHTS + ACTIVATION
+    assert run.totals["epoch_reprefetches"] == 0
+
+
+def test_discarded_memory_handed_out_again_is_prefetched_again(run_program):
+    # pump's allocator discards each dead activation; the next one at its address is prefetched
+    # again (a discard is undone only by a write or a prefetch), the weights never again.
+    # Before: 70 MiB asked over 5 steps, the weights every step.
+    run = steps(run_program, "pluggable")
+    assert run.result["prefetch_calls"] == [1] * STEPS
+    assert run.totals["prefetch_bytes"] == WEIGHTS + STEPS * ACTIVATION
+    assert run.totals["bytes_discarded"] == STEPS * ACTIVATION + WEIGHTS  # the weights at the end
+
+
+def test_memory_the_program_made_managed_expires_at_synchronisations(run_program):
+    # The host may touch it after a synchronisation: each step prefetches it again.
+    run = steps(run_program, "managed")
+    assert run.result["prefetch_calls"] == [1] * STEPS
+    assert run.totals["prefetch_bytes"] == STEPS * (WEIGHTS + ACTIVATION)
+
+
+def test_the_epoch_of_launches_prefetches_again_and_counts_it(run_program):
+    # The safety net: every 4 managed launches (2 per step) every belief expires; the launch that
+    # starts an epoch (the update of steps 2 and 4) prefetches its 7 blocks again.
+    run = steps(run_program, "caching", env={"PUMP_EPOCH_LAUNCHES": "4"})
+    assert run.result["prefetch_calls"] == [1, 1, 0, 1, 0]
+    assert run.totals["epoch_reprefetches"] == 2 * (WEIGHTS + ACTIVATION) // (2 * MIB)
+
+
+@pytest.mark.parametrize("variant", ["plain", "tsan"])
+def test_the_legacy_streams_context_follows_the_current_one(run_program, variant):
+    # Each step makes another device's context current and launches on the legacy stream: pump
+    # remembers the stream's context, and forgets it at cuCtxSetCurrent. Without that (the
+    # hook not forgetting), 448 GPU faults: prefetches went to the previous step's device.
+    two = {"FAKECUDA_DEVICES": "2"}
+    bare = run_program("steady_steps", STEPS, "switch", pump=False, env=two).result
+    assert bare["gpu_faults"] > 0
+    run = run_program("steady_steps", STEPS, "switch", variant=variant, env={**MANAGED_ALL, **two})
+    assert run.result["checksum"] == bare["checksum"] and run.result["gpu_faults"] == 0
+    assert run.result["prefetch_calls"] == [1] * STEPS and run.totals["errors"] == 0
