@@ -21,6 +21,7 @@
 #include <sys/types.h>
 
 #include "torch_caching.h"
+#include "pluggable.h"
 
 #define WEIGHTS ((size_t)8 << 20)
 #define ACTIVATION ((size_t)6 << 20)
@@ -33,23 +34,15 @@ static struct torch_caching cache = {.segment_size = 20 << 20, .report = true};
 
 static CUdeviceptr tensor_alloc(size_t bytes)
 {
-    if (mode != PLUGGABLE)
-        return torch_caching_alloc(&cache, bytes);
-    if (pump_torch_alloc != NULL)
-        return (CUdeviceptr)(uintptr_t)pump_torch_alloc((ssize_t)bytes, 0, stream);
-    CUdeviceptr p;
-    CHECK(cuMemAllocAsync(&p, bytes, stream));
-    return p;
+    return mode == PLUGGABLE ? pluggable_alloc(bytes, stream) : torch_caching_alloc(&cache, bytes);
 }
 
 static void tensor_free(CUdeviceptr p, size_t bytes)
 {
-    if (mode != PLUGGABLE)
-        torch_caching_free(&cache, p, bytes);
-    else if (pump_torch_free != NULL)
-        pump_torch_free((void *)(uintptr_t)p, bytes, 0, stream);
+    if (mode == PLUGGABLE)
+        pluggable_free(p, bytes, stream);
     else
-        CHECK(cuMemFreeAsync(p, stream));
+        torch_caching_free(&cache, p, bytes);
 }
 
 /* out[i] = w[i % nw] * 0.5 + step over (w, out, nw, n, step). */
