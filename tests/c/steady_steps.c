@@ -20,8 +20,7 @@
 #include <string.h>
 #include <sys/types.h>
 
-#include "torch_caching.h"
-#include "pluggable.h"
+#include "torch_program.h"
 
 #define WEIGHTS ((size_t)8 << 20)
 #define ACTIVATION ((size_t)6 << 20)
@@ -34,15 +33,12 @@ static struct torch_caching cache = {.segment_size = 20 << 20, .report = true};
 
 static CUdeviceptr tensor_alloc(size_t bytes)
 {
-    return mode == PLUGGABLE ? pluggable_alloc(bytes, stream) : torch_caching_alloc(&cache, bytes);
+    return torch_tensor_alloc(&cache, mode == PLUGGABLE, bytes, stream);
 }
 
 static void tensor_free(CUdeviceptr p, size_t bytes)
 {
-    if (mode == PLUGGABLE)
-        pluggable_free(p, bytes, stream);
-    else
-        torch_caching_free(&cache, p, bytes);
+    torch_tensor_free(&cache, mode == PLUGGABLE, p, bytes, stream);
 }
 
 /* out[i] = w[i % nw] * 0.5 + step over (w, out, nw, n, step). */
