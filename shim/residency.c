@@ -88,20 +88,19 @@ static uint64_t scratch_size;
  * safety net's, which alone expires the beliefs of memory the host never touches. */
 static _Atomic uint32_t synced = 1, launched = 1;
 
+PUMP_HIDDEN uint32_t pump_epoch_synchronised(void)
+{
+    PUMP_COUNT(epochs, 1);
+    return atomic_fetch_add_explicit(&synced, 1, memory_order_relaxed) + 1;
+}
+
 PUMP_HIDDEN uint32_t pump_epoch_advance(void)
 {
     /* Also a safety net for a context change pump cannot see (the driver's private tables). */
     pump_context_change_begin();
     pump_context_change_end();
     atomic_fetch_add_explicit(&launched, 1, memory_order_relaxed);
-    PUMP_COUNT(epochs, 1);
-    return atomic_fetch_add_explicit(&synced, 1, memory_order_relaxed) + 1;
-}
-
-PUMP_HIDDEN uint32_t pump_epoch_synchronised(void)
-{
-    PUMP_COUNT(epochs, 1);
-    return atomic_fetch_add_explicit(&synced, 1, memory_order_relaxed) + 1;
+    return pump_epoch_synchronised();
 }
 
 /* "Prefetched to device in the current epoch": the whole epoch, a bit for its kind (the
