@@ -9,7 +9,9 @@ Two layers, the shim's rules as shim/residency.c states them:
   eviction bytes = resident pages really moved back (discarded pages move nothing).
 With a GPU preset the GPU itself holds at most `capacity` bytes (2 MiB chunks): a fault that
 needs room makes the driver evict the least recently migrated chunk, on the fault path.  With
-the fakecuda model device memory is unlimited (fakecuda never evicts) and only the budget holds.
+the fakecuda model device memory is unlimited and only the budget holds: fakecuda evicts only
+when its device memory (FAKECUDA_DEVICE_MEMORY, 80 GiB by default) is full, which the replays
+this model predicts never reach.
 
 Time: four FIFO resources, each op starting when its inputs are ready:
 - the host issues launches HOST_LAUNCH_S apart, at most LAUNCH_QUEUE_DEPTH ahead of the GPU,
@@ -49,7 +51,7 @@ class Model:
     fault_batch: int
     host_launch_seconds: float
     queue_depth: int
-    gpu_limits_memory: bool     # the driver evicts at capacity (a real GPU), or never (fakecuda)
+    gpu_limits_memory: bool     # the driver evicts at capacity (a real GPU), or not within the replays modelled (fakecuda)
     # Prefetches and evictions on the two directions of the link at once, or one after another
     # (the worst case of PREFETCH_DUPLEX in constants.py).
     full_duplex: bool = True
