@@ -370,6 +370,17 @@ static void announce_range(struct pump_range *range, void *arg)
                        __atomic_load_n(&range->flags, __ATOMIC_RELAXED));
 }
 
+/* The layout cache's announcer: a FUNCTION event while a channel is live
+ * (none in a forked child: the function is then offered to its channel). */
+static bool announce_function(CUfunction f)
+{
+    struct pump_channel *c = atomic_load_explicit(&pump_channel_live, memory_order_seq_cst);
+    if (c == NULL)
+        return false;
+    pump_channel_function(c, f);
+    return true;
+}
+
 PUMP_HIDDEN bool pump_channel_install(struct pump_ring_header *ring, size_t ring_size, const struct pump_plan *plan)
 {
     struct pump_ring_header h;
@@ -404,7 +415,7 @@ PUMP_HIDDEN bool pump_channel_install(struct pump_ring_header *ring, size_t ring
      * the functions whose layouts were built (see layouts.c). */
     atomic_store_explicit(&pump_channel_live, &channel, memory_order_seq_cst);
     pump_ranges_each(announce_range, NULL);
-    pump_layouts_announce(&channel);
+    pump_layouts_announce(announce_function);
     announce_devices(&channel, false);
     return true;
 }

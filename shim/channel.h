@@ -9,7 +9,7 @@
 #define PUMP_CHANNEL_SHIM_H
 
 #include "pump_channel.h"
-#include "residency.h"
+#include "scan.h"
 
 /* What the hot path reads: filled in once, before it is published, and
  * never changed after (the ring's capacity is the one validated at attach,
@@ -55,6 +55,15 @@ PUMP_HIDDEN void pump_channel_sync(uint32_t epoch);
 /* DEVICE: the process works on `device` (a CUDA ordinal). Asks the driver for
  * its UUID the first time only; sent now, or when the daemon attaches. */
 PUMP_HIDDEN void pump_channel_device(CUdevice device);
+
+/* The trigger a launch's key found in the plan, copied out of it (the plan
+ * is rewritten by pumpd while launches read it). */
+#define PUMP_TRIGGER_RANGES_MAX 256
+struct pump_trigger {
+    uint32_t need, prefetch, evict; /* range[0 .. need), then prefetch, then evict ranges */
+    uint32_t order;               /* enum pump_plan_order */
+    struct pump_plan_range range[PUMP_TRIGGER_RANGES_MAX];
+};
 
 /* The plan: the trigger for a launch of f with the scan's own allocations
  * (its launch key, pump_channel.h), copied into *out; false when there is

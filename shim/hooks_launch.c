@@ -6,6 +6,7 @@
  */
 #include "channel.h"
 #include "hooks_common.h"
+#include "residency.h"
 #include "stream_users.h"
 
 /* One launch's state between the two steps (on the hook's stack). */

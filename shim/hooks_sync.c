@@ -7,6 +7,7 @@
  */
 #include "channel.h"
 #include "hooks_common.h"
+#include "residency.h"
 
 #define PUMP_SYNC_HOOK(id, params, args)              \
     CUresult pump_##id params                         \

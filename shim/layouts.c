@@ -13,7 +13,6 @@
 #include <stdlib.h>
 
 #include "capture_mode.h"
-#include "channel.h"
 #include "layouts.h"
 
 #define PUMP_LAYOUT_SLOTS 16384 /* power of two */
@@ -21,7 +20,8 @@
 
 static uintptr_t keys[PUMP_LAYOUT_SLOTS];
 static const struct pump_layout *values[PUMP_LAYOUT_SLOTS];
-static uint8_t announced[PUMP_LAYOUT_SLOTS];  /* 1 once its FUNCTION event is written */
+static uint8_t announced[PUMP_LAYOUT_SLOTS];  /* 1 once its announcer took it */
+static bool (*_Atomic announcer)(CUfunction f);
 static const struct pump_layout unknown_layout = {.known = false};
 
 typedef CUresult (*param_info_fn)(void *handle, size_t index, size_t *offset, size_t *size);
@@ -118,22 +118,25 @@ PUMP_HIDDEN const struct pump_layout *pump_layout_of(CUfunction f)
     return layout;
 }
 
-static void announce(size_t slot, struct pump_channel *channel)
+static void announce(size_t slot)
 {
+    bool (*fn)(CUfunction) = atomic_load_explicit(&announcer, memory_order_seq_cst);
     uint8_t not_yet = 0;
-    if (channel != NULL &&
-        __atomic_compare_exchange_n(&announced[slot], &not_yet, 1, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-        pump_channel_function(channel, (CUfunction)__atomic_load_n(&keys[slot], __ATOMIC_RELAXED));
+    if (fn != NULL &&
+        __atomic_compare_exchange_n(&announced[slot], &not_yet, 1, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED) &&
+        !fn((CUfunction)__atomic_load_n(&keys[slot], __ATOMIC_RELAXED)))
+        __atomic_store_n(&announced[slot], 0, __ATOMIC_RELAXED);  /* not taken: for the next announcer */
 }
 
-/* The key is stored and the channel loaded here, the channel stored and the
- * keys loaded there, all sequentially consistent: at least one side sees
+/* The key is stored and the announcer loaded here, the announcer stored and
+ * the keys loaded there, all sequentially consistent: at least one side sees
  * the other's, so no function goes unannounced. */
-PUMP_HIDDEN void pump_layouts_announce(struct pump_channel *channel)
+PUMP_HIDDEN void pump_layouts_announce(bool (*fn)(CUfunction f))
 {
+    atomic_store_explicit(&announcer, fn, memory_order_seq_cst);
     for (size_t slot = 0; slot < PUMP_LAYOUT_SLOTS; slot++)
         if (__atomic_load_n(&keys[slot], __ATOMIC_SEQ_CST) != 0)
-            announce(slot, channel);
+            announce(slot);
 }
 
 static const struct pump_layout *cached_layout_of(CUfunction f)
@@ -150,7 +153,7 @@ static const struct pump_layout *cached_layout_of(CUfunction f)
         uintptr_t empty = 0;
         if (__atomic_compare_exchange_n(&keys[slot], &empty, key, false, __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE)) {
             __atomic_store_n(&values[slot], layout, __ATOMIC_RELEASE);
-            announce(slot, atomic_load_explicit(&pump_channel_live, memory_order_seq_cst));
+            announce(slot);
             return layout;
         }
         if (layout != &unknown_layout)

@@ -23,10 +23,11 @@ struct pump_layout {
 /* The layout of f (a CUfunction, or a CUkernel cast to one); never NULL. */
 PUMP_HIDDEN const struct pump_layout *pump_layout_of(CUfunction f);
 
-/* Sends pumpd a FUNCTION event for every function whose layout was built
- * before the channel was attached (each function is announced once, by
- * whoever gets there first: the thread building its layout, or this). */
-struct pump_channel;
-PUMP_HIDDEN void pump_layouts_announce(struct pump_channel *channel);
+/* From now on, fn hears of every function whose layout is built, and now of
+ * those built before: each once, by whoever gets there first (the thread
+ * building its layout, or this call). fn answers false when it could not
+ * take it (the function is then offered again to a later announcer). The
+ * channel announces them to pumpd this way; this cache knows nothing of it. */
+PUMP_HIDDEN void pump_layouts_announce(bool (*fn)(CUfunction f));
 
 #endif

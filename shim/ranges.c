@@ -23,7 +23,6 @@
 #include <pthread.h>
 
 #include "ranges.h"
-#include "residency.h"
 
 /* Shared words are stored with release and loaded with acquire: a reader
  * that sees a writer's data then sees its odd sequence, without fences
@@ -44,6 +43,7 @@ static _Atomic uint32_t sequence;
 static uint16_t chunk_refs[CHUNK_SLOTS];
 
 static pthread_mutex_t writer = PTHREAD_MUTEX_INITIALIZER;
+static struct pump_range_observer observer;          /* set before any record */
 static uint32_t free_slots[PUMP_RANGES_MAX];   /* writer-only */
 static uint32_t free_count, slots_used;
 
@@ -106,7 +106,7 @@ static void erase_at(uint32_t i)
 {
     uint32_t n = LOAD(count);
     count_chunks(LOAD(starts[i]), LOAD(ends[i]), -1);
-    pump_residency_detach(&records[LOAD(slots[i])]);
+    observer.gone(&records[LOAD(slots[i])]);
     release_slot(LOAD(slots[i]));
     for (uint32_t j = i; j + 1 < n; j++) {
         STORE(starts[j], LOAD(starts[j + 1]));
@@ -329,11 +329,16 @@ PUMP_HIDDEN bool pump_ranges_remove_tensor(uint64_t base, uint64_t *size)
     if (r != NULL && LOAD(starts[i - 1]) == base && !LOAD(r->counted) && !LOAD(r->dead)) {
         *size = LOAD(ends[i - 1]) - base;
         STORE(r->dead, 1);  /* kept in place, its residency too: see ranges.h */
-        pump_residency_freed(r);
+        observer.freed(r);
         found = true;
     }
     write_end();
     return found;
+}
+
+PUMP_HIDDEN void pump_ranges_observe(struct pump_range_observer o)
+{
+    observer = o;
 }
 
 /* The allocation holding addr, or NULL: the seqlock-guarded search. */

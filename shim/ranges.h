@@ -49,7 +49,7 @@ struct pump_range {
      * its address and size, the caching allocator's steady state, takes it over without
      * moving the table, and with what pump knows of its memory: its blocks stay (residency
      * belongs to the memory, which the caching allocator keeps on the GPU), but under a
-     * budget (pump_residency_freed). */
+     * budget (its observer's freed). */
     uint32_t dead;
     /* 1 once a scanned kernel launch named it (stream_users.c: only such memory is discarded). */
     uint32_t launched;
@@ -91,7 +91,7 @@ PUMP_HIDDEN enum pump_removed pump_ranges_remove(uint64_t base, uint64_t *size);
 PUMP_HIDDEN struct pump_range *pump_ranges_insert_tensor(uint64_t base, uint64_t size, uint64_t *carved_base,
                                                          uint64_t *carved_size);
 /* Ends the tensor starting at base; its size in *size. Its residency stays with its record
- * (but under a budget: pump_residency_freed) until a tensor of the same extent takes it over
+ * (but under a budget: its observer's freed) until a tensor of the same extent takes it over
  * or the record is erased. */
 PUMP_HIDDEN bool pump_ranges_remove_tensor(uint64_t base, uint64_t *size);
 /* Looks up n words (candidate pointers): each distinct allocation one of
@@ -105,6 +105,17 @@ PUMP_HIDDEN struct pump_range *pump_ranges_find(uint64_t addr);
 /* Calls fn on every allocation, in address order, with the table locked
  * against changes (fn must not change it). */
 PUMP_HIDDEN void pump_ranges_each(void (*fn)(struct pump_range *range, void *arg), void *arg);
+
+/* Who keeps state of each record above this table (residency, which knows
+ * what is resident): told, under the writer lock, when a record's allocation
+ * is gone (its slot is reused after) and when a tensor is freed (its record
+ * kept). Set once, when libpump loads (lifecycle.c), before any record. The
+ * table calls up only through these, so it knows nothing above it. */
+struct pump_range_observer {
+    void (*gone)(struct pump_range *range);
+    void (*freed)(struct pump_range *range);
+};
+PUMP_HIDDEN void pump_ranges_observe(struct pump_range_observer observer);
 
 PUMP_HIDDEN void pump_ranges_before_fork(void);
 PUMP_HIDDEN void pump_ranges_after_fork(void);

@@ -6,9 +6,8 @@
 #ifndef PUMP_RESIDENCY_H
 #define PUMP_RESIDENCY_H
 
-#include "pump_channel.h"
+#include "channel.h"
 #include "prefetch.h"
-#include "scan.h"
 
 /* Residency beliefs for SKIPPING a prefetch expire (the budget's accounting
  * does not):
@@ -40,14 +39,6 @@ PUMP_HIDDEN void pump_residency_detach(struct pump_range *range);
  * caching allocator holds for later takes no room of the budget from live
  * tensors (nor is evicted: that would copy dead bytes to the host). */
 PUMP_HIDDEN void pump_residency_freed(struct pump_range *range);
-
-/* The trigger a launch's key found in the plan, copied out of it. */
-#define PUMP_TRIGGER_RANGES_MAX 256
-struct pump_trigger {
-    uint32_t need, prefetch, evict; /* range[0 .. need), then prefetch, then evict ranges */
-    uint32_t order;               /* enum pump_plan_order */
-    struct pump_plan_range range[PUMP_TRIGGER_RANGES_MAX];
-};
 
 /* The launch rule, before a launch on `stream` (policy launch): prefetches
  * the blocks of the scan's allocations (or, with a trigger that has need
