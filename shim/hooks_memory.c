@@ -217,13 +217,20 @@ CUresult pump_mem_create(CUmemGenericAllocationHandle *handle, size_t size, cons
     return r;
 }
 
-/* Managed memory has no IPC handle: the driver refuses, and under managed_all
- * that refusal is pump's doing, so say how to avoid it. */
+/* Managed memory has no IPC handle: the driver refuses, and where managed_all
+ * made the memory managed that refusal is pump's doing, so say how to avoid
+ * it (memory the program allocated managed itself is refused without pump too). */
+static bool made_managed_by_pump(CUdeviceptr dptr)
+{
+    const struct pump_range *range = pump_ranges_find(dptr);
+    return range != NULL && !__atomic_load_n(&range->host_touchable, __ATOMIC_RELAXED);
+}
+
 CUresult pump_ipc_get_mem_handle(CUipcMemHandle *handle, CUdeviceptr dptr)
 {
     PUMP_REAL_OR_RETURN(ipc_get_mem_handle, real);
     CUresult r = real(handle, dptr);
-    if (r != CUDA_SUCCESS && pump_active() && pump_managed_all() && pump_ranges_find(dptr) != NULL) {
+    if (r != CUDA_SUCCESS && pump_active() && pump_managed_all() && made_managed_by_pump(dptr)) {
         PUMP_COUNT(ipc_refusals, 1);
         pump_notice_once("cuIpcGetMemHandle failed (CUresult %d) on managed memory: under managed_all the program's "
                          "device allocations are managed memory, which cannot be shared between processes; to "

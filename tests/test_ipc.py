@@ -56,3 +56,14 @@ def test_the_programs_own_allocation_is_made_managed_and_its_handle_refused_once
         assert run.totals["ipc_refusals"] == 2
     off = run_clean(run_program, "program", path, variant=variant, env=SANITIZER_ENV)
     assert off.result == shared(path, managed=False) and off.proc.stderr == ""
+
+
+@pytest.mark.parametrize("variant", ["plain", "asan", "tsan"])
+def test_a_refused_handle_of_the_programs_own_managed_memory_blames_nobody(run_program, variant):
+    """The driver refuses an IPC handle of managed memory with or without pump: where the program
+    allocated it managed itself, managed_all is not why, and pump says nothing."""
+    env = dict(MANAGED_ALL, **SANITIZER_ENV)
+    bare = run_clean(run_program, "program", "managed", pump=False)
+    run = run_clean(run_program, "program", "managed", variant=variant, env=env)
+    assert run.result == bare.result == {"managed": [1, 1], "ipc": [1, 1]}
+    assert run.proc.stderr == "" and run.totals["ipc_refusals"] == 0

@@ -3,6 +3,7 @@
  * handle, free):
  *   ipc library driver|runtime|async   done by the stand-in libnccl.so.2
  *   ipc program driver|runtime|async   done by this program itself
+ *   ipc program managed                 memory the program allocated managed itself
  * "runtime": the allocation goes through the stand-in libcudart.so.13. */
 #include <stdbool.h>
 #include <string.h>
@@ -17,8 +18,9 @@ int main(int argc, char **argv)
     bool library = argc == 3 && strcmp(argv[1], "library") == 0;
     bool program = argc == 3 && strcmp(argv[1], "program") == 0;
     if (!(library || program) ||
-        (strcmp(argv[2], "driver") != 0 && strcmp(argv[2], "runtime") != 0 && strcmp(argv[2], "async") != 0)) {
-        fprintf(stderr, "usage: ipc library|program driver|runtime|async\n");
+        (strcmp(argv[2], "driver") != 0 && strcmp(argv[2], "runtime") != 0 && strcmp(argv[2], "async") != 0 &&
+         strcmp(argv[2], "managed") != 0)) {
+        fprintf(stderr, "usage: ipc library|program driver|runtime|async|managed\n");
         return 2;
     }
     cuda_api_load(&api, 0);

@@ -19,7 +19,8 @@ struct ipc_shared {
     int ipc;      /* what cuIpcGetMemHandle returned; -1: not asked (stream-ordered memory) */
 };
 
-/* path: "driver" (cuMemAlloc), "runtime" (cudaMalloc) or "async" (cuMemAllocAsync). */
+/* path: "driver" (cuMemAlloc), "runtime" (cudaMalloc), "async" (cuMemAllocAsync) or "managed"
+ * (cuMemAllocManaged). */
 __attribute__((unused)) static struct ipc_shared ipc_share(const char *path)
 {
     enum { SIZE = 2 << 20 };
@@ -39,6 +40,8 @@ __attribute__((unused)) static struct ipc_shared ipc_share(const char *path)
             exit(3);
         }
         buffer = (CUdeviceptr)(uintptr_t)p;
+    } else if (strcmp(path, "managed") == 0) {
+        CHECK(cuMemAllocManaged(&buffer, SIZE, CU_MEM_ATTACH_GLOBAL));  /* managed by the program's choice */
     } else {
         CHECK(cuMemAlloc(&buffer, SIZE));
     }
