@@ -73,6 +73,12 @@ PUMP_HIDDEN bool pump_channel_plan_trigger(struct pump_channel *c, CUfunction f,
 /* The plan's budget_bytes (0: none, or no plan). */
 PUMP_HIDDEN uint64_t pump_channel_plan_budget(void);
 
+/* For the worker (channel_worker.c): the shim's counters as a COUNTERS
+ * event, and the DEVICE events of every device known (again: to a daemon
+ * that restarted and lost what its predecessor read). */
+PUMP_HIDDEN void pump_channel_send_counters(void);
+PUMP_HIDDEN void pump_channel_announce_devices(struct pump_channel *c, bool again);
+
 /* Validates a ring of ring_size bytes and a plan (NULL for none) already
  * mapped, and makes them the live channel, as the worker does after attach;
  * false if they are not valid. Exposed for the unit tests. */
