@@ -14,23 +14,24 @@ An unknown section or key, a wrong type or a bad value is an error naming the fi
 section and key, and what is allowed.  A file's errors are all collected and raised
 together as one :class:`ConfigError` (nothing is half-applied).
 
-This module is also the one implementation of the size grammar the shim reads in
-``PUMP_CAPACITY`` and ``PUMP_BUDGET`` (:func:`parse_size`, :func:`check_capacity`,
-:func:`check_budget`).  Capacity (the cap on a job's managed footprint) and budget (the cap
-on its GPU-resident bytes) are distinct everywhere.
+The values themselves (sizes, capacities, budgets, names, listen addresses: the grammar
+the shim also reads) are :mod:`pump.values`'s, re-exported here for this module's users.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import difflib
-import ipaddress
 import math
 import os
 import re
 import sys
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional
+
+from pump.values import (
+    BUDGET_ALLOWED, CAPACITY_ALLOWED, NAME_ALLOWED, SIZE_ALLOWED, SIZE_LIMIT, BadValueError, check_budget,
+    check_capacity, check_name, check_size, parse_listen, parse_size,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -53,126 +54,6 @@ SHARE_MAX = 1000000   # a job's [memory] share
 PRIORITY_MAX = 1000   # a job's [memory] priority: -PRIORITY_MAX..PRIORITY_MAX
 DAEMON_MODES = ("auto", "system", "embedded", "none")
 LOG_LEVELS = ("error", "warning", "info", "debug")
-
-# --- sizes, capacity, budget (the shim's grammar: shim/config.c) --------------------------
-
-_SIZE_UNITS = {
-    "": 1,
-    "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40,
-    "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
-    "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-}
-# ASCII digits only (\d would take other scripts' digits, which the shim does not).
-_SIZE_RE = re.compile(r"([0-9]+)(" + "|".join(u for u in _SIZE_UNITS if u) + r")?")
-_PERCENT_RE = re.compile(r"([0-9]+)%")
-_SIZE_LIMIT = 1 << 64  # the shim holds sizes in a uint64_t
-
-# What is allowed, as plain text (for argparse help, escape % as %%).
-SIZE_ALLOWED = (
-    "a byte count > 0 with an optional unit (K, M, G, T or KiB, MiB, GiB, TiB: binary; "
-    "KB, MB, GB, TB: decimal), e.g. 512MiB, 8G, 1073741824"
-)
-BUDGET_ALLOWED = SIZE_ALLOWED + "; or a percentage of the device, 1%..100%"
-CAPACITY_ALLOWED = SIZE_ALLOWED + "; a percentage of the device, 1%..100%; or host"
-NAME_ALLOWED = "1 to 64 characters: a letter or digit, then letters, digits, '.', '_' or '-'"
-_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-
-
-class BadValueError(ValueError, argparse.ArgumentTypeError):
-    """A value outside what is allowed; the message says what is.
-
-    Also an argparse.ArgumentTypeError, so the checkers below can be an argparse
-    ``type=`` and their message is shown as it is."""
-
-
-def _size_bytes(text: str) -> Optional[int]:
-    m = _SIZE_RE.fullmatch(text)
-    if not m:
-        return None
-    n = int(m.group(1)) * _SIZE_UNITS[m.group(2) or ""]
-    return n if 0 < n < _SIZE_LIMIT else None
-
-
-def _is_percent(text: str) -> bool:
-    m = _PERCENT_RE.fullmatch(text)
-    return bool(m) and 1 <= int(m.group(1)) <= 100
-
-
-def parse_size(text: str) -> int:
-    """Bytes of a size such as "512MiB", "8G", "2TB" or "1073741824" (> 0, < 2**64).
-
-    Raises BadValueError (a ValueError) saying what is allowed."""
-    n = _size_bytes(text) if isinstance(text, str) else None
-    if n is None:
-        raise BadValueError(f"bad value {text!r}; allowed: {SIZE_ALLOWED}")
-    return n
-
-
-def check_capacity(text: str) -> str:
-    """Check a capacity (a size, a percentage "1%".."100%" of the device, or "host")
-    against the shim's grammar (PUMP_CAPACITY); return it unchanged.
-
-    Raises BadValueError (a ValueError) saying what is allowed."""
-    if isinstance(text, str) and (text == "host" or _is_percent(text) or _size_bytes(text) is not None):
-        return text
-    raise BadValueError(f"bad value {text!r}; allowed: {CAPACITY_ALLOWED}")
-
-
-def check_budget(text: str) -> str:
-    """Check a budget (a size or a percentage "1%".."100%" of the device; not "host")
-    against the shim's grammar (PUMP_BUDGET); return it unchanged.
-
-    Raises BadValueError (a ValueError) saying what is allowed."""
-    if isinstance(text, str) and (_is_percent(text) or _size_bytes(text) is not None):
-        return text
-    raise BadValueError(f"bad value {text!r}; allowed: {BUDGET_ALLOWED}")
-
-
-def _check_size(text: str) -> str:
-    """Check a plain size (no percentage); return it unchanged."""
-    parse_size(text)
-    return text
-
-
-def check_name(text: str) -> str:
-    """Check a job name (1-64 characters, ^[A-Za-z0-9][A-Za-z0-9._-]*$); return it.
-
-    A valid name is safe as a file name (no '/', never '.' or '..').
-    Raises BadValueError (a ValueError) saying what is allowed."""
-    if isinstance(text, str) and _NAME_RE.fullmatch(text):
-        return text
-    raise BadValueError(f"bad value {text!r}; allowed: {NAME_ALLOWED}")
-
-
-_LISTEN6_RE = re.compile(r"\[([^\[\]]+)\]:([0-9]{1,5})")
-_LISTEN4_RE = re.compile(r"([^\[\]:]+):([0-9]{1,5})")
-
-
-def parse_listen(text: str) -> Tuple[str, int]:
-    """(host, port) of "HOST:PORT": an IPv4 address or "localhost", or "[IPv6]:PORT"
-    (the host is returned without brackets); port 1..65535.
-
-    Raises BadValueError (a ValueError) saying what is allowed."""
-    if isinstance(text, str):
-        m6 = _LISTEN6_RE.fullmatch(text)
-        m = m6 or _LISTEN4_RE.fullmatch(text)
-        if m and 1 <= int(m.group(2)) <= 65535:
-            host = m.group(1)
-            try:
-                if m6:
-                    ipaddress.IPv6Address(host)
-                elif host != "localhost":
-                    ipaddress.IPv4Address(host)
-            except ValueError:
-                pass
-            else:
-                return host, int(m.group(2))
-    raise BadValueError(f"bad value {text!r}; allowed: {_LISTEN_ALLOWED_TEXT}")
-
-
-_LISTEN_ALLOWED_TEXT = (
-    "HOST:PORT with an IPv4 address or localhost, or [IPv6 address]:PORT; port 1..65535"
-)
 
 # --- errors and TOML rendering -------------------------------------------------------------
 
@@ -312,9 +193,10 @@ def _path(v):
 def _name(v):
     if not isinstance(v, str):
         raise _WrongType
-    if not _NAME_RE.fullmatch(v):
-        raise _BadValue
-    return v
+    try:
+        return check_name(v)
+    except BadValueError:
+        raise _BadValue from None
 
 
 def _size_or(checker: Callable[[str], str]) -> Callable[[Any], str]:
@@ -322,7 +204,7 @@ def _size_or(checker: Callable[[str], str]) -> Callable[[Any], str]:
     in the shim's grammar."""
     def check(v):
         if _is_int(v):
-            if not 0 < v < _SIZE_LIMIT:
+            if not 0 < v < SIZE_LIMIT:
                 raise _BadValue
             return str(v)
         if not isinstance(v, str):
@@ -410,8 +292,8 @@ JOB_SCHEMA: Dict[str, Dict[str, _Key]] = {
         "budget": _key("budget", _size_or(check_budget), _TOML_BUDGET),
         # The arbiter's terms (pumpd.toml [budgets] gpu_pool divides a GPU among jobs):
         "share": _key("share", _share, f"a number > 0 and <= {SHARE_MAX} (the job's weight; default 1)"),
-        "min_budget": _key("min_budget", _size_or(_check_size), _TOML_SIZE),
-        "max_budget": _key("max_budget", _size_or(_check_size), _TOML_SIZE),
+        "min_budget": _key("min_budget", _size_or(check_size), _TOML_SIZE),
+        "max_budget": _key("max_budget", _size_or(check_size), _TOML_SIZE),
         "priority": _key("priority", _int_range(-PRIORITY_MAX, PRIORITY_MAX),
                          f"an integer {-PRIORITY_MAX}..{PRIORITY_MAX} (higher first; default 0)"),
         # true: the program's device allocations become managed memory (PUMP_MANAGED_ALL)
