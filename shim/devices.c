@@ -4,42 +4,37 @@
 #include "capture_mode.h"
 #include "devices.h"
 
-static int known(CUresult r, int device)
+enum question { CURRENT, OF_STREAM, OF_MEMORY };
+
+/* One question to the driver, in relaxed capture mode: the device's ordinal, or -1. */
+static int ask(enum question question, CUstream stream, CUdeviceptr ptr)
 {
+    struct pump_capture_mode mode = pump_capture_relax();
+    CUdevice device = -1;
+    CUresult r = CUDA_ERROR_NOT_SUPPORTED;
+    if (question == CURRENT && pump_driver.ctx_get_device != NULL)
+        r = pump_driver.ctx_get_device(&device);
+    else if (question == OF_STREAM && pump_driver.stream_get_device != NULL)
+        r = pump_driver.stream_get_device(stream, &device);
+    else if (question == OF_MEMORY && pump_driver.pointer_get_attribute != NULL)
+        r = pump_driver.pointer_get_attribute(&device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr);
+    pump_capture_restore(&mode);
     return r == CUDA_SUCCESS && device >= 0 && device < PUMP_DEVICES_MAX ? device : -1;
 }
 
 PUMP_HIDDEN int pump_current_device(void)
 {
-    if (pump_driver.ctx_get_device == NULL)
-        return -1;
-    struct pump_capture_mode mode = pump_capture_relax();
-    CUdevice device = -1;
-    CUresult r = pump_driver.ctx_get_device(&device);
-    pump_capture_restore(&mode);
-    return known(r, device);
+    return ask(CURRENT, NULL, 0);
 }
 
 PUMP_HIDDEN int pump_stream_device(CUstream stream)
 {
-    if (pump_driver.stream_get_device == NULL)
-        return -1;
-    struct pump_capture_mode mode = pump_capture_relax();
-    CUdevice device = -1;
-    CUresult r = pump_driver.stream_get_device(stream, &device);
-    pump_capture_restore(&mode);
-    return known(r, device);
+    return ask(OF_STREAM, stream, 0);
 }
 
 PUMP_HIDDEN int pump_memory_device(CUdeviceptr ptr)
 {
-    if (pump_driver.pointer_get_attribute == NULL)
-        return -1;
-    struct pump_capture_mode mode = pump_capture_relax();
-    int device = -1;
-    CUresult r = pump_driver.pointer_get_attribute(&device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr);
-    pump_capture_restore(&mode);
-    return known(r, device);
+    return ask(OF_MEMORY, NULL, ptr);
 }
 
 PUMP_HIDDEN bool pump_context_push(CUcontext ctx, bool *pushed)
