@@ -7,12 +7,17 @@
  * managed_all at its first memory query. PUMP_CAPACITY takes bytes, a
  * percentage of the device's total memory, or `host` (the device's total
  * plus the host memory available at that moment).
+ *
+ * The device memory the process holds that pump lets through (device_memory.h) is part of
+ * what the job has of its device: it was free for the job before the job took it, and memory
+ * queries count it as used.
  */
 #include <pthread.h>
 #include <stdio.h>
 
 #include "capacity.h"
 #include "capture_mode.h"
+#include "device_memory.h"
 #include "devices.h"
 
 static struct {
@@ -50,7 +55,7 @@ static bool device_memory(CUcontext ctx, size_t *free_bytes, size_t *total_bytes
     return ok;
 }
 
-static uint64_t resolve(CUcontext ctx)
+static uint64_t resolve(int device, CUcontext ctx)
 {
     size_t free_bytes = 0, total_bytes = 0;
     if (!device_memory(ctx, &free_bytes, &total_bytes)) {
@@ -70,7 +75,7 @@ static uint64_t resolve(CUcontext ctx)
     case PUMP_CAP_DEFAULT:
         break;
     }
-    return (uint64_t)free_bytes;
+    return (uint64_t)free_bytes + pump_device_memory_held(device);
 }
 
 static uint64_t current_cap(int device, CUcontext ctx)
@@ -81,7 +86,7 @@ static uint64_t current_cap(int device, CUcontext ctx)
     pthread_mutex_lock(&resolve_lock);
     c = __atomic_load_n(&devices[device].cap, __ATOMIC_RELAXED);
     if (c == 0) {
-        c = resolve(ctx);
+        c = resolve(device, ctx);
         if (c == 0)
             c = 1;  /* a device with no free memory: nothing fits */
         __atomic_store_n(&devices[device].cap, c, __ATOMIC_RELEASE);
@@ -144,6 +149,8 @@ PUMP_HIDDEN void pump_capacity_info(int device, size_t *free_bytes, size_t *tota
     if (limit == UINT64_MAX || limit > SIZE_MAX)
         return;
     uint64_t used = __atomic_load_n(&devices[device].footprint, __ATOMIC_RELAXED);
+    uint64_t held = pump_device_memory_held(device);
+    used = used + held < used ? UINT64_MAX : used + held;
     *total_bytes = (size_t)limit;
     *free_bytes = (size_t)(used < limit ? limit - used : 0);
 }

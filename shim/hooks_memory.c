@@ -5,7 +5,9 @@
  * Under managed_all (managed_all.h) the program's device allocations become
  * managed memory within the same cap: cuMemAlloc becomes cuMemAllocManaged,
  * cuMemAllocAsync takes from the stream device's managed pool in the same
- * stream order, and cuMemGetInfo reports the capacity. What cannot be made
+ * stream order, and cuMemGetInfo reports the device's capacity, less what the
+ * process holds there (device_memory.h counts the device memory pump lets
+ * through). What cannot be made
  * managed is left alone with one notice: cuMemCreate's memory, and IPC handles
  * (managed memory has none); what communication libraries allocate to share
  * by IPC handle stays device memory (managed_all.h). cuMemAllocPitch stays device memory (rare outside
@@ -18,6 +20,7 @@
 #include "capacity.h"
 #include "channel.h"
 #include "context_cache.h"
+#include "device_memory.h"
 #include "devices.h"
 #include "hooks_common.h"
 #include "managed_all.h"
@@ -27,6 +30,15 @@
 static void forget_stale(CUdeviceptr base, size_t size)
 {
     pump_ranges_drop(base, size, pump_capacity_release);
+    pump_device_memory_remove(base);
+}
+
+/* Device memory pump let through: under managed_all, memory queries count it (device_memory.h). */
+static void count_device_memory(CUdeviceptr base, size_t size)
+{
+    forget_stale(base, size);
+    if (pump_managed_all())
+        pump_device_memory_add(base, size, pump_memory_device(base));
 }
 
 /* False when the table is full: the allocation then stays invisible to pump
@@ -44,13 +56,16 @@ static bool track_managed(CUdeviceptr base, size_t size, unsigned int flags, boo
     return true;
 }
 
+/* A free: the managed allocation at base leaves the table, or the device memory its count. */
 static void untrack(CUdeviceptr base)
 {
     uint64_t size;
     int device;
     enum pump_removed removed = pump_ranges_remove(base, &size, &device);
-    if (removed == PUMP_REMOVED_NOTHING)
+    if (removed == PUMP_REMOVED_NOTHING) {
+        pump_device_memory_remove(base);
         return;
+    }
     pump_capacity_release(device, size);
     PUMP_COUNT(managed_frees, 1);
     if (removed == PUMP_REMOVED_ALLOCATION)
@@ -109,7 +124,7 @@ CUresult pump_mem_alloc(CUdeviceptr *dptr, size_t bytesize)
     }
     CUresult r = real(dptr, bytesize);
     if (r == CUDA_SUCCESS && pump_active())
-        forget_stale(*dptr, bytesize);
+        count_device_memory(*dptr, bytesize);
     return r;
 }
 
@@ -126,7 +141,7 @@ static CUresult after_pool_alloc(CUresult r, const CUdeviceptr *dptr, size_t byt
     if (free_async == NULL || pump_driver.pointer_get_attribute == NULL ||
         pump_driver.pointer_get_attribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, *dptr) != CUDA_SUCCESS ||
         !managed) {
-        forget_stale(*dptr, bytesize);
+        count_device_memory(*dptr, bytesize);
         return r;
     }
     int device = pump_memory_device(*dptr);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "channel.h"
+#include "device_memory.h"
 #include "ranges.h"
 
 static int passed, failed;
@@ -149,6 +150,27 @@ static void test_carved_segments(void)
     EXPECT(t != NULL && csize == 4 * MiB && t->host_touchable);
     EXPECT(pump_ranges_drop(seg + 2 * MiB, MiB, count_dropped) == 4 * MiB && dropped_on[3] == 4 * MiB);
     EXPECT(pump_ranges_empty() && pump_ranges_remove(seg, &size, &device) == PUMP_REMOVED_NOTHING);
+}
+
+/* The device memory let through, per device: every allocation found again at its free,
+ * whatever the collisions and removals in between moved in the table. */
+static void test_device_memory(void)
+{
+    enum { N = 3000 };
+    const CUdeviceptr base = 0x7d0000000000ull;
+    for (int i = 0; i < N; i++)
+        pump_device_memory_add(base + (CUdeviceptr)i * 512, 512, i % 2);
+    EXPECT(pump_device_memory_held(0) == N / 2 * 512 && pump_device_memory_held(1) == N / 2 * 512);
+    pump_device_memory_add(base, 4096, 1);  /* handed out again at a base whose free was missed */
+    EXPECT(pump_device_memory_held(0) == (N / 2 - 1) * 512 && pump_device_memory_held(1) == N / 2 * 512 + 4096);
+    int found = 0;
+    for (int i = 1; i < N; i += 3)
+        found += pump_device_memory_remove(base + (CUdeviceptr)i * 512);
+    EXPECT(found == (N - 1 + 2) / 3);
+    for (int i = 0; i < N; i++)
+        found += pump_device_memory_remove(base + (CUdeviceptr)i * 512);
+    EXPECT(found == N && !pump_device_memory_remove(base));
+    EXPECT(pump_device_memory_held(0) == 0 && pump_device_memory_held(1) == 0 && pump_device_memory_held(-1) == 0);
 }
 
 /* Readers must only ever see ranges that really contain the address they
@@ -480,6 +502,7 @@ int main(void)
     test_range_table();
     test_carved_segments();
     test_readers_race_writer();
+    test_device_memory();
     test_budget_job_name_grammar();
     test_ring();
     test_plan();
