@@ -102,14 +102,16 @@ def test_memory_queries_report_the_capacity(run_program):
 TWO_SMALL_DEVICES = {"FAKECUDA_DEVICES": "2", "FAKECUDA_DEVICE_MEMORY": str(256 << 20)}
 
 
-def test_each_device_has_its_own_capacity_and_memory_answer(run_program):
+@pytest.mark.parametrize("kind", ["alloc", "async"])
+def test_each_device_has_its_own_capacity_and_memory_answer(run_program, kind):
     """192 MiB on each of two 256 MiB devices. With one cap and one footprint per process
     (before issue 15), device 1 got 64 MiB, then CUDA_ERROR_OUT_OF_MEMORY, and its memory
-    query answered free 0 (device 0's footprint)."""
-    bare = run_program("managed_all", "two", 192, pump=False, env=TWO_SMALL_DEVICES)
+    query answered free 0 (device 0's footprint). async: device 1's cap is resolved while
+    device 0's context is current, from device 1's memory (device 0's has 64 MiB free then)."""
+    bare = run_program("managed_all", "two", kind, 192, pump=False, env=TWO_SMALL_DEVICES)
     assert bare.result == {"allocated_mib": [192, 192], "result": [0, 0], "free_mib": [64, 64],
                            "total_mib": [256, 256], "free_after_mib": [256, 64]}
-    run = run_program("managed_all", "two", 192, env=dict(MANAGED_ALL, **TWO_SMALL_DEVICES))
+    run = run_program("managed_all", "two", kind, 192, env=dict(MANAGED_ALL, **TWO_SMALL_DEVICES))
     assert run.proc.stderr == ""
     # device 0's memory, freed while device 1 is current, comes back on device 0
     assert run.result == bare.result
@@ -146,7 +148,8 @@ def test_no_concurrent_managed_access_keeps_device_memory(run_program):
 
 
 @pytest.mark.parametrize("variant", ["asan", "tsan"])
-@pytest.mark.parametrize("args", [["device", 2], ["async"], ["fill", "pool", 1024], ["unmanageable"], ["two", 192]])
+@pytest.mark.parametrize("args", [["device", 2], ["async"], ["fill", "pool", 1024], ["unmanageable"],
+                                  ["two", "async", 192]])
 def test_under_sanitizers(run_program, variant, args):
     env = dict(MANAGED_ALL, **TWO_SMALL_DEVICES) if args[0] == "two" else dict(MANAGED_ALL, PUMP_CAPACITY="200MiB")
     env.update(ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
