@@ -99,9 +99,9 @@ int main(void)
         CUresult r = cuMemAllocAsync(&dummy, guess, stream);
         if (r == CUDA_SUCCESS) {
             CHECK(cuMemFreeAsync(dummy, stream));
-            /* The driver's pool hands the probe's memory to the workspace in stream order;
-             * fakecuda's reuses freed memory only for an allocation of the same size
-             * (memory.c), so here the free runs first and gives it back. */
+            /* The driver's pool suballocates the workspace from the probe's memory in stream
+             * order; fakecuda's pools hand freed memory out again only at the same size (the
+             * stricter side), so here the free runs first and the memory goes back. */
             CHECK(cuStreamSynchronize(stream));
             break;
         }
