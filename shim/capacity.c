@@ -146,11 +146,17 @@ PUMP_HIDDEN void pump_capacity_info(int device, size_t *free_bytes, size_t *tota
     if (device < 0 || device >= PUMP_DEVICES_MAX)
         return;
     uint64_t limit = current_cap(device, NULL);
-    if (limit == UINT64_MAX || limit > SIZE_MAX)
+    if (limit == UINT64_MAX)
         return;
     uint64_t used = __atomic_load_n(&devices[device].footprint, __ATOMIC_RELAXED);
     uint64_t held = pump_device_memory_held(device);
     used = used + held < used ? UINT64_MAX : used + held;
-    *total_bytes = (size_t)limit;
-    *free_bytes = (size_t)(used < limit ? limit - used : 0);
+    /* The device memory pump lets through can take the process past the cap: the total is then
+     * what it holds, so that free + held never passes it (PyTorch's cudaMallocAsync backend
+     * asserts that). */
+    uint64_t total = used > limit ? used : limit;
+    if (total > SIZE_MAX)
+        return;
+    *total_bytes = (size_t)total;
+    *free_bytes = (size_t)(total - used);
 }

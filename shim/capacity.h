@@ -11,8 +11,9 @@
 PUMP_HIDDEN bool pump_capacity_reserve(int device, CUcontext ctx, uint64_t bytes);
 PUMP_HIDDEN void pump_capacity_release(int device, uint64_t bytes);
 /* A memory query's answer under managed_all, for the current context's `device`: total = the
- * cap, free = what the managed footprint and the device memory pump let through
- * (device_memory.h) leave of it; the driver's answer stays where no cap is set. */
+ * cap (or what the process holds there, where device memory took it past), free = what the
+ * managed footprint and the device memory pump let through (device_memory.h) leave of it; the
+ * driver's answer stays where no cap is set. */
 PUMP_HIDDEN void pump_capacity_info(int device, size_t *free_bytes, size_t *total_bytes);
 
 #endif

@@ -54,6 +54,15 @@ def test_a_capacity_past_the_device_leaves_room_for_the_device_memory(run_progra
     assert run.result["correct"] == 1
 
 
+def test_a_capacity_under_the_device_memory_held(run_program):
+    """The device memory passes the cap: the total is what the process holds, nothing is free,
+    and the convolution runs without a workspace. Before: free 4 MiB of total 4 MiB with 7 MiB
+    held, the assert failed."""
+    run = run_program("conv_async", env=dict(CUDA_12_8, PUMP_MANAGED_ALL="1", PUMP_CAPACITY="4MiB"))
+    assert run.result == {"free_mib": 0, "total_mib": USED_MIB, "used_mib": USED_MIB, "assert_ok": 1,
+                          "guess_mib": 0, "algorithm": "implicit", "correct": 1}
+
+
 @pytest.mark.parametrize("variant", ["asan", "tsan"])
 def test_under_sanitizers(run_program, variant):
     env = dict(CUDA_12_8, PUMP_MANAGED_ALL="1", ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
