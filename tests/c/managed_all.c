@@ -221,7 +221,8 @@ static int mode_two(const char *kind, size_t mib)
     for (int d = 0; d < 2; d++) {
         CHECK(cuCtxSetCurrent(ctx[async ? 1 - d : d]));
         while (count[d] < MAX_CHUNKS && (count[d] + 1) * (CHUNK >> 20) <= mib) {
-            r[d] = async ? cuMemAllocAsync(&chunk[d][count[d]], CHUNK, streams[d]) : cuMemAlloc(&chunk[d][count[d]], CHUNK);
+            CUdeviceptr *next = &chunk[d][count[d]];
+            r[d] = async ? cuMemAllocAsync(next, CHUNK, streams[d]) : cuMemAlloc(next, CHUNK);
             if (r[d] != CUDA_SUCCESS)
                 break;
             count[d]++;
@@ -258,7 +259,8 @@ static int mode_two(const char *kind, size_t mib)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: managed_all device ROUNDS | async | info | fill KIND MIB | unmanageable | two KIND MIB\n");
+        fprintf(stderr,
+                "usage: managed_all device ROUNDS | async | info | fill KIND MIB | unmanageable | two KIND MIB\n");
         return 2;
     }
     cuda_api_load(&api, 0);
