@@ -1,20 +1,31 @@
-/* capacity.c: the capacity cap (see capacity.h).
+/* capacity.c: the capacity cap (see capacity.h), per device: a process that uses several GPUs
+ * (DataParallel, device_map="auto") fills each within its own cap.
  *
  * Going beyond GPU memory is the user's explicit choice, never a default:
- * unless PUMP_CAPACITY says otherwise, the cap is the device's free memory
- * when it is first needed: at the first managed allocation, or under
- * managed_all at the first memory query. PUMP_CAPACITY takes bytes, a
+ * unless PUMP_CAPACITY says otherwise, a device's cap is its free memory
+ * when it is first needed: at its first managed allocation, or under
+ * managed_all at its first memory query. PUMP_CAPACITY takes bytes, a
  * percentage of the device's total memory, or `host` (the device's total
  * plus the host memory available at that moment).
+ *
+ * The device memory the process holds that pump lets through (device_memory.h) is part of
+ * what the job has of its device: it was free for the job before the job took it, and memory
+ * queries count it as used.
  */
 #include <pthread.h>
 #include <stdio.h>
 
 #include "capacity.h"
 #include "capture_mode.h"
+#include "device_memory.h"
+#include "devices.h"
 
-static uint64_t footprint;     /* atomic: managed bytes allocated now */
-static uint64_t cap;           /* 0 until resolved; UINT64_MAX if none could be set */
+static struct {
+    uint64_t footprint;  /* atomic: managed bytes allocated now on the device */
+    uint64_t cap;        /* atomic: 0 until resolved; UINT64_MAX if none could be set */
+} devices[PUMP_DEVICES_MAX];
+static uint64_t footprint_total;  /* atomic: the process's, for the stats record */
+static uint64_t caps_total;       /* the resolved caps summed (saturating), under resolve_lock */
 static pthread_mutex_t resolve_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static uint64_t host_available(void)
@@ -31,21 +42,23 @@ static uint64_t host_available(void)
     return (uint64_t)kib * 1024;
 }
 
-/* The current device's memory, asked in relaxed capture mode. */
-static bool device_memory(size_t *free_bytes, size_t *total_bytes)
+/* The memory of ctx's device (NULL: the current context's), asked in relaxed capture mode. */
+static bool device_memory(CUcontext ctx, size_t *free_bytes, size_t *total_bytes)
 {
     if (pump_driver.mem_get_info == NULL)
         return false;
     struct pump_capture_mode mode = pump_capture_relax();
-    bool ok = pump_driver.mem_get_info(free_bytes, total_bytes) == CUDA_SUCCESS;
+    bool pushed, ok = pump_context_push(ctx, &pushed);
+    ok = ok && pump_driver.mem_get_info(free_bytes, total_bytes) == CUDA_SUCCESS;
+    pump_context_pop(pushed);
     pump_capture_restore(&mode);
     return ok;
 }
 
-static uint64_t resolve(void)
+static uint64_t resolve(int device, CUcontext ctx)
 {
     size_t free_bytes = 0, total_bytes = 0;
-    if (!device_memory(&free_bytes, &total_bytes)) {
+    if (!device_memory(ctx, &free_bytes, &total_bytes)) {
         if (pump_config.cap_kind == PUMP_CAP_BYTES)
             return pump_config.cap_value;
         pump_log_once("cannot read the device's memory: no capacity cap");
@@ -62,29 +75,32 @@ static uint64_t resolve(void)
     case PUMP_CAP_DEFAULT:
         break;
     }
-    return (uint64_t)free_bytes;
+    return (uint64_t)free_bytes + pump_device_memory_held(device);
 }
 
-static uint64_t current_cap(void)
+static uint64_t current_cap(int device, CUcontext ctx)
 {
-    uint64_t c = __atomic_load_n(&cap, __ATOMIC_ACQUIRE);
+    uint64_t c = __atomic_load_n(&devices[device].cap, __ATOMIC_ACQUIRE);
     if (PUMP_LIKELY(c != 0))
         return c;
     pthread_mutex_lock(&resolve_lock);
-    c = __atomic_load_n(&cap, __ATOMIC_RELAXED);
+    c = __atomic_load_n(&devices[device].cap, __ATOMIC_RELAXED);
     if (c == 0) {
-        c = resolve();
+        c = resolve(device, ctx);
         if (c == 0)
             c = 1;  /* a device with no free memory: nothing fits */
-        __atomic_store_n(&cap, c, __ATOMIC_RELEASE);
-        PUMP_SET(capacity_bytes, c);
+        __atomic_store_n(&devices[device].cap, c, __ATOMIC_RELEASE);
+        caps_total = caps_total + c < caps_total ? UINT64_MAX : caps_total + c;
+        PUMP_SET(capacity_bytes, caps_total);
     }
     pthread_mutex_unlock(&resolve_lock);
     return c;
 }
 
-static void publish(uint64_t now)
+/* The stats record keeps the process's footprint and its peak. */
+static void publish(int64_t delta)
 {
+    uint64_t now = __atomic_add_fetch(&footprint_total, (uint64_t)delta, __ATOMIC_RELAXED);
     PUMP_SET(managed_bytes, now);
     struct pump_stats *record = atomic_load_explicit(&pump_stats_record, memory_order_relaxed);
     uint64_t peak = __atomic_load_n(&record->managed_bytes_peak, __ATOMIC_RELAXED);
@@ -98,34 +114,49 @@ static double gib(uint64_t bytes)
     return (double)bytes / (double)(1ull << 30);
 }
 
-PUMP_HIDDEN bool pump_capacity_reserve(uint64_t bytes)
+PUMP_HIDDEN bool pump_capacity_reserve(int device, CUcontext ctx, uint64_t bytes)
 {
-    uint64_t limit = current_cap();
-    uint64_t now = __atomic_add_fetch(&footprint, bytes, __ATOMIC_RELAXED);
+    if (device < 0 || device >= PUMP_DEVICES_MAX)
+        return true;
+    uint64_t limit = current_cap(device, ctx);
+    uint64_t now = __atomic_add_fetch(&devices[device].footprint, bytes, __ATOMIC_RELAXED);
     if (now <= limit && now >= bytes) {
-        publish(now);
+        publish((int64_t)bytes);
         return true;
     }
-    __atomic_sub_fetch(&footprint, bytes, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&devices[device].footprint, bytes, __ATOMIC_RELAXED);
     PUMP_COUNT(capacity_refusals, 1);
-    pump_notice_once("managed allocation of %.3f GiB refused: the job's managed memory would pass its capacity of "
-                    "%.3f GiB. Raise it with pump-run --capacity SIZE|PCT%%|host (PUMP_CAPACITY); 'host' allows "
-                     "going beyond GPU memory into host memory",
-                     gib(bytes), gib(limit));
+    pump_notice_once("managed allocation of %.3f GiB on device %d refused: the job's managed memory there would "
+                     "pass its capacity of %.3f GiB. Raise it with pump-run --capacity SIZE|PCT%%|host "
+                     "(PUMP_CAPACITY); 'host' allows going beyond GPU memory into host memory",
+                     gib(bytes), device, gib(limit));
     return false;
 }
 
-PUMP_HIDDEN void pump_capacity_release(uint64_t bytes)
+PUMP_HIDDEN void pump_capacity_release(int device, uint64_t bytes)
 {
-    publish(__atomic_sub_fetch(&footprint, bytes, __ATOMIC_RELAXED));
+    if (device < 0 || device >= PUMP_DEVICES_MAX)
+        return;
+    __atomic_sub_fetch(&devices[device].footprint, bytes, __ATOMIC_RELAXED);
+    publish(-(int64_t)bytes);
 }
 
-PUMP_HIDDEN void pump_capacity_info(size_t *free_bytes, size_t *total_bytes)
+PUMP_HIDDEN void pump_capacity_info(int device, size_t *free_bytes, size_t *total_bytes)
 {
-    uint64_t limit = current_cap();
-    if (limit == UINT64_MAX || limit > SIZE_MAX)
+    if (device < 0 || device >= PUMP_DEVICES_MAX)
         return;
-    uint64_t used = __atomic_load_n(&footprint, __ATOMIC_RELAXED);
-    *total_bytes = (size_t)limit;
-    *free_bytes = (size_t)(used < limit ? limit - used : 0);
+    uint64_t limit = current_cap(device, NULL);
+    if (limit == UINT64_MAX)
+        return;
+    uint64_t used = __atomic_load_n(&devices[device].footprint, __ATOMIC_RELAXED);
+    uint64_t held = pump_device_memory_held(device);
+    used = used + held < used ? UINT64_MAX : used + held;
+    /* The device memory pump lets through can take the process past the cap: the total is then
+     * what it holds, so that free + held never passes it (PyTorch's cudaMallocAsync backend
+     * asserts that). */
+    uint64_t total = used > limit ? used : limit;
+    if (total > SIZE_MAX)
+        return;
+    *total_bytes = (size_t)total;
+    *free_bytes = (size_t)(total - used);
 }

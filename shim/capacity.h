@@ -1,15 +1,19 @@
-/* capacity.h: the cap on the process's managed footprint (PUMP_CAPACITY). */
+/* capacity.h: the cap on the process's managed footprint (PUMP_CAPACITY), one on each device. */
 #ifndef PUMP_CAPACITY_H
 #define PUMP_CAPACITY_H
 
 #include "shim.h"
 
-/* Counts `bytes` of new managed memory against the cap; false (and one clear
- * line, the first time) when it would go past it. */
-PUMP_HIDDEN bool pump_capacity_reserve(uint64_t bytes);
-PUMP_HIDDEN void pump_capacity_release(uint64_t bytes);
-/* A memory query's answer under managed_all: total = the cap, free = what the
- * footprint leaves of it; the driver's answer stays where no cap is set. */
-PUMP_HIDDEN void pump_capacity_info(size_t *free_bytes, size_t *total_bytes);
+/* Counts `bytes` of new managed memory on `device` (devices.h) against that device's cap;
+ * false (and one clear line, the first time) when it would go past it. Memory of no known
+ * device (-1) is not counted. ctx: a context of that device, in which the cap is resolved at
+ * its first use (NULL: the calling thread's current one). */
+PUMP_HIDDEN bool pump_capacity_reserve(int device, CUcontext ctx, uint64_t bytes);
+PUMP_HIDDEN void pump_capacity_release(int device, uint64_t bytes);
+/* A memory query's answer under managed_all, for the current context's `device`: total = the
+ * cap (or what the process holds there, where device memory took it past), free = what the
+ * managed footprint and the device memory pump let through (device_memory.h) leave of it; the
+ * driver's answer stays where no cap is set. */
+PUMP_HIDDEN void pump_capacity_info(int device, size_t *free_bytes, size_t *total_bytes);
 
 #endif

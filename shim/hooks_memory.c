@@ -5,7 +5,9 @@
  * Under managed_all (managed_all.h) the program's device allocations become
  * managed memory within the same cap: cuMemAlloc becomes cuMemAllocManaged,
  * cuMemAllocAsync takes from the stream device's managed pool in the same
- * stream order, and cuMemGetInfo reports the capacity. What cannot be made
+ * stream order, and cuMemGetInfo reports the device's capacity, less what the
+ * process holds there (device_memory.h counts the device memory pump lets
+ * through). What cannot be made
  * managed is left alone with one notice: cuMemCreate's memory, and IPC handles
  * (managed memory has none); what communication libraries allocate to share
  * by IPC handle stays device memory (managed_all.h). cuMemAllocPitch stays device memory (rare outside
@@ -17,6 +19,9 @@
  */
 #include "capacity.h"
 #include "channel.h"
+#include "context_cache.h"
+#include "device_memory.h"
+#include "devices.h"
 #include "hooks_common.h"
 #include "managed_all.h"
 #include "residency.h"
@@ -24,18 +29,25 @@
 /* Memory the driver just handed out: whatever pump listed there is stale. */
 static void forget_stale(CUdeviceptr base, size_t size)
 {
-    uint64_t stale = pump_ranges_drop(base, size);
-    if (stale > 0)
-        pump_capacity_release(stale);
+    pump_ranges_drop(base, size, pump_capacity_release);
+    pump_device_memory_remove(base);
+}
+
+/* Device memory pump let through: under managed_all, memory queries count it (device_memory.h). */
+static void count_device_memory(CUdeviceptr base, size_t size)
+{
+    forget_stale(base, size);
+    if (pump_managed_all())
+        pump_device_memory_add(base, size, pump_memory_device(base));
 }
 
 /* False when the table is full: the allocation then stays invisible to pump
  * (no prefetch, and outside the capacity count, since no free would see it).
  * host_touchable: the program made it managed itself (ranges.h). */
-static bool track_managed(CUdeviceptr base, size_t size, unsigned int flags, bool host_touchable)
+static bool track_managed(CUdeviceptr base, size_t size, unsigned int flags, bool host_touchable, int device)
 {
     forget_stale(base, size);
-    struct pump_range *range = pump_ranges_insert(base, size, flags, host_touchable);
+    struct pump_range *range = pump_ranges_insert(base, size, flags, host_touchable, device);
     if (range == NULL)
         return false;
     pump_residency_attach(range);
@@ -44,24 +56,29 @@ static bool track_managed(CUdeviceptr base, size_t size, unsigned int flags, boo
     return true;
 }
 
+/* A free: the managed allocation at base leaves the table, or the device memory its count. */
 static void untrack(CUdeviceptr base)
 {
     uint64_t size;
-    enum pump_removed removed = pump_ranges_remove(base, &size);
-    if (removed == PUMP_REMOVED_NOTHING)
+    int device;
+    enum pump_removed removed = pump_ranges_remove(base, &size, &device);
+    if (removed == PUMP_REMOVED_NOTHING) {
+        pump_device_memory_remove(base);
         return;
-    pump_capacity_release(size);
+    }
+    pump_capacity_release(device, size);
     PUMP_COUNT(managed_frees, 1);
     if (removed == PUMP_REMOVED_ALLOCATION)
         pump_channel_free(base, size);
 }
 
-/* Ends a managed allocation that reserved its bytes against the cap: tracked,
+/* Ends a managed allocation that reserved its bytes against device's cap: tracked,
  * or the reservation given back. by_pump: managed_all made it managed. */
-static void settle_managed(CUresult r, const CUdeviceptr *dptr, size_t bytesize, unsigned int flags, bool by_pump)
+static void settle_managed(CUresult r, const CUdeviceptr *dptr, size_t bytesize, unsigned int flags, bool by_pump,
+                           int device)
 {
-    if (r != CUDA_SUCCESS || !track_managed(*dptr, bytesize, flags, !by_pump))
-        pump_capacity_release(bytesize);
+    if (r != CUDA_SUCCESS || !track_managed(*dptr, bytesize, flags, !by_pump, device))
+        pump_capacity_release(device, bytesize);
 }
 
 /* Whether pump may turn this device allocation into managed memory; caller:
@@ -84,10 +101,11 @@ CUresult pump_mem_alloc_managed(CUdeviceptr *dptr, size_t bytesize, unsigned int
     PUMP_REAL_OR_RETURN(mem_alloc_managed, real);
     if (!pump_active() || dptr == NULL || bytesize == 0)
         return real(dptr, bytesize, flags);  /* the driver's own answer, errors included */
-    if (!pump_capacity_reserve(bytesize))
+    int device = pump_current_device();
+    if (!pump_capacity_reserve(device, NULL, bytesize))
         return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult r = real(dptr, bytesize, flags);
-    settle_managed(r, dptr, bytesize, flags, false);
+    settle_managed(r, dptr, bytesize, flags, false, device);
     return r;
 }
 
@@ -96,16 +114,17 @@ CUresult pump_mem_alloc(CUdeviceptr *dptr, size_t bytesize)
     PUMP_REAL_OR_RETURN(mem_alloc, real);
     pump_pfn_mem_alloc_managed managed = PUMP_REAL(mem_alloc_managed);
     if (managed != NULL && convertible(dptr, bytesize, __builtin_return_address(0))) {
-        if (!pump_capacity_reserve(bytesize))
+        int device = pump_current_device();
+        if (!pump_capacity_reserve(device, NULL, bytesize))
             return CUDA_ERROR_OUT_OF_MEMORY;
         CUresult r = managed(dptr, bytesize, CU_MEM_ATTACH_GLOBAL);
-        settle_managed(r, dptr, bytesize, CU_MEM_ATTACH_GLOBAL, true);
+        settle_managed(r, dptr, bytesize, CU_MEM_ATTACH_GLOBAL, true, device);
         count_converted(r, bytesize);
         return r;
     }
     CUresult r = real(dptr, bytesize);
     if (r == CUDA_SUCCESS && pump_active())
-        forget_stale(*dptr, bytesize);
+        count_device_memory(*dptr, bytesize);
     return r;
 }
 
@@ -122,14 +141,15 @@ static CUresult after_pool_alloc(CUresult r, const CUdeviceptr *dptr, size_t byt
     if (free_async == NULL || pump_driver.pointer_get_attribute == NULL ||
         pump_driver.pointer_get_attribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, *dptr) != CUDA_SUCCESS ||
         !managed) {
-        forget_stale(*dptr, bytesize);
+        count_device_memory(*dptr, bytesize);
         return r;
     }
-    if (!pump_capacity_reserve(bytesize)) {
+    int device = pump_memory_device(*dptr);
+    if (!pump_capacity_reserve(device, pump_stream_context(stream), bytesize)) {
         free_async(*dptr, stream);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    settle_managed(r, dptr, bytesize, 0, false);
+    settle_managed(r, dptr, bytesize, 0, false, device);
     return r;
 }
 
@@ -140,15 +160,17 @@ static CUresult after_pool_alloc(CUresult r, const CUdeviceptr *dptr, size_t byt
     {                                                                                                     \
         PUMP_REAL_OR_RETURN(id, real);                                                                    \
         pump_pfn_##from_pool_id from_pool = PUMP_REAL(from_pool_id);                                      \
+        CUstream own = pump_stream_of(stream, per_thread);                                                \
         CUmemoryPool pool = from_pool != NULL && convertible(dptr, bytesize, __builtin_return_address(0)) \
-                                ? pump_managed_pool_for(pump_stream_of(stream, per_thread))               \
+                                ? pump_managed_pool_for(own)                                              \
                                 : NULL;                                                                   \
         if (pool == NULL)                                                                                 \
-            return after_pool_alloc(real(dptr, bytesize, stream), dptr, bytesize, stream, PUMP_REAL(free_id)); \
-        if (!pump_capacity_reserve(bytesize))                                                             \
+            return after_pool_alloc(real(dptr, bytesize, stream), dptr, bytesize, own, PUMP_REAL(free_id)); \
+        int device = pump_stream_device(own);                                                             \
+        if (!pump_capacity_reserve(device, pump_stream_context(own), bytesize))                           \
             return CUDA_ERROR_OUT_OF_MEMORY;                                                              \
         CUresult r = from_pool(dptr, bytesize, pool, stream);                                             \
-        settle_managed(r, dptr, bytesize, 0, true);                                                       \
+        settle_managed(r, dptr, bytesize, 0, true, device);                                               \
         count_converted(r, bytesize);                                                                     \
         return r;                                                                                         \
     }
@@ -195,7 +217,7 @@ CUresult pump_mem_get_info(size_t *free_bytes, size_t *total_bytes)
     PUMP_REAL_OR_RETURN(mem_get_info, real);
     CUresult r = real(free_bytes, total_bytes);
     if (r == CUDA_SUCCESS && pump_active() && pump_managed_all())
-        pump_capacity_info(free_bytes, total_bytes);
+        pump_capacity_info(pump_current_device(), free_bytes, total_bytes);
     return r;
 }
 

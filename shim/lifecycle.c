@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "channel.h"
+#include "device_memory.h"
 #include "ranges.h"
 #include "residency.h"
 
@@ -28,16 +29,19 @@ static void before_fork(void)
 {
     pump_ranges_before_fork();
     pump_residency_before_fork();
+    pump_device_memory_before_fork();
 }
 
 static void parent_after_fork(void)
 {
+    pump_device_memory_after_fork();
     pump_residency_after_fork();
     pump_ranges_after_fork();
 }
 
 static void child_after_fork(void)
 {
+    pump_device_memory_after_fork();
     pump_residency_after_fork();
     pump_ranges_after_fork();
     pump_channel_after_fork_in_child();

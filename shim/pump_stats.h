@@ -42,9 +42,10 @@ struct pump_stats {
     uint64_t epochs;                 /* residency-belief expiries */
     uint64_t managed_allocs;         /* managed allocations tracked */
     uint64_t managed_frees;
-    uint64_t managed_bytes;          /* managed footprint now */
+    uint64_t managed_bytes;          /* managed footprint now, all devices together */
     uint64_t managed_bytes_peak;
-    uint64_t capacity_bytes;         /* the cap in force (0 until first managed alloc) */
+    uint64_t capacity_bytes;         /* the caps in force (one a device), summed over the devices that
+                                        have one so far (0 until the first managed allocation) */
     uint64_t capacity_refusals;      /* allocations refused at the cap */
     uint64_t budget_bytes;           /* the budget in force (the daemon's plan, else PUMP_BUDGET): the cap
                                         on managed bytes believed resident per GPU; 0: none */

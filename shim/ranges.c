@@ -51,6 +51,7 @@ static uint32_t free_count, slots_used;
 static uint64_t carved_starts[PUMP_CARVED_MAX];
 static uint64_t carved_ends[PUMP_CARVED_MAX];
 static bool carved_host_touchable[PUMP_CARVED_MAX];  /* its allocation's, for its tensors */
+static int32_t carved_devices[PUMP_CARVED_MAX];      /* likewise */
 static uint32_t carved_count;
 
 static void write_begin(void)
@@ -136,41 +137,50 @@ static void carved_erase(uint32_t i)
         carved_starts[j] = carved_starts[j + 1];
         carved_ends[j] = carved_ends[j + 1];
         carved_host_touchable[j] = carved_host_touchable[j + 1];
+        carved_devices[j] = carved_devices[j + 1];
     }
     carved_count--;
 }
 
-/* Erases the ranges overlapping [base, end) (writer); the bytes of the counted ones. */
-static uint64_t erase_overlapping(uint64_t base, uint64_t end)
+/* Erases the ranges overlapping [base, end) (writer); the bytes of the counted ones, each
+ * told to `dropped` (NULL: nobody) with its device. */
+static uint64_t erase_overlapping(uint64_t base, uint64_t end, void (*dropped)(int device, uint64_t bytes))
 {
     uint64_t counted = 0;
     uint32_t i = upper_bound(LOAD(count), base);
     if (i > 0 && LOAD(ends[i - 1]) > base)
         i--;
     while (i < LOAD(count) && LOAD(starts[i]) < end) {
-        if (LOAD(records[LOAD(slots[i])].counted))
-            counted += LOAD(ends[i]) - LOAD(starts[i]);
+        const struct pump_range *r = &records[LOAD(slots[i])];
+        uint64_t bytes = LOAD(ends[i]) - LOAD(starts[i]);
+        if (LOAD(r->counted)) {
+            counted += bytes;
+            if (dropped != NULL)
+                dropped(LOAD(r->device), bytes);
+        }
         erase_at(i);
     }
     return counted;
 }
 
-PUMP_HIDDEN uint64_t pump_ranges_drop(uint64_t base, uint64_t size)
+PUMP_HIDDEN uint64_t pump_ranges_drop(uint64_t base, uint64_t size, void (*dropped)(int device, uint64_t bytes))
 {
-    uint64_t end = base + size < base ? UINT64_MAX : base + size, dropped = 0;
+    uint64_t end = base + size < base ? UINT64_MAX : base + size, total = 0;
     write_begin();
     if (end > LOAD(lowest) && base < LOAD(highest))
-        dropped = erase_overlapping(base, end);
+        total = erase_overlapping(base, end, dropped);
     uint32_t i = carved_upper_bound(base);
     if (i > 0 && carved_ends[i - 1] > base)
         i--;
     while (i < carved_count && carved_starts[i] < end) {
-        dropped += carved_ends[i] - carved_starts[i];
-        erase_overlapping(carved_starts[i], carved_ends[i]);
+        total += carved_ends[i] - carved_starts[i];
+        if (dropped != NULL)
+            dropped(carved_devices[i], carved_ends[i] - carved_starts[i]);
+        erase_overlapping(carved_starts[i], carved_ends[i], NULL);
         carved_erase(i);
     }
     write_end();
-    return dropped;
+    return total;
 }
 
 /* A record's state of a new allocation or tensor: nothing resident, announced or used. */
@@ -187,7 +197,7 @@ static void start_life(struct pump_range *r)
 
 /* Adds [base, base+size) at its place in the arrays (writer; nothing overlaps it). */
 static struct pump_range *insert_locked(uint64_t base, uint64_t size, uint32_t flags, uint32_t counted,
-                                        bool host_touchable)
+                                        bool host_touchable, int device)
 {
     uint32_t n = LOAD(count);
     if (n >= PUMP_RANGES_MAX || (free_count == 0 && slots_used >= PUMP_RANGES_MAX))
@@ -199,6 +209,7 @@ static struct pump_range *insert_locked(uint64_t base, uint64_t size, uint32_t f
     STORE(records[slot].flags, flags);
     STORE(records[slot].counted, counted);
     STORE(records[slot].host_touchable, (uint32_t)host_touchable);
+    STORE(records[slot].device, (int32_t)device);
     start_life(&records[slot]);
     count_chunks(base, base + size, +1);
     for (uint32_t j = n; j > i; j--) {
@@ -219,19 +230,19 @@ static void log_full(void)
 }
 
 PUMP_HIDDEN struct pump_range *pump_ranges_insert(uint64_t base, uint64_t size, uint32_t flags,
-                                                  bool host_touchable)
+                                                  bool host_touchable, int device)
 {
     if (size == 0 || base + size < base)
         return NULL;
     write_begin();
-    struct pump_range *inserted = insert_locked(base, size, flags, 1, host_touchable);
+    struct pump_range *inserted = insert_locked(base, size, flags, 1, host_touchable, device);
     write_end();
     if (!inserted)
         log_full();
     return inserted;
 }
 
-PUMP_HIDDEN enum pump_removed pump_ranges_remove(uint64_t base, uint64_t *size)
+PUMP_HIDDEN enum pump_removed pump_ranges_remove(uint64_t base, uint64_t *size, int *device)
 {
     enum pump_removed removed = PUMP_REMOVED_NOTHING;
     write_begin();
@@ -239,11 +250,13 @@ PUMP_HIDDEN enum pump_removed pump_ranges_remove(uint64_t base, uint64_t *size)
     uint32_t c = carved_upper_bound(base);
     if (i > 0 && LOAD(starts[i - 1]) == base && LOAD(records[LOAD(slots[i - 1])].counted)) {
         *size = LOAD(ends[i - 1]) - base;
+        *device = LOAD(records[LOAD(slots[i - 1])].device);
         erase_at(i - 1);
         removed = PUMP_REMOVED_ALLOCATION;
     } else if (c > 0 && carved_starts[c - 1] == base) {
         *size = carved_ends[c - 1] - base;
-        erase_overlapping(base, carved_ends[c - 1]);  /* tensors whose frees pump missed */
+        *device = carved_devices[c - 1];
+        erase_overlapping(base, carved_ends[c - 1], NULL);  /* tensors whose frees pump missed */
         carved_erase(c - 1);
         removed = PUMP_REMOVED_CARVED;
     }
@@ -265,10 +278,12 @@ static bool carve_at(uint32_t i)
         carved_starts[j] = carved_starts[j - 1];
         carved_ends[j] = carved_ends[j - 1];
         carved_host_touchable[j] = carved_host_touchable[j - 1];
+        carved_devices[j] = carved_devices[j - 1];
     }
     carved_starts[c] = start;
     carved_ends[c] = end;
     carved_host_touchable[c] = LOAD(records[LOAD(slots[i])].host_touchable) != 0;
+    carved_devices[c] = LOAD(records[LOAD(slots[i])].device);
     carved_count++;
     erase_at(i);
     return true;
@@ -300,7 +315,9 @@ PUMP_HIDDEN struct pump_range *pump_ranges_insert_tensor(uint64_t base, uint64_t
             *carved_size = stop - start;
         }
     }
-    bool host_touchable = held && carved_host_touchable[carved_holding(base, end)];
+    int64_t segment = held ? carved_holding(base, end) : -1;
+    bool host_touchable = held && carved_host_touchable[segment];
+    int device = held ? carved_devices[segment] : -1;
     i = upper_bound(LOAD(count), base);  /* carving moved the arrays */
     struct pump_range *same = i > 0 && LOAD(starts[i - 1]) == base && LOAD(ends[i - 1]) == end
                                   ? &records[LOAD(slots[i - 1])]
@@ -311,8 +328,8 @@ PUMP_HIDDEN struct pump_range *pump_ranges_insert_tensor(uint64_t base, uint64_t
         STORE(same->dead, 0);
         inserted = same;
     } else if (held) {
-        erase_overlapping(base, end);  /* freed tensors, and stale ones whose frees were missed */
-        inserted = insert_locked(base, size, CU_MEM_ATTACH_GLOBAL, 0, host_touchable);
+        erase_overlapping(base, end, NULL);  /* freed tensors, and stale ones whose frees were missed */
+        inserted = insert_locked(base, size, CU_MEM_ATTACH_GLOBAL, 0, host_touchable, device);
     }
     write_end();
     if (held && !inserted)

@@ -23,6 +23,9 @@ struct pump_range {
      * written with relaxed atomics: a stale belief costs faults, never values. */
     uint64_t resident_stamp;
     uint32_t flags;       /* cuMemAllocManaged's flags (0 where unknown) */
+    /* The device whose capacity counts it (devices.h; -1: none): a free releases it there. A
+     * tensor has its segment's. */
+    int32_t device;
     /* 1: memory the program allocated as managed itself (or a tensor of such a segment): the
      * host may touch it after a synchronisation, so pump's beliefs of it expire there. 0:
      * memory managed_all made managed, which the program believes is device memory and never
@@ -60,13 +63,14 @@ struct pump_range {
 #define PUMP_CARVED_MAX 16384
 
 /* Adds an allocation; call pump_ranges_drop() on its range first. Returns
- * its record, or NULL when the table is full. host_touchable: see pump_range. */
+ * its record, or NULL when the table is full. host_touchable, device: see pump_range. */
 PUMP_HIDDEN struct pump_range *pump_ranges_insert(uint64_t base, uint64_t size, uint32_t flags,
-                                                  bool host_touchable);
+                                                  bool host_touchable, int device);
 /* Removes everything overlapping [base, base+size): memory the driver just
  * handed out cannot still be an allocation, a carved segment or a tensor (pump
- * missed a free). Returns the bytes they held against the capacity. */
-PUMP_HIDDEN uint64_t pump_ranges_drop(uint64_t base, uint64_t size);
+ * missed a free). Returns the bytes they held against the capacity, and tells each
+ * allocation's to `dropped` (NULL: nobody) with its device, under the table's lock. */
+PUMP_HIDDEN uint64_t pump_ranges_drop(uint64_t base, uint64_t size, void (*dropped)(int device, uint64_t bytes));
 
 /* What pump_ranges_remove found at a base. */
 enum pump_removed {
@@ -77,8 +81,8 @@ enum pump_removed {
 };
 /* Removes the allocation or carved segment starting at base (a free of the
  * memory the driver handed out); the bytes it held against the capacity in
- * *size. */
-PUMP_HIDDEN enum pump_removed pump_ranges_remove(uint64_t base, uint64_t *size);
+ * *size, on *device. */
+PUMP_HIDDEN enum pump_removed pump_ranges_remove(uint64_t base, uint64_t *size, int *device);
 
 /* Tensors: what a framework's caching allocator hands out of its segments
  * (torch_trace.c). A tensor must lie inside an allocation, which is then

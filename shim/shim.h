@@ -32,6 +32,10 @@ static inline void pump_cpu_relax(void)
 #endif
 }
 
+/* Devices pump keeps state for, by the driver's ordinal; memory of a device past them passes
+ * through uncounted. */
+#define PUMP_DEVICES_MAX 64
+
 /* The prefetch unit: the driver's VA block (uvm_va_block_types.h, 2 MiB). */
 #define PUMP_BLOCK_SIZE ((uint64_t)2 << 20)
 

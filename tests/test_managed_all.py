@@ -99,6 +99,28 @@ def test_memory_queries_report_the_capacity(run_program):
     assert small.result["free1"] == (4 << 30) - CHUNK
 
 
+TWO_SMALL_DEVICES = {"FAKECUDA_DEVICES": "2", "FAKECUDA_DEVICE_MEMORY": str(256 << 20)}
+
+
+@pytest.mark.parametrize("kind", ["alloc", "async"])
+def test_each_device_has_its_own_capacity_and_memory_answer(run_program, kind):
+    """192 MiB on each of two 256 MiB devices. With one cap and one footprint per process
+    (before issue 15), device 1 got 64 MiB, then CUDA_ERROR_OUT_OF_MEMORY, and its memory
+    query answered free 0 (device 0's footprint). async: device 1's cap is resolved while
+    device 0's context is current, from device 1's memory (device 0's has 64 MiB free then)."""
+    bare = run_program("managed_all", "two", kind, 192, pump=False, env=TWO_SMALL_DEVICES)
+    assert bare.result == {"allocated_mib": [192, 192], "result": [0, 0], "free_mib": [64, 64],
+                           "total_mib": [256, 256], "free_after_mib": [256, 64]}
+    run = run_program("managed_all", "two", kind, 192, env=dict(MANAGED_ALL, **TWO_SMALL_DEVICES))
+    assert run.proc.stderr == ""
+    # device 0's memory, freed while device 1 is current, comes back on device 0
+    assert run.result == bare.result
+    totals = run.totals
+    assert totals["capacity_refusals"] == 0 and totals["managed_all_allocs"] == 6
+    assert totals["capacity_bytes"] == 2 * (256 << 20)  # the caps of both devices
+    assert totals["managed_bytes_peak"] == 2 * (192 << 20) and totals["managed_bytes"] == 0
+
+
 def test_unmanageable_memory_is_left_alone_with_one_notice_each(run_program):
     bare = run_program("managed_all", "unmanageable", pump=False)
     assert bare.result == {"vmm": [0, 0], "ipc": [0, 0]}
@@ -126,12 +148,16 @@ def test_no_concurrent_managed_access_keeps_device_memory(run_program):
 
 
 @pytest.mark.parametrize("variant", ["asan", "tsan"])
-@pytest.mark.parametrize("args", [["device", 2], ["async"], ["fill", "pool", 1024], ["unmanageable"]])
+@pytest.mark.parametrize("args", [["device", 2], ["async"], ["fill", "pool", 1024], ["unmanageable"],
+                                  ["two", "async", 192]])
 def test_under_sanitizers(run_program, variant, args):
-    env = dict(MANAGED_ALL, PUMP_CAPACITY="200MiB", ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
+    env = dict(MANAGED_ALL, **TWO_SMALL_DEVICES) if args[0] == "two" else dict(MANAGED_ALL, PUMP_CAPACITY="200MiB")
+    env.update(ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
                UBSAN_OPTIONS="print_stacktrace=1", TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1")
     run = run_program("managed_all", *args, variant=variant, env=env, timeout=600)
     assert run.proc.returncode == 0, run.proc.stderr[-4000:]
     assert "Sanitizer" not in run.proc.stderr and "runtime error" not in run.proc.stderr, run.proc.stderr[-4000:]
     if args[0] == "device":
         assert run.result["managed"] == [1, 1] and run.result["gpu_faults"] == 0
+    if args[0] == "two":
+        assert run.result["allocated_mib"] == [192, 192]

@@ -1,7 +1,8 @@
 """The shim reads in layers: a lower layer never includes a higher one's header.
 
-From the bottom: base (the shared records, configuration, logging, counters), lookup (the
-range table, the launch scan, parameter layouts: what a pointer is), channel (records to
+From the bottom: base (the shared records, configuration, logging, counters, which device a
+call is about), lookup (the range table, the launch scan, parameter layouts, the device
+memory pump lets through: what a pointer is), channel (records to
 and from pumpd: decides nothing), engine (the driver calls that move memory: no policy),
 policy (what moves and when: residency, budget, capacity, managed_all), hooks (the entry
 points, which orchestrate). A lower file reaches a higher one only through a callback the
@@ -17,8 +18,8 @@ SHIM = pathlib.Path(__file__).resolve().parent.parent / "shim"
 LAYERS = ["base", "lookup", "channel", "engine", "policy", "hooks"]
 LAYER_OF = {
     "base": ["shim", "pump_stats", "pump_channel", "pump_torch_trace", "capture_mode", "config", "log",
-             "stats"],
-    "lookup": ["ranges", "scan", "layouts"],
+             "stats", "devices"],
+    "lookup": ["ranges", "scan", "layouts", "device_memory"],
     "channel": ["channel"],
     "engine": ["prefetch", "context_cache", "stream_users"],
     "policy": ["residency", "budget", "capacity", "managed_all"],

@@ -9,6 +9,10 @@
  *   managed_all fill KIND MIB       64 MiB allocations until MIB or an error; KIND: alloc (cuMemAlloc),
  *                                   async (cuMemAllocAsync), pool (the program's own managed pool)
  *   managed_all unmanageable        cuMemCreate and cuIpcGetMemHandle, twice each
+ *   managed_all two KIND MIB        (FAKECUDA_DEVICES=2) MIB of 64 MiB buffers on device 0, then on
+ *                                   device 1, a memory query on each; device 0's freed while device 1
+ *                                   is current, and both queried again. KIND: alloc (cuMemAlloc),
+ *                                   async (cuMemAllocAsync with the other device's context current)
  */
 #include <string.h>
 
@@ -190,10 +194,73 @@ static int mode_unmanageable(void)
     return 0;
 }
 
+/* A process that uses two GPUs (DataParallel, device_map="auto") fills each. KIND alloc:
+ * cuMemAlloc with the device's context current; async: cuMemAllocAsync on a stream of the
+ * device's context while the other device's context is current (the memory is the stream's
+ * device's), freed the same way. */
+static int mode_two(const char *kind, size_t mib)
+{
+    enum { MAX_CHUNKS = 16 };
+    int async = strcmp(kind, "async") == 0;
+    if (!async && strcmp(kind, "alloc") != 0) {
+        fprintf(stderr, "managed_all: two KIND is alloc or async, not %s\n", kind);
+        return 2;
+    }
+    CUcontext ctx[2];
+    CUstream streams[2];
+    CUdeviceptr chunk[2][MAX_CHUNKS];
+    size_t count[2] = {0, 0}, free_mib[2], total_mib[2], free_after_mib[2], free_bytes, total_bytes;
+    CUresult r[2] = {CUDA_SUCCESS, CUDA_SUCCESS};
+    for (int d = 0; d < 2; d++) {
+        CUdevice dev;
+        CHECK(cuDeviceGet(&dev, d));
+        CHECK(cuDevicePrimaryCtxRetain(&ctx[d], dev));
+        CHECK(cuCtxSetCurrent(ctx[d]));
+        CHECK(cuStreamCreate(&streams[d], CU_STREAM_NON_BLOCKING));
+    }
+    for (int d = 0; d < 2; d++) {
+        CHECK(cuCtxSetCurrent(ctx[async ? 1 - d : d]));
+        while (count[d] < MAX_CHUNKS && (count[d] + 1) * (CHUNK >> 20) <= mib) {
+            CUdeviceptr *next = &chunk[d][count[d]];
+            r[d] = async ? cuMemAllocAsync(next, CHUNK, streams[d]) : cuMemAlloc(next, CHUNK);
+            if (r[d] != CUDA_SUCCESS)
+                break;
+            count[d]++;
+        }
+        if (d == 0) {  /* resident on device 0: a cap of device 1 taken from device 0's free memory would show */
+            for (size_t i = 0; i < count[0]; i++)
+                launch_inc(chunk[0][i], CHUNK);
+            CHECK(cuStreamSynchronize(stream));
+        }
+        CHECK(cuCtxSetCurrent(ctx[d]));
+        CHECK(cuMemGetInfo(&free_bytes, &total_bytes));
+        free_mib[d] = free_bytes >> 20;
+        total_mib[d] = total_bytes >> 20;
+    }
+    /* device 1 is current: the memory is device 0's */
+    for (size_t i = 0; i < count[0]; i++)
+        CHECK(async ? cuMemFreeAsync(chunk[0][i], streams[0]) : cuMemFree(chunk[0][i]));
+    CHECK(cuStreamSynchronize(streams[0]));
+    for (int d = 1; d >= 0; d--) {
+        CHECK(cuCtxSetCurrent(ctx[d]));
+        CHECK(cuMemGetInfo(&free_bytes, &total_bytes));
+        free_after_mib[d] = free_bytes >> 20;
+    }
+    for (size_t i = 0; i < count[1]; i++)
+        CHECK(async ? cuMemFreeAsync(chunk[1][i], streams[1]) : cuMemFree(chunk[1][i]));
+    CHECK(cuStreamSynchronize(streams[1]));
+    printf("{\"allocated_mib\": [%zu, %zu], \"result\": [%d, %d], \"free_mib\": [%zu, %zu], \"total_mib\": [%zu, %zu], "
+           "\"free_after_mib\": [%zu, %zu]}\n",
+           count[0] * (CHUNK >> 20), count[1] * (CHUNK >> 20), (int)r[0], (int)r[1], free_mib[0], free_mib[1],
+           total_mib[0], total_mib[1], free_after_mib[0], free_after_mib[1]);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: managed_all device ROUNDS | async | info | fill KIND MIB | unmanageable\n");
+        fprintf(stderr,
+                "usage: managed_all device ROUNDS | async | info | fill KIND MIB | unmanageable | two KIND MIB\n");
         return 2;
     }
     cuda_api_load(&api, 0);
@@ -218,6 +285,8 @@ int main(int argc, char **argv)
         return mode_fill(argv[2], (size_t)atol(argv[3]));
     if (strcmp(mode, "unmanageable") == 0)
         return mode_unmanageable();
+    if (strcmp(mode, "two") == 0 && argc == 4)
+        return mode_two(argv[2], (size_t)atol(argv[3]));
     fprintf(stderr, "managed_all: unknown mode %s (or its arguments)\n", mode);
     return 2;
 }

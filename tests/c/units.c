@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "channel.h"
+#include "device_memory.h"
 #include "ranges.h"
 
 static int passed, failed;
@@ -62,14 +63,22 @@ static struct pump_range *find(uint64_t addr)
 
 #define MiB (1ull << 20)
 
+/* What pump_ranges_drop told, per device. */
+static uint64_t dropped_on[4];
+
+static void count_dropped(int device, uint64_t bytes)
+{
+    dropped_on[device] += bytes;
+}
+
 static void test_range_table(void)
 {
     EXPECT(pump_ranges_empty());
     EXPECT(find(0x1000) == NULL);
     uint64_t base = 0x7f0000000000ull;
-    EXPECT(pump_ranges_insert(base, 3 * MiB, 1, false));
-    EXPECT(pump_ranges_insert(base + 8 * MiB, 1, 1, false));        /* a one-byte allocation */
-    EXPECT(pump_ranges_insert(base - 4 * MiB, 4 * MiB, 1, false));  /* adjacent below */
+    EXPECT(pump_ranges_insert(base, 3 * MiB, 1, false, 1));
+    EXPECT(pump_ranges_insert(base + 8 * MiB, 1, 1, false, 0));        /* a one-byte allocation */
+    EXPECT(pump_ranges_insert(base - 4 * MiB, 4 * MiB, 1, false, 0));  /* adjacent below */
     EXPECT(!pump_ranges_empty());
     EXPECT(find(base) != NULL && find(base)->base == base);
     EXPECT(find(base + 3 * MiB - 1) != NULL && find(base + 3 * MiB - 1)->base == base);
@@ -85,15 +94,17 @@ static void test_range_table(void)
     EXPECT(pump_ranges_lookup(words, 5, found, 0, 4, &hits) == 2 && hits == 3);
 
     uint64_t size = 0;
-    EXPECT(pump_ranges_remove(base, &size) == PUMP_REMOVED_ALLOCATION && size == 3 * MiB);
-    EXPECT(!pump_ranges_remove(base, &size));
+    int device = -1;
+    EXPECT(pump_ranges_remove(base, &size, &device) == PUMP_REMOVED_ALLOCATION && size == 3 * MiB && device == 1);
+    EXPECT(!pump_ranges_remove(base, &size, &device));
     EXPECT(find(base + 1) == NULL);
-    EXPECT(!pump_ranges_remove(base - 4 * MiB + 1, &size)); /* only exact bases */
+    EXPECT(!pump_ranges_remove(base - 4 * MiB + 1, &size, &device)); /* only exact bases */
 
     /* Memory handed out again over stale entries drops them. */
-    EXPECT(pump_ranges_drop(base - 5 * MiB, 20 * MiB) == 4 * MiB + 1);
+    EXPECT(pump_ranges_drop(base - 5 * MiB, 20 * MiB, count_dropped) == 4 * MiB + 1);
+    EXPECT(dropped_on[0] == 4 * MiB + 1 && dropped_on[1] == 0);  /* each on its device */
     EXPECT(pump_ranges_empty());
-    EXPECT(pump_ranges_drop(base, MiB) == 0);
+    EXPECT(pump_ranges_drop(base, MiB, NULL) == 0);
 }
 
 /* A caching allocator's segment carved into tensors: launches find the tensors,
@@ -102,10 +113,11 @@ static void test_range_table(void)
 static void test_carved_segments(void)
 {
     uint64_t seg = 0x7e0000000000ull, cbase, csize, size = 0;
+    int device = -1;
     EXPECT(pump_ranges_insert_tensor(seg, MiB, &cbase, &csize) == NULL);  /* not managed memory */
-    EXPECT(pump_ranges_insert(seg, 20 * MiB, 1, false));
+    EXPECT(pump_ranges_insert(seg, 20 * MiB, 1, false, 2));
     struct pump_range *a = pump_ranges_insert_tensor(seg, 6 * MiB, &cbase, &csize);
-    EXPECT(a != NULL && a->base == seg && a->size == 6 * MiB && !a->counted);
+    EXPECT(a != NULL && a->base == seg && a->size == 6 * MiB && !a->counted && a->device == 2);
     EXPECT(cbase == seg && csize == 20 * MiB);  /* carved by this tensor */
     EXPECT(pump_ranges_insert_tensor(seg + 6 * MiB, 512, &cbase, &csize) != NULL && csize == 0);
     EXPECT(find(seg + 5 * MiB)->base == seg);
@@ -126,18 +138,39 @@ static void test_carved_segments(void)
     EXPECT(find(seg + 6 * MiB)->size == 4 * MiB);
 
     /* The segment's free: its 20 MiB, the tensor left in it gone with it. */
-    EXPECT(pump_ranges_remove(seg + 6 * MiB, &size) == PUMP_REMOVED_NOTHING);  /* a tensor's base */
-    EXPECT(pump_ranges_remove(seg, &size) == PUMP_REMOVED_CARVED && size == 20 * MiB);
+    EXPECT(pump_ranges_remove(seg + 6 * MiB, &size, &device) == PUMP_REMOVED_NOTHING);  /* a tensor's base */
+    EXPECT(pump_ranges_remove(seg, &size, &device) == PUMP_REMOVED_CARVED && size == 20 * MiB && device == 2);
     EXPECT(pump_ranges_empty() && find(seg + 6 * MiB) == NULL);
-    EXPECT(pump_ranges_remove(seg, &size) == PUMP_REMOVED_NOTHING);
+    EXPECT(pump_ranges_remove(seg, &size, &device) == PUMP_REMOVED_NOTHING);
 
     /* Memory handed out over a carved segment pump saw no free of: its bytes come back. A
      * tensor of memory the program allocated managed itself is, as its segment, host-touchable. */
-    EXPECT(pump_ranges_insert(seg, 4 * MiB, 1, true));
+    EXPECT(pump_ranges_insert(seg, 4 * MiB, 1, true, 3));
     struct pump_range *t = pump_ranges_insert_tensor(seg + MiB, MiB, &cbase, &csize);
     EXPECT(t != NULL && csize == 4 * MiB && t->host_touchable);
-    EXPECT(pump_ranges_drop(seg + 2 * MiB, MiB) == 4 * MiB);
-    EXPECT(pump_ranges_empty() && pump_ranges_remove(seg, &size) == PUMP_REMOVED_NOTHING);
+    EXPECT(pump_ranges_drop(seg + 2 * MiB, MiB, count_dropped) == 4 * MiB && dropped_on[3] == 4 * MiB);
+    EXPECT(pump_ranges_empty() && pump_ranges_remove(seg, &size, &device) == PUMP_REMOVED_NOTHING);
+}
+
+/* The device memory let through, per device: every allocation found again at its free,
+ * whatever the collisions and removals in between moved in the table. */
+static void test_device_memory(void)
+{
+    enum { N = 3000 };
+    const CUdeviceptr base = 0x7d0000000000ull;
+    for (int i = 0; i < N; i++)
+        pump_device_memory_add(base + (CUdeviceptr)i * 512, 512, i % 2);
+    EXPECT(pump_device_memory_held(0) == N / 2 * 512 && pump_device_memory_held(1) == N / 2 * 512);
+    pump_device_memory_add(base, 4096, 1);  /* handed out again at a base whose free was missed */
+    EXPECT(pump_device_memory_held(0) == (N / 2 - 1) * 512 && pump_device_memory_held(1) == N / 2 * 512 + 4096);
+    int found = 0;
+    for (int i = 1; i < N; i += 3)
+        found += pump_device_memory_remove(base + (CUdeviceptr)i * 512);
+    EXPECT(found == (N - 1 + 2) / 3);
+    for (int i = 0; i < N; i++)
+        found += pump_device_memory_remove(base + (CUdeviceptr)i * 512);
+    EXPECT(found == N && !pump_device_memory_remove(base));
+    EXPECT(pump_device_memory_held(0) == 0 && pump_device_memory_held(1) == 0 && pump_device_memory_held(-1) == 0);
 }
 
 /* Readers must only ever see ranges that really contain the address they
@@ -175,12 +208,13 @@ static void test_readers_race_writer(void)
     for (int round = 0; round < 200; round++) {
         for (int i = 0; i < 64; i++)
             pump_ranges_insert(RACE_BASE + (uint64_t)i * 4 * MiB, (1 + (uint64_t)(i + round) % 4) * MiB, 1,
-                               false);
+                               false, 0);
         for (int i = 0; i < 64; i += 2) {
             uint64_t size;
-            pump_ranges_remove(RACE_BASE + (uint64_t)i * 4 * MiB, &size);
+            int device;
+            pump_ranges_remove(RACE_BASE + (uint64_t)i * 4 * MiB, &size, &device);
         }
-        pump_ranges_drop(RACE_BASE, 64 * 4 * MiB);
+        pump_ranges_drop(RACE_BASE, 64 * 4 * MiB, NULL);
     }
     atomic_store(&stop, true);
     for (int i = 0; i < 3; i++)
@@ -383,7 +417,7 @@ static void test_plan(void)
 
     uint64_t base = 0x500000000000ull;
     for (int i = 0; i < 4; i++)
-        EXPECT(pump_ranges_insert(base + (uint64_t)i * 8 * MiB, 4 * MiB, 1, false));
+        EXPECT(pump_ranges_insert(base + (uint64_t)i * 8 * MiB, 4 * MiB, 1, false, 0));
     uint64_t f = 0x7f00deadbe00ull, g = 0x7f00deadbf00ull;
     uint64_t own[] = {base + 8 * MiB, base};
     struct pump_scan scan = {.found = 0};
@@ -456,7 +490,8 @@ static void test_plan(void)
 
     for (int i = 0; i < 4; i++) {
         uint64_t size;
-        EXPECT(pump_ranges_remove(base + (uint64_t)i * 8 * MiB, &size));
+        int device;
+        EXPECT(pump_ranges_remove(base + (uint64_t)i * 8 * MiB, &size, &device));
     }
     free(plan);
 }
@@ -467,6 +502,7 @@ int main(void)
     test_range_table();
     test_carved_segments();
     test_readers_race_writer();
+    test_device_memory();
     test_budget_job_name_grammar();
     test_ring();
     test_plan();
