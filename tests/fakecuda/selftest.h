@@ -28,5 +28,6 @@ extern const struct selftest_driver_mode selftest_driver_modes[]; /* ends with a
 int selftest_child_contexts(void);        /* selftest_contexts.c */
 int selftest_child_default_streams(void); /* selftest_contexts.c */
 int selftest_child_copies(void);         /* selftest_copies.c */
+int selftest_child_pools(void);          /* selftest_pools.c */
 
 #endif

@@ -382,6 +382,7 @@ const struct selftest_driver_mode selftest_driver_modes[] = {
     { "contexts", NULL, selftest_child_contexts },
     { "default-streams", NULL, selftest_child_default_streams },
     { "copies", NULL, selftest_child_copies },
+    { "pools", NULL, selftest_child_pools },
     { "devices-64", "FAKECUDA_DEVICES=64", child_devices_64 },
     { NULL, NULL, NULL },
 };
