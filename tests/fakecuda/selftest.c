@@ -448,8 +448,12 @@ int main(int argc, char **argv)
     OK(cuStreamSynchronize(s1));
     CHECK(b[0] == 192.0f, "launch through a CUkernel");
     size_t off = 0, size = 0;
-    CHECK(cuFuncGetParamInfo((CUfunction)kern, 0, &off, &size) == CUDA_ERROR_INVALID_HANDLE, "FuncGetParamInfo(CUkernel)");
-    CHECK(cuKernelGetParamInfo((CUkernel)fdouble, 0, &off, &size) == CUDA_ERROR_INVALID_HANDLE, "KernelGetParamInfo(CUfunction)");
+    CHECK(cuFuncGetParamInfo((CUfunction)kern, 0, &off, &size) == CUDA_ERROR_INVALID_VALUE, "FuncGetParamInfo(CUkernel)");
+    CHECK(cuKernelGetParamInfo((CUkernel)fdouble, 0, &off, &size) == CUDA_ERROR_INVALID_VALUE, "KernelGetParamInfo(CUfunction)");
+    CHECK(cuFuncGetParamInfo(NULL, 0, &off, &size) == CUDA_ERROR_INVALID_VALUE, "FuncGetParamInfo(NULL)");
+    CHECK(cuFuncGetParamInfo(fdouble, 0, NULL, &size) == CUDA_ERROR_INVALID_VALUE, "paramOffset is not optional");
+    OK(cuKernelGetParamInfo(kern, 1, &off, NULL)); /* paramSize is */
+    CHECK(off == sizeof(float *), "offset without the size");
     OK(cuKernelGetParamInfo(kern, 1, &off, &size));
     CHECK(off == 8 && size == 8, "kernel param 1 at 8");
     size_t offs[4], want[4] = { 0, 8, 16, 24 };
