@@ -6,6 +6,8 @@
 
 #include <stdio.h>
 
+#include "fakecuda.h"
+
 extern int passed, failed; /* selftest.c's */
 #define CHECK(cond, ...)                                                 \
     do {                                                                 \
@@ -18,6 +20,14 @@ extern int passed, failed; /* selftest.c's */
         }                                                                \
     } while (0)
 #define OK(call) CHECK((call) == CUDA_SUCCESS, "%s", #call)
+
+/* The counters now (call after synchronizing). */
+static inline struct fakecuda_stats selftest_stats(void)
+{
+    struct fakecuda_stats s;
+    fakecuda_get_stats(&s);
+    return s;
+}
 
 struct selftest_driver_mode {
     const char *name;

@@ -10,19 +10,11 @@
 #include <cuda.h>
 #include <stdint.h>
 
-#include "fakecuda.h"
 #include "selftest.h"
 
 #define PAGE (64u * 1024u)
-#define PAGES 8u
+#define PAGES 8u /* an activation's pages */
 #define BYTES ((size_t)PAGES * PAGE)
-
-static struct fakecuda_stats stats(void)
-{
-    struct fakecuda_stats s;
-    fakecuda_get_stats(&s);
-    return s;
-}
 
 static uint64_t attr(CUmemoryPool pool, CUmemPool_attribute a)
 {
@@ -100,7 +92,7 @@ int selftest_child_pools(void)
     step(managed, s, touch);
     fakecuda_reset_stats();
     for (int i = 0; i < 3; i++) step(managed, s, touch);
-    struct fakecuda_stats st = stats();
+    struct fakecuda_stats st = selftest_stats();
     CHECK(st.pool_bytes_released == 3 * BYTES && st.pool_bytes_reserved == 3 * BYTES && st.gpu_faults == 3 * PAGES,
           "threshold 0: released %llu, reserved %llu, faults %llu each step", (unsigned long long)st.pool_bytes_released,
           (unsigned long long)st.pool_bytes_reserved, (unsigned long long)st.gpu_faults);
@@ -120,7 +112,7 @@ int selftest_child_pools(void)
     fakecuda_reset_stats();
     CUdeviceptr again = 0;
     for (int i = 0; i < 3; i++) again = step(managed, s, touch);
-    st = stats();
+    st = selftest_stats();
     CHECK(again == first && st.pool_bytes_released == 0 && st.pool_bytes_reserved == 0 && st.gpu_faults == 0 &&
               st.allocations_reused == 3, "UINT64_MAX: kept and reused (released %llu, faults %llu)",
           (unsigned long long)st.pool_bytes_released, (unsigned long long)st.gpu_faults);
@@ -133,7 +125,7 @@ int selftest_child_pools(void)
     OK(cuMemPoolTrimTo(managed, BYTES));
     CHECK(attr(managed, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) == BYTES, "trim to what is reserved: nothing goes");
     OK(cuMemPoolTrimTo(managed, 0));
-    CHECK(attr(managed, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) == 0 && stats().pool_bytes_released == BYTES,
+    CHECK(attr(managed, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) == 0 && selftest_stats().pool_bytes_released == BYTES,
           "trim to 0 releases what the pool keeps");
     OK(cuMemPoolSetAttribute(managed, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &zero));
 
