@@ -177,10 +177,12 @@ static fc_block *block_at(uintptr_t base)
 
 /* Gives the kept blocks of pool (all pools: NULL) back to the OS, oldest first, while the pool
  * keeps more than `keep` bytes and releasing leaves it at least `keep` (cuMemPoolTrimTo: "the
- * pool will be guaranteed to have at least minBytesToKeep bytes reserved"; the release
- * threshold: "Amount of reserved memory in bytes to hold onto"). keep < 0: each pool's own
- * release threshold. Blocks whose free has not run are outstanding, never released. The unmap
- * is made outside fc_pools_mu; its cost is charged to the calling thread. */
+ * pool will be guaranteed to have at least minBytesToKeep bytes reserved"). keep < 0: each
+ * pool's own release threshold, released past while above it (the driver releases at its own
+ * granularity, "When more than the release threshold bytes of memory are held by the memory
+ * pool, the allocator will try to release memory"; a block is released whole here, the dearer
+ * side). Blocks whose free has not run are outstanding, never released. The unmap is made
+ * outside fc_pools_mu; its cost is charged to the calling thread. */
 static void release_kept(CUmemoryPool only, int64_t keep)
 {
     size_t n = 0;
@@ -193,7 +195,8 @@ static void release_kept(CUmemoryPool only, int64_t keep)
             for (fc_block *b = fc_blocks; b; b = b->next) {
                 uint64_t hold = keep < 0 ? b->pool->release_threshold : (uint64_t)keep;
                 if (b->state == BLOCK_KEPT && (!only || b->pool == only) && b->pool->reserved > hold &&
-                    b->pool->reserved - b->size >= hold && (!oldest || b->kept_since < oldest->kept_since))
+                    (keep < 0 || b->pool->reserved - b->size >= hold) &&
+                    (!oldest || b->kept_since < oldest->kept_since))
                     oldest = b;
             }
             if (!oldest || n == sizeof bases / sizeof *bases) break;

@@ -2,8 +2,8 @@
  * process of its own (selftest.c runs it): memory freed into a pool stays reserved and counted
  * against the device until a synchronisation above the release threshold (default 0) or a
  * cuMemPoolTrimTo releases it; released memory allocated again is reserved anew, at a cost, and
- * in a managed pool faults again; a threshold of UINT64_MAX (PyTorch's) keeps it; the
- * attributes read and set as cuda.h documents them. */
+ * in a managed pool faults again; a threshold of UINT64_MAX (PyTorch's) keeps it, a lower one
+ * keeps nothing above it; the attributes read and set as cuda.h documents them. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -127,6 +127,14 @@ int selftest_child_pools(void)
     OK(cuMemPoolTrimTo(managed, 0));
     CHECK(attr(managed, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) == 0 && selftest_stats().pool_bytes_released == BYTES,
           "trim to 0 releases what the pool keeps");
+
+    /* A threshold below what the pool keeps: released past it, a whole allocation at a time. */
+    cuuint64_t half = BYTES / 2;
+    OK(cuMemPoolSetAttribute(managed, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &half));
+    fakecuda_reset_stats();
+    step(managed, s, touch);
+    CHECK(selftest_stats().pool_bytes_released == BYTES && attr(managed, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) == 0,
+          "above a threshold: released");
     OK(cuMemPoolSetAttribute(managed, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &zero));
 
     /* A pinned pool's kept memory counts against the device until released; a free whose
