@@ -31,17 +31,17 @@ PUMP_EXPORT void pump_torch_free(void *ptr, size_t size, int device, CUstream st
 /* PyTorch's own allocators keep what they free: the caching allocator its segments, the
  * cudaMallocAsync backend its pool, whose release threshold it raises to UINT64_MAX before a
  * device's first allocation (c10/cuda/CUDAMallocAsyncAllocator.cpp, lazy_init_device). In
- * their place pump does the same, through its own hook, so that the managed pool standing in
- * under managed_all follows (hooks_pool.c); at threshold 0 every tensor freed in a step would
- * go back to the driver at the step's synchronisation and be populated again the next step. */
+ * their place pump does the same at its first tensor on a device, through its own hook, so
+ * that the managed pool standing in under managed_all follows (hooks_pool.c); at threshold 0
+ * every tensor freed in a step would go back to the driver at the step's synchronisation and
+ * be populated again the next step. */
 #define KEEP_DEVICES 64
 static _Atomic bool keeps_freed[KEEP_DEVICES];
 
 static void keep_freed_memory(int device)
 {
-    if (device < 0 || device >= KEEP_DEVICES ||
-        atomic_exchange_explicit(&keeps_freed[device], true, memory_order_acq_rel) ||
-        pump_driver.device_get_default_mem_pool == NULL)
+    if (device < 0 || device >= KEEP_DEVICES || pump_driver.device_get_default_mem_pool == NULL ||
+        atomic_exchange_explicit(&keeps_freed[device], true, memory_order_acq_rel))
         return;
     CUmemoryPool pool;
     cuuint64_t keep_all = UINT64_MAX;
@@ -56,9 +56,9 @@ void *pump_torch_alloc(ssize_t size, int device, CUstream stream)
 {
     CUdeviceptr ptr = 0;  /* PyTorch made the device current; the stream names it too */
     pump_stream_users_start();
-    keep_freed_memory(device);
     if (size <= 0 || pump_mem_alloc_async(&ptr, (size_t)size, stream) != CUDA_SUCCESS)
         return NULL;
+    keep_freed_memory(device);  /* the driver is loaded now; nothing was released yet */
     PUMP_COUNT(torch_allocs, 1);
     return (void *)(uintptr_t)ptr;
 }
