@@ -138,7 +138,8 @@ class FakeStats(ctypes.Structure):
         "gpu_faults cpu_faults pages_touched_by_kernels bytes_prefetched_h2d bytes_prefetched_unused "
         "bytes_faulted_h2d bytes_d2h kernels_run launches prefetch_calls batch_prefetch_calls "
         "device_resident_bytes device_resident_peak bytes_discarded allocations_reused driver_host_ns "
-        "driver_evictions bytes_evicted_d2h bytes_evicted_h2d va_lock_wait_ns").split()]
+        "driver_evictions bytes_evicted_d2h bytes_evicted_h2d va_lock_wait_ns pool_bytes_reserved "
+        "pool_bytes_released").split()]
 
 
 KERNEL_FN = ctypes.CFUNCTYPE(None, POINTER(c_void_p), c_void_p)  # (void **params, dims)

@@ -131,6 +131,8 @@ static bool load_driver(void)
         .device_get_default_mem_pool =
             own_entry(lib, get_proc, "cuDeviceGetDefaultMemPool", 11020, "cuDeviceGetDefaultMemPool"),
         .mem_get_default_mem_pool = own_entry(lib, get_proc, "cuMemGetDefaultMemPool", 13000, "cuMemGetDefaultMemPool"),
+        .mem_pool_get_attribute = own_entry(lib, get_proc, "cuMemPoolGetAttribute", 11020, "cuMemPoolGetAttribute"),
+        .mem_pool_set_attribute = own_entry(lib, get_proc, "cuMemPoolSetAttribute", 11020, "cuMemPoolSetAttribute"),
         .discard_batch = own_entry(lib, get_proc, "cuMemDiscardBatchAsync", 13000, "cuMemDiscardBatchAsync"),
         /* graphs and devices */
         .graph_get_nodes = own_entry(lib, get_proc, "cuGraphGetNodes", 10000, "cuGraphGetNodes"),

@@ -211,6 +211,7 @@ PUMP_HIDDEN bool pump_managed_all_for(const void *caller)
 static struct {
     _Atomic(CUmemoryPool) device_default;
     _Atomic(CUmemoryPool) managed;
+    _Atomic bool following;  /* the managed pool follows the device default pool's threshold */
 } pools[POOL_DEVICES];
 
 /* A racing lookup stores the same handle: no lock needed. */
@@ -227,11 +228,6 @@ static CUresult device_default_pool(CUmemoryPool *pool, CUdevice device)
     return pump_driver.device_get_default_mem_pool(pool, device);
 }
 
-/* The release threshold stays the driver's default (0): pump counts a pool's
- * live allocations in the footprint, not the memory a pool keeps after frees,
- * so a pool holding freed memory would let the job pass its capacity unseen
- * (and the managed default pool is shared with any other user in the process).
- * The price: a pool past its threshold gives memory back at synchronisations. */
 static CUresult managed_default_pool(CUmemoryPool *pool, CUdevice device)
 {
     CUmemLocation location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device};
@@ -239,6 +235,7 @@ static CUresult managed_default_pool(CUmemoryPool *pool, CUdevice device)
 }
 
 static CUmemoryPool managed_pool_for(CUstream stream);
+static void follow_threshold(CUdevice device);
 
 PUMP_HIDDEN CUmemoryPool pump_managed_pool_for(CUstream stream)
 {
@@ -276,5 +273,66 @@ static CUmemoryPool managed_pool_for(CUstream stream)
                       (int)device);
         return NULL;
     }
-    return cached(&pools[device].managed, managed_default_pool, device);
+    CUmemoryPool managed = cached(&pools[device].managed, managed_default_pool, device);
+    if (managed != NULL && !atomic_exchange_explicit(&pools[device].following, true, memory_order_acq_rel))
+        follow_threshold(device);
+    return managed;
+}
+
+/* ---- the managed pool follows the release threshold the program set ----
+ * The managed pool stands in for the device's default pool, so it keeps what the
+ * program asked that pool to keep: its release threshold (CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+ * default 0: what a pool keeps above it goes back to the driver at the next synchronisation
+ * and must be populated again when allocated again). PyTorch's cudaMallocAsync backend
+ * raises it to UINT64_MAX before a device's first allocation
+ * (c10/cuda/CUDAMallocAsyncAllocator.cpp, lazy_init_device); left at 0, the managed pool gave
+ * every step's memory back at its synchronisation and faulted or prefetched it in anew the
+ * next step. Copied when pump takes the managed pool and again whenever the program sets it
+ * (hooks_pool.c): simpler than answering every attribute call for two pools, and exact, since
+ * the driver keeps the one value. What a pool keeps is not in pump's footprint (its live
+ * allocations are); it is managed memory, which the driver evicts under pressure rather than
+ * failing an allocation, and the live allocations that first reserved it were within the
+ * capacity. */
+static pthread_mutex_t follow_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void follow_threshold(CUdevice device)
+{
+    CUmemoryPool program = atomic_load_explicit(&pools[device].device_default, memory_order_acquire);
+    CUmemoryPool managed = atomic_load_explicit(&pools[device].managed, memory_order_acquire);
+    if (program == NULL || managed == NULL || pump_driver.mem_pool_get_attribute == NULL ||
+        pump_driver.mem_pool_set_attribute == NULL)
+        return;
+    pthread_mutex_lock(&follow_lock);  /* the last copy made reads the latest value */
+    cuuint64_t threshold = 0;
+    CUresult r = pump_driver.mem_pool_get_attribute(program, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold);
+    if (r == CUDA_SUCCESS)
+        r = pump_driver.mem_pool_set_attribute(managed, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold);
+    pthread_mutex_unlock(&follow_lock);
+    if (r != CUDA_SUCCESS)
+        pump_log_once("managed_all: the managed pool cannot follow the device pool's release threshold "
+                      "(CUresult %d): it gives freed memory back at synchronisations",
+                      (int)r);
+}
+
+/* The device whose default pool `pool` is and whose managed pool pump took, or -1. */
+static int device_standing_in(CUmemoryPool pool)
+{
+    for (int device = 0; pool != NULL && device < POOL_DEVICES; device++)
+        if (atomic_load_explicit(&pools[device].device_default, memory_order_acquire) == pool &&
+            atomic_load_explicit(&pools[device].following, memory_order_acquire))
+            return device;
+    return -1;
+}
+
+PUMP_HIDDEN void pump_managed_pool_follow(CUmemoryPool program_pool)
+{
+    int device = device_standing_in(program_pool);
+    if (device >= 0)
+        follow_threshold(device);
+}
+
+PUMP_HIDDEN CUmemoryPool pump_managed_pool_standing_in(CUmemoryPool program_pool)
+{
+    int device = device_standing_in(program_pool);
+    return device >= 0 ? atomic_load_explicit(&pools[device].managed, memory_order_acquire) : NULL;
 }

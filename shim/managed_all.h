@@ -22,4 +22,12 @@ PUMP_HIDDEN bool pump_managed_all_for(const void *caller);
  * its device's current one, or the driver has no managed pools. */
 PUMP_HIDDEN CUmemoryPool pump_managed_pool_for(CUstream stream);
 
+/* The program set the release threshold of `program_pool`: if it is a device's
+ * default pool whose managed pool pump uses instead, that one takes it too. */
+PUMP_HIDDEN void pump_managed_pool_follow(CUmemoryPool program_pool);
+
+/* The managed pool pump uses in place of `program_pool` (a device's default
+ * pool), or NULL. */
+PUMP_HIDDEN CUmemoryPool pump_managed_pool_standing_in(CUmemoryPool program_pool);
+
 #endif

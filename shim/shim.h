@@ -145,6 +145,8 @@ struct pump_driver {
     PFN_cuDeviceGetMemPool_v11020 device_get_mem_pool;
     PFN_cuDeviceGetDefaultMemPool_v11020 device_get_default_mem_pool;
     PFN_cuMemGetDefaultMemPool_v13000 mem_get_default_mem_pool; /* NULL before CUDA 13 */
+    PFN_cuMemPoolGetAttribute_v11020 mem_pool_get_attribute;
+    PFN_cuMemPoolSetAttribute_v11020 mem_pool_set_attribute;
     PFN_cuMemDiscardBatchAsync_v13000 discard_batch;     /* NULL before CUDA 13 */
     bool can_prefetch;                                   /* all of the prefetch path is there */
     /* graphs (hooks_graph.c) and devices (prefetch.c) */

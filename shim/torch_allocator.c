@@ -28,14 +28,37 @@
 PUMP_EXPORT void *pump_torch_alloc(ssize_t size, int device, CUstream stream);
 PUMP_EXPORT void pump_torch_free(void *ptr, size_t size, int device, CUstream stream);
 
+/* PyTorch's own allocators keep what they free: the caching allocator its segments, the
+ * cudaMallocAsync backend its pool, whose release threshold it raises to UINT64_MAX before a
+ * device's first allocation (c10/cuda/CUDAMallocAsyncAllocator.cpp, lazy_init_device). In
+ * their place pump does the same at its first tensor on a device, through its own hook, so
+ * that the managed pool standing in under managed_all follows (hooks_pool.c); at threshold 0
+ * every tensor freed in a step would go back to the driver at the step's synchronisation and
+ * be populated again the next step. */
+#define KEEP_DEVICES 64
+static _Atomic bool keeps_freed[KEEP_DEVICES];
+
+static void keep_freed_memory(int device)
+{
+    if (device < 0 || device >= KEEP_DEVICES || pump_driver.device_get_default_mem_pool == NULL ||
+        atomic_exchange_explicit(&keeps_freed[device], true, memory_order_acq_rel))
+        return;
+    CUmemoryPool pool;
+    cuuint64_t keep_all = UINT64_MAX;
+    if (pump_driver.device_get_default_mem_pool(&pool, device) != CUDA_SUCCESS ||
+        pump_mem_pool_set_attribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep_all) != CUDA_SUCCESS)
+        pump_log_once("torch_allocator: the device's memory pool keeps no freed memory: it is given back at "
+                      "synchronisations and populated again");
+}
+
 /* NULL is PyTorch's out-of-memory answer: it raises its own error, with its own advice. */
 void *pump_torch_alloc(ssize_t size, int device, CUstream stream)
 {
-    (void)device;  /* PyTorch made it current; the stream names it too */
-    CUdeviceptr ptr = 0;
+    CUdeviceptr ptr = 0;  /* PyTorch made the device current; the stream names it too */
     pump_stream_users_start();
     if (size <= 0 || pump_mem_alloc_async(&ptr, (size_t)size, stream) != CUDA_SUCCESS)
         return NULL;
+    keep_freed_memory(device);  /* the driver is loaded now; nothing was released yet */
     PUMP_COUNT(torch_allocs, 1);
     return (void *)(uintptr_t)ptr;
 }

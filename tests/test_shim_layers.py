@@ -24,7 +24,7 @@ LAYER_OF = {
     "engine": ["prefetch", "context_cache", "stream_users"],
     "policy": ["residency", "budget", "capacity", "managed_all"],
     "hooks": ["hooks", "hooks_common", "hooks_context", "hooks_graph", "hooks_launch", "hooks_memory",
-              "hooks_stream", "hooks_sync", "dlsym", "procaddr", "driver", "lifecycle", "torch_trace",
+              "hooks_stream", "hooks_sync", "hooks_pool", "dlsym", "procaddr", "driver", "lifecycle", "torch_trace",
               "torch_allocator"],
 }
 RANK = {stem: LAYERS.index(layer) for layer, stems in LAYER_OF.items() for stem in stems}

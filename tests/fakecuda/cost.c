@@ -27,6 +27,8 @@ static const char *const fc_entry_names[FC_E_COUNT] = {
     [FC_E_CONTEXT_QUERY] = "context_query",
     [FC_E_MEMCPY] = "memcpy",
     [FC_E_MEMSET] = "memset",
+    [FC_E_POOL_RESERVE] = "pool_reserve",
+    [FC_E_POOL_RELEASE] = "pool_release",
 };
 
 static struct {

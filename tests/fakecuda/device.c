@@ -340,6 +340,7 @@ static CUresult ctx_sync(CUcontext ctx)
     if (!fc_ctx_valid(ctx)) return fc_ctx_error(ctx);
     fc_sync_ctx_streams(ctx, -1);
     fc_cost(FC_E_SYNCHRONIZE, FAKECUDA_SYNC_HOST_NS);
+    fc_pools_synchronized();
     return CUDA_SUCCESS;
 }
 FC_DEF(cuCtxSynchronize, 2000, (void), ctx_sync(NULL));

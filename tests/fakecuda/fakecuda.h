@@ -53,6 +53,11 @@ struct fakecuda_stats {
     uint64_t driver_evictions, bytes_evicted_d2h, bytes_evicted_h2d;
     /* Time allocations and frees waited for the va_space lock held by ioctls. */
     uint64_t va_lock_wait_ns;
+    /* Memory pools: bytes of new backing memory reserved for stream-ordered allocations
+       (each such allocation is populated anew: a managed pool's pages fault or are
+       prefetched again), and bytes released to the OS (at synchronisations above a pool's
+       release threshold, by cuMemPoolTrimTo, or when a pool is destroyed). */
+    uint64_t pool_bytes_reserved, pool_bytes_released;
 };
 void fakecuda_get_stats(struct fakecuda_stats *out); /* call after synchronizing */
 /* Contexts made on a device since load: primary context activations (a retain with no

@@ -75,7 +75,7 @@ typedef struct fc_counters {
     _Atomic uint64_t gpu_faults, cpu_faults, pages_touched_by_kernels, bytes_prefetched_h2d,
         bytes_prefetched_unused, bytes_faulted_h2d, bytes_d2h, kernels_run, launches,
         prefetch_calls, batch_prefetch_calls, bytes_discarded, allocations_reused, driver_evictions,
-        bytes_evicted_d2h, bytes_evicted_h2d;
+        bytes_evicted_d2h, bytes_evicted_h2d, pool_bytes_reserved, pool_bytes_released;
 } fc_counters;
 extern fc_counters fc_ctr;
 #define FC_COUNT(field, n) atomic_fetch_add_explicit(&fc_ctr.field, (uint64_t)(n), memory_order_relaxed)
@@ -90,7 +90,8 @@ uint64_t fc_host_clock_ns(void); /* now plus this thread's unpaid debt: when its
 /* ---- cost.c: the driver's host-side cost per entry point ---- */
 enum { FC_E_LAUNCH, FC_E_GRAPH_LAUNCH, FC_E_PREFETCH, FC_E_DISCARD, FC_E_EVENT_RECORD, FC_E_STREAM_WAIT_EVENT,
        FC_E_EVENT_QUERY, FC_E_STREAM_QUERY, FC_E_SYNCHRONIZE, FC_E_MEM_GET_INFO, FC_E_POINTER_QUERY,
-       FC_E_CAPTURE_QUERY, FC_E_CONTEXT_QUERY, FC_E_MEMCPY, FC_E_MEMSET, FC_E_COUNT };
+       FC_E_CAPTURE_QUERY, FC_E_CONTEXT_QUERY, FC_E_MEMCPY, FC_E_MEMSET, FC_E_POOL_RESERVE, FC_E_POOL_RELEASE,
+       FC_E_COUNT };
 void fc_cost(int entry, int64_t ns);                       /* one call, ns charged to the caller */
 void fc_cost_call(int entry);                               /* one call, nothing charged yet */
 void fc_cost_charge(int entry, int64_t ns, int on_worker);  /* ns charged to this thread */
@@ -261,15 +262,11 @@ fc_kdef *fc_kernel_def(const void *func_or_kernel);
 CUresult fc_pack_args(const fc_kdef *def, void **params, void **extra, unsigned char *args);
 
 /* ---- memory.c ---- */
-/* A memory pool: a device's default pinned or managed pool, or one cuMemPoolCreate made. */
-struct CUmemPoolHandle_st {
-    uint32_t magic;
-    int device;
-    int managed;    /* CU_MEM_ALLOCATION_TYPE_MANAGED: its allocations are managed memory */
-    int is_default;
-    unsigned long long serial; /* never reused: names the pool a freed block returns to */
-    fc_link keep;   /* created pools only */
-};
+/* A new allocation (plain memory taken from the device, evicting managed memory if need be),
+ * its release, and whether one starts at p: for pools.c. */
+CUresult fc_alloc_memory(CUdeviceptr *dptr, size_t size, int managed, int device, CUcontext ctx);
+void fc_free_memory(uintptr_t p);
+int fc_alloc_starts_at(uintptr_t p);
 enum { FC_LOC_UNPOP = 0, FC_LOC_HOST = 1, FC_LOC_DEV0 = 2 };
 CUresult fc_check_managed_range(uintptr_t p, size_t n);
 /* What [p, p+n) is: memory no allocation covers (the host's), plain device memory, managed
@@ -280,9 +277,13 @@ void fc_run_prefetch(const struct fc_op *op); /* a prefetch or discard reached i
 void fc_migrate_ranges(const fc_range *r, size_t n); /* moves the pages (memory.c) */
 uint64_t fc_device_resident_bytes(uintptr_t p, size_t n); /* managed bytes of [p, p+n) on any device */
 
-void fc_run_free(const fc_op *op); /* a cuMemFreeAsync reached in its stream */
 void fc_run_copy(const fc_op *op, int device); /* a copy or memset reached in its stream (copies.c) */
 void fc_managed_scan(uint64_t *unused_bytes, int clear);
 extern _Thread_local int fc_tls_kernel_device; /* -1 outside a kernel */
+
+/* ---- pools.c ---- */
+void fc_run_free(const fc_op *op); /* a cuMemFreeAsync reached in its stream */
+void fc_pools_synchronized(void);  /* a stream, event or context synchronisation returned */
+int fc_pool_forget_block(uintptr_t base); /* cuMemFree of it: -1 if a pool's, freed already */
 
 #endif

@@ -98,6 +98,15 @@
  * per block of UVM_DISCARD (uvm_va_block_discard waits for the block's tracker). */
 #define FAKECUDA_BLOCK_PASS_NS 5000u
 
+/* A memory pool's physical memory: reserving new backing memory for a stream-ordered
+ * allocation (an RM allocation and its mapping), and releasing it at a synchronisation or a
+ * cuMemPoolTrimTo (the unmap and free). No published measurement: each is charged as one
+ * ioctl (FAKECUDA_IOCTL_NS, chosen high), so memory a pool gives back and takes again every
+ * step costs what it would at the dear end. The pages of a managed pool's new memory are
+ * unpopulated and fault (or are prefetched) at their own cost. */
+#define FAKECUDA_POOL_RESERVE_NS FAKECUDA_IOCTL_NS
+#define FAKECUDA_POOL_RELEASE_NS FAKECUDA_IOCTL_NS
+
 /* The UVM driver's VA block and root chunk: 2 MiB (UVM_VA_BLOCK_BITS 21 in
  * uvm_va_block_types.h; UVM_CHUNK_SIZE_MAX in uvm_pmm_gpu.h). Prefetch passes, discard waits
  * and device-memory eviction all go by it. */

@@ -210,13 +210,18 @@ FC_EXPORT CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 }
 FC_ALIAS(cuKernelGetFunction);
 
-/* ---- parameter info and names: a CUkernel given as CUfunction (and the reverse) is
- * refused with CUDA_ERROR_INVALID_HANDLE, modelling the case no one has verified ---- */
+/* ---- parameter info and names ---- */
+/* cuda.h (CUDA 12.4+), cuFuncGetParamInfo and cuKernelGetParamInfo: "paramIndex must be less
+ * than the number of parameters", "paramSize can be set to NULL if only the parameter offset is
+ * desired" (so paramOffset cannot), and the only error listed is CUDA_ERROR_INVALID_VALUE. A
+ * CUkernel may be cast to CUfunction for cuLaunchKernel*, cuGraph* kernel nodes and the
+ * cuOccupancy* calls, which say so; cuFuncGetParamInfo does not, nor cuKernelGetParamInfo of a
+ * CUfunction: refused, with the listed error, the harder answer for a caller (an index-0
+ * INVALID_VALUE reads like "no parameters"). */
 static CUresult param_info(fc_kdef *d, size_t i, size_t *off, size_t *size)
 {
-    if (!d) return CUDA_ERROR_INVALID_HANDLE;
-    if (i >= d->nparams) return CUDA_ERROR_INVALID_VALUE;
-    if (off) *off = d->offsets[i];
+    if (!d || !off || i >= d->nparams) return CUDA_ERROR_INVALID_VALUE;
+    *off = d->offsets[i];
     if (size) *size = d->sizes[i];
     return CUDA_SUCCESS;
 }

@@ -1,7 +1,6 @@
 /* memory.c: why it exists: managed allocations (host memory with a residency state per
- * FAKECUDA_PAGE page: unpopulated, host or device N), plain device allocations, memory
- * pools (default pinned and managed pools per device, created pools) for stream-ordered
- * allocation, page migration by kernel touches (GPU faults), host touches (CPU faults)
+ * FAKECUDA_PAGE page: unpopulated, host or device N), plain device allocations (pools.c's
+ * memory too), page migration by kernel touches (GPU faults), host touches (CPU faults)
  * and prefetches (prefetch.c's stream ops), the driver's eviction of managed memory when a
  * device needs room (devmem.c picks the victim), pointer queries, IPC handles and the
  * handles of cuMemCreate. */
@@ -30,11 +29,6 @@ typedef struct fc_alloc {
     uint8_t *loc;       /* FC_LOC_UNPOP, FC_LOC_HOST, FC_LOC_DEV0 + d */
     uint8_t *bits;      /* FC_BIT_* */
     fc_chunk **chunks;  /* [block * ndevices + d]: the block's root chunk on device d, or NULL */
-    unsigned long long pool;        /* the serial of the pool it came from; 0: none */
-    /* Freed in stream order and not yet handed out again (on the freed list): */
-    const struct fc_op *pending_free; /* its free, not yet run on its stream */
-    unsigned long long free_stream;   /* that stream's id */
-    struct fc_alloc *next_freed;
 } fc_alloc;
 
 /* Allocations sorted by base, under a reader/writer lock (lock order: fc_reg_lock, then
@@ -326,8 +320,7 @@ void fc_managed_scan(uint64_t *unused_bytes, int clear)
 }
 
 /* ---- allocation ---- */
-static CUresult alloc_common(CUdeviceptr *dptr, size_t size, int managed, int device, CUcontext ctx,
-                             unsigned long long pool)
+CUresult fc_alloc_memory(CUdeviceptr *dptr, size_t size, int managed, int device, CUcontext ctx)
 {
     if (!dptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
     CUresult err = managed ? CUDA_SUCCESS : fc_reserve_device_memory(device, size);
@@ -361,7 +354,6 @@ static CUresult alloc_common(CUdeviceptr *dptr, size_t size, int managed, int de
     a->managed = managed;
     a->device = device;
     a->ctx = ctx;
-    a->pool = pool;
     pthread_mutex_init(&a->mu, NULL);
     if (managed) {
         a->npages = (size + FAKECUDA_PAGE - 1) / FAKECUDA_PAGE;
@@ -401,10 +393,19 @@ static void alloc_destroy(fc_alloc *a)
     free(a);
 }
 
-static void free_now(uintptr_t p)
+void fc_free_memory(uintptr_t p)
 {
     fc_alloc *a = reg_remove(p);
     if (a) alloc_destroy(a);
+}
+
+int fc_alloc_starts_at(uintptr_t p)
+{
+    pthread_rwlock_rdlock(&fc_reg_lock);
+    fc_alloc *a = reg_find(p);
+    int starts = a && a->base == p;
+    pthread_rwlock_unlock(&fc_reg_lock);
+    return starts;
 }
 
 static CUcontext need_ctx(CUresult *err)
@@ -422,7 +423,7 @@ FC_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigne
     if (!c) return err;
     if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) return CUDA_ERROR_INVALID_VALUE;
     fc_va_write_lock(); /* an mmap of the UVM device file: uvm_mmap takes the va_space lock to write */
-    err = alloc_common(dptr, bytesize, 1, fc_ctx_device(c), c, 0);
+    err = fc_alloc_memory(dptr, bytesize, 1, fc_ctx_device(c), c);
     fc_va_write_unlock();
     return err;
 }
@@ -437,7 +438,7 @@ FC_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     /* Whether libcuda maps plain memory into UVM (UVM_CREATE_EXTERNAL_RANGE takes the va_space
      * lock to write, uvm_map_external.c) is not public: assumed, as the dearer answer. */
     fc_va_write_lock();
-    err = alloc_common(dptr, bytesize, 0, fc_ctx_device(c), c, 0);
+    err = fc_alloc_memory(dptr, bytesize, 0, fc_ctx_device(c), c);
     fc_va_write_unlock();
     return err;
 }
@@ -452,7 +453,7 @@ FC_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
     fc_alloc *a = reg_find((uintptr_t)dptr);
     int dev = a && a->base == (uintptr_t)dptr ? a->device : -1;
     pthread_rwlock_unlock(&fc_reg_lock);
-    if (dev < 0) return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || fc_pool_forget_block((uintptr_t)dptr) != 0) return CUDA_ERROR_INVALID_VALUE;
     fc_sync_ctx_streams(NULL, dev);
     fc_va_write_lock(); /* an munmap: uvm_vm_close_managed takes the va_space lock to write */
     a = reg_remove((uintptr_t)dptr);
@@ -462,236 +463,6 @@ FC_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
     return CUDA_SUCCESS;
 }
 FC_ALIAS(cuMemFree_v2);
-
-/* ---- memory pools ---- */
-/* Each device's two default pools (pinned, managed), made on first use; a device's
- * current pool (what cuMemAllocAsync uses) is its default pinned pool until
- * cuDeviceSetMemPool names another. */
-static struct CUmemPoolHandle_st fc_default_pools[FAKECUDA_MAX_DEVICES][2];
-static _Atomic(CUmemoryPool) fc_current_pools[FAKECUDA_MAX_DEVICES];
-static pthread_once_t fc_pools_once = PTHREAD_ONCE_INIT;
-
-static _Atomic unsigned long long fc_pool_serials = 1;
-
-static void pools_init(void)
-{
-    for (int d = 0; d < FAKECUDA_MAX_DEVICES; d++)
-        for (int managed = 0; managed < 2; managed++)
-            fc_default_pools[d][managed] = (struct CUmemPoolHandle_st){
-                .magic = FC_MAGIC_POOL, .device = d, .managed = managed, .is_default = 1,
-                .serial = atomic_fetch_add(&fc_pool_serials, 1) };
-}
-
-static CUmemoryPool default_pool(int device, int managed)
-{
-    pthread_once(&fc_pools_once, pools_init);
-    return &fc_default_pools[device][managed];
-}
-
-static CUmemoryPool current_pool(int device)
-{
-    CUmemoryPool p = atomic_load(&fc_current_pools[device]);
-    return p ? p : default_pool(device, 0);
-}
-
-static int pool_valid(CUmemoryPool p) { return p && p->magic == FC_MAGIC_POOL; }
-
-/* A pool's type and device from a CUmemAllocationType and a device location. */
-static CUresult pool_kind(CUmemAllocationType type, const CUmemLocation *l, int *managed, int *device)
-{
-    if (!l || (type != CU_MEM_ALLOCATION_TYPE_PINNED && type != CU_MEM_ALLOCATION_TYPE_MANAGED))
-        return CUDA_ERROR_INVALID_VALUE;
-    if (l->type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_NOT_SUPPORTED; /* host, NUMA, none */
-    if (l->id < 0 || l->id >= fc_cfg.ndevices) return CUDA_ERROR_INVALID_DEVICE;
-    *managed = type == CU_MEM_ALLOCATION_TYPE_MANAGED;
-    *device = l->id;
-    return CUDA_SUCCESS;
-}
-
-FC_EXPORT CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type)
-{
-    FC_ENTRY(cuMemGetDefaultMemPool, 13000);
-    int managed, device;
-    CUresult err = pool_kind(type, location, &managed, &device);
-    if (err != CUDA_SUCCESS) return err;
-    if (!pool_out) return CUDA_ERROR_INVALID_VALUE;
-    *pool_out = default_pool(device, managed);
-    return CUDA_SUCCESS;
-}
-FC_ALIAS(cuMemGetDefaultMemPool);
-
-FC_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
-{
-    FC_ENTRY(cuDeviceGetDefaultMemPool, 11020);
-    if (!pool_out) return CUDA_ERROR_INVALID_VALUE;
-    if (dev < 0 || dev >= fc_cfg.ndevices) return CUDA_ERROR_INVALID_DEVICE;
-    *pool_out = default_pool(dev, 0);
-    return CUDA_SUCCESS;
-}
-FC_ALIAS(cuDeviceGetDefaultMemPool);
-
-FC_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
-{
-    FC_ENTRY(cuDeviceGetMemPool, 11020);
-    if (!pool) return CUDA_ERROR_INVALID_VALUE;
-    if (dev < 0 || dev >= fc_cfg.ndevices) return CUDA_ERROR_INVALID_DEVICE;
-    *pool = current_pool(dev);
-    return CUDA_SUCCESS;
-}
-FC_ALIAS(cuDeviceGetMemPool);
-
-/* As cuda.h says: the pool must be local to the device (and, for cuMemAllocAsync's
- * current pool, a pinned one). */
-FC_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
-{
-    FC_ENTRY(cuDeviceSetMemPool, 11020);
-    if (dev < 0 || dev >= fc_cfg.ndevices) return CUDA_ERROR_INVALID_DEVICE;
-    if (!pool_valid(pool) || pool->device != dev || pool->managed) return CUDA_ERROR_INVALID_VALUE;
-    atomic_store(&fc_current_pools[dev], pool);
-    return CUDA_SUCCESS;
-}
-FC_ALIAS(cuDeviceSetMemPool);
-
-FC_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
-{
-    FC_ENTRY(cuMemPoolCreate, 11020);
-    if (!pool || !poolProps) return CUDA_ERROR_INVALID_VALUE;
-    int managed, device;
-    CUresult err = pool_kind(poolProps->allocType, &poolProps->location, &managed, &device);
-    if (err != CUDA_SUCCESS) return err;
-    struct CUmemPoolHandle_st *p = calloc(1, sizeof *p);
-    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
-    *p = (struct CUmemPoolHandle_st){ .magic = FC_MAGIC_POOL, .device = device, .managed = managed,
-                                      .serial = atomic_fetch_add(&fc_pool_serials, 1) };
-    fc_keep(&p->keep);
-    *pool = p;
-    return CUDA_SUCCESS;
-}
-FC_ALIAS(cuMemPoolCreate);
-
-/* Destroying a device's current pool makes its default pool current again (cuda.h).
- * Allocations keep no reference to their pool, so outstanding ones stay valid. */
-FC_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
-{
-    FC_ENTRY(cuMemPoolDestroy, 11020);
-    if (!pool_valid(pool) || pool->is_default) return CUDA_ERROR_INVALID_VALUE;
-    CUmemoryPool expected = pool;
-    atomic_compare_exchange_strong(&fc_current_pools[pool->device], &expected, NULL);
-    pool->magic = FC_MAGIC_DEAD;
-    fc_unkeep(&pool->keep);
-    free(pool);
-    return CUDA_SUCCESS;
-}
-FC_ALIAS(cuMemPoolDestroy);
-
-/* Stream-ordered reuse, as the driver's pools do it: memory freed with cuMemFreeAsync is
- * handed out again at once by an allocation of the same size from the same pool on the
- * same stream, before that free has run (stream order makes it safe: the new owner's work
- * comes after the old owner's on that stream). Its pages stay where they were. A free
- * that runs before any reuse gives the memory back. */
-static pthread_mutex_t fc_freed_mu = PTHREAD_MUTEX_INITIALIZER;
-static fc_alloc *fc_freed; /* freed in stream order, not yet run nor handed out again */
-
-/* Freed in stream order already, its memory not handed out again: freeing it is an error. */
-static int freed_already(fc_alloc *a)
-{
-    pthread_mutex_lock(&fc_freed_mu);
-    int freed = a->pending_free != NULL;
-    pthread_mutex_unlock(&fc_freed_mu);
-    return freed;
-}
-
-static fc_alloc *take_freed(size_t size, unsigned long long pool, unsigned long long stream)
-{
-    pthread_mutex_lock(&fc_freed_mu);
-    fc_alloc **link = &fc_freed;
-    while (*link && !((*link)->pool == pool && (*link)->free_stream == stream && (*link)->size == size))
-        link = &(*link)->next_freed;
-    fc_alloc *a = *link;
-    if (a) {
-        *link = a->next_freed;
-        a->pending_free = NULL;
-    }
-    pthread_mutex_unlock(&fc_freed_mu);
-    return a;
-}
-
-/* Stream-ordered allocation: memory of the pool's kind (managed from a managed pool),
- * allocated at once (earlier than stream order requires, which no correct program can
- * observe). In a capture, too: graph-owned memory is not modelled, so what a capture
- * allocates lives until the process exits (free_async accepts and ignores its free). */
-static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream hStream)
-{
-    CUresult err = CUDA_SUCCESS;
-    CUstream s = fc_resolve_stream(hStream, &err);
-    if (!s) return err;
-    if (!pool) pool = current_pool(s->device);
-    else if (!pool_valid(pool)) return CUDA_ERROR_INVALID_VALUE;
-    fc_alloc *reused = dptr && size ? take_freed(size, pool->serial, s->id) : NULL;
-    if (reused) {
-        FC_COUNT(allocations_reused, 1);
-        *dptr = (CUdeviceptr)reused->base;
-        return CUDA_SUCCESS;
-    }
-    return alloc_common(dptr, size, pool->managed, pool->device, s->ctx, pool->serial);
-}
-FC_DEF(cuMemAllocAsync, 11020, (CUdeviceptr *dptr, size_t bytesize, CUstream hStream),
-       alloc_async(dptr, bytesize, NULL, hStream));
-FC_DEF(cuMemAllocAsync_ptsz, 11020, (CUdeviceptr *dptr, size_t bytesize, CUstream hStream),
-       alloc_async(dptr, bytesize, NULL, hStream));
-FC_DEF(cuMemAllocFromPoolAsync, 11020, (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream),
-       alloc_async(dptr, bytesize, pool, hStream));
-FC_DEF(cuMemAllocFromPoolAsync_ptsz, 11020, (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
-        CUstream hStream),
-       alloc_async(dptr, bytesize, pool, hStream));
-
-static CUresult free_async(CUdeviceptr dptr, CUstream hStream)
-{
-    CUresult err = CUDA_SUCCESS;
-    CUstream s = fc_resolve_stream(hStream, &err);
-    if (!s) return err;
-    pthread_rwlock_rdlock(&fc_reg_lock);
-    fc_alloc *a = reg_find((uintptr_t)dptr);
-    int ok = a && a->base == (uintptr_t)dptr && !freed_already(a);
-    pthread_rwlock_unlock(&fc_reg_lock);
-    if (!ok) return CUDA_ERROR_INVALID_VALUE;
-    if (fc_stream_capturing(s)) return CUDA_SUCCESS; /* a free node: the graph's memory is kept */
-    fc_op *op = calloc(1, sizeof *op);
-    if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
-    op->kind = FC_OP_FREE;
-    op->u.free.ptr = (uintptr_t)dptr;
-    op->u.free.pooled = a->pool != 0;
-    if (op->u.free.pooled) { /* on the freed list before its free can run */
-        pthread_mutex_lock(&fc_freed_mu);
-        a->pending_free = op;
-        a->free_stream = s->id;
-        a->next_freed = fc_freed;
-        fc_freed = a;
-        pthread_mutex_unlock(&fc_freed_mu);
-    }
-    fc_enqueue(s, op);
-    return CUDA_SUCCESS;
-}
-
-/* A pool's memory is given back only if no allocation took it again meanwhile (its
- * freed-list entry is this free's). */
-void fc_run_free(const fc_op *op)
-{
-    if (!op->u.free.pooled) {
-        free_now(op->u.free.ptr);
-        return;
-    }
-    pthread_mutex_lock(&fc_freed_mu);
-    fc_alloc **link = &fc_freed;
-    while (*link && (*link)->pending_free != op)
-        link = &(*link)->next_freed;
-    fc_alloc *a = *link;
-    if (a) *link = a->next_freed;
-    pthread_mutex_unlock(&fc_freed_mu);
-    if (a) free_now(a->base);
-}
-FC_DEF(cuMemFreeAsync, 11020, (CUdeviceptr dptr, CUstream hStream), free_async(dptr, hStream));
-FC_DEF(cuMemFreeAsync_ptsz, 11020, (CUdeviceptr dptr, CUstream hStream), free_async(dptr, hStream));
 
 /* ---- pointer queries ---- */
 FC_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)

@@ -84,6 +84,9 @@
     X(cuDeviceSetMemPool, 11020, cuDeviceSetMemPool, 0, PFN_cuDeviceSetMemPool_v11020)                \
     X(cuMemPoolCreate, 11020, cuMemPoolCreate, 0, PFN_cuMemPoolCreate_v11020)                         \
     X(cuMemPoolDestroy, 11020, cuMemPoolDestroy, 0, PFN_cuMemPoolDestroy_v11020)                      \
+    X(cuMemPoolTrimTo, 11020, cuMemPoolTrimTo, 0, PFN_cuMemPoolTrimTo_v11020)                         \
+    X(cuMemPoolSetAttribute, 11020, cuMemPoolSetAttribute, 0, PFN_cuMemPoolSetAttribute_v11020)       \
+    X(cuMemPoolGetAttribute, 11020, cuMemPoolGetAttribute, 0, PFN_cuMemPoolGetAttribute_v11020)       \
     X(cuIpcGetMemHandle, 4010, cuIpcGetMemHandle, 0, PFN_cuIpcGetMemHandle_v4010)                     \
     X(cuMemCreate, 10020, cuMemCreate, 0, PFN_cuMemCreate_v10020)                                     \
     X(cuMemRelease, 10020, cuMemRelease, 0, PFN_cuMemRelease_v10020)                                  \

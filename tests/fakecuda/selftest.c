@@ -47,13 +47,6 @@ static void k_layout(void **params, const fakecuda_dims *d)
     (void)params; (void)d;
 }
 
-static struct fakecuda_stats stats(void)
-{
-    struct fakecuda_stats s;
-    fakecuda_get_stats(&s);
-    return s;
-}
-
 static float *managed_filled(size_t bytes, float v)
 {
     CUdeviceptr p = 0;
@@ -236,7 +229,7 @@ static int child_devices(void)
     void *args[] = { &buf, &cnt };
     OK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
     OK(cuCtxSynchronize());
-    CHECK(stats().gpu_faults == 16, "device 0 kernel faults on device 1 pages");
+    CHECK(selftest_stats().gpu_faults == 16, "device 0 kernel faults on device 1 pages");
     return failed ? 1 : 0;
 }
 
@@ -325,7 +318,7 @@ int main(int argc, char **argv)
     void *args_a[] = { &a, (void *)&nbig };
     OK(cuLaunchKernel(fdouble, 1, 1, 1, 128, 1, 1, 0, s1, args_a, NULL));
     OK(cuStreamSynchronize(s1));
-    struct fakecuda_stats st = stats();
+    struct fakecuda_stats st = selftest_stats();
     CHECK(all_equal(a, nbig, 2.0f), "kernel doubled");
     CHECK(st.gpu_faults == 256, "gpu_faults %llu", (unsigned long long)st.gpu_faults);
     CHECK(st.bytes_faulted_h2d == big && st.pages_touched_by_kernels == 256 && st.kernels_run == 1 &&
@@ -345,7 +338,7 @@ int main(int argc, char **argv)
     void *args_b[] = { &b, (void *)&nbig };
     OK(cuLaunchKernel(fdouble, 1, 1, 1, 1, 1, 1, 0, s1, args_b, NULL));
     OK(cuStreamSynchronize(s1));
-    st = stats();
+    st = selftest_stats();
     CHECK(st.gpu_faults == 0, "no faults after prefetch (%llu)", (unsigned long long)st.gpu_faults);
     CHECK(st.bytes_prefetched_h2d == big && st.bytes_prefetched_unused == 0, "prefetched %llu unused %llu",
           (unsigned long long)st.bytes_prefetched_h2d, (unsigned long long)st.bytes_prefetched_unused);
@@ -373,9 +366,9 @@ int main(int argc, char **argv)
     OK(cuStreamSynchronize(s1));
     OK(cuMemPrefetchAsync((CUdeviceptr)(uintptr_t)a, 4 * PAGE, dloc, 0, s1));
     OK(cuStreamSynchronize(s1));
-    CHECK(stats().bytes_prefetched_unused == 4 * PAGE, "untouched prefetch reported as unused");
+    CHECK(selftest_stats().bytes_prefetched_unused == 4 * PAGE, "untouched prefetch reported as unused");
     fakecuda_host_touch(a, 4 * PAGE);
-    st = stats();
+    st = selftest_stats();
     CHECK(st.cpu_faults == 4 && st.bytes_d2h == 8 * PAGE && st.bytes_prefetched_unused == 4 * PAGE,
           "cpu faults %llu d2h %llu unused %llu", (unsigned long long)st.cpu_faults,
           (unsigned long long)st.bytes_d2h, (unsigned long long)st.bytes_prefetched_unused);
@@ -386,12 +379,12 @@ int main(int argc, char **argv)
     OK(cuMemPrefetchAsync((CUdeviceptr)(uintptr_t)a, 4 * PAGE, dloc, 0, s1));
     OK(cuStreamSynchronize(s1));
     fakecuda_reset_stats();
-    uint64_t resident_before = stats().device_resident_bytes;
+    uint64_t resident_before = selftest_stats().device_resident_bytes;
     CUdeviceptr dptr = (CUdeviceptr)(uintptr_t)a + PAGE / 2;
     size_t dsize = 2 * PAGE;
     OK(cuMemDiscardBatchAsync(&dptr, &dsize, 1, 0, s1));
     OK(cuStreamSynchronize(s1));
-    st = stats();
+    st = selftest_stats();
     CHECK(st.bytes_discarded == PAGE && st.bytes_d2h == 0 && st.device_resident_bytes == resident_before - PAGE,
           "discard: %llu discarded, %llu resident", (unsigned long long)st.bytes_discarded,
           (unsigned long long)st.device_resident_bytes);
@@ -413,7 +406,7 @@ int main(int argc, char **argv)
     void *args_c[] = { &c, &nc };
     OK(cuLaunchKernel(frace, 1, 1, 1, 1, 1, 1, 0, s2, args_c, NULL));
     OK(cuCtxSynchronize());
-    st = stats();
+    st = selftest_stats();
     CHECK(st.gpu_faults > 0, "racing kernel faults (%llu)", (unsigned long long)st.gpu_faults);
     CHECK(st.bytes_prefetched_h2d + st.bytes_faulted_h2d == 4 * big, "each page moved once");
     CHECK(all_equal(c, nc, 2.0f), "raced kernel values");
@@ -448,8 +441,12 @@ int main(int argc, char **argv)
     OK(cuStreamSynchronize(s1));
     CHECK(b[0] == 192.0f, "launch through a CUkernel");
     size_t off = 0, size = 0;
-    CHECK(cuFuncGetParamInfo((CUfunction)kern, 0, &off, &size) == CUDA_ERROR_INVALID_HANDLE, "FuncGetParamInfo(CUkernel)");
-    CHECK(cuKernelGetParamInfo((CUkernel)fdouble, 0, &off, &size) == CUDA_ERROR_INVALID_HANDLE, "KernelGetParamInfo(CUfunction)");
+    CHECK(cuFuncGetParamInfo((CUfunction)kern, 0, &off, &size) == CUDA_ERROR_INVALID_VALUE, "FuncGetParamInfo(CUkernel)");
+    CHECK(cuKernelGetParamInfo((CUkernel)fdouble, 0, &off, &size) == CUDA_ERROR_INVALID_VALUE, "KernelGetParamInfo(CUfunction)");
+    CHECK(cuFuncGetParamInfo(NULL, 0, &off, &size) == CUDA_ERROR_INVALID_VALUE, "FuncGetParamInfo(NULL)");
+    CHECK(cuFuncGetParamInfo(fdouble, 0, NULL, &size) == CUDA_ERROR_INVALID_VALUE, "paramOffset is not optional");
+    OK(cuKernelGetParamInfo(kern, 1, &off, NULL)); /* paramSize is */
+    CHECK(off == sizeof(float *), "offset without the size");
     OK(cuKernelGetParamInfo(kern, 1, &off, &size));
     CHECK(off == 8 && size == 8, "kernel param 1 at 8");
     size_t offs[4], want[4] = { 0, 8, 16, 24 };
@@ -463,11 +460,11 @@ int main(int argc, char **argv)
     OK(cuKernelGetName(&kname, kern));
 
     /* 7. noop kernel: the cost floor */
-    uint64_t ran = stats().kernels_run;
+    uint64_t ran = selftest_stats().kernels_run;
     OK(cuLaunchKernel(fnoop, 1, 1, 1, 1, 1, 1, 0, s1, args_b, NULL));
     CHECK(cuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, s1, args_b, NULL) == CUDA_ERROR_INVALID_HANDLE, "null handle");
     OK(cuStreamSynchronize(s1));
-    CHECK(stats().kernels_run == ran, "noop enqueues nothing");
+    CHECK(selftest_stats().kernels_run == ran, "noop enqueues nothing");
 
     /* 8. events across streams */
     CUevent ev, never, t0, t1;
@@ -507,7 +504,7 @@ int main(int argc, char **argv)
     OK(cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_GLOBAL));
     OK(cuStreamIsCapturing(s1, &cs));
     CHECK(cs == CU_STREAM_CAPTURE_STATUS_ACTIVE, "capturing");
-    ran = stats().kernels_run;
+    ran = selftest_stats().kernels_run;
     OK(cuLaunchKernel(fdouble, 1, 1, 1, 1, 1, 1, 0, s1, args_d, NULL));
     cuuint64_t cid = 0;
     CUgraph cg = NULL;
@@ -519,7 +516,7 @@ int main(int argc, char **argv)
     OK(cuStreamIsCapturing(s1, &cs));
     CHECK(cs == CU_STREAM_CAPTURE_STATUS_NONE, "capture ended");
     OK(cuCtxSynchronize());
-    CHECK(stats().kernels_run == ran && d[0] == 1.0f, "captured launch did not run");
+    CHECK(selftest_stats().kernels_run == ran && d[0] == 1.0f, "captured launch did not run");
     OK(cuGraphInstantiate(&ge, g, 0));
     OK(cuGraphLaunch(ge, s1));
     OK(cuGraphLaunch(ge, s1));
@@ -733,10 +730,10 @@ int main(int argc, char **argv)
     void *args_pf[] = { &pf, &npf };
     OK(cuLaunchKernel(fdouble, 1, 1, 1, 1, 1, 1, 0, s1, args_pf, NULL));
     OK(cuStreamSynchronize(s1));
-    CHECK(stats().gpu_faults == 4 && all_equal(pf, npf, 2.0f), "managed pool memory faults like managed memory");
+    CHECK(selftest_stats().gpu_faults == 4 && all_equal(pf, npf, 2.0f), "managed pool memory faults like managed memory");
     /* stream-ordered reuse: while its free has not run, the memory goes to the next allocation
        of the same size from the same pool on the same stream, its pages where they were */
-    uint64_t resident_with_pooled = stats().device_resident_bytes;
+    uint64_t resident_with_pooled = selftest_stats().device_resident_bytes;
     OK(cuLaunchHostFunc(s1, host_hold, &go_free)); /* the frees below wait behind it */
     OK(cuMemFreeAsync(pooled, s1));
     CHECK(cuMemFreeAsync(pooled, s1) == CUDA_ERROR_INVALID_VALUE, "stream-ordered double free refused");
@@ -744,7 +741,7 @@ int main(int argc, char **argv)
     OK(cuMemAllocFromPoolAsync(&other, 4 * PAGE, managed_pool, s2));
     CHECK(other != pooled, "no reuse on another stream");
     OK(cuMemAllocFromPoolAsync(&again, 4 * PAGE, managed_pool, s1));
-    CHECK(again == pooled && stats().allocations_reused == 1, "reused on the same stream");
+    CHECK(again == pooled && selftest_stats().allocations_reused == 1, "reused on the same stream");
     OK(cuMemFreeAsync(again, s1));
     OK(cuMemAllocFromPoolAsync(&again, 2 * PAGE, managed_pool, s1));
     CHECK(again != pooled, "no reuse for another size");
@@ -753,7 +750,7 @@ int main(int argc, char **argv)
     atomic_store(&go_free, 1);
     OK(cuStreamSynchronize(s1));
     OK(cuStreamSynchronize(s2));
-    CHECK(stats().device_resident_bytes == resident_with_pooled - 4 * PAGE &&
+    CHECK(selftest_stats().device_resident_bytes == resident_with_pooled - 4 * PAGE &&
               cuMemGetAddressRange(&base, &range, pooled) == CUDA_ERROR_NOT_FOUND,
           "a free that ran gave the memory back");
     CUmemPoolProps props = { .allocType = CU_MEM_ALLOCATION_TYPE_PINNED, .location = dev0 };

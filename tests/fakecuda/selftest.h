@@ -6,6 +6,8 @@
 
 #include <stdio.h>
 
+#include "fakecuda.h"
+
 extern int passed, failed; /* selftest.c's */
 #define CHECK(cond, ...)                                                 \
     do {                                                                 \
@@ -19,6 +21,14 @@ extern int passed, failed; /* selftest.c's */
     } while (0)
 #define OK(call) CHECK((call) == CUDA_SUCCESS, "%s", #call)
 
+/* The counters now (call after synchronizing). */
+static inline struct fakecuda_stats selftest_stats(void)
+{
+    struct fakecuda_stats s;
+    fakecuda_get_stats(&s);
+    return s;
+}
+
 struct selftest_driver_mode {
     const char *name;
     const char *env;  /* NAME=value, or NULL */
@@ -28,5 +38,6 @@ extern const struct selftest_driver_mode selftest_driver_modes[]; /* ends with a
 int selftest_child_contexts(void);        /* selftest_contexts.c */
 int selftest_child_default_streams(void); /* selftest_contexts.c */
 int selftest_child_copies(void);         /* selftest_copies.c */
+int selftest_child_pools(void);          /* selftest_pools.c */
 
 #endif

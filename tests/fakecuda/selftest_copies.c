@@ -16,13 +16,6 @@
 #define PAGES 8u
 #define BYTES ((size_t)PAGES * PAGE)
 
-static struct fakecuda_stats stats(void)
-{
-    struct fakecuda_stats s;
-    fakecuda_get_stats(&s);
-    return s;
-}
-
 static CUdeviceptr managed_on_host(void)
 {
     CUdeviceptr p = 0;
@@ -55,7 +48,7 @@ int selftest_child_copies(void)
     /* A memset of managed memory runs on the device: every page faults there. */
     fakecuda_reset_stats();
     OK(cuMemsetD32(m, 0x3f800000u, BYTES / 4));
-    struct fakecuda_stats st = stats();
+    struct fakecuda_stats st = selftest_stats();
     CHECK(st.gpu_faults == PAGES && st.device_resident_bytes == BYTES, "memset faults %llu, resident %llu",
           (unsigned long long)st.gpu_faults, (unsigned long long)st.device_resident_bytes);
     CHECK(((float *)(uintptr_t)m)[PAGES * PAGE / 4 - 1] == 1.0f, "memset value");
@@ -65,13 +58,13 @@ int selftest_child_copies(void)
      * buffer, which is not managed. */
     fakecuda_reset_stats();
     OK(cuMemcpyDtoH(host, m, BYTES));
-    CHECK(stats().gpu_faults == 0 && host[7] == 0x3f800000u, "DtoH from device-resident managed memory");
+    CHECK(selftest_stats().gpu_faults == 0 && host[7] == 0x3f800000u, "DtoH from device-resident managed memory");
     CHECK(calls("memcpy") == 1, "memcpy charged");
 
     /* HtoD with a managed host-side source: the host reads it, its pages come back. */
     fakecuda_reset_stats();
     OK(cuMemcpyHtoD(plain, (const void *)(uintptr_t)m, BYTES));
-    st = stats();
+    st = selftest_stats();
     CHECK(st.cpu_faults == PAGES && st.device_resident_bytes == 0, "managed host-side source back on the host (%llu)",
           (unsigned long long)st.cpu_faults);
     CHECK(((uint32_t *)(uintptr_t)plain)[3] == 0x3f800000u, "HtoD value");
@@ -81,7 +74,7 @@ int selftest_child_copies(void)
     OK(cuMemsetD8Async(plain, 7, BYTES, s));
     OK(cuMemcpyAsync(m, plain, BYTES, s));
     OK(cuStreamSynchronize(s));
-    st = stats();
+    st = selftest_stats();
     CHECK(st.gpu_faults == PAGES && ((unsigned char *)(uintptr_t)m)[BYTES - 1] == 7, "async copy into managed (%llu)",
           (unsigned long long)st.gpu_faults);
     OK(cuMemsetD16Async(m, 0x0102, BYTES / 2, s));

@@ -77,13 +77,6 @@ static struct fakecuda_entry_cost cost(const char *entry)
     return c;
 }
 
-static struct fakecuda_stats stats(void)
-{
-    struct fakecuda_stats s;
-    fakecuda_get_stats(&s);
-    return s;
-}
-
 static CUresult prefetch(CUdeviceptr p, size_t n, int device)
 {
     CUmemLocation l;
@@ -176,7 +169,7 @@ static int child_cost(void)
     OK(cuMemDiscardBatchAsync(dp, ds, 1, 0, st));
     CHECK(cost("discard").caller_ns == IOCTL + BLOCK_PASS, "discard: %llu ns", (unsigned long long)cost("discard").caller_ns);
     touch(a + 6 * MiB, PAGE);
-    CHECK(stats().gpu_faults == 1, "write after discard faults (%llu)", (unsigned long long)stats().gpu_faults);
+    CHECK(selftest_stats().gpu_faults == 1, "write after discard faults (%llu)", (unsigned long long)selftest_stats().gpu_faults);
 
     /* Events, queries. */
     fakecuda_reset_stats();
@@ -208,7 +201,7 @@ static int child_cost(void)
           "context queries");
     uint64_t sum = 0;
     for (unsigned i = 0; fakecuda_entry_name(i); i++) sum += cost(fakecuda_entry_name(i)).caller_ns;
-    CHECK(sum == stats().driver_host_ns, "driver_host_ns is the sum over entry points");
+    CHECK(sum == selftest_stats().driver_host_ns, "driver_host_ns is the sum over entry points");
     CHECK(fakecuda_get_entry_cost("nope", &c) == -1, "unknown entry point");
 
     /* An allocation waits for the va_space lock a migration to the host holds. */
@@ -229,7 +222,7 @@ static int child_cost(void)
         pthread_join(t, NULL);
         CHECK(atomic_load(&evictor_result) == CUDA_SUCCESS, "host prefetch on a thread");
         OK(cuMemFree(x));
-        waited = stats().va_lock_wait_ns;
+        waited = selftest_stats().va_lock_wait_ns;
     }
     CHECK(waited > 0, "cuMemAllocManaged waited for the va_space lock");
     return failed ? 1 : 0;
@@ -246,13 +239,13 @@ static int child_cost_worker(void)
     struct fakecuda_entry_cost c = cost("prefetch");
     CHECK(c.caller_ns == FAKECUDA_LAUNCH_HOST_NS && c.worker_ns == IOCTL + 3 * 2 * BLOCK_PASS,
           "worker pays: caller %llu worker %llu", (unsigned long long)c.caller_ns, (unsigned long long)c.worker_ns);
-    CHECK(stats().bytes_prefetched_h2d == 6 * MiB, "pages moved");
+    CHECK(selftest_stats().bytes_prefetched_h2d == 6 * MiB, "pages moved");
     /* To the host: the worker's ioctl holds the lock while the pages are copied out. */
     fakecuda_reset_stats();
     OK(prefetch(a, 2 * MiB, -1));
     OK(cuStreamSynchronize(st));
     c = cost("prefetch");
-    CHECK(c.caller_ns == FAKECUDA_LAUNCH_HOST_NS && c.worker_ns == IOCTL + BLOCK_PASS && stats().bytes_d2h == 2 * MiB,
+    CHECK(c.caller_ns == FAKECUDA_LAUNCH_HOST_NS && c.worker_ns == IOCTL + BLOCK_PASS && selftest_stats().bytes_d2h == 2 * MiB,
           "to host on the worker: caller %llu worker %llu", (unsigned long long)c.caller_ns,
           (unsigned long long)c.worker_ns);
     return failed ? 1 : 0;
@@ -276,20 +269,20 @@ static int child_evict(void)
     fakecuda_reset_stats();
     OK(prefetch(c, 4 * MiB, 0));
     OK(cuStreamSynchronize(st));
-    struct fakecuda_stats s = stats();
+    struct fakecuda_stats s = selftest_stats();
     CHECK(s.driver_evictions == 2 && s.bytes_evicted_d2h == 4 * MiB && s.bytes_prefetched_h2d == 4 * MiB,
           "c evicts a's two chunks, first allocated (%llu evictions, %llu bytes)",
           (unsigned long long)s.driver_evictions, (unsigned long long)s.bytes_evicted_d2h);
     fakecuda_reset_stats();
     touch(b, 4 * MiB);
-    CHECK(stats().gpu_faults == 0, "b still resident");
+    CHECK(selftest_stats().gpu_faults == 0, "b still resident");
 
     /* Unused chunks go first: b's second block leaves for the host, a plain allocation takes it. */
     fakecuda_host_touch((void *)(uintptr_t)(b + 2 * MiB), 2 * MiB);
     fakecuda_reset_stats();
     CUdeviceptr plain1, plain2, plain3;
     OK(cuMemAlloc(&plain1, 2 * MiB));
-    s = stats();
+    s = selftest_stats();
     CHECK(s.driver_evictions == 1 && s.bytes_evicted_d2h == 0, "unused chunk evicted first, nothing copied (%llu, %llu)",
           (unsigned long long)s.driver_evictions, (unsigned long long)s.bytes_evicted_d2h);
     /* Then discarded ones, before older used ones: c's second block is discarded. */
@@ -299,15 +292,15 @@ static int child_evict(void)
     OK(cuStreamSynchronize(st));
     fakecuda_reset_stats();
     OK(cuMemAlloc(&plain2, 2 * MiB));
-    s = stats();
+    s = selftest_stats();
     CHECK(s.driver_evictions == 1 && s.bytes_evicted_d2h == 0, "discarded chunk before used ones (%llu, %llu)",
           (unsigned long long)s.driver_evictions, (unsigned long long)s.bytes_evicted_d2h);
     touch(b, 2 * MiB);
-    CHECK(stats().gpu_faults == 0, "b's first block, older, still resident");
+    CHECK(selftest_stats().gpu_faults == 0, "b's first block, older, still resident");
     /* Used chunks last, oldest first; out of memory only when nothing is left. */
     fakecuda_reset_stats();
     OK(cuMemAlloc(&plain3, 4 * MiB));
-    s = stats();
+    s = selftest_stats();
     CHECK(s.driver_evictions == 2 && s.bytes_evicted_d2h == 4 * MiB, "used chunks copied out (%llu, %llu)",
           (unsigned long long)s.driver_evictions, (unsigned long long)s.bytes_evicted_d2h);
     CUdeviceptr none;
@@ -316,17 +309,17 @@ static int child_evict(void)
     fakecuda_reset_stats();
     touch(b, PAGE);
     touch(b, PAGE);
-    s = stats();
+    s = selftest_stats();
     CHECK(s.gpu_faults == 2 && s.device_resident_bytes == 0, "no room: every access faults (%llu)",
           (unsigned long long)s.gpu_faults);
     OK(prefetch(a, 4 * MiB, 0));
     OK(cuStreamSynchronize(st));
-    CHECK(stats().bytes_prefetched_h2d == 0, "no room: a prefetch moves nothing");
+    CHECK(selftest_stats().bytes_prefetched_h2d == 0, "no room: a prefetch moves nothing");
     /* Room again: evicted pages coming back are counted. */
     OK(cuMemFree(plain3));
     fakecuda_reset_stats();
     touch(b, 2 * MiB);
-    s = stats();
+    s = selftest_stats();
     CHECK(s.bytes_evicted_h2d == 2 * MiB, "evicted pages back on the device (%llu)", (unsigned long long)s.bytes_evicted_h2d);
     OK(cuMemFree(plain1));
     OK(cuMemFree(plain2));
@@ -368,7 +361,7 @@ static int child_devices_64(void)
     void *args[] = { &p, &bytes };
     OK(cuLaunchKernel(ftouch, 1, 1, 1, 1, 1, 1, 0, s63, args, NULL));
     OK(cuStreamSynchronize(s63));
-    CHECK(stats().gpu_faults == 0, "a kernel on device 63 finds them there");
+    CHECK(selftest_stats().gpu_faults == 0, "a kernel on device 63 finds them there");
     OK(cuStreamDestroy(s63));
     OK(cuCtxPopCurrent(&c63));
     OK(cuMemFree(p));
@@ -382,6 +375,7 @@ const struct selftest_driver_mode selftest_driver_modes[] = {
     { "contexts", NULL, selftest_child_contexts },
     { "default-streams", NULL, selftest_child_default_streams },
     { "copies", NULL, selftest_child_copies },
+    { "pools", NULL, selftest_child_pools },
     { "devices-64", "FAKECUDA_DEVICES=64", child_devices_64 },
     { NULL, NULL, NULL },
 };

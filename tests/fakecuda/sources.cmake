@@ -21,6 +21,7 @@
 set(FAKECUDA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/device.c
     ${CMAKE_CURRENT_LIST_DIR}/memory.c
+    ${CMAKE_CURRENT_LIST_DIR}/pools.c
     ${CMAKE_CURRENT_LIST_DIR}/devmem.c
     ${CMAKE_CURRENT_LIST_DIR}/prefetch.c
     ${CMAKE_CURRENT_LIST_DIR}/copies.c
@@ -38,4 +39,5 @@ set(FAKECUDA_HEADERS
 set(FAKECUDA_INCLUDE_DIR ${CMAKE_CURRENT_LIST_DIR})
 set(FAKECUDA_EXPORTS_MAP ${CMAKE_CURRENT_LIST_DIR}/exports.map)
 set(FAKECUDA_SELFTEST_SOURCES ${CMAKE_CURRENT_LIST_DIR}/selftest.c ${CMAKE_CURRENT_LIST_DIR}/selftest_driver.c
-    ${CMAKE_CURRENT_LIST_DIR}/selftest_contexts.c ${CMAKE_CURRENT_LIST_DIR}/selftest_copies.c)
+    ${CMAKE_CURRENT_LIST_DIR}/selftest_contexts.c ${CMAKE_CURRENT_LIST_DIR}/selftest_copies.c
+    ${CMAKE_CURRENT_LIST_DIR}/selftest_pools.c)

@@ -217,6 +217,8 @@ FC_EXPORT void fakecuda_get_stats(struct fakecuda_stats *out)
     out->bytes_evicted_d2h = LD(bytes_evicted_d2h);
     out->bytes_evicted_h2d = LD(bytes_evicted_h2d);
     out->va_lock_wait_ns = fc_va_lock_wait_ns();
+    out->pool_bytes_reserved = LD(pool_bytes_reserved);
+    out->pool_bytes_released = LD(pool_bytes_released);
     out->device_resident_bytes = out->device_resident_peak = 0;
     for (int d = 0; d < FAKECUDA_MAX_DEVICES; d++) {
         out->device_resident_bytes += atomic_load_explicit(&fc_dev_resident[d], memory_order_relaxed);
@@ -238,7 +240,8 @@ FC_EXPORT void fakecuda_reset_stats(void)
                               &fc_ctr.bytes_faulted_h2d, &fc_ctr.bytes_d2h, &fc_ctr.kernels_run,
                               &fc_ctr.launches, &fc_ctr.prefetch_calls, &fc_ctr.batch_prefetch_calls,
                               &fc_ctr.bytes_discarded, &fc_ctr.allocations_reused, &fc_ctr.driver_evictions,
-                              &fc_ctr.bytes_evicted_d2h, &fc_ctr.bytes_evicted_h2d };
+                              &fc_ctr.bytes_evicted_d2h, &fc_ctr.bytes_evicted_h2d, &fc_ctr.pool_bytes_reserved,
+                              &fc_ctr.pool_bytes_released };
     for (size_t i = 0; i < sizeof f / sizeof *f; i++) atomic_store_explicit(f[i], 0, memory_order_relaxed);
     fc_cost_reset();
     for (int d = 0; d < FAKECUDA_MAX_DEVICES; d++) /* the peak starts again from what is resident now */
@@ -278,12 +281,13 @@ __attribute__((destructor)) static void fc_write_stats_at_exit(void)
             ", \"device_resident_bytes\": %" PRIu64 ", \"device_resident_peak\": %" PRIu64
             ", \"bytes_discarded\": %" PRIu64 ", \"allocations_reused\": %" PRIu64
             ", \"driver_host_ns\": %" PRIu64 ", \"driver_evictions\": %" PRIu64 ", \"bytes_evicted_d2h\": %" PRIu64
-            ", \"bytes_evicted_h2d\": %" PRIu64 ", \"va_lock_wait_ns\": %" PRIu64 ", \"entry_costs\": ",
+            ", \"bytes_evicted_h2d\": %" PRIu64 ", \"va_lock_wait_ns\": %" PRIu64
+            ", \"pool_bytes_reserved\": %" PRIu64 ", \"pool_bytes_released\": %" PRIu64 ", \"entry_costs\": ",
             s.gpu_faults, s.cpu_faults, s.pages_touched_by_kernels, s.bytes_prefetched_h2d,
             s.bytes_prefetched_unused, s.bytes_faulted_h2d, s.bytes_d2h, s.kernels_run,
             s.launches, s.prefetch_calls, s.batch_prefetch_calls, s.device_resident_bytes,
             s.device_resident_peak, s.bytes_discarded, s.allocations_reused, s.driver_host_ns, s.driver_evictions,
-            s.bytes_evicted_d2h, s.bytes_evicted_h2d, s.va_lock_wait_ns);
+            s.bytes_evicted_d2h, s.bytes_evicted_h2d, s.va_lock_wait_ns, s.pool_bytes_reserved, s.pool_bytes_released);
     fc_cost_write_json(f);
     fputs("}\n", f);
     fclose(f);

@@ -441,6 +441,7 @@ static CUresult stream_synchronize(CUstream h)
     }
     stream_sync(s);
     fc_cost(FC_E_SYNCHRONIZE, FAKECUDA_SYNC_HOST_NS);
+    fc_pools_synchronized();
     return CUDA_SUCCESS;
 }
 FC_DEF(cuStreamSynchronize, 2000, (CUstream hStream), stream_synchronize(hStream));
@@ -1297,6 +1298,7 @@ FC_EXPORT CUresult cuEventSynchronize(CUevent hEvent)
     if (f) fence_wait(f);
     fence_unref(f);
     fc_cost(FC_E_SYNCHRONIZE, FAKECUDA_SYNC_HOST_NS);
+    fc_pools_synchronized();
     return CUDA_SUCCESS;
 }
 FC_ALIAS(cuEventSynchronize);
