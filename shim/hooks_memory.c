@@ -56,20 +56,33 @@ static bool track_managed(CUdeviceptr base, size_t size, unsigned int flags, boo
     return true;
 }
 
-/* A free: the managed allocation at base leaves the table, or the device memory its count. */
-static void untrack(CUdeviceptr base)
+/* A free: the managed allocation at base leaves the table, or the device
+ * memory its count. Called before the driver frees it: once the driver has,
+ * another thread may be handed the same address, and the record forgotten
+ * here must be this allocation's, not that one's. True when it was managed. */
+static bool untrack(CUdeviceptr base)
 {
     uint64_t size;
     int device;
     enum pump_removed removed = pump_ranges_remove(base, &size, &device);
     if (removed == PUMP_REMOVED_NOTHING) {
         pump_device_memory_remove(base);
-        return;
+        return false;
     }
     pump_capacity_release(device, size);
     PUMP_COUNT(managed_frees, 1);
     if (removed == PUMP_REMOVED_ALLOCATION)
         pump_channel_free(base, size);
+    return true;
+}
+
+/* The driver refused a free of managed memory pump had already forgotten: it
+ * lives on outside pump's view (faults instead of prefetches, never a wrong value). */
+static CUresult after_free(CUresult r, bool forgotten)
+{
+    if (r != CUDA_SUCCESS && forgotten)
+        pump_log_once("a free failed (CUresult %d) after pump forgot its memory: pump no longer follows it", (int)r);
+    return r;
 }
 
 /* Ends a managed allocation that reserved its bytes against device's cap: tracked,
@@ -190,10 +203,8 @@ PUMP_ALLOC_FROM_POOL_HOOK(mem_alloc_from_pool_async_ptsz, mem_free_async_ptsz)
 CUresult pump_mem_free(CUdeviceptr dptr)
 {
     PUMP_REAL_OR_RETURN(mem_free, real);
-    CUresult r = real(dptr);
-    if (r == CUDA_SUCCESS && pump_active())
-        untrack(dptr);
-    return r;
+    bool forgotten = pump_active() && untrack(dptr);
+    return after_free(real(dptr), forgotten);
 }
 
 /* Stream-ordered: the memory dies in stream order, but no later launch may
@@ -202,10 +213,8 @@ CUresult pump_mem_free(CUdeviceptr dptr)
     CUresult pump_##id(CUdeviceptr dptr, CUstream stream) \
     {                                                   \
         PUMP_REAL_OR_RETURN(id, real);                  \
-        CUresult r = real(dptr, stream);                \
-        if (r == CUDA_SUCCESS && pump_active())         \
-            untrack(dptr);                              \
-        return r;                                       \
+        bool forgotten = pump_active() && untrack(dptr); \
+        return after_free(real(dptr, stream), forgotten); \
     }
 PUMP_FREE_ASYNC_HOOK(mem_free_async)
 PUMP_FREE_ASYNC_HOOK(mem_free_async_ptsz)

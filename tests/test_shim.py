@@ -344,3 +344,15 @@ def test_unusable_stats_dir_changes_nothing(run_program, tmp_path):
     run = run_program("touch_linked", env={"PUMP_STATS_DIR": str(tmp_path / "missing" / "dir")})
     assert run.proc.stderr == ""
     assert run.result["gpu_faults"] == 0
+
+
+@pytest.mark.parametrize("variant", ["plain", "tsan"])
+def test_a_free_forgets_its_own_allocation_not_the_next_at_its_address(run_program, variant):
+    """Threads allocate and free managed memory of one size, so the driver hands one thread the
+    address another has just freed: every allocation pump tracked is forgotten by its own free,
+    and the footprint ends at zero."""
+    run = run_program("free_race", 4, 2000, variant=variant, env={"TSAN_OPTIONS": "halt_on_error=1"}, timeout=600)
+    assert run.proc.returncode == 0, run.proc.stderr[-4000:]
+    assert run.totals["managed_allocs"] == 4 * 2000
+    assert run.totals["managed_frees"] == run.totals["managed_allocs"]
+    assert run.totals["managed_bytes"] == 0
