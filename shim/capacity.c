@@ -16,6 +16,7 @@
 static uint64_t footprint;     /* atomic: managed bytes allocated now */
 static uint64_t cap;           /* 0 until resolved; UINT64_MAX if none could be set */
 static pthread_mutex_t resolve_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool beyond;            /* atomic: see pump_capacity_beyond_device */
 
 static uint64_t host_available(void)
 {
@@ -51,18 +52,23 @@ static uint64_t resolve(void)
         pump_log_once("cannot read the device's memory: no capacity cap");
         return UINT64_MAX;
     }
+    uint64_t resolved = (uint64_t)free_bytes;
     switch (pump_config.cap_kind) {
     case PUMP_CAP_BYTES:
-        return pump_config.cap_value;
+        resolved = pump_config.cap_value;
+        break;
     case PUMP_CAP_PERCENT:
-        return (uint64_t)total_bytes / 100 * pump_config.cap_value +
-               (uint64_t)total_bytes % 100 * pump_config.cap_value / 100;
+        resolved = (uint64_t)total_bytes / 100 * pump_config.cap_value +
+                   (uint64_t)total_bytes % 100 * pump_config.cap_value / 100;
+        break;
     case PUMP_CAP_HOST:
-        return (uint64_t)total_bytes + host_available();
+        resolved = (uint64_t)total_bytes + host_available();
+        break;
     case PUMP_CAP_DEFAULT:
         break;
     }
-    return (uint64_t)free_bytes;
+    __atomic_store_n(&beyond, resolved > (uint64_t)free_bytes, __ATOMIC_RELAXED);
+    return resolved;
 }
 
 static uint64_t current_cap(void)
@@ -128,4 +134,9 @@ PUMP_HIDDEN void pump_capacity_info(size_t *free_bytes, size_t *total_bytes)
     uint64_t used = __atomic_load_n(&footprint, __ATOMIC_RELAXED);
     *total_bytes = (size_t)limit;
     *free_bytes = (size_t)(used < limit ? limit - used : 0);
+}
+
+PUMP_HIDDEN bool pump_capacity_beyond_device(void)
+{
+    return __atomic_load_n(&beyond, __ATOMIC_RELAXED);
 }

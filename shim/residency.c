@@ -313,6 +313,11 @@ PUMP_HIDDEN void pump_residency_freed(struct pump_range *range)
     reorder_range(range, false);
 }
 
+PUMP_HIDDEN uint64_t pump_residency_resident_bytes(int device)
+{
+    return device >= 0 && device < DEVICES_MAX ? __atomic_load_n(&devices[device].resident, __ATOMIC_RELAXED) : 0;
+}
+
 /* ---- evictions ---- */
 
 struct evictions {

@@ -41,6 +41,8 @@ PUMP_HIDDEN void pump_residency_detach(struct pump_range *range);
  * oldest in the migration order, the least recently used in a plan's). A
  * block evicted meanwhile is believed nowhere: the next tensor prefetches it. */
 PUMP_HIDDEN void pump_residency_freed(struct pump_range *range);
+/* The bytes pump believes resident on `device` (freed tensors' included). */
+PUMP_HIDDEN uint64_t pump_residency_resident_bytes(int device);
 
 /* The trigger a launch's key found in the plan, copied out of it. */
 #define PUMP_TRIGGER_RANGES_MAX 256
