@@ -6,12 +6,13 @@
  * belief may take. Less a margin:
  * - MARGIN: 1/32 of the device's total memory, in whole 2 MiB blocks, at least one block
  *   (2.5 GiB of an 80 GiB card, 16 MiB of bench-steady's 512 MiB device). What the reading
- *   cannot see coming until the next synchronisation: allocations that stay device memory and
- *   are made between two readings (cuBLAS's workspace per stream, 32 MiB on Hopper in PyTorch's
- *   default CUBLAS_WORKSPACE_CONFIG; NCCL's buffers, NCCL_BUFFSIZE 4 MiB per channel and peer;
- *   cuDNN's workspaces), the driver's page tables for the managed memory, and the rounding of
- *   the partial blocks at allocations' ends to the driver's 2 MiB root chunks. No source gives
- *   one figure for all of them; this one is chosen, and said in docs/limits.md.
+ *   cannot see coming until the next synchronisation: device memory allocated outside pump's
+ *   count between two readings (NCCL's buffers, NCCL_BUFFSIZE 4 MiB per channel and peer;
+ *   cuMemCreate memory such as PyTorch's expandable segments; a library's own cudaMalloc
+ *   without managed_all; another process's), the driver's page tables for the managed memory,
+ *   and the rounding of the partial blocks at allocations' ends to the driver's 2 MiB root
+ *   chunks. No source gives one figure for all of them; this one is chosen, and said in
+ *   docs/how-it-works.md.
  * - HYSTERESIS: a reading replaces the default only when it differs from it by more than two
  *   margins. A block pump evicts leaves its root chunk with the driver (uvm_va_block.c gives a
  *   block's GPU chunks back only when they are evicted or the block is destroyed), which the
