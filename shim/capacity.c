@@ -23,10 +23,12 @@
 static struct {
     uint64_t footprint;  /* atomic: managed bytes allocated now on the device */
     uint64_t cap;        /* atomic: 0 until resolved; UINT64_MAX if none could be set */
+    bool beyond;         /* atomic: see pump_capacity_beyond_device */
 } devices[PUMP_DEVICES_MAX];
 static uint64_t footprint_total;  /* atomic: the process's, for the stats record */
 static uint64_t caps_total;       /* the resolved caps summed (saturating), under resolve_lock */
 static pthread_mutex_t resolve_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool beyond_any;        /* atomic: some device's `beyond` */
 
 static uint64_t host_available(void)
 {
@@ -64,18 +66,27 @@ static uint64_t resolve(int device, CUcontext ctx)
         pump_log_once("cannot read the device's memory: no capacity cap");
         return UINT64_MAX;
     }
+    /* By default the job's memory there is what was free and what it already holds. */
+    uint64_t resolved = (uint64_t)free_bytes + pump_device_memory_held(device);
     switch (pump_config.cap_kind) {
     case PUMP_CAP_BYTES:
-        return pump_config.cap_value;
+        resolved = pump_config.cap_value;
+        break;
     case PUMP_CAP_PERCENT:
-        return (uint64_t)total_bytes / 100 * pump_config.cap_value +
-               (uint64_t)total_bytes % 100 * pump_config.cap_value / 100;
+        resolved = (uint64_t)total_bytes / 100 * pump_config.cap_value +
+                   (uint64_t)total_bytes % 100 * pump_config.cap_value / 100;
+        break;
     case PUMP_CAP_HOST:
-        return (uint64_t)total_bytes + host_available();
+        resolved = (uint64_t)total_bytes + host_available();
+        break;
     case PUMP_CAP_DEFAULT:
         break;
     }
-    return (uint64_t)free_bytes + pump_device_memory_held(device);
+    /* Managed memory alone may pass what is free: it can exceed what the device holds. */
+    __atomic_store_n(&devices[device].beyond, resolved > (uint64_t)free_bytes, __ATOMIC_RELAXED);
+    if (resolved > (uint64_t)free_bytes)
+        __atomic_store_n(&beyond_any, true, __ATOMIC_RELAXED);
+    return resolved;
 }
 
 static uint64_t current_cap(int device, CUcontext ctx)
@@ -159,4 +170,11 @@ PUMP_HIDDEN void pump_capacity_info(int device, size_t *free_bytes, size_t *tota
         return;
     *total_bytes = (size_t)total;
     *free_bytes = (size_t)(total - used);
+}
+
+PUMP_HIDDEN bool pump_capacity_beyond_device(int device)
+{
+    if (device < 0)
+        return __atomic_load_n(&beyond_any, __ATOMIC_RELAXED);
+    return device < PUMP_DEVICES_MAX && __atomic_load_n(&devices[device].beyond, __ATOMIC_RELAXED);
 }

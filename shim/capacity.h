@@ -15,5 +15,9 @@ PUMP_HIDDEN void pump_capacity_release(int device, uint64_t bytes);
  * managed footprint and the device memory pump let through (device_memory.h) leave of it; the
  * driver's answer stays where no cap is set. */
 PUMP_HIDDEN void pump_capacity_info(int device, size_t *free_bytes, size_t *total_bytes);
+/* The cap of `device`, once resolved, is above the device's free memory it was resolved from
+ * (--capacity host, or more bytes than were free): managed memory there can exceed what the
+ * device holds. False until then, and where the device could not be read. device < 0: any. */
+PUMP_HIDDEN bool pump_capacity_beyond_device(int device);
 
 #endif

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "budget.h"
 #include "hooks_common.h"
 #include "residency.h"
 #include "stream_users.h"
@@ -426,7 +427,7 @@ static void before_replay(struct replay *r, CUgraphExec exec, CUstream stream)
         PUMP_COUNT(graph_launches_unknown, 1);
         return;
     }
-    r->budget = pump_context_budget(c);
+    r->budget = pump_budget_for(c);
     if (launch_rule) {
         uint64_t bytes = working_set(r);
         if (r->budget != 0 && bytes > r->budget) {

@@ -4,6 +4,7 @@
  * the kernel's use and carry out what policy off's budget or the daemon's
  * plan asks once it is enqueued; and tell the daemon.
  */
+#include "budget.h"
 #include "channel.h"
 #include "hooks_common.h"
 #include "residency.h"
@@ -49,7 +50,7 @@ static void before_launch(struct launch *l, CUfunction f, CUstream stream, void 
     if (pump_driver.can_prefetch && (launch_rule || pump_budget_possible())) {
         struct pump_context *c = pump_context_of(stream);
         if (c != NULL) {
-            l->budget = pump_context_budget(c);
+            l->budget = pump_budget_for(c);
             l->capturing = -1;
             l->trigger = NULL;
             if (launch_rule && channel != NULL && channel->plan != NULL &&

@@ -2,26 +2,32 @@
  * write memory the program allocated managed itself (migrating it back), so
  * pump's beliefs of that memory expire: its next launches prefetch it again.
  * Memory managed_all made managed keeps them: the program believes it is
- * device memory and never touches it from the host (residency.h). The daemon
- * hears of each.
+ * device memory and never touches it from the host (residency.h). Where pump's
+ * own budget is in force (managed memory can exceed the device), the device's
+ * memory is read again (budget.h). The daemon hears of each.
  */
+#include "budget.h"
 #include "channel.h"
 #include "hooks_common.h"
 #include "residency.h"
 
-#define PUMP_SYNC_HOOK(id, params, args)              \
+/* stream: the synchronised stream's, or NULL for the calling thread's current context. */
+#define PUMP_SYNC_HOOK(id, params, args, stream)      \
     CUresult pump_##id params                         \
     {                                                 \
         PUMP_REAL_OR_RETURN(id, real);                \
         CUresult r = real args;                       \
         uint32_t epoch = pump_epoch_synchronised();   \
-        if (pump_active())                            \
+        if (pump_active()) {                          \
+            if (r == CUDA_SUCCESS)                    \
+                pump_budget_synchronised(stream);     \
             pump_channel_sync(epoch);                 \
+        }                                             \
         return r;                                     \
     }
-PUMP_SYNC_HOOK(ctx_synchronize, (void), ())
+PUMP_SYNC_HOOK(ctx_synchronize, (void), (), NULL)
 /* CUDA 13's form, with a context argument: what the CUDA 13 runtime asks for. */
-PUMP_SYNC_HOOK(ctx_synchronize_v2, (CUcontext ctx), (ctx))
-PUMP_SYNC_HOOK(stream_synchronize, (CUstream stream), (stream))
-PUMP_SYNC_HOOK(stream_synchronize_ptsz, (CUstream stream), (stream))
-PUMP_SYNC_HOOK(event_synchronize, (CUevent event), (event))
+PUMP_SYNC_HOOK(ctx_synchronize_v2, (CUcontext ctx), (ctx), NULL)
+PUMP_SYNC_HOOK(stream_synchronize, (CUstream stream), (stream), stream)
+PUMP_SYNC_HOOK(stream_synchronize_ptsz, (CUstream stream), (stream), pump_stream_of(stream, true))
+PUMP_SYNC_HOOK(event_synchronize, (CUevent event), (event), NULL)

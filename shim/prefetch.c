@@ -60,7 +60,6 @@ struct pump_context {
     uint64_t mark_base;  /* atomic: marks of a sequence below this are from before it went */
     CUstream stream;     /* prefetches */
     CUstream evict_stream;
-    uint64_t budget;     /* PUMP_BUDGET for this device, in bytes; 0: none */
     CUevent events[PUMP_EVENTS_PER_CONTEXT];
     uint32_t next_event; /* atomic */
     CUevent evicted;     /* recorded after evictions (residency.c's lock orders its use) */
@@ -131,22 +130,10 @@ static void setup_context(struct pump_context *c, CUcontext ctx, uint32_t index)
                 call_ok(pump_driver.stream_create(&c->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate") &&
                 call_ok(pump_driver.stream_create(&c->evict_stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate") &&
                 create_events(&c->evicted, 1) && create_events(c->events, PUMP_EVENTS_PER_CONTEXT);
-    c->budget = 0;
-    size_t free_bytes = 0, total_bytes = 0;
-    if (pump_config.budget_kind == PUMP_CAP_BYTES)
-        c->budget = pump_config.budget_value;
-    else if (pump_config.budget_kind == PUMP_CAP_PERCENT && entered && pump_driver.mem_get_info != NULL &&
-             pump_driver.mem_get_info(&free_bytes, &total_bytes) == CUDA_SUCCESS)
-        c->budget = (uint64_t)total_bytes / 100 * pump_config.budget_value +
-                    (uint64_t)total_bytes % 100 * pump_config.budget_value / 100;
-    else if (pump_config.budget_kind == PUMP_CAP_PERCENT)
-        pump_log_once("cannot read the device's memory: no budget");
     context_leave(pushed);
     pump_capture_restore(&mode);
     if (have_device)
         pump_channel_device(c->device);  /* pumpd learns which GPU this is */
-    if (c->budget != 0 && pump_channel_plan_budget() == 0)
-        PUMP_SET(budget_bytes, c->budget);
     if (!c->usable)
         pump_log_once("no prefetch stream for a context: its launches are not prefetched");
     __atomic_store_n(&c->ctx, ctx, __ATOMIC_RELEASE);
@@ -205,20 +192,17 @@ PUMP_HIDDEN int pump_context_device(const struct pump_context *c)
     return c->device;
 }
 
-PUMP_HIDDEN uint64_t pump_context_budget(const struct pump_context *c)
+PUMP_HIDDEN bool pump_context_memory(struct pump_context *c, size_t *free_bytes, size_t *total_bytes)
 {
-    uint64_t budget = pump_channel_plan_budget();
-    if (budget == 0)
-        budget = c->budget;
-    struct pump_stats *record = atomic_load_explicit(&pump_stats_record, memory_order_relaxed);
-    if (__atomic_load_n(&record->budget_bytes, __ATOMIC_RELAXED) != budget)
-        PUMP_SET(budget_bytes, budget);
-    return budget;
-}
-
-PUMP_HIDDEN bool pump_budget_possible(void)
-{
-    return pump_config.budget_kind != PUMP_CAP_DEFAULT || pump_channel_plan_budget() != 0;
+    if (pump_driver.mem_get_info == NULL)
+        return false;
+    struct pump_capture_mode mode = pump_capture_relax();
+    bool pushed;
+    bool read = context_enter(__atomic_load_n(&c->ctx, __ATOMIC_ACQUIRE), &pushed) &&
+                pump_driver.mem_get_info(free_bytes, total_bytes) == CUDA_SUCCESS;
+    context_leave(pushed);
+    pump_capture_restore(&mode);
+    return read;
 }
 
 PUMP_HIDDEN bool pump_stream_capturing(CUstream stream)

@@ -18,11 +18,9 @@ PUMP_HIDDEN struct pump_context *pump_context_of(CUstream stream);
  * place; tokens and marks from before count as done. */
 PUMP_HIDDEN void pump_context_forget(CUcontext ctx);
 PUMP_HIDDEN int pump_context_device(const struct pump_context *c);
-/* The budget in force on c's device: the daemon's plan's, else PUMP_BUDGET's;
- * 0: none. Kept in the stats record's budget_bytes. */
-PUMP_HIDDEN uint64_t pump_context_budget(const struct pump_context *c);
-/* A budget may be in force (PUMP_BUDGET is set, or the plan has one). */
-PUMP_HIDDEN bool pump_budget_possible(void);
+/* The memory of c's device (cuMemGetInfo in c's context, in relaxed capture
+ * mode): false when it cannot be read. */
+PUMP_HIDDEN bool pump_context_memory(struct pump_context *c, size_t *free_bytes, size_t *total_bytes);
 
 /* True when `stream` is being captured into a graph (or cannot be asked):
  * pump then adds nothing to it. */

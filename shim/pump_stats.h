@@ -12,7 +12,7 @@
 
 enum {
     PUMP_STATS_MAGIC = 0x504d5053,   /* "SPMP" little-endian: a pump record */
-    PUMP_STATS_VERSION = 6
+    PUMP_STATS_VERSION = 7
 };
 
 struct pump_stats {
@@ -95,6 +95,11 @@ struct pump_stats {
     /* version 6: residency beliefs outlive synchronisations under managed_all */
     uint64_t epoch_reprefetches;     /* 2 MiB blocks believed resident prefetched again only because the
                                         safety net's epoch of launches expired the belief */
+    /* version 7: pump's own budget where managed memory can exceed the device (budget.c) */
+    uint64_t default_budget_bytes;   /* pump's default budget now (free memory + its resident bytes - a
+                                        margin), part of budget_bytes' minimum; 0: not in force */
+    uint64_t budget_rereads;         /* device memory read again at synchronisations for that default */
+    uint64_t budget_changes;         /* ... readings that changed it (past the hysteresis) */
 };
 
 #endif

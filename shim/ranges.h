@@ -51,8 +51,8 @@ struct pump_range {
     /* 1: a freed tensor, kept in place (invisible to lookups) so that the next tensor at
      * its address and size, the caching allocator's steady state, takes it over without
      * moving the table, and with what pump knows of its memory: its blocks stay (residency
-     * belongs to the memory, which the caching allocator keeps on the GPU), but under a
-     * budget (its observer's freed). */
+     * belongs to the memory, which the caching allocator keeps on the GPU), first to go
+     * under a budget (its observer's freed). */
     uint32_t dead;
     /* 1 once a scanned kernel launch named it (stream_users.c: only such memory is discarded). */
     uint32_t launched;
@@ -95,7 +95,7 @@ PUMP_HIDDEN enum pump_removed pump_ranges_remove(uint64_t base, uint64_t *size, 
 PUMP_HIDDEN struct pump_range *pump_ranges_insert_tensor(uint64_t base, uint64_t size, uint64_t *carved_base,
                                                          uint64_t *carved_size);
 /* Ends the tensor starting at base; its size in *size. Its residency stays with its record
- * (but under a budget: its observer's freed) until a tensor of the same extent takes it over
+ * (its observer's freed) until a tensor of the same extent takes it over
  * or the record is erased. */
 PUMP_HIDDEN bool pump_ranges_remove_tensor(uint64_t base, uint64_t *size);
 /* Looks up n words (candidate pointers): each distinct allocation one of

@@ -218,14 +218,40 @@ static void refresh(struct pump_blocks *a, int device, uint64_t stamp)
 
 /* ---- allocations ---- */
 
+/* Moves block b to the newest end of its device's migration order (newest) or to its oldest
+ * end, where the next eviction finds it first. */
+static void reorder(struct pump_block *b, bool newest)
+{
+    struct device_state *d = &devices[b->device];
+    b->older->newer = b->newer;
+    b->newer->older = b->older;
+    struct pump_block *after = newest ? d->order.older : &d->order;
+    b->older = after;
+    b->newer = after->newer;
+    after->newer->older = b;
+    after->newer = b;
+    if (newest)
+        b->migrated = ++d->migrations;
+}
+
+/* reorder() for every block of range believed resident; false when it has no blocks. */
+static bool reorder_range(struct pump_range *range, bool newest)
+{
+    pthread_mutex_lock(&lock);
+    struct pump_blocks *a = range->blocks;
+    for (uint32_t i = 0; a != NULL && i < a->count; i++)
+        if (a->block[i].device >= 0)
+            reorder(&a->block[i], newest);
+    pthread_mutex_unlock(&lock);
+    return a != NULL;
+}
+
 PUMP_HIDDEN bool pump_residency_attach(struct pump_range *range)
 {
     /* A tensor that took over a freed one's record (ranges.h): the same memory, which the
-     * caching allocator kept on the GPU and pump never discards (torch_trace.c). */
-    pthread_mutex_lock(&lock);
-    bool kept = range->blocks != NULL;
-    pthread_mutex_unlock(&lock);
-    if (kept)
+     * caching allocator kept on the GPU and pump never discards (torch_trace.c). What of it is
+     * still believed resident is a new tensor's now: the newest in the migration order. */
+    if (reorder_range(range, true))
         return true;
     uint64_t base = __atomic_load_n(&range->base, __ATOMIC_RELAXED);
     uint64_t size = __atomic_load_n(&range->size, __ATOMIC_RELAXED);
@@ -284,8 +310,12 @@ PUMP_HIDDEN void pump_residency_detach(struct pump_range *range)
 
 PUMP_HIDDEN void pump_residency_freed(struct pump_range *range)
 {
-    if (pump_budget_possible())
-        pump_residency_detach(range);
+    reorder_range(range, false);
+}
+
+PUMP_HIDDEN uint64_t pump_residency_resident_bytes(int device)
+{
+    return device >= 0 && device < DEVICES_MAX ? __atomic_load_n(&devices[device].resident, __ATOMIC_RELAXED) : 0;
 }
 
 /* ---- evictions ---- */
@@ -401,7 +431,10 @@ static bool make_room(struct evictions *e, uint64_t need, uint64_t budget, uint3
         for (struct pump_block *b = d->order.newer; b != &d->order; b = b->newer) {
             if (is_protected(b, decision))
                 continue;
-            uint64_t used = __atomic_load_n(&b->owner->range->used_tick, __ATOMIC_RELAXED);
+            /* A freed tensor's blocks first (pump_residency_freed). */
+            uint64_t used = __atomic_load_n(&b->owner->range->dead, __ATOMIC_RELAXED)
+                                ? 0
+                                : __atomic_load_n(&b->owner->range->used_tick, __ATOMIC_RELAXED);
             scratch[n++] = (struct victim){used > b->planned_for ? used : b->planned_for, b->migrated, b};
         }
         qsort(scratch, n, sizeof *scratch, by_use);

@@ -34,11 +34,14 @@ PUMP_HIDDEN bool pump_residency_attach(struct pump_range *range);
  * range table's writer lock held. */
 PUMP_HIDDEN void pump_residency_detach(struct pump_range *range);
 /* A tensor freed (its record kept, ranges.h), under the range table's writer
- * lock: without a budget its blocks stay, for the next tensor of its extent;
- * under one they leave the accounting as at a detach, so that memory the
- * caching allocator holds for later takes no room of the budget from live
- * tensors (nor is evicted: that would copy dead bytes to the host). */
+ * lock: its blocks stay, believed where they are, for the next tensor of its
+ * extent (the caching allocator keeps the memory on the GPU), and still count
+ * against a budget; but they become the first victims when room is needed (the
+ * oldest in the migration order, the least recently used in a plan's). A
+ * block evicted meanwhile is believed nowhere: the next tensor prefetches it. */
 PUMP_HIDDEN void pump_residency_freed(struct pump_range *range);
+/* The bytes pump believes resident on `device` (freed tensors' included). */
+PUMP_HIDDEN uint64_t pump_residency_resident_bytes(int device);
 
 /* The launch rule, before a launch on `stream` (policy launch): prefetches
  * the blocks of the scan's allocations (or, with a trigger that has need

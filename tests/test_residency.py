@@ -36,6 +36,19 @@ def test_caching_allocator_steps_prefetch_once(run_program, variant):
     assert run.totals["epoch_reprefetches"] == 0
 
 
+@pytest.mark.parametrize("variant", ["plain", "asan", "tsan"])
+def test_a_freed_tensor_keeps_its_blocks_under_a_budget(run_program, variant):
+    # Under a budget that holds the weights and the activation (14 MiB), the activation the
+    # caching allocator hands out again is still believed resident, and counted: step 1
+    # prefetches, no step after, and nothing is evicted. Before, a freed tensor's blocks left
+    # the accounting under a budget: prefetch calls [1, 1, 1, 1, 1], 38 MiB asked of which 24
+    # MiB were resident.
+    run = steps(run_program, "caching", variant, env={"PUMP_BUDGET": "14MiB"})
+    assert run.result["prefetch_calls"] == [1] + [0] * (STEPS - 1)
+    assert run.totals["prefetch_bytes"] == WEIGHTS + ACTIVATION
+    assert run.totals["evictions"] == 0 and run.totals["resident_bytes_peak"] == WEIGHTS + ACTIVATION
+
+
 def test_discarded_memory_handed_out_again_is_prefetched_again(run_program):
     # pump's allocator discards each dead activation; the next one at its address is prefetched
     # again (a discard is undone only by a write or a prefetch), the weights never again.

@@ -4,10 +4,13 @@
  * and i+1: x = x / 2 + y, every float. Each launch needs two buffers, the
  * whole set needs all of them, so under a smaller budget pump must evict.
  *
- *   budget BUFFERS MIB ROUNDS [--kernel-us=U]
+ *   budget BUFFERS MIB ROUNDS [--kernel-us=U] [--neighbour=FROM:TO:MIB]
  * --kernel-us=U: each kernel waits U microseconds before it touches its
  * buffers, so an eviction not ordered after it would move them away first
  * (and the kernel would fault them back).
+ * --neighbour=FROM:TO:MIB: each round ends with a synchronisation; after
+ * round FROM's, a plain device allocation of MIB MiB (a neighbour taking
+ * device memory), freed after round TO's.
  * Last line: the checksum of every buffer and fakecuda's counters.
  */
 #include <string.h>
@@ -18,6 +21,8 @@
 #define MAX_BUFFERS 64
 
 static long kernel_us;
+static int neighbour_from = -1, neighbour_to = -1;
+static size_t neighbour_mib;
 
 static void mix_kernel(void **params, const fakecuda_dims *dims)
 {
@@ -47,8 +52,10 @@ int main(int argc, char **argv)
     for (int i = 4; i < argc; i++) {
         if (strncmp(argv[i], "--kernel-us=", 12) == 0)
             kernel_us = atol(argv[i] + 12);
-        else {
-            fprintf(stderr, "budget: unknown option %s\n", argv[i]);
+        else if (sscanf(argv[i], "--neighbour=%d:%d:%zu", &neighbour_from, &neighbour_to, &neighbour_mib) != 3 ||
+                 neighbour_from < 1 || neighbour_to <= neighbour_from || neighbour_mib == 0) {
+            fprintf(stderr, "budget: bad option %s (allowed: --kernel-us=U, --neighbour=FROM:TO:MIB with "
+                            "1 <= FROM < TO, MIB >= 1)\n", argv[i]);
             return 2;
         }
     }
@@ -79,11 +86,19 @@ int main(int argc, char **argv)
             x[i] = (float)((i + (uint64_t)b) % 13);
     }
     api.reset_stats();
-    for (int r = 0; r < rounds; r++)
+    CUdeviceptr neighbour = 0;
+    for (int r = 1; r <= rounds; r++) {
         for (int b = 0; b < buffers; b++) {
             void *params[] = {&buffer[b], &buffer[(b + 1) % buffers], &floats};
             CHECK(api.launch_kernel(mix, 1, 1, 1, 128, 1, 1, 0, stream, params, NULL));
         }
+        if (neighbour_from > 0)
+            CHECK(api.stream_synchronize(stream));
+        if (r == neighbour_from)
+            CHECK(api.mem_alloc(&neighbour, neighbour_mib << 20));
+        if (r == neighbour_to)
+            CHECK(api.mem_free(neighbour));
+    }
     CHECK(api.ctx_synchronize());
     struct fakecuda_stats s;
     api.get_stats(&s);

@@ -1,0 +1,162 @@
+/* budget.c: the budget in force on each device (see budget.h).
+ *
+ * pump's default. cuMemGetInfo's free memory counts what everyone else holds (plain
+ * allocations, a neighbour process, the driver's own) and also the managed chunks of this
+ * process, pump's resident blocks among them: free + pump's resident bytes is the room pump's
+ * belief may take. Less a margin:
+ * - MARGIN: 1/32 of the device's total memory, in whole 2 MiB blocks, at least one block
+ *   (2.5 GiB of an 80 GiB card, 16 MiB of bench-steady's 512 MiB device). What the reading
+ *   cannot see coming until the next synchronisation: device memory allocated outside pump's
+ *   count between two readings (NCCL's buffers, NCCL_BUFFSIZE 4 MiB per channel and peer;
+ *   cuMemCreate memory such as PyTorch's expandable segments; a library's own cudaMalloc
+ *   without managed_all; another process's), the driver's page tables for the managed memory,
+ *   and the rounding of the partial blocks at allocations' ends to the driver's 2 MiB root
+ *   chunks. No source gives one figure for all of them; this one is chosen, and said in
+ *   docs/how-it-works.md.
+ * - HYSTERESIS: a reading replaces the default only when it differs from it by more than two
+ *   margins. A block pump evicts leaves its root chunk with the driver (uvm_va_block.c gives a
+ *   block's GPU chunks back only when they are evicted or the block is destroyed), which the
+ *   driver takes back only when it needs the room: once the device is full, up to a margin of
+ *   such chunks counts as used, so a reading there falls short by up to a margin. Without the
+ *   hysteresis, each synchronisation would lower the default by one margin more.
+ * Re-read at synchronisations only on a device where the default is in force: one
+ * cuMemGetInfo (and the context check around it) per synchronisation there, none elsewhere,
+ * so a job that fits adds no driver call.
+ */
+#include <pthread.h>
+
+#include "budget.h"
+#include "capacity.h"
+#include "channel.h"
+#include "residency.h"
+
+#define MARGIN_DIVISOR 32
+#define HYSTERESIS_MARGINS 2
+
+struct device_budget {
+    bool configured_ready;  /* atomic: `configured` was resolved */
+    uint64_t configured;    /* PUMP_BUDGET in bytes for this device; 0: none */
+    bool own_ready;         /* atomic: `own` and `margin` were read */
+    uint64_t own;           /* atomic: pump's default, 0: none (the device could not be read) */
+    uint64_t margin;
+};
+
+static struct device_budget devices[PUMP_DEVICES_MAX];
+static pthread_mutex_t resolve_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool own_anywhere;  /* atomic: some device has pump's default: synchronisations re-read */
+
+/* Managed memory can exceed the device (< 0: any device), and pump prefetches: pump's
+ * default applies. */
+static bool own_applies(int device)
+{
+    return pump_config.policy == PUMP_POLICY_LAUNCH && pump_capacity_beyond_device(device);
+}
+
+PUMP_HIDDEN bool pump_budget_possible(void)
+{
+    return pump_config.budget_kind != PUMP_CAP_DEFAULT || pump_channel_plan_budget() != 0 || own_applies(-1);
+}
+
+static uint64_t blocks_up(uint64_t bytes)
+{
+    return (bytes + PUMP_BLOCK_SIZE - 1) / PUMP_BLOCK_SIZE * PUMP_BLOCK_SIZE;
+}
+
+/* The default a reading of the device's memory gives: at least one block. */
+static uint64_t own_from(const struct device_budget *d, int device, uint64_t free_bytes)
+{
+    uint64_t room = free_bytes + pump_residency_resident_bytes(device);
+    return room > d->margin + PUMP_BLOCK_SIZE ? (room - d->margin) / PUMP_BLOCK_SIZE * PUMP_BLOCK_SIZE
+                                               : PUMP_BLOCK_SIZE;
+}
+
+static void publish_own(uint64_t own)
+{
+    struct pump_stats *record = atomic_load_explicit(&pump_stats_record, memory_order_relaxed);
+    if (__atomic_load_n(&record->default_budget_bytes, __ATOMIC_RELAXED) != own)
+        PUMP_SET(default_budget_bytes, own);
+}
+
+/* Resolves what needs the device's memory, once per device (under resolve_lock). */
+static void resolve(struct device_budget *d, struct pump_context *c, bool own)
+{
+    size_t free_bytes = 0, total_bytes = 0;
+    bool percent = !d->configured_ready && pump_config.budget_kind == PUMP_CAP_PERCENT;
+    bool read = (percent || (own && !d->own_ready)) && pump_context_memory(c, &free_bytes, &total_bytes);
+    if (!d->configured_ready) {
+        if (pump_config.budget_kind == PUMP_CAP_BYTES)
+            d->configured = pump_config.budget_value;
+        else if (pump_config.budget_kind == PUMP_CAP_PERCENT && read)
+            d->configured = (uint64_t)total_bytes / 100 * pump_config.budget_value +
+                            (uint64_t)total_bytes % 100 * pump_config.budget_value / 100;
+        else if (pump_config.budget_kind == PUMP_CAP_PERCENT)
+            pump_log_once("cannot read the device's memory: no budget");
+        __atomic_store_n(&d->configured_ready, true, __ATOMIC_RELEASE);
+    }
+    if (own && !d->own_ready) {
+        if (read) {
+            d->margin = blocks_up((uint64_t)total_bytes / MARGIN_DIVISOR);
+            if (d->margin == 0)
+                d->margin = PUMP_BLOCK_SIZE;
+            __atomic_store_n(&d->own, own_from(d, pump_context_device(c), free_bytes), __ATOMIC_RELAXED);
+            __atomic_store_n(&own_anywhere, true, __ATOMIC_RELEASE);
+        } else {
+            pump_log_once("cannot read the device's memory: no default budget above the device");
+        }
+        __atomic_store_n(&d->own_ready, true, __ATOMIC_RELEASE);
+    }
+}
+
+PUMP_HIDDEN uint64_t pump_budget_for(struct pump_context *c)
+{
+    int device = pump_context_device(c);
+    uint64_t budget = pump_channel_plan_budget();
+    if (device >= 0 && device < PUMP_DEVICES_MAX) {
+        struct device_budget *d = &devices[device];
+        bool own = own_applies(device);
+        bool configured_needed = budget == 0 && pump_config.budget_kind != PUMP_CAP_DEFAULT;
+        if ((configured_needed && !__atomic_load_n(&d->configured_ready, __ATOMIC_ACQUIRE)) ||
+            (own && !__atomic_load_n(&d->own_ready, __ATOMIC_ACQUIRE))) {
+            pthread_mutex_lock(&resolve_lock);
+            resolve(d, c, own);
+            pthread_mutex_unlock(&resolve_lock);
+        }
+        if (budget == 0 && __atomic_load_n(&d->configured_ready, __ATOMIC_ACQUIRE))
+            budget = d->configured;
+        uint64_t own_bytes = own ? __atomic_load_n(&d->own, __ATOMIC_RELAXED) : 0;
+        if (own_bytes != 0 && (budget == 0 || own_bytes < budget))
+            budget = own_bytes;
+        publish_own(own_bytes);
+    } else if (budget == 0 && pump_config.budget_kind == PUMP_CAP_BYTES) {
+        budget = pump_config.budget_value;
+    }
+    struct pump_stats *record = atomic_load_explicit(&pump_stats_record, memory_order_relaxed);
+    if (__atomic_load_n(&record->budget_bytes, __ATOMIC_RELAXED) != budget)
+        PUMP_SET(budget_bytes, budget);
+    return budget;
+}
+
+PUMP_HIDDEN void pump_budget_synchronised(CUstream stream)
+{
+    if (PUMP_LIKELY(!__atomic_load_n(&own_anywhere, __ATOMIC_ACQUIRE)))
+        return;
+    struct pump_context *c = pump_context_of(stream);
+    int device = c != NULL ? pump_context_device(c) : -1;
+    if (device < 0 || device >= PUMP_DEVICES_MAX || !own_applies(device))
+        return;
+    struct device_budget *d = &devices[device];
+    if (!__atomic_load_n(&d->own_ready, __ATOMIC_ACQUIRE) || __atomic_load_n(&d->own, __ATOMIC_RELAXED) == 0)
+        return;
+    size_t free_bytes = 0, total_bytes = 0;
+    if (!pump_context_memory(c, &free_bytes, &total_bytes))
+        return;
+    PUMP_COUNT(budget_rereads, 1);
+    uint64_t reading = own_from(d, device, free_bytes);
+    uint64_t own = __atomic_load_n(&d->own, __ATOMIC_RELAXED);
+    uint64_t apart = reading > own ? reading - own : own - reading;
+    if (apart > HYSTERESIS_MARGINS * d->margin) {
+        __atomic_store_n(&d->own, reading, __ATOMIC_RELAXED);
+        PUMP_COUNT(budget_changes, 1);
+        publish_own(reading);
+    }
+}
