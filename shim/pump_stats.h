@@ -12,7 +12,7 @@
 
 enum {
     PUMP_STATS_MAGIC = 0x504d5053,   /* "SPMP" little-endian: a pump record */
-    PUMP_STATS_VERSION = 6
+    PUMP_STATS_VERSION = 7
 };
 
 struct pump_stats {
@@ -94,6 +94,11 @@ struct pump_stats {
     /* version 6: residency beliefs outlive synchronisations under managed_all */
     uint64_t epoch_reprefetches;     /* 2 MiB blocks believed resident prefetched again only because the
                                         safety net's epoch of launches expired the belief */
+    /* version 7: residency state per device, no driver call under its locks */
+    uint64_t residency_lock_waits;   /* waits for a residency lock another thread held (its launch's device's,
+                                        or one keeping memory the launch names): held only to decide */
+    uint64_t residency_turn_waits;   /* waits of a launch's driver calls for an earlier decision's on the same
+                                        device (its streams take the moves in the order they were decided) */
 };
 
 #endif
