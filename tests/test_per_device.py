@@ -15,14 +15,21 @@ LAUNCHES = 64
 BUDGET = {"PUMP_BUDGET": "8M", "FAKECUDA_DEVICES": "2"}
 
 
-@pytest.mark.parametrize("variant", ["plain", "asan", "tsan"])
-def test_threads_on_two_devices_never_wait_for_each_other(run_program, variant):
-    run = run_program("per_device", 2, 2, LAUNCHES, variant=variant, env=BUDGET)
+def two_threads(run_program, devices, variant):
+    """pump's counters of two threads on `devices` devices; every value right, every launch
+    prefetched (each needs a buffer the budget no longer holds)."""
+    run = run_program("per_device", 2, devices, LAUNCHES, variant=variant, env=BUDGET)
     assert run.result["failures"] == 0
     totals = run.totals
     assert totals["errors"] == 0
-    # Every launch evicted the buffer two before it and prefetched its own, on both devices.
     assert totals["launches_prefetched"] == 2 * LAUNCHES
+    return totals
+
+
+@pytest.mark.parametrize("variant", ["plain", "asan", "tsan"])
+def test_threads_on_two_devices_never_wait_for_each_other(run_program, variant):
+    totals = two_threads(run_program, 2, variant)
+    # Every launch evicted the buffer two before it, on both devices.
     assert totals["evictions"] >= 2 * (LAUNCHES - 2) * 2
     assert totals["residency_lock_waits"] == 0
     assert totals["residency_turn_waits"] == 0
@@ -32,9 +39,5 @@ def test_threads_on_two_devices_never_wait_for_each_other(run_program, variant):
 def test_threads_on_one_device_take_their_moves_in_turn(run_program, variant):
     # Two threads share a device's lock and its streams: their moves are made in the order
     # they were decided, and every value is right (the waits, if any, are counted, not asserted).
-    run = run_program("per_device", 2, 1, LAUNCHES, variant=variant, env=BUDGET)
-    assert run.result["failures"] == 0
-    totals = run.totals
-    assert totals["errors"] == 0
-    assert totals["launches_prefetched"] == 2 * LAUNCHES
+    totals = two_threads(run_program, 1, variant)
     assert totals["resident_bytes_peak"] <= 8 << 20
