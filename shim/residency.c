@@ -5,11 +5,9 @@
  * of its device and of the keepers of the blocks it names (residency_blocks.h)
  * it counts blocks in, chooses victims (least recently migrated, or for a plan
  * with PUMP_ORDER_USED least recently used by a launch, ties broken by
- * migration order) and writes down the moves; it makes their driver calls
- * after leaving every lock, in its device's order of decisions (its turn), so
- * the streams take the moves in the order the belief assumed and a thread
- * launching on another GPU never waits for them. A move the driver refused
- * leaves the belief again. A block taken for a launch is never its victim,
+ * migration order) and writes down the moves, whose driver calls are made
+ * after every lock is left (residency_moves.h): a thread launching on another
+ * GPU never waits for them. A block taken for a launch is never its victim,
  * nor is a block its trigger prefetches.
  *
  * A launch that wants more blocks than fit takes them in order (the scan's
@@ -30,11 +28,7 @@
 
 #include "context_cache.h"
 #include "residency.h"
-#include "residency_blocks.h"
-
-#define BATCH 64 /* ranges per driver call, and waits per eviction batch */
-
-static _Atomic uint64_t decisions;
+#include "residency_moves.h"
 
 /* The epochs (residency.h): `synced` moves at synchronisations and with `launched`, the
  * safety net's, which alone expires the beliefs of memory the host never touches. */
@@ -107,74 +101,6 @@ PUMP_HIDDEN void pump_residency_freed(struct pump_range *range)
         pump_residency_detach(range);
 }
 
-/* ---- a decision: the locks it holds and the moves it writes down ---- */
-
-/* One driver call's worth of moves, decided under the locks and made after. */
-struct move {
-    bool evict;
-    bool after_evictions;   /* a prefetch: the prefetch stream first waits for the evictions */
-    bool after_prefetches;  /* an eviction: the eviction stream first waits for the prefetch stream (a
-                               planned prefetch of a block it evicts is decided, not yet made) */
-    bool after_fallback;    /* an eviction of a block whose last use is unknown */
-    bool from_plan;
-    uint32_t n, waits, discards;
-    CUdeviceptr ptr[BATCH];
-    size_t size[BATCH];
-    uint64_t wait[BATCH];     /* an eviction: the uses it waits for */
-    uint64_t discard[BATCH];  /* marks of discards its memory waits for, if still running */
-    struct {
-        struct pump_range *range;
-        struct pump_blocks *a;
-        uint32_t first, count;
-    } run[BATCH];             /* a prefetch: the blocks it brings */
-    uint64_t bytes, blocks;
-    bool taken;               /* made: the driver took it */
-    uint64_t token;           /* a plan's prefetch, made: the token of its end */
-};
-
-struct decision {
-    struct pump_context *c;
-    int device;
-    CUstream stream;     /* where a fallback use may be recorded (NULL: none) */
-    uint64_t after;      /* a use every eviction here also waits for (0: none) */
-    uint64_t fallback;   /* the use waited for when a block's last use is unknown (0: one recorded on stream) */
-    uint64_t number;     /* marks the blocks that are never its victims */
-    uint64_t held;       /* the device locks it holds */
-    uint64_t turn;       /* its device's turn + 1 (0: none taken: no driver call) */
-    uint64_t ready;      /* the kernel waits for this planned prefetch (0: none) */
-    bool kernel_waits;   /* a launch's kernel waits for the prefetches */
-    uint32_t n;
-    struct move *moves;
-};
-
-static bool holds(const uint64_t *marks, uint32_t n, uint64_t mark)
-{
-    for (uint32_t k = 0; k < n; k++)
-        if (marks[k] == mark)
-            return true;
-    return false;
-}
-
-static void take_turn(struct decision *dn)
-{
-    if (dn->turn == 0)
-        dn->turn = pump_turn_take(dn->device) + 1;
-}
-
-/* Writes down a move; false when there is no memory for it (it is then not made). */
-static bool write_down(struct decision *dn, const struct move *m)
-{
-    struct move *grown = realloc(dn->moves, (dn->n + 1) * sizeof *grown);
-    if (grown == NULL) {
-        pump_log_once("no memory for a decision's moves: some are not made");
-        return false;
-    }
-    dn->moves = grown;
-    dn->moves[dn->n++] = *m;
-    take_turn(dn);
-    return true;
-}
-
 /* The allocations one launch (a kernel's own, or a graph replay's) uses. */
 struct uses {
     struct pump_range *const *range;
@@ -186,75 +112,19 @@ static struct uses uses_of(const struct pump_scan *scan)
     return (struct uses){scan->range, scan->own};
 }
 
-/* The allocation's blocks a plan range names (claimed for the decision), or
- * NULL when the range is not inside a live managed allocation whose blocks'
- * keepers the decision holds. */
-static struct pump_blocks *plan_blocks(struct decision *dn, const struct pump_plan_range *range, uint32_t *first,
-                                       uint32_t *last, uint64_t *want)
+static bool holds(const uint64_t *marks, uint32_t n, uint64_t mark)
 {
-    uint64_t address = range->address, bytes = range->bytes, unused = 0;
-    if (bytes == 0 || address + bytes < address)
-        return NULL;
-    struct pump_range *r = pump_ranges_find(address);
-    struct pump_blocks *a = r != NULL ? r->blocks : NULL;
-    if (a == NULL || address < a->base || address + bytes > a->base + a->size ||
-        !pump_blocks_claim(a, dn->device, dn->held, want != NULL ? want : &unused))
-        return NULL;
-    *first = (uint32_t)(address / PUMP_BLOCK_SIZE - a->base / PUMP_BLOCK_SIZE);
-    *last = (uint32_t)((address + bytes - 1) / PUMP_BLOCK_SIZE - a->base / PUMP_BLOCK_SIZE);
-    return a;
-}
-
-/* Takes the locks a decision over the launch's allocations and the plan's
- * ranges[0 .. n) needs (residency_blocks.h), and marks the launch's own
- * allocations: never its victims. False when the device cannot be set up. */
-static bool decision_begin(struct decision *dn, struct uses u, const struct pump_plan_range *ranges, uint32_t n)
-{
-    if (!pump_blocks_enter(dn->device))
-        return false;
-    uint64_t want = 1ull << dn->device;
-    for (;;) {
-        for (uint32_t r = 0; r < u.n; r++)
-            if (u.range[r]->blocks != NULL)
-                pump_blocks_keepers(u.range[r]->blocks, &want);
-        for (uint32_t k = 0; k < n; k++) {
-            struct pump_range *r = ranges[k].bytes != 0 ? pump_ranges_find(ranges[k].address) : NULL;
-            if (r != NULL && r->blocks != NULL)
-                pump_blocks_keepers(r->blocks, &want);
-        }
-        dn->held = want;
-        pump_devices_lock(dn->held);
-        bool all = true;
-        for (uint32_t r = 0; r < u.n; r++)
-            if (u.range[r]->blocks != NULL)
-                all = pump_blocks_claim(u.range[r]->blocks, dn->device, dn->held, &want) && all;
-        for (uint32_t k = 0; k < n; k++) {
-            uint32_t first, last;
-            plan_blocks(dn, &ranges[k], &first, &last, &want);
-        }
-        if (all && want == dn->held)
-            break;
-        pump_devices_unlock(dn->held);  /* a block moved to a device not locked: again, with it */
-    }
-    dn->number = atomic_fetch_add_explicit(&decisions, 1, memory_order_relaxed) + 1;
-    for (uint32_t r = 0; r < u.n; r++)
-        if (u.range[r]->blocks != NULL)
-            u.range[r]->blocks->mark = dn->number;
-    return true;
-}
-
-static void decision_unlock(struct decision *dn)
-{
-    pump_blocks_publish();
-    pump_devices_unlock(dn->held);
-    pump_blocks_leave();
+    for (uint32_t k = 0; k < n; k++)
+        if (marks[k] == mark)
+            return true;
+    return false;
 }
 
 /* ---- evictions ---- */
 
 struct evictions {
-    struct decision *dn;
-    struct move m;
+    struct pump_decision *dn;
+    struct pump_move m;
 };
 
 static void evictions_flush(struct evictions *e)
@@ -262,7 +132,7 @@ static void evictions_flush(struct evictions *e)
     if (e->m.n == 0)
         return;
     e->m.evict = true;
-    write_down(e->dn, &e->m);
+    pump_decision_write(e->dn, &e->m);
     pump_devices[e->dn->device].evicted_unawaited += e->m.bytes;
     e->m.n = e->m.waits = e->m.discards = 0;
     e->m.bytes = e->m.blocks = 0;
@@ -285,7 +155,7 @@ static void evict_block(struct evictions *e, struct pump_blocks *a, uint32_t i)
         pump_block_count_out(a, i);  /* never moved by pump */
         return;
     }
-    if (e->m.n == BATCH || e->m.waits + 2 > BATCH || e->m.discards == BATCH)
+    if (e->m.n == PUMP_MOVE_BATCH || e->m.waits + 2 > PUMP_MOVE_BATCH || e->m.discards == PUMP_MOVE_BATCH)
         evictions_flush(e);
     if (b->discarded != 0 && !holds(e->m.discard, e->m.discards, b->discarded))
         e->m.discard[e->m.discards++] = b->discarded;
@@ -357,11 +227,11 @@ static bool make_room(struct evictions *e, uint64_t need, uint64_t budget, uint3
 /* ---- prefetches ---- */
 
 struct prefetches {
-    struct decision *dn;
+    struct pump_decision *dn;
     struct stamps stamps;
     uint64_t tick;       /* a plan's prefetch: the launch whose trigger it is (0: none) */
     uint64_t pending;    /* bytes of the runs new to the device */
-    struct move m;
+    struct pump_move m;
 };
 
 static void prefetches_flush(struct prefetches *p, struct evictions *e, uint64_t budget)
@@ -369,7 +239,7 @@ static void prefetches_flush(struct prefetches *p, struct evictions *e, uint64_t
     if (p->m.n == 0)
         return;
     evictions_flush(e);
-    struct decision *dn = p->dn;
+    struct pump_decision *dn = p->dn;
     struct pump_device_state *d = &pump_devices[dn->device];
     /* Room made by evictions still queued: this prefetch may not pass them. */
     if (p->m.after_evictions ||
@@ -385,7 +255,7 @@ static void prefetches_flush(struct prefetches *p, struct evictions *e, uint64_t
         p->m.size[r] = (size_t)(pump_block_start(a, last) + pump_block_bytes(a, last) - p->m.ptr[r]);
     }
     p->m.evict = false;
-    bool written = write_down(dn, &p->m);
+    bool written = pump_decision_write(dn, &p->m);
     for (uint32_t r = 0; written && r < p->m.n; r++) {
         struct pump_blocks *a = p->m.run[r].a;
         uint64_t stamp = stamp_for(a->range, p->stamps);
@@ -437,7 +307,7 @@ static bool want_block(struct prefetches *p, struct evictions *e, uint64_t budge
         p->m.after_evictions = true;  /* its eviction may not pass this prefetch */
     bool joins = p->m.n > 0 && p->m.run[p->m.n - 1].a == a && p->m.run[p->m.n - 1].first + p->m.run[p->m.n - 1].count == i;
     bool new_discard = discard != 0 && !holds(p->m.discard, p->m.discards, discard);
-    if ((!joins && p->m.n == BATCH) || (new_discard && p->m.discards == BATCH)) {
+    if ((!joins && p->m.n == PUMP_MOVE_BATCH) || (new_discard && p->m.discards == PUMP_MOVE_BATCH)) {
         prefetches_flush(p, e, budget);
         joins = false;
     }
@@ -456,117 +326,14 @@ static bool want_block(struct prefetches *p, struct evictions *e, uint64_t budge
     return true;
 }
 
-/* ---- the driver calls, after the locks ---- */
-
-static void after_discards(struct pump_context *c, const struct move *m)
-{
-    for (uint32_t k = 0; k < m->discards; k++) {
-        if (pump_discard_done(m->discard[k]))
-            continue;
-        if (m->evict) {
-            pump_evict_after_discard(c, m->discard[k]);
-        } else {
-            pump_prefetch_after_discard(c, m->discard[k]);
-            PUMP_COUNT(prefetch_discard_waits, 1);
-        }
-    }
-}
-
-/* Makes one move's driver calls: true when the driver took it. */
-static bool make_move(struct decision *dn, struct move *m, uint64_t *ready)
-{
-    struct pump_context *c = dn->c;
-    after_discards(c, m);
-    if (m->evict) {
-        if (m->after_fallback && dn->fallback == 0 && dn->stream != NULL)
-            dn->fallback = pump_use_record(c, dn->stream);
-        if (m->after_fallback && dn->fallback != 0)
-            pump_evict_after(c, dn->fallback);
-        if (m->after_prefetches)
-            pump_evict_after(c, pump_prefetch_record(c));
-        for (uint32_t k = 0; k < m->waits; k++)
-            pump_evict_after(c, m->wait[k]);
-        bool ok = pump_evict_to_host(c, m->ptr, m->size, m->n);
-        if (ok) {
-            PUMP_COUNT(bytes_evicted, m->bytes);
-            PUMP_COUNT(evictions, m->blocks);
-        }
-        return ok;
-    }
-    if (m->after_evictions)
-        pump_prefetch_after_evictions(c);
-    bool ok = pump_prefetch_to_device(c, m->ptr, m->size, m->n);
-    *ready = ok && m->from_plan ? pump_prefetch_record(c) : 0;
-    PUMP_COUNT(prefetch_ranges, m->n);
-    PUMP_COUNT(prefetch_bytes, m->bytes);
-    if (m->from_plan)
-        PUMP_COUNT(plan_prefetch_ranges, m->n);
-    return ok;
-}
-
-/* The blocks a made prefetch brought that are still its own: the token its
- * kernel-less prefetch recorded (a plan's), or, when the driver refused it,
- * out of the belief again. Under the decision's device lock. */
-static void settle(struct decision *dn, const struct move *m)
-{
-    for (uint32_t r = 0; r < m->n; r++) {
-        struct pump_blocks *a = m->run[r].a;
-        if (m->run[r].range->blocks != a)
-            continue;  /* freed since */
-        for (uint32_t i = m->run[r].first; i < m->run[r].first + m->run[r].count; i++) {
-            struct pump_block *b = &a->block[i];
-            if (__atomic_load_n(&b->keeper, __ATOMIC_RELAXED) != dn->device || b->device != dn->device ||
-                b->brought != dn->turn)
-                continue;
-            if (!m->taken)
-                pump_block_count_out(a, i);
-            else
-                b->ready = m->token;
-        }
-    }
-}
-
-/* Makes the decision's driver calls in its device's turn, then the kernel's
- * wait: for the prefetches it made, else for the planned prefetch `ready`
- * names. True when it prefetched. */
-static bool decision_make(struct decision *dn)
-{
-    bool prefetched = false, settle_needed = false;
-    if (dn->turn != 0)
-        pump_turn_wait(dn->device, dn->turn - 1);
-    for (uint32_t k = 0; k < dn->n; k++) {
-        struct move *m = &dn->moves[k];
-        m->taken = make_move(dn, m, &m->token);
-        prefetched = prefetched || !m->evict;
-        settle_needed = settle_needed || (!m->evict && (!m->taken || m->token != 0));
-    }
-    if (dn->kernel_waits && (prefetched || dn->ready == PUMP_READY_PENDING))
-        pump_prefetch_wait(dn->c, dn->stream);
-    else if (dn->kernel_waits && dn->ready != 0 && pump_config.wait)
-        pump_use_wait(dn->stream, dn->ready);
-    if (dn->turn != 0)
-        pump_turn_end(dn->device);
-    if (settle_needed && pump_blocks_enter(dn->device)) {
-        pump_devices_lock(1ull << dn->device);
-        for (uint32_t k = 0; k < dn->n; k++)
-            if (!dn->moves[k].evict)
-                settle(dn, &dn->moves[k]);
-        pump_blocks_publish();
-        pump_devices_unlock(1ull << dn->device);
-        pump_blocks_leave();
-    }
-    free(dn->moves);
-    return prefetched;
-}
-
 /* ---- the rules ---- */
 
 /* Marks the blocks of ranges[0 .. n) with the decision: never its victims. */
-static void mark_ranges(struct decision *dn, const struct pump_plan_range *ranges, uint32_t n)
+static void mark_ranges(struct pump_decision *dn, const struct pump_plan_range *ranges, uint32_t n)
 {
     for (uint32_t k = 0; k < n; k++) {
         uint32_t first, last;
-        struct pump_blocks *a = plan_blocks(dn, &ranges[k], &first, &last, NULL);
+        struct pump_blocks *a = pump_decision_plan_blocks(dn, &ranges[k], &first, &last);
         for (uint32_t i = first; a != NULL && i <= last; i++)
             a->block[i].mark = dn->number;
     }
@@ -582,7 +349,7 @@ static void take_done(struct prefetches *p, struct evictions *e, uint64_t budget
     p->dn->ready = ready;
     p->dn->kernel_waits = true;
     if (ready == PUMP_READY_PENDING)
-        take_turn(p->dn);  /* its wait comes after that prefetch's calls */
+        pump_decision_turn(p->dn);  /* its wait comes after that prefetch's calls */
 }
 
 /* Said once per process: a launch whose own blocks pass the budget cannot be
@@ -605,8 +372,8 @@ static void need_rule(struct pump_context *c, int device, CUstream stream, const
                       uint64_t budget, const struct pump_trigger *t)
 {
     uint64_t left_out = 0, ready = 0;
-    struct decision dn = {.c = c, .device = device, .stream = stream};
-    if (!decision_begin(&dn, uses_of(scan), t->range, t->need))
+    struct pump_decision dn = {.c = c, .device = device, .stream = stream};
+    if (!pump_decision_begin(&dn, scan->range, scan->own, t->range, t->need))
         return;
     mark_ranges(&dn, t->range, t->need);
     struct evictions e = {.dn = &dn};
@@ -614,7 +381,7 @@ static void need_rule(struct pump_context *c, int device, CUstream stream, const
     bool full = false;
     for (uint32_t k = 0; k < t->need; k++) {
         uint32_t first, last;
-        struct pump_blocks *a = plan_blocks(&dn, &t->range[k], &first, &last, NULL);
+        struct pump_blocks *a = pump_decision_plan_blocks(&dn, &t->range[k], &first, &last);
         for (uint32_t i = first; a != NULL && i <= last; i++) {
             if (a->block[i].device == device && a->block[i].ready > ready)
                 ready = a->block[i].ready;
@@ -623,8 +390,8 @@ static void need_rule(struct pump_context *c, int device, CUstream stream, const
         }
     }
     take_done(&p, &e, budget, ready);
-    decision_unlock(&dn);
-    if (decision_make(&dn))
+    pump_decision_unlock(&dn);
+    if (pump_decision_make(&dn))
         PUMP_COUNT(launches_prefetched, 1);
     if (left_out > 0) {
         PUMP_COUNT(budget_skips, left_out);
@@ -642,8 +409,8 @@ static void need_rule(struct pump_context *c, int device, CUstream stream, const
 static bool launch_rule(struct pump_context *c, int device, CUstream stream, struct uses u, uint64_t budget,
                         struct stamps stamps)
 {
-    struct decision dn = {.c = c, .device = device, .stream = stream};
-    if (!decision_begin(&dn, u, NULL, 0))
+    struct pump_decision dn = {.c = c, .device = device, .stream = stream};
+    if (!pump_decision_begin(&dn, u.range, u.n, NULL, 0))
         return false;
     struct evictions e = {.dn = &dn};
     struct prefetches p = {.dn = &dn, .stamps = stamps};
@@ -662,8 +429,8 @@ static bool launch_rule(struct pump_context *c, int device, CUstream stream, str
     for (uint32_t r = 0; r < u.n; r++)
         if (u.range[r]->blocks != NULL)
             pump_blocks_refresh(u.range[r]->blocks, device, stamp_for(u.range[r], stamps));
-    decision_unlock(&dn);
-    bool prefetched = decision_make(&dn);
+    pump_decision_unlock(&dn);
+    bool prefetched = pump_decision_make(&dn);
     if (left_out > 0) {
         PUMP_COUNT(budget_skips, left_out);
         uint64_t launch_bytes = 0;
@@ -728,8 +495,8 @@ static void off_rule(struct pump_context *c, int device, struct uses u, uint64_t
         counted += __atomic_load_n(&u.range[r]->accounted_on, __ATOMIC_RELAXED) == (uint32_t)device + 1;
     if (counted == u.n)
         return;
-    struct decision dn = {.c = c, .device = device, .fallback = token};
-    if (!decision_begin(&dn, u, NULL, 0))
+    struct pump_decision dn = {.c = c, .device = device, .fallback = token};
+    if (!pump_decision_begin(&dn, u.range, u.n, NULL, 0))
         return;
     for (uint32_t r = 0; r < u.n; r++) {
         struct pump_blocks *a = u.range[r]->blocks;
@@ -742,8 +509,8 @@ static void off_rule(struct pump_context *c, int device, struct uses u, uint64_t
     struct evictions e = {.dn = &dn};
     make_room(&e, 0, budget, PUMP_ORDER_MIGRATED);
     evictions_flush(&e);
-    decision_unlock(&dn);
-    decision_make(&dn);
+    pump_decision_unlock(&dn);
+    pump_decision_make(&dn);
 }
 
 static void plan_rule(struct pump_context *c, int device, struct uses u, uint64_t budget,
@@ -751,13 +518,13 @@ static void plan_rule(struct pump_context *c, int device, struct uses u, uint64_
 {
     uint64_t skipped = 0, left_out = 0;
     uint32_t prefetch_from = t->need, evict_from = t->need + t->prefetch;
-    struct decision dn = {.c = c, .device = device, .after = token, .fallback = token};
-    if (!decision_begin(&dn, u, t->range + prefetch_from, t->prefetch + t->evict))
+    struct pump_decision dn = {.c = c, .device = device, .after = token, .fallback = token};
+    if (!pump_decision_begin(&dn, u.range, u.n, t->range + prefetch_from, t->prefetch + t->evict))
         return;
     struct evictions e = {.dn = &dn};
     for (uint32_t k = evict_from; k < evict_from + t->evict; k++) {
         uint32_t first, last;
-        struct pump_blocks *a = plan_blocks(&dn, &t->range[k], &first, &last, NULL);
+        struct pump_blocks *a = pump_decision_plan_blocks(&dn, &t->range[k], &first, &last);
         skipped += a == NULL;
         for (uint32_t i = first; a != NULL && i <= last; i++)
             evict_block(&e, a, i);
@@ -768,15 +535,15 @@ static void plan_rule(struct pump_context *c, int device, struct uses u, uint64_
     struct prefetches p = {.dn = &dn, .stamps = resident_stamps(device), .tick = tick, .m.from_plan = true};
     for (uint32_t k = prefetch_from; k < evict_from; k++) {
         uint32_t first, last;
-        struct pump_blocks *a = plan_blocks(&dn, &t->range[k], &first, &last, NULL);
+        struct pump_blocks *a = pump_decision_plan_blocks(&dn, &t->range[k], &first, &last);
         skipped += a == NULL;
         for (uint32_t i = first; a != NULL && i <= last; i++)
             left_out += !want_block(&p, &e, budget, t->order, a, i, false);
     }
     prefetches_flush(&p, &e, budget);
     evictions_flush(&e);
-    decision_unlock(&dn);
-    decision_make(&dn);
+    pump_decision_unlock(&dn);
+    pump_decision_make(&dn);
     if (skipped > 0)
         PUMP_COUNT(plan_ranges_skipped, skipped);
     if (left_out > 0)
@@ -788,14 +555,14 @@ static void plan_rule(struct pump_context *c, int device, struct uses u, uint64_
  * than the budget). The oldest blocks but this launch's leave. */
 static void hold_budget(struct pump_context *c, int device, struct uses u, uint64_t budget, uint64_t token)
 {
-    struct decision dn = {.c = c, .device = device, .fallback = token};
-    if (!decision_begin(&dn, u, NULL, 0))
+    struct pump_decision dn = {.c = c, .device = device, .fallback = token};
+    if (!pump_decision_begin(&dn, u.range, u.n, NULL, 0))
         return;
     struct evictions e = {.dn = &dn};
     make_room(&e, 0, budget, PUMP_ORDER_MIGRATED);
     evictions_flush(&e);
-    decision_unlock(&dn);
-    decision_make(&dn);
+    pump_decision_unlock(&dn);
+    pump_decision_make(&dn);
 }
 
 /* After a kernel or a graph replay was enqueued: see pump_residency_after_launch. */

@@ -20,7 +20,7 @@ PUMP_HIDDEN struct pump_device_state pump_devices[PUMP_DEVICES_MAX];
 
 static pthread_rwlock_t shape = PTHREAD_RWLOCK_INITIALIZER;
 static pthread_once_t devices_once = PTHREAD_ONCE_INIT;
-static bool device_ready[PUMP_DEVICES_MAX]; /* atomic: order and scratch set up (under `shape` written) */
+static bool device_ready[PUMP_DEVICES_MAX]; /* atomic: order and scratch set up (under the device's lock) */
 static uint64_t blocks_total;               /* under `shape` written */
 static uint64_t scratch_size;               /* blocks each ready device's scratch holds */
 static _Atomic uint64_t resident_total, resident_peak;
@@ -64,7 +64,7 @@ static void write_shape(void)
 static bool scratch_grow(uint64_t want)
 {
     for (int d = 0; d < PUMP_DEVICES_MAX; d++) {
-        if (!__atomic_load_n(&device_ready[d], __ATOMIC_RELAXED) || want <= scratch_size)
+        if (!__atomic_load_n(&device_ready[d], __ATOMIC_ACQUIRE) || want <= scratch_size)
             continue;
         struct pump_victim *grown = realloc(pump_devices[d].scratch, want * sizeof *grown);
         if (grown == NULL)
@@ -79,24 +79,25 @@ static bool scratch_grow(uint64_t want)
 PUMP_HIDDEN bool pump_blocks_enter(int device)
 {
     pthread_once(&devices_once, devices_init);
-    if (!__atomic_load_n(&device_ready[device], __ATOMIC_ACQUIRE)) {
-        /* The device's first rule: its order and scratch, once. */
-        write_shape();
-        struct pump_device_state *d = &pump_devices[device];
-        if (!__atomic_load_n(&device_ready[device], __ATOMIC_RELAXED)) {
-            d->scratch = scratch_size > 0 ? malloc(scratch_size * sizeof *d->scratch) : NULL;
-            d->order.newer = d->order.older = &d->order;
-            __atomic_store_n(&device_ready[device], scratch_size == 0 || d->scratch != NULL, __ATOMIC_RELEASE);
-        }
-        bool ready = __atomic_load_n(&device_ready[device], __ATOMIC_RELAXED);
-        pthread_rwlock_unlock(&shape);
-        if (!ready) {
-            pump_log_once("no memory for a device's residency: its launches are not prefetched");
-            return false;
-        }
-    }
     read_shape();
-    return true;
+    if (__atomic_load_n(&device_ready[device], __ATOMIC_ACQUIRE))
+        return true;
+    /* The device's first rule sets up its order and scratch, under its own lock (scratch_size
+     * moves only with the shape lock written). */
+    struct pump_device_state *d = &pump_devices[device];
+    lock_counted(&d->lock);
+    if (!__atomic_load_n(&device_ready[device], __ATOMIC_RELAXED)) {
+        d->scratch = scratch_size > 0 ? malloc(scratch_size * sizeof *d->scratch) : NULL;
+        d->order.newer = d->order.older = &d->order;
+        __atomic_store_n(&device_ready[device], scratch_size == 0 || d->scratch != NULL, __ATOMIC_RELEASE);
+    }
+    bool ready = __atomic_load_n(&device_ready[device], __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&d->lock);
+    if (!ready) {
+        pthread_rwlock_unlock(&shape);
+        pump_log_once("no memory for a device's residency: its launches are not prefetched");
+    }
+    return ready;
 }
 
 PUMP_HIDDEN void pump_blocks_leave(void)

@@ -14,8 +14,9 @@
  * another device moves its keeper with both locks held. Two rules naming the
  * same allocation so share a lock; rules on different devices over their own
  * memory share none. Allocations come and go under the shape lock, taken
- * for reading by every rule and for writing by attach and detach (never with
- * a driver call under it). */
+ * for reading by every rule and for writing by attach and detach: a free
+ * waits for the rules in flight to decide, and they for it (counted), never
+ * for a driver call. */
 #ifndef PUMP_RESIDENCY_BLOCKS_H
 #define PUMP_RESIDENCY_BLOCKS_H
 

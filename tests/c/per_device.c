@@ -22,7 +22,7 @@
 
 static CUfunction inc;
 static int devices = 2, launches = 64;
-static pthread_barrier_t start;
+static pthread_barrier_t start, launched; /* every thread's launches begin, and end, together */
 static atomic_int failures;
 static uint64_t thread_ns[THREADS_MAX];
 
@@ -68,6 +68,9 @@ static void *worker(void *arg)
     }
     thread_ns[t] = now_ns() - began;
     CHECK(api.stream_synchronize(stream));
+    /* A free takes pump's residency shape lock for writing (residency_blocks.h): none while
+     * another thread still launches, so that the waits counted are the launches' own. */
+    pthread_barrier_wait(&launched);
     for (int b = 0; b < BUFFERS; b++) {
         api.host_touch((void *)buffer[b], sizeof(float));
         int expected = launches / BUFFERS + (b < launches % BUFFERS);
@@ -100,11 +103,13 @@ int main(int argc, char **argv)
 
     pthread_t workers[THREADS_MAX];
     pthread_barrier_init(&start, NULL, (unsigned)threads);
+    pthread_barrier_init(&launched, NULL, (unsigned)threads);
     for (int t = 0; t < threads; t++)
         pthread_create(&workers[t], NULL, worker, (void *)(intptr_t)t);
     for (int t = 0; t < threads; t++)
         pthread_join(workers[t], NULL);
     pthread_barrier_destroy(&start);
+    pthread_barrier_destroy(&launched);
     printf("{\"threads\": %d, \"devices\": %d, \"launches\": %d, \"failures\": %d, \"thread_ns\": [", threads,
            devices, launches, atomic_load(&failures));
     for (int t = 0; t < threads; t++)
