@@ -155,7 +155,7 @@ static void evict_block(struct evictions *e, struct pump_blocks *a, uint32_t i)
         pump_block_count_out(a, i);  /* never moved by pump */
         return;
     }
-    if (e->m.n == PUMP_MOVE_BATCH || e->m.waits + 2 > PUMP_MOVE_BATCH || e->m.discards == PUMP_MOVE_BATCH)
+    if (e->m.n == PUMP_MOVE_BATCH || e->m.waits + 3 > PUMP_MOVE_BATCH || e->m.discards == PUMP_MOVE_BATCH)
         evictions_flush(e);
     if (b->discarded != 0 && !holds(e->m.discard, e->m.discards, b->discarded))
         e->m.discard[e->m.discards++] = b->discarded;

@@ -20,7 +20,7 @@ PUMP_HIDDEN struct pump_device_state pump_devices[PUMP_DEVICES_MAX];
 
 static pthread_rwlock_t shape = PTHREAD_RWLOCK_INITIALIZER;
 static pthread_once_t devices_once = PTHREAD_ONCE_INIT;
-static bool device_ready[PUMP_DEVICES_MAX]; /* atomic: order and scratch set up (under the device's lock) */
+static bool device_ready[PUMP_DEVICES_MAX]; /* atomic: order and scratch set up (under `shape` written) */
 static uint64_t blocks_total;               /* under `shape` written */
 static uint64_t scratch_size;               /* blocks each ready device's scratch holds */
 static _Atomic uint64_t resident_total, resident_peak;
@@ -79,25 +79,25 @@ static bool scratch_grow(uint64_t want)
 PUMP_HIDDEN bool pump_blocks_enter(int device)
 {
     pthread_once(&devices_once, devices_init);
-    read_shape();
-    if (__atomic_load_n(&device_ready[device], __ATOMIC_ACQUIRE))
-        return true;
-    /* The device's first rule sets up its order and scratch, under its own lock (scratch_size
-     * moves only with the shape lock written). */
-    struct pump_device_state *d = &pump_devices[device];
-    lock_counted(&d->lock);
-    if (!__atomic_load_n(&device_ready[device], __ATOMIC_RELAXED)) {
-        d->scratch = scratch_size > 0 ? malloc(scratch_size * sizeof *d->scratch) : NULL;
-        d->order.newer = d->order.older = &d->order;
-        __atomic_store_n(&device_ready[device], scratch_size == 0 || d->scratch != NULL, __ATOMIC_RELEASE);
-    }
-    bool ready = __atomic_load_n(&device_ready[device], __ATOMIC_RELAXED);
-    pthread_mutex_unlock(&d->lock);
-    if (!ready) {
+    if (!__atomic_load_n(&device_ready[device], __ATOMIC_ACQUIRE)) {
+        /* The device's first rule sets up its order and scratch, once, with the shape lock
+         * written (a wait for it is not counted: it is no launch's decision). */
+        pthread_rwlock_wrlock(&shape);
+        struct pump_device_state *d = &pump_devices[device];
+        if (!__atomic_load_n(&device_ready[device], __ATOMIC_RELAXED)) {
+            d->scratch = scratch_size > 0 ? malloc(scratch_size * sizeof *d->scratch) : NULL;
+            d->order.newer = d->order.older = &d->order;
+            __atomic_store_n(&device_ready[device], scratch_size == 0 || d->scratch != NULL, __ATOMIC_RELEASE);
+        }
+        bool ready = __atomic_load_n(&device_ready[device], __ATOMIC_RELAXED);
         pthread_rwlock_unlock(&shape);
-        pump_log_once("no memory for a device's residency: its launches are not prefetched");
+        if (!ready) {
+            pump_log_once("no memory for a device's residency: its launches are not prefetched");
+            return false;
+        }
     }
-    return ready;
+    read_shape();
+    return true;
 }
 
 PUMP_HIDDEN void pump_blocks_leave(void)
@@ -305,15 +305,33 @@ PUMP_HIDDEN void pump_blocks_detach(struct pump_range *range)
     free(a);
 }
 
+/* The devices set up so far: stable while the shape lock is held. */
+static uint64_t ready_devices(void)
+{
+    uint64_t mask = 0;
+    for (int d = 0; d < PUMP_DEVICES_MAX; d++)
+        if (__atomic_load_n(&device_ready[d], __ATOMIC_ACQUIRE))
+            mask |= 1ull << d;
+    return mask;
+}
+
+/* The shape lock is taken for reading (a rwlock's writer is known by its thread id, which the
+ * child's one thread does not share with the parent's), then the lock of every device set up:
+ * no rule decides across fork, and none takes a turn. */
 PUMP_HIDDEN void pump_blocks_before_fork(void)
 {
-    write_shape();
+    pthread_once(&devices_once, devices_init);
+    read_shape();
+    uint64_t ready = ready_devices();
+    pump_devices_lock(ready);
     /* Every turn taken ended: no driver call of a rule is in flight. */
     for (int d = 0; d < PUMP_DEVICES_MAX; d++)
-        turn_wait(d, pump_devices[d].turns, false);
+        if (ready & 1ull << d)
+            turn_wait(d, pump_devices[d].turns, false);
 }
 
 PUMP_HIDDEN void pump_blocks_after_fork(void)
 {
+    pump_devices_unlock(ready_devices());
     pthread_rwlock_unlock(&shape);
 }

@@ -149,9 +149,9 @@ static bool make_move(struct pump_decision *dn, struct pump_move *m, uint64_t *r
     return ok;
 }
 
-/* The blocks a made prefetch brought that are still its own: the token its
- * kernel-less prefetch recorded (a plan's), or, when the driver refused it,
- * out of the belief again. Under the decision's device lock. */
+/* The blocks a prefetch brought that are still its own: out of the belief
+ * again when the driver refused it, else a plan's get the token recorded
+ * after it (0: none could be). Under the decision's device lock. */
 static void settle(struct pump_decision *dn, const struct pump_move *m)
 {
     for (uint32_t r = 0; r < m->n; r++) {
@@ -182,7 +182,7 @@ PUMP_HIDDEN bool pump_decision_make(struct pump_decision *dn)
         struct pump_move *m = &dn->moves[k];
         m->taken = make_move(dn, m, &m->token);
         prefetched = prefetched || !m->evict;
-        settle_needed = settle_needed || (!m->evict && (!m->taken || m->token != 0));
+        settle_needed = settle_needed || (!m->evict && (!m->taken || m->from_plan));
     }
     if (dn->kernel_waits && (prefetched || dn->ready == PUMP_READY_PENDING))
         pump_prefetch_wait(dn->c, dn->stream);
