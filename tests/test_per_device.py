@@ -3,9 +3,10 @@ fakecuda (tests/c/per_device.c: each thread over its own managed buffers, twice 
 of 8 MiB per device holds, so that every launch evicts and prefetches).
 
 Before, one lock guarded the residency of every device and was held through the prefetch and
-eviction ioctls: a thread-per-GPU launcher serialised on pump (scripts/bench-steady's
-two_devices: each of two threads on two devices took 1.8 to 2.1 times as long as one thread
-alone, the ioctls of one waiting for the other's; the waits were not counted). Now each device
+eviction ioctls: a thread-per-GPU launcher serialised on pump (this program under the shim of
+0ec1383: each of two threads on two devices took 1.88 to 2.87 times as long as one thread
+alone, the ioctls of one waiting for the other's; the waits were not counted;
+docs/benchmarks.md). Now each device
 has its own lock, held only to decide, and the driver calls are made after it: no thread
 waited for another's lock, or for another's driver calls."""
 
