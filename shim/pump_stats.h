@@ -100,6 +100,11 @@ struct pump_stats {
                                         margin), part of budget_bytes' minimum; 0: not in force */
     uint64_t budget_rereads;         /* device memory read again at synchronisations for that default */
     uint64_t budget_changes;         /* ... readings that changed it (past the hysteresis) */
+    /* ... and residency state per device, no driver call under its locks */
+    uint64_t residency_lock_waits;   /* waits for a residency lock another thread held (its launch's device's,
+                                        or one keeping memory the launch names): held only to decide */
+    uint64_t residency_turn_waits;   /* waits of a launch's driver calls for an earlier decision's on the same
+                                        device (its streams take the moves in the order they were decided) */
 };
 
 #endif

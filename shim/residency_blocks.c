@@ -1,0 +1,362 @@
+/* residency_blocks.c: the per-block belief, per-device orders and their locks
+ * (see residency_blocks.h).
+ *
+ * Each managed allocation gets, when it is made, a state per 2 MiB block
+ * (address >> 21; the last block may be partial): the device it is believed
+ * resident on, its place in that device's migration order (a list, oldest
+ * first: the order blocks became believed resident; using a resident block
+ * again does not move it), and what the rules need of it. Each allocation's
+ * range record summarises its blocks for the launch path, which reads only
+ * those summaries (without a lock): resident_stamp (every block prefetched in
+ * this epoch: skip it) and accounted_on (every block counted on that device:
+ * nothing for policy off to count).
+ */
+#include <stdlib.h>
+
+#include "prefetch.h"
+#include "residency_blocks.h"
+
+PUMP_HIDDEN struct pump_device_state pump_devices[PUMP_DEVICES_MAX];
+
+static pthread_rwlock_t shape = PTHREAD_RWLOCK_INITIALIZER;
+static pthread_once_t devices_once = PTHREAD_ONCE_INIT;
+static bool device_ready[PUMP_DEVICES_MAX]; /* atomic: order and scratch set up (under `shape` written) */
+static uint64_t blocks_total;               /* under `shape` written */
+static uint64_t scratch_size;               /* blocks each ready device's scratch holds */
+static _Atomic uint64_t resident_total, resident_peak;
+
+static void devices_init(void)
+{
+    for (int d = 0; d < PUMP_DEVICES_MAX; d++) {
+        pthread_mutex_init(&pump_devices[d].lock, NULL);
+        pthread_mutex_init(&pump_devices[d].turn_lock, NULL);
+        pthread_cond_init(&pump_devices[d].turn_done, NULL);
+    }
+}
+
+/* Waits counted: a lock another thread holds (never across a driver call). */
+static void lock_counted(pthread_mutex_t *m)
+{
+    if (pthread_mutex_trylock(m) == 0)
+        return;
+    PUMP_COUNT(residency_lock_waits, 1);
+    pthread_mutex_lock(m);
+}
+
+static void read_shape(void)
+{
+    if (pthread_rwlock_tryrdlock(&shape) == 0)
+        return;
+    PUMP_COUNT(residency_lock_waits, 1);
+    pthread_rwlock_rdlock(&shape);
+}
+
+static void write_shape(void)
+{
+    pthread_once(&devices_once, devices_init);
+    if (pthread_rwlock_trywrlock(&shape) == 0)
+        return;
+    PUMP_COUNT(residency_lock_waits, 1);
+    pthread_rwlock_wrlock(&shape);
+}
+
+/* Grows every ready device's scratch to `want` blocks; under `shape` written. */
+static bool scratch_grow(uint64_t want)
+{
+    for (int d = 0; d < PUMP_DEVICES_MAX; d++) {
+        if (!__atomic_load_n(&device_ready[d], __ATOMIC_ACQUIRE) || want <= scratch_size)
+            continue;
+        struct pump_victim *grown = realloc(pump_devices[d].scratch, want * sizeof *grown);
+        if (grown == NULL)
+            return false;
+        pump_devices[d].scratch = grown;
+    }
+    if (want > scratch_size)
+        scratch_size = want;
+    return true;
+}
+
+PUMP_HIDDEN bool pump_blocks_enter(int device)
+{
+    pthread_once(&devices_once, devices_init);
+    if (!__atomic_load_n(&device_ready[device], __ATOMIC_ACQUIRE)) {
+        /* The device's first rule sets up its order and scratch, once, with the shape lock
+         * written (a wait for it is not counted: it is no launch's decision). */
+        pthread_rwlock_wrlock(&shape);
+        struct pump_device_state *d = &pump_devices[device];
+        if (!__atomic_load_n(&device_ready[device], __ATOMIC_RELAXED)) {
+            d->scratch = scratch_size > 0 ? malloc(scratch_size * sizeof *d->scratch) : NULL;
+            d->order.newer = d->order.older = &d->order;
+            __atomic_store_n(&device_ready[device], scratch_size == 0 || d->scratch != NULL, __ATOMIC_RELEASE);
+        }
+        bool ready = __atomic_load_n(&device_ready[device], __ATOMIC_RELAXED);
+        pthread_rwlock_unlock(&shape);
+        if (!ready) {
+            pump_log_once("no memory for a device's residency: its launches are not prefetched");
+            return false;
+        }
+    }
+    read_shape();
+    return true;
+}
+
+PUMP_HIDDEN void pump_blocks_leave(void)
+{
+    pthread_rwlock_unlock(&shape);
+}
+
+PUMP_HIDDEN void pump_blocks_keepers(const struct pump_blocks *a, uint64_t *mask)
+{
+    for (uint32_t i = 0; i < a->count; i++) {
+        int32_t keeper = __atomic_load_n(&a->block[i].keeper, __ATOMIC_RELAXED);
+        if (keeper >= 0)
+            *mask |= 1ull << keeper;
+    }
+}
+
+PUMP_HIDDEN bool pump_blocks_claim(struct pump_blocks *a, int device, uint64_t held, uint64_t *want)
+{
+    bool all = true;
+    for (uint32_t i = 0; i < a->count; i++) {
+        int32_t keeper = -1;
+        if (__atomic_compare_exchange_n(&a->block[i].keeper, &keeper, device, false, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED) ||
+            (held & 1ull << keeper))
+            continue;
+        *want |= 1ull << keeper;
+        all = false;
+    }
+    return all;
+}
+
+PUMP_HIDDEN void pump_devices_lock(uint64_t mask)
+{
+    for (int d = 0; d < PUMP_DEVICES_MAX; d++)
+        if (mask & 1ull << d)
+            lock_counted(&pump_devices[d].lock);
+}
+
+PUMP_HIDDEN void pump_devices_unlock(uint64_t mask)
+{
+    for (int d = PUMP_DEVICES_MAX - 1; d >= 0; d--)
+        if (mask & 1ull << d)
+            pthread_mutex_unlock(&pump_devices[d].lock);
+}
+
+PUMP_HIDDEN uint64_t pump_turn_take(int device)
+{
+    return pump_devices[device].turns++;
+}
+
+static void turn_wait(int device, uint64_t turn, bool counted)
+{
+    struct pump_device_state *d = &pump_devices[device];
+    pthread_mutex_lock(&d->turn_lock);
+    if (counted && d->serving != turn)
+        PUMP_COUNT(residency_turn_waits, 1);
+    while (d->serving != turn)
+        pthread_cond_wait(&d->turn_done, &d->turn_lock);
+    pthread_mutex_unlock(&d->turn_lock);
+}
+
+PUMP_HIDDEN void pump_turn_wait(int device, uint64_t turn)
+{
+    turn_wait(device, turn, true);
+}
+
+PUMP_HIDDEN void pump_turn_end(int device)
+{
+    struct pump_device_state *d = &pump_devices[device];
+    pthread_mutex_lock(&d->turn_lock);
+    d->serving++;
+    pthread_cond_broadcast(&d->turn_done);
+    pthread_mutex_unlock(&d->turn_lock);
+}
+
+PUMP_HIDDEN uint64_t pump_block_start(const struct pump_blocks *a, uint32_t i)
+{
+    uint64_t start = (a->base / PUMP_BLOCK_SIZE + i) * PUMP_BLOCK_SIZE;
+    return start < a->base ? a->base : start;
+}
+
+PUMP_HIDDEN uint64_t pump_block_bytes(const struct pump_blocks *a, uint32_t i)
+{
+    uint64_t end = (a->base / PUMP_BLOCK_SIZE + i + 1) * PUMP_BLOCK_SIZE, last = a->base + a->size;
+    return (end > last ? last : end) - pump_block_start(a, i);
+}
+
+PUMP_HIDDEN void pump_blocks_publish(void)
+{
+    uint64_t total = atomic_load_explicit(&resident_total, memory_order_relaxed);
+    PUMP_SET(resident_bytes, total);
+    uint64_t peak = atomic_load_explicit(&resident_peak, memory_order_relaxed);
+    while (total > peak && !atomic_compare_exchange_weak_explicit(&resident_peak, &peak, total,
+                                                                   memory_order_relaxed, memory_order_relaxed)) {
+    }
+    if (total > peak)
+        PUMP_SET(resident_bytes_peak, total);
+}
+
+PUMP_HIDDEN void pump_block_count_out(struct pump_blocks *a, uint32_t i)
+{
+    struct pump_block *b = &a->block[i];
+    if (b->device < 0)
+        return;
+    struct pump_device_state *d = &pump_devices[b->device];
+    uint64_t bytes = pump_block_bytes(a, i);
+    b->older->newer = b->newer;
+    b->newer->older = b->older;
+    b->older = b->newer = NULL;
+    __atomic_store_n(&d->resident, d->resident - bytes, __ATOMIC_RELAXED);
+    atomic_fetch_sub_explicit(&resident_total, bytes, memory_order_relaxed);
+    b->device = -1;
+    b->stamp = 0;
+    b->ready = 0;
+    b->brought = 0;
+    b->planned_for = 0;
+    __atomic_store_n(&a->range->resident_stamp, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&a->range->accounted_on, 0, __ATOMIC_RELAXED);
+}
+
+PUMP_HIDDEN void pump_block_count_in(struct pump_blocks *a, uint32_t i, int device)
+{
+    struct pump_block *b = &a->block[i];
+    if (b->device == device)
+        return;
+    pump_block_count_out(a, i);
+    struct pump_device_state *d = &pump_devices[device];
+    b->older = d->order.older;
+    b->newer = &d->order;
+    d->order.older->newer = b;
+    d->order.older = b;
+    b->migrated = ++d->migrations;
+    b->device = device;
+    __atomic_store_n(&b->keeper, device, __ATOMIC_RELAXED);
+    uint64_t bytes = pump_block_bytes(a, i);
+    __atomic_store_n(&d->resident, d->resident + bytes, __ATOMIC_RELAXED);
+    atomic_fetch_add_explicit(&resident_total, bytes, memory_order_relaxed);
+}
+
+PUMP_HIDDEN void pump_blocks_refresh(struct pump_blocks *a, int device, uint64_t stamp)
+{
+    bool counted = true, stamped = stamp != 0;
+    for (uint32_t i = 0; i < a->count; i++) {
+        counted = counted && a->block[i].device == device;
+        stamped = stamped && a->block[i].device == device && a->block[i].stamp == stamp;
+    }
+    __atomic_store_n(&a->range->accounted_on, counted ? (uint32_t)device + 1 : 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&a->range->resident_stamp, stamped ? stamp : 0, __ATOMIC_RELAXED);
+}
+
+/* Moves block b (believed resident) to the newest end of its device's migration order
+ * (newest) or to its oldest end, where the next eviction finds it first. */
+static void reorder(struct pump_block *b, bool newest)
+{
+    struct pump_device_state *d = &pump_devices[b->device];
+    b->older->newer = b->newer;
+    b->newer->older = b->older;
+    struct pump_block *after = newest ? d->order.older : &d->order;
+    b->older = after;
+    b->newer = after->newer;
+    after->newer->older = b;
+    after->newer = b;
+    if (newest)
+        b->migrated = ++d->migrations;
+}
+
+PUMP_HIDDEN bool pump_blocks_reorder(struct pump_range *range, bool newest)
+{
+    write_shape();  /* no rule in flight: every device's order may change */
+    struct pump_blocks *a = range->blocks;
+    for (uint32_t i = 0; a != NULL && i < a->count; i++)
+        if (a->block[i].device >= 0)
+            reorder(&a->block[i], newest);
+    pthread_rwlock_unlock(&shape);
+    return a != NULL;
+}
+
+PUMP_HIDDEN bool pump_blocks_attach(struct pump_range *range)
+{
+    /* A tensor that took over a freed one's record (ranges.h): the same memory, which the
+     * caching allocator kept on the GPU and pump never discards (torch_trace.c). What of it is
+     * still believed resident is a new tensor's now: the newest in the migration order. */
+    if (pump_blocks_reorder(range, true))
+        return true;
+    uint64_t base = __atomic_load_n(&range->base, __ATOMIC_RELAXED);
+    uint64_t size = __atomic_load_n(&range->size, __ATOMIC_RELAXED);
+    uint64_t count = (base + size - 1) / PUMP_BLOCK_SIZE - base / PUMP_BLOCK_SIZE + 1;
+    struct pump_blocks *a = count <= UINT32_MAX ? calloc(1, sizeof *a + count * sizeof(struct pump_block)) : NULL;
+    bool ok = a != NULL;
+    if (ok) {
+        a->range = range;
+        a->base = base;
+        a->size = size;
+        a->count = (uint32_t)count;
+        bool reused = pump_discard_over(base, size) != 0;  /* memory a pool handed out again */
+        for (uint32_t i = 0; i < a->count; i++) {
+            a->block[i].owner = a;
+            a->block[i].device = a->block[i].keeper = -1;
+            if (reused)
+                a->block[i].discarded = pump_discard_over(pump_block_start(a, i), pump_block_bytes(a, i));
+        }
+    }
+    write_shape();
+    if (ok && blocks_total + count > scratch_size)
+        ok = scratch_grow(blocks_total + count > 2 * scratch_size ? blocks_total + count : 2 * scratch_size);
+    if (ok) {
+        blocks_total += count;
+        range->blocks = a;
+    }
+    pthread_rwlock_unlock(&shape);
+    if (!ok) {
+        free(a);
+        pump_log_once("no memory for a managed allocation's residency: it is prefetched whole and never budgeted");
+    }
+    return ok;
+}
+
+PUMP_HIDDEN void pump_blocks_detach(struct pump_range *range)
+{
+    write_shape();
+    struct pump_blocks *a = range->blocks;
+    if (a != NULL) {
+        for (uint32_t i = 0; i < a->count; i++)
+            pump_block_count_out(a, i);
+        blocks_total -= a->count;
+        range->blocks = NULL;
+        pump_blocks_publish();
+    }
+    pthread_rwlock_unlock(&shape);
+    free(a);
+}
+
+/* The devices set up so far: stable while the shape lock is held. */
+static uint64_t ready_devices(void)
+{
+    uint64_t mask = 0;
+    for (int d = 0; d < PUMP_DEVICES_MAX; d++)
+        if (__atomic_load_n(&device_ready[d], __ATOMIC_ACQUIRE))
+            mask |= 1ull << d;
+    return mask;
+}
+
+/* The shape lock is taken for reading (a rwlock's writer is known by its thread id, which the
+ * child's one thread does not share with the parent's), then the lock of every device set up:
+ * no rule decides across fork, and none takes a turn. */
+PUMP_HIDDEN void pump_blocks_before_fork(void)
+{
+    pthread_once(&devices_once, devices_init);
+    read_shape();
+    uint64_t ready = ready_devices();
+    pump_devices_lock(ready);
+    /* Every turn taken ended: no driver call of a rule is in flight. */
+    for (int d = 0; d < PUMP_DEVICES_MAX; d++)
+        if (ready & 1ull << d)
+            turn_wait(d, pump_devices[d].turns, false);
+}
+
+PUMP_HIDDEN void pump_blocks_after_fork(void)
+{
+    pump_devices_unlock(ready_devices());
+    pthread_rwlock_unlock(&shape);
+}

@@ -1,0 +1,205 @@
+/* residency_moves.c: a decision's locks, its moves written down, and their
+ * driver calls made after the locks (see residency_moves.h).
+ *
+ * The calls of a device's decisions are made in the order of their turns,
+ * taken under the device's lock: its prefetch and eviction streams take the
+ * moves in the order the belief assumed (an eviction before the prefetch
+ * that needs its room; a prefetch of a block after its eviction), though no
+ * lock is held across them. A prefetch the driver refused leaves the belief
+ * again, unless a later decision took its blocks meanwhile; a plan's
+ * prefetch records the token a kernel that needs its blocks waits for.
+ */
+#include <stdlib.h>
+
+#include "residency_moves.h"
+
+static _Atomic uint64_t decisions;
+
+PUMP_HIDDEN void pump_decision_turn(struct pump_decision *dn)
+{
+    if (dn->turn == 0)
+        dn->turn = pump_turn_take(dn->device) + 1;
+}
+
+PUMP_HIDDEN bool pump_decision_write(struct pump_decision *dn, const struct pump_move *m)
+{
+    struct pump_move *grown = realloc(dn->moves, (dn->n + 1) * sizeof *grown);
+    if (grown == NULL) {
+        pump_log_once("no memory for a decision's moves: some are not made");
+        return false;
+    }
+    dn->moves = grown;
+    dn->moves[dn->n++] = *m;
+    pump_decision_turn(dn);
+    return true;
+}
+
+/* pump_decision_plan_blocks, adding the keepers it lacks to *want (NULL: none). */
+static struct pump_blocks *plan_blocks(struct pump_decision *dn, const struct pump_plan_range *range, uint32_t *first,
+                                       uint32_t *last, uint64_t *want)
+{
+    uint64_t address = range->address, bytes = range->bytes, unused = 0;
+    if (bytes == 0 || address + bytes < address)
+        return NULL;
+    struct pump_range *r = pump_ranges_find(address);
+    struct pump_blocks *a = r != NULL ? r->blocks : NULL;
+    if (a == NULL || address < a->base || address + bytes > a->base + a->size ||
+        !pump_blocks_claim(a, dn->device, dn->held, want != NULL ? want : &unused))
+        return NULL;
+    *first = (uint32_t)(address / PUMP_BLOCK_SIZE - a->base / PUMP_BLOCK_SIZE);
+    *last = (uint32_t)((address + bytes - 1) / PUMP_BLOCK_SIZE - a->base / PUMP_BLOCK_SIZE);
+    return a;
+}
+
+PUMP_HIDDEN struct pump_blocks *pump_decision_plan_blocks(struct pump_decision *dn,
+                                                          const struct pump_plan_range *range, uint32_t *first,
+                                                          uint32_t *last)
+{
+    return plan_blocks(dn, range, first, last, NULL);
+}
+
+PUMP_HIDDEN bool pump_decision_begin(struct pump_decision *dn, struct pump_range *const *ranges, uint32_t n,
+                                     const struct pump_plan_range *plan, uint32_t plan_n)
+{
+    if (!pump_blocks_enter(dn->device))
+        return false;
+    uint64_t want = 1ull << dn->device;
+    for (;;) {
+        for (uint32_t r = 0; r < n; r++)
+            if (ranges[r]->blocks != NULL)
+                pump_blocks_keepers(ranges[r]->blocks, &want);
+        for (uint32_t k = 0; k < plan_n; k++) {
+            struct pump_range *r = plan[k].bytes != 0 ? pump_ranges_find(plan[k].address) : NULL;
+            if (r != NULL && r->blocks != NULL)
+                pump_blocks_keepers(r->blocks, &want);
+        }
+        dn->held = want;
+        pump_devices_lock(dn->held);
+        bool all = true;
+        for (uint32_t r = 0; r < n; r++)
+            if (ranges[r]->blocks != NULL)
+                all = pump_blocks_claim(ranges[r]->blocks, dn->device, dn->held, &want) && all;
+        for (uint32_t k = 0; k < plan_n; k++) {
+            uint32_t first, last;
+            plan_blocks(dn, &plan[k], &first, &last, &want);
+        }
+        if (all && want == dn->held)
+            break;
+        pump_devices_unlock(dn->held);  /* a block moved to a device not locked: again, with it */
+    }
+    dn->number = atomic_fetch_add_explicit(&decisions, 1, memory_order_relaxed) + 1;
+    for (uint32_t r = 0; r < n; r++)
+        if (ranges[r]->blocks != NULL)
+            ranges[r]->blocks->mark = dn->number;
+    return true;
+}
+
+PUMP_HIDDEN void pump_decision_unlock(struct pump_decision *dn)
+{
+    pump_blocks_publish();
+    pump_devices_unlock(dn->held);
+    pump_blocks_leave();
+}
+
+/* ---- the driver calls, after the locks ---- */
+
+static void after_discards(struct pump_context *c, const struct pump_move *m)
+{
+    for (uint32_t k = 0; k < m->discards; k++) {
+        if (pump_discard_done(m->discard[k]))
+            continue;
+        if (m->evict) {
+            pump_evict_after_discard(c, m->discard[k]);
+        } else {
+            pump_prefetch_after_discard(c, m->discard[k]);
+            PUMP_COUNT(prefetch_discard_waits, 1);
+        }
+    }
+}
+
+/* Makes one move's driver calls: true when the driver took it. */
+static bool make_move(struct pump_decision *dn, struct pump_move *m, uint64_t *ready)
+{
+    struct pump_context *c = dn->c;
+    after_discards(c, m);
+    if (m->evict) {
+        if (m->after_fallback && dn->fallback == 0 && dn->stream != NULL)
+            dn->fallback = pump_use_record(c, dn->stream);
+        if (m->after_fallback && dn->fallback != 0)
+            pump_evict_after(c, dn->fallback);
+        if (m->after_prefetches)
+            pump_evict_after(c, pump_prefetch_record(c));
+        for (uint32_t k = 0; k < m->waits; k++)
+            pump_evict_after(c, m->wait[k]);
+        bool ok = pump_evict_to_host(c, m->ptr, m->size, m->n);
+        if (ok) {
+            PUMP_COUNT(bytes_evicted, m->bytes);
+            PUMP_COUNT(evictions, m->blocks);
+        }
+        return ok;
+    }
+    if (m->after_evictions)
+        pump_prefetch_after_evictions(c);
+    bool ok = pump_prefetch_to_device(c, m->ptr, m->size, m->n);
+    *ready = ok && m->from_plan ? pump_prefetch_record(c) : 0;
+    PUMP_COUNT(prefetch_ranges, m->n);
+    PUMP_COUNT(prefetch_bytes, m->bytes);
+    if (m->from_plan)
+        PUMP_COUNT(plan_prefetch_ranges, m->n);
+    return ok;
+}
+
+/* The blocks a prefetch brought that are still its own: out of the belief
+ * again when the driver refused it, else a plan's get the token recorded
+ * after it (0: none could be). Under the decision's device lock. */
+static void settle(struct pump_decision *dn, const struct pump_move *m)
+{
+    for (uint32_t r = 0; r < m->n; r++) {
+        struct pump_blocks *a = m->run[r].a;
+        if (m->run[r].range->blocks != a)
+            continue;  /* freed since */
+        for (uint32_t i = m->run[r].first; i < m->run[r].first + m->run[r].count; i++) {
+            struct pump_block *b = &a->block[i];
+            if (__atomic_load_n(&b->keeper, __ATOMIC_RELAXED) != dn->device || b->device != dn->device ||
+                b->brought != dn->turn)
+                continue;
+            if (!m->taken)
+                pump_block_count_out(a, i);
+            else
+                b->ready = m->token;
+        }
+    }
+}
+
+/* The kernel waits for the prefetches it made, else for the planned
+ * prefetch `ready` names. */
+PUMP_HIDDEN bool pump_decision_make(struct pump_decision *dn)
+{
+    bool prefetched = false, settle_needed = false;
+    if (dn->turn != 0)
+        pump_turn_wait(dn->device, dn->turn - 1);
+    for (uint32_t k = 0; k < dn->n; k++) {
+        struct pump_move *m = &dn->moves[k];
+        m->taken = make_move(dn, m, &m->token);
+        prefetched = prefetched || !m->evict;
+        settle_needed = settle_needed || (!m->evict && (!m->taken || m->from_plan));
+    }
+    if (dn->kernel_waits && (prefetched || dn->ready == PUMP_READY_PENDING))
+        pump_prefetch_wait(dn->c, dn->stream);
+    else if (dn->kernel_waits && dn->ready != 0 && pump_config.wait)
+        pump_use_wait(dn->stream, dn->ready);
+    if (dn->turn != 0)
+        pump_turn_end(dn->device);
+    if (settle_needed && pump_blocks_enter(dn->device)) {
+        pump_devices_lock(1ull << dn->device);
+        for (uint32_t k = 0; k < dn->n; k++)
+            if (!dn->moves[k].evict)
+                settle(dn, &dn->moves[k]);
+        pump_blocks_publish();
+        pump_devices_unlock(1ull << dn->device);
+        pump_blocks_leave();
+    }
+    free(dn->moves);
+    return prefetched;
+}
+
