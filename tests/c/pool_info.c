@@ -1,0 +1,66 @@
+/* pool_info.c: what memory pools keep, and what cuMemGetInfo says is free, for
+ * tests/test_memory_info.py. PyTorch's cudaMallocAsync backend sets the device's default pool's
+ * release threshold to UINT64_MAX (c10/cuda/CUDAMallocAsyncAllocator.cpp, lazy_init_device), so
+ * the memory of its freed tensors stays reserved by the pool, device memory no one else can
+ * have, across synchronisations.
+ *
+ * Here: a 16 MiB plain allocation stays live (made managed under managed_all); 64 MiB is
+ * allocated from the device's current pool (its default, threshold UINT64_MAX) and freed, and
+ * 32 MiB from a pool the program made (threshold UINT64_MAX) and freed; a synchronisation; a
+ * memory query ("kept"); the made pool destroyed (its memory goes back); a memory query again
+ * ("destroyed"). One JSON line: total, free at each query, and what the pools kept (reserved,
+ * as their RESERVED_MEM_CURRENT says), in bytes.
+ */
+#include "cuda_api.h"
+
+#define MiB ((size_t)1 << 20)
+#define LIVE (16 * MiB)
+#define DEFAULT_KEPT (64 * MiB)
+#define MADE_KEPT (32 * MiB)
+
+static cuuint64_t reserved(CUmemoryPool pool)
+{
+    cuuint64_t bytes;
+    CHECK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &bytes));
+    return bytes;
+}
+
+int main(void)
+{
+    cuda_api_load(&api, 0);
+    CUdevice device = cuda_api_start(&api);
+    CUstream stream;
+    CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr live;
+    CHECK(cuMemAlloc(&live, LIVE));
+
+    cuuint64_t keep_all = UINT64_MAX;
+    CUmemoryPool device_pool, made_pool;
+    CHECK(cuDeviceGetDefaultMemPool(&device_pool, device));
+    CHECK(cuMemPoolSetAttribute(device_pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep_all));
+    CUmemPoolProps props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+                            .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device}};
+    CHECK(cuMemPoolCreate(&made_pool, &props));
+    CHECK(cuMemPoolSetAttribute(made_pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep_all));
+
+    CUdeviceptr a, b;
+    CHECK(cuMemAllocAsync(&a, DEFAULT_KEPT, stream));
+    CHECK(cuMemAllocFromPoolAsync(&b, MADE_KEPT, made_pool, stream));
+    CHECK(cuMemFreeAsync(a, stream));
+    CHECK(cuMemFreeAsync(b, stream));
+    CHECK(cuStreamSynchronize(stream));
+
+    size_t free_kept, free_destroyed, total;
+    CHECK(cuMemGetInfo(&free_kept, &total));
+    cuuint64_t device_pool_kept = reserved(device_pool), made_pool_kept = reserved(made_pool);
+    CHECK(cuMemPoolDestroy(made_pool));
+    CHECK(cuMemGetInfo(&free_destroyed, &total));
+
+    CHECK(cuMemFree(live));
+    CHECK(cuStreamDestroy(stream));
+    printf("{\"total\": %zu, \"live\": %zu, \"free_kept\": %zu, \"free_destroyed\": %zu, "
+           "\"device_pool_kept\": %llu, \"made_pool_kept\": %llu}\n",
+           total, LIVE, free_kept, free_destroyed, (unsigned long long)device_pool_kept,
+           (unsigned long long)made_pool_kept);
+    return 0;
+}
