@@ -9,7 +9,8 @@
  * 32 MiB from a pool the program made (threshold UINT64_MAX) and freed; a synchronisation; a
  * memory query ("kept"); the made pool destroyed (its memory goes back); a memory query again
  * ("destroyed"). One JSON line: total, free at each query, and what the pools kept (reserved,
- * as their RESERVED_MEM_CURRENT says), in bytes.
+ * as their RESERVED_MEM_CURRENT says), in bytes; and the pool queries (fakecuda's "pool_query"
+ * calls: pool lookups and attributes) each memory query made.
  */
 #include "cuda_api.h"
 
@@ -17,6 +18,22 @@
 #define LIVE (16 * MiB)
 #define DEFAULT_KEPT (64 * MiB)
 #define MADE_KEPT (32 * MiB)
+
+static uint64_t pool_queries(void)
+{
+    struct fakecuda_entry_cost cost;
+    return fakecuda_get_entry_cost("pool_query", &cost) == 0 ? cost.calls : 0;
+}
+
+/* cuMemGetInfo's free, and in *queries the pool queries it made. */
+static size_t free_memory(size_t *total, uint64_t *queries)
+{
+    size_t free_bytes;
+    uint64_t before = pool_queries();
+    CHECK(cuMemGetInfo(&free_bytes, total));
+    *queries = pool_queries() - before;
+    return free_bytes;
+}
 
 static cuuint64_t reserved(CUmemoryPool pool)
 {
@@ -50,17 +67,20 @@ int main(void)
     CHECK(cuMemFreeAsync(b, stream));
     CHECK(cuStreamSynchronize(stream));
 
-    size_t free_kept, free_destroyed, total;
-    CHECK(cuMemGetInfo(&free_kept, &total));
+    size_t total;
+    uint64_t queries_kept, queries_destroyed;
+    size_t free_kept = free_memory(&total, &queries_kept);
     cuuint64_t device_pool_kept = reserved(device_pool), made_pool_kept = reserved(made_pool);
     CHECK(cuMemPoolDestroy(made_pool));
-    CHECK(cuMemGetInfo(&free_destroyed, &total));
+    size_t free_destroyed = free_memory(&total, &queries_destroyed);
 
     CHECK(cuMemFree(live));
     CHECK(cuStreamDestroy(stream));
     printf("{\"total\": %zu, \"live\": %zu, \"free_kept\": %zu, \"free_destroyed\": %zu, "
-           "\"device_pool_kept\": %llu, \"made_pool_kept\": %llu}\n",
+           "\"device_pool_kept\": %llu, \"made_pool_kept\": %llu, \"pool_queries_kept\": %llu, "
+           "\"pool_queries_destroyed\": %llu}\n",
            total, LIVE, free_kept, free_destroyed, (unsigned long long)device_pool_kept,
-           (unsigned long long)made_pool_kept);
+           (unsigned long long)made_pool_kept, (unsigned long long)queries_kept,
+           (unsigned long long)queries_destroyed);
     return 0;
 }
