@@ -8,9 +8,9 @@
  * percentage of the device's total memory, or `host` (the device's total
  * plus the host memory available at that moment).
  *
- * The device memory the process holds that pump lets through (device_memory.h) is part of
- * what the job has of its device: it was free for the job before the job took it, and memory
- * queries count it as used.
+ * The device memory the process holds that pump lets through (device_memory.h), and what its
+ * pools keep (pool_memory.h), are part of what the job has of its device: they were free for
+ * the job before the job took them, and memory queries count them as used.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -19,6 +19,7 @@
 #include "capture_mode.h"
 #include "device_memory.h"
 #include "devices.h"
+#include "pool_memory.h"
 
 static struct {
     uint64_t footprint;  /* atomic: managed bytes allocated now on the device */
@@ -57,6 +58,13 @@ static bool device_memory(CUcontext ctx, size_t *free_bytes, size_t *total_bytes
     return ok;
 }
 
+/* What the process holds on device beside its managed footprint. */
+static uint64_t held_beside_footprint(int device)
+{
+    uint64_t live = pump_device_memory_held(device), kept = pump_pool_memory_kept(device);
+    return live + kept < live ? UINT64_MAX : live + kept;
+}
+
 static uint64_t resolve(int device, CUcontext ctx)
 {
     size_t free_bytes = 0, total_bytes = 0;
@@ -67,7 +75,7 @@ static uint64_t resolve(int device, CUcontext ctx)
         return UINT64_MAX;
     }
     /* By default the job's memory there is what was free and what it already holds. */
-    uint64_t resolved = (uint64_t)free_bytes + pump_device_memory_held(device);
+    uint64_t resolved = (uint64_t)free_bytes + held_beside_footprint(device);
     switch (pump_config.cap_kind) {
     case PUMP_CAP_BYTES:
         resolved = pump_config.cap_value;
@@ -160,7 +168,7 @@ PUMP_HIDDEN void pump_capacity_info(int device, size_t *free_bytes, size_t *tota
     if (limit == UINT64_MAX)
         return;
     uint64_t used = __atomic_load_n(&devices[device].footprint, __ATOMIC_RELAXED);
-    uint64_t held = pump_device_memory_held(device);
+    uint64_t held = held_beside_footprint(device);
     used = used + held < used ? UINT64_MAX : used + held;
     /* The device memory pump lets through can take the process past the cap: the total is then
      * what it holds, so that free + held never passes it (PyTorch's cudaMallocAsync backend

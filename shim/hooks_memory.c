@@ -24,6 +24,7 @@
 #include "devices.h"
 #include "hooks_common.h"
 #include "managed_all.h"
+#include "pool_memory.h"
 #include "residency.h"
 
 /* Memory the driver just handed out: whatever pump listed there is stale. */
@@ -33,12 +34,16 @@ static void forget_stale(CUdeviceptr base, size_t size)
     pump_device_memory_remove(base);
 }
 
-/* Device memory pump let through: under managed_all, memory queries count it (device_memory.h). */
-static void count_device_memory(CUdeviceptr base, size_t size)
+/* Device memory pump let through, from `pool` (NULL: none, or the device's current pool): under
+ * managed_all, memory queries count it (device_memory.h) and what the pool keeps (pool_memory.h). */
+static void count_device_memory(CUdeviceptr base, size_t size, CUmemoryPool pool)
 {
     forget_stale(base, size);
-    if (pump_managed_all())
-        pump_device_memory_add(base, size, pump_memory_device(base));
+    if (!pump_managed_all())
+        return;
+    int device = pump_memory_device(base);
+    pump_device_memory_add(base, size, device);
+    pump_pool_memory_add(device, pool);
 }
 
 /* False when the table is full: the allocation then stays invisible to pump
@@ -137,16 +142,16 @@ CUresult pump_mem_alloc(CUdeviceptr *dptr, size_t bytesize)
     }
     CUresult r = real(dptr, bytesize);
     if (r == CUDA_SUCCESS && pump_active())
-        count_device_memory(*dptr, bytesize);
+        count_device_memory(*dptr, bytesize, NULL);
     return r;
 }
 
-/* Memory from a pool pump did not pick: managed when the pool is (CUDA 13
- * managed pools), which only the pointer tells. Managed memory counts against
- * the cap like any other: past it, it is freed again in the stream's order
- * and the program gets CUDA_ERROR_OUT_OF_MEMORY. */
-static CUresult after_pool_alloc(CUresult r, const CUdeviceptr *dptr, size_t bytesize, CUstream stream,
-                                 pump_pfn_mem_free_async free_async)
+/* Memory from a pool pump did not pick (`pool`; NULL: the device's current one): managed when
+ * the pool is (CUDA 13 managed pools), which only the pointer tells. Managed memory counts
+ * against the cap like any other: past it, it is freed again in the stream's order and the
+ * program gets CUDA_ERROR_OUT_OF_MEMORY. */
+static CUresult after_pool_alloc(CUresult r, const CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                 CUstream stream, pump_pfn_mem_free_async free_async)
 {
     if (r != CUDA_SUCCESS || !pump_active())
         return r;
@@ -154,7 +159,7 @@ static CUresult after_pool_alloc(CUresult r, const CUdeviceptr *dptr, size_t byt
     if (free_async == NULL || pump_driver.pointer_get_attribute == NULL ||
         pump_driver.pointer_get_attribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, *dptr) != CUDA_SUCCESS ||
         !managed) {
-        count_device_memory(*dptr, bytesize);
+        count_device_memory(*dptr, bytesize, pool);
         return r;
     }
     int device = pump_memory_device(*dptr);
@@ -178,7 +183,7 @@ static CUresult after_pool_alloc(CUresult r, const CUdeviceptr *dptr, size_t byt
                                 ? pump_managed_pool_for(own)                                              \
                                 : NULL;                                                                   \
         if (pool == NULL)                                                                                 \
-            return after_pool_alloc(real(dptr, bytesize, stream), dptr, bytesize, own, PUMP_REAL(free_id)); \
+            return after_pool_alloc(real(dptr, bytesize, stream), dptr, bytesize, NULL, own, PUMP_REAL(free_id)); \
         int device = pump_stream_device(own);                                                             \
         if (!pump_capacity_reserve(device, pump_stream_context(own), bytesize))                           \
             return CUDA_ERROR_OUT_OF_MEMORY;                                                              \
@@ -191,11 +196,12 @@ PUMP_ALLOC_ASYNC_HOOK(mem_alloc_async, mem_alloc_from_pool_async, mem_free_async
 PUMP_ALLOC_ASYNC_HOOK(mem_alloc_async_ptsz, mem_alloc_from_pool_async_ptsz, mem_free_async_ptsz, true)
 
 /* The program's own pool: its properties are the program's choice. */
-#define PUMP_ALLOC_FROM_POOL_HOOK(id, free_id)                                                                \
-    CUresult pump_##id(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream stream)                \
-    {                                                                                                         \
-        PUMP_REAL_OR_RETURN(id, real);                                                                        \
-        return after_pool_alloc(real(dptr, bytesize, pool, stream), dptr, bytesize, stream, PUMP_REAL(free_id)); \
+#define PUMP_ALLOC_FROM_POOL_HOOK(id, free_id)                                                    \
+    CUresult pump_##id(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream stream)    \
+    {                                                                                             \
+        PUMP_REAL_OR_RETURN(id, real);                                                            \
+        return after_pool_alloc(real(dptr, bytesize, pool, stream), dptr, bytesize, pool, stream, \
+                                PUMP_REAL(free_id));                                              \
     }
 PUMP_ALLOC_FROM_POOL_HOOK(mem_alloc_from_pool_async, mem_free_async)
 PUMP_ALLOC_FROM_POOL_HOOK(mem_alloc_from_pool_async_ptsz, mem_free_async_ptsz)

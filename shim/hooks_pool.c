@@ -3,9 +3,11 @@
  * (managed_all.c): the release threshold it sets, and the trims it asks for
  * (PyTorch's torch.cuda.empty_cache under its cudaMallocAsync backend trims the
  * device's default pool to 0), reach the managed pool standing in too, so that it
- * keeps, and gives back, what the program's pool would have. */
+ * keeps, and gives back, what the program's pool would have. And pools the program
+ * destroys, which memory queries no longer ask (pool_memory.h). */
 #include "hooks_common.h"
 #include "managed_all.h"
+#include "pool_memory.h"
 
 CUresult pump_mem_pool_set_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
@@ -25,4 +27,10 @@ CUresult pump_mem_pool_trim_to(CUmemoryPool pool, size_t min_bytes_to_keep)
     if (managed != NULL)
         (void)real(managed, min_bytes_to_keep);
     return r;
+}
+
+CUresult pump_mem_pool_destroy(CUmemoryPool pool)
+{
+    PUMP_REAL_OR_RETURN(mem_pool_destroy, real);
+    return pump_pool_memory_destroy(pool, real);
 }

@@ -12,6 +12,7 @@
 
 #include "channel.h"
 #include "device_memory.h"
+#include "pool_memory.h"
 #include "ranges.h"
 #include "residency.h"
 
@@ -30,10 +31,12 @@ static void before_fork(void)
     pump_ranges_before_fork();
     pump_residency_before_fork();
     pump_device_memory_before_fork();
+    pump_pool_memory_before_fork();
 }
 
 static void parent_after_fork(void)
 {
+    pump_pool_memory_after_fork();
     pump_device_memory_after_fork();
     pump_residency_after_fork();
     pump_ranges_after_fork();
@@ -41,6 +44,7 @@ static void parent_after_fork(void)
 
 static void child_after_fork(void)
 {
+    pump_pool_memory_after_fork();
     pump_device_memory_after_fork();
     pump_residency_after_fork();
     pump_ranges_after_fork();

@@ -4,7 +4,9 @@ PyTorch's cudaMallocAsync backend (PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsy
 `free_upper_bound + pytorch_used_bytes <= device_total` in CudaMallocAsync::cacheInfo
 (c10/cuda/CUDAMallocAsyncAllocator.cpp), which cuDNN's convolution workspace sizing reaches.
 On CUDA 12 drivers (no managed pools) its allocations stay device memory, outside pump's
-managed footprint: tests/c/conv_async.c runs a convolution the way that backend does."""
+managed footprint: tests/c/conv_async.c runs a convolution the way that backend does. That
+backend also sets its pool's release threshold to UINT64_MAX, so its pool keeps the memory of
+freed tensors: tests/c/pool_info.c."""
 
 import json
 import subprocess
@@ -63,11 +65,60 @@ def test_a_capacity_under_the_device_memory_held(run_program):
                           "guess_mib": 0, "algorithm": "implicit", "correct": 1}
 
 
-@pytest.mark.parametrize("variant", ["asan", "tsan"])
-def test_under_sanitizers(run_program, variant):
-    env = dict(CUDA_12_8, PUMP_MANAGED_ALL="1", ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
-               UBSAN_OPTIONS="print_stacktrace=1", TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1")
-    run = run_program("conv_async", variant=variant, env=env, timeout=600)
+POOLS_KEPT = {"device_pool_kept": 64 << 20, "made_pool_kept": 32 << 20}  # tests/c/pool_info.c
+# each memory query asks for the device's current pool, then two figures of each pool: the
+# current one and the made one, then the current one alone once the made one is destroyed
+POOL_QUERIES = {"pool_queries_kept": 1 + 2 * 2, "pool_queries_destroyed": 1 + 2 * 1}
+
+
+def test_what_pools_keep_is_not_free(run_program):
+    """The device's pool and a pool the program made keep 64 and 32 MiB of device memory after
+    their allocations are freed (threshold UINT64_MAX, as PyTorch sets it), 16 MiB stays live.
+    Before: free 1008 MiB at both queries, the kept 96 MiB counted as free. Now 912 MiB, then
+    944 MiB, the driver's own answers, for 5 and 3 pool queries (1 us each on fakecuda) beside
+    cuMemGetInfo's own ioctl (20 us)."""
+    bare = run_program("pool_info", pump=False, env=CUDA_12_8).result
+    run = run_program("pool_info", env=dict(CUDA_12_8, PUMP_MANAGED_ALL="1"))
+    result = run.result
+    assert {key: result[key] for key in POOLS_KEPT} == POOLS_KEPT
+    assert result["free_kept"] + sum(POOLS_KEPT.values()) + result["live"] <= result["total"]
+    # the made pool destroyed: what it kept is free again
+    assert result["free_destroyed"] == result["free_kept"] + POOLS_KEPT["made_pool_kept"]
+    # the default capacity: the device's memory as the job found it
+    assert result == dict(bare, **POOL_QUERIES) and bare["pool_queries_kept"] == 0
+    assert run.totals["managed_all_allocs"] == 1 and run.totals["errors"] == 0
+
+
+def test_what_the_managed_pool_keeps_stays_free(run_program):
+    """CUDA 13: pump takes the device's managed pool for cuMemAllocAsync; what it keeps is
+    managed memory the driver evicts under pressure, not counted. The made pool's is."""
+    result = run_program("pool_info", env=dict(CUDA_13, PUMP_MANAGED_ALL="1")).result
+    assert result["device_pool_kept"] == 0
+    assert result["free_kept"] == result["total"] - result["live"] - POOLS_KEPT["made_pool_kept"]
+    assert result["free_destroyed"] == result["total"] - result["live"]
+    assert {key: result[key] for key in POOL_QUERIES} == POOL_QUERIES  # the managed pool is not asked
+
+
+SANITIZED = dict(CUDA_12_8, PUMP_MANAGED_ALL="1", ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
+                 UBSAN_OPTIONS="print_stacktrace=1", TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1")
+
+
+def run_sanitized(run_program, name, variant):
+    run = run_program(name, variant=variant, env=SANITIZED, timeout=600)
     assert run.proc.returncode == 0, run.proc.stderr[-4000:]
     assert "Sanitizer" not in run.proc.stderr and "runtime error" not in run.proc.stderr, run.proc.stderr[-4000:]
-    assert run.result["assert_ok"] == 1 and run.result["correct"] == 1
+    return run.result
+
+
+@pytest.mark.parametrize("variant", ["asan", "tsan"])
+def test_under_sanitizers(run_program, variant):
+    result = run_sanitized(run_program, "conv_async", variant)
+    assert result["assert_ok"] == 1 and result["correct"] == 1
+
+
+@pytest.mark.parametrize("variant", ["asan", "tsan"])
+def test_pools_under_sanitizers(run_program, variant):
+    """A destroyed pool is never asked again (fakecuda frees it: a use after free)."""
+    result = run_sanitized(run_program, "pool_info", variant)
+    assert result["free_kept"] + sum(POOLS_KEPT.values()) + result["live"] <= result["total"]
+    assert result["free_destroyed"] == result["free_kept"] + POOLS_KEPT["made_pool_kept"]

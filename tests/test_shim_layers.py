@@ -22,7 +22,7 @@ LAYER_OF = {
     "lookup": ["ranges", "scan", "layouts", "device_memory"],
     "channel": ["channel"],
     "engine": ["prefetch", "context_cache", "stream_users"],
-    "policy": ["residency", "budget", "capacity", "managed_all"],  # residency_blocks.c, _moves.c too
+    "policy": ["residency", "budget", "capacity", "managed_all", "pool_memory"],  # residency_blocks.c, _moves.c too
     "hooks": ["hooks", "hooks_common", "hooks_context", "hooks_graph", "hooks_launch", "hooks_memory",
               "hooks_stream", "hooks_sync", "hooks_pool", "dlsym", "procaddr", "driver", "lifecycle", "torch_trace",
               "torch_allocator"],

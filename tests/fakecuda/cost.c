@@ -29,6 +29,7 @@ static const char *const fc_entry_names[FC_E_COUNT] = {
     [FC_E_MEMSET] = "memset",
     [FC_E_POOL_RESERVE] = "pool_reserve",
     [FC_E_POOL_RELEASE] = "pool_release",
+    [FC_E_POOL_QUERY] = "pool_query",
 };
 
 static struct {

@@ -107,6 +107,11 @@
 #define FAKECUDA_POOL_RESERVE_NS FAKECUDA_IOCTL_NS
 #define FAKECUDA_POOL_RELEASE_NS FAKECUDA_IOCTL_NS
 
+/* A memory pool's lookups and figures (cuDeviceGetMemPool, cuDeviceGetDefaultMemPool,
+ * cuMemGetDefaultMemPool, cuMemPoolGetAttribute): in no trace; charged as a query, 1 us, the
+ * traces' resolution, as the context queries are. */
+#define FAKECUDA_POOL_QUERY_HOST_NS 1000u
+
 /* The UVM driver's VA block and root chunk: 2 MiB (UVM_VA_BLOCK_BITS 21 in
  * uvm_va_block_types.h; UVM_CHUNK_SIZE_MAX in uvm_pmm_gpu.h). Prefetch passes, discard waits
  * and device-memory eviction all go by it. */

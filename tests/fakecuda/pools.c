@@ -92,6 +92,7 @@ static CUresult pool_kind(CUmemAllocationType type, const CUmemLocation *l, int 
 FC_EXPORT CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type)
 {
     FC_ENTRY(cuMemGetDefaultMemPool, 13000);
+    fc_cost(FC_E_POOL_QUERY, FAKECUDA_POOL_QUERY_HOST_NS);
     int managed, device;
     CUresult err = pool_kind(type, location, &managed, &device);
     if (err != CUDA_SUCCESS) return err;
@@ -104,6 +105,7 @@ FC_ALIAS(cuMemGetDefaultMemPool);
 FC_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
 {
     FC_ENTRY(cuDeviceGetDefaultMemPool, 11020);
+    fc_cost(FC_E_POOL_QUERY, FAKECUDA_POOL_QUERY_HOST_NS);
     if (!pool_out) return CUDA_ERROR_INVALID_VALUE;
     if (dev < 0 || dev >= fc_cfg.ndevices) return CUDA_ERROR_INVALID_DEVICE;
     *pool_out = default_pool(dev, 0);
@@ -114,6 +116,7 @@ FC_ALIAS(cuDeviceGetDefaultMemPool);
 FC_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 {
     FC_ENTRY(cuDeviceGetMemPool, 11020);
+    fc_cost(FC_E_POOL_QUERY, FAKECUDA_POOL_QUERY_HOST_NS);
     if (!pool) return CUDA_ERROR_INVALID_VALUE;
     if (dev < 0 || dev >= fc_cfg.ndevices) return CUDA_ERROR_INVALID_DEVICE;
     *pool = current_pool(dev);
@@ -299,6 +302,7 @@ FC_ALIAS(cuMemPoolSetAttribute);
 FC_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
     FC_ENTRY(cuMemPoolGetAttribute, 11020);
+    fc_cost(FC_E_POOL_QUERY, FAKECUDA_POOL_QUERY_HOST_NS);
     if (!pool_valid(pool) || !value) return CUDA_ERROR_INVALID_VALUE;
     CUresult r = CUDA_SUCCESS;
     pthread_mutex_lock(&fc_pools_mu);
