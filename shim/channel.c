@@ -191,13 +191,13 @@ PUMP_HIDDEN void pump_channel_sync(uint32_t epoch)
  * without a lock: the user stores KNOWN then loads the channel, the worker
  * stores the channel then loads KNOWN (all sequentially consistent), so at
  * least one of them sees the other, and `announced` lets only one emit. */
-#define DEVICES_MAX 64 /* ordinals 0..63 are announced (pump/channel.py: DEVICES_MAX) */
+/* Ordinals 0 .. PUMP_DEVICES_MAX - 1 are announced (pump/channel.py: DEVICES_MAX). */
 enum { DEVICE_UNKNOWN, DEVICE_READING, DEVICE_KNOWN, DEVICE_FAILED };
 static struct {
     _Atomic uint32_t state;
     atomic_bool announced;
     uint64_t uuid[2];          /* written before state becomes DEVICE_KNOWN */
-} devices[DEVICES_MAX];
+} devices[PUMP_DEVICES_MAX];
 
 static void announce_device(struct pump_channel *c, int device, bool again)
 {
@@ -212,9 +212,9 @@ static void announce_device(struct pump_channel *c, int device, bool again)
 
 PUMP_HIDDEN void pump_channel_device(CUdevice device)
 {
-    if (device < 0 || device >= DEVICES_MAX) {
+    if (device < 0 || device >= PUMP_DEVICES_MAX) {
         pump_log_once("device %d is past the %d devices pump names to pumpd: its jobs count against GPU 0",
-                      (int)device, DEVICES_MAX);
+                      (int)device, PUMP_DEVICES_MAX);
         return;
     }
     uint32_t unknown = DEVICE_UNKNOWN;
@@ -237,7 +237,7 @@ PUMP_HIDDEN void pump_channel_device(CUdevice device)
  * restarted and lost what its predecessor read). */
 PUMP_HIDDEN void pump_channel_announce_devices(struct pump_channel *c, bool again)
 {
-    for (int d = 0; d < DEVICES_MAX; d++)
+    for (int d = 0; d < PUMP_DEVICES_MAX; d++)
         announce_device(c, d, again);
 }
 

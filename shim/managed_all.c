@@ -207,12 +207,11 @@ PUMP_HIDDEN bool pump_managed_all_for(const void *caller)
 /* Each device's default pools, looked up once: the one cuMemAllocAsync uses
  * unless the program sets another (pinned), and the managed one pump uses
  * instead. Devices past the table pass through. */
-#define POOL_DEVICES 64
 static struct {
     _Atomic(CUmemoryPool) device_default;
     _Atomic(CUmemoryPool) managed;
     _Atomic bool following;  /* the managed pool follows the device default pool's threshold */
-} pools[POOL_DEVICES];
+} pools[PUMP_DEVICES_MAX];
 
 /* A racing lookup stores the same handle: no lock needed. */
 static CUmemoryPool cached(_Atomic(CUmemoryPool) *slot, CUresult (*lookup)(CUmemoryPool *, CUdevice), CUdevice device)
@@ -262,7 +261,7 @@ static CUmemoryPool managed_pool_for(CUstream stream)
         return NULL;
     }
     CUdevice device;
-    if (pump_driver.stream_get_device(stream, &device) != CUDA_SUCCESS || device < 0 || device >= POOL_DEVICES)
+    if (pump_driver.stream_get_device(stream, &device) != CUDA_SUCCESS || device < 0 || device >= PUMP_DEVICES_MAX)
         return NULL;
     CUmemoryPool current, device_default = cached(&pools[device].device_default, device_default_pool, device);
     if (device_default == NULL || pump_driver.device_get_mem_pool(&current, device) != CUDA_SUCCESS)
@@ -317,7 +316,7 @@ static void follow_threshold(CUdevice device)
 /* The device whose default pool `pool` is and whose managed pool pump took, or -1. */
 static int device_standing_in(CUmemoryPool pool)
 {
-    for (int device = 0; pool != NULL && device < POOL_DEVICES; device++)
+    for (int device = 0; pool != NULL && device < PUMP_DEVICES_MAX; device++)
         if (atomic_load_explicit(&pools[device].device_default, memory_order_acquire) == pool &&
             atomic_load_explicit(&pools[device].following, memory_order_acquire))
             return device;

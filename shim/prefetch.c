@@ -41,6 +41,7 @@
 #include "capture_mode.h"
 #include "channel.h"
 #include "context_cache.h"
+#include "devices.h"
 #include "prefetch.h"
 #include "ranges.h"
 
@@ -98,39 +99,18 @@ static bool create_events(CUevent *events, int n)
     return true;
 }
 
-/* Makes ctx current for pump's own calls: true, with *pushed when it had to
- * be pushed (pop it with context_leave). */
-static bool context_enter(CUcontext ctx, bool *pushed)
-{
-    CUcontext current = NULL;
-    *pushed = false;
-    if (pump_driver.ctx_get_current(&current) == CUDA_SUCCESS && current == ctx)
-        return true;
-    if (pump_driver.ctx_push_current == NULL || pump_driver.ctx_pop_current == NULL)
-        return false;
-    *pushed = call_ok(pump_driver.ctx_push_current(ctx), "cuCtxPushCurrent");
-    return *pushed;
-}
-
-static void context_leave(bool pushed)
-{
-    CUcontext popped;
-    if (pushed)
-        call_ok(pump_driver.ctx_pop_current(&popped), "cuCtxPopCurrent");
-}
-
 static void setup_context(struct pump_context *c, CUcontext ctx, uint32_t index)
 {
     struct pump_capture_mode mode = pump_capture_relax();
     bool pushed;
-    bool entered = context_enter(ctx, &pushed);
+    bool entered = pump_context_push(ctx, &pushed);
     c->index = index;
     bool have_device = entered && call_ok(pump_driver.ctx_get_device(&c->device), "cuCtxGetDevice");
     c->usable = have_device &&
                 call_ok(pump_driver.stream_create(&c->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate") &&
                 call_ok(pump_driver.stream_create(&c->evict_stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate") &&
                 create_events(&c->evicted, 1) && create_events(c->events, PUMP_EVENTS_PER_CONTEXT);
-    context_leave(pushed);
+    pump_context_pop(pushed);
     pump_capture_restore(&mode);
     if (have_device)
         pump_channel_device(c->device);  /* pumpd learns which GPU this is */
@@ -198,9 +178,9 @@ PUMP_HIDDEN bool pump_context_memory(struct pump_context *c, size_t *free_bytes,
         return false;
     struct pump_capture_mode mode = pump_capture_relax();
     bool pushed;
-    bool read = context_enter(__atomic_load_n(&c->ctx, __ATOMIC_ACQUIRE), &pushed) &&
+    bool read = pump_context_push(__atomic_load_n(&c->ctx, __ATOMIC_ACQUIRE), &pushed) &&
                 pump_driver.mem_get_info(free_bytes, total_bytes) == CUDA_SUCCESS;
-    context_leave(pushed);
+    pump_context_pop(pushed);
     pump_capture_restore(&mode);
     return read;
 }
