@@ -104,15 +104,16 @@ def test_budget_under_sanitizers(run_program, variant, policy):
     assert run.totals["resident_bytes_peak"] <= BUDGET and run.totals["evictions"] > 0
 
 
-# Issue 15 item 1 ("What a real job would hit today": residency beliefs expire at every
-# synchronisation, hooks_sync.c): the churn thread's cuCtxSynchronize makes pump forget the
+# Beliefs of memory the program allocated managed itself expire at every synchronisation
+# (residency.h: the host may touch it then): the churn thread's cuCtxSynchronize makes pump forget the
 # workers' buffers, which stay on the device. Since fakecuda charges the driver's launch and
 # ioctl costs, fewer launches fall between two synchronisations, and under TSan pump saw at
 # most two buffers in one epoch: belief peak 2 MiB, no eviction, while fakecuda's
 # device_resident_peak reaches 4 MiB (plain runs too). Not strict: how many launches share an
 # epoch depends on scheduling.
-EXPIRING_BELIEFS = pytest.mark.xfail(strict=False, reason="issue 15 item 1: residency beliefs expire at every "
-                                     "synchronisation, so pump under-counts what stays resident")
+EXPIRING_BELIEFS = pytest.mark.xfail(strict=False, reason="beliefs of memory the program allocated managed itself "
+                                     "expire at every synchronisation (the host may touch it), so pump can "
+                                     "under-count what stays resident")
 
 
 @pytest.mark.parametrize("variant", ["plain", pytest.param("tsan", marks=EXPIRING_BELIEFS)])
