@@ -27,6 +27,9 @@ set(FAKECUDA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/copies.c
     ${CMAKE_CURRENT_LIST_DIR}/cost.c
     ${CMAKE_CURRENT_LIST_DIR}/streams.c
+    ${CMAKE_CURRENT_LIST_DIR}/events.c
+    ${CMAKE_CURRENT_LIST_DIR}/capture.c
+    ${CMAKE_CURRENT_LIST_DIR}/graphs.c
     ${CMAKE_CURRENT_LIST_DIR}/kernels.c
     ${CMAKE_CURRENT_LIST_DIR}/procaddr.c
     ${CMAKE_CURRENT_LIST_DIR}/stats.c
