@@ -171,7 +171,7 @@ void fc_chunk_release(fc_chunk *c);                 /* its bytes back to the dev
  * CUDA_ERROR_OUT_OF_MEMORY (memory.c). */
 CUresult fc_reserve_device_memory(int device, uint64_t bytes);
 
-/* ---- streams.c ---- */
+/* ---- streams.c (fences, streams) ---- */
 typedef struct fc_fence {
     _Atomic int refs;
     pthread_mutex_t mu;
@@ -223,6 +223,11 @@ struct CUstream_st {
  * stream, CU_STREAM_PER_THREAD (and 0 in a _ptsz export) to this thread's default stream of
  * it; validates other handles. NULL if invalid (*err says why). */
 CUstream fc_resolve_stream(CUstream s, CUresult *err);
+/* Declares s, the stream h resolves to, or returns why h is not one. */
+#define FC_STREAM_OR_RETURN(h)                               \
+    CUresult err_ = CUDA_SUCCESS;                            \
+    struct CUstream_st *s = fc_resolve_stream((h), &err_);   \
+    if (!s) return err_
 CUstream fc_ctx_default_stream(CUcontext c);
 void fc_enqueue(CUstream s, fc_op *op);
 void fc_enqueue_chain(CUstream s, fc_op *first, fc_op *last, uint64_t n);
@@ -231,12 +236,29 @@ void fc_stream_wait_idle(CUstream s); /* waits until everything enqueued on s ha
 /* The context is destroyed or reset: waits for its streams, then every stream and event made
  * in it is gone (a later use: CUDA_ERROR_INVALID_HANDLE) and its default stream is made anew. */
 void fc_ctx_invalidate(CUcontext c);
-/* Capture: a stream belongs to at most one capture; appends are in streams.c. */
+/* Fences: a record op signals one, a wait op waits for one (events.c holds them too). */
+fc_fence *fc_fence_new(void); /* one reference */
+void fc_fence_unref(fc_fence *f); /* NULL is fine */
+void fc_fence_wait(fc_fence *f);
+int fc_fence_done(fc_fence *f, uint64_t *t); /* whether signalled; *t: when */
+
+/* ---- capture.c: a stream belongs to at most one capture ---- */
 int fc_stream_capturing(CUstream s);
 #define FC_NOT_CAPTURING (-1)
-/* Appends a kernel node to s's capture: a CUresult, or FC_NOT_CAPTURING. */
+/* Append a node to s's capture (taking the node): a CUresult, or FC_NOT_CAPTURING. */
+int fc_capture_append(CUstream s, CUgraphNode n);
 int fc_capture_add_kernel(CUstream s, struct fc_kdef *def, const fakecuda_dims *d, const void *args);
+int fc_capture_add_host(CUstream s, CUhostFn fn, void *ud);
 void fc_capture_invalidate(CUstream s);
+/* An event recorded in s: *event_capture_id becomes s's capture's id (0: none) under the
+ * capture lock, as the capture lock guards it; returns whether s is capturing. */
+int fc_capture_record(CUstream s, uint64_t *event_capture_id);
+/* s waits on an event: if the event was recorded in a live capture s joins it (or fails to
+ * merge two), or s is capturing; then returns 1 with *r the result. 0: an ordinary wait. */
+int fc_capture_wait_event(CUstream s, const uint64_t *event_capture_id, CUresult *r);
+/* cuThreadExchangeStreamCaptureMode's rule for potentially unsafe calls (cuEventQuery):
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, invalidating the captures that prohibit it. */
+CUresult fc_capture_check_unsafe_call(void);
 
 /* ---- kernels.c ---- */
 typedef struct fc_kdef fc_kdef;
@@ -260,6 +282,14 @@ fc_kdef *fc_kernel_def(const void *func_or_kernel);
 /* Copies a launch's arguments (kernelParams, or the `extra` buffer, never both) into
  * args (def->argsize bytes, device layout). */
 CUresult fc_pack_args(const fc_kdef *def, void **params, void **extra, unsigned char *args);
+
+/* ---- graphs.c: nodes and graphs, for capture.c ---- */
+CUgraph fc_graph_new(void);
+void fc_graph_free(CUgraph g);
+int fc_graph_append(CUgraph g, CUgraphNode n); /* 0, or -1 (n freed; NULL n is refused) */
+CUgraphNode fc_node_kernel(fc_kdef *def, const fakecuda_dims *d, const void *args); /* args copied */
+CUgraphNode fc_node_host(CUhostFn fn, void *ud);
+void fc_node_free(CUgraphNode n);
 
 /* ---- memory.c ---- */
 /* A new allocation (plain memory taken from the device, evicting managed memory if need be),

@@ -201,7 +201,7 @@
     X(cuGraphExecUpdate, 12000, cuGraphExecUpdate_v2, 0, PFN_cuGraphExecUpdate_v12000)
 
 /* CUDA 10's forms of two graph calls, which the driver still exports and answers for at
- * their versions: adapters over the current forms (streams.c). */
+ * their versions: adapters over the current forms (graphs.c). */
 extern __typeof__(cuGraphExecKernelNodeSetParams_v2) fcl_cuGraphExecKernelNodeSetParams_v2
     __attribute__((visibility("hidden")));
 extern __typeof__(cuGraphExecUpdate_v2) fcl_cuGraphExecUpdate_v2 __attribute__((visibility("hidden")));

@@ -1,9 +1,11 @@
-/* selftest.h: what fakecuda's self-test files share: the check counters and macros, and the
- * child modes of selftest_driver.c, which selftest.c runs each in a process of its own with
- * the given knob in the environment. */
+/* selftest.h: what fakecuda's self-test files share: the check counters and macros; the main
+ * sequence's state, topics (selftest_memory.c, selftest_launches.c, selftest_graphs.c) and
+ * helpers; and the child modes (selftest_driver.c's and the others'), which selftest.c runs
+ * each in a process of its own with the given knob in the environment. */
 #ifndef SELFTEST_H
 #define SELFTEST_H
 
+#include <stdatomic.h>
 #include <stdio.h>
 
 #include "fakecuda.h"
@@ -35,6 +37,32 @@ struct selftest_driver_mode {
     int (*run)(void); /* 0: every check passed */
 };
 extern const struct selftest_driver_mode selftest_driver_modes[]; /* ends with a NULL name */
+/* The main sequence: selftest.c's main sets this up, runs the topics in order, and tears it
+ * down; what a topic makes that a later one or the teardown uses is kept here. */
+struct selftest_main {
+    void *libcuda; /* dlopen'd libcuda.so.1 */
+    CUdevice dev;
+    CUfunction fdouble, frace, flayout, fnoop; /* the kernels "double", "race", "layout", "noop" */
+    CUstream s1, s2, s3;                       /* non-blocking */
+    float *a, *b, *c, *d;                      /* managed buffers, freed at the teardown */
+    CUlibrary lib;
+    CUevent ev, never, t0, t1, fork_ev, join_ev;
+};
+void selftest_managed(struct selftest_main *m);        /* selftest_memory.c */
+void selftest_memory(struct selftest_main *m);         /* selftest_memory.c */
+void selftest_launches(struct selftest_main *m);       /* selftest_launches.c */
+void selftest_routing(struct selftest_main *m);        /* selftest_launches.c */
+void selftest_events(struct selftest_main *m);         /* selftest_graphs.c */
+void selftest_capture(struct selftest_main *m);        /* selftest_graphs.c */
+void selftest_capture_join(struct selftest_main *m);   /* selftest_graphs.c */
+void selftest_graphs_by_hand(struct selftest_main *m); /* selftest_graphs.c */
+/* Kernels and helpers of the main sequence (selftest.c's, k_race selftest_memory.c's). */
+void selftest_k_double(void **params, const fakecuda_dims *d); /* doubles float[n] (p, n) */
+void selftest_k_race(void **params, const fakecuda_dims *d);   /* k_double, once started says so */
+float *selftest_managed_filled(size_t bytes, float v);          /* managed, host-written with v */
+int selftest_all_equal(const float *f, size_t n, float v);
+void selftest_wait_for(atomic_int *flag); /* until set, or 10 s: no timing luck */
+
 int selftest_child_contexts(void);        /* selftest_contexts.c */
 int selftest_child_default_streams(void); /* selftest_contexts.c */
 int selftest_child_copies(void);         /* selftest_copies.c */

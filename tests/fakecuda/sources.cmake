@@ -27,6 +27,9 @@ set(FAKECUDA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/copies.c
     ${CMAKE_CURRENT_LIST_DIR}/cost.c
     ${CMAKE_CURRENT_LIST_DIR}/streams.c
+    ${CMAKE_CURRENT_LIST_DIR}/events.c
+    ${CMAKE_CURRENT_LIST_DIR}/capture.c
+    ${CMAKE_CURRENT_LIST_DIR}/graphs.c
     ${CMAKE_CURRENT_LIST_DIR}/kernels.c
     ${CMAKE_CURRENT_LIST_DIR}/procaddr.c
     ${CMAKE_CURRENT_LIST_DIR}/stats.c
@@ -40,4 +43,5 @@ set(FAKECUDA_INCLUDE_DIR ${CMAKE_CURRENT_LIST_DIR})
 set(FAKECUDA_EXPORTS_MAP ${CMAKE_CURRENT_LIST_DIR}/exports.map)
 set(FAKECUDA_SELFTEST_SOURCES ${CMAKE_CURRENT_LIST_DIR}/selftest.c ${CMAKE_CURRENT_LIST_DIR}/selftest_driver.c
     ${CMAKE_CURRENT_LIST_DIR}/selftest_contexts.c ${CMAKE_CURRENT_LIST_DIR}/selftest_copies.c
-    ${CMAKE_CURRENT_LIST_DIR}/selftest_pools.c)
+    ${CMAKE_CURRENT_LIST_DIR}/selftest_pools.c ${CMAKE_CURRENT_LIST_DIR}/selftest_memory.c
+    ${CMAKE_CURRENT_LIST_DIR}/selftest_launches.c ${CMAKE_CURRENT_LIST_DIR}/selftest_graphs.c)
