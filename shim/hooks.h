@@ -37,7 +37,8 @@ typedef CUresult (CUDAAPI *pump_pfn_graph_instantiate_v10000)(CUgraphExec *phGra
     /* the device pool's settings, followed by the managed pool standing in (hooks_pool.c) */ \
     X(mem_pool_set_attribute, "cuMemPoolSetAttribute", PFN_cuMemPoolSetAttribute_v11020) \
     X(mem_pool_trim_to, "cuMemPoolTrimTo", PFN_cuMemPoolTrimTo_v11020)                  \
-    /* pools that go leave the pools memory queries ask (pool_memory.h) */              \
+    /* pools made current join, and pools that go leave, those memory queries ask (pool_memory.h) */ \
+    X(device_set_mem_pool, "cuDeviceSetMemPool", PFN_cuDeviceSetMemPool_v11020)         \
     X(mem_pool_destroy, "cuMemPoolDestroy", PFN_cuMemPoolDestroy_v11020)                \
     X(mem_create, "cuMemCreate", PFN_cuMemCreate_v10020)                                \
     X(ipc_get_mem_handle, "cuIpcGetMemHandle", PFN_cuIpcGetMemHandle_v4010)             \

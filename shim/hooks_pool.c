@@ -3,8 +3,10 @@
  * (managed_all.c): the release threshold it sets, and the trims it asks for
  * (PyTorch's torch.cuda.empty_cache under its cudaMallocAsync backend trims the
  * device's default pool to 0), reach the managed pool standing in too, so that it
- * keeps, and gives back, what the program's pool would have. And pools the program
- * destroys, which memory queries no longer ask (pool_memory.h). */
+ * keeps, and gives back, what the program's pool would have. And the pools memory
+ * queries ask (pool_memory.h): one the program makes a device's current pool joins
+ * them (what it keeps counts even after another is made current), one it destroys
+ * leaves them. */
 #include "hooks_common.h"
 #include "managed_all.h"
 #include "pool_memory.h"
@@ -26,6 +28,15 @@ CUresult pump_mem_pool_trim_to(CUmemoryPool pool, size_t min_bytes_to_keep)
     CUmemoryPool managed = r == CUDA_SUCCESS && pump_active() ? pump_managed_pool_standing_in(pool) : NULL;
     if (managed != NULL)
         (void)real(managed, min_bytes_to_keep);
+    return r;
+}
+
+CUresult pump_device_set_mem_pool(CUdevice device, CUmemoryPool pool)
+{
+    PUMP_REAL_OR_RETURN(device_set_mem_pool, real);
+    CUresult r = real(device, pool);
+    if (r == CUDA_SUCCESS && pump_active())
+        pump_pool_memory_add((int)device, pool);
     return r;
 }
 

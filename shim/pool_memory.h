@@ -3,9 +3,9 @@
  * A pool keeps the memory of its freed allocations, up to its release threshold (PyTorch's
  * cudaMallocAsync backend sets the device pool's to UINT64_MAX): device memory the process
  * holds beside its live allocations (device_memory.h counts those), so memory queries count it
- * as used (capacity.h). The pools asked: each device's current pool (cuMemAllocAsync's), and
- * those the program allocated device memory from by name (cuMemAllocFromPoolAsync); a pool
- * leaves when the program destroys it. Not the managed pool pump takes (managed_all.h): what it
+ * as used (capacity.h). The pools asked: each device's current pool (cuMemAllocAsync's), those
+ * the program made current (cuDeviceSetMemPool) and those it allocated device memory from by
+ * name (cuMemAllocFromPoolAsync); a pool leaves when the program destroys it. Not the managed pool pump takes (managed_all.h): what it
  * keeps is managed memory, which the driver evicts rather than failing an allocation. */
 #ifndef PUMP_POOL_MEMORY_H
 #define PUMP_POOL_MEMORY_H

@@ -89,6 +89,17 @@ def test_what_pools_keep_is_not_free(run_program):
     assert run.totals["managed_all_allocs"] == 1 and run.totals["errors"] == 0
 
 
+def test_a_pool_current_only_between_queries_still_counts(run_program):
+    """The made pool serves cuMemAllocAsync as the device's current pool (cuDeviceSetMemPool)
+    and the default pool is current again before the queries: what the made pool keeps is still
+    held. Before cuDeviceSetMemPool was followed: free 944 MiB at the first query, the kept
+    32 MiB counted as free (the driver: 912)."""
+    bare = run_program("pool_info", "current", pump=False, env=CUDA_12_8).result
+    run = run_program("pool_info", "current", env=dict(CUDA_12_8, PUMP_MANAGED_ALL="1"))
+    assert {key: run.result[key] for key in POOLS_KEPT} == POOLS_KEPT
+    assert run.result == dict(bare, **POOL_QUERIES)
+
+
 def test_what_the_managed_pool_keeps_stays_free(run_program):
     """CUDA 13: pump takes the device's managed pool for cuMemAllocAsync; what it keeps is
     managed memory the driver evicts under pressure, not counted. The made pool's is."""

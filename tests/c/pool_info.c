@@ -11,7 +11,13 @@
  * ("destroyed"). One JSON line: total, free at each query, and what the pools kept (reserved,
  * as their RESERVED_MEM_CURRENT says), in bytes; and the pool queries (fakecuda's "pool_query"
  * calls: pool lookups and attributes) each memory query made.
+ *
+ *   pool_info [current]   current: the 32 MiB come from the made pool as the device's current
+ *                         pool (cuDeviceSetMemPool, then cuMemAllocAsync), the default pool made
+ *                         current again before the queries, as a framework switching pools does
  */
+#include <string.h>
+
 #include "cuda_api.h"
 
 #define MiB ((size_t)1 << 20)
@@ -42,8 +48,13 @@ static cuuint64_t reserved(CUmemoryPool pool)
     return bytes;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    int made_current = argc == 2 && strcmp(argv[1], "current") == 0;
+    if (argc > 2 || (argc == 2 && !made_current)) {
+        fprintf(stderr, "usage: pool_info [current]\n");
+        return 2;
+    }
     cuda_api_load(&api, 0);
     CUdevice device = cuda_api_start(&api);
     CUstream stream;
@@ -62,7 +73,13 @@ int main(void)
 
     CUdeviceptr a, b;
     CHECK(cuMemAllocAsync(&a, DEFAULT_KEPT, stream));
-    CHECK(cuMemAllocFromPoolAsync(&b, MADE_KEPT, made_pool, stream));
+    if (made_current) {
+        CHECK(cuDeviceSetMemPool(device, made_pool));
+        CHECK(cuMemAllocAsync(&b, MADE_KEPT, stream));
+        CHECK(cuDeviceSetMemPool(device, device_pool));
+    } else {
+        CHECK(cuMemAllocFromPoolAsync(&b, MADE_KEPT, made_pool, stream));
+    }
     CHECK(cuMemFreeAsync(a, stream));
     CHECK(cuMemFreeAsync(b, stream));
     CHECK(cuStreamSynchronize(stream));
