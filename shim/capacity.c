@@ -45,19 +45,6 @@ static uint64_t host_available(void)
     return (uint64_t)kib * 1024;
 }
 
-/* The memory of ctx's device (NULL: the current context's), asked in relaxed capture mode. */
-static bool device_memory(CUcontext ctx, size_t *free_bytes, size_t *total_bytes)
-{
-    if (pump_driver.mem_get_info == NULL)
-        return false;
-    struct pump_capture_mode mode = pump_capture_relax();
-    bool pushed, ok = pump_context_push(ctx, &pushed);
-    ok = ok && pump_driver.mem_get_info(free_bytes, total_bytes) == CUDA_SUCCESS;
-    pump_context_pop(pushed);
-    pump_capture_restore(&mode);
-    return ok;
-}
-
 /* What the process holds on device beside its managed footprint. */
 static uint64_t held_beside_footprint(int device)
 {
@@ -68,7 +55,7 @@ static uint64_t held_beside_footprint(int device)
 static uint64_t resolve(int device, CUcontext ctx)
 {
     size_t free_bytes = 0, total_bytes = 0;
-    if (!device_memory(ctx, &free_bytes, &total_bytes)) {
+    if (!pump_memory_info(ctx, &free_bytes, &total_bytes)) {
         if (pump_config.cap_kind == PUMP_CAP_BYTES)
             return pump_config.cap_value;
         pump_log_once("cannot read the device's memory: no capacity cap");

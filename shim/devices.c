@@ -55,3 +55,15 @@ PUMP_HIDDEN void pump_context_pop(bool pushed)
     if (pushed)
         pump_driver.ctx_pop_current(&popped);
 }
+
+PUMP_HIDDEN bool pump_memory_info(CUcontext ctx, size_t *free_bytes, size_t *total_bytes)
+{
+    if (pump_driver.mem_get_info == NULL)
+        return false;
+    struct pump_capture_mode mode = pump_capture_relax();
+    bool pushed, ok = pump_context_push(ctx, &pushed);
+    ok = ok && pump_driver.mem_get_info(free_bytes, total_bytes) == CUDA_SUCCESS;
+    pump_context_pop(pushed);
+    pump_capture_restore(&mode);
+    return ok;
+}

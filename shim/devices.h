@@ -19,4 +19,8 @@ PUMP_HIDDEN int pump_memory_device(CUdeviceptr ptr);
 PUMP_HIDDEN bool pump_context_push(CUcontext ctx, bool *pushed);
 PUMP_HIDDEN void pump_context_pop(bool pushed);
 
+/* The memory of ctx's device (NULL: the current context's): cuMemGetInfo in ctx, in relaxed
+ * capture mode; false when it cannot be read. */
+PUMP_HIDDEN bool pump_memory_info(CUcontext ctx, size_t *free_bytes, size_t *total_bytes);
+
 #endif

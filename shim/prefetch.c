@@ -174,15 +174,7 @@ PUMP_HIDDEN int pump_context_device(const struct pump_context *c)
 
 PUMP_HIDDEN bool pump_context_memory(struct pump_context *c, size_t *free_bytes, size_t *total_bytes)
 {
-    if (pump_driver.mem_get_info == NULL)
-        return false;
-    struct pump_capture_mode mode = pump_capture_relax();
-    bool pushed;
-    bool read = pump_context_push(__atomic_load_n(&c->ctx, __ATOMIC_ACQUIRE), &pushed) &&
-                pump_driver.mem_get_info(free_bytes, total_bytes) == CUDA_SUCCESS;
-    pump_context_pop(pushed);
-    pump_capture_restore(&mode);
-    return read;
+    return pump_memory_info(__atomic_load_n(&c->ctx, __ATOMIC_ACQUIRE), free_bytes, total_bytes);
 }
 
 PUMP_HIDDEN bool pump_stream_capturing(CUstream stream)
