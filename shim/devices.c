@@ -4,18 +4,16 @@
 #include "capture_mode.h"
 #include "devices.h"
 
-enum question { CURRENT, OF_STREAM, OF_MEMORY };
+enum question { CURRENT, OF_MEMORY };
 
 /* One question to the driver, in relaxed capture mode: the device's ordinal, or -1. */
-static int ask(enum question question, CUstream stream, CUdeviceptr ptr)
+static int ask(enum question question, CUdeviceptr ptr)
 {
     struct pump_capture_mode mode = pump_capture_relax();
     CUdevice device = -1;
     CUresult r = CUDA_ERROR_NOT_SUPPORTED;
     if (question == CURRENT && pump_driver.ctx_get_device != NULL)
         r = pump_driver.ctx_get_device(&device);
-    else if (question == OF_STREAM && pump_driver.stream_get_device != NULL)
-        r = pump_driver.stream_get_device(stream, &device);
     else if (question == OF_MEMORY && pump_driver.pointer_get_attribute != NULL)
         r = pump_driver.pointer_get_attribute(&device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr);
     pump_capture_restore(&mode);
@@ -24,17 +22,12 @@ static int ask(enum question question, CUstream stream, CUdeviceptr ptr)
 
 PUMP_HIDDEN int pump_current_device(void)
 {
-    return ask(CURRENT, NULL, 0);
-}
-
-PUMP_HIDDEN int pump_stream_device(CUstream stream)
-{
-    return ask(OF_STREAM, stream, 0);
+    return ask(CURRENT, 0);
 }
 
 PUMP_HIDDEN int pump_memory_device(CUdeviceptr ptr)
 {
-    return ask(OF_MEMORY, NULL, ptr);
+    return ask(OF_MEMORY, ptr);
 }
 
 PUMP_HIDDEN bool pump_context_push(CUcontext ctx, bool *pushed)

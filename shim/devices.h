@@ -8,9 +8,6 @@
 
 /* The calling thread's current context's device (cuMemAlloc's, cuMemAllocManaged's). */
 PUMP_HIDDEN int pump_current_device(void);
-/* The device of `stream` (legacy-ABI handle, see pump_stream_of): cuStreamGetDevice, so -1
- * before CUDA 12.8. */
-PUMP_HIDDEN int pump_stream_device(CUstream stream);
 /* The device the memory at `ptr` belongs to (CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL). */
 PUMP_HIDDEN int pump_memory_device(CUdeviceptr ptr);
 

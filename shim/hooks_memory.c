@@ -179,12 +179,12 @@ static CUresult after_pool_alloc(CUresult r, const CUdeviceptr *dptr, size_t byt
         PUMP_REAL_OR_RETURN(id, real);                                                                    \
         pump_pfn_##from_pool_id from_pool = PUMP_REAL(from_pool_id);                                      \
         CUstream own = pump_stream_of(stream, per_thread);                                                \
+        int device = -1;                                                                                  \
         CUmemoryPool pool = from_pool != NULL && convertible(dptr, bytesize, __builtin_return_address(0)) \
-                                ? pump_managed_pool_for(own)                                              \
+                                ? pump_managed_pool_for(own, &device)                                     \
                                 : NULL;                                                                   \
         if (pool == NULL)                                                                                 \
             return after_pool_alloc(real(dptr, bytesize, stream), dptr, bytesize, NULL, own, PUMP_REAL(free_id)); \
-        int device = pump_stream_device(own);                                                             \
         if (!pump_capacity_reserve(device, pump_stream_context(own), bytesize))                           \
             return CUDA_ERROR_OUT_OF_MEMORY;                                                              \
         CUresult r = from_pool(dptr, bytesize, pool, stream);                                             \

@@ -233,18 +233,18 @@ static CUresult managed_default_pool(CUmemoryPool *pool, CUdevice device)
     return pump_driver.mem_get_default_mem_pool(pool, &location, CU_MEM_ALLOCATION_TYPE_MANAGED);
 }
 
-static CUmemoryPool managed_pool_for(CUstream stream);
+static CUmemoryPool managed_pool_for(CUstream stream, int *device_out);
 static void follow_threshold(CUdevice device);
 
-PUMP_HIDDEN CUmemoryPool pump_managed_pool_for(CUstream stream)
+PUMP_HIDDEN CUmemoryPool pump_managed_pool_for(CUstream stream, int *device)
 {
     struct pump_capture_mode mode = pump_capture_relax();
-    CUmemoryPool pool = managed_pool_for(stream);
+    CUmemoryPool pool = managed_pool_for(stream, device);
     pump_capture_restore(&mode);
     return pool;
 }
 
-static CUmemoryPool managed_pool_for(CUstream stream)
+static CUmemoryPool managed_pool_for(CUstream stream, int *device_out)
 {
     if (pump_driver.mem_get_default_mem_pool == NULL || pump_driver.stream_get_device == NULL ||
         pump_driver.device_get_mem_pool == NULL || pump_driver.device_get_default_mem_pool == NULL ||
@@ -275,6 +275,7 @@ static CUmemoryPool managed_pool_for(CUstream stream)
     CUmemoryPool managed = cached(&pools[device].managed, managed_default_pool, device);
     if (managed != NULL && !atomic_exchange_explicit(&pools[device].following, true, memory_order_acq_rel))
         follow_threshold(device);
+    *device_out = (int)device;
     return managed;
 }
 

@@ -19,8 +19,9 @@ PUMP_HIDDEN bool pump_managed_all_for(const void *caller);
 /* The managed pool an allocation on `stream` (legacy-ABI handle, see
  * pump_stream_of) should come from, or NULL to leave the allocation as the
  * program asked: the stream is being captured, the program made another pool
- * its device's current one, or the driver has no managed pools. */
-PUMP_HIDDEN CUmemoryPool pump_managed_pool_for(CUstream stream);
+ * its device's current one, or the driver has no managed pools. With a pool,
+ * *device is the stream's device (its ordinal). */
+PUMP_HIDDEN CUmemoryPool pump_managed_pool_for(CUstream stream, int *device);
 
 /* The program set the release threshold of `program_pool`: if it is a device's
  * default pool whose managed pool pump uses instead, that one takes it too. */
