@@ -225,9 +225,10 @@ def test_a_batch_script_is_one_job_named_after_its_batch_step(cluster, c_build, 
 
 
 PROBE = """#!/bin/sh
-# Stands in for pump-run --serve-env: says the ids it runs with as a variable, or fails.
-if [ -n "$PROBE_FAIL" ]; then echo "probe: failing as asked" >&2; exit 3; fi
-printf 'PROBE_IDS=%s\\0\\0' "$(grep -E '^[UG]id:' /proc/self/status | tr -s '\\t' ' ' | tr '\\n' ';')"
+# Stands in for pump-run --serve-env: says the ids it runs with as a variable, or fails
+# (asked with a PUMP_ variable: the plugin passes pump-run only the variables it reads).
+if [ -n "$PUMP_PROBE_FAIL" ]; then echo "probe: failing as asked" >&2; exit 3; fi
+printf 'PROBE_IDS=%s\\0\\0' "$(grep -E '^([UG]id|Groups|NoNewPrivs):' /proc/self/status | tr -s '\\t' ' ' | tr '\\n' ';')"
 exec cat > /dev/null
 """
 
@@ -251,17 +252,17 @@ def probe_cluster(plugin, cluster):
 
 
 def test_the_plugin_runs_pump_run_as_the_job_user_alone_and_survives_its_failure(probe_cluster):
-    """The plugin's hook runs with root's ids (Slurm 22.05: all of them): its pump-run must
-    hold the job user's ids alone (else the user's environment, PYTHONPATH and all, would
+    """The plugin's hook runs with root's real and saved uid: its pump-run must hold the job
+    user's ids and groups alone, with no_new_privs (else the user's environment, PYTHONPATH and all, would
     run code as root); a pump-run that fails leaves the tasks running without pump, said
     on the step's stderr."""
     env = probe_cluster.env(clean_env("XDG_RUNTIME_DIR"))
     run = probe_cluster.run(["srun", "--uid=65534", "--gid=65534", "--pump", "sh", "-c", 'echo "$PROBE_IDS"'],
                             env=env, cwd="/")
     assert run.stdout.split() == ["Uid:", "65534", "65534", "65534", "65534;Gid:", "65534", "65534", "65534",
-                                  "65534;"], run.stdout
+                                  "65534;Groups:", "65534", ";NoNewPrivs:", "1;"], run.stdout
     failed = probe_cluster.run(["srun", "--pump", "sh", "-c", 'echo "ran: ${PROBE_IDS:-without pump}"'],
-                               env=dict(env, PROBE_FAIL="1"), cwd="/")
+                               env=dict(env, PUMP_PROBE_FAIL="1"), cwd="/")
     assert failed.stdout == "ran: without pump\n"
     assert "--serve-env gave no environment; the tasks run without pump" in failed.stderr, failed.stderr
     log = (probe_cluster.dir / "log" / "slurmd.log").read_text()

@@ -14,17 +14,32 @@
  * A pump-run that fails leaves the tasks running without pump, said on the step's stderr
  * and in slurmd's log: pump never stops a job.
  *
+ * Root: the hook runs in slurmstepd with root's real and saved uid (and, as Slurm 22.05
+ * calls it, the job's groups and effective ids; another caller may leave root's). The
+ * plugin relies on none of it: pump-run's child takes the job's groups (asked of Slurm
+ * before fork), gid and uid for good, checks that root cannot be regained, sets
+ * no_new_privs and closes every inherited descriptor; pump_run (and the Python that runs
+ * it) must be root's and writable by root alone, every directory above it too; its
+ * environment holds only what pump-run reads, and Python starts isolated (-I), so the
+ * job's PYTHONPATH or LD_PRELOAD never runs in it.
+ *
  * plugstack.conf:  optional /usr/lib/x86_64-linux-gnu/slurm-wlm/spank_pump.so [pump_run=PATH]
  * (PATH: the absolute path of pump-run; /usr/local/bin/pump-run when not given). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -83,8 +98,27 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
     return spank_option_register(sp, &pump_option) == ESPANK_SUCCESS ? 0 : -1;
 }
 
-/* The job's environment for pump-run, with the job step that names its group (srun
- * passes SLURM_STEP_ID to the tasks only); a batch script's step has none ("batch"). */
+/* What pump-run reads of the job's environment (its settings, where the user's pumpd
+ * lives, the launcher it runs under, PyTorch's allocator settings it merges into):
+ * nothing else reaches it. LD_PRELOAD and PYTHONPATH, which pump-run prepends to, are
+ * merged into each task's own by slurm_spank_task_init instead. */
+static const char *const PASSED[] = {"PATH=", "HOME=", "USER=", "LOGNAME=", "LANG=", "TZ=", "TMPDIR=",
+                                     "XDG_RUNTIME_DIR=", "XDG_CONFIG_HOME=", "LC_", "PUMP_", "SLURM_",
+                                     "PYTORCH_", NULL};
+static const char *const PREPENDED[] = {"LD_PRELOAD", "PYTHONPATH", NULL};
+
+static int passed(const char *entry)
+{
+    if (strncmp(entry, "SLURM_JOB_ID=", 13) == 0 || strncmp(entry, "SLURM_STEP_ID=", 14) == 0)
+        return 0; /* set below from Slurm's own items */
+    for (const char *const *p = PASSED; *p != NULL; p++)
+        if (strncmp(entry, *p, strlen(*p)) == 0)
+            return 1;
+    return 0;
+}
+
+/* pump-run's environment: PASSED of the job's, with the job step that names its group
+ * (srun passes SLURM_STEP_ID to the tasks only); a batch script's step has none ("batch"). */
 static char **server_env(spank_t sp)
 {
     char **job_env = NULL;
@@ -101,7 +135,7 @@ static char **server_env(spank_t sp)
         return NULL;
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
-        if (strncmp(job_env[i], "SLURM_JOB_ID=", 13) != 0 && strncmp(job_env[i], "SLURM_STEP_ID=", 14) != 0)
+        if (passed(job_env[i]))
             env[k++] = job_env[i];
     snprintf(job_var, sizeof job_var, "SLURM_JOB_ID=%u", job);
     env[k++] = job_var;
@@ -112,20 +146,124 @@ static char **server_env(spank_t sp)
     return env;
 }
 
-/* In the forked child: the job's user for good (the hook runs with root's real and saved
- * ids, and in Slurm 22.05 with root's effective ids too: tests/test_slurm.py saw it), the
- * pipes as stdin, stdout and stderr, then pump-run. Async-signal-safe calls only. */
-static void exec_server(char **argv, char **env, uid_t uid, gid_t gid, const int in[2], const int out[2],
-                        const int err[2])
+/* "" if path and every directory above it are root's and writable by root alone (a
+ * sticky directory's other entries aside: others cannot replace root's there), else why
+ * not: what root execs must be nobody else's to change. */
+static const char *root_only(const char *path, char *why, size_t size)
 {
+    char real[PATH_MAX];
+    if (realpath(path, real) == NULL) {
+        snprintf(why, size, "%s: %s", path, strerror(errno));
+        return why;
+    }
+    for (char *end = real + strlen(real);; ) {
+        struct stat st;
+        if (stat(real, &st) != 0) {
+            snprintf(why, size, "%s: %s", real, strerror(errno));
+            return why;
+        }
+        int shared_dir = S_ISDIR(st.st_mode) && (st.st_mode & S_ISVTX);
+        if (st.st_uid != 0 || (!shared_dir && (st.st_mode & (S_IWGRP | S_IWOTH)))) {
+            snprintf(why, size, "%s is %s (uid %u, mode %04o); it must be root's and writable by root alone",
+                     real, S_ISDIR(st.st_mode) ? "a directory above pump_run" : "pump_run's",
+                     (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+            return why;
+        }
+        if (end == real + 1 || (end = strrchr(real, '/')) == NULL)
+            return "";
+        *(end == real ? end + 1 : end) = '\0'; /* the parent; "/" last */
+        if (end == real)
+            end++;
+    }
+}
+
+/* The interpreter pump_run's "#!" line names, where it is a Python without arguments
+ * (pip's console scripts): run it as INTERPRETER -I pump_run; "" otherwise. */
+static void python_of(const char *path, char *interpreter, size_t size)
+{
+    char line[PATH_MAX + 3] = "";
+    interpreter[0] = '\0';
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    ssize_t n = read(fd, line, sizeof line - 1);
+    close(fd);
+    if (n < 3 || strncmp(line, "#!/", 3) != 0)
+        return;
+    line[n] = '\0';
+    size_t len = strcspn(line + 2, " \t\n");
+    const char *base = memrchr(line + 2, '/', len);
+    if (line[2 + len] != '\n' || len >= size || strncmp(base + 1, "python", 6) != 0)
+        return;
+    memcpy(interpreter, line + 2, len);
+    interpreter[len] = '\0';
+}
+
+/* In the forked child, with its stderr on the pipe to the plugin: what went wrong, then
+ * exit 126. */
+static void refuse(const char *what)
+{
+    static const char prefix[] = "spank_pump: cannot run pump-run as the job's user alone: ";
+    if (write(2, prefix, sizeof prefix - 1) < 0 || write(2, what, strlen(what)) < 0 || write(2, "\n", 1) < 0)
+        _exit(126);
+    _exit(126);
+}
+
+static void close_inherited(void)
+{
+#ifdef SYS_close_range
+    if (syscall(SYS_close_range, 3u, ~0u, 0u) == 0)
+        return;
+#endif
+    struct rlimit limit;
+    int most = getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < (1u << 20) ? (int)limit.rlim_cur : 1 << 20;
+    for (int fd = 3; fd < most; fd++)
+        close(fd);
+}
+
+static int has(const gid_t *list, int n, gid_t g)
+{
+    for (int i = 0; i < n; i++)
+        if (list[i] == g)
+            return 1;
+    return 0;
+}
+
+/* The job's user for good, whatever ids and groups the caller left (root's, or the job's
+ * groups and effective ids with root's real and saved uid, as slurmstepd), each step
+ * checked; then no_new_privs and no descriptor but the pipes; then pump-run.
+ * Async-signal-safe calls only (slurmstepd has threads). */
+static void exec_server(char **argv, char **env, uid_t uid, gid_t gid, const gid_t *groups, int ngroups,
+                        const int in[2], const int out[2], const int err[2])
+{
+    static gid_t now[NGROUPS_MAX + 1];
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGPIPE, SIG_DFL);
-    if (setresgid(gid, gid, gid) != 0 || setresuid(uid, uid, uid) != 0)
-        _exit(126);
     if (dup2(in[0], 0) < 0 || dup2(out[1], 1) < 0 || dup2(err[1], 2) < 0)
         _exit(126);
+    close_inherited();
+    if (getuid() == 0 && geteuid() != 0 && seteuid(0) != 0)
+        refuse("seteuid(0), to drop root's groups, failed");
+    if (setgroups((size_t)ngroups, groups) != 0)
+        refuse("setgroups(the job's groups) failed");
+    if (setresgid(gid, gid, gid) != 0)
+        refuse("setresgid(the job's gid) failed");
+    if (setresuid(uid, uid, uid) != 0)
+        refuse("setresuid(the job's uid) failed");
+    if (uid != 0 && (setuid(0) == 0 || seteuid(0) == 0))
+        refuse("root could be regained after setresuid");
+    int n = getgroups(NGROUPS_MAX + 1, now);
+    int same = n >= 0;
+    for (int i = 0; same && i < n; i++)
+        same = has(groups, ngroups, now[i]);
+    for (int i = 0; same && i < ngroups; i++)
+        same = has(now, n, groups[i]);
+    if (!same)
+        refuse("its groups are not the job's after setgroups");
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+        refuse("prctl(PR_SET_NO_NEW_PRIVS) failed");
     execve(argv[0], argv, env);
     _exit(127);
 }
@@ -204,18 +342,32 @@ int slurm_spank_user_init(spank_t sp, int ac, char **av)
     if (!requested || !spank_remote(sp))
         return 0;
     uid_t uid;
-    gid_t gid;
+    gid_t gid, *groups = NULL;
+    int ngroups = -1;
     char **env = server_env(sp);
     if (env == NULL || spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS ||
         spank_get_item(sp, S_JOB_GID, &gid) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_JOB_SUPPLEMENTARY_GIDS, &groups, &ngroups) != ESPANK_SUCCESS || ngroups < 0 ||
+        ngroups > NGROUPS_MAX || (ngroups > 0 && groups == NULL) ||
         spank_get_item(sp, S_JOB_LOCAL_TASK_COUNT, &tasks_left) != ESPANK_SUCCESS) {
-        slurm_error("pump: the job's environment or ids are not available; the tasks run without pump");
+        slurm_error("pump: the job's environment, ids or groups are not available; the tasks run without pump");
+        free(env);
+        return 0;
+    }
+    char why[PATH_MAX + 128], python[PATH_MAX];
+    python_of(pump_run, python, sizeof python);
+    if (*root_only(pump_run, why, sizeof why) || (python[0] && *root_only(python, why, sizeof why))) {
+        slurm_error("pump: %s; the tasks run without pump", why);
+        slurm_spank_log("pump: %s is not root's alone (see slurmd's log); the tasks run without pump", pump_run);
         free(env);
         return 0;
     }
     char policy_flag[32];
     snprintf(policy_flag, sizeof policy_flag, "--policy=%s", policy);
-    char *argv[] = {pump_run, "--serve-env", policy[0] ? policy_flag : NULL, NULL};
+    char *flag = policy[0] ? policy_flag : NULL;
+    char *direct[] = {pump_run, "--serve-env", flag, NULL};
+    char *isolated[] = {python, "-I", pump_run, "--serve-env", flag, NULL};
+    char **argv = python[0] ? isolated : direct;
     int in[2], out[2], err[2];
     if (pipe2(in, O_CLOEXEC) != 0)
         goto no_pipes;
@@ -225,7 +377,7 @@ int slurm_spank_user_init(spank_t sp, int ac, char **av)
         goto no_err;
     server = fork();
     if (server == 0)
-        exec_server(argv, env, uid, gid, in, out, err);
+        exec_server(argv, env, uid, gid, groups, ngroups, in, out, err);
     free(env);
     close(in[0]);
     close(out[1]);
@@ -260,6 +412,25 @@ no_pipes:
     return 0;
 }
 
+/* A variable of PREPENDED: pump-run's value first, then the task's own (pump-run never
+ * saw it: see PASSED); 0 on success. */
+static int prepend(spank_t sp, const char *name, const char *value)
+{
+    static char own[GIVEN_MAX], both[2 * GIVEN_MAX + 2];
+    if (spank_getenv(sp, name, own, sizeof own) != ESPANK_SUCCESS || own[0] == '\0')
+        return spank_setenv(sp, name, value, 1) == ESPANK_SUCCESS ? 0 : -1;
+    snprintf(both, sizeof both, "%s:%s", value, own);
+    return spank_setenv(sp, name, both, 1) == ESPANK_SUCCESS ? 0 : -1;
+}
+
+static int prepended(const char *name)
+{
+    for (const char *const *p = PREPENDED; *p != NULL; p++)
+        if (strcmp(name, *p) == 0)
+            return 1;
+    return 0;
+}
+
 int slurm_spank_task_init(spank_t sp, int ac, char **av)
 {
     (void)ac;
@@ -269,7 +440,9 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
         if (eq == NULL)
             continue;
         *eq = '\0'; /* this task's copy of the plugin's memory: slurmstepd forked it */
-        if (spank_setenv(sp, entry, eq + 1, 1) != ESPANK_SUCCESS)
+        int failed = prepended(entry) ? prepend(sp, entry, eq + 1)
+                                      : spank_setenv(sp, entry, eq + 1, 1) != ESPANK_SUCCESS;
+        if (failed)
             slurm_error("pump: cannot set %s in the task's environment", entry);
         *eq = '=';
     }
