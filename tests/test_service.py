@@ -12,6 +12,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -325,8 +326,19 @@ def test_install_root(tmp_path):
     assert not unit.exists() and not socket_unit.exists() and conf.read_text() == "# mine\n"
 
 
-def test_install_finds_pumpd_on_path(tmp_path):
-    bindir = tmp_path / "bin"
+@pytest.fixture
+def root_dir():
+    """A directory of root's that the service could see (not under /tmp: PrivateTmp=yes)."""
+    if os.geteuid() != 0 or not os.access("/opt", os.W_OK):
+        pytest.skip("needs root, to make a directory of root's in /opt")
+    path = Path(tempfile.mkdtemp(prefix="pump-install-test-", dir="/opt"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path)
+
+
+def test_install_finds_pumpd_on_path(tmp_path, root_dir):
+    bindir = root_dir / "bin"
     bindir.mkdir()
     fake = bindir / "pumpd"
     fake.write_text("#!/bin/sh\nexit 0\n")
@@ -347,7 +359,8 @@ def test_install_without_pumpd(tmp_path):
 
 
 @pytest.mark.parametrize("path", ["pumpd", "/opt/my pump/pumpd", "/opt/100%/pumpd", "/opt/$HOME/pumpd",
-                                  "/home/alice/venv/bin/pumpd", "/root/.local/bin/pumpd"])
+                                  "/home/alice/venv/bin/pumpd", "/root/.local/bin/pumpd", "/tmp/venv/bin/pumpd",
+                                  "/var/tmp/pump/bin/pumpd"])
 def test_install_rejects_bad_pumpd_paths(tmp_path, path):
     r = install("--root", tmp_path, "--pumpd", path)
     assert r.returncode == 2 and "--pumpd" in r.stderr
@@ -417,3 +430,48 @@ def test_unit_verifies(tmp_path):
     v = subprocess.run(["systemd-analyze", "verify", *units], capture_output=True, text=True, timeout=60)
     complaints = [line for line in (v.stdout + v.stderr).splitlines() if "pumpd." in line]
     assert v.returncode == 0 and not complaints, v.stdout + v.stderr
+
+
+@pytest.fixture
+def venv(root_dir):
+    """A venv's shape, root's alone: bin/pumpd (run by bin/python), a package in its
+    site-packages, a directory a .pth file adds."""
+    site = root_dir / "lib/python3.11/site-packages"
+    (site / "pump").mkdir(parents=True)
+    (site / "pump/__init__.py").write_text("")
+    added = root_dir / "added"
+    added.mkdir()
+    (site / "more.pth").write_text(f"# a comment\nimport os\n{added}\n")
+    (root_dir / "bin").mkdir()
+    python = root_dir / "bin/python"
+    python.write_text("#!/bin/sh\n")  # never run: install-service reads its path only
+    pumpd = root_dir / "bin/pumpd"
+    pumpd.write_text(f"#!{python}\n")
+    for f in (python, pumpd):
+        f.chmod(0o755)
+    return root_dir
+
+
+@pytest.mark.parametrize("change", [None, "pumpd group-writable", "bin/ another user's", "python world-writable",
+                                    "a module another user's", "a .pth directory group-writable"])
+def test_install_refuses_what_another_user_could_change(tmp_path, venv, change):
+    """What pumpd runs (pumpd, its Python, its site-packages and what .pth files add) runs
+    as pump: another user's, or writable by one, is code execution as pump. Before: each
+    was installed as ExecStart."""
+    path, how = {None: (None, None),
+                 "pumpd group-writable": (venv / "bin/pumpd", 0o775),
+                 "bin/ another user's": (venv / "bin", 65534),
+                 "python world-writable": (venv / "bin/python", 0o757),
+                 "a module another user's": (venv / "lib/python3.11/site-packages/pump/__init__.py", 65534),
+                 "a .pth directory group-writable": (venv / "added", 0o775)}[change]
+    if how == 65534:
+        os.chown(path, 65534, 65534)
+    elif how is not None:
+        path.chmod(how)
+    r = install("--root", tmp_path, "--pumpd", str(venv / "bin/pumpd"))
+    if change is None:
+        assert r.returncode == 0, r.stderr
+        return
+    assert r.returncode == 2 and f"{path} (uid " in r.stderr and "whose code would then run as pump" in r.stderr, \
+        r.stderr
+    assert not (tmp_path / "etc/systemd/system/pumpd.service").exists()
