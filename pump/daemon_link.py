@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from pump import config, protocol, trace, userd
+from pump import config, outfile, protocol, userd
 
 READY_TIMEOUT = 15.0  # seconds an embedded pumpd may take to start listening
 
@@ -88,9 +88,7 @@ class DaemonLink:
         trace_fd = ()
         if cfg.trace_file:
             try:
-                trace_fd = (trace.open_for_writing(cfg.trace_file),)
-            except trace.TraceError as exc:
-                raise DaemonError(f"--trace {exc}") from None
+                trace_fd = (outfile.open_in_place(cfg.trace_file),)
             except OSError as exc:
                 why = "a symbolic link, not followed" if exc.errno == errno.ELOOP else exc.strerror
                 raise DaemonError(f"--trace {cfg.trace_file}: {why}") from None

@@ -43,7 +43,7 @@ import tempfile
 
 import pump
 from pump.cli_common import OneLineParser, die
-from pump import config, launchers, protocol, reaper, shim, stats, torch_env, trace
+from pump import config, launchers, outfile, protocol, reaper, shim, stats, torch_env, trace
 from pump.daemon_link import DaemonError, DaemonLink
 from pump.protocol import ProtocolError
 
@@ -264,8 +264,7 @@ def report(stats_dir, args, command, rc, stats_file) -> bool:
     }
     try:
         with stats_file:
-            json.dump(doc, stats_file, indent=2)
-            stats_file.write("\n")
+            stats_file.write((json.dumps(doc, indent=2) + "\n").encode())
     except OSError as exc:
         print(f"{PROG}: --stats {args.stats}: {exc.strerror or exc}", file=sys.stderr)
         return False, totals
@@ -295,7 +294,7 @@ def main(argv=None) -> int:
     stats_file = None
     if args.stats:
         try:
-            stats_file = open(args.stats, "w")
+            stats_file = outfile.open_output(args.stats)  # no link followed; written whole at exit
         except OSError as exc:
             _die(f"--stats {args.stats}: {exc.strerror or exc}")
 

@@ -18,6 +18,8 @@ numbers, and Perfetto names each track "<name> <arg>".
 import gzip
 import json
 
+from pump import outfile
+
 DEFAULT_MAX_EVENTS = 2_000_000
 
 
@@ -118,9 +120,7 @@ def us(value: float) -> float:
 def open_output(path: str):
     """The output file, opened for writing now (so a path that cannot be written is found before
     any work is done), gzip-compressed where the name ends in .gz; OSError says why not."""
-    if str(path).endswith(".gz"):
-        return gzip.GzipFile(path, "wb", mtime=0)  # mtime 0: the same events, the same bytes
-    return open(path, "wb")
+    return outfile.open_output(path, compress=str(path).endswith(".gz"))
 
 
 def load(path: str) -> dict:

@@ -5,7 +5,7 @@ so a path that cannot be written costs one line and exit status 2, not a finishe
 import os
 import sys
 
-from pump import config, timeline
+from pump import config, outfile, timeline
 from pump.cli_common import die
 
 PROG = "pump"
@@ -65,7 +65,7 @@ class Outputs:
         for path in (json_path, self.png_path):
             if path:
                 try:
-                    f = timeline.open_output(path) if path == json_path else open(path, "wb")
+                    f = timeline.open_output(path) if path == json_path else outfile.open_output(path)
                 except OSError as exc:
                     self.abandon()
                     die(PROG, f"{what}: cannot write {path}: {exc.strerror}")
@@ -76,9 +76,8 @@ class Outputs:
 
     def abandon(self):
         """The work failed: close what was opened and remove it."""
-        for path, f in self.opened:
-            f.close()
-            os.unlink(path)
+        for _path, f in self.opened:
+            f.discard()
         self.opened = []
 
     def finish(self, notes: dict, title: str):
@@ -87,8 +86,7 @@ class Outputs:
             print(f"{PROG}: warning: {self.json_path}: {cut}", file=sys.stderr)
         print(f"timeline written: {self.json_path} ({self.timeline.written} events)")
         if self.png is not None and self.timeline.written > PNG_MAX_EVENTS:
-            self.png.close()
-            os.unlink(self.png_path)
+            self.png.discard()
             print(f"{PROG}: {self.what}: no PNG drawn: {self.timeline.written} events, more than the "
                   f"{PNG_MAX_EVENTS:,} a PNG is drawn from (--max-events N cuts the timeline)", file=sys.stderr)
         elif self.png is not None:

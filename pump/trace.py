@@ -1,13 +1,12 @@
 """Trace files: what pumpd ingested for one job (layout: pump_channel.h).
 
-pump-run opens the file (with the user's own permissions) and hands the open
+pump-run opens the file (with the user's own permissions, pump/outfile.py's open_in_place) and hands the open
 descriptor to pumpd with the job's registration; pumpd appends one block per
 process per ring read.  read() checks everything it reads and names what is
 wrong with a corrupt or truncated file.
 """
 
 import os
-import stat
 import time
 
 import numpy as np
@@ -56,46 +55,13 @@ class TraceWriter:
         self.file.close()
 
 
-def open_for_writing(path: str) -> int:
-    """A descriptor for writing a new trace at path, with the caller's permissions.
-
-    Never follows a symlink at path, and never truncates a file the caller does not
-    own (root running in a shared directory could otherwise be steered into another
-    user's file): an existing path must be a regular file of the caller's own, and
-    is emptied only after that check.  OSError (or TraceError) says what is wrong."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise TraceError(f"{path}: not a regular file; a trace is written to a regular file")
-        if info.st_uid != os.geteuid():
-            raise TraceError(f"{path}: belongs to uid {info.st_uid}; a trace is written only to a "
-                             "new file or one of your own")
-        os.set_blocking(fd, True)
-        os.ftruncate(fd, 0)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
 def count_records(path) -> int:
-    """The records in a trace's whole blocks (what a cut-off file still holds)."""
+    """The whole records a trace holds (what a cut-off file still holds)."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError:
+        _header, blocks = read(path)
+    except TraceError:
         return 0
-    hsize, bsize = ffi.sizeof(HEADER), ffi.sizeof(BLOCK)
-    total, offset = 0, hsize
-    while len(data) - offset >= bsize:
-        b = ffi.cast(BLOCK + " *", ffi.from_buffer(data[offset:offset + bsize]))
-        n = b.records
-        if b.magic != C.PUMP_TRACE_BLOCK_MAGIC or len(data) - offset - bsize < n * channel.RECORD_SIZE:
-            break
-        total += n
-        offset += bsize + n * channel.RECORD_SIZE
-    return total
+    return sum(len(records) for _pid, records in blocks)
 
 
 def report(path, sent: int, status) -> str:
@@ -117,7 +83,10 @@ def report(path, sent: int, status) -> str:
 
 
 def read(path):
-    """(header dict, [(pid, records)]) of a trace file; TraceError if it is bad."""
+    """(header dict, [(pid, records)]) of a trace file; TraceError if it is bad.
+
+    A file cut short (a full disk, pumpd killed mid-write) reads up to its last whole
+    record; header["cut"] then says where it ends ({"at_byte", "file_bytes"}; else None)."""
     try:
         data = open(path, "rb").read()
     except OSError as exc:
@@ -133,20 +102,23 @@ def read(path):
         raise TraceError(f"{path}: trace version {h.version} with {h.record_size}-byte records; "
                          f"this pump reads versions 1 to {C.PUMP_TRACE_VERSION}, {channel.RECORD_SIZE}-byte")
     header = {"job": ffi.string(h.job).decode(errors="replace"), "name": ffi.string(h.name).decode(errors="replace"),
-              "start_ns": h.start_ns}
+              "start_ns": h.start_ns, "cut": None}
     blocks, offset = [], hsize
-    while offset < len(data):
-        if len(data) - offset < bsize:
-            raise TraceError(f"{path}: truncated block header at byte {offset}")
+    ends = hsize  # the byte after the last whole record (or block)
+    while len(data) - offset >= bsize:
         b = ffi.cast(BLOCK + " *", buf + offset)
         if b.magic != C.PUMP_TRACE_BLOCK_MAGIC:
             raise TraceError(f"{path}: bad block magic 0x{b.magic:08x} at byte {offset}")
-        n, pid = b.records, b.pid
-        offset += bsize
-        if n > (len(data) - offset) // channel.RECORD_SIZE:
-            raise TraceError(f"{path}: truncated: block at byte {offset - bsize} promises {n} records")
-        blocks.append((pid, np.frombuffer(data, channel.EVENT, n, offset).copy()))
-        offset += n * channel.RECORD_SIZE
+        whole = min(b.records, (len(data) - offset - bsize) // channel.RECORD_SIZE)
+        if whole:
+            blocks.append((b.pid, np.frombuffer(data, channel.EVENT, whole, offset + bsize).copy()))
+        if whole or not b.records:
+            ends = offset + bsize + whole * channel.RECORD_SIZE
+        if whole < b.records:
+            break  # cut inside this block's records
+        offset = ends
+    if ends < len(data):
+        header["cut"] = {"at_byte": ends, "file_bytes": len(data)}
     return header, blocks
 
 
@@ -208,6 +180,14 @@ def show(path, out):
             if line is not None:
                 ms = (int(r["time_ns"]) - header["start_ns"]) / 1e6
                 out.write(f"{pid:>8} {ms:12.3f} {line[0]:<9} {line[1]}\n")
+    if header["cut"]:
+        out.write(f"# {cut_text(header['cut'])}\n")
+
+
+def cut_text(cut: dict) -> str:
+    """Where a trace cut short ends."""
+    return (f"cut short: the last whole record ends at byte {cut['at_byte']:,} of {cut['file_bytes']:,} "
+            "(the file's end was never written: a full disk, or its writer killed)")
 
 
 def stats(path) -> dict:
@@ -245,6 +225,7 @@ def stats(path) -> dict:
         "seconds": (max(times) - min(times)) / 1e9 if times else 0.0,
         "busiest_functions": [{"function": f"0x{f:x}", "name": names.get(f, "?"), "launches": n}
                               for f, n in busiest],
+        "cut": header["cut"],
     }
 
 
@@ -269,6 +250,7 @@ def stats_text(doc: dict) -> str:
         ("steps", f"{doc['steps']:,}" if doc["steps"] else "none marked"),
         ("FLOPs", _flops(doc["flops"]) if doc["flops"] else "none recorded (a trace from pump-run has none)"),
         ("span", f"{doc['seconds']:.3f} s of its clock"),
+        ("ends", cut_text(doc["cut"]) if doc["cut"] else "whole"),
     ]
     lines = [f"{name:<14}{value}" for name, value in rows]
     if doc["busiest_functions"]:

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -268,3 +269,31 @@ def test_one_users_hung_traces_cannot_fill_pumpd(tmp_path, monkeypatch):
     finally:
         release.set()
         pool.stop()
+
+
+@pytest.mark.parametrize("cut", ["in a block header", "in a record", "after a whole block"])
+def test_a_trace_cut_short_reads_up_to_its_last_whole_record(tmp_path, cut):
+    """A full disk stops pumpd's writes anywhere (the issue's: 4,088 bytes, inside a block's
+    header): what was written before reads, and `pump trace stats` says where it ends.
+    Before: "truncated block header at byte 4088" and nothing readable."""
+    path = tmp_path / "t.trace"
+    w = trace.TraceWriter(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "j1", "cut")
+    first = np.zeros(60, channel.EVENT)
+    first["kind"] = channel.KIND["sync"]
+    w.write(7, first)
+    w.write(8, first)
+    w.close()
+    hsize, bsize = trace.ffi.sizeof(trace.HEADER), trace.ffi.sizeof(trace.BLOCK)
+    block_end = hsize + bsize + 60 * channel.RECORD_SIZE
+    size, whole = {"in a block header": (block_end + 8, 60), "in a record": (block_end + bsize + 130, 62),
+                   "after a whole block": (block_end + bsize, 60)}[cut]
+    path.write_bytes(path.read_bytes()[:size])
+    header, blocks = trace.read(path)
+    assert sum(len(r) for _, r in blocks) == trace.count_records(path) == whole
+    ends = block_end + (bsize + 2 * channel.RECORD_SIZE if whole == 62 else 0)
+    assert header["cut"] == {"at_byte": ends, "file_bytes": size}
+    out = subprocess.run([sys.executable, "-m", "pump.cli", "trace", "stats", str(path)], capture_output=True,
+                         text=True, timeout=30, cwd="/")
+    assert out.returncode == 0, out.stderr
+    assert f"records       {whole} (sync {whole})" in out.stdout
+    assert f"ends          cut short: the last whole record ends at byte {ends:,} of {size:,}" in out.stdout

@@ -2,10 +2,9 @@
 
 import argparse
 import contextlib
-import os
 import sys
 
-from pump import config, timeline_cli
+from pump import config, outfile, timeline_cli
 from pump.cli_common import die
 from pump.simulate import constants as K
 from pump.simulate import engine, profile, report, sweep, workload
@@ -108,15 +107,14 @@ def _open_plot(path):
     if missing:
         return None, f"simulate: --plot {path}: {missing}"
     try:
-        return open(path, "wb"), ""
+        return outfile.open_output(path), ""
     except OSError as exc:
         return None, f"simulate: cannot write {path}: {exc.strerror}"
 
 
 def _abandon_plot(plot, path):
     if plot is not None:
-        plot.close()
-        os.unlink(path)
+        plot.discard()
 
 
 def capacity_bytes(text: str, peak: int) -> int:

@@ -18,6 +18,7 @@ import warnings
 import torch
 from torch.utils import _pytree as pytree
 
+from pump import outfile
 from pump.tracegen import SIZES, allocator, events, models, record
 
 
@@ -102,14 +103,14 @@ def generate(path: str, make_program, steps: int = 3, last_batch: int = None, ev
     if last_batch is not None and not 1 <= last_batch < batch:
         raise ValueError(f"--last-batch {last_batch}: from 1 to {batch - 1} (smaller than the batch)")
     # Opened first: a file that cannot be written fails before minutes of work.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    out = outfile.open_output(path)
     try:
         stream, caching, step_flops = _record(program, steps, last_batch, eval_every, progress or (lambda _: None))
+        stream.write(os.dup(out.fileno()), "generated", f"{program.name} {program.shape()}")
     except BaseException:
-        os.close(fd)
-        os.unlink(path)
+        out.discard()
         raise
-    stream.write(fd, "generated", f"{program.name} {program.shape()}")
+    out.close()
     return Summary(program.name.split()[0], program.config, batch, program.seq, steps, stream.launches,
                    len(stream.rows), len(caching.segments), caching.reserved_bytes, caching.peak_allocated_bytes,
                    step_flops)
