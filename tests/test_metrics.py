@@ -206,26 +206,87 @@ def test_unix_socket_replaces_a_stale_socket_only(tmp_path):
     assert precious.read_text() == "data" and link.is_symlink()
 
 
-def test_idle_scrapers_hold_no_more_than_the_limit(server, monkeypatch):
-    """Clients that connect and say nothing take at most MAX_SCRAPES threads, are
-    dropped after the client timeout, and then scrapes are served again."""
+class Trickle:
+    """Connections that each send a byte of a request's head every 0.2 s, never ending it:
+    each read is well inside any per-read timeout."""
+
+    def __init__(self, port, n):
+        self.conns = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(n)]
+        self.going = True
+        self.thread = threading.Thread(target=self._send, name="trickle", daemon=True)
+        self.thread.start()
+
+    def _send(self):
+        while self.going:
+            for c in self.conns:
+                try:
+                    c.send(b"G")
+                except OSError:
+                    pass   # dropped by the server
+            time.sleep(0.2)
+
+    def closed(self, c, timeout) -> bool:
+        c.settimeout(timeout)
+        try:
+            return c.recv(1) == b""
+        except socket.timeout:
+            return False
+        except ConnectionResetError:
+            return True
+
+    def stop(self):
+        self.going = False
+        self.thread.join()
+        for c in self.conns:
+            c.close()
+
+
+def test_slow_scrapers_neither_block_a_scrape_nor_outlast_the_head_deadline(server, monkeypatch):
+    """The issue's case: 8 connections each sending a byte just inside the old per-read
+    timeout held all 8 slots, and every scrape was closed unanswered. Now a scrape is
+    answered at once, no thread is started per connection, and each slow one is dropped
+    when the head's deadline passes though it kept sending."""
     from pumpd import metrics
-    monkeypatch.setattr(metrics._Scrape, "timeout", 0.5)
+    monkeypatch.setattr(metrics, "HEAD_DEADLINE", 1.5, raising=False)
     m = server(lambda: SNAPSHOT)
     threads = threading.active_count()
-    idle = [socket.create_connection(("127.0.0.1", m.port), timeout=5) for _ in range(metrics.MAX_SCRAPES + 20)]
-    time.sleep(0.2)
-    assert threading.active_count() <= threads + metrics.MAX_SCRAPES
-    # those over the limit were closed at once
-    closed = 0
-    for c in idle[metrics.MAX_SCRAPES:]:
-        c.settimeout(2)
-        closed += c.recv(1) == b""
-    assert closed == 20
-    time.sleep(1.0)   # past the client timeout: the idle ones are dropped
-    assert "pump_jobs_launches_total" in scrape(m.port)
-    for c in idle:
+    slow = Trickle(m.port, 8)
+    try:
+        time.sleep(0.5)
+        started = time.monotonic()
+        assert "pump_jobs_launches_total" in scrape(m.port)
+        assert time.monotonic() - started < 1.0
+        assert threading.active_count() <= threads + 1   # the trickler; none of the server's
+        assert all(slow.closed(c, 2.5) for c in slow.conns)   # at 1.5 s, trickling all along
+    finally:
+        slow.stop()
+
+
+def test_more_slow_connections_than_the_cap_close_the_oldest(server):
+    from pumpd import metrics
+    m = server(lambda: SNAPSHOT)
+    slow = Trickle(m.port, metrics.MAX_CONNECTIONS + 5)
+    try:
+        time.sleep(0.5)
+        assert "pump_jobs_launches_total" in scrape(m.port)   # took the place of the oldest one
+        assert [slow.closed(c, 0.5) for c in slow.conns[:6]] == [True] * 6
+        assert not any(slow.closed(c, 0.01) for c in slow.conns[6:])
+    finally:
+        slow.stop()
+
+
+def test_a_head_too_long_is_dropped(server):
+    from pumpd import metrics
+    m = server(lambda: SNAPSHOT)
+    c = socket.create_connection(("127.0.0.1", m.port), timeout=5)
+    try:
+        c.sendall(b"GET /metrics HTTP/1.0\r\nX: " + b"a" * metrics.HEAD_MAX)
+        assert c.recv(1) == b""
+    except ConnectionResetError:
+        pass
+    finally:
         c.close()
+    assert "pump_jobs_launches_total" in scrape(m.port)
 
 
 def test_only_metrics_is_served(server):

@@ -27,18 +27,21 @@ or owner, and a number of series that does not grow with the jobs. Series per jo
 pid, uid and policy) only with ``per_job``, which pumpd allows on a Unix socket
 alone (mode 0660: its owner and group). Even then at most ``max_jobs`` jobs get
 series, the first registered; ``pump_jobs_unlisted`` counts the rest.
-At most MAX_SCRAPES scrapes are served at once (more are closed at once), and a
-client silent for CLIENT_TIMEOUT seconds is dropped: a local user cannot make
-pumpd hold threads.
+The endpoint is one asyncio loop on a thread of its own. A request's head must
+arrive whole within HEAD_DEADLINE seconds (an absolute deadline: a client sending a
+byte now and then is dropped all the same), at most HEAD_MAX bytes; at most
+MAX_CONNECTIONS are open, and one more closes the oldest still sending its head: a
+local user's slow connections cannot keep a scraper out, nor make pumpd hold threads.
+Local scrapers are best pointed at the Unix socket (mode 0660), which other users
+cannot reach at all.
 """
 
 from __future__ import annotations
 
-import http.server
+import asyncio
 import logging
 import os
 import socket
-import socketserver
 import stat
 import threading
 from typing import Callable
@@ -49,8 +52,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 log = logging.getLogger("pumpd")
 
 JOB_LABELS = ["job", "name"]
-MAX_SCRAPES = 8
-CLIENT_TIMEOUT = 10.0
+MAX_CONNECTIONS = 32   # open at once; one more closes the oldest still sending its head
+HEAD_DEADLINE = 5.0    # seconds for a request's whole head, however slowly it comes
+HEAD_MAX = 8192        # bytes of a request's head
+WRITE_DEADLINE = 10.0  # seconds for the answer to be taken
 GPU_LABELS = ["uuid", "index"]
 
 # (snapshot key, metric name, help, counter?) per job; counters get "_total".
@@ -164,68 +169,41 @@ class _Collector:
         return fams + [errors]
 
 
-class _Scrape(http.server.BaseHTTPRequestHandler):
-    """GET /metrics (or /): the registry in the text format; nothing else."""
-
-    timeout = CLIENT_TIMEOUT
-    protocol_version = "HTTP/1.0"
-
-    def do_GET(self):
-        if self.path.split("?", 1)[0] not in ("/metrics", "/"):
-            self.send_error(404, "only /metrics is served")
-            return
-        body = generate_latest(self.server.registry)
-        self.send_response(200)
-        self.send_header("Content-Type", CONTENT_TYPE_LATEST)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def address_string(self):
-        return str(self.client_address or "unix")
-
-    def log_message(self, format, *args):
-        pass
+def _response(status: str, body: bytes, content_type: str = "text/plain; charset=utf-8") -> bytes:
+    return (f"HTTP/1.0 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n").encode() + body
 
 
-class _Bounded(socketserver.ThreadingMixIn):
-    """A thread per scrape, MAX_SCRAPES at most: one over the limit is closed at once."""
+class _Connections:
+    """The open connections, MAX_CONNECTIONS at most: one more closes the oldest still
+    sending its head (a scraper sends its head at once, so that is a slow one), or, if
+    none is, is closed itself."""
 
-    daemon_threads = True
-    block_on_close = False
-    request_queue_size = 64   # the listen() backlog; socketserver's default of 5 makes connects wait
+    def __init__(self):
+        self.reading = {}   # task -> when it connected (insertion order: oldest first)
+        self.writing = set()
 
-    def setup_limits(self, registry):
-        self.registry = registry
-        self.slots = threading.BoundedSemaphore(MAX_SCRAPES)
+    def admit(self, task) -> bool:
+        if len(self.reading) + len(self.writing) >= MAX_CONNECTIONS:
+            if not self.reading:
+                return False
+            oldest = next(iter(self.reading))
+            del self.reading[oldest]
+            oldest.cancel()
+        self.reading[task] = True
+        return True
 
-    def process_request(self, request, client_address):
-        if not self.slots.acquire(blocking=False):
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self.slots.release()
-            raise
+    def head_read(self, task):
+        self.reading.pop(task, None)
+        self.writing.add(task)
 
-    def process_request_thread(self, request, client_address):
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self.slots.release()
+    def done(self, task):
+        self.reading.pop(task, None)
+        self.writing.discard(task)
 
-
-class _TCPServer(_Bounded, socketserver.TCPServer):
-    allow_reuse_address = True
-
-
-class _TCP6Server(_TCPServer):
-    address_family = socket.AF_INET6
-
-
-class _UnixServer(_Bounded, socketserver.UnixStreamServer):
-    pass
+    def cancel_all(self):
+        for task in [*self.reading, *self.writing]:
+            task.cancel()
 
 
 class MetricsServer:
@@ -238,7 +216,6 @@ class MetricsServer:
         self.snapshot_errors = 0
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))
-        self._httpd = None
         self._thread = None
         self.port: int | None = None
         self.path: str | None = None
@@ -258,6 +235,36 @@ class MetricsServer:
                 log.debug("metrics: taking pumpd's snapshot failed", exc_info=True)
             return []
 
+    async def _scrape(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        """One connection: its head within HEAD_DEADLINE (however slowly it trickles in),
+        the answer written within WRITE_DEADLINE, then closed."""
+        task = asyncio.current_task()
+        if not self._connections.admit(task):
+            writer.close()
+            return
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_DEADLINE)
+            self._connections.head_read(task)
+            parts = head.split(b"\r\n", 1)[0].split()
+            if len(parts) != 3 or parts[0] != b"GET":
+                answer = _response("405 Method Not Allowed", b"only GET /metrics is served\n")
+            elif parts[1].split(b"?", 1)[0] not in (b"/metrics", b"/"):
+                answer = _response("404 Not Found", b"only /metrics is served\n")
+            else:
+                try:
+                    answer = _response("200 OK", generate_latest(self.registry), CONTENT_TYPE_LATEST)
+                except Exception:
+                    log.error("metrics: writing the scrape's answer failed", exc_info=True)
+                    answer = _response("500 Internal Server Error", b"see pumpd's log\n")
+            writer.write(answer)
+            await asyncio.wait_for(writer.drain(), WRITE_DEADLINE)
+        except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError,
+                asyncio.CancelledError):
+            pass   # too slow, too long, gone, or closed for a newer one: nothing to answer
+        finally:
+            self._connections.done(task)
+            writer.close()
+
     def start(self, host: str, port: int) -> None:
         """Listen on host:port (that address only; pump.config.parse_listen reads
         pumpd.toml's "HOST:PORT"); ``.port`` is the port bound (useful with port 0).
@@ -265,9 +272,15 @@ class MetricsServer:
         if self.per_job:
             raise ValueError("metrics: series per job only on a Unix socket (over TCP every "
                              "local user could read every job's name, pid and owner)")
-        cls = _TCP6Server if ":" in host else _TCPServer
-        self._serve(cls((host, port), _Scrape, bind_and_activate=False), lambda s: s.server_bind())
-        self.port = self._httpd.server_address[1]
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+        except BaseException:
+            sock.close()
+            raise
+        self._serve(sock)
+        self.port = sock.getsockname()[1]
 
     def start_unix(self, path: str) -> None:
         """Listen on a Unix socket at ``path``, mode 0660 (its owner and group may
@@ -279,41 +292,64 @@ class MetricsServer:
             os.unlink(path)
         except FileNotFoundError:
             pass
-
-        def bind(server):
-            old = os.umask(0o117)   # born 0660: no moment when others could connect
-            try:
-                server.server_bind()
-            finally:
-                os.umask(old)
-        self._serve(_UnixServer(path, _Scrape, bind_and_activate=False), bind)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o117)   # born 0660: no moment when others could connect
+        try:
+            sock.bind(path)
+        except BaseException:
+            sock.close()
+            raise
+        finally:
+            os.umask(old)
+        self._serve(sock)
         self.path = path
 
-    def _serve(self, httpd, bind) -> None:
-        if self._httpd is not None:
-            httpd.server_close()
+    def _serve(self, sock: socket.socket) -> None:
+        """Serve sock from an asyncio loop on a thread of its own (pumpd's loop is never
+        held by a scrape)."""
+        if self._thread is not None:
+            sock.close()
             raise RuntimeError("metrics server already started")
-        httpd.setup_limits(self.registry)
         try:
-            bind(httpd)
-            httpd.server_activate()
+            sock.listen(64)
+            sock.setblocking(False)
         except BaseException:
-            httpd.server_close()
+            sock.close()
             raise
-        self._httpd = httpd
-        self._thread = threading.Thread(target=httpd.serve_forever, name="pumpd-metrics", daemon=True)
+        loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        async def serve():
+            self._connections = _Connections()
+            start = asyncio.start_unix_server if sock.family == socket.AF_UNIX else asyncio.start_server
+            self._server = await start(self._scrape, sock=sock, limit=HEAD_MAX)
+            self._stopped = asyncio.Event()
+            ready.set()
+            await self._stopped.wait()
+            self._server.close()
+            self._connections.cancel_all()
+            await self._server.wait_closed()
+
+        def run():
+            try:
+                loop.run_until_complete(serve())
+            finally:
+                ready.set()
+                loop.close()
+
+        self._loop = loop
+        self._thread = threading.Thread(target=run, name="pumpd-metrics", daemon=True)
         self._thread.start()
+        ready.wait()
 
     def stop(self) -> None:
         """Stop serving and close the listening socket (idempotent); a Unix socket's
         file is removed."""
-        httpd, self._httpd = self._httpd, None
-        if httpd is None:
+        thread, self._thread = self._thread, None
+        if thread is None:
             return
-        httpd.shutdown()
-        httpd.server_close()
-        self._thread.join(timeout=5)
-        self._thread = None
+        self._loop.call_soon_threadsafe(self._stopped.set)
+        thread.join(timeout=5)
         self.port = None
         if self.path is not None:
             try:
