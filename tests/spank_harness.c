@@ -5,7 +5,8 @@
  *
  * MODE slurmstepd: the job's groups and effective ids, real and saved uid 0 (what Slurm
  * 22.05's _drop_privileges leaves before spank_user); MODE root: root's ids and groups
- * 0, 4 and 42 left in place. A descriptor without close-on-exec is left open at 57. The
+ * 0, 4 and 42 left in place; MODE daemon: every id of uid and gid 1 (no root to drop
+ * with: each of the plugin's steps must be found failing). A descriptor without close-on-exec is left open at 57. The
  * harness is Slurm's side of the SPANK API (the plugin's undefined symbols resolve to it:
  * built with -rdynamic): the job's items, `--pump=launch` given, one task whose own
  * LD_PRELOAD is /task.so; it prints each variable the plugin sets in the task
@@ -139,8 +140,9 @@ static spank_f *hook(void *plugin, const char *name)
 
 int main(int argc, char **argv)
 {
-    if (argc != 7 || (strcmp(argv[3], "slurmstepd") != 0 && strcmp(argv[3], "root") != 0)) {
-        fprintf(stderr, "usage: spank_harness PLUGIN PUMP_RUN slurmstepd|root UID GID GROUP,...\n");
+    if (argc != 7 || (strcmp(argv[3], "slurmstepd") != 0 && strcmp(argv[3], "root") != 0 &&
+                      strcmp(argv[3], "daemon") != 0)) {
+        fprintf(stderr, "usage: spank_harness PLUGIN PUMP_RUN slurmstepd|root|daemon UID GID GROUP,...\n");
         return 2;
     }
     job_uid = (uid_t)atoi(argv[4]);
@@ -161,6 +163,12 @@ int main(int argc, char **argv)
     if (strcmp(argv[3], "slurmstepd") == 0) {
         if (setgroups((size_t)job_ngroups, job_groups) != 0 || setegid(job_gid) != 0 || seteuid(job_uid) != 0) {
             perror("spank_harness: taking the job's groups and effective ids");
+            return 2;
+        }
+    } else if (strcmp(argv[3], "daemon") == 0) {
+        gid_t daemon[] = {1};
+        if (setgroups(1, daemon) != 0 || setresgid(1, 1, 1) != 0 || setresuid(1, 1, 1) != 0) {
+            perror("spank_harness: becoming uid 1");
             return 2;
         }
     } else {

@@ -102,6 +102,17 @@ def test_pump_run_holds_the_job_users_ids_and_groups_alone(harness, probe, mode)
     assert not [line for line in logged if line.startswith("error")], logged
 
 
+def test_a_caller_without_root_to_drop_gets_no_pump_run(harness, probe):
+    """A caller that is uid 1 throughout cannot give the probe the job's groups: the
+    plugin's setgroups is checked, the probe never runs, and the tasks run without pump."""
+    task, logged = call_hook(harness, probe, "daemon")
+    assert task == {}, task
+    assert "info: pump: spank_pump: cannot run pump-run as the job's user alone: setgroups(the job's groups) " \
+           "failed" in logged, logged
+    assert f"error: pump: {probe} --serve-env gave no environment; the tasks run without pump" in logged
+    assert any("ended with status 126 (it could not be run as the job's user)" in line for line in logged), logged
+
+
 @pytest.mark.parametrize("whose", ["a directory others can write", "a file of another user's"])
 def test_a_pump_run_others_could_change_is_not_run(harness, probe, whose):
     if whose == "a directory others can write":
