@@ -114,5 +114,7 @@ def export(args) -> int:
         out.abandon()
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 1
+    if notes.get("cut"):
+        print(f"{PROG}: warning: {args.file}: {notes['cut']}; exported up to there", file=sys.stderr)
     out.finish(notes, f"{notes['name'] or 'job'} ({os.path.basename(args.file)}): host-side times")
     return 0

@@ -47,9 +47,12 @@ def export(path: str, timeline, budget: int = None) -> dict:
     clock = "the host's CLOCK_MONOTONIC, microseconds from the trace's start"
     if header["job"] == GENERATED:
         clock = "none: a generated trace's records are 1 us apart in program order (pump simulate --timeline models time)"
-    return {"source": f"pump trace export of {path}", "job": header["job"], "name": header["name"],
-            "clock": clock, "note": HOST_ONLY,
-            "processes": len(processes), "records": sum(len(r) for _, r in blocks)}
+    notes = {"source": f"pump trace export of {path}", "job": header["job"], "name": header["name"],
+             "clock": clock, "note": HOST_ONLY,
+             "processes": len(processes), "records": sum(len(r) for _, r in blocks)}
+    if header["cut"]:
+        notes["cut"] = trace.cut_text(header["cut"])
+    return notes
 
 
 class _Process:

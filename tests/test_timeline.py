@@ -314,6 +314,8 @@ def test_export_bad_inputs(tmp_path):
     (tmp_path / "cut.trace").write_bytes(data[:len(data) // 2])   # a trace cut short: its whole records
     proc = _run("trace", "export", "--perfetto", out, tmp_path / "cut.trace")
     assert proc.returncode == 0 and proc.stdout.startswith(f"timeline written: {out}"), proc.stderr
+    assert re.fullmatch(f"pump: warning: {re.escape(str(tmp_path / 'cut.trace'))}: cut short: the last whole record "
+                        r"ends at byte [\d,]+ of [\d,]+ \(.*\); exported up to there\n", proc.stderr), proc.stderr
     out.unlink()
     for where, why in ((tmp_path / "no" / "dir.json", "No such file or directory"), (tmp_path, "Is a directory")):
         proc = _run("trace", "export", "--perfetto", where, path)
