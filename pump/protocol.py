@@ -277,7 +277,7 @@ class Client:
     def _read_exact(self, n: int) -> bytes:
         chunks = []
         while n > 0:
-            data, fds, _flags, _addr = socket.recv_fds(self.sock, n, FDS_MAX)
+            data, fds, _flags, _addr = socket.recv_fds(self.sock, n, FDS_MAX, socket.MSG_CMSG_CLOEXEC)
             self.received_fds.extend(fds)
             if not data:
                 raise ConnectionError("pumpd closed the connection")

@@ -158,3 +158,124 @@ def test_a_process_name_utf8_cannot_encode_becomes_one_it_can():
     finally:
         child.kill()
         child.wait()
+
+
+# ---- 2: resume with a plan that is not a sealed memfd ----
+def resume_with_a_plan_that_is_no_memfd(path, n):
+    ring = channel.Ring.create(1, "jnothing", 1024)  # a valid ring: adopted before the plan is looked at
+    r, w = os.pipe()
+    replies = set()
+    for _ in range(n):
+        reply = send_raw(path, frame(b'{"op": "resume"}'), fds=[ring.fd, r])
+        replies.add(reply[1].get("error") if reply else None)
+    return sorted(replies, key=str)
+
+
+@needs_root
+def test_a_resume_whose_plan_is_refused_closes_both_descriptors(service):
+    replies = attacked(service, resume_with_a_plan_that_is_no_memfd, service.path, ROUNDS)
+    assert replies == ["resume: plan: not a sealed memfd (Invalid argument)"], replies
+
+
+# ---- 3: descriptors trickled a byte at a time ----
+def trickle(path, seconds):
+    """One frame, a byte per sendmsg, each with 2 descriptors, paced so pumpd reads them one
+    at a time; how many sends went through and what pumpd said."""
+    s = raw_connect(path)
+    r, w = os.pipe()
+    data = frame(b'{"op": "ping"}' + b" " * 4000)
+    sent, deadline = 0, time.monotonic() + seconds
+    try:
+        for byte in data:
+            if time.monotonic() > deadline:
+                break
+            socket.send_fds(s, [bytes([byte])], [r, w])
+            sent += 1
+            time.sleep(0.005)
+    except OSError:
+        pass
+    told = b""
+    s.settimeout(2)
+    try:
+        while True:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            told += chunk
+    except OSError:
+        pass
+    s.close()
+    return {"sent": sent, "told": told[protocol.HEADER.size:].decode(errors="replace")}
+
+
+@needs_root
+def test_descriptors_trickled_with_one_frame_drop_the_connection_at_the_first_excess(service):
+    out = attacked(service, trickle, service.path, 2.0)
+    held = service.peak - service.baseline  # at most: the connection and 2 descriptors, the served job's
+    assert "file descriptors" in out["told"] and out["sent"] < 50 and held < 24, (out, held)
+
+
+def test_a_message_carrying_more_descriptors_than_allowed_is_refused_and_closed(service):
+    before = descriptors()
+    r, w = os.pipe()
+    reply = send_raw(service.path, frame(b'{"op": "ping"}'), fds=[r, w, r])
+    os.close(r)
+    os.close(w)
+    assert reply[0] == protocol.ERROR and "file descriptors" in reply[1]["error"], reply
+    assert descriptors() == before
+    assert wait_for(lambda: descriptors(service.proc.pid) <= service.baseline)
+
+
+# ---- what a session holds ----
+def test_a_session_costs_pumpd_its_connection_and_two_descriptors(service):
+    """The ring and the plan: Python's mmap keeps a descriptor of its own, so pumpd keeps
+    no other once the shim has them. (The session stays while this process lives: the
+    last test on the live daemon.)"""
+    before = descriptors(service.proc.pid)
+    shim = FakeShim(service.path, name="counted")
+    try:
+        assert wait_for(lambda: descriptors(service.proc.pid) == before + 3), descriptors(service.proc.pid) - before
+    finally:
+        shim.close()
+
+
+# ---- in-process: paths a live daemon cannot be driven down at will ----
+@pytest.fixture
+def daemon(tmp_path):
+    from pumpd.jobs import start_time
+    from pumpd.server import Daemon
+    d = Daemon(str(tmp_path / "pumpd.sock"), str(tmp_path / "jobs"), jobs_dir=str(tmp_path / "jobs.d"))
+    d.conn = types.SimpleNamespace(pid=os.getpid(), uid=os.getuid(), started=start_time(os.getpid()), session=None)
+    yield d
+    for job in d.jobs.values():
+        for s in job.sessions.values():
+            s.close()
+    d.store.close()
+
+
+def test_attach_out_of_descriptors_for_the_plan_closes_the_ring(daemon, monkeypatch):
+    def no_descriptor_left():
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    daemon._attach(daemon.conn, {"op": "attach", "job": "", "name": "first", "policy": "launch"})  # warm up
+    daemon.conn.session = None
+    gc.collect()
+    before = descriptors()
+    monkeypatch.setattr(channel.Plan, "create", no_descriptor_left)
+    with pytest.raises(OSError):
+        daemon._attach(daemon.conn, {"op": "attach", "job": "", "name": "x", "policy": "launch"})
+    gc.collect()
+    assert descriptors() == before
+
+
+def test_a_ring_that_cannot_be_mapped_closes_its_memfd(monkeypatch):
+    def no_map(*args, **kw):
+        raise OSError(errno.EMFILE, "Too many open files")  # mmap duplicates the descriptor
+
+    before = descriptors()
+    monkeypatch.setattr(channel.mmap, "mmap", no_map)
+    for make in (lambda: channel.Ring.create(1, "jx", 1024), channel.Plan.create):
+        with pytest.raises(OSError):
+            make()
+    monkeypatch.undo()
+    assert descriptors() == before
