@@ -279,3 +279,32 @@ def test_a_ring_that_cannot_be_mapped_closes_its_memfd(monkeypatch):
             make()
     monkeypatch.undo()
     assert descriptors() == before
+
+
+# ---- the accept loop out of descriptors ----
+def test_the_accept_loop_backs_off_when_even_the_reserve_cannot_accept(monkeypatch):
+    """Every accept fails with EMFILE, the reserve's own too (another thread took the
+    descriptor it freed): the loop must wait BACKOFF between tries, not spin."""
+    from pumpd import accept
+    from pumpd.tasks import RateLimitedLog
+    tries = []
+
+    class Listener:
+        def accept(self):
+            tries.append(1)
+            raise OSError(errno.EMFILE, "Too many open files")
+
+    async def run():
+        loop = asyncio.get_running_loop()
+
+        async def sock_accept(sock):
+            return sock.accept()
+
+        loop.sock_accept = sock_accept
+        try:
+            await asyncio.wait_for(accept.accept_forever(Listener(), lambda conn: None, RateLimitedLog()), 0.5)
+        except asyncio.TimeoutError:
+            pass
+
+    asyncio.run(run())
+    assert len(tries) <= 2 * (0.5 / accept.BACKOFF + 2), f"{len(tries)} accepts in 0.5 s: spinning"
