@@ -308,3 +308,16 @@ def test_the_accept_loop_backs_off_when_even_the_reserve_cannot_accept(monkeypat
 
     asyncio.run(run())
     assert len(tries) <= 2 * (0.5 / accept.BACKOFF + 2), f"{len(tries)} accepts in 0.5 s: spinning"
+
+
+def test_what_the_caps_let_pumpd_hold_fits_the_services_descriptor_limit():
+    from pumpd import limits
+    root = pathlib.Path(__file__).resolve().parent.parent
+    per_user = limits.descriptors_at_most(limits.CONNECTIONS_PER_UID_MAX, limits.SESSIONS_PER_UID_MAX,
+                                          limits.JOBS_PER_UID_MAX)
+    everyone = limits.descriptors_at_most(limits.CONNECTIONS_MAX, limits.SESSIONS_MAX, limits.JOBS_MAX)
+    nofile = int(re.search(r"^LimitNOFILE=(\d+)$", (root / "scripts" / "pumpd.service").read_text(), re.M)[1])
+    doc = " ".join((root / "docs" / "daemon-limits.md").read_text().split())
+    assert f"hold {per_user:,} at most, all users together {everyone:,}" in doc
+    assert f"`LimitNOFILE={nofile}`" in doc
+    assert everyone < nofile // 2  # pumpd's own (listening sockets, state directory, threads' /proc reads) fit too
