@@ -137,8 +137,19 @@ def _memfd(name: str, size: int) -> int:
     return fd
 
 
+def _map(fd: int, size: int) -> mmap.mmap:
+    """A new memfd's mapping; the memfd is closed if it cannot be mapped (out of memory, or
+    of descriptors: mmap keeps a duplicate of its own)."""
+    try:
+        return mmap.mmap(fd, size)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def _map_sealed(fd: int, what: str, size_ok) -> mmap.mmap:
-    """Map a memfd handed back by a job, after checking it cannot change size."""
+    """Map a memfd handed back by a job, after checking it cannot change size; the mapping
+    keeps a descriptor of its own, and fd stays the caller's."""
     try:
         seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
         size = os.fstat(fd).st_size
@@ -152,9 +163,10 @@ def _map_sealed(fd: int, what: str, size_ok) -> mmap.mmap:
 
 
 class Ring:
-    """The reader of one process's event ring."""
+    """The reader of one process's event ring. ``fd`` is the memfd to hand the shim (None
+    once handed over, or for an adopted ring): the mapping holds a descriptor of its own."""
 
-    def __init__(self, fd: int, mm: mmap.mmap, capacity: int, tail: int):
+    def __init__(self, fd, mm: mmap.mmap, capacity: int, tail: int):
         self.fd, self.mm, self.capacity = fd, mm, capacity
         self.header = ffi.cast(RING_HEADER + " *", ffi.from_buffer(mm))
         self.records = np.frombuffer(mm, dtype=EVENT, count=capacity, offset=HEADER_SIZE)
@@ -168,8 +180,7 @@ class Ring:
             raise ValueError(f"ring records {records}: a power of two in "
                              f"{C.PUMP_RING_RECORDS_MIN}..{C.PUMP_RING_RECORDS_MAX}")
         fd = _memfd(f"pump-ring-{session}", HEADER_SIZE + records * RECORD_SIZE)
-        mm = mmap.mmap(fd, HEADER_SIZE + records * RECORD_SIZE)
-        ring = cls(fd, mm, records, 0)
+        ring = cls(fd, _map(fd, HEADER_SIZE + records * RECORD_SIZE), records, 0)
         h = ring.header
         h.version, h.record_size, h.capacity, h.session = C.PUMP_PROTOCOL_VERSION, RECORD_SIZE, records, session
         h.job = job.encode()[: len(h.job) - 1]
@@ -179,7 +190,8 @@ class Ring:
     @classmethod
     def adopt(cls, fd: int) -> "Ring":
         """A ring a shim hands back on resume: checked, then read from where the shim
-        says the last daemon stopped (clamped to what the ring can hold)."""
+        says the last daemon stopped (clamped to what the ring can hold). fd stays the
+        caller's to close: the ring keeps only its mapping."""
         mm = _map_sealed(fd, "ring", lambda size: size > HEADER_SIZE and (size - HEADER_SIZE) % RECORD_SIZE == 0)
         capacity = (mm.size() - HEADER_SIZE) // RECORD_SIZE
         h = ffi.cast(RING_HEADER + " *", ffi.from_buffer(mm))
@@ -195,7 +207,7 @@ class Ring:
             raise ChannelError(f"ring: {problem}")
         if not 0 <= head - tail <= capacity:
             tail = head  # nonsense positions: start afresh at the shim's head
-        return cls(fd, mm, capacity, tail)
+        return cls(None, mm, capacity, tail)
 
     @property
     def job(self) -> str:
@@ -243,16 +255,22 @@ class Ring:
         self.lost += skip
         return skip
 
+    def hand_over(self) -> int:
+        """The memfd, for the shim: the caller owns it from now on."""
+        fd, self.fd = self.fd, None
+        return fd
+
     def close(self):
         self.header = self.records = None
         self.mm.close()
-        os.close(self.fd)
+        if self.fd is not None:
+            os.close(self.fd)
 
 
 class Plan:
-    """The writer of one process's plan."""
+    """The writer of one process's plan; ``fd`` as Ring's."""
 
-    def __init__(self, fd: int, mm: mmap.mmap):
+    def __init__(self, fd, mm: mmap.mmap):
         self.fd, self.mm = fd, mm
         self.plan = ffi.cast("struct pump_plan *", ffi.from_buffer(mm))
         self.dropped_triggers = 0
@@ -260,15 +278,16 @@ class Plan:
     @classmethod
     def create(cls) -> "Plan":
         fd = _memfd("pump-plan", PLAN_SIZE)
-        plan = cls(fd, mmap.mmap(fd, PLAN_SIZE))
+        plan = cls(fd, _map(fd, PLAN_SIZE))
         plan.plan.version = C.PUMP_PLAN_VERSION
         plan.plan.magic = C.PUMP_PLAN_MAGIC
         return plan
 
     @classmethod
     def adopt(cls, fd: int) -> "Plan":
-        """A plan handed back on resume: rewritten from scratch by the next publish()."""
-        plan = cls(fd, _map_sealed(fd, "plan", lambda size: size == PLAN_SIZE))
+        """A plan handed back on resume: rewritten from scratch by the next publish(). fd
+        stays the caller's, as with Ring.adopt."""
+        plan = cls(None, _map_sealed(fd, "plan", lambda size: size == PLAN_SIZE))
         plan.plan.generation &= ~1  # its last writer may have died mid-write
         plan.plan.version = C.PUMP_PLAN_VERSION
         plan.plan.magic = C.PUMP_PLAN_MAGIC
@@ -311,10 +330,13 @@ class Plan:
         p.range_count = len(table)
         p.generation = p.generation + 1
 
+    hand_over = Ring.hand_over
+
     def close(self):
         self.plan = None
         self.mm.close()
-        os.close(self.fd)
+        if self.fd is not None:
+            os.close(self.fd)
 
 
 @dataclasses.dataclass

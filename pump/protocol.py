@@ -90,8 +90,20 @@ def _size_or_none(v):
     return v is None or (isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 64)
 
 
+def _text(v, n) -> bool:
+    """A string of at most n characters that UTF-8 can encode: JSON's "\\ud800" decodes to a
+    lone surrogate, which no trace header, log line or metrics label can hold."""
+    if not isinstance(v, str) or len(v) > n:
+        return False
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 _CHECKS = {
-    "str": (lambda v, n: isinstance(v, str) and len(v) <= n, "a string of at most {} characters"),
+    "str": (_text, "a string of at most {} characters that UTF-8 can encode (no lone surrogate such as \\ud800)"),
     "policy": (lambda v, n: v in ("off", "launch", "lookahead"), '"off", "launch" or "lookahead"'),
     "bytes": (lambda v, n: _size_or_none(v), "a byte count (0 .. 2**64-1) or null"),
     "bool": (lambda v, n: isinstance(v, bool), "true or false"),
@@ -265,7 +277,7 @@ class Client:
     def _read_exact(self, n: int) -> bytes:
         chunks = []
         while n > 0:
-            data, fds, _flags, _addr = socket.recv_fds(self.sock, n, FDS_MAX)
+            data, fds, _flags, _addr = socket.recv_fds(self.sock, n, FDS_MAX, socket.MSG_CMSG_CLOEXEC)
             self.received_fds.extend(fds)
             if not data:
                 raise ConnectionError("pumpd closed the connection")

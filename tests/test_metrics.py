@@ -149,6 +149,14 @@ def test_tcp_shows_sums_over_jobs_only(server):
     assert s[("pump_daemon_sessions", frozenset())] == 2
 
 
+def test_a_name_utf8_cannot_encode_does_not_break_the_scrape(server):
+    """pumpd refuses such names now, but a job file of an older pumpd may hold one."""
+    snap = dict(SNAPSHOT, jobs=[dict(SNAPSHOT["jobs"][0], name="evil\ud800")])
+    m = server(lambda: snap, per_job=True)
+    s = samples(m.scrape())
+    assert s[("pump_job_launches_total", frozenset({"job": "j1", "name": "evil\\ud800"}.items()))] == 1500
+
+
 def test_per_job_series_refused_over_tcp():
     m = MetricsServer(lambda: SNAPSHOT, per_job=True)
     with pytest.raises(ValueError, match="only on a Unix socket"):

@@ -61,7 +61,8 @@ class Reserve:
 
     def shed(self, listen_sock) -> bool:
         """Accept one pending connection with the reserve's descriptor, refuse it and
-        close it; False if there was no reserve to use."""
+        close it; False if no connection was shed (no reserve to use, or even this accept
+        failed: another thread took the descriptor freed), and the caller backs off."""
         if self.fd is None:
             self.fd = self._open()
             return False
@@ -70,11 +71,11 @@ class Reserve:
         try:
             conn, _ = listen_sock.accept()
         except OSError:
-            pass
+            conn = None
         else:
             refuse(conn, NO_DESCRIPTOR_LEFT)
         self.fd = self._open()
-        return True
+        return conn is not None
 
     def close(self):
         if self.fd is not None:

@@ -9,6 +9,8 @@ docs/daemon-limits.md says the same for users.
 
 import logging
 
+from pump.protocol import FDS_MAX
+
 log = logging.getLogger("pumpd")
 
 # ---- connections ----
@@ -28,7 +30,13 @@ FUNCTIONS_PER_UID_MAX = 1 << 16  # kernel names kept (up to 1 KiB each): a PyTor
 ALLOCATIONS_PER_UID_MAX = 1 << 18  # managed allocations tracked live (~100 B each, ~26 MiB)
 PLANNED_BLOCKS_PER_UID_MAX = 1 << 19  # 2 MiB blocks a lookahead planner keeps a size for (it
                                  # keeps each for good): 1 TiB of managed memory, ~60 MiB
-# (Descriptors per message: pump.protocol.FDS_MAX, checked at recvmsg.)
+# ---- descriptors: what the caps above let pumpd hold for its clients ----
+DESCRIPTORS_PER_CONNECTION = 1 + FDS_MAX  # its socket, and what the message being read carries
+                                 # (FDS_MAX per message, checked at each recvmsg; a connection is
+                                 # read a message at a time)
+DESCRIPTORS_PER_SESSION = 2      # the ring's and the plan's mappings: mmap keeps a descriptor of
+                                 # its own, and the memfds themselves go to the shim
+DESCRIPTORS_PER_JOB = 1          # its trace file, while pump-run --trace records
 
 # ---- status replies ----
 STATUS_PAGE_JOBS = 100           # jobs per status reply: ~600 bytes each, well within a frame
@@ -46,6 +54,13 @@ def over_cap(uid: int, mine: int, per_uid_max: int, everyone: int, global_max: i
     if everyone >= (global_max if uid == 0 else global_max - ROOT_RESERVE):
         return f"pumpd holds {everyone}, the most it takes" + ("" if uid == 0 else " (the rest is root's)")
     return ""
+
+
+def descriptors_at_most(connections: int, sessions: int, jobs: int) -> int:
+    """The most descriptors that many connections, sessions and jobs make pumpd hold: for all
+    users it must stay well under the service's LimitNOFILE."""
+    return (connections * DESCRIPTORS_PER_CONNECTION + sessions * DESCRIPTORS_PER_SESSION
+            + jobs * DESCRIPTORS_PER_JOB)
 
 
 class Tally:

@@ -84,6 +84,12 @@ _GPU_METRICS = [
 ]
 
 
+def _label(value) -> str:
+    """A label value the text format can carry: a name pumpd never validated (a job file of
+    an older pumpd) may hold lone surrogates, which UTF-8 cannot encode; they are escaped."""
+    return str(value).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _job_families(jobs: list, per_job: bool, max_jobs: int) -> list:
     """The sums over all jobs, and with ``per_job`` the series of the first
     ``max_jobs`` jobs (raises on a malformed job)."""
@@ -105,13 +111,13 @@ def _job_families(jobs: list, per_job: bool, max_jobs: int) -> list:
     info = GaugeMetricFamily("pump_job_info", "One per job: its pid, owner uid and policy.",
                              labels=JOB_LABELS + ["pid", "uid", "policy"])
     for j in listed:
-        info.add_metric([str(j["job"]), str(j["name"]), str(j["pid"]), str(j["uid"]), str(j["policy"])], 1)
+        info.add_metric([_label(j[k]) for k in ("job", "name", "pid", "uid", "policy")], 1)
     out.append(info)
     for key, name, doc, counter in _JOB_METRICS:
         fam = (CounterMetricFamily if counter else GaugeMetricFamily)(name, doc, labels=JOB_LABELS)
         for j in listed:
             if j[key] is not None:
-                fam.add_metric([str(j["job"]), str(j["name"])], j[key])
+                fam.add_metric([_label(j["job"]), _label(j["name"])], j[key])
         out.append(fam)
     return out
 
@@ -136,7 +142,7 @@ def _families(snap: dict, per_job: bool, max_jobs: int) -> list:
         gpus = tel.get("gpus") or []
         ginfo = GaugeMetricFamily("pump_gpu_info", "One per GPU: its name.", labels=GPU_LABELS + ["name"])
         for g in gpus:
-            ginfo.add_metric([str(g.get("uuid") or ""), str(g["index"]), str(g.get("name") or "")], 1)
+            ginfo.add_metric([_label(g.get("uuid") or ""), _label(g["index"]), _label(g.get("name") or "")], 1)
         out.append(ginfo)
         for key, name, doc, scale in _GPU_METRICS:
             fam = GaugeMetricFamily(name, doc, labels=GPU_LABELS)

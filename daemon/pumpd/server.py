@@ -21,7 +21,7 @@ from pump import channel, config, protocol
 from pump.protocol import ProtocolError, printable
 from pumpd.accept import NO_DESCRIPTOR_LEFT, OUT_OF_DESCRIPTORS, accept_forever, raise_descriptor_limit, refuse
 from pumpd.arbiter import Arbiter, Terms
-from pumpd.connection import Connection, RequestError, peer_credentials
+from pumpd.connection import Connection, Descriptors, RequestError, peer_credentials
 from pumpd.jobs import Job, JobStore, Session, start_time
 from pumpd import limits, lookahead, systemd, tracing
 from pumpd.pages import status_page
@@ -207,7 +207,7 @@ class Daemon:
                     refuse(sock, NO_DESCRIPTOR_LEFT)
                 raise
             while True:
-                fds = []
+                fds, reply_fds = Descriptors(), ()  # what is not handed on is closed below
                 try:
                     request = await conn.read_request(fds)
                     if request is None:
@@ -221,8 +221,9 @@ class Daemon:
                     if not isinstance(exc, RequestError):
                         break  # the framing is broken: nothing after it can be trusted
                 finally:
-                    for fd in fds:
-                        os.close(fd)
+                    fds.close()
+                    if reply_fds:
+                        reply_fds.close()
         except (ConnectionError, OSError) as exc:
             log.debug("connection closed: %s", exc)
         except Exception as exc:  # noqa: BLE001 - a bug in serving one connection ends only it
@@ -327,7 +328,7 @@ class Daemon:
                 tracing.check_descriptor(fds[0])
             except (tracing.TraceRefused, OSError) as exc:
                 raise RequestError(f"register: {exc}; a trace goes to a regular file opened for writing") from None
-            job.trace = self.traces.open(fds.pop(), job.id, job.name, conn.uid)
+            job.trace = fds.hand(0, lambda fd: self.traces.open(fd, job.id, job.name, conn.uid))
         self.jobs[job.id] = job
         self.store.save(job)
         log.info("job %s (%s) registered by pid %d, uid %d", job.id, job.name, conn.pid, conn.uid)
@@ -387,9 +388,15 @@ class Daemon:
         job = self._job_for_attach(conn, request)
         session_id = self._new_session_id()
         ring = channel.Ring.create(session_id, job.id)
-        plan = channel.Plan.create()
+        try:
+            plan = channel.Plan.create()
+        except BaseException:
+            ring.close()  # out of descriptors or memory: nothing made for it stays
+            raise
         self._open_session(conn, job, session_id, ring, plan, "attached to", request.get("rank"))
-        return {"ok": True, "session": session_id, "job": job.id}, (ring.fd, plan.fd)
+        # The shim gets the memfds, sent with the reply and then closed: the session keeps
+        # only its mappings (each mmap holds a descriptor of its own).
+        return {"ok": True, "session": session_id, "job": job.id}, Descriptors([ring.hand_over(), plan.hand_over()])
 
     def _resume(self, conn, request, fds) -> dict:
         if len(fds) != 2:
@@ -398,17 +405,15 @@ class Daemon:
             raise RequestError("this connection has a session already")
         self._room_for_session(conn.uid)
         self._caller_started(conn)
-        try:
+        ring = plan = None
+        try:  # each maps its own copy: the descriptors received stay fds' and are closed after
             ring = channel.Ring.adopt(fds[0])
-        except channel.ChannelError as exc:
-            raise RequestError(f"resume: {exc}") from None
-        try:
             plan = channel.Plan.adopt(fds[1])
         except channel.ChannelError as exc:
-            ring.close()
-            fds.clear()
             raise RequestError(f"resume: {exc}") from None
-        fds.clear()  # the rings own them now
+        finally:
+            if plan is None and ring is not None:
+                ring.close()
         job = self.jobs.get(ring.job)
         if job is None or job.uid != conn.uid:
             ring.close()
@@ -420,14 +425,15 @@ class Daemon:
         return {"ok": True, "session": session_id, "job": job.id}
 
     def _open_session(self, conn, job, session_id, ring, plan, how: str, rank=None):
-        """The connection's process joins the job with this ring and plan."""
+        """The connection's process joins the job with this ring and plan, which the job owns
+        from here on (closed with the session), whatever fails after."""
         session = Session(session_id, conn.pid, conn.started, ring, plan,  # checked by the caller
                           limits.Quota(conn.uid, self.tallies))
+        job.add_session(session)
         session.rank = rank
         if job.policy == "lookahead":
             session.lookahead = lookahead.Lookahead(self._plan_budget(job),
                                                     lookahead.bandwidth(self.best_throughput))
-        job.add_session(session)
         self.store.save(job)
         conn.session = session
         self._publish_plan(job, session, force=True)
@@ -651,6 +657,8 @@ class Daemon:
 def _process_name(pid: int) -> str:
     import psutil
     try:
-        return psutil.Process(pid).name()[: protocol.NAME_MAX] or f"pid-{pid}"
+        # psutil decodes a name UTF-8 cannot (any bytes, with prctl) to lone surrogates
+        name = psutil.Process(pid).name().encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        return name[: protocol.NAME_MAX] or f"pid-{pid}"
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return f"pid-{pid}"
