@@ -14,6 +14,10 @@ HOWS = {  # how the handle was made -> the launch counter it lands in
     "kernel_function": "launches_function_handles",
     "enumerated_kernel": "launches_kernel_handles",
     "enumerated_function": "launches_function_handles",
+    # the captured launch; its replay runs the node's CUfunction, made by the driver: of
+    # unknown origin, asked as a CUfunction first (the right call: a wrong one would answer
+    # the garbage layout and the replay would fault)
+    "captured_kernel": "launches_kernel_handles",
 }
 KINDS = ("launches_kernel_handles", "launches_function_handles", "launches_unknown_handles")
 
@@ -36,6 +40,7 @@ def test_layout_asked_by_handle_kind(run_program, program, how):
     assert run.result == {"faults": 0, "checksum": bare["checksum"]}
     totals = run.totals
     assert totals["launches"] == 1 and totals["launches_unscanned"] == 0
+    assert totals["graph_launches_unknown"] == 0
     assert {kind: totals[kind] for kind in KINDS} == {kind: int(kind == HOWS[how]) for kind in KINDS}
 
 

@@ -6,7 +6,9 @@
  * HOW: function (cuModuleGetFunction), kernel (cuLibraryGetKernel, launched cast to
  * CUfunction as cuda.h allows), kernel_function (cuLibraryGetKernel then
  * cuKernelGetFunction), enumerated_kernel (cuLibraryEnumerateKernels), enumerated_function
- * (cuModuleEnumerateFunctions). scale(float *x, uint64_t n, float factor) runs over 1 MiB
+ * (cuModuleEnumerateFunctions), captured_kernel (cuLibraryGetKernel, the launch captured
+ * into a graph and replayed: the graph's node holds a CUfunction the driver made, which
+ * pump never saw handed out). scale(float *x, uint64_t n, float factor) runs over 1 MiB
  * of managed memory the host wrote. One JSON line: the kernel's GPU faults, a checksum.
  */
 #include <string.h>
@@ -40,13 +42,14 @@ static CUfunction handle(const char *how, const char *name)
     CUmodule module;
     CUkernel kernel;
     CUfunction f = NULL;
-    if (strncmp(how, "kernel", 6) == 0 || strcmp(how, "enumerated_kernel") == 0)
+    if (strncmp(how, "kernel", 6) == 0 || strcmp(how, "enumerated_kernel") == 0 ||
+        strcmp(how, "captured_kernel") == 0)
         CHECK(api.library_load_data(&library, "fakecuda", NULL, NULL, 0, NULL, NULL, 0));
     else
         CHECK(api.module_load_data(&module, "fakecuda"));
     if (strcmp(how, "function") == 0) {
         CHECK(api.module_get_function(&f, module, name));
-    } else if (strcmp(how, "kernel") == 0) {
+    } else if (strcmp(how, "kernel") == 0 || strcmp(how, "captured_kernel") == 0) {
         CHECK(api.library_get_kernel(&kernel, library, name));
         f = (CUfunction)(void *)kernel;
     } else if (strcmp(how, "kernel_function") == 0) {
@@ -64,14 +67,14 @@ static CUfunction handle(const char *how, const char *name)
 int main(int argc, char **argv)
 {
     static const char *const hows[] = {"function", "kernel", "kernel_function", "enumerated_kernel",
-                                       "enumerated_function"};
+                                       "enumerated_function", "captured_kernel"};
     const char *how = argc == 2 ? argv[1] : "";
     int known = 0;
     for (size_t i = 0; i < sizeof hows / sizeof *hows; i++)
         known = known || strcmp(how, hows[i]) == 0;
     if (!known) {
         fprintf(stderr, "usage: kernel_handles function|kernel|kernel_function|enumerated_kernel|"
-                        "enumerated_function\n");
+                        "enumerated_function|captured_kernel\n");
         return 2;
     }
     cuda_api_load(&api, 0);
@@ -88,11 +91,22 @@ int main(int argc, char **argv)
     host_fill((float *)(uintptr_t)x, N, 1.0f);
 
     struct fakecuda_stats s;
-    api.reset_stats();
     uint64_t n = N;
     float factor = 3.0f;
     void *params[] = {&x, &n, &factor};
-    CHECK(api.launch_kernel(f, 1, 1, 1, 128, 1, 1, 0, stream, params, NULL));
+    if (strcmp(how, "captured_kernel") == 0) {
+        CUgraph graph;
+        CUgraphExec exec;
+        CHECK(api.stream_begin_capture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+        CHECK(api.launch_kernel(f, 1, 1, 1, 128, 1, 1, 0, stream, params, NULL));
+        CHECK(api.stream_end_capture(stream, &graph));
+        CHECK(api.graph_instantiate(&exec, graph, 0));
+        api.reset_stats();
+        CHECK(api.graph_launch(exec, stream));
+    } else {
+        api.reset_stats();
+        CHECK(api.launch_kernel(f, 1, 1, 1, 128, 1, 1, 0, stream, params, NULL));
+    }
     CHECK(api.stream_synchronize(stream));
     api.get_stats(&s);
     api.host_touch((void *)(uintptr_t)x, N * sizeof(float));
