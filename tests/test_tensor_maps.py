@@ -6,6 +6,8 @@ EncodeIm2colWide) and prefetches the managed memory it covers: without pump ever
 faults, with it none does. Through the linked entry points and cuGetProcAddress, plain and
 sanitized."""
 
+import subprocess
+
 import pytest
 
 STEPS = ("tiled", "replaced", "im2col", "im2col_wide")
@@ -38,3 +40,13 @@ def test_descriptor_memory_prefetched(run_program, program):
 def test_descriptor_memory_prefetched_sanitized(run_program, variant):
     run = tma_run(run_program, variant=variant)
     assert {step: run.result[step] for step in STEPS} == {step: 0 for step in STEPS}
+
+
+@pytest.mark.parametrize("variant", ["plain", "asan", "tsan"])
+def test_tables_units(c_build, variant):
+    """tests/c/units_tables.c: the handle-kind and descriptor tables, with racing threads."""
+    proc = subprocess.run([str(c_build / variant / "units_tables")], capture_output=True, text=True, timeout=300,
+                          env={"TSAN_OPTIONS": "halt_on_error=1", "ASAN_OPTIONS": "detect_leaks=1"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    assert "Sanitizer" not in proc.stderr and "runtime error" not in proc.stderr, proc.stderr[-4000:]
+    assert proc.stdout.splitlines()[-1] == "units_tables: 24 passed, 0 failed"
