@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "budget.h"
+#include "handles.h"
 #include "hooks_common.h"
 #include "residency.h"
 #include "stream_users.h"
@@ -77,6 +78,8 @@ static void exec_free(struct graph_exec *g)
 static bool scan_kernel(struct node_use *use, CUfunction f, CUkernel kernel, void **params, void **extra)
 {
     struct pump_scan scan;
+    if (f == NULL && kernel != NULL)
+        pump_handle_note(kernel, PUMP_HANDLE_KERNEL);  /* the node's `kern`: a CUkernel, as cuda.h types it */
     pump_scan_launch(f != NULL ? f : (CUfunction)kernel, params, extra, &scan);
     if (scan.unscanned)
         return false;

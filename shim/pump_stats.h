@@ -12,7 +12,7 @@
 
 enum {
     PUMP_STATS_MAGIC = 0x504d5053,   /* "SPMP" little-endian: a pump record */
-    PUMP_STATS_VERSION = 7
+    PUMP_STATS_VERSION = 8
 };
 
 struct pump_stats {
@@ -105,6 +105,12 @@ struct pump_stats {
                                         or one keeping memory the launch names): held only to decide */
     uint64_t residency_turn_waits;   /* waits of a launch's driver calls for an earlier decision's on the same
                                         device (its streams take the moves in the order they were decided) */
+    /* version 8: the kind of handle each launch named (handles.c), and TMA descriptors (tensor_maps.c) */
+    uint64_t launches_kernel_handles;   /* launches of a CUkernel (cuLibraryGetKernel) cast to CUfunction */
+    uint64_t launches_function_handles; /* ... of a CUfunction (cuModuleGetFunction, cuKernelGetFunction) */
+    uint64_t launches_unknown_handles;  /* ... of a handle made where pump did not see it */
+    uint64_t tensor_maps_noted;         /* TMA descriptors encoded or given a new address (cuTensorMap*) */
+    uint64_t tensor_map_args;           /* launch arguments found to be one of those descriptors */
 };
 
 #endif

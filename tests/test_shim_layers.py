@@ -19,13 +19,13 @@ LAYERS = ["base", "lookup", "channel", "engine", "policy", "hooks"]
 LAYER_OF = {
     "base": ["shim", "pump_stats", "pump_channel", "pump_torch_trace", "capture_mode", "config", "log",
              "stats", "devices"],
-    "lookup": ["ranges", "scan", "layouts", "device_memory"],
+    "lookup": ["ranges", "scan", "layouts", "device_memory", "handles", "tensor_maps"],
     "channel": ["channel"],
     "engine": ["prefetch", "context_cache", "stream_users"],
     "policy": ["residency", "budget", "capacity", "managed_all", "pool_memory"],  # residency_blocks.c, _moves.c too
     "hooks": ["hooks", "hooks_common", "hooks_context", "hooks_graph", "hooks_launch", "hooks_memory",
-              "hooks_stream", "hooks_sync", "hooks_pool", "dlsym", "procaddr", "driver", "lifecycle", "torch_trace",
-              "torch_allocator"],
+              "hooks_stream", "hooks_sync", "hooks_pool", "hooks_tensor_maps", "dlsym", "procaddr", "driver",
+              "lifecycle", "torch_trace", "torch_allocator"],
 }
 RANK = {stem: LAYERS.index(layer) for layer, stems in LAYER_OF.items() for stem in stems}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)

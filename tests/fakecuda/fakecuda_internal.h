@@ -91,7 +91,7 @@ uint64_t fc_host_clock_ns(void); /* now plus this thread's unpaid debt: when its
 enum { FC_E_LAUNCH, FC_E_GRAPH_LAUNCH, FC_E_PREFETCH, FC_E_DISCARD, FC_E_EVENT_RECORD, FC_E_STREAM_WAIT_EVENT,
        FC_E_EVENT_QUERY, FC_E_STREAM_QUERY, FC_E_SYNCHRONIZE, FC_E_MEM_GET_INFO, FC_E_POINTER_QUERY,
        FC_E_CAPTURE_QUERY, FC_E_CONTEXT_QUERY, FC_E_MEMCPY, FC_E_MEMSET, FC_E_POOL_RESERVE, FC_E_POOL_RELEASE,
-       FC_E_POOL_QUERY, FC_E_COUNT };
+       FC_E_POOL_QUERY, FC_E_TENSOR_MAP, FC_E_COUNT };
 void fc_cost(int entry, int64_t ns);                       /* one call, ns charged to the caller */
 void fc_cost_call(int entry);                               /* one call, nothing charged yet */
 void fc_cost_charge(int entry, int64_t ns, int on_worker);  /* ns charged to this thread */

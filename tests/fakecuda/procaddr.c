@@ -168,6 +168,10 @@
     X(cuModuleLoadDataEx, 2010, cuModuleLoadDataEx, 0, PFN_cuModuleLoadDataEx_v2010)                  \
     X(cuModuleUnload, 2000, cuModuleUnload, 0, PFN_cuModuleUnload_v2000)                              \
     X(cuModuleGetFunction, 2000, cuModuleGetFunction, 0, PFN_cuModuleGetFunction_v2000)               \
+    X(cuModuleGetFunctionCount, 12040, cuModuleGetFunctionCount, 0, PFN_cuModuleGetFunctionCount_v12040) \
+    X(cuModuleEnumerateFunctions, 12040, cuModuleEnumerateFunctions, 0, PFN_cuModuleEnumerateFunctions_v12040) \
+    X(cuLibraryGetKernelCount, 12040, cuLibraryGetKernelCount, 0, PFN_cuLibraryGetKernelCount_v12040) \
+    X(cuLibraryEnumerateKernels, 12040, cuLibraryEnumerateKernels, 0, PFN_cuLibraryEnumerateKernels_v12040) \
     X(cuLibraryLoadData, 12000, cuLibraryLoadData, 0, PFN_cuLibraryLoadData_v12000)                   \
     X(cuLibraryUnload, 12000, cuLibraryUnload, 0, PFN_cuLibraryUnload_v12000)                         \
     X(cuLibraryGetKernel, 12000, cuLibraryGetKernel, 0, PFN_cuLibraryGetKernel_v12000)                \
@@ -176,6 +180,10 @@
     X(cuKernelGetParamInfo, 12040, cuKernelGetParamInfo, 0, PFN_cuKernelGetParamInfo_v12040)          \
     X(cuFuncGetName, 12030, cuFuncGetName, 0, PFN_cuFuncGetName_v12030)                               \
     X(cuKernelGetName, 12030, cuKernelGetName, 0, PFN_cuKernelGetName_v12030)                         \
+    X(cuTensorMapEncodeTiled, 12000, cuTensorMapEncodeTiled, 0, PFN_cuTensorMapEncodeTiled_v12000)   \
+    X(cuTensorMapEncodeIm2col, 12000, cuTensorMapEncodeIm2col, 0, PFN_cuTensorMapEncodeIm2col_v12000) \
+    X(cuTensorMapEncodeIm2colWide, 12080, cuTensorMapEncodeIm2colWide, 0, PFN_cuTensorMapEncodeIm2colWide_v12080) \
+    X(cuTensorMapReplaceAddress, 12000, cuTensorMapReplaceAddress, 0, PFN_cuTensorMapReplaceAddress_v12000) \
     X(cuLaunchKernel, 4000, cuLaunchKernel, 0, PFN_cuLaunchKernel_v4000)                              \
     X(cuLaunchKernel, 7000, cuLaunchKernel_ptsz, 1, PFN_cuLaunchKernel_v7000_ptsz)                    \
     X(cuLaunchKernelEx, 11060, cuLaunchKernelEx, 0, PFN_cuLaunchKernelEx_v11060)                      \
