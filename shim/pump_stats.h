@@ -12,7 +12,7 @@
 
 enum {
     PUMP_STATS_MAGIC = 0x504d5053,   /* "SPMP" little-endian: a pump record */
-    PUMP_STATS_VERSION = 7
+    PUMP_STATS_VERSION = 8
 };
 
 struct pump_stats {
@@ -105,6 +105,16 @@ struct pump_stats {
                                         or one keeping memory the launch names): held only to decide */
     uint64_t residency_turn_waits;   /* waits of a launch's driver calls for an earlier decision's on the same
                                         device (its streams take the moves in the order they were decided) */
+    /* version 8: prefetch refusals handled per allocation; managed_all without managed pools */
+    uint64_t prefetch_refusals;      /* allocations the driver refused to prefetch (e.g. a managed pool's
+                                        memory): marked, never asked again, batching kept for the rest */
+    uint64_t prefetch_refused_skips; /* ranges left out of prefetches and evictions: their allocation was
+                                        refused before */
+    uint64_t unpooled_allocs;        /* managed_all's stream-ordered allocations made by cuMemAllocManaged: the
+                                        driver refuses to prefetch its managed pools' memory (managed_all_cache.c) */
+    uint64_t unpooled_reuses;        /* ... of those, freed blocks handed out again in stream order */
+    uint64_t unpooled_releases;      /* freed blocks given back to the driver (cuMemFree) at synchronisations
+                                        above the release threshold, or trims */
 };
 
 #endif
