@@ -12,14 +12,6 @@
 #include "managed_all_cache.h"
 #include "residency.h"
 
-/* The context a synchronisation of contexts covers: `ctx`, or the calling thread's current one. */
-static CUcontext context_or_current(CUcontext ctx)
-{
-    if (ctx == NULL && pump_driver.ctx_get_current(&ctx) != CUDA_SUCCESS)
-        ctx = NULL;
-    return ctx;
-}
-
 /* stream: the synchronised stream's, or NULL for the calling thread's current context.
  * settled: what the synchronisation showed done, for the blocks pump keeps freed
  * (managed_all_cache.h; a block whose free has run may go back to the driver). */
@@ -38,7 +30,7 @@ static CUcontext context_or_current(CUcontext ctx)
         }                                             \
         return r;                                     \
     }
-#define PUMP_SETTLE_CONTEXT(ctx) pump_unpooled_synchronised(context_or_current(ctx), NULL, false, PUMP_REAL(mem_free))
+#define PUMP_SETTLE_CONTEXT(ctx) pump_unpooled_synchronised((ctx), NULL, false, PUMP_REAL(mem_free))
 #define PUMP_SETTLE_STREAM(s) pump_unpooled_synchronised(NULL, (s), true, PUMP_REAL(mem_free))
 PUMP_SYNC_HOOK(ctx_synchronize, (void), (), NULL, PUMP_SETTLE_CONTEXT(NULL))
 /* CUDA 13's form, with a context argument: what the CUDA 13 runtime asks for. */

@@ -210,6 +210,10 @@ PUMP_HIDDEN void pump_unpooled_synchronised(CUcontext ctx, CUstream stream, bool
 {
     if (!any_kept())
         return;
+    if (!stream_only && ctx == NULL && pump_driver.ctx_get_current(&ctx) != CUDA_SUCCESS)
+        ctx = NULL;
+    if (!stream_only && ctx == NULL)
+        return;  /* no context: nothing was synchronised */
     struct release out;
     do {
         out.n = 0;

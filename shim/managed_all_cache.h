@@ -24,8 +24,8 @@ PUMP_HIDDEN bool pump_unpooled_keep(CUdeviceptr ptr, size_t size, int device, CU
 PUMP_HIDDEN bool pump_unpooled_holds(CUdeviceptr ptr);
 
 typedef CUresult (*pump_unpooled_free_fn)(CUdeviceptr ptr);
-/* A synchronisation returned: of `stream`, or of the whole context `ctx` when stream_only is
- * false. The blocks freed there are known done; each device keeping more than its release
+/* A synchronisation returned: of `stream`, or of the whole context `ctx` (NULL: the calling
+ * thread's current one) when stream_only is false. The blocks freed there are known done; each device keeping more than its release
  * threshold gives done blocks back with free_fn (cuMemFree), oldest first. */
 PUMP_HIDDEN void pump_unpooled_synchronised(CUcontext ctx, CUstream stream, bool stream_only,
                                             pump_unpooled_free_fn free_fn);
