@@ -28,9 +28,9 @@ LAUNCHES_A_STEP = 3  # tests/c/pool_prefetch.c: fill, fill, add
 LAUNCHES = 5
 
 
-def steps(run_program, driver, variant="plain", **kwargs):
+def steps(run_program, driver, variant="plain", mode="steps", **kwargs):
     env = dict(MANAGED_ALL, **driver, **kwargs.pop("env", {}))
-    return run_program("pool_prefetch", "steps", STEPS, variant=variant, env=env, **kwargs)
+    return run_program("pool_prefetch", mode, STEPS, variant=variant, env=env, **kwargs)
 
 
 @pytest.mark.parametrize("driver", [REFUSE, ACCEPT], ids=["refused", "accepted"])
@@ -50,6 +50,13 @@ def test_managed_all_steps_are_prefetched_in_batches(run_program, driver):
     else:  # threshold 0: each step's blocks go back at its synchronisation, as the pool's would
         assert totals["unpooled_allocs"] == STEPS * LAUNCHES_A_STEP
         assert totals["unpooled_releases"] == STEPS * LAUNCHES_A_STEP
+
+
+def test_a_context_synchronisation_gives_unpooled_blocks_back(run_program):
+    """Threshold 0: a cuCtxSynchronize shows every free of its context ran, as a stream's does."""
+    run = steps(run_program, REFUSE, mode="steps-context")
+    assert run.result["managed"] == 1 and run.result["gpu_faults"] == 0
+    assert run.totals["unpooled_releases"] == run.totals["unpooled_allocs"] == STEPS * LAUNCHES_A_STEP
 
 
 def test_unpooled_blocks_follow_pytorchs_threshold(run_program):

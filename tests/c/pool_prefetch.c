@@ -8,6 +8,7 @@
  *       the inputs, another adds them, the output is copied back and summed, everything is
  *       freed in stream order, and the step ends with a synchronisation. Under managed_all
  *       the allocations become managed memory.
+ *   pool_prefetch steps-context STEPS   the same, each step ending with cuCtxSynchronize.
  *   pool_prefetch refused LAUNCHES   the program's own managed pool (cuMemAllocFromPoolAsync
  *       on the device's CU_MEM_ALLOCATION_TYPE_MANAGED pool) and, each launch, a fresh
  *       cuMemAllocManaged buffer: each launch adds the pool's buffer into the fresh one.
@@ -70,6 +71,8 @@ static unsigned int is_managed(CUdeviceptr p)
     return managed;
 }
 
+static bool context_sync;
+
 static double step(float *host, unsigned int *managed)
 {
     CUdeviceptr a, b, c;
@@ -84,8 +87,16 @@ static double step(float *host, unsigned int *managed)
     CHECK(cuMemFreeAsync(c, stream));
     CHECK(cuMemFreeAsync(b, stream));
     CHECK(cuMemFreeAsync(a, stream));
-    CHECK(cuStreamSynchronize(stream));
+    CHECK(context_sync ? cuCtxSynchronize() : cuStreamSynchronize(stream));
     return sum;
+}
+
+static void start(void)
+{
+    const size_t fill_sizes[] = {8, 8, 4}, fill_aligns[] = {8, 8, 4}, add_sizes[] = {8, 8, 8, 8};
+    fill = cuda_api_kernel("fill", fill_kernel, 3, fill_sizes, fill_aligns);
+    add = cuda_api_kernel("add", add_kernel, 4, add_sizes, add_sizes);
+    CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
 }
 
 static double refused_launch(CUdeviceptr pooled, float *host)
@@ -102,17 +113,16 @@ static double refused_launch(CUdeviceptr pooled, float *host)
 int main(int argc, char **argv)
 {
     int count = argc == 3 ? atoi(argv[2]) : 0;
-    bool steps = argc == 3 && strcmp(argv[1], "steps") == 0;
-    if (count < 2 || (!steps && strcmp(argv[1], "refused") != 0)) {
-        fprintf(stderr, "usage: pool_prefetch steps STEPS | pool_prefetch refused LAUNCHES (at least 2)\n");
+    const char *mode = argc == 3 ? argv[1] : "";
+    context_sync = strcmp(mode, "steps-context") == 0;
+    bool steps = context_sync || strcmp(mode, "steps") == 0;
+    if (count < 2 || (!steps && strcmp(mode, "refused") != 0)) {
+        fprintf(stderr, "usage: pool_prefetch steps|steps-context STEPS | pool_prefetch refused LAUNCHES (at least 2)\n");
         return 2;
     }
     cuda_api_load(&api, 0);
     CUdevice device = cuda_api_start(&api);
-    const size_t fill_sizes[] = {8, 8, 4}, fill_aligns[] = {8, 8, 4}, add_sizes[] = {8, 8, 8, 8};
-    fill = cuda_api_kernel("fill", fill_kernel, 3, fill_sizes, fill_aligns);
-    add = cuda_api_kernel("add", add_kernel, 4, add_sizes, add_sizes);
-    CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    start();
     float *host = malloc(BYTES);
     if (host == NULL)
         return 3;
