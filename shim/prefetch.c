@@ -234,7 +234,10 @@ static size_t without_refused(CUdeviceptr *ptrs, size_t *sizes, size_t n)
     return kept;
 }
 
-/* One call per range: false if any failed; each one refused marks its allocation. */
+/* One call per range: false if any failed; each one refused marks its allocation. Refused is
+ * CUDA_ERROR_INVALID_VALUE, what cuMemPrefetchAsync documents for a bad range; any other error
+ * may be an earlier asynchronous one the call reports (cuda.h's \notefnerr), which says
+ * nothing of the range. */
 static bool move_each(CUstream stream, CUmemLocation to, const CUdeviceptr *ptrs, const size_t *sizes, size_t n,
                       size_t *refused)
 {
@@ -244,9 +247,12 @@ static bool move_each(CUstream stream, CUmemLocation to, const CUdeviceptr *ptrs
         if (r == CUDA_SUCCESS)
             continue;
         ok = false;
-        struct pump_range *range = allocation_at(ptrs[i]);
-        if (range == NULL)
-            continue;  /* freed since the decision: nothing to remember */
+        struct pump_range *range = r == CUDA_ERROR_INVALID_VALUE ? allocation_at(ptrs[i]) : NULL;
+        if (range == NULL) {  /* freed since the decision, or not about the range */
+            if (r != CUDA_ERROR_INVALID_VALUE)
+                call_ok(r, "cuMemPrefetchAsync");
+            continue;
+        }
         (*refused)++;
         if (!__atomic_exchange_n(&range->unprefetchable, 1, __ATOMIC_RELAXED))
             PUMP_COUNT(prefetch_refusals, 1);

@@ -87,6 +87,18 @@ def test_a_refused_range_keeps_batching(run_program, driver):
         assert totals["prefetch_refusals"] == 0
 
 
+def test_a_broken_batch_entry_point_marks_nothing(run_program):
+    """Every batch fails (CUDA_ERROR_UNKNOWN) while each range alone is taken: no allocation is
+    marked, nothing faults, and after 8 such batches in a row pump makes one call per range."""
+    run = steps(run_program, REFUSE, env={"FAKECUDA_FAIL": "cuMemPrefetchBatchAsync=999"})
+    result, totals = run.result, run.totals
+    launches = STEPS * LAUNCHES_A_STEP
+    assert result["gpu_faults"] == 0 and result["batch_prefetch_calls"] == 0
+    assert totals["prefetch_refusals"] == 0 and totals["errors"] == 1
+    assert totals["launches_prefetched"] == launches
+    assert totals["prefetch_calls"] == launches + 8  # each launch's range alone, and the 8 failed batches
+
+
 @pytest.mark.parametrize("variant", ["asan", "tsan"])
 def test_under_sanitizers(run_program, variant):
     env = dict(ASAN_OPTIONS="detect_leaks=1:abort_on_error=0", UBSAN_OPTIONS="print_stacktrace=1",
