@@ -111,3 +111,7 @@ def test_under_sanitizers(run_program, variant):
     run = run_program("pool_prefetch", "refused", LAUNCHES, variant=variant, env=dict(env, **REFUSE), timeout=600)
     assert "Sanitizer" not in run.proc.stderr and "runtime error" not in run.proc.stderr, run.proc.stderr[-4000:]
     assert run.result["prefetch_calls"] == 0
+    # kept blocks handed out again and trimmed
+    run = run_program("pool_steps", 5, "pytorch", variant=variant, env=dict(env, **MANAGED_ALL, **REFUSE), timeout=600)
+    assert "Sanitizer" not in run.proc.stderr and "runtime error" not in run.proc.stderr, run.proc.stderr[-4000:]
+    assert run.result["same_address"] == 1 and run.totals["unpooled_releases"] == 1
