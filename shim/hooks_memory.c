@@ -6,10 +6,10 @@
  * managed memory within the same cap: cuMemAlloc becomes cuMemAllocManaged,
  * cuMemAllocAsync takes from the stream device's managed pool in the same
  * stream order (or, where the driver will not prefetch that pool's memory,
- * from cuMemAllocManaged, freed in stream order: managed_all_cache.h), and cuMemGetInfo reports the device's capacity, less what the
- * process holds there (device_memory.h counts the device memory pump lets
- * through). What cannot be made
- * managed is left alone with one notice: cuMemCreate's memory, and IPC handles
+ * from cuMemAllocManaged, freed in stream order: managed_all_cache.h), and
+ * cuMemGetInfo reports the device's capacity, less what the process holds
+ * there (device_memory.h counts the device memory pump lets through). What
+ * cannot be made managed is left alone with one notice: cuMemCreate's memory, and IPC handles
  * (managed memory has none); what communication libraries allocate to share
  * by IPC handle stays device memory (managed_all.h). cuMemAllocPitch stays device memory (rare outside
  * textures; the driver's pitch rule is not something pump can ask for).
@@ -249,7 +249,8 @@ static CUresult unpooled_alloc(CUdeviceptr *dptr, size_t bytesize, int device, C
             return CUDA_ERROR_OUT_OF_MEMORY;                                                              \
         bool unpooled = pool_prefetch(pool, device, own, stream, from_pool, PUMP_REAL(free_id)) ==        \
                         PUMP_POOL_REFUSED;                                                                \
-        CUresult r = unpooled ? unpooled_alloc(dptr, bytesize, device, own) : from_pool(dptr, bytesize, pool, stream); \
+        CUresult r = unpooled ? unpooled_alloc(dptr, bytesize, device, own)                               \
+                              : from_pool(dptr, bytesize, pool, stream);                                  \
         settle_managed(r, dptr, bytesize, unpooled ? CU_MEM_ATTACH_GLOBAL : 0, true, device);             \
         count_converted(r, bytesize);                                                                     \
         return r;                                                                                         \
@@ -312,7 +313,8 @@ static bool unpooled_block(CUdeviceptr dptr, size_t *size, int *device)
         int device = -1;                                                                      \
         bool unpooled = unpooled_block(dptr, &size, &device);                                 \
         bool forgotten = untrack(dptr);                                                       \
-        if (unpooled && pump_unpooled_keep(dptr, size, device, pump_stream_of(stream, per_thread))) \
+        CUstream own = pump_stream_of(stream, per_thread);                                    \
+        if (unpooled && pump_unpooled_keep(dptr, size, device, own))                          \
             return CUDA_SUCCESS;                                                              \
         return after_free(real(dptr, stream), forgotten);                                     \
     }

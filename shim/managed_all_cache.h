@@ -25,8 +25,9 @@ PUMP_HIDDEN bool pump_unpooled_holds(CUdeviceptr ptr);
 
 typedef CUresult (*pump_unpooled_free_fn)(CUdeviceptr ptr);
 /* A synchronisation returned: of `stream`, or of the whole context `ctx` (NULL: the calling
- * thread's current one) when stream_only is false. The blocks freed there are known done; each device keeping more than its release
- * threshold gives done blocks back with free_fn (cuMemFree), oldest first. */
+ * thread's current one) when stream_only is false. The blocks freed there are known done;
+ * each device keeping more than its release threshold gives done blocks back with free_fn
+ * (cuMemFree), oldest first. */
 PUMP_HIDDEN void pump_unpooled_synchronised(CUcontext ctx, CUstream stream, bool stream_only,
                                             pump_unpooled_free_fn free_fn);
 /* The program trimmed `program_pool`, a device's default pool whose managed pool pump stands

@@ -117,7 +117,8 @@ int main(int argc, char **argv)
     context_sync = strcmp(mode, "steps-context") == 0;
     bool steps = context_sync || strcmp(mode, "steps") == 0;
     if (count < 2 || (!steps && strcmp(mode, "refused") != 0)) {
-        fprintf(stderr, "usage: pool_prefetch steps|steps-context STEPS | pool_prefetch refused LAUNCHES (at least 2)\n");
+        fprintf(stderr, "usage: pool_prefetch steps|steps-context STEPS | pool_prefetch refused LAUNCHES "
+                        "(at least 2)\n");
         return 2;
     }
     cuda_api_load(&api, 0);
