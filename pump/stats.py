@@ -176,8 +176,9 @@ def _count(n: int, singular: str, plural: str = None) -> str:
 def summary_line(totals: dict) -> str:
     """One line for stderr, e.g.
     ``pump: 1234 launches (1000 on managed memory), 57 prefetch calls, 1.2 GiB
-    prefetched, 0 B evicted, 0 events dropped, 3 processes``; capacity refusals,
-    errors and pass-through processes appear only when non-zero; under a budget,
+    prefetched, 0 B evicted, 0 events dropped, 3 processes``; allocations the driver
+    refused to prefetch, capacity refusals, errors and pass-through processes appear only
+    when non-zero; under a budget,
     the evictions say how high believed-resident memory went against it
     (``96.0 MiB evicted (peak 64.0 MiB resident, budget 64.0 MiB)``), and what the
     budget could not hold, when a launch needed more than it (``32.0 MiB left to faults
@@ -198,6 +199,8 @@ def summary_line(totals: dict) -> str:
     ]
     if t.get("budget_bytes") and t.get("budget_skips"):
         parts.append(f"{human_bytes(t['budget_skips'] * BLOCK_BYTES)} left to faults by the budget")
+    if t.get("prefetch_refusals"):
+        parts.append(_count(t["prefetch_refusals"], "allocation") + " the driver would not prefetch")
     if t.get("capacity_refusals"):
         parts.append(_count(t["capacity_refusals"], "capacity refusal"))
     if t.get("errors"):

@@ -211,6 +211,7 @@ static struct {
     _Atomic(CUmemoryPool) device_default;
     _Atomic(CUmemoryPool) managed;
     _Atomic bool following;  /* the managed pool follows the device default pool's threshold */
+    _Atomic uint64_t threshold; /* ... the value last copied (managed_all_cache.c keeps as much) */
 } pools[PUMP_DEVICES_MAX];
 
 /* A racing lookup stores the same handle: no lock needed. */
@@ -307,6 +308,8 @@ static void follow_threshold(CUdevice device)
     CUresult r = pump_driver.mem_pool_get_attribute(program, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold);
     if (r == CUDA_SUCCESS)
         r = pump_driver.mem_pool_set_attribute(managed, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold);
+    if (r == CUDA_SUCCESS)
+        atomic_store_explicit(&pools[device].threshold, threshold, memory_order_relaxed);
     pthread_mutex_unlock(&follow_lock);
     if (r != CUDA_SUCCESS)
         pump_log_once("managed_all: the managed pool cannot follow the device pool's release threshold "
@@ -335,4 +338,15 @@ PUMP_HIDDEN CUmemoryPool pump_managed_pool_standing_in(CUmemoryPool program_pool
 {
     int device = device_standing_in(program_pool);
     return device >= 0 ? atomic_load_explicit(&pools[device].managed, memory_order_acquire) : NULL;
+}
+
+PUMP_HIDDEN int pump_managed_pool_device(CUmemoryPool program_pool)
+{
+    return device_standing_in(program_pool);
+}
+
+PUMP_HIDDEN uint64_t pump_managed_pool_threshold(int device)
+{
+    return device >= 0 && device < PUMP_DEVICES_MAX ? atomic_load_explicit(&pools[device].threshold, memory_order_relaxed)
+                                                   : 0;
 }

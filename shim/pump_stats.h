@@ -111,6 +111,16 @@ struct pump_stats {
     uint64_t launches_unknown_handles;  /* ... of a handle made where pump did not see it */
     uint64_t tensor_maps_noted;         /* TMA descriptors encoded or given a new address (cuTensorMap*) */
     uint64_t tensor_map_args;           /* launch arguments found to be one of those descriptors */
+    /* also version 8: prefetch refusals handled per allocation; managed_all without managed pools */
+    uint64_t prefetch_refusals;      /* allocations the driver refused to prefetch (e.g. a managed pool's
+                                        memory): marked, never asked again, batching kept for the rest */
+    uint64_t prefetch_refused_skips; /* ranges left out of prefetches and evictions: their allocation was
+                                        refused before */
+    uint64_t unpooled_allocs;        /* managed_all's stream-ordered allocations made by cuMemAllocManaged: the
+                                        driver refuses to prefetch its managed pools' memory (managed_all_cache.c) */
+    uint64_t unpooled_reuses;        /* ... of those, freed blocks handed out again in stream order */
+    uint64_t unpooled_releases;      /* freed blocks given back to the driver (cuMemFree) at synchronisations
+                                        above the release threshold, or trims */
 };
 
 #endif

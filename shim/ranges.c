@@ -193,6 +193,7 @@ static void start_life(struct pump_range *r)
     STORE(r->last_use, 0);
     STORE(r->dead, 0);
     STORE(r->launched, 0);
+    STORE(r->unprefetchable, 0);
 }
 
 /* Adds [base, base+size) at its place in the arrays (writer; nothing overlaps it). */

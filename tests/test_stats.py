@@ -158,3 +158,12 @@ def test_summary_line_shows_problems_only_when_nonzero():
     )
     assert "error" not in stats.summary_line(totals(processes=1))
     assert "refusal" not in stats.summary_line(totals(processes=1))
+    assert "would not prefetch" not in stats.summary_line(totals(processes=1))
+
+
+def test_summary_line_names_allocations_the_driver_would_not_prefetch():
+    line = stats.summary_line(totals(launches=2, prefetch_calls=1, processes=1, prefetch_refusals=1))
+    assert line == (
+        "pump: 2 launches (0 on managed memory), 1 prefetch call, 0 B prefetched, 0 B evicted, "
+        "0 events dropped, 1 allocation the driver would not prefetch, 1 process"
+    )

@@ -67,6 +67,7 @@ typedef struct fc_config {
     int physical[FAKECUDA_MAX_DEVICES]; /* ordinal -> the machine's device (UUID, name, PCI) */
     uint64_t device_memory;
     int ioctl_on_worker; /* FAKECUDA_IOCTL_THREAD=worker: ioctls are paid by the stream's worker */
+    int pool_prefetch;   /* FAKECUDA_POOL_PREFETCH=accept: managed pools' memory may be prefetched */
 } fc_config;
 extern fc_config fc_cfg; /* valid after fc_config_load() */
 void fc_config_load(void);
@@ -294,11 +295,16 @@ void fc_node_free(CUgraphNode n);
 /* ---- memory.c ---- */
 /* A new allocation (plain memory taken from the device, evicting managed memory if need be),
  * its release, and whether one starts at p: for pools.c. */
-CUresult fc_alloc_memory(CUdeviceptr *dptr, size_t size, int managed, int device, CUcontext ctx);
+/* What fc_alloc_memory makes: device memory, managed memory (cuMemAllocManaged), or managed
+ * memory of a managed pool (cuMemAllocFromPoolAsync on a CU_MEM_ALLOCATION_TYPE_MANAGED pool). */
+enum { FC_ALLOC_DEVICE, FC_ALLOC_MANAGED, FC_ALLOC_MANAGED_POOL };
+CUresult fc_alloc_memory(CUdeviceptr *dptr, size_t size, int kind, int device, CUcontext ctx);
 void fc_free_memory(uintptr_t p);
 int fc_alloc_starts_at(uintptr_t p);
 enum { FC_LOC_UNPOP = 0, FC_LOC_HOST = 1, FC_LOC_DEV0 = 2 };
-CUresult fc_check_managed_range(uintptr_t p, size_t n);
+/* The ranges of prefetches, discards and advice: inside one managed allocation, and not a
+ * managed pool's unless FAKECUDA_POOL_PREFETCH=accept (memory.c). */
+CUresult fc_check_prefetch_range(uintptr_t p, size_t n);
 /* What [p, p+n) is: memory no allocation covers (the host's), plain device memory, managed
  * memory, or -1 when it runs past an allocation's end or into one. */
 enum { FC_MEM_HOST, FC_MEM_DEVICE, FC_MEM_MANAGED };

@@ -375,6 +375,7 @@ int main(int argc, char **argv)
     for (const struct selftest_driver_mode *m = selftest_driver_modes; m->name; m++)
         CHECK(run_child(m->name, m->env, NULL) == 0, "%s child", m->name);
     CHECK(run_child("driver-cost", "FAKECUDA_IOCTL_THREAD=nobody", NULL) == 2, "bad FAKECUDA_IOCTL_THREAD refused");
+    CHECK(run_child("pool-prefetch", "FAKECUDA_POOL_PREFETCH=maybe", NULL) == 2, "bad FAKECUDA_POOL_PREFETCH refused");
     char path[] = "/tmp/fakecuda-selftest-XXXXXX";
     int fd = mkstemp(path);
     if (fd >= 0) close(fd);

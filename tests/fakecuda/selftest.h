@@ -67,5 +67,6 @@ int selftest_child_contexts(void);        /* selftest_contexts.c */
 int selftest_child_default_streams(void); /* selftest_contexts.c */
 int selftest_child_copies(void);         /* selftest_copies.c */
 int selftest_child_pools(void);          /* selftest_pools.c */
+int selftest_child_pool_prefetch(void);  /* selftest_pools.c */
 
 #endif

@@ -376,6 +376,7 @@ const struct selftest_driver_mode selftest_driver_modes[] = {
     { "default-streams", NULL, selftest_child_default_streams },
     { "copies", NULL, selftest_child_copies },
     { "pools", NULL, selftest_child_pools },
+    { "pool-prefetch", "FAKECUDA_POOL_PREFETCH=accept", selftest_child_pool_prefetch },
     { "devices-64", "FAKECUDA_DEVICES=64", child_devices_64 },
     { NULL, NULL, NULL },
 };

@@ -112,6 +112,12 @@ static void load_config(void)
         exit(2);
     }
     fc_cfg.ioctl_on_worker = v && strcmp(v, "worker") == 0;
+    v = getenv("FAKECUDA_POOL_PREFETCH");
+    if (v && *v && strcmp(v, "refuse") != 0 && strcmp(v, "accept") != 0) {
+        fprintf(stderr, "fakecuda: FAKECUDA_POOL_PREFETCH=%s: allowed: refuse (the default) or accept\n", v);
+        exit(2);
+    }
+    fc_cfg.pool_prefetch = v && strcmp(v, "accept") == 0;
     parse_fail(getenv("FAKECUDA_FAIL"));
 }
 
