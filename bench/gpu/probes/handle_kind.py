@@ -77,6 +77,11 @@ def main(argv=None) -> int:
     ap.add_argument("--work", help="where the wrapper is built (default a temporary folder)")
     ap.add_argument("program", nargs="*", help="the program to watch (default train_gpt.py, 2 steps on the GPU)")
     args = ap.parse_args(argv)
+    try:  # the program's own check comes later; train_gpt.py's tiny preset peaks far below 1 GiB
+        probe.membudget.check("handle_kind's program", probe.membudget.GiB, *probe.membudget.nvml_memory(0))
+    except (probe.membudget.Refused, RuntimeError) as exc:
+        probe.emit({"probe": "handle_kind", "refused_for_memory": str(exc)})
+        return 3
     work = pathlib.Path(args.work or tempfile.mkdtemp(prefix="pump-handle-kind-"))
     work.mkdir(parents=True, exist_ok=True)
     driver = loaded_driver()
