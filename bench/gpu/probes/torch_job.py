@@ -8,7 +8,9 @@ or coverage).
 
 Refuses (exit 3) when NVML says the card cannot hold 1 GiB with membudget's margin (the tiny
 preset peaks far below).  Prints one JSON line: {"probe": "torch_job", "identical", "mismatch",
-"seconds" (bare, pump), "pump" (pump's totals), "coverage" (the coverage keys)}."""
+"seconds" (bare, pump), "pump" (pump's totals), "coverage" (the coverage keys), "coverage_findings"}:
+it fails (exit 1) when the runs differ or, on a GPU, no launch reached pump or a lookup went
+unmatched."""
 
 import argparse
 import json
@@ -26,7 +28,7 @@ REPO = pathlib.Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "bench" / "gpu"))
 import suite  # noqa: E402  (output parsing and the bit-identity check)
 
-COVERAGE_WORDS = ("coverage", "procaddr", "hook", "unmatched", "passthrough")
+COVERAGE_WORDS = ("coverage", "procaddr", "hook", "unmatched", "passthrough", "lookups")
 
 
 def main(argv=None) -> int:
@@ -65,8 +67,17 @@ def main(argv=None) -> int:
         totals = {"error": f"no pump stats: {exc}"}
     doc["pump"] = {k: totals[k] for k in suite.PUMP_FIELDS if k in totals}
     doc["coverage"] = {k: v for k, v in totals.items() if any(w in k for w in COVERAGE_WORDS)}
+    # On a GPU PyTorch launches kernels: none reaching pump's hooks, or a hooked name answered with
+    # a pointer pump cannot match, is a silent pass-through (issue 27 risk 4).
+    findings = []
+    if args.device == "cuda" and not totals.get("launches"):
+        findings.append("no kernel launch reached pump's hooks: pump passed the job by")
+    if totals.get("procaddr_unmatched"):
+        findings.append(f"{totals['procaddr_unmatched']} cuGetProcAddress answers pump could not match to its hooks")
+    doc["coverage_findings"] = findings
     probe.emit(doc)
-    return 0 if doc["identical"] and "bare_error" not in doc and "pump_error" not in doc else 1
+    ok = doc["identical"] and not findings and "bare_error" not in doc and "pump_error" not in doc
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
