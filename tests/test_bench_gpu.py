@@ -458,3 +458,18 @@ def test_suite_fails_when_the_training_job_cannot_run(small_suite):
     assert all("train_gpt.py's ideal run gave no peak_bytes (exit status 2)" in c["error"] for c in doc["cases"])
     assert [f.split(":")[0] for f in doc["failures"]] == ["case c", "case e"]
     assert "| c | - | ERROR: train_gpt.py's ideal run gave no peak_bytes" in doc["table"]
+
+
+def test_dry_run_nvml_answers_for_fakecuda_only(c_build):
+    """The dry run's stand-in NVML must never stand in for a real driver's free memory."""
+    code = "import pynvml; pynvml.nvmlInit(); h = pynvml.nvmlDeviceGetHandleByIndex(0); " \
+           "m = pynvml.nvmlDeviceGetMemoryInfo(h); print(pynvml.nvmlDeviceGetCount(), m.free <= m.total)"
+    env = dict(clean_env(), PYTHONPATH=str(check_common.FAKE_NVML), LD_LIBRARY_PATH=str(c_build / "plain"))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.split() == ["1", "True"], proc.stderr
+    real = ROOT / "build" / "libcuda" / "bookworm"
+    if not (real / "libcuda.so.1").exists():
+        pytest.skip("no real libcuda here (scripts/fetch-libcuda)")
+    proc = subprocess.run([sys.executable, "-c", code], env=dict(env, LD_LIBRARY_PATH=str(real)),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "answers only for fakecuda" in proc.stderr
