@@ -12,10 +12,7 @@
 
 #include "channel.h"
 #include "hooks.h"
-
-typedef void *(*dlsym_fn)(void *, const char *);
-PUMP_HIDDEN dlsym_fn pump_real_dlsym(void);
-PUMP_HIDDEN dlsym_fn pump_libc_dlsym(void);
+#include "real_dlsym.h"
 
 PUMP_HIDDEN struct pump_driver pump_driver;
 PUMP_HIDDEN void *pump_real[PUMP_HOOK_COUNT];
@@ -53,7 +50,7 @@ static void *not_own(void *lib, const char *name, void *fn)
 {
     if (fn == NULL || !pump_is_own_hook(fn))
         return fn;
-    dlsym_fn libc_dlsym = pump_libc_dlsym();
+    pump_dlsym_fn libc_dlsym = pump_libc_dlsym();
     void *own = libc_dlsym != NULL ? libc_dlsym(lib, name) : NULL;
     if (own != NULL && !pump_is_own_hook(own)) {
         pump_log_once("the driver's lookups answer with pump's own hooks: taken from libcuda's handle instead");
@@ -99,7 +96,7 @@ static bool load_driver(void)
         pump_log(1, "libcuda.so.1 not found: pass-through");
         return false;
     }
-    dlsym_fn real_dlsym = pump_real_dlsym();
+    pump_dlsym_fn real_dlsym = pump_real_dlsym();
     for (int i = 0; i < PUMP_HOOK_COUNT; i++)
         pump_real[i] = not_own(lib, pump_hooks[i].name, real_dlsym(lib, pump_hooks[i].name));
 

@@ -5,6 +5,8 @@
  * Without PUMP_STATS_DIR the counters live in this process's memory and,
  * with PUMP_LOG on, are printed at exit. Nothing here calls the driver or
  * takes a lock: exit and fork can happen anywhere, even inside the driver.
+ * Nor does it ask the driver's loader (driver.c) anything: whether CUDA was
+ * used comes from the caller, so the bootstrap's calls read one way.
  */
 #include <fcntl.h>
 #include <stdlib.h>
@@ -83,9 +85,8 @@ PUMP_HIDDEN void pump_stats_passthrough(const char *reason)
 
 /* CUDA cannot be used in a child forked after the parent initialised it, so
  * such a child gets its own record and pump stands aside in it. */
-PUMP_HIDDEN void pump_stats_after_fork_in_child(void)
+PUMP_HIDDEN void pump_stats_after_fork_in_child(bool cuda_was_used)
 {
-    bool cuda_was_used = pump_driver_was_used();
     struct pump_stats *inherited = atomic_load_explicit(&pump_stats_record, memory_order_relaxed);
     if (inherited != &local_record) {
         atomic_store_explicit(&pump_stats_record, &local_record, memory_order_relaxed);
@@ -99,11 +100,11 @@ PUMP_HIDDEN void pump_stats_after_fork_in_child(void)
     }
 }
 
-PUMP_HIDDEN void pump_stats_at_exit(void)
+PUMP_HIDDEN void pump_stats_at_exit(bool cuda_was_used)
 {
     struct pump_stats *record = atomic_load_explicit(&pump_stats_record, memory_order_relaxed);
     __atomic_store_n(&record->exited, 1, __ATOMIC_RELEASE);
-    if (record == &local_record && pump_config.log_level > 0 && pump_driver_was_used())
+    if (record == &local_record && pump_config.log_level > 0 && cuda_was_used)
         pump_log(1, "%llu launches (%llu on managed memory), %llu prefetch calls, %llu bytes prefetched",
                  (unsigned long long)record->launches, (unsigned long long)record->launches_managed,
                  (unsigned long long)record->prefetch_calls, (unsigned long long)record->prefetch_bytes);
