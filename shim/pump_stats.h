@@ -74,7 +74,8 @@ struct pump_stats {
     uint64_t torch_frees;
     uint64_t bytes_discarded;        /* dead tensors' whole 2 MiB blocks discarded before their free */
     uint64_t discards_skipped;       /* dead tensors not discarded: pump could not order later prefetches of
-                                        their memory after one more discard (256 still running) */
+                                        their memory after one more discard (256 still running), or another
+                                        thread was making one in the same context */
     uint64_t discards_declined;      /* dead tensors not discarded: no scanned launch named them, or pump saw
                                         launches on another stream (stream_users.c) */
     uint64_t torch_free_waits;       /* waits of a freeing stream for another stream pump saw launches on */

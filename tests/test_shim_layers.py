@@ -23,7 +23,7 @@ SHIM = pathlib.Path(__file__).resolve().parent.parent / "shim"
 LAYERS = ["base", "lookup", "channel", "engine", "policy", "hooks"]
 LAYER_OF = {
     "base": ["shim", "pump_stats", "pump_channel", "pump_torch_trace", "capture_mode", "config", "log",
-             "stats", "devices", "real_dlsym"],
+             "stats", "devices", "real_dlsym", "locks"],
     "lookup": ["ranges", "scan", "layouts", "device_memory"],
     "channel": ["channel"],
     "engine": ["prefetch", "context_cache", "stream_users"],
