@@ -68,8 +68,12 @@ PUMP_HIDDEN void *pump_dlsym_decide(void *handle, const char *name, const void *
     /* Only answer where the driver answers: from pump's own position,
      * RTLD_DEFAULT would find pump's exports first, so look past them. */
     void *where = (handle == RTLD_DEFAULT) ? RTLD_NEXT : handle;
-    if (real(where, name) != NULL)
+    if (real(where, name) != NULL) {
+        PUMP_COUNT(dlsym_hooks, 1);
+        if (pump_hook_is_launch(id))
+            PUMP_COUNT(launch_lookups, 1);
         return pump_hooks[id].hook;
+    }
     if (handle == RTLD_DEFAULT && undefined_without_pump(real, name, caller)) {
         real(RTLD_NEXT, name);  /* leaves dlerror() saying the symbol is undefined */
         return NULL;

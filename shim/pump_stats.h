@@ -12,7 +12,7 @@
 
 enum {
     PUMP_STATS_MAGIC = 0x504d5053,   /* "SPMP" little-endian: a pump record */
-    PUMP_STATS_VERSION = 7
+    PUMP_STATS_VERSION = 8
 };
 
 struct pump_stats {
@@ -106,6 +106,14 @@ struct pump_stats {
                                         or one keeping memory the launch names): held only to decide */
     uint64_t residency_turn_waits;   /* waits of a launch's driver calls for an earlier decision's on the same
                                         device (its streams take the moves in the order they were decided) */
+    /* version 8: hook coverage, so that a pass-through is never silent (docs/pump-run.md) */
+    uint64_t dlsym_hooks;            /* dlsym answers with pump's hooks (procaddr_hooks: cuGetProcAddress's) */
+    uint64_t procaddr_unmatched;     /* cuGetProcAddress answers, for a name pump hooks, with a pointer that is no
+                                        export of libcuda's for that name: pump cannot put its hook there, and
+                                        calls through it pass pump by (each name said once on stderr) */
+    uint64_t launch_lookups;         /* lookups of a kernel launch entry point (cuLaunchKernel*,
+                                        cuLaunchCooperativeKernel*, cuGraphLaunch*) by cuGetProcAddress or
+                                        dlsym, answered with pump's hook or not */
 };
 
 #endif
