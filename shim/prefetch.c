@@ -486,9 +486,10 @@ static bool use_events_ready(struct pump_context *c)
 PUMP_HIDDEN uint64_t pump_use_record(struct pump_context *c, CUstream stream)
 {
     pump_mutex_lock(&c->use_lock);
+    bool ready = use_events_ready(c);  /* may let the lock go meanwhile */
     uint64_t count = c->use_count;
     uint32_t slot = (uint32_t)(count % PUMP_USE_EVENTS);
-    bool taken = use_events_ready(c) && !__atomic_load_n(&c->use_busy[slot], __ATOMIC_ACQUIRE);
+    bool taken = ready && !__atomic_load_n(&c->use_busy[slot], __ATOMIC_ACQUIRE);
     if (taken) {
         __atomic_store_n(&c->use_busy[slot], 1, __ATOMIC_RELAXED);
         c->use_count = count + 1;

@@ -15,9 +15,15 @@ queries (cuDeviceGetMemPool, cuMemPoolGetAttribute, cuMemPoolDestroy under pool_
 Before the change all four runs failed, fakecuda naming 15 entry points called under a pump lock,
 among them "fakecuda: cuStreamCreate called while the calling thread holds 1 pump lock"."""
 
+import pathlib
+import re
+
 import pytest
 
 from conftest import LOCK_HELD_LINE
+
+SHIM = pathlib.Path(__file__).resolve().parent.parent / "shim"
+DIRECT = re.compile(r"\bpthread_(mutex_(lock|trylock|unlock)|rwlock_(rd|wr|tryrd|trywr|un)lock)\s*\(")
 
 SMALL_DEVICE = {"FAKECUDA_DEVICE_MEMORY": str(1 << 30)}
 CUDA_12_8 = dict(SMALL_DEVICE, FAKECUDA_DRIVER_VERSION="12080")
@@ -41,3 +47,10 @@ def test_no_driver_call_under_a_pump_lock(run_program, name, args, env, done):
     run = run_program(name, *args, env=env)  # run_program fails on fakecuda's line
     assert run.proc.returncode == 0, run.proc.stderr[-4000:]
     assert run.totals[done] > 0  # the path ran
+
+
+def test_every_pump_lock_is_counted():
+    """A lock taken past locks.h's count would hide the driver calls made under it."""
+    direct = [f"{p.name}:{n}: {line.strip()}" for p in sorted(SHIM.glob("*.[ch]")) if p.name != "locks.h"
+              for n, line in enumerate(p.read_text().splitlines(), 1) if DIRECT.search(line)]
+    assert direct == []
