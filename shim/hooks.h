@@ -136,6 +136,18 @@ PUMP_HIDDEN int pump_hook_find(const char *name);
 /* Whether fn is one of pump's hooks (never a real entry point). */
 PUMP_HIDDEN bool pump_is_own_hook(const void *fn);
 
+/* Whether hook `id` is a kernel launch entry point (cuLaunchKernel*, cuLaunchCooperativeKernel*,
+ * cuGraphLaunch*). */
+PUMP_HIDDEN bool pump_hook_is_launch(int id);
+
+/* The hook whose ABI name is `symbol` or one of its variants (_v2, _v3, _v4, _ptsz, _ptds and
+ * _v2_ptsz, _v2_ptds: the names cuGetProcAddress is asked for are the base names), or -1. */
+PUMP_HIDDEN int pump_hook_of_base(const char *symbol);
+
+/* Whether `fn` is libcuda's export of `symbol` or of one of its variants (as above), from
+ * libcuda's handle through glibc's own dlsym; false before the driver is loaded. */
+PUMP_HIDDEN bool pump_driver_exports(const char *symbol, const void *fn);
+
 /* The status a hook returns when it cannot reach the driver's function. */
 PUMP_HIDDEN CUresult pump_missing_entry(void);
 

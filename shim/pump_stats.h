@@ -74,7 +74,8 @@ struct pump_stats {
     uint64_t torch_frees;
     uint64_t bytes_discarded;        /* dead tensors' whole 2 MiB blocks discarded before their free */
     uint64_t discards_skipped;       /* dead tensors not discarded: pump could not order later prefetches of
-                                        their memory after one more discard (256 still running) */
+                                        their memory after one more discard (256 still running), or another
+                                        thread was making one in the same context */
     uint64_t discards_declined;      /* dead tensors not discarded: no scanned launch named them, or pump saw
                                         launches on another stream (stream_users.c) */
     uint64_t torch_free_waits;       /* waits of a freeing stream for another stream pump saw launches on */
@@ -121,6 +122,14 @@ struct pump_stats {
     uint64_t unpooled_reuses;        /* ... of those, freed blocks handed out again in stream order */
     uint64_t unpooled_releases;      /* freed blocks given back to the driver (cuMemFree) at synchronisations
                                         above the release threshold, or trims */
+    /* also version 8: hook coverage, so that a pass-through is never silent (docs/pump-run.md) */
+    uint64_t dlsym_hooks;            /* dlsym answers with pump's hooks (procaddr_hooks: cuGetProcAddress's) */
+    uint64_t procaddr_unmatched;     /* cuGetProcAddress answers, for a name pump hooks, with a pointer that is no
+                                        export of libcuda's for that name: pump cannot put its hook there, and
+                                        calls through it pass pump by (each name said once on stderr) */
+    uint64_t launch_lookups;         /* lookups of a kernel launch entry point (cuLaunchKernel*,
+                                        cuLaunchCooperativeKernel*, cuGraphLaunch*) by cuGetProcAddress or
+                                        dlsym, answered with pump's hook or not */
 };
 
 #endif
