@@ -28,6 +28,7 @@
 #include <stdlib.h>
 
 #include "capture_mode.h"
+#include "locks.h"
 #include "context_cache.h"
 #include "devices.h"
 #include "managed_all.h"
@@ -92,7 +93,7 @@ static void drop(size_t i)
 PUMP_HIDDEN CUdeviceptr pump_unpooled_take(size_t size, int device, CUstream stream)
 {
     struct kept block = {.ptr = 0};
-    pthread_mutex_lock(&lock);
+    pump_mutex_lock(&lock);
     for (size_t i = 0; i < kept_count; i++) {
         struct kept *k = &kept[i];
         if (k->size == size && k->device == device && (k->done || k->token != 0 || same_stream(k->stream, stream))) {
@@ -101,7 +102,7 @@ PUMP_HIDDEN CUdeviceptr pump_unpooled_take(size_t size, int device, CUstream str
             break;
         }
     }
-    pthread_mutex_unlock(&lock);
+    pump_mutex_unlock(&lock);
     if (block.ptr == 0)
         return 0;
     if (!block.done && !same_stream(block.stream, stream))
@@ -130,14 +131,14 @@ PUMP_HIDDEN bool pump_unpooled_keep(CUdeviceptr ptr, size_t size, int device, CU
     struct pump_context *c = pump_context_of(stream);
     uint64_t token = c != NULL ? pump_use_record(c, stream) : 0;
     CUcontext ctx = pump_stream_context(stream);
-    pthread_mutex_lock(&lock);
+    pump_mutex_lock(&lock);
     bool room = make_room();
     if (room) {
         kept[kept_count++] = (struct kept){.ptr = ptr, .size = size, .device = device, .stream = stream,
                                            .ctx = ctx, .token = token, .order = ++kept_order};
         kept_bytes[device] += size;
     }
-    pthread_mutex_unlock(&lock);
+    pump_mutex_unlock(&lock);
     if (!room)
         pump_log_once("managed_all: no memory to keep a freed block: the driver frees it");
     return room;
@@ -146,10 +147,10 @@ PUMP_HIDDEN bool pump_unpooled_keep(CUdeviceptr ptr, size_t size, int device, CU
 PUMP_HIDDEN bool pump_unpooled_holds(CUdeviceptr ptr)
 {
     bool held = false;
-    pthread_mutex_lock(&lock);
+    pump_mutex_lock(&lock);
     for (size_t i = 0; i < kept_count && !held; i++)
         held = kept[i].ptr == ptr;
-    pthread_mutex_unlock(&lock);
+    pump_mutex_unlock(&lock);
     return held;
 }
 
@@ -199,9 +200,9 @@ static void release(const struct release *out, pump_unpooled_free_fn free_fn)
 
 static bool any_kept(void)
 {
-    pthread_mutex_lock(&lock);
+    pump_mutex_lock(&lock);
     bool any = kept_count > 0;
-    pthread_mutex_unlock(&lock);
+    pump_mutex_unlock(&lock);
     return any;
 }
 
@@ -217,14 +218,14 @@ PUMP_HIDDEN void pump_unpooled_synchronised(CUcontext ctx, CUstream stream, bool
     struct release out;
     do {
         out.n = 0;
-        pthread_mutex_lock(&lock);
+        pump_mutex_lock(&lock);
         for (size_t i = 0; i < kept_count; i++)
             if (stream_only ? same_stream(kept[i].stream, stream) : kept[i].ctx == ctx)
                 kept[i].done = true;
         for (int device = 0; device < PUMP_DEVICES_MAX && out.n < RELEASE_BATCH; device++)
             if (kept_bytes[device] > 0)
                 pick(device, pump_managed_pool_threshold(device), true, &out);
-        pthread_mutex_unlock(&lock);
+        pump_mutex_unlock(&lock);
         release(&out, free_fn);
     } while (out.n == RELEASE_BATCH);
 }
@@ -237,18 +238,18 @@ PUMP_HIDDEN void pump_unpooled_trim(CUmemoryPool program_pool, size_t keep, pump
     struct release out;
     do {
         out.n = 0;
-        pthread_mutex_lock(&lock);
+        pump_mutex_lock(&lock);
         pick(device, keep, false, &out);
-        pthread_mutex_unlock(&lock);
+        pump_mutex_unlock(&lock);
         release(&out, free_fn);
     } while (out.n == RELEASE_BATCH);
 }
 
 PUMP_HIDDEN void pump_unpooled_forget_context(CUcontext ctx)
 {
-    pthread_mutex_lock(&lock);
+    pump_mutex_lock(&lock);
     for (size_t i = kept_count; i-- > 0;)
         if (kept[i].ctx == ctx)
             drop(i);
-    pthread_mutex_unlock(&lock);
+    pump_mutex_unlock(&lock);
 }
