@@ -117,3 +117,11 @@ def test_markers_are_read_and_lines_compared():
 @pytest.mark.parametrize("page", PAGES, ids=_id)
 def test_every_marker_has_its_block_and_command(page):
     checks(page.read_text())
+
+
+def test_pump_run_usage_in_the_docs_names_every_option():
+    """docs/pump-run.md's usage lines lacked --group and --no-group; they follow the parser now."""
+    from pump import run
+    usage = (ROOT / "docs" / "pump-run.md").read_text().split("\n\n")[1]
+    options = {o for a in run.build_parser()._actions for o in a.option_strings if o.startswith("--")}
+    assert options - {"--help"} - set(re.findall(r"--[a-z-]+", usage)) == set()
