@@ -15,8 +15,10 @@ apart.  A page's commands run in order in one scratch directory, with the reposi
 and bench/ linked into it and docs/'s folders made empty there (so the docs' relative paths
 work, and what a command writes stays out of the checkout), this Python's scripts first on PATH,
 and $KINETO naming ../shared/data/kineto, the real profiles (a command that uses it is skipped
-where they are not).  Only deterministic outputs belong here (the simulator, trace generation,
-fakecuda's counts); a measured figure is shown with the command that made it.
+where they are not; one that runs an example on fakecuda, where there is a GPU).  Only
+deterministic outputs belong here (the simulator, trace generation, fakecuda's counts); a
+measured figure is shown with the command that made it.  A command writes only under the
+scratch directory (examples/ and bench/ are the checkout's own).
 """
 
 import os
@@ -26,6 +28,8 @@ import subprocess
 import sys
 
 import pytest
+
+from helpers import has_gpu
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -76,7 +80,8 @@ def _id(page):
     return str(page.relative_to(ROOT))
 
 
-# Commands that run on fakecuda: the test build of this checkout must be current first.
+# Commands that run on fakecuda where there is no GPU: the test build of this checkout must be
+# current first; where there is a GPU they run on it, and print other lines.
 ON_FAKECUDA = re.compile(r"examples/(managed_saxpy|train_gpt|no_gpu_demo)\.py")
 
 
@@ -91,7 +96,7 @@ def test_quoted_outputs_are_what_the_commands_print(page, tmp_path, request):
                KINETO=str(KINETO or ""))
     skipped, ran = [], 0
     for command, slow, expected in checks(page.read_text()):
-        if slow and not SLOW or "$KINETO" in command and KINETO is None:
+        if slow and not SLOW or "$KINETO" in command and KINETO is None or ON_FAKECUDA.search(command) and has_gpu():
             skipped.append(command)
             continue
         if ON_FAKECUDA.search(command):
@@ -103,7 +108,8 @@ def test_quoted_outputs_are_what_the_commands_print(page, tmp_path, request):
         assert line is None, (f"{_id(page)}: `{command}` (exit {proc.returncode}) no longer prints\n  {line}\n"
                               f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-3000:]}")
     if skipped:
-        pytest.skip(f"{ran} checked; skipped, slow (run with PUMP_DOC_SLOW=1) or without ../shared/data/kineto: "
+        pytest.skip(f"{ran} checked; skipped, slow (run with PUMP_DOC_SLOW=1), without ../shared/data/kineto or "
+                    "on fakecuda where there is a GPU: "
                     f"{'; '.join(skipped)}")
 
 

@@ -62,7 +62,8 @@ class Summary:
     def line(self, path: str) -> str:
         shape = f"batch {self.batch}" + (f" seq {self.seq}" if self.seq else "")
         what = ("forward pass" if self.inference else "step") + ("es" if self.inference else "s") * (self.steps > 1)
-        return (f"{self.model} ({shape}, {self.steps} {what}{', inference' * self.inference}): {self.launches} launches, "
+        return (f"{self.model} ({shape}, {self.steps} {what}{', inference' * self.inference}): "
+                f"{self.launches} launches, "
                 f"peak footprint {_bytes(self.footprint_bytes)} in {self.segments} segments "
                 f"({_bytes(self.peak_allocated_bytes)} allocated), "
                 f"{_flops(self.step_flops)} per {'pass' if self.inference else 'step'} -> {path}")
