@@ -88,8 +88,13 @@ def daemon_sockets() -> list:
         shared = runtime_dir.user_socket(create=False)
         if shared not in paths:
             paths.append(shared)
-    except (runtime_dir.RuntimeDirError, OSError):
-        pass  # none yet, or a directory pump will not trust
+    except runtime_dir.RuntimeDirMissing:
+        pass  # no shared pumpd has run yet
+    except runtime_dir.RuntimeDirError as exc:
+        # As pump-run says it: the user's shared pumpd is not asked, and why.
+        print(f"pump: status: not asking your shared pumpd: {exc}", file=sys.stderr)
+    except OSError as exc:
+        print(f"pump: status: not asking your shared pumpd: {exc.strerror or exc}", file=sys.stderr)
     for path in sorted(glob.glob(os.path.join(tempfile.gettempdir(), "pumpd-*", "pumpd.sock"))):
         try:
             if os.stat(path).st_uid == os.geteuid() and path not in paths:
