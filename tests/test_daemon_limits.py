@@ -283,6 +283,44 @@ def test_another_users_register_terms_are_held_in_pumpd(tmp_path):
         shutil.rmtree(run_dir)
 
 
+def set_greedy(path, victim):
+    """As another user: register, set a budget of the whole pool, try the victim's job."""
+    with protocol.Client(path) as c:
+        job = c.request({"op": "register", "name": "greedy"})["job"]
+        replies = [c.request({"op": "set", "job": job, "budget": 40 << 30})]
+        try:
+            c.request({"op": "set", "job": victim, "budget": 1})
+        except protocol.ProtocolError as exc:
+            replies.append(str(exc))
+        return job, replies
+
+
+@needs_root
+def test_a_users_set_is_held_to_the_terms_and_caps_only_its_own_job(tmp_path):
+    """Issue 29, 5: a user's set took 40 GiB of a 40 GiB pool as a fixed budget, and the
+    other user's job went to 1 byte. Now it caps the setter's own share of the division."""
+    run_dir = pathlib.Path(tempfile.mkdtemp(prefix="pump-test-"))
+    os.chmod(run_dir, 0o755)
+    (tmp_path / "jobs.d").mkdir()
+    (tmp_path / "pumpd.toml").write_text(f'[daemon]\njobs_dir = "{tmp_path / "jobs.d"}"\n'
+                                         '[budgets]\ngpu_pool = "40GiB"\n')
+    path = str(run_dir / "pumpd.sock")
+    proc = start_pumpd(path, "--config", str(tmp_path / "pumpd.toml"),
+                       env=dict(clean_env(), RUNTIME_DIRECTORY=str(run_dir)))
+    try:
+        with protocol.Client(path) as c:
+            victim = c.request({"op": "register", "name": "victim"})["job"]
+        greedy, replies = run_as_nobody(set_greedy, path, victim)
+        assert replies[1] == f"no job {victim} of this user"
+        jobs = {j["job"]: j for j in status(path)}
+        assert (jobs[greedy]["budget_bytes"], jobs[greedy]["budget_source"], jobs[greedy]["max_budget_bytes"]) == \
+            (20 << 30, "arbiter", 40 << 30)
+        assert jobs[victim]["budget_bytes"] == 20 << 30
+    finally:
+        stop_pumpd(proc)
+        shutil.rmtree(run_dir)
+
+
 def test_a_job_is_not_tied_to_a_pid_whose_process_is_gone(pumpd):
     path, _ = pumpd
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

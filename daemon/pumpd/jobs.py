@@ -235,7 +235,7 @@ class Job:
             "budget_bytes": self.budget, "budget_source": self.terms.source,
             "budget_percent": self.terms.fixed_percent, "budget_state": self.terms.state,
             "share": self.terms.share, "min_budget_bytes": self.terms.min_bytes,
-            "max_budget_bytes": self.terms.max_bytes, "priority": self.terms.priority,
+            "max_budget_bytes": self.terms.cap_bytes(), "priority": self.terms.priority,
             "gpu_uuids": self.terms.gpu_uuids, "gpus": self.terms.gpus, **totals,
             "events": events, "events_dropped": dropped, "events_invalid": invalid, **tables_dropped,
             "host_rss_bytes": self.tree.get("rss_bytes"), "cpu_seconds": self.tree.get("cpu_seconds"),

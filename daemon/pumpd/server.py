@@ -436,9 +436,13 @@ class Daemon:
 
     def _set(self, conn, request) -> dict:
         job = self._own_job(conn, request["job"])
-        job.terms.set_bytes = request["budget"] or None  # 0 or null: back to the config's or the arbiter's
-        log.info("job %s: budget %s by uid %d", job.id,
-                 f"set to {job.terms.set_bytes}" if job.terms.set_bytes else "setting cleared", conn.uid)
+        budget = request["budget"] or None  # 0 or null: back to the config's or the arbiter's
+        if conn.uid == 0:  # the administrator fixes budgets past the terms
+            job.terms.set_bytes, job.terms.set_max_bytes = budget, None
+        else:
+            job.terms.set_by_user(budget, self._allowed_terms(job.name)[1], self.arbiter.pool is not None)
+        log.info("job %s: budget %s by uid %d", job.id, "setting cleared" if budget is None else
+                 f"set to {job.terms.set_bytes}" if job.terms.set_bytes else f"capped at {budget}", conn.uid)
         self.store.save(job)
         self._rebalance()
         return {"ok": True, "job": job.id}
