@@ -68,6 +68,8 @@ class Session:
         self.lookahead = None       # a lookahead.Lookahead for jobs with policy lookahead
         self.plan_budget = None     # the budget last published, to know when to publish again
         self.plan_published = 0.0
+        self.planning = False       # the planner thread has its lookahead (the ring waits)
+        self.chunk = None           # records per read, sized to the time one takes (scheduler)
 
     def ingest(self, batch: channel.Batch):
         self.events += batch.records
@@ -100,8 +102,11 @@ class Session:
                         "events_invalid)", self.id, self.pid, problems[0])
         if batch.counters is not None:
             self.counters = batch.counters
-        if self.lookahead is not None:
-            self.lookahead.observe(batch)
+        # The lookahead planner learns the batch on pumpd's planner thread (scheduler.py).
+
+    @property
+    def closed(self) -> bool:
+        return self.ring.header is None
 
     def close(self):
         self.ring.close()

@@ -25,6 +25,7 @@ from pumpd.connection import Connection, RequestError, peer_credentials
 from pumpd.jobs import Job, JobStore, Session, start_time
 from pumpd import limits, lookahead, systemd, tracing
 from pumpd.pages import status_page
+from pumpd.scheduler import Scheduler
 from pumpd.tasks import RateLimitedLog, supervised
 from pumpd.telemetry import Telemetry
 
@@ -33,10 +34,13 @@ log = logging.getLogger("pumpd")
 INGEST_INTERVAL_MIN = 0.005  # seconds between ring sweeps, at the busiest
 INGEST_INTERVAL_MAX = 0.025  # ... and when rings are nearly idle: a 64K-record ring
                              # takes 32 ms to fill at 2M events/s
-INGEST_LIMIT = 1 << 16       # records read from one ring per sweep
+DRAIN_TIMEOUT = 5.0          # the most `end` or a dead process waits for its rings to be read
+FLUSH_SECONDS = 2.0          # the most pumpd's stop spends reading what rings still hold
+SLOW_CALLBACK_SECONDS = 0.1  # PYTHONASYNCIODEBUG=1: asyncio logs a callback that held the loop longer
 LIVENESS_INTERVAL = 0.5      # a dead job's session goes within 2 s
 PLAN_INTERVAL = 0.2          # a session's plan is rewritten at most this often
 BLOCKING_TIMEOUT = 5.0       # psutil/NVML calls in the thread pool
+EMPTY_LAYOUT = channel.Plan.layout({})  # a plan with a budget and no triggers
 
 
 class Daemon:
@@ -62,11 +66,10 @@ class Daemon:
         self.incomplete = collections.Counter()   # uid -> ... that have not completed a first message
         self.tallies = limits.table_tallies()     # per-uid caps on what ring records make pumpd keep
         self.errors = RateLimitedLog()
+        self.scheduler = Scheduler(self, self.errors)  # ring reading and planning, fair between users
         self.serving = set()           # the connections' tasks
         self.bad_messages = 0
         self.events_ingested = 0
-        self.fill = 0.0                # the fullest ring's share read by the last sweep
-        self.backlog = False           # ... at least 1/4: sweep again at once
         self.telemetry_sample = None
         self.best_throughput = 0.0      # the highest host-to-GPU bytes/s NVML reported
         self.started = time.monotonic()
@@ -100,6 +103,9 @@ class Daemon:
 
     async def run(self, listen_sock=None, ready=None):
         self.stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        if loop.get_debug():
+            loop.slow_callback_duration = SLOW_CALLBACK_SECONDS
         raise_descriptor_limit()
         self.traces = tracing.WriterPool()
         for job in self.store.load(log):
@@ -135,7 +141,8 @@ class Daemon:
                     pass
             if self.metrics is not None:
                 self.metrics.stop()
-            self.ingest_once()  # what is in the rings now still reaches traces
+            self.scheduler.stop()
+            self.scheduler.flush(self.jobs.values(), FLUSH_SECONDS)  # what is in the rings still reaches traces
             for job in self.jobs.values():
                 job.close_trace()
                 for s in job.sessions.values():
@@ -430,7 +437,7 @@ class Daemon:
         job.add_session(session)
         self.store.save(job)
         conn.session = session
-        self._publish_plan(job, session, force=True)
+        self.publish_plan(job, session)
         log.info("pid %d%s %s job %s as session %d", conn.pid, "" if rank is None else f" (rank {rank})", how,
                  job.id, session_id)
 
@@ -451,10 +458,11 @@ class Daemon:
         job = self._own_job(conn, request["job"])
         if not job.end_leader(conn.pid):  # other pump-runs of its group still run
             return {"ok": True, "job": job.id, "iteration_launches": job.learned_iterations()}
-        self.ingest_once()
+        # Its rings are read fairly with everyone's, not here: the reply waits for them.
+        await self.scheduler.drain(list(job.sessions.values()), DRAIN_TIMEOUT)
         job.close_trace()
         trace = job.trace
-        if not job.alive():
+        if job.id in self.jobs and not job.alive():
             self._forget(job)
         reply = {"ok": True, "job": job.id, "iteration_launches": job.learned_iterations()}
         if trace is not None:
@@ -483,11 +491,9 @@ class Daemon:
 
     def _rebalance(self):
         """Budgets anew for every job (one came, went, or was set; a pool changed): the
-        jobs whose budget changed get it in their plans at once."""
+        scheduler's next slice puts the changed ones in their plans (plan_due)."""
         for job in self.arbiter.apply(self.jobs.values()):
             self.store.save(job)
-            for s in job.sessions.values():
-                self._publish_plan(job, s, force=True)
 
     def _new_session_id(self) -> int:
         self.next_session += 1
@@ -498,48 +504,44 @@ class Daemon:
         """What a lookahead plan keeps to: the job's budget, else its GPU's memory, else 0."""
         return job.budget or lookahead.default_budget(self.telemetry_sample)
 
-    def _publish_plan(self, job, session, force=False):
-        now = time.monotonic()
+    def plan_due(self, job, session) -> bool:
+        """A new budget goes out at once; a new lookahead plan at most every PLAN_INTERVAL."""
+        planner = session.lookahead
+        return session.plan_budget != (job.budget or 0) or (
+            planner is not None and planner.fresh and time.monotonic() - session.plan_published >= PLAN_INTERVAL)
+
+    def publish_plan(self, job, session):
         budget = job.budget or 0
         planner = session.lookahead
-        if not force and (now - session.plan_published < PLAN_INTERVAL or
-                          (not (planner and planner.changed) and budget == session.plan_budget)):
-            return
         # "launch" is the shim's own rule; only "lookahead" adds pumpd's triggers.
-        triggers, order = {}, channel.C.PUMP_ORDER_MIGRATED
+        layout, order = EMPTY_LAYOUT, channel.C.PUMP_ORDER_MIGRATED
         if planner is not None:
             if budget != session.plan_budget:
-                planner.set_budget(self._plan_budget(job))
-            triggers, order = planner.triggers(), planner.policy.order
-        session.plan.publish(budget, triggers, order)
-        session.plan_budget, session.plan_published = budget, now
+                planner.set_budget(self._plan_budget(job))  # planned for on the planner thread
+            layout, order = planner.take_layout(), planner.policy.order
+        session.plan.write(budget, order, layout)
+        session.plan_budget, session.plan_published = budget, time.monotonic()
 
-    def ingest_once(self) -> int:
-        """One sweep over every ring; returns the records read."""
-        total = 0
-        self.fill = 0.0
-        placed = []  # jobs whose processes named devices
-        for job in list(self.jobs.values()):
-            for session in list(job.sessions.values()):
-                records = session.ring.read(INGEST_LIMIT)
-                self.fill = max(self.fill, len(records) / session.ring.capacity)
-                if len(records):
-                    if job.trace is not None:
-                        job.trace.write(session.pid, records)
-                    batch = channel.decode(records)
-                    session.ingest(batch)
-                    if session.lookahead is not None:
-                        job.note_iteration(session)
-                    if batch.devices:
-                        placed.append(job)
-                    total += len(records)
-                if (session.lookahead is not None and session.lookahead.changed) or \
-                        session.plan_budget != (job.budget or 0):
-                    self._publish_plan(job, session)
-        self.events_ingested += total
-        self.backlog = self.fill >= 1 / 4
-        self._place(placed)
-        return total
+    def read_chunk(self, job, session, limit: int) -> tuple:
+        """Up to limit records of one session's ring, into its trace and tables (the
+        scheduler's work, in its slices): (records read, the decoded batch or None)."""
+        records = session.ring.read(limit)
+        if not len(records):
+            return 0, None
+        if job.trace is not None:
+            job.trace.write(session.pid, records)
+        batch = channel.decode(records)
+        session.ingest(batch)
+        self.events_ingested += len(records)
+        if batch.devices:
+            self._place([job])
+        return len(records), batch
+
+    def planned(self, job, session):
+        """The planner thread has learned a session's batch."""
+        job.note_iteration(session)
+        if self.plan_due(job, session):
+            self.publish_plan(job, session)
 
     def _place(self, jobs):
         """Each job's GPUs anew from its sessions' DEVICE records (the arbiter matches them
@@ -556,18 +558,18 @@ class Daemon:
             self._rebalance()
 
     async def _ingest(self):
-        # A sweep's cost is mostly fixed, so sweeps are paced to read batches:
-        # the pause doubles while the fullest ring holds under 1/16 of its
-        # capacity per sweep, up to INGEST_INTERVAL_MAX; a ring found 1/4 full
-        # is read again at once and the pause drops to INGEST_INTERVAL_MIN.
+        # A slice's cost is partly fixed, so slices are paced to read batches: the
+        # pause doubles while the fullest ring's chunk holds under 1/16 of its
+        # capacity, up to INGEST_INTERVAL_MAX; work left over runs again after the
+        # loop has served what waits, and the pause drops to INGEST_INTERVAL_MIN.
         interval = INGEST_INTERVAL_MIN
         while True:
-            self.ingest_once()
-            if self.backlog:
+            self.scheduler.run_slice(self.jobs.values())
+            if self.scheduler.backlog:
                 interval = INGEST_INTERVAL_MIN
                 await asyncio.sleep(0)
                 continue
-            if self.fill < 1 / 16:
+            if self.scheduler.fill < 1 / 16:
                 interval = min(interval * 2, INGEST_INTERVAL_MAX)
             await asyncio.sleep(interval)
 
@@ -585,7 +587,7 @@ class Daemon:
             except OSError as exc:  # /proc unreadable for now (out of descriptors): next round
                 self.errors.warning("liveness check", exc.strerror or str(exc))
             else:
-                self._reap(verdicts)
+                await self._reap(verdicts)
             if self.exit_with is not None and start_time(self.exit_with) is None:
                 log.info("pid %d is gone: stopping (embedded pumpd)", self.exit_with)
                 self.stop()
@@ -610,9 +612,10 @@ class Daemon:
             verdicts.append((job, job.alive(), job.dead_pids()))
         return verdicts
 
-    def _reap(self, verdicts):
-        if any(dead or not alive for _, alive, dead in verdicts):
-            self.ingest_once()  # what dead processes left in their rings still counts
+    async def _reap(self, verdicts):
+        dying = [s for job, alive, dead in verdicts for pid, s in list(job.sessions.items())
+                 if not alive or any(pid == p for p, _ in dead)]
+        await self.scheduler.drain(dying, DRAIN_TIMEOUT)  # what dead processes left still counts
         for job, alive, dead in verdicts:
             if job.id not in self.jobs:
                 continue
