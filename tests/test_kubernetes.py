@@ -187,6 +187,25 @@ def test_the_daemonset_carries_the_services_hardening():
     assert "emptyDir" in volume  # outlives a container's restart, as RuntimeDirectoryPreserve=restart
 
 
+def test_only_pumpd_mounts_the_administrators_socket():
+    """uid 0 in a job's pod must not reach the administrator's socket (pump/admin.py)."""
+    from pump import admin
+    pod = find("DaemonSet")["spec"]["template"]["spec"]
+    container = pumpd_container()
+    assert flag(container["command"], "--admin-socket") == admin.ADMIN_SOCKET
+    volume, _ = mount_of(container, pod, admin.ADMIN_SOCKET)
+    assert volume["hostPath"]["path"] == os.path.dirname(admin.ADMIN_SOCKET)
+    admin_dir = os.path.dirname(admin.ADMIN_SOCKET)
+    for where, doc in documents():
+        if doc["kind"] == "DaemonSet":
+            continue
+        spec = doc.get("spec", {}).get("template", {}).get("spec", doc.get("spec", {}))
+        for volume in spec.get("volumes", []) if isinstance(spec, dict) else []:
+            if "hostPath" in volume:
+                host = volume["hostPath"]["path"].rstrip("/") + "/"
+                assert not (admin_dir + "/").startswith(host), (where, volume)
+
+
 def test_the_config_maps_are_pumps_config_files(tmp_path):
     pod = find("DaemonSet")["spec"]["template"]["spec"]
     config_file = flag(pumpd_container()["command"], "--config")
@@ -389,7 +408,8 @@ def test_the_daemonsets_command_serves_pumps_clients(node_dir):
     python = python_nobody_can_run((sys.executable,), "import pump, pumpd")
     if python is None:
         pytest.skip(f"uid {NOBODY} cannot run {sys.executable} with pump installed (a private directory above it)")
-    node = {"/run/pump": node_dir / "run-pump", "/run/pumpd": node_dir / "run-pumpd", "/etc/pump": node_dir / "etc"}
+    node = {"/run/pump": node_dir / "run-pump", "/run/pumpd": node_dir / "run-pumpd", "/etc/pump": node_dir / "etc",
+            "/run/pump-admin": node_dir / "run-pump-admin"}
     for path in node.values():
         path.mkdir(mode=0o755)
     node["/run/pumpd"].chmod(0o777)  # an emptyDir's mode
@@ -423,6 +443,9 @@ def test_the_daemonsets_command_serves_pumps_clients(node_dir):
         assert status["Uid"].split() == [str(NOBODY)] * 4 and status["CapEff"] == status["CapPrm"] == "0" * 16
         sock = os.stat(flag(probe, "--socket"))
         assert (sock.st_uid, stat.S_IMODE(sock.st_mode)) == (0, 0o666)
+        admin = node["/run/pump-admin"] / "pumpd.sock"  # root's alone, in a directory of root's
+        assert [(os.stat(p).st_uid, stat.S_IMODE(os.stat(p).st_mode)) for p in (admin.parent, admin)] == \
+            [(0, 0o700), (0, 0o600)]
         assert os.stat(node["/run/pumpd"] / "jobs").st_uid == NOBODY  # the state, in the emptyDir
         shim = FakeShim(flag(probe, "--socket"), name=training_pod()[0])
         try:

@@ -128,6 +128,7 @@ class Job:
         self.known_pids = dict(pids)    # pid -> start time, kept across restarts
         self.trace = None               # a tracing.Trace while pump-run --trace records
         self.group = None               # the run the job is (pump-run's group), or None
+        self.realm = ""                 # the pod its owner's processes are in (pumpd/identity.py)
         # The pump-runs whose command is the job (pid -> start time): the leader, then those of
         # the same group that joined; ended: those that said their command exited.
         self.leaders = {leader_pid: leader_started}
@@ -145,6 +146,9 @@ class Job:
         processes = list(self.known_pids.items())
         processes += [(pid, t) for pid, t in self.leaders.items() if pid not in self.ended]
         return any(started is not None and start_time(pid) == started for pid, started in processes)
+
+    def owned_by(self, uid: int, realm: str) -> bool:
+        return self.uid == uid and self.realm == realm
 
     def refuses_leader(self, policy: str, trace: bool) -> str:
         """Why another pump-run of the job's group may not join it, or ""."""
@@ -260,7 +264,8 @@ class Job:
                 "capacity": self.capacity, "budget": self.budget, "terms": self.terms.to_json(),
                 "created": self.created,
                 "pids": [[pid, t] for pid, t in self.known_pids.items()],
-                "group": self.group, "leaders": [[pid, t] for pid, t in self.leaders.items()],
+                "group": self.group, "realm": self.realm,
+                "leaders": [[pid, t] for pid, t in self.leaders.items()],
                 "ended": sorted(self.ended)}
 
     @classmethod
@@ -270,6 +275,7 @@ class Job:
                   [(int(pid), t) for pid, t in doc["pids"]])
         # An older pumpd's file has no group: one leader, still running.
         job.group = doc.get("group")
+        job.realm = str(doc.get("realm", ""))  # an older pumpd's file: the host's
         job.leaders.update((int(pid), t) for pid, t in doc.get("leaders", []))
         job.ended = {int(pid) for pid in doc.get("ended", [])}
         # An older pumpd's file has no terms: the budget it held stays, as fixed.

@@ -6,8 +6,9 @@ connection that sends anything malformed gets one error reply and is closed; a
 request that fails validation gets an error reply and the connection stays.
 Every other job is untouched either way.
 
-Who may do what is decided by the peer's credentials (SO_PEERCRED), never by
-what a message says: a user sees and steers only their own jobs, root all.
+Who may do what is decided by the peer's credentials (SO_PEERCRED) and the socket
+it connected to, never by what a message says: a user sees and steers only their own
+jobs; only root on the administrator's socket (pump/admin.py) sees and steers all.
 """
 
 import asyncio
@@ -23,7 +24,7 @@ from pumpd.accept import NO_DESCRIPTOR_LEFT, OUT_OF_DESCRIPTORS, accept_forever,
 from pumpd.arbiter import Arbiter, Terms
 from pumpd.connection import Connection, RequestError, peer_credentials
 from pumpd.jobs import Job, JobStore, Session, start_time
-from pumpd import limits, lookahead, systemd, tracing
+from pumpd import identity, limits, lookahead, systemd, tracing
 from pumpd.pages import status_page
 from pumpd.scheduler import Scheduler
 from pumpd.tasks import RateLimitedLog, supervised
@@ -47,8 +48,10 @@ class Daemon:
     def __init__(self, socket_path: str, state_dir: str, exit_with: int = None,
                  socket_mode: int = 0o600, telemetry=None, metrics_listen: str = None,
                  default_budget: int = None, jobs_dir: str = config.DEFAULT_JOBS_DIR,
-                 gpu_pool: str = None, idle_exit: float = None, metrics_options: dict = None):
+                 gpu_pool: str = None, idle_exit: float = None, metrics_options: dict = None,
+                 admin_socket: str = None):
         self.socket_path = socket_path
+        self.admin_socket = admin_socket  # the administrator's socket to bind, or None
         self.store = JobStore(state_dir)
         self.exit_with = exit_with
         self.idle_exit = idle_exit     # a shared pumpd stops after this long without a job
@@ -101,7 +104,30 @@ class Daemon:
         sock.setblocking(False)
         return sock
 
-    async def run(self, listen_sock=None, ready=None):
+    def _listen_admin(self, admin_sock=None):
+        """The administrator's socket: systemd's (pumpd-admin.socket), else bound here
+        0600 in a 0700 directory; None if there is none."""
+        if admin_sock is not None or self.admin_socket is None:
+            if admin_sock is not None:
+                admin_sock.setblocking(False)
+            return admin_sock
+        os.makedirs(os.path.dirname(self.admin_socket), mode=0o700, exist_ok=True)
+        os.chmod(os.path.dirname(self.admin_socket), 0o700)
+        try:
+            os.unlink(self.admin_socket)
+        except FileNotFoundError:
+            pass
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        old_umask = os.umask(0o177)
+        try:
+            sock.bind(self.admin_socket)
+        finally:
+            os.umask(old_umask)
+        sock.listen(socket.SOMAXCONN)
+        sock.setblocking(False)
+        return sock
+
+    async def run(self, listen_sock=None, ready=None, admin_sock=None):
         self.stopping = asyncio.Event()
         loop = asyncio.get_running_loop()
         if loop.get_debug():
@@ -120,6 +146,10 @@ class Daemon:
             self._start_metrics()
         bodies = {"accept": lambda: accept_forever(sock, self._admit, self.errors), "ingest": self._ingest,
                   "liveness": self._liveness, "telemetry": self._sample_telemetry}
+        admin = self._listen_admin(admin_sock)
+        if admin is not None:
+            bodies["admin"] = lambda: accept_forever(admin, lambda s: self._admit(s, admin=True), self.errors)
+            log.info("the administrator's socket: %s", admin.getsockname())
         interval = systemd.watchdog_interval()
         if interval is not None:
             bodies["watchdog"] = lambda: systemd.feed_watchdog(interval)
@@ -134,6 +164,8 @@ class Daemon:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             sock.close()
+            if admin is not None:
+                admin.close()
             if listen_sock is None:
                 try:
                     os.unlink(self.socket_path)
@@ -175,16 +207,18 @@ class Daemon:
             log.info("metrics on http://%s/metrics", self.metrics_listen)
 
     # ---- connections ----
-    def _admit(self, sock):
-        """A new connection: served, unless its uid (or everyone) is at a cap."""
+    def _admit(self, sock, admin=False):
+        """A new connection: served, unless its uid (or everyone) is at a cap; root on the
+        administrator's socket administers."""
         try:
             uid = peer_credentials(sock)[1]
         except OSError:
             sock.close()
             return
+        admin = admin and uid == 0
         why = limits.over_cap(uid, self.connections[uid], limits.CONNECTIONS_PER_UID_MAX,
-                              sum(self.connections.values()), limits.CONNECTIONS_MAX)
-        if not why and uid != 0 and self.incomplete[uid] >= limits.INCOMPLETE_PER_UID_MAX:
+                              sum(self.connections.values()), limits.CONNECTIONS_MAX, admin)
+        if not why and not admin and self.incomplete[uid] >= limits.INCOMPLETE_PER_UID_MAX:
             why = (f"uid {uid} has {self.incomplete[uid]} connections without a complete first "
                    "message, the most allowed per user")
         if why:
@@ -194,11 +228,11 @@ class Daemon:
         sock.setblocking(False)
         self.connections[uid] += 1
         self.incomplete[uid] += 1
-        task = asyncio.create_task(self._serve(sock, uid))
+        task = asyncio.create_task(self._serve(sock, uid, admin))
         self.serving.add(task)  # the loop keeps only weak references to tasks
         task.add_done_callback(self.serving.discard)
 
-    async def _serve(self, sock, uid):
+    async def _serve(self, sock, uid, admin=False):
         conn = None
         complete = []  # the connection completed a first message
 
@@ -209,6 +243,8 @@ class Daemon:
         try:
             try:
                 conn = Connection(sock, first_message)  # reads /proc: needs a descriptor too
+                conn.admin = admin
+                conn.realm = identity.realm(sock, conn.pid)
             except OSError as exc:
                 if exc.errno in OUT_OF_DESCRIPTORS:
                     refuse(sock, NO_DESCRIPTOR_LEFT)
@@ -279,11 +315,9 @@ class Daemon:
             return await self._end(conn, request), ()
         raise RequestError(f"unknown op {op!r}")  # validate_request lets no other through
 
-    def _visible(self, uid: int):
-        return [j for j in self.jobs.values() if uid == 0 or j.uid == uid]
-
     def _status(self, conn, offset: int) -> dict:
-        jobs = sorted(self._visible(conn.uid), key=lambda j: (j.created, j.id))
+        jobs = sorted((j for j in self.jobs.values() if conn.admin or j.owned_by(conn.uid, conn.realm)),
+                      key=lambda j: (j.created, j.id))
         return status_page(jobs, offset, list(self.arbiter.pools.values()))
 
     def _caller_started(self, conn):
@@ -293,9 +327,9 @@ class Daemon:
             raise RequestError("the process that connected is gone; its pid names no process of yours")
         return conn.started
 
-    def _room_for_job(self, uid: int):
+    def _room_for_job(self, uid: int, admin=False):
         why = limits.over_cap(uid, sum(j.uid == uid for j in self.jobs.values()), limits.JOBS_PER_UID_MAX,
-                              len(self.jobs), limits.JOBS_MAX)
+                              len(self.jobs), limits.JOBS_MAX, admin)
         if why:
             raise RequestError(f"too many jobs: {why}")
 
@@ -312,7 +346,7 @@ class Daemon:
 
     def _register(self, conn, request, fds) -> dict:
         group = request.get("group")
-        joined = next((j for j in self.jobs.values() if group and j.uid == conn.uid and j.group == group
+        joined = next((j for j in self.jobs.values() if group and j.owned_by(conn.uid, conn.realm) and j.group == group
                        and j.alive()), None)
         if joined is not None:  # another pump-run of the same run: one job
             why = joined.refuses_leader(request.get("policy") or "launch", bool(fds))
@@ -325,9 +359,9 @@ class Daemon:
         self._room_for_job(conn.uid)
         job = Job(Job.new_id(), request["name"], conn.uid, conn.pid, self._caller_started(conn),
                   request.get("policy") or "launch", request.get("capacity"))
-        job.group = group
+        job.group, job.realm = group, conn.realm
         job.terms = Terms.from_request(request)
-        if conn.uid != 0:  # root is the administrator: its terms stand as sent
+        if not conn.admin:  # the administrator's terms stand as sent
             job.terms = job.terms.within(self._allowed_terms(job.name)[1], self.arbiter.pool is not None)
         if fds:
             try:
@@ -345,10 +379,10 @@ class Daemon:
         job_id = request["job"]
         if job_id:  # pump-run's job (PUMP_JOB): pumpd made the id; another's job looks absent
             job = self.jobs.get(job_id)
-            if job is None or job.uid != conn.uid:
+            if job is None or not job.owned_by(conn.uid, conn.realm):
                 raise RequestError(f"no job {job_id} of this user")
             return job
-        parent = self._job_of_ancestor(conn.pid, conn.uid)
+        parent = self._job_of_ancestor(conn)
         if parent is not None:
             return parent
         # A shim preloaded by hand: the system's jobs.d/NAME.toml still applies to it.
@@ -360,29 +394,29 @@ class Daemon:
             policy = cfg.policy if cfg.source["policy"] != "default" else policy
             terms = Terms.from_config(cfg)
         job = Job(Job.new_id(), name, conn.uid, conn.pid, self._caller_started(conn), policy)
-        job.terms = terms
+        job.terms, job.realm = terms, conn.realm
         self.jobs[job.id] = job
         log.info("job %s (%s) started by the shim of pid %d, uid %d", job.id, job.name, conn.pid, conn.uid)
         self._rebalance()
         return job
 
-    def _job_of_ancestor(self, pid: int, uid: int):
+    def _job_of_ancestor(self, conn):
         """A hand-preloaded process's children join the job of their parent's session."""
         import psutil
         try:
-            parents = psutil.Process(pid).parents()
+            parents = psutil.Process(conn.pid).parents()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             return None
         ancestors = {p.pid for p in parents}
         for job in self.jobs.values():
-            if job.uid == uid and ancestors.intersection(job.sessions):
+            if job.owned_by(conn.uid, conn.realm) and ancestors.intersection(job.sessions):
                 return job
         return None
 
-    def _room_for_session(self, uid: int):
+    def _room_for_session(self, uid: int, admin=False):
         mine = sum(len(j.sessions) for j in self.jobs.values() if j.uid == uid)
         everyone = sum(len(j.sessions) for j in self.jobs.values())
-        why = limits.over_cap(uid, mine, limits.SESSIONS_PER_UID_MAX, everyone, limits.SESSIONS_MAX)
+        why = limits.over_cap(uid, mine, limits.SESSIONS_PER_UID_MAX, everyone, limits.SESSIONS_MAX, admin)
         if why:
             raise RequestError(f"too many sessions: {why}")
 
@@ -417,7 +451,7 @@ class Daemon:
             raise RequestError(f"resume: {exc}") from None
         fds.clear()  # the rings own them now
         job = self.jobs.get(ring.job)
-        if job is None or job.uid != conn.uid:
+        if job is None or not job.owned_by(conn.uid, conn.realm):
             ring.close()
             plan.close()
             raise RequestError("resume: the ring names no job of this user")
@@ -444,7 +478,7 @@ class Daemon:
     def _set(self, conn, request) -> dict:
         job = self._own_job(conn, request["job"])
         budget = request["budget"] or None  # 0 or null: back to the config's or the arbiter's
-        if conn.uid == 0:  # the administrator fixes budgets past the terms
+        if conn.admin:  # the administrator fixes budgets past the terms
             job.terms.set_bytes, job.terms.set_max_bytes = budget, None
         else:
             job.terms.set_by_user(budget, self._allowed_terms(job.name)[1], self.arbiter.pool is not None)
@@ -474,9 +508,9 @@ class Daemon:
         return reply
 
     def _own_job(self, conn, job_id, owner_only=False) -> Job:
-        """The job, if the caller may steer it (its owner; root too unless owner_only)."""
+        """The job, if the caller may steer it (its owner; the administrator too unless owner_only)."""
         job = self.jobs.get(job_id)
-        if job is None or (job.uid != conn.uid and (owner_only or conn.uid != 0)):
+        if job is None or (not job.owned_by(conn.uid, conn.realm) and (owner_only or not conn.admin)):
             raise RequestError(f"no job {job_id} of this user")  # another's job looks absent
         return job
 
