@@ -374,6 +374,25 @@ def test_entrypoint_binds_as_root_and_runs_the_daemon_as_its_user(python_for_nob
         proc.stderr.close()
 
 
+ADMIN_REPORT = """import json, os, socket
+print(json.dumps({"names": os.environ["LISTEN_FDNAMES"], "count": os.environ["LISTEN_FDS"],
+                  "bound": [socket.socket(fileno=fd).getsockname() for fd in (3, 4)]}), flush=True)
+"""
+
+
+def test_entrypoint_binds_the_administrators_socket_root_only(python_for_nobody, tmp_path):
+    tmp_path.chmod(0o755)
+    path, admin = tmp_path / "pumpd.sock", tmp_path / "admin" / "pumpd.sock"
+    user = next(line.split(":")[0] for line in open("/etc/passwd") if line.split(":")[2] == str(NOBODY))
+    r = subprocess.run([python_for_nobody, ENTRYPOINT, "--user", user, "--socket", str(path), "--admin-socket",
+                        str(admin), "--", python_for_nobody, "-c", ADMIN_REPORT],
+                       capture_output=True, text=True, cwd="/", timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {"names": "pumpd.socket:admin", "count": "2", "bound": [str(path), str(admin)]}
+    assert [(os.stat(p).st_uid, stat.S_IMODE(os.stat(p).st_mode)) for p in (admin.parent, admin)] == \
+        [(0, 0o700), (0, 0o600)]
+
+
 def test_entrypoint_refuses_what_it_cannot_do(python_for_nobody, tmp_path):
     def entrypoint(*args, **user):
         return subprocess.run([python_for_nobody, ENTRYPOINT, *args], capture_output=True, text=True, cwd="/", **user)

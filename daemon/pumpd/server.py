@@ -20,6 +20,7 @@ import time
 
 from pump import channel, config, protocol
 from pump.protocol import ProtocolError, printable
+from pumpd.adminsocket import listen_admin
 from pumpd.accept import NO_DESCRIPTOR_LEFT, OUT_OF_DESCRIPTORS, accept_forever, raise_descriptor_limit, refuse
 from pumpd.arbiter import Arbiter, Terms
 from pumpd.connection import Connection, RequestError, peer_credentials
@@ -104,29 +105,6 @@ class Daemon:
         sock.setblocking(False)
         return sock
 
-    def _listen_admin(self, admin_sock=None):
-        """The administrator's socket: systemd's (pumpd-admin.socket), else bound here
-        0600 in a 0700 directory; None if there is none."""
-        if admin_sock is not None or self.admin_socket is None:
-            if admin_sock is not None:
-                admin_sock.setblocking(False)
-            return admin_sock
-        os.makedirs(os.path.dirname(self.admin_socket), mode=0o700, exist_ok=True)
-        os.chmod(os.path.dirname(self.admin_socket), 0o700)
-        try:
-            os.unlink(self.admin_socket)
-        except FileNotFoundError:
-            pass
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-        old_umask = os.umask(0o177)
-        try:
-            sock.bind(self.admin_socket)
-        finally:
-            os.umask(old_umask)
-        sock.listen(socket.SOMAXCONN)
-        sock.setblocking(False)
-        return sock
-
     async def run(self, listen_sock=None, ready=None, admin_sock=None):
         self.stopping = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -146,8 +124,9 @@ class Daemon:
             self._start_metrics()
         bodies = {"accept": lambda: accept_forever(sock, self._admit, self.errors), "ingest": self._ingest,
                   "liveness": self._liveness, "telemetry": self._sample_telemetry}
-        admin = self._listen_admin(admin_sock)
+        admin = admin_sock if admin_sock is not None or self.admin_socket is None else listen_admin(self.admin_socket)
         if admin is not None:
+            admin.setblocking(False)
             bodies["admin"] = lambda: accept_forever(admin, lambda s: self._admit(s, admin=True), self.errors)
             log.info("the administrator's socket: %s", admin.getsockname())
         interval = systemd.watchdog_interval()
