@@ -10,8 +10,10 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import tempfile
+import threading
 import time
 import traceback
 
@@ -30,6 +32,7 @@ SECONDS = 12.0          # how long they attack, and the other user measures
 CYCLE = 30_000          # distinct launches per "iteration": a long one to learn and plan
 P99_BOUND = 0.25        # seconds, another user's status and attach
 WORST_BOUND = 1.0       # seconds, any one of them, and any callback asyncio reports
+WATCHDOG_SECONDS = 2.0  # the watchdog's timeout here (the unit's is 30 s): pinged every 1 s
 
 
 BASES = [(1 << 36) + i * (64 << 20) for i in range(64)]   # 64 allocations of 64 MiB
@@ -44,6 +47,17 @@ def hostile_records() -> np.ndarray:
     records["arg"][:, 0] = rng.integers(1, 1 << 40, CYCLE, dtype=np.uint64) * 16
     records["arg"][:, 2:5] = np.asarray(BASES, dtype=np.uint64)[rng.integers(0, len(BASES), (CYCLE, 3))]
     return records
+
+
+def watchdog_pings(notify: socket.socket, pings: list):
+    """Note when each WATCHDOG=1 arrives, until the socket is closed."""
+    while True:
+        try:
+            message = notify.recv(4096)
+        except OSError:
+            return
+        if b"WATCHDOG=1" in message:
+            pings.append(time.monotonic())
 
 
 def attack(path: str, seconds: float, report: int, records: np.ndarray):
@@ -98,7 +112,16 @@ def test_one_users_full_rings_leave_another_user_served_promptly():
     run_dir = tempfile.mkdtemp(prefix="pump-test-")
     os.chmod(run_dir, 0o755)
     path = os.path.join(run_dir, "pumpd.sock")
-    proc = start_pumpd(path, env=dict(clean_env(), RUNTIME_DIRECTORY=run_dir, PYTHONASYNCIODEBUG="1"),
+    # systemd's watchdog, as the unit sets it but every WATCHDOG_SECONDS: pumpd pings it
+    # from its event loop every half of that.
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(os.path.join(run_dir, "notify"))
+    pings = []
+    listener = threading.Thread(target=watchdog_pings, args=(notify, pings), daemon=True)
+    listener.start()
+    proc = start_pumpd(path, env=dict(clean_env(), RUNTIME_DIRECTORY=run_dir, PYTHONASYNCIODEBUG="1",
+                                      NOTIFY_SOCKET=notify.getsockname(),
+                                      WATCHDOG_USEC=str(int(WATCHDOG_SECONDS * 1e6))),
                        stderr=subprocess.PIPE, text=True)
     children = []
     try:
@@ -129,8 +152,10 @@ def test_one_users_full_rings_leave_another_user_served_promptly():
             os.kill(pid, 9)
             os.waitpid(pid, 0)
         stop_pumpd(proc)
+        notify.close()
         shutil.rmtree(run_dir)
     log = proc.stderr.read()
+    gaps = np.diff(pings)
     # Callbacks asyncio found slow, but for pumpd's stop (its main task: the last read of
     # every ring into traces, bounded by server.FLUSH_SECONDS), when nothing is served.
     slow = [float(t) for t in re.findall(r"(?m)^Executing (?!<Task finished name='Task-1' coro=<main).*"
@@ -139,8 +164,11 @@ def test_one_users_full_rings_leave_another_user_served_promptly():
                       f"max {max(v) * 1e3:.0f} ms over {len(v)}") for what, v in measured.items()}
     print(f"\n{ATTACKERS} hostile processes, {sum(r.get('events', 0) for r in reports)} of their "
           f"{sum(r.get('written', 0) for r in reports)} records read; another user's {figures}; "
-          f"{len(slow)} slow callbacks, the worst {max(slow, default=0) * 1e3:.0f} ms")
+          f"{len(slow)} slow callbacks, the worst {max(slow, default=0) * 1e3:.0f} ms; "
+          f"{len(pings)} watchdog pings, the longest gap {max(gaps, default=0) * 1e3:.0f} ms")
     assert all(r.get("events", 0) > 0 for r in reports), reports  # the attack ran and was read
     for what, v in measured.items():
         assert np.percentile(v, 99) < P99_BOUND and max(v) < WORST_BOUND, (what, figures[what])
+    # systemd would have killed a pumpd whose pings stopped for WATCHDOG_SECONDS
+    assert len(pings) > SECONDS / WATCHDOG_SECONDS and max(gaps) < WATCHDOG_SECONDS, gaps
     assert max(slow, default=0) < WORST_BOUND, [line for line in log.splitlines() if "took" in line][:5]
