@@ -15,6 +15,7 @@ checks after reading /proc that the process it read is still the one that connec
 a pid reused in between is not taken for it.
 """
 
+import functools
 import hashlib
 import os
 import signal
@@ -36,6 +37,11 @@ def _depth(pid) -> int:
     return 1  # a kernel before 4.1: no NSpid, no way to tell
 
 
+@functools.lru_cache(maxsize=1)
+def _own_depth() -> int:
+    return _depth("self")
+
+
 def realm(sock: socket.socket, pid: int) -> str:
     """The realm of the process at the other end of sock (pid from SO_PEERCRED)."""
     try:
@@ -44,7 +50,7 @@ def realm(sock: socket.socket, pid: int) -> str:
         pidfd = None  # before Linux 6.5: pid and start time only (the Connection's)
     try:
         try:
-            if _depth(pid) <= _depth("self"):
+            if _depth(pid) <= _own_depth():
                 found = ""
             else:
                 with open(f"/proc/{pid}/cgroup", "rb") as f:
