@@ -130,9 +130,11 @@ class Pod:
 @needs_root
 def test_pods_that_share_a_uid_do_not_share_jobs(service):
     path, admin = service
-    base = pathlib.Path("/sys/fs/cgroup/cpu")
-    if not shutil.which("unshare") or not (base / "cgroup.procs").exists():
-        pytest.skip("needs unshare and a cgroup v1 cpu hierarchy to make pods")
+    # a cgroup v1 cpu hierarchy, else the cgroup v2 tree
+    base = next((b for b in map(pathlib.Path, ("/sys/fs/cgroup/cpu", "/sys/fs/cgroup"))
+                 if (b / "cgroup.procs").exists()), None)
+    if not shutil.which("unshare") or base is None:
+        pytest.skip("needs unshare and a cgroup hierarchy to make pods")
     a = Pod(base / f"pump-test-pod-{os.getpid()}-a", path)
     b = Pod(base / f"pump-test-pod-{os.getpid()}-b", path)
     try:
