@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 
-from pump import protocol, runtime_dir
+from pump import admin, protocol, runtime_dir
 from pump.stats import human_bytes
 
 
@@ -81,9 +81,13 @@ COLUMNS = (  # (heading, format of a job)
 
 
 def daemon_sockets() -> list:
-    """The system daemon's socket, the caller's shared one, then the caller's embedded
-    daemons' (own files only)."""
-    paths = [protocol.default_socket()]
+    """The system daemon's socket (for root, the administrator's where there is one: every
+    user's jobs), the caller's shared one, then the caller's embedded daemons' (own files
+    only)."""
+    system = protocol.default_socket()
+    if system == protocol.SYSTEM_SOCKET:
+        system = admin.admin_socket() or system
+    paths = [system]
     try:
         shared = runtime_dir.user_socket(create=False)
         if shared not in paths:
