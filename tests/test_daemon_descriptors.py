@@ -158,7 +158,7 @@ def test_a_process_name_utf8_cannot_encode_becomes_one_it_can():
     """A hand-preloaded shim's job is named after its process, whose name is any bytes."""
     import subprocess
     import sys
-    from pumpd.server import _process_name
+    from pumpd.requests import _process_name
     child = subprocess.Popen([sys.executable, "-c", "import ctypes, sys; ctypes.CDLL(None).prctl(15, b'ev\\xffil'); "
                               "print(flush=True); sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
@@ -254,7 +254,8 @@ def daemon(tmp_path):
     from pumpd.jobs import start_time
     from pumpd.server import Daemon
     d = Daemon(str(tmp_path / "pumpd.sock"), str(tmp_path / "jobs"), jobs_dir=str(tmp_path / "jobs.d"))
-    d.conn = types.SimpleNamespace(pid=os.getpid(), uid=os.getuid(), started=start_time(os.getpid()), session=None)
+    d.conn = types.SimpleNamespace(pid=os.getpid(), uid=os.getuid(), started=start_time(os.getpid()), session=None,
+                                   admin=False, realm="")
     yield d
     for job in d.jobs.values():
         for s in job.sessions.values():
