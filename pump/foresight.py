@@ -44,6 +44,7 @@ BLOCK = 1 << BLOCK_SHIFT          # pump_channel.h's block: residency and plan u
 DEFAULT_TOLERANCE = 0.05          # the share of an iteration's launches that may differ
 MIN_PERIOD = 2
 MAX_HISTORY = 1 << 20             # launches kept; iterations longer than half of it are not learned
+KEY_CACHE_MAX = 1 << 16           # launch keys whose blocks are kept: a ring can name new keys without end
 ANCHORS = 16                      # recent launches considered as the period's anchor
 CANDIDATES = 64                   # periods tried per detection
 
@@ -203,6 +204,8 @@ class Foresight:
                 for i, key in enumerate(listed):
                     if key not in cache:
                         first.setdefault(key, i)
+                if len(cache) + len(first) > KEY_CACHE_MAX:
+                    cache.clear()  # a cache: what pumpd holds for one session stays bounded
                 for key, i in first.items():
                     cache[key] = self._needed_blocks(batch, i)
                 self.blocks.extend(map(cache.__getitem__, listed))

@@ -295,3 +295,17 @@ def test_a_batch_of_distinct_kernels_is_read_in_linear_time():
     started = time.process_time()
     f.observe(channel.decode(recs))
     assert time.process_time() - started < 3.0
+
+
+def test_the_blocks_kept_per_launch_key_are_bounded():
+    """A ring may name a new launch key in every record: pumpd keeps the blocks of at
+    most KEY_CACHE_MAX keys per session, however many batches come."""
+    from pump.foresight import KEY_CACHE_MAX
+    rng = np.random.default_rng(2)
+    f = Foresight(64 * MIB, 50e9)
+    for _ in range(3):
+        recs = np.zeros(1 << 16, channel.EVENT)
+        recs["kind"], recs["count"] = channel.KIND["launch"], 1
+        recs["arg"][:, 0] = rng.integers(1, 1 << 40, len(recs), dtype=np.uint64) * 16
+        f.observe(channel.decode(recs))
+    assert len(f._blocks_of_key) <= KEY_CACHE_MAX
