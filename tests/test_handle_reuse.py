@@ -48,3 +48,16 @@ def test_reuse_can_be_turned_off(run_program):
     assert run.result["same_handle"] is False
     bad = run_program("handle_reuse", "module", "padded", pump=False, env={"FAKECUDA_HANDLE_REUSE": "sometimes"})
     assert bad.proc.returncode == 2 and "FAKECUDA_HANDLE_REUSE=sometimes: allowed: 1" in bad.proc.stderr
+
+
+@pytest.mark.parametrize("variant", ["asan", "tsan"])
+def test_reused_handles_race_other_launches(run_program, variant):
+    """A thread loads, launches and unloads modules (wide and narrow in turn at one address)
+    while another launches its own kernel, whose layout each unload makes pump ask again."""
+    env = {"PUMP_SOCKET": "", "PUMP_POLICY": "launch", "ASAN_OPTIONS": "detect_leaks=1",
+           "TSAN_OPTIONS": "halt_on_error=1"}
+    run = run_program("handle_reuse", "race", "exact", variant=variant, env=env)
+    assert run.proc.returncode == 0, run.proc.stderr[-4000:]
+    assert "Sanitizer" not in run.proc.stderr and "runtime error" not in run.proc.stderr, run.proc.stderr[-4000:]
+    assert run.result["same_handle"] is True and run.result["launches"] > 0
+    assert run.totals["launches_unscanned"] == 0

@@ -12,7 +12,17 @@
  * heap: a read past it is ASan's heap-buffer-overflow) or padded (14 more entries after
  * them, each pointing at a zero word: a read past the 2 is counted, not a crash). One JSON
  * line: whether the address came back, narrow's GPU faults, a checksum of x.
+ *
+ *   handle_reuse race exact
+ * A second thread loads a module, launches wide or narrow (in turn: the same address each
+ * time, its layout changing) and unloads it, ROUNDS times, while the first launches narrow
+ * of a module of its own, whose layout each unload makes pump ask again: for the
+ * sanitizers (the layout table's compare-and-swap, the retired layouts). One JSON line:
+ * whether every round got the same address, and the first thread's launches.
  */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "cuda_api.h"
@@ -105,18 +115,99 @@ static CUfunction launch_wide_and_unload(const char *how, CUstream stream)
     return wide;
 }
 
+#define ROUNDS 200
+
+static CUcontext context;
+static atomic_bool churn_done;
+static atomic_bool churn_same = true;
+
+/* The second thread of `race`: modules loaded, launched and unloaded in turn. */
+static void *churn(void *arg)
+{
+    (void)arg;
+    CHECK(api.ctx_set_current(context));
+    CUstream stream;
+    CHECK(api.stream_create(&stream, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr arrays[WIDE];
+    for (int i = 0; i < WIDE; i++)
+        CHECK(api.mem_alloc_managed(&arrays[i], 64 * sizeof(float), CU_MEM_ATTACH_GLOBAL));
+    uint64_t n = 64;
+    CUfunction first = NULL;
+    for (int round = 0; round < ROUNDS; round++) {
+        bool wide = round % 2 == 0;
+        CUmodule module;
+        CUfunction f;
+        CHECK(api.module_load_data(&module, "fakecuda"));
+        CHECK(api.module_get_function(&f, module, wide ? "wide" : "narrow"));
+        first = first != NULL ? first : f;
+        if (f != first)
+            atomic_store(&churn_same, false);
+        void **params = malloc((wide ? WIDE : 2) * sizeof *params);  /* exact: ASan sees a read past it */
+        if (params == NULL)
+            exit(3);
+        for (int i = 0; i < (wide ? WIDE : 1); i++)
+            params[i] = &arrays[i];
+        if (!wide)
+            params[1] = &n;
+        CHECK(api.launch_kernel(f, 1, 1, 1, 64, 1, 1, 0, stream, params, NULL));
+        CHECK(api.stream_synchronize(stream));
+        free(params);
+        CHECK(ENTRY(cuModuleUnload, 2000)(module));
+    }
+    for (int i = 0; i < WIDE; i++)
+        CHECK(api.mem_free(arrays[i]));
+    atomic_store(&churn_done, true);
+    return NULL;
+}
+
+/* The first thread of `race`: its own module's narrow, launched until the churn ends. */
+static int race(void)
+{
+    CUstream stream;
+    CHECK(api.stream_create(&stream, CU_STREAM_NON_BLOCKING));
+    CUmodule module;
+    CUfunction narrow;
+    CHECK(api.module_load_data(&module, "fakecuda"));
+    CHECK(api.module_get_function(&narrow, module, "narrow"));
+    CUdeviceptr x;
+    CHECK(api.mem_alloc_managed(&x, 64 * sizeof(float), CU_MEM_ATTACH_GLOBAL));
+    uint64_t n = 64, launches = 0;
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, churn, NULL) != 0)
+        return 3;
+    while (!atomic_load(&churn_done) || launches == 0) {
+        void **params = malloc(2 * sizeof *params);
+        if (params == NULL)
+            return 3;
+        params[0] = &x;
+        params[1] = &n;
+        CHECK(api.launch_kernel(narrow, 1, 1, 1, 64, 1, 1, 0, stream, params, NULL));
+        CHECK(api.stream_synchronize(stream));
+        free(params);
+        launches++;
+    }
+    pthread_join(thread, NULL);
+    CHECK(api.mem_free(x));
+    CHECK(ENTRY(cuModuleUnload, 2000)(module));
+    printf("{\"same_handle\": %s, \"launches\": %llu}\n", atomic_load(&churn_same) ? "true" : "false",
+           (unsigned long long)launches);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *how = argc == 3 ? argv[1] : "";
     const char *layout = argc == 3 ? argv[2] : "";
-    if ((strcmp(how, "module") != 0 && strcmp(how, "library") != 0) ||
+    if ((strcmp(how, "module") != 0 && strcmp(how, "library") != 0 && strcmp(how, "race") != 0) ||
         (strcmp(layout, "exact") != 0 && strcmp(layout, "padded") != 0)) {
-        fprintf(stderr, "usage: handle_reuse module|library exact|padded\n");
+        fprintf(stderr, "usage: handle_reuse module|library|race exact|padded\n");
         return 2;
     }
     cuda_api_load(&api, 0);
-    cuda_api_start(&api);
+    CHECK(api.primary_ctx_retain(&context, cuda_api_start(&api)));
     register_kernels();
+    if (strcmp(how, "race") == 0)
+        return race();
     CUstream stream;
     CHECK(api.stream_create(&stream, CU_STREAM_NON_BLOCKING));
     CUfunction wide = launch_wide_and_unload(how, stream);
