@@ -46,7 +46,7 @@ static const struct pump_layout *values[PUMP_LAYOUT_SLOTS];
 static uint8_t announced[PUMP_LAYOUT_SLOTS];  /* 1 once its announcer took it */
 static bool (*_Atomic announcer)(CUfunction f);
 static const struct pump_layout unknown_layout = {.known = false, .epoch = 0};  /* never current */
-static uint32_t epoch = 1;  /* moved on by each unload; 0 is never current */
+PUMP_HIDDEN uint32_t pump_layouts_epoch = 1;  /* moved on by each unload; 0 is never current */
 static struct pump_layout *retired;  /* replaced layouts, linked through `retired_next` */
 
 typedef CUresult (*param_info_fn)(void *handle, size_t index, size_t *offset, size_t *size);
@@ -179,7 +179,7 @@ PUMP_HIDDEN const struct pump_layout *pump_layout_of(CUfunction f)
 {
     /* Relaxed is enough: a recycled handle reaches this thread through the driver's
      * unload and load, which order the epoch's move before. */
-    uint32_t now = __atomic_load_n(&epoch, __ATOMIC_RELAXED);
+    uint32_t now = __atomic_load_n(&pump_layouts_epoch, __ATOMIC_RELAXED);
     if (PUMP_LIKELY(f == last_function && last_epoch == now))  /* now is never 0: last_epoch is set */
         return last_layout;
     const struct pump_layout *layout = cached_layout_of(f, &now);
@@ -191,9 +191,9 @@ PUMP_HIDDEN const struct pump_layout *pump_layout_of(CUfunction f)
 
 PUMP_HIDDEN void pump_layouts_forget(void)
 {
-    uint32_t next = __atomic_add_fetch(&epoch, 1, __ATOMIC_SEQ_CST);
+    uint32_t next = __atomic_add_fetch(&pump_layouts_epoch, 1, __ATOMIC_SEQ_CST);
     if (next == 0)  /* 2^32 unloads: 0 stays never current */
-        __atomic_compare_exchange_n(&epoch, &next, 1, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
+        __atomic_compare_exchange_n(&pump_layouts_epoch, &next, 1, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
 }
 
 static void announce(size_t slot)
@@ -235,7 +235,7 @@ static const struct pump_layout *current_at(size_t slot, CUfunction f, uint32_t 
 {
     for (;;) {
         const struct pump_layout *old = value_at(slot);
-        uint32_t now = __atomic_load_n(&epoch, __ATOMIC_ACQUIRE);
+        uint32_t now = __atomic_load_n(&pump_layouts_epoch, __ATOMIC_ACQUIRE);
         if (__atomic_load_n(&old->epoch, __ATOMIC_ACQUIRE) == now) {
             *current = now;
             return old;
@@ -277,7 +277,7 @@ static const struct pump_layout *cached_layout_of(CUfunction f, uint32_t *curren
             return current_at(slot, f, current);
         if (k != 0)
             continue;
-        uint32_t now = __atomic_load_n(&epoch, __ATOMIC_ACQUIRE);
+        uint32_t now = __atomic_load_n(&pump_layouts_epoch, __ATOMIC_ACQUIRE);
         const struct pump_layout *layout = build(f, now);
         uintptr_t empty = 0;
         if (__atomic_compare_exchange_n(&keys[slot], &empty, key, false, __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE)) {
@@ -291,6 +291,6 @@ static const struct pump_layout *cached_layout_of(CUfunction f, uint32_t *curren
             return current_at(slot, f, current);
     }
     pump_log_once("more than %d kernels: layouts of the newest are not cached", PUMP_LAYOUT_SLOTS);
-    *current = __atomic_load_n(&epoch, __ATOMIC_ACQUIRE);  /* unknown whatever the epoch */
+    *current = __atomic_load_n(&pump_layouts_epoch, __ATOMIC_ACQUIRE);  /* unknown whatever the epoch */
     return &unknown_layout;
 }

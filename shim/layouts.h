@@ -32,6 +32,10 @@ PUMP_HIDDEN const struct pump_layout *pump_layout_of(CUfunction f);
  * next launch. Lock-free, no driver call. */
 PUMP_HIDDEN void pump_layouts_forget(void);
 
+/* How many unloads have come (moved on by pump_layouts_forget; never 0): what a cache of
+ * anything learned about a handle compares (read relaxed) to know it may be stale. */
+extern PUMP_HIDDEN uint32_t pump_layouts_epoch;
+
 /* From now on, fn hears of every function whose layout is built, and now of
  * those built before: each once, by whoever gets there first (the thread
  * building its layout, or this call). fn answers false when it could not

@@ -33,6 +33,11 @@ def test_reused_handle_is_scanned_with_its_own_layout(run_program, program, how)
     totals = run.totals
     assert totals["launches"] == 2 and totals["launches_unscanned"] == 0
     assert totals["scan_words"] == WIDE_WORDS + NARROW_WORDS
+    # each launch counted by its own handle's kind, though the thread's last handle had that address
+    wide_kind = "launches_kernel_handles" if how == "library" else "launches_function_handles"
+    counted = {kind: totals[kind] for kind in ("launches_kernel_handles", "launches_function_handles")}
+    assert counted == {"launches_kernel_handles": int(wide_kind == "launches_kernel_handles"),
+                       "launches_function_handles": 1 + int(wide_kind == "launches_function_handles")}
 
 
 @pytest.mark.parametrize("how", ["module", "library"])
