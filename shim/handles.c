@@ -84,8 +84,8 @@ PUMP_HIDDEN const void *pump_handle_owner_of(const void *handle)
     return slot < 0 ? NULL : (const void *)__atomic_load_n(&owners[slot], __ATOMIC_ACQUIRE);
 }
 
-/* One pass over the table (512 KiB of words, 512 KiB of owners): tens of microseconds, next
- * to an unload's own cost. A handle of no known owner may be the unloaded one's too. */
+/* One pass over the table (512 KiB of words, 512 KiB of owners, read in order), once per
+ * unload, off the launch path. A handle of no known owner may be the unloaded one's too. */
 PUMP_HIDDEN void pump_handles_forget(const void *owner)
 {
     for (size_t slot = 0; slot < HANDLE_SLOTS; slot++) {

@@ -25,8 +25,9 @@
  * was asked in, and any unload (which may be of a handle pump knows no owner
  * of: a graph node's, a private entry point's) moves the epoch on before the
  * driver frees anything: every cached layout is asked again once, at its next
- * launch ((params + 1) parameter-info calls; an unload costs the driver far
- * more). A layout asked again and found the same is kept; one that changed is
+ * launch ((params + 1) parameter-info calls, host-side lookups, against the
+ * module load that usually follows an unload, which reads or JITs an image).
+ * A layout asked again and found the same is kept; one that changed is
  * replaced, the old one kept on a list, not freed (a racing scan may be
  * reading it): one per reused address whose kernel changed.
  */
