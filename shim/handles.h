@@ -20,11 +20,20 @@ enum pump_handle_kind {
                               as a CUkernel (cuKernelGetFunction's argument, a graph node's `kern`) */
 };
 
-/* Records the kind the driver handed `handle` out as (the latest answer wins: an address
- * the driver reuses after an unload may come back as the other kind). Lock-free. */
-PUMP_HIDDEN void pump_handle_note(const void *handle, enum pump_handle_kind kind);
+/* Records the kind the driver handed `handle` out as, and the module or library that did
+ * (owner, a CUmodule or CUlibrary; NULL when not known, which keeps an owner noted before).
+ * The latest answer wins: an address the driver reuses after an unload may come back as
+ * the other kind. Lock-free. */
+PUMP_HIDDEN void pump_handle_note(const void *handle, enum pump_handle_kind kind, const void *owner);
 
 /* The kind last noted for `handle`, or PUMP_HANDLE_UNKNOWN. Lock-free, no driver call. */
 PUMP_HIDDEN enum pump_handle_kind pump_handle_kind_of(const void *handle);
+
+/* The module or library noted as handing `handle` out, or NULL. */
+PUMP_HIDDEN const void *pump_handle_owner_of(const void *handle);
+
+/* owner is being unloaded: the kinds of its handles, and of those of no known owner, become
+ * unknown (the driver may reuse their addresses). Lock-free; a pass over the table. */
+PUMP_HIDDEN void pump_handles_forget(const void *owner);
 
 #endif

@@ -98,6 +98,9 @@ typedef CUresult (CUDAAPI *pump_pfn_graph_instantiate_v10000)(CUgraphExec *phGra
     X(library_get_kernel, "cuLibraryGetKernel", PFN_cuLibraryGetKernel_v12000)          \
     X(library_enumerate_kernels, "cuLibraryEnumerateKernels",                           \
       PFN_cuLibraryEnumerateKernels_v12040)                                             \
+    /* ... and where they end: their addresses may name other kernels after */          \
+    X(module_unload, "cuModuleUnload", PFN_cuModuleUnload_v2000)                        \
+    X(library_unload, "cuLibraryUnload", PFN_cuLibraryUnload_v12000)                    \
     /* TMA descriptors: the memory each names (hooks_tensor_maps.c) */                  \
     X(tensor_map_encode_tiled, "cuTensorMapEncodeTiled", PFN_cuTensorMapEncodeTiled_v12000) \
     X(tensor_map_encode_im2col, "cuTensorMapEncodeIm2col", PFN_cuTensorMapEncodeIm2col_v12000) \

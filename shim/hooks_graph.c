@@ -80,7 +80,7 @@ static bool scan_kernel(struct node_use *use, CUfunction f, CUkernel kernel, voi
 {
     struct pump_scan scan;
     if (f == NULL && kernel != NULL)
-        pump_handle_note(kernel, PUMP_HANDLE_KERNEL);  /* the node's `kern`: a CUkernel, as cuda.h types it */
+        pump_handle_note(kernel, PUMP_HANDLE_KERNEL, NULL); /* the node's `kern`: a CUkernel, as cuda.h types it */
     pump_scan_launch(f != NULL ? f : (CUfunction)kernel, params, extra, &scan);
     if (scan.unscanned)
         return false;

@@ -8,19 +8,24 @@
 #include "channel.h"
 #include "handles.h"
 #include "hooks_common.h"
+#include "layouts.h"
 #include "residency.h"
 #include "stream_users.h"
 
 /* Which kind of handle the launch named: whether a framework's kernels reach the driver
  * as CUkernels or CUfunctions is what the first GPU run must tell (handles.h). Each
- * thread remembers its last handle's kind: launches repeat kernels. */
+ * thread remembers its last handle's kind until an unload (which may give the address
+ * to another kernel): launches repeat kernels. */
 static void count_handle_kind(CUfunction f)
 {
     static __attribute__((tls_model("initial-exec"))) _Thread_local CUfunction last;
+    static __attribute__((tls_model("initial-exec"))) _Thread_local uint32_t last_epoch;
     static __attribute__((tls_model("initial-exec"))) _Thread_local enum pump_handle_kind last_kind;
-    if (f != last) {
+    uint32_t now = __atomic_load_n(&pump_layouts_epoch, __ATOMIC_RELAXED);
+    if (f != last || now != last_epoch) {
         last_kind = pump_handle_kind_of(f);
         last = f;
+        last_epoch = now;
     }
     if (last_kind == PUMP_HANDLE_KERNEL)
         PUMP_COUNT(launches_kernel_handles, 1);

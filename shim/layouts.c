@@ -18,11 +18,21 @@
  * 13.2: indices are asked for until it answers CUDA_ERROR_INVALID_VALUE.
  *
  * The cache is an open-addressed table written with compare-and-swap: no
- * lock on the launch path. Layouts are never freed (a handle outlives its
- * launches; a reused handle address after a module unload would keep an old
- * layout).
+ * lock on the launch path. A handle's address does not name one kernel for
+ * good: after cuModuleUnload or cuLibraryUnload the driver may hand it to
+ * another kernel, and scanning that kernel's launch with the old layout would
+ * read kernelParams past its end. So each layout carries the unload epoch it
+ * was asked in, and any unload (which may be of a handle pump knows no owner
+ * of: a graph node's, a private entry point's) moves the epoch on before the
+ * driver frees anything: every cached layout is asked again once, at its next
+ * launch ((params + 1) parameter-info calls, host-side lookups, against the
+ * module load that usually follows an unload, which reads or JITs an image).
+ * A layout asked again and found the same is kept; one that changed is
+ * replaced, the old one kept on a list, not freed (a racing scan may be
+ * reading it): one per reused address whose kernel changed.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "capture_mode.h"
 #include "handles.h"
@@ -36,7 +46,9 @@ static uintptr_t keys[PUMP_LAYOUT_SLOTS];
 static const struct pump_layout *values[PUMP_LAYOUT_SLOTS];
 static uint8_t announced[PUMP_LAYOUT_SLOTS];  /* 1 once its announcer took it */
 static bool (*_Atomic announcer)(CUfunction f);
-static const struct pump_layout unknown_layout = {.known = false};
+static const struct pump_layout unknown_layout = {.known = false, .epoch = 0};  /* never current */
+PUMP_HIDDEN uint32_t pump_layouts_epoch = 1;  /* moved on by each unload; 0 is never current */
+static struct pump_layout *retired;  /* replaced layouts, linked through `retired_next` */
 
 typedef CUresult (*param_info_fn)(void *handle, size_t index, size_t *offset, size_t *size);
 
@@ -100,7 +112,9 @@ static struct pump_word *add_spans(struct pump_word *next, uint32_t param, size_
     return next;
 }
 
-static const struct pump_layout *build(CUfunction f)
+/* The layout as the driver answers now (known false if it would not), stamped with
+ * `asked` (the epoch before asking); the shared unknown_layout only without memory. */
+static const struct pump_layout *build(CUfunction f, uint32_t asked)
 {
     size_t *offsets = malloc(2 * PUMP_MAX_PARAMS * sizeof(size_t));
     if (offsets == NULL)
@@ -110,10 +124,8 @@ static const struct pump_layout *build(CUfunction f)
     struct pump_capture_mode mode = pump_capture_relax();
     bool ok = ask(f, offsets, sizes, &params);
     pump_capture_restore(&mode);
-    if (!ok) {
-        free(offsets);
-        return &unknown_layout;
-    }
+    if (!ok)
+        params = 0;
 
     uint32_t words = 0, windows = 0;
     for (uint32_t i = 0; i < params; i++) {
@@ -125,7 +137,9 @@ static const struct pump_layout *build(CUfunction f)
         free(offsets);
         return &unknown_layout;
     }
-    layout->known = true;
+    layout->known = ok;
+    layout->epoch = asked;
+    layout->retired_next = NULL;
     layout->params = params;
     layout->words = words;
     layout->windows = windows;
@@ -152,22 +166,35 @@ static const struct pump_layout *value_at(size_t slot)
     return v;
 }
 
-/* Launches repeat the same kernel: each thread remembers its last one. The
- * library is preloaded, so its thread-locals can live in the static TLS block. */
+/* Launches repeat the same kernel: each thread remembers its last one, and the
+ * epoch it was current in. The library is preloaded, so its thread-locals can
+ * live in the static TLS block. */
 #define PUMP_TLS __attribute__((tls_model("initial-exec"))) _Thread_local
 static PUMP_TLS CUfunction last_function;
 static PUMP_TLS const struct pump_layout *last_layout;
+static PUMP_TLS uint32_t last_epoch;
 
-static const struct pump_layout *cached_layout_of(CUfunction f);
+static const struct pump_layout *cached_layout_of(CUfunction f, uint32_t *current);
 
 PUMP_HIDDEN const struct pump_layout *pump_layout_of(CUfunction f)
 {
-    if (PUMP_LIKELY(f == last_function && last_layout != NULL))
+    /* Relaxed is enough: a recycled handle reaches this thread through the driver's
+     * unload and load, which order the epoch's move before. */
+    uint32_t now = __atomic_load_n(&pump_layouts_epoch, __ATOMIC_RELAXED);
+    if (PUMP_LIKELY(f == last_function && last_epoch == now))  /* now is never 0: last_epoch is set */
         return last_layout;
-    const struct pump_layout *layout = cached_layout_of(f);
+    const struct pump_layout *layout = cached_layout_of(f, &now);
     last_function = f;
     last_layout = layout;
+    last_epoch = now;
     return layout;
+}
+
+PUMP_HIDDEN void pump_layouts_forget(void)
+{
+    uint32_t next = __atomic_add_fetch(&pump_layouts_epoch, 1, __ATOMIC_SEQ_CST);
+    if (next == 0)  /* 2^32 unloads: 0 stays never current */
+        __atomic_compare_exchange_n(&pump_layouts_epoch, &next, 1, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
 }
 
 static void announce(size_t slot)
@@ -191,28 +218,80 @@ PUMP_HIDDEN void pump_layouts_announce(bool (*fn)(CUfunction f))
             announce(slot);
 }
 
-static const struct pump_layout *cached_layout_of(CUfunction f)
+static bool same_layout(const struct pump_layout *a, const struct pump_layout *b)
+{
+    return a->known == b->known && a->params == b->params && a->words == b->words && a->windows == b->windows &&
+           memcmp(a->word, b->word, (a->words + a->windows) * sizeof a->word[0]) == 0;
+}
+
+static void discard(const struct pump_layout *layout)
+{
+    if (layout != &unknown_layout)
+        free((void *)layout);
+}
+
+/* The layout in `slot` (f's), asked again if an unload came since it was: kept if the
+ * driver answers the same, else replaced (and announced again: another kernel). */
+static const struct pump_layout *current_at(size_t slot, CUfunction f, uint32_t *current)
+{
+    for (;;) {
+        const struct pump_layout *old = value_at(slot);
+        uint32_t now = __atomic_load_n(&pump_layouts_epoch, __ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&old->epoch, __ATOMIC_ACQUIRE) == now) {
+            *current = now;
+            return old;
+        }
+        const struct pump_layout *fresh = build(f, now);
+        if (old != &unknown_layout && fresh != &unknown_layout && same_layout(old, fresh)) {
+            __atomic_store_n(&((struct pump_layout *)old)->epoch, now, __ATOMIC_RELEASE);
+            discard(fresh);
+            *current = now;
+            return old;
+        }
+        const struct pump_layout *expected = old;
+        if (!__atomic_compare_exchange_n(&values[slot], &expected, fresh, false, __ATOMIC_ACQ_REL,
+                                         __ATOMIC_ACQUIRE)) {
+            discard(fresh);  /* another thread replaced it: look again */
+            continue;
+        }
+        if (old != &unknown_layout) {
+            struct pump_layout *o = (struct pump_layout *)old;
+            o->retired_next = __atomic_load_n(&retired, __ATOMIC_RELAXED);
+            while (!__atomic_compare_exchange_n(&retired, &o->retired_next, o, true, __ATOMIC_RELEASE,
+                                                __ATOMIC_RELAXED))
+                ;
+        }
+        __atomic_store_n(&announced[slot], 0, __ATOMIC_RELAXED);
+        announce(slot);
+        *current = fresh->epoch;
+        return fresh;
+    }
+}
+
+static const struct pump_layout *cached_layout_of(CUfunction f, uint32_t *current)
 {
     uintptr_t key = (uintptr_t)f;
     size_t slot = slot_of(key);
     for (size_t probe = 0; probe < PUMP_LAYOUT_SLOTS; probe++, slot = (slot + 1) & (PUMP_LAYOUT_SLOTS - 1)) {
         uintptr_t k = __atomic_load_n(&keys[slot], __ATOMIC_ACQUIRE);
         if (k == key)
-            return value_at(slot);
+            return current_at(slot, f, current);
         if (k != 0)
             continue;
-        const struct pump_layout *layout = build(f);
+        uint32_t now = __atomic_load_n(&pump_layouts_epoch, __ATOMIC_ACQUIRE);
+        const struct pump_layout *layout = build(f, now);
         uintptr_t empty = 0;
         if (__atomic_compare_exchange_n(&keys[slot], &empty, key, false, __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE)) {
             __atomic_store_n(&values[slot], layout, __ATOMIC_RELEASE);
             announce(slot);
+            *current = layout->epoch;
             return layout;
         }
-        if (layout != &unknown_layout)
-            free((void *)layout);
+        discard(layout);
         if (empty == key)  /* another thread cached the same function first */
-            return value_at(slot);
+            return current_at(slot, f, current);
     }
     pump_log_once("more than %d kernels: layouts of the newest are not cached", PUMP_LAYOUT_SLOTS);
+    *current = __atomic_load_n(&pump_layouts_epoch, __ATOMIC_ACQUIRE);  /* unknown whatever the epoch */
     return &unknown_layout;
 }

@@ -15,6 +15,8 @@ struct pump_word {
 
 struct pump_layout {
     bool known;                /* false: the driver could not tell us */
+    uint32_t epoch;            /* the unload epoch it was (last) asked in (layouts.c) */
+    struct pump_layout *retired_next;  /* once replaced: the list of those replaced */
     uint32_t params;
     uint32_t words;
     uint32_t windows;          /* 64-byte-aligned 128-byte spans inside a parameter: where a TMA
@@ -24,6 +26,15 @@ struct pump_layout {
 
 /* The layout of f (a CUfunction, or a CUkernel cast to one); never NULL. */
 PUMP_HIDDEN const struct pump_layout *pump_layout_of(CUfunction f);
+
+/* A module or library is about to be unloaded (and again once it was): its handles'
+ * addresses may name other kernels from now on, so every layout is asked again at its
+ * next launch. Lock-free, no driver call. */
+PUMP_HIDDEN void pump_layouts_forget(void);
+
+/* How many unloads have come (moved on by pump_layouts_forget; never 0): what a cache of
+ * anything learned about a handle compares (read relaxed) to know it may be stale. */
+extern PUMP_HIDDEN uint32_t pump_layouts_epoch;
 
 /* From now on, fn hears of every function whose layout is built, and now of
  * those built before: each once, by whoever gets there first (the thread

@@ -2,7 +2,9 @@
  *
  * Every 8-byte-aligned word of every parameter (in the device-side layout
  * the driver reports) is looked up in the range table; pointers inside
- * struct arguments count the same as bare pointer arguments.
+ * struct arguments count the same as bare pointer arguments. kernelParams
+ * carries no length: the layout, the driver's answer for this handle (asked
+ * again after any unload, layouts.c), is the only bound on what is read.
  *
  * The extent rule: a word that points anywhere inside a managed allocation
  * stands for the WHOLE allocation. A kernel may index anywhere from a pointer

@@ -44,9 +44,10 @@ def test_descriptor_memory_prefetched_sanitized(run_program, variant):
 
 @pytest.mark.parametrize("variant", ["plain", "asan", "tsan"])
 def test_tables_units(c_build, variant):
-    """tests/c/units_tables.c: the handle-kind and descriptor tables, with racing threads."""
+    """tests/c/units_tables.c: the handle-kind table (kinds, owners, unloads forgetting) and the
+    descriptor table, with racing threads."""
     proc = subprocess.run([str(c_build / variant / "units_tables")], capture_output=True, text=True, timeout=300,
                           env={"TSAN_OPTIONS": "halt_on_error=1", "ASAN_OPTIONS": "detect_leaks=1"})
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     assert "Sanitizer" not in proc.stderr and "runtime error" not in proc.stderr, proc.stderr[-4000:]
-    assert proc.stdout.splitlines()[-1] == "units_tables: 24 passed, 0 failed"
+    assert proc.stdout.splitlines()[-1] == "units_tables: 33 passed, 0 failed"

@@ -29,17 +29,39 @@ static void test_handle_kinds(void)
 {
     static _Alignas(16) char objects[4][16];
     EXPECT(pump_handle_kind_of(objects[0]) == PUMP_HANDLE_UNKNOWN);
-    pump_handle_note(objects[0], PUMP_HANDLE_KERNEL);
-    pump_handle_note(objects[1], PUMP_HANDLE_FUNCTION);
+    pump_handle_note(objects[0], PUMP_HANDLE_KERNEL, NULL);
+    pump_handle_note(objects[1], PUMP_HANDLE_FUNCTION, NULL);
     EXPECT(pump_handle_kind_of(objects[0]) == PUMP_HANDLE_KERNEL);
     EXPECT(pump_handle_kind_of(objects[1]) == PUMP_HANDLE_FUNCTION);
     EXPECT(pump_handle_kind_of(objects[2]) == PUMP_HANDLE_UNKNOWN);
-    pump_handle_note(objects[0], PUMP_HANDLE_FUNCTION);  /* an address reused as the other kind */
+    pump_handle_note(objects[0], PUMP_HANDLE_FUNCTION, NULL);  /* an address reused as the other kind */
     EXPECT(pump_handle_kind_of(objects[0]) == PUMP_HANDLE_FUNCTION);
-    pump_handle_note(objects[3] + 1, PUMP_HANDLE_KERNEL);  /* not a driver object's address */
+    pump_handle_note(objects[3] + 1, PUMP_HANDLE_KERNEL, NULL);  /* not a driver object's address */
     EXPECT(pump_handle_kind_of(objects[3] + 1) == PUMP_HANDLE_UNKNOWN);
-    pump_handle_note(NULL, PUMP_HANDLE_KERNEL);
+    pump_handle_note(NULL, PUMP_HANDLE_KERNEL, NULL);
     EXPECT(pump_handle_kind_of(NULL) == PUMP_HANDLE_UNKNOWN);
+}
+
+/* An unload forgets the kinds of the owner's handles and of those of no known owner. */
+static void test_handle_owners(void)
+{
+    static _Alignas(16) char objects[4][16], module_a, module_b;
+    pump_handle_note(objects[0], PUMP_HANDLE_FUNCTION, &module_a);
+    pump_handle_note(objects[1], PUMP_HANDLE_KERNEL, &module_b);
+    pump_handle_note(objects[2], PUMP_HANDLE_KERNEL, NULL);
+    pump_handle_note(objects[1], PUMP_HANDLE_KERNEL, NULL);  /* a graph node's: the owner stays */
+    EXPECT(pump_handle_owner_of(objects[0]) == &module_a);
+    EXPECT(pump_handle_owner_of(objects[1]) == &module_b);
+    pump_handles_forget(&module_a);
+    EXPECT(pump_handle_kind_of(objects[0]) == PUMP_HANDLE_UNKNOWN);
+    EXPECT(pump_handle_owner_of(objects[0]) == NULL);
+    EXPECT(pump_handle_kind_of(objects[1]) == PUMP_HANDLE_KERNEL);
+    EXPECT(pump_handle_kind_of(objects[2]) == PUMP_HANDLE_UNKNOWN);
+    pump_handle_note(objects[0], PUMP_HANDLE_KERNEL, &module_b);  /* the address handed out again */
+    EXPECT(pump_handle_kind_of(objects[0]) == PUMP_HANDLE_KERNEL);
+    pump_handles_forget(&module_b);
+    EXPECT(pump_handle_kind_of(objects[0]) == PUMP_HANDLE_UNKNOWN);
+    EXPECT(pump_handle_kind_of(objects[1]) == PUMP_HANDLE_UNKNOWN);
 }
 
 /* A descriptor's bytes made from a number, and the region that number stands for. */
@@ -143,7 +165,7 @@ static void *handle_writer(void *arg)
     for (int round = 0; round < 200; round++)
         for (int i = 0; i < 256; i++)
             pump_handle_note(objects[i], (i + round + (int)(uintptr_t)arg) % 2 ? PUMP_HANDLE_KERNEL
-                                                                               : PUMP_HANDLE_FUNCTION);
+                                                                               : PUMP_HANDLE_FUNCTION, NULL);
     for (int i = 0; i < 256; i++)
         if (pump_handle_kind_of(objects[i]) == PUMP_HANDLE_UNKNOWN)
             atomic_fetch_add(&torn, 1);
@@ -172,6 +194,7 @@ static void test_races(void)
 int main(void)
 {
     test_handle_kinds();
+    test_handle_owners();
     test_extents();
     test_descriptors();
     test_races();

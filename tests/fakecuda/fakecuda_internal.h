@@ -272,8 +272,7 @@ struct fc_kdef {
     size_t *sizes, *offsets;
     size_t argsize;
     int noop;
-    struct CUfunc_st func;
-    struct CUkern_st kern;
+    struct CUfunc_st func; /* the handle a graph node's parameters name (graphs.c) */
 };
 void fc_run_kernel(fc_kdef *def, const fakecuda_dims *d, void *args, int device);
 /* A kernel op (args copied, start not before now + FAKECUDA_LAUNCH_LATENCY_US). */

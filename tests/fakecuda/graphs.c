@@ -410,6 +410,8 @@ FC_EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_
     FC_ENTRY(cuGraphKernelNodeGetParams_v2, 12000);
     if (!hNode || !nodeParams || hNode->type != FC_NODE_KERNEL) return CUDA_ERROR_INVALID_VALUE;
     memset(nodeParams, 0, sizeof *nodeParams);
+    /* The node keeps its kernel, not the handle it was made with: the driver's own handle
+     * for it, which a module unload does not free (pump learns it here, of unknown origin). */
     nodeParams->func = &hNode->def->func;
     nodeParams->gridDimX = hNode->dims.grid[0];
     nodeParams->gridDimY = hNode->dims.grid[1];

@@ -53,7 +53,6 @@ static int register_kernel(const char *name, fakecuda_kernel_fn fn, unsigned npa
         d->argsize = off;
         d->noop = noop;
         d->func = (struct CUfunc_st){ FC_MAGIC_FUNC, d };
-        d->kern = (struct CUkern_st){ FC_MAGIC_KERN, d };
         pthread_rwlock_wrlock(&fc_kern_lock);
         for (size_t i = 0; i < fc_nkernels && !bad; i++)
             if (strcmp(fc_kernels[i]->name, name) == 0) bad = 1;
@@ -97,9 +96,85 @@ static fc_kdef *def_of(const void *h, uint32_t want)
     return NULL;
 }
 
-/* ---- modules and libraries: images are not read ---- */
-struct CUmod_st { fc_link link; uint32_t magic; };
-struct CUlib_st { fc_link link; uint32_t magic; };
+/* ---- modules and libraries: images are not read ----
+ * Each module and library owns the handles it hands out (one per kernel, asked again: the
+ * same one), as the driver's do: a CUfunction is a pointer to a function object the driver
+ * made for the module, and cuModuleUnload / cuLibraryUnload free them ("destroys the
+ * module", cuda.h). The driver's objects come from its heap, and a heap gives a freed block
+ * to the next request of its size (glibc malloc/malloc.c: the tcache and fastbins are LIFO
+ * lists per size), so the next module load's function may get the address an unloaded one
+ * had: a handle address does not name one kernel for the life of the process. Freed handles
+ * go on a LIFO list that the next handle is taken from (FAKECUDA_HANDLE_REUSE=0: never
+ * reused), so reuse happens every time, under ASan too (whose quarantine would delay it):
+ * the side that is harder on a caller that caches by handle. Freed handle memory is kept
+ * (marked dead), so a stale handle is refused with CUDA_ERROR_INVALID_HANDLE, not a crash. */
+struct fc_handle {
+    struct CUfunc_st h;        /* first: the handle points here (CUfunc_st and CUkern_st match) */
+    struct fc_handle *next;    /* the owner's list, or the free list */
+    struct fc_handle *func;    /* a CUkernel's CUfunction (cuKernelGetFunction), owned alike */
+};
+struct CUmod_st { fc_link link; uint32_t magic; struct fc_handle *handles; };
+struct CUlib_st { fc_link link; uint32_t magic; struct fc_handle *handles; };
+
+static pthread_mutex_t fc_handle_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fc_handle *fc_free_handles;
+static int fc_handle_reuse = -1;
+
+static void load_handle_reuse(void)
+{
+    const char *v = getenv("FAKECUDA_HANDLE_REUSE");
+    if (v && *v && strcmp(v, "0") != 0 && strcmp(v, "1") != 0) {
+        fprintf(stderr, "fakecuda: FAKECUDA_HANDLE_REUSE=%s: allowed: 1 (the default: freed handle addresses are "
+                        "handed out again) or 0\n", v);
+        exit(2);
+    }
+    fc_handle_reuse = !(v && strcmp(v, "0") == 0);
+}
+
+/* The owner's handle of `magic` kind for d, made on first ask (*list: the owner's list,
+ * under fc_handle_lock); NULL when out of memory. */
+static struct fc_handle *handle_locked(struct fc_handle **list, fc_kdef *d, uint32_t magic)
+{
+    for (struct fc_handle *h = *list; h; h = h->next)
+        if (h->h.def == d) return h;
+    if (fc_handle_reuse < 0) load_handle_reuse();
+    struct fc_handle *h = fc_free_handles;
+    if (h) fc_free_handles = h->next;
+    else if (!(h = malloc(sizeof *h))) return NULL;
+    *h = (struct fc_handle){ { magic, d }, *list, NULL };
+    *list = h;
+    return h;
+}
+
+static struct fc_handle *owned_handle(struct fc_handle **list, fc_kdef *d, uint32_t magic)
+{
+    pthread_mutex_lock(&fc_handle_lock);
+    struct fc_handle *h = handle_locked(list, d, magic);
+    pthread_mutex_unlock(&fc_handle_lock);
+    return h;
+}
+
+static void free_one(struct fc_handle *h)
+{
+    h->h.magic = FC_MAGIC_DEAD;
+    if (fc_handle_reuse) {
+        h->next = fc_free_handles;
+        fc_free_handles = h;
+    }
+}
+
+/* An unloaded owner's handles die; their memory is handed out again (or kept, dead). */
+static void free_handles(struct fc_handle *list)
+{
+    pthread_mutex_lock(&fc_handle_lock);
+    while (list) {
+        struct fc_handle *next = list->next;
+        if (list->func) free_one(list->func);
+        free_one(list);
+        list = next;
+    }
+    pthread_mutex_unlock(&fc_handle_lock);
+}
 
 static CUresult module_load(CUmodule *m)
 {
@@ -140,6 +215,7 @@ FC_EXPORT CUresult cuModuleUnload(CUmodule hmod)
     FC_ENTRY(cuModuleUnload, 2000);
     if (!hmod || hmod->magic != FC_MAGIC_MOD) return CUDA_ERROR_INVALID_HANDLE;
     hmod->magic = FC_MAGIC_DEAD;
+    free_handles(hmod->handles);
     fc_unkeep(&hmod->link);
     free(hmod);
     return CUDA_SUCCESS;
@@ -153,7 +229,9 @@ FC_EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const c
     if (!hmod || hmod->magic != FC_MAGIC_MOD) return CUDA_ERROR_INVALID_HANDLE;
     fc_kdef *d = kernel_find(name);
     if (!d) return CUDA_ERROR_NOT_FOUND;
-    *hfunc = &d->func;
+    struct fc_handle *h = owned_handle(&hmod->handles, d, FC_MAGIC_FUNC);
+    if (!h) return CUDA_ERROR_OUT_OF_MEMORY;
+    *hfunc = (CUfunction)&h->h;
     return CUDA_SUCCESS;
 }
 FC_ALIAS(cuModuleGetFunction);
@@ -194,7 +272,11 @@ FC_EXPORT CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigned in
     if (!functions) return CUDA_ERROR_INVALID_VALUE;
     if (!mod || mod->magic != FC_MAGIC_MOD) return CUDA_ERROR_INVALID_HANDLE;
     fc_kdef *d;
-    for (unsigned i = 0; i < numFunctions && (d = kernel_at(i)) != NULL; i++) functions[i] = &d->func;
+    for (unsigned i = 0; i < numFunctions && (d = kernel_at(i)) != NULL; i++) {
+        struct fc_handle *h = owned_handle(&mod->handles, d, FC_MAGIC_FUNC);
+        if (!h) return CUDA_ERROR_OUT_OF_MEMORY;
+        functions[i] = (CUfunction)&h->h;
+    }
     return CUDA_SUCCESS;
 }
 FC_ALIAS(cuModuleEnumerateFunctions);
@@ -222,6 +304,7 @@ FC_EXPORT CUresult cuLibraryUnload(CUlibrary library)
     FC_ENTRY(cuLibraryUnload, 12000);
     if (!library || library->magic != FC_MAGIC_LIB) return CUDA_ERROR_INVALID_HANDLE;
     library->magic = FC_MAGIC_DEAD;
+    free_handles(library->handles);
     fc_unkeep(&library->link);
     free(library);
     return CUDA_SUCCESS;
@@ -235,7 +318,9 @@ FC_EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, cons
     if (!library || library->magic != FC_MAGIC_LIB) return CUDA_ERROR_INVALID_HANDLE;
     fc_kdef *d = kernel_find(name);
     if (!d) return CUDA_ERROR_NOT_FOUND;
-    *pKernel = &d->kern;
+    struct fc_handle *h = owned_handle(&library->handles, d, FC_MAGIC_KERN);
+    if (!h) return CUDA_ERROR_OUT_OF_MEMORY;
+    *pKernel = (CUkernel)(void *)&h->h;
     return CUDA_SUCCESS;
 }
 FC_ALIAS(cuLibraryGetKernel);
@@ -257,7 +342,11 @@ FC_EXPORT CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int num
     if (!kernels) return CUDA_ERROR_INVALID_VALUE;
     if (!lib || lib->magic != FC_MAGIC_LIB) return CUDA_ERROR_INVALID_HANDLE;
     fc_kdef *d;
-    for (unsigned i = 0; i < numKernels && (d = kernel_at(i)) != NULL; i++) kernels[i] = &d->kern;
+    for (unsigned i = 0; i < numKernels && (d = kernel_at(i)) != NULL; i++) {
+        struct fc_handle *h = owned_handle(&lib->handles, d, FC_MAGIC_KERN);
+        if (!h) return CUDA_ERROR_OUT_OF_MEMORY;
+        kernels[i] = (CUkernel)(void *)&h->h;
+    }
     return CUDA_SUCCESS;
 }
 FC_ALIAS(cuLibraryEnumerateKernels);
@@ -269,7 +358,14 @@ FC_EXPORT CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
     fc_kdef *d = def_of(kernel, FC_MAGIC_KERN);
     if (!d) return CUDA_ERROR_INVALID_HANDLE;
     if (!fc_ctx_valid(fc_current_ctx())) return CUDA_ERROR_INVALID_CONTEXT;
-    *pFunc = &d->func;
+    /* The library's kernel's function: made once, freed with the library. */
+    struct fc_handle *k = (struct fc_handle *)(void *)kernel;
+    pthread_mutex_lock(&fc_handle_lock);
+    struct fc_handle *f = k->func;
+    if (!f && (f = handle_locked(&k->func, d, FC_MAGIC_FUNC)) != NULL) f->next = NULL;
+    pthread_mutex_unlock(&fc_handle_lock);
+    if (!f) return CUDA_ERROR_OUT_OF_MEMORY;
+    *pFunc = (CUfunction)&f->h;
     return CUDA_SUCCESS;
 }
 FC_ALIAS(cuKernelGetFunction);

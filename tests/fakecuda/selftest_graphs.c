@@ -10,6 +10,7 @@
 #include <cuda.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 #include "fakecuda.h"
@@ -143,7 +144,10 @@ void selftest_capture_join(struct selftest_main *m)
     CUDA_KERNEL_NODE_PARAMS kp;
     OK(cuGraphGetNodes(g, nodes, &nn));
     OK(cuGraphKernelNodeGetParams(nodes[1], &kp));
-    CHECK(kp.func == fdouble && *(float **)kp.kernelParams[0] == d, "kernel node params");
+    const char *node_name = NULL, *launched_name = NULL;
+    OK(cuFuncGetName(&node_name, kp.func));
+    OK(cuFuncGetName(&launched_name, fdouble));
+    CHECK(strcmp(node_name, launched_name) == 0 && *(float **)kp.kernelParams[0] == d, "kernel node params");
     OK(cuGraphInstantiate(&ge, g, 0));
     OK(cuGraphLaunch(ge, s3));
     OK(cuStreamSynchronize(s3));

@@ -49,7 +49,11 @@ void selftest_launches(struct selftest_main *m)
     OK(cuLibraryGetKernel(&kern, lib, "double"));
     CHECK((void *)kern != (void *)fdouble, "CUkernel is a different handle");
     OK(cuKernelGetFunction(&fk, kern));
-    CHECK(fk == fdouble, "cuKernelGetFunction");
+    CUfunction fk_again = NULL;
+    OK(cuKernelGetFunction(&fk_again, kern));
+    const char *fk_name = NULL;
+    OK(cuFuncGetName(&fk_name, fk));
+    CHECK(fk == fk_again && fk != fdouble && !strcmp(fk_name, "double"), "cuKernelGetFunction: the library's own");
     OK(cuLaunchKernel((CUfunction)kern, 1, 1, 1, 1, 1, 1, 0, s1, args_b, NULL));
     OK(cuStreamSynchronize(s1));
     CHECK(b[0] == 192.0f, "launch through a CUkernel");
@@ -71,6 +75,8 @@ void selftest_launches(struct selftest_main *m)
     unsigned nfunc = 0, nkern = 0;
     CUmodule mod;
     OK(cuModuleLoadData(&mod, "anything"));
+    CUfunction mod_double;
+    OK(cuModuleGetFunction(&mod_double, mod, "double"));
     OK(cuModuleGetFunctionCount(&nfunc, mod));
     OK(cuLibraryGetKernelCount(&nkern, lib));
     CHECK(nfunc >= 2 && nfunc == nkern, "function and kernel counts (%u, %u)", nfunc, nkern);
@@ -79,10 +85,20 @@ void selftest_launches(struct selftest_main *m)
     OK(cuModuleEnumerateFunctions(funcs, nfunc, mod));
     OK(cuLibraryEnumerateKernels(kerns, nkern, lib));
     int listed = 0;
-    for (unsigned i = 0; i < nfunc; i++) listed += (funcs[i] == fdouble) + 2 * (kerns[i] == kern);
+    for (unsigned i = 0; i < nfunc; i++) listed += (funcs[i] == mod_double) + 2 * (kerns[i] == kern);
     CHECK(listed == 3, "enumerated handles are the looked-up ones");
     free(funcs);
     free(kerns);
+    /* an unloaded module's handles are dead, and their addresses handed out again */
+    CUfunction reused = NULL;
+    OK(cuModuleUnload(mod));
+    CHECK(cuLaunchKernel(mod_double, 1, 1, 1, 1, 1, 1, 0, s1, args_b, NULL) == CUDA_ERROR_INVALID_HANDLE,
+          "an unloaded module's function is refused");
+    OK(cuModuleLoadData(&mod, "anything"));
+    OK(cuModuleGetFunction(&reused, mod, "layout"));
+    CHECK(reused == mod_double, "a freed function's address is handed out again");
+    OK(cuFuncGetParamInfo(reused, 3, &off, &size));
+    OK(cuModuleUnload(mod));
     const char *kname = NULL;
     OK(cuFuncGetName(&kname, fdouble));
     CHECK(kname && !strcmp(kname, "double"), "cuFuncGetName");
