@@ -376,6 +376,11 @@ const struct selftest_driver_mode selftest_driver_modes[] = {
     { "default-streams", NULL, selftest_child_default_streams },
     { "copies", NULL, selftest_child_copies },
     { "pools", NULL, selftest_child_pools },
+    { "faults", NULL, selftest_child_faults },
+    { "faults-prefetch-off", "FAKECUDA_UVM_PERF_PREFETCH_ENABLE=0", selftest_child_faults_prefetch_off },
+    { "faults-min-faults", "FAKECUDA_UVM_PERF_PREFETCH_MIN_FAULTS=20", selftest_child_faults_min_faults },
+    { "faults-batch-one", "FAKECUDA_UVM_PERF_FAULT_BATCH_COUNT=1", selftest_child_faults_batch_one },
+    { "faults-evict", "FAKECUDA_DEVICE_MEMORY=4M", selftest_child_faults_evict },
     { "devices-64", "FAKECUDA_DEVICES=64", child_devices_64 },
     { NULL, NULL, NULL },
 };
