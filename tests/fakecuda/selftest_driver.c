@@ -379,6 +379,7 @@ const struct selftest_driver_mode selftest_driver_modes[] = {
     { "faults", NULL, selftest_child_faults },
     { "faults-prefetch-off", "FAKECUDA_UVM_PERF_PREFETCH_ENABLE=0", selftest_child_faults_prefetch_off },
     { "faults-min-faults", "FAKECUDA_UVM_PERF_PREFETCH_MIN_FAULTS=20", selftest_child_faults_min_faults },
+    { "faults-threshold-50", "FAKECUDA_UVM_PERF_PREFETCH_THRESHOLD=50", selftest_child_faults_threshold_50 },
     { "faults-batch-one", "FAKECUDA_UVM_PERF_FAULT_BATCH_COUNT=1", selftest_child_faults_batch_one },
     { "faults-evict", "FAKECUDA_DEVICE_MEMORY=4M", selftest_child_faults_evict },
     { "devices-64", "FAKECUDA_DEVICES=64", child_devices_64 },

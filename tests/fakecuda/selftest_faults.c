@@ -156,6 +156,19 @@ static int child_prefetch_off(void)
     return failed ? 1 : 0;
 }
 
+/* FAKECUDA_UVM_PERF_PREFETCH_THRESHOLD=50: 16 of 32 pages is 50%, not more: nothing more;
+ * 17 of 32: the rest of the block. */
+static int child_threshold_50(void)
+{
+    if (setup() != 0) return 1;
+    CUdeviceptr a = host_filled(4 * MiB);
+    touch(a, 16 * PAGE);
+    CHECK(selftest_stats().bytes_fault_prefetched_h2d == 0, "16 of 32 at 50%%: nothing prefetched");
+    touch(a + 2 * MiB, 17 * PAGE);
+    CHECK(selftest_stats().bytes_fault_prefetched_h2d == 15 * PAGE, "17 of 32 at 50%%: the block");
+    return failed ? 1 : 0;
+}
+
 /* FAKECUDA_UVM_PERF_PREFETCH_MIN_FAULTS=20: the block's 20th fault is the first to prefetch
  * (20 of 32 counted: the whole block). */
 static int child_min_faults(void)
@@ -222,5 +235,6 @@ static int child_evict_fill(void)
 int selftest_child_faults(void) { return child_batches(); }
 int selftest_child_faults_prefetch_off(void) { return child_prefetch_off(); }
 int selftest_child_faults_min_faults(void) { return child_min_faults(); }
+int selftest_child_faults_threshold_50(void) { return child_threshold_50(); }
 int selftest_child_faults_batch_one(void) { return child_batch_one(); }
 int selftest_child_faults_evict(void) { return child_evict_fill(); }
