@@ -20,7 +20,9 @@ import time
 from ctypes import POINTER, byref, c_char_p, c_float, c_int, c_size_t, c_uint, c_uint64, c_void_p
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-FAKECUDA_DIR = REPO / "build" / "tests" / "plain"
+# fakecuda: this checkout's test build (scripts/build-tests; the tests keep it current with the
+# sources), else the copy installed with pump (pip install . builds it into the package).
+BUILT_FAKECUDA_DIR = REPO / "build" / "tests" / "plain"
 MARKER = "PUMP_EXAMPLE_FAKECUDA"  # set when this script re-ran itself on fakecuda
 MiB = 1 << 20
 MARGIN = 512 * MiB  # left free on the GPU for the context, modules and other processes
@@ -102,10 +104,37 @@ class Driver:
         return lambda *args: check(self.lib, name, getattr(self.lib, name)(*args))
 
 
-def open_driver():
-    """The CUDA driver, initialised; without one (or without a GPU), re-run on fakecuda."""
+def installed_fakecuda_dir():
+    """The fakecuda installed with pump (pump/fakecuda in its package), or None."""
     try:
-        lib = ctypes.CDLL("libcuda.so.1")
+        import pump  # the package, not this checkout's source: pump-run's own
+    except ImportError:
+        return None
+    folder = pathlib.Path(pump.__file__).resolve().parent / "fakecuda"
+    return folder if (folder / "libcuda.so.1").exists() else None
+
+
+def fakecuda_dir():
+    """The directory of the fakecuda to run on (built now, with its progress shown, if none is)."""
+    if (BUILT_FAKECUDA_DIR / "libcuda.so.1").exists():
+        return BUILT_FAKECUDA_DIR
+    installed = installed_fakecuda_dir()
+    if installed is not None:
+        return installed
+    print("building it once with scripts/build-tests (a minute or two) ...", flush=True)
+    # Its progress, and the compiler's errors, go to stderr as they come.
+    build = subprocess.run([str(REPO / "scripts" / "build-tests"), "--progress"], stdout=subprocess.PIPE,
+                           text=True, env=dict(os.environ, PYTHON=sys.executable))
+    if build.returncode != 0:
+        sys.exit("managed_saxpy: building fakecuda failed (it needs cmake, a C compiler and "
+                 "CUDA's headers: pip install nvidia-cuda-runtime)")
+    return BUILT_FAKECUDA_DIR
+
+
+def open_driver(force_fakecuda=False):
+    """The CUDA driver, initialised; without one (or without a GPU, or forced), re-run on fakecuda."""
+    try:
+        lib = None if force_fakecuda and not os.environ.get(MARKER) else ctypes.CDLL("libcuda.so.1")
     except OSError:
         lib = None
     if lib is not None:
@@ -114,20 +143,13 @@ def open_driver():
             check(lib, "cuInit", rc)
             return Driver(lib)
     if os.environ.get(MARKER):
-        sys.exit(f"managed_saxpy: cannot load fakecuda's {FAKECUDA_DIR / 'libcuda.so.1'}")
-    print("no CUDA driver here: running on pump's CPU model of the driver (tests/fakecuda)",
+        sys.exit("managed_saxpy: cannot load fakecuda's libcuda.so.1")
+    print("no CUDA driver here: running on pump's CPU model of the driver (tests/fakecuda)" if not force_fakecuda
+          else "--fakecuda: running on pump's CPU model of the driver (tests/fakecuda)",
           flush=True)  # flushed: execve would drop it
-    if not (FAKECUDA_DIR / "libcuda.so.1").exists():
-        print("building it once with scripts/build-tests (a minute or two) ...", flush=True)
-        # Its progress, and the compiler's errors, go to stderr as they come.
-        build = subprocess.run([str(REPO / "scripts" / "build-tests"), "--progress"], stdout=subprocess.PIPE,
-                               text=True, env=dict(os.environ, PYTHON=sys.executable))
-        if build.returncode != 0:
-            sys.exit("managed_saxpy: building fakecuda failed (it needs cmake, a C compiler and "
-                     "CUDA's headers: pip install nvidia-cuda-runtime)")
     # The dynamic loader reads LD_LIBRARY_PATH only at process start: hence a fresh process.
     # LD_PRELOAD and PUMP_* are inherited, so under pump-run it is still under pump.
-    path = [str(FAKECUDA_DIR)] + [p for p in [os.environ.get("LD_LIBRARY_PATH")] if p]
+    path = [str(fakecuda_dir())] + [p for p in [os.environ.get("LD_LIBRARY_PATH")] if p]
     env = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join(path), **{MARKER: "1"})
     os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *sys.argv[1:]], env)
 
@@ -192,11 +214,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=10, help="steps of saxpy + scale (default 10)")
     ap.add_argument("--mib", type=int, help="MiB per buffer (default 64; 16 on fakecuda)")
+    ap.add_argument("--fakecuda", action="store_true",
+                    help="run on pump's CPU model of the driver even where there is a GPU")
     opts = ap.parse_args()
     if opts.steps < 1 or (opts.mib is not None and opts.mib < 1):
         ap.error("--steps and --mib must be at least 1")
 
-    cu = open_driver()
+    cu = open_driver(opts.fakecuda)
     lib = cu.lib
     mib = opts.mib or (16 if cu.fake else 64)
     if cu.fake and not opts.mib:
@@ -255,9 +279,10 @@ def main():
     if cu.fake:  # what pump changes: kernels' GPU faults (64 KiB pages not yet there), in batches
         st = FakeStats()
         lib.fakecuda_get_stats(byref(st))
+        # What the driver moved (pages not already on the GPU); pump-run's summary counts what pump asked.
         print(f"fakecuda: {st.gpu_faults} GPU faults in {st.gpu_fault_batches} batches, "
-              f"{st.bytes_prefetched_h2d / MiB:.1f} MiB "
-              f"prefetched, {st.bytes_faulted_h2d / MiB:.1f} MiB moved by faults")
+              f"{st.bytes_prefetched_h2d / MiB:.1f} MiB moved by prefetches, "
+              f"{st.bytes_faulted_h2d / MiB:.1f} MiB moved by faults")
 
     # Check sampled elements of both y buffers against the same float32 arithmetic on the host.
     f32 = lambda v: array.array("f", [v])[0]  # noqa: E731

@@ -24,7 +24,8 @@ float.hex of the loss, for bit-identical comparison), then one final object {"st
 "warmup"}.  --warmup steps train too but are neither printed nor timed.
 
 Without a GPU (--device auto), the text output ends with what pump does on its CPU model
-of the driver (examples/no_gpu_demo.py; --no-demo skips it).
+of the driver (examples/no_gpu_demo.py; --no-demo skips it).  Without PyTorch (a plain
+`pip install .`), the job cannot train: it says so and shows that alone.
 """
 import argparse
 import dataclasses
@@ -38,10 +39,17 @@ import time
 # cuBLAS needs this before CUDA initialises to be deterministic; a user's own value stays.
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
-import torch  # noqa: E402  (after the environment is set)
-import torch.nn as nn  # noqa: E402
-
 import no_gpu_demo  # noqa: E402  (beside this file: Python puts the script's directory on sys.path)
+
+try:
+    import torch  # noqa: E402  (after the environment is set)
+    import torch.nn as nn  # noqa: E402
+except ModuleNotFoundError as missing:
+    if __name__ != "__main__" or missing.name != "torch":
+        raise
+    print("PyTorch is not installed, so this job cannot train here (pip install '.[models]' brings "
+          "PyTorch; on a GPU, a CUDA build of it: pytorch.org).", flush=True)
+    sys.exit(0 if "--no-demo" not in sys.argv[1:] and no_gpu_demo.show() else 1)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -238,10 +238,24 @@ class Ring:
             out = out[:0]
         else:
             self._stuck_since = None
+            done = self._whole_groups(out, done, head)
             out = out[:done]
         self.tail += done
         self.header.tail = self.tail
         return out
+
+    def _whole_groups(self, out: np.ndarray, done: int, head: int) -> int:
+        """done, or less where a read cut by its limit would part a launch from its MORE,
+        EXTENT or COST records (or a FUNCTION from its NAME records): decode reads a batch
+        on its own, so the group is left whole for the next read."""
+        after = self.tail + done
+        if done == 0 or after >= head:
+            return done
+        following = self.records[after % self.capacity]
+        if int(following["seq"]) != after + 1 or int(following["kind"]) not in CONTINUATION_KINDS:
+            return done
+        starts = np.flatnonzero(~np.isin(out["kind"][:done], CONTINUATION_KINDS))
+        return int(starts[-1]) if len(starts) and starts[-1] > 0 else done
 
     def _skip_if_stuck(self, complete: np.ndarray, n: int) -> int:
         now = time.monotonic()
@@ -300,14 +314,21 @@ class Plan:
         Triggers that do not fit (no free slot within PLAN_PROBES of their hash, more
         than 65535 ranges of one kind, or no room left in the range table) are left out
         and counted in ``dropped_triggers``."""
+        self.write(budget_bytes, order, Plan.layout(triggers))
+
+    @staticmethod
+    def layout(triggers: dict) -> tuple:
+        """(trigger slots, range table, triggers left out): what write() copies into the
+        plan; pure, so pumpd's planner thread makes it off the event loop."""
         slots = np.zeros(PLAN_SLOTS, dtype=TRIGGER)
         ranges = []
+        dropped = 0
         for key, lists in triggers.items():
             wanted = sum(len(part) for part in lists)
             if not key or not wanted:
                 continue
             if len(ranges) + wanted > PLAN_RANGES or max(len(part) for part in lists) > 0xFFFF:
-                self.dropped_triggers += 1
+                dropped += 1
                 continue
             home = plan_slot(key)
             for probe in range(PLAN_PROBES):
@@ -318,8 +339,13 @@ class Plan:
                         ranges.extend(part)
                     break
             else:
-                self.dropped_triggers += 1
-        table = np.asarray(ranges, dtype="<u8").reshape(-1, 2)
+                dropped += 1
+        return slots, np.asarray(ranges, dtype="<u8").reshape(-1, 2), dropped
+
+    def write(self, budget_bytes: int, order: int, layout: tuple):
+        """Copy a layout() into the plan (a seqlock write: the shim ignores it meanwhile)."""
+        slots, table, dropped = layout
+        self.dropped_triggers += dropped
         p = self.plan
         p.generation = (p.generation | 1)  # odd: the shim ignores the plan meanwhile
         p.budget_bytes = budget_bytes
@@ -366,6 +392,10 @@ class Batch:
     def launch_bases(self, i: int) -> np.ndarray:
         end = self.launch_base_start[i + 1] if i + 1 < len(self.launch_base_start) else len(self.bases)
         return self.bases[self.launch_base_start[i]:end]
+
+
+# Records that extend the one before them: a read never ends just before one of them.
+CONTINUATION_KINDS = np.array([KIND["launch_more"], KIND["extent"], KIND["cost"], KIND["name"]])
 
 
 def decode(records: np.ndarray) -> Batch:

@@ -99,9 +99,10 @@ def _trace_generate(args) -> int:
              "callable makes the model and its batch")
     make = (lambda: user.load(args.user_model)) if args.user_model else \
         (lambda: generate.builtin(args.model, args.size or "full", args.batch, args.seq))
-    progress = Progress(args.steps, label="trace generate", unit="step")
+    progress = Progress(args.steps, label="trace generate", unit="pass" if args.inference else "step")
     try:
-        summary = generate.generate(args.output, make, args.steps, args.last_batch, args.eval_every, progress.step)
+        summary = generate.generate(args.output, make, args.steps, args.last_batch, args.eval_every, progress.step,
+                                    args.inference)
     except ValueError as exc:
         _die(f"trace generate: {exc}")
     except OSError as exc:
@@ -181,6 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--last-batch", type=int, metavar="N", help="the last step's smaller batch")
     gen.add_argument("--eval-every", type=int, metavar="K",
                      help="an evaluation forward (no_grad) after every K steps")
+    gen.add_argument("--inference", action="store_true",
+                     help="forward passes only (eval mode, no_grad, no loss or optimizer), --steps of them: "
+                          "a model serving requests, as a forward-only profile holds")
     gen.set_defaults(handler=_trace_generate)
     importlib.import_module("pump.simulate.cli").add_parser(sub, _simulate)
     return p

@@ -14,29 +14,27 @@ An unknown section or key, a wrong type or a bad value is an error naming the fi
 section and key, and what is allowed.  A file's errors are all collected and raised
 together as one :class:`ConfigError` (nothing is half-applied).
 
-The values themselves (sizes, capacities, budgets, names, listen addresses: the grammar
-the shim also reads) are :mod:`pump.values`'s, re-exported here for this module's users.
+Reading the TOML is :mod:`pump.config_toml`'s, the schemas and their checks
+:mod:`pump.config_schema`'s.  The values themselves (sizes, capacities, budgets, names, listen
+addresses: the grammar the shim also reads) are :mod:`pump.values`'s, re-exported here for this
+module's users.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import math
 import os
-import re
-import sys
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
-from pump.values import (
-    BUDGET_ALLOWED, CAPACITY_ALLOWED, NAME_ALLOWED, SIZE_ALLOWED, SIZE_LIMIT, BadValueError, check_budget,
-    check_capacity, check_name, check_size, parse_listen, parse_size,
+from pump.config_schema import (
+    DAEMON_MODES, DAEMON_SCHEMA, DEFAULT_JOBS_DIR, JOB_SCHEMA, LOG_LEVELS, POLICIES, PRIORITY_MAX, SHARE_MAX,
+    TORCH_ALLOCATORS, BadValue, WrongType, validate,
 )
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.9/3.10
-    import tomli as tomllib
+from pump.config_toml import ConfigError, read_toml
+from pump.values import (
+    BUDGET_ALLOWED, CAPACITY_ALLOWED, NAME_ALLOWED, SIZE_ALLOWED, BadValueError, check_budget,
+    check_capacity, check_name, parse_listen, parse_size,
+)
 
 __all__ = [
     "ConfigError", "BadValueError", "JobConfig", "DaemonConfig",
@@ -44,295 +42,8 @@ __all__ = [
     "load_job_file", "load_daemon_file", "resolve_job", "job_env", "budget_terms",
     "SIZE_ALLOWED", "CAPACITY_ALLOWED", "BUDGET_ALLOWED", "NAME_ALLOWED",
     "POLICIES", "TORCH_ALLOCATORS", "DAEMON_MODES", "LOG_LEVELS", "DEFAULT_JOBS_DIR", "JOB_DEFAULTS",
+    "SHARE_MAX", "PRIORITY_MAX", "JOB_SCHEMA", "DAEMON_SCHEMA",
 ]
-
-DEFAULT_JOBS_DIR = "/etc/pump/jobs.d"
-POLICIES = ("off", "launch", "lookahead")
-# [memory] torch_allocator: PyTorch's own caching allocator, or pump's (pump/boot/sitecustomize.py)
-TORCH_ALLOCATORS = ("caching", "pump")
-SHARE_MAX = 1000000   # a job's [memory] share
-PRIORITY_MAX = 1000   # a job's [memory] priority: -PRIORITY_MAX..PRIORITY_MAX
-DAEMON_MODES = ("auto", "system", "embedded", "none")
-LOG_LEVELS = ("error", "warning", "info", "debug")
-
-# --- errors and TOML rendering -------------------------------------------------------------
-
-
-class ConfigError(Exception):
-    """A configuration that cannot be used.  ``errors`` holds one message line per
-    problem (each naming its file); str() is those lines joined with newlines."""
-
-    def __init__(self, errors: List[str]):
-        self.errors = list(errors)
-        super().__init__("\n".join(self.errors))
-
-    def __str__(self) -> str:
-        return "\n".join(self.errors)
-
-
-_BARE_KEY_RE = re.compile(r"[A-Za-z0-9_-]+")
-_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
-_RENDER_LIMIT = 200  # characters of a value shown in a message
-
-
-def _toml_string(s: str) -> str:
-    out = []
-    for ch in s:
-        if ch in _ESCAPES:
-            out.append(_ESCAPES[ch])
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\u{ord(ch):04X}")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
-
-
-def _toml_key(k: str) -> str:
-    return k if _BARE_KEY_RE.fullmatch(k) else _toml_string(k)
-
-
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return _toml_string(v)
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "nan"
-        return repr(v)  # inf, -inf, 2.0, 1e+300: all TOML
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
-    if hasattr(v, "isoformat"):
-        return v.isoformat()
-    return repr(v)
-
-
-def _shown(v: Any) -> str:
-    """A value as TOML, cut short if long."""
-    text = _toml_value(v)
-    return text if len(text) <= _RENDER_LIMIT else text[:_RENDER_LIMIT] + "..."
-
-
-def _toml_type(v: Any) -> str:
-    import datetime
-
-    if isinstance(v, bool):
-        return "boolean"
-    if isinstance(v, str):
-        return "string"
-    if isinstance(v, int):
-        return "integer"
-    if isinstance(v, float):
-        return "float"
-    if isinstance(v, list):
-        return "array"
-    if isinstance(v, dict):
-        return "table"
-    if isinstance(v, datetime.datetime):
-        return "offset date-time" if v.tzinfo is not None else "local date-time"
-    if isinstance(v, datetime.date):
-        return "local date"
-    if isinstance(v, datetime.time):
-        return "local time"
-    return type(v).__name__
-
-
-# --- the schemas ---------------------------------------------------------------------------
-
-
-class _WrongType(Exception):
-    pass
-
-
-class _BadValue(Exception):
-    pass
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _enum(*choices: str) -> Callable[[Any], str]:
-    def check(v):
-        if not isinstance(v, str):
-            raise _WrongType
-        if v not in choices:
-            raise _BadValue
-        return v
-    return check
-
-
-def _boolean(v):
-    if not isinstance(v, bool):
-        raise _WrongType
-    return v
-
-
-def _int_range(lo: int, hi: int) -> Callable[[Any], int]:
-    def check(v):
-        if not _is_int(v):
-            raise _WrongType
-        if not lo <= v <= hi:
-            raise _BadValue
-        return v
-    return check
-
-
-def _path(v):
-    if not isinstance(v, str):
-        raise _WrongType
-    if not v or "\0" in v:
-        raise _BadValue
-    return v
-
-
-def _name(v):
-    if not isinstance(v, str):
-        raise _WrongType
-    try:
-        return check_name(v)
-    except BadValueError:
-        raise _BadValue from None
-
-
-def _size_or(checker: Callable[[str], str]) -> Callable[[Any], str]:
-    """A TOML integer > 0 (bytes), or a string the checker accepts; normalised to a string
-    in the shim's grammar."""
-    def check(v):
-        if _is_int(v):
-            if not 0 < v < SIZE_LIMIT:
-                raise _BadValue
-            return str(v)
-        if not isinstance(v, str):
-            raise _WrongType
-        try:
-            return checker(v)
-        except ValueError:
-            raise _BadValue from None
-    return check
-
-
-def _share(v):
-    if not (_is_int(v) or isinstance(v, float)):
-        raise _WrongType
-    if not 0 < v <= SHARE_MAX:  # nan fails too
-        raise _BadValue
-    return v
-
-
-def _interval(v):
-    if not (_is_int(v) or isinstance(v, float)):
-        raise _WrongType
-    if not 0 < v <= 3600:  # nan fails too
-        raise _BadValue
-    return float(v)
-
-
-def _listen(v):
-    if not isinstance(v, str):
-        raise _WrongType
-    if v.startswith("/"):  # a Unix socket: sun_path holds 107 bytes and a NUL
-        if "\0" in v or len(os.fsencode(v)) > 107:
-            raise _BadValue
-        return v
-    try:
-        parse_listen(v)
-    except ValueError:
-        raise _BadValue from None
-    return v
-
-
-def _choices(*choices: str) -> str:
-    return ", ".join(f'"{c}"' for c in choices)
-
-
-_TOML_SIZE = (
-    'an integer > 0 (bytes), or a string: a byte count > 0 with an optional unit '
-    '(K, M, G, T or KiB, MiB, GiB, TiB: binary; KB, MB, GB, TB: decimal) such as "512MiB" or "8G"'
-)
-_TOML_BUDGET = _TOML_SIZE + ', or a percentage of the device "1%".."100%"'
-_TOML_CAPACITY = _TOML_SIZE + ', a percentage of the device "1%".."100%", or "host"'
-_TOML_POOL = _TOML_SIZE + ', or a percentage of each GPU\'s memory "1%".."100%" (known through NVML)'
-_TOML_PATH = "a non-empty string (a path)"
-_TOML_BOOL = "a boolean (true or false)"
-
-
-@dataclasses.dataclass(frozen=True)
-class _Key:
-    field: str        # the dataclass field it sets
-    check: Callable[[Any], Any]  # value -> normalised value; raises _WrongType / _BadValue
-    allowed: str      # shown after "allowed: " for a bad value
-    expected: str     # shown after "expected " for a wrong type
-
-
-def _key(field, check, allowed, expected=None):
-    return _Key(field, check, allowed, expected or allowed)
-
-
-def _enum_key(field, *choices):
-    return _key(field, _enum(*choices), _choices(*choices), "one of " + _choices(*choices))
-
-
-# section -> key -> _Key, in schema order (the order messages list them in).
-JOB_SCHEMA: Dict[str, Dict[str, _Key]] = {
-    "job": {
-        "name": _key("name", _name, "a string of " + NAME_ALLOWED),
-    },
-    "prefetch": {
-        "policy": _enum_key("policy", *POLICIES),
-        "wait": _key("wait", _boolean, _TOML_BOOL),
-        "epoch_launches": _key("epoch_launches", _int_range(1, 4294967295), "an integer 1..4294967295"),
-    },
-    "memory": {
-        "capacity": _key("capacity", _size_or(check_capacity), _TOML_CAPACITY),
-        "budget": _key("budget", _size_or(check_budget), _TOML_BUDGET),
-        # The arbiter's terms (pumpd.toml [budgets] gpu_pool divides a GPU among jobs):
-        "share": _key("share", _share, f"a number > 0 and <= {SHARE_MAX} (the job's weight; default 1)"),
-        "min_budget": _key("min_budget", _size_or(check_size), _TOML_SIZE),
-        "max_budget": _key("max_budget", _size_or(check_size), _TOML_SIZE),
-        "priority": _key("priority", _int_range(-PRIORITY_MAX, PRIORITY_MAX),
-                         f"an integer {-PRIORITY_MAX}..{PRIORITY_MAX} (higher first; default 0)"),
-        # true: the program's device allocations become managed memory (PUMP_MANAGED_ALL)
-        "managed_all": _key("managed_all", _boolean, _TOML_BOOL),
-        # PyTorch's CUDA allocator: its own caching one, or pump's (shim/torch_allocator.c)
-        "torch_allocator": _enum_key("torch_allocator", *TORCH_ALLOCATORS),
-    },
-    "trace": {
-        "file": _key("trace_file", _path, _TOML_PATH),
-    },
-    "daemon": {
-        "mode": _enum_key("daemon_mode", *DAEMON_MODES),
-        "socket": _key("daemon_socket", _path, _TOML_PATH),
-    },
-}
-
-DAEMON_SCHEMA: Dict[str, Dict[str, _Key]] = {
-    "daemon": {
-        "socket": _key("socket", _path, _TOML_PATH),
-        "jobs_dir": _key("jobs_dir", _path, _TOML_PATH),
-        "log_level": _enum_key("log_level", *LOG_LEVELS),
-    },
-    "metrics": {
-        "listen": _key("metrics_listen", _listen,
-                       'a string "HOST:PORT": an IPv4 address or localhost, or [an IPv6 address], '
-                       'and a port 1..65535, e.g. "127.0.0.1:9400" or "[::1]:9400"; or the absolute '
-                       'path of a Unix socket (at most 107 bytes)'),
-        "per_job": _key("metrics_per_job", _boolean, _TOML_BOOL),
-        "max_jobs": _key("metrics_max_jobs", _int_range(1, 10000), "an integer 1..10000"),
-    },
-    "telemetry": {
-        "nvml": _key("nvml", _boolean, _TOML_BOOL),
-        "interval_s": _key("interval_s", _interval, "a number > 0 and <= 3600 (seconds)"),
-    },
-    "budgets": {
-        "default_budget": _key("default_budget", _size_or(check_budget), _TOML_BUDGET),
-        "gpu_pool": _key("gpu_pool", _size_or(check_budget), _TOML_POOL),
-    },
-}
 
 # --- the configurations --------------------------------------------------------------------
 
@@ -387,73 +98,6 @@ class DaemonConfig:
 
 DAEMON_FIELDS = tuple(f.name for f in dataclasses.fields(DaemonConfig) if f.name != "source")
 
-# --- loading -------------------------------------------------------------------------------
-
-
-def _read_toml(path: str, missing_ok: bool = False) -> Optional[dict]:
-    """The document in a file (None if it does not exist and missing_ok)."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError as exc:
-        if missing_ok:
-            return None
-        raise ConfigError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
-    except OSError as exc:
-        raise ConfigError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ConfigError([f"{path}: not valid TOML: not UTF-8 text "
-                           f"(byte 0x{data[exc.start]:02x} at offset {exc.start})"]) from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError([f"{path}: not valid TOML: {exc}"]) from None
-    except RecursionError:  # tomllib recurses once per level of arrays and inline tables
-        raise ConfigError([f"{path}: not valid here: arrays or inline tables nested too deeply "
-                           "(pump's settings nest none)"]) from None
-    except ValueError as exc:  # an integer past Python's 4300-digit conversion limit
-        raise ConfigError([f"{path}: not valid here: {str(exc).split(';')[0]}"]) from None
-
-
-def _did_you_mean(name: str, choices, shown: str) -> str:
-    """ " (did you mean X?)" for the choice nearest a misspelt name, or nothing."""
-    near = difflib.get_close_matches(str(name).lower(), list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {shown.format(near[0])}?)" if near else ""
-
-
-def _validate(path: str, doc: dict, schema: Dict[str, Dict[str, _Key]]) -> Dict[str, Any]:
-    """field -> value for what the document sets; raises ConfigError with every problem."""
-    errors: List[str] = []
-    values: Dict[str, Any] = {}
-    sections = ", ".join(f"[{s}]" for s in schema)
-    for sname, table in doc.items():
-        keys = schema.get(sname)
-        where = f"{path}: [{_toml_key(sname)}]"
-        if keys is None:
-            errors.append(f"{path}: unknown section [{_toml_key(sname)}]{_did_you_mean(sname, schema, '[{}]')}; "
-                          f"allowed: {sections}")
-            continue
-        if not isinstance(table, dict):
-            errors.append(f"{where} must be a table")
-            continue
-        for kname, value in table.items():
-            key = keys.get(kname)
-            if key is None:
-                errors.append(f"{where} unknown key {kname!r}{_did_you_mean(kname, keys, '{!r}')}; "
-                              f"allowed: {', '.join(keys)}")
-                continue
-            try:
-                values[key.field] = key.check(value)
-            except _WrongType:
-                errors.append(f"{where} {kname}: expected {key.expected}, "
-                              f"got {_toml_type(value)} {_shown(value)}")
-            except _BadValue:
-                errors.append(f"{where} {kname}: bad value {_shown(value)}; allowed: {key.allowed}")
-    if errors:
-        raise ConfigError(errors)
-    return values
 
 
 def load_job_file(path: str) -> JobConfig:
@@ -464,10 +108,10 @@ def load_job_file(path: str) -> JobConfig:
 
 def _load_job_file(path, missing_ok: bool = False) -> Optional[JobConfig]:
     path = os.fspath(path)
-    doc = _read_toml(path, missing_ok)
+    doc = read_toml(path, missing_ok)
     if doc is None:
         return None
-    values = _validate(path, doc, JOB_SCHEMA)
+    values = validate(path, doc, JOB_SCHEMA)
     cfg = JobConfig(**values, source={f: path for f in values})
     errors = []
     if cfg.budget is not None and any(getattr(cfg, f) is not None for f in _ARBITER_FIELDS):
@@ -494,7 +138,7 @@ def load_daemon_file(path: str) -> DaemonConfig:
     """pumpd's settings from its file, defaults for what it does not set.
     Raises ConfigError listing every problem."""
     path = os.fspath(path)
-    values = _validate(path, _read_toml(path), DAEMON_SCHEMA)
+    values = validate(path, read_toml(path), DAEMON_SCHEMA)
     if values.get("metrics_per_job") and not values.get("metrics_listen", "").startswith("/"):
         raise ConfigError([f"{path}: [metrics] per_job = true needs listen to be a Unix socket's path "
                            "(over TCP every local user could read every job's name, pid and owner)"])
@@ -530,7 +174,7 @@ def resolve_job(flags: Mapping[str, Any], config_file: Optional[str] = None, nam
         key = _FIELD_KEYS[field]
         try:
             flags[field] = key.check(flags[field])
-        except (_WrongType, _BadValue):
+        except (WrongType, BadValue):
             flag = _FLAG_NAMES.get(field, "--" + field.replace("_", "-"))
             errors.append(f"{flag}: bad value {flags[field]!r}; allowed: {key.allowed}")
             del flags[field]

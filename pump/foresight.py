@@ -199,8 +199,12 @@ class Foresight:
                 # Without extents a launch's blocks follow from its key (the kernel and its
                 # allocations): pumpd's case, at up to a million launches a second.
                 cache, listed = self._blocks_of_key, keys.tolist()
-                for key in set(listed).difference(cache):
-                    cache[key] = self._needed_blocks(batch, listed.index(key))
+                first = {}  # each new key's first launch (listed.index per key was quadratic)
+                for i, key in enumerate(listed):
+                    if key not in cache:
+                        first.setdefault(key, i)
+                for key, i in first.items():
+                    cache[key] = self._needed_blocks(batch, i)
                 self.blocks.extend(map(cache.__getitem__, listed))
             times = (np.full(n, self.launch_seconds) if kernel_seconds is None
                      else np.asarray(kernel_seconds, float))

@@ -21,6 +21,10 @@ class RuntimeDirError(Exception):
     """A runtime directory that cannot be trusted or made; str() says which and why."""
 
 
+class RuntimeDirMissing(RuntimeDirError):
+    """A runtime directory that does not exist (and was not to be made): nothing refused."""
+
+
 def check_private_dir(path: str, create: bool = True) -> str:
     """path if it is a directory of our own, mode 0700 (made so if absent and create);
     RuntimeDirError otherwise.  lstat: a symlink is refused, never followed."""
@@ -28,7 +32,7 @@ def check_private_dir(path: str, create: bool = True) -> str:
         st = os.lstat(path)
     except FileNotFoundError:
         if not create:
-            raise RuntimeDirError(f"{path} does not exist") from None
+            raise RuntimeDirMissing(f"{path} does not exist") from None
         try:
             os.mkdir(path, 0o700)  # the umask can only take bits away
         except FileExistsError:

@@ -176,8 +176,12 @@ def _count(n: int, singular: str, plural: str = None) -> str:
 def summary_line(totals: dict) -> str:
     """One line for stderr, e.g.
     ``pump: 1234 launches (1000 on managed memory), 57 prefetch calls, 1.2 GiB
-    prefetched, 0 B evicted, 0 events dropped, 3 processes``; capacity refusals,
-    errors and pass-through processes appear only when non-zero; under a budget,
+    prefetched, 0 B evicted, 0 events dropped, 3 processes``; allocations the driver
+    refused to prefetch, capacity refusals, errors and pass-through processes appear only
+    when non-zero; hook coverage, the
+    driver lookups answered with pump's hooks, when there were any, with the
+    cuGetProcAddress answers pump could not match (``hooks 139 via cuGetProcAddress + 2
+    via dlsym (3 unmatched)``: calls through those pass pump by); under a budget,
     the evictions say how high believed-resident memory went against it
     (``96.0 MiB evicted (peak 64.0 MiB resident, budget 64.0 MiB)``), and what the
     budget could not hold, when a launch needed more than it (``32.0 MiB left to faults
@@ -198,10 +202,18 @@ def summary_line(totals: dict) -> str:
     ]
     if t.get("budget_bytes") and t.get("budget_skips"):
         parts.append(f"{human_bytes(t['budget_skips'] * BLOCK_BYTES)} left to faults by the budget")
+    if t.get("prefetch_refusals"):
+        parts.append(_count(t["prefetch_refusals"], "allocation") + " the driver would not prefetch")
     if t.get("capacity_refusals"):
         parts.append(_count(t["capacity_refusals"], "capacity refusal"))
     if t.get("errors"):
         parts.append(_count(t["errors"], "error"))
+    hooked = t.get("procaddr_hooks", 0) + t.get("dlsym_hooks", 0)
+    if hooked or t.get("procaddr_unmatched"):
+        hooks = f"hooks {t.get('procaddr_hooks', 0)} via cuGetProcAddress + {t.get('dlsym_hooks', 0)} via dlsym"
+        if t.get("procaddr_unmatched"):
+            hooks += f" ({t['procaddr_unmatched']} unmatched)"
+        parts.append(hooks)
     procs = _count(t["processes"], "process", "processes")
     if t.get("passthrough_processes"):
         procs += f" ({t['passthrough_processes']} passed through)"

@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 
-from pump import protocol, runtime_dir
+from pump import admin, protocol, runtime_dir
 from pump.stats import human_bytes
 
 
@@ -81,15 +81,24 @@ COLUMNS = (  # (heading, format of a job)
 
 
 def daemon_sockets() -> list:
-    """The system daemon's socket, the caller's shared one, then the caller's embedded
-    daemons' (own files only)."""
-    paths = [protocol.default_socket()]
+    """The system daemon's socket (for root, the administrator's where there is one: every
+    user's jobs), the caller's shared one, then the caller's embedded daemons' (own files
+    only)."""
+    system = protocol.default_socket()
+    if system == protocol.SYSTEM_SOCKET:
+        system = admin.admin_socket() or system
+    paths = [system]
     try:
         shared = runtime_dir.user_socket(create=False)
         if shared not in paths:
             paths.append(shared)
-    except (runtime_dir.RuntimeDirError, OSError):
-        pass  # none yet, or a directory pump will not trust
+    except runtime_dir.RuntimeDirMissing:
+        pass  # no shared pumpd has run yet
+    except runtime_dir.RuntimeDirError as exc:
+        # As pump-run says it: the user's shared pumpd is not asked, and why.
+        print(f"pump: status: not asking your shared pumpd: {exc}", file=sys.stderr)
+    except OSError as exc:
+        print(f"pump: status: not asking your shared pumpd: {exc.strerror or exc}", file=sys.stderr)
     for path in sorted(glob.glob(os.path.join(tempfile.gettempdir(), "pumpd-*", "pumpd.sock"))):
         try:
             if os.stat(path).st_uid == os.geteuid() and path not in paths:

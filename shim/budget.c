@@ -28,6 +28,7 @@
 #include "budget.h"
 #include "capacity.h"
 #include "channel.h"
+#include "locks.h"
 #include "residency.h"
 
 #define MARGIN_DIVISOR 32
@@ -77,12 +78,11 @@ static void publish_own(uint64_t own)
         PUMP_SET(default_budget_bytes, own);
 }
 
-/* Resolves what needs the device's memory, once per device (under resolve_lock). */
-static void resolve(struct device_budget *d, struct pump_context *c, bool own)
+/* Resolves what needs the device's memory, once per device (under resolve_lock), from a
+ * reading made before it with no lock held (`read`: it could be made). */
+static void resolve(struct device_budget *d, struct pump_context *c, bool own, bool read, size_t free_bytes,
+                    size_t total_bytes)
 {
-    size_t free_bytes = 0, total_bytes = 0;
-    bool percent = !d->configured_ready && pump_config.budget_kind == PUMP_CAP_PERCENT;
-    bool read = (percent || (own && !d->own_ready)) && pump_context_memory(c, &free_bytes, &total_bytes);
     if (!d->configured_ready) {
         if (pump_config.budget_kind == PUMP_CAP_BYTES)
             d->configured = pump_config.budget_value;
@@ -117,9 +117,16 @@ PUMP_HIDDEN uint64_t pump_budget_for(struct pump_context *c)
         bool configured_needed = budget == 0 && pump_config.budget_kind != PUMP_CAP_DEFAULT;
         if ((configured_needed && !__atomic_load_n(&d->configured_ready, __ATOMIC_ACQUIRE)) ||
             (own && !__atomic_load_n(&d->own_ready, __ATOMIC_ACQUIRE))) {
-            pthread_mutex_lock(&resolve_lock);
-            resolve(d, c, own);
-            pthread_mutex_unlock(&resolve_lock);
+            /* The reading is a driver call: made before the lock, by each thread that comes
+             * first; the first to take the lock resolves with its reading. */
+            size_t free_bytes = 0, total_bytes = 0;
+            bool percent = !__atomic_load_n(&d->configured_ready, __ATOMIC_ACQUIRE) &&
+                           pump_config.budget_kind == PUMP_CAP_PERCENT;
+            bool read = (percent || (own && !__atomic_load_n(&d->own_ready, __ATOMIC_ACQUIRE))) &&
+                        pump_context_memory(c, &free_bytes, &total_bytes);
+            pump_mutex_lock(&resolve_lock);
+            resolve(d, c, own, read, free_bytes, total_bytes);
+            pump_mutex_unlock(&resolve_lock);
         }
         if (budget == 0 && __atomic_load_n(&d->configured_ready, __ATOMIC_ACQUIRE))
             budget = d->configured;

@@ -19,6 +19,7 @@
 #include "capture_mode.h"
 #include "device_memory.h"
 #include "devices.h"
+#include "locks.h"
 #include "pool_memory.h"
 
 static struct {
@@ -52,9 +53,11 @@ static uint64_t held_beside_footprint(int device)
     return live + kept < live ? UINT64_MAX : live + kept;
 }
 
-static uint64_t resolve(int device, CUcontext ctx)
+/* The device's cap (0 where it has no free memory) and, in *free_out, its free memory. */
+static uint64_t resolve(int device, CUcontext ctx, uint64_t *free_out)
 {
     size_t free_bytes = 0, total_bytes = 0;
+    *free_out = UINT64_MAX;
     if (!pump_memory_info(ctx, &free_bytes, &total_bytes)) {
         if (pump_config.cap_kind == PUMP_CAP_BYTES)
             return pump_config.cap_value;
@@ -77,10 +80,7 @@ static uint64_t resolve(int device, CUcontext ctx)
     case PUMP_CAP_DEFAULT:
         break;
     }
-    /* Managed memory alone may pass what is free: it can exceed what the device holds. */
-    __atomic_store_n(&devices[device].beyond, resolved > (uint64_t)free_bytes, __ATOMIC_RELAXED);
-    if (resolved > (uint64_t)free_bytes)
-        __atomic_store_n(&beyond_any, true, __ATOMIC_RELAXED);
+    *free_out = free_bytes;
     return resolved;
 }
 
@@ -89,17 +89,23 @@ static uint64_t current_cap(int device, CUcontext ctx)
     uint64_t c = __atomic_load_n(&devices[device].cap, __ATOMIC_ACQUIRE);
     if (PUMP_LIKELY(c != 0))
         return c;
-    pthread_mutex_lock(&resolve_lock);
+    /* Read with no lock held (driver calls); the first thread to publish sets the cap, and
+     * one that read it too takes that one. */
+    uint64_t free_bytes;
+    uint64_t resolved = resolve(device, ctx, &free_bytes);
+    pump_mutex_lock(&resolve_lock);
     c = __atomic_load_n(&devices[device].cap, __ATOMIC_RELAXED);
     if (c == 0) {
-        c = resolve(device, ctx);
-        if (c == 0)
-            c = 1;  /* a device with no free memory: nothing fits */
+        c = resolved != 0 ? resolved : 1;  /* a device with no free memory: nothing fits */
+        /* Managed memory alone may pass what is free: it can exceed what the device holds. */
+        __atomic_store_n(&devices[device].beyond, resolved > free_bytes, __ATOMIC_RELAXED);
+        if (resolved > free_bytes)
+            __atomic_store_n(&beyond_any, true, __ATOMIC_RELAXED);
         __atomic_store_n(&devices[device].cap, c, __ATOMIC_RELEASE);
         caps_total = caps_total + c < caps_total ? UINT64_MAX : caps_total + c;
         PUMP_SET(capacity_bytes, caps_total);
     }
-    pthread_mutex_unlock(&resolve_lock);
+    pump_mutex_unlock(&resolve_lock);
     return c;
 }
 

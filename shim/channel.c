@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "channel.h"
+#include "handles.h"
 #include "layouts.h"
 
 _Static_assert(sizeof(struct pump_event) == 64, "a ring record is 64 bytes");
@@ -146,11 +147,14 @@ static const char *function_name(CUfunction f)
     const char *name = NULL;
     if (atomic_load_explicit(&exiting, memory_order_relaxed))
         return "";
-    /* A CUkernel may arrive where a CUfunction is expected: ask both. */
-    if (pump_driver.func_get_name != NULL && pump_driver.func_get_name(&name, f) == CUDA_SUCCESS && name != NULL)
+    /* A CUkernel may arrive where a CUfunction is expected: asked by its kind (handles.h),
+     * both ways when it is of unknown origin. */
+    enum pump_handle_kind kind = pump_handle_kind_of(f);
+    if (kind != PUMP_HANDLE_KERNEL && pump_driver.func_get_name != NULL &&
+        pump_driver.func_get_name(&name, f) == CUDA_SUCCESS && name != NULL)
         return name;
     name = NULL;
-    if (pump_driver.kernel_get_name != NULL &&
+    if (kind != PUMP_HANDLE_FUNCTION && pump_driver.kernel_get_name != NULL &&
         pump_driver.kernel_get_name(&name, (CUkernel)(void *)f) == CUDA_SUCCESS && name != NULL)
         return name;
     return "";

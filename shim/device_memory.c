@@ -8,6 +8,7 @@
 #include <pthread.h>
 
 #include "device_memory.h"
+#include "locks.h"
 
 #define SLOTS (2 * PUMP_DEVICE_MEMORY_MAX) /* a power of two: at most half full */
 
@@ -54,7 +55,7 @@ PUMP_HIDDEN void pump_device_memory_add(CUdeviceptr base, uint64_t size, int dev
 {
     if (base == 0 || device < 0 || device >= PUMP_DEVICES_MAX)
         return;
-    pthread_mutex_lock(&lock);
+    pump_mutex_lock(&lock);
     uint32_t i = slot_of(base);
     if (table[i].base == base) {
         erase(i);
@@ -68,7 +69,7 @@ PUMP_HIDDEN void pump_device_memory_add(CUdeviceptr base, uint64_t size, int dev
         used++;
         __atomic_add_fetch(&held[device], size, __ATOMIC_RELAXED);
     }
-    pthread_mutex_unlock(&lock);
+    pump_mutex_unlock(&lock);
     if (full)
         pump_log_once("more than %d device allocations: memory queries leave the newest out",
                       PUMP_DEVICE_MEMORY_MAX);
@@ -78,12 +79,12 @@ PUMP_HIDDEN bool pump_device_memory_remove(CUdeviceptr base)
 {
     if (base == 0)
         return false;
-    pthread_mutex_lock(&lock);
+    pump_mutex_lock(&lock);
     uint32_t i = slot_of(base);
     bool found = table[i].base == base;
     if (found)
         erase(i);
-    pthread_mutex_unlock(&lock);
+    pump_mutex_unlock(&lock);
     return found;
 }
 
@@ -94,10 +95,10 @@ PUMP_HIDDEN uint64_t pump_device_memory_held(int device)
 
 PUMP_HIDDEN void pump_device_memory_before_fork(void)
 {
-    pthread_mutex_lock(&lock);
+    pump_mutex_lock(&lock);
 }
 
 PUMP_HIDDEN void pump_device_memory_after_fork(void)
 {
-    pthread_mutex_unlock(&lock);
+    pump_mutex_unlock(&lock);
 }

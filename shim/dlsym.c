@@ -4,7 +4,9 @@
  *
  * Rules it follows (research/INTERPOSITION.md section 9):
  *  - the real dlsym comes from dlvsym(RTLD_NEXT, ...), never from the public
- *    dlsym (that would be ourselves), and dlvsym is not interposed;
+ *    dlsym (that would be ourselves), and dlvsym is not interposed
+ *    (real_dlsym.c: the bootstrap reads one way, this file -> driver.c ->
+ *    real_dlsym.c and stats.c, never back);
  *  - a lookup pump does not answer is forwarded as a TAIL JUMP from assembly,
  *    so glibc still sees the original caller (RTLD_NEXT is relative to it);
  *  - pump answers only exact names from its hook table, and only when the
@@ -20,52 +22,12 @@
 #include <string.h>
 
 #include "hooks_common.h"
+#include "real_dlsym.h"
 
-typedef void *(*dlsym_fn)(void *, const char *);
-
-/* Read by the assembly trampoline below: the real dlsym, and the answer that
- * means "forward the lookup to it". */
-PUMP_HIDDEN dlsym_fn pump_real_dlsym_ptr;
+/* Read by the assembly trampoline below: the answer that means "forward the
+ * lookup to the real dlsym" (pump_real_dlsym_ptr, real_dlsym.h). */
 PUMP_HIDDEN const char pump_dlsym_forward[1];
 #define FORWARD ((void *)pump_dlsym_forward)
-
-static void *dlsym_unavailable(void *handle, const char *name)
-{
-    (void)handle;
-    (void)name;
-    return NULL;
-}
-
-PUMP_HIDDEN dlsym_fn pump_real_dlsym(void)
-{
-    dlsym_fn fn = __atomic_load_n(&pump_real_dlsym_ptr, __ATOMIC_ACQUIRE);
-    if (PUMP_LIKELY(fn != NULL))
-        return fn;
-    static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
-    for (size_t i = 0; i < sizeof versions / sizeof versions[0] && fn == NULL; i++)
-        fn = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", versions[i]);
-    if (fn == NULL)
-        fn = dlsym_unavailable;  /* never jump to NULL */
-    __atomic_store_n(&pump_real_dlsym_ptr, fn, __ATOMIC_RELEASE);
-    return fn;
-}
-
-/* glibc's own dlsym, from libc's handle (libdl's before glibc 2.34): unlike
- * RTLD_NEXT's, never another interposer's. */
-PUMP_HIDDEN dlsym_fn pump_libc_dlsym(void)
-{
-    static const char *const where[][2] = {
-        {"libc.so.6", "GLIBC_2.34"}, {"libdl.so.2", "GLIBC_2.2.5"}, {"libdl.so.2", "GLIBC_2.17"}};
-    for (size_t i = 0; i < sizeof where / sizeof where[0]; i++) {
-        void *lib = dlopen(where[i][0], RTLD_NOW | RTLD_NOLOAD);
-        dlsym_fn fn = lib != NULL ? (dlsym_fn)dlvsym(lib, "dlsym", where[i][1]) : NULL;
-        if (lib != NULL)
-            dlclose(lib);
-        if (fn != NULL)
-            return fn;
-    }
-    return NULL;
-}
 
 static bool looks_like_driver_symbol(const char *name)
 {
@@ -77,7 +39,7 @@ static bool looks_like_driver_symbol(const char *name)
  * defines it. Without pump it would fail, unless the caller's own scope has a
  * driver (a library dlopened with libcuda among its dependencies): then the
  * hook stands for that driver. */
-static bool undefined_without_pump(dlsym_fn real, const char *name, const void *caller)
+static bool undefined_without_pump(pump_dlsym_fn real, const char *name, const void *caller)
 {
     if (!pump_is_own_hook(real(RTLD_DEFAULT, name)))
         return false;
@@ -97,7 +59,7 @@ static bool undefined_without_pump(dlsym_fn real, const char *name, const void *
  * hook, or NULL), or FORWARD to forward the lookup to the real dlsym unchanged. */
 PUMP_HIDDEN void *pump_dlsym_decide(void *handle, const char *name, const void *caller)
 {
-    dlsym_fn real = pump_real_dlsym();
+    pump_dlsym_fn real = pump_real_dlsym();
     if (!looks_like_driver_symbol(name) || pump_hook_depth > 0)
         return FORWARD;
     int id = pump_hook_find(name);
@@ -106,8 +68,12 @@ PUMP_HIDDEN void *pump_dlsym_decide(void *handle, const char *name, const void *
     /* Only answer where the driver answers: from pump's own position,
      * RTLD_DEFAULT would find pump's exports first, so look past them. */
     void *where = (handle == RTLD_DEFAULT) ? RTLD_NEXT : handle;
-    if (real(where, name) != NULL)
+    if (real(where, name) != NULL) {
+        PUMP_COUNT(dlsym_hooks, 1);
+        if (pump_hook_is_launch(id))
+            PUMP_COUNT(launch_lookups, 1);
         return pump_hooks[id].hook;
+    }
     if (handle == RTLD_DEFAULT && undefined_without_pump(real, name, caller)) {
         real(RTLD_NEXT, name);  /* leaves dlerror() saying the symbol is undefined */
         return NULL;

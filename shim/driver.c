@@ -7,15 +7,13 @@
  * runtime, so nothing here needs cuInit.
  */
 #include <dlfcn.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
 #include "channel.h"
 #include "hooks.h"
-
-typedef void *(*dlsym_fn)(void *, const char *);
-PUMP_HIDDEN dlsym_fn pump_real_dlsym(void);
-PUMP_HIDDEN dlsym_fn pump_libc_dlsym(void);
+#include "real_dlsym.h"
 
 PUMP_HIDDEN struct pump_driver pump_driver;
 PUMP_HIDDEN void *pump_real[PUMP_HOOK_COUNT];
@@ -33,6 +31,55 @@ PUMP_HIDDEN int pump_hook_find(const char *name)
         if (strcmp(pump_hooks[i].name, name) == 0)
             return i;
     return -1;
+}
+
+PUMP_HIDDEN bool pump_hook_is_launch(int id)
+{
+    switch (id) {
+    case PUMP_HOOK_launch_kernel:
+    case PUMP_HOOK_launch_kernel_ptsz:
+    case PUMP_HOOK_launch_kernel_ex:
+    case PUMP_HOOK_launch_kernel_ex_ptsz:
+    case PUMP_HOOK_launch_cooperative_kernel:
+    case PUMP_HOOK_launch_cooperative_kernel_ptsz:
+    case PUMP_HOOK_graph_launch:
+    case PUMP_HOOK_graph_launch_ptsz:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static const char *const variant_suffixes[] = {"", "_v2", "_v3", "_v4", "_ptsz", "_ptds", "_v2_ptsz", "_v2_ptds"};
+
+PUMP_HIDDEN int pump_hook_of_base(const char *symbol)
+{
+    size_t n = strlen(symbol);
+    for (int i = 0; i < PUMP_HOOK_COUNT; i++) {
+        if (strncmp(pump_hooks[i].name, symbol, n) != 0)
+            continue;
+        for (size_t s = 0; s < sizeof variant_suffixes / sizeof variant_suffixes[0]; s++)
+            if (strcmp(pump_hooks[i].name + n, variant_suffixes[s]) == 0)
+                return i;
+    }
+    return -1;
+}
+
+static void *_Atomic driver_lib;  /* libcuda's handle, once loaded */
+
+PUMP_HIDDEN bool pump_driver_exports(const char *symbol, const void *fn)
+{
+    void *lib = atomic_load_explicit(&driver_lib, memory_order_acquire);
+    pump_dlsym_fn find = pump_libc_dlsym();
+    if (lib == NULL || find == NULL || fn == NULL)
+        return false;
+    char name[128];
+    for (size_t s = 0; s < sizeof variant_suffixes / sizeof variant_suffixes[0]; s++) {
+        int len = snprintf(name, sizeof name, "%s%s", symbol, variant_suffixes[s]);
+        if (len > 0 && (size_t)len < sizeof name && find(lib, name) == fn)
+            return true;
+    }
+    return false;
 }
 
 PUMP_HIDDEN bool pump_is_own_hook(const void *fn)
@@ -53,7 +100,7 @@ static void *not_own(void *lib, const char *name, void *fn)
 {
     if (fn == NULL || !pump_is_own_hook(fn))
         return fn;
-    dlsym_fn libc_dlsym = pump_libc_dlsym();
+    pump_dlsym_fn libc_dlsym = pump_libc_dlsym();
     void *own = libc_dlsym != NULL ? libc_dlsym(lib, name) : NULL;
     if (own != NULL && !pump_is_own_hook(own)) {
         pump_log_once("the driver's lookups answer with pump's own hooks: taken from libcuda's handle instead");
@@ -99,7 +146,8 @@ static bool load_driver(void)
         pump_log(1, "libcuda.so.1 not found: pass-through");
         return false;
     }
-    dlsym_fn real_dlsym = pump_real_dlsym();
+    atomic_store_explicit(&driver_lib, lib, memory_order_release);
+    pump_dlsym_fn real_dlsym = pump_real_dlsym();
     for (int i = 0; i < PUMP_HOOK_COUNT; i++)
         pump_real[i] = not_own(lib, pump_hooks[i].name, real_dlsym(lib, pump_hooks[i].name));
 

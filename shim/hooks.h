@@ -89,7 +89,21 @@ typedef CUresult (CUDAAPI *pump_pfn_graph_instantiate_v10000)(CUgraphExec *phGra
     X(graph_exec_kernel_node_set_params_v2, "cuGraphExecKernelNodeSetParams_v2",        \
       PFN_cuGraphExecKernelNodeSetParams_v12000)                                        \
     X(graph_exec_node_set_params, "cuGraphExecNodeSetParams", PFN_cuGraphExecNodeSetParams_v12020) \
-    X(graph_exec_destroy, "cuGraphExecDestroy", PFN_cuGraphExecDestroy_v10000)
+    X(graph_exec_destroy, "cuGraphExecDestroy", PFN_cuGraphExecDestroy_v10000)          \
+    /* where kernel handles come from: each layout is asked by its kind (hooks_handles.c) */ \
+    X(module_get_function, "cuModuleGetFunction", PFN_cuModuleGetFunction_v2000)        \
+    X(module_enumerate_functions, "cuModuleEnumerateFunctions",                         \
+      PFN_cuModuleEnumerateFunctions_v12040)                                            \
+    X(kernel_get_function, "cuKernelGetFunction", PFN_cuKernelGetFunction_v12000)       \
+    X(library_get_kernel, "cuLibraryGetKernel", PFN_cuLibraryGetKernel_v12000)          \
+    X(library_enumerate_kernels, "cuLibraryEnumerateKernels",                           \
+      PFN_cuLibraryEnumerateKernels_v12040)                                             \
+    /* TMA descriptors: the memory each names (hooks_tensor_maps.c) */                  \
+    X(tensor_map_encode_tiled, "cuTensorMapEncodeTiled", PFN_cuTensorMapEncodeTiled_v12000) \
+    X(tensor_map_encode_im2col, "cuTensorMapEncodeIm2col", PFN_cuTensorMapEncodeIm2col_v12000) \
+    X(tensor_map_encode_im2col_wide, "cuTensorMapEncodeIm2colWide",                     \
+      PFN_cuTensorMapEncodeIm2colWide_v12080)                                           \
+    X(tensor_map_replace_address, "cuTensorMapReplaceAddress", PFN_cuTensorMapReplaceAddress_v12000)
 
 enum pump_hook_id {
 #define PUMP_HOOK_ENUM(id, name, pfn) PUMP_HOOK_##id,
@@ -121,6 +135,18 @@ PUMP_HIDDEN int pump_hook_find(const char *name);
 
 /* Whether fn is one of pump's hooks (never a real entry point). */
 PUMP_HIDDEN bool pump_is_own_hook(const void *fn);
+
+/* Whether hook `id` is a kernel launch entry point (cuLaunchKernel*, cuLaunchCooperativeKernel*,
+ * cuGraphLaunch*). */
+PUMP_HIDDEN bool pump_hook_is_launch(int id);
+
+/* The hook whose ABI name is `symbol` or one of its variants (_v2, _v3, _v4, _ptsz, _ptds and
+ * _v2_ptsz, _v2_ptds: the names cuGetProcAddress is asked for are the base names), or -1. */
+PUMP_HIDDEN int pump_hook_of_base(const char *symbol);
+
+/* Whether `fn` is libcuda's export of `symbol` or of one of its variants (as above), from
+ * libcuda's handle through glibc's own dlsym; false before the driver is loaded. */
+PUMP_HIDDEN bool pump_driver_exports(const char *symbol, const void *fn);
 
 /* The status a hook returns when it cannot reach the driver's function. */
 PUMP_HIDDEN CUresult pump_missing_entry(void);

@@ -3,7 +3,8 @@
  * - cuCtxDestroy, cuDevicePrimaryCtxReset (what cudaDeviceReset calls) and the last
  *   cuDevicePrimaryCtxRelease (which "automatically resets" the primary context, cuda.h)
  *   destroy the context's streams and events, pump's own among them; using them afterwards
- *   is undefined behaviour on the driver. pump forgets what it made there (prefetch.c), and
+ *   is undefined behaviour on the driver. pump forgets what it made there (prefetch.c) and
+ *   the freed blocks it kept there (managed_all_cache.c: the context's memory went), and
  *   makes it anew when the context is used again: the same primary context keeps its handle
  *   across a reset.
  * - Those, and a thread's current context set, pushed, popped or made by a context's
@@ -11,6 +12,7 @@
  *   remembered (context_cache.h) around each. */
 #include "context_cache.h"
 #include "hooks_common.h"
+#include "managed_all_cache.h"
 #include "prefetch.h"
 
 #define PUMP_CONTEXT_CHANGE_HOOK(id, params, args) \
@@ -34,13 +36,20 @@ PUMP_CONTEXT_CHANGE_HOOK(ctx_create_v4,
                          (CUcontext * ctx, CUctxCreateParams *params, unsigned int flags, CUdevice device),
                          (ctx, params, flags, device))
 
+/* The context went, and pump's streams, events and kept blocks there with it. */
+static void context_gone(CUcontext ctx)
+{
+    pump_context_forget(ctx);
+    pump_unpooled_forget_context(ctx);
+}
+
 CUresult pump_ctx_destroy(CUcontext ctx)
 {
     PUMP_REAL_OR_RETURN(ctx_destroy, real);
     pump_context_change_begin();
     CUresult r = real(ctx);
     if (r == CUDA_SUCCESS && pump_active())
-        pump_context_forget(ctx);
+        context_gone(ctx);
     pump_context_change_end();
     return r;
 }
@@ -72,7 +81,7 @@ static CUcontext active_primary(CUdevice dev, PFN_cuDevicePrimaryCtxRelease_v110
         pump_context_change_begin();                                                     \
         CUresult r = real(dev);                                                          \
         if (r == CUDA_SUCCESS && ctx != NULL)                                            \
-            pump_context_forget(ctx);                                                    \
+            context_gone(ctx);                                                    \
         pump_context_change_end();                                                       \
         return r;                                                                        \
     }
@@ -91,7 +100,7 @@ PUMP_RESET_HOOK(primary_ctx_reset_v2)
         int active = 1;                                                                   \
         if (r == CUDA_SUCCESS && ctx != NULL &&                                           \
             pump_driver.primary_ctx_get_state(dev, &flags, &active) == CUDA_SUCCESS && !active) \
-            pump_context_forget(ctx);                                                     \
+            context_gone(ctx);                                                     \
         pump_context_change_end();                                                        \
         return r;                                                                         \
     }

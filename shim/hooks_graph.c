@@ -15,7 +15,9 @@
 #include <string.h>
 
 #include "budget.h"
+#include "handles.h"
 #include "hooks_common.h"
+#include "locks.h"
 #include "residency.h"
 #include "stream_users.h"
 
@@ -77,6 +79,8 @@ static void exec_free(struct graph_exec *g)
 static bool scan_kernel(struct node_use *use, CUfunction f, CUkernel kernel, void **params, void **extra)
 {
     struct pump_scan scan;
+    if (f == NULL && kernel != NULL)
+        pump_handle_note(kernel, PUMP_HANDLE_KERNEL);  /* the node's `kern`: a CUkernel, as cuda.h types it */
     pump_scan_launch(f != NULL ? f : (CUfunction)kernel, params, extra, &scan);
     if (scan.unscanned)
         return false;
@@ -191,7 +195,7 @@ static struct graph_exec *scan_graph(CUgraphExec exec, CUgraph graph, int device
 /* Puts g in place of exec's record (NULL: forgets it). */
 static void replace(CUgraphExec exec, struct graph_exec *g)
 {
-    pthread_rwlock_wrlock(&execs_lock);
+    pump_rwlock_wrlock(&execs_lock);
     struct graph_exec **slot = slot_of(exec), *old = *slot;
     if (g != NULL) {
         g->next = old != NULL ? old->next : NULL;
@@ -199,7 +203,7 @@ static void replace(CUgraphExec exec, struct graph_exec *g)
     } else if (old != NULL) {
         *slot = old->next;
     }
-    pthread_rwlock_unlock(&execs_lock);
+    pump_rwlock_unlock(&execs_lock);
     exec_free(old);
 }
 
@@ -259,10 +263,10 @@ static void updated(CUresult r, CUgraphExec exec, CUgraph graph)
     if (r != CUDA_SUCCESS || !pump_active())
         return;
     PUMP_COUNT(graph_exec_updates, 1);
-    pthread_rwlock_rdlock(&execs_lock);
+    pump_rwlock_rdlock(&execs_lock);
     struct graph_exec *old = *slot_of(exec);
     int device = old != NULL ? old->device : current_device();
-    pthread_rwlock_unlock(&execs_lock);
+    pump_rwlock_unlock(&execs_lock);
     /* NULL (out of memory) forgets the exec: its replays count as unknown */
     replace(exec, scan_graph(exec, graph, device));
 }
@@ -295,7 +299,7 @@ static void kernel_node_set(CUresult r, CUgraphExec exec, CUgraphNode node, CUfu
     PUMP_COUNT(graph_exec_updates, 1);
     struct node_use fresh = {.node = node};
     bool scanned = (f != NULL || kernel != NULL) && scan_kernel(&fresh, f, kernel, params, extra);
-    pthread_rwlock_wrlock(&execs_lock);
+    pump_rwlock_wrlock(&execs_lock);
     struct graph_exec *g = *slot_of(exec);
     struct node_use *use = NULL;
     for (uint32_t i = 0; g != NULL && !g->unknown && i < g->nodes && use == NULL; i++)
@@ -310,7 +314,7 @@ static void kernel_node_set(CUresult r, CUgraphExec exec, CUgraphNode node, CUfu
         g->unknown = true;
         pump_log_once("a CUDA graph's kernel node changed in a way pump cannot follow: its replays are not prefetched");
     }
-    pthread_rwlock_unlock(&execs_lock);
+    pump_rwlock_unlock(&execs_lock);
     free(fresh.base);
 }
 
@@ -368,7 +372,7 @@ struct replay {
  * nothing (usable) of it. */
 static bool live_ranges(CUgraphExec exec, struct replay *r, int *device)
 {
-    pthread_rwlock_rdlock(&execs_lock);
+    pump_rwlock_rdlock(&execs_lock);
     struct graph_exec *g = *slot_of(exec);
     bool known = g != NULL && !g->unknown;
     if (known && g->count > 0) {
@@ -380,7 +384,7 @@ static bool live_ranges(CUgraphExec exec, struct replay *r, int *device)
         }
     }
     *device = known ? g->device : -1;
-    pthread_rwlock_unlock(&execs_lock);
+    pump_rwlock_unlock(&execs_lock);
     return known;
 }
 

@@ -6,9 +6,29 @@
  */
 #include "budget.h"
 #include "channel.h"
+#include "handles.h"
 #include "hooks_common.h"
 #include "residency.h"
 #include "stream_users.h"
+
+/* Which kind of handle the launch named: whether a framework's kernels reach the driver
+ * as CUkernels or CUfunctions is what the first GPU run must tell (handles.h). Each
+ * thread remembers its last handle's kind: launches repeat kernels. */
+static void count_handle_kind(CUfunction f)
+{
+    static __attribute__((tls_model("initial-exec"))) _Thread_local CUfunction last;
+    static __attribute__((tls_model("initial-exec"))) _Thread_local enum pump_handle_kind last_kind;
+    if (f != last) {
+        last_kind = pump_handle_kind_of(f);
+        last = f;
+    }
+    if (last_kind == PUMP_HANDLE_KERNEL)
+        PUMP_COUNT(launches_kernel_handles, 1);
+    else if (last_kind == PUMP_HANDLE_FUNCTION)
+        PUMP_COUNT(launches_function_handles, 1);
+    else
+        PUMP_COUNT(launches_unknown_handles, 1);
+}
 
 /* One launch's state between the two steps (on the hook's stack). */
 struct launch {
@@ -31,6 +51,7 @@ static void before_launch(struct launch *l, CUfunction f, CUstream stream, void 
     PUMP_COUNT(launches, 1);
     if (PUMP_UNLIKELY(!pump_active()))
         return;
+    count_handle_kind(f);
     if (pump_ranges_empty()) {
         pump_stream_users_note(stream, NULL, 0);  /* pump's allocator orders frees after it */
         return;

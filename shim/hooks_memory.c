@@ -5,10 +5,11 @@
  * Under managed_all (managed_all.h) the program's device allocations become
  * managed memory within the same cap: cuMemAlloc becomes cuMemAllocManaged,
  * cuMemAllocAsync takes from the stream device's managed pool in the same
- * stream order, and cuMemGetInfo reports the device's capacity, less what the
- * process holds there (device_memory.h counts the device memory pump lets
- * through). What cannot be made
- * managed is left alone with one notice: cuMemCreate's memory, and IPC handles
+ * stream order (or, where the driver will not prefetch that pool's memory,
+ * from cuMemAllocManaged, freed in stream order: managed_all_cache.h), and
+ * cuMemGetInfo reports the device's capacity, less what the process holds
+ * there (device_memory.h counts the device memory pump lets through). What
+ * cannot be made managed is left alone with one notice: cuMemCreate's memory, and IPC handles
  * (managed memory has none); what communication libraries allocate to share
  * by IPC handle stays device memory (managed_all.h). cuMemAllocPitch stays device memory (rare outside
  * textures; the driver's pitch rule is not something pump can ask for).
@@ -18,12 +19,14 @@
  * free pump did not see) is dropped.
  */
 #include "capacity.h"
+#include "capture_mode.h"
 #include "channel.h"
 #include "context_cache.h"
 #include "device_memory.h"
 #include "devices.h"
 #include "hooks_common.h"
 #include "managed_all.h"
+#include "managed_all_cache.h"
 #include "pool_memory.h"
 #include "residency.h"
 
@@ -171,8 +174,65 @@ static CUresult after_pool_alloc(CUresult r, const CUdeviceptr *dptr, size_t byt
     return r;
 }
 
-/* cuMemAllocAsync: under managed_all, from the stream device's managed pool
- * (same stream, same order); else from the device's current pool as asked. */
+/* Whether the driver prefetches memory of `pool`, device's managed pool: cuda.h 13.0 says a
+ * prefetched range "must refer to managed memory allocated via cuMemAllocManaged or declared
+ * via __managed__", which a pool's is not. Asked once per device, at its first conversion: a
+ * PROBE_BYTES block from the pool prefetched to the host (no device memory taken) on the
+ * allocation's stream. Taken: the block stays allocated for the process's life (freed, the
+ * pool would keep it and the program's trims would give it back, a figure that is not the
+ * program's). Refused: it is freed in stream order, and the device's stream-ordered
+ * allocations come from cuMemAllocManaged instead (managed_all_cache.h). */
+#define PROBE_BYTES 1
+
+static enum pump_pool_prefetch pool_prefetch(CUmemoryPool pool, int device, CUstream own, CUstream stream,
+                                             pump_pfn_mem_alloc_from_pool_async from_pool,
+                                             pump_pfn_mem_free_async free_async)
+{
+    enum pump_pool_prefetch known = pump_pool_prefetch_of(device);
+    if (PUMP_LIKELY(known != PUMP_POOL_UNASKED))
+        return known;
+    CUdeviceptr probe = 0;
+    if (free_async == NULL || from_pool(&probe, PROBE_BYTES, pool, stream) != CUDA_SUCCESS)
+        return PUMP_POOL_PREFETCHED;  /* as before; asked again at the next allocation */
+    struct pump_capture_mode mode = pump_capture_relax();
+    CUmemLocation host = {.type = CU_MEM_LOCATION_TYPE_HOST, .id = 0};
+    CUresult r = pump_driver.prefetch_v2 != NULL ? pump_driver.prefetch_v2(probe, PROBE_BYTES, host, 0, own)
+                                                 : pump_driver.prefetch_v1(probe, PROBE_BYTES, CU_DEVICE_CPU, own);
+    pump_capture_restore(&mode);
+    if (r != CUDA_SUCCESS)
+        free_async(probe, stream);
+    pump_pool_prefetch_decided(device, r == CUDA_SUCCESS ? PUMP_POOL_PREFETCHED : PUMP_POOL_REFUSED);
+    return pump_pool_prefetch_of(device);
+}
+
+/* A converted allocation where the pool's memory is refused: a block the cache keeps, else
+ * cuMemAllocManaged in the stream's context (in relaxed capture mode: another thread's
+ * capture does not forbid what a pool allocation would not have). */
+static CUresult unpooled_alloc(CUdeviceptr *dptr, size_t bytesize, int device, CUstream own)
+{
+    *dptr = pump_unpooled_take(bytesize, device, own);
+    if (*dptr != 0)
+        return CUDA_SUCCESS;
+    pump_pfn_mem_alloc_managed managed = PUMP_REAL(mem_alloc_managed);
+    if (managed == NULL)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    struct pump_capture_mode mode = pump_capture_relax();
+    bool pushed;
+    CUresult r = CUDA_ERROR_INVALID_CONTEXT;
+    if (pump_context_push(pump_stream_context(own), &pushed)) {
+        r = managed(dptr, bytesize, CU_MEM_ATTACH_GLOBAL);
+        pump_context_pop(pushed);
+    }
+    pump_capture_restore(&mode);
+    if (r == CUDA_SUCCESS)
+        PUMP_COUNT(unpooled_allocs, 1);
+    return r;
+}
+
+/* cuMemAllocAsync: under managed_all, from the stream device's managed pool (same stream,
+ * same order), or where the driver will not prefetch that pool's memory, cuMemAllocManaged
+ * memory freed in stream order by pump; else from the device's current pool as asked.
+ * Unpooled blocks carry cuMemAllocManaged's flag in the range table (pool memory: 0). */
 #define PUMP_ALLOC_ASYNC_HOOK(id, from_pool_id, free_id, per_thread)                                      \
     CUresult pump_##id(CUdeviceptr *dptr, size_t bytesize, CUstream stream)                               \
     {                                                                                                     \
@@ -187,8 +247,11 @@ static CUresult after_pool_alloc(CUresult r, const CUdeviceptr *dptr, size_t byt
             return after_pool_alloc(real(dptr, bytesize, stream), dptr, bytesize, NULL, own, PUMP_REAL(free_id)); \
         if (!pump_capacity_reserve(device, pump_stream_context(own), bytesize))                           \
             return CUDA_ERROR_OUT_OF_MEMORY;                                                              \
-        CUresult r = from_pool(dptr, bytesize, pool, stream);                                             \
-        settle_managed(r, dptr, bytesize, 0, true, device);                                               \
+        bool unpooled = pool_prefetch(pool, device, own, stream, from_pool, PUMP_REAL(free_id)) ==        \
+                        PUMP_POOL_REFUSED;                                                                \
+        CUresult r = unpooled ? unpooled_alloc(dptr, bytesize, device, own)                               \
+                              : from_pool(dptr, bytesize, pool, stream);                                  \
+        settle_managed(r, dptr, bytesize, unpooled ? CU_MEM_ATTACH_GLOBAL : 0, true, device);             \
         count_converted(r, bytesize);                                                                     \
         return r;                                                                                         \
     }
@@ -206,24 +269,57 @@ PUMP_ALLOC_ASYNC_HOOK(mem_alloc_async_ptsz, mem_alloc_from_pool_async_ptsz, mem_
 PUMP_ALLOC_FROM_POOL_HOOK(mem_alloc_from_pool_async, mem_free_async)
 PUMP_ALLOC_FROM_POOL_HOOK(mem_alloc_from_pool_async_ptsz, mem_free_async_ptsz)
 
+/* A block the unpooled cache keeps is freed already: a second free is the program's error,
+ * which the driver's pool answers so. */
+static bool freed_twice(CUdeviceptr dptr)
+{
+    return pump_ranges_find(dptr) == NULL && pump_unpooled_holds(dptr);
+}
+
 CUresult pump_mem_free(CUdeviceptr dptr)
 {
     PUMP_REAL_OR_RETURN(mem_free, real);
+    if (pump_active() && freed_twice(dptr))
+        return CUDA_ERROR_INVALID_VALUE;
     bool forgotten = pump_active() && untrack(dptr);
     return after_free(real(dptr), forgotten);
 }
 
-/* Stream-ordered: the memory dies in stream order, but no later launch may
- * name it, so it leaves the table now. */
-#define PUMP_FREE_ASYNC_HOOK(id)                        \
-    CUresult pump_##id(CUdeviceptr dptr, CUstream stream) \
-    {                                                   \
-        PUMP_REAL_OR_RETURN(id, real);                  \
-        bool forgotten = pump_active() && untrack(dptr); \
-        return after_free(real(dptr, stream), forgotten); \
+/* A converted allocation made by cuMemAllocManaged where its device's pool memory is refused
+ * (its size and device in *size, *device): its stream-ordered free is pump's. */
+static bool unpooled_block(CUdeviceptr dptr, size_t *size, int *device)
+{
+    const struct pump_range *range = pump_ranges_find(dptr);
+    if (range == NULL || __atomic_load_n(&range->base, __ATOMIC_RELAXED) != dptr ||
+        __atomic_load_n(&range->host_touchable, __ATOMIC_RELAXED) ||
+        __atomic_load_n(&range->flags, __ATOMIC_RELAXED) != CU_MEM_ATTACH_GLOBAL)
+        return false;
+    *size = __atomic_load_n(&range->size, __ATOMIC_RELAXED);
+    *device = __atomic_load_n(&range->device, __ATOMIC_RELAXED);
+    return pump_pool_prefetch_of(*device) == PUMP_POOL_REFUSED;
+}
+
+/* Stream-ordered: the memory dies in stream order, but no later launch may name it, so it
+ * leaves the table now. An unpooled block is kept by pump (managed_all_cache.h). */
+#define PUMP_FREE_ASYNC_HOOK(id, per_thread)                                                  \
+    CUresult pump_##id(CUdeviceptr dptr, CUstream stream)                                     \
+    {                                                                                         \
+        PUMP_REAL_OR_RETURN(id, real);                                                        \
+        if (!pump_active())                                                                   \
+            return real(dptr, stream);                                                        \
+        if (freed_twice(dptr))                                                                \
+            return CUDA_ERROR_INVALID_VALUE;                                                  \
+        size_t size = 0;                                                                      \
+        int device = -1;                                                                      \
+        bool unpooled = unpooled_block(dptr, &size, &device);                                 \
+        bool forgotten = untrack(dptr);                                                       \
+        CUstream own = pump_stream_of(stream, per_thread);                                    \
+        if (unpooled && pump_unpooled_keep(dptr, size, device, own))                          \
+            return CUDA_SUCCESS;                                                              \
+        return after_free(real(dptr, stream), forgotten);                                     \
     }
-PUMP_FREE_ASYNC_HOOK(mem_free_async)
-PUMP_FREE_ASYNC_HOOK(mem_free_async_ptsz)
+PUMP_FREE_ASYNC_HOOK(mem_free_async, false)
+PUMP_FREE_ASYNC_HOOK(mem_free_async_ptsz, true)
 
 /* Under managed_all the job's memory is its capacity: a framework sizing its
  * cache from free memory neither refuses to allocate nor takes it all. */

@@ -2,13 +2,15 @@
  * managed_all replaces by the device's managed pool for stream-ordered allocations
  * (managed_all.c): the release threshold it sets, and the trims it asks for
  * (PyTorch's torch.cuda.empty_cache under its cudaMallocAsync backend trims the
- * device's default pool to 0), reach the managed pool standing in too, so that it
- * keeps, and gives back, what the program's pool would have. And the pools memory
+ * device's default pool to 0), reach the managed pool standing in too (and the blocks pump
+ * keeps where the driver will not prefetch that pool's memory, managed_all_cache.h), so that
+ * it keeps, and gives back, what the program's pool would have. And the pools memory
  * queries ask (pool_memory.h): one the program makes a device's current pool joins
  * them (what it keeps counts even after another is made current), one it destroys
  * leaves them. */
 #include "hooks_common.h"
 #include "managed_all.h"
+#include "managed_all_cache.h"
 #include "pool_memory.h"
 
 CUresult pump_mem_pool_set_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
@@ -26,8 +28,10 @@ CUresult pump_mem_pool_trim_to(CUmemoryPool pool, size_t min_bytes_to_keep)
     PUMP_REAL_OR_RETURN(mem_pool_trim_to, real);
     CUresult r = real(pool, min_bytes_to_keep);
     CUmemoryPool managed = r == CUDA_SUCCESS && pump_active() ? pump_managed_pool_standing_in(pool) : NULL;
-    if (managed != NULL)
+    if (managed != NULL) {
         (void)real(managed, min_bytes_to_keep);
+        pump_unpooled_trim(pool, min_bytes_to_keep, PUMP_REAL(mem_free));
+    }
     return r;
 }
 

@@ -1,19 +1,33 @@
 /* layouts.c: the per-function parameter layout cache (see layouts.h).
  *
- * CUfunction and CUkernel both arrive at cuLaunchKernel, and which
- * GetParamInfo call accepts which handle is not documented, so both are
- * tried. The driver has no parameter-count call: indices are asked for until
- * it answers CUDA_ERROR_INVALID_VALUE.
+ * Each handle's layout is asked of the call that takes its kind, as handles.c
+ * recorded it from the call that handed it out: cuFuncGetParamInfo for a
+ * CUfunction, cuKernelGetParamInfo for a CUkernel (cuda.h allows casting a
+ * CUkernel to CUfunction for the launch and occupancy calls only; asked of the
+ * other kind, a driver may refuse, or read one object as the other and answer
+ * a wrong layout with success, which would make the scan read past a launch's
+ * kernelParams). A handle of unknown origin (made by a driver-internal path pump
+ * does not see, e.g. a captured graph node's CUfunction) is asked as what the
+ * launch and graph-node prototypes name it, a CUfunction, and only when that is
+ * refused as a CUkernel: every documented call that makes a CUkernel
+ * (cuLibraryGetKernel, cuLibraryEnumerateKernels) is hooked, so an unknown
+ * handle is most likely a CUfunction; nothing in cuda.h tells the kinds apart,
+ * and asking nothing would leave those launches unscanned. Launches by handle
+ * kind are counted (launches_kernel_handles, launches_function_handles,
+ * launches_unknown_handles). The driver has no parameter-count call before CUDA
+ * 13.2: indices are asked for until it answers CUDA_ERROR_INVALID_VALUE.
  *
  * The cache is an open-addressed table written with compare-and-swap: no
  * lock on the launch path. Layouts are never freed (a handle outlives its
  * launches; a reused handle address after a module unload would keep an old
- * layout, which can only cost a missed or extra prefetch).
+ * layout).
  */
 #include <stdlib.h>
 
 #include "capture_mode.h"
+#include "handles.h"
 #include "layouts.h"
+#include "tensor_maps.h"
 
 #define PUMP_LAYOUT_SLOTS 16384 /* power of two */
 #define PUMP_MAX_PARAMS 4096    /* the driver allows 32764 bytes of parameters */
@@ -43,6 +57,49 @@ static bool query(param_info_fn info, CUfunction f, size_t *offsets, size_t *siz
     return true;
 }
 
+/* The layout as the call matching f's kind answers it; false if none would. */
+static bool ask(CUfunction f, size_t *offsets, size_t *sizes, uint32_t *params)
+{
+    param_info_fn func_info = (param_info_fn)pump_driver.func_param_info;
+    param_info_fn kernel_info = (param_info_fn)pump_driver.kernel_param_info;
+    switch (pump_handle_kind_of(f)) {
+    case PUMP_HANDLE_FUNCTION:
+        return query(func_info, f, offsets, sizes, params);
+    case PUMP_HANDLE_KERNEL:
+        return query(kernel_info, f, offsets, sizes, params);
+    case PUMP_HANDLE_UNKNOWN:
+        break;
+    }
+    bool function_ok = query(func_info, f, offsets, sizes, params);
+    if (function_ok && *params > 0)
+        return true;
+    /* Refused, or zero parameters, which may mean "not a CUfunction". */
+    uint32_t kernel_params = 0;
+    if (query(kernel_info, f, offsets, sizes, &kernel_params) && (kernel_params > 0 || !function_ok)) {
+        *params = kernel_params;
+        return true;
+    }
+    return function_ok;  /* zero parameters */
+}
+
+/* The spans of `length` bytes starting at multiples of `align` inside a parameter. */
+static uint32_t count_spans(size_t offset, size_t size, size_t align, size_t length)
+{
+    uint32_t n = 0;
+    for (size_t o = (offset + align - 1) & ~(align - 1); o + length <= offset + size; o += align)
+        n++;
+    return n;
+}
+
+static struct pump_word *add_spans(struct pump_word *next, uint32_t param, size_t offset, size_t size, size_t align,
+                                   size_t length)
+{
+    for (size_t o = (offset + align - 1) & ~(align - 1); o + length <= offset + size; o += align)
+        *next++ = (struct pump_word){
+            .param = param, .offset_in_param = (uint32_t)(o - offset), .buffer_offset = (uint32_t)o};
+    return next;
+}
+
 static const struct pump_layout *build(CUfunction f)
 {
     size_t *offsets = malloc(2 * PUMP_MAX_PARAMS * sizeof(size_t));
@@ -51,37 +108,32 @@ static const struct pump_layout *build(CUfunction f)
     size_t *sizes = offsets + PUMP_MAX_PARAMS;
     uint32_t params = 0;
     struct pump_capture_mode mode = pump_capture_relax();
-    bool ok = query((param_info_fn)pump_driver.func_param_info, f, offsets, sizes, &params);
-    /* Zero parameters from cuFuncGetParamInfo may mean "not a CUfunction". */
-    if (!ok || params == 0) {
-        uint32_t kernel_params = 0;
-        if (query((param_info_fn)pump_driver.kernel_param_info, f, offsets, sizes, &kernel_params)) {
-            ok = true;
-            params = kernel_params;
-        }
-    }
+    bool ok = ask(f, offsets, sizes, &params);
     pump_capture_restore(&mode);
     if (!ok) {
         free(offsets);
         return &unknown_layout;
     }
 
-    uint32_t words = 0;
-    for (uint32_t i = 0; i < params; i++)
-        for (size_t o = (offsets[i] + 7) & ~(size_t)7; o + 8 <= offsets[i] + sizes[i]; o += 8)
-            words++;
-    struct pump_layout *layout = malloc(sizeof *layout + words * sizeof(struct pump_word));
+    uint32_t words = 0, windows = 0;
+    for (uint32_t i = 0; i < params; i++) {
+        words += count_spans(offsets[i], sizes[i], 8, 8);
+        windows += count_spans(offsets[i], sizes[i], PUMP_TENSOR_MAP_ALIGN, PUMP_TENSOR_MAP_BYTES);
+    }
+    struct pump_layout *layout = malloc(sizeof *layout + (words + windows) * sizeof(struct pump_word));
     if (layout == NULL) {
         free(offsets);
         return &unknown_layout;
     }
     layout->known = true;
     layout->params = params;
-    layout->words = 0;
+    layout->words = words;
+    layout->windows = windows;
+    struct pump_word *next = layout->word;
     for (uint32_t i = 0; i < params; i++)
-        for (size_t o = (offsets[i] + 7) & ~(size_t)7; o + 8 <= offsets[i] + sizes[i]; o += 8)
-            layout->word[layout->words++] = (struct pump_word){
-                .param = i, .offset_in_param = (uint32_t)(o - offsets[i]), .buffer_offset = (uint32_t)o};
+        next = add_spans(next, i, offsets[i], sizes[i], 8, 8);
+    for (uint32_t i = 0; i < params; i++)
+        next = add_spans(next, i, offsets[i], sizes[i], PUMP_TENSOR_MAP_ALIGN, PUMP_TENSOR_MAP_BYTES);
     free(offsets);
     return layout;
 }

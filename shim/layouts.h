@@ -17,7 +17,9 @@ struct pump_layout {
     bool known;                /* false: the driver could not tell us */
     uint32_t params;
     uint32_t words;
-    struct pump_word word[];   /* `words` entries */
+    uint32_t windows;          /* 64-byte-aligned 128-byte spans inside a parameter: where a TMA
+                                  descriptor (CUtensorMap, alignas(64)) may sit (tensor_maps.h) */
+    struct pump_word word[];   /* `words` entries, then `windows` (the spans' starts) */
 };
 
 /* The layout of f (a CUfunction, or a CUkernel cast to one); never NULL. */

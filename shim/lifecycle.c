@@ -16,13 +16,10 @@
 #include "ranges.h"
 #include "residency.h"
 
-PUMP_HIDDEN void pump_stats_after_fork_in_child(void);
-PUMP_HIDDEN void pump_stats_at_exit(void);
-
 static void at_exit(void)
 {
     pump_channel_at_exit();
-    pump_stats_at_exit();
+    pump_stats_at_exit(pump_driver_was_used());
 }
 
 /* The range table's lock comes first: removing a range detaches its blocks. */
@@ -49,7 +46,7 @@ static void child_after_fork(void)
     pump_residency_after_fork();
     pump_ranges_after_fork();
     pump_channel_after_fork_in_child();
-    pump_stats_after_fork_in_child();
+    pump_stats_after_fork_in_child(pump_driver_was_used());
 }
 
 __attribute__((constructor)) static void pump_load(void)

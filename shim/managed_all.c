@@ -16,7 +16,7 @@
  * prefetched. There pump counts only, said once.
  */
 #include <link.h>
-#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <unwind.h>
 
@@ -25,9 +25,10 @@
 
 enum { UNDECIDED, ON, OFF };
 static _Atomic int decision = UNDECIDED;
-static pthread_mutex_t decide_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static int decide(void)
+/* The decision, from driver calls made with no lock held; what to say of it goes in `why`
+ * (said at level 1 for ON, always for OFF), said by the one thread whose decision stands. */
+static int decide(char *why, size_t size)
 {
     if (!pump_config.managed_all)
         return OFF;
@@ -38,46 +39,54 @@ static int decide(void)
     if (r == CUDA_ERROR_NOT_INITIALIZED)
         return UNDECIDED;  /* before cuInit: the program's call fails anyway; ask at the next */
     if (r != CUDA_SUCCESS || count < 1) {
-        pump_notice("managed_all is off: the driver cannot list its devices (CUresult %d); device allocations "
-                    "stay device memory",
-                    (int)r);
+        snprintf(why, size, "managed_all is off: the driver cannot list its devices (CUresult %d); device allocations "
+                 "stay device memory",
+                 (int)r);
         return OFF;
     }
     if (pump_driver.func_param_info == NULL && pump_driver.kernel_param_info == NULL) {
-        pump_notice("managed_all is off: this driver cannot tell kernel parameter layouts (cuFuncGetParamInfo, "
-                    "CUDA 12.4), so pump cannot see which memory the runtime's and PyTorch's launches use; device "
-                    "allocations stay device memory, and pump counts only");
+        snprintf(why, size, "managed_all is off: this driver cannot tell kernel parameter layouts "
+                 "(cuFuncGetParamInfo, CUDA 12.4), so pump cannot see which memory the runtime's and PyTorch's "
+                 "launches use; device allocations stay device memory, and pump counts only");
         return OFF;
     }
     for (int device = 0; device < count; device++) {
         int concurrent = 0;
         r = pump_driver.device_get_attribute(&concurrent, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, device);
         if (r != CUDA_SUCCESS || !concurrent) {
-            pump_notice("managed_all is off: device %d has no concurrent managed access (the host could not touch "
-                        "managed memory while kernels run); device allocations stay device memory, and pump "
-                        "prefetches only the program's own managed allocations",
-                        device);
+            snprintf(why, size, "managed_all is off: device %d has no concurrent managed access (the host could not "
+                     "touch managed memory while kernels run); device allocations stay device memory, and pump "
+                     "prefetches only the program's own managed allocations",
+                     device);
             return OFF;
         }
     }
-    pump_log(1, "managed_all: device allocations become managed memory (%d device%s)", count, count == 1 ? "" : "s");
+    snprintf(why, size, "managed_all: device allocations become managed memory (%d device%s)", count,
+             count == 1 ? "" : "s");
     return ON;
 }
 
+/* Threads that come first may each decide (the same answer from the same driver); the first
+ * to publish says why. */
 PUMP_HIDDEN bool pump_managed_all(void)
 {
     int d = atomic_load_explicit(&decision, memory_order_acquire);
     if (PUMP_LIKELY(d != UNDECIDED))
         return d == ON;
-    pthread_mutex_lock(&decide_lock);
-    d = atomic_load_explicit(&decision, memory_order_relaxed);
-    if (d == UNDECIDED) {
-        struct pump_capture_mode mode = pump_capture_relax();
-        d = decide();
-        pump_capture_restore(&mode);
-        atomic_store_explicit(&decision, d, memory_order_release);
+    char why[400] = "";
+    struct pump_capture_mode mode = pump_capture_relax();
+    int decided = decide(why, sizeof why);
+    pump_capture_restore(&mode);
+    if (decided == UNDECIDED)
+        return false;
+    if (atomic_compare_exchange_strong_explicit(&decision, &d, decided, memory_order_acq_rel,
+                                                memory_order_acquire)) {
+        d = decided;
+        if (why[0] != '\0' && d == ON)
+            pump_log(1, "%s", why);
+        else if (why[0] != '\0')
+            pump_notice("%s", why);
     }
-    pthread_mutex_unlock(&decide_lock);
     return d == ON;
 }
 
@@ -211,6 +220,7 @@ static struct {
     _Atomic(CUmemoryPool) device_default;
     _Atomic(CUmemoryPool) managed;
     _Atomic bool following;  /* the managed pool follows the device default pool's threshold */
+    _Atomic uint64_t threshold; /* ... the value last copied (managed_all_cache.c keeps as much) */
 } pools[PUMP_DEVICES_MAX];
 
 /* A racing lookup stores the same handle: no lock needed. */
@@ -293,8 +303,11 @@ static CUmemoryPool managed_pool_for(CUstream stream, int *device_out)
  * allocations are); it is managed memory, which the driver evicts under pressure rather than
  * failing an allocation, and the live allocations that first reserved it were within the
  * capacity. */
-static pthread_mutex_t follow_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic uint64_t follow_requests[PUMP_DEVICES_MAX];
 
+/* The last copy made reads the latest value, with no lock held across the driver calls: a
+ * copy that another began after it began is made again (a thread that copies an old value
+ * late sees the later request and copies once more). */
 static void follow_threshold(CUdevice device)
 {
     CUmemoryPool program = atomic_load_explicit(&pools[device].device_default, memory_order_acquire);
@@ -302,12 +315,20 @@ static void follow_threshold(CUdevice device)
     if (program == NULL || managed == NULL || pump_driver.mem_pool_get_attribute == NULL ||
         pump_driver.mem_pool_set_attribute == NULL)
         return;
-    pthread_mutex_lock(&follow_lock);  /* the last copy made reads the latest value */
-    cuuint64_t threshold = 0;
-    CUresult r = pump_driver.mem_pool_get_attribute(program, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold);
-    if (r == CUDA_SUCCESS)
-        r = pump_driver.mem_pool_set_attribute(managed, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold);
-    pthread_mutex_unlock(&follow_lock);
+    uint64_t seen = atomic_fetch_add(&follow_requests[device], 1) + 1;
+    CUresult r = CUDA_SUCCESS;
+    for (int copies = 0; copies < 16 && r == CUDA_SUCCESS; copies++) {
+        cuuint64_t threshold = 0;
+        r = pump_driver.mem_pool_get_attribute(program, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold);
+        if (r == CUDA_SUCCESS)
+            r = pump_driver.mem_pool_set_attribute(managed, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold);
+        if (r == CUDA_SUCCESS)
+            atomic_store_explicit(&pools[device].threshold, threshold, memory_order_relaxed);
+        uint64_t now = atomic_load(&follow_requests[device]);
+        if (now == seen)
+            break;
+        seen = now;
+    }
     if (r != CUDA_SUCCESS)
         pump_log_once("managed_all: the managed pool cannot follow the device pool's release threshold "
                       "(CUresult %d): it gives freed memory back at synchronisations",
@@ -335,4 +356,15 @@ PUMP_HIDDEN CUmemoryPool pump_managed_pool_standing_in(CUmemoryPool program_pool
 {
     int device = device_standing_in(program_pool);
     return device >= 0 ? atomic_load_explicit(&pools[device].managed, memory_order_acquire) : NULL;
+}
+
+PUMP_HIDDEN int pump_managed_pool_device(CUmemoryPool program_pool)
+{
+    return device_standing_in(program_pool);
+}
+
+PUMP_HIDDEN uint64_t pump_managed_pool_threshold(int device)
+{
+    return device >= 0 && device < PUMP_DEVICES_MAX ? atomic_load_explicit(&pools[device].threshold, memory_order_relaxed)
+                                                   : 0;
 }

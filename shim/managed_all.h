@@ -30,5 +30,10 @@ PUMP_HIDDEN void pump_managed_pool_follow(CUmemoryPool program_pool);
 /* The managed pool pump uses in place of `program_pool` (a device's default
  * pool), or NULL. */
 PUMP_HIDDEN CUmemoryPool pump_managed_pool_standing_in(CUmemoryPool program_pool);
+/* The device whose default pool `program_pool` is, where pump stands in for it, or -1. */
+PUMP_HIDDEN int pump_managed_pool_device(CUmemoryPool program_pool);
+/* The release threshold the program set on the device's default pool, as last followed (0:
+ * the driver's default, or never followed). */
+PUMP_HIDDEN uint64_t pump_managed_pool_threshold(int device);
 
 #endif

@@ -17,8 +17,9 @@
  * Use events. After each kernel that may own blocks pump could evict, an
  * event from a per-context ring is recorded on the kernel's stream, and
  * evictions wait on it. A ring slot is reused by a later launch; before it is
- * re-recorded, the eviction stream waits on its previous record (under the
- * context's lock, so a slot's records come in order). An eviction that then
+ * re-recorded, the eviction stream waits on its previous record (one thread
+ * at a time: a slot is busy from its taking to its record, so a slot's
+ * records come in order). An eviction that then
  * waits on a reused slot waits for a later point, never an earlier one: the
  * eviction stream was already made to wait for every earlier record of it.
  *
@@ -35,6 +36,15 @@
  * it: its slot is marked gone and set up again, in place, at the context's
  * next use. Tokens and marks made before count as done: everything of a
  * destroyed context has ended.
+ *
+ * No lock of pump's is held across a driver call (a driver call may block for
+ * milliseconds, and a context's set-up makes 67 of them): a slot is claimed
+ * under context_lock, set up outside it and published under it again; a ring's
+ * events are made, a use recorded and a discard made the same way around
+ * use_lock, which guards only their bookkeeping. A thread that finds the work
+ * being done by another goes without it this once (its launch is not
+ * prefetched, its token or discard not made) rather than wait. A context that
+ * goes meanwhile (its `forgets` moved on) keeps nothing that was made.
  */
 #include <pthread.h>
 
@@ -42,6 +52,7 @@
 #include "channel.h"
 #include "context_cache.h"
 #include "devices.h"
+#include "locks.h"
 #include "prefetch.h"
 #include "ranges.h"
 
@@ -51,8 +62,17 @@
 #define PUMP_DISCARD_MARKS 256       /* discard marks per context */
 
 
+/* A ring of events, made on its first use. */
+struct ring {
+    bool ready, broken;  /* made; or, for good, not makeable (logged once per context) */
+    bool making;         /* a thread is making its events, outside use_lock */
+};
+
 struct pump_context {
-    CUcontext ctx;       /* key: set (release) once the rest is ready */
+    CUcontext ctx;       /* the fast path's key: set (release) once the rest is ready */
+    CUcontext key;       /* the context of the slot from its claim on (under context_lock) */
+    bool setting_up;     /* under context_lock: a thread sets it up, outside the lock */
+    uint32_t forgets;    /* atomic: how many times its context went (written under both locks) */
     CUdevice device;
     uint32_t index;
     bool usable;
@@ -64,11 +84,13 @@ struct pump_context {
     CUevent events[PUMP_EVENTS_PER_CONTEXT];
     uint32_t next_event; /* atomic */
     CUevent evicted;     /* recorded after evictions (residency.c's lock orders its use) */
-    pthread_mutex_t use_lock;  /* guards the use events and the discard marks */
-    bool use_ready, use_broken;
-    uint64_t use_count;  /* use events recorded so far */
+    pthread_mutex_t use_lock;  /* guards the rings' bookkeeping (never held across a driver call) */
+    struct ring use_ring;
+    uint64_t use_count;  /* use event slots taken so far */
+    uint8_t use_busy[PUMP_USE_EVENTS];  /* atomic: a thread waits on or records the slot's event */
     CUevent use_events[PUMP_USE_EVENTS];
-    bool marks_ready, marks_broken;
+    struct ring mark_ring;
+    bool discarding;     /* a thread discards in this context, outside the lock */
     uint64_t mark_count; /* discards marked so far (atomic: read without the lock) */
     CUevent marks[PUMP_DISCARD_MARKS];  /* each recorded after its discard, */
     struct {
@@ -99,12 +121,12 @@ static bool create_events(CUevent *events, int n)
     return true;
 }
 
-static void setup_context(struct pump_context *c, CUcontext ctx, uint32_t index)
+/* The driver calls of a slot's set-up, made with no lock held. */
+static void setup_context(struct pump_context *c, CUcontext ctx)
 {
     struct pump_capture_mode mode = pump_capture_relax();
     bool pushed;
     bool entered = pump_context_push(ctx, &pushed);
-    c->index = index;
     bool have_device = entered && call_ok(pump_driver.ctx_get_device(&c->device), "cuCtxGetDevice");
     c->usable = have_device &&
                 call_ok(pump_driver.stream_create(&c->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate") &&
@@ -116,7 +138,35 @@ static void setup_context(struct pump_context *c, CUcontext ctx, uint32_t index)
         pump_channel_device(c->device);  /* pumpd learns which GPU this is */
     if (!c->usable)
         pump_log_once("no prefetch stream for a context: its launches are not prefetched");
-    __atomic_store_n(&c->ctx, ctx, __ATOMIC_RELEASE);
+}
+
+/* Under context_lock: ctx's slot, claimed for setting up (*forgets: its count at the claim),
+ * or with *ready when it was set up meanwhile; NULL when another thread is setting it up or
+ * no slot is left. */
+static struct pump_context *claim(CUcontext ctx, bool *ready, uint32_t *forgets)
+{
+    uint32_t n = __atomic_load_n(&context_count, __ATOMIC_RELAXED);
+    for (uint32_t i = 0; i < n; i++) {
+        struct pump_context *c = &contexts[i];
+        if (c->key != ctx)
+            continue;
+        if (c->setting_up)
+            return NULL;
+        *ready = !__atomic_load_n(&c->gone, __ATOMIC_RELAXED);
+        c->setting_up = !*ready;
+        *forgets = __atomic_load_n(&c->forgets, __ATOMIC_RELAXED);
+        return c;
+    }
+    if (n == PUMP_CONTEXTS_MAX)
+        return NULL;
+    struct pump_context *c = &contexts[n];
+    pthread_mutex_init(&c->use_lock, NULL);
+    c->key = ctx;
+    c->index = n;
+    c->setting_up = true;
+    *forgets = 0;
+    __atomic_store_n(&context_count, n + 1, __ATOMIC_RELEASE);
+    return c;
 }
 
 PUMP_HIDDEN struct pump_context *pump_context_of(CUstream stream)
@@ -129,42 +179,44 @@ PUMP_HIDDEN struct pump_context *pump_context_of(CUstream stream)
         if (__atomic_load_n(&contexts[i].ctx, __ATOMIC_ACQUIRE) == ctx && !__atomic_load_n(&contexts[i].gone, __ATOMIC_ACQUIRE))
             return contexts[i].usable ? &contexts[i] : NULL;
 
-    struct pump_context *found = NULL;
-    pthread_mutex_lock(&context_lock);
-    n = __atomic_load_n(&context_count, __ATOMIC_RELAXED);
-    for (uint32_t i = 0; i < n && found == NULL; i++)
-        if (__atomic_load_n(&contexts[i].ctx, __ATOMIC_RELAXED) == ctx)
-            found = &contexts[i];
-    if (found != NULL && __atomic_load_n(&found->gone, __ATOMIC_RELAXED)) {
-        setup_context(found, ctx, found->index);
-        __atomic_store_n(&found->gone, false, __ATOMIC_RELEASE);
-    } else if (found == NULL && n < PUMP_CONTEXTS_MAX) {
-        found = &contexts[n];
-        pthread_mutex_init(&found->use_lock, NULL);
-        setup_context(found, ctx, n);
-        __atomic_store_n(&context_count, n + 1, __ATOMIC_RELEASE);
-    }
-    pthread_mutex_unlock(&context_lock);
-    return found != NULL && found->usable ? found : NULL;
+    bool ready = false;
+    uint32_t forgets = 0;
+    pump_mutex_lock(&context_lock);
+    struct pump_context *c = claim(ctx, &ready, &forgets);
+    pump_mutex_unlock(&context_lock);
+    if (c == NULL || ready)
+        return c != NULL && c->usable ? c : NULL;
+    setup_context(c, ctx);
+    pump_mutex_lock(&context_lock);
+    /* A context that went while it was set up is set up again at its next use. */
+    bool gone = __atomic_load_n(&c->forgets, __ATOMIC_RELAXED) != forgets;
+    __atomic_store_n(&c->gone, gone, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->ctx, ctx, __ATOMIC_RELEASE);
+    c->setting_up = false;
+    pump_mutex_unlock(&context_lock);
+    return !gone && c->usable ? c : NULL;
 }
 
 PUMP_HIDDEN void pump_context_forget(CUcontext ctx)
 {
-    pthread_mutex_lock(&context_lock);
+    pump_mutex_lock(&context_lock);
     uint32_t n = __atomic_load_n(&context_count, __ATOMIC_RELAXED);
     for (uint32_t i = 0; i < n; i++) {
         struct pump_context *c = &contexts[i];
-        if (__atomic_load_n(&c->ctx, __ATOMIC_RELAXED) != ctx || __atomic_load_n(&c->gone, __ATOMIC_RELAXED))
+        if (c->key != ctx || (__atomic_load_n(&c->gone, __ATOMIC_RELAXED) && !c->setting_up))
             continue;
-        /* Its events went with it: the rings are made again at their next use. */
-        pthread_mutex_lock(&c->use_lock);
-        c->use_ready = c->use_broken = c->marks_ready = c->marks_broken = false;
-        __atomic_store_n(&c->use_base, atomic_load_explicit(&use_sequence, memory_order_relaxed), __ATOMIC_RELEASE);
+        /* Its events went with it: the rings are made again at their next use. What a
+         * thread makes there meanwhile is dropped (forgets moved on). The count moves on
+         * before the base is read, each sequentially consistent (pump_use_record). */
+        pump_mutex_lock(&c->use_lock);
+        c->use_ring.ready = c->use_ring.broken = c->mark_ring.ready = c->mark_ring.broken = false;
+        __atomic_fetch_add(&c->forgets, 1, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&c->use_base, atomic_load_explicit(&use_sequence, memory_order_seq_cst), __ATOMIC_RELEASE);
         __atomic_store_n(&c->mark_base, c->mark_count, __ATOMIC_RELEASE);
-        pthread_mutex_unlock(&c->use_lock);
+        pump_mutex_unlock(&c->use_lock);
         __atomic_store_n(&c->gone, true, __ATOMIC_RELEASE);
     }
-    pthread_mutex_unlock(&context_lock);
+    pump_mutex_unlock(&context_lock);
 }
 
 PUMP_HIDDEN int pump_context_device(const struct pump_context *c)
@@ -184,30 +236,110 @@ PUMP_HIDDEN bool pump_stream_capturing(CUstream stream)
            capture != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
-static bool batch_broken; /* atomic: the driver refused a batch once */
+/* ---- refused ranges ----
+ * cuda.h 13.0 says a prefetched range "must refer to managed memory allocated via
+ * cuMemAllocManaged or declared via __managed__": a managed pool's memory (the program's own,
+ * from cuMemAllocFromPoolAsync) may be refused, and one such range fails its whole batch. So
+ * does a range freed between pump's decision and its call. A refused batch is therefore asked
+ * again range by range, once: each range the driver refuses marks its allocation (ranges.h),
+ * which is never asked again, and batching goes on for the rest. Only a batch that fails while
+ * every range of it is taken alone (the batch entry point itself broken) counts towards turning
+ * batching off, after BATCH_FAILURES_MAX such batches in a row. */
+#define BATCH_FAILURES_MAX 8
+static uint32_t batch_failures; /* atomic: unexplained batch failures in a row */
+static bool any_refused;        /* atomic: some allocation is marked; moves look for them */
 
+static CUresult move_one(CUstream stream, CUmemLocation to, CUdeviceptr ptr, size_t size)
+{
+    CUdevice device = to.type == CU_MEM_LOCATION_TYPE_DEVICE ? to.id : CU_DEVICE_CPU;
+    PUMP_COUNT(prefetch_calls, 1);
+    return pump_driver.prefetch_v2 != NULL ? pump_driver.prefetch_v2(ptr, size, to, 0, stream)
+                                           : pump_driver.prefetch_v1(ptr, size, device, stream);
+}
+
+/* The allocation at ptr, if the table still has it there (lock-free: may be stale, which costs
+ * at worst another allocation's prefetches, never a value). */
+static struct pump_range *allocation_at(CUdeviceptr ptr)
+{
+    struct pump_range *range = pump_ranges_find(ptr);
+    if (range == NULL)
+        return NULL;
+    uint64_t base = __atomic_load_n(&range->base, __ATOMIC_RELAXED);
+    return ptr >= base && ptr - base < __atomic_load_n(&range->size, __ATOMIC_RELAXED) ? range : NULL;
+}
+
+/* Drops the ranges of allocations the driver refused before (counted): n left. */
+static size_t without_refused(CUdeviceptr *ptrs, size_t *sizes, size_t n)
+{
+    if (!__atomic_load_n(&any_refused, __ATOMIC_RELAXED))
+        return n;
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct pump_range *range = allocation_at(ptrs[i]);
+        if (range != NULL && __atomic_load_n(&range->unprefetchable, __ATOMIC_RELAXED)) {
+            PUMP_COUNT(prefetch_refused_skips, 1);
+            continue;
+        }
+        ptrs[kept] = ptrs[i];
+        sizes[kept++] = sizes[i];
+    }
+    return kept;
+}
+
+/* One call per range: false if any failed; each one refused marks its allocation. Refused is
+ * CUDA_ERROR_INVALID_VALUE, what cuMemPrefetchAsync documents for a bad range; any other error
+ * may be an earlier asynchronous one the call reports (cuda.h's \notefnerr), which says
+ * nothing of the range. */
+static bool move_each(CUstream stream, CUmemLocation to, const CUdeviceptr *ptrs, const size_t *sizes, size_t n,
+                      size_t *refused)
+{
+    bool ok = true;
+    for (size_t i = 0; i < n; i++) {
+        CUresult r = move_one(stream, to, ptrs[i], sizes[i]);
+        if (r == CUDA_SUCCESS)
+            continue;
+        ok = false;
+        struct pump_range *range = r == CUDA_ERROR_INVALID_VALUE ? allocation_at(ptrs[i]) : NULL;
+        if (range == NULL) {  /* freed since the decision, or not about the range */
+            if (r != CUDA_ERROR_INVALID_VALUE)
+                call_ok(r, "cuMemPrefetchAsync");
+            continue;
+        }
+        (*refused)++;
+        if (!__atomic_exchange_n(&range->unprefetchable, 1, __ATOMIC_RELAXED))
+            PUMP_COUNT(prefetch_refusals, 1);
+        __atomic_store_n(&any_refused, true, __ATOMIC_RELAXED);
+        pump_log_once("the driver refused to prefetch an allocation (CUresult %d): pump no longer prefetches it, "
+                      "and batches the rest (memory from a managed pool: see docs/limits.md)",
+                      (int)r);
+    }
+    return ok;
+}
+
+/* ptrs and sizes are the move's own: compacted in place. */
 static bool move_ranges(CUstream stream, CUmemLocation to, CUdeviceptr *ptrs, size_t *sizes, size_t n)
 {
+    n = without_refused(ptrs, sizes, n);
+    if (n == 0)
+        return true;
     struct pump_capture_mode mode = pump_capture_relax();
-    bool ok = true, done = false;
-    if (pump_driver.prefetch_batch != NULL && !__atomic_load_n(&batch_broken, __ATOMIC_RELAXED)) {
-        size_t first = 0;
+    bool ok;
+    if (pump_driver.prefetch_batch != NULL && __atomic_load_n(&batch_failures, __ATOMIC_RELAXED) < BATCH_FAILURES_MAX) {
+        size_t first = 0, refused = 0;
         CUresult r = pump_driver.prefetch_batch(ptrs, sizes, n, &to, &first, 1, 0, stream);
-        if (r == CUDA_SUCCESS) {
-            PUMP_COUNT(prefetch_calls, 1);
-            done = true;
-        } else {
-            __atomic_store_n(&batch_broken, true, __ATOMIC_RELAXED);
-            PUMP_COUNT(errors, 1);
-            pump_log_once("cuMemPrefetchBatchAsync failed (CUresult %d): one call per range from now on", (int)r);
-        }
-    }
-    for (size_t i = 0; !done && i < n; i++) {
-        CUdevice device = to.type == CU_MEM_LOCATION_TYPE_DEVICE ? to.id : CU_DEVICE_CPU;
-        CUresult r = pump_driver.prefetch_v2 != NULL ? pump_driver.prefetch_v2(ptrs[i], sizes[i], to, 0, stream)
-                                                     : pump_driver.prefetch_v1(ptrs[i], sizes[i], device, stream);
-        ok = call_ok(r, "cuMemPrefetchAsync") && ok;
         PUMP_COUNT(prefetch_calls, 1);
+        ok = r == CUDA_SUCCESS || move_each(stream, to, ptrs, sizes, n, &refused);
+        if (r == CUDA_SUCCESS || refused > 0) {
+            __atomic_store_n(&batch_failures, 0, __ATOMIC_RELAXED);
+        } else if (ok && __atomic_add_fetch(&batch_failures, 1, __ATOMIC_RELAXED) == BATCH_FAILURES_MAX) {
+            PUMP_COUNT(errors, 1);
+            pump_log_once("cuMemPrefetchBatchAsync failed %d times (CUresult %d) where each of its ranges alone was "
+                          "taken: one call per range from now on",
+                          BATCH_FAILURES_MAX, (int)r);
+        }
+    } else {
+        size_t refused = 0;
+        ok = move_each(stream, to, ptrs, sizes, n, &refused);
     }
     pump_capture_restore(&mode);
     return ok;
@@ -236,23 +368,31 @@ static void stream_wait(CUstream stream, CUevent event)
 /* Marks: the mark's sequence number << 8 | the context's index + 1 (never 0). */
 #define MARK_SEQUENCE_SHIFT 8
 
-/* A ring's events, made on its first use (under the context's lock): false,
- * for good, when they cannot be made (logged once per context). */
-static bool ring_ready(bool *ready, bool *broken, CUevent *events, int n, const char *without)
+/* Whether a ring's events are made, making them at its first use: false, for good, when
+ * they cannot be made (logged once per context), and this once while another thread makes
+ * them. Called, and returns, with use_lock held; lets it go while the driver makes them. */
+static bool ring_ready(struct pump_context *c, struct ring *r, CUevent *events, int n, const char *without)
 {
-    if (!*ready && !*broken) {
-        *ready = create_events(events, n);
-        *broken = !*ready;
-        if (*broken)
-            pump_log(1, "cannot create %s", without);
-    }
-    return *ready;
+    if (r->ready || r->broken || r->making)
+        return r->ready;
+    r->making = true;
+    uint32_t forgets = __atomic_load_n(&c->forgets, __ATOMIC_RELAXED);
+    pump_mutex_unlock(&c->use_lock);
+    bool made = create_events(events, n);
+    pump_mutex_lock(&c->use_lock);
+    r->making = false;
+    if (__atomic_load_n(&c->forgets, __ATOMIC_RELAXED) != forgets)
+        return false;  /* made in a context that went: made again at the next use */
+    r->ready = made;
+    r->broken = !made;
+    if (!made)
+        pump_log(1, "cannot create %s", without);
+    return made;
 }
 
 static bool marks_ready(struct pump_context *c)
 {
-    return ring_ready(&c->marks_ready, &c->marks_broken, c->marks, PUMP_DISCARD_MARKS,
-                      "discard marks: dead tensors are not discarded");
+    return ring_ready(c, &c->mark_ring, c->marks, PUMP_DISCARD_MARKS, "discard marks: dead tensors are not discarded");
 }
 
 /* The mark's context and event, or NULL (0, PUMP_DISCARD_UNORDERED). */
@@ -268,6 +408,8 @@ static struct pump_context *mark_context(uint64_t mark, CUevent *event)
     return c;
 }
 
+/* One discard at a time in a context: its slot is taken under use_lock, the driver is asked
+ * outside it, and the mark is published under it again. */
 PUMP_HIDDEN uint64_t pump_discard_dead(CUdeviceptr ptr, size_t size, CUstream stream)
 {
     if (pump_driver.discard_batch == NULL || pump_driver.event_query == NULL || stream == NULL ||
@@ -279,32 +421,48 @@ PUMP_HIDDEN uint64_t pump_discard_dead(CUdeviceptr ptr, size_t size, CUstream st
     if (c == NULL || pump_stream_capturing(stream))
         return 0;
     size_t bytes = (size_t)(end - first);
-    uint64_t mark = 0;
-    struct pump_capture_mode mode = pump_capture_relax();
-    pthread_mutex_lock(&c->use_lock);
+    pump_mutex_lock(&c->use_lock);
+    bool ready = marks_ready(c);  /* no discard without a mark */
+    bool taken = ready && !c->discarding;
+    c->discarding = c->discarding || taken;
     uint64_t sequence = c->mark_count;
     uint32_t slot = (uint32_t)(sequence % PUMP_DISCARD_MARKS);
-    if (!marks_ready(c)) {
-        /* no discard without a mark */
-    } else if (sequence >= PUMP_DISCARD_MARKS && pump_driver.event_query(c->marks[slot]) != CUDA_SUCCESS) {
+    CUevent event = c->marks[slot];
+    uint32_t forgets = __atomic_load_n(&c->forgets, __ATOMIC_RELAXED);
+    pump_mutex_unlock(&c->use_lock);
+    if (!taken) {
+        if (ready)
+            PUMP_COUNT(discards_skipped, 1);  /* another thread's discard here is being made */
+        return 0;
+    }
+    struct pump_capture_mode mode = pump_capture_relax();
+    bool discarded = false, recorded = false;
+    if (sequence >= PUMP_DISCARD_MARKS && pump_driver.event_query(event) != CUDA_SUCCESS) {
         PUMP_COUNT(discards_skipped, 1);  /* the slot's discard is still running */
     } else if (call_ok(pump_driver.discard_batch(&first, &bytes, 1, 0, stream), "cuMemDiscardBatchAsync")) {
         PUMP_COUNT(bytes_discarded, bytes);
+        discarded = true;
+        recorded = call_ok(pump_driver.event_record(event, stream), "cuEventRecord");
+    }
+    pump_capture_restore(&mode);
+    uint64_t mark = 0;
+    pump_mutex_lock(&c->use_lock);
+    c->discarding = false;
+    if (discarded && __atomic_load_n(&c->forgets, __ATOMIC_RELAXED) == forgets) {
         c->marked[slot].first = first;
         c->marked[slot].end = end;
-        if (call_ok(pump_driver.event_record(c->marks[slot], stream), "cuEventRecord")) {
+        if (recorded) {
             mark = sequence << MARK_SEQUENCE_SHIFT | (c->index + 1);
         } else {
             /* The slot stays this discard's for good: nothing can be ordered after it. */
-            c->marks_broken = true;
-            c->marks_ready = false;
+            c->mark_ring.broken = true;
+            c->mark_ring.ready = false;
             mark = PUMP_DISCARD_UNORDERED;
             pump_log_once("cannot mark a discard: no more discards, and its memory is never prefetched");
         }
         __atomic_store_n(&c->mark_count, sequence + 1, __ATOMIC_RELEASE);
     }
-    pthread_mutex_unlock(&c->use_lock);
-    pump_capture_restore(&mode);
+    pump_mutex_unlock(&c->use_lock);
     return mark;
 }
 
@@ -314,23 +472,23 @@ PUMP_HIDDEN uint64_t pump_discard_over(uint64_t start, uint64_t bytes)
     uint32_t n = __atomic_load_n(&context_count, __ATOMIC_ACQUIRE);
     for (uint32_t i = 0; i < n; i++) {
         struct pump_context *c = &contexts[i];
-        if (!c->usable)
-            continue;
-        pthread_mutex_lock(&c->use_lock);
+        if (__atomic_load_n(&c->ctx, __ATOMIC_ACQUIRE) == NULL || !c->usable)
+            continue;  /* not set up yet: no discard made there */
+        pump_mutex_lock(&c->use_lock);
         uint64_t count = c->mark_count, base = __atomic_load_n(&c->mark_base, __ATOMIC_RELAXED);
         uint64_t from = count > PUMP_DISCARD_MARKS ? count - PUMP_DISCARD_MARKS : 0;
         for (uint64_t s = from > base ? from : base; s < count; s++) {
             uint32_t slot = (uint32_t)(s % PUMP_DISCARD_MARKS);
             if (c->marked[slot].first >= start + bytes || c->marked[slot].end <= start)
                 continue;
-            uint64_t mark = c->marks_broken && s + 1 == count ? PUMP_DISCARD_UNORDERED
+            uint64_t mark = c->mark_ring.broken && s + 1 == count ? PUMP_DISCARD_UNORDERED
                                                                 : s << MARK_SEQUENCE_SHIFT | (c->index + 1);
             /* One context's later discard of the memory comes after its earlier
              * ones there (through the owners in between); two contexts' cannot
              * be ordered by one mark. */
             found = found == 0 || (found & 0xff) == (mark & 0xff) ? mark : PUMP_DISCARD_UNORDERED;
         }
-        pthread_mutex_unlock(&c->use_lock);
+        pump_mutex_unlock(&c->use_lock);
     }
     return found;
 }
@@ -397,28 +555,42 @@ PUMP_HIDDEN void pump_prefetch_after_evictions(struct pump_context *c)
 
 static bool use_events_ready(struct pump_context *c)
 {
-    return ring_ready(&c->use_ready, &c->use_broken, c->use_events, PUMP_USE_EVENTS,
+    return ring_ready(c, &c->use_ring, c->use_events, PUMP_USE_EVENTS,
                       "use events: evictions wait for the launching stream instead");
 }
 
+/* A slot is taken under use_lock and waited on and recorded outside it. A slot still busy
+ * from its previous turn (1,024 uses ago) is not taken: no token this once. A failed wait or
+ * record leaves the slot's last record the one the eviction stream already waited on, or the
+ * one the next taker waits on first. */
 PUMP_HIDDEN uint64_t pump_use_record(struct pump_context *c, CUstream stream)
 {
+    pump_mutex_lock(&c->use_lock);
+    bool ready = use_events_ready(c);  /* may let the lock go meanwhile */
+    uint64_t count = c->use_count;
+    uint32_t slot = (uint32_t)(count % PUMP_USE_EVENTS);
+    bool taken = ready && !__atomic_load_n(&c->use_busy[slot], __ATOMIC_ACQUIRE);
+    if (taken) {
+        __atomic_store_n(&c->use_busy[slot], 1, __ATOMIC_RELAXED);
+        c->use_count = count + 1;
+    }
+    CUevent event = c->use_events[slot];
+    uint32_t forgets = __atomic_load_n(&c->forgets, __ATOMIC_RELAXED);
+    pump_mutex_unlock(&c->use_lock);
+    if (!taken)
+        return 0;
     uint64_t token = 0;
     struct pump_capture_mode mode = pump_capture_relax();
-    pthread_mutex_lock(&c->use_lock);
-    if (use_events_ready(c)) {
-        uint32_t slot = (uint32_t)(c->use_count % PUMP_USE_EVENTS);
-        CUevent event = c->use_events[slot];
-        bool reusable = c->use_count < PUMP_USE_EVENTS ||
-                        call_ok(pump_driver.stream_wait_event(c->evict_stream, event, 0), "cuStreamWaitEvent");
-        if (reusable && call_ok(pump_driver.event_record(event, stream), "cuEventRecord")) {
-            uint64_t sequence = atomic_fetch_add_explicit(&use_sequence, 1, memory_order_relaxed) + 1;
+    bool reusable = count < PUMP_USE_EVENTS ||
+                    call_ok(pump_driver.stream_wait_event(c->evict_stream, event, 0), "cuStreamWaitEvent");
+    if (reusable && call_ok(pump_driver.event_record(event, stream), "cuEventRecord")) {
+        uint64_t sequence = atomic_fetch_add_explicit(&use_sequence, 1, memory_order_seq_cst) + 1;
+        /* A context that went meanwhile: either its base covers this sequence, or this sees it. */
+        if (__atomic_load_n(&c->forgets, __ATOMIC_SEQ_CST) == forgets)
             token = sequence << PUMP_USE_SEQUENCE_SHIFT | (uint64_t)slot << TOKEN_SLOT_SHIFT | (c->index + 1);
-        }
-        c->use_count += reusable;  /* a slot the eviction stream did not wait on is not reused */
     }
-    pthread_mutex_unlock(&c->use_lock);
     pump_capture_restore(&mode);
+    __atomic_store_n(&c->use_busy[slot], 0, __ATOMIC_RELEASE);
     return token;
 }
 

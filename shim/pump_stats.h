@@ -12,7 +12,7 @@
 
 enum {
     PUMP_STATS_MAGIC = 0x504d5053,   /* "SPMP" little-endian: a pump record */
-    PUMP_STATS_VERSION = 7
+    PUMP_STATS_VERSION = 8
 };
 
 struct pump_stats {
@@ -74,7 +74,8 @@ struct pump_stats {
     uint64_t torch_frees;
     uint64_t bytes_discarded;        /* dead tensors' whole 2 MiB blocks discarded before their free */
     uint64_t discards_skipped;       /* dead tensors not discarded: pump could not order later prefetches of
-                                        their memory after one more discard (256 still running) */
+                                        their memory after one more discard (256 still running), or another
+                                        thread was making one in the same context */
     uint64_t discards_declined;      /* dead tensors not discarded: no scanned launch named them, or pump saw
                                         launches on another stream (stream_users.c) */
     uint64_t torch_free_waits;       /* waits of a freeing stream for another stream pump saw launches on */
@@ -105,6 +106,30 @@ struct pump_stats {
                                         or one keeping memory the launch names): held only to decide */
     uint64_t residency_turn_waits;   /* waits of a launch's driver calls for an earlier decision's on the same
                                         device (its streams take the moves in the order they were decided) */
+    /* version 8: the kind of handle each launch named (handles.c), and TMA descriptors (tensor_maps.c) */
+    uint64_t launches_kernel_handles;   /* launches of a CUkernel (cuLibraryGetKernel) cast to CUfunction */
+    uint64_t launches_function_handles; /* ... of a CUfunction (cuModuleGetFunction, cuKernelGetFunction) */
+    uint64_t launches_unknown_handles;  /* ... of a handle made where pump did not see it */
+    uint64_t tensor_maps_noted;         /* TMA descriptors encoded or given a new address (cuTensorMap*) */
+    uint64_t tensor_map_args;           /* launch arguments found to be one of those descriptors */
+    /* also version 8: prefetch refusals handled per allocation; managed_all without managed pools */
+    uint64_t prefetch_refusals;      /* allocations the driver refused to prefetch (e.g. a managed pool's
+                                        memory): marked, never asked again, batching kept for the rest */
+    uint64_t prefetch_refused_skips; /* ranges left out of prefetches and evictions: their allocation was
+                                        refused before */
+    uint64_t unpooled_allocs;        /* managed_all's stream-ordered allocations made by cuMemAllocManaged: the
+                                        driver refuses to prefetch its managed pools' memory (managed_all_cache.c) */
+    uint64_t unpooled_reuses;        /* ... of those, freed blocks handed out again in stream order */
+    uint64_t unpooled_releases;      /* freed blocks given back to the driver (cuMemFree) at synchronisations
+                                        above the release threshold, or trims */
+    /* also version 8: hook coverage, so that a pass-through is never silent (docs/pump-run.md) */
+    uint64_t dlsym_hooks;            /* dlsym answers with pump's hooks (procaddr_hooks: cuGetProcAddress's) */
+    uint64_t procaddr_unmatched;     /* cuGetProcAddress answers, for a name pump hooks, with a pointer that is no
+                                        export of libcuda's for that name: pump cannot put its hook there, and
+                                        calls through it pass pump by (each name said once on stderr) */
+    uint64_t launch_lookups;         /* lookups of a kernel launch entry point (cuLaunchKernel*,
+                                        cuLaunchCooperativeKernel*, cuGraphLaunch*) by cuGetProcAddress or
+                                        dlsym, answered with pump's hook or not */
 };
 
 #endif

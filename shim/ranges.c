@@ -22,6 +22,7 @@
  */
 #include <pthread.h>
 
+#include "locks.h"
 #include "ranges.h"
 
 /* Shared words are stored with release and loaded with acquire: a reader
@@ -56,7 +57,7 @@ static uint32_t carved_count;
 
 static void write_begin(void)
 {
-    pthread_mutex_lock(&writer);
+    pump_mutex_lock(&writer);
     atomic_fetch_add_explicit(&sequence, 1, memory_order_acquire);  /* odd: edits follow */
 }
 
@@ -67,7 +68,7 @@ static void write_end(void)
     STORE(highest, n ? LOAD(ends[n - 1]) : 0);
     uint32_t s = atomic_load_explicit(&sequence, memory_order_relaxed);
     atomic_store_explicit(&sequence, s + 1, memory_order_release);
-    pthread_mutex_unlock(&writer);
+    pump_mutex_unlock(&writer);
 }
 
 static uint32_t chunk_slot(uint64_t chunk)
@@ -193,6 +194,7 @@ static void start_life(struct pump_range *r)
     STORE(r->last_use, 0);
     STORE(r->dead, 0);
     STORE(r->launched, 0);
+    STORE(r->unprefetchable, 0);
 }
 
 /* Adds [base, base+size) at its place in the arrays (writer; nothing overlaps it). */
@@ -414,20 +416,20 @@ PUMP_HIDDEN bool pump_ranges_empty(void)
 
 PUMP_HIDDEN void pump_ranges_each(void (*fn)(struct pump_range *range, void *arg), void *arg)
 {
-    pthread_mutex_lock(&writer);
+    pump_mutex_lock(&writer);
     uint32_t n = LOAD(count);
     for (uint32_t i = 0; i < n; i++)
         if (!LOAD(records[LOAD(slots[i])].dead))
             fn(&records[LOAD(slots[i])], arg);
-    pthread_mutex_unlock(&writer);
+    pump_mutex_unlock(&writer);
 }
 
 PUMP_HIDDEN void pump_ranges_before_fork(void)
 {
-    pthread_mutex_lock(&writer);
+    pump_mutex_lock(&writer);
 }
 
 PUMP_HIDDEN void pump_ranges_after_fork(void)
 {
-    pthread_mutex_unlock(&writer);
+    pump_mutex_unlock(&writer);
 }

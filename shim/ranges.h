@@ -56,6 +56,8 @@ struct pump_range {
     uint32_t dead;
     /* 1 once a scanned kernel launch named it (stream_users.c: only such memory is discarded). */
     uint32_t launched;
+    /* 1 once the driver refused to prefetch it (prefetch.c): not asked again. */
+    uint32_t unprefetchable;
 };
 
 /* At most this many segments are carved into tensors at once; beyond, a segment stays

@@ -13,6 +13,7 @@
  */
 #include <stdlib.h>
 
+#include "locks.h"
 #include "prefetch.h"
 #include "residency_blocks.h"
 
@@ -37,27 +38,27 @@ static void devices_init(void)
 /* Waits counted: a lock another thread holds (never across a driver call). */
 static void lock_counted(pthread_mutex_t *m)
 {
-    if (pthread_mutex_trylock(m) == 0)
+    if (pump_mutex_trylock(m))
         return;
     PUMP_COUNT(residency_lock_waits, 1);
-    pthread_mutex_lock(m);
+    pump_mutex_lock(m);
 }
 
 static void read_shape(void)
 {
-    if (pthread_rwlock_tryrdlock(&shape) == 0)
+    if (pump_rwlock_tryrdlock(&shape))
         return;
     PUMP_COUNT(residency_lock_waits, 1);
-    pthread_rwlock_rdlock(&shape);
+    pump_rwlock_rdlock(&shape);
 }
 
 static void write_shape(void)
 {
     pthread_once(&devices_once, devices_init);
-    if (pthread_rwlock_trywrlock(&shape) == 0)
+    if (pump_rwlock_trywrlock(&shape))
         return;
     PUMP_COUNT(residency_lock_waits, 1);
-    pthread_rwlock_wrlock(&shape);
+    pump_rwlock_wrlock(&shape);
 }
 
 /* Grows every ready device's scratch to `want` blocks; under `shape` written. */
@@ -82,7 +83,7 @@ PUMP_HIDDEN bool pump_blocks_enter(int device)
     if (!__atomic_load_n(&device_ready[device], __ATOMIC_ACQUIRE)) {
         /* The device's first rule sets up its order and scratch, once, with the shape lock
          * written (a wait for it is not counted: it is no launch's decision). */
-        pthread_rwlock_wrlock(&shape);
+        pump_rwlock_wrlock(&shape);
         struct pump_device_state *d = &pump_devices[device];
         if (!__atomic_load_n(&device_ready[device], __ATOMIC_RELAXED)) {
             d->scratch = scratch_size > 0 ? malloc(scratch_size * sizeof *d->scratch) : NULL;
@@ -90,7 +91,7 @@ PUMP_HIDDEN bool pump_blocks_enter(int device)
             __atomic_store_n(&device_ready[device], scratch_size == 0 || d->scratch != NULL, __ATOMIC_RELEASE);
         }
         bool ready = __atomic_load_n(&device_ready[device], __ATOMIC_RELAXED);
-        pthread_rwlock_unlock(&shape);
+        pump_rwlock_unlock(&shape);
         if (!ready) {
             pump_log_once("no memory for a device's residency: its launches are not prefetched");
             return false;
@@ -102,7 +103,7 @@ PUMP_HIDDEN bool pump_blocks_enter(int device)
 
 PUMP_HIDDEN void pump_blocks_leave(void)
 {
-    pthread_rwlock_unlock(&shape);
+    pump_rwlock_unlock(&shape);
 }
 
 PUMP_HIDDEN void pump_blocks_keepers(const struct pump_blocks *a, uint64_t *mask)
@@ -140,7 +141,7 @@ PUMP_HIDDEN void pump_devices_unlock(uint64_t mask)
 {
     for (int d = PUMP_DEVICES_MAX - 1; d >= 0; d--)
         if (mask & 1ull << d)
-            pthread_mutex_unlock(&pump_devices[d].lock);
+            pump_mutex_unlock(&pump_devices[d].lock);
 }
 
 PUMP_HIDDEN uint64_t pump_turn_take(int device)
@@ -151,12 +152,12 @@ PUMP_HIDDEN uint64_t pump_turn_take(int device)
 static void turn_wait(int device, uint64_t turn, bool counted)
 {
     struct pump_device_state *d = &pump_devices[device];
-    pthread_mutex_lock(&d->turn_lock);
+    pump_mutex_lock(&d->turn_lock);
     if (counted && d->serving != turn)
         PUMP_COUNT(residency_turn_waits, 1);
     while (d->serving != turn)
         pthread_cond_wait(&d->turn_done, &d->turn_lock);
-    pthread_mutex_unlock(&d->turn_lock);
+    pump_mutex_unlock(&d->turn_lock);
 }
 
 PUMP_HIDDEN void pump_turn_wait(int device, uint64_t turn)
@@ -167,10 +168,10 @@ PUMP_HIDDEN void pump_turn_wait(int device, uint64_t turn)
 PUMP_HIDDEN void pump_turn_end(int device)
 {
     struct pump_device_state *d = &pump_devices[device];
-    pthread_mutex_lock(&d->turn_lock);
+    pump_mutex_lock(&d->turn_lock);
     d->serving++;
     pthread_cond_broadcast(&d->turn_done);
-    pthread_mutex_unlock(&d->turn_lock);
+    pump_mutex_unlock(&d->turn_lock);
 }
 
 PUMP_HIDDEN uint64_t pump_block_start(const struct pump_blocks *a, uint32_t i)
@@ -271,7 +272,7 @@ PUMP_HIDDEN bool pump_blocks_reorder(struct pump_range *range, bool newest)
     for (uint32_t i = 0; a != NULL && i < a->count; i++)
         if (a->block[i].device >= 0)
             reorder(&a->block[i], newest);
-    pthread_rwlock_unlock(&shape);
+    pump_rwlock_unlock(&shape);
     return a != NULL;
 }
 
@@ -307,7 +308,7 @@ PUMP_HIDDEN bool pump_blocks_attach(struct pump_range *range)
         blocks_total += count;
         range->blocks = a;
     }
-    pthread_rwlock_unlock(&shape);
+    pump_rwlock_unlock(&shape);
     if (!ok) {
         free(a);
         pump_log_once("no memory for a managed allocation's residency: it is prefetched whole and never budgeted");
@@ -326,7 +327,7 @@ PUMP_HIDDEN void pump_blocks_detach(struct pump_range *range)
         range->blocks = NULL;
         pump_blocks_publish();
     }
-    pthread_rwlock_unlock(&shape);
+    pump_rwlock_unlock(&shape);
     free(a);
 }
 
@@ -358,5 +359,5 @@ PUMP_HIDDEN void pump_blocks_before_fork(void)
 PUMP_HIDDEN void pump_blocks_after_fork(void)
 {
     pump_devices_unlock(ready_devices());
-    pthread_rwlock_unlock(&shape);
+    pump_rwlock_unlock(&shape);
 }

@@ -18,6 +18,11 @@
  * word, each allocation kept once through a hash set, in a buffer its thread
  * allocates on its first wide launch and keeps until it exits. No launch
  * allocates, and none pays for the wide ones.
+ *
+ * TMA descriptors (CUtensorMap) hide their address: once the program has made one
+ * (tensor_maps.h), each 64-byte-aligned 128-byte span of a by-value argument is looked
+ * up among the descriptors pump saw made, and one found adds the first and last byte of
+ * the region it covers as two words.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -25,6 +30,7 @@
 
 #include "layouts.h"
 #include "scan.h"
+#include "tensor_maps.h"
 
 /* How many (key, value) pairs of an `extra` array are read at most. */
 #define PUMP_EXTRA_MAX_PAIRS 8
@@ -74,7 +80,7 @@ static struct wide *wide_of_thread(void)
 struct gather {
     struct pump_scan *out;
     bool full;           /* the scan's own places filled up: scan again, wide */
-    uint64_t words, hits;
+    uint64_t words, hits, maps;
     uint32_t pending;
     uint64_t batch[PUMP_SCAN_BATCH];
 };
@@ -156,6 +162,40 @@ static const char *extra_buffer(void **extra, size_t *size)
     return *size > 0 ? buffer : NULL;
 }
 
+/* A TMA descriptor among the arguments stands for the first and last byte it covers. */
+static bool add_tensor_map(struct gather *g, struct wide *wide, const char *p)
+{
+    uint64_t ends[2];
+    if (!pump_tensor_map_find(p, &ends[0], &ends[1]))
+        return true;
+    g->maps++;
+    ends[1] = ends[0] + ends[1] - 1;
+    return add_word(g, wide, (const char *)&ends[0]) && add_word(g, wide, (const char *)&ends[1]);
+}
+
+/* Looks the launch's 64-byte-aligned 128-byte spans up among the descriptors pump saw
+ * made (tensor_maps.h); false when the scan's own places filled up first. */
+static bool gather_tensor_maps(struct gather *g, struct wide *wide, const struct pump_layout *layout, void **params,
+                               const char *buffer, size_t size)
+{
+    const struct pump_word *window = layout->word + layout->words;
+    if (params != NULL) {
+        for (uint32_t w = 0; w < layout->windows; w++)
+            if (!add_tensor_map(g, wide, (const char *)params[window[w].param] + window[w].offset_in_param))
+                return false;
+    } else if (layout->known) {
+        for (uint32_t w = 0; w < layout->windows; w++)
+            if (window[w].buffer_offset + PUMP_TENSOR_MAP_BYTES <= size &&
+                !add_tensor_map(g, wide, buffer + window[w].buffer_offset))
+                return false;
+    } else {
+        for (size_t o = 0; o + PUMP_TENSOR_MAP_BYTES <= size; o += PUMP_TENSOR_MAP_ALIGN)
+            if (!add_tensor_map(g, wide, buffer + o))
+                return false;
+    }
+    return true;
+}
+
 /* Looks up the launch's words (kernelParams `params` in the layout, else the `extra`
  * buffer): false when the scan's own places filled up first. */
 static SCAN_INLINE bool gather(struct gather *g, struct wide *wide, const struct pump_layout *layout, void **params,
@@ -175,6 +215,10 @@ static SCAN_INLINE bool gather(struct gather *g, struct wide *wide, const struct
             if (!add_word(g, wide, buffer + o))
                 return false;
     }
+    /* Descriptors are looked for only once a program made one: no cost to others. */
+    if (PUMP_UNLIKELY(atomic_load_explicit(&pump_tensor_maps_seen, memory_order_relaxed)) &&
+        !gather_tensor_maps(g, wide, layout, params, buffer, size))
+        return false;
     flush(g, wide);
     return !g->full;
 }
@@ -185,7 +229,7 @@ static SCAN_INLINE void gather_start(struct gather *g, struct pump_scan *out, st
     out->range = wide != NULL ? wide->range : out->inline_range;
     g->out = out;
     g->full = false;
-    g->words = g->hits = 0;
+    g->words = g->hits = g->maps = 0;
     g->pending = 0;
 }
 
@@ -217,4 +261,6 @@ PUMP_HIDDEN void pump_scan_launch(CUfunction f, void **params, void **extra, str
         PUMP_COUNT(scan_words, g.words);
     if (g.hits > 0)
         PUMP_COUNT(scan_hits, g.hits);
+    if (g.maps > 0)
+        PUMP_COUNT(tensor_map_args, g.maps);
 }

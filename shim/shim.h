@@ -106,6 +106,10 @@ extern PUMP_HIDDEN struct pump_stats *_Atomic pump_stats_record;
                      (uint64_t)(v), __ATOMIC_RELAXED)
 PUMP_HIDDEN void pump_stats_open(void);
 PUMP_HIDDEN void pump_stats_passthrough(const char *reason);
+/* A forked child's record: its own, in pass-through when the parent had used CUDA. */
+PUMP_HIDDEN void pump_stats_after_fork_in_child(bool cuda_was_used);
+/* Marks the record exited (and prints the counts with PUMP_LOG on, when CUDA was used). */
+PUMP_HIDDEN void pump_stats_at_exit(bool cuda_was_used);
 
 /* ---- state shared by the hooks ---- */
 /* True once the shim stands aside for good (a child forked after CUDA init,

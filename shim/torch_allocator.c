@@ -4,8 +4,9 @@
  * PyTorch's caching allocator hands tensors out of large segments, so pump sees segments:
  * the extent of a launch's tensors and their deaths stay inside PyTorch. Here each tensor
  * is its own stream-ordered allocation, made through pump's own cuMemAllocAsync hook (under
- * managed_all: the stream device's managed pool, within the capacity; in a capture: as the
- * program asked), so the range table, the budget and the daemon's ALLOC/FREE events see
+ * managed_all: the stream device's managed pool, or cuMemAllocManaged memory freed in stream
+ * order where the driver will not prefetch the pool's, within the capacity; in a capture: as
+ * the program asked), so the range table, the budget and the daemon's ALLOC/FREE events see
  * exact tensors. At a free the tensor is dead from that point of its stream on: the 2 MiB
  * blocks wholly inside it are discarded in that stream's order before the stream-ordered
  * free, so dead memory is neither written back to the host nor migrated in again. The pool
@@ -73,7 +74,9 @@ void pump_torch_free(void *ptr, size_t size, int device, CUstream stream)
         const struct pump_range *range = pump_ranges_find(dptr);
         if (range != NULL && __atomic_load_n(&range->base, __ATOMIC_RELAXED) != dptr)
             range = NULL;  /* not a managed tensor */
-        if (pump_stream_users_order_free(stream, range))
+        /* memory the driver refused to prefetch is refused a discard too (cuda.h, same contract) */
+        bool refused = range != NULL && __atomic_load_n(&range->unprefetchable, __ATOMIC_RELAXED);
+        if (pump_stream_users_order_free(stream, range) && !refused)
             pump_discard_dead(dptr, size, stream);
         else if (range != NULL)
             PUMP_COUNT(discards_declined, 1);

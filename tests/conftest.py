@@ -15,6 +15,7 @@ from pump import shim, stats
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "tests"
+LOCK_HELD_LINE = "pump's rule: no lock held across a driver call"
 
 
 def _build_c_tests():
@@ -82,6 +83,9 @@ def run_program(c_build, libpump, tmp_path):
         program = c_build / variant / name
         proc = subprocess.run([str(program), *map(str, args)], env=full_env, capture_output=True, text=True,
                               timeout=timeout)
+        # pump's rule, checked in every run: fakecuda says when a driver entry point is called
+        # while the calling thread holds one of pump's locks (shim/locks.h).
+        assert LOCK_HELD_LINE not in proc.stderr, proc.stderr
         return Run(proc, stats.read_dir(stats_dir))
 
     return run

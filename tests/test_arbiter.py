@@ -207,13 +207,19 @@ def pool_pumpd(tmp_path):
     toml = tmp_path / "pumpd.toml"
     toml.write_text('[budgets]\ngpu_pool = "24MiB"\ndefault_budget = "1GiB"\n')
     path = tmp_path / "pumpd.sock"
-    proc = start_pumpd(path, "--config", str(toml), stderr=subprocess.PIPE, text=True)
+    proc = start_pumpd(path, "--config", str(toml), "--admin-socket", str(tmp_path / "admin" / "pumpd.sock"),
+                       stderr=subprocess.PIPE, text=True)
     yield str(path), proc
     stop_pumpd(proc)
 
 
+def _admin(path) -> str:
+    return str(pathlib.Path(path).parent / "admin" / "pumpd.sock")
+
+
 def _register(path, name, **terms):
-    with protocol.Client(path) as c:
+    """As the administrator, whose terms stand as sent (a user's are held to jobs.d)."""
+    with protocol.Client(_admin(path)) as c:
         return c.request({"op": "register", "name": name, "policy": "launch", **terms})["job"]
 
 
@@ -233,7 +239,7 @@ def test_pumpd_divides_its_pool_and_publishes_the_budgets(pool_pumpd):
     with protocol.Client(path) as c:
         pools = c.request({"op": "status"})["pools"]
     assert pools == [{"gpu": 0, "pool_bytes": 24 * MiB, "assigned_bytes": 24 * MiB, "jobs": 2, "unmet": 0}]
-    # A fixed budget is kept and counted: 24 - 6 = 18 MiB left, 6 and 12.
+    # A fixed budget (the administrator's, past jobs.d) is kept and counted: 24 - 6 = 18 MiB left, 6 and 12.
     c_job = FakeShim(path, job=_register(path, "c", budget=6 * MiB))
     assert wait_for(lambda: (a.plan.budget_bytes, b.plan.budget_bytes, c_job.plan.budget_bytes) ==
                     (6 * MiB, 12 * MiB, 6 * MiB))
@@ -247,11 +253,12 @@ def test_set_overrides_the_arbiter_and_clearing_it_gives_the_job_back(pool_pumpd
     a = FakeShim(path, job=_register(path, "a"))
     b = FakeShim(path, job=_register(path, "b"))
     assert wait_for(lambda: a.plan.budget_bytes == 12 * MiB)
-    with protocol.Client(path) as c:
+    admin = _admin(path)  # only the administrator fixes it
+    with protocol.Client(admin) as c:
         c.request({"op": "set", "job": a.job, "budget": 20 * MiB})
     assert wait_for(lambda: (a.plan.budget_bytes, b.plan.budget_bytes) == (20 * MiB, 4 * MiB))
     assert _jobs(path)["a"]["budget_source"] == "set"
-    with protocol.Client(path) as c:
+    with protocol.Client(admin) as c:
         c.request({"op": "set", "job": a.job, "budget": 0})
     assert wait_for(lambda: (a.plan.budget_bytes, b.plan.budget_bytes) == (12 * MiB, 12 * MiB))
     assert _jobs(path)["a"]["budget_source"] == "arbiter"
@@ -278,12 +285,12 @@ def test_promises_and_terms_survive_a_pumpd_restart(tmp_path):
     toml = tmp_path / "pumpd.toml"
     toml.write_text('[budgets]\ngpu_pool = "24MiB"\n')
     path = str(tmp_path / "pumpd.sock")
-    proc = start_pumpd(path, "--config", str(toml))
+    proc = start_pumpd(path, "--config", str(toml), "--admin-socket", _admin(path))
     try:
         a = _register(path, "a", min_budget=16 * MiB)  # its minimum is promised
         proc.kill()
         proc.wait()
-        proc = start_pumpd(path, "--config", str(toml))
+        proc = start_pumpd(path, "--config", str(toml), "--admin-socket", _admin(path))
         b = _register(path, "b", min_budget=16 * MiB, priority=100)  # comes later: waits
         jobs = {j["job"]: j for j in status(path)}
         assert (jobs[a]["budget_bytes"], jobs[a]["budget_state"]) == (16 * MiB, "met")
@@ -296,7 +303,7 @@ def test_without_a_pool_budgets_are_the_config_s_or_the_default(tmp_path):
     toml = tmp_path / "pumpd.toml"
     toml.write_text('[budgets]\ndefault_budget = "1GiB"\n')
     path = str(tmp_path / "pumpd.sock")
-    proc = start_pumpd(path, "--config", str(toml))
+    proc = start_pumpd(path, "--config", str(toml), "--admin-socket", _admin(path))
     try:
         _register(path, "plain", share=3, min_budget=1 << 20)
         _register(path, "fixed", budget=2 << 30)
@@ -405,9 +412,11 @@ def _stay_under(path, jobs, pool, seconds=1.0):
 def test_arbiter_with_real_jobs(c_build, tmp_path):
     pool = 24 * MiB
     toml = tmp_path / "pumpd.toml"
-    toml.write_text('[budgets]\ngpu_pool = "24MiB"\n')
+    (tmp_path / "jobs.d").mkdir()
+    (tmp_path / "jobs.d" / "b.toml").write_text("[memory]\nshare = 2\n")  # what b may ask for
+    toml.write_text(f'[daemon]\njobs_dir = "{tmp_path / "jobs.d"}"\n[budgets]\ngpu_pool = "24MiB"\n')
     path = str(tmp_path / "pumpd.sock")
-    daemon = start_pumpd(path, "--config", str(toml))
+    daemon = start_pumpd(path, "--config", str(toml), "--admin-socket", _admin(path))
     jobs = []
     try:
         # Two jobs, budgets from their config files: 1:2 of the pool.

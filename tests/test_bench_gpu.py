@@ -244,38 +244,89 @@ def test_cupti_read_says_when_there_is_no_report(tmp_path):
 
 
 # ---------------------------------------------------------------- scripts/gpu-check
-def gpu_check_module():
-    loader = importlib.machinery.SourceFileLoader("gpu_check", str(ROOT / "scripts" / "gpu-check"))
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("gpu_check", loader))
-    loader.exec_module(module)
-    return module
+sys.path.insert(0, str(BENCH / "check"))
+import common as check_common  # noqa: E402
+import replaces  # noqa: E402
+import stages  # noqa: E402
 
 
 def test_gpu_check_without_a_gpu_refuses_and_writes_its_json(tmp_path):
     env = dict(clean_env("OUT"), PYTHONPATH=str(tmp_path))  # a pynvml that sees no GPU
     (tmp_path / "pynvml.py").write_text("def nvmlInit(): pass\ndef nvmlShutdown(): pass\n"
                                         "def nvmlDeviceGetCount(): return 0\n")
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu-check"), "--out", str(tmp_path / "out")],
-                          env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu-check"), "preflight", "--out",
+                           str(tmp_path / "out")], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    doc = json.loads((tmp_path / "out" / "gpu-check.json").read_text())
-    assert doc["error"] == "NVML sees no GPU" and doc["gpu_check"]["passed"] is False
-    assert "no GPU to check" in (tmp_path / "out" / "gpu-check.log").read_text()
+    doc = json.loads((tmp_path / "out" / "preflight.json").read_text())
+    assert doc["error"] == "NVML sees no GPU" and doc["passed"] is False
+    assert "no GPU to check" in (tmp_path / "out" / "preflight.log").read_text()
 
 
 def test_gpu_check_names_the_wheels_it_lacks(tmp_path, monkeypatch):
-    gc = gpu_check_module()
-    monkeypatch.setattr(gc, "RUNTIME_WHEELS", ("json", "no_such_module_for_pump"))
-    log = gc.Log(tmp_path / "log")
-    result = gc.ensure_runtime_wheels(log, tmp_path, 30)
-    assert result["rc"] == 1 and "no_such_module_for_pump" in result["tail"] and "json" not in result["tail"]
-    assert "pip download" in result["tail"]
+    monkeypatch.setattr(stages, "RUNTIME_WHEELS", {"json": "json", "no_such_module_for_pump": "no_such_wheel"})
+    stage = check_common.Stage("preflight", tmp_path, 60)
+    result = stages.install_wheels(stage, tmp_path)
+    assert result["rc"] == 1 and "no_such_module_for_pump" in result["output"] and "json," not in result["output"]
+    assert "scripts/make-wheels" in result["output"]
 
 
 def test_gpu_check_reads_pytests_summary():
-    gc = gpu_check_module()
     tail = "sss\n=== short test summary ===\nSKIPPED [1] x\n3 passed, 2 skipped, 700 deselected in 9.1s"
-    assert gc.pytest_summary(tail) == "3 passed, 2 skipped, 700 deselected in 9.1s"
+    assert stages.pytest_summary(tail) == "3 passed, 2 skipped, 700 deselected in 9.1s"
+
+
+def test_gpu_check_collects_only_files_with_gpu_tests():
+    files = stages.gpu_test_files()
+    assert "tests/test_gpu.py" in files and "tests/test_example.py" in files
+    assert not any("hypothesis" in (ROOT / f).read_text() for f in files)   # the GPU machine has none
+
+
+def test_replaces_lines_name_the_constant_and_the_measurement():
+    probes = {"prefetch_cost": {"result": {"cases": {"resident": {"fixed_us": 31.5, "per_block_us": 2.25}}}},
+              "prefetch_bandwidth": {"result": {"h2d_bytes_per_s": 50e9, "d2h_bytes_per_s": 40e9}},
+              "software": {"result": {"nvml": {"pcie_link_generation_max": 5, "pcie_link_width_max": 16}}},
+              "managed": {"result": {"pool_prefetchable": False}}}
+    got = {r["replaces"].split()[0]: r for r in replaces.lines(probes)}
+    assert got["FAKECUDA_IOCTL_NS"]["measured"] == 31500 and got["FAKECUDA_IOCTL_NS"]["now"] == 20000
+    assert got["FAKECUDA_BLOCK_PASS_NS"]["measured"] == 2250 and got["FAKECUDA_BLOCK_PASS_NS"]["now"] == 5000
+    assert got["PREFETCH_LINE_FRACTION"]["measured"] == pytest.approx(40e9 / 63.015e9, abs=1e-3)
+    assert got["fakecuda's"]["measured"] is False
+    assert replaces.lines({}) == []
+
+
+def run_probe(fake_gpu, name, *args):
+    env = dict(fake_gpu, PYTHONPATH=str(check_common.FAKE_NVML))   # gpu-check's dry-run NVML
+    proc = subprocess.run([sys.executable, str(BENCH / "probes" / name), *map(str, args)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (line,) = proc.stdout.splitlines()          # one line per probe
+    return json.loads(line)
+
+
+def test_managed_probe_on_fakecuda_records_every_call(fake_gpu):
+    doc = run_probe(fake_gpu, "managed.py", "--mib", "4")
+    assert doc["concurrent_managed_access"] == 1
+    for memory in ("cuMemAllocManaged", "managed pool"):
+        assert set(doc["results"][memory]) >= {"alloc", "prefetch to gpu", "batch prefetch to host", "discard"}
+    assert doc["pool_prefetchable"] == all(v == "ok" for k, v in doc["results"]["managed pool"].items()
+                                           if "prefetch" in k or k == "discard")
+
+
+def test_prefetch_cost_probe_fits_a_line_per_case(fake_gpu):
+    doc = run_probe(fake_gpu, "prefetch_cost.py", "--blocks", "1,8", "--rounds", "2")
+    resident = doc["cases"]["resident"]
+    # fakecuda charges FAKECUDA_BLOCK_PASS_NS (5 us) per block per pass: the slope sees at least that.
+    assert resident["per_block_us"] >= 4 and set(resident["per_size"]) == {"1", "8"}
+    assert resident["spent_by"] in ("calling thread on CPU", "calling thread waiting", "other threads")
+
+
+def test_handle_kind_probe_tells_the_origins_apart(fake_gpu, tmp_path):
+    doc = run_probe(fake_gpu, "handle_kind.py", "--work", tmp_path, "--", sys.executable,
+                    BENCH / "probes" / "launch_kinds.py")
+    assert doc["launches_by_origin"]["cuLibraryGetKernel"] == 1 and doc["launches_by_origin"]["cuModuleGetFunction"] >= 1
+    kernel = doc["by_origin"]["cuLibraryGetKernel"]
+    # fakecuda follows cuda.h: a CUkernel is asked with cuKernelGetParamInfo.
+    assert kernel["cuKernelGetParamInfo_ok"] == 1 and doc["cuFuncGetParamInfo_accepted_a_CUkernel"] == []
 
 
 # ---------------------------------------------------------------- on fakecuda
@@ -407,3 +458,18 @@ def test_suite_fails_when_the_training_job_cannot_run(small_suite):
     assert all("train_gpt.py's ideal run gave no peak_bytes (exit status 2)" in c["error"] for c in doc["cases"])
     assert [f.split(":")[0] for f in doc["failures"]] == ["case c", "case e"]
     assert "| c | - | ERROR: train_gpt.py's ideal run gave no peak_bytes" in doc["table"]
+
+
+def test_dry_run_nvml_answers_for_fakecuda_only(c_build):
+    """The dry run's stand-in NVML must never stand in for a real driver's free memory."""
+    code = "import pynvml; pynvml.nvmlInit(); h = pynvml.nvmlDeviceGetHandleByIndex(0); " \
+           "m = pynvml.nvmlDeviceGetMemoryInfo(h); print(pynvml.nvmlDeviceGetCount(), m.free <= m.total)"
+    env = dict(clean_env(), PYTHONPATH=str(check_common.FAKE_NVML), LD_LIBRARY_PATH=str(c_build / "plain"))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.split() == ["1", "True"], proc.stderr
+    real = ROOT / "build" / "libcuda" / "bookworm"
+    if not (real / "libcuda.so.1").exists():
+        pytest.skip("no real libcuda here (scripts/fetch-libcuda)")
+    proc = subprocess.run([sys.executable, "-c", code], env=dict(env, LD_LIBRARY_PATH=str(real)),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "answers only for fakecuda" in proc.stderr

@@ -745,3 +745,20 @@ def test_channel_under_sanitizers(run_program, daemon, variant, program, args):
     wait_until(lambda: d.ring.header.tail == d.ring.header.head, what="the reader to catch up")
     assert not d.ring.errors
     assert run.totals["events_written"] == d.ring.header.written == len(d.ring.seen)
+
+
+def test_a_read_cut_by_its_limit_leaves_a_launch_with_its_more_records():
+    """pumpd reads rings in chunks (daemon/pumpd/scheduler.py): a chunk never ends between
+    a LAUNCH and the LAUNCH_MORE that extends it, which decode would count as invalid."""
+    ring = channel.Ring.create(1, "jx", 1024)
+    kinds = ["launch", "launch", "launch_more", "launch_more", "launch"]
+    for i, kind in enumerate(kinds):
+        rec = ring.records[i]
+        rec["kind"], rec["count"], rec["seq"] = channel.KIND[kind], 8 if kind == "launch" else 5, i + 1
+    del rec  # a view of the ring's memory
+    ring.header.head = len(kinds)
+    first = ring.read(3)  # would end after the first MORE
+    assert [int(k) for k in first["kind"]] == [channel.KIND["launch"]]
+    rest = ring.read(10)
+    assert len(rest) == 4 and channel.decode(rest).invalid == 0
+    ring.close()

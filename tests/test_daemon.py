@@ -474,8 +474,9 @@ def run_as_nobody(fn, *args):
 def test_two_users_neither_sees_nor_steers_the_others_job():
     run_dir = pathlib.Path(tempfile.mkdtemp(prefix="pump-test-"))  # pytest's tmp dirs are root's alone
     os.chmod(run_dir, 0o755)
-    path = str(run_dir / "pumpd.sock")
-    proc = start_pumpd(path, env=dict(clean_env(), RUNTIME_DIRECTORY=str(run_dir)))  # the service's socket
+    path, admin = str(run_dir / "pumpd.sock"), str(run_dir / "admin" / "pumpd.sock")
+    proc = start_pumpd(path, "--admin-socket", admin,  # the service's sockets
+                       env=dict(clean_env(), RUNTIME_DIRECTORY=str(run_dir)))
     try:
         assert os.stat(path).st_mode & 0o777 == 0o666
         mine = FakeShim(path, name="roots")
@@ -484,8 +485,9 @@ def test_two_users_neither_sees_nor_steers_the_others_job():
         assert "steered" not in out
         # set and attach alike answer as if root's job did not exist
         assert out["refused"] == [f"no job {mine.job} of this user"] * 2
-        jobs = {j["job"]: j for j in status(path)}
-        assert set(jobs) == {mine.job, out["job"]}             # root sees all
+        assert [j["job"] for j in status(path)] == [mine.job]   # root's own, on the socket jobs use
+        jobs = {j["job"]: j for j in status(admin)}
+        assert set(jobs) == {mine.job, out["job"]}             # the administrator sees all
         assert jobs[out["job"]]["uid"] == NOBODY
         assert jobs[mine.job]["budget_bytes"] is None          # untouched by the other user
         state = run_dir / "jobs"

@@ -113,14 +113,16 @@ def connect_many(path, n):
 
 
 def test_out_of_descriptors_pumpd_accepts_again(tmp_path):
-    path = str(tmp_path / "pumpd.sock")
+    path, admin = str(tmp_path / "pumpd.sock"), str(tmp_path / "admin" / "pumpd.sock")
 
     def low_limit():
         resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
 
-    proc = start_pumpd(path, preexec_fn=low_limit)
+    proc = start_pumpd(path, "--admin-socket", admin, preexec_fn=low_limit)
     try:
-        held = connect_many(path, 150)  # far past what pumpd can hold
+        # Far past what pumpd can hold, on the administrator's socket (held to no per-user
+        # cap); on the main one a user meets its cap of incomplete connections first.
+        held = connect_many(admin if os.geteuid() == 0 else path, 150)
         time.sleep(0.5)
         told = b""
         for s in held:
@@ -184,12 +186,15 @@ def test_jobs_are_capped_per_user_and_root_still_registers(service):
     assert register_many(service, 1)[0].startswith("j")  # root is not held by a user's cap
 
 
-def test_over_cap_keeps_a_reserve_for_root():
+def test_over_cap_keeps_a_reserve_for_the_administrator_only():
     from pumpd import limits
     full = limits.CONNECTIONS_MAX - limits.ROOT_RESERVE
-    assert limits.over_cap(1000, 0, 10, full, limits.CONNECTIONS_MAX).endswith("(the rest is root's)")
-    assert limits.over_cap(0, 500, 10, full, limits.CONNECTIONS_MAX) == ""
-    assert limits.over_cap(0, 0, 10, limits.CONNECTIONS_MAX, limits.CONNECTIONS_MAX)
+    assert limits.over_cap(1000, 0, 10, full, limits.CONNECTIONS_MAX).endswith("(the rest is the administrator's)")
+    assert limits.over_cap(0, 500, 10, full, limits.CONNECTIONS_MAX, admin=True) == ""
+    assert limits.over_cap(0, 0, 10, limits.CONNECTIONS_MAX, limits.CONNECTIONS_MAX, admin=True)
+    # uid 0 on the socket jobs use (a container's root) is a user like any other
+    assert limits.over_cap(0, 10, 10, 0, limits.CONNECTIONS_MAX) == "uid 0 has 10, the most allowed per user"
+    assert limits.over_cap(0, 0, 10, full, limits.CONNECTIONS_MAX)
 
 
 def test_function_and_allocation_tables_are_capped_per_user():
@@ -228,10 +233,10 @@ def test_a_huge_allocation_record_does_not_stall_the_planner():
 # ---- status pages ----
 def test_status_with_many_jobs_reaches_root_in_pages(pumpd, capsys):
     path, _ = pumpd
-    made = register_many(path, 300)  # ~90 jobs fill a frame
+    made = register_many(path, 250)  # ~90 jobs fill a frame; 256 is one user's cap
     assert all(r.startswith("j") for r in made)
     first = request(path, {"op": "status"})
-    assert first["total"] == 300 and first["next"] == len(first["jobs"]) < 300
+    assert first["total"] == 250 and first["next"] == len(first["jobs"]) < 250
     from pump import status as status_cli
     os.environ[protocol.SOCKET_ENV] = path
     try:
@@ -278,6 +283,44 @@ def test_another_users_register_terms_are_held_in_pumpd(tmp_path):
         held = {name: (j["share"], j["priority"], j["min_budget_bytes"], j["max_budget_bytes"],
                        j["budget_source"]) for name, j in jobs.items()}
         assert held == {"greedy": (2, 0, 0, 24 << 20, "arbiter"), "plain": (1, 0, 0, 24 << 20, "arbiter")}
+    finally:
+        stop_pumpd(proc)
+        shutil.rmtree(run_dir)
+
+
+def set_greedy(path, victim):
+    """As another user: register, set a budget of the whole pool, try the victim's job."""
+    with protocol.Client(path) as c:
+        job = c.request({"op": "register", "name": "greedy"})["job"]
+        replies = [c.request({"op": "set", "job": job, "budget": 40 << 30})]
+        try:
+            c.request({"op": "set", "job": victim, "budget": 1})
+        except protocol.ProtocolError as exc:
+            replies.append(str(exc))
+        return job, replies
+
+
+@needs_root
+def test_a_users_set_is_held_to_the_terms_and_caps_only_its_own_job(tmp_path):
+    """Issue 29, 5: a user's set took 40 GiB of a 40 GiB pool as a fixed budget, and the
+    other user's job went to 1 byte. Now it caps the setter's own share of the division."""
+    run_dir = pathlib.Path(tempfile.mkdtemp(prefix="pump-test-"))
+    os.chmod(run_dir, 0o755)
+    (tmp_path / "jobs.d").mkdir()
+    (tmp_path / "pumpd.toml").write_text(f'[daemon]\njobs_dir = "{tmp_path / "jobs.d"}"\n'
+                                         '[budgets]\ngpu_pool = "40GiB"\n')
+    path, admin = str(run_dir / "pumpd.sock"), str(run_dir / "admin" / "pumpd.sock")
+    proc = start_pumpd(path, "--config", str(tmp_path / "pumpd.toml"), "--admin-socket", admin,
+                       env=dict(clean_env(), RUNTIME_DIRECTORY=str(run_dir)))
+    try:
+        with protocol.Client(path) as c:
+            victim = c.request({"op": "register", "name": "victim"})["job"]
+        greedy, replies = run_as_nobody(set_greedy, path, victim)
+        assert replies[1] == f"no job {victim} of this user"
+        jobs = {j["job"]: j for j in status(admin)}
+        assert (jobs[greedy]["budget_bytes"], jobs[greedy]["budget_source"], jobs[greedy]["max_budget_bytes"]) == \
+            (20 << 30, "arbiter", 40 << 30)
+        assert jobs[victim]["budget_bytes"] == 20 << 30
     finally:
         stop_pumpd(proc)
         shutil.rmtree(run_dir)

@@ -205,6 +205,39 @@ def test_train_gpt_without_a_gpu_shows_pump_on_the_model(example_env):
         assert "pump's CPU model" not in train(["--steps", "1", *args], example_env).stdout
 
 
+def test_train_gpt_without_pytorch_shows_pump_on_the_model(example_env, tmp_path):
+    """The light first look (pip install . brings no PyTorch): before, the job died on
+    'import torch'; now it says why it cannot train and shows the demo, GPU or not."""
+    hidden = tmp_path / "torch"
+    hidden.mkdir()
+    (hidden / "__init__.py").write_text('raise ModuleNotFoundError("No module named \'torch\'", name="torch")\n')
+    env = dict(example_env, PYTHONPATH=str(tmp_path))
+    proc = train([], env, pump_run=(PUMP_RUN,))
+    out = proc.stdout
+    assert out.startswith("PyTorch is not installed, so this job cannot train here"), out
+    rows = dict(re.findall(r"^  (under pump-run.*?)\s{2,}(\d+)\s+[\d.]+ MiB\s+[\d.]+ MiB$", out, re.M))
+    assert rows == {"under pump-run": "0", "under pump-run --policy off (the driver alone)": str(4 * 4 * 16)}, out
+    assert "checksums: the same" in out, out
+    no_demo = subprocess.run([*TRAIN_GPT, "--no-demo"], env=env, capture_output=True, text=True, timeout=60)
+    assert no_demo.returncode == 1 and "pump's CPU model" not in no_demo.stdout
+
+
+def test_pip_install_puts_fakecuda_in_the_package():
+    """A plain pip install . has no CUDA headers to build fakecuda with later: the package
+    carries it (pump/fakecuda/libcuda.so.1), which managed_saxpy runs on where there is no
+    checkout build."""
+    # Run away from the checkout, as the example runs (its own directory first on sys.path), so
+    # that `import pump` is the installed package.
+    out = subprocess.run([sys.executable, "-c", "import ctypes, sys; sys.path.insert(0, sys.argv[1]); "
+                          "import managed_saxpy; d = managed_saxpy.installed_fakecuda_dir(); print(d); "
+                          "lib = ctypes.CDLL(str(d / 'libcuda.so.1')); "
+                          "print(hasattr(lib, 'fakecuda_register_kernel'), lib.cuInit(0))", str(EXAMPLE.parent)],
+                         cwd="/", capture_output=True, text=True, timeout=60)
+    folder, *loaded = out.stdout.split()
+    assert folder.endswith("/pump/fakecuda") and pathlib.Path(folder).parent != ROOT / "pump", out.stdout + out.stderr
+    assert loaded == ["True", "0"], out.stderr
+
+
 @needs_gpu
 def test_train_gpt_on_the_gpu(gpt_env, tmp_path):
     """On a GPU: bit-identical losses and checksum with and without pump-run (managed_all on

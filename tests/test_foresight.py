@@ -280,3 +280,18 @@ def test_pumpd_takes_no_pause_for_a_kernel_when_a_read_brings_few_launches():
     la.observe(channel.decode(recs[launches[-2]:]))   # one read, only those two
     assert la.policy.seconds[-2:].tolist() == [5e-6, 5e-6]
     assert la.policy.reserve_bytes(la.policy.period) == int(50e9 * 5e-6)
+
+
+def test_a_batch_of_distinct_kernels_is_read_in_linear_time():
+    """pumpd reads up to 65,536 launches per batch from a ring a job fills: each new key's
+    blocks are found in one pass (a search per key was quadratic: 23 s for this batch)."""
+    import time
+    rng = np.random.default_rng(1)
+    recs = np.zeros(1 << 16, channel.EVENT)
+    recs["kind"], recs["count"] = channel.KIND["launch"], 3
+    recs["arg"][:, 0] = rng.integers(1, 1 << 40, len(recs), dtype=np.uint64) * 16
+    recs["arg"][:, 2:5] = rng.integers(1, 1 << 40, (len(recs), 3), dtype=np.uint64) << 21
+    f = Foresight(64 * MIB, 50e9)
+    started = time.process_time()
+    f.observe(channel.decode(recs))
+    assert time.process_time() - started < 3.0

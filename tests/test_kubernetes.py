@@ -187,6 +187,25 @@ def test_the_daemonset_carries_the_services_hardening():
     assert "emptyDir" in volume  # outlives a container's restart, as RuntimeDirectoryPreserve=restart
 
 
+def test_only_pumpd_mounts_the_administrators_socket():
+    """uid 0 in a job's pod must not reach the administrator's socket (pump/admin.py)."""
+    from pump import admin
+    pod = find("DaemonSet")["spec"]["template"]["spec"]
+    container = pumpd_container()
+    assert flag(container["command"], "--admin-socket") == admin.ADMIN_SOCKET
+    volume, _ = mount_of(container, pod, admin.ADMIN_SOCKET)
+    assert volume["hostPath"]["path"] == os.path.dirname(admin.ADMIN_SOCKET)
+    admin_dir = os.path.dirname(admin.ADMIN_SOCKET)
+    for where, doc in documents():
+        if doc["kind"] == "DaemonSet":
+            continue
+        spec = doc.get("spec", {}).get("template", {}).get("spec", doc.get("spec", {}))
+        for volume in spec.get("volumes", []) if isinstance(spec, dict) else []:
+            if "hostPath" in volume:
+                host = volume["hostPath"]["path"].rstrip("/") + "/"
+                assert not (admin_dir + "/").startswith(host), (where, volume)
+
+
 def test_the_config_maps_are_pumps_config_files(tmp_path):
     pod = find("DaemonSet")["spec"]["template"]["spec"]
     config_file = flag(pumpd_container()["command"], "--config")
@@ -355,6 +374,25 @@ def test_entrypoint_binds_as_root_and_runs_the_daemon_as_its_user(python_for_nob
         proc.stderr.close()
 
 
+ADMIN_REPORT = """import json, os, socket
+print(json.dumps({"names": os.environ["LISTEN_FDNAMES"], "count": os.environ["LISTEN_FDS"],
+                  "bound": [socket.socket(fileno=fd).getsockname() for fd in (3, 4)]}), flush=True)
+"""
+
+
+def test_entrypoint_binds_the_administrators_socket_root_only(python_for_nobody, tmp_path):
+    tmp_path.chmod(0o755)
+    path, admin = tmp_path / "pumpd.sock", tmp_path / "admin" / "pumpd.sock"
+    user = next(line.split(":")[0] for line in open("/etc/passwd") if line.split(":")[2] == str(NOBODY))
+    r = subprocess.run([python_for_nobody, ENTRYPOINT, "--user", user, "--socket", str(path), "--admin-socket",
+                        str(admin), "--", python_for_nobody, "-c", ADMIN_REPORT],
+                       capture_output=True, text=True, cwd="/", timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {"names": "pumpd.socket:admin", "count": "2", "bound": [str(path), str(admin)]}
+    assert [(os.stat(p).st_uid, stat.S_IMODE(os.stat(p).st_mode)) for p in (admin.parent, admin)] == \
+        [(0, 0o700), (0, 0o600)]
+
+
 def test_entrypoint_refuses_what_it_cannot_do(python_for_nobody, tmp_path):
     def entrypoint(*args, **user):
         return subprocess.run([python_for_nobody, ENTRYPOINT, *args], capture_output=True, text=True, cwd="/", **user)
@@ -389,7 +427,8 @@ def test_the_daemonsets_command_serves_pumps_clients(node_dir):
     python = python_nobody_can_run((sys.executable,), "import pump, pumpd")
     if python is None:
         pytest.skip(f"uid {NOBODY} cannot run {sys.executable} with pump installed (a private directory above it)")
-    node = {"/run/pump": node_dir / "run-pump", "/run/pumpd": node_dir / "run-pumpd", "/etc/pump": node_dir / "etc"}
+    node = {"/run/pump": node_dir / "run-pump", "/run/pumpd": node_dir / "run-pumpd", "/etc/pump": node_dir / "etc",
+            "/run/pump-admin": node_dir / "run-pump-admin"}
     for path in node.values():
         path.mkdir(mode=0o755)
     node["/run/pumpd"].chmod(0o777)  # an emptyDir's mode
@@ -423,6 +462,9 @@ def test_the_daemonsets_command_serves_pumps_clients(node_dir):
         assert status["Uid"].split() == [str(NOBODY)] * 4 and status["CapEff"] == status["CapPrm"] == "0" * 16
         sock = os.stat(flag(probe, "--socket"))
         assert (sock.st_uid, stat.S_IMODE(sock.st_mode)) == (0, 0o666)
+        admin = node["/run/pump-admin"] / "pumpd.sock"  # root's alone, in a directory of root's
+        assert [(os.stat(p).st_uid, stat.S_IMODE(os.stat(p).st_mode)) for p in (admin.parent, admin)] == \
+            [(0, 0o700), (0, 0o600)]
         assert os.stat(node["/run/pumpd"] / "jobs").st_uid == NOBODY  # the state, in the emptyDir
         shim = FakeShim(flag(probe, "--socket"), name=training_pod()[0])
         try:

@@ -10,7 +10,9 @@ Measured with fakecuda's pool counters (tests/c/pool_steps.c)."""
 
 import pytest
 
-MANAGED_ALL = {"PUMP_MANAGED_ALL": "1"}
+# The managed pool's path: fakecuda then prefetches its memory (where it does not, pump does without
+# the pool: tests/test_pool_prefetch.py).
+MANAGED_ALL = {"PUMP_MANAGED_ALL": "1", "FAKECUDA_POOL_PREFETCH": "accept"}
 STEPS = 5
 ACTIVATION = 16 << 20  # tests/c/pool_steps.c
 KEPT = {"same_address": 1, "pool_bytes_released": 0, "pool_bytes_reserved": 0, "gpu_faults": 0}

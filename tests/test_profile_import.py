@@ -205,6 +205,61 @@ def test_a_profile_of_another_model_is_refused(mlp_trace, tmp_path):
         profile.apply(w, path, K.GPU_PRESETS["h100-pcie"])
 
 
+def test_elementwise_grids_give_the_elements_a_launch_covered():
+    name = ("void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::"
+            "launch_clamp_scalar(...)::{lambda()#1}>(int, ...)")
+    assert profile_read.kernel_elements(name, [48400, 1, 1], [128, 1, 1]) == 48400 * 512
+    assert profile_read.kernel_elements("void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl>",
+                                        [96800, 1, 1], [128, 1, 1]) == 96800 * 256
+    assert profile_read.kernel_elements("void at::native::unrolled_elementwise_kernel<add>", [10, 1, 1],
+                                        [128, 1, 1]) == 10 * 512
+    assert profile_read.kernel_elements("ampere_sgemm_32x32_sliced1x4_tn", [128, 4, 1], [128, 1, 1]) is None
+    assert profile_read.kernel_elements(name, [3, 2, 1], [128, 1, 1]) is None
+    assert profile_read.kernel_elements(name, None, None) is None
+
+
+ALEXNET_MODEL = Path(__file__).resolve().parents[1] / "examples" / "alexnet.py"
+
+
+@pytest.fixture(scope="module")
+def alexnet_traces(tmp_path_factory):
+    """examples/alexnet.py's forward passes at the profile's batch (128) and at 64, and its training steps."""
+    d, traces = tmp_path_factory.mktemp("alexnet"), {}
+    for key, callable_, inference in (("128", "alexnet", True), ("64", "alexnet_batch_64", True),
+                                      ("train", "alexnet", False)):
+        traces[key] = str(d / f"{key}.trace")
+        generate.generate(traces[key], lambda c=callable_: user.load(f"{ALEXNET_MODEL}:{c}"), steps=2,
+                          inference=inference)
+    return traces
+
+
+@needs_kineto
+def test_the_alexnet_profile_fits_its_models_forward_passes(alexnet_traces):
+    w = workload.load(alexnet_traces["128"])
+    doc = profile.apply(w, str(ALEXNET), K.GPU_PRESETS["a100-40gb"])
+    assert doc["match_rate"] == 1.0 and doc["matched_by_operator"] == w.launches == 38
+    assert profile.batch_ratio(profile_read.read(str(ALEXNET)), profile.trace_operators(w.path)) == (1.0, ["relu_"])
+
+
+@needs_kineto
+def test_a_profile_without_shapes_at_another_batch_is_refused(alexnet_traces):
+    """Every operator matches by name at batch 64, as a V100 ResNet-50 profile at batch 32 matched
+    59% of a batch-64 trace and was accepted: the grids tell the batch apart."""
+    w = workload.load(alexnet_traces["64"])
+    with pytest.raises(ValueError, match=r"recorded without shapes, and its elementwise kernels' grids \(relu_\) "
+                                         r"cover 2\.00x the elements .*: a profile at about batch 128 "
+                                         r"\(the trace: batch 64\); generate the trace at the profile's batch"):
+        profile.apply(w, str(ALEXNET), K.GPU_PRESETS["a100-40gb"])
+
+
+@needs_kineto
+def test_a_forward_only_profile_against_training_steps_says_so(alexnet_traces):
+    w = workload.load(alexnet_traces["train"])
+    with pytest.raises(ValueError, match=r"the profile holds forward passes only \(no backward operator\) and the "
+                                         r"trace training steps; .* pump trace generate --inference"):
+        profile.apply(w, str(ALEXNET), K.GPU_PRESETS["a100-40gb"])
+
+
 @needs_kineto
 def test_the_alexnet_profile_does_not_fit_an_mlp(mlp_trace):
     w = workload.load(mlp_trace)

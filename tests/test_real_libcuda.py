@@ -12,7 +12,8 @@ driver's missing parameter-info calls must be detected. fakecuda's cuGetProcAddr
 is compared with the real answers, so the model cannot drift from the driver.
 
 Where the libraries cannot be had the tests are skipped; under CI (CI set) having
-neither fails."""
+neither fails.  PUMP_REAL_LIBCUDA=DIR checks the libcuda.so.1 in DIR instead (suite "machine"):
+scripts/gpu-check's preflight points it at the GPU machine's own driver."""
 
 import json
 import os
@@ -28,14 +29,23 @@ from pump import stats
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 LIBCUDA = ROOT / "build" / "libcuda"
-SUITES = ["bookworm", "trixie"]
-NVIDIA = pathlib.Path(__import__("nvidia").__path__[0]) if __import__("importlib").util.find_spec("nvidia") else None
+MACHINE = os.environ.get("PUMP_REAL_LIBCUDA")
+SUITES = ["machine"] if MACHINE else ["bookworm", "trixie"]
+# nvidia/ is a namespace package: its runtimes may lie in more than one site-packages.
+NVIDIA_DIRS = ([pathlib.Path(p) for p in __import__("nvidia").__path__]
+               if __import__("importlib").util.find_spec("nvidia") else [])
 RUNTIMES = {"12": "cuda_runtime/lib/libcudart.so.12", "13": "cu13/lib/libcudart.so.13"}
 SYMBOL_NOT_FOUND = 1  # CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND
 
 
 def driver_dir(suite):
-    return LIBCUDA / suite
+    return pathlib.Path(MACHINE) if suite == "machine" else LIBCUDA / suite
+
+
+def driver_label(suite):
+    """The Debian package version of a fetched driver, or the machine's driver's folder."""
+    version = driver_dir(suite) / "VERSION"
+    return version.read_text().strip() if version.exists() else f"the machine's, in {driver_dir(suite)}"
 
 
 def test_ci_has_a_real_driver():
@@ -46,7 +56,7 @@ def test_ci_has_a_real_driver():
         if os.environ.get("CI"):
             pytest.fail(f"no real libcuda in {LIBCUDA} (scripts/fetch-libcuda could fetch neither suite)")
         pytest.skip(f"no real libcuda in {LIBCUDA}: run scripts/fetch-libcuda")
-    print("real drivers:", {s: (driver_dir(s) / "VERSION").read_text().strip() for s in have})
+    print("real drivers:", {s: driver_label(s) for s in have})
 
 
 @pytest.fixture(scope="module", params=SUITES)
@@ -72,8 +82,8 @@ def hooks():
 def trace_runtime(c_build, tmp_path, major):
     """The lookups one CUDA runtime makes while it starts (cudaGetDeviceCount), traced
     over fakecuda: they are the runtime's, whatever the driver answers."""
-    runtime = NVIDIA / RUNTIMES[major] if NVIDIA else None
-    if runtime is None or not runtime.exists():
+    runtime = next((d / RUNTIMES[major] for d in NVIDIA_DIRS if (d / RUNTIMES[major]).exists()), None)
+    if runtime is None:
         pytest.skip(f"the CUDA {major} runtime is not installed (pip install '.[test]')")
     out = tmp_path / f"trace{major}.txt"
     env = dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain" / "tracer"),
@@ -170,7 +180,7 @@ def test_lookups_hand_back_pumps_hook_of_the_drivers_pointer(c_build, suite, que
     hook_names = {abi for abi, *_ in hooks()}
     proc, answers = probe(c_build, driver_dir(suite), queries, env={"PUMP_LOG": "1"}, tmp_path=tmp_path)
     version = answers[0]["driver_version"]
-    print(f"{suite}: libcuda1 {(driver_dir(suite) / 'VERSION').read_text().strip()}, "
+    print(f"{suite}: libcuda1 {driver_label(suite)}, "
           f"cuDriverGetVersion {version}, {len(queries)} lookups")
     failures, substituted = check_answers(answers, hook_names)
     print(f"{suite}: {substituted} of them answered with one of pump's hooks")
@@ -213,6 +223,8 @@ def test_missing_parameter_info_is_detected(c_build, suite, tmp_path):
 def test_no_device_reaches_the_program_unchanged(c_build, suite, tmp_path):
     """cuInit answers 100 (CUDA_ERROR_NO_DEVICE); every hooked call after it answers what
     the driver answers, and pump does nothing of its own."""
+    if suite == "machine":
+        pytest.skip("the machine's driver has a device: cuInit succeeds there")
     _, bare = probe(c_build, driver_dir(suite), [], pump=False)
     proc, under = probe(c_build, driver_dir(suite), [], tmp_path=tmp_path)
     assert bare[-1]["aside"]["cuInit"] == 100, bare[-1]

@@ -24,6 +24,7 @@ from pumpd.systemd import JournalFormatter, listen_fds, notify, stderr_is_journa
 INSTALL = ROOT / "scripts" / "install-service"
 TEMPLATE = ROOT / "scripts" / "pumpd.service"
 SOCKET_TEMPLATE = ROOT / "scripts" / "pumpd.socket"
+ADMIN_SOCKET_TEMPLATE = ROOT / "scripts" / "pumpd-admin.socket"
 
 # -- sd_notify ----------------------------------------------------------------
 
@@ -253,7 +254,8 @@ def test_unit_file_directives():
     for key, value in want.items():
         assert d.get(("Service", key)) == [value], key
     assert d[("Service", "SystemCallFilter")] == ["@system-service", "~@privileged"]
-    assert d[("Unit", "Requires")] == ["pumpd.socket"]
+    assert d[("Unit", "Requires")] == ["pumpd.socket pumpd-admin.socket"]
+    assert d[("Service", "Sockets")] == ["pumpd.socket pumpd-admin.socket"]
     assert d[("Install", "WantedBy")] == ["multi-user.target"]
     # NVML must still see /dev/nvidia*; a group the system may lack would stop the unit
     assert ("Service", "PrivateDevices") not in d
@@ -269,6 +271,17 @@ def test_socket_unit():
     assert d[("Socket", "SocketMode")] == ["0666"] and d[("Socket", "SocketUser")] == ["root"]
     assert d[("Socket", "Accept")] == ["no"]
     assert d[("Install", "WantedBy")] == ["sockets.target"]
+
+
+def test_admin_socket_unit():
+    """The administrator's socket: root's alone, in a directory of root's (pump/admin.py)."""
+    from pump import admin
+    d = unit_directives(ADMIN_SOCKET_TEMPLATE.read_text())
+    assert d[("Socket", "ListenStream")] == [admin.ADMIN_SOCKET]
+    assert d[("Socket", "SocketMode")] == ["0600"] and d[("Socket", "DirectoryMode")] == ["0700"]
+    assert d[("Socket", "SocketUser")] == ["root"] and d[("Socket", "SocketGroup")] == ["root"]
+    assert d[("Socket", "FileDescriptorName")] == [admin.ADMIN_FD_NAME]
+    assert d[("Socket", "Service")] == ["pumpd.service"]
 
 
 # The unit scored 7.1 (MEDIUM) before it was hardened and 1.6 (OK) after; a change
@@ -302,6 +315,8 @@ def test_install_root(tmp_path):
     assert stat.S_IMODE(unit.stat().st_mode) == 0o644
     socket_unit = tmp_path / "etc/systemd/system/pumpd.socket"
     assert socket_unit.read_text() == SOCKET_TEMPLATE.read_text()
+    admin_unit = tmp_path / "etc/systemd/system/pumpd-admin.socket"
+    assert admin_unit.read_text() == ADMIN_SOCKET_TEMPLATE.read_text()
     conf = tmp_path / "etc/pump/pumpd.toml"
     assert load_toml(conf) == {}           # all comments: pumpd's defaults, metrics off
     assert '#listen = "127.0.0.1:' in conf.read_text()
@@ -323,7 +338,8 @@ def test_install_root(tmp_path):
 
     r = install("--root", tmp_path, "--uninstall")
     assert r.returncode == 0, r.stderr
-    assert not unit.exists() and not socket_unit.exists() and conf.read_text() == "# mine\n"
+    assert not unit.exists() and not socket_unit.exists() and not admin_unit.exists()
+    assert conf.read_text() == "# mine\n"
 
 
 @pytest.fixture
@@ -426,7 +442,8 @@ def test_unit_verifies(tmp_path):
     exe = shutil.which("true")
     r = install("--root", tmp_path, "--pumpd", exe)
     assert r.returncode == 0, r.stderr
-    units = [str(tmp_path / "etc/systemd/system" / name) for name in ("pumpd.socket", "pumpd.service")]
+    units = [str(tmp_path / "etc/systemd/system" / name) for name in ("pumpd.socket", "pumpd-admin.socket",
+                                                                          "pumpd.service")]
     v = subprocess.run(["systemd-analyze", "verify", *units], capture_output=True, text=True, timeout=60)
     complaints = [line for line in (v.stdout + v.stderr).splitlines() if "pumpd." in line]
     assert v.returncode == 0 and not complaints, v.stdout + v.stderr

@@ -1,5 +1,6 @@
 """pump simulate (pump/simulate/): the engine's policies, its accounting, its CLI."""
 
+import gzip
 import json
 import subprocess
 import sys
@@ -276,6 +277,8 @@ def test_cli_warns_when_the_trace_has_no_kernel_costs(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--capacity", "lots"], "allowed: a byte count"),
     (["--capacity", "0%"], "percentage of the trace's peak footprint"),
+    (["--capacity", "100.5%"], "at most 100%, decimals allowed"),
+    (["--capacity", "5.%"], "at most 100%, decimals allowed"),
     (["--capacity", "1G", "--bandwidth", "fast"], "GB/s as a number > 0"),
     (["--capacity", "1G", "--policy", "best"], "choose from 'naive', 'launch', 'lookahead', 'ideal'"),
     (["--capacity", "1G", "--model", "a100"], "choose from 'h100', 'fakecuda'"),
@@ -290,7 +293,25 @@ def test_cli_bad_trace(tmp_path):
     bad = tmp_path / "bad.trace"
     bad.write_bytes(b"not a trace at all, clearly not" * 10)
     p = _pump(str(bad), "--capacity", "1G")
-    assert p.returncode == 1 and "not a pump trace" in p.stderr
+    assert p.returncode == 1 and "not a pump trace" in p.stderr and "--profile" not in p.stderr
+
+
+def test_a_profile_given_as_the_trace_points_to_profile(tmp_path):
+    profile = tmp_path / "p.json.gz"
+    profile.write_bytes(gzip.compress(b'{"traceEvents": []}'))
+    p = _pump(str(profile), "--capacity", "1G")
+    assert p.returncode == 1
+    assert "it looks like a profile" in p.stderr and "pump simulate TRACE --profile FILE" in p.stderr
+
+
+def test_a_decimal_percentage_is_that_share_of_the_footprint(tmp_path):
+    from pump.simulate import cli
+    assert cli.capacity_bytes("53.74%", 10**6) == 537400
+    assert cli.capacity_bytes("50%", 1001) == 500
+    path = _cyclic(steps=2).write(str(tmp_path / "c.trace"))
+    p = _pump(path, "--capacity", "53.74%", "--policy", "ideal", "--json")
+    doc = json.loads(p.stdout)
+    assert p.returncode == 0 and doc["capacity_bytes"] == int(doc["peak_footprint_bytes"] * 5374 // 10000)
 
 
 @pytest.mark.parametrize("reads_steps", [False, True])

@@ -201,6 +201,25 @@ def test_sweep_answers_the_planning_question_in_one_line(small, trace_path):
     assert len(answer) == 1 and "within 10% from " in answer[0] and "within 25% from " in answer[0]
     assert "on the l4's 22.4 GiB less a 512.0 MiB reserve" in answer[0]
     assert "the footprint fits: no oversubscription" in answer[0]
+    # It leads with the answer a user acts on: one amount, then the worst case's, then the card.
+    cli_doc = json.loads(_pump(trace_path, "--sweep", "--gpu", "l4", "--reserve", "512M", "--json").stdout)
+    best, worst = (cli_doc["cases"][c]["smallest_capacity_bytes"]["10%"] for c in ("best", "worst"))
+    first = p.stdout.splitlines()[0]
+    assert first.startswith(f"synthetic needs at least {report._size(best)} of GPU memory "
+                            "(a step within 10% of its step with unlimited memory, under lookahead); "
+                            f"{report._size(worst)} if the link is as slow as the worst case. "), first
+    assert first.endswith("The l4 has 21.9 GiB for it (512.0 MiB reserved): enough."), first
+
+
+def test_ideal_is_not_compared_with_the_bound(trace_path):
+    """The bound is on a step within the capacity; ideal's memory is unlimited, so "0.09x bound"
+    would read as beating a bound."""
+    p = _pump(trace_path, "--capacity", "40%", "--gpu", "l4")
+    assert p.returncode == 0, p.stderr
+    ideal_row = [line for line in p.stdout.splitlines() if line.startswith("ideal ")]
+    assert len(ideal_row) == 1 and ideal_row[0].split()[4] == "-", ideal_row
+    cases = [line for line in p.stdout.splitlines() if line.startswith(("  best:", "  worst:"))]
+    assert len(cases) == 2 and all(" ms (unlimited memory), naive " in line for line in cases), cases
 
 
 def test_sweep_json_and_plot(trace_path, tmp_path):

@@ -148,6 +148,16 @@ def test_summary_line():
     )
 
 
+def test_summary_line_shows_hook_coverage():
+    """The lookups answered with pump's hooks, and those pump could not match (issue 27)."""
+    base = dict(launches=5, launches_managed=5, prefetch_calls=1, processes=1)
+    assert "hooks" not in stats.summary_line(totals(**base))  # a program linked to libcuda: nothing looked up
+    assert stats.summary_line(totals(**base, procaddr_hooks=139, dlsym_hooks=2)).endswith(
+        ", 0 events dropped, hooks 139 via cuGetProcAddress + 2 via dlsym, 1 process")
+    assert stats.summary_line(totals(**base, procaddr_hooks=139, procaddr_unmatched=3)).endswith(
+        ", hooks 139 via cuGetProcAddress + 0 via dlsym (3 unmatched), 1 process")
+
+
 def test_summary_line_shows_problems_only_when_nonzero():
     line = stats.summary_line(totals(launches=1, prefetch_calls=1, processes=1,
                                      errors=2, capacity_refusals=1,
@@ -158,3 +168,12 @@ def test_summary_line_shows_problems_only_when_nonzero():
     )
     assert "error" not in stats.summary_line(totals(processes=1))
     assert "refusal" not in stats.summary_line(totals(processes=1))
+    assert "would not prefetch" not in stats.summary_line(totals(processes=1))
+
+
+def test_summary_line_names_allocations_the_driver_would_not_prefetch():
+    line = stats.summary_line(totals(launches=2, prefetch_calls=1, processes=1, prefetch_refusals=1))
+    assert line == (
+        "pump: 2 launches (0 on managed memory), 1 prefetch call, 0 B prefetched, 0 B evicted, "
+        "0 events dropped, 1 allocation the driver would not prefetch, 1 process"
+    )

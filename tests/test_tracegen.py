@@ -241,6 +241,29 @@ def test_evaluation_adds_forward_launches_only(tmp_path):
     assert extra and not [n for n in extra if "backward" in n or "dropout" in n or "foreach" in n]
 
 
+def test_inference_records_forward_passes_only(tmp_path):
+    def names(**kw):
+        summary, header, records = _generate(tmp_path, "bert-base", steps=2, **kw)
+        batch = channel.decode(records)
+        return summary, header, collections.Counter(batch.functions[int(f)] for f in batch.launch_function)
+    summary, header, forward = names(inference=True)
+    _, _, training = names()
+    assert header["name"].endswith(" inference") and summary.inference and summary.launches == sum(forward.values())
+    # Forward alone, in eval mode: no backward, optimizer, loss or dropout; every operator one training runs.
+    assert not [n for n in forward if "backward" in n or "foreach" in n or "dropout" in n or "nll_loss" in n]
+    assert set(forward) < set(training)
+    assert "2 forward passes, inference" in summary.line("x") and "per pass" in summary.line("x")
+
+
+def test_the_summary_line_picks_units_that_show_the_figures(tmp_path):
+    summary, _, _ = _generate(tmp_path, "resnet50", steps=1)
+    line = summary.line("x")
+    # A tiny model was "0.00 GiB ... 0.0 GFLOP" before.
+    assert "0.00 GiB" not in line and "0.0 GFLOP" not in line
+    assert f"peak footprint {summary.footprint_bytes / 2**20:.3g} MiB" in line
+    assert f"{summary.step_flops / 1e6:.3g} MFLOP per step" in line and "(batch 2, 1 step)" in line
+
+
 def test_last_batch_is_smaller(tmp_path):
     _, _, records = _generate(tmp_path, "resnet50", steps=2, last_batch=1)
     batch = channel.decode(records)
@@ -271,7 +294,7 @@ def test_cli_writes_a_trace_and_one_summary_line(tmp_path, capsys):
     rc, out, err = _cli(capsys, "gpt2-medium", "--size", "tiny", "--steps", "2", "-o", str(path))
     # Not a terminal: a progress line per step on stderr.
     assert (rc, err) == (0, "trace generate: step 1/2: gpt2-medium tiny\ntrace generate: step 2/2: gpt2-medium tiny\n")
-    assert len(out.splitlines()) == 1 and "launches" in out and "GFLOP per step" in out and str(path) in out
+    assert len(out.splitlines()) == 1 and "launches" in out and "MFLOP per step" in out and str(path) in out
     assert channel.decode(trace.read(str(path))[1][0][1]).steps[-1][1] == 1
 
 
@@ -284,6 +307,7 @@ def test_cli_writes_a_trace_and_one_summary_line(tmp_path, capsys):
     (["vit-b16", "--batch", "4", "--last-batch", "4", "-o", "x"], "--last-batch 4: from 1 to 3"),
     (["vit-b16", "--steps", "0", "-o", "x"], "--steps 0: at least 1"),
     (["vit-b16", "--eval-every", "0", "-o", "x"], "--eval-every 0: at least 1"),
+    (["vit-b16", "--eval-every", "1", "--inference", "-o", "x"], "with --inference every step is one"),
     (["vit-b16", "--size", "huge", "-o", "x"], "invalid choice: 'huge'"),
     (["vit-b16"], "the following arguments are required: -o/--output"),
 ])

@@ -132,6 +132,23 @@ def test_symlink_and_loose_mode_are_refused(monkeypatch, shared_dir):
         runtime_dir.user_runtime_dir()
 
 
+def test_status_says_why_it_did_not_ask_the_shared_pumpd(monkeypatch, shared_dir, capsys):
+    """Before: pump status passed over a directory it refused without a word (pump-run said why)."""
+    from pump import status
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(shared_dir))
+    status.daemon_sockets()
+    assert capsys.readouterr().err == ""            # none made yet: nothing to say
+    loose = shared_dir / f"pump-{os.geteuid()}"
+    loose.mkdir(mode=0o700)
+    os.chmod(loose, 0o755)
+    paths = status.daemon_sockets()
+    assert not any(p.startswith(str(loose)) for p in paths)
+    assert capsys.readouterr().err == (f"pump: status: not asking your shared pumpd: refusing {loose}: its mode is "
+                                       "0755, not 0700 (remove it, or set XDG_RUNTIME_DIR to a directory of yours "
+                                       "with mode 0700)\n")
+
+
 # ---- a daemon of another uid ----
 class ForeignDaemon:
     """A listener run by uid 65534 that counts the bytes each connection sends it."""

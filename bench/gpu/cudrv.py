@@ -8,6 +8,7 @@ the driver JIT-compiles it for the GPU at hand."""
 
 import argparse
 import ctypes
+import os
 import pathlib
 import sys
 
@@ -65,8 +66,9 @@ class Gpu:
         self.context = call("cuDevicePrimaryCtxRetain", self.device)
         call("cuCtxSetCurrent", self.context)
         self.name = call("cuDeviceGetName", 256, self.device).split(b"\0")[0].decode()
-        # cuda.bindings opened libcuda.so.1 already: this is the same library, for fakecuda's extras.
-        self.lib = ctypes.CDLL("libcuda.so.1")
+        # cuda.bindings opened libcuda.so.1 already: this is the same library, for fakecuda's extras
+        # (under bench/gpu/probes/handle_kind.c's wrapper, the driver it forwards to).
+        self.lib = ctypes.CDLL(os.environ.get("HANDLE_PROBE_DRIVER") or "libcuda.so.1")
         self.fake = hasattr(self.lib, "fakecuda_register_kernel")
         if self.fake:
             managed_saxpy.register_fake_kernels(self.lib)

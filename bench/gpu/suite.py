@@ -431,6 +431,9 @@ def parse_args(argv=None):
     ap.add_argument("--train-script", default=str(REPO / "examples" / "train_gpt.py"),
                     help="the PyTorch job of cases c-e (default examples/train_gpt.py)")
     ap.add_argument("--work", metavar="DIR", help="where traces and counter reports go (default a temp dir)")
+    ap.add_argument("--quick", action="store_true",
+                    help="the dry run's sizes (scripts/gpu-check-dry-run, on fakecuda): a chain of 2 pairs, "
+                         "1 warm-up and 2 timed steps per run, 3 untimed; no figure of it means anything")
     args = ap.parse_args(argv)
     bad = sorted(set(args.cases) - set(CASES))
     if bad or not args.cases:
@@ -444,6 +447,9 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.quick:
+        global CHAIN_PAIRS, CHAIN_REPEAT, TIMED, UNTIMED_STEPS
+        CHAIN_PAIRS, CHAIN_REPEAT, TIMED, UNTIMED_STEPS = 2, 1, {"chain": (1, 2), "gpt": (1, 3)}, 3
     suite = Suite(args)
     try:
         device = device_info()

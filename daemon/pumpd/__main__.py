@@ -9,6 +9,10 @@ else; a socket systemd passes (pumpd.socket) overrides them all.  Job state live
 in a 0700 "jobs" directory in $RUNTIME_DIRECTORY under systemd, else beside the
 socket.  --shared: the user's shared pumpd (pump/userd.py), elected by a lock
 beside its socket.  Under systemd pumpd refuses to run as root.
+
+The system pumpd also serves the administrator's socket (pump/admin.py): the one systemd
+passes named "admin" (pumpd-admin.socket), else --admin-socket, else, for a pumpd root
+starts by hand on the system socket, /run/pump-admin/pumpd.sock.
 """
 
 import argparse
@@ -18,7 +22,7 @@ import os
 import signal
 import sys
 
-from pump import config, protocol, runtime_dir, userd
+from pump import admin, config, protocol, runtime_dir, userd
 from pumpd import systemd
 from pumpd.jobs import StateDirError
 from pumpd.server import Daemon
@@ -57,11 +61,24 @@ def refuses_root() -> str | None:
     return None
 
 
+def _admin_socket(args, socket_path: str):
+    """The administrator's socket pumpd binds itself: --admin-socket, else the default
+    where root runs the system pumpd by hand; None for a user's own pumpd."""
+    if args.admin_socket:
+        return args.admin_socket
+    if os.geteuid() == 0 and socket_path == protocol.SYSTEM_SOCKET and args.exit_with is None and not args.shared:
+        return admin.ADMIN_SOCKET
+    return None
+
+
 def build_parser():
     p = argparse.ArgumentParser(prog="pumpd", description="pump's control-plane daemon.")
     p.add_argument("--socket", metavar="PATH", help="the Unix socket to listen on")
     p.add_argument("--config", metavar="FILE", help="pumpd.toml (default: /etc/pump/pumpd.toml if present)")
     p.add_argument("--foreground", action="store_true", help="stay in the foreground (always so)")
+    p.add_argument("--admin-socket", metavar="PATH",
+                   help="the administrator's socket, 0600 root's (default for root on the system socket: "
+                        f"{admin.ADMIN_SOCKET})")
     p.add_argument("-v", dest="verbose", action="count", default=0, help="more logging")
     # pump-run's embedded daemon: stop when that process is gone.
     p.add_argument("--exit-with", metavar="PID", type=int, help=argparse.SUPPRESS)
@@ -122,10 +139,12 @@ def main(argv=None) -> int:
     # as long as the runtime directory: warnings only, unless -v.
     _setup_logging("warning" if args.exit_with is not None or args.shared else cfg.log_level, args.verbose)
     try:
-        listen = systemd.listen_fds()
+        named = systemd.named_listen_fds()
     except ValueError as exc:
         log.error("%s", exc)
         return 2
+    listen = [s for name, s in named if name != admin.ADMIN_FD_NAME]
+    admin_listen = [s for name, s in named if name == admin.ADMIN_FD_NAME]
     try:
         socket_path = (listen[0].getsockname() if listen else None) or args.socket or cfg.socket or default_socket()
     except runtime_dir.RuntimeDirError as exc:
@@ -149,7 +168,8 @@ def main(argv=None) -> int:
                         telemetry=telemetry, metrics_listen=cfg.metrics_listen,
                         metrics_options={"per_job": cfg.metrics_per_job, "max_jobs": cfg.metrics_max_jobs},
                         default_budget=_budget_bytes(cfg.default_budget), jobs_dir=cfg.jobs_dir,
-                        gpu_pool=cfg.gpu_pool, idle_exit=args.idle_exit)
+                        gpu_pool=cfg.gpu_pool, idle_exit=args.idle_exit,
+                        admin_socket=None if admin_listen else _admin_socket(args, socket_path))
     except StateDirError as exc:
         log.error("%s", exc)
         return 1
@@ -160,7 +180,8 @@ def main(argv=None) -> int:
             loop.add_signal_handler(sig, daemon.stop)
         loop.add_signal_handler(signal.SIGHUP, lambda: None)
         await daemon.run(listen[0] if listen else None,
-                         ready=lambda: systemd.notify(f"READY=1\nSTATUS=listening on {socket_path}"))
+                         ready=lambda: systemd.notify(f"READY=1\nSTATUS=listening on {socket_path}"),
+                         admin_sock=admin_listen[0] if admin_listen else None)
 
     try:
         asyncio.run(run())

@@ -156,6 +156,7 @@ class Terms:
     fixed_bytes: Optional[int] = None     # [memory] budget (or --budget) as bytes
     fixed_percent: Optional[int] = None   # ... as a percentage of the GPU (the shim resolves it)
     set_bytes: Optional[int] = None       # op set: overrides the config; None: not set
+    set_max_bytes: Optional[int] = None   # a user's op set past what jobs.d allows: a cap on the job
     share: float = 1.0
     min_bytes: int = 0
     max_bytes: Optional[int] = None
@@ -197,6 +198,18 @@ class Terms:
         if held != self:
             log.info("terms asked %s held to %s (what jobs.d allows)", self.claimed(), held.claimed())
         return held
+
+    def cap_bytes(self) -> Optional[int]:
+        """The most the division may give the job: its max_budget, and a cap its owner set."""
+        caps = [c for c in (self.max_bytes, self.set_max_bytes) if c is not None]
+        return min(caps) if caps else None
+
+    def set_by_user(self, budget: Optional[int], allowed: "Terms", pooled: bool):
+        """A user's op set (not the administrator's), held as a register request is
+        (:meth:`within`): a budget jobs.d allows as fixed, or any where no pool is divided,
+        is kept as set; a larger one only caps the job's own share of the pool.  None clears."""
+        held = Terms(fixed_bytes=budget).within(allowed, pooled)
+        self.set_bytes, self.set_max_bytes = held.fixed_bytes, held.max_bytes
 
     def claimed(self) -> str:
         return (f"share {self.share:g}, priority {self.priority}, min {self.min_bytes}, "
@@ -325,6 +338,9 @@ class Arbiter:
             fixed = self._fixed(job)
             if fixed is not None:
                 outcome[job] = (*fixed, None, 0)
+            elif job.terms.set_max_bytes:  # its owner's cap holds while a pool cannot be divided
+                outcome[job] = (min(self.default_budget or job.terms.set_max_bytes, job.terms.set_max_bytes),
+                                "set", None, 0)
             elif self.default_budget:
                 outcome[job] = (self.default_budget, DEFAULT, None, 0)
             else:
@@ -348,7 +364,7 @@ class Arbiter:
                                         "against GPU %d's pool: its memory is unknown (no NVML telemetry)",
                                         job.id, job.name, t.fixed_percent, gpu)
                 fixed_of[job.id] = (*fixed, counted)
-            claims.append(Claim(job.id, t.share, t.min_bytes, t.max_bytes, t.priority, job.created,
+            claims.append(Claim(job.id, t.share, t.min_bytes, t.cap_bytes(), t.priority, job.created,
                                 counted, t.promised))
         grants = divide(pool, claims)
         outcome = {}

@@ -68,6 +68,8 @@ class Session:
         self.lookahead = None       # a lookahead.Lookahead for jobs with policy lookahead
         self.plan_budget = None     # the budget last published, to know when to publish again
         self.plan_published = 0.0
+        self.planning = False       # the planner thread has its lookahead (the ring waits)
+        self.chunk = None           # records per read, sized to the time one takes (scheduler)
 
     def ingest(self, batch: channel.Batch):
         self.events += batch.records
@@ -100,8 +102,11 @@ class Session:
                         "events_invalid)", self.id, self.pid, problems[0])
         if batch.counters is not None:
             self.counters = batch.counters
-        if self.lookahead is not None:
-            self.lookahead.observe(batch)
+        # The lookahead planner learns the batch on pumpd's planner thread (scheduler.py).
+
+    @property
+    def closed(self) -> bool:
+        return self.ring.header is None
 
     def close(self):
         self.ring.close()
@@ -123,6 +128,7 @@ class Job:
         self.known_pids = dict(pids)    # pid -> start time, kept across restarts
         self.trace = None               # a tracing.Trace while pump-run --trace records
         self.group = None               # the run the job is (pump-run's group), or None
+        self.realm = ""                 # the pod its owner's processes are in (pumpd/identity.py)
         # The pump-runs whose command is the job (pid -> start time): the leader, then those of
         # the same group that joined; ended: those that said their command exited.
         self.leaders = {leader_pid: leader_started}
@@ -140,6 +146,9 @@ class Job:
         processes = list(self.known_pids.items())
         processes += [(pid, t) for pid, t in self.leaders.items() if pid not in self.ended]
         return any(started is not None and start_time(pid) == started for pid, started in processes)
+
+    def owned_by(self, uid: int, realm: str) -> bool:
+        return self.uid == uid and self.realm == realm
 
     def refuses_leader(self, policy: str, trace: bool) -> str:
         """Why another pump-run of the job's group may not join it, or ""."""
@@ -235,7 +244,7 @@ class Job:
             "budget_bytes": self.budget, "budget_source": self.terms.source,
             "budget_percent": self.terms.fixed_percent, "budget_state": self.terms.state,
             "share": self.terms.share, "min_budget_bytes": self.terms.min_bytes,
-            "max_budget_bytes": self.terms.max_bytes, "priority": self.terms.priority,
+            "max_budget_bytes": self.terms.cap_bytes(), "priority": self.terms.priority,
             "gpu_uuids": self.terms.gpu_uuids, "gpus": self.terms.gpus, **totals,
             "events": events, "events_dropped": dropped, "events_invalid": invalid, **tables_dropped,
             "host_rss_bytes": self.tree.get("rss_bytes"), "cpu_seconds": self.tree.get("cpu_seconds"),
@@ -255,7 +264,8 @@ class Job:
                 "capacity": self.capacity, "budget": self.budget, "terms": self.terms.to_json(),
                 "created": self.created,
                 "pids": [[pid, t] for pid, t in self.known_pids.items()],
-                "group": self.group, "leaders": [[pid, t] for pid, t in self.leaders.items()],
+                "group": self.group, "realm": self.realm,
+                "leaders": [[pid, t] for pid, t in self.leaders.items()],
                 "ended": sorted(self.ended)}
 
     @classmethod
@@ -265,6 +275,7 @@ class Job:
                   [(int(pid), t) for pid, t in doc["pids"]])
         # An older pumpd's file has no group: one leader, still running.
         job.group = doc.get("group")
+        job.realm = str(doc.get("realm", ""))  # an older pumpd's file: the host's
         job.leaders.update((int(pid), t) for pid, t in doc.get("leaders", []))
         job.ended = {int(pid) for pid in doc.get("ended", [])}
         # An older pumpd's file has no terms: the budget it held stays, as fixed.

@@ -1,9 +1,10 @@
 """What any one user can make pumpd hold, in one place, and why each value.
 
 pumpd's socket is open to every local user: each resource a request, a
-connection or a ring record can make it keep is capped per uid.  As
-dbus-daemon does, the global caps keep a reserve only root (uid 0) may use, so
-that root can still look (`pump status`) and steer while users sit at their caps.
+connection or a ring record can make it keep is capped per uid, uid 0's too.  As
+dbus-daemon does, the global caps keep a reserve only the administrator (root on
+the administrator's socket, pump/admin.py) may use, so that it can still look
+(`pump status`) and steer while users sit at their caps.
 docs/daemon-limits.md says the same for users.
 """
 
@@ -15,7 +16,7 @@ log = logging.getLogger("pumpd")
 
 # ---- connections ----
 CONNECTIONS_MAX = 4096           # all users together; each costs pumpd one descriptor
-ROOT_RESERVE = 64                # of CONNECTIONS_MAX (and of the descriptors): root's alone
+ROOT_RESERVE = 64                # of CONNECTIONS_MAX (and of the descriptors): the administrator's alone
 CONNECTIONS_PER_UID_MAX = 512    # a job holds one per process (its shim's session) and
                                  # pump-run one; 512 processes of one user is a large job
 INCOMPLETE_PER_UID_MAX = 32      # connections that have not completed a first message: a
@@ -46,13 +47,15 @@ ERROR_LOG_INTERVAL = 10.0        # seconds: at most one log line per task per in
 ERROR_RETRY_PAUSE = 0.1          # seconds before a task that raised runs again: no spinning
 
 
-def over_cap(uid: int, mine: int, per_uid_max: int, everyone: int, global_max: int) -> str:
+def over_cap(uid: int, mine: int, per_uid_max: int, everyone: int, global_max: int,
+             admin: bool = False) -> str:
     """Why one more of something would be too many for uid ("" if it is not): its own
-    count against per_uid_max, the global count against global_max less root's reserve."""
-    if uid != 0 and mine >= per_uid_max:
+    count against per_uid_max, the global count against global_max less the
+    administrator's reserve.  Only the administrator is held to neither."""
+    if not admin and mine >= per_uid_max:
         return f"uid {uid} has {mine}, the most allowed per user"
-    if everyone >= (global_max if uid == 0 else global_max - ROOT_RESERVE):
-        return f"pumpd holds {everyone}, the most it takes" + ("" if uid == 0 else " (the rest is root's)")
+    if everyone >= (global_max if admin else global_max - ROOT_RESERVE):
+        return f"pumpd holds {everyone}, the most it takes" + ("" if admin else " (the rest is the administrator's)")
     return ""
 
 

@@ -14,6 +14,11 @@ The policy needs three figures it cannot read from a trace here:
   of the simulator's model;
 - the budget: the job's (arbiter, config or `pump-run --budget`), else the GPU's memory as
   NVML reports it, else no eviction at all (the plan then only prefetches ahead).
+
+Learning an iteration and planning it cost up to seconds for a long one, so pumpd runs
+:meth:`Lookahead.plan` on its planner thread (pumpd/scheduler.py), never on its event loop:
+the loop only notes a new budget (:meth:`Lookahead.set_budget`) and copies the layout the
+thread made into the process's plan (:meth:`Lookahead.take_layout`).
 """
 
 import numpy as np
@@ -36,8 +41,31 @@ class Lookahead:
 
     def __init__(self, budget: int, bandwidth: float):
         self.policy = Foresight(budget or NO_BUDGET, bandwidth)
+        self.budget = budget or NO_BUDGET  # the budget to plan for (the policy's, once plan() ran)
+        self.layout = channel.Plan.layout({})  # the plan's tables, made by plan()
+        self.fresh = False            # a layout made and not yet published
         self.last_launch_ns = None
         self.recent = np.empty(0)     # the last RECENT_INTERVALS launch intervals (seconds)
+
+    def plan(self, batch: channel.Batch = None):
+        """The planner's work (off the loop): the budget noted, a batch learned, and the
+        plan's layout made anew if the policy changed it."""
+        if self.budget != self.policy.budget:
+            self.policy.set_budget(self.budget)
+        if batch is not None:
+            self.observe(batch)
+        if self.policy.changed:
+            self.layout = channel.Plan.layout(self.policy.triggers())
+            self.fresh = True
+
+    @property
+    def pending(self) -> bool:
+        """A budget noted that the policy has not planned for yet."""
+        return self.budget != self.policy.budget
+
+    def take_layout(self) -> tuple:
+        self.fresh = False
+        return self.layout
 
     def observe(self, batch: channel.Batch):
         times = batch.launch_time
@@ -54,14 +82,8 @@ class Lookahead:
         self.policy.observe(batch, kernel_seconds=seconds)
 
     def set_budget(self, budget: int):
-        self.policy.set_budget(budget or NO_BUDGET)
-
-    @property
-    def changed(self) -> bool:
-        return self.policy.changed
-
-    def triggers(self) -> dict:
-        return self.policy.triggers()
+        """Noted; plan() plans for it."""
+        self.budget = budget or NO_BUDGET
 
 
 def best_throughput(telemetry_sample, best: float) -> float:

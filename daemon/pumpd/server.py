@@ -6,8 +6,9 @@ connection that sends anything malformed gets one error reply and is closed; a
 request that fails validation gets an error reply and the connection stays.
 Every other job is untouched either way.
 
-Who may do what is decided by the peer's credentials (SO_PEERCRED), never by
-what a message says: a user sees and steers only their own jobs, root all.
+Who may do what is decided by the peer's credentials (SO_PEERCRED) and the socket
+it connected to, never by what a message says: a user sees and steers only their own
+jobs; only root on the administrator's socket (pump/admin.py) sees and steers all.
 """
 
 import asyncio
@@ -19,12 +20,14 @@ import time
 
 from pump import channel, config, protocol
 from pump.protocol import ProtocolError, printable
+from pumpd.adminsocket import listen_admin
 from pumpd.accept import NO_DESCRIPTOR_LEFT, OUT_OF_DESCRIPTORS, accept_forever, raise_descriptor_limit, refuse
 from pumpd.arbiter import Arbiter, Terms
 from pumpd.connection import Connection, Descriptors, RequestError, peer_credentials
 from pumpd.jobs import Job, JobStore, Session, start_time
-from pumpd import limits, lookahead, systemd, tracing
+from pumpd import identity, limits, lookahead, systemd, tracing
 from pumpd.pages import status_page
+from pumpd.scheduler import Scheduler
 from pumpd.tasks import RateLimitedLog, supervised
 from pumpd.telemetry import Telemetry
 
@@ -33,18 +36,23 @@ log = logging.getLogger("pumpd")
 INGEST_INTERVAL_MIN = 0.005  # seconds between ring sweeps, at the busiest
 INGEST_INTERVAL_MAX = 0.025  # ... and when rings are nearly idle: a 64K-record ring
                              # takes 32 ms to fill at 2M events/s
-INGEST_LIMIT = 1 << 16       # records read from one ring per sweep
+DRAIN_TIMEOUT = 5.0          # the most `end` or a dead process waits for its rings to be read
+FLUSH_SECONDS = 2.0          # the most pumpd's stop spends reading what rings still hold
+SLOW_CALLBACK_SECONDS = 0.1  # PYTHONASYNCIODEBUG=1: asyncio logs a callback that held the loop longer
 LIVENESS_INTERVAL = 0.5      # a dead job's session goes within 2 s
 PLAN_INTERVAL = 0.2          # a session's plan is rewritten at most this often
 BLOCKING_TIMEOUT = 5.0       # psutil/NVML calls in the thread pool
+EMPTY_LAYOUT = channel.Plan.layout({})  # a plan with a budget and no triggers
 
 
 class Daemon:
     def __init__(self, socket_path: str, state_dir: str, exit_with: int = None,
                  socket_mode: int = 0o600, telemetry=None, metrics_listen: str = None,
                  default_budget: int = None, jobs_dir: str = config.DEFAULT_JOBS_DIR,
-                 gpu_pool: str = None, idle_exit: float = None, metrics_options: dict = None):
+                 gpu_pool: str = None, idle_exit: float = None, metrics_options: dict = None,
+                 admin_socket: str = None):
         self.socket_path = socket_path
+        self.admin_socket = admin_socket  # the administrator's socket to bind, or None
         self.store = JobStore(state_dir)
         self.exit_with = exit_with
         self.idle_exit = idle_exit     # a shared pumpd stops after this long without a job
@@ -62,11 +70,10 @@ class Daemon:
         self.incomplete = collections.Counter()   # uid -> ... that have not completed a first message
         self.tallies = limits.table_tallies()     # per-uid caps on what ring records make pumpd keep
         self.errors = RateLimitedLog()
+        self.scheduler = Scheduler(self, self.errors)  # ring reading and planning, fair between users
         self.serving = set()           # the connections' tasks
         self.bad_messages = 0
         self.events_ingested = 0
-        self.fill = 0.0                # the fullest ring's share read by the last sweep
-        self.backlog = False           # ... at least 1/4: sweep again at once
         self.telemetry_sample = None
         self.best_throughput = 0.0      # the highest host-to-GPU bytes/s NVML reported
         self.started = time.monotonic()
@@ -98,8 +105,11 @@ class Daemon:
         sock.setblocking(False)
         return sock
 
-    async def run(self, listen_sock=None, ready=None):
+    async def run(self, listen_sock=None, ready=None, admin_sock=None):
         self.stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        if loop.get_debug():
+            loop.slow_callback_duration = SLOW_CALLBACK_SECONDS
         raise_descriptor_limit()
         self.traces = tracing.WriterPool()
         for job in self.store.load(log):
@@ -114,6 +124,11 @@ class Daemon:
             self._start_metrics()
         bodies = {"accept": lambda: accept_forever(sock, self._admit, self.errors), "ingest": self._ingest,
                   "liveness": self._liveness, "telemetry": self._sample_telemetry}
+        admin = admin_sock if admin_sock is not None or self.admin_socket is None else listen_admin(self.admin_socket)
+        if admin is not None:
+            admin.setblocking(False)
+            bodies["admin"] = lambda: accept_forever(admin, lambda s: self._admit(s, admin=True), self.errors)
+            log.info("the administrator's socket: %s", admin.getsockname())
         interval = systemd.watchdog_interval()
         if interval is not None:
             bodies["watchdog"] = lambda: systemd.feed_watchdog(interval)
@@ -128,6 +143,8 @@ class Daemon:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             sock.close()
+            if admin is not None:
+                admin.close()
             if listen_sock is None:
                 try:
                     os.unlink(self.socket_path)
@@ -135,7 +152,8 @@ class Daemon:
                     pass
             if self.metrics is not None:
                 self.metrics.stop()
-            self.ingest_once()  # what is in the rings now still reaches traces
+            self.scheduler.stop()
+            self.scheduler.flush(self.jobs.values(), FLUSH_SECONDS)  # what is in the rings still reaches traces
             for job in self.jobs.values():
                 job.close_trace()
                 for s in job.sessions.values():
@@ -168,16 +186,18 @@ class Daemon:
             log.info("metrics on http://%s/metrics", self.metrics_listen)
 
     # ---- connections ----
-    def _admit(self, sock):
-        """A new connection: served, unless its uid (or everyone) is at a cap."""
+    def _admit(self, sock, admin=False):
+        """A new connection: served, unless its uid (or everyone) is at a cap; root on the
+        administrator's socket administers."""
         try:
             uid = peer_credentials(sock)[1]
         except OSError:
             sock.close()
             return
+        admin = admin and uid == 0
         why = limits.over_cap(uid, self.connections[uid], limits.CONNECTIONS_PER_UID_MAX,
-                              sum(self.connections.values()), limits.CONNECTIONS_MAX)
-        if not why and uid != 0 and self.incomplete[uid] >= limits.INCOMPLETE_PER_UID_MAX:
+                              sum(self.connections.values()), limits.CONNECTIONS_MAX, admin)
+        if not why and not admin and self.incomplete[uid] >= limits.INCOMPLETE_PER_UID_MAX:
             why = (f"uid {uid} has {self.incomplete[uid]} connections without a complete first "
                    "message, the most allowed per user")
         if why:
@@ -187,11 +207,11 @@ class Daemon:
         sock.setblocking(False)
         self.connections[uid] += 1
         self.incomplete[uid] += 1
-        task = asyncio.create_task(self._serve(sock, uid))
+        task = asyncio.create_task(self._serve(sock, uid, admin))
         self.serving.add(task)  # the loop keeps only weak references to tasks
         task.add_done_callback(self.serving.discard)
 
-    async def _serve(self, sock, uid):
+    async def _serve(self, sock, uid, admin=False):
         conn = None
         complete = []  # the connection completed a first message
 
@@ -202,6 +222,8 @@ class Daemon:
         try:
             try:
                 conn = Connection(sock, first_message)  # reads /proc: needs a descriptor too
+                conn.admin = admin
+                conn.realm = identity.realm(sock, conn.pid)
             except OSError as exc:
                 if exc.errno in OUT_OF_DESCRIPTORS:
                     refuse(sock, NO_DESCRIPTOR_LEFT)
@@ -273,11 +295,9 @@ class Daemon:
             return await self._end(conn, request), ()
         raise RequestError(f"unknown op {op!r}")  # validate_request lets no other through
 
-    def _visible(self, uid: int):
-        return [j for j in self.jobs.values() if uid == 0 or j.uid == uid]
-
     def _status(self, conn, offset: int) -> dict:
-        jobs = sorted(self._visible(conn.uid), key=lambda j: (j.created, j.id))
+        jobs = sorted((j for j in self.jobs.values() if conn.admin or j.owned_by(conn.uid, conn.realm)),
+                      key=lambda j: (j.created, j.id))
         return status_page(jobs, offset, list(self.arbiter.pools.values()))
 
     def _caller_started(self, conn):
@@ -287,9 +307,9 @@ class Daemon:
             raise RequestError("the process that connected is gone; its pid names no process of yours")
         return conn.started
 
-    def _room_for_job(self, uid: int):
+    def _room_for_job(self, uid: int, admin=False):
         why = limits.over_cap(uid, sum(j.uid == uid for j in self.jobs.values()), limits.JOBS_PER_UID_MAX,
-                              len(self.jobs), limits.JOBS_MAX)
+                              len(self.jobs), limits.JOBS_MAX, admin)
         if why:
             raise RequestError(f"too many jobs: {why}")
 
@@ -306,7 +326,7 @@ class Daemon:
 
     def _register(self, conn, request, fds) -> dict:
         group = request.get("group")
-        joined = next((j for j in self.jobs.values() if group and j.uid == conn.uid and j.group == group
+        joined = next((j for j in self.jobs.values() if group and j.owned_by(conn.uid, conn.realm) and j.group == group
                        and j.alive()), None)
         if joined is not None:  # another pump-run of the same run: one job
             why = joined.refuses_leader(request.get("policy") or "launch", bool(fds))
@@ -319,9 +339,9 @@ class Daemon:
         self._room_for_job(conn.uid)
         job = Job(Job.new_id(), request["name"], conn.uid, conn.pid, self._caller_started(conn),
                   request.get("policy") or "launch", request.get("capacity"))
-        job.group = group
+        job.group, job.realm = group, conn.realm
         job.terms = Terms.from_request(request)
-        if conn.uid != 0:  # root is the administrator: its terms stand as sent
+        if not conn.admin:  # the administrator's terms stand as sent
             job.terms = job.terms.within(self._allowed_terms(job.name)[1], self.arbiter.pool is not None)
         if fds:
             try:
@@ -339,10 +359,10 @@ class Daemon:
         job_id = request["job"]
         if job_id:  # pump-run's job (PUMP_JOB): pumpd made the id; another's job looks absent
             job = self.jobs.get(job_id)
-            if job is None or job.uid != conn.uid:
+            if job is None or not job.owned_by(conn.uid, conn.realm):
                 raise RequestError(f"no job {job_id} of this user")
             return job
-        parent = self._job_of_ancestor(conn.pid, conn.uid)
+        parent = self._job_of_ancestor(conn)
         if parent is not None:
             return parent
         # A shim preloaded by hand: the system's jobs.d/NAME.toml still applies to it.
@@ -354,29 +374,29 @@ class Daemon:
             policy = cfg.policy if cfg.source["policy"] != "default" else policy
             terms = Terms.from_config(cfg)
         job = Job(Job.new_id(), name, conn.uid, conn.pid, self._caller_started(conn), policy)
-        job.terms = terms
+        job.terms, job.realm = terms, conn.realm
         self.jobs[job.id] = job
         log.info("job %s (%s) started by the shim of pid %d, uid %d", job.id, job.name, conn.pid, conn.uid)
         self._rebalance()
         return job
 
-    def _job_of_ancestor(self, pid: int, uid: int):
+    def _job_of_ancestor(self, conn):
         """A hand-preloaded process's children join the job of their parent's session."""
         import psutil
         try:
-            parents = psutil.Process(pid).parents()
+            parents = psutil.Process(conn.pid).parents()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             return None
         ancestors = {p.pid for p in parents}
         for job in self.jobs.values():
-            if job.uid == uid and ancestors.intersection(job.sessions):
+            if job.owned_by(conn.uid, conn.realm) and ancestors.intersection(job.sessions):
                 return job
         return None
 
-    def _room_for_session(self, uid: int):
+    def _room_for_session(self, uid: int, admin=False):
         mine = sum(len(j.sessions) for j in self.jobs.values() if j.uid == uid)
         everyone = sum(len(j.sessions) for j in self.jobs.values())
-        why = limits.over_cap(uid, mine, limits.SESSIONS_PER_UID_MAX, everyone, limits.SESSIONS_MAX)
+        why = limits.over_cap(uid, mine, limits.SESSIONS_PER_UID_MAX, everyone, limits.SESSIONS_MAX, admin)
         if why:
             raise RequestError(f"too many sessions: {why}")
 
@@ -415,7 +435,7 @@ class Daemon:
             if plan is None and ring is not None:
                 ring.close()
         job = self.jobs.get(ring.job)
-        if job is None or job.uid != conn.uid:
+        if job is None or not job.owned_by(conn.uid, conn.realm):
             ring.close()
             plan.close()
             raise RequestError("resume: the ring names no job of this user")
@@ -436,15 +456,19 @@ class Daemon:
                                                     lookahead.bandwidth(self.best_throughput))
         self.store.save(job)
         conn.session = session
-        self._publish_plan(job, session, force=True)
+        self.publish_plan(job, session)
         log.info("pid %d%s %s job %s as session %d", conn.pid, "" if rank is None else f" (rank {rank})", how,
                  job.id, session_id)
 
     def _set(self, conn, request) -> dict:
         job = self._own_job(conn, request["job"])
-        job.terms.set_bytes = request["budget"] or None  # 0 or null: back to the config's or the arbiter's
-        log.info("job %s: budget %s by uid %d", job.id,
-                 f"set to {job.terms.set_bytes}" if job.terms.set_bytes else "setting cleared", conn.uid)
+        budget = request["budget"] or None  # 0 or null: back to the config's or the arbiter's
+        if conn.admin:  # the administrator fixes budgets past the terms
+            job.terms.set_bytes, job.terms.set_max_bytes = budget, None
+        else:
+            job.terms.set_by_user(budget, self._allowed_terms(job.name)[1], self.arbiter.pool is not None)
+        log.info("job %s: budget %s by uid %d", job.id, "setting cleared" if budget is None else
+                 f"set to {job.terms.set_bytes}" if job.terms.set_bytes else f"capped at {budget}", conn.uid)
         self.store.save(job)
         self._rebalance()
         return {"ok": True, "job": job.id}
@@ -453,10 +477,11 @@ class Daemon:
         job = self._own_job(conn, request["job"])
         if not job.end_leader(conn.pid):  # other pump-runs of its group still run
             return {"ok": True, "job": job.id, "iteration_launches": job.learned_iterations()}
-        self.ingest_once()
+        # Its rings are read fairly with everyone's, not here: the reply waits for them.
+        await self.scheduler.drain(list(job.sessions.values()), DRAIN_TIMEOUT)
         job.close_trace()
         trace = job.trace
-        if not job.alive():
+        if job.id in self.jobs and not job.alive():
             self._forget(job)
         reply = {"ok": True, "job": job.id, "iteration_launches": job.learned_iterations()}
         if trace is not None:
@@ -468,9 +493,9 @@ class Daemon:
         return reply
 
     def _own_job(self, conn, job_id, owner_only=False) -> Job:
-        """The job, if the caller may steer it (its owner; root too unless owner_only)."""
+        """The job, if the caller may steer it (its owner; the administrator too unless owner_only)."""
         job = self.jobs.get(job_id)
-        if job is None or (job.uid != conn.uid and (owner_only or conn.uid != 0)):
+        if job is None or (not job.owned_by(conn.uid, conn.realm) and (owner_only or not conn.admin)):
             raise RequestError(f"no job {job_id} of this user")  # another's job looks absent
         return job
 
@@ -485,11 +510,9 @@ class Daemon:
 
     def _rebalance(self):
         """Budgets anew for every job (one came, went, or was set; a pool changed): the
-        jobs whose budget changed get it in their plans at once."""
+        scheduler's next slice puts the changed ones in their plans (plan_due)."""
         for job in self.arbiter.apply(self.jobs.values()):
             self.store.save(job)
-            for s in job.sessions.values():
-                self._publish_plan(job, s, force=True)
 
     def _new_session_id(self) -> int:
         self.next_session += 1
@@ -500,48 +523,44 @@ class Daemon:
         """What a lookahead plan keeps to: the job's budget, else its GPU's memory, else 0."""
         return job.budget or lookahead.default_budget(self.telemetry_sample)
 
-    def _publish_plan(self, job, session, force=False):
-        now = time.monotonic()
+    def plan_due(self, job, session) -> bool:
+        """A new budget goes out at once; a new lookahead plan at most every PLAN_INTERVAL."""
+        planner = session.lookahead
+        return session.plan_budget != (job.budget or 0) or (
+            planner is not None and planner.fresh and time.monotonic() - session.plan_published >= PLAN_INTERVAL)
+
+    def publish_plan(self, job, session):
         budget = job.budget or 0
         planner = session.lookahead
-        if not force and (now - session.plan_published < PLAN_INTERVAL or
-                          (not (planner and planner.changed) and budget == session.plan_budget)):
-            return
         # "launch" is the shim's own rule; only "lookahead" adds pumpd's triggers.
-        triggers, order = {}, channel.C.PUMP_ORDER_MIGRATED
+        layout, order = EMPTY_LAYOUT, channel.C.PUMP_ORDER_MIGRATED
         if planner is not None:
             if budget != session.plan_budget:
-                planner.set_budget(self._plan_budget(job))
-            triggers, order = planner.triggers(), planner.policy.order
-        session.plan.publish(budget, triggers, order)
-        session.plan_budget, session.plan_published = budget, now
+                planner.set_budget(self._plan_budget(job))  # planned for on the planner thread
+            layout, order = planner.take_layout(), planner.policy.order
+        session.plan.write(budget, order, layout)
+        session.plan_budget, session.plan_published = budget, time.monotonic()
 
-    def ingest_once(self) -> int:
-        """One sweep over every ring; returns the records read."""
-        total = 0
-        self.fill = 0.0
-        placed = []  # jobs whose processes named devices
-        for job in list(self.jobs.values()):
-            for session in list(job.sessions.values()):
-                records = session.ring.read(INGEST_LIMIT)
-                self.fill = max(self.fill, len(records) / session.ring.capacity)
-                if len(records):
-                    if job.trace is not None:
-                        job.trace.write(session.pid, records)
-                    batch = channel.decode(records)
-                    session.ingest(batch)
-                    if session.lookahead is not None:
-                        job.note_iteration(session)
-                    if batch.devices:
-                        placed.append(job)
-                    total += len(records)
-                if (session.lookahead is not None and session.lookahead.changed) or \
-                        session.plan_budget != (job.budget or 0):
-                    self._publish_plan(job, session)
-        self.events_ingested += total
-        self.backlog = self.fill >= 1 / 4
-        self._place(placed)
-        return total
+    def read_chunk(self, job, session, limit: int) -> tuple:
+        """Up to limit records of one session's ring, into its trace and tables (the
+        scheduler's work, in its slices): (records read, the decoded batch or None)."""
+        records = session.ring.read(limit)
+        if not len(records):
+            return 0, None
+        if job.trace is not None:
+            job.trace.write(session.pid, records)
+        batch = channel.decode(records)
+        session.ingest(batch)
+        self.events_ingested += len(records)
+        if batch.devices:
+            self._place([job])
+        return len(records), batch
+
+    def planned(self, job, session):
+        """The planner thread has learned a session's batch."""
+        job.note_iteration(session)
+        if self.plan_due(job, session):
+            self.publish_plan(job, session)
 
     def _place(self, jobs):
         """Each job's GPUs anew from its sessions' DEVICE records (the arbiter matches them
@@ -558,18 +577,18 @@ class Daemon:
             self._rebalance()
 
     async def _ingest(self):
-        # A sweep's cost is mostly fixed, so sweeps are paced to read batches:
-        # the pause doubles while the fullest ring holds under 1/16 of its
-        # capacity per sweep, up to INGEST_INTERVAL_MAX; a ring found 1/4 full
-        # is read again at once and the pause drops to INGEST_INTERVAL_MIN.
+        # A slice's cost is partly fixed, so slices are paced to read batches: the
+        # pause doubles while the fullest ring's chunk holds under 1/16 of its
+        # capacity, up to INGEST_INTERVAL_MAX; work left over runs again after the
+        # loop has served what waits, and the pause drops to INGEST_INTERVAL_MIN.
         interval = INGEST_INTERVAL_MIN
         while True:
-            self.ingest_once()
-            if self.backlog:
+            self.scheduler.run_slice(self.jobs.values())
+            if self.scheduler.backlog:
                 interval = INGEST_INTERVAL_MIN
                 await asyncio.sleep(0)
                 continue
-            if self.fill < 1 / 16:
+            if self.scheduler.fill < 1 / 16:
                 interval = min(interval * 2, INGEST_INTERVAL_MAX)
             await asyncio.sleep(interval)
 
@@ -587,7 +606,7 @@ class Daemon:
             except OSError as exc:  # /proc unreadable for now (out of descriptors): next round
                 self.errors.warning("liveness check", exc.strerror or str(exc))
             else:
-                self._reap(verdicts)
+                await self._reap(verdicts)
             if self.exit_with is not None and start_time(self.exit_with) is None:
                 log.info("pid %d is gone: stopping (embedded pumpd)", self.exit_with)
                 self.stop()
@@ -612,9 +631,10 @@ class Daemon:
             verdicts.append((job, job.alive(), job.dead_pids()))
         return verdicts
 
-    def _reap(self, verdicts):
-        if any(dead or not alive for _, alive, dead in verdicts):
-            self.ingest_once()  # what dead processes left in their rings still counts
+    async def _reap(self, verdicts):
+        dying = [s for job, alive, dead in verdicts for pid, s in list(job.sessions.items())
+                 if not alive or any(pid == p for p, _ in dead)]
+        await self.scheduler.drain(dying, DRAIN_TIMEOUT)  # what dead processes left still counts
         for job, alive, dead in verdicts:
             if job.id not in self.jobs:
                 continue

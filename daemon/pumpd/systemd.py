@@ -58,7 +58,14 @@ async def feed_watchdog(interval: float):
 
 
 def listen_fds() -> list[socket.socket]:
-    """The listening sockets systemd passed (socket activation), else [].
+    """The listening sockets systemd passed (socket activation), else []; see
+    named_listen_fds()."""
+    return [s for _, s in named_listen_fds()]
+
+
+def named_listen_fds() -> list[tuple[str, socket.socket]]:
+    """(name, socket) of each listening socket systemd passed (socket activation), else [];
+    a name is the socket's FileDescriptorName= ($LISTEN_FDNAMES), "" where none was given.
 
     They are fds 3 .. 3+$LISTEN_FDS-1, meant for this process only if
     $LISTEN_PID is our pid. The variables are removed from the environment
@@ -67,6 +74,7 @@ def listen_fds() -> list[socket.socket]:
     (what pumpd serves on): anything else is a mistake in the .socket unit and
     raises ValueError, as do malformed variables."""
     pid, count = os.environ.get("LISTEN_PID"), os.environ.get("LISTEN_FDS")
+    names = os.environ.get("LISTEN_FDNAMES", "").split(":")
     for var in _LISTEN_VARS:
         os.environ.pop(var, None)
     if pid is None or count is None:
@@ -88,7 +96,8 @@ def listen_fds() -> list[socket.socket]:
                              f"{'' if s.type != socket.SOCK_STREAM else ' (not listening)'}; "
                              "pumpd needs a listening AF_UNIX SOCK_STREAM socket (ListenStream=/path, Accept=no)")
         s.set_inheritable(False)
-        socks.append(s)
+        index = fd - SD_LISTEN_FDS_START
+        socks.append((names[index] if index < len(names) else "", s))
     return socks
 
 

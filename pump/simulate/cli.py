@@ -2,7 +2,9 @@
 
 import argparse
 import contextlib
+import re
 import sys
+from fractions import Fraction
 
 from pump import config, outfile, timeline_cli
 from pump.cli_common import die
@@ -23,11 +25,20 @@ touched bytes beyond capacity, and MIN with each launch's blocks resident
 together (what a policy that prefetches before each kernel can reach).
 Details: pump/simulate/bound.py."""
 
-CAPACITY_ALLOWED = config.SIZE_ALLOWED + "; or a percentage of the trace's peak footprint, 1%..100%"
+CAPACITY_ALLOWED = (config.SIZE_ALLOWED + "; or a percentage of the trace's peak footprint, more than 0% and "
+                    "at most 100%, decimals allowed (50%, 53.74%)")
+_PERCENT = re.compile(r"([0-9]+(?:\.[0-9]+)?)%")
+
+
+def _percent(text: str):
+    """The percentage ``text`` gives (a Fraction in (0, 100]), or None if it gives none."""
+    m = _PERCENT.fullmatch(text)
+    share = Fraction(m.group(1)) if m else None
+    return share if share is not None and 0 < share <= 100 else None
 
 
 def _capacity(text: str) -> str:
-    if text.endswith("%") and text[:-1].isdigit() and 1 <= int(text[:-1]) <= 100:
+    if _percent(text) is not None:
         return text
     config.parse_size(text)
     return text
@@ -118,8 +129,9 @@ def _abandon_plot(plot, path):
 
 
 def capacity_bytes(text: str, peak: int) -> int:
-    if text.endswith("%"):
-        return max(1, peak * int(text[:-1]) // 100)
+    share = _percent(text)
+    if share is not None:
+        return max(1, int(peak * share / 100))
     return config.parse_size(text)
 
 

@@ -12,8 +12,12 @@ operator:
   - else unmatched: the launch keeps the model's time (workload.kernel_seconds).
 A matched operator takes the median of its matches' kernel time, shared among its launches by
 their bytes.  The match rate is the share of launches matched by shapes (by operator alone
-when the profile has no shapes); under MIN_MATCH_RATE the profile is refused as one of
-another model.
+when the profile has no shapes); under MIN_MATCH_RATE the profile is refused: as a profile of
+forward passes where the trace has training steps (no backward operator in it), else as one
+of another model.  A profile without shapes is checked for its batch: its elementwise kernels'
+grids say how many elements each covered (profile_read.kernel_elements); where they cover
+another number than the trace's launches of the same operators write (median over operators,
+outside BATCH_TOLERANCE), it is refused as a profile at another batch size.
 
 Scaling rule: a measured time t on the profile's GPU becomes t * roof(target) / roof(source),
 roof being workload.kernel_seconds of the launch's FLOPs and bytes: an operator memory-bound on
@@ -26,6 +30,7 @@ roof bounds a kernel, the truth lies between them.
 """
 
 import dataclasses
+import re
 
 import numpy as np
 
@@ -34,6 +39,9 @@ from pump.simulate import constants as K, workload as wl
 from pump.simulate.profile_read import ProfileError, op_name, read
 
 MIN_MATCH_RATE = 0.5
+# Grids cover whole blocks (up to 512 elements more than a launch's), so a profile at the
+# trace's batch reads about 1x; half or twice the batch reads 0.5x or 2x.
+BATCH_TOLERANCE = (0.8, 1.25)
 # A profile's device name -> the preset of its GPU (the first whose words all appear in it).
 DEVICE_PRESETS = ((("H200",), "h200"), (("H100", "PCIe"), "h100-pcie"), (("H100",), "h100-sxm"),
                   (("A100", "80GB"), "a100-80gb"), (("A100",), "a100-40gb"), (("L4",), "l4"), (("V100",), "v100"))
@@ -73,7 +81,7 @@ def source_preset(device: str, given: str = None) -> str:
 
 
 def trace_operators(path):
-    """The trace's operators, in launch order: [(name, input bytes, [launch indices])]."""
+    """The trace's operators, in launch order: [(name, input bytes, [launch indices], bytes written)]."""
     _, records = wl._records_of_busiest_process(path)
     batch = channel.decode(records)
     operators = []
@@ -82,12 +90,56 @@ def trace_operators(path):
         short = op_name(name)
         extents = batch.extents.get(i) or ()
         nbytes = sum(n for _, n, written in extents if not written or short.endswith("_"))
+        written = sum(n for _, n, w in extents if w)
         if operators and short.startswith("_foreach_") and operators[-1][0] == short and operators[-1][3] == name:
             operators[-1][1] += nbytes
             operators[-1][2].append(i)
+            operators[-1][4] += written
         else:
-            operators.append([short, nbytes, [i], name])
-    return [(name, nbytes, launches) for name, nbytes, launches, _ in operators]
+            operators.append([short, nbytes, [i], name, written])
+    return [(name, nbytes, launches, written) for name, nbytes, launches, _, written in operators]
+
+
+def batch_ratio(profile, operators):
+    """(elements the profile's elementwise kernels covered / elements the trace's launches of the
+    same operators wrote, the operators compared), medians over operators; (None, []) where none
+    compares.  The trace's tensors are fp32 (tracegen), 4 bytes an element."""
+    covered, written = {}, {}
+    for inv in profile.invocations:
+        if inv.elements:
+            covered.setdefault(inv.name, []).append(inv.elements)
+    for name, _, _, nbytes in operators:
+        if name in covered and nbytes:
+            written.setdefault(name, []).append(nbytes / 4)
+    names = sorted(written)
+    if not names:
+        return None, []
+    return float(np.median([np.median(covered[n]) / np.median(written[n]) for n in names])), names
+
+
+def _refusal(profile, w, rate: float, how: str, operators) -> str:
+    """Why a profile matching too few launches does not fit the trace, as best the two tell."""
+    n = w.launches
+    head = (f"{profile.path}: {rate:.0%} of {w.path}'s {n} launches match its operators {how} "
+            f"(at least {MIN_MATCH_RATE:.0%} needed)")
+    backward = lambda names: any("backward" in name for name in names)  # noqa: E731
+    if backward(name for name, *_ in operators) and not backward(inv.name for inv in profile.invocations):
+        return (head + ": the profile holds forward passes only (no backward operator) and the trace training "
+                "steps; if it is a profile of the same model, generate the trace with pump trace generate --inference")
+    return head + ": a profile of another model, or another batch?"
+
+
+def _check_batch(profile, w, operators):
+    """ValueError if a profile without shapes was taken at another batch size than the trace's."""
+    ratio, names = batch_ratio(profile, operators)
+    if ratio is None or BATCH_TOLERANCE[0] <= ratio <= BATCH_TOLERANCE[1]:
+        return
+    batch = re.search(r"\bbatch (\d+)", w.name)
+    at = f"about batch {round(int(batch.group(1)) * ratio)}" if batch else f"{ratio:.2g}x the trace's batch"
+    trace_batch = f" (the trace: {batch.group(0)})" if batch else ""
+    raise ValueError(f"{profile.path}: recorded without shapes, and its elementwise kernels' grids "
+                     f"({', '.join(names)}) cover {ratio:.2f}x the elements {w.path}'s launches of those operators "
+                     f"write: a profile at {at}{trace_batch}; generate the trace at the profile's batch")
 
 
 def match(w, profile, target, source: str) -> Measured:
@@ -102,9 +154,9 @@ def match(w, profile, target, source: str) -> Measured:
     measured, fastest, slowest = (np.full(n, np.nan) for _ in range(3))
     counts = {"shape": 0, "name": 0}
     operators = trace_operators(w.path)
-    if sum(len(launches) for _, _, launches in operators) != n:
+    if sum(len(launches) for _, _, launches, _ in operators) != n:
         raise ValueError(f"{w.path}: its launches could not be read twice alike")
-    for name, nbytes, launches in operators:
+    for name, nbytes, launches, _ in operators:
         times, how = exact.get((name, nbytes)), "shape"
         if times is None:
             times, how = by_name.get(name), "name"
@@ -117,9 +169,9 @@ def match(w, profile, target, source: str) -> Measured:
             out[launches] = value * 1e-9 * share
     rate = (counts["shape"] if shaped else counts["name"] + counts["shape"]) / n
     if rate < MIN_MATCH_RATE:
-        how = "by operator and shapes" if shaped else "by operator"
-        raise ValueError(f"{profile.path}: {rate:.0%} of {w.path}'s {n} launches match its operators {how} "
-                         f"(at least {MIN_MATCH_RATE:.0%} needed): a profile of another model, or another batch?")
+        raise ValueError(_refusal(profile, w, rate, "by operator and shapes" if shaped else "by operator", operators))
+    if not shaped:
+        _check_batch(profile, w, operators)
     src = K.GPU_PRESETS[source]
     ratio = wl.kernel_seconds(w.flops, w.traffic, w.kind, target) / \
         np.maximum(wl.kernel_seconds(w.flops, w.traffic, w.kind, src), 1e-30)

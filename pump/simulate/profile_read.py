@@ -23,6 +23,13 @@ ELEMENT_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "l
 # NVTX ranges carry shapes without types, and Kineto a TensorList's without its dtype: the
 # traces pump generates are fp32.
 NVTX_ELEMENT_BYTES = 4
+# PyTorch's elementwise kernels (ATen/native/cuda/CUDALoops.cuh) cover a fixed number of
+# elements per block, so a grid tells how many elements a launch processed (rounded up to a
+# block): elementwise_kernel<NT, VT> takes NT * VT per block; vectorized_ and
+# unrolled_elementwise_kernel take thread_work_size() = 4 per thread of the block.
+ELEMENTWISE = re.compile(r"\b(?:at::native::)?(?:elementwise_kernel<(\d+), (\d+)|"
+                         r"(vectorized|unrolled)_elementwise_kernel<)")
+ELEMENTS_PER_THREAD = 4
 
 
 class ProfileError(ValueError):
@@ -35,6 +42,7 @@ class Invocation:
     input_bytes: int        # of its tensor inputs (record_shapes); None where not recorded
     kernel_ns: float        # the GPU time of its kernels (its own and its operators')
     kernels: int
+    elements: int = None    # elements its kernels processed, if all are PyTorch's elementwise ones (grids)
 
 
 @dataclasses.dataclass
@@ -71,9 +79,21 @@ def _bytes(dims, types) -> int:
     return total
 
 
+def kernel_elements(name: str, grid, block):
+    """The elements a PyTorch elementwise kernel's launch covers (its grid's blocks, each of a fixed
+    number of elements), or None for any other kernel or an unrecorded grid."""
+    m = ELEMENTWISE.search(name or "")
+    if not m or not isinstance(grid, list) or not isinstance(block, list) or len(grid) != 3 or len(block) != 3:
+        return None
+    if grid[1:] != [1, 1] or not all(isinstance(n, int) and n > 0 for n in (*grid, *block)):
+        return None
+    per_block = int(m.group(1)) * int(m.group(2)) if m.group(1) else block[0] * ELEMENTS_PER_THREAD
+    return grid[0] * per_block
+
+
 def attribute(path, device, ops, launches, kernels, direct=None) -> Profile:
     """ops: [(thread, start, end, name, input_bytes)]; launches: {correlation: (thread, time)};
-    kernels: [(correlation, external id, duration ns)]; direct: {external id: op index}."""
+    kernels: [(correlation, external id, duration ns[, elements or None])]; direct: {external id: op index}."""
     parent, by_thread = [None] * len(ops), {}
     for i in sorted(range(len(ops)), key=lambda i: (ops[i][0], ops[i][1], -ops[i][2])):
         by_thread.setdefault(ops[i][0], []).append(i)
@@ -85,9 +105,9 @@ def attribute(path, device, ops, launches, kernels, direct=None) -> Profile:
             parent[i] = stack[-1] if stack else None
             stack.append(i)
     starts = {t: [ops[i][1] for i in order] for t, order in by_thread.items()}
-    kernel_ns, count = [0.0] * len(ops), [0] * len(ops)
+    kernel_ns, count, elements = [0.0] * len(ops), [0] * len(ops), [0] * len(ops)
     linked = 0
-    for correlation, external, duration in kernels:
+    for correlation, external, duration, *covered in kernels:
         op = direct.get(external) if direct and external != correlation else None
         if op is None and correlation in launches:
             thread, time = launches[correlation]
@@ -99,11 +119,13 @@ def attribute(path, device, ops, launches, kernels, direct=None) -> Profile:
         if op is None:
             continue
         linked += 1
+        covered = covered[0] if covered else None
         while op is not None:
             kernel_ns[op] += duration
             count[op] += 1
+            elements[op] = None if covered is None or elements[op] is None else elements[op] + covered
             op = parent[op]
-    invocations = [Invocation(op_name(ops[i][3]), ops[i][4], kernel_ns[i], count[i])
+    invocations = [Invocation(op_name(ops[i][3]), ops[i][4], kernel_ns[i], count[i], elements[i])
                    for i in range(len(ops)) if count[i]]
     return Profile(path, device, invocations, len(kernels), linked)
 
@@ -131,7 +153,8 @@ def read_kineto(path) -> Profile:
         elif cat in ("cuda_runtime", "cuda_driver") and "correlation" in args:
             launches[args["correlation"]] = (thread, start)
         elif cat == "kernel":
-            kernels.append((args.get("correlation"), args.get("External id"), float(e.get("dur", 0)) * 1e3))
+            kernels.append((args.get("correlation"), args.get("External id"), float(e.get("dur", 0)) * 1e3,
+                            kernel_elements(e.get("name"), args.get("grid"), args.get("block"))))
     devices = doc.get("deviceProperties") or [{}]
     return attribute(path, devices[0].get("name", ""), ops, launches, kernels, direct)
 

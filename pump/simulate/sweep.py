@@ -71,8 +71,24 @@ def _capacity(n, footprint) -> str:
     return "none up to the footprint" if n is None else f"{report._size(n)} ({100 * n / footprint:.0f}%)"
 
 
+def plain(doc: dict) -> str:
+    """The answer a user acts on, first: the memory lookahead needs to stay within the first
+    tolerance of its unlimited-memory step, in the best case and if the link is as slow as the
+    worst; and whether the card, less its reserve, has it."""
+    fp, best, worst = doc["peak_footprint_bytes"], doc["cases"]["best"], doc["cases"]["worst"]
+    tolerance = next(iter(best["smallest_capacity_bytes"]))
+    need = [c["smallest_capacity_bytes"][tolerance] for c in (best, worst)]
+    amount = ["all of its " + report._size(fp) + " footprint" if n is None else report._size(n) for n in need]
+    card = doc["card_capacity_bytes"]
+    has = "enough" if card >= (need[1] or fp) else "enough in the best case only" if card >= (need[0] or fp) \
+        else "not enough"
+    return (f"{doc['name']} needs at least {amount[0]} of GPU memory (a step within {tolerance} of its step with "
+            f"unlimited memory, under lookahead); {amount[1]} if the link is as slow as the worst case. "
+            f"The {doc['gpu']} has {report._size(card)} for it ({report._size(doc['reserve_bytes'])} reserved): {has}.")
+
+
 def answer(doc: dict) -> str:
-    """The planning question in one line."""
+    """The planning question in one line, each tolerance in the best and the worst case."""
     fp, best, worst = doc["peak_footprint_bytes"], doc["cases"]["best"], doc["cases"]["worst"]
     within = ", ".join(f"within {t} from {_capacity(best['smallest_capacity_bytes'][t], fp)} "
                        f"(worst case {_capacity(worst['smallest_capacity_bytes'][t], fp)})"
@@ -87,7 +103,8 @@ def answer(doc: dict) -> str:
 
 def text(doc: dict) -> str:
     d = doc["sweep"]
-    lines = [f"{doc['name']} ({doc['trace']}): {doc['model']}, peak footprint {report._size(doc['peak_footprint_bytes'])}; "
+    lines = [plain(doc),
+             f"{doc['name']} ({doc['trace']}): {doc['model']}, peak footprint {report._size(doc['peak_footprint_bytes'])}; "
              "mean step (ms) against capacity, best case (line rate, full duplex)",
              f"{'capacity':>18} " + " ".join(f"{p:>10}" for p in d["step_ms"]) + f" {'bound':>10}"]
     for i, c in enumerate(d["capacities"]):

@@ -99,11 +99,25 @@ def kernel_seconds(flops, traffic, kind, gpu):
     return np.maximum(np.asarray(flops) / (peak * compute), np.asarray(traffic) / (gpu.memory_bytes_per_s * memory))
 
 
+def _profile_hint(path) -> str:
+    """What to do with a file that is a profile (gzip, JSON or SQLite) given where a trace goes."""
+    try:
+        with open(path, "rb") as f:
+            start = f.read(16)
+    except OSError:
+        return ""
+    if start[:2] == b"\x1f\x8b" or start.lstrip()[:1] == b"{" or start.startswith(b"SQLite format 3"):
+        return (": it looks like a profile (PyTorch profiler JSON or an Nsight Systems export); a profile "
+                "gives kernel times to a trace: pump simulate TRACE --profile FILE, with TRACE from "
+                "pump-run --trace or pump trace generate")
+    return ""
+
+
 def _records_of_busiest_process(path):
     try:
         header, blocks = trace.read(path)
     except trace.TraceError as exc:
-        raise WorkloadError(str(exc)) from None
+        raise WorkloadError(str(exc) + _profile_hint(path)) from None
     by_pid = {}
     for pid, records in blocks:
         by_pid.setdefault(pid, []).append(records)

@@ -100,7 +100,8 @@ def load(spec: str) -> Program:
     if loss_fn is not None and not callable(loss_fn):
         raise ValueError(f"--model {spec}: loss_fn is a {type(loss_fn).__name__}, not a callable (or None)")
     module_name, _, attribute = spec.rpartition(":")
-    return Program(f"{os.path.basename(module_name)}:{attribute}", model, batch, _loss(spec, loss_fn), optimizer)
+    return Program(f"{os.path.basename(module_name)}:{attribute}", model, batch, _loss(spec, loss_fn), optimizer,
+                   forward=_call)
 
 
 def _call(model, batch):

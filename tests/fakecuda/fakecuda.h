@@ -26,6 +26,10 @@ int fakecuda_register_noop_kernel(const char *name, unsigned nparams, const size
 /* Called by kernels for the memory they access: counts faults and migrates pages of
    managed memory to the kernel's device. */
 void fakecuda_touch(const void *ptr, size_t bytes);
+/* Called by kernels given a TMA descriptor (a CUtensorMap made by cuTensorMapEncode*):
+   touches every byte from its global address to the tensor's last element, as the kernel's
+   TMA copies would. Aborts on 128 bytes fakecuda did not encode. */
+void fakecuda_tensor_map_touch(const void *tensor_map);
 /* Called by the host program before it reads or writes managed memory itself:
    host-resident afterwards (CPU faults counted). */
 void fakecuda_host_touch(const void *ptr, size_t bytes);

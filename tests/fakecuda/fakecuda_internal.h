@@ -69,6 +69,7 @@ typedef struct fc_config {
     int ioctl_on_worker; /* FAKECUDA_IOCTL_THREAD=worker: ioctls are paid by the stream's worker */
     /* The UVM fault path's tunables (fakecuda_model.h), FAKECUDA_UVM_PERF_* knobs */
     unsigned fault_batch_count, prefetch_enable, prefetch_threshold, prefetch_min_faults;
+    int pool_prefetch;   /* FAKECUDA_POOL_PREFETCH=accept: managed pools' memory may be prefetched */
 } fc_config;
 extern fc_config fc_cfg; /* valid after fc_config_load() */
 void fc_config_load(void);
@@ -94,7 +95,7 @@ uint64_t fc_host_clock_ns(void); /* now plus this thread's unpaid debt: when its
 enum { FC_E_LAUNCH, FC_E_GRAPH_LAUNCH, FC_E_PREFETCH, FC_E_DISCARD, FC_E_EVENT_RECORD, FC_E_STREAM_WAIT_EVENT,
        FC_E_EVENT_QUERY, FC_E_STREAM_QUERY, FC_E_SYNCHRONIZE, FC_E_MEM_GET_INFO, FC_E_POINTER_QUERY,
        FC_E_CAPTURE_QUERY, FC_E_CONTEXT_QUERY, FC_E_MEMCPY, FC_E_MEMSET, FC_E_POOL_RESERVE, FC_E_POOL_RELEASE,
-       FC_E_POOL_QUERY, FC_E_COUNT };
+       FC_E_POOL_QUERY, FC_E_TENSOR_MAP, FC_E_COUNT };
 void fc_cost(int entry, int64_t ns);                       /* one call, ns charged to the caller */
 void fc_cost_call(int entry);                               /* one call, nothing charged yet */
 void fc_cost_charge(int entry, int64_t ns, int on_worker);  /* ns charged to this thread */
@@ -297,14 +298,19 @@ void fc_node_free(CUgraphNode n);
 /* ---- memory.c ---- */
 /* A new allocation (plain memory taken from the device, evicting managed memory if need be),
  * its release, and whether one starts at p: for pools.c. */
-CUresult fc_alloc_memory(CUdeviceptr *dptr, size_t size, int managed, int device, CUcontext ctx);
+/* What fc_alloc_memory makes: device memory, managed memory (cuMemAllocManaged), or managed
+ * memory of a managed pool (cuMemAllocFromPoolAsync on a CU_MEM_ALLOCATION_TYPE_MANAGED pool). */
+enum { FC_ALLOC_DEVICE, FC_ALLOC_MANAGED, FC_ALLOC_MANAGED_POOL };
+CUresult fc_alloc_memory(CUdeviceptr *dptr, size_t size, int kind, int device, CUcontext ctx);
 void fc_free_memory(uintptr_t p);
 int fc_alloc_starts_at(uintptr_t p);
 /* The allocation holding p (1), or none (0): for pointers.c. */
 typedef struct fc_alloc_desc { uintptr_t base; size_t size; int managed, device; CUcontext ctx; } fc_alloc_desc;
 int fc_alloc_lookup(uintptr_t p, fc_alloc_desc *out);
 enum { FC_LOC_UNPOP = 0, FC_LOC_HOST = 1, FC_LOC_DEV0 = 2 };
-CUresult fc_check_managed_range(uintptr_t p, size_t n);
+/* The ranges of prefetches, discards and advice: inside one managed allocation, and not a
+ * managed pool's unless FAKECUDA_POOL_PREFETCH=accept (memory.c). */
+CUresult fc_check_prefetch_range(uintptr_t p, size_t n);
 /* What [p, p+n) is: memory no allocation covers (the host's), plain device memory, managed
  * memory, or -1 when it runs past an allocation's end or into one. */
 enum { FC_MEM_HOST, FC_MEM_DEVICE, FC_MEM_MANAGED };

@@ -143,6 +143,11 @@
  * cuMemGetDefaultMemPool, cuMemPoolGetAttribute): in no trace; charged as a query, 1 us, the
  * traces' resolution, as the context queries are. */
 #define FAKECUDA_POOL_QUERY_HOST_NS 1000u
+/* cuTensorMapEncodeTiled / Im2col / Im2colWide / ReplaceAddress: a host-only encode of 128
+ * bytes (cuda.h lists no stream, and nothing to wait for). No published measurement (CUTLASS
+ * issue #3003 reports the calls showing in profiles between GEMM launches, no figure): charged
+ * as a query, the kineto traces' 1 us resolution. */
+#define FAKECUDA_TENSOR_MAP_HOST_NS 1000u
 
 /* The UVM driver's VA block and root chunk: 2 MiB (UVM_VA_BLOCK_BITS 21 in
  * uvm_va_block_types.h; UVM_CHUNK_SIZE_MAX in uvm_pmm_gpu.h). Prefetch passes, discard waits

@@ -5,6 +5,7 @@
  * kernel (or append it to a capture). */
 #include "fakecuda_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -157,6 +158,47 @@ FC_EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const c
 }
 FC_ALIAS(cuModuleGetFunction);
 
+/* The i-th registered kernel (registration order, as a module lists its functions), or NULL. */
+static fc_kdef *kernel_at(size_t i)
+{
+    pthread_rwlock_rdlock(&fc_kern_lock);
+    fc_kdef *d = i < fc_nkernels ? fc_kernels[i] : NULL;
+    pthread_rwlock_unlock(&fc_kern_lock);
+    return d;
+}
+
+static unsigned kernel_count(void)
+{
+    pthread_rwlock_rdlock(&fc_kern_lock);
+    unsigned n = (unsigned)fc_nkernels;
+    pthread_rwlock_unlock(&fc_kern_lock);
+    return n;
+}
+
+/* CUDA 12.4, cuda.h: "Returns in functions a maximum number of numFunctions function
+ * handles within mod" (every registered kernel is in every module here); the entries
+ * past the module's count are left alone. */
+FC_EXPORT CUresult cuModuleGetFunctionCount(unsigned int *count, CUmodule hmod)
+{
+    FC_ENTRY(cuModuleGetFunctionCount, 12040);
+    if (!count) return CUDA_ERROR_INVALID_VALUE;
+    if (!hmod || hmod->magic != FC_MAGIC_MOD) return CUDA_ERROR_INVALID_HANDLE;
+    *count = kernel_count();
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuModuleGetFunctionCount);
+
+FC_EXPORT CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigned int numFunctions, CUmodule mod)
+{
+    FC_ENTRY(cuModuleEnumerateFunctions, 12040);
+    if (!functions) return CUDA_ERROR_INVALID_VALUE;
+    if (!mod || mod->magic != FC_MAGIC_MOD) return CUDA_ERROR_INVALID_HANDLE;
+    fc_kdef *d;
+    for (unsigned i = 0; i < numFunctions && (d = kernel_at(i)) != NULL; i++) functions[i] = &d->func;
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuModuleEnumerateFunctions);
+
 FC_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
                                      void **jitOptionsValues, unsigned int numJitOptions,
                                      CUlibraryOption *libraryOptions, void **libraryOptionValues,
@@ -198,6 +240,28 @@ FC_EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, cons
 }
 FC_ALIAS(cuLibraryGetKernel);
 
+/* CUDA 12.4: as cuModuleEnumerateFunctions, CUkernel handles. */
+FC_EXPORT CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib)
+{
+    FC_ENTRY(cuLibraryGetKernelCount, 12040);
+    if (!count) return CUDA_ERROR_INVALID_VALUE;
+    if (!lib || lib->magic != FC_MAGIC_LIB) return CUDA_ERROR_INVALID_HANDLE;
+    *count = kernel_count();
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuLibraryGetKernelCount);
+
+FC_EXPORT CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int numKernels, CUlibrary lib)
+{
+    FC_ENTRY(cuLibraryEnumerateKernels, 12040);
+    if (!kernels) return CUDA_ERROR_INVALID_VALUE;
+    if (!lib || lib->magic != FC_MAGIC_LIB) return CUDA_ERROR_INVALID_HANDLE;
+    fc_kdef *d;
+    for (unsigned i = 0; i < numKernels && (d = kernel_at(i)) != NULL; i++) kernels[i] = &d->kern;
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuLibraryEnumerateKernels);
+
 FC_EXPORT CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 {
     FC_ENTRY(cuKernelGetFunction, 12000);
@@ -225,10 +289,37 @@ static CUresult param_info(fc_kdef *d, size_t i, size_t *off, size_t *size)
     if (size) *size = d->sizes[i];
     return CUDA_SUCCESS;
 }
+
+/* FAKECUDA_PARAM_INFO_OTHER_KIND=garbage: a handle of the other kind is read as if it were
+ * this kind, the undefined behaviour cuda.h leaves room for, and answered with success and
+ * a layout that is not the kernel's: one 4-byte parameter at offset 0 (no word that could
+ * hold a pointer). A caller that asks the wrong call sees no error and scans nothing. */
+static int fc_other_kind_garbage = -1;
+static pthread_once_t fc_other_kind_once = PTHREAD_ONCE_INIT;
+static void load_other_kind(void)
+{
+    const char *v = getenv("FAKECUDA_PARAM_INFO_OTHER_KIND");
+    if (v && *v && strcmp(v, "refuse") != 0 && strcmp(v, "garbage") != 0) {
+        fprintf(stderr, "fakecuda: FAKECUDA_PARAM_INFO_OTHER_KIND=%s: allowed: refuse (the default) or garbage\n", v);
+        exit(2);
+    }
+    fc_other_kind_garbage = v && strcmp(v, "garbage") == 0;
+}
+
+static CUresult param_info_of_kind(const void *h, uint32_t want, size_t i, size_t *off, size_t *size)
+{
+    fc_kdef *d = def_of(h, want);
+    if (d || !def_of(h, 0)) return param_info(d, i, off, size);
+    pthread_once(&fc_other_kind_once, load_other_kind);
+    if (!fc_other_kind_garbage || !off || i > 0) return CUDA_ERROR_INVALID_VALUE;
+    *off = 0;
+    if (size) *size = 4;
+    return CUDA_SUCCESS;
+}
 FC_DEF(cuFuncGetParamInfo, 12040, (CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize),
-       param_info(def_of(func, FC_MAGIC_FUNC), paramIndex, paramOffset, paramSize));
+       param_info_of_kind(func, FC_MAGIC_FUNC, paramIndex, paramOffset, paramSize));
 FC_DEF(cuKernelGetParamInfo, 12040, (CUkernel kernel, size_t paramIndex, size_t *paramOffset, size_t *paramSize),
-       param_info(def_of(kernel, FC_MAGIC_KERN), paramIndex, paramOffset, paramSize));
+       param_info_of_kind(kernel, FC_MAGIC_KERN, paramIndex, paramOffset, paramSize));
 
 FC_EXPORT CUresult cuFuncGetName(const char **name, CUfunction hfunc)
 {

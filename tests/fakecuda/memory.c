@@ -22,6 +22,7 @@ typedef struct fc_alloc {
     void *map;
     size_t map_len;
     int managed;
+    int from_pool;   /* managed memory of a managed pool (FC_ALLOC_MANAGED_POOL) */
     int device;      /* plain: owning device; managed: device of the allocating context */
     CUcontext ctx;
     size_t npages;
@@ -388,8 +389,9 @@ void fc_managed_scan(uint64_t *unused_bytes, int clear)
 }
 
 /* ---- allocation ---- */
-CUresult fc_alloc_memory(CUdeviceptr *dptr, size_t size, int managed, int device, CUcontext ctx)
+CUresult fc_alloc_memory(CUdeviceptr *dptr, size_t size, int kind, int device, CUcontext ctx)
 {
+    int managed = kind != FC_ALLOC_DEVICE;
     if (!dptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
     CUresult err = managed ? CUDA_SUCCESS : fc_reserve_device_memory(device, size);
     if (err != CUDA_SUCCESS) return err;
@@ -420,6 +422,7 @@ CUresult fc_alloc_memory(CUdeviceptr *dptr, size_t size, int managed, int device
     a->map = (void *)base;
     a->map_len = len;
     a->managed = managed;
+    a->from_pool = kind == FC_ALLOC_MANAGED_POOL;
     a->device = device;
     a->ctx = ctx;
     pthread_mutex_init(&a->mu, NULL);
@@ -497,7 +500,7 @@ FC_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigne
     if (!c) return err;
     if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) return CUDA_ERROR_INVALID_VALUE;
     fc_va_write_lock(); /* an mmap of the UVM device file: uvm_mmap takes the va_space lock to write */
-    err = fc_alloc_memory(dptr, bytesize, 1, fc_ctx_device(c), c);
+    err = fc_alloc_memory(dptr, bytesize, FC_ALLOC_MANAGED, fc_ctx_device(c), c);
     fc_va_write_unlock();
     return err;
 }
@@ -512,7 +515,7 @@ FC_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     /* Whether libcuda maps plain memory into UVM (UVM_CREATE_EXTERNAL_RANGE takes the va_space
      * lock to write, uvm_map_external.c) is not public: assumed, as the dearer answer. */
     fc_va_write_lock();
-    err = fc_alloc_memory(dptr, bytesize, 0, fc_ctx_device(c), c);
+    err = fc_alloc_memory(dptr, bytesize, FC_ALLOC_DEVICE, fc_ctx_device(c), c);
     fc_va_write_unlock();
     return err;
 }
@@ -578,12 +581,20 @@ void fc_set_preferred_location(uintptr_t p, size_t n, int loc)
     pthread_rwlock_unlock(&fc_reg_lock);
 }
 
-CUresult fc_check_managed_range(uintptr_t p, size_t n)
+/* cuda.h 13.0 says the range of cuMemPrefetchAsync, cuMemPrefetchBatchAsync,
+ * cuMemDiscardBatchAsync, cuMemDiscardAndPrefetchBatchAsync and cuMemAdvise "must refer to
+ * managed memory allocated via ::cuMemAllocManaged or declared via __managed__ variables";
+ * memory of a managed pool (cuMemAllocFromPoolAsync) is neither, so it is refused with what
+ * cuMemPrefetchAsync's documented returns give a range outside that contract,
+ * CUDA_ERROR_INVALID_VALUE (its other, CUDA_ERROR_INVALID_DEVICE, is about the location).
+ * Whether the 580 driver does refuse it is not known (issue 27): FAKECUDA_POOL_PREFETCH=accept
+ * accepts it, for when a GPU shows that it does. */
+CUresult fc_check_prefetch_range(uintptr_t p, size_t n)
 {
     if (n == 0 || p + n < p) return CUDA_ERROR_INVALID_VALUE;
     pthread_rwlock_rdlock(&fc_reg_lock);
     fc_alloc *a = reg_find(p);
-    int ok = a && a->managed && p + n <= a->base + a->size;
+    int ok = a && a->managed && (!a->from_pool || fc_cfg.pool_prefetch) && p + n <= a->base + a->size;
     pthread_rwlock_unlock(&fc_reg_lock);
     return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }

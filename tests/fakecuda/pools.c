@@ -366,10 +366,11 @@ static CUresult reserve_block(CUdeviceptr *dptr, size_t size, CUmemoryPool pool,
 {
     fc_block *b = calloc(1, sizeof *b);
     if (!b) return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult err = fc_alloc_memory(dptr, size, pool->managed, pool->device, s->ctx);
+    int kind = pool->managed ? FC_ALLOC_MANAGED_POOL : FC_ALLOC_DEVICE;
+    CUresult err = fc_alloc_memory(dptr, size, kind, pool->device, s->ctx);
     if (err == CUDA_ERROR_OUT_OF_MEMORY && !pool->managed) {
         release_kept(pool, 0);
-        err = fc_alloc_memory(dptr, size, 0, pool->device, s->ctx);
+        err = fc_alloc_memory(dptr, size, kind, pool->device, s->ctx);
     }
     if (err != CUDA_SUCCESS) {
         free(b);

@@ -67,7 +67,7 @@ static CUresult prefetch_enqueue(const CUdeviceptr *ptrs, const size_t *sizes, c
     CUstream s = fc_resolve_stream(hStream, &err);
     if (!s) return err;
     for (size_t i = 0; i < n; i++)
-        if ((err = fc_check_managed_range((uintptr_t)ptrs[i], sizes[i])) != CUDA_SUCCESS) return err;
+        if ((err = fc_check_prefetch_range((uintptr_t)ptrs[i], sizes[i])) != CUDA_SUCCESS) return err;
     if (fc_stream_capturing(s)) { /* not capturable in this model: invalidates the capture */
         fc_capture_invalidate(s);
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
@@ -170,7 +170,7 @@ static CUresult discard_batch(CUdeviceptr *dptrs, size_t *sizes, size_t count, u
     size_t n = 0;
     CUresult err = CUDA_SUCCESS;
     for (size_t i = 0; i < count && err == CUDA_SUCCESS; i++) {
-        if ((err = fc_check_managed_range((uintptr_t)dptrs[i], sizes[i])) != CUDA_SUCCESS) break;
+        if ((err = fc_check_prefetch_range((uintptr_t)dptrs[i], sizes[i])) != CUDA_SUCCESS) break;
         CUdeviceptr first = (dptrs[i] + FAKECUDA_PAGE - 1) / FAKECUDA_PAGE * FAKECUDA_PAGE;
         CUdeviceptr end = (dptrs[i] + sizes[i]) / FAKECUDA_PAGE * FAKECUDA_PAGE;
         if (end > first) {
@@ -197,7 +197,7 @@ static CUresult advise(CUdeviceptr p, size_t n, CUmem_advise advice, int loc)
 {
     if (advice < CU_MEM_ADVISE_SET_READ_MOSTLY || advice > CU_MEM_ADVISE_UNSET_ACCESSED_BY)
         return CUDA_ERROR_INVALID_VALUE;
-    CUresult err = fc_check_managed_range((uintptr_t)p, n);
+    CUresult err = fc_check_prefetch_range((uintptr_t)p, n);
     if (err == CUDA_SUCCESS && advice == CU_MEM_ADVISE_SET_PREFERRED_LOCATION)
         fc_set_preferred_location((uintptr_t)p, n, loc);
     else if (err == CUDA_SUCCESS && advice == CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION)

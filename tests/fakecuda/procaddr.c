@@ -5,6 +5,8 @@
  * Each entry is also checked at compile time against cudaTypedefs.h's PFN_ typedef. */
 #include "fakecuda_internal.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* X(base, min version, ABI export, is the per-thread-stream variant, PFN type) */
@@ -168,6 +170,10 @@
     X(cuModuleLoadDataEx, 2010, cuModuleLoadDataEx, 0, PFN_cuModuleLoadDataEx_v2010)                  \
     X(cuModuleUnload, 2000, cuModuleUnload, 0, PFN_cuModuleUnload_v2000)                              \
     X(cuModuleGetFunction, 2000, cuModuleGetFunction, 0, PFN_cuModuleGetFunction_v2000)               \
+    X(cuModuleGetFunctionCount, 12040, cuModuleGetFunctionCount, 0, PFN_cuModuleGetFunctionCount_v12040) \
+    X(cuModuleEnumerateFunctions, 12040, cuModuleEnumerateFunctions, 0, PFN_cuModuleEnumerateFunctions_v12040) \
+    X(cuLibraryGetKernelCount, 12040, cuLibraryGetKernelCount, 0, PFN_cuLibraryGetKernelCount_v12040) \
+    X(cuLibraryEnumerateKernels, 12040, cuLibraryEnumerateKernels, 0, PFN_cuLibraryEnumerateKernels_v12040) \
     X(cuLibraryLoadData, 12000, cuLibraryLoadData, 0, PFN_cuLibraryLoadData_v12000)                   \
     X(cuLibraryUnload, 12000, cuLibraryUnload, 0, PFN_cuLibraryUnload_v12000)                         \
     X(cuLibraryGetKernel, 12000, cuLibraryGetKernel, 0, PFN_cuLibraryGetKernel_v12000)                \
@@ -176,6 +182,10 @@
     X(cuKernelGetParamInfo, 12040, cuKernelGetParamInfo, 0, PFN_cuKernelGetParamInfo_v12040)          \
     X(cuFuncGetName, 12030, cuFuncGetName, 0, PFN_cuFuncGetName_v12030)                               \
     X(cuKernelGetName, 12030, cuKernelGetName, 0, PFN_cuKernelGetName_v12030)                         \
+    X(cuTensorMapEncodeTiled, 12000, cuTensorMapEncodeTiled, 0, PFN_cuTensorMapEncodeTiled_v12000)   \
+    X(cuTensorMapEncodeIm2col, 12000, cuTensorMapEncodeIm2col, 0, PFN_cuTensorMapEncodeIm2col_v12000) \
+    X(cuTensorMapEncodeIm2colWide, 12080, cuTensorMapEncodeIm2colWide, 0, PFN_cuTensorMapEncodeIm2colWide_v12080) \
+    X(cuTensorMapReplaceAddress, 12000, cuTensorMapReplaceAddress, 0, PFN_cuTensorMapReplaceAddress_v12000) \
     X(cuLaunchKernel, 4000, cuLaunchKernel, 0, PFN_cuLaunchKernel_v4000)                              \
     X(cuLaunchKernel, 7000, cuLaunchKernel_ptsz, 1, PFN_cuLaunchKernel_v7000_ptsz)                    \
     X(cuLaunchKernelEx, 11060, cuLaunchKernelEx, 0, PFN_cuLaunchKernelEx_v11060)                      \
@@ -241,6 +251,68 @@ typedef struct fc_proc { const char *base; int version; const char *sym; int pts
 #define FC_ROW(base, ver, sym, ptsz, pfn) { #base, ver, #sym, ptsz, (void *)&fcl_##sym },
 static const fc_proc fc_procs[] = { FC_PROC_TABLE(FC_ROW) };
 
+/* FAKECUDA_PROCADDR_INTERNAL=NAME[,NAME...] (ABI names of the launch entry points below):
+ * cuGetProcAddress answers those with an internal function of the same signature that does
+ * what the export does, not the export itself. A harsher mode, not the default: the 535 and
+ * 550 drivers answer with their exports (tests/test_real_libcuda.py), but a driver whose
+ * table points past its exports (issue 27 item 4: the CUDA 13 entries were never resolved on
+ * a 580 driver) leaves an interposer that matches by pointer identity nothing to swap. */
+#define FC_INTERNAL(sym, params, args) \
+    static CUresult internal_##sym params { return fcl_##sym args; }
+#define FC_LAUNCH_PARAMS                                                                            \
+    (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by, \
+     unsigned int bz, unsigned int shared, CUstream s, void **params, void **extra)
+#define FC_COOPERATIVE_PARAMS                                                                       \
+    (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by, \
+     unsigned int bz, unsigned int shared, CUstream s, void **params)
+FC_INTERNAL(cuLaunchKernel, FC_LAUNCH_PARAMS, (f, gx, gy, gz, bx, by, bz, shared, s, params, extra))
+FC_INTERNAL(cuLaunchKernel_ptsz, FC_LAUNCH_PARAMS, (f, gx, gy, gz, bx, by, bz, shared, s, params, extra))
+FC_INTERNAL(cuLaunchKernelEx, (const CUlaunchConfig *c, CUfunction f, void **params, void **extra),
+            (c, f, params, extra))
+FC_INTERNAL(cuLaunchKernelEx_ptsz, (const CUlaunchConfig *c, CUfunction f, void **params, void **extra),
+            (c, f, params, extra))
+FC_INTERNAL(cuLaunchCooperativeKernel, FC_COOPERATIVE_PARAMS, (f, gx, gy, gz, bx, by, bz, shared, s, params))
+FC_INTERNAL(cuLaunchCooperativeKernel_ptsz, FC_COOPERATIVE_PARAMS, (f, gx, gy, gz, bx, by, bz, shared, s, params))
+
+static const struct { const char *sym; void *fn; } fc_internal[] = {
+    {"cuLaunchKernel", (void *)&internal_cuLaunchKernel},
+    {"cuLaunchKernel_ptsz", (void *)&internal_cuLaunchKernel_ptsz},
+    {"cuLaunchKernelEx", (void *)&internal_cuLaunchKernelEx},
+    {"cuLaunchKernelEx_ptsz", (void *)&internal_cuLaunchKernelEx_ptsz},
+    {"cuLaunchCooperativeKernel", (void *)&internal_cuLaunchCooperativeKernel},
+    {"cuLaunchCooperativeKernel_ptsz", (void *)&internal_cuLaunchCooperativeKernel_ptsz},
+};
+#define FC_NINTERNAL ((int)(sizeof fc_internal / sizeof *fc_internal))
+static int fc_internal_on[FC_NINTERNAL];
+static pthread_once_t fc_internal_once = PTHREAD_ONCE_INIT;
+
+static void read_internal(void)
+{
+    const char *v = getenv("FAKECUDA_PROCADDR_INTERNAL");
+    while (v && *v) {
+        size_t len = strcspn(v, ",");
+        int i = 0;
+        while (i < FC_NINTERNAL && !(strlen(fc_internal[i].sym) == len && strncmp(fc_internal[i].sym, v, len) == 0))
+            i++;
+        if (i == FC_NINTERNAL) {
+            fprintf(stderr, "fakecuda: FAKECUDA_PROCADDR_INTERNAL: unknown entry point \"%.*s\"; allowed: "
+                    "cuLaunchKernel, cuLaunchKernelEx, cuLaunchCooperativeKernel and their _ptsz forms\n", (int)len, v);
+            exit(2);
+        }
+        fc_internal_on[i] = 1;
+        v += len + (v[len] == ',');
+    }
+}
+
+/* The export's pointer, or the internal function standing in for it. */
+static void *answer(const fc_proc *e)
+{
+    pthread_once(&fc_internal_once, read_internal);
+    for (int i = 0; i < FC_NINTERNAL; i++)
+        if (fc_internal_on[i] && strcmp(fc_internal[i].sym, e->sym) == 0) return fc_internal[i].fn;
+    return e->fn;
+}
+
 /* Among the entries for symbol with version <= min(cudaVersion, driver version), the
  * highest; with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, for a name that has _ptsz
  * variants, the highest of those, or none below the first _ptsz version (NVIDIA's 535
@@ -265,7 +337,7 @@ static CUresult lookup(const char *symbol, void **pfn, int cudaVersion, cuuint64
         if (*b < 0 || e->version > fc_procs[*b].version) *b = i;
     }
     int pick = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) && has_ptsz ? best_ptsz : best;
-    if (pick >= 0) *pfn = fc_procs[pick].fn;
+    if (pick >= 0) *pfn = answer(&fc_procs[pick]);
     if (status)
         *status = pick >= 0 ? CU_GET_PROC_ADDRESS_SUCCESS
                   : found   ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT

@@ -118,6 +118,27 @@ static int child_version(void)
     return failed ? 1 : 0;
 }
 
+/* FAKECUDA_PARAM_INFO_OTHER_KIND=garbage: the other kind's parameter info answers success
+ * with one 4-byte parameter; each kind's own call is unchanged. */
+static int child_other_kind(void)
+{
+    CUfunction f = setup_child();
+    CHECK(f != NULL, "child setup");
+    CUlibrary lib;
+    CUkernel kern;
+    OK(cuLibraryLoadData(&lib, "x", NULL, NULL, 0, NULL, NULL, 0));
+    OK(cuLibraryGetKernel(&kern, lib, "double"));
+    size_t off = 1, size = 0;
+    OK(cuFuncGetParamInfo((CUfunction)kern, 0, &off, &size));
+    CHECK(off == 0 && size == 4, "garbage layout of a CUkernel asked as a CUfunction");
+    CHECK(cuFuncGetParamInfo((CUfunction)kern, 1, &off, &size) == CUDA_ERROR_INVALID_VALUE, "one parameter only");
+    OK(cuKernelGetParamInfo((CUkernel)(void *)f, 0, &off, &size));
+    CHECK(off == 0 && size == 4, "garbage layout of a CUfunction asked as a CUkernel");
+    OK(cuKernelGetParamInfo(kern, 1, &off, &size));
+    CHECK(off == 8 && size == 8, "the right call is unchanged");
+    return failed ? 1 : 0;
+}
+
 static int child_fail(void)
 {
     CUfunction f = setup_child();
@@ -228,6 +249,7 @@ int main(int argc, char **argv)
             if (!strcmp(argv[1], m->name)) return m->run();
         int r = !strcmp(argv[1], "version") ? child_version()
               : !strcmp(argv[1], "fail")    ? child_fail()
+              : !strcmp(argv[1], "other-kind") ? child_other_kind()
               : !strcmp(argv[1], "stats")   ? child_stats()
               : !strcmp(argv[1], "devices") ? child_devices()
               : !strcmp(argv[1], "visible") ? child_visible()
@@ -346,6 +368,10 @@ int main(int argc, char **argv)
           "CUDA_VISIBLE_DEVICES child");
     CHECK(run_child("visible", "FAKECUDA_DEVICES=3", "CUDA_VISIBLE_DEVICES=") == 0, "empty CUDA_VISIBLE_DEVICES child");
     CHECK(run_child("no-concurrent", "FAKECUDA_CONCURRENT_MANAGED=0", NULL) == 0, "FAKECUDA_CONCURRENT_MANAGED child");
+    CHECK(run_child("other-kind", "FAKECUDA_PARAM_INFO_OTHER_KIND=garbage", NULL) == 0,
+          "FAKECUDA_PARAM_INFO_OTHER_KIND child");
+    CHECK(run_child("other-kind", "FAKECUDA_PARAM_INFO_OTHER_KIND=nonsense", NULL) == 2,
+          "bad FAKECUDA_PARAM_INFO_OTHER_KIND refused");
     for (const struct selftest_driver_mode *m = selftest_driver_modes; m->name; m++)
         CHECK(run_child(m->name, m->env, NULL) == 0, "%s child", m->name);
     CHECK(run_child("driver-cost", "FAKECUDA_IOCTL_THREAD=nobody", NULL) == 2, "bad FAKECUDA_IOCTL_THREAD refused");
@@ -353,6 +379,7 @@ int main(int argc, char **argv)
           "batches of one fault, prefetcher's threshold 100");
     CHECK(run_child("faults", "FAKECUDA_UVM_PERF_PREFETCH_THRESHOLD=101", NULL) == 2, "threshold over 100 refused");
     CHECK(run_child("faults", "FAKECUDA_UVM_PERF_PREFETCH_MIN_FAULTS=0", NULL) == 2, "min_faults 0 refused");
+    CHECK(run_child("pool-prefetch", "FAKECUDA_POOL_PREFETCH=maybe", NULL) == 2, "bad FAKECUDA_POOL_PREFETCH refused");
     char path[] = "/tmp/fakecuda-selftest-XXXXXX";
     int fd = mkstemp(path);
     if (fd >= 0) close(fd);

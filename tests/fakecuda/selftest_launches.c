@@ -67,6 +67,22 @@ void selftest_launches(struct selftest_main *m)
     for (int i = 0; i < 4; i++) layout_ok &= cuFuncGetParamInfo(flayout, i, &offs[i], &size) == CUDA_SUCCESS && offs[i] == want[i];
     CHECK(layout_ok, "natural layout offsets");
     CHECK(cuFuncGetParamInfo(flayout, 4, &off, &size) == CUDA_ERROR_INVALID_VALUE, "index past the end");
+    /* the enumerations list the same handles as the lookups by name */
+    unsigned nfunc = 0, nkern = 0;
+    CUmodule mod;
+    OK(cuModuleLoadData(&mod, "anything"));
+    OK(cuModuleGetFunctionCount(&nfunc, mod));
+    OK(cuLibraryGetKernelCount(&nkern, lib));
+    CHECK(nfunc >= 2 && nfunc == nkern, "function and kernel counts (%u, %u)", nfunc, nkern);
+    CUfunction *funcs = calloc(nfunc, sizeof *funcs);
+    CUkernel *kerns = calloc(nkern, sizeof *kerns);
+    OK(cuModuleEnumerateFunctions(funcs, nfunc, mod));
+    OK(cuLibraryEnumerateKernels(kerns, nkern, lib));
+    int listed = 0;
+    for (unsigned i = 0; i < nfunc; i++) listed += (funcs[i] == fdouble) + 2 * (kerns[i] == kern);
+    CHECK(listed == 3, "enumerated handles are the looked-up ones");
+    free(funcs);
+    free(kerns);
     const char *kname = NULL;
     OK(cuFuncGetName(&kname, fdouble));
     CHECK(kname && !strcmp(kname, "double"), "cuFuncGetName");

@@ -3,11 +3,13 @@
  * against the device until a synchronisation above the release threshold (default 0) or a
  * cuMemPoolTrimTo releases it; released memory allocated again is reserved anew, at a cost, and
  * in a managed pool faults again; a threshold of UINT64_MAX (PyTorch's) keeps it, a lower one
- * keeps nothing above it; the attributes read and set as cuda.h documents them. */
+ * keeps nothing above it; the attributes read and set as cuda.h documents them; a managed pool's
+ * memory refused by the prefetch, discard and advice calls, unless FAKECUDA_POOL_PREFETCH=accept. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include <cuda.h>
+#include <dlfcn.h>
 #include <stdint.h>
 
 #include "selftest.h"
@@ -68,24 +70,81 @@ static void attributes(CUmemoryPool pool)
           "NULL pool refused");
 }
 
-int selftest_child_pools(void)
+/* cuda.h 13.0: the ranges of the prefetch, discard and advice calls "must refer to managed
+ * memory allocated via ::cuMemAllocManaged or declared via __managed__": a managed pool's memory
+ * is refused (CUDA_ERROR_INVALID_VALUE) unless FAKECUDA_POOL_PREFETCH=accept; cuMemAllocManaged's
+ * is taken either way. */
+static void prefetch_contract(CUmemoryPool managed, CUstream s, int accepted)
+{
+    CUdeviceptr pooled = 0, own = 0;
+    OK(cuMemAllocFromPoolAsync(&pooled, BYTES, managed, s));
+    OK(cuMemAllocManaged(&own, BYTES, CU_MEM_ATTACH_GLOBAL));
+    CUmemLocation dev0 = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 };
+    size_t first = 0;
+    /* the CUDA 8 form, which cuda.h 13.0 names only as cuMemPrefetchAsync_v2's predecessor */
+    CUresult (*prefetch_v1)(CUdeviceptr, size_t, CUdevice, CUstream) =
+        (CUresult(*)(CUdeviceptr, size_t, CUdevice, CUstream))dlsym(RTLD_DEFAULT, "cuMemPrefetchAsync");
+    CHECK(prefetch_v1 != NULL, "cuMemPrefetchAsync (v1) exported");
+    for (int i = 0; i < 2; i++) {
+        CUdeviceptr p = i == 0 ? pooled : own;
+        size_t size = BYTES;
+        CUresult want = i == 0 && !accepted ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+        const char *what = i == 0 ? "a managed pool's memory" : "cuMemAllocManaged's memory";
+        CHECK(cuMemPrefetchAsync_v2(p, BYTES, dev0, 0, s) == want, "cuMemPrefetchAsync_v2 of %s", what);
+        CHECK(prefetch_v1 == NULL || prefetch_v1(p, BYTES, 0, s) == want, "cuMemPrefetchAsync (v1) of %s", what);
+        CHECK(cuMemPrefetchBatchAsync(&p, &size, 1, &dev0, &first, 1, 0, s) == want, "batch prefetch of %s", what);
+        CHECK(cuMemDiscardBatchAsync(&p, &size, 1, 0, s) == want, "batch discard of %s", what);
+        CHECK(cuMemAdvise_v2(p, BYTES, CU_MEM_ADVISE_SET_ACCESSED_BY, dev0) == want, "advice on %s", what);
+    }
+    CUdeviceptr both[] = { own, pooled };
+    size_t sizes[] = { BYTES, BYTES };
+    CHECK(cuMemPrefetchBatchAsync(both, sizes, 2, &dev0, &first, 1, 0, s) ==
+              (accepted ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE),
+          "one refused range refuses its whole batch");
+    OK(cuMemFreeAsync(pooled, s));
+    OK(cuStreamSynchronize(s));
+    OK(cuMemFree(own));
+}
+
+static int setup(CUstream *s, CUfunction *touch)
 {
     CUcontext ctx;
-    CUstream s;
     CUmodule mod;
-    CUfunction touch;
     size_t sizes[] = { sizeof(void *) }, aligns[] = { _Alignof(void *) };
     if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) || cuCtxSetCurrent(ctx) ||
-        cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) || fakecuda_register_kernel("pool_touch", toucher, 1, sizes, aligns) ||
-        cuModuleLoadData(&mod, "fakecuda") || cuModuleGetFunction(&touch, mod, "pool_touch")) {
+        cuStreamCreate(s, CU_STREAM_NON_BLOCKING) || fakecuda_register_kernel("pool_touch", toucher, 1, sizes, aligns) ||
+        cuModuleLoadData(&mod, "fakecuda") || cuModuleGetFunction(touch, mod, "pool_touch")) {
         CHECK(0, "child setup");
-        return 1;
+        return -1;
     }
+    return 0;
+}
+
+/* FAKECUDA_POOL_PREFETCH=accept */
+int selftest_child_pool_prefetch(void)
+{
+    CUstream s;
+    CUfunction touch;
+    if (setup(&s, &touch) != 0) return 1;
+    CUmemLocation dev0 = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 };
+    CUmemoryPool managed = NULL;
+    OK(cuMemGetDefaultMemPool(&managed, &dev0, CU_MEM_ALLOCATION_TYPE_MANAGED));
+    prefetch_contract(managed, s, 1);
+    OK(cuStreamDestroy(s));
+    return failed ? 1 : 0;
+}
+
+int selftest_child_pools(void)
+{
+    CUstream s;
+    CUfunction touch;
+    if (setup(&s, &touch) != 0) return 1;
     CUmemLocation dev0 = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 };
     CUmemoryPool managed = NULL, pinned = NULL;
     OK(cuMemGetDefaultMemPool(&managed, &dev0, CU_MEM_ALLOCATION_TYPE_MANAGED));
     OK(cuMemGetDefaultMemPool(&pinned, &dev0, CU_MEM_ALLOCATION_TYPE_PINNED));
     attributes(managed);
+    prefetch_contract(managed, s, 0);
 
     /* Threshold 0: each step's memory is released at its synchronisation and reserved again at
      * the next step's allocation, its pages faulting again. */

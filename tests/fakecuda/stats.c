@@ -107,6 +107,30 @@ static unsigned knob_uint(const char *name, unsigned def, unsigned lo, unsigned 
     return (unsigned)n;
 }
 
+/* A check of pump's, not a model of the driver (which neither knows nor cares): pump's rule
+ * is that no lock of its own is held across a driver call (a driver call can block for
+ * milliseconds, or call back into pump). libpump exports how many of its locks the calling
+ * thread holds (shim/locks.h); every entry point asks it, and an entry made while it is not 0
+ * is said on stderr, once per entry point. Without libpump in the process: nothing to ask. */
+static unsigned int (*fc_pump_locks)(void);
+
+static void check_pump_locks(const char *name)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static const char *said[256];
+    static int nsaid;
+    unsigned int held = fc_pump_locks();
+    if (held == 0) return;
+    pthread_mutex_lock(&mu);
+    bool new_name = true;
+    for (int i = 0; i < nsaid && new_name; i++) new_name = strcmp(said[i], name) != 0;
+    if (new_name && nsaid < 256) said[nsaid++] = name;
+    pthread_mutex_unlock(&mu);
+    if (new_name)
+        fprintf(stderr, "fakecuda: %s called while the calling thread holds %u pump lock%s (pump's rule: no lock "
+                "held across a driver call)\n", name, held, held == 1 ? "" : "s");
+}
+
 static void load_config(void)
 {
     const char *v = getenv("FAKECUDA_DRIVER_VERSION");
@@ -133,7 +157,14 @@ static void load_config(void)
         knob_uint("FAKECUDA_UVM_PERF_PREFETCH_THRESHOLD", FAKECUDA_UVM_PERF_PREFETCH_THRESHOLD, 0, 100);
     fc_cfg.prefetch_min_faults =
         knob_uint("FAKECUDA_UVM_PERF_PREFETCH_MIN_FAULTS", FAKECUDA_UVM_PERF_PREFETCH_MIN_FAULTS, 1, 20);
+    v = getenv("FAKECUDA_POOL_PREFETCH");
+    if (v && *v && strcmp(v, "refuse") != 0 && strcmp(v, "accept") != 0) {
+        fprintf(stderr, "fakecuda: FAKECUDA_POOL_PREFETCH=%s: allowed: refuse (the default) or accept\n", v);
+        exit(2);
+    }
+    fc_cfg.pool_prefetch = v && strcmp(v, "accept") == 0;
     parse_fail(getenv("FAKECUDA_FAIL"));
+    fc_pump_locks = (unsigned int (*)(void))dlsym(RTLD_DEFAULT, "pump_locks_held");
 }
 
 void fc_config_load(void) { pthread_once(&fc_once, load_config); }
@@ -145,6 +176,7 @@ CUresult fc_enter(const char *name, int min_version, int need_init)
     size_t len = strlen(name);
     fc_tls_ptsz = len > 5 && (memcmp(name + len - 5, "_ptsz", 5) == 0 || memcmp(name + len - 5, "_ptds", 5) == 0);
     pthread_once(&fc_once, load_config);
+    if (fc_pump_locks) check_pump_locks(name);
     for (int i = 0; i < fc_nfail; i++)
         if (strcmp(fc_fail[i].name, name) == 0) return fc_fail[i].code;
     if (min_version > fc_cfg.driver_version) return CUDA_ERROR_NOT_SUPPORTED;

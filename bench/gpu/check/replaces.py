@@ -1,0 +1,67 @@
+"""Which figure a probe measured replaces which constant or assumption of fakecuda or the
+simulator, and the line gpu-check prints for it ("replaces X: measured Y (now Z)").
+docs/gpu-check.md says how each is folded back."""
+
+import re
+
+from common import REPO
+
+MODEL_H = REPO / "tests" / "fakecuda" / "fakecuda_model.h"
+
+
+def model_constant(name: str):
+    """A #define of fakecuda_model.h as an integer (its 'u' suffix dropped), or None."""
+    m = re.search(rf"^#define\s+{name}\s+(\d+)u?\b", MODEL_H.read_text(), re.M)
+    return int(m.group(1)) if m else None
+
+
+def prefetch_line_fraction():
+    """pump/simulate's worst-case prefetch rate as a fraction of the line rate, and PCIe's rate."""
+    from pump.simulate import constants
+    return constants.PREFETCH_LINE_FRACTION, constants.pcie_bytes_per_s
+
+
+def lines(probes: dict) -> list:
+    """[{"replaces", "measured", "now", "how"}] for every probe result that measures one."""
+    out = []
+    cost = (probes.get("prefetch_cost") or {}).get("result", {}).get("cases", {}).get("resident", {})
+    if "fixed_us" in cost:
+        out.append({"replaces": "FAKECUDA_IOCTL_NS (tests/fakecuda/fakecuda_model.h, chosen)",
+                    "measured": round(cost["fixed_us"] * 1e3), "now": model_constant("FAKECUDA_IOCTL_NS"),
+                    "how": "fixed part of one resident cuMemPrefetchAsync call's host time (prefetch_cost)"})
+        out.append({"replaces": "FAKECUDA_BLOCK_PASS_NS (tests/fakecuda/fakecuda_model.h, chosen)",
+                    "measured": round(cost["per_block_us"] * 1e3), "now": model_constant("FAKECUDA_BLOCK_PASS_NS"),
+                    "how": "host time per 2 MiB block of a resident cuMemPrefetchAsync call (prefetch_cost)"})
+    bw = (probes.get("prefetch_bandwidth") or {}).get("result", {})
+    link = ((probes.get("software") or {}).get("result") or {}).get("nvml", {})
+    if "h2d_bytes_per_s" in bw:
+        fraction, pcie = prefetch_line_fraction()
+        gen, width = link.get("pcie_link_generation_max"), link.get("pcie_link_width_max")
+        if isinstance(gen, int) and isinstance(width, int):
+            measured = round(min(bw["h2d_bytes_per_s"], bw["d2h_bytes_per_s"]) / pcie(gen, width), 3)
+            how = f"slower direction's prefetch rate over PCIe Gen{gen} x{width}'s line rate (prefetch_bandwidth)"
+        else:
+            measured, how = None, "no PCIe link figures from NVML to divide by"
+        out.append({"replaces": "PREFETCH_LINE_FRACTION (pump/simulate/constants.py, the worst case's rate)",
+                    "measured": measured, "now": round(fraction, 3), "how": how,
+                    "h2d_GB_per_s": round(bw["h2d_bytes_per_s"] / 1e9, 2),
+                    "d2h_GB_per_s": round(bw["d2h_bytes_per_s"] / 1e9, 2)})
+    managed = (probes.get("managed") or {}).get("result", {})
+    if "pool_prefetchable" in managed:
+        out.append({"replaces": "fakecuda's answer to prefetch and discard of managed-pool ranges (issue 27 risk 1)",
+                    "measured": managed["pool_prefetchable"], "now": "see tests/fakecuda/README.md",
+                    "how": "cuMemPrefetchAsync, cuMemPrefetchBatchAsync and cuMemDiscardBatchAsync on "
+                           "cuMemAllocFromPoolAsync memory of the managed default pool (managed)"})
+    kinds = (probes.get("handle_kind") or {}).get("result", {})
+    if "launches_by_origin" in kinds:
+        out.append({"replaces": "fakecuda's cuFuncGetParamInfo on a CUkernel cast (issue 27 risk 3)",
+                    "measured": {"accepted": kinds["cuFuncGetParamInfo_accepted_a_CUkernel"],
+                                 "launches_by_origin": kinds["launches_by_origin"]},
+                    "now": "see tests/fakecuda/README.md",
+                    "how": "cuFuncGetParamInfo asked on each launched CUkernel handle (handle_kind)"})
+    return out
+
+
+def say(log, replaced: list) -> None:
+    for r in replaced:
+        log(f"replaces {r['replaces']}: measured {r['measured']} (now {r['now']}); {r['how']}")

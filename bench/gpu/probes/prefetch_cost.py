@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""The host time of one cuMemPrefetchAsync call, and which thread spends it: what fakecuda's
+cost model charges as FAKECUDA_IOCTL_NS (the fixed part of one UVM_MIGRATE ioctl, 20 us chosen)
+and FAKECUDA_BLOCK_PASS_NS (per 2 MiB VA block per pass, 5 us chosen), measured.
+
+    python bench/gpu/probes/prefetch_cost.py [--blocks 1,4,16,64] [--rounds R]
+
+For each size (in 2 MiB blocks) and round: a managed buffer already resident on the GPU is
+prefetched to the GPU again (nothing moves: the pure pass), and one resident on the host is
+prefetched to the GPU (the copies: UVM_MIGRATE without its async flag waits for them inside the
+ioctl).  Each call is timed on the host clock (perf_counter) with the calling thread's CPU time
+(thread_time) and the process's (process_time) beside it, and the stream is synchronised after.
+Prints one JSON line: per case and size the medians in microseconds; per case a least-squares
+line (fixed us + us per block); and who spent the time: "calling thread on CPU", "calling
+thread waiting" (in the kernel, off CPU), or "other threads".  Refuses (exit 3) before
+allocating when the card cannot hold the largest buffer."""
+
+import argparse
+import ctypes
+import statistics
+import sys
+import time
+
+import probe
+from cudrv import call, cu
+
+BLOCK = 2 << 20
+
+
+def fit(points):
+    """(intercept, slope) of the least-squares line through (x, y) points."""
+    n = len(points)
+    mx, my = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    slope = sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else 0.0
+    return my - slope * mx, slope
+
+
+def spender(wall, thread, process) -> str:
+    if process - thread > 0.5 * wall:
+        return "other threads"
+    return "calling thread on CPU" if thread > 0.5 * wall else "calling thread waiting"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="prefetch_cost.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--blocks", default="1,4,16,64", help="sizes in 2 MiB blocks (default 1,4,16,64)")
+    ap.add_argument("--rounds", type=int, default=7, help="calls per case and size (default 7)")
+    args = ap.parse_args(argv)
+    sizes = sorted({int(b) for b in args.blocks.split(",")})
+    if not sizes or sizes[0] < 1 or args.rounds < 1:
+        ap.error("--blocks: positive integers; --rounds: at least 1")
+    gpu, status = probe.start("prefetch_cost", sizes[-1] * BLOCK)
+    if gpu is None:
+        return status
+    stream = call("cuStreamCreate", cu.CUstream_flags.CU_STREAM_NON_BLOCKING)
+    doc = {"probe": "prefetch_cost", "rounds": args.rounds, "cases": {}}
+    for case in ("resident", "from host"):
+        per_size, who = {}, []
+        for blocks in sizes:
+            size = blocks * BLOCK
+            ptr = probe.attempt(gpu.alloc, size, True)
+            if not isinstance(ptr, int):
+                doc["cases"][case] = {"finding": ptr}
+                break
+            samples = []
+            for _ in range(args.rounds):
+                gpu.host_touch(ptr, size)
+                if case == "from host":
+                    ctypes.memset(ptr, 1, size)     # its pages now live on the host
+                    gpu.prefetch(ptr, size, False, stream)
+                else:
+                    gpu.prefetch(ptr, size, True, stream)
+                gpu.synchronize(stream)
+                w0, t0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
+                result = probe.attempt(gpu.prefetch, ptr, size, True, stream)
+                wall, thread, process = (time.perf_counter() - w0, time.thread_time() - t0,
+                                         time.process_time() - p0)
+                gpu.synchronize(stream)
+                if result != "ok":
+                    doc["cases"][case] = {"finding": result}
+                    break
+                samples.append((wall, thread, process))
+                who.append(spender(wall, thread, process))
+            call("cuMemFree", ptr)
+            if case in doc["cases"]:
+                break
+            per_size[blocks] = {k: statistics.median(s[i] for s in samples) * 1e6
+                                for i, k in enumerate(("wall_us", "thread_cpu_us", "process_cpu_us"))}
+        if case in doc["cases"]:
+            continue
+        fixed, per_block = fit([(b, v["wall_us"]) for b, v in per_size.items()])
+        doc["cases"][case] = {"per_size": per_size, "fixed_us": fixed, "per_block_us": per_block,
+                              "spent_by": max(set(who), key=who.count)}
+    probe.emit(doc)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

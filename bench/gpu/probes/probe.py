@@ -1,0 +1,48 @@
+"""What the single-purpose probes of scripts/gpu-check share: bench/gpu on the import path, one
+JSON line out, and a driver call whose refusal is a finding, not a crash (under gVisor the H200
+kind may refuse managed memory or cuMemAdvise: issue 27 risk 6)."""
+
+import json
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import cudrv  # noqa: E402,F401  (re-exported for the probes)
+import membudget  # noqa: E402,F401
+
+
+def emit(doc: dict) -> None:
+    """The probe's one line."""
+    print(json.dumps(doc, default=str), flush=True)
+
+
+def attempt(fn, *args):
+    """"ok" (or fn's value when it gives one), or the refusal as text: the CUresult's name, or
+    that this driver lacks the call (cuda-bindings' FunctionNotFoundError, a RuntimeError)."""
+    try:
+        value = fn(*args)
+    except (cudrv.CudaError, RuntimeError) as exc:
+        return f"refused: {type(exc).__name__}: {exc}"
+    return "ok" if value is None else value
+
+
+def refused(result) -> bool:
+    return isinstance(result, str) and result.startswith("refused")
+
+
+def start(name: str, request_bytes: int):
+    """Device 0 and the free-memory check for request_bytes of managed memory: (gpu, None), or
+    (None, exit status) after emitting why not (3: refused for memory, 0: the driver refused to
+    start, which is itself the finding)."""
+    try:
+        gpu = cudrv.Gpu()
+    except cudrv.CudaError as exc:
+        emit({"probe": name, "finding": f"the driver refused to start: {exc}"})
+        return None, 0
+    try:
+        gpu.check_fits(name, request_bytes)
+    except membudget.Refused as exc:
+        emit({"probe": name, "refused_for_memory": str(exc)})
+        return None, 3
+    return gpu, None
