@@ -253,6 +253,8 @@ static void print_delta(const char *name, const struct snapshot *a, const struct
     DRIVER(gpu_faults); DRIVER(cpu_faults); DRIVER(bytes_prefetched_h2d); DRIVER(bytes_faulted_h2d);
     DRIVER(bytes_d2h); DRIVER(launches); DRIVER(prefetch_calls); DRIVER(batch_prefetch_calls);
     DRIVER(driver_host_ns); DRIVER(driver_evictions); DRIVER(bytes_evicted_d2h); DRIVER(bytes_evicted_h2d);
+    DRIVER(gpu_fault_batches); DRIVER(gpu_fault_stall_ns); DRIVER(bytes_fault_prefetched_h2d); DRIVER(bytes_h2d);
+    DRIVER(bytes_d2h_all);
     DRIVER(va_lock_wait_ns);
 #undef DRIVER
     printf(", \"device_resident_bytes\": %llu", (unsigned long long)b->driver.device_resident_bytes);

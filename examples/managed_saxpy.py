@@ -161,7 +161,8 @@ class FakeStats(ctypes.Structure):
         "bytes_faulted_h2d bytes_d2h kernels_run launches prefetch_calls batch_prefetch_calls "
         "device_resident_bytes device_resident_peak bytes_discarded allocations_reused driver_host_ns "
         "driver_evictions bytes_evicted_d2h bytes_evicted_h2d va_lock_wait_ns pool_bytes_reserved "
-        "pool_bytes_released").split()]
+        "pool_bytes_released gpu_fault_batches gpu_fault_stall_ns bytes_fault_prefetched_h2d bytes_h2d "
+        "bytes_d2h_all").split()]
 
 
 KERNEL_FN = ctypes.CFUNCTYPE(None, POINTER(c_void_p), c_void_p)  # (void **params, dims)
@@ -275,12 +276,13 @@ def main():
             raise KERNEL_ERRORS[0]
         print(f"step {step}: saxpy + scale on pair {step % 2}: {(time.perf_counter() - t0) * 1e3:.1f} ms")
     wall = time.perf_counter() - start
-    if cu.fake:  # what pump changes: kernels' GPU faults (one per 64 KiB page not yet there)
+    if cu.fake:  # what pump changes: kernels' GPU faults (64 KiB pages not yet there), in batches
         st = FakeStats()
         lib.fakecuda_get_stats(byref(st))
         # What the driver moved (pages not already on the GPU); pump-run's summary counts what pump asked.
-        print(f"fakecuda: {st.gpu_faults} GPU faults, {st.bytes_prefetched_h2d / MiB:.1f} MiB "
-              f"moved by prefetches, {st.bytes_faulted_h2d / MiB:.1f} MiB moved by faults")
+        print(f"fakecuda: {st.gpu_faults} GPU faults in {st.gpu_fault_batches} batches, "
+              f"{st.bytes_prefetched_h2d / MiB:.1f} MiB moved by prefetches, "
+              f"{st.bytes_faulted_h2d / MiB:.1f} MiB moved by faults")
 
     # Check sampled elements of both y buffers against the same float32 arithmetic on the host.
     f32 = lambda v: array.array("f", [v])[0]  # noqa: E731

@@ -17,8 +17,8 @@ from managed_saxpy import fakecuda_dir  # beside this file
 HERE = pathlib.Path(__file__).resolve().parent
 # Small enough to take seconds (fakecuda's kernels are Python), large enough for many pages.
 JOB = [str(HERE / "managed_saxpy.py"), "--mib", "4", "--steps", "4"]
-FAKECUDA_LINE = re.compile(r"^fakecuda: (\d+) GPU faults, ([\d.]+) MiB moved by prefetches, ([\d.]+) MiB moved by "
-                           r"faults$", re.M)
+FAKECUDA_LINE = re.compile(r"^fakecuda: (\d+) GPU faults in \d+ batches, ([\d.]+) MiB moved by prefetches, "
+                           r"([\d.]+) MiB moved by faults$", re.M)
 CHECKSUM = re.compile(r"^checksum (\S+)", re.M)
 
 

@@ -18,7 +18,9 @@ KEYS = ("added_driver_calls_per_step", "added_driver_us_per_step", "added_driver
         "added_cpu_ns_per_launch", "added_host_us_per_launch", "prefetch_calls_per_step",
         "prefetch_bytes_asked_per_step", "prefetch_bytes_moved_per_step", "prefetches_of_resident_blocks",
         "gpu_faults_per_step", "gpu_faults_per_step_without_pump", "driver_evictions",
-        "driver_evictions_without_pump")
+        "driver_evictions_without_pump", "gpu_fault_batches_per_step", "gpu_fault_batches_per_step_without_pump",
+        "fault_stall_us_per_step", "fault_stall_us_per_step_without_pump", "bytes_h2d_per_step",
+        "bytes_h2d_per_step_without_pump", "bytes_d2h_per_step", "bytes_d2h_per_step_without_pump")
 
 
 TWO_DEVICES_KEYS = ("one_thread_us_per_launch", "two_threads_us_per_launch", "thread_time_ratio",
@@ -76,6 +78,11 @@ def test_figures_agree_with_the_runs(bench):
             assert by_entry["prefetch"]["calls"] == pytest.approx(row["prefetch_calls_per_step"])
         assert row["prefetch_bytes_moved_per_step"] <= row["prefetch_bytes_asked_per_step"]
         assert row["gpu_faults_per_step"] == pump["gpu_faults"]
+        # Bytes each way are every byte the runs counted crossing the link.
+        for key, run in (("", pump), ("_without_pump", bare)):
+            assert row["bytes_h2d_per_step" + key] == round(run["bytes_faulted_h2d"] + run["bytes_prefetched_h2d"])
+            assert row["bytes_d2h_per_step" + key] == round(run["bytes_d2h"] + run["bytes_evicted_d2h"])
+            assert (row["gpu_fault_batches_per_step" + key] > 0) == (row["gpu_faults_per_step" + key] > 0)
         assert row["driver_evictions_without_pump"] == bare["driver_evictions"]
         assert pump["pump"]["errors"] == 0
         # With the ioctls on a driver thread the launching thread pays less of what pump adds.

@@ -98,9 +98,16 @@ fc_chunk *fc_chunk_new(void *owner, size_t block, int device, uint64_t bytes)
     return c;
 }
 
+/* Only a full 2 MiB block's chunk moves between the lists: block_mark_memory_used and
+ * block_clear_resident_processor (uvm_va_block.c) act only when uvm_va_block_size(block) ==
+ * UVM_CHUNK_SIZE_MAX, and so does marking it discarded (uvm_va_block_discard's callers). A
+ * short block (an allocation's last, under 2 MiB) stays where its allocation put it: on USED,
+ * in allocation order (chunk_update_lists_locked), whether its pages are there or not. */
+static int moves_between_lists(const fc_chunk *c) { return c->bytes == FAKECUDA_VA_BLOCK; }
+
 void fc_chunk_page_in(fc_chunk *c)
 {
-    if (c->resident++ > 0) return;
+    if (c->resident++ > 0 || !moves_between_lists(c)) return;
     lock(c->device);
     move_tail(c, FC_LIST_USED); /* the block became resident on the device */
     unlock(c->device);
@@ -108,7 +115,7 @@ void fc_chunk_page_in(fc_chunk *c)
 
 void fc_chunk_page_out(fc_chunk *c, int discarded)
 {
-    if (--c->resident > 0) return;
+    if (--c->resident > 0 || !moves_between_lists(c)) return;
     lock(c->device);
     move_tail(c, discarded ? FC_LIST_DISCARDED : FC_LIST_UNUSED);
     unlock(c->device);
@@ -136,3 +143,50 @@ void fc_chunk_release(fc_chunk *c)
     unlock(c->device);
     free(c);
 }
+
+/* ---- virtual memory management: physical allocations only ---- */
+/* A cuMemCreate handle: device memory counted against the device (cuMemGetInfo); it
+ * cannot be mapped here (no cuMemAddressReserve/cuMemMap), only created and released. */
+typedef struct fc_physical {
+    uint32_t magic;
+    int device;
+    size_t size;
+    fc_link keep;
+} fc_physical;
+#define FC_MAGIC_PHYS 0x50485921u
+
+FC_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                               unsigned long long flags)
+{
+    FC_ENTRY(cuMemCreate, 10020);
+    if (!handle || !prop || flags != 0 || size == 0 || size % FAKECUDA_MANAGED_ALIGN != 0 ||
+        prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    int dev = prop->location.id;
+    if (dev < 0 || dev >= fc_cfg.ndevices) return CUDA_ERROR_INVALID_DEVICE;
+    CUresult err = fc_reserve_device_memory(dev, size);
+    if (err != CUDA_SUCCESS) return err;
+    fc_physical *p = calloc(1, sizeof *p);
+    if (!p) {
+        fc_devmem_give(dev, size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *p = (fc_physical){ .magic = FC_MAGIC_PHYS, .device = dev, .size = size };
+    fc_keep(&p->keep);
+    *handle = (CUmemGenericAllocationHandle)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuMemCreate);
+
+FC_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+    FC_ENTRY(cuMemRelease, 10020);
+    fc_physical *p = (fc_physical *)(uintptr_t)handle;
+    if (!p || p->magic != FC_MAGIC_PHYS) return CUDA_ERROR_INVALID_VALUE;
+    fc_devmem_give(p->device, p->size);
+    p->magic = FC_MAGIC_DEAD;
+    fc_unkeep(&p->keep);
+    free(p);
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuMemRelease);

@@ -62,6 +62,14 @@ struct fakecuda_stats {
        prefetched again), and bytes released to the OS (at synchronisations above a pool's
        release threshold, by cuMemPoolTrimTo, or when a pool is destroyed). */
     uint64_t pool_bytes_reserved, pool_bytes_released;
+    /* The GPU fault path as UVM's: batches of faults serviced (gpu_faults counts their
+       faulting 64 KiB pages), the time kernels stalled for them (fault service, transfers
+       and the evictions that made room), and bytes the driver's fault-time prefetcher moved
+       host->device besides the faulted pages (in bytes_faulted_h2d too). */
+    uint64_t gpu_fault_batches, gpu_fault_stall_ns, bytes_fault_prefetched_h2d;
+    /* Every byte over the link each way: bytes_faulted_h2d + bytes_prefetched_h2d, and
+       bytes_d2h + bytes_evicted_d2h. */
+    uint64_t bytes_h2d, bytes_d2h_all;
 };
 void fakecuda_get_stats(struct fakecuda_stats *out); /* call after synchronizing */
 /* Contexts made on a device since load: primary context activations (a retain with no

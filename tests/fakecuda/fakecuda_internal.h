@@ -67,6 +67,8 @@ typedef struct fc_config {
     int physical[FAKECUDA_MAX_DEVICES]; /* ordinal -> the machine's device (UUID, name, PCI) */
     uint64_t device_memory;
     int ioctl_on_worker; /* FAKECUDA_IOCTL_THREAD=worker: ioctls are paid by the stream's worker */
+    /* The UVM fault path's tunables (fakecuda_model.h), FAKECUDA_UVM_PERF_* knobs */
+    unsigned fault_batch_count, prefetch_enable, prefetch_threshold, prefetch_min_faults;
     int pool_prefetch;   /* FAKECUDA_POOL_PREFETCH=accept: managed pools' memory may be prefetched */
 } fc_config;
 extern fc_config fc_cfg; /* valid after fc_config_load() */
@@ -76,7 +78,8 @@ typedef struct fc_counters {
     _Atomic uint64_t gpu_faults, cpu_faults, pages_touched_by_kernels, bytes_prefetched_h2d,
         bytes_prefetched_unused, bytes_faulted_h2d, bytes_d2h, kernels_run, launches,
         prefetch_calls, batch_prefetch_calls, bytes_discarded, allocations_reused, driver_evictions,
-        bytes_evicted_d2h, bytes_evicted_h2d, pool_bytes_reserved, pool_bytes_released;
+        bytes_evicted_d2h, bytes_evicted_h2d, pool_bytes_reserved, pool_bytes_released, gpu_fault_batches,
+        gpu_fault_stall_ns, bytes_fault_prefetched_h2d;
 } fc_counters;
 extern fc_counters fc_ctr;
 #define FC_COUNT(field, n) atomic_fetch_add_explicit(&fc_ctr.field, (uint64_t)(n), memory_order_relaxed)
@@ -300,6 +303,9 @@ enum { FC_ALLOC_DEVICE, FC_ALLOC_MANAGED, FC_ALLOC_MANAGED_POOL };
 CUresult fc_alloc_memory(CUdeviceptr *dptr, size_t size, int kind, int device, CUcontext ctx);
 void fc_free_memory(uintptr_t p);
 int fc_alloc_starts_at(uintptr_t p);
+/* The allocation holding p (1), or none (0): for pointers.c. */
+typedef struct fc_alloc_desc { uintptr_t base; size_t size; int managed, device; CUcontext ctx; } fc_alloc_desc;
+int fc_alloc_lookup(uintptr_t p, fc_alloc_desc *out);
 enum { FC_LOC_UNPOP = 0, FC_LOC_HOST = 1, FC_LOC_DEV0 = 2 };
 /* The ranges of prefetches, discards and advice: inside one managed allocation, and not a
  * managed pool's unless FAKECUDA_POOL_PREFETCH=accept (memory.c). */
@@ -311,6 +317,17 @@ int fc_mem_kind(uintptr_t p, size_t n);
 void fc_run_prefetch(const struct fc_op *op); /* a prefetch or discard reached in its stream */
 void fc_migrate_ranges(const fc_range *r, size_t n); /* moves the pages (memory.c) */
 uint64_t fc_device_resident_bytes(uintptr_t p, size_t n); /* managed bytes of [p, p+n) on any device */
+/* CU_MEM_ADVISE_SET_PREFERRED_LOCATION (loc: FC_LOC_HOST or FC_LOC_DEV0 + d) and UNSET (loc
+ * FC_LOC_UNPOP) on the pages [p, p+n) overlaps: the fault-time prefetcher reads it. */
+void fc_set_preferred_location(uintptr_t p, size_t n, int loc);
+/* fault_prefetch.c: the driver's fault-time prefetcher over one VA block's n pages (their
+ * FC_LOC_* loc, preferred location pref and page bits): marks FC_BIT_DRIVER_PF on the pages it
+ * migrates to target with those marked FC_BIT_FAULTED (the batch's faults). pfi: the block's
+ * prefetch_info (last_migration_proc_id, fault_migrations_to_last_proc; uvm_perf_prefetch.c). */
+enum { FC_BIT_FAULTED = 8, FC_BIT_DRIVER_PF = 16 }; /* memory.c's page bits 1, 2, 4 are its own */
+typedef struct fc_prefetch_info { uint8_t proc; uint32_t faults; } fc_prefetch_info;
+void fc_prefetch_plan(size_t n, const uint8_t *loc, const uint8_t *pref, uint8_t *bits, uint8_t target,
+                      fc_prefetch_info *pfi);
 
 void fc_run_copy(const fc_op *op, int device); /* a copy or memset reached in its stream (copies.c) */
 void fc_managed_scan(uint64_t *unused_bytes, int clear);

@@ -4,8 +4,10 @@
 #ifndef FAKECUDA_MODEL_H
 #define FAKECUDA_MODEL_H
 
-/* Residency granularity of managed memory: the driver migrates managed memory on GPU
- * faults in 64 KiB blocks, so one fault = one 64 KiB page here. */
+/* Residency granularity of managed memory: UVM's big page (UVM_BIG_PAGE_SIZE, 64 KiB on
+ * Pascal and later), to which its fault-time prefetcher widens every faulted 4 KiB page
+ * (uvm_perf_prefetch.c, grow_fault_granularity) unless the page is thrashing (not modelled).
+ * One fault here is one 64 KiB page faulting in one batch (below). */
 #define FAKECUDA_PAGE (64u * 1024u)
 
 /* The byte a discarded page is filled with: as floats, NaN, so a kernel that reads dead
@@ -23,9 +25,39 @@
 #define FAKECUDA_D2H_BYTES_PER_US 25000u
 
 /* Fixed cost of servicing one GPU page fault, on top of moving the page: the kernel
- * stalls for this long per faulting 64 KiB page. With the transfer (2.6 us per page)
- * faulting runs at about 5 GB/s, well below prefetch: the gap pump exists to close. */
+ * stalls for this long per faulting 64 KiB page (one fault of a batch, below). With the
+ * transfer (2.6 us per page) faulting runs at about 5 GB/s, well below prefetch: the gap
+ * pump exists to close. Pages the driver's fault-time prefetcher adds to a batch pay their
+ * transfer only. A batch adds nothing of its own (the kinder side for the baseline). A
+ * measured streaming kernel faults about once per 64 KiB page with the prefetcher on (31,774
+ * faults for 2 GiB, 386.6 ms: about 12 us a fault; bench/published, pascal-um.*), which a
+ * whole-tensor burst here reproduces (every page faults in its batch). */
 #define FAKECUDA_GPU_FAULT_US 10u
+
+/* ---- The UVM driver's GPU fault path (kernel-open/nvidia-uvm, open-gpu-kernel-modules
+ * 595.45.04). Each has a FAKECUDA_<SOURCE NAME> knob (stats.c) with the driver's valid range. */
+
+/* Faults fetched and serviced per batch: uvm_perf_fault_batch_count (module parameter),
+ * UVM_PERF_FAULT_BATCH_COUNT_DEFAULT in uvm_gpu_replayable_faults.c. The driver fetches up to
+ * this many entries (fetch_fault_buffer_entries), sorts them by address
+ * (preprocess_fault_batch), services them VA block by VA block (service_fault_batch ->
+ * service_fault_batch_block) and replays, then fetches the next batch. Here one
+ * fakecuda_touch call is one burst of a kernel's threads, all in flight at once: its faulting
+ * 64 KiB pages, in address order, are the batches' entries. UVM's entries are 4 KiB faults
+ * (up to 16 per big page), so its batches cover less: counting one per 64 KiB page makes
+ * fewer, larger batches, the kinder side for the no-pump baseline. Knob range 1 to 65536. */
+#define FAKECUDA_UVM_PERF_FAULT_BATCH_COUNT 256u
+
+/* The fault-time prefetcher (uvm_perf_prefetch.c): uvm_perf_prefetch_enable (default 1),
+ * uvm_perf_prefetch_threshold (UVM_PREFETCH_THRESHOLD_DEFAULT 51, valid 0 to 100: a
+ * subregion is migrated whole when more than this percentage of its pages are resident at
+ * the destination or faulted in the batch; compute_prefetch_region) and
+ * uvm_perf_prefetch_min_faults (UVM_PREFETCH_MIN_FAULTS_DEFAULT 1, valid 1 to 20: faults
+ * migrated to the same processor in the block before it prefetches;
+ * uvm_perf_prefetch_get_hint_va_block). fault_prefetch.c has the rule. */
+#define FAKECUDA_UVM_PERF_PREFETCH_ENABLE 1u
+#define FAKECUDA_UVM_PERF_PREFETCH_THRESHOLD 51u
+#define FAKECUDA_UVM_PERF_PREFETCH_MIN_FAULTS 1u
 
 /* Fixed cost of a CPU fault on a device-resident page (on the touching host thread). */
 #define FAKECUDA_CPU_FAULT_US 10u

@@ -1,9 +1,9 @@
 /* memory.c: why it exists: managed allocations (host memory with a residency state per
  * FAKECUDA_PAGE page: unpopulated, host or device N), plain device allocations (pools.c's
  * memory too), page migration by kernel touches (GPU faults), host touches (CPU faults)
- * and prefetches (prefetch.c's stream ops), the driver's eviction of managed memory when a
- * device needs room (devmem.c picks the victim), pointer queries, IPC handles and the
- * handles of cuMemCreate. */
+ * in batches with the driver's fault-time prefetcher (fault_prefetch.c's rule) and
+ * prefetches (prefetch.c's stream ops), and the driver's eviction of managed memory when a
+ * device needs room (devmem.c picks the victim). */
 #include "fakecuda_internal.h"
 
 #include <stdlib.h>
@@ -11,10 +11,10 @@
 #include <sys/mman.h>
 #include <time.h>
 
-enum { FC_BIT_PREFETCHED = 1, FC_BIT_TOUCHED = 2, FC_BIT_EVICTED = 4 };
+enum { FC_BIT_PREFETCHED = 1, FC_BIT_TOUCHED = 2, FC_BIT_EVICTED = 4 }; /* and fault_prefetch.c's FC_BIT_* */
 #define PAGES_PER_BLOCK (FAKECUDA_VA_BLOCK / FAKECUDA_PAGE)
 #define FC_NO_ROOM INT64_MIN
-enum { WHY_KERNEL, WHY_HOST, WHY_PREFETCH, WHY_DISCARD };
+enum { WHY_KERNEL, WHY_HOST, WHY_PREFETCH, WHY_DISCARD, WHY_FAULT_PREFETCH };
 
 typedef struct fc_alloc {
     uintptr_t base;
@@ -29,7 +29,9 @@ typedef struct fc_alloc {
     pthread_mutex_t mu; /* guards loc[] and bits[] */
     uint8_t *loc;       /* FC_LOC_UNPOP, FC_LOC_HOST, FC_LOC_DEV0 + d */
     uint8_t *bits;      /* FC_BIT_* */
+    uint8_t *pref;      /* preferred location (cuMemAdvise), FC_LOC_*; FC_LOC_UNPOP: none */
     fc_chunk **chunks;  /* [block * ndevices + d]: the block's root chunk on device d, or NULL */
+    fc_prefetch_info *pfi; /* per VA block */
 } fc_alloc;
 
 /* Allocations sorted by base, under a reader/writer lock (lock order: fc_reg_lock, then
@@ -165,6 +167,13 @@ static int64_t page_move(fc_alloc *a, size_t p, uint8_t target, int why)
             ns += xfer_ns(FAKECUDA_PAGE, FAKECUDA_H2D_BYTES_PER_US);
         } /* unpopulated: populated in place, nothing moves */
         break;
+    case WHY_FAULT_PREFETCH: /* the driver's fault-time prefetcher: moved with the batch, no fault */
+        if (cur == FC_LOC_HOST) {
+            FC_COUNT(bytes_faulted_h2d, FAKECUDA_PAGE);
+            FC_COUNT(bytes_fault_prefetched_h2d, FAKECUDA_PAGE);
+        }
+        if (cur != FC_LOC_UNPOP) ns += xfer_ns(FAKECUDA_PAGE, FAKECUDA_H2D_BYTES_PER_US);
+        break;
     case WHY_DISCARD: /* dead: nothing moves, and whoever reads it before writing sees poison */
         FC_COUNT(bytes_discarded, FAKECUDA_PAGE);
         memset((void *)(a->base + p * FAKECUDA_PAGE), FAKECUDA_DISCARD_POISON, FAKECUDA_PAGE);
@@ -225,6 +234,59 @@ static int64_t evict_one(int device, int *evicted)
     return ns;
 }
 
+/* One batch of a kernel's burst of accesses to [*pp, plast] of a: the driver fetches up to
+ * uvm_perf_fault_batch_count faults (the pages not on target, in address order; pages
+ * already there are touched, no fault), then services them VA block by VA block with the
+ * prefetcher's pages (service_fault_batch, service_fault_batch_block), a page at a time: a
+ * page whose block has no chunk on the device first evicts one, then is filled (evict, then
+ * fill: the kernel waits for both, one after the other, as block_populate_pages ->
+ * uvm_pmm_gpu_alloc -> pick_and_evict_root_chunk does it before the copy in). *pp moves past
+ * the pages fetched. Returns the modelled ns. Caller holds fc_reg_lock for reading and a->mu
+ * (let go of during evictions). */
+static int64_t fault_batch(fc_alloc *a, size_t *pp, size_t plast, uint8_t target)
+{
+    size_t p = *pp, nf = 0, lo = SIZE_MAX, hi = 0;
+    for (; p <= plast && nf < fc_cfg.fault_batch_count; p++) {
+        if (a->loc[p] == target) {
+            page_move(a, p, target, WHY_KERNEL); /* touched, no fault */
+            continue;
+        }
+        a->bits[p] |= FC_BIT_FAULTED;
+        nf++;
+        if (lo == SIZE_MAX) lo = p;
+        hi = p;
+    }
+    *pp = p;
+    if (nf == 0) return 0;
+    FC_COUNT(gpu_fault_batches, 1);
+    size_t b0 = lo / PAGES_PER_BLOCK, b1 = hi / PAGES_PER_BLOCK;
+    for (size_t b = b0; b <= b1; b++) {
+        size_t first = b * PAGES_PER_BLOCK, n = a->npages - first < PAGES_PER_BLOCK ? a->npages - first : PAGES_PER_BLOCK;
+        fc_prefetch_plan(n, &a->loc[first], &a->pref[first], &a->bits[first], target, &a->pfi[b]);
+    }
+    size_t end = (b1 + 1) * PAGES_PER_BLOCK < a->npages ? (b1 + 1) * PAGES_PER_BLOCK : a->npages;
+    int64_t ns = 0;
+    for (size_t q = b0 * PAGES_PER_BLOCK; q < end; q++) {
+        uint8_t bits = a->bits[q] & (FC_BIT_FAULTED | FC_BIT_DRIVER_PF);
+        if (!bits) continue;
+        int why = bits & FC_BIT_FAULTED ? WHY_KERNEL : WHY_FAULT_PREFETCH;
+        int64_t moved;
+        while ((moved = page_move(a, q, target, why)) == FC_NO_ROOM) {
+            int evicted = 0;
+            pthread_mutex_unlock(&a->mu);
+            ns += evict_one(target - FC_LOC_DEV0, &evicted);
+            pthread_mutex_lock(&a->mu);
+            if (!evicted) {
+                moved = page_stays(a, q, why);
+                break;
+            }
+        }
+        ns += moved;
+        a->bits[q] &= (uint8_t)~(FC_BIT_FAULTED | FC_BIT_DRIVER_PF);
+    }
+    return ns;
+}
+
 /* A plain allocation that needs room gets it by evicting managed chunks (UVM registers
  * uvm_pmm_gpu_pma_evict_pages / _range with PMA for RM's allocations); out of memory only
  * when nothing evictable remains. The copies are paid by the allocating thread. */
@@ -242,8 +304,9 @@ CUresult fc_reserve_device_memory(int device, uint64_t bytes)
 }
 
 /* Walks [addr, addr+len) page by page, releasing the locks and sleeping off the modelled
- * time every FAKECUDA_SLEEP_CHUNK_US, so that a racing stream sees pages move one by one.
- * Memory that is not managed is skipped. */
+ * time every FAKECUDA_SLEEP_CHUNK_US, so that a racing stream sees pages move one by one; a
+ * kernel's access a fault batch at a time (fault_batch). Memory that is not managed is
+ * skipped; a burst that spans allocations is batched per allocation. */
 static void migrate_range(uintptr_t addr, size_t len, uint8_t target, int why)
 {
     uintptr_t end = addr + len < addr ? UINTPTR_MAX : addr + len;
@@ -268,7 +331,12 @@ static void migrate_range(uintptr_t addr, size_t len, uint8_t target, int why)
         size_t plast = (stop - 1 - a->base) / FAKECUDA_PAGE;
         int64_t moved = 0;
         pthread_mutex_lock(&a->mu);
-        for (; p <= plast && ns < chunk && (moved = page_move(a, p, target, why)) != FC_NO_ROOM; p++) ns += moved;
+        if (why == WHY_KERNEL) {
+            ns = fault_batch(a, &p, plast, target);
+            FC_COUNT(gpu_fault_stall_ns, ns);
+        } else {
+            for (; p <= plast && ns < chunk && (moved = page_move(a, p, target, why)) != FC_NO_ROOM; p++) ns += moved;
+        }
         pthread_mutex_unlock(&a->mu);
         if (moved == FC_NO_ROOM) { /* evict (a's mu let go), then this page again; or it stays */
             int evicted = 0;
@@ -313,7 +381,7 @@ void fc_managed_scan(uint64_t *unused_bytes, int clear)
         pthread_mutex_lock(&a->mu);
         for (size_t p = 0; p < a->npages; p++) {
             if (a->bits[p] & FC_BIT_PREFETCHED) *unused_bytes += FAKECUDA_PAGE;
-            if (clear) a->bits[p] &= FC_BIT_EVICTED; /* where a page is is not a statistic */
+            if (clear) a->bits[p] &= FC_BIT_EVICTED | FC_BIT_FAULTED | FC_BIT_DRIVER_PF; /* not statistics */
         }
         pthread_mutex_unlock(&a->mu);
     }
@@ -362,15 +430,19 @@ CUresult fc_alloc_memory(CUdeviceptr *dptr, size_t size, int kind, int device, C
         a->npages = (size + FAKECUDA_PAGE - 1) / FAKECUDA_PAGE;
         a->loc = calloc(a->npages, 1);
         a->bits = calloc(a->npages, 1);
-        a->chunks = calloc((a->npages + PAGES_PER_BLOCK - 1) / PAGES_PER_BLOCK * (size_t)fc_cfg.ndevices,
-                           sizeof *a->chunks);
+        a->pref = calloc(a->npages, 1);
+        size_t nblocks = (a->npages + PAGES_PER_BLOCK - 1) / PAGES_PER_BLOCK;
+        a->chunks = calloc(nblocks * (size_t)fc_cfg.ndevices, sizeof *a->chunks);
+        a->pfi = calloc(nblocks, sizeof *a->pfi);
     }
-    if ((managed && (!a->loc || !a->bits || !a->chunks)) || reg_insert(a) != 0) {
+    if ((managed && (!a->loc || !a->bits || !a->pref || !a->chunks || !a->pfi)) || reg_insert(a) != 0) {
         if (!managed) fc_devmem_give(device, size);
         munmap(a->map, a->map_len);
         free(a->loc);
         free(a->bits);
+        free(a->pref);
         free(a->chunks);
+        free(a->pfi);
         free(a);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -392,7 +464,9 @@ static void alloc_destroy(fc_alloc *a)
     pthread_mutex_destroy(&a->mu);
     free(a->loc);
     free(a->bits);
+    free(a->pref);
     free(a->chunks);
+    free(a->pfi);
     free(a);
 }
 
@@ -467,51 +541,15 @@ FC_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 }
 FC_ALIAS(cuMemFree_v2);
 
-/* ---- pointer queries ---- */
-FC_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+/* ---- what an address is, for pointers.c ---- */
+int fc_alloc_lookup(uintptr_t p, fc_alloc_desc *out)
 {
-    FC_ENTRY(cuPointerGetAttribute, 4000);
-    if (!data) return CUDA_ERROR_INVALID_VALUE;
-    fc_cost(FC_E_POINTER_QUERY, FAKECUDA_POINTER_QUERY_HOST_NS);
     pthread_rwlock_rdlock(&fc_reg_lock);
-    fc_alloc *a = reg_find((uintptr_t)ptr);
-    struct { uintptr_t base; size_t size; int managed, device; CUcontext ctx; } c = { 0, 0, 0, 0, NULL };
-    if (a) { c.base = a->base; c.size = a->size; c.managed = a->managed; c.device = a->device; c.ctx = a->ctx; }
+    fc_alloc *a = reg_find(p);
+    if (a) *out = (fc_alloc_desc){ a->base, a->size, a->managed, a->device, a->ctx };
     pthread_rwlock_unlock(&fc_reg_lock);
-    if (!a) return CUDA_ERROR_INVALID_VALUE;
-    switch (attribute) {
-    case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data = c.ctx; break;
-    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *(unsigned int *)data = CU_MEMORYTYPE_DEVICE; break;
-    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *(CUdeviceptr *)data = ptr; break;
-    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-        if (!c.managed) return CUDA_ERROR_INVALID_VALUE;
-        *(void **)data = (void *)(uintptr_t)ptr;
-        break;
-    case CU_POINTER_ATTRIBUTE_IS_MANAGED: *(unsigned int *)data = (unsigned)c.managed; break;
-    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = c.device; break;
-    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(CUdeviceptr *)data = (CUdeviceptr)c.base; break;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data = c.size; break;
-    case CU_POINTER_ATTRIBUTE_MAPPED: *(unsigned int *)data = 1; break;
-    default: return CUDA_ERROR_INVALID_VALUE;
-    }
-    return CUDA_SUCCESS;
+    return a != NULL;
 }
-FC_ALIAS(cuPointerGetAttribute);
-
-FC_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
-{
-    FC_ENTRY(cuMemGetAddressRange_v2, 3020);
-    pthread_rwlock_rdlock(&fc_reg_lock);
-    fc_alloc *a = reg_find((uintptr_t)dptr);
-    uintptr_t base = a ? a->base : 0;
-    size_t size = a ? a->size : 0;
-    pthread_rwlock_unlock(&fc_reg_lock);
-    if (!a) return CUDA_ERROR_NOT_FOUND;
-    if (pbase) *pbase = (CUdeviceptr)base;
-    if (psize) *psize = size;
-    return CUDA_SUCCESS;
-}
-FC_ALIAS(cuMemGetAddressRange_v2);
 
 /* ---- managed ranges, for prefetch.c ---- */
 uint64_t fc_device_resident_bytes(uintptr_t p, size_t n)
@@ -528,6 +566,19 @@ uint64_t fc_device_resident_bytes(uintptr_t p, size_t n)
     }
     pthread_rwlock_unlock(&fc_reg_lock);
     return bytes;
+}
+
+void fc_set_preferred_location(uintptr_t p, size_t n, int loc)
+{
+    pthread_rwlock_rdlock(&fc_reg_lock);
+    fc_alloc *a = reg_find(p);
+    if (a && a->managed && n) {
+        pthread_mutex_lock(&a->mu);
+        for (size_t q = (p - a->base) / FAKECUDA_PAGE; q <= (p + n - 1 - a->base) / FAKECUDA_PAGE && q < a->npages; q++)
+            a->pref[q] = (uint8_t)loc;
+        pthread_mutex_unlock(&a->mu);
+    }
+    pthread_rwlock_unlock(&fc_reg_lock);
 }
 
 /* cuda.h 13.0 says the range of cuMemPrefetchAsync, cuMemPrefetchBatchAsync,
@@ -565,68 +616,3 @@ void fc_migrate_ranges(const fc_range *r, size_t n)
     for (size_t i = 0; i < n; i++)
         migrate_range(r[i].ptr, r[i].size, (uint8_t)r[i].loc, r[i].loc == FC_LOC_UNPOP ? WHY_DISCARD : WHY_PREFETCH);
 }
-
-/* ---- interprocess handles ---- */
-/* Only plain device memory, by its base, can be exported; managed memory cannot
- * (the driver returns CUDA_ERROR_INVALID_VALUE for it). The handle holds the address. */
-FC_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
-{
-    FC_ENTRY(cuIpcGetMemHandle, 4010);
-    if (!pHandle) return CUDA_ERROR_INVALID_VALUE;
-    pthread_rwlock_rdlock(&fc_reg_lock);
-    fc_alloc *a = reg_find((uintptr_t)dptr);
-    int ok = a && a->base == (uintptr_t)dptr && !a->managed;
-    pthread_rwlock_unlock(&fc_reg_lock);
-    if (!ok) return CUDA_ERROR_INVALID_VALUE;
-    memset(pHandle, 0, sizeof *pHandle);
-    memcpy(pHandle->reserved, &dptr, sizeof dptr);
-    return CUDA_SUCCESS;
-}
-FC_ALIAS(cuIpcGetMemHandle);
-
-/* ---- virtual memory management: physical allocations only ---- */
-/* A cuMemCreate handle: device memory counted against the device (cuMemGetInfo); it
- * cannot be mapped here (no cuMemAddressReserve/cuMemMap), only created and released. */
-typedef struct fc_physical {
-    uint32_t magic;
-    int device;
-    size_t size;
-    fc_link keep;
-} fc_physical;
-#define FC_MAGIC_PHYS 0x50485921u
-
-FC_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
-                               unsigned long long flags)
-{
-    FC_ENTRY(cuMemCreate, 10020);
-    if (!handle || !prop || flags != 0 || size == 0 || size % FAKECUDA_MANAGED_ALIGN != 0 ||
-        prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
-        return CUDA_ERROR_INVALID_VALUE;
-    int dev = prop->location.id;
-    if (dev < 0 || dev >= fc_cfg.ndevices) return CUDA_ERROR_INVALID_DEVICE;
-    CUresult err = fc_reserve_device_memory(dev, size);
-    if (err != CUDA_SUCCESS) return err;
-    fc_physical *p = calloc(1, sizeof *p);
-    if (!p) {
-        fc_devmem_give(dev, size);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    *p = (fc_physical){ .magic = FC_MAGIC_PHYS, .device = dev, .size = size };
-    fc_keep(&p->keep);
-    *handle = (CUmemGenericAllocationHandle)(uintptr_t)p;
-    return CUDA_SUCCESS;
-}
-FC_ALIAS(cuMemCreate);
-
-FC_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
-{
-    FC_ENTRY(cuMemRelease, 10020);
-    fc_physical *p = (fc_physical *)(uintptr_t)handle;
-    if (!p || p->magic != FC_MAGIC_PHYS) return CUDA_ERROR_INVALID_VALUE;
-    fc_devmem_give(p->device, p->size);
-    p->magic = FC_MAGIC_DEAD;
-    fc_unkeep(&p->keep);
-    free(p);
-    return CUDA_SUCCESS;
-}
-FC_ALIAS(cuMemRelease);

@@ -190,25 +190,33 @@ FC_DEF(cuMemDiscardBatchAsync_ptsz, 13000, (CUdeviceptr *dptrs, size_t *sizes, s
         unsigned long long flags, CUstream hStream),
        discard_batch(dptrs, sizes, count, flags, hStream, 1));
 
-/* Advice is validated and accepted; it does not change the model's behaviour. */
-static CUresult advise(CUdeviceptr p, size_t n, CUmem_advise advice)
+/* Advice is validated and accepted; of it only the preferred location changes the model: the
+ * driver's fault-time prefetcher is off where a preferred location other than the faulting
+ * device is set (memory.c, block_prefetch_plan). loc: the advice's device or host. */
+static CUresult advise(CUdeviceptr p, size_t n, CUmem_advise advice, int loc)
 {
     if (advice < CU_MEM_ADVISE_SET_READ_MOSTLY || advice > CU_MEM_ADVISE_UNSET_ACCESSED_BY)
         return CUDA_ERROR_INVALID_VALUE;
-    return fc_check_prefetch_range((uintptr_t)p, n);
+    CUresult err = fc_check_prefetch_range((uintptr_t)p, n);
+    if (err == CUDA_SUCCESS && advice == CU_MEM_ADVISE_SET_PREFERRED_LOCATION)
+        fc_set_preferred_location((uintptr_t)p, n, loc);
+    else if (err == CUDA_SUCCESS && advice == CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION)
+        fc_set_preferred_location((uintptr_t)p, n, FC_LOC_UNPOP);
+    return err;
 }
 FC_EXPORT CUresult cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUdevice device)
 {
     FC_ENTRY(cuMemAdvise, 8000);
     if (device != CU_DEVICE_CPU && (device < 0 || device >= fc_cfg.ndevices)) return CUDA_ERROR_INVALID_DEVICE;
-    return advise(devPtr, count, advice);
+    return advise(devPtr, count, advice, device == CU_DEVICE_CPU ? FC_LOC_HOST : FC_LOC_DEV0 + device);
 }
 FC_ALIAS(cuMemAdvise);
 FC_EXPORT CUresult cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location)
 {
     FC_ENTRY(cuMemAdvise_v2, 12020);
     CUresult err = CUDA_SUCCESS;
-    if (loc_from_location(location, &err) < 0) return err;
-    return advise(devPtr, count, advice);
+    int loc = loc_from_location(location, &err);
+    if (loc < 0) return err;
+    return advise(devPtr, count, advice, loc);
 }
 FC_ALIAS(cuMemAdvise_v2);

@@ -375,6 +375,10 @@ int main(int argc, char **argv)
     for (const struct selftest_driver_mode *m = selftest_driver_modes; m->name; m++)
         CHECK(run_child(m->name, m->env, NULL) == 0, "%s child", m->name);
     CHECK(run_child("driver-cost", "FAKECUDA_IOCTL_THREAD=nobody", NULL) == 2, "bad FAKECUDA_IOCTL_THREAD refused");
+    CHECK(run_child("faults-batch-one", "FAKECUDA_UVM_PERF_FAULT_BATCH_COUNT=1", "FAKECUDA_UVM_PERF_PREFETCH_THRESHOLD=100") == 0,
+          "batches of one fault, prefetcher's threshold 100");
+    CHECK(run_child("faults", "FAKECUDA_UVM_PERF_PREFETCH_THRESHOLD=101", NULL) == 2, "threshold over 100 refused");
+    CHECK(run_child("faults", "FAKECUDA_UVM_PERF_PREFETCH_MIN_FAULTS=0", NULL) == 2, "min_faults 0 refused");
     CHECK(run_child("pool-prefetch", "FAKECUDA_POOL_PREFETCH=maybe", NULL) == 2, "bad FAKECUDA_POOL_PREFETCH refused");
     char path[] = "/tmp/fakecuda-selftest-XXXXXX";
     int fd = mkstemp(path);

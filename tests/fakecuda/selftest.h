@@ -67,6 +67,12 @@ int selftest_child_contexts(void);        /* selftest_contexts.c */
 int selftest_child_default_streams(void); /* selftest_contexts.c */
 int selftest_child_copies(void);         /* selftest_copies.c */
 int selftest_child_pools(void);          /* selftest_pools.c */
+int selftest_child_faults(void);                  /* selftest_faults.c */
+int selftest_child_faults_prefetch_off(void);     /* selftest_faults.c */
+int selftest_child_faults_min_faults(void);       /* selftest_faults.c */
+int selftest_child_faults_threshold_50(void);     /* selftest_faults.c */
+int selftest_child_faults_batch_one(void);        /* selftest_faults.c */
+int selftest_child_faults_evict(void);            /* selftest_faults.c */
 int selftest_child_pool_prefetch(void);  /* selftest_pools.c */
 
 #endif

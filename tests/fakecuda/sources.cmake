@@ -21,6 +21,8 @@
 set(FAKECUDA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/device.c
     ${CMAKE_CURRENT_LIST_DIR}/memory.c
+    ${CMAKE_CURRENT_LIST_DIR}/fault_prefetch.c
+    ${CMAKE_CURRENT_LIST_DIR}/pointers.c
     ${CMAKE_CURRENT_LIST_DIR}/pools.c
     ${CMAKE_CURRENT_LIST_DIR}/devmem.c
     ${CMAKE_CURRENT_LIST_DIR}/prefetch.c
@@ -44,5 +46,6 @@ set(FAKECUDA_INCLUDE_DIR ${CMAKE_CURRENT_LIST_DIR})
 set(FAKECUDA_EXPORTS_MAP ${CMAKE_CURRENT_LIST_DIR}/exports.map)
 set(FAKECUDA_SELFTEST_SOURCES ${CMAKE_CURRENT_LIST_DIR}/selftest.c ${CMAKE_CURRENT_LIST_DIR}/selftest_driver.c
     ${CMAKE_CURRENT_LIST_DIR}/selftest_contexts.c ${CMAKE_CURRENT_LIST_DIR}/selftest_copies.c
-    ${CMAKE_CURRENT_LIST_DIR}/selftest_pools.c ${CMAKE_CURRENT_LIST_DIR}/selftest_memory.c
+    ${CMAKE_CURRENT_LIST_DIR}/selftest_pools.c ${CMAKE_CURRENT_LIST_DIR}/selftest_faults.c
+    ${CMAKE_CURRENT_LIST_DIR}/selftest_memory.c
     ${CMAKE_CURRENT_LIST_DIR}/selftest_launches.c ${CMAKE_CURRENT_LIST_DIR}/selftest_graphs.c)

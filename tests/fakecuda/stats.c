@@ -93,6 +93,20 @@ static void visible_devices(int machine_devices)
     }
 }
 
+/* A whole-number knob in [lo, hi], or def when unset; anything else: an error at load. */
+static unsigned knob_uint(const char *name, unsigned def, unsigned lo, unsigned hi)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) return def;
+    char *end;
+    unsigned long n = strtoul(v, &end, 10);
+    if (*end || v[0] == '-' || n < lo || n > hi) {
+        fprintf(stderr, "fakecuda: %s=%s: allowed: %u to %u (default %u)\n", name, v, lo, hi, def);
+        exit(2);
+    }
+    return (unsigned)n;
+}
+
 /* A check of pump's, not a model of the driver (which neither knows nor cares): pump's rule
  * is that no lock of its own is held across a driver call (a driver call can block for
  * milliseconds, or call back into pump). libpump exports how many of its locks the calling
@@ -136,6 +150,13 @@ static void load_config(void)
         exit(2);
     }
     fc_cfg.ioctl_on_worker = v && strcmp(v, "worker") == 0;
+    /* The driver's valid ranges (uvm_gpu_replayable_faults.c, uvm_perf_prefetch_init) */
+    fc_cfg.fault_batch_count = knob_uint("FAKECUDA_UVM_PERF_FAULT_BATCH_COUNT", FAKECUDA_UVM_PERF_FAULT_BATCH_COUNT, 1, 65536);
+    fc_cfg.prefetch_enable = knob_uint("FAKECUDA_UVM_PERF_PREFETCH_ENABLE", FAKECUDA_UVM_PERF_PREFETCH_ENABLE, 0, 1);
+    fc_cfg.prefetch_threshold =
+        knob_uint("FAKECUDA_UVM_PERF_PREFETCH_THRESHOLD", FAKECUDA_UVM_PERF_PREFETCH_THRESHOLD, 0, 100);
+    fc_cfg.prefetch_min_faults =
+        knob_uint("FAKECUDA_UVM_PERF_PREFETCH_MIN_FAULTS", FAKECUDA_UVM_PERF_PREFETCH_MIN_FAULTS, 1, 20);
     v = getenv("FAKECUDA_POOL_PREFETCH");
     if (v && *v && strcmp(v, "refuse") != 0 && strcmp(v, "accept") != 0) {
         fprintf(stderr, "fakecuda: FAKECUDA_POOL_PREFETCH=%s: allowed: refuse (the default) or accept\n", v);
@@ -251,6 +272,12 @@ FC_EXPORT void fakecuda_get_stats(struct fakecuda_stats *out)
     out->va_lock_wait_ns = fc_va_lock_wait_ns();
     out->pool_bytes_reserved = LD(pool_bytes_reserved);
     out->pool_bytes_released = LD(pool_bytes_released);
+    out->gpu_fault_batches = LD(gpu_fault_batches);
+    out->gpu_fault_stall_ns = LD(gpu_fault_stall_ns);
+    out->bytes_fault_prefetched_h2d = LD(bytes_fault_prefetched_h2d);
+    /* Each way over the link, whoever moved it */
+    out->bytes_h2d = out->bytes_faulted_h2d + out->bytes_prefetched_h2d;
+    out->bytes_d2h_all = out->bytes_d2h + out->bytes_evicted_d2h;
     out->device_resident_bytes = out->device_resident_peak = 0;
     for (int d = 0; d < FAKECUDA_MAX_DEVICES; d++) {
         out->device_resident_bytes += atomic_load_explicit(&fc_dev_resident[d], memory_order_relaxed);
@@ -273,7 +300,8 @@ FC_EXPORT void fakecuda_reset_stats(void)
                               &fc_ctr.launches, &fc_ctr.prefetch_calls, &fc_ctr.batch_prefetch_calls,
                               &fc_ctr.bytes_discarded, &fc_ctr.allocations_reused, &fc_ctr.driver_evictions,
                               &fc_ctr.bytes_evicted_d2h, &fc_ctr.bytes_evicted_h2d, &fc_ctr.pool_bytes_reserved,
-                              &fc_ctr.pool_bytes_released };
+                              &fc_ctr.pool_bytes_released, &fc_ctr.gpu_fault_batches, &fc_ctr.gpu_fault_stall_ns,
+                              &fc_ctr.bytes_fault_prefetched_h2d };
     for (size_t i = 0; i < sizeof f / sizeof *f; i++) atomic_store_explicit(f[i], 0, memory_order_relaxed);
     fc_cost_reset();
     for (int d = 0; d < FAKECUDA_MAX_DEVICES; d++) /* the peak starts again from what is resident now */
@@ -314,12 +342,16 @@ __attribute__((destructor)) static void fc_write_stats_at_exit(void)
             ", \"bytes_discarded\": %" PRIu64 ", \"allocations_reused\": %" PRIu64
             ", \"driver_host_ns\": %" PRIu64 ", \"driver_evictions\": %" PRIu64 ", \"bytes_evicted_d2h\": %" PRIu64
             ", \"bytes_evicted_h2d\": %" PRIu64 ", \"va_lock_wait_ns\": %" PRIu64
-            ", \"pool_bytes_reserved\": %" PRIu64 ", \"pool_bytes_released\": %" PRIu64 ", \"entry_costs\": ",
+            ", \"pool_bytes_reserved\": %" PRIu64 ", \"pool_bytes_released\": %" PRIu64
+            ", \"gpu_fault_batches\": %" PRIu64 ", \"gpu_fault_stall_ns\": %" PRIu64
+            ", \"bytes_fault_prefetched_h2d\": %" PRIu64 ", \"bytes_h2d\": %" PRIu64 ", \"bytes_d2h_all\": %" PRIu64
+            ", \"entry_costs\": ",
             s.gpu_faults, s.cpu_faults, s.pages_touched_by_kernels, s.bytes_prefetched_h2d,
             s.bytes_prefetched_unused, s.bytes_faulted_h2d, s.bytes_d2h, s.kernels_run,
             s.launches, s.prefetch_calls, s.batch_prefetch_calls, s.device_resident_bytes,
             s.device_resident_peak, s.bytes_discarded, s.allocations_reused, s.driver_host_ns, s.driver_evictions,
-            s.bytes_evicted_d2h, s.bytes_evicted_h2d, s.va_lock_wait_ns, s.pool_bytes_reserved, s.pool_bytes_released);
+            s.bytes_evicted_d2h, s.bytes_evicted_h2d, s.va_lock_wait_ns, s.pool_bytes_reserved, s.pool_bytes_released,
+            s.gpu_fault_batches, s.gpu_fault_stall_ns, s.bytes_fault_prefetched_h2d, s.bytes_h2d, s.bytes_d2h_all);
     fc_cost_write_json(f);
     fputs("}\n", f);
     fclose(f);
