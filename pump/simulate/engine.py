@@ -45,7 +45,7 @@ POLICIES = ("naive", "launch", "lookahead", "ideal")
 class Model:
     name: str
     gpu: K.GpuPreset            # the card: its FLOPs and memory roofs (workload.kernel_seconds)
-    bandwidth: float            # bytes/s of explicit migrations each way: prefetches, pump's evictions
+    bandwidth: float            # bytes/s of explicit migrations host->GPU: prefetches
     link_bytes_per_s: float     # the link's line rate: the driver's evictions on the fault path
     fault_seconds: float        # the faulting kernel's stall per serviced fault
     fault_batch: int
@@ -62,13 +62,19 @@ class Model:
     # lookahead replay on fakecuda (bench/replay_trace --step-pause) issues a step's launches
     # in a few ms, then pauses, and pumpd reads and plans in the pause.
     daemon_reads_steps: bool = False
+    # bytes/s of explicit migrations GPU->host (pump's evictions); 0: as `bandwidth`.
+    d2h_bandwidth: float = 0.0
+
+    @property
+    def d2h_rate(self) -> float:
+        return self.d2h_bandwidth or self.bandwidth
 
 
 def gpu_model(gpu: str = K.DEFAULT_GPU, link: float = None, prefetch: float = None,
-              full_duplex: bool = True) -> Model:
+              full_duplex: bool = True, evict: float = None) -> Model:
     """A GPU preset (K.GPU_PRESETS) on its host link: `link` overrides the line rate (bytes/s
-    each way), `prefetch` the rate of explicit migrations (at most the line rate; default it).
-    ValueError naming the allowed presets for an unknown one."""
+    each way), `prefetch` the rate of explicit migrations host->GPU and `evict` GPU->host (each
+    at most the line rate; default it).  ValueError naming the allowed presets for an unknown one."""
     if gpu not in K.GPU_PRESETS:
         raise ValueError(f"unknown GPU preset {gpu!r}; allowed: {', '.join(K.GPU_PRESETS)}")
     preset = K.GPU_PRESETS[gpu]
@@ -77,7 +83,7 @@ def gpu_model(gpu: str = K.DEFAULT_GPU, link: float = None, prefetch: float = No
     duplex = "" if full_duplex else ", half duplex"
     name = f"{gpu}, PCIe Gen{preset.pcie_generation} x{preset.pcie_lanes}{duplex}"
     return Model(name, preset, rate, link, preset.fault_path.service_seconds, preset.fault_path.batch_faults,
-                 K.HOST_LAUNCH_S, K.LAUNCH_QUEUE_DEPTH, True, full_duplex)
+                 K.HOST_LAUNCH_S, K.LAUNCH_QUEUE_DEPTH, True, full_duplex, d2h_bandwidth=min(evict or link, link))
 
 
 def h100(bandwidth: float = None) -> Model:
@@ -101,9 +107,9 @@ def fakecuda(bandwidth: float = None) -> Model:
 
 def range_models(gpu: str = K.DEFAULT_GPU, link: float = None) -> list:
     """[(case, Model)] over the sourced range of explicit migrations (K.RANGE_CASES): the best
-    case at the line rate, full duplex, and the worst."""
+    case at the line rate, full duplex, and the worst, each direction at its own rate."""
     link = gpu_model(gpu, link).link_bytes_per_s
-    return [(case, gpu_model(gpu, link, link * fraction, duplex)) for case, fraction, duplex in K.RANGE_CASES]
+    return [(case, gpu_model(gpu, link, link * h2d, duplex, link * d2h)) for case, h2d, d2h, duplex in K.RANGE_CASES]
 
 
 # --model: h100 is the h100-pcie preset (--gpu picks another); fakecuda is tests/fakecuda.
@@ -342,7 +348,7 @@ class _Run:
         moved = self._truth_evict(b)
         self.r.evictions += 1
         start = max(now, self.ev_free, self.last_user_end[b])
-        self.ev_free = start + moved / self.m.bandwidth
+        self.ev_free = start + moved / self.m.d2h_rate
         if not self.m.full_duplex:  # one direction at a time: copies in the order issued
             self.pf_free = max(self.pf_free, self.ev_free)
         if self.rec is not None and moved:

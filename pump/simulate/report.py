@@ -27,7 +27,8 @@ def simulate(workload, capacity: int, model: engine.Model, policies=engine.POLIC
     recorder_for(policy): engine.run's recorder for that policy (a timeline), or None;
     progress(what): called as each run begins."""
     doc = {"trace": workload.path, "name": workload.name, "model": model.name, "gpu": model.gpu.name,
-           "bandwidth_bytes_per_s": model.bandwidth, "link_bytes_per_s": model.link_bytes_per_s,
+           "bandwidth_bytes_per_s": model.bandwidth, "d2h_bandwidth_bytes_per_s": model.d2h_rate,
+           "link_bytes_per_s": model.link_bytes_per_s,
            "full_duplex": model.full_duplex, "capacity_bytes": int(capacity),
            "peak_footprint_bytes": int(workload.peak_footprint), "launches": workload.launches,
            "period": workload.period, "learned_at_launch": workload.learned_at,
@@ -72,8 +73,8 @@ def simulate_range(workload, capacity: int, models, policies=engine.POLICIES, re
     for i, (case, model) in enumerate(models):
         one = simulate(workload, capacity, model, policies, recorder_for if i == 0 else None, progress)
         doc = doc or one
-        cases[case] = {k: one[k] for k in ("model", "bandwidth_bytes_per_s", "full_duplex", "lower_bound_seconds",
-                                           "ideal_seconds", "policies")}
+        cases[case] = {k: one[k] for k in ("model", "bandwidth_bytes_per_s", "d2h_bandwidth_bytes_per_s", "full_duplex",
+                                           "lower_bound_seconds", "ideal_seconds", "policies")}
     doc["cases"] = cases
     return doc
 
@@ -93,7 +94,8 @@ def _ratio(r) -> str:
 def _case_line(case, c) -> str:
     steps = ", ".join(f"{p} {d['step_mean_seconds'] * 1e3:.3f} ms ({_ratio(d['ratio_to_lower_bound'])}x bound)"
                       for p, d in c["policies"].items())
-    return (f"  {case}: {c['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s, {'full' if c['full_duplex'] else 'half'} "
+    return (f"  {case}: {c['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s in, {c['d2h_bandwidth_bytes_per_s'] / 1e9:.1f} out, "
+            f"{'full' if c['full_duplex'] else 'half'} "
             f"duplex: bound {c['lower_bound_seconds'] * 1e3:.3f} ms; {steps}")
 
 
@@ -101,7 +103,8 @@ def text(doc: dict) -> str:
     lines = [f"{doc['name']} ({doc['trace']}): {doc['launches']} launches, period {doc['period']}, "
              f"peak footprint {_size(doc['peak_footprint_bytes'])}",
              f"model {doc['model']}, capacity {_size(doc['capacity_bytes'])}, "
-             f"bandwidth {doc['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s each way, steady steps {doc['steady_steps']}",
+             f"bandwidth {doc['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s host->GPU, "
+             f"{doc['d2h_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s GPU->host, steady steps {doc['steady_steps']}",
              f"lower bound {doc['lower_bound_seconds'] * 1e3:.3f} ms per step (compute "
              f"{doc['compute_seconds'] * 1e3:.3f} ms; MIN moves {_size(doc['must_move_bytes'])} host->GPU); "
              f"ideal {doc['ideal_seconds'] * 1e3:.3f} ms",
