@@ -190,9 +190,15 @@ def test_sweep_answers_the_planning_question_in_one_line(small, trace_path):
     doc = sweep.sweep(small, cases)
     best = doc["cases"]["best"]
     within = best["smallest_capacity_bytes"]
-    assert set(within) == {"10%", "25%"} and within["25%"] <= within["10%"]
+    # pump's own calls cost the launching thread (engine.HostCosts): on this small trace's 2 ms
+    # steps, read 5 launches at a time, lookahead stays 14% above the unlimited-memory step even
+    # where everything fits (its plan keeps room for transfers in flight, so it still evicts).
+    assert set(within) == {"10%", "25%"} and within["25%"] is not None
     for tolerance, capacity in within.items():
         limit = best["ideal_seconds"] * (1 + float(tolerance[:-1]) / 100)
+        if capacity is None:
+            assert engine.run(small, "lookahead", small.peak_footprint, cases[0][1]).step_mean_seconds > limit
+            continue
         assert engine.run(small, "lookahead", capacity, cases[0][1]).step_mean_seconds <= limit
         lower = max(1, capacity - int(sweep.REFINE_SHARE * small.peak_footprint) - 2 * MIB)
         assert engine.run(small, "lookahead", lower, cases[0][1]).step_mean_seconds > limit, tolerance

@@ -16,6 +16,14 @@ this model predicts never reach.
 Time: four FIFO resources, each op starting when its inputs are ready:
 - the host issues launches HOST_LAUNCH_S apart, at most LAUNCH_QUEUE_DEPTH ahead of the GPU,
   and waits for the GPU at each step's start (a training loop reads its loss every step);
+  pump's own driver calls run on the launching thread (today's shim has no worker of its own;
+  fakecuda's default, FAKECUDA_IOCTL_THREAD unset, charges them there too) and cost what
+  fakecuda charges, from the same constants read from fakecuda_model.h (HostCosts): per range
+  of contiguous blocks one ioctl plus a pass per block (two passes for a range of several),
+  per discard range one ioctl plus a wait per block, and an eviction to the host also waits
+  for its copy inside the ioctl (UVM_MIGRATE without its async flag, uvm_migrate.c).  Calls a
+  launch's hook makes before the launch delay its kernel; those after it (a plan's trigger)
+  delay the next launch.  Ranges join only within one hook's moves of one kind.
 - the compute stream runs kernel k after kernel k-1, after its launch, after the prefetches of
   its blocks (the kernel waits on its prefetch event), for its roofline time plus its faults'
   service time plus the driver's evictions on its fault path;
@@ -39,6 +47,9 @@ from pump.foresight import BLOCK_SHIFT, Foresight, discard_range
 from pump.simulate import constants as K
 
 POLICIES = ("naive", "launch", "lookahead", "ideal")
+# Per step: faults, bytes each way, kernels' waits for data and prefetches' waits for room, and
+# the launching thread's seconds in pump's driver calls.
+STEP_COUNTS = ("faults", "h2d", "d2h", "data_wait", "prefetch_wait", "host")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +75,8 @@ class Model:
     daemon_reads_steps: bool = False
     # bytes/s of explicit migrations GPU->host (pump's evictions); 0: as `bandwidth`.
     d2h_bandwidth: float = 0.0
+    # pump's driver calls cost the launching thread what fakecuda charges (HostCosts), or nothing.
+    host_costs: bool = True
 
     @property
     def d2h_rate(self) -> float:
@@ -102,7 +115,8 @@ def fakecuda(bandwidth: float = None) -> Model:
     return Model("fakecuda", K.GPU_PRESETS[K.DEFAULT_GPU], rate, rate,
                  f["FAKECUDA_GPU_FAULT_US"] * 1e-6 + K.PAGE_BYTES / h2d, 1,
                  f["FAKECUDA_LAUNCH_LATENCY_US"] * 1e-6, K.LAUNCH_QUEUE_DEPTH, False,
-                 policy_sees_extents=False, daemon_reads_steps=True)
+                 policy_sees_extents=False, daemon_reads_steps=True,
+                 d2h_bandwidth=bandwidth or f["FAKECUDA_D2H_BYTES_PER_US"] * 1e6)
 
 
 def range_models(gpu: str = K.DEFAULT_GPU, link: float = None) -> list:
@@ -110,6 +124,27 @@ def range_models(gpu: str = K.DEFAULT_GPU, link: float = None) -> list:
     case at the line rate, full duplex, and the worst, each direction at its own rate."""
     link = gpu_model(gpu, link).link_bytes_per_s
     return [(case, gpu_model(gpu, link, link * h2d, duplex, link * d2h)) for case, h2d, d2h, duplex in K.RANGE_CASES]
+
+
+@dataclasses.dataclass(frozen=True)
+class HostCosts:
+    """What one of pump's driver calls costs its calling thread, in seconds: fakecuda's model
+    (tests/fakecuda/cost.c, fc_migrate_ioctl_ns and fc_discard_ioctl_ns), its constants read
+    from fakecuda_model.h, never copied."""
+    ioctl: float                # FAKECUDA_IOCTL_NS: the fixed part of a UVM ioctl
+    block_pass: float           # FAKECUDA_BLOCK_PASS_NS: per 2 MiB VA block per pass
+
+    @classmethod
+    def of_fakecuda(cls):
+        f = K.fakecuda_constants()
+        return cls(f["FAKECUDA_IOCTL_NS"] * 1e-9, f["FAKECUDA_BLOCK_PASS_NS"] * 1e-9)
+
+    def migrate(self, blocks: int) -> float:
+        """UVM_MIGRATE of a range of `blocks` VA blocks: two passes when it spans several."""
+        return self.ioctl + blocks * (2 if blocks > 1 else 1) * self.block_pass if blocks else 0.0
+
+    def discard(self, blocks: int) -> float:
+        return self.ioctl + blocks * self.block_pass if blocks else 0.0
 
 
 # --model: h100 is the h100-pcie preset (--gpu picks another); fakecuda is tests/fakecuda.
@@ -136,6 +171,8 @@ class Result:
     data_wait_seconds: float = 0      # time kernels, launched and next in line, waited for data
     max_believed: int = 0             # the most bytes the shim believed resident
     max_resident: int = 0             # the most bytes of 2 MiB chunks really on the GPU
+    host_seconds: float = 0           # the launching thread's time in pump's driver calls
+    driver_ranges: int = 0            # ranges pump's calls moved or discarded (ioctls, in fakecuda)
     per_step: dict = None             # per step: faults, bytes each way
     learned_at: int = None
 
@@ -276,13 +313,16 @@ class _Run:
         self.pf_free = self.ev_free = 0.0
         self.bounds = _step_bounds(w)
         self.r = Result(policy, self.capacity, [], steady_steps(w),
-                        per_step={k: [] for k in ("faults", "h2d", "d2h", "data_wait", "prefetch_wait")})
+                        per_step={k: [] for k in STEP_COUNTS})
         self.foresight = None
         self.plan = {}
         if policy == "lookahead":
             mean = float(np.mean(self.kernel_s)) or K.HOST_LAUNCH_S
             self.foresight = Foresight(self.capacity, model.bandwidth, launch_seconds=mean)
         self.shim = policy in ("launch", "lookahead") or (policy == "naive" and not model.gpu_limits_memory)
+        self.costs = HostCosts.of_fakecuda() if model.host_costs else None
+        self.host = 0.0                        # the launching thread's clock, in pump's calls
+        self.ranges = {}                       # per kind of call, the range one would join: (last block, blocks)
 
     # ---- truth ----
     def _truth_evict(self, b):
@@ -340,13 +380,39 @@ class _Run:
             self.used.remove(b)
             self.believed -= self.size[b]
 
+    def _call(self, kind, b, now, wait=0.0):
+        """pump's driver call for block b (kind: "prefetch", "evict" or "discard"), made on the
+        launching thread at `now` at the earliest: it joins the hook's last range of that kind
+        (the shim keeps its prefetches and its evictions apart) when b follows that range's last
+        block (cost: the range's cost with b, less without), else starts one;
+        `wait` is the copy the ioctl waits for.  Returns when the call returns."""
+        self.host = max(self.host, now)
+        if self.costs is None:
+            return self.host
+        price = self.costs.discard if kind == "discard" else self.costs.migrate
+        last = self.ranges.get(kind)
+        if (last is not None and b == last[0] + 1
+                and int(self.w.block_address[b]) == int(self.w.block_address[last[0]]) + K.BLOCK_BYTES):
+            n = last[1] + 1
+            cost = price(n) - price(n - 1)
+        else:
+            n, cost = 1, price(1)
+            self.r.driver_ranges += 1
+        self.ranges[kind] = (b, n)
+        cost += wait
+        self.host += cost
+        self.r.host_seconds += cost
+        return self.host
+
     def _evict(self, b, now):
         """The shim evicts b to the host, on the eviction stream after b's last user (a plan
-        may name a block not believed resident: pages a kernel faulted in move all the same)."""
+        may name a block not believed resident: pages a kernel faulted in move all the same).
+        The call waits for the copy inside the ioctl, as fakecuda charges it."""
         believed = b in self.migrated
         self._forget(b)
         moved = self._truth_evict(b)
         self.r.evictions += 1
+        now = self._call("evict", b, now, moved / self.m.d2h_rate)
         start = max(now, self.ev_free, self.last_user_end[b])
         self.ev_free = start + moved / self.m.d2h_rate
         if not self.m.full_duplex:  # one direction at a time: copies in the order issued
@@ -363,6 +429,7 @@ class _Run:
         moved = self._truth_add(b, self.w.block_pages[b])
         self.r.bytes_prefetched_h2d += moved
         self.r.prefetch_calls += 1
+        now = self._call("prefetch", b, now)
         start = max(now, self.pf_free)
         # Room: evictions still in flight hold their chunks until they complete.
         while self.pending and self.pending[0][0] <= start:
@@ -470,6 +537,7 @@ class _Run:
             self.r.unsafe_discards += 1
             return
         for b, mask in masks:
+            self._call("discard", b, now)
             self.clean[b] |= mask & self.res[b]
             if self.res[b] and not (self.res[b] & ~self.clean[b]):
                 self.gpu_lrm.move_to_end(b, last=False)  # DISCARDED ranks before USED
@@ -486,18 +554,19 @@ class _Run:
         step_starts = {lo for lo, _ in self.bounds}
         step_last = {hi - 1 for _, hi in self.bounds}
         ideal = self.policy == "ideal"
-        base = [0] * 5  # the counts when the step began: faults, h2d, d2h, data and prefetch waits
+        base = [0] * len(STEP_COUNTS)  # the counts when the step began
         for k in range(n):
             # pumpd reads a batch once its last launch has been made: its plan holds from then.
             while next_batch is not None and next_batch[0] + len(next_batch[1].launch_function) <= k:
                 if self.foresight is not None:
                     self._feed(next_batch)
                 next_batch = next(batch_iter, None)
-            cpu = cpu + m.host_launch_seconds
+            cpu = max(cpu, self.host) + m.host_launch_seconds  # after the last hook's calls
             if k >= m.queue_depth:
                 cpu = max(cpu, kend[k - m.queue_depth])
             if k in step_starts and k:
                 cpu = max(cpu, prev_end)
+            self.host, self.ranges = cpu, {}
             ready = cpu
             planned = self.plan.get(int(w.keys[k])) if self.plan else None
             if self.rec is not None:
@@ -511,6 +580,8 @@ class _Run:
                     # The launch rule, also for a launch the plan does not know: the shim's
                     # launch rule evicts in migration order whatever the plan's order.
                     ready = max(ready, self._take(w.arg_blocks[k], self.migrated, cpu))
+                ready = max(ready, self.host)  # the kernel is launched after the hook's calls
+                self.ranges = {}
                 touched = w.touched[k]
                 protect = {b for b, _ in touched}
                 for b, mask in touched:
@@ -531,7 +602,7 @@ class _Run:
             else:
                 duration = self.kernel_s[k]
             start = max(prev_end, ready)
-            r.data_wait_seconds += start - max(prev_end, cpu)
+            r.data_wait_seconds += start - max(prev_end, self.host)
             prev_end = kend[k] = start + duration
             if self.rec is not None:
                 self.rec.kernel(k, start, duration, faults, faulted, moved_back, self.gpu_bytes, self.believed)
@@ -552,8 +623,8 @@ class _Run:
             if k in step_last:
                 r.step_ends.append(prev_end)
                 now = (r.faults, r.bytes_prefetched_h2d + r.bytes_faulted_h2d, r.bytes_d2h,
-                       r.data_wait_seconds, r.prefetch_wait_seconds)
-                for i, what in enumerate(("faults", "h2d", "d2h", "data_wait", "prefetch_wait")):
+                       r.data_wait_seconds, r.prefetch_wait_seconds, r.host_seconds)
+                for i, what in enumerate(STEP_COUNTS):
                     r.per_step[what].append(now[i] - base[i])
                 base = list(now)
         if self.foresight is not None:

@@ -52,14 +52,16 @@ def simulate(workload, capacity: int, model: engine.Model, policies=engine.POLIC
                                      if doc["lower_bound_seconds"] else None),
             "per_step": {"faults": r.steady_mean("faults"), "bytes_h2d": r.steady_mean("h2d"),
                          "bytes_d2h": r.steady_mean("d2h"), "data_wait_seconds": r.steady_mean("data_wait"),
-                         "prefetch_wait_seconds": r.steady_mean("prefetch_wait")},
+                         "prefetch_wait_seconds": r.steady_mean("prefetch_wait"),
+                         "pump_host_seconds": r.steady_mean("host")},
             "total": {"gpu_faults": r.faults, "fault_batches": r.fault_batches,
                       "bytes_prefetched_h2d": r.bytes_prefetched_h2d, "bytes_faulted_h2d": r.bytes_faulted_h2d,
                       "bytes_d2h": r.bytes_d2h, "bytes_discarded": r.bytes_discarded,
                       "unsafe_discards": r.unsafe_discards, "prefetch_calls": r.prefetch_calls,
                       "evictions": r.evictions, "driver_evictions": r.driver_evictions,
                       "prefetch_wait_seconds": r.prefetch_wait_seconds, "data_wait_seconds": r.data_wait_seconds,
-                      "max_believed_bytes": r.max_believed, "max_resident_bytes": r.max_resident},
+                      "max_believed_bytes": r.max_believed, "max_resident_bytes": r.max_resident,
+                      "pump_host_seconds": r.host_seconds, "pump_driver_ranges": r.driver_ranges},
         }
     doc["ideal_seconds"] = ideal
     return doc
