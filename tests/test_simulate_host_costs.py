@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from helpers import clean_env
-from pump.simulate import engine, workload
+from pump.simulate import engine, host, workload
 from synthetic_trace import MIB, TraceBuilder
 
 # Asks fakecuda (LD_LIBRARY_PATH) what each of pump's kinds of call charges its caller: a
@@ -51,7 +51,7 @@ def test_the_simulator_charges_what_fakecuda_charges(c_build):
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     measured = json.loads(proc.stdout)
-    costs = engine.HostCosts.of_fakecuda()
+    costs = host.HostCosts.of_fakecuda()
     model = engine.fakecuda()
     # fakecuda adds the ioctl's copy to the host for a move to the host (it waits inside the ioctl).
     modelled = {"one": costs.migrate(1), "three": costs.migrate(3),
@@ -79,7 +79,7 @@ def test_pumps_calls_delay_the_launches_that_make_them(tmp_path):
     free = dataclasses.replace(model, host_costs=False)
     cap = 3 * 2 * MIB
     charged, uncharged = engine.run(w, "launch", cap, model), engine.run(w, "launch", cap, free)
-    costs = engine.HostCosts.of_fakecuda()
+    costs = host.HostCosts.of_fakecuda()
     # Per launch after the first: one eviction range (waiting for its copy) and one prefetch range.
     evict = costs.migrate(3) + 3 * 2 * MIB / model.d2h_rate
     per_launch = evict + costs.migrate(3)

@@ -190,7 +190,7 @@ def test_sweep_answers_the_planning_question_in_one_line(small, trace_path):
     doc = sweep.sweep(small, cases)
     best = doc["cases"]["best"]
     within = best["smallest_capacity_bytes"]
-    # pump's own calls cost the launching thread (engine.HostCosts): on this small trace's 2 ms
+    # pump's own calls cost the launching thread (pump/simulate/host.py): on this small trace's 2 ms
     # steps, read 5 launches at a time, lookahead stays 14% above the unlimited-memory step even
     # where everything fits (its plan keeps room for transfers in flight, so it still evicts).
     assert set(within) == {"10%", "25%"} and within["25%"] is not None

@@ -18,7 +18,7 @@ Time: four FIFO resources, each op starting when its inputs are ready:
   and waits for the GPU at each step's start (a training loop reads its loss every step);
   pump's own driver calls run on the launching thread (today's shim has no worker of its own;
   fakecuda's default, FAKECUDA_IOCTL_THREAD unset, charges them there too) and cost what
-  fakecuda charges, from the same constants read from fakecuda_model.h (HostCosts): per range
+  fakecuda charges, from the same constants read from fakecuda_model.h (host.py): per range
   of contiguous blocks one ioctl plus a pass per block (two passes for a range of several),
   per discard range one ioctl plus a wait per block, and an eviction to the host also waits
   for its copy inside the ioctl (UVM_MIGRATE without its async flag, uvm_migrate.c).  Calls a
@@ -45,6 +45,7 @@ import numpy as np
 
 from pump.foresight import BLOCK_SHIFT, Foresight, discard_range
 from pump.simulate import constants as K
+from pump.simulate.host import HostCosts, LaunchThread
 
 POLICIES = ("naive", "launch", "lookahead", "ideal")
 # Per step: faults, bytes each way, kernels' waits for data and prefetches' waits for room, and
@@ -75,7 +76,7 @@ class Model:
     daemon_reads_steps: bool = False
     # bytes/s of explicit migrations GPU->host (pump's evictions); 0: as `bandwidth`.
     d2h_bandwidth: float = 0.0
-    # pump's driver calls cost the launching thread what fakecuda charges (HostCosts), or nothing.
+    # pump's driver calls cost the launching thread what fakecuda charges (host.HostCosts), or nothing.
     host_costs: bool = True
 
     @property
@@ -124,27 +125,6 @@ def range_models(gpu: str = K.DEFAULT_GPU, link: float = None) -> list:
     case at the line rate, full duplex, and the worst, each direction at its own rate."""
     link = gpu_model(gpu, link).link_bytes_per_s
     return [(case, gpu_model(gpu, link, link * h2d, duplex, link * d2h)) for case, h2d, d2h, duplex in K.RANGE_CASES]
-
-
-@dataclasses.dataclass(frozen=True)
-class HostCosts:
-    """What one of pump's driver calls costs its calling thread, in seconds: fakecuda's model
-    (tests/fakecuda/cost.c, fc_migrate_ioctl_ns and fc_discard_ioctl_ns), its constants read
-    from fakecuda_model.h, never copied."""
-    ioctl: float                # FAKECUDA_IOCTL_NS: the fixed part of a UVM ioctl
-    block_pass: float           # FAKECUDA_BLOCK_PASS_NS: per 2 MiB VA block per pass
-
-    @classmethod
-    def of_fakecuda(cls):
-        f = K.fakecuda_constants()
-        return cls(f["FAKECUDA_IOCTL_NS"] * 1e-9, f["FAKECUDA_BLOCK_PASS_NS"] * 1e-9)
-
-    def migrate(self, blocks: int) -> float:
-        """UVM_MIGRATE of a range of `blocks` VA blocks: two passes when it spans several."""
-        return self.ioctl + blocks * (2 if blocks > 1 else 1) * self.block_pass if blocks else 0.0
-
-    def discard(self, blocks: int) -> float:
-        return self.ioctl + blocks * self.block_pass if blocks else 0.0
 
 
 # --model: h100 is the h100-pcie preset (--gpu picks another); fakecuda is tests/fakecuda.
@@ -320,9 +300,7 @@ class _Run:
             mean = float(np.mean(self.kernel_s)) or K.HOST_LAUNCH_S
             self.foresight = Foresight(self.capacity, model.bandwidth, launch_seconds=mean)
         self.shim = policy in ("launch", "lookahead") or (policy == "naive" and not model.gpu_limits_memory)
-        self.costs = HostCosts.of_fakecuda() if model.host_costs else None
-        self.host = 0.0                        # the launching thread's clock, in pump's calls
-        self.ranges = {}                       # per kind of call, the range one would join: (last block, blocks)
+        self.thread = LaunchThread(HostCosts.of_fakecuda() if model.host_costs else None, w.block_address)
 
     # ---- truth ----
     def _truth_evict(self, b):
@@ -381,28 +359,10 @@ class _Run:
             self.believed -= self.size[b]
 
     def _call(self, kind, b, now, wait=0.0):
-        """pump's driver call for block b (kind: "prefetch", "evict" or "discard"), made on the
-        launching thread at `now` at the earliest: it joins the hook's last range of that kind
-        (the shim keeps its prefetches and its evictions apart) when b follows that range's last
-        block (cost: the range's cost with b, less without), else starts one;
-        `wait` is the copy the ioctl waits for.  Returns when the call returns."""
-        self.host = max(self.host, now)
-        if self.costs is None:
-            return self.host
-        price = self.costs.discard if kind == "discard" else self.costs.migrate
-        last = self.ranges.get(kind)
-        if (last is not None and b == last[0] + 1
-                and int(self.w.block_address[b]) == int(self.w.block_address[last[0]]) + K.BLOCK_BYTES):
-            n = last[1] + 1
-            cost = price(n) - price(n - 1)
-        else:
-            n, cost = 1, price(1)
-            self.r.driver_ranges += 1
-        self.ranges[kind] = (b, n)
-        cost += wait
-        self.host += cost
-        self.r.host_seconds += cost
-        return self.host
+        """pump's driver call for block b on the launching thread (host.LaunchThread)."""
+        done = self.thread.call(kind, b, now, wait)
+        self.r.host_seconds, self.r.driver_ranges = self.thread.seconds, self.thread.started
+        return done
 
     def _evict(self, b, now):
         """The shim evicts b to the host, on the eviction stream after b's last user (a plan
@@ -561,12 +521,12 @@ class _Run:
                 if self.foresight is not None:
                     self._feed(next_batch)
                 next_batch = next(batch_iter, None)
-            cpu = max(cpu, self.host) + m.host_launch_seconds  # after the last hook's calls
+            cpu = max(cpu, self.thread.clock) + m.host_launch_seconds  # after the last hook's calls
             if k >= m.queue_depth:
                 cpu = max(cpu, kend[k - m.queue_depth])
             if k in step_starts and k:
                 cpu = max(cpu, prev_end)
-            self.host, self.ranges = cpu, {}
+            self.thread.hook(cpu)
             ready = cpu
             planned = self.plan.get(int(w.keys[k])) if self.plan else None
             if self.rec is not None:
@@ -580,8 +540,8 @@ class _Run:
                     # The launch rule, also for a launch the plan does not know: the shim's
                     # launch rule evicts in migration order whatever the plan's order.
                     ready = max(ready, self._take(w.arg_blocks[k], self.migrated, cpu))
-                ready = max(ready, self.host)  # the kernel is launched after the hook's calls
-                self.ranges = {}
+                ready = max(ready, self.thread.clock)  # the kernel is launched after the hook's calls
+                self.thread.hook()  # the trigger's calls, after the kernel, are another batch
                 touched = w.touched[k]
                 protect = {b for b, _ in touched}
                 for b, mask in touched:
@@ -602,7 +562,7 @@ class _Run:
             else:
                 duration = self.kernel_s[k]
             start = max(prev_end, ready)
-            r.data_wait_seconds += start - max(prev_end, self.host)
+            r.data_wait_seconds += start - max(prev_end, self.thread.clock)
             prev_end = kend[k] = start + duration
             if self.rec is not None:
                 self.rec.kernel(k, start, duration, faults, faulted, moved_back, self.gpu_bytes, self.believed)
