@@ -371,7 +371,8 @@ class Batch:
     records: int = 0
     invalid: int = 0                      # records that broke the format (dropped)
     launch_function: np.ndarray = None    # per launch, in order
-    launch_time: np.ndarray = None        # per launch: the launch call's CLOCK_MONOTONIC ns
+    launch_time: np.ndarray = None        # per launch: the launch call's CLOCK_MONOTONIC ns, less its
+                                          # thread's time in pump's own driver calls so far
     launch_base_start: np.ndarray = None  # per launch: its first entry in `bases`
     bases: np.ndarray = None              # allocation bases, launch after launch
     allocs: list = dataclasses.field(default_factory=list)   # (base, size)

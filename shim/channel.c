@@ -43,6 +43,21 @@ static inline void put64(uint64_t *p, uint64_t v)
     __atomic_store_n(p, v, __ATOMIC_RELAXED);
 }
 
+/* This thread's time in pump's own driver calls so far (pump_channel_own_time). */
+static _Thread_local uint64_t own_ns __attribute__((tls_model("initial-exec")));
+
+PUMP_HIDDEN void pump_channel_own_time(uint64_t ns)
+{
+    own_ns += ns;
+}
+
+PUMP_HIDDEN uint64_t pump_channel_now_ns(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
+}
+
 PUMP_HIDDEN void pump_channel_emit(struct pump_channel *c, const struct pump_event *records, uint32_t n)
 {
     struct pump_ring_header *h = c->ring;
@@ -61,9 +76,7 @@ PUMP_HIDDEN void pump_channel_emit(struct pump_channel *c, const struct pump_eve
                                                     __ATOMIC_RELAXED)))
             break;
     }
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    uint64_t time_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
+    uint64_t time_ns = pump_channel_now_ns() - own_ns;
     for (uint32_t i = 0; i < n; i++) {
         uint64_t position = head + i;
         struct pump_event *e = &c->records[position & c->mask];

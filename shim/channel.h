@@ -39,9 +39,18 @@ PUMP_HIDDEN void pump_channel_after_fork_in_child(void);
 PUMP_HIDDEN void pump_channel_at_exit(void);
 
 /* Writes n records (kind, count, device and arg set by the caller; seq and
- * time_ns by the writer) contiguously, or drops them all and counts it when
+ * time_ns, less this thread's pump_channel_own_time, by the writer) contiguously, or drops them all and counts it when
  * the ring lacks room. No lock, no system call. */
 PUMP_HIDDEN void pump_channel_emit(struct pump_channel *c, const struct pump_event *records, uint32_t n);
+
+/* The calling thread spent `ns` in pump's own driver calls (a decision's
+ * moves). Its records leave that time out of their time_ns (each thread's
+ * records keep their order), so that the gaps between launch calls, which
+ * pumpd reads as kernel times, hold the program's pace and not pump's calls
+ * (issue 28). No lock, no system call. */
+PUMP_HIDDEN void pump_channel_own_time(uint64_t ns);
+/* CLOCK_MONOTONIC in ns (what records are stamped with). */
+PUMP_HIDDEN uint64_t pump_channel_now_ns(void);
 
 /* The events pump sends. */
 PUMP_HIDDEN void pump_channel_alloc(struct pump_range *range, uint64_t base, uint64_t size, uint32_t flags);

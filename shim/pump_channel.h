@@ -108,7 +108,8 @@ struct pump_event {
     uint16_t kind;                /* enum pump_event_kind */
     uint16_t count;
     int32_t device;               /* CUDA ordinal, -1 where unknown */
-    uint64_t time_ns;             /* CLOCK_MONOTONIC */
+    uint64_t time_ns;             /* CLOCK_MONOTONIC less the writing thread's time in
+                                     pump's own driver calls so far (kernel time for pumpd) */
     uint64_t arg[5];
 };
 

@@ -11,6 +11,7 @@
  */
 #include <stdlib.h>
 
+#include "channel.h"
 #include "residency_moves.h"
 
 static _Atomic uint64_t decisions;
@@ -175,6 +176,7 @@ static void settle(struct pump_decision *dn, const struct pump_move *m)
  * prefetch `ready` names. */
 PUMP_HIDDEN bool pump_decision_make(struct pump_decision *dn)
 {
+    uint64_t start = pump_channel_now_ns();
     bool prefetched = false, settle_needed = false;
     if (dn->turn != 0)
         pump_turn_wait(dn->device, dn->turn - 1);
@@ -200,6 +202,7 @@ PUMP_HIDDEN bool pump_decision_make(struct pump_decision *dn)
         pump_blocks_leave();
     }
     free(dn->moves);
+    pump_channel_own_time(pump_channel_now_ns() - start);  /* not kernel time: pumpd must not read it as such */
     return prefetched;
 }
 

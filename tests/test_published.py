@@ -201,3 +201,43 @@ def test_the_simulated_run_is_the_measured_program(oversubscribed):
     per_pass = np.asarray(oversubscribed.per_step["h2d"])[oversubscribed.steady]
     assert np.all(per_pass >= ARRAYS * ARRAY_BYTES)
     assert oversubscribed.driver_evictions > 0
+
+
+# ---- the host link's range (issue 28 item 4) ----
+LINK = [m for m in DATA_FILE["measurement"] if "direction" in m]
+
+
+def _link_fractions(model, both_at_once):
+    """(host->device, device->host) rates of a range case as fractions of its line rate, one
+    direction alone or both at once (under nvbandwidth's bidirectional load)."""
+    rates = (model.bandwidth, model.d2h_rate)
+    if both_at_once:
+        rates = K.link_rates_both(*rates, model.full_duplex)
+    return tuple(r / model.link_bytes_per_s for r in rates)
+
+
+def _link_row(m, gpu=K.DEFAULT_GPU):
+    """(measured fraction of its line rate, the worst case's, the best case's) on `gpu`."""
+    fraction = _si(m["id"]) / K.pcie_bytes_per_s(m["pcie_generation"], 16)
+    side = 0 if m["direction"] == "h2d" else 1
+    cases = dict(engine.range_models(gpu))
+    worst, best = (_link_fractions(cases[case], m["both_at_once"])[side] for case in ("worst", "best"))
+    return fraction, worst, best
+
+
+@pytest.mark.parametrize("gpu", sorted(K.GPU_PRESETS))
+@pytest.mark.parametrize("measurement", LINK, ids=[m["id"] for m in LINK])
+def test_the_link_range_covers_every_measured_copy_rate(gpu, measurement):
+    """Each preset's worst case is at or below every measured host<->device copy rate, and its
+    best case at or above, as fractions of the measured link's line rate (the presets share
+    the fractions): direction by direction, alone and with the other direction busy."""
+    fraction, worst, best = _link_row(measurement, gpu)
+    assert worst <= fraction <= best, (measurement["id"], worst, fraction, best)
+
+
+def test_the_link_table_says_what_the_range_is():
+    """docs/published.md's link table: id, quantity, measured, its fraction, worst, best, why."""
+    for m in LINK:
+        fraction, worst, best = _link_row(m)
+        cells = _cells(m["id"])
+        assert cells[3:6] == [f"{fraction:.0%}", f"{worst:.0%}", f"{best:.0%}"], (m["id"], cells)

@@ -76,10 +76,60 @@ def test_bound_parts(tmp_path):
     # Mirror-order reuse: MIN moves more than the touched bytes beyond capacity.
     assert b["must_move_bytes"] > b["touched_beyond_capacity_bytes"] > 0
     assert b["whole_launch_must_move_bytes"] >= b["must_move_bytes"]
-    assert b["lower_bound_seconds"] == max(b["compute_seconds"], b["must_move_bytes"] / m.bandwidth)
+    assert b["lower_bound_seconds"] == max(b["compute_seconds"], b["must_move_bytes"] / m.bandwidth,
+                                           b["must_write_back_bytes"] / m.link_bytes_per_s)
     assert b["weak_lower_bound_seconds"] <= b["lower_bound_seconds"]
     full = bound.lower_bound(w, w.peak_footprint, m)
     assert full["must_move_bytes"] == 0 and full["lower_bound_seconds"] == full["compute_seconds"]
+
+
+def _live_trace(tmp_path, free_b=False):
+    """One step a loop: a written, then read twice; b written, then read; c written, never read
+    (dead); free_b: the allocator frees b between its write and its read."""
+    t = TraceBuilder()
+    a, b, c = (t.alloc(2 * MIB) for _ in range(3))
+    for s in range(4):
+        t.step(s)
+        t.launch(1, [a], [(a, 2 * MIB, True)])
+        t.launch(2, [a, b], [(a, 2 * MIB, False), (b, 2 * MIB, True)])
+        if free_b:
+            t.block_free(b, 2 * MIB)
+        t.launch(3, [b], [(b, 2 * MIB, False)])
+        t.launch(4, [c], [(c, 2 * MIB, True)])
+        t.launch(5, [a], [(a, 2 * MIB, False)])
+    return workload.load(t.write(str(tmp_path / f"live{free_b}.trace")), batch_launches=5)
+
+
+@pytest.mark.parametrize("free_b, live", [(False, 4 * MIB), (True, 2 * MIB)])
+def test_live_written_bytes_by_hand(tmp_path, free_b, live):
+    # a is live from its write to its last read (cuts 1-4), b across cut 2 only, c never (its
+    # next access overwrites it): most at cut 2, a and b.  Freed, b is dead: a alone.
+    w = _live_trace(tmp_path, free_b)
+    lo, hi, _ = bound._cycle(w)
+    assert hi - lo == 5 and bound.live_written_bytes(w, lo, hi) == live
+    b = bound.lower_bound(w, 2 * MIB, engine.h100())
+    assert b["live_written_bytes"] == live and b["must_write_back_bytes"] == live - 2 * MIB
+
+
+@pytest.mark.parametrize("case", ["best", "worst"])
+@pytest.mark.parametrize("capacity_share", [0.375, 0.5])
+def test_the_bound_counts_write_backs_and_every_policy_respects_it(tmp_path, case, capacity_share):
+    """Weights written backward and read forward next step must be copied back beyond what
+    fits: on a half-duplex link those copies take the link from fetches, so the bound is above
+    MIN's fetches alone (the old bound), and still below every policy's step."""
+    t, _, _ = training_trace(steps=8, layers=6, flops=2e8)
+    w = workload.load(t.write(str(tmp_path / "t.trace")), batch_launches=5)
+    m = dict(engine.range_models("a100-40gb"))[case]
+    cap = int(w.peak_footprint * capacity_share) // (2 * MIB) * (2 * MIB)
+    b = bound.lower_bound(w, cap, m)
+    assert b["must_write_back_bytes"] > 0
+    fetch_only = max(b["compute_seconds"], b["must_move_bytes"] / m.bandwidth)
+    if not m.full_duplex:
+        assert b["lower_bound_seconds"] > fetch_only
+    for policy in ("naive", "launch", "lookahead"):
+        r = engine.run(w, policy, cap, m)
+        assert r.step_mean_seconds >= b["lower_bound_seconds"], policy
+        assert r.steady_mean("d2h") >= b["must_write_back_bytes"], policy
 
 
 def test_chain_bound_counts_when_bytes_must_cross():

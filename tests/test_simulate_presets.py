@@ -112,7 +112,8 @@ def test_the_range_is_line_rate_full_duplex_down_to_the_measured_rate_half_duple
     best, worst = cases["best"], cases["worst"]
     line = K.GPU_PRESETS["a100-40gb"].link_bytes_per_s
     assert best.bandwidth == best.link_bytes_per_s == line and best.full_duplex       # the ceiling
-    assert worst.bandwidth == pytest.approx(line * K.PREFETCH_LINE_FRACTION) and not worst.full_duplex
+    assert worst.bandwidth == pytest.approx(line * K.H2D_WORST_FRACTION) and not worst.full_duplex
+    assert worst.d2h_rate == pytest.approx(line * K.D2H_WORST_FRACTION) and best.d2h_rate == line
     assert worst.link_bytes_per_s == line                  # the driver's evictions: the line rate
     assert engine.gpu_model("a100-40gb", prefetch=2 * line).bandwidth == line    # never above the line
     cap = small.peak_footprint // 2
@@ -136,7 +137,8 @@ def test_cli_reports_both_cases(trace_path):
     assert best["lower_bound_seconds"] <= worst["lower_bound_seconds"]
     assert best["policies"]["lookahead"]["step_mean_seconds"] <= worst["policies"]["lookahead"]["step_mean_seconds"]
     text = _pump(trace_path, "--capacity", "50%", "--gpu", "l4")
-    assert "  best: 31.5 GB/s, full duplex" in text.stdout and "  worst: 22.0 GB/s, half duplex" in text.stdout
+    assert "  best: 31.5 GB/s in, 31.5 out, full duplex" in text.stdout
+    assert "  worst: 17.5 GB/s in, 25.0 out, half duplex" in text.stdout
 
 
 @pytest.mark.parametrize("option", ["--link-gbps", "--bandwidth"])
@@ -145,7 +147,7 @@ def test_link_gbps_overrides_the_line_rate(trace_path, option):
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     assert doc["link_bytes_per_s"] == doc["cases"]["best"]["bandwidth_bytes_per_s"] == 8e9
-    assert doc["cases"]["worst"]["bandwidth_bytes_per_s"] == pytest.approx(8e9 * K.PREFETCH_LINE_FRACTION)
+    assert doc["cases"]["worst"]["bandwidth_bytes_per_s"] == pytest.approx(8e9 * K.H2D_WORST_FRACTION)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -188,9 +190,15 @@ def test_sweep_answers_the_planning_question_in_one_line(small, trace_path):
     doc = sweep.sweep(small, cases)
     best = doc["cases"]["best"]
     within = best["smallest_capacity_bytes"]
-    assert set(within) == {"10%", "25%"} and within["25%"] <= within["10%"]
+    # pump's own calls cost the launching thread (pump/simulate/host.py): on this small trace's 2 ms
+    # steps, read 5 launches at a time, lookahead stays 14% above the unlimited-memory step even
+    # where everything fits (its plan keeps room for transfers in flight, so it still evicts).
+    assert set(within) == {"10%", "25%"} and within["25%"] is not None
     for tolerance, capacity in within.items():
         limit = best["ideal_seconds"] * (1 + float(tolerance[:-1]) / 100)
+        if capacity is None:
+            assert engine.run(small, "lookahead", small.peak_footprint, cases[0][1]).step_mean_seconds > limit
+            continue
         assert engine.run(small, "lookahead", capacity, cases[0][1]).step_mean_seconds <= limit
         lower = max(1, capacity - int(sweep.REFINE_SHARE * small.peak_footprint) - 2 * MIB)
         assert engine.run(small, "lookahead", lower, cases[0][1]).step_mean_seconds > limit, tolerance

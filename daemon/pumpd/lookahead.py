@@ -5,7 +5,10 @@ The policy needs three figures it cannot read from a trace here:
 - kernel times: the shim reports when each launch was made, not when its kernel ran.  A
   training job's launching thread runs ahead of the GPU until the driver's launch queue is
   full, then launches at the rate the kernels finish, so the interval between consecutive
-  launch calls is the kernel-time measurement pumpd has. A pause for data loading, a
+  launch calls is the kernel-time measurement pumpd has.  The shim stamps each launch less its
+  thread's time in pump's own driver calls (its prefetches and evictions, on that thread), so
+  the intervals hold the program's pace, not the calls pump's plan made: planning from them
+  would stretch the plan's clock exactly where it moves memory. A pause for data loading, a
   synchronisation or a checkpoint is not a kernel: an interval over PAUSE_FACTOR times the
   median of the last RECENT_INTERVALS intervals counts as that median (not the batch's own
   median: one ring read may bring only a launch or two, all of them after a pause);

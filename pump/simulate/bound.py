@@ -1,7 +1,8 @@
 """The lower bound `pump simulate` measures every policy against, for one steady step at a
 capacity C:
 
-    lower bound = max(compute time, B / bandwidth)
+    lower bound = max(compute time, B / bandwidth_in, W / line rate)        full duplex
+    lower bound = max(compute time, B / bandwidth_in + W / line rate)       half duplex
 
 - compute time: the step's kernel times summed (kernels run one after another on the GPU; the
   ideal policy's step takes at least this).
@@ -10,8 +11,13 @@ capacity C:
   repeats for ever, in 2 MiB blocks, over the blocks the kernels actually touch (EXTENT ranges;
   whole allocations where a launch has none), with room for floor(C / 2 MiB) blocks; divided by
   the steps the iteration holds.
+- W, the GPU->host bytes that must move per steady step: max(0, D_live - C), D_live the most
+  bytes live at once across a cut of the iteration: pages written in it (EXTENT ranges marked
+  written) whose next access after the cut is a read (live_written_bytes).
+- bandwidth_in: explicit migrations host->GPU; the line rate: the fastest GPU->host copy in the
+  model (the driver's evictions; pump's run at or below it).
 
-Why no policy moves fewer bytes:
+Why no policy moves fewer bytes host->GPU:
 - MIN (evict the block whose next use is furthest; Belady 1966, proved optimal for uniform
   pages by Mattson, Gecsei, Slutz and Traiger 1970) makes the fewest fetches of any
   demand-paging policy on a reference string.
@@ -27,8 +33,27 @@ Why no policy moves fewer bytes:
   memory it alternates.)
 - The kernels of one launch touching blocks at the same time only make it harder, so treating
   each launch's blocks as one after another keeps it a lower bound.
-- Eviction to the host runs at the same time on the other direction of the link, so only
-  host->GPU bytes count.
+
+Why no policy moves fewer bytes GPU->host (W):
+- A kernel writes a page on the GPU, so after the write the only current copy is there.  Take
+  a cut t between two launches and the pages written in the iteration before t whose next
+  access after t is a read (neither a write, which may overwrite it, nor a free, after which
+  it is dead): each is needed after t, so at t it is either on the GPU or was copied back after
+  its write.  At most C bytes are on the GPU at t, so at least D_live(t) - C bytes were copied
+  back between the writes and t, inside the iteration ending at t; the cuts t + i x period of
+  successive iterations count disjoint copies.  Dead data (freed, or next overwritten) can be
+  discarded and needs none.  MIN's victims being dirty or not does not enter: a policy that
+  evicts clean blocks first writes back less than MIN would ("MIN's fetches plus the blocks MIN
+  evicts dirty" is not a bound; minimising both together is NP-hard in general), but never less
+  than W.  The UVM driver does not track dirtiness: it copies back every resident page it
+  evicts (only unused and discarded ones are dropped), so its own GPU->host bytes are its
+  evicted bytes, at least W.
+- Both bounds hold at once, so a step moves at least B in and W out.  On a full-duplex link
+  they overlap (the larger time counts); on a half-duplex one a copy in waits for a copy out
+  (constants.py, RANGE_CASES), so their times add.  The model charges faults on the kernel,
+  not on the link: fault-driven bytes (slower than explicit ones, 64 KiB per FAULT_SERVICE_S)
+  are counted as if they crossed the link at bandwidth_in.
+- Without EXTENT records nothing is known written: W is 0 there (a bound still, a weaker one).
 The model behind this bound moves and keeps memory in whole 2 MiB blocks, as the budget is
 counted (shim/residency.c). A policy moving only the 64 KiB pages a kernel touches could
 move less where a block is touched in part. In the four bench traces, the touched pages are
@@ -146,6 +171,68 @@ def chain_seconds(launches, block_bytes, seconds, capacity: int, bandwidth: floa
     return best
 
 
+def _page_masks(workload, block_of, addr, size):
+    """(block id, page mask) of every page touching [addr, addr + size)."""
+    lo, hi = addr // K.PAGE_BYTES, -(-(addr + size) // K.PAGE_BYTES)
+    while lo < hi:
+        top = min(hi, (lo // K.PAGES_PER_BLOCK + 1) * K.PAGES_PER_BLOCK)
+        b = block_of.get(lo // K.PAGES_PER_BLOCK)
+        if b is not None:
+            yield b, ((1 << (top - lo)) - 1) << (lo % K.PAGES_PER_BLOCK)
+        lo = top
+
+
+def _bits(mask):
+    while mask:
+        low = mask & -mask
+        yield low.bit_length() - 1
+        mask ^= low
+
+
+READ, WRITE, KILL = 0, 1, 2
+
+
+def live_written_bytes(workload, lo: int, hi: int) -> int:
+    """D_live of the iteration of launches lo..hi-1 repeated for ever (see the module's
+    docstring): the most bytes, over the cuts between its launches, of pages written in the
+    iteration whose next access after the cut is a read.  A page's write at launch w followed
+    by reads only, up to its last read r before the next write or free, is live at the cuts
+    w+1 .. r (cyclically)."""
+    length = hi - lo
+    written = workload.written or [()] * workload.launches
+    block_of = {int(a) >> 21: b for b, a in enumerate(workload.block_address.tolist())}
+    accesses = {}                              # (block, page) -> [(position, READ/WRITE/KILL)]
+    for k in range(lo, hi):
+        pos = k - lo
+        for what, addr, size in workload.events.get(k, ()):
+            if what in ("free", "block_free"):   # dead from here: no write-back needed
+                for b, mask in _page_masks(workload, block_of, addr, size):
+                    for p in _bits(mask):
+                        accesses.setdefault((b, p), []).append((pos, KILL))
+        writes = dict(written[k])
+        for b, mask in workload.touched[k]:
+            w = writes.get(b, 0)
+            for p in _bits(mask):
+                accesses.setdefault((b, p), []).append((pos, WRITE if w >> p & 1 else READ))
+    diff = np.zeros(2 * length + 1)
+    for seq in accesses.values():
+        n = len(seq)
+        for i, (w, kind) in enumerate(seq):
+            if kind != WRITE:
+                continue
+            last = None
+            for j in range(1, n + 1):          # the accesses after it, once round the cycle
+                pos, nxt = seq[(i + j) % n]
+                if nxt != READ:
+                    break
+                last = pos + (length if (i + j) >= n else 0)
+            if last is not None:
+                diff[w + 1] += K.PAGE_BYTES
+                diff[last + 1] -= K.PAGE_BYTES
+    live = np.cumsum(diff)[:2 * length]
+    return int((live[:length] + live[length:]).max()) if length else 0
+
+
 def _cycle(workload):
     """(first launch, end launch, steps it holds) of the iteration the bound repeats."""
     bounds = engine._step_bounds(workload)
@@ -167,6 +254,10 @@ def lower_bound(workload, capacity: int, model: engine.Model) -> dict:
     together = steady_bytes_per_cycle(launches, workload.block_bytes, slots) / steps
     compute = float(kernel_s[lo:hi].sum()) / steps
     chain = chain_seconds(launches, workload.block_bytes, kernel_s[lo:hi], capacity, model.bandwidth) / steps
+    live = live_written_bytes(workload, lo, hi)
+    write_back = max(0, live - capacity) / steps
+    fetch_s, write_s = must / model.bandwidth, write_back / model.link_bytes_per_s
+    link_s = max(fetch_s, write_s) if model.full_duplex else fetch_s + write_s
     weak = []
     bounds = engine._step_bounds(workload)
     for s in engine.steady_steps(workload):
@@ -180,7 +271,8 @@ def lower_bound(workload, capacity: int, model: engine.Model) -> dict:
     beyond = max(0.0, touched - capacity)
     return {"compute_seconds": compute, "touched_bytes": int(touched),
             "must_move_bytes": int(must), "whole_launch_must_move_bytes": int(together),
+            "live_written_bytes": live, "must_write_back_bytes": int(write_back),
             "whole_launch_chain_seconds": chain,
-            "lower_bound_seconds": max(compute, must / model.bandwidth),
+            "lower_bound_seconds": max(compute, link_s),
             "touched_beyond_capacity_bytes": int(beyond),
             "weak_lower_bound_seconds": max(compute, beyond / model.bandwidth)}

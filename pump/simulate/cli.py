@@ -14,7 +14,10 @@ from pump.simulate.progress import Progress
 from pump.simulate.timeline import StepTimeline
 
 BOUND_HELP = """\
-lower bound of a steady step: max(compute time, B / bandwidth), where B is the
+lower bound of a steady step: max(compute time, B / bandwidth in, W / line
+rate), on a half-duplex link max(compute time, B / bandwidth in + W / line
+rate); W is the GPU->host bytes that must be copied back: pages written in a
+step and read later beyond what fits (dead data needs none).  B is the
 host->GPU bytes Belady's MIN moves per step on the learned iteration repeated
 for ever, in 2 MiB blocks of what kernels touch (EXTENT ranges), with room for
 capacity / 2 MiB blocks: (MIN's bytes over 16 iterations from empty - capacity)

@@ -16,6 +16,14 @@ this model predicts never reach.
 Time: four FIFO resources, each op starting when its inputs are ready:
 - the host issues launches HOST_LAUNCH_S apart, at most LAUNCH_QUEUE_DEPTH ahead of the GPU,
   and waits for the GPU at each step's start (a training loop reads its loss every step);
+  pump's own driver calls run on the launching thread (today's shim has no worker of its own;
+  fakecuda's default, FAKECUDA_IOCTL_THREAD unset, charges them there too) and cost what
+  fakecuda charges, from the same constants read from fakecuda_model.h (host.py): per range
+  of contiguous blocks one ioctl plus a pass per block (two passes for a range of several),
+  per discard range one ioctl plus a wait per block, and an eviction to the host also waits
+  for its copy inside the ioctl (UVM_MIGRATE without its async flag, uvm_migrate.c).  Calls a
+  launch's hook makes before the launch delay its kernel; those after it (a plan's trigger)
+  delay the next launch.  Ranges join only within one hook's moves of one kind.
 - the compute stream runs kernel k after kernel k-1, after its launch, after the prefetches of
   its blocks (the kernel waits on its prefetch event), for its roofline time plus its faults'
   service time plus the driver's evictions on its fault path;
@@ -37,15 +45,19 @@ import numpy as np
 
 from pump.foresight import BLOCK_SHIFT, Foresight, discard_range
 from pump.simulate import constants as K
+from pump.simulate.host import HostCosts, LaunchThread
 
 POLICIES = ("naive", "launch", "lookahead", "ideal")
+# Per step: faults, bytes each way, kernels' waits for data and prefetches' waits for room, and
+# the launching thread's seconds in pump's driver calls.
+STEP_COUNTS = ("faults", "h2d", "d2h", "data_wait", "prefetch_wait", "host")
 
 
 @dataclasses.dataclass(frozen=True)
 class Model:
     name: str
     gpu: K.GpuPreset            # the card: its FLOPs and memory roofs (workload.kernel_seconds)
-    bandwidth: float            # bytes/s of explicit migrations each way: prefetches, pump's evictions
+    bandwidth: float            # bytes/s of explicit migrations host->GPU: prefetches
     link_bytes_per_s: float     # the link's line rate: the driver's evictions on the fault path
     fault_seconds: float        # the faulting kernel's stall per serviced fault
     fault_batch: int
@@ -62,13 +74,21 @@ class Model:
     # lookahead replay on fakecuda (bench/replay_trace --step-pause) issues a step's launches
     # in a few ms, then pauses, and pumpd reads and plans in the pause.
     daemon_reads_steps: bool = False
+    # bytes/s of explicit migrations GPU->host (pump's evictions); 0: as `bandwidth`.
+    d2h_bandwidth: float = 0.0
+    # pump's driver calls cost the launching thread what fakecuda charges (host.HostCosts), or nothing.
+    host_costs: bool = True
+
+    @property
+    def d2h_rate(self) -> float:
+        return self.d2h_bandwidth or self.bandwidth
 
 
 def gpu_model(gpu: str = K.DEFAULT_GPU, link: float = None, prefetch: float = None,
-              full_duplex: bool = True) -> Model:
+              full_duplex: bool = True, evict: float = None) -> Model:
     """A GPU preset (K.GPU_PRESETS) on its host link: `link` overrides the line rate (bytes/s
-    each way), `prefetch` the rate of explicit migrations (at most the line rate; default it).
-    ValueError naming the allowed presets for an unknown one."""
+    each way), `prefetch` the rate of explicit migrations host->GPU and `evict` GPU->host (each
+    at most the line rate; default it).  ValueError naming the allowed presets for an unknown one."""
     if gpu not in K.GPU_PRESETS:
         raise ValueError(f"unknown GPU preset {gpu!r}; allowed: {', '.join(K.GPU_PRESETS)}")
     preset = K.GPU_PRESETS[gpu]
@@ -77,7 +97,7 @@ def gpu_model(gpu: str = K.DEFAULT_GPU, link: float = None, prefetch: float = No
     duplex = "" if full_duplex else ", half duplex"
     name = f"{gpu}, PCIe Gen{preset.pcie_generation} x{preset.pcie_lanes}{duplex}"
     return Model(name, preset, rate, link, preset.fault_path.service_seconds, preset.fault_path.batch_faults,
-                 K.HOST_LAUNCH_S, K.LAUNCH_QUEUE_DEPTH, True, full_duplex)
+                 K.HOST_LAUNCH_S, K.LAUNCH_QUEUE_DEPTH, True, full_duplex, d2h_bandwidth=min(evict or link, link))
 
 
 def h100(bandwidth: float = None) -> Model:
@@ -96,14 +116,15 @@ def fakecuda(bandwidth: float = None) -> Model:
     return Model("fakecuda", K.GPU_PRESETS[K.DEFAULT_GPU], rate, rate,
                  f["FAKECUDA_GPU_FAULT_US"] * 1e-6 + K.PAGE_BYTES / h2d, 1,
                  f["FAKECUDA_LAUNCH_LATENCY_US"] * 1e-6, K.LAUNCH_QUEUE_DEPTH, False,
-                 policy_sees_extents=False, daemon_reads_steps=True)
+                 policy_sees_extents=False, daemon_reads_steps=True,
+                 d2h_bandwidth=bandwidth or f["FAKECUDA_D2H_BYTES_PER_US"] * 1e6)
 
 
 def range_models(gpu: str = K.DEFAULT_GPU, link: float = None) -> list:
     """[(case, Model)] over the sourced range of explicit migrations (K.RANGE_CASES): the best
-    case at the line rate, full duplex, and the worst."""
+    case at the line rate, full duplex, and the worst, each direction at its own rate."""
     link = gpu_model(gpu, link).link_bytes_per_s
-    return [(case, gpu_model(gpu, link, link * fraction, duplex)) for case, fraction, duplex in K.RANGE_CASES]
+    return [(case, gpu_model(gpu, link, link * h2d, duplex, link * d2h)) for case, h2d, d2h, duplex in K.RANGE_CASES]
 
 
 # --model: h100 is the h100-pcie preset (--gpu picks another); fakecuda is tests/fakecuda.
@@ -130,6 +151,8 @@ class Result:
     data_wait_seconds: float = 0      # time kernels, launched and next in line, waited for data
     max_believed: int = 0             # the most bytes the shim believed resident
     max_resident: int = 0             # the most bytes of 2 MiB chunks really on the GPU
+    host_seconds: float = 0           # the launching thread's time in pump's driver calls
+    driver_ranges: int = 0            # ranges pump's calls moved or discarded (ioctls, in fakecuda)
     per_step: dict = None             # per step: faults, bytes each way
     learned_at: int = None
 
@@ -270,13 +293,14 @@ class _Run:
         self.pf_free = self.ev_free = 0.0
         self.bounds = _step_bounds(w)
         self.r = Result(policy, self.capacity, [], steady_steps(w),
-                        per_step={k: [] for k in ("faults", "h2d", "d2h", "data_wait", "prefetch_wait")})
+                        per_step={k: [] for k in STEP_COUNTS})
         self.foresight = None
         self.plan = {}
         if policy == "lookahead":
             mean = float(np.mean(self.kernel_s)) or K.HOST_LAUNCH_S
             self.foresight = Foresight(self.capacity, model.bandwidth, launch_seconds=mean)
         self.shim = policy in ("launch", "lookahead") or (policy == "naive" and not model.gpu_limits_memory)
+        self.thread = LaunchThread(HostCosts.of_fakecuda() if model.host_costs else None, w.block_address)
 
     # ---- truth ----
     def _truth_evict(self, b):
@@ -334,15 +358,23 @@ class _Run:
             self.used.remove(b)
             self.believed -= self.size[b]
 
+    def _call(self, kind, b, now, wait=0.0):
+        """pump's driver call for block b on the launching thread (host.LaunchThread)."""
+        done = self.thread.call(kind, b, now, wait)
+        self.r.host_seconds, self.r.driver_ranges = self.thread.seconds, self.thread.started
+        return done
+
     def _evict(self, b, now):
         """The shim evicts b to the host, on the eviction stream after b's last user (a plan
-        may name a block not believed resident: pages a kernel faulted in move all the same)."""
+        may name a block not believed resident: pages a kernel faulted in move all the same).
+        The call waits for the copy inside the ioctl, as fakecuda charges it."""
         believed = b in self.migrated
         self._forget(b)
         moved = self._truth_evict(b)
         self.r.evictions += 1
+        now = self._call("evict", b, now, moved / self.m.d2h_rate)
         start = max(now, self.ev_free, self.last_user_end[b])
-        self.ev_free = start + moved / self.m.bandwidth
+        self.ev_free = start + moved / self.m.d2h_rate
         if not self.m.full_duplex:  # one direction at a time: copies in the order issued
             self.pf_free = max(self.pf_free, self.ev_free)
         if self.rec is not None and moved:
@@ -357,6 +389,7 @@ class _Run:
         moved = self._truth_add(b, self.w.block_pages[b])
         self.r.bytes_prefetched_h2d += moved
         self.r.prefetch_calls += 1
+        now = self._call("prefetch", b, now)
         start = max(now, self.pf_free)
         # Room: evictions still in flight hold their chunks until they complete.
         while self.pending and self.pending[0][0] <= start:
@@ -464,6 +497,7 @@ class _Run:
             self.r.unsafe_discards += 1
             return
         for b, mask in masks:
+            self._call("discard", b, now)
             self.clean[b] |= mask & self.res[b]
             if self.res[b] and not (self.res[b] & ~self.clean[b]):
                 self.gpu_lrm.move_to_end(b, last=False)  # DISCARDED ranks before USED
@@ -480,18 +514,19 @@ class _Run:
         step_starts = {lo for lo, _ in self.bounds}
         step_last = {hi - 1 for _, hi in self.bounds}
         ideal = self.policy == "ideal"
-        base = [0] * 5  # the counts when the step began: faults, h2d, d2h, data and prefetch waits
+        base = [0] * len(STEP_COUNTS)  # the counts when the step began
         for k in range(n):
             # pumpd reads a batch once its last launch has been made: its plan holds from then.
             while next_batch is not None and next_batch[0] + len(next_batch[1].launch_function) <= k:
                 if self.foresight is not None:
                     self._feed(next_batch)
                 next_batch = next(batch_iter, None)
-            cpu = cpu + m.host_launch_seconds
+            cpu = max(cpu, self.thread.clock) + m.host_launch_seconds  # after the last hook's calls
             if k >= m.queue_depth:
                 cpu = max(cpu, kend[k - m.queue_depth])
             if k in step_starts and k:
                 cpu = max(cpu, prev_end)
+            self.thread.hook(cpu)
             ready = cpu
             planned = self.plan.get(int(w.keys[k])) if self.plan else None
             if self.rec is not None:
@@ -505,6 +540,8 @@ class _Run:
                     # The launch rule, also for a launch the plan does not know: the shim's
                     # launch rule evicts in migration order whatever the plan's order.
                     ready = max(ready, self._take(w.arg_blocks[k], self.migrated, cpu))
+                ready = max(ready, self.thread.clock)  # the kernel is launched after the hook's calls
+                self.thread.hook()  # the trigger's calls, after the kernel, are another batch
                 touched = w.touched[k]
                 protect = {b for b, _ in touched}
                 for b, mask in touched:
@@ -525,7 +562,7 @@ class _Run:
             else:
                 duration = self.kernel_s[k]
             start = max(prev_end, ready)
-            r.data_wait_seconds += start - max(prev_end, cpu)
+            r.data_wait_seconds += start - max(prev_end, self.thread.clock)
             prev_end = kend[k] = start + duration
             if self.rec is not None:
                 self.rec.kernel(k, start, duration, faults, faulted, moved_back, self.gpu_bytes, self.believed)
@@ -546,8 +583,8 @@ class _Run:
             if k in step_last:
                 r.step_ends.append(prev_end)
                 now = (r.faults, r.bytes_prefetched_h2d + r.bytes_faulted_h2d, r.bytes_d2h,
-                       r.data_wait_seconds, r.prefetch_wait_seconds)
-                for i, what in enumerate(("faults", "h2d", "d2h", "data_wait", "prefetch_wait")):
+                       r.data_wait_seconds, r.prefetch_wait_seconds, r.host_seconds)
+                for i, what in enumerate(STEP_COUNTS):
                     r.per_step[what].append(now[i] - base[i])
                 base = list(now)
         if self.foresight is not None:

@@ -27,7 +27,8 @@ def simulate(workload, capacity: int, model: engine.Model, policies=engine.POLIC
     recorder_for(policy): engine.run's recorder for that policy (a timeline), or None;
     progress(what): called as each run begins."""
     doc = {"trace": workload.path, "name": workload.name, "model": model.name, "gpu": model.gpu.name,
-           "bandwidth_bytes_per_s": model.bandwidth, "link_bytes_per_s": model.link_bytes_per_s,
+           "bandwidth_bytes_per_s": model.bandwidth, "d2h_bandwidth_bytes_per_s": model.d2h_rate,
+           "link_bytes_per_s": model.link_bytes_per_s,
            "full_duplex": model.full_duplex, "capacity_bytes": int(capacity),
            "peak_footprint_bytes": int(workload.peak_footprint), "launches": workload.launches,
            "period": workload.period, "learned_at_launch": workload.learned_at,
@@ -51,14 +52,16 @@ def simulate(workload, capacity: int, model: engine.Model, policies=engine.POLIC
                                      if doc["lower_bound_seconds"] else None),
             "per_step": {"faults": r.steady_mean("faults"), "bytes_h2d": r.steady_mean("h2d"),
                          "bytes_d2h": r.steady_mean("d2h"), "data_wait_seconds": r.steady_mean("data_wait"),
-                         "prefetch_wait_seconds": r.steady_mean("prefetch_wait")},
+                         "prefetch_wait_seconds": r.steady_mean("prefetch_wait"),
+                         "pump_host_seconds": r.steady_mean("host")},
             "total": {"gpu_faults": r.faults, "fault_batches": r.fault_batches,
                       "bytes_prefetched_h2d": r.bytes_prefetched_h2d, "bytes_faulted_h2d": r.bytes_faulted_h2d,
                       "bytes_d2h": r.bytes_d2h, "bytes_discarded": r.bytes_discarded,
                       "unsafe_discards": r.unsafe_discards, "prefetch_calls": r.prefetch_calls,
                       "evictions": r.evictions, "driver_evictions": r.driver_evictions,
                       "prefetch_wait_seconds": r.prefetch_wait_seconds, "data_wait_seconds": r.data_wait_seconds,
-                      "max_believed_bytes": r.max_believed, "max_resident_bytes": r.max_resident},
+                      "max_believed_bytes": r.max_believed, "max_resident_bytes": r.max_resident,
+                      "pump_host_seconds": r.host_seconds, "pump_driver_ranges": r.driver_ranges},
         }
     doc["ideal_seconds"] = ideal
     return doc
@@ -72,8 +75,8 @@ def simulate_range(workload, capacity: int, models, policies=engine.POLICIES, re
     for i, (case, model) in enumerate(models):
         one = simulate(workload, capacity, model, policies, recorder_for if i == 0 else None, progress)
         doc = doc or one
-        cases[case] = {k: one[k] for k in ("model", "bandwidth_bytes_per_s", "full_duplex", "lower_bound_seconds",
-                                           "ideal_seconds", "policies")}
+        cases[case] = {k: one[k] for k in ("model", "bandwidth_bytes_per_s", "d2h_bandwidth_bytes_per_s", "full_duplex",
+                                           "lower_bound_seconds", "ideal_seconds", "policies")}
     doc["cases"] = cases
     return doc
 
@@ -99,7 +102,8 @@ def _to_bound(policy, ratio) -> str:
 def _case_line(case, c) -> str:
     steps = ", ".join(f"{p} {d['step_mean_seconds'] * 1e3:.3f} ms ({_to_bound(p, d['ratio_to_lower_bound'])})"
                       for p, d in c["policies"].items())
-    return (f"  {case}: {c['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s, {'full' if c['full_duplex'] else 'half'} "
+    return (f"  {case}: {c['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s in, {c['d2h_bandwidth_bytes_per_s'] / 1e9:.1f} out, "
+            f"{'full' if c['full_duplex'] else 'half'} "
             f"duplex: bound {c['lower_bound_seconds'] * 1e3:.3f} ms; {steps}")
 
 
@@ -107,7 +111,8 @@ def text(doc: dict) -> str:
     lines = [f"{doc['name']} ({doc['trace']}): {doc['launches']} launches, period {doc['period']}, "
              f"peak footprint {_size(doc['peak_footprint_bytes'])}",
              f"model {doc['model']}, capacity {_size(doc['capacity_bytes'])}, "
-             f"bandwidth {doc['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s each way, steady steps {doc['steady_steps']}",
+             f"bandwidth {doc['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s host->GPU, "
+             f"{doc['d2h_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s GPU->host, steady steps {doc['steady_steps']}",
              f"lower bound {doc['lower_bound_seconds'] * 1e3:.3f} ms per step (compute "
              f"{doc['compute_seconds'] * 1e3:.3f} ms; MIN moves {_size(doc['must_move_bytes'])} host->GPU); "
              f"ideal {doc['ideal_seconds'] * 1e3:.3f} ms",

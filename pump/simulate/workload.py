@@ -47,6 +47,7 @@ class Workload:
     learned_at: int                   # launch at which the iteration is first learned (or None)
     period: int
     override_seconds: np.ndarray = None   # per launch: a measured time to use instead (NaN: none)
+    written: list = None              # per launch: ((block id, page mask), ...) of its written extents
 
     @property
     def launches(self) -> int:
@@ -167,7 +168,7 @@ def load(path, batch_launches: int = K.DAEMON_READ_LAUNCHES, daemon_reads_steps:
 
     allocations, sorted_bases = {}, []
     live = peak = 0
-    keys, arg_blocks, touched = [], [], []
+    keys, arg_blocks, touched, written = [], [], [], []
     flops, traffic, measured, kinds = [], [], [], []
     names = {}
     events, steps, batches = {}, [], []
@@ -210,10 +211,10 @@ def load(path, batch_launches: int = K.DAEMON_READ_LAUNCHES, daemon_reads_steps:
                     args.extend(blocks_of(base, allocations[base]))
             args = tuple(dict.fromkeys(args))
             arg_blocks.append(args)
-            masks = {}
+            masks, wmasks = {}, {}
             extents = batch.extents.get(i)
             if extents:
-                for addr, size, _written in extents:
+                for addr, size, writes in extents:
                     j = bisect.bisect_right(sorted_bases, addr) - 1
                     if j < 0 or size <= 0:
                         continue
@@ -226,12 +227,16 @@ def load(path, batch_launches: int = K.DAEMON_READ_LAUNCHES, daemon_reads_steps:
                     while p <= last:
                         blk = block_id[p // ppb]
                         hi = min(last, (p // ppb + 1) * ppb - 1)
-                        masks[blk] = masks.get(blk, 0) | (((1 << (hi - p + 1)) - 1) << (p % ppb))
+                        bits = ((1 << (hi - p + 1)) - 1) << (p % ppb)
+                        masks[blk] = masks.get(blk, 0) | bits
+                        if writes:
+                            wmasks[blk] = wmasks.get(blk, 0) | bits
                         p = hi + 1
             else:
                 for b in args:
                     masks[b] = block_pages[b]
             touched.append(tuple(masks.items()))
+            written.append(tuple(wmasks.items()))  # none known without extents
             cost = batch.costs.get(i, (0, 0, 0))
             flops.append(cost[0])
             traffic.append(cost[1])
@@ -254,4 +259,5 @@ def load(path, batch_launches: int = K.DAEMON_READ_LAUNCHES, daemon_reads_steps:
         flops=np.asarray(flops, float), traffic=np.asarray(traffic, float),
         kind=np.asarray(kinds), measured_ns=np.asarray(measured, float), block_address=np.asarray(block_address, np.uint64),
         block_bytes=np.asarray(block_bytes, np.int64), block_pages=block_pages, events=events,
-        steps=sorted(set(steps)), batches=batches, peak_footprint=peak, learned_at=learned_at, period=period)
+        steps=sorted(set(steps)), batches=batches, peak_footprint=peak, learned_at=learned_at, period=period,
+        written=written)

@@ -1,0 +1,66 @@
+"""pump's driver calls on the launching thread, costed as fakecuda costs them (issue 28 item 2):
+tests/fakecuda/cost.c (fc_migrate_ioctl_ns, fc_discard_ioctl_ns) with the constants read from
+fakecuda_model.h, never copied (tests/test_simulate_host_costs.py runs fakecuda and holds the
+two equal)."""
+
+import dataclasses
+
+from pump.simulate import constants as K
+
+
+@dataclasses.dataclass(frozen=True)
+class HostCosts:
+    """What one of pump's driver calls costs its calling thread, in seconds."""
+    ioctl: float                # FAKECUDA_IOCTL_NS: the fixed part of a UVM ioctl
+    block_pass: float           # FAKECUDA_BLOCK_PASS_NS: per 2 MiB VA block per pass
+
+    @classmethod
+    def of_fakecuda(cls):
+        f = K.fakecuda_constants()
+        return cls(f["FAKECUDA_IOCTL_NS"] * 1e-9, f["FAKECUDA_BLOCK_PASS_NS"] * 1e-9)
+
+    def migrate(self, blocks: int) -> float:
+        """UVM_MIGRATE of a range of `blocks` VA blocks: two passes when it spans several."""
+        return self.ioctl + blocks * (2 if blocks > 1 else 1) * self.block_pass if blocks else 0.0
+
+    def discard(self, blocks: int) -> float:
+        """UVM_DISCARD of a range of `blocks` VA blocks: a wait per block."""
+        return self.ioctl + blocks * self.block_pass if blocks else 0.0
+
+
+class LaunchThread:
+    """The launching thread's clock through one hook's calls.  A call for block b joins the
+    hook's last range of its kind (the shim keeps its prefetches and its evictions apart) when
+    b's address follows that range's last block (it costs the range's cost with b, less
+    without), else starts one.  costs None: the calls cost nothing."""
+
+    def __init__(self, costs, block_address):
+        self.costs, self.address = costs, block_address
+        self.clock = 0.0
+        self.ranges = {}            # per kind of call: (last block, blocks) of the range one would join
+        self.seconds = 0.0          # time in calls, in all
+        self.started = 0            # ranges started, in all (an ioctl each, in fakecuda)
+
+    def hook(self, now=0.0):
+        """A hook's calls begin, at `now` at the earliest, or end (now omitted): ranges
+        join no further."""
+        self.clock, self.ranges = max(self.clock, now), {}
+
+    def call(self, kind, b, now, wait=0.0):
+        """A call (kind: "prefetch", "evict" or "discard") for block b at `now` at the earliest;
+        `wait`: the copy the ioctl waits for.  Returns when it returns."""
+        self.clock = max(self.clock, now)
+        if self.costs is None:
+            return self.clock
+        price = self.costs.discard if kind == "discard" else self.costs.migrate
+        last = self.ranges.get(kind)
+        if last is not None and b == last[0] + 1 and int(self.address[b]) == int(self.address[last[0]]) + K.BLOCK_BYTES:
+            n = last[1] + 1
+            cost = price(n) - price(n - 1)
+        else:
+            n, cost = 1, price(1)
+            self.started += 1
+        self.ranges[kind] = (b, n)
+        self.clock += cost + wait
+        self.seconds += cost + wait
+        return self.clock
