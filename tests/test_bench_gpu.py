@@ -289,7 +289,8 @@ def test_replaces_lines_name_the_constant_and_the_measurement():
     got = {r["replaces"].split()[0]: r for r in replaces.lines(probes)}
     assert got["FAKECUDA_IOCTL_NS"]["measured"] == 31500 and got["FAKECUDA_IOCTL_NS"]["now"] == 20000
     assert got["FAKECUDA_BLOCK_PASS_NS"]["measured"] == 2250 and got["FAKECUDA_BLOCK_PASS_NS"]["now"] == 5000
-    assert got["PREFETCH_LINE_FRACTION"]["measured"] == pytest.approx(40e9 / 63.015e9, abs=1e-3)
+    assert got["H2D_WORST_FRACTION"]["measured"] == pytest.approx(50e9 / 63.015e9, abs=1e-3)
+    assert got["D2H_WORST_FRACTION"]["measured"] == pytest.approx(40e9 / 63.015e9, abs=1e-3)
     assert got["fakecuda's"]["measured"] is False
     assert replaces.lines({}) == []
 

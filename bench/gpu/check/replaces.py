@@ -15,10 +15,11 @@ def model_constant(name: str):
     return int(m.group(1)) if m else None
 
 
-def prefetch_line_fraction():
-    """pump/simulate's worst-case prefetch rate as a fraction of the line rate, and PCIe's rate."""
+def worst_line_fractions():
+    """pump/simulate's worst-case rate each way as a fraction of the line rate, and PCIe's rate."""
     from pump.simulate import constants
-    return constants.PREFETCH_LINE_FRACTION, constants.pcie_bytes_per_s
+    return ({"h2d": ("H2D_WORST_FRACTION", constants.H2D_WORST_FRACTION),
+             "d2h": ("D2H_WORST_FRACTION", constants.D2H_WORST_FRACTION)}, constants.pcie_bytes_per_s)
 
 
 def lines(probes: dict) -> list:
@@ -35,17 +36,18 @@ def lines(probes: dict) -> list:
     bw = (probes.get("prefetch_bandwidth") or {}).get("result", {})
     link = ((probes.get("software") or {}).get("result") or {}).get("nvml", {})
     if "h2d_bytes_per_s" in bw:
-        fraction, pcie = prefetch_line_fraction()
+        fractions, pcie = worst_line_fractions()
         gen, width = link.get("pcie_link_generation_max"), link.get("pcie_link_width_max")
-        if isinstance(gen, int) and isinstance(width, int):
-            measured = round(min(bw["h2d_bytes_per_s"], bw["d2h_bytes_per_s"]) / pcie(gen, width), 3)
-            how = f"slower direction's prefetch rate over PCIe Gen{gen} x{width}'s line rate (prefetch_bandwidth)"
-        else:
-            measured, how = None, "no PCIe link figures from NVML to divide by"
-        out.append({"replaces": "PREFETCH_LINE_FRACTION (pump/simulate/constants.py, the worst case's rate)",
-                    "measured": measured, "now": round(fraction, 3), "how": how,
-                    "h2d_GB_per_s": round(bw["h2d_bytes_per_s"] / 1e9, 2),
-                    "d2h_GB_per_s": round(bw["d2h_bytes_per_s"] / 1e9, 2)})
+        for way, (name, now) in fractions.items():
+            rate = bw[f"{way}_bytes_per_s"]
+            if isinstance(gen, int) and isinstance(width, int):
+                measured = round(rate / pcie(gen, width), 3)
+                how = f"{way} prefetch rate over PCIe Gen{gen} x{width}'s line rate (prefetch_bandwidth)"
+            else:
+                measured, how = None, "no PCIe link figures from NVML to divide by"
+            out.append({"replaces": f"{name} (pump/simulate/constants.py, the worst case's {way} rate)",
+                        "measured": measured, "now": round(now, 3), "how": how,
+                        "GB_per_s": round(rate / 1e9, 2)})
     managed = (probes.get("managed") or {}).get("result", {})
     if "pool_prefetchable" in managed:
         out.append({"replaces": "fakecuda's answer to prefetch and discard of managed-pool ranges (issue 27 risk 1)",
