@@ -474,3 +474,14 @@ def test_dry_run_nvml_answers_for_fakecuda_only(c_build):
     proc = subprocess.run([sys.executable, "-c", code], env=dict(env, LD_LIBRARY_PATH=str(real)),
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "answers only for fakecuda" in proc.stderr
+
+
+def test_managed_probe_records_a_refused_managed_memory_as_a_finding(fake_gpu):
+    """Under gVisor (the H200 kind) the driver may refuse managed memory and cuMemAdvise
+    (google/gvisor#9593, #12034): the probe says so in its line and exits 0, not a crash."""
+    fake_gpu = dict(fake_gpu, FAKECUDA_FAIL="cuMemAllocManaged=CUDA_ERROR_NOT_SUPPORTED,"
+                                            "cuMemAdvise_v2=CUDA_ERROR_NOT_SUPPORTED")
+    doc = run_probe(fake_gpu, "managed.py", "--mib", "4")
+    assert doc["results"]["cuMemAllocManaged"]["alloc"].startswith("refused")
+    assert any(str(v).startswith("refused") and "advise" in k
+               for k, v in doc["results"]["managed pool"].items())
