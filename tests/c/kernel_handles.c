@@ -17,24 +17,7 @@
 
 #define N ((uint64_t)1 << 18) /* floats: 1 MiB */
 
-/* The entry points cuda_api.h does not carry, reached the program's way. */
-#ifdef PUMP_TEST_PROCADDR
-static void *entry(const char *name, int version)
-{
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    PFN_cuGetProcAddress_v12000 gpa = lib != NULL ? (PFN_cuGetProcAddress_v12000)dlsym(lib, "cuGetProcAddress_v2") : NULL;
-    void *fn = NULL;
-    CUdriverProcAddressQueryResult status;
-    if (gpa == NULL || gpa(name, &fn, version, 0, &status) != CUDA_SUCCESS || fn == NULL) {
-        fprintf(stderr, "error: cuGetProcAddress(%s) failed\n", name);
-        exit(3);
-    }
-    return fn;
-}
-#define ENTRY(name, version) ((PFN_##name##_v##version)entry(#name, version))
-#else
-#define ENTRY(name, version) ((PFN_##name##_v##version)name)
-#endif
+#include "procaddr_entry.h"
 
 static CUfunction handle(const char *how, const char *name)
 {
