@@ -282,6 +282,12 @@ void fc_run_kernel(fc_kdef *def, const fakecuda_dims *d, void *args, int device)
 fc_op *fc_kernel_op(fc_kdef *def, const fakecuda_dims *d, const void *args);
 /* The kernel behind a CUfunction or CUkernel handle, or NULL. */
 fc_kdef *fc_kernel_def(const void *func_or_kernel);
+/* The same for a handle of one kind only (want: FC_MAGIC_FUNC or FC_MAGIC_KERN; 0: either). */
+fc_kdef *fc_kernel_def_of(const void *h, uint32_t want);
+/* The registry, for modules.c: a kernel by name, the i-th registered one, how many. */
+fc_kdef *fc_kernel_find(const char *name);
+fc_kdef *fc_kernel_at(size_t i);
+unsigned fc_kernel_count(void);
 /* Copies a launch's arguments (kernelParams, or the `extra` buffer, never both) into
  * args (def->argsize bytes, device layout). */
 CUresult fc_pack_args(const fc_kdef *def, void **params, void **extra, unsigned char *args);

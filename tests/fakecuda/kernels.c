@@ -1,8 +1,7 @@
 /* kernels.c: why it exists: the kernel registry (kernels are host functions a test
- * registers by name), modules and libraries that hand out CUfunction and CUkernel handles
- * for them (two different handle objects per kernel, as in the driver), parameter info,
- * and the launch entry points, which copy the arguments at call time and enqueue the
- * kernel (or append it to a capture). */
+ * registers by name), parameter info and names of CUfunction and CUkernel handles (modules.c
+ * hands them out), and the launch entry points, which copy the arguments at call time and
+ * enqueue the kernel (or append it to a capture). */
 #include "fakecuda_internal.h"
 
 #include <stdio.h>
@@ -16,7 +15,7 @@ static pthread_rwlock_t fc_kern_lock = PTHREAD_RWLOCK_INITIALIZER;
 static fc_kdef **fc_kernels; /* never freed: handles stay valid for the process */
 static size_t fc_nkernels, fc_capkernels;
 
-static fc_kdef *kernel_find(const char *name)
+fc_kdef *fc_kernel_find(const char *name)
 {
     fc_kdef *d = NULL;
     pthread_rwlock_rdlock(&fc_kern_lock);
@@ -87,7 +86,7 @@ FC_EXPORT int fakecuda_register_noop_kernel(const char *name, unsigned nparams, 
 }
 
 /* A CUfunction or a CUkernel cast to CUfunction; told apart by the magic field. */
-static fc_kdef *def_of(const void *h, uint32_t want)
+fc_kdef *fc_kernel_def_of(const void *h, uint32_t want)
 {
     if (!h) return NULL;
     const struct CUfunc_st *f = h;
@@ -96,148 +95,8 @@ static fc_kdef *def_of(const void *h, uint32_t want)
     return NULL;
 }
 
-/* ---- modules and libraries: images are not read ----
- * Each module and library owns the handles it hands out (one per kernel, asked again: the
- * same one), as the driver's do: a CUfunction is a pointer to a function object the driver
- * made for the module, and cuModuleUnload / cuLibraryUnload free them ("destroys the
- * module", cuda.h). The driver's objects come from its heap, and a heap gives a freed block
- * to the next request of its size (glibc malloc/malloc.c: the tcache and fastbins are LIFO
- * lists per size), so the next module load's function may get the address an unloaded one
- * had: a handle address does not name one kernel for the life of the process. Freed handles
- * go on a LIFO list that the next handle is taken from (FAKECUDA_HANDLE_REUSE=0: never
- * reused), so reuse happens every time, under ASan too (whose quarantine would delay it):
- * the side that is harder on a caller that caches by handle. Freed handle memory is kept
- * (marked dead), so a stale handle is refused with CUDA_ERROR_INVALID_HANDLE, not a crash. */
-struct fc_handle {
-    struct CUfunc_st h;        /* first: the handle points here (CUfunc_st and CUkern_st match) */
-    struct fc_handle *next;    /* the owner's list, or the free list */
-    struct fc_handle *func;    /* a CUkernel's CUfunction (cuKernelGetFunction), owned alike */
-};
-struct CUmod_st { fc_link link; uint32_t magic; struct fc_handle *handles; };
-struct CUlib_st { fc_link link; uint32_t magic; struct fc_handle *handles; };
-
-static pthread_mutex_t fc_handle_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct fc_handle *fc_free_handles;
-static int fc_handle_reuse = -1;
-
-static void load_handle_reuse(void)
-{
-    const char *v = getenv("FAKECUDA_HANDLE_REUSE");
-    if (v && *v && strcmp(v, "0") != 0 && strcmp(v, "1") != 0) {
-        fprintf(stderr, "fakecuda: FAKECUDA_HANDLE_REUSE=%s: allowed: 1 (the default: freed handle addresses are "
-                        "handed out again) or 0\n", v);
-        exit(2);
-    }
-    fc_handle_reuse = !(v && strcmp(v, "0") == 0);
-}
-
-/* The owner's handle of `magic` kind for d, made on first ask (*list: the owner's list,
- * under fc_handle_lock); NULL when out of memory. */
-static struct fc_handle *handle_locked(struct fc_handle **list, fc_kdef *d, uint32_t magic)
-{
-    for (struct fc_handle *h = *list; h; h = h->next)
-        if (h->h.def == d) return h;
-    if (fc_handle_reuse < 0) load_handle_reuse();
-    struct fc_handle *h = fc_free_handles;
-    if (h) fc_free_handles = h->next;
-    else if (!(h = malloc(sizeof *h))) return NULL;
-    *h = (struct fc_handle){ { magic, d }, *list, NULL };
-    *list = h;
-    return h;
-}
-
-static struct fc_handle *owned_handle(struct fc_handle **list, fc_kdef *d, uint32_t magic)
-{
-    pthread_mutex_lock(&fc_handle_lock);
-    struct fc_handle *h = handle_locked(list, d, magic);
-    pthread_mutex_unlock(&fc_handle_lock);
-    return h;
-}
-
-static void free_one(struct fc_handle *h)
-{
-    h->h.magic = FC_MAGIC_DEAD;
-    if (fc_handle_reuse) {
-        h->next = fc_free_handles;
-        fc_free_handles = h;
-    }
-}
-
-/* An unloaded owner's handles die; their memory is handed out again (or kept, dead). */
-static void free_handles(struct fc_handle *list)
-{
-    pthread_mutex_lock(&fc_handle_lock);
-    while (list) {
-        struct fc_handle *next = list->next;
-        if (list->func) free_one(list->func);
-        free_one(list);
-        list = next;
-    }
-    pthread_mutex_unlock(&fc_handle_lock);
-}
-
-static CUresult module_load(CUmodule *m)
-{
-    if (!m) return CUDA_ERROR_INVALID_VALUE;
-    if (!fc_ctx_valid(fc_current_ctx())) return CUDA_ERROR_INVALID_CONTEXT;
-    struct CUmod_st *o = calloc(1, sizeof *o);
-    if (!o) return CUDA_ERROR_OUT_OF_MEMORY;
-    o->magic = FC_MAGIC_MOD;
-    fc_keep(&o->link);
-    *m = o;
-    return CUDA_SUCCESS;
-}
-FC_EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
-{
-    FC_ENTRY(cuModuleLoad, 2000);
-    if (!fname) return CUDA_ERROR_INVALID_VALUE;
-    return module_load(module);
-}
-FC_ALIAS(cuModuleLoad);
-FC_EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
-{
-    FC_ENTRY(cuModuleLoadData, 2000);
-    (void)image;
-    return module_load(module);
-}
-FC_ALIAS(cuModuleLoadData);
-FC_EXPORT CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
-                                      CUjit_option *options, void **optionValues)
-{
-    FC_ENTRY(cuModuleLoadDataEx, 2010);
-    (void)image; (void)numOptions; (void)options; (void)optionValues;
-    return module_load(module);
-}
-FC_ALIAS(cuModuleLoadDataEx);
-
-FC_EXPORT CUresult cuModuleUnload(CUmodule hmod)
-{
-    FC_ENTRY(cuModuleUnload, 2000);
-    if (!hmod || hmod->magic != FC_MAGIC_MOD) return CUDA_ERROR_INVALID_HANDLE;
-    hmod->magic = FC_MAGIC_DEAD;
-    free_handles(hmod->handles);
-    fc_unkeep(&hmod->link);
-    free(hmod);
-    return CUDA_SUCCESS;
-}
-FC_ALIAS(cuModuleUnload);
-
-FC_EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
-{
-    FC_ENTRY(cuModuleGetFunction, 2000);
-    if (!hfunc || !name) return CUDA_ERROR_INVALID_VALUE;
-    if (!hmod || hmod->magic != FC_MAGIC_MOD) return CUDA_ERROR_INVALID_HANDLE;
-    fc_kdef *d = kernel_find(name);
-    if (!d) return CUDA_ERROR_NOT_FOUND;
-    struct fc_handle *h = owned_handle(&hmod->handles, d, FC_MAGIC_FUNC);
-    if (!h) return CUDA_ERROR_OUT_OF_MEMORY;
-    *hfunc = (CUfunction)&h->h;
-    return CUDA_SUCCESS;
-}
-FC_ALIAS(cuModuleGetFunction);
-
 /* The i-th registered kernel (registration order, as a module lists its functions), or NULL. */
-static fc_kdef *kernel_at(size_t i)
+fc_kdef *fc_kernel_at(size_t i)
 {
     pthread_rwlock_rdlock(&fc_kern_lock);
     fc_kdef *d = i < fc_nkernels ? fc_kernels[i] : NULL;
@@ -245,130 +104,13 @@ static fc_kdef *kernel_at(size_t i)
     return d;
 }
 
-static unsigned kernel_count(void)
+unsigned fc_kernel_count(void)
 {
     pthread_rwlock_rdlock(&fc_kern_lock);
     unsigned n = (unsigned)fc_nkernels;
     pthread_rwlock_unlock(&fc_kern_lock);
     return n;
 }
-
-/* CUDA 12.4, cuda.h: "Returns in functions a maximum number of numFunctions function
- * handles within mod" (every registered kernel is in every module here); the entries
- * past the module's count are left alone. */
-FC_EXPORT CUresult cuModuleGetFunctionCount(unsigned int *count, CUmodule hmod)
-{
-    FC_ENTRY(cuModuleGetFunctionCount, 12040);
-    if (!count) return CUDA_ERROR_INVALID_VALUE;
-    if (!hmod || hmod->magic != FC_MAGIC_MOD) return CUDA_ERROR_INVALID_HANDLE;
-    *count = kernel_count();
-    return CUDA_SUCCESS;
-}
-FC_ALIAS(cuModuleGetFunctionCount);
-
-FC_EXPORT CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigned int numFunctions, CUmodule mod)
-{
-    FC_ENTRY(cuModuleEnumerateFunctions, 12040);
-    if (!functions) return CUDA_ERROR_INVALID_VALUE;
-    if (!mod || mod->magic != FC_MAGIC_MOD) return CUDA_ERROR_INVALID_HANDLE;
-    fc_kdef *d;
-    for (unsigned i = 0; i < numFunctions && (d = kernel_at(i)) != NULL; i++) {
-        struct fc_handle *h = owned_handle(&mod->handles, d, FC_MAGIC_FUNC);
-        if (!h) return CUDA_ERROR_OUT_OF_MEMORY;
-        functions[i] = (CUfunction)&h->h;
-    }
-    return CUDA_SUCCESS;
-}
-FC_ALIAS(cuModuleEnumerateFunctions);
-
-FC_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
-                                     void **jitOptionsValues, unsigned int numJitOptions,
-                                     CUlibraryOption *libraryOptions, void **libraryOptionValues,
-                                     unsigned int numLibraryOptions)
-{
-    FC_ENTRY(cuLibraryLoadData, 12000);
-    (void)code; (void)jitOptions; (void)jitOptionsValues; (void)numJitOptions;
-    (void)libraryOptions; (void)libraryOptionValues; (void)numLibraryOptions;
-    if (!library) return CUDA_ERROR_INVALID_VALUE;
-    struct CUlib_st *o = calloc(1, sizeof *o);
-    if (!o) return CUDA_ERROR_OUT_OF_MEMORY;
-    o->magic = FC_MAGIC_LIB;
-    fc_keep(&o->link);
-    *library = o;
-    return CUDA_SUCCESS;
-}
-FC_ALIAS(cuLibraryLoadData);
-
-FC_EXPORT CUresult cuLibraryUnload(CUlibrary library)
-{
-    FC_ENTRY(cuLibraryUnload, 12000);
-    if (!library || library->magic != FC_MAGIC_LIB) return CUDA_ERROR_INVALID_HANDLE;
-    library->magic = FC_MAGIC_DEAD;
-    free_handles(library->handles);
-    fc_unkeep(&library->link);
-    free(library);
-    return CUDA_SUCCESS;
-}
-FC_ALIAS(cuLibraryUnload);
-
-FC_EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
-{
-    FC_ENTRY(cuLibraryGetKernel, 12000);
-    if (!pKernel || !name) return CUDA_ERROR_INVALID_VALUE;
-    if (!library || library->magic != FC_MAGIC_LIB) return CUDA_ERROR_INVALID_HANDLE;
-    fc_kdef *d = kernel_find(name);
-    if (!d) return CUDA_ERROR_NOT_FOUND;
-    struct fc_handle *h = owned_handle(&library->handles, d, FC_MAGIC_KERN);
-    if (!h) return CUDA_ERROR_OUT_OF_MEMORY;
-    *pKernel = (CUkernel)(void *)&h->h;
-    return CUDA_SUCCESS;
-}
-FC_ALIAS(cuLibraryGetKernel);
-
-/* CUDA 12.4: as cuModuleEnumerateFunctions, CUkernel handles. */
-FC_EXPORT CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib)
-{
-    FC_ENTRY(cuLibraryGetKernelCount, 12040);
-    if (!count) return CUDA_ERROR_INVALID_VALUE;
-    if (!lib || lib->magic != FC_MAGIC_LIB) return CUDA_ERROR_INVALID_HANDLE;
-    *count = kernel_count();
-    return CUDA_SUCCESS;
-}
-FC_ALIAS(cuLibraryGetKernelCount);
-
-FC_EXPORT CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int numKernels, CUlibrary lib)
-{
-    FC_ENTRY(cuLibraryEnumerateKernels, 12040);
-    if (!kernels) return CUDA_ERROR_INVALID_VALUE;
-    if (!lib || lib->magic != FC_MAGIC_LIB) return CUDA_ERROR_INVALID_HANDLE;
-    fc_kdef *d;
-    for (unsigned i = 0; i < numKernels && (d = kernel_at(i)) != NULL; i++) {
-        struct fc_handle *h = owned_handle(&lib->handles, d, FC_MAGIC_KERN);
-        if (!h) return CUDA_ERROR_OUT_OF_MEMORY;
-        kernels[i] = (CUkernel)(void *)&h->h;
-    }
-    return CUDA_SUCCESS;
-}
-FC_ALIAS(cuLibraryEnumerateKernels);
-
-FC_EXPORT CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
-{
-    FC_ENTRY(cuKernelGetFunction, 12000);
-    if (!pFunc) return CUDA_ERROR_INVALID_VALUE;
-    fc_kdef *d = def_of(kernel, FC_MAGIC_KERN);
-    if (!d) return CUDA_ERROR_INVALID_HANDLE;
-    if (!fc_ctx_valid(fc_current_ctx())) return CUDA_ERROR_INVALID_CONTEXT;
-    /* The library's kernel's function: made once, freed with the library. */
-    struct fc_handle *k = (struct fc_handle *)(void *)kernel;
-    pthread_mutex_lock(&fc_handle_lock);
-    struct fc_handle *f = k->func;
-    if (!f && (f = handle_locked(&k->func, d, FC_MAGIC_FUNC)) != NULL) f->next = NULL;
-    pthread_mutex_unlock(&fc_handle_lock);
-    if (!f) return CUDA_ERROR_OUT_OF_MEMORY;
-    *pFunc = (CUfunction)&f->h;
-    return CUDA_SUCCESS;
-}
-FC_ALIAS(cuKernelGetFunction);
 
 /* ---- parameter info and names ---- */
 /* cuda.h (CUDA 12.4+), cuFuncGetParamInfo and cuKernelGetParamInfo: "paramIndex must be less
@@ -404,8 +146,8 @@ static void load_other_kind(void)
 
 static CUresult param_info_of_kind(const void *h, uint32_t want, size_t i, size_t *off, size_t *size)
 {
-    fc_kdef *d = def_of(h, want);
-    if (d || !def_of(h, 0)) return param_info(d, i, off, size);
+    fc_kdef *d = fc_kernel_def_of(h, want);
+    if (d || !fc_kernel_def_of(h, 0)) return param_info(d, i, off, size);
     pthread_once(&fc_other_kind_once, load_other_kind);
     if (!fc_other_kind_garbage || !off || i > 0) return CUDA_ERROR_INVALID_VALUE;
     *off = 0;
@@ -421,7 +163,7 @@ FC_EXPORT CUresult cuFuncGetName(const char **name, CUfunction hfunc)
 {
     FC_ENTRY(cuFuncGetName, 12030);
     if (!name) return CUDA_ERROR_INVALID_VALUE;
-    fc_kdef *d = def_of(hfunc, FC_MAGIC_FUNC);
+    fc_kdef *d = fc_kernel_def_of(hfunc, FC_MAGIC_FUNC);
     if (!d) return CUDA_ERROR_INVALID_HANDLE;
     *name = d->name;
     return CUDA_SUCCESS;
@@ -431,7 +173,7 @@ FC_EXPORT CUresult cuKernelGetName(const char **name, CUkernel hfunc)
 {
     FC_ENTRY(cuKernelGetName, 12030);
     if (!name) return CUDA_ERROR_INVALID_VALUE;
-    fc_kdef *d = def_of(hfunc, FC_MAGIC_KERN);
+    fc_kdef *d = fc_kernel_def_of(hfunc, FC_MAGIC_KERN);
     if (!d) return CUDA_ERROR_INVALID_HANDLE;
     *name = d->name;
     return CUDA_SUCCESS;
@@ -468,7 +210,7 @@ void fc_run_kernel(fc_kdef *def, const fakecuda_dims *d, void *args, int device)
     FC_COUNT(kernels_run, 1);
 }
 
-fc_kdef *fc_kernel_def(const void *func_or_kernel) { return def_of(func_or_kernel, 0); }
+fc_kdef *fc_kernel_def(const void *func_or_kernel) { return fc_kernel_def_of(func_or_kernel, 0); }
 
 CUresult fc_pack_args(const fc_kdef *def, void **params, void **extra, unsigned char *args)
 {
@@ -503,7 +245,7 @@ CUresult fc_pack_args(const fc_kdef *def, void **params, void **extra, unsigned 
 static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                        unsigned shmem, CUstream h, void **params, void **extra)
 {
-    fc_kdef *def = def_of(f, 0);
+    fc_kdef *def = fc_kernel_def_of(f, 0);
     if (!def) return CUDA_ERROR_INVALID_HANDLE;
     if (def->noop) {
         FC_COUNT(launches, 1);

@@ -33,6 +33,7 @@ set(FAKECUDA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/capture.c
     ${CMAKE_CURRENT_LIST_DIR}/graphs.c
     ${CMAKE_CURRENT_LIST_DIR}/kernels.c
+    ${CMAKE_CURRENT_LIST_DIR}/modules.c
     ${CMAKE_CURRENT_LIST_DIR}/tensor_maps.c
     ${CMAKE_CURRENT_LIST_DIR}/procaddr.c
     ${CMAKE_CURRENT_LIST_DIR}/stats.c
