@@ -70,6 +70,9 @@ struct fakecuda_stats {
     /* Every byte over the link each way: bytes_faulted_h2d + bytes_prefetched_h2d, and
        bytes_d2h + bytes_evicted_d2h. */
     uint64_t bytes_h2d, bytes_d2h_all;
+    /* Accepted launches by the kind of handle they named: a CUfunction (cuModuleGetFunction,
+       cuKernelGetFunction) or a CUkernel (cuLibraryGetKernel) cast to CUfunction. */
+    uint64_t launches_by_function, launches_by_kernel;
 };
 void fakecuda_get_stats(struct fakecuda_stats *out); /* call after synchronizing */
 /* Contexts made on a device since load: primary context activations (a retain with no

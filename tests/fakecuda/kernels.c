@@ -2,7 +2,7 @@
  * registers by name), parameter info and names of CUfunction and CUkernel handles (modules.c
  * hands them out), and the launch entry points, which copy the arguments at call time and
  * enqueue the kernel (or append it to a capture). */
-#include "fakecuda_internal.h"
+#include "image.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -202,7 +202,7 @@ void fc_run_kernel(fc_kdef *def, const fakecuda_dims *d, void *args, int device)
     if (params) {
         for (unsigned i = 0; i < def->nparams; i++) params[i] = (char *)args + def->offsets[i];
         fc_tls_kernel_device = device;
-        def->fn(params, d);
+        if (def->fn) def->fn(params, d); /* an image's kernel has no C body: its results are not computed */
         fc_tls_kernel_device = -1;
         if (params != small) free(params);
     }
@@ -247,8 +247,11 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
 {
     fc_kdef *def = fc_kernel_def_of(f, 0);
     if (!def) return CUDA_ERROR_INVALID_HANDLE;
+    int by_kernel = ((const struct CUfunc_st *)f)->magic == FC_MAGIC_KERN;
     if (def->noop) {
         FC_COUNT(launches, 1);
+        if (by_kernel) FC_COUNT(launches_by_kernel, 1);
+        else FC_COUNT(launches_by_function, 1);
         return CUDA_SUCCESS;
     }
     if (!gx || !gy || !gz || !bx || !by || !bz) return CUDA_ERROR_INVALID_VALUE;
@@ -262,6 +265,7 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
     if (err == CUDA_SUCCESS) {
         fakecuda_dims d = { { gx, gy, gz }, { bx, by, bz }, shmem };
         fc_cost(FC_E_LAUNCH, FAKECUDA_LAUNCH_HOST_NS);
+        if (def->image) fc_image_launch_record(def, by_kernel, args, fc_stream_capturing(s));
         int r = fc_stream_capturing(s) ? fc_capture_add_kernel(s, def, &d, args) : FC_NOT_CAPTURING;
         if (r == FC_NOT_CAPTURING) {
             fc_op *op = fc_kernel_op(def, &d, args);
@@ -272,7 +276,11 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
         }
     }
     if (args != stackbuf) free(args);
-    if (err == CUDA_SUCCESS) FC_COUNT(launches, 1);
+    if (err == CUDA_SUCCESS) {
+        FC_COUNT(launches, 1);
+        if (by_kernel) FC_COUNT(launches_by_kernel, 1);
+        else FC_COUNT(launches_by_function, 1);
+    }
     return err;
 }
 

@@ -1,7 +1,7 @@
-/* modules.c: why it exists: modules and libraries, which own the CUfunction and CUkernel
- * handles they hand out (two different handle objects per kernel, as in the driver), and
- * free them when unloaded. */
-#include "fakecuda_internal.h"
+/* modules.c: why it exists: modules and libraries (from a real image, images.c, or standing
+ * for the registry of host kernels), which own the CUfunction and CUkernel handles they hand
+ * out (two different handle objects per kernel, as in the driver) and free them when unloaded. */
+#include "image.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,8 +23,8 @@ struct fc_handle {
     struct fc_handle *next;    /* the owner's list, or the free list */
     struct fc_handle *func;    /* a CUkernel's CUfunction (cuKernelGetFunction), owned alike */
 };
-struct CUmod_st { fc_link link; uint32_t magic; struct fc_handle *handles; };
-struct CUlib_st { fc_link link; uint32_t magic; struct fc_handle *handles; };
+struct CUmod_st { fc_link link; uint32_t magic; struct fc_handle *handles; fc_image *img; };
+struct CUlib_st { fc_link link; uint32_t magic; struct fc_handle *handles; fc_image *img; };
 
 static pthread_mutex_t fc_handle_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fc_handle *fc_free_handles;
@@ -86,39 +86,100 @@ static void free_handles(struct fc_handle *list)
     pthread_mutex_unlock(&fc_handle_lock);
 }
 
-static CUresult module_load(CUmodule *m)
+/* ---- what a module or library serves: its image's kernels, or the registry's ----
+ * An image that is a fatbin, the runtime's fatbin wrapper or a cubin is read (images.c); any
+ * other (PTX text, a test's name) stands for the registry of host kernels, every one of which
+ * is in every such module, as a JIT of the test's PTX would give it. */
+static CUresult owner_find(fc_image *img, const char *name, fc_kdef **d)
 {
-    if (!m) return CUDA_ERROR_INVALID_VALUE;
+    if (img) return fc_image_kernel(img, name, d);
+    return (*d = fc_kernel_find(name)) ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+static unsigned owner_count(const fc_image *img) { return img ? fc_image_kernel_count(img) : fc_kernel_count(); }
+/* The i-th kernel, or CUDA_ERROR_NOT_FOUND past the last. */
+static CUresult owner_at(fc_image *img, unsigned i, fc_kdef **d)
+{
+    if (img) return i < fc_image_kernel_count(img) ? fc_image_kernel_at(img, i, d) : CUDA_ERROR_NOT_FOUND;
+    return (*d = fc_kernel_at(i)) ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+/* Up to n handles of the owner's kernels, in order; the entries past its count left alone. */
+static CUresult owner_enumerate(struct fc_handle **list, fc_image *img, void **out, unsigned n, uint32_t magic)
+{
+    fc_kdef *d;
+    CUresult r;
+    for (unsigned i = 0; i < n && (r = owner_at(img, i, &d)) != CUDA_ERROR_NOT_FOUND; i++) {
+        if (r != CUDA_SUCCESS) return r;
+        struct fc_handle *h = owned_handle(list, d, magic);
+        if (!h) return CUDA_ERROR_OUT_OF_MEMORY;
+        out[i] = &h->h;
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult module_load(CUmodule *m, const char *entry, const void *image)
+{
+    if (!m || !image) return CUDA_ERROR_INVALID_VALUE;
     if (!fc_ctx_valid(fc_current_ctx())) return CUDA_ERROR_INVALID_CONTEXT;
     struct CUmod_st *o = calloc(1, sizeof *o);
     if (!o) return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = fc_image_load(entry, image, &o->img);
+    if (r != CUDA_SUCCESS) {
+        free(o);
+        return r;
+    }
     o->magic = FC_MAGIC_MOD;
     fc_keep(&o->link);
     *m = o;
     return CUDA_SUCCESS;
 }
+
+/* cuModuleLoad reads the file (CUDA_ERROR_FILE_NOT_FOUND if it cannot be opened, cuda.h). */
 FC_EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
 {
     FC_ENTRY(cuModuleLoad, 2000);
-    if (!fname) return CUDA_ERROR_INVALID_VALUE;
-    return module_load(module);
+    if (!fname || !module) return CUDA_ERROR_INVALID_VALUE;
+    FILE *f = fopen(fname, "rb");
+    if (!f) return CUDA_ERROR_FILE_NOT_FOUND;
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    CUresult r = CUDA_SUCCESS;
+    for (size_t got = 1; got && r == CUDA_SUCCESS;) {
+        if (cap - n < 65536) {
+            char *nb = realloc(buf, cap = cap * 2 + 65536 + 1);
+            if (!nb) r = CUDA_ERROR_OUT_OF_MEMORY;
+            else buf = nb;
+        }
+        if (r == CUDA_SUCCESS) n += got = fread(buf + n, 1, cap - n - 1, f);
+    }
+    fclose(f);
+    if (r == CUDA_SUCCESS) {
+        memset(buf + n, 0, cap - n); /* PTX text ends in a NUL; a short file reads as zeros */
+        r = module_load(module, "cuModuleLoad", buf);
+    }
+    free(buf);
+    return r;
 }
 FC_ALIAS(cuModuleLoad);
 FC_EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
 {
     FC_ENTRY(cuModuleLoadData, 2000);
-    (void)image;
-    return module_load(module);
+    return module_load(module, "cuModuleLoadData", image);
 }
 FC_ALIAS(cuModuleLoadData);
 FC_EXPORT CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
                                       CUjit_option *options, void **optionValues)
 {
     FC_ENTRY(cuModuleLoadDataEx, 2010);
-    (void)image; (void)numOptions; (void)options; (void)optionValues;
-    return module_load(module);
+    (void)numOptions; (void)options; (void)optionValues;
+    return module_load(module, "cuModuleLoadDataEx", image);
 }
 FC_ALIAS(cuModuleLoadDataEx);
+FC_EXPORT CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
+{
+    FC_ENTRY(cuModuleLoadFatBinary, 2000);
+    return module_load(module, "cuModuleLoadFatBinary", fatCubin);
+}
+FC_ALIAS(cuModuleLoadFatBinary);
 
 FC_EXPORT CUresult cuModuleUnload(CUmodule hmod)
 {
@@ -126,6 +187,7 @@ FC_EXPORT CUresult cuModuleUnload(CUmodule hmod)
     if (!hmod || hmod->magic != FC_MAGIC_MOD) return CUDA_ERROR_INVALID_HANDLE;
     hmod->magic = FC_MAGIC_DEAD;
     free_handles(hmod->handles);
+    fc_image_free(hmod->img);
     fc_unkeep(&hmod->link);
     free(hmod);
     return CUDA_SUCCESS;
@@ -137,8 +199,9 @@ FC_EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const c
     FC_ENTRY(cuModuleGetFunction, 2000);
     if (!hfunc || !name) return CUDA_ERROR_INVALID_VALUE;
     if (!hmod || hmod->magic != FC_MAGIC_MOD) return CUDA_ERROR_INVALID_HANDLE;
-    fc_kdef *d = fc_kernel_find(name);
-    if (!d) return CUDA_ERROR_NOT_FOUND;
+    fc_kdef *d;
+    CUresult r = owner_find(hmod->img, name, &d);
+    if (r != CUDA_SUCCESS) return r;
     struct fc_handle *h = owned_handle(&hmod->handles, d, FC_MAGIC_FUNC);
     if (!h) return CUDA_ERROR_OUT_OF_MEMORY;
     *hfunc = (CUfunction)&h->h;
@@ -146,15 +209,25 @@ FC_EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const c
 }
 FC_ALIAS(cuModuleGetFunction);
 
+/* cuda.h: "Both parameters dptr and bytes are optional. If one of them is NULL, it is
+ * ignored." A module of the registry has no globals. */
+FC_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name)
+{
+    FC_ENTRY(cuModuleGetGlobal_v2, 3020);
+    if (!name) return CUDA_ERROR_INVALID_VALUE;
+    if (!hmod || hmod->magic != FC_MAGIC_MOD) return CUDA_ERROR_INVALID_HANDLE;
+    return hmod->img ? fc_image_global(hmod->img, name, dptr, bytes) : CUDA_ERROR_NOT_FOUND;
+}
+FC_ALIAS(cuModuleGetGlobal_v2);
+
 /* CUDA 12.4, cuda.h: "Returns in functions a maximum number of numFunctions function
- * handles within mod" (every registered kernel is in every module here); the entries
- * past the module's count are left alone. */
+ * handles within mod"; the entries past the module's count are left alone. */
 FC_EXPORT CUresult cuModuleGetFunctionCount(unsigned int *count, CUmodule hmod)
 {
     FC_ENTRY(cuModuleGetFunctionCount, 12040);
     if (!count) return CUDA_ERROR_INVALID_VALUE;
     if (!hmod || hmod->magic != FC_MAGIC_MOD) return CUDA_ERROR_INVALID_HANDLE;
-    *count = fc_kernel_count();
+    *count = owner_count(hmod->img);
     return CUDA_SUCCESS;
 }
 FC_ALIAS(cuModuleGetFunctionCount);
@@ -164,27 +237,28 @@ FC_EXPORT CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigned in
     FC_ENTRY(cuModuleEnumerateFunctions, 12040);
     if (!functions) return CUDA_ERROR_INVALID_VALUE;
     if (!mod || mod->magic != FC_MAGIC_MOD) return CUDA_ERROR_INVALID_HANDLE;
-    fc_kdef *d;
-    for (unsigned i = 0; i < numFunctions && (d = fc_kernel_at(i)) != NULL; i++) {
-        struct fc_handle *h = owned_handle(&mod->handles, d, FC_MAGIC_FUNC);
-        if (!h) return CUDA_ERROR_OUT_OF_MEMORY;
-        functions[i] = (CUfunction)&h->h;
-    }
-    return CUDA_SUCCESS;
+    return owner_enumerate(&mod->handles, mod->img, (void **)functions, numFunctions, FC_MAGIC_FUNC);
 }
 FC_ALIAS(cuModuleEnumerateFunctions);
 
+/* A library is loaded without a context (CUDA 12.0, context-independent loading); its cubin is
+ * chosen for the current context's device, or device 0 (every device here is of one kind). */
 FC_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
                                      void **jitOptionsValues, unsigned int numJitOptions,
                                      CUlibraryOption *libraryOptions, void **libraryOptionValues,
                                      unsigned int numLibraryOptions)
 {
     FC_ENTRY(cuLibraryLoadData, 12000);
-    (void)code; (void)jitOptions; (void)jitOptionsValues; (void)numJitOptions;
+    (void)jitOptions; (void)jitOptionsValues; (void)numJitOptions;
     (void)libraryOptions; (void)libraryOptionValues; (void)numLibraryOptions;
-    if (!library) return CUDA_ERROR_INVALID_VALUE;
+    if (!library || !code) return CUDA_ERROR_INVALID_VALUE;
     struct CUlib_st *o = calloc(1, sizeof *o);
     if (!o) return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = fc_image_load("cuLibraryLoadData", code, &o->img);
+    if (r != CUDA_SUCCESS) {
+        free(o);
+        return r;
+    }
     o->magic = FC_MAGIC_LIB;
     fc_keep(&o->link);
     *library = o;
@@ -198,6 +272,7 @@ FC_EXPORT CUresult cuLibraryUnload(CUlibrary library)
     if (!library || library->magic != FC_MAGIC_LIB) return CUDA_ERROR_INVALID_HANDLE;
     library->magic = FC_MAGIC_DEAD;
     free_handles(library->handles);
+    fc_image_free(library->img);
     fc_unkeep(&library->link);
     free(library);
     return CUDA_SUCCESS;
@@ -209,8 +284,9 @@ FC_EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, cons
     FC_ENTRY(cuLibraryGetKernel, 12000);
     if (!pKernel || !name) return CUDA_ERROR_INVALID_VALUE;
     if (!library || library->magic != FC_MAGIC_LIB) return CUDA_ERROR_INVALID_HANDLE;
-    fc_kdef *d = fc_kernel_find(name);
-    if (!d) return CUDA_ERROR_NOT_FOUND;
+    fc_kdef *d;
+    CUresult r = owner_find(library->img, name, &d);
+    if (r != CUDA_SUCCESS) return r;
     struct fc_handle *h = owned_handle(&library->handles, d, FC_MAGIC_KERN);
     if (!h) return CUDA_ERROR_OUT_OF_MEMORY;
     *pKernel = (CUkernel)(void *)&h->h;
@@ -218,13 +294,23 @@ FC_EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, cons
 }
 FC_ALIAS(cuLibraryGetKernel);
 
+/* cuda.h: the global "for the requested library library and the current context". */
+FC_EXPORT CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
+{
+    FC_ENTRY(cuLibraryGetGlobal, 12000);
+    if (!name) return CUDA_ERROR_INVALID_VALUE;
+    if (!library || library->magic != FC_MAGIC_LIB) return CUDA_ERROR_INVALID_HANDLE;
+    return library->img ? fc_image_global(library->img, name, dptr, bytes) : CUDA_ERROR_NOT_FOUND;
+}
+FC_ALIAS(cuLibraryGetGlobal);
+
 /* CUDA 12.4: as cuModuleEnumerateFunctions, CUkernel handles. */
 FC_EXPORT CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib)
 {
     FC_ENTRY(cuLibraryGetKernelCount, 12040);
     if (!count) return CUDA_ERROR_INVALID_VALUE;
     if (!lib || lib->magic != FC_MAGIC_LIB) return CUDA_ERROR_INVALID_HANDLE;
-    *count = fc_kernel_count();
+    *count = owner_count(lib->img);
     return CUDA_SUCCESS;
 }
 FC_ALIAS(cuLibraryGetKernelCount);
@@ -234,13 +320,7 @@ FC_EXPORT CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int num
     FC_ENTRY(cuLibraryEnumerateKernels, 12040);
     if (!kernels) return CUDA_ERROR_INVALID_VALUE;
     if (!lib || lib->magic != FC_MAGIC_LIB) return CUDA_ERROR_INVALID_HANDLE;
-    fc_kdef *d;
-    for (unsigned i = 0; i < numKernels && (d = fc_kernel_at(i)) != NULL; i++) {
-        struct fc_handle *h = owned_handle(&lib->handles, d, FC_MAGIC_KERN);
-        if (!h) return CUDA_ERROR_OUT_OF_MEMORY;
-        kernels[i] = (CUkernel)(void *)&h->h;
-    }
-    return CUDA_SUCCESS;
+    return owner_enumerate(&lib->handles, lib->img, (void **)kernels, numKernels, FC_MAGIC_KERN);
 }
 FC_ALIAS(cuLibraryEnumerateKernels);
 

@@ -170,6 +170,10 @@
     X(cuModuleLoadDataEx, 2010, cuModuleLoadDataEx, 0, PFN_cuModuleLoadDataEx_v2010)                  \
     X(cuModuleUnload, 2000, cuModuleUnload, 0, PFN_cuModuleUnload_v2000)                              \
     X(cuModuleGetFunction, 2000, cuModuleGetFunction, 0, PFN_cuModuleGetFunction_v2000)               \
+    X(cuModuleLoadFatBinary, 2000, cuModuleLoadFatBinary, 0, PFN_cuModuleLoadFatBinary_v2000)         \
+    X(cuModuleGetGlobal, 3020, cuModuleGetGlobal_v2, 0, PFN_cuModuleGetGlobal_v3020)                  \
+    X(cuModuleGetLoadingMode, 11070, cuModuleGetLoadingMode, 0, PFN_cuModuleGetLoadingMode_v11070)    \
+    X(cuLibraryGetGlobal, 12000, cuLibraryGetGlobal, 0, PFN_cuLibraryGetGlobal_v12000)                \
     X(cuModuleGetFunctionCount, 12040, cuModuleGetFunctionCount, 0, PFN_cuModuleGetFunctionCount_v12040) \
     X(cuModuleEnumerateFunctions, 12040, cuModuleEnumerateFunctions, 0, PFN_cuModuleEnumerateFunctions_v12040) \
     X(cuLibraryGetKernelCount, 12040, cuLibraryGetKernelCount, 0, PFN_cuLibraryGetKernelCount_v12040) \

@@ -34,6 +34,9 @@ set(FAKECUDA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/graphs.c
     ${CMAKE_CURRENT_LIST_DIR}/kernels.c
     ${CMAKE_CURRENT_LIST_DIR}/modules.c
+    ${CMAKE_CURRENT_LIST_DIR}/images.c
+    ${CMAKE_CURRENT_LIST_DIR}/fatbin.c
+    ${CMAKE_CURRENT_LIST_DIR}/cubin.c
     ${CMAKE_CURRENT_LIST_DIR}/tensor_maps.c
     ${CMAKE_CURRENT_LIST_DIR}/procaddr.c
     ${CMAKE_CURRENT_LIST_DIR}/stats.c
@@ -42,8 +45,11 @@ set(FAKECUDA_HEADERS
     ${CMAKE_CURRENT_LIST_DIR}/fakecuda.h
     ${CMAKE_CURRENT_LIST_DIR}/fakecuda_model.h
     ${CMAKE_CURRENT_LIST_DIR}/fakecuda_internal.h
+    ${CMAKE_CURRENT_LIST_DIR}/image.h
 )
 set(FAKECUDA_INCLUDE_DIR ${CMAKE_CURRENT_LIST_DIR})
+# Loads image files and prints what the driver answered (tests/test_fakecuda_images.py).
+set(FAKECUDA_IMAGE_PROBE_SOURCES ${CMAKE_CURRENT_LIST_DIR}/image_probe.c)
 set(FAKECUDA_EXPORTS_MAP ${CMAKE_CURRENT_LIST_DIR}/exports.map)
 set(FAKECUDA_SELFTEST_SOURCES ${CMAKE_CURRENT_LIST_DIR}/selftest.c ${CMAKE_CURRENT_LIST_DIR}/selftest_driver.c
     ${CMAKE_CURRENT_LIST_DIR}/selftest_contexts.c ${CMAKE_CURRENT_LIST_DIR}/selftest_copies.c

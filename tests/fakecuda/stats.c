@@ -275,6 +275,8 @@ FC_EXPORT void fakecuda_get_stats(struct fakecuda_stats *out)
     out->gpu_fault_batches = LD(gpu_fault_batches);
     out->gpu_fault_stall_ns = LD(gpu_fault_stall_ns);
     out->bytes_fault_prefetched_h2d = LD(bytes_fault_prefetched_h2d);
+    out->launches_by_function = LD(launches_by_function);
+    out->launches_by_kernel = LD(launches_by_kernel);
     /* Each way over the link, whoever moved it */
     out->bytes_h2d = out->bytes_faulted_h2d + out->bytes_prefetched_h2d;
     out->bytes_d2h_all = out->bytes_d2h + out->bytes_evicted_d2h;
@@ -301,7 +303,8 @@ FC_EXPORT void fakecuda_reset_stats(void)
                               &fc_ctr.bytes_discarded, &fc_ctr.allocations_reused, &fc_ctr.driver_evictions,
                               &fc_ctr.bytes_evicted_d2h, &fc_ctr.bytes_evicted_h2d, &fc_ctr.pool_bytes_reserved,
                               &fc_ctr.pool_bytes_released, &fc_ctr.gpu_fault_batches, &fc_ctr.gpu_fault_stall_ns,
-                              &fc_ctr.bytes_fault_prefetched_h2d };
+                              &fc_ctr.bytes_fault_prefetched_h2d, &fc_ctr.launches_by_function,
+                              &fc_ctr.launches_by_kernel };
     for (size_t i = 0; i < sizeof f / sizeof *f; i++) atomic_store_explicit(f[i], 0, memory_order_relaxed);
     fc_cost_reset();
     for (int d = 0; d < FAKECUDA_MAX_DEVICES; d++) /* the peak starts again from what is resident now */
@@ -345,13 +348,14 @@ __attribute__((destructor)) static void fc_write_stats_at_exit(void)
             ", \"pool_bytes_reserved\": %" PRIu64 ", \"pool_bytes_released\": %" PRIu64
             ", \"gpu_fault_batches\": %" PRIu64 ", \"gpu_fault_stall_ns\": %" PRIu64
             ", \"bytes_fault_prefetched_h2d\": %" PRIu64 ", \"bytes_h2d\": %" PRIu64 ", \"bytes_d2h_all\": %" PRIu64
-            ", \"entry_costs\": ",
+            ", \"launches_by_function\": %" PRIu64 ", \"launches_by_kernel\": %" PRIu64 ", \"entry_costs\": ",
             s.gpu_faults, s.cpu_faults, s.pages_touched_by_kernels, s.bytes_prefetched_h2d,
             s.bytes_prefetched_unused, s.bytes_faulted_h2d, s.bytes_d2h, s.kernels_run,
             s.launches, s.prefetch_calls, s.batch_prefetch_calls, s.device_resident_bytes,
             s.device_resident_peak, s.bytes_discarded, s.allocations_reused, s.driver_host_ns, s.driver_evictions,
             s.bytes_evicted_d2h, s.bytes_evicted_h2d, s.va_lock_wait_ns, s.pool_bytes_reserved, s.pool_bytes_released,
-            s.gpu_fault_batches, s.gpu_fault_stall_ns, s.bytes_fault_prefetched_h2d, s.bytes_h2d, s.bytes_d2h_all);
+            s.gpu_fault_batches, s.gpu_fault_stall_ns, s.bytes_fault_prefetched_h2d, s.bytes_h2d, s.bytes_d2h_all,
+            s.launches_by_function, s.launches_by_kernel);
     fc_cost_write_json(f);
     fputs("}\n", f);
     fclose(f);
