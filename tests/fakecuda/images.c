@@ -106,9 +106,9 @@ CUresult fc_image_load(const char *entry, const void *image, fc_image **out)
     }
     if (r == CUDA_SUCCESS) r = CUDA_ERROR_OUT_OF_MEMORY;
     fc_cubin_free(c);
-    const char *name = NULL;
+    const char *name = "";
     cuGetErrorName(r, &name);
-    fprintf(stderr, "fakecuda: %s: image refused (%s): %s\n", entry, name ? name : "?", why);
+    fprintf(stderr, "fakecuda: %s: image refused (%s %d): %s\n", entry, name, (int)r, why);
     return r;
 }
 
