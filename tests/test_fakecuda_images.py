@@ -19,7 +19,7 @@ import cubin_images as ci  # noqa: E402
 from helpers import clean_env  # noqa: E402
 
 SUCCESS, INVALID_VALUE, NOT_FOUND, INVALID_IMAGE, NO_BINARY_FOR_GPU = 0, 1, 500, 200, 209
-JIT_COMPILER_NOT_FOUND, NOT_SUPPORTED = 221, 801
+JIT_COMPILER_NOT_FOUND, FILE_NOT_FOUND, NOT_SUPPORTED = 221, 301, 801
 
 SAXPY = ("saxpy", ci.nv_info([(0, 0, 4), (1, 8, 8), (2, 16, 8)]))
 BIG = ("big", ci.nv_info([(0, 0, 1024), (1, 1024, 1), (2, 1032, 24)], v2=True))
@@ -80,6 +80,14 @@ def test_bare_cubin_and_its_sm(c_build, tmp_path):
     assert results[1]["result"] == NO_BINARY_FOR_GPU and "sm_80 does not run on compute capability 9.0" in err
     assert layouts(results[2]) == EXPECTED  # sm_90a on 9.0 itself
     assert layouts(results[3]) == EXPECTED and layouts(results[4]) == EXPECTED  # the pre-CUDA-13 e_flags
+
+
+def test_module_load_reads_the_file(c_build, tmp_path):
+    files, _, _ = probe(c_build, tmp_path, [sm90_fatbin(), ci.cubin(KERNELS)], "--path")
+    assert [layouts(r) for r in files] == [EXPECTED, EXPECTED]
+    run = subprocess.run([str(c_build / "plain" / "fakecuda_image_probe"), "--path", str(tmp_path / "absent")],
+                         env=clean_env(), capture_output=True, text=True, timeout=60)
+    assert json.loads(run.stdout.splitlines()[0])["result"] == FILE_NOT_FOUND
 
 
 def test_entry_choice_as_the_driver(c_build, tmp_path):

@@ -207,13 +207,22 @@ static CUresult select_entry(const unsigned char *fb, int major, int minor, unsi
     return CUDA_SUCCESS;
 }
 
+/* Whether image starts with the 4 bytes of magic (little-endian), read one at a time so that a
+ * shorter string (a test's "x") is never read past its end. */
+static int starts_with(const void *image, uint32_t magic)
+{
+    const unsigned char *p = image;
+    for (int i = 0; i < 4; i++)
+        if (p[i] != ((magic >> (8 * i)) & 0xff)) return 0;
+    return 1;
+}
+
 CUresult fc_fatbin_select(const void *image, int major, int minor, unsigned char **elf, size_t *size, char *why)
 {
     uint32_t magic;
     *elf = NULL;
     *size = 0;
-    memcpy(&magic, image, 4);
-    if (magic == FATBIN_WRAPPER_MAGIC) {
+    if (starts_with(image, FATBIN_WRAPPER_MAGIC)) {
         struct { uint32_t magic, version; const void *data, *rest; } w;
         memcpy(&w, image, sizeof w);
         if (w.version != 1)
@@ -225,7 +234,8 @@ CUresult fc_fatbin_select(const void *image, int major, int minor, unsigned char
                         magic, FATBIN_MAGIC);
         return select_entry(w.data, major, minor, elf, size, why);
     }
-    if (magic == FATBIN_MAGIC) return select_entry(image, major, minor, elf, size, why);
+    if (starts_with(image, FATBIN_MAGIC)) return select_entry(image, major, minor, elf, size, why);
+    if (!starts_with(image, 0x464c457fu)) return CUDA_SUCCESS; /* no "\x7fELF": the registry's */
     int bad;
     why[0] = 0;
     size_t n = fc_cubin_extent(image, why, &bad);

@@ -2,8 +2,9 @@
  * would, and prints what the driver answered as one JSON line per file, for
  * tests/test_fakecuda_images.py (plain and under ASan+UBSan: malformed images must be refused,
  * never read past).
- *   image_probe [--library|--fatbinary|--wrapper] [--global NAME] [--launch NAME] FILE...
+ *   image_probe [--library|--fatbinary|--wrapper|--path] [--global NAME] [--launch NAME] FILE...
  * --library: cuLibraryLoadData and CUkernel handles (else cuModuleLoadData, CUfunction);
+ * --path: cuModuleLoad of the file's path;
  * --fatbinary: cuModuleLoadFatBinary; --wrapper: the runtime's fatbin wrapper around the bytes;
  * --launch NAME: launches kernel NAME with a managed allocation's address in every 8-aligned
  * word of its parameters, and prints the allocations' bases. */
@@ -84,7 +85,7 @@ static void launch(void *h, int library)
 
 int main(int argc, char **argv)
 {
-    int library = 0, fatbinary = 0, wrapper = 0;
+    int library = 0, fatbinary = 0, wrapper = 0, path = 0;
     const char *global = NULL, *to_launch = NULL;
     CUcontext ctx;
     if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) || cuCtxSetCurrent(ctx)) return 2;
@@ -92,17 +93,19 @@ int main(int argc, char **argv)
         if (!strcmp(argv[a], "--library")) library = 1;
         else if (!strcmp(argv[a], "--fatbinary")) fatbinary = 1;
         else if (!strcmp(argv[a], "--wrapper")) wrapper = 1;
+        else if (!strcmp(argv[a], "--path")) path = 1;
         else if (!strcmp(argv[a], "--global") && a + 1 < argc) global = argv[++a];
         else if (!strcmp(argv[a], "--launch") && a + 1 < argc) to_launch = argv[++a];
         else {
-            void *image = read_file(argv[a]);
-            if (!image) return 2;
+            void *image = path ? NULL : read_file(argv[a]);
+            if (!image && !path) return 2;
             struct { uint32_t magic, version; const void *data, *rest; } w = { 0x466243b1u, 1, image, NULL };
             const void *what = wrapper ? (const void *)&w : image;
             CUmodule mod = NULL;
             CUlibrary lib = NULL;
             CUresult r = library     ? cuLibraryLoadData(&lib, what, NULL, NULL, 0, NULL, NULL, 0)
                          : fatbinary ? cuModuleLoadFatBinary(&mod, what)
+                         : path      ? cuModuleLoad(&mod, argv[a])
                                      : cuModuleLoadData(&mod, what);
             printf("{\"file\": \"%s\", \"result\": %d, \"kernels\": [", argv[a], (int)r);
             unsigned count = 0;
