@@ -7,6 +7,7 @@ import pathlib
 import re
 import statistics
 import subprocess
+import sys
 
 import pytest
 
@@ -33,3 +34,15 @@ def test_launch_cost_is_the_traces_smallest_median():
     model = (FAKECUDA / "fakecuda_model.h").read_text()
     launch_ns = int(re.search(r"#define FAKECUDA_LAUNCH_HOST_NS (\d+)u", model).group(1))
     assert len(medians) == 3 and launch_ns == min(medians) * 1000, (medians, launch_ns)
+
+
+def test_example_stats_struct_matches_fakecuda_h():
+    """examples/managed_saxpy.py reads struct fakecuda_stats through ctypes: a field missing there
+    lets fakecuda_get_stats write past the buffer (the job then crashed in Python's GC at exit)."""
+    sys.path.insert(0, str(FAKECUDA.parent.parent / "examples"))
+    import managed_saxpy
+    header = (FAKECUDA / "fakecuda.h").read_text()
+    body = header[header.index("struct fakecuda_stats {"):header.index("};", header.index("struct fakecuda_stats {"))]
+    body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+    fields = [name.strip() for decl in re.findall(r"uint64_t([^;]+);", body) for name in decl.split(",")]
+    assert [f for f, _ in managed_saxpy.FakeStats._fields_] == fields
