@@ -177,6 +177,7 @@ def test_launch_log_names_every_pointer_word(c_build, tmp_path, library):
     assert (by_function, by_kernel) == ((0, 1) if library else (1, 0))
     (rec,) = [json.loads(line) for line in log.read_text().splitlines()]
     assert rec["kernel"] == "big" and rec["handle"] == ("CUkernel" if library else "CUfunction")
+    assert rec["captured"] is False and rec["stream"] > 0  # the legacy stream's id
     # every 8-aligned word of the 1,024-byte by-value struct and of the 24-byte one (the 1-byte
     # parameter holds none): 128 + 3, each inside the managed allocation
     words = [(p[0], p[1]) for p in rec["pointers"]]

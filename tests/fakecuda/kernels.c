@@ -265,7 +265,7 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
     if (err == CUDA_SUCCESS) {
         fakecuda_dims d = { { gx, gy, gz }, { bx, by, bz }, shmem };
         fc_cost(FC_E_LAUNCH, FAKECUDA_LAUNCH_HOST_NS);
-        if (def->image) fc_image_launch_record(def, by_kernel, args, fc_stream_capturing(s));
+        if (def->image) fc_image_launch_record(def, by_kernel, args, s);
         int r = fc_stream_capturing(s) ? fc_capture_add_kernel(s, def, &d, args) : FC_NOT_CAPTURING;
         if (r == FC_NOT_CAPTURING) {
             fc_op *op = fc_kernel_op(def, &d, args);
