@@ -185,6 +185,16 @@ def test_launch_log_names_every_pointer_word(c_build, tmp_path, library):
     assert all(p[3] == big["managed"] and p[5] is True for p in rec["pointers"])
 
 
+def test_captured_image_kernel_replays(c_build, tmp_path):
+    log = tmp_path / "launches.jsonl"
+    results, _, _ = probe(c_build, tmp_path, [sm90_fatbin()], "--launch", "saxpy", "--capture",
+                          env={"FAKECUDA_LAUNCH_LOG": str(log)})
+    saxpy = next(k for k in results[0]["kernels"] if k["name"] == "saxpy")
+    assert saxpy["launch"][:3] == [SUCCESS, SUCCESS, 2]  # the graph's node ran at each of 2 replays
+    (rec,) = [json.loads(line) for line in log.read_text().splitlines()]  # recorded once, at capture
+    assert rec["captured"] is True and [(p[0], p[1]) for p in rec["pointers"]] == [(1, 8), (2, 16)]
+
+
 def torch_cuda_library():
     """libtorch_cuda.so of PyTorch's CUDA build: $PUMP_TORCH_CUDA_LIB, or this Python's torch."""
     path = os.environ.get("PUMP_TORCH_CUDA_LIB")

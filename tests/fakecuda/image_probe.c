@@ -7,7 +7,8 @@
  * --path: cuModuleLoad of the file's path;
  * --fatbinary: cuModuleLoadFatBinary; --wrapper: the runtime's fatbin wrapper around the bytes;
  * --launch NAME: launches kernel NAME with a managed allocation's address in every 8-aligned
- * word of its parameters, and prints the allocations' bases. */
+ * word of its parameters, and prints the allocations' bases; with --capture, into a captured
+ * graph launched twice. */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <stdint.h>
@@ -51,6 +52,8 @@ static void params(void *h, int library)
     printf("], \"other_kind\": %d", (int)other);
 }
 
+static int capture;
+
 static void launch(void *h, int library)
 {
     size_t n = 0, off, size, end = 0;
@@ -72,8 +75,19 @@ static void launch(void *h, int library)
             memcpy(args + w, &v, 8);
         }
     }
-    CUresult r = cuLaunchKernel((CUfunction)h, 1, 1, 1, 32, 1, 1, 0, NULL, ptrs, NULL);
+    CUstream stream = NULL;
+    CUgraph g = NULL;
+    CUgraphExec ge = NULL;
+    CUresult r = capture ? cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) : CUDA_SUCCESS;
+    if (!r && capture) r = cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL);
+    if (!r) r = cuLaunchKernel((CUfunction)h, 1, 1, 1, 32, 1, 1, 0, stream, ptrs, NULL);
+    if (!r && capture) r = cuStreamEndCapture(stream, &g);
+    if (!r && capture) r = cuGraphInstantiateWithFlags(&ge, g, 0);
+    for (int i = 0; !r && capture && i < 2; i++) r = cuGraphLaunch(ge, stream);
     CUresult s = cuCtxSynchronize();
+    if (ge) cuGraphExecDestroy(ge);
+    if (g) cuGraphDestroy(g);
+    if (stream) cuStreamDestroy(stream);
     struct fakecuda_stats st;
     fakecuda_get_stats(&st);
     printf("[%d, %d, %llu, %llu, %llu]", (int)r, (int)s, (unsigned long long)st.kernels_run,
@@ -94,6 +108,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[a], "--fatbinary")) fatbinary = 1;
         else if (!strcmp(argv[a], "--wrapper")) wrapper = 1;
         else if (!strcmp(argv[a], "--path")) path = 1;
+        else if (!strcmp(argv[a], "--capture")) capture = 1;
         else if (!strcmp(argv[a], "--global") && a + 1 < argc) global = argv[++a];
         else if (!strcmp(argv[a], "--launch") && a + 1 < argc) to_launch = argv[++a];
         else {
