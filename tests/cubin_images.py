@@ -231,3 +231,37 @@ def kernel_layouts(elf):
                 at += 4 + n
         out[kname] = ([params[i] for i in sorted(params)], space, kind, sorted(params))
     return out
+
+
+def main(argv):
+    """python3 tests/cubin_images.py PROBE LIBRARY...: each library's fatbin containers loaded
+    through fakecuda (PROBE: build/tests/plain/fakecuda_image_probe), eagerly; prints how many
+    load, how many are refused and why, their kernels, and the probe's time."""
+    import collections
+    import json
+    import os
+    import subprocess
+    import tempfile
+    import time
+    probe, libs = argv[0], argv[1:]
+    for lib in libs:
+        with tempfile.TemporaryDirectory() as d:
+            files = []
+            for i, (_, c) in enumerate(containers(elf_section(lib, ".nv_fatbin") or b"")):
+                files.append(os.path.join(d, f"c{i:05d}.fatbin"))
+                with open(files[-1], "wb") as f:
+                    f.write(c)
+            t = time.monotonic()
+            run = subprocess.run([probe, *files], capture_output=True, text=True,
+                                 env=dict(os.environ, CUDA_MODULE_LOADING="EAGER"), check=True)
+            took = time.monotonic() - t
+        results = [json.loads(line) for line in run.stdout.splitlines()][:-1]
+        codes = collections.Counter(r["result"] for r in results)
+        kernels = sum(len(r["kernels"]) for r in results)
+        print(f"{os.path.basename(lib)}: {len(results)} containers, {codes[0]} loaded ({kernels} kernels), refused "
+              f"{dict((c, n) for c, n in codes.items() if c)} (CUresult: count), {took:.1f} s")
+
+
+if __name__ == "__main__":
+    import sys
+    main(sys.argv[1:])
