@@ -72,6 +72,16 @@ def test_layouts_from_a_fatbin(c_build, tmp_path, how, mode):
     assert r["not_found"] == (SUCCESS if mode == ["--library"] else NOT_FOUND)
 
 
+@pytest.mark.parametrize("variant", ["asan", "tsan"])
+def test_images_under_sanitizers(c_build, tmp_path, variant):
+    images = [sm90_fatbin(), ci.cubin(KERNELS, [("counter", 12)])] + [sm90_fatbin(how) for how in ("zstd", "lz4")
+                                                    if ci.compress(b"x", how) is not None]
+    results, _, err = probe(c_build, tmp_path, images, "--launch", "big", "--global", "counter", "--capture",
+                            variant=variant)
+    assert all(layouts(r) == EXPECTED and r["global"][0] == SUCCESS for r in results)
+    assert "WARNING: ThreadSanitizer" not in err, err
+
+
 def test_bare_cubin_and_its_sm(c_build, tmp_path):
     results, _, err = probe(c_build, tmp_path, [ci.cubin(KERNELS), ci.cubin(KERNELS, sm=80),
                                                 ci.cubin(KERNELS, accel=True), ci.cubin(KERNELS, abi=7),
