@@ -13,6 +13,8 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
+#include "cuda_compat.h" /* names newer than the cuda.h in use (13.0's) */
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>

@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 
+#include "cuda_compat.h" /* 13.1's names with 13.0's cuda.h */
 #include "fakecuda.h"
 
 extern int passed, failed; /* selftest.c's */
