@@ -115,6 +115,21 @@ void fc_cost_reset(void);
 #include <stdio.h>
 void fc_cost_write_json(FILE *f);
 
+/* ---- not_found.c: what a client asked for and fakecuda lacks, counted by name ---- */
+enum { FC_NF_PROC, FC_NF_TABLE, FC_NF_SLOT, FC_NF_KINDS };
+void fc_not_found(int kind, const char *name);
+void fc_not_found_write_json(FILE *f);
+
+/* ---- persona.c: what each device says it is (FAKECUDA_PERSONA) ---- */
+int fc_persona_attribute(int dev, CUdevice_attribute attr); /* dev: an ordinal this process sees */
+void fc_persona_name(int dev, char *name, size_t len);
+void fc_persona_uuid(int dev, uint8_t out[16]);
+uint64_t fc_persona_memory(void); /* the card's bytes; 0 for fakecuda's own device */
+const char *fc_persona_id(void);
+
+/* ---- export_tables.c, context_storage.c ---- */
+void fc_cls_context_gone(CUcontext c); /* destructors of its context-local storage, entries gone */
+
 /* ---- device.c ---- */
 #define FC_MAGIC_CTX 0x43545821u
 #define FC_MAGIC_STREAM 0x53545221u
@@ -154,6 +169,7 @@ int fc_ctx_valid(CUcontext c);
  * current to this thread (cuda.h, cuCtxDestroy), else CUDA_ERROR_INVALID_CONTEXT. */
 CUresult fc_ctx_error(CUcontext c);
 int fc_ctx_device(CUcontext c);
+CUcontext fc_primary_ctx(int dev); /* its handle, neither retained nor activated */
 
 /* ---- devmem.c: each device's memory, and the UVM driver's root chunks and their lists ---- */
 typedef struct fc_chunk {

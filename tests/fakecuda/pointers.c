@@ -57,3 +57,33 @@ FC_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
     return CUDA_SUCCESS;
 }
 FC_ALIAS(cuIpcGetMemHandle);
+
+/* cuda.h: "Unlike cuPointerGetAttribute, this function will not return an error when the ptr
+ * encountered is not a valid CUDA pointer. Instead, the attributes are assigned default NULL
+ * values and CUDA_SUCCESS is returned." An attribute fakecuda does not answer is refused
+ * (CUDA_ERROR_INVALID_VALUE), as the single query refuses it. Charged as one query per attribute. */
+static size_t attr_size(CUpointer_attribute a)
+{
+    switch (a) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT: case CU_POINTER_ATTRIBUTE_HOST_POINTER: return sizeof(void *);
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: return sizeof(CUdeviceptr);
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: return sizeof(size_t);
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: case CU_POINTER_ATTRIBUTE_IS_MANAGED: case CU_POINTER_ATTRIBUTE_MAPPED:
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: return sizeof(int);
+    default: return 0;
+    }
+}
+FC_EXPORT CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes, void **data,
+                                          CUdeviceptr ptr)
+{
+    FC_ENTRY(cuPointerGetAttributes, 7000);
+    if (!numAttributes || !attributes || !data) return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < numAttributes; i++)
+        if (!attr_size(attributes[i]) || !data[i]) return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < numAttributes; i++)
+        if (fcl_cuPointerGetAttribute(data[i], attributes[i], ptr) != CUDA_SUCCESS) {
+            memset(data[i], 0, attr_size(attributes[i]));
+        }
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuPointerGetAttributes);

@@ -36,11 +36,21 @@ set(FAKECUDA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/tensor_maps.c
     ${CMAKE_CURRENT_LIST_DIR}/procaddr.c
     ${CMAKE_CURRENT_LIST_DIR}/stats.c
+    ${CMAKE_CURRENT_LIST_DIR}/not_found.c
+    ${CMAKE_CURRENT_LIST_DIR}/persona.c
+    ${CMAKE_CURRENT_LIST_DIR}/export_tables.c
+    ${CMAKE_CURRENT_LIST_DIR}/context_storage.c
+    ${CMAKE_CURRENT_LIST_DIR}/integrity.c
+    ${CMAKE_CURRENT_LIST_DIR}/context_extras.c
+    ${CMAKE_CURRENT_LIST_DIR}/func_attributes.c
+    ${CMAKE_CURRENT_LIST_DIR}/stream_memops.c
+    ${CMAKE_CURRENT_LIST_DIR}/link.c
 )
 set(FAKECUDA_HEADERS
     ${CMAKE_CURRENT_LIST_DIR}/fakecuda.h
     ${CMAKE_CURRENT_LIST_DIR}/fakecuda_model.h
     ${CMAKE_CURRENT_LIST_DIR}/fakecuda_internal.h
+    ${CMAKE_CURRENT_LIST_DIR}/cuda_compat.h
 )
 set(FAKECUDA_INCLUDE_DIR ${CMAKE_CURRENT_LIST_DIR})
 set(FAKECUDA_EXPORTS_MAP ${CMAKE_CURRENT_LIST_DIR}/exports.map)
