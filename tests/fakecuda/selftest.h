@@ -75,5 +75,6 @@ int selftest_child_faults_threshold_50(void);     /* selftest_faults.c */
 int selftest_child_faults_batch_one(void);        /* selftest_faults.c */
 int selftest_child_faults_evict(void);            /* selftest_faults.c */
 int selftest_child_pool_prefetch(void);  /* selftest_pools.c */
+int selftest_child_runtime(void);        /* selftest_runtime.c */
 
 #endif
