@@ -324,6 +324,8 @@ int fc_alloc_starts_at(uintptr_t p);
 /* The allocation holding p (1), or none (0): for pointers.c. */
 typedef struct fc_alloc_desc { uintptr_t base; size_t size; int managed, device; CUcontext ctx; } fc_alloc_desc;
 int fc_alloc_lookup(uintptr_t p, fc_alloc_desc *out);
+/* The page-locked host range holding p (1, managed 0), or none (0): host_memory.c. */
+int fc_host_lookup(uintptr_t p, fc_alloc_desc *out);
 enum { FC_LOC_UNPOP = 0, FC_LOC_HOST = 1, FC_LOC_DEV0 = 2 };
 /* The ranges of prefetches, discards and advice: inside one managed allocation, and not a
  * managed pool's unless FAKECUDA_POOL_PREFETCH=accept (memory.c). */

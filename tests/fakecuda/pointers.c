@@ -12,13 +12,14 @@ FC_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribu
     if (!data) return CUDA_ERROR_INVALID_VALUE;
     fc_cost(FC_E_POINTER_QUERY, FAKECUDA_POINTER_QUERY_HOST_NS);
     fc_alloc_desc c;
-    if (!fc_alloc_lookup((uintptr_t)ptr, &c)) return CUDA_ERROR_INVALID_VALUE;
+    int host = 0; /* page-locked host memory (host_memory.c): its type is the host's */
+    if (!fc_alloc_lookup((uintptr_t)ptr, &c) && !(host = fc_host_lookup((uintptr_t)ptr, &c))) return CUDA_ERROR_INVALID_VALUE;
     switch (attribute) {
     case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data = c.ctx; break;
-    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *(unsigned int *)data = CU_MEMORYTYPE_DEVICE; break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *(unsigned int *)data = host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE; break;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *(CUdeviceptr *)data = ptr; break;
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-        if (!c.managed) return CUDA_ERROR_INVALID_VALUE;
+        if (!c.managed && !host) return CUDA_ERROR_INVALID_VALUE;
         *(void **)data = (void *)(uintptr_t)ptr;
         break;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED: *(unsigned int *)data = (unsigned)c.managed; break;

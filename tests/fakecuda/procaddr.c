@@ -271,7 +271,14 @@
     X(cuLinkAddFile, 6050, cuLinkAddFile_v2, 0, PFN_cuLinkAddFile_v6050)                              \
     X(cuLinkComplete, 5050, cuLinkComplete, 0, PFN_cuLinkComplete_v5050)                              \
     X(cuLinkDestroy, 5050, cuLinkDestroy, 0, PFN_cuLinkDestroy_v5050)                                 \
-    X(cuPointerGetAttributes, 7000, cuPointerGetAttributes, 0, PFN_cuPointerGetAttributes_v7000)
+    X(cuPointerGetAttributes, 7000, cuPointerGetAttributes, 0, PFN_cuPointerGetAttributes_v7000)   \
+    X(cuMemHostAlloc, 2020, cuMemHostAlloc, 0, PFN_cuMemHostAlloc_v2020)                              \
+    X(cuMemAllocHost, 3020, cuMemAllocHost_v2, 0, PFN_cuMemAllocHost_v3020)                           \
+    X(cuMemFreeHost, 2000, cuMemFreeHost, 0, PFN_cuMemFreeHost_v2000)                                 \
+    X(cuMemHostRegister, 6050, cuMemHostRegister_v2, 0, PFN_cuMemHostRegister_v6050)                  \
+    X(cuMemHostUnregister, 4000, cuMemHostUnregister, 0, PFN_cuMemHostUnregister_v4000)               \
+    X(cuMemHostGetDevicePointer, 3020, cuMemHostGetDevicePointer_v2, 0, PFN_cuMemHostGetDevicePointer_v3020) \
+    X(cuMemHostGetFlags, 2030, cuMemHostGetFlags, 0, PFN_cuMemHostGetFlags_v2030)
 
 /* CUDA 10's forms of two graph calls, which the driver still exports and answers for at
  * their versions: adapters over the current forms (graphs.c). */

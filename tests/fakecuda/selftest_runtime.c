@@ -3,7 +3,8 @@
  * FAKECUDA_PERSONA=h100-sxm-80gb (selftest.c runs it): the persona's answers, export tables
  * (context-local storage and its destructors, an unmodelled slot and an unknown id counted), the
  * context queries and limits, peer access, function attributes and occupancy, stream memory
- * operations in stream order, 2D copies, cuLink*'s refusals and cuPointerGetAttributes. The
+ * operations in stream order, 2D copies, cuLink*'s refusals, cuPointerGetAttributes and
+ * page-locked host memory. The
  * table sizes and the integrity check are checked against the real drivers and recomputed in
  * tests/test_export_tables.py. */
 #ifndef _GNU_SOURCE
@@ -194,6 +195,33 @@ static void stream_ops(CUstream s)
     OK(cuMemFree(grid2d));
 }
 
+static void host_memory(void)
+{
+    void *p = NULL, *q = NULL;
+    CUdeviceptr d = 0;
+    unsigned flags = 0, type = 0;
+    CHECK(cuMemHostAlloc(&p, 4096, 0x80) == CUDA_ERROR_INVALID_VALUE, "an unknown flag");
+    OK(cuMemHostAlloc(&p, 1 << 20, CU_MEMHOSTALLOC_PORTABLE));
+    OK(cuMemHostGetFlags(&flags, (char *)p + 100));
+    CHECK(flags == CU_MEMHOSTALLOC_PORTABLE, "flags %u", flags);
+    OK(cuMemHostGetDevicePointer(&d, (char *)p + 64, 0));
+    CHECK(d == (CUdeviceptr)(uintptr_t)p + 64, "unified addressing: the same address");
+    OK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)p));
+    CHECK(type == CU_MEMORYTYPE_HOST, "pinned memory's type is the host's (%u)", type);
+    CHECK(cuMemFreeHost((char *)p + 4096) == CUDA_ERROR_INVALID_VALUE, "free inside, not at the base");
+    CHECK(cuMemHostRegister((char *)p + 4096, 4096, 0) == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "overlap");
+    OK(cuMemFreeHost(p));
+    CHECK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)p) ==
+              CUDA_ERROR_INVALID_VALUE, "freed");
+    static char buf[8192];
+    OK(cuMemHostRegister(buf, sizeof buf, CU_MEMHOSTREGISTER_PORTABLE));
+    OK(cuMemAllocHost(&q, 64));
+    CHECK(cuMemHostUnregister(q) == CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "allocated, not registered");
+    OK(cuMemHostUnregister(buf));
+    CHECK(cuMemHostUnregister(buf) == CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "twice");
+    OK(cuMemFreeHost(q));
+}
+
 static void link_refusals(void)
 {
     CUlinkState st;
@@ -228,6 +256,7 @@ int selftest_child_runtime(void)
     attributes();
     stream_ops(s);
     link_refusals();
+    host_memory();
     OK(cuStreamDestroy(s));
     tables(ctx); /* resets the primary context: last */
     return failed ? 1 : 0;

@@ -45,6 +45,7 @@ set(FAKECUDA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/func_attributes.c
     ${CMAKE_CURRENT_LIST_DIR}/stream_memops.c
     ${CMAKE_CURRENT_LIST_DIR}/link.c
+    ${CMAKE_CURRENT_LIST_DIR}/host_memory.c
 )
 set(FAKECUDA_HEADERS
     ${CMAKE_CURRENT_LIST_DIR}/fakecuda.h
