@@ -61,6 +61,7 @@ CUresult fc_ctx_error(CUcontext c)
     return c && c->magic == FC_MAGIC_DEAD ? CUDA_ERROR_CONTEXT_IS_DESTROYED : CUDA_ERROR_INVALID_CONTEXT;
 }
 int fc_ctx_device(CUcontext c) { return c->device; }
+CUcontext fc_primary_ctx(int dev) { return &fc_primary[dev]; }
 
 /* CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS of every device: 1 unless
  * FAKECUDA_CONCURRENT_MANAGED=0 (a GPU without it, e.g. before Pascal or on Windows). */
@@ -124,23 +125,8 @@ FC_EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUde
     FC_ENTRY(cuDeviceGetAttribute, 2000);
     if (!pi || attrib <= 0 || attrib >= CU_DEVICE_ATTRIBUTE_MAX) return CUDA_ERROR_INVALID_VALUE;
     if (!dev_ok(dev)) return CUDA_ERROR_INVALID_DEVICE;
-    int v = 0;
-    switch (attrib) {
-    case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: v = fc_concurrent_managed; break;
-    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
-    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
-    case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS:
-    case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH:
-    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: v = 1; break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: v = FAKECUDA_CC_MAJOR; break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: v = FAKECUDA_CC_MINOR; break;
-    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: v = FAKECUDA_SM_COUNT; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: v = 1024; break;
-    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: v = 32; break;
-    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: v = fc_cfg.physical[dev] + 1; break;
-    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: v = 2; break;
-    default: v = 0; break;
-    }
+    int v = attrib == CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS ? fc_concurrent_managed
+                                                                    : fc_persona_attribute(dev, attrib);
     *pi = v;
     return CUDA_SUCCESS;
 }
@@ -151,7 +137,7 @@ FC_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
     FC_ENTRY(cuDeviceGetName, 2000);
     if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
     if (!dev_ok(dev)) return CUDA_ERROR_INVALID_DEVICE;
-    snprintf(name, (size_t)len, "fakecuda device %d", fc_cfg.physical[dev]);
+    fc_persona_name(dev, name, (size_t)len);
     return CUDA_SUCCESS;
 }
 FC_ALIAS(cuDeviceGetName);
@@ -170,9 +156,7 @@ static CUresult get_uuid(CUuuid *uuid, CUdevice dev)
 {
     if (!uuid) return CUDA_ERROR_INVALID_VALUE;
     if (!dev_ok(dev)) return CUDA_ERROR_INVALID_DEVICE;
-    static const char base[16] = { 'f', 'a', 'k', 'e', 'c', 'u', 'd', 'a', 0x40, 0x80, 0, 0, 0, 0, 0, 0 };
-    memcpy(uuid->bytes, base, 16);
-    uuid->bytes[15] = (char)fc_cfg.physical[dev]; /* the machine's device, whatever its ordinal here */
+    fc_persona_uuid(dev, (uint8_t *)uuid->bytes);
     return CUDA_SUCCESS;
 }
 FC_DEF(cuDeviceGetUuid, 9020, (CUuuid *uuid, CUdevice dev), get_uuid(uuid, dev));
@@ -197,7 +181,10 @@ static CUresult primary_release(CUdevice dev)
     if (!dev_ok(dev)) return CUDA_ERROR_INVALID_DEVICE;
     int old = atomic_load(&fc_primary_refs[dev]);
     while (old > 0 && !atomic_compare_exchange_weak(&fc_primary_refs[dev], &old, old - 1)) {}
-    if (old == 1) fc_ctx_invalidate(&fc_primary[dev]);
+    if (old == 1) {
+        fc_ctx_invalidate(&fc_primary[dev]);
+        fc_cls_context_gone(&fc_primary[dev]);
+    }
     return old > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
 }
 FC_DEF(cuDevicePrimaryCtxRelease, 7000, (CUdevice dev), primary_release(dev));
@@ -211,6 +198,7 @@ static CUresult primary_reset(CUdevice dev)
 {
     if (!dev_ok(dev)) return CUDA_ERROR_INVALID_DEVICE;
     fc_ctx_invalidate(&fc_primary[dev]);
+    fc_cls_context_gone(&fc_primary[dev]);
     return CUDA_SUCCESS;
 }
 FC_DEF(cuDevicePrimaryCtxReset, 7000, (CUdevice dev), primary_reset(dev));
@@ -273,6 +261,7 @@ FC_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
     FC_ENTRY(cuCtxDestroy_v2, 4000);
     if (!fc_ctx_valid(ctx) || ctx->primary) return CUDA_ERROR_INVALID_CONTEXT;
     fc_ctx_invalidate(ctx);
+    fc_cls_context_gone(ctx);
     ctx->magic = FC_MAGIC_DEAD;
     if (fc_tls_cur == ctx) fc_tls_cur = fc_tls_depth > 0 ? fc_tls_stack[--fc_tls_depth] : NULL;
     return CUDA_SUCCESS;

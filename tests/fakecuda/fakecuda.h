@@ -88,6 +88,11 @@ struct fakecuda_entry_cost { uint64_t calls, caller_ns, worker_ns; };
 int fakecuda_get_entry_cost(const char *entry, struct fakecuda_entry_cost *out);
 const char *fakecuda_entry_name(unsigned i);
 
+/* What clients asked for and fakecuda lacks (not_found.c), by kind: 0 cuGetProcAddress symbols
+   answered SYMBOL_NOT_FOUND, 1 cuGetExportTable ids refused, 2 calls to an export table's
+   unmodelled slot. The sum of their counts since load; FAKECUDA_STATS names them. */
+uint64_t fakecuda_not_found_count(int kind);
+
 #ifdef __cplusplus
 }
 #endif

@@ -13,6 +13,8 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
+#include "cuda_compat.h" /* names newer than the cuda.h in use (13.0's) */
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -113,6 +115,21 @@ void fc_cost_reset(void);
 #include <stdio.h>
 void fc_cost_write_json(FILE *f);
 
+/* ---- not_found.c: what a client asked for and fakecuda lacks, counted by name ---- */
+enum { FC_NF_PROC, FC_NF_TABLE, FC_NF_SLOT, FC_NF_KINDS };
+void fc_not_found(int kind, const char *name);
+void fc_not_found_write_json(FILE *f);
+
+/* ---- persona.c: what each device says it is (FAKECUDA_PERSONA) ---- */
+int fc_persona_attribute(int dev, CUdevice_attribute attr); /* dev: an ordinal this process sees */
+void fc_persona_name(int dev, char *name, size_t len);
+void fc_persona_uuid(int dev, uint8_t out[16]);
+uint64_t fc_persona_memory(void); /* the card's bytes; 0 for fakecuda's own device */
+const char *fc_persona_id(void);
+
+/* ---- export_tables.c, context_storage.c ---- */
+void fc_cls_context_gone(CUcontext c); /* destructors of its context-local storage, entries gone */
+
 /* ---- device.c ---- */
 #define FC_MAGIC_CTX 0x43545821u
 #define FC_MAGIC_STREAM 0x53545221u
@@ -152,6 +169,7 @@ int fc_ctx_valid(CUcontext c);
  * current to this thread (cuda.h, cuCtxDestroy), else CUDA_ERROR_INVALID_CONTEXT. */
 CUresult fc_ctx_error(CUcontext c);
 int fc_ctx_device(CUcontext c);
+CUcontext fc_primary_ctx(int dev); /* its handle, neither retained nor activated */
 
 /* ---- devmem.c: each device's memory, and the UVM driver's root chunks and their lists ---- */
 typedef struct fc_chunk {
@@ -314,6 +332,8 @@ int fc_alloc_starts_at(uintptr_t p);
 /* The allocation holding p (1), or none (0): for pointers.c. */
 typedef struct fc_alloc_desc { uintptr_t base; size_t size; int managed, device; CUcontext ctx; } fc_alloc_desc;
 int fc_alloc_lookup(uintptr_t p, fc_alloc_desc *out);
+/* The page-locked host range holding p (1, managed 0), or none (0): host_memory.c. */
+int fc_host_lookup(uintptr_t p, fc_alloc_desc *out);
 enum { FC_LOC_UNPOP = 0, FC_LOC_HOST = 1, FC_LOC_DEV0 = 2 };
 /* The ranges of prefetches, discards and advice: inside one managed allocation, and not a
  * managed pool's unless FAKECUDA_POOL_PREFETCH=accept (memory.c). */

@@ -307,7 +307,7 @@ FC_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute 
     CUresult r = CUDA_SUCCESS;
     pthread_mutex_lock(&fc_pools_mu);
     int *flag = reuse_flag(pool, attr);
-    switch (attr) {
+    switch ((int)attr) { /* int: cuda_compat.h adds 13.1's attributes to 13.0's enum */
     case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: *(cuuint64_t *)value = pool->release_threshold; break;
     case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: *(cuuint64_t *)value = pool->reserved; break;
     case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: *(cuuint64_t *)value = pool->reserved_high; break;

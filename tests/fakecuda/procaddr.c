@@ -164,6 +164,7 @@
     X(cuGraphExecDestroy, 10000, cuGraphExecDestroy, 0, PFN_cuGraphExecDestroy_v10000)                \
     X(cuGraphGetNodes, 10000, cuGraphGetNodes, 0, PFN_cuGraphGetNodes_v10000)                         \
     X(cuGraphNodeGetType, 10000, cuGraphNodeGetType, 0, PFN_cuGraphNodeGetType_v10000)                \
+    X(cuGraphKernelNodeGetParams, 10000, cuGraphKernelNodeGetParams, 0, PFN_cuGraphKernelNodeGetParams_v10000) \
     X(cuGraphKernelNodeGetParams, 12000, cuGraphKernelNodeGetParams_v2, 0, PFN_cuGraphKernelNodeGetParams_v12000) \
     X(cuModuleLoad, 2000, cuModuleLoad, 0, PFN_cuModuleLoad_v2000)                                    \
     X(cuModuleLoadData, 2000, cuModuleLoadData, 0, PFN_cuModuleLoadData_v2000)                        \
@@ -212,7 +213,76 @@
     X(cuGraphExecKernelNodeSetParams, 12000, cuGraphExecKernelNodeSetParams_v2, 0,                    \
       PFN_cuGraphExecKernelNodeSetParams_v12000)                                                      \
     X(cuGraphExecUpdate, 10020, cuGraphExecUpdate, 0, PFN_cuGraphExecUpdate_v10020)                   \
-    X(cuGraphExecUpdate, 12000, cuGraphExecUpdate_v2, 0, PFN_cuGraphExecUpdate_v12000)
+    X(cuGraphExecUpdate, 12000, cuGraphExecUpdate_v2, 0, PFN_cuGraphExecUpdate_v12000)               \
+    /* what the CUDA 13.0 runtime and cuBLAS need (issue 26): export_tables.c, context_extras.c,      \
+     * func_attributes.c, stream_memops.c, link.c, pointers.c */                                       \
+    X(cuGetExportTable, 3000, cuGetExportTable, 0, PFN_cuGetExportTable_v3000)                        \
+    X(cuCtxGetStreamPriorityRange, 5050, cuCtxGetStreamPriorityRange, 0, PFN_cuCtxGetStreamPriorityRange_v5050) \
+    X(cuCtxGetLimit, 3010, cuCtxGetLimit, 0, PFN_cuCtxGetLimit_v3010)                                 \
+    X(cuCtxSetLimit, 3010, cuCtxSetLimit, 0, PFN_cuCtxSetLimit_v3010)                                 \
+    X(cuDeviceCanAccessPeer, 4000, cuDeviceCanAccessPeer, 0, PFN_cuDeviceCanAccessPeer_v4000)         \
+    X(cuCtxEnablePeerAccess, 4000, cuCtxEnablePeerAccess, 0, PFN_cuCtxEnablePeerAccess_v4000)         \
+    X(cuCtxDisablePeerAccess, 4000, cuCtxDisablePeerAccess, 0, PFN_cuCtxDisablePeerAccess_v4000)      \
+    X(cuLogsRegisterCallback, 12090, cuLogsRegisterCallback, 0, PFN_cuLogsRegisterCallback_v12090)    \
+    X(cuLogsUnregisterCallback, 12090, cuLogsUnregisterCallback, 0, PFN_cuLogsUnregisterCallback_v12090) \
+    X(cuLogsCurrent, 12090, cuLogsCurrent, 0, PFN_cuLogsCurrent_v12090)                               \
+    X(cuLogsDumpToFile, 12090, cuLogsDumpToFile, 0, PFN_cuLogsDumpToFile_v12090)                      \
+    X(cuLogsDumpToMemory, 12090, cuLogsDumpToMemory, 0, PFN_cuLogsDumpToMemory_v12090)                \
+    X(cuFuncGetAttribute, 2020, cuFuncGetAttribute, 0, PFN_cuFuncGetAttribute_v2020)                  \
+    X(cuFuncSetAttribute, 9000, cuFuncSetAttribute, 0, PFN_cuFuncSetAttribute_v9000)                  \
+    X(cuFuncSetCacheConfig, 3000, cuFuncSetCacheConfig, 0, PFN_cuFuncSetCacheConfig_v3000)            \
+    X(cuKernelGetAttribute, 12000, cuKernelGetAttribute, 0, PFN_cuKernelGetAttribute_v12000)          \
+    X(cuKernelSetAttribute, 12000, cuKernelSetAttribute, 0, PFN_cuKernelSetAttribute_v12000)          \
+    X(cuKernelSetCacheConfig, 12000, cuKernelSetCacheConfig, 0, PFN_cuKernelSetCacheConfig_v12000)    \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050, cuOccupancyMaxActiveBlocksPerMultiprocessor, 0, \
+      PFN_cuOccupancyMaxActiveBlocksPerMultiprocessor_v6050)                                          \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, 7000,                                     \
+      cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, 0,                                        \
+      PFN_cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags_v7000)                                 \
+    X(cuOccupancyMaxPotentialBlockSize, 6050, cuOccupancyMaxPotentialBlockSize, 0,                    \
+      PFN_cuOccupancyMaxPotentialBlockSize_v6050)                                                     \
+    X(cuOccupancyMaxPotentialBlockSizeWithFlags, 7000, cuOccupancyMaxPotentialBlockSizeWithFlags, 0,  \
+      PFN_cuOccupancyMaxPotentialBlockSizeWithFlags_v7000)                                            \
+    X(cuOccupancyAvailableDynamicSMemPerBlock, 10020, cuOccupancyAvailableDynamicSMemPerBlock, 0,     \
+      PFN_cuOccupancyAvailableDynamicSMemPerBlock_v10020)                                             \
+    X(cuStreamWaitValue32, 8000, cuStreamWaitValue32, 0, PFN_cuStreamWaitValue32_v8000)              \
+    X(cuStreamWaitValue32, 8000, cuStreamWaitValue32_ptsz, 1, PFN_cuStreamWaitValue32_v8000_ptsz)     \
+    X(cuStreamWaitValue64, 9000, cuStreamWaitValue64, 0, PFN_cuStreamWaitValue64_v9000)              \
+    X(cuStreamWaitValue64, 9000, cuStreamWaitValue64_ptsz, 1, PFN_cuStreamWaitValue64_v9000_ptsz)     \
+    X(cuStreamWriteValue32, 8000, cuStreamWriteValue32, 0, PFN_cuStreamWriteValue32_v8000)           \
+    X(cuStreamWriteValue32, 8000, cuStreamWriteValue32_ptsz, 1, PFN_cuStreamWriteValue32_v8000_ptsz)  \
+    X(cuStreamWriteValue64, 9000, cuStreamWriteValue64, 0, PFN_cuStreamWriteValue64_v9000)           \
+    X(cuStreamWriteValue64, 9000, cuStreamWriteValue64_ptsz, 1, PFN_cuStreamWriteValue64_v9000_ptsz)  \
+    X(cuStreamBatchMemOp, 8000, cuStreamBatchMemOp, 0, PFN_cuStreamBatchMemOp_v8000)                 \
+    X(cuStreamBatchMemOp, 8000, cuStreamBatchMemOp_ptsz, 1, PFN_cuStreamBatchMemOp_v8000_ptsz)        \
+    X(cuLinkCreate, 5050, cuLinkCreate, 0, PFN_cuLinkCreate_v5050)                                    \
+    X(cuLinkAddData, 5050, cuLinkAddData, 0, PFN_cuLinkAddData_v5050)                                 \
+    X(cuLinkAddFile, 5050, cuLinkAddFile, 0, PFN_cuLinkAddFile_v5050)                                 \
+    X(cuStreamWaitValue32, 11070, cuStreamWaitValue32_v2, 0, PFN_cuStreamWaitValue32_v11070)          \
+    X(cuStreamWaitValue32, 11070, cuStreamWaitValue32_v2_ptsz, 1, PFN_cuStreamWaitValue32_v11070_ptsz) \
+    X(cuStreamWaitValue64, 11070, cuStreamWaitValue64_v2, 0, PFN_cuStreamWaitValue64_v11070)          \
+    X(cuStreamWaitValue64, 11070, cuStreamWaitValue64_v2_ptsz, 1, PFN_cuStreamWaitValue64_v11070_ptsz) \
+    X(cuStreamWriteValue32, 11070, cuStreamWriteValue32_v2, 0, PFN_cuStreamWriteValue32_v11070)       \
+    X(cuStreamWriteValue32, 11070, cuStreamWriteValue32_v2_ptsz, 1, PFN_cuStreamWriteValue32_v11070_ptsz) \
+    X(cuStreamWriteValue64, 11070, cuStreamWriteValue64_v2, 0, PFN_cuStreamWriteValue64_v11070)       \
+    X(cuStreamWriteValue64, 11070, cuStreamWriteValue64_v2_ptsz, 1, PFN_cuStreamWriteValue64_v11070_ptsz) \
+    X(cuStreamBatchMemOp, 11070, cuStreamBatchMemOp_v2, 0, PFN_cuStreamBatchMemOp_v11070)             \
+    X(cuStreamBatchMemOp, 11070, cuStreamBatchMemOp_v2_ptsz, 1, PFN_cuStreamBatchMemOp_v11070_ptsz)   \
+    X(cuMemcpy2DAsync, 3020, cuMemcpy2DAsync_v2, 0, PFN_cuMemcpy2DAsync_v3020)                        \
+    X(cuMemcpy2DAsync, 7000, cuMemcpy2DAsync_v2_ptsz, 1, PFN_cuMemcpy2DAsync_v7000_ptsz)              \
+    X(cuLinkCreate, 6050, cuLinkCreate_v2, 0, PFN_cuLinkCreate_v6050)                                 \
+    X(cuLinkAddData, 6050, cuLinkAddData_v2, 0, PFN_cuLinkAddData_v6050)                              \
+    X(cuLinkAddFile, 6050, cuLinkAddFile_v2, 0, PFN_cuLinkAddFile_v6050)                              \
+    X(cuLinkComplete, 5050, cuLinkComplete, 0, PFN_cuLinkComplete_v5050)                              \
+    X(cuLinkDestroy, 5050, cuLinkDestroy, 0, PFN_cuLinkDestroy_v5050)                                 \
+    X(cuPointerGetAttributes, 7000, cuPointerGetAttributes, 0, PFN_cuPointerGetAttributes_v7000)   \
+    X(cuMemHostAlloc, 2020, cuMemHostAlloc, 0, PFN_cuMemHostAlloc_v2020)                              \
+    X(cuMemAllocHost, 3020, cuMemAllocHost_v2, 0, PFN_cuMemAllocHost_v3020)                           \
+    X(cuMemFreeHost, 2000, cuMemFreeHost, 0, PFN_cuMemFreeHost_v2000)                                 \
+    X(cuMemHostRegister, 6050, cuMemHostRegister_v2, 0, PFN_cuMemHostRegister_v6050)                  \
+    X(cuMemHostUnregister, 4000, cuMemHostUnregister, 0, PFN_cuMemHostUnregister_v4000)               \
+    X(cuMemHostGetDevicePointer, 3020, cuMemHostGetDevicePointer_v2, 0, PFN_cuMemHostGetDevicePointer_v3020) \
+    X(cuMemHostGetFlags, 2030, cuMemHostGetFlags, 0, PFN_cuMemHostGetFlags_v2030)
 
 /* CUDA 10's forms of two graph calls, which the driver still exports and answers for at
  * their versions: adapters over the current forms (graphs.c). */
@@ -232,6 +302,24 @@ FC_EXPORT CUresult cuGraphExecKernelNodeSetParams(CUgraphExec hGraphExec, CUgrap
     return fcl_cuGraphExecKernelNodeSetParams_v2(hGraphExec, hNode, &v2);
 }
 FC_ALIAS(cuGraphExecKernelNodeSetParams);
+
+extern __typeof__(cuGraphKernelNodeGetParams_v2) fcl_cuGraphKernelNodeGetParams_v2
+    __attribute__((visibility("hidden")));
+/* CUDA 10's form, which cuBLAS links by name: the v2 answer without its CUkernel and context. */
+FC_EXPORT CUresult cuGraphKernelNodeGetParams(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v1 *p)
+{
+    FC_ENTRY(cuGraphKernelNodeGetParams, 10000);
+    if (!p) return CUDA_ERROR_INVALID_VALUE;
+    CUDA_KERNEL_NODE_PARAMS v2 = {0};
+    CUresult r = fcl_cuGraphKernelNodeGetParams_v2(hNode, &v2);
+    if (r != CUDA_SUCCESS) return r;
+    *p = (CUDA_KERNEL_NODE_PARAMS_v1){
+        .func = v2.func, .gridDimX = v2.gridDimX, .gridDimY = v2.gridDimY, .gridDimZ = v2.gridDimZ,
+        .blockDimX = v2.blockDimX, .blockDimY = v2.blockDimY, .blockDimZ = v2.blockDimZ,
+        .sharedMemBytes = v2.sharedMemBytes, .kernelParams = v2.kernelParams, .extra = v2.extra};
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuGraphKernelNodeGetParams);
 
 FC_EXPORT CUresult cuGraphExecUpdate(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphNode *hErrorNode_out,
                                      CUgraphExecUpdateResult *updateResult_out)
@@ -342,6 +430,7 @@ static CUresult lookup(const char *symbol, void **pfn, int cudaVersion, cuuint64
     }
     int pick = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) && has_ptsz ? best_ptsz : best;
     if (pick >= 0) *pfn = answer(&fc_procs[pick]);
+    if (!found) fc_not_found(FC_NF_PROC, symbol);
     if (status)
         *status = pick >= 0 ? CU_GET_PROC_ADDRESS_SUCCESS
                   : found   ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT

@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 
+#include "cuda_compat.h" /* 13.1's names with 13.0's cuda.h */
 #include "fakecuda.h"
 
 extern int passed, failed; /* selftest.c's */
@@ -74,5 +75,6 @@ int selftest_child_faults_threshold_50(void);     /* selftest_faults.c */
 int selftest_child_faults_batch_one(void);        /* selftest_faults.c */
 int selftest_child_faults_evict(void);            /* selftest_faults.c */
 int selftest_child_pool_prefetch(void);  /* selftest_pools.c */
+int selftest_child_runtime(void);        /* selftest_runtime.c */
 
 #endif

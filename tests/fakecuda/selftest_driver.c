@@ -384,5 +384,6 @@ const struct selftest_driver_mode selftest_driver_modes[] = {
     { "faults-evict", "FAKECUDA_DEVICE_MEMORY=4M", selftest_child_faults_evict },
     { "pool-prefetch", "FAKECUDA_POOL_PREFETCH=accept", selftest_child_pool_prefetch },
     { "devices-64", "FAKECUDA_DEVICES=64", child_devices_64 },
+    { "runtime", "FAKECUDA_PERSONA=h100-sxm-80gb", selftest_child_runtime },
     { NULL, NULL, NULL },
 };

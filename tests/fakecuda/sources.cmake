@@ -40,12 +40,23 @@ set(FAKECUDA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/tensor_maps.c
     ${CMAKE_CURRENT_LIST_DIR}/procaddr.c
     ${CMAKE_CURRENT_LIST_DIR}/stats.c
+    ${CMAKE_CURRENT_LIST_DIR}/not_found.c
+    ${CMAKE_CURRENT_LIST_DIR}/persona.c
+    ${CMAKE_CURRENT_LIST_DIR}/export_tables.c
+    ${CMAKE_CURRENT_LIST_DIR}/context_storage.c
+    ${CMAKE_CURRENT_LIST_DIR}/integrity.c
+    ${CMAKE_CURRENT_LIST_DIR}/context_extras.c
+    ${CMAKE_CURRENT_LIST_DIR}/func_attributes.c
+    ${CMAKE_CURRENT_LIST_DIR}/stream_memops.c
+    ${CMAKE_CURRENT_LIST_DIR}/link.c
+    ${CMAKE_CURRENT_LIST_DIR}/host_memory.c
 )
 set(FAKECUDA_HEADERS
     ${CMAKE_CURRENT_LIST_DIR}/fakecuda.h
     ${CMAKE_CURRENT_LIST_DIR}/fakecuda_model.h
     ${CMAKE_CURRENT_LIST_DIR}/fakecuda_internal.h
     ${CMAKE_CURRENT_LIST_DIR}/image.h
+    ${CMAKE_CURRENT_LIST_DIR}/cuda_compat.h
 )
 set(FAKECUDA_INCLUDE_DIR ${CMAKE_CURRENT_LIST_DIR})
 # Loads image files and prints what the driver answered (tests/test_fakecuda_images.py).
@@ -55,4 +66,5 @@ set(FAKECUDA_SELFTEST_SOURCES ${CMAKE_CURRENT_LIST_DIR}/selftest.c ${CMAKE_CURRE
     ${CMAKE_CURRENT_LIST_DIR}/selftest_contexts.c ${CMAKE_CURRENT_LIST_DIR}/selftest_copies.c
     ${CMAKE_CURRENT_LIST_DIR}/selftest_pools.c ${CMAKE_CURRENT_LIST_DIR}/selftest_faults.c
     ${CMAKE_CURRENT_LIST_DIR}/selftest_memory.c
-    ${CMAKE_CURRENT_LIST_DIR}/selftest_launches.c ${CMAKE_CURRENT_LIST_DIR}/selftest_graphs.c)
+    ${CMAKE_CURRENT_LIST_DIR}/selftest_launches.c ${CMAKE_CURRENT_LIST_DIR}/selftest_graphs.c
+    ${CMAKE_CURRENT_LIST_DIR}/selftest_runtime.c)

@@ -143,7 +143,8 @@ static void load_config(void)
         exit(2);
     }
     visible_devices(fc_cfg.ndevices);
-    fc_cfg.device_memory = parse_size(getenv("FAKECUDA_DEVICE_MEMORY"), FAKECUDA_DEFAULT_DEVICE_MEMORY);
+    uint64_t card = fc_persona_memory(); /* FAKECUDA_PERSONA's card, else fakecuda's default */
+    fc_cfg.device_memory = parse_size(getenv("FAKECUDA_DEVICE_MEMORY"), card ? card : FAKECUDA_DEFAULT_DEVICE_MEMORY);
     v = getenv("FAKECUDA_IOCTL_THREAD");
     if (v && *v && strcmp(v, "caller") != 0 && strcmp(v, "worker") != 0) {
         fprintf(stderr, "fakecuda: FAKECUDA_IOCTL_THREAD=%s: allowed: caller (the default) or worker\n", v);
@@ -357,6 +358,8 @@ __attribute__((destructor)) static void fc_write_stats_at_exit(void)
             s.gpu_fault_batches, s.gpu_fault_stall_ns, s.bytes_fault_prefetched_h2d, s.bytes_h2d, s.bytes_d2h_all,
             s.launches_by_function, s.launches_by_kernel);
     fc_cost_write_json(f);
+    fputs(", \"not_found\": ", f);
+    fc_not_found_write_json(f);
     fputs("}\n", f);
     fclose(f);
 }
