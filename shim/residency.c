@@ -3,9 +3,11 @@
  *
  * A rule runs only when a launch actually changes the belief: under the locks
  * of its device and of the keepers of the blocks it names (residency_blocks.h)
- * it counts blocks in, chooses victims (least recently migrated, or for a plan
- * with PUMP_ORDER_USED least recently used by a launch, ties broken by
- * migration order) and writes down the moves, whose driver calls are made
+ * it counts blocks in, chooses victims (residency_evict.c: for the launch rule
+ * and a plan with PUMP_ORDER_USED, freed tensors' blocks first, then least
+ * recently used by a launch, ties broken by migration order; for policy off's
+ * emulation and a lowered budget, least recently migrated, the driver's order)
+ * and writes down the moves, whose driver calls are made
  * after every lock is left (residency_moves.h): a thread launching on another
  * GPU never waits for them. A block taken for a launch is never its victim,
  * nor is a block its trigger prefetches.
@@ -309,7 +311,7 @@ static bool launch_rule(struct pump_context *c, int device, CUstream stream, str
         for (uint32_t i = 0; a != NULL && i < a->count; i++) {
             if (a->block[i].device == device && a->block[i].ready > ready)
                 ready = a->block[i].ready;
-            full = full || !want_block(&p, &e, budget, PUMP_ORDER_MIGRATED, a, i, true);
+            full = full || !want_block(&p, &e, budget, PUMP_ORDER_USED, a, i, true);
             left_out += full;
         }
     }
