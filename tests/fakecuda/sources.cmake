@@ -21,6 +21,7 @@
 set(FAKECUDA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/device.c
     ${CMAKE_CURRENT_LIST_DIR}/memory.c
+    ${CMAKE_CURRENT_LIST_DIR}/migrate.c
     ${CMAKE_CURRENT_LIST_DIR}/fault_prefetch.c
     ${CMAKE_CURRENT_LIST_DIR}/pointers.c
     ${CMAKE_CURRENT_LIST_DIR}/pools.c
@@ -41,6 +42,7 @@ set(FAKECUDA_HEADERS
     ${CMAKE_CURRENT_LIST_DIR}/fakecuda.h
     ${CMAKE_CURRENT_LIST_DIR}/fakecuda_model.h
     ${CMAKE_CURRENT_LIST_DIR}/fakecuda_internal.h
+    ${CMAKE_CURRENT_LIST_DIR}/memory_pages.h
 )
 set(FAKECUDA_INCLUDE_DIR ${CMAKE_CURRENT_LIST_DIR})
 set(FAKECUDA_EXPORTS_MAP ${CMAKE_CURRENT_LIST_DIR}/exports.map)
