@@ -320,11 +320,13 @@ uint64_t fc_device_resident_bytes(uintptr_t p, size_t n); /* managed bytes of [p
 /* CU_MEM_ADVISE_SET_PREFERRED_LOCATION (loc: FC_LOC_HOST or FC_LOC_DEV0 + d) and UNSET (loc
  * FC_LOC_UNPOP) on the pages [p, p+n) overlaps: the fault-time prefetcher reads it. */
 void fc_set_preferred_location(uintptr_t p, size_t n, int loc);
+/* CU_MEM_ADVISE_SET_READ_MOSTLY (on) and UNSET (off) on the pages [p, p+n) overlaps (migrate.c). */
+void fc_set_read_mostly(uintptr_t p, size_t n, int on);
 /* fault_prefetch.c: the driver's fault-time prefetcher over one VA block's n pages (their
  * FC_LOC_* loc, preferred location pref and page bits): marks FC_BIT_DRIVER_PF on the pages it
  * migrates to target with those marked FC_BIT_FAULTED (the batch's faults). pfi: the block's
  * prefetch_info (last_migration_proc_id, fault_migrations_to_last_proc; uvm_perf_prefetch.c). */
-enum { FC_BIT_FAULTED = 8, FC_BIT_DRIVER_PF = 16 }; /* memory_pages.h's page bits 1, 2, 4 are its own */
+enum { FC_BIT_FAULTED = 8, FC_BIT_DRIVER_PF = 16 }; /* memory_pages.h's page bits 1, 2, 4, 32, 64 are its own */
 typedef struct fc_prefetch_info { uint8_t proc; uint32_t faults; } fc_prefetch_info;
 void fc_prefetch_plan(size_t n, const uint8_t *loc, const uint8_t *pref, uint8_t *bits, uint8_t target,
                       fc_prefetch_info *pfi);
