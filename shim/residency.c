@@ -306,6 +306,13 @@ static bool launch_rule(struct pump_context *c, int device, CUstream stream, str
     struct prefetches p = {.dn = &dn, .stamps = stamps};
     uint64_t left_out = 0, ready = 0;
     bool full = false;
+    /* Its allocations count as used from now, not from when its kernel's use is recorded: a
+     * launch racing on another thread must not take what this one brings in as the least
+     * recently used. */
+    uint64_t now = PUMP_COUNT(launches_managed, 0);
+    for (uint32_t r = 0; r < u.n; r++)
+        if (__atomic_load_n(&u.range[r]->used_tick, __ATOMIC_RELAXED) < now)
+            __atomic_store_n(&u.range[r]->used_tick, now, __ATOMIC_RELAXED);
     for (uint32_t r = 0; r < u.n; r++) {
         struct pump_blocks *a = u.range[r]->blocks;
         for (uint32_t i = 0; a != NULL && i < a->count; i++) {
