@@ -4,9 +4,10 @@
  * A rule runs only when a launch actually changes the belief: under the locks
  * of its device and of the keepers of the blocks it names (residency_blocks.h)
  * it counts blocks in, chooses victims (residency_evict.c: for the launch rule
- * and a plan with PUMP_ORDER_USED, freed tensors' blocks first, then least
- * recently used by a launch, ties broken by migration order; for policy off's
- * emulation and a lowered budget, least recently migrated, the driver's order)
+ * where no plan is in force, and a plan with PUMP_ORDER_USED, freed tensors'
+ * blocks first, then least recently used by a launch, ties broken by migration
+ * order; for the launch rule under a plan, policy off's emulation and a lowered
+ * budget, least recently migrated, the driver's order)
  * and writes down the moves, whose driver calls are made
  * after every lock is left (residency_moves.h): a thread launching on another
  * GPU never waits for them. A block taken for a launch is never its victim,
@@ -292,6 +293,18 @@ static void need_rule(struct pump_context *c, int device, CUstream stream, const
     }
 }
 
+/* The launch rule's victims: least recently used (freed tensors first) where no plan is in
+ * force; under a plan (lookahead), in migration order, as before: the plan's prefetches for
+ * launches to come rank by the trigger that named them, older than what the launches since
+ * used, and least recently used could take them before their use. */
+static uint32_t launch_rule_order(void)
+{
+    struct pump_channel *channel = pump_channel_get();
+    bool planned = channel != NULL && channel->plan != NULL &&
+                   __atomic_load_n(&channel->plan->trigger_count, __ATOMIC_ACQUIRE) > 0;
+    return planned ? PUMP_ORDER_MIGRATED : PUMP_ORDER_USED;
+}
+
 /* The launch rule: the blocks of the launch's allocations (also for a launch
  * a plan has no trigger for); the kernel waits for them, or else for the
  * planned prefetch that brought the latest of them, if any. True when it
@@ -305,6 +318,7 @@ static bool launch_rule(struct pump_context *c, int device, CUstream stream, str
     struct evictions e = {.dn = &dn};
     struct prefetches p = {.dn = &dn, .stamps = stamps};
     uint64_t left_out = 0, ready = 0;
+    uint32_t order = launch_rule_order();
     bool full = false;
     /* Its allocations count as used from now, not from when its kernel's use is recorded: a
      * launch racing on another thread must not take what this one brings in as the least
@@ -318,7 +332,7 @@ static bool launch_rule(struct pump_context *c, int device, CUstream stream, str
         for (uint32_t i = 0; a != NULL && i < a->count; i++) {
             if (a->block[i].device == device && a->block[i].ready > ready)
                 ready = a->block[i].ready;
-            full = full || !want_block(&p, &e, budget, PUMP_ORDER_USED, a, i, true);
+            full = full || !want_block(&p, &e, budget, order, a, i, true);
             left_out += full;
         }
     }

@@ -538,8 +538,10 @@ class _Run:
                     ready = max(ready, self._take(planned[0], self.used, cpu))
                 elif self.shim and self.policy != "naive":
                     # The launch rule, also for a launch the plan does not know: the shim's
-                    # launch rule evicts least recently used first (shim/residency_evict.c).
-                    ready = max(ready, self._take(w.arg_blocks[k], self.used, cpu))
+                    # launch rule evicts least recently used first, in migration order once a
+                    # plan is in force (shim/residency.c, launch_rule_order).
+                    order = self.migrated if self.plan else self.used
+                    ready = max(ready, self._take(w.arg_blocks[k], order, cpu))
                 ready = max(ready, self.thread.clock)  # the kernel is launched after the hook's calls
                 self.thread.hook()  # the trigger's calls, after the kernel, are another batch
                 touched = w.touched[k]
