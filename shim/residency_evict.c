@@ -3,7 +3,8 @@
  * Which blocks make room decides how many bytes cross the link, each way: every
  * block evicted is copied to the host (UVM copies back every evicted resident page,
  * uvm_pmm_gpu.c evict_root_chunk) and comes back when used again. The launch rule
- * takes PUMP_ORDER_USED: a freed tensor's blocks first (the caching allocator may
+ * takes PUMP_ORDER_USED where no plan is in force (residency.c, launch_rule_order):
+ * a freed tensor's blocks first (the caching allocator may
  * never hand that memory out again), then least recently used by a launch. The
  * driver's own order is by residency (its USED list is not reordered on access,
  * devmem.c), which in a training step's cycle evicts what the backward pass is
