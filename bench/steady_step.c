@@ -18,6 +18,8 @@
  *   of cuMemAlloc (PyTorch's default, which pump's managed_all makes managed).
  * neighbour=MIB: first, that much device memory held by cuMemCreate (another process, NCCL's
  *   buffers: plain allocations pump leaves alone), for the whole run.
+ * read_mostly: the weights advised CU_MEM_ADVISE_SET_READ_MOSTLY (managed memory only): read
+ *   by the forward and backward passes, written once a step by the optimizer.
  *
  * Prints one JSON object: per-step figures of step 1 ("first"), and the mean over the steps
  * after WARMUP ("steady"): fakecuda's counters, its calls and modelled host ns per entry point,
@@ -51,9 +53,11 @@ struct snapshot {
     struct pump_stats pump;
     int has_pump;
     double cpu_ns;
+    double wall_ns; /* fakecuda's clock: its modelled costs are slept, so a step's wall time is its modelled time */
 };
 
-/* ---- kernels: each touches all its tensors (the model's access) and computes on a prefix ---- */
+/* ---- kernels: each touches all its tensors (the model's access: fakecuda_touch_read for what it
+ * only reads, fakecuda_touch for what it writes) and computes on a prefix ---- */
 
 static float *arg_ptr(void **params, int i) { return *(float **)params[i]; }
 
@@ -62,7 +66,7 @@ static void unary_kernel(void **params, const fakecuda_dims *dims)
 {
     (void)dims;
     float *in = arg_ptr(params, 0), *out = arg_ptr(params, 2);
-    fakecuda_touch(in, *(uint64_t *)params[1]);
+    fakecuda_touch_read(in, *(uint64_t *)params[1]);
     fakecuda_touch(out, *(uint64_t *)params[3]);
     for (int i = 0; i < COMPUTED; i++)
         out[i] = in[i] * 0.5f + 0.25f;
@@ -74,8 +78,8 @@ static void binary_kernel(void **params, const fakecuda_dims *dims)
     (void)dims;
     float *a = arg_ptr(params, 0), *b = arg_ptr(params, 1), *out = arg_ptr(params, 2);
     uint64_t bytes = *(uint64_t *)params[3];
-    fakecuda_touch(a, bytes);
-    fakecuda_touch(b, bytes);
+    fakecuda_touch_read(a, bytes);
+    fakecuda_touch_read(b, bytes);
     fakecuda_touch(out, bytes);
     for (int i = 0; i < COMPUTED; i++)
         out[i] = a[i] * 0.75f + b[i] * 0.125f;
@@ -87,8 +91,8 @@ static void adam_kernel(void **params, const fakecuda_dims *dims)
     (void)dims;
     float *w = arg_ptr(params, 0), *g = arg_ptr(params, 1), *m = arg_ptr(params, 2), *v = arg_ptr(params, 3);
     uint64_t bytes = *(uint64_t *)params[4];
-    for (int i = 0; i < 4; i++)
-        fakecuda_touch(arg_ptr(params, i), bytes);
+    for (int i = 0; i < 4; i++) /* the gradient is only read */
+        (i == 1 ? fakecuda_touch_read : fakecuda_touch)(arg_ptr(params, i), bytes);
     for (int i = 0; i < COMPUTED; i++) {
         m[i] = 0.9f * m[i] + 0.1f * g[i];
         v[i] = 0.999f * v[i] + 0.001f * g[i] * g[i];
@@ -111,7 +115,7 @@ static void to_host_kernel(void **params, const fakecuda_dims *dims)
 {
     (void)dims;
     const float *src = arg_ptr(params, 0);
-    fakecuda_touch(src, *(uint64_t *)params[2]);
+    fakecuda_touch_read(src, *(uint64_t *)params[2]);
     memcpy(arg_ptr(params, 1), src, sizeof(float));
 }
 
@@ -211,10 +215,10 @@ static float step(const float *batch_host, float *loss_host)
 
 /* ---- measurement ---- */
 
-static double thread_cpu_ns(void)
+static double clock_ns(clockid_t clock)
 {
     struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    clock_gettime(clock, &t);
     return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
 }
 
@@ -236,7 +240,8 @@ static int read_pump_record(struct pump_stats *out)
 
 static void take(struct snapshot *s)
 {
-    s->cpu_ns = thread_cpu_ns();
+    s->cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+    s->wall_ns = clock_ns(CLOCK_MONOTONIC); /* the clock fakecuda's time model sleeps on (stats.c) */
     fakecuda_get_stats(&s->driver);
     for (unsigned i = 0; i < MAX_ENTRIES && fakecuda_entry_name(i) != NULL; i++)
         fakecuda_get_entry_cost(fakecuda_entry_name(i), &s->entries[i]);
@@ -248,7 +253,7 @@ static void take(struct snapshot *s)
 /* The mean per step from a to b over `steps` steps, as the members of a JSON object. */
 static void print_delta(const char *name, const struct snapshot *a, const struct snapshot *b, int steps)
 {
-    printf("\"%s\": {\"steps\": %d, \"cpu_ns\": %.1f", name, steps, DELTA(cpu_ns));
+    printf("\"%s\": {\"steps\": %d, \"cpu_ns\": %.1f, \"wall_ns\": %.1f", name, steps, DELTA(cpu_ns), DELTA(wall_ns));
 #define DRIVER(f) printf(", \"%s\": %.3f", #f, DELTA(driver.f))
     DRIVER(gpu_faults); DRIVER(cpu_faults); DRIVER(bytes_prefetched_h2d); DRIVER(bytes_faulted_h2d);
     DRIVER(bytes_d2h); DRIVER(launches); DRIVER(prefetch_calls); DRIVER(batch_prefetch_calls);
@@ -285,17 +290,20 @@ int main(int argc, char **argv)
 {
     int steps = argc >= 3 ? atoi(argv[1]) : 0, warmup = argc >= 3 ? atoi(argv[2]) : 0;
     size_t neighbour = 0;
+    bool read_mostly = false;
     bool usage = steps < 2 || warmup < 1 || warmup >= steps;
     for (int i = 3; i < argc; i++) {
         if (strcmp(argv[i], "managed") == 0)
             cache.managed = true;
+        else if (strcmp(argv[i], "read_mostly") == 0)
+            read_mostly = true;
         else if (strncmp(argv[i], "neighbour=", 10) == 0 && atoi(argv[i] + 10) > 0)
             neighbour = (size_t)atoi(argv[i] + 10) * MIB;
         else
             usage = true;
     }
     if (usage) {
-        fprintf(stderr, "usage: steady_step STEPS WARMUP [managed] [neighbour=MIB] (1 <= WARMUP < STEPS)\n");
+        fprintf(stderr, "usage: steady_step STEPS WARMUP [managed] [neighbour=MIB] [read_mostly] (1 <= WARMUP < STEPS)\n");
         return 2;
     }
     cuda_api_load(&api, 0);
@@ -328,6 +336,10 @@ int main(int argc, char **argv)
         launch_unary(moment2[l], PARAM, moment2[l], PARAM);
     }
     CHECK(cuStreamSynchronize(NULL));
+    for (int l = 0; read_mostly && l < LAYERS; l++) { /* the weights, written once a step by Adam */
+        CUmemLocation on = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device};
+        CHECK(cuMemAdvise(weight[l], PARAM, CU_MEM_ADVISE_SET_READ_MOSTLY, on));
+    }
 
     static struct snapshot start, after_first, after_warmup, end;
     uint32_t loss_bits[1024];

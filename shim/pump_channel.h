@@ -188,7 +188,7 @@ struct pump_plan {
 
 enum pump_plan_order {
     PUMP_ORDER_MIGRATED = 0,      /* least recently migrated first: what the driver does */
-    PUMP_ORDER_USED = 1           /* least recently used by a launch first */
+    PUMP_ORDER_USED = 1           /* freed tensors' blocks, then least recently used by a launch first */
 };
 
 /* ---- trace files (pump-run --trace FILE, pump trace generate) ----

@@ -3,9 +3,12 @@
  *
  * A rule runs only when a launch actually changes the belief: under the locks
  * of its device and of the keepers of the blocks it names (residency_blocks.h)
- * it counts blocks in, chooses victims (least recently migrated, or for a plan
- * with PUMP_ORDER_USED least recently used by a launch, ties broken by
- * migration order) and writes down the moves, whose driver calls are made
+ * it counts blocks in, chooses victims (residency_evict.c: for the launch rule
+ * where no plan is in force, and a plan with PUMP_ORDER_USED, freed tensors'
+ * blocks first, then least recently used by a launch, ties broken by migration
+ * order; for the launch rule under a plan, policy off's emulation and a lowered
+ * budget, least recently migrated, the driver's order)
+ * and writes down the moves, whose driver calls are made
  * after every lock is left (residency_moves.h): a thread launching on another
  * GPU never waits for them. A block taken for a launch is never its victim,
  * nor is a block its trigger prefetches.
@@ -28,7 +31,7 @@
 
 #include "context_cache.h"
 #include "residency.h"
-#include "residency_moves.h"
+#include "residency_evict.h"
 
 /* The epochs (residency.h): `synced` moves at synchronisations and with `launched`, the
  * safety net's, which alone expires the beliefs of memory the host never touches. */
@@ -78,11 +81,6 @@ static uint64_t stamp_for(const struct pump_range *range, struct stamps s)
     return __atomic_load_n(&range->host_touchable, __ATOMIC_RELAXED) ? s.host : s.device;
 }
 
-static uint32_t index_of(const struct pump_block *b)
-{
-    return (uint32_t)(b - b->owner->block);
-}
-
 /* ---- allocations ---- */
 
 PUMP_HIDDEN bool pump_residency_attach(struct pump_range *range)
@@ -117,121 +115,6 @@ static struct uses uses_of(const struct pump_scan *scan)
     return (struct uses){scan->range, scan->own};
 }
 
-static bool holds(const uint64_t *marks, uint32_t n, uint64_t mark)
-{
-    for (uint32_t k = 0; k < n; k++)
-        if (marks[k] == mark)
-            return true;
-    return false;
-}
-
-/* ---- evictions ---- */
-
-struct evictions {
-    struct pump_decision *dn;
-    struct pump_move m;
-};
-
-static void evictions_flush(struct evictions *e)
-{
-    if (e->m.n == 0)
-        return;
-    e->m.evict = true;
-    pump_decision_write(e->dn, &e->m);
-    pump_devices[e->dn->device].evicted_unawaited += e->m.bytes;
-    e->m.n = e->m.waits = e->m.discards = 0;
-    e->m.bytes = e->m.blocks = 0;
-    e->m.after_prefetches = e->m.after_fallback = false;
-}
-
-static void add_wait(struct evictions *e, uint64_t token)
-{
-    if (token == PUMP_READY_PENDING)
-        e->m.after_prefetches = true;
-    else if (token != 0 && !holds(e->m.wait, e->m.waits, token))
-        e->m.wait[e->m.waits++] = token;
-}
-
-/* Block i of a leaves the belief now and the GPU after its last user. */
-static void evict_block(struct evictions *e, struct pump_blocks *a, uint32_t i)
-{
-    struct pump_block *b = &a->block[i];
-    if (b->discarded == PUMP_DISCARD_UNORDERED) {
-        pump_block_count_out(a, i);  /* never moved by pump */
-        return;
-    }
-    if (e->m.n == PUMP_MOVE_BATCH || e->m.waits + 3 > PUMP_MOVE_BATCH || e->m.discards == PUMP_MOVE_BATCH)
-        evictions_flush(e);
-    if (b->discarded != 0 && !holds(e->m.discard, e->m.discards, b->discarded))
-        e->m.discard[e->m.discards++] = b->discarded;
-    b->discarded = 0;
-    uint64_t token = __atomic_load_n(&a->range->last_use, __ATOMIC_ACQUIRE);
-    if (token == 0 && e->dn->fallback == 0)
-        e->m.after_fallback = true;  /* used before anything was recorded: after all the stream has so far */
-    add_wait(e, token != 0 ? token : e->dn->fallback);
-    add_wait(e, e->dn->after);
-    add_wait(e, b->ready);  /* a planned prefetch of it no kernel waited for */
-    uint64_t start = pump_block_start(a, i), bytes = pump_block_bytes(a, i);
-    /* Also when it is not believed resident (a plan's evict range): pages a
-     * kernel faulted in move out, and a prefetch of it must not pass that. */
-    b->evicted_in = pump_devices[e->dn->device].awaited + 1;
-    if (e->m.n > 0 && e->m.ptr[e->m.n - 1] + e->m.size[e->m.n - 1] == start) {
-        e->m.size[e->m.n - 1] += bytes;
-    } else {
-        e->m.ptr[e->m.n] = start;
-        e->m.size[e->m.n++] = bytes;
-    }
-    e->m.bytes += bytes;
-    e->m.blocks++;
-    pump_block_count_out(a, i);
-}
-
-static bool is_protected(const struct pump_block *b, uint64_t decision)
-{
-    return b->owner->mark == decision || b->mark == decision;
-}
-
-static int by_use(const void *x, const void *y)
-{
-    const struct pump_victim *a = x, *b = y;
-    if (a->used != b->used)
-        return a->used < b->used ? -1 : 1;
-    return a->migrated < b->migrated ? -1 : a->migrated > b->migrated;
-}
-
-/* Evicts unprotected blocks of the decision's device, in `order`, until
- * `need` more bytes fit under `budget` (0: none); true when they fit. */
-static bool make_room(struct evictions *e, uint64_t need, uint64_t budget, uint32_t order)
-{
-    struct pump_device_state *d = &pump_devices[e->dn->device];
-    uint64_t decision = e->dn->number;
-    if (budget == 0 || d->resident + need <= budget)
-        return true;
-    if (order == PUMP_ORDER_USED) {
-        size_t n = 0;
-        for (struct pump_block *b = d->order.newer; b != &d->order; b = b->newer) {
-            if (is_protected(b, decision))
-                continue;
-            /* A freed tensor's blocks first (pump_residency_freed). */
-            uint64_t used = __atomic_load_n(&b->owner->range->dead, __ATOMIC_RELAXED)
-                                ? 0
-                                : __atomic_load_n(&b->owner->range->used_tick, __ATOMIC_RELAXED);
-            d->scratch[n++] = (struct pump_victim){used > b->planned_for ? used : b->planned_for, b->migrated, b};
-        }
-        qsort(d->scratch, n, sizeof *d->scratch, by_use);
-        for (size_t i = 0; i < n && d->resident + need > budget; i++)
-            evict_block(e, d->scratch[i].block->owner, index_of(d->scratch[i].block));
-    } else {
-        struct pump_block *next;
-        for (struct pump_block *b = d->order.newer; b != &d->order && d->resident + need > budget; b = next) {
-            next = b->newer;
-            if (!is_protected(b, decision))
-                evict_block(e, b->owner, index_of(b));
-        }
-    }
-    return d->resident + need <= budget;
-}
-
 /* ---- prefetches ---- */
 
 struct prefetches {
@@ -246,7 +129,7 @@ static void prefetches_flush(struct prefetches *p, struct evictions *e, uint64_t
 {
     if (p->m.n == 0)
         return;
-    evictions_flush(e);
+    pump_evictions_flush(e);
     struct pump_decision *dn = p->dn;
     struct pump_device_state *d = &pump_devices[dn->device];
     /* Room made by evictions still queued: this prefetch may not pass them. */
@@ -309,12 +192,12 @@ static bool want_block(struct prefetches *p, struct evictions *e, uint64_t budge
     struct pump_device_state *d = &pump_devices[device];
     if (cost > 0 && !may_evict && budget != 0 && d->resident + p->pending + cost > budget)
         return false;
-    if (cost > 0 && may_evict && !make_room(e, p->pending + cost, budget, order))
+    if (cost > 0 && may_evict && !pump_make_room(e, p->pending + cost, budget, order))
         return false;
     if (cost > 0 && b->evicted_in == d->awaited + 1)
         p->m.after_evictions = true;  /* its eviction may not pass this prefetch */
     bool joins = p->m.n > 0 && p->m.run[p->m.n - 1].a == a && p->m.run[p->m.n - 1].first + p->m.run[p->m.n - 1].count == i;
-    bool new_discard = discard != 0 && !holds(p->m.discard, p->m.discards, discard);
+    bool new_discard = discard != 0 && !pump_marks_hold(p->m.discard, p->m.discards, discard);
     if ((!joins && p->m.n == PUMP_MOVE_BATCH) || (new_discard && p->m.discards == PUMP_MOVE_BATCH)) {
         prefetches_flush(p, e, budget);
         joins = false;
@@ -353,7 +236,7 @@ static void mark_ranges(struct pump_decision *dn, const struct pump_plan_range *
 static void take_done(struct prefetches *p, struct evictions *e, uint64_t budget, uint64_t ready)
 {
     prefetches_flush(p, e, budget);
-    evictions_flush(e);
+    pump_evictions_flush(e);
     p->dn->ready = ready;
     p->dn->kernel_waits = true;
     if (ready == PUMP_READY_PENDING)
@@ -410,6 +293,18 @@ static void need_rule(struct pump_context *c, int device, CUstream stream, const
     }
 }
 
+/* The launch rule's victims: least recently used (freed tensors first) where no plan is in
+ * force; under a plan (lookahead), in migration order, as before: the plan's prefetches for
+ * launches to come rank by the trigger that named them, older than what the launches since
+ * used, and least recently used could take them before their use. */
+static uint32_t launch_rule_order(void)
+{
+    struct pump_channel *channel = pump_channel_get();
+    bool planned = channel != NULL && channel->plan != NULL &&
+                   __atomic_load_n(&channel->plan->trigger_count, __ATOMIC_ACQUIRE) > 0;
+    return planned ? PUMP_ORDER_MIGRATED : PUMP_ORDER_USED;
+}
+
 /* The launch rule: the blocks of the launch's allocations (also for a launch
  * a plan has no trigger for); the kernel waits for them, or else for the
  * planned prefetch that brought the latest of them, if any. True when it
@@ -423,13 +318,21 @@ static bool launch_rule(struct pump_context *c, int device, CUstream stream, str
     struct evictions e = {.dn = &dn};
     struct prefetches p = {.dn = &dn, .stamps = stamps};
     uint64_t left_out = 0, ready = 0;
+    uint32_t order = launch_rule_order();
     bool full = false;
+    /* Its allocations count as used from now, not from when its kernel's use is recorded: a
+     * launch racing on another thread must not take what this one brings in as the least
+     * recently used. */
+    uint64_t now = PUMP_COUNT(launches_managed, 0);
+    for (uint32_t r = 0; r < u.n; r++)
+        if (__atomic_load_n(&u.range[r]->used_tick, __ATOMIC_RELAXED) < now)
+            __atomic_store_n(&u.range[r]->used_tick, now, __ATOMIC_RELAXED);
     for (uint32_t r = 0; r < u.n; r++) {
         struct pump_blocks *a = u.range[r]->blocks;
         for (uint32_t i = 0; a != NULL && i < a->count; i++) {
             if (a->block[i].device == device && a->block[i].ready > ready)
                 ready = a->block[i].ready;
-            full = full || !want_block(&p, &e, budget, PUMP_ORDER_MIGRATED, a, i, true);
+            full = full || !want_block(&p, &e, budget, order, a, i, true);
             left_out += full;
         }
     }
@@ -515,8 +418,8 @@ static void off_rule(struct pump_context *c, int device, struct uses u, uint64_t
         pump_blocks_refresh(a, device, 0);
     }
     struct evictions e = {.dn = &dn};
-    make_room(&e, 0, budget, PUMP_ORDER_MIGRATED);
-    evictions_flush(&e);
+    pump_make_room(&e, 0, budget, PUMP_ORDER_MIGRATED);
+    pump_evictions_flush(&e);
     pump_decision_unlock(&dn);
     pump_decision_make(&dn);
 }
@@ -535,7 +438,7 @@ static void plan_rule(struct pump_context *c, int device, struct uses u, uint64_
         struct pump_blocks *a = pump_decision_plan_blocks(&dn, &t->range[k], &first, &last);
         skipped += a == NULL;
         for (uint32_t i = first; a != NULL && i <= last; i++)
-            evict_block(&e, a, i);
+            pump_evict_block(&e, a, i);
         if (a != NULL)
             PUMP_COUNT(plan_evict_ranges, 1);
     }
@@ -549,7 +452,7 @@ static void plan_rule(struct pump_context *c, int device, struct uses u, uint64_
             left_out += !want_block(&p, &e, budget, t->order, a, i, false);
     }
     prefetches_flush(&p, &e, budget);
-    evictions_flush(&e);
+    pump_evictions_flush(&e);
     pump_decision_unlock(&dn);
     pump_decision_make(&dn);
     if (skipped > 0)
@@ -567,8 +470,8 @@ static void hold_budget(struct pump_context *c, int device, struct uses u, uint6
     if (!pump_decision_begin(&dn, u.range, u.n, NULL, 0))
         return;
     struct evictions e = {.dn = &dn};
-    make_room(&e, 0, budget, PUMP_ORDER_MIGRATED);
-    evictions_flush(&e);
+    pump_make_room(&e, 0, budget, PUMP_ORDER_MIGRATED);
+    pump_evictions_flush(&e);
     pump_decision_unlock(&dn);
     pump_decision_make(&dn);
 }

@@ -20,7 +20,12 @@ KEYS = ("added_driver_calls_per_step", "added_driver_us_per_step", "added_driver
         "gpu_faults_per_step", "gpu_faults_per_step_without_pump", "driver_evictions",
         "driver_evictions_without_pump", "gpu_fault_batches_per_step", "gpu_fault_batches_per_step_without_pump",
         "fault_stall_us_per_step", "fault_stall_us_per_step_without_pump", "bytes_h2d_per_step",
-        "bytes_h2d_per_step_without_pump", "bytes_d2h_per_step", "bytes_d2h_per_step_without_pump")
+        "bytes_h2d_per_step_without_pump", "bytes_d2h_per_step", "bytes_d2h_per_step_without_pump", "step_us",
+        "step_us_without_pump")
+# budget50's bare run is not limited by the budget: the driver alone given the budget's memory is.
+AT_BUDGET_KEYS = ("bytes_h2d_per_step_driver_at_budget", "bytes_d2h_per_step_driver_at_budget",
+                  "gpu_faults_per_step_driver_at_budget", "fault_stall_us_per_step_driver_at_budget",
+                  "driver_evictions_driver_at_budget", "step_us_driver_at_budget")
 
 
 TWO_DEVICES_KEYS = ("one_thread_us_per_launch", "two_threads_us_per_launch", "thread_time_ratio",
@@ -41,7 +46,9 @@ def bench(c_build):
 def test_structure(bench):
     for scenario in SCENARIOS:
         assert set(KEYS) <= set(bench[scenario]), scenario
-        assert set(bench["runs"][scenario]) == {"bare", "pump", "pump_ioctls_on_worker"}
+        extra = {"driver_at_budget"} if scenario == "budget50" else set()
+        assert set(bench["runs"][scenario]) == {"bare", "pump", "pump_ioctls_on_worker"} | extra
+    assert set(AT_BUDGET_KEYS) <= set(bench["budget50"])
     assert bench["steps"] == 3 and bench["warmup"] == 1 and bench["launches_per_step"] >= 500
     assert {row[0] for row in bench["target_rows"]} == set(SCENARIOS) | {"two_devices"}
     assert set(TWO_DEVICES_KEYS) <= set(bench["two_devices"])
@@ -83,6 +90,7 @@ def test_figures_agree_with_the_runs(bench):
             assert row["bytes_h2d_per_step" + key] == round(run["bytes_faulted_h2d"] + run["bytes_prefetched_h2d"])
             assert row["bytes_d2h_per_step" + key] == round(run["bytes_d2h"] + run["bytes_evicted_d2h"])
             assert (row["gpu_fault_batches_per_step" + key] > 0) == (row["gpu_faults_per_step" + key] > 0)
+            assert row["step_us" + key] == round(run["wall_ns"] / 1000, 1) > 0
         assert row["driver_evictions_without_pump"] == bare["driver_evictions"]
         assert pump["pump"]["errors"] == 0
         # With the ioctls on a driver thread the launching thread pays less of what pump adds.
@@ -93,6 +101,12 @@ def test_figures_agree_with_the_runs(bench):
     # The budget held: never more resident than it.
     budget50 = bench["runs"]["budget50"]["pump"]["steady"]
     assert 0 < budget50["pump"]["resident_bytes"] <= bench["budget50"]["budget_bytes"]
+    # The driver given only the budget's memory is limited by it: it faults and evicts, and its
+    # bytes are every byte its run counted.
+    capped, b50 = bench["runs"]["budget50"]["driver_at_budget"]["steady"], bench["budget50"]
+    assert b50["driver_evictions_driver_at_budget"] == capped["driver_evictions"] > 0
+    assert b50["bytes_h2d_per_step_driver_at_budget"] == round(capped["bytes_faulted_h2d"] + capped["bytes_prefetched_h2d"])
+    assert b50["bytes_d2h_per_step_driver_at_budget"] == round(capped["bytes_d2h"] + capped["bytes_evicted_d2h"]) > 0
     # Above the device, both runs made the driver evict.
     assert bench["oversubscribed"]["driver_evictions_without_pump"] > 0
     assert bench["oversubscribed"]["prefetches_of_resident_blocks"] is None

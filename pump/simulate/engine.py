@@ -538,8 +538,10 @@ class _Run:
                     ready = max(ready, self._take(planned[0], self.used, cpu))
                 elif self.shim and self.policy != "naive":
                     # The launch rule, also for a launch the plan does not know: the shim's
-                    # launch rule evicts in migration order whatever the plan's order.
-                    ready = max(ready, self._take(w.arg_blocks[k], self.migrated, cpu))
+                    # launch rule evicts least recently used first, in migration order once a
+                    # plan is in force (shim/residency.c, launch_rule_order).
+                    order = self.migrated if self.plan else self.used
+                    ready = max(ready, self._take(w.arg_blocks[k], order, cpu))
                 ready = max(ready, self.thread.clock)  # the kernel is launched after the hook's calls
                 self.thread.hook()  # the trigger's calls, after the kernel, are another batch
                 touched = w.touched[k]
@@ -567,7 +569,7 @@ class _Run:
             if self.rec is not None:
                 self.rec.kernel(k, start, duration, faults, faulted, moved_back, self.gpu_bytes, self.believed)
             if not ideal:
-                if self.policy == "lookahead":  # the plan's victim order; no other policy has one
+                if self.policy != "naive":  # the launch rule's and the plan's victim order
                     self.used.use(w.arg_blocks[k], k + 1)
                 for b in w.arg_blocks[k]:
                     self.last_user_end[b] = prev_end

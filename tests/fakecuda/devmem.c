@@ -11,7 +11,7 @@
  * block becomes resident on the device (block_mark_memory_used; chunk_update_lists_locked
  * when a VA block allocates one), never when a kernel reads it (TODO "Bug 1765193: Move the
  * chunks to the tail of the used list whenever they get mapped"): allocation order, not
- * access order. The eviction itself (moving pages) is memory.c's. */
+ * access order. The eviction itself (moving pages) is migrate.c's. */
 #include "fakecuda_internal.h"
 
 #include <stdlib.h>

@@ -24,8 +24,11 @@ int fakecuda_register_kernel(const char *name, fakecuda_kernel_fn fn, unsigned n
 int fakecuda_register_noop_kernel(const char *name, unsigned nparams, const size_t *sizes,
                                   const size_t *aligns);
 /* Called by kernels for the memory they access: counts faults and migrates pages of
-   managed memory to the kernel's device. */
+   managed memory to the kernel's device. An access that may write; fakecuda_touch_read is
+   one that only reads (the difference shows on read-mostly memory: a read duplicates a
+   page, a write collapses the duplicates). */
 void fakecuda_touch(const void *ptr, size_t bytes);
+void fakecuda_touch_read(const void *ptr, size_t bytes);
 /* Called by kernels given a TMA descriptor (a CUtensorMap made by cuTensorMapEncode*):
    touches every byte from its global address to the tensor's last element, as the kernel's
    TMA copies would. Aborts on 128 bytes fakecuda did not encode. */

@@ -190,7 +190,7 @@ void fc_chunk_page_out(fc_chunk *c, int discarded); /* a page left it (discarded
 fc_chunk *fc_chunk_pick_victim(int device);         /* taken off its list; NULL: nothing to evict */
 void fc_chunk_release(fc_chunk *c);                 /* its bytes back to the device; freed */
 /* Makes room on device for bytes of plain memory, evicting managed chunks: CUDA_SUCCESS or
- * CUDA_ERROR_OUT_OF_MEMORY (memory.c). */
+ * CUDA_ERROR_OUT_OF_MEMORY (migrate.c). */
 CUresult fc_reserve_device_memory(int device, uint64_t bytes);
 
 /* ---- streams.c (fences, streams) ---- */
@@ -320,7 +320,7 @@ CUgraphNode fc_node_kernel(fc_kdef *def, const fakecuda_dims *d, const void *arg
 CUgraphNode fc_node_host(CUhostFn fn, void *ud);
 void fc_node_free(CUgraphNode n);
 
-/* ---- memory.c ---- */
+/* ---- memory.c (allocations) and migrate.c (their pages' moves) ---- */
 /* A new allocation (plain memory taken from the device, evicting managed memory if need be),
  * its release, and whether one starts at p: for pools.c. */
 /* What fc_alloc_memory makes: device memory, managed memory (cuMemAllocManaged), or managed
@@ -343,16 +343,18 @@ CUresult fc_check_prefetch_range(uintptr_t p, size_t n);
 enum { FC_MEM_HOST, FC_MEM_DEVICE, FC_MEM_MANAGED };
 int fc_mem_kind(uintptr_t p, size_t n);
 void fc_run_prefetch(const struct fc_op *op); /* a prefetch or discard reached in its stream */
-void fc_migrate_ranges(const fc_range *r, size_t n); /* moves the pages (memory.c) */
+void fc_migrate_ranges(const fc_range *r, size_t n); /* moves the pages (migrate.c) */
 uint64_t fc_device_resident_bytes(uintptr_t p, size_t n); /* managed bytes of [p, p+n) on any device */
 /* CU_MEM_ADVISE_SET_PREFERRED_LOCATION (loc: FC_LOC_HOST or FC_LOC_DEV0 + d) and UNSET (loc
  * FC_LOC_UNPOP) on the pages [p, p+n) overlaps: the fault-time prefetcher reads it. */
 void fc_set_preferred_location(uintptr_t p, size_t n, int loc);
+/* CU_MEM_ADVISE_SET_READ_MOSTLY (on) and UNSET (off) on the pages [p, p+n) overlaps (migrate.c). */
+void fc_set_read_mostly(uintptr_t p, size_t n, int on);
 /* fault_prefetch.c: the driver's fault-time prefetcher over one VA block's n pages (their
  * FC_LOC_* loc, preferred location pref and page bits): marks FC_BIT_DRIVER_PF on the pages it
  * migrates to target with those marked FC_BIT_FAULTED (the batch's faults). pfi: the block's
  * prefetch_info (last_migration_proc_id, fault_migrations_to_last_proc; uvm_perf_prefetch.c). */
-enum { FC_BIT_FAULTED = 8, FC_BIT_DRIVER_PF = 16 }; /* memory.c's page bits 1, 2, 4 are its own */
+enum { FC_BIT_FAULTED = 8, FC_BIT_DRIVER_PF = 16 }; /* memory_pages.h's page bits 1, 2, 4, 32, 64 are its own */
 typedef struct fc_prefetch_info { uint8_t proc; uint32_t faults; } fc_prefetch_info;
 void fc_prefetch_plan(size_t n, const uint8_t *loc, const uint8_t *pref, uint8_t *bits, uint8_t target,
                       fc_prefetch_info *pfi);

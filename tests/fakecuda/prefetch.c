@@ -190,9 +190,11 @@ FC_DEF(cuMemDiscardBatchAsync_ptsz, 13000, (CUdeviceptr *dptrs, size_t *sizes, s
         unsigned long long flags, CUstream hStream),
        discard_batch(dptrs, sizes, count, flags, hStream, 1));
 
-/* Advice is validated and accepted; of it only the preferred location changes the model: the
- * driver's fault-time prefetcher is off where a preferred location other than the faulting
- * device is set (memory.c, block_prefetch_plan). loc: the advice's device or host. */
+/* Advice is validated and accepted; of it the preferred location and read-mostly change the
+ * model: the driver's fault-time prefetcher is off where a preferred location other than the
+ * faulting device is set (migrate.c, block_prefetch_plan), and read-mostly pages are
+ * duplicated on reads (migrate.c; cuda.h: the device argument is ignored for it). loc: the
+ * advice's device or host. */
 static CUresult advise(CUdeviceptr p, size_t n, CUmem_advise advice, int loc)
 {
     if (advice < CU_MEM_ADVISE_SET_READ_MOSTLY || advice > CU_MEM_ADVISE_UNSET_ACCESSED_BY)
@@ -202,6 +204,8 @@ static CUresult advise(CUdeviceptr p, size_t n, CUmem_advise advice, int loc)
         fc_set_preferred_location((uintptr_t)p, n, loc);
     else if (err == CUDA_SUCCESS && advice == CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION)
         fc_set_preferred_location((uintptr_t)p, n, FC_LOC_UNPOP);
+    else if (err == CUDA_SUCCESS && (advice == CU_MEM_ADVISE_SET_READ_MOSTLY || advice == CU_MEM_ADVISE_UNSET_READ_MOSTLY))
+        fc_set_read_mostly((uintptr_t)p, n, advice == CU_MEM_ADVISE_SET_READ_MOSTLY);
     return err;
 }
 FC_EXPORT CUresult cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUdevice device)

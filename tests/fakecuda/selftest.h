@@ -74,6 +74,7 @@ int selftest_child_faults_min_faults(void);       /* selftest_faults.c */
 int selftest_child_faults_threshold_50(void);     /* selftest_faults.c */
 int selftest_child_faults_batch_one(void);        /* selftest_faults.c */
 int selftest_child_faults_evict(void);            /* selftest_faults.c */
+int selftest_child_read_mostly(void);             /* selftest_read_mostly.c */
 int selftest_child_pool_prefetch(void);  /* selftest_pools.c */
 int selftest_child_runtime(void);        /* selftest_runtime.c */
 

@@ -17,7 +17,7 @@
 #define MiB (1024ull * 1024ull)
 #define PAGE ((unsigned long long)FAKECUDA_PAGE)
 #define U(x) ((unsigned long long)(x))
-/* A page's transfer and a fault's service, as memory.c charges them */
+/* A page's transfer and a fault's service, as migrate.c charges them */
 #define XFER_NS (PAGE * 1000ull / FAKECUDA_H2D_BYTES_PER_US)
 #define FAULT_NS (FAKECUDA_GPU_FAULT_US * 1000ull)
 

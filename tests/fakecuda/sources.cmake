@@ -21,6 +21,7 @@
 set(FAKECUDA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/device.c
     ${CMAKE_CURRENT_LIST_DIR}/memory.c
+    ${CMAKE_CURRENT_LIST_DIR}/migrate.c
     ${CMAKE_CURRENT_LIST_DIR}/fault_prefetch.c
     ${CMAKE_CURRENT_LIST_DIR}/pointers.c
     ${CMAKE_CURRENT_LIST_DIR}/pools.c
@@ -57,6 +58,7 @@ set(FAKECUDA_HEADERS
     ${CMAKE_CURRENT_LIST_DIR}/fakecuda_internal.h
     ${CMAKE_CURRENT_LIST_DIR}/image.h
     ${CMAKE_CURRENT_LIST_DIR}/cuda_compat.h
+    ${CMAKE_CURRENT_LIST_DIR}/memory_pages.h
 )
 set(FAKECUDA_INCLUDE_DIR ${CMAKE_CURRENT_LIST_DIR})
 # Loads image files and prints what the driver answered (tests/test_fakecuda_images.py).
@@ -65,6 +67,6 @@ set(FAKECUDA_EXPORTS_MAP ${CMAKE_CURRENT_LIST_DIR}/exports.map)
 set(FAKECUDA_SELFTEST_SOURCES ${CMAKE_CURRENT_LIST_DIR}/selftest.c ${CMAKE_CURRENT_LIST_DIR}/selftest_driver.c
     ${CMAKE_CURRENT_LIST_DIR}/selftest_contexts.c ${CMAKE_CURRENT_LIST_DIR}/selftest_copies.c
     ${CMAKE_CURRENT_LIST_DIR}/selftest_pools.c ${CMAKE_CURRENT_LIST_DIR}/selftest_faults.c
-    ${CMAKE_CURRENT_LIST_DIR}/selftest_memory.c
+    ${CMAKE_CURRENT_LIST_DIR}/selftest_memory.c ${CMAKE_CURRENT_LIST_DIR}/selftest_read_mostly.c
     ${CMAKE_CURRENT_LIST_DIR}/selftest_launches.c ${CMAKE_CURRENT_LIST_DIR}/selftest_graphs.c
     ${CMAKE_CURRENT_LIST_DIR}/selftest_runtime.c)

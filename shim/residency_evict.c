@@ -1,0 +1,124 @@
+/* residency_evict.c: a rule's evictions (see residency_evict.h).
+ *
+ * Which blocks make room decides how many bytes cross the link, each way: every
+ * block evicted is copied to the host (UVM copies back every evicted resident page,
+ * uvm_pmm_gpu.c evict_root_chunk) and comes back when used again. The launch rule
+ * takes PUMP_ORDER_USED where no plan is in force (residency.c, launch_rule_order):
+ * a freed tensor's blocks first (the caching allocator may
+ * never hand that memory out again), then least recently used by a launch. The
+ * driver's own order is by residency (its USED list is not reordered on access,
+ * devmem.c), which in a training step's cycle evicts what the backward pass is
+ * about to read again: on bench-steady's oversubscribed step, pump evicting in the
+ * driver's order moved 458 MiB each way against the driver's 402; least recently
+ * used, 392 (tests/test_traffic.py holds pump at or under the driver). The cost: a
+ * sort of the device's resident blocks at each launch that must make room.
+ */
+#include <stdlib.h>
+
+#include "residency_evict.h"
+
+static uint32_t index_of(const struct pump_block *b)
+{
+    return (uint32_t)(b - b->owner->block);
+}
+
+PUMP_HIDDEN void pump_evictions_flush(struct evictions *e)
+{
+    if (e->m.n == 0)
+        return;
+    e->m.evict = true;
+    pump_decision_write(e->dn, &e->m);
+    pump_devices[e->dn->device].evicted_unawaited += e->m.bytes;
+    e->m.n = e->m.waits = e->m.discards = 0;
+    e->m.bytes = e->m.blocks = 0;
+    e->m.after_prefetches = e->m.after_fallback = false;
+}
+
+static void add_wait(struct evictions *e, uint64_t token)
+{
+    if (token == PUMP_READY_PENDING)
+        e->m.after_prefetches = true;
+    else if (token != 0 && !pump_marks_hold(e->m.wait, e->m.waits, token))
+        e->m.wait[e->m.waits++] = token;
+}
+
+/* Block i of a leaves the belief now and the GPU after its last user. */
+PUMP_HIDDEN void pump_evict_block(struct evictions *e, struct pump_blocks *a, uint32_t i)
+{
+    struct pump_block *b = &a->block[i];
+    if (b->discarded == PUMP_DISCARD_UNORDERED) {
+        pump_block_count_out(a, i);  /* never moved by pump */
+        return;
+    }
+    if (e->m.n == PUMP_MOVE_BATCH || e->m.waits + 3 > PUMP_MOVE_BATCH || e->m.discards == PUMP_MOVE_BATCH)
+        pump_evictions_flush(e);
+    if (b->discarded != 0 && !pump_marks_hold(e->m.discard, e->m.discards, b->discarded))
+        e->m.discard[e->m.discards++] = b->discarded;
+    b->discarded = 0;
+    uint64_t token = __atomic_load_n(&a->range->last_use, __ATOMIC_ACQUIRE);
+    if (token == 0 && e->dn->fallback == 0)
+        e->m.after_fallback = true;  /* used before anything was recorded: after all the stream has so far */
+    add_wait(e, token != 0 ? token : e->dn->fallback);
+    add_wait(e, e->dn->after);
+    add_wait(e, b->ready);  /* a planned prefetch of it no kernel waited for */
+    uint64_t start = pump_block_start(a, i), bytes = pump_block_bytes(a, i);
+    /* Also when it is not believed resident (a plan's evict range): pages a
+     * kernel faulted in move out, and a prefetch of it must not pass that. */
+    b->evicted_in = pump_devices[e->dn->device].awaited + 1;
+    if (e->m.n > 0 && e->m.ptr[e->m.n - 1] + e->m.size[e->m.n - 1] == start) {
+        e->m.size[e->m.n - 1] += bytes;
+    } else {
+        e->m.ptr[e->m.n] = start;
+        e->m.size[e->m.n++] = bytes;
+    }
+    e->m.bytes += bytes;
+    e->m.blocks++;
+    pump_block_count_out(a, i);
+}
+
+static bool is_protected(const struct pump_block *b, uint64_t decision)
+{
+    return b->owner->mark == decision || b->mark == decision;
+}
+
+static int by_use(const void *x, const void *y)
+{
+    const struct pump_victim *a = x, *b = y;
+    if (a->used != b->used)
+        return a->used < b->used ? -1 : 1;
+    return a->migrated < b->migrated ? -1 : a->migrated > b->migrated;
+}
+
+/* Evicts unprotected blocks of the decision's device, in `order`, until
+ * `need` more bytes fit under `budget` (0: none); true when they fit. */
+PUMP_HIDDEN bool pump_make_room(struct evictions *e, uint64_t need, uint64_t budget, uint32_t order)
+{
+    struct pump_device_state *d = &pump_devices[e->dn->device];
+    uint64_t decision = e->dn->number;
+    if (budget == 0 || d->resident + need <= budget)
+        return true;
+    if (order == PUMP_ORDER_USED) {
+        size_t n = 0;
+        for (struct pump_block *b = d->order.newer; b != &d->order; b = b->newer) {
+            if (is_protected(b, decision))
+                continue;
+            /* A freed tensor's blocks first (pump_residency_freed). */
+            uint64_t used = __atomic_load_n(&b->owner->range->dead, __ATOMIC_RELAXED)
+                                ? 0
+                                : __atomic_load_n(&b->owner->range->used_tick, __ATOMIC_RELAXED);
+            d->scratch[n++] = (struct pump_victim){used > b->planned_for ? used : b->planned_for, b->migrated, b};
+        }
+        qsort(d->scratch, n, sizeof *d->scratch, by_use);
+        for (size_t i = 0; i < n && d->resident + need > budget; i++)
+            pump_evict_block(e, d->scratch[i].block->owner, index_of(d->scratch[i].block));
+    } else {
+        struct pump_block *next;
+        for (struct pump_block *b = d->order.newer; b != &d->order && d->resident + need > budget; b = next) {
+            next = b->newer;
+            if (!is_protected(b, decision))
+                pump_evict_block(e, b->owner, index_of(b));
+        }
+    }
+    return d->resident + need <= budget;
+}
+

@@ -1,0 +1,66 @@
+"""pump moves no more bytes over the link, each way, than the driver moves for the same job
+without pump (issue 28 item 3), on bench/steady_step.c's training step (516 launches over
+weights, gradients, Adam's moments and activations from a caching allocator), counted as UVM
+counts them: every page a fault or a prefetch brings in, every page a prefetch to the host or
+an eviction copies out (fakecuda's bytes_h2d, bytes_d2h_all).
+
+- oversubscribed: managed memory, a 512 MiB device of which a neighbour holds 256 MiB, pump's
+  own budget (--capacity host), against the same job on the same device without pump;
+- at a budget: pump-run --budget B on a device with room to spare, against the driver given
+  only B of device memory (FAKECUDA_DEVICE_MEMORY), the job's memory managed so that it can
+  exceed it: the same capacity, which is what a budget stands for.
+
+Before pump's launch rule evicted least recently used blocks (shim/residency_evict.c), it
+evicted in the driver's order and moved 458 MiB each way a step oversubscribed against the
+driver's 402."""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from helpers import PUMP_RUN, clean_env
+
+MIB = 1 << 20
+STEPS, WARMUP = 4, 1
+
+
+def steady(c_build, device_memory, program_args, pump_args=None):
+    """The mean per steady step of one run of steady_step, bare or under pump-run."""
+    env = dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"), FAKECUDA_DEVICE_MEMORY=device_memory)
+    command = [str(c_build / "plain" / "steady_step"), str(STEPS), str(WARMUP), *program_args]
+    if pump_args is not None:
+        command = [PUMP_RUN, "--daemon", "none", "--quiet", *pump_args, "--", *command]
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads([line for line in proc.stdout.splitlines() if line.startswith("{")][-1])
+    return result["steady"], result["loss_bits"]
+
+
+def assert_no_more_traffic(pumped, bare, what):
+    (p, p_loss), (b, b_loss) = pumped, bare
+    assert p_loss == b_loss, f"{what}: the losses under pump differ"
+    moved = {way: (p[key] / MIB, b[key] / MIB) for way, key in (("in", "bytes_h2d"), ("out", "bytes_d2h_all"))}
+    assert all(pump <= driver for pump, driver in moved.values()), \
+        f"{what}: MiB a step (pump, driver without pump): {moved}"
+    # And no fault left for the driver to take: pump's prefetches did the moving.
+    assert p["gpu_faults"] < b["gpu_faults"], (p["gpu_faults"], b["gpu_faults"])
+
+
+@pytest.mark.parametrize("advice", [[], ["read_mostly"]], ids=["plain", "read_mostly_weights"])
+def test_oversubscribed_pump_moves_at_most_the_drivers_bytes(c_build, advice):
+    """read_mostly: the program advises its weights CU_MEM_ADVISE_SET_READ_MOSTLY. Then the
+    driver's eviction of a weight the passes only read copies nothing back, and pump's
+    eviction of one (a prefetch to the host) copies it out but leaves it on the device
+    (fakecuda's model of UVM's read duplication), where the driver takes it back for free."""
+    args = ["managed", "neighbour=256", *advice]
+    assert_no_more_traffic(steady(c_build, "512M", args, ["--capacity", "host"]),
+                           steady(c_build, "512M", args), f"oversubscribed {advice}")
+
+
+@pytest.mark.parametrize("budget_mib", [150, 250])
+def test_at_a_budget_pump_moves_at_most_the_driver_given_that_memory(c_build, budget_mib):
+    pumped = steady(c_build, "1G", [], ["--budget", f"{budget_mib}M"])
+    assert pumped[0]["driver_evictions"] == 0  # the budget held: the device never ran out
+    assert_no_more_traffic(pumped, steady(c_build, f"{budget_mib}M", ["managed"]), f"budget {budget_mib} MiB")
