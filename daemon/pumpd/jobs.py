@@ -65,7 +65,7 @@ class Session:
         self.allocations = {}       # base -> size
         self.devices = {}           # CUDA ordinal (as this process numbers them) -> GPU UUID
         self.told_invalid = False   # a bad DEVICE record was logged for this session
-        self.lookahead = None       # a lookahead.Lookahead for jobs with policy lookahead
+        self.lookahead = None       # a planner.Handle for jobs with policy lookahead
         self.plan_budget = None     # the budget last published, to know when to publish again
         self.plan_published = 0.0
         self.planning = False       # the planner thread has its lookahead (the ring waits)
@@ -102,7 +102,7 @@ class Session:
                         "events_invalid)", self.id, self.pid, problems[0])
         if batch.counters is not None:
             self.counters = batch.counters
-        # The lookahead planner learns the batch on pumpd's planner thread (scheduler.py).
+        # The lookahead planner learns the batch in pumpd's planner process (scheduler.py).
 
     @property
     def closed(self) -> bool:
@@ -112,6 +112,8 @@ class Session:
         self.ring.close()
         self.plan.close()
         self.quota.release()
+        if self.lookahead is not None:
+            self.lookahead.close()
 
 
 class Job:
@@ -183,7 +185,7 @@ class Job:
     def note_iteration(self, session: Session):
         """What a lookahead session has learned, kept past its end (pump-run reports it when
         the job ends); said in the log when it changes."""
-        period = session.lookahead.policy.period
+        period = session.lookahead.period
         if period == self.iterations.get(session.pid, 0):
             return
         self.iterations[session.pid] = period
@@ -251,7 +253,7 @@ class Job:
             "started": self.created,
             "trace": self.trace.status() if self.trace is not None else None,
             # lookahead: per process, the iteration learned (launches per period; 0: not yet)
-            "iteration_launches": [s.lookahead.policy.period for s in self.sessions.values()
+            "iteration_launches": [s.lookahead.period for s in self.sessions.values()
                                    if s.lookahead is not None],
             "group": self.group, "pump_runs": len(self.leaders),
             "ranks": sorted(s.rank for s in self.sessions.values() if s.rank is not None),

@@ -204,8 +204,8 @@ class Requests:
         job.add_session(session)
         session.rank = rank
         if job.policy == "lookahead":
-            session.lookahead = lookahead.Lookahead(self._plan_budget(job),
-                                                    lookahead.bandwidth(self.best_throughput))
+            session.lookahead = self.scheduler.planner.session(session_id, self._plan_budget(job),
+                                                               lookahead.bandwidth(self.best_throughput))
         self.store.save(job)
         conn.session = session
         self.publish_plan(job, session)

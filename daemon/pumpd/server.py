@@ -290,8 +290,8 @@ class Daemon(Requests):
         layout, order = EMPTY_LAYOUT, channel.C.PUMP_ORDER_MIGRATED
         if planner is not None:
             if budget != session.plan_budget:
-                planner.set_budget(self._plan_budget(job))  # planned for on the planner thread
-            layout, order = planner.take_layout(), planner.policy.order
+                planner.set_budget(self._plan_budget(job))  # planned for in the planner's process
+            layout, order = planner.take_layout(), planner.order
         session.plan.write(budget, order, layout)
         session.plan_budget, session.plan_published = budget, time.monotonic()
 
@@ -311,7 +311,7 @@ class Daemon(Requests):
         return len(records), batch
 
     def planned(self, job, session):
-        """The planner thread has learned a session's batch."""
+        """The planner's process has learned a session's batch."""
         job.note_iteration(session)
         if self.plan_due(job, session):
             self.publish_plan(job, session)
