@@ -53,7 +53,8 @@ class Daemon(Requests):
                  admin_socket: str = None):
         self.socket_path = socket_path
         self.admin_socket = admin_socket  # the administrator's socket to bind, or None
-        self.store = JobStore(state_dir)
+        self.errors = RateLimitedLog()
+        self.store = JobStore(state_dir, self.errors)
         self.exit_with = exit_with
         self.idle_exit = idle_exit     # a shared pumpd stops after this long without a job
         self.idle_since = time.monotonic()
@@ -69,7 +70,6 @@ class Daemon(Requests):
         self.connections = collections.Counter()  # uid -> open connections
         self.incomplete = collections.Counter()   # uid -> ... that have not completed a first message
         self.tallies = limits.table_tallies()     # per-uid caps on what ring records make pumpd keep
-        self.errors = RateLimitedLog()
         self.scheduler = Scheduler(self, self.errors)  # ring reading and planning, fair between users
         self.serving = set()           # the connections' tasks
         self.bad_messages = 0
@@ -160,8 +160,8 @@ class Daemon(Requests):
                     s.close()
                 if self.exit_with is not None:
                     self.store.remove(job)  # an embedded pumpd has no successor to hand jobs to
+            self.store.close()  # the job files' last writes
             if self.exit_with is not None:
-                self.store.close()
                 for directory in (self.store.dir, os.path.dirname(self.socket_path)):
                     try:
                         os.rmdir(directory)  # only if empty: pump-run owns what else is there
