@@ -12,8 +12,8 @@ a 1.15 s stall), and other users' requests and the watchdog waited that long.
 Here the planner runs in a child process (a fresh interpreter, holding one socket of
 pumpd's) that keeps one Lookahead per session; pumpd's planner thread sends it a
 session's batch and waits, GIL released, for what it planned. The child starts with the
-first lookahead session and ends with the last (its socket's EOF), so that pumpd holds
-it only while it plans for someone; it also ends when pumpd does. A child that died is
+first batch to plan and ends with the last lookahead session (its socket's EOF), so that
+pumpd holds it only while it plans for someone; it also ends when pumpd does. A child that died is
 started again at the next batch (the sessions' plans then learn anew).
 """
 
@@ -93,6 +93,7 @@ class Planner:
 
     def __init__(self):
         self.thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pumpd-planner")
+        self.thread.submit(int)  # started now, not on the loop: a thread's start waits for it to run
         self.process = self.conn = None
         self.live = 0                    # open sessions' handles
         self.gone = collections.deque()  # sessions closed: the child drops them with the next batch
@@ -114,12 +115,13 @@ class Planner:
             self.thread.submit(self._retire)
 
     def stop(self):
-        """At pumpd's stop: the child ends now (a batch in flight fails on the thread)."""
+        """At pumpd's stop: the child ends now; a batch in flight fails on the thread,
+        which ends before the loop closes (its future's result goes to the loop)."""
         self.stopped = True
-        self.thread.shutdown(wait=False, cancel_futures=True)
         process = self.process
         if process is not None:
             process.kill()
+        self.thread.shutdown(wait=True, cancel_futures=True)
 
     # ---- on the planner thread ----
     def _plan(self, key, budget, bandwidth, batch) -> Planned:

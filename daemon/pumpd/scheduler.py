@@ -140,13 +140,15 @@ class Scheduler:
         def done(future):
             self.planning = None
             session.planning = False
-            if future.cancelled() or self.planner.stopped:  # at pumpd's stop its process ends
+            if future.cancelled():
                 return
-            try:
-                planned = future.result()
-            except Exception as exc:  # noqa: BLE001 - a planner bug ends no task
-                self.errors.error("lookahead planner", exc)
+            failed = future.exception()  # retrieved, or asyncio logs it when the future goes
+            if self.planner.stopped:  # at pumpd's stop its process ends: nothing to report
                 return
+            if failed is not None:
+                self.errors.error("lookahead planner", failed)  # a planner bug ends no task
+                return
+            planned = future.result()
             self.credit[owner] = self.credit.get(owner, 0.0) - planned.cost
             self.spent[owner] += planned.cost
             planner.learned(planned)
