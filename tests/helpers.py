@@ -1,9 +1,12 @@
-"""What several test files share: the installed pump-run, and an environment
-free of pump's and fakecuda's variables."""
+"""What several test files share: the installed pump-run, an environment free of
+pump's and fakecuda's variables, a pumpd to start and stop, and a job of another user
+served while a test attacks pumpd."""
 
 import os
 import pathlib
 import sys
+import threading
+import time
 
 # The console script installed beside this Python: it imports the installed
 # package (with libpump.so), never the source tree's.
@@ -19,7 +22,6 @@ def clean_env(*drop):
 def start_pumpd(socket_path, *args, env=None, timeout=15.0, **popen):
     """Start the installed pumpd on socket_path; return its Popen once it answers."""
     import subprocess
-    import time
 
     from pump import protocol
     # cwd "/": the installed package, never the source tree's pump/ (python -m puts cwd first)
@@ -43,6 +45,46 @@ def stop_pumpd(proc):
         proc.kill()
         proc.wait()
 
+
+
+
+class Served(threading.Thread):
+    """A job of another user served while a test attacks: ping, status and an attach (the
+    shim's session replaced each round) every 20 ms; what failed is kept."""
+
+    def __init__(self, path, job=None):
+        from pump import protocol
+        super().__init__(daemon=True)
+        self.path, self.rounds, self.failed, self.running = path, 0, [], True
+        if job is None:
+            with protocol.Client(path) as c:
+                job = c.request({"op": "register", "name": "served"})["job"]
+        self.job = job
+
+    def round(self):
+        from fakeshim import FakeShim
+        from pump import protocol
+        try:
+            assert protocol.ping(self.path, timeout=2) is not None, "ping not answered"
+            with protocol.Client(self.path, timeout=2) as c:
+                assert self.job in [j["job"] for j in c.request({"op": "status"})["jobs"]]
+            FakeShim(self.path, job=self.job, name="served").close()
+        except (OSError, protocol.ProtocolError, AssertionError) as exc:
+            self.failed.append(repr(exc))
+        self.rounds += 1
+
+    def run(self):
+        while self.running:
+            self.round()
+            time.sleep(0.02)
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.running = False
+        self.join()
 
 
 # Why there is no real NVIDIA GPU and driver here (fakecuda does not count); exit 0 if there is.

@@ -252,6 +252,47 @@ def test_restarted_daemon_lists_running_jobs_again(tmp_path):
         stop_pumpd(proc)
 
 
+def test_job_files_are_written_off_the_event_loop(tmp_path, monkeypatch):
+    """A rename on a busy disk can take hundreds of milliseconds (ext4 flushes the replaced
+    file's data): pumpd's loop only queues a job's file, a thread writes it, and what waits
+    for it (a new job's reply) waits without holding the loop."""
+    import asyncio
+    from pumpd.jobs import Job, JobStore
+    slow_replace = os.replace
+
+    def replace(*args, **kw):
+        time.sleep(0.5)
+        slow_replace(*args, **kw)
+
+    monkeypatch.setattr(os, "replace", replace)
+    store = JobStore(tmp_path / "jobs")
+    job = Job(Job.new_id(), "slow-disk", os.getuid(), os.getpid(), 0.0)
+
+    async def main():
+        began = time.monotonic()
+        store.save(job)
+        queued = time.monotonic() - began
+        ticks = 0
+
+        async def tick():
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        ticker = asyncio.create_task(tick())
+        await store.written(job.id)
+        ticker.cancel()
+        return queued, ticks
+
+    queued, ticks = asyncio.run(main())
+    assert queued < 0.1 and ticks >= 10, (queued, ticks)  # the loop turned while the file was written
+    assert (tmp_path / "jobs" / f"{job.id}.json").exists() and job.id in store.on_disk
+    store.remove(job)
+    store.close()  # waits for the removal
+    assert not (tmp_path / "jobs" / f"{job.id}.json").exists()
+
+
 def test_resume_hands_back_the_ring(tmp_path):
     path = str(tmp_path / "pumpd.sock")
     proc = start_pumpd(path)

@@ -25,7 +25,7 @@ import types
 import pytest
 
 from fakeshim import FakeShim, raw_connect
-from helpers import clean_env, start_pumpd, stop_pumpd
+from helpers import Served, clean_env, start_pumpd, stop_pumpd
 from pump import channel, protocol
 from test_daemon import frame, run_as_nobody, send_raw, wait_for
 
@@ -44,42 +44,6 @@ def steady(pid: int) -> int:
         counts.append(descriptors(pid))
         time.sleep(0.01)
     return min(counts)
-
-
-class Served(threading.Thread):
-    """A job of another user served while a test attacks: ping, status and an attach (the
-    shim's session replaced each round) every 20 ms; what failed is kept."""
-
-    def __init__(self, path, job=None):
-        super().__init__(daemon=True)
-        self.path, self.rounds, self.failed, self.running = path, 0, [], True
-        if job is None:
-            with protocol.Client(path) as c:
-                job = c.request({"op": "register", "name": "served"})["job"]
-        self.job = job
-
-    def round(self):
-        try:
-            assert protocol.ping(self.path, timeout=2) is not None, "ping not answered"
-            with protocol.Client(self.path, timeout=2) as c:
-                assert self.job in [j["job"] for j in c.request({"op": "status"})["jobs"]]
-            FakeShim(self.path, job=self.job, name="served").close()
-        except (OSError, protocol.ProtocolError, AssertionError) as exc:
-            self.failed.append(repr(exc))
-        self.rounds += 1
-
-    def run(self):
-        while self.running:
-            self.round()
-            time.sleep(0.02)
-
-    def __enter__(self):
-        self.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.running = False
-        self.join()
 
 
 @pytest.fixture(scope="module")

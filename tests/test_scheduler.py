@@ -41,3 +41,34 @@ def test_many_processes_of_one_user_get_one_users_share():
     ratio = scheduler.spent[1000] / scheduler.spent[1001]
     assert 0.7 < ratio < 1.4, dict(scheduler.spent)
     assert scheduler.backlog  # rings that never empty leave work after each slice
+
+
+def test_the_planner_process_learns_and_comes_back_after_dying():
+    """The lookahead planner runs in a child process (pumpd/planner.py): it learns a
+    training loop's iteration there, a child that died fails one batch, then a new one
+    plans from scratch, and the child ends with the last session."""
+    import numpy as np
+    import pytest
+    from pump import channel
+    from pumpd.planner import Planner, PlannerError
+    from synthetic_trace import training_trace
+    trace, _, _ = training_trace(steps=4, layers=6)
+    batch = channel.decode(np.concatenate(trace.records))
+    planner = Planner()
+    handle = planner.session(1, 64 << 20, 50e9)
+    try:
+        planned = planner.submit(handle, batch).result(60)
+        handle.learned(planned)
+        assert handle.period > 0 and handle.fresh and planned.cost > 0
+        assert np.count_nonzero(handle.take_layout()[0]["key"]) > 0  # a plan with triggers
+        first = planner.process.pid
+        planner.process.kill()
+        with pytest.raises(PlannerError, match="ended"):
+            planner.submit(handle, batch).result(60)
+        planned = planner.submit(handle, batch).result(60)  # a new child, which has not seen the session
+        assert planner.process.pid != first and planned.period == handle.period
+        handle.close()  # the last session gone: so is the child
+        planner.thread.submit(lambda: None).result(60)
+        assert planner.process is None
+    finally:
+        planner.stop()

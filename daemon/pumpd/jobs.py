@@ -3,9 +3,9 @@
 A job is what pump-run registered (or what a hand-preloaded shim started): a
 name, an owner uid, a leader process, its configuration.  Each process of the
 job that uses CUDA attaches its own session: an event ring, a plan, counters.
-Jobs are written to the state directory (one 0600 JSON file each) so that a
-restarted pumpd lists them again at once; their processes' shims resume their
-sessions on their own within a second or two.
+Jobs are written to the state directory (one 0600 JSON file each, by a thread:
+never on the event loop) so that a restarted pumpd lists them again at once; their
+processes' shims resume their sessions on their own within a second or two.
 
 Liveness is by (pid, process start time): a pid that now names another process
 is a dead one.
@@ -16,12 +16,14 @@ descriptor, never following a symlink, and pumpd refuses a state directory it
 does not own or that others can write.
 """
 
+import asyncio
 import json
 import logging
 import os
 import pwd
 import secrets
 import stat
+import threading
 import time
 
 import psutil
@@ -30,10 +32,13 @@ from pump import channel, protocol
 from pumpd.arbiter import Terms
 from pump.foresight import BLOCK
 from pumpd.limits import Quota, table_tallies
+from pumpd.tasks import RateLimitedLog
 
 log = logging.getLogger("pumpd")
 ITERATIONS_KEPT = 64  # processes per job whose learned iteration is remembered
 LEADERS_MAX = 1024    # pump-runs of one group in one job (the ranks of a node's run)
+FLUSH_TIMEOUT = 5.0   # seconds pumpd's stop (or a reply) waits for job files to be written
+WRITTEN_POLL = 0.002  # seconds between looks while a reply waits for its job's file
 
 
 def start_time(pid: int):
@@ -65,10 +70,10 @@ class Session:
         self.allocations = {}       # base -> size
         self.devices = {}           # CUDA ordinal (as this process numbers them) -> GPU UUID
         self.told_invalid = False   # a bad DEVICE record was logged for this session
-        self.lookahead = None       # a lookahead.Lookahead for jobs with policy lookahead
+        self.lookahead = None       # a planner.Handle for jobs with policy lookahead
         self.plan_budget = None     # the budget last published, to know when to publish again
         self.plan_published = 0.0
-        self.planning = False       # the planner thread has its lookahead (the ring waits)
+        self.planning = False       # the planner has a batch of it (the ring waits)
         self.chunk = None           # records per read, sized to the time one takes (scheduler)
 
     def ingest(self, batch: channel.Batch):
@@ -102,7 +107,7 @@ class Session:
                         "events_invalid)", self.id, self.pid, problems[0])
         if batch.counters is not None:
             self.counters = batch.counters
-        # The lookahead planner learns the batch on pumpd's planner thread (scheduler.py).
+        # The lookahead planner learns the batch in pumpd's planner process (scheduler.py).
 
     @property
     def closed(self) -> bool:
@@ -112,6 +117,8 @@ class Session:
         self.ring.close()
         self.plan.close()
         self.quota.release()
+        if self.lookahead is not None:
+            self.lookahead.close()
 
 
 class Job:
@@ -183,7 +190,7 @@ class Job:
     def note_iteration(self, session: Session):
         """What a lookahead session has learned, kept past its end (pump-run reports it when
         the job ends); said in the log when it changes."""
-        period = session.lookahead.policy.period
+        period = session.lookahead.period
         if period == self.iterations.get(session.pid, 0):
             return
         self.iterations[session.pid] = period
@@ -251,7 +258,7 @@ class Job:
             "started": self.created,
             "trace": self.trace.status() if self.trace is not None else None,
             # lookahead: per process, the iteration learned (launches per period; 0: not yet)
-            "iteration_launches": [s.lookahead.policy.period for s in self.sessions.values()
+            "iteration_launches": [s.lookahead.period for s in self.sessions.values()
                                    if s.lookahead is not None],
             "group": self.group, "pump_runs": len(self.leaders),
             "ranks": sorted(s.rank for s in self.sessions.values() if s.rank is not None),
@@ -292,8 +299,14 @@ class JobStore:
     by checked job ids and opened relative to the directory's descriptor without
     following symlinks."""
 
-    def __init__(self, directory):
+    def __init__(self, directory, errors=None):
         self.dir = os.fspath(directory)
+        self.errors = errors or RateLimitedLog()
+        self.pending = {}      # job id -> the file's newest text, or None: remove it
+        self.writing = None    # the job id whose file the writer has in hand
+        self.closed = False
+        self.on_disk = set()   # the jobs whose file exists
+        self.changed = threading.Condition()
         try:
             os.mkdir(self.dir, 0o700)
         except FileExistsError:
@@ -307,6 +320,9 @@ class JobStore:
                                 f"following symlinks): {exc.strerror}") from None
         check_private_dir(self.fd, self.dir, "state directory")
         os.fchmod(self.fd, 0o700)
+        # started here, not on the loop (a thread's start waits for it to run: 0.4 s seen under load)
+        self.writer = threading.Thread(target=self._write_pending, name="pumpd-jobs", daemon=True)
+        self.writer.start()
 
     @staticmethod
     def _name(job_id) -> str:
@@ -315,19 +331,67 @@ class JobStore:
         return job_id + ".json"
 
     def save(self, job: Job):
-        name = self._name(job.id)
-        tmp = job.id + ".tmp"
+        """The job's file is written (replaced whole) off the event loop, soon."""
+        self._queue(job.id, json.dumps(job.to_json()))
+
+    def remove(self, job: Job):
+        self._queue(job.id, None)
+
+    # A rename or an fsync-like flush of the file system may take hundreds of milliseconds
+    # on a busy disk (ext4 flushes a replaced file's data at the rename): the event loop
+    # only queues a job's newest file, and one thread writes (or removes) it.
+    def _queue(self, job_id: str, text):
+        self._name(job_id)  # checked now, where the caller can see a bug
+        with self.changed:
+            self.pending[job_id] = text  # only the newest matters
+            self.changed.notify_all()
+
+    def _write_pending(self):
+        while True:
+            with self.changed:
+                while not self.pending:
+                    self.writing = None
+                    self.changed.notify_all()
+                    if self.closed:
+                        return
+                    self.changed.wait()
+                self.writing = job_id = next(iter(self.pending))
+                text = self.pending.pop(job_id)
+            try:
+                if text is None:
+                    self._unlink(job_id)
+                    self.on_disk.discard(job_id)
+                else:
+                    self._write(job_id, text)
+                    self.on_disk.add(job_id)
+            except OSError as exc:  # a full disk, no descriptor left: the job lives on, unsaved
+                self.errors.warning("writing job files", f"job {job_id}: {exc.strerror or exc}")
+
+    def _write(self, job_id: str, text: str):
+        tmp = job_id + ".tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
                      dir_fd=self.fd)
         with os.fdopen(fd, "w") as f:
-            json.dump(job.to_json(), f)
-        os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+            f.write(text)
+        os.replace(tmp, self._name(job_id), src_dir_fd=self.fd, dst_dir_fd=self.fd)
 
-    def remove(self, job: Job):
+    def _unlink(self, job_id: str):
         try:
-            os.unlink(self._name(job.id), dir_fd=self.fd)
+            os.unlink(self._name(job_id), dir_fd=self.fd)
         except FileNotFoundError:
             pass
+
+    async def written(self, job_id: str, timeout: float = FLUSH_TIMEOUT):
+        """Wait (serving others) until what was queued for the job is on disk, so that a
+        reply says what a restarted pumpd will know; at most timeout seconds."""
+        deadline = time.monotonic() + timeout
+        while (job_id in self.pending or self.writing == job_id) and time.monotonic() < deadline:
+            await asyncio.sleep(WRITTEN_POLL)
+
+    def flush(self, timeout: float = FLUSH_TIMEOUT) -> bool:
+        """Wait until what was queued is written; False if that took over timeout."""
+        with self.changed:
+            return self.changed.wait_for(lambda: not self.pending and self.writing is None, timeout)
 
     def load(self, log):
         """The jobs left by an earlier pumpd; a file that does not parse is removed."""
@@ -343,6 +407,7 @@ class JobStore:
                 if job.id != job_id:
                     raise ValueError(f"it names job {job.id!r}")
                 jobs.append(job)
+                self.on_disk.add(job_id)
             except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
                 log.warning("dropping unreadable job file %s: %s", os.path.join(self.dir, name), exc)
                 try:
@@ -352,7 +417,14 @@ class JobStore:
         return jobs
 
     def close(self):
-        os.close(self.fd)
+        """At pumpd's stop: the last writes (within FLUSH_TIMEOUT; a file system that
+        hangs does not hold the stop), then the directory's descriptor."""
+        if self.flush():
+            with self.changed:
+                self.closed = True
+                self.changed.notify_all()
+            self.writer.join()
+            os.close(self.fd)
 
 
 def check_private_dir(fd: int, path: str, what: str):

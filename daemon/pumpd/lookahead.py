@@ -19,9 +19,9 @@ The policy needs three figures it cannot read from a trace here:
   NVML reports it, else no eviction at all (the plan then only prefetches ahead).
 
 Learning an iteration and planning it cost up to seconds for a long one, so pumpd runs
-:meth:`Lookahead.plan` on its planner thread (pumpd/scheduler.py), never on its event loop:
-the loop only notes a new budget (:meth:`Lookahead.set_budget`) and copies the layout the
-thread made into the process's plan (:meth:`Lookahead.take_layout`).
+:meth:`Lookahead.plan` in its planner's own process (pumpd/planner.py), never on its event
+loop's process: the loop only notes a new budget and copies the layout the planner made into
+the process's plan.
 """
 
 import numpy as np
@@ -60,11 +60,6 @@ class Lookahead:
         if self.policy.changed:
             self.layout = channel.Plan.layout(self.policy.triggers())
             self.fresh = True
-
-    @property
-    def pending(self) -> bool:
-        """A budget noted that the policy has not planned for yet."""
-        return self.budget != self.policy.budget
 
     def take_layout(self) -> tuple:
         self.fresh = False

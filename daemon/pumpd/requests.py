@@ -33,16 +33,22 @@ class Requests:
             raise RequestError("register: trace true needs the trace file's descriptor")
         if op == "ping":
             return {"ok": True, "version": protocol.VERSION, "pid": os.getpid()}, ()
-        if op == "register":
-            return self._register(conn, request, fds), ()
-        if op == "attach":
-            return self._attach(conn, request)
-        if op == "resume":
-            return self._resume(conn, request, fds), ()
         if op == "status":
             return self._status(conn, request.get("offset", 0)), ()
-        if op == "set":
-            return self._set(conn, request), ()
+        changes = {"register": lambda: (self._register(conn, request, fds), ()),
+                   "attach": lambda: self._attach(conn, request),
+                   "resume": lambda: (self._resume(conn, request, fds), ()),
+                   "set": lambda: (self._set(conn, request), ())}
+        if op in changes:
+            reply, reply_fds = changes[op]()
+            try:  # a new job's or new terms' reply goes once written (off the loop): a restarted pumpd knows them
+                if op == "set" or reply["job"] not in self.store.on_disk:
+                    await self.store.written(reply["job"])
+            except BaseException:
+                if reply_fds:
+                    reply_fds.close()
+                raise
+            return reply, reply_fds
         if op == "end":
             return await self._end(conn, request), ()
         raise RequestError(f"unknown op {op!r}")  # validate_request lets no other through
@@ -204,8 +210,8 @@ class Requests:
         job.add_session(session)
         session.rank = rank
         if job.policy == "lookahead":
-            session.lookahead = lookahead.Lookahead(self._plan_budget(job),
-                                                    lookahead.bandwidth(self.best_throughput))
+            session.lookahead = self.scheduler.planner.session(session_id, self._plan_budget(job),
+                                                               lookahead.bandwidth(self.best_throughput))
         self.store.save(job)
         conn.session = session
         self.publish_plan(job, session)

@@ -15,25 +15,27 @@ every user's requests and feeds systemd's watchdog. So:
   until its turns have paid the debt back.  K processes of one user get one user's
   share, not K shares.
 - The lookahead planner's work (learning an iteration and planning it: up to seconds
-  for a long one) runs on one planner thread, its CPU time charged to its owner; the
-  session's ring is not read meanwhile.  A thread may plan slowly, but it never stops
-  the loop; the GIL hands the loop its turn every few milliseconds.
+  for a long one) runs in the planner's own process (pumpd/planner.py), one batch at a
+  time, sent and awaited by its own thread; its CPU time is charged to its owner,
+  and the session's ring is not read meanwhile.  On a thread of pumpd's process that
+  work held the GIL, and so the loop, for up to seconds on a busy 2-core machine.
 - Nothing here runs inside a request: `end` and the liveness check wait for a
   process's ring to be read (:meth:`Scheduler.drain`) instead of reading it themselves.
 """
 
 import asyncio
 import collections
-import concurrent.futures
 import sys
 import time
+
+from pumpd.planner import Planner
 
 SLICE_SECONDS = 0.004     # the most one slice holds the loop (a chunk may overrun it)
 QUANTUM_SECONDS = 0.002   # an owner's credit per turn
 CHUNK_SECONDS = 0.001     # what a chunk of one ring should cost
 CHUNK_MIN = 256           # records per chunk, at the dearest ...
 CHUNK_MAX = 1 << 16       # ... and at the cheapest (a whole default ring)
-GIL_SWITCH_SECONDS = 0.001  # the planner thread hands the GIL back to the loop this often (5 ms default)
+GIL_SWITCH_SECONDS = 0.001  # pumpd's other threads (/proc reads, traces) hand the loop the GIL this often (5 ms default)
 DRAIN_POLL = 0.005        # seconds between looks while waiting for a ring to be read
 
 
@@ -47,9 +49,9 @@ class Scheduler:
         self.credit = {}                  # owner -> seconds of credit (negative: a debt)
         self.turns = collections.deque()  # owners with work, in round order
         self.cursor = collections.Counter()  # owner -> which of its sessions goes first
-        self.planner = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pumpd-planner")
+        self.planner = Planner()          # the lookahead planner's process and thread
         sys.setswitchinterval(GIL_SWITCH_SECONDS)
-        self.planning = None              # the planner thread's job in flight
+        self.planning = None              # the planner's batch in flight
         self.spent = collections.Counter()  # owner -> seconds of loop and planner time
         self.fill = 0.0                   # the largest share of a ring one chunk read
         self.backlog = False              # work was left when the last slice ended
@@ -132,31 +134,29 @@ class Scheduler:
         return records, records > 0 and int(session.ring.header.head) != session.ring.tail
 
     def _plan(self, owner, job, session, batch):
-        """The planner thread learns the batch; the session's ring waits until it has."""
+        """The planner's process learns the batch; the session's ring waits until it has."""
         planner = session.lookahead
-
-        def work():
-            began = time.thread_time()
-            planner.plan(batch)
-            return time.thread_time() - began
 
         def done(future):
             self.planning = None
             session.planning = False
             if future.cancelled():
                 return
-            try:
-                cost = future.result()
-            except Exception as exc:  # noqa: BLE001 - a planner bug ends no task
-                self.errors.error("lookahead planner", exc)
+            failed = future.exception()  # retrieved, or asyncio logs it when the future goes
+            if self.planner.stopped:  # at pumpd's stop its process ends: nothing to report
                 return
-            self.credit[owner] = self.credit.get(owner, 0.0) - cost
-            self.spent[owner] += cost
+            if failed is not None:
+                self.errors.error("lookahead planner", failed)  # a planner bug ends no task
+                return
+            planned = future.result()
+            self.credit[owner] = self.credit.get(owner, 0.0) - planned.cost
+            self.spent[owner] += planned.cost
+            planner.learned(planned)
             if not session.closed:
                 self.host.planned(job, session)
 
         session.planning = True
-        self.planning = asyncio.get_running_loop().run_in_executor(self.planner, work)
+        self.planning = asyncio.wrap_future(self.planner.submit(planner, batch))
         self.planning.add_done_callback(done)
 
     async def drain(self, sessions, timeout: float) -> bool:
@@ -181,4 +181,4 @@ class Scheduler:
                         break
 
     def stop(self):
-        self.planner.shutdown(wait=False, cancel_futures=True)
+        self.planner.stop()

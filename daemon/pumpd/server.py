@@ -53,7 +53,8 @@ class Daemon(Requests):
                  admin_socket: str = None):
         self.socket_path = socket_path
         self.admin_socket = admin_socket  # the administrator's socket to bind, or None
-        self.store = JobStore(state_dir)
+        self.errors = RateLimitedLog()
+        self.store = JobStore(state_dir, self.errors)
         self.exit_with = exit_with
         self.idle_exit = idle_exit     # a shared pumpd stops after this long without a job
         self.idle_since = time.monotonic()
@@ -69,7 +70,6 @@ class Daemon(Requests):
         self.connections = collections.Counter()  # uid -> open connections
         self.incomplete = collections.Counter()   # uid -> ... that have not completed a first message
         self.tallies = limits.table_tallies()     # per-uid caps on what ring records make pumpd keep
-        self.errors = RateLimitedLog()
         self.scheduler = Scheduler(self, self.errors)  # ring reading and planning, fair between users
         self.serving = set()           # the connections' tasks
         self.bad_messages = 0
@@ -160,8 +160,8 @@ class Daemon(Requests):
                     s.close()
                 if self.exit_with is not None:
                     self.store.remove(job)  # an embedded pumpd has no successor to hand jobs to
+            self.store.close()  # the job files' last writes
             if self.exit_with is not None:
-                self.store.close()
                 for directory in (self.store.dir, os.path.dirname(self.socket_path)):
                     try:
                         os.rmdir(directory)  # only if empty: pump-run owns what else is there
@@ -290,8 +290,8 @@ class Daemon(Requests):
         layout, order = EMPTY_LAYOUT, channel.C.PUMP_ORDER_MIGRATED
         if planner is not None:
             if budget != session.plan_budget:
-                planner.set_budget(self._plan_budget(job))  # planned for on the planner thread
-            layout, order = planner.take_layout(), planner.policy.order
+                planner.set_budget(self._plan_budget(job))  # planned for in the planner's process
+            layout, order = planner.take_layout(), planner.order
         session.plan.write(budget, order, layout)
         session.plan_budget, session.plan_published = budget, time.monotonic()
 
@@ -311,7 +311,7 @@ class Daemon(Requests):
         return len(records), batch
 
     def planned(self, job, session):
-        """The planner thread has learned a session's batch."""
+        """The planner's process has learned a session's batch."""
         job.note_iteration(session)
         if self.plan_due(job, session):
             self.publish_plan(job, session)

@@ -1,0 +1,204 @@
+"""The lookahead planner in a process of its own, so that its work cannot hold pumpd's
+event loop.
+
+Learning an iteration and planning it is pure Python and takes up to seconds for a long
+one. On a thread of pumpd's own process it held the GIL, and the loop, which gives the
+GIL up at every system call (epoll, accept, recv, send, /proc reads), then waited up to
+a switch interval to get it back at each one: CPython's convoy effect. On a 2-core
+machine with other work, one hostile user's rings made the planner hold the GIL for
+most of a second at a time (0.73 s of the planner's CPU against 0.04 s of the loop's in
+a 1.15 s stall), and other users' requests and the watchdog waited that long.
+
+Here the planner runs in a child process (a fresh interpreter, holding one socket of
+pumpd's) that keeps one Lookahead per session; pumpd's planner thread sends it a
+session's batch and waits, GIL released, for what it planned. The child starts with the
+first batch to plan and ends with the last lookahead session (its socket's EOF), so that
+pumpd holds it only while it plans for someone; it also ends when pumpd does. A child that died is
+started again at the next batch (the sessions' plans then learn anew).
+"""
+
+import collections
+import concurrent.futures
+import dataclasses
+import signal
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from multiprocessing.connection import Connection
+
+from pump import channel
+from pump.foresight import Foresight
+from pumpd import lookahead
+
+EXIT_SECONDS = 5.0  # a child told to end (EOF) that has not is killed after this long
+
+
+@dataclasses.dataclass
+class Planned:
+    """What the child says of one session after a batch."""
+    cost: float      # the child's CPU seconds on it
+    budget: int      # the budget it planned for
+    period: int      # the iteration learned (launches; 0: not yet)
+    order: int       # the victim order of its plan
+    layout: tuple    # a new plan's layout (channel.Plan.layout), or None if unchanged
+
+
+class PlannerError(RuntimeError):
+    """The child failed on a batch (a planner bug) or died."""
+
+
+class Handle:
+    """pumpd's side of one session's Lookahead, which lives in the child."""
+
+    def __init__(self, planner: "Planner", key: int, budget: int, bandwidth: float):
+        self.planner, self.key, self.bandwidth = planner, key, bandwidth
+        self.budget = budget or lookahead.NO_BUDGET  # the budget to plan for
+        self.planned_budget = self.budget            # the budget the child last planned for
+        self.layout = channel.Plan.layout({})        # the newest layout from the child
+        self.fresh = False                           # ... not yet published
+        self.period = 0
+        self.order = Foresight.order
+        self.closed = False
+
+    @property
+    def pending(self) -> bool:
+        """A budget noted that the child has not planned for yet."""
+        return self.budget != self.planned_budget
+
+    def set_budget(self, budget: int):
+        """Noted; the child plans for it with the next batch."""
+        self.budget = budget or lookahead.NO_BUDGET
+
+    def take_layout(self) -> tuple:
+        self.fresh = False
+        return self.layout
+
+    def learned(self, planned: Planned):
+        """What the child planned (on the loop, once the batch's future is done)."""
+        self.planned_budget, self.period, self.order = planned.budget, planned.period, planned.order
+        if planned.layout is not None:
+            self.layout, self.fresh = planned.layout, True
+
+    def close(self):
+        if not self.closed:
+            self.closed = True
+            self.planner.forget(self.key)
+
+
+class Planner:
+    """The child process and the one thread that talks to it; everything else is called
+    from the event loop."""
+
+    def __init__(self):
+        self.thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pumpd-planner")
+        self.thread.submit(int)  # started now, not on the loop: a thread's start waits for it to run
+        self.process = self.conn = None
+        self.live = 0                    # open sessions' handles
+        self.gone = collections.deque()  # sessions closed: the child drops them with the next batch
+        self.stopped = False
+
+    def session(self, key: int, budget: int, bandwidth: float) -> Handle:
+        self.live += 1
+        return Handle(self, key, budget, bandwidth)
+
+    def submit(self, handle: Handle, batch) -> concurrent.futures.Future:
+        """The child learns the batch (None: only the handle's budget); the future's
+        result is a Planned."""
+        return self.thread.submit(self._plan, handle.key, handle.budget, handle.bandwidth, batch)
+
+    def forget(self, key: int):
+        self.live -= 1
+        self.gone.append(key)
+        if self.live == 0 and not self.stopped:
+            self.thread.submit(self._retire)
+
+    def stop(self):
+        """At pumpd's stop: the child ends now; a batch in flight fails on the thread,
+        which ends before the loop closes (its future's result goes to the loop)."""
+        self.stopped = True
+        process = self.process
+        if process is not None:
+            process.kill()
+        self.thread.shutdown(wait=True, cancel_futures=True)
+
+    # ---- on the planner thread ----
+    def _plan(self, key, budget, bandwidth, batch) -> Planned:
+        if self.process is None:
+            self._start()
+        gone = []
+        while self.gone:
+            gone.append(self.gone.popleft())
+        try:
+            self.conn.send((key, budget, bandwidth, batch, gone))
+            planned = self.conn.recv()
+        except (EOFError, OSError) as exc:
+            self._end()
+            raise PlannerError(f"the planner process ended ({exc.__class__.__name__}); a new one "
+                               "starts with the next batch") from None
+        if isinstance(planned, str):
+            raise PlannerError(planned)
+        return planned
+
+    def _start(self):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            # cwd "/": the installed package, never a source tree's (python -m puts cwd first)
+            self.process = subprocess.Popen([sys.executable, "-m", "pumpd.planner", str(theirs.fileno())],
+                                            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, cwd="/")
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self.conn = Connection(ours.detach())
+        self.gone.clear()  # a new child knows no session
+
+    def _retire(self):
+        """No lookahead session is left: the child ends (pumpd holds nothing for it)."""
+        if self.live == 0 and self.process is not None:
+            self._end()
+
+    def _end(self):
+        self.conn.close()
+        try:
+            self.process.wait(EXIT_SECONDS)  # it ends at its socket's EOF
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process = self.conn = None
+
+
+def serve(conn: Connection):
+    """The child: one Lookahead per session key, fed batch after batch until EOF."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is pumpd's to act on
+    planners = {}
+    while True:
+        try:
+            key, budget, bandwidth, batch, gone = conn.recv()
+        except EOFError:
+            return
+        for old in gone:
+            planners.pop(old, None)
+        began = time.process_time()
+        try:
+            planner = planners.get(key)
+            if planner is None:
+                planner = planners[key] = lookahead.Lookahead(budget, bandwidth)
+            planner.set_budget(budget)
+            planner.plan(batch)
+            reply = Planned(time.process_time() - began, planner.policy.budget, planner.policy.period,
+                            planner.policy.order, planner.take_layout() if planner.fresh else None)
+        except Exception:  # noqa: BLE001 - a planner bug ends no task: pumpd logs it
+            planners.pop(key, None)
+            reply = traceback.format_exc()
+        try:
+            conn.send(reply)
+        except OSError:  # pumpd is gone
+            return
+
+
+if __name__ == "__main__":  # python -m pumpd.planner FD: what Planner starts
+    from pumpd import planner as module  # the module by its name, so that Planned pickles as pumpd.planner's
+    module.serve(Connection(int(sys.argv[1])))
