@@ -54,6 +54,7 @@
 #include "devices.h"
 #include "locks.h"
 #include "prefetch.h"
+#include "prefetch_ranges.h"
 #include "ranges.h"
 
 #define PUMP_CONTEXTS_MAX 64
@@ -103,20 +104,11 @@ static uint32_t context_count; /* atomic */
 static pthread_mutex_t context_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic uint64_t use_sequence; /* orders tokens of all contexts */
 
-static bool call_ok(CUresult r, const char *what)
-{
-    if (PUMP_LIKELY(r == CUDA_SUCCESS))
-        return true;
-    PUMP_COUNT(errors, 1);
-    pump_log(1, "%s failed (CUresult %d)", what, (int)r);
-    return false;
-}
-
 /* Creates n events (timing off): false at the first that cannot be made. */
 static bool create_events(CUevent *events, int n)
 {
     for (int i = 0; i < n; i++)
-        if (!call_ok(pump_driver.event_create(&events[i], CU_EVENT_DISABLE_TIMING), "cuEventCreate"))
+        if (!pump_call_ok(pump_driver.event_create(&events[i], CU_EVENT_DISABLE_TIMING), "cuEventCreate"))
             return false;
     return true;
 }
@@ -127,10 +119,10 @@ static void setup_context(struct pump_context *c, CUcontext ctx)
     struct pump_capture_mode mode = pump_capture_relax();
     bool pushed;
     bool entered = pump_context_push(ctx, &pushed);
-    bool have_device = entered && call_ok(pump_driver.ctx_get_device(&c->device), "cuCtxGetDevice");
+    bool have_device = entered && pump_call_ok(pump_driver.ctx_get_device(&c->device), "cuCtxGetDevice");
     c->usable = have_device &&
-                call_ok(pump_driver.stream_create(&c->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate") &&
-                call_ok(pump_driver.stream_create(&c->evict_stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate") &&
+                pump_call_ok(pump_driver.stream_create(&c->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate") &&
+                pump_call_ok(pump_driver.stream_create(&c->evict_stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate") &&
                 create_events(&c->evicted, 1) && create_events(c->events, PUMP_EVENTS_PER_CONTEXT);
     pump_context_pop(pushed);
     pump_capture_restore(&mode);
@@ -236,132 +228,23 @@ PUMP_HIDDEN bool pump_stream_capturing(CUstream stream)
            capture != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
-/* ---- refused ranges ----
- * cuda.h 13.0 says a prefetched range "must refer to managed memory allocated via
- * cuMemAllocManaged or declared via __managed__": a managed pool's memory (the program's own,
- * from cuMemAllocFromPoolAsync) may be refused, and one such range fails its whole batch. So
- * does a range freed between pump's decision and its call. A refused batch is therefore asked
- * again range by range, once: each range the driver refuses marks its allocation (ranges.h),
- * which is never asked again, and batching goes on for the rest. Only a batch that fails while
- * every range of it is taken alone (the batch entry point itself broken) counts towards turning
- * batching off, after BATCH_FAILURES_MAX such batches in a row. */
-#define BATCH_FAILURES_MAX 8
-static uint32_t batch_failures; /* atomic: unexplained batch failures in a row */
-static bool any_refused;        /* atomic: some allocation is marked; moves look for them */
-
-static CUresult move_one(CUstream stream, CUmemLocation to, CUdeviceptr ptr, size_t size)
-{
-    CUdevice device = to.type == CU_MEM_LOCATION_TYPE_DEVICE ? to.id : CU_DEVICE_CPU;
-    PUMP_COUNT(prefetch_calls, 1);
-    return pump_driver.prefetch_v2 != NULL ? pump_driver.prefetch_v2(ptr, size, to, 0, stream)
-                                           : pump_driver.prefetch_v1(ptr, size, device, stream);
-}
-
-/* The allocation at ptr, if the table still has it there (lock-free: may be stale, which costs
- * at worst another allocation's prefetches, never a value). */
-static struct pump_range *allocation_at(CUdeviceptr ptr)
-{
-    struct pump_range *range = pump_ranges_find(ptr);
-    if (range == NULL)
-        return NULL;
-    uint64_t base = __atomic_load_n(&range->base, __ATOMIC_RELAXED);
-    return ptr >= base && ptr - base < __atomic_load_n(&range->size, __ATOMIC_RELAXED) ? range : NULL;
-}
-
-/* Drops the ranges of allocations the driver refused before (counted): n left. */
-static size_t without_refused(CUdeviceptr *ptrs, size_t *sizes, size_t n)
-{
-    if (!__atomic_load_n(&any_refused, __ATOMIC_RELAXED))
-        return n;
-    size_t kept = 0;
-    for (size_t i = 0; i < n; i++) {
-        struct pump_range *range = allocation_at(ptrs[i]);
-        if (range != NULL && __atomic_load_n(&range->unprefetchable, __ATOMIC_RELAXED)) {
-            PUMP_COUNT(prefetch_refused_skips, 1);
-            continue;
-        }
-        ptrs[kept] = ptrs[i];
-        sizes[kept++] = sizes[i];
-    }
-    return kept;
-}
-
-/* One call per range: false if any failed; each one refused marks its allocation. Refused is
- * CUDA_ERROR_INVALID_VALUE, what cuMemPrefetchAsync documents for a bad range; any other error
- * may be an earlier asynchronous one the call reports (cuda.h's \notefnerr), which says
- * nothing of the range. */
-static bool move_each(CUstream stream, CUmemLocation to, const CUdeviceptr *ptrs, const size_t *sizes, size_t n,
-                      size_t *refused)
-{
-    bool ok = true;
-    for (size_t i = 0; i < n; i++) {
-        CUresult r = move_one(stream, to, ptrs[i], sizes[i]);
-        if (r == CUDA_SUCCESS)
-            continue;
-        ok = false;
-        struct pump_range *range = r == CUDA_ERROR_INVALID_VALUE ? allocation_at(ptrs[i]) : NULL;
-        if (range == NULL) {  /* freed since the decision, or not about the range */
-            if (r != CUDA_ERROR_INVALID_VALUE)
-                call_ok(r, "cuMemPrefetchAsync");
-            continue;
-        }
-        (*refused)++;
-        if (!__atomic_exchange_n(&range->unprefetchable, 1, __ATOMIC_RELAXED))
-            PUMP_COUNT(prefetch_refusals, 1);
-        __atomic_store_n(&any_refused, true, __ATOMIC_RELAXED);
-        pump_log_once("the driver refused to prefetch an allocation (CUresult %d): pump no longer prefetches it, "
-                      "and batches the rest (memory from a managed pool: see docs/limits.md)",
-                      (int)r);
-    }
-    return ok;
-}
-
-/* ptrs and sizes are the move's own: compacted in place. */
-static bool move_ranges(CUstream stream, CUmemLocation to, CUdeviceptr *ptrs, size_t *sizes, size_t n)
-{
-    n = without_refused(ptrs, sizes, n);
-    if (n == 0)
-        return true;
-    struct pump_capture_mode mode = pump_capture_relax();
-    bool ok;
-    if (pump_driver.prefetch_batch != NULL && __atomic_load_n(&batch_failures, __ATOMIC_RELAXED) < BATCH_FAILURES_MAX) {
-        size_t first = 0, refused = 0;
-        CUresult r = pump_driver.prefetch_batch(ptrs, sizes, n, &to, &first, 1, 0, stream);
-        PUMP_COUNT(prefetch_calls, 1);
-        ok = r == CUDA_SUCCESS || move_each(stream, to, ptrs, sizes, n, &refused);
-        if (r == CUDA_SUCCESS || refused > 0) {
-            __atomic_store_n(&batch_failures, 0, __ATOMIC_RELAXED);
-        } else if (ok && __atomic_add_fetch(&batch_failures, 1, __ATOMIC_RELAXED) == BATCH_FAILURES_MAX) {
-            PUMP_COUNT(errors, 1);
-            pump_log_once("cuMemPrefetchBatchAsync failed %d times (CUresult %d) where each of its ranges alone was "
-                          "taken: one call per range from now on",
-                          BATCH_FAILURES_MAX, (int)r);
-        }
-    } else {
-        size_t refused = 0;
-        ok = move_each(stream, to, ptrs, sizes, n, &refused);
-    }
-    pump_capture_restore(&mode);
-    return ok;
-}
-
 PUMP_HIDDEN bool pump_prefetch_to_device(struct pump_context *c, CUdeviceptr *ptrs, size_t *sizes, size_t n)
 {
     CUmemLocation to = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = c->device};
-    return move_ranges(c->stream, to, ptrs, sizes, n);
+    return pump_move_ranges(c->stream, to, ptrs, sizes, n);
 }
 
 PUMP_HIDDEN bool pump_evict_to_host(struct pump_context *c, CUdeviceptr *ptrs, size_t *sizes, size_t n)
 {
     CUmemLocation to = {.type = CU_MEM_LOCATION_TYPE_HOST, .id = 0};
-    return move_ranges(c->evict_stream, to, ptrs, sizes, n);
+    return pump_move_ranges(c->evict_stream, to, ptrs, sizes, n);
 }
 
 /* Makes `stream` wait (on the GPU) for the event's latest record. */
 static void stream_wait(CUstream stream, CUevent event)
 {
     struct pump_capture_mode mode = pump_capture_relax();
-    call_ok(pump_driver.stream_wait_event(stream, event, 0), "cuStreamWaitEvent");
+    pump_call_ok(pump_driver.stream_wait_event(stream, event, 0), "cuStreamWaitEvent");
     pump_capture_restore(&mode);
 }
 
@@ -439,10 +322,10 @@ PUMP_HIDDEN uint64_t pump_discard_dead(CUdeviceptr ptr, size_t size, CUstream st
     bool discarded = false, recorded = false;
     if (sequence >= PUMP_DISCARD_MARKS && pump_driver.event_query(event) != CUDA_SUCCESS) {
         PUMP_COUNT(discards_skipped, 1);  /* the slot's discard is still running */
-    } else if (call_ok(pump_driver.discard_batch(&first, &bytes, 1, 0, stream), "cuMemDiscardBatchAsync")) {
+    } else if (pump_call_ok(pump_driver.discard_batch(&first, &bytes, 1, 0, stream), "cuMemDiscardBatchAsync")) {
         PUMP_COUNT(bytes_discarded, bytes);
         discarded = true;
-        recorded = call_ok(pump_driver.event_record(event, stream), "cuEventRecord");
+        recorded = pump_call_ok(pump_driver.event_record(event, stream), "cuEventRecord");
     }
     pump_capture_restore(&mode);
     uint64_t mark = 0;
@@ -536,16 +419,16 @@ PUMP_HIDDEN void pump_prefetch_wait(struct pump_context *c, CUstream stream)
 {
     uint32_t slot = __atomic_fetch_add(&c->next_event, 1, __ATOMIC_RELAXED) % PUMP_EVENTS_PER_CONTEXT;
     struct pump_capture_mode mode = pump_capture_relax();
-    if (call_ok(pump_driver.event_record(c->events[slot], c->stream), "cuEventRecord") && pump_config.wait)
-        call_ok(pump_driver.stream_wait_event(stream, c->events[slot], 0), "cuStreamWaitEvent");
+    if (pump_call_ok(pump_driver.event_record(c->events[slot], c->stream), "cuEventRecord") && pump_config.wait)
+        pump_call_ok(pump_driver.stream_wait_event(stream, c->events[slot], 0), "cuStreamWaitEvent");
     pump_capture_restore(&mode);
 }
 
 PUMP_HIDDEN void pump_prefetch_after_evictions(struct pump_context *c)
 {
     struct pump_capture_mode mode = pump_capture_relax();
-    if (call_ok(pump_driver.event_record(c->evicted, c->evict_stream), "cuEventRecord"))
-        call_ok(pump_driver.stream_wait_event(c->stream, c->evicted, 0), "cuStreamWaitEvent");
+    if (pump_call_ok(pump_driver.event_record(c->evicted, c->evict_stream), "cuEventRecord"))
+        pump_call_ok(pump_driver.stream_wait_event(c->stream, c->evicted, 0), "cuStreamWaitEvent");
     pump_capture_restore(&mode);
 }
 
@@ -582,8 +465,8 @@ PUMP_HIDDEN uint64_t pump_use_record(struct pump_context *c, CUstream stream)
     uint64_t token = 0;
     struct pump_capture_mode mode = pump_capture_relax();
     bool reusable = count < PUMP_USE_EVENTS ||
-                    call_ok(pump_driver.stream_wait_event(c->evict_stream, event, 0), "cuStreamWaitEvent");
-    if (reusable && call_ok(pump_driver.event_record(event, stream), "cuEventRecord")) {
+                    pump_call_ok(pump_driver.stream_wait_event(c->evict_stream, event, 0), "cuStreamWaitEvent");
+    if (reusable && pump_call_ok(pump_driver.event_record(event, stream), "cuEventRecord")) {
         uint64_t sequence = atomic_fetch_add_explicit(&use_sequence, 1, memory_order_seq_cst) + 1;
         /* A context that went meanwhile: either its base covers this sequence, or this sees it. */
         if (__atomic_load_n(&c->forgets, __ATOMIC_SEQ_CST) == forgets)
