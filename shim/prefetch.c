@@ -47,6 +47,7 @@
  * goes meanwhile (its `forgets` moved on) keeps nothing that was made.
  */
 #include <pthread.h>
+#include <stddef.h>
 
 #include "capture_mode.h"
 #include "channel.h"
@@ -55,6 +56,7 @@
 #include "locks.h"
 #include "prefetch.h"
 #include "prefetch_ranges.h"
+#include "prefetch_worker.h"
 #include "ranges.h"
 
 #define PUMP_CONTEXTS_MAX 64
@@ -90,6 +92,10 @@ struct pump_context {
     uint64_t use_count;  /* use event slots taken so far */
     uint8_t use_busy[PUMP_USE_EVENTS];  /* atomic: a thread waits on or records the slot's event */
     CUevent use_events[PUMP_USE_EVENTS];
+    uint64_t use_prepared;   /* under use_lock: uses below this need no wait before their record */
+    bool use_preparing;      /* under use_lock: pump's worker has use_prepare */
+    bool use_prepare_off;    /* under use_lock: the worker refused it (none): never asked again */
+    struct pump_job use_prepare;
     struct ring mark_ring;
     bool discarding;     /* a thread discards in this context, outside the lock */
     uint64_t mark_count; /* discards marked so far (atomic: read without the lock) */
@@ -442,8 +448,88 @@ static bool use_events_ready(struct pump_context *c)
                       "use events: evictions wait for the launching stream instead");
 }
 
-/* A slot is taken under use_lock and waited on and recorded outside it. A slot still busy
- * from its previous turn (1,024 uses ago) is not taken: no token this once. A failed wait or
+/* ---- use slots readied by pump's worker (prefetch_worker.h) ----
+ * Before a use slot is recorded again, the eviction stream waits on its previous record
+ * (pump_use_record). pump's worker makes those waits ahead, for the uses to come, so that the
+ * launching thread records without one; a slot a launch takes first is left to it (it waits
+ * itself, as without a worker). Nothing has to follow these waits: an unordered job. */
+#define PREPARE_AHEAD 128  /* uses readied ahead of the count */
+#define PREPARE_BATCH 32   /* waits per job: a job is short */
+
+static struct pump_context *preparing(struct pump_job *job)
+{
+    return (struct pump_context *)((char *)job - offsetof(struct pump_context, use_prepare));
+}
+
+static void prepare_calls(struct pump_job *job)
+{
+    struct pump_context *c = preparing(job);
+    for (int n = 0; n < PREPARE_BATCH; n++) {
+        pump_mutex_lock(&c->use_lock);
+        uint64_t count = c->use_prepared > c->use_count ? c->use_prepared : c->use_count;
+        uint32_t slot = (uint32_t)(count % PUMP_USE_EVENTS);
+        bool take = c->use_ring.ready && count < c->use_count + PREPARE_AHEAD &&
+                    !__atomic_load_n(&c->use_busy[slot], __ATOMIC_ACQUIRE);
+        if (take && count < PUMP_USE_EVENTS) {  /* a first record needs no wait */
+            c->use_prepared = count + 1;
+            pump_mutex_unlock(&c->use_lock);
+            continue;
+        }
+        if (take)
+            __atomic_store_n(&c->use_busy[slot], 1, __ATOMIC_RELAXED);
+        CUevent event = c->use_events[slot];
+        uint32_t forgets = __atomic_load_n(&c->forgets, __ATOMIC_RELAXED);
+        pump_mutex_unlock(&c->use_lock);
+        if (!take)
+            return;
+        struct pump_capture_mode mode = pump_capture_relax();
+        bool waited = pump_call_ok(pump_driver.stream_wait_event(c->evict_stream, event, 0), "cuStreamWaitEvent");
+        pump_capture_restore(&mode);
+        pump_mutex_lock(&c->use_lock);
+        if (waited && __atomic_load_n(&c->forgets, __ATOMIC_RELAXED) == forgets && c->use_prepared <= count)
+            c->use_prepared = count + 1;
+        __atomic_store_n(&c->use_busy[slot], 0, __ATOMIC_RELEASE);
+        pump_mutex_unlock(&c->use_lock);
+        if (!waited)
+            return;
+    }
+}
+
+/* made false: dropped in a forked child, whose one thread takes no lock of the parent's. */
+static void prepare_finish(struct pump_job *job, bool made)
+{
+    struct pump_context *c = preparing(job);
+    if (made)
+        pump_mutex_lock(&c->use_lock);
+    c->use_preparing = false;
+    if (made)
+        pump_mutex_unlock(&c->use_lock);
+}
+
+/* Under use_lock, after use `count` was taken: whether to hand the worker a prepare job now
+ * (claimed: make it with prepare_submit once the lock is left). */
+static bool prepare_due(struct pump_context *c, uint64_t count)
+{
+    bool due = pump_config.worker && !c->use_preparing && !c->use_prepare_off &&
+               count + PREPARE_AHEAD >= PUMP_USE_EVENTS && count + PREPARE_AHEAD / 2 >= c->use_prepared;
+    c->use_preparing = c->use_preparing || due;
+    return due;
+}
+
+static void prepare_submit(struct pump_context *c)
+{
+    c->use_prepare = (struct pump_job){.unordered = true, .calls = prepare_calls, .finish = prepare_finish};
+    if (pump_worker_submit(c->device, &c->use_prepare))
+        return;
+    pump_mutex_lock(&c->use_lock);
+    c->use_preparing = false;
+    c->use_prepare_off = true;
+    pump_mutex_unlock(&c->use_lock);
+}
+
+/* A slot is taken under use_lock and waited on (unless pump's worker did) and recorded
+ * outside it. A slot still busy from its previous turn (1,024 uses ago), or being readied by
+ * the worker, is not taken: no token this once. A failed wait or
  * record leaves the slot's last record the one the eviction stream already waited on, or the
  * one the next taker waits on first. */
 PUMP_HIDDEN uint64_t pump_use_record(struct pump_context *c, CUstream stream)
@@ -457,14 +543,19 @@ PUMP_HIDDEN uint64_t pump_use_record(struct pump_context *c, CUstream stream)
         __atomic_store_n(&c->use_busy[slot], 1, __ATOMIC_RELAXED);
         c->use_count = count + 1;
     }
+    bool prepared = count < c->use_prepared, prepare = taken && prepare_due(c, count);
     CUevent event = c->use_events[slot];
     uint32_t forgets = __atomic_load_n(&c->forgets, __ATOMIC_RELAXED);
     pump_mutex_unlock(&c->use_lock);
+    if (prepare)
+        prepare_submit(c);
     if (!taken)
         return 0;
     uint64_t token = 0;
     struct pump_capture_mode mode = pump_capture_relax();
-    bool reusable = count < PUMP_USE_EVENTS ||
+    if (prepared && count >= PUMP_USE_EVENTS)
+        PUMP_COUNT(use_waits_readied, 1);
+    bool reusable = count < PUMP_USE_EVENTS || prepared ||
                     pump_call_ok(pump_driver.stream_wait_event(c->evict_stream, event, 0), "cuStreamWaitEvent");
     if (reusable && pump_call_ok(pump_driver.event_record(event, stream), "cuEventRecord")) {
         uint64_t sequence = atomic_fetch_add_explicit(&use_sequence, 1, memory_order_seq_cst) + 1;

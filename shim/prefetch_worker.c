@@ -30,8 +30,9 @@ struct worker {
     bool started;             /* atomic (written under the lock): the thread runs */
     bool broken;              /* the thread could not be started (said once) */
     bool busy;                /* the worker makes a job now */
+    bool busy_ordered;        /* ... one a drain must wait for */
     uint32_t draining;        /* threads draining the queue now */
-    uint32_t pending;         /* atomic: jobs handed over and not yet made */
+    uint32_t pending;         /* atomic: ordered jobs handed over and not yet made */
 };
 
 static struct worker workers[PUMP_DEVICES_MAX] = {
@@ -40,9 +41,10 @@ static struct worker workers[PUMP_DEVICES_MAX] = {
 static bool stopping; /* atomic: the process exits */
 static bool in_child; /* a forked child: no worker */
 
-static void made(struct worker *w)
+static void made(struct worker *w, const struct pump_job *job)
 {
-    __atomic_fetch_sub(&w->pending, 1, __ATOMIC_RELEASE);
+    if (!job->unordered)
+        __atomic_fetch_sub(&w->pending, 1, __ATOMIC_RELEASE);
 }
 
 static void *work(void *arg)
@@ -59,10 +61,11 @@ static void *work(void *arg)
         if (w->head == NULL)
             w->tail = NULL;
         w->busy = true;
+        w->busy_ordered = !job->unordered;
         pump_mutex_unlock(&w->lock);
         job->calls(job);
         pump_mutex_lock(&w->lock);
-        made(w);
+        made(w, job);
         w->busy = false;
         pthread_cond_broadcast(&w->idle);
         pump_mutex_unlock(&w->lock);
@@ -112,7 +115,8 @@ PUMP_HIDDEN bool pump_worker_submit(int device, struct pump_job *job)
         else
             w->head = job;
         w->tail = job;
-        __atomic_fetch_add(&w->pending, 1, __ATOMIC_RELAXED);
+        if (!job->unordered)
+            __atomic_fetch_add(&w->pending, 1, __ATOMIC_RELAXED);
         pthread_cond_signal(&w->work);
     }
     pump_mutex_unlock(&w->lock);
@@ -130,18 +134,30 @@ PUMP_HIDDEN struct pump_job *pump_worker_drain(int device)
         return NULL;
     struct worker *w = &workers[device];
     pump_mutex_lock(&w->lock);
-    if (w->busy || w->draining > 0)
+    bool wait = (w->busy && w->busy_ordered) || w->draining > 0;
+    if (wait)
         PUMP_COUNT(worker_waits, 1);
-    while (w->busy || w->draining > 0)
+    while ((w->busy && w->busy_ordered) || w->draining > 0)
         pthread_cond_wait(&w->idle, &w->lock);
-    struct pump_job *taken = w->head;
+    /* The ordered jobs leave the queue, in their order; the others stay for the worker. */
+    struct pump_job *taken = NULL, *taken_last = NULL, *queue = w->head;
     w->head = w->tail = NULL;
+    for (struct pump_job *job = queue, *next; job != NULL; job = next) {
+        next = job->next;
+        job->next = NULL;
+        struct pump_job **first = job->unordered ? &w->head : &taken, **last = job->unordered ? &w->tail : &taken_last;
+        if (*last != NULL)
+            (*last)->next = job;
+        else
+            *first = job;
+        *last = job;
+    }
     w->draining++;
     pump_mutex_unlock(&w->lock);
     for (struct pump_job *job = taken; job != NULL; job = job->next) {
         job->calls(job);
         PUMP_COUNT(worker_takeovers, 1);
-        made(w);
+        made(w, job);
     }
     pump_mutex_lock(&w->lock);
     w->draining--;

@@ -18,6 +18,9 @@
 
 struct pump_job {
     struct pump_job *next;
+    /* Nothing has to follow it: a drain neither makes it nor waits for it, and
+     * it is not counted pending. */
+    bool unordered;
     /* Makes the job's driver calls, holding no pump lock. */
     void (*calls)(struct pump_job *job);
     /* Then settles what they made (may take pump's locks) and frees the job,
@@ -28,8 +31,8 @@ struct pump_job {
 /* Hands a job to `device`'s worker (started at its first job): false when
  * there is none (the caller then runs the job itself). */
 PUMP_HIDDEN bool pump_worker_submit(int device, struct pump_job *job);
-/* The calls of every job handed to `device`'s worker so far have been made on
- * return. Returns the jobs the caller made, to be finished with
+/* The calls of every (ordered) job handed to `device`'s worker so far have
+ * been made on return. Returns the jobs the caller made, to be finished with
  * pump_worker_finish once it holds nothing their finish may wait for (its
  * turn: a fork waits for turns while holding the locks a finish takes). */
 PUMP_HIDDEN struct pump_job *pump_worker_drain(int device);

@@ -135,6 +135,8 @@ struct pump_stats {
     uint64_t worker_takeovers;       /* ... that a thread whose calls had to come after them made itself instead,
                                         the worker not having begun them */
     uint64_t worker_waits;           /* waits of such a thread for the job the worker was making */
+    uint64_t use_waits_readied;      /* use events recorded again without the eviction stream's wait on their
+                                        previous record by the launching thread: the worker had made it */
 };
 
 #endif

@@ -62,6 +62,23 @@ def test_fork_while_the_worker_has_moves(run_program, variant):
     assert totals["resident_bytes_peak"] <= BUDGET
 
 
+@pytest.mark.parametrize("variant", ["plain", "tsan"])
+def test_the_worker_readies_use_events_ahead(run_program, variant):
+    """Before a use event is recorded again (after 1,024 uses), the eviction stream must wait on
+    its previous record; the worker makes those waits ahead of the launching thread, which then
+    records without one (use_waits_readied). 16 buffers of 1 MiB, 100 rounds: 1,600 launches
+    under the launch rule and a 4 MiB budget, each recording a use."""
+    env = {"PUMP_SOCKET": "", "PUMP_POLICY": "launch", "PUMP_BUDGET": "4MiB", "TSAN_OPTIONS": "halt_on_error=1"}
+    runs = {}
+    for worker in ("1", "0"):
+        run = run_program("budget", 16, 1, 100, variant=variant, env=dict(env, PUMP_WORKER=worker), timeout=600)
+        assert run.proc.returncode == 0 and "Sanitizer" not in run.proc.stderr, run.proc.stderr[-4000:]
+        runs[worker] = run
+    assert runs["1"].result["checksum"] == runs["0"].result["checksum"]
+    assert runs["1"].totals["use_waits_readied"] > 0 and runs["0"].totals["use_waits_readied"] == 0
+    assert runs["1"].totals["errors"] == runs["0"].totals["errors"] == 0
+
+
 def test_a_bad_worker_setting_is_refused_and_the_worker_stays_on(run_program):
     run = budget_run(run_program, "off", BUDGET, env={"PUMP_WORKER": "yes"})
     assert "PUMP_WORKER" in run.proc.stderr and "0 or 1" in run.proc.stderr
