@@ -64,6 +64,9 @@
 #define PUMP_USE_EVENTS 1024         /* use events per context (a power of two) */
 #define PUMP_DISCARD_MARKS 256       /* discard marks per context */
 
+/* A use slot: a launching thread waits on and records its event, or pump's worker readies it. */
+enum { USE_FREE, USE_RECORDING, USE_READYING };
+
 
 /* A ring of events, made on its first use. */
 struct ring {
@@ -90,7 +93,7 @@ struct pump_context {
     pthread_mutex_t use_lock;  /* guards the rings' bookkeeping (never held across a driver call) */
     struct ring use_ring;
     uint64_t use_count;  /* use event slots taken so far */
-    uint8_t use_busy[PUMP_USE_EVENTS];  /* atomic: a thread waits on or records the slot's event */
+    uint8_t use_busy[PUMP_USE_EVENTS];  /* atomic: USE_RECORDING, USE_READYING or USE_FREE */
     CUevent use_events[PUMP_USE_EVENTS];
     uint64_t use_prepared;   /* under use_lock: uses below this need no wait before their record */
     bool use_preparing;      /* under use_lock: pump's worker has use_prepare */
@@ -469,14 +472,14 @@ static void prepare_calls(struct pump_job *job)
         uint64_t count = c->use_prepared > c->use_count ? c->use_prepared : c->use_count;
         uint32_t slot = (uint32_t)(count % PUMP_USE_EVENTS);
         bool take = c->use_ring.ready && count < c->use_count + PREPARE_AHEAD &&
-                    !__atomic_load_n(&c->use_busy[slot], __ATOMIC_ACQUIRE);
+                    __atomic_load_n(&c->use_busy[slot], __ATOMIC_ACQUIRE) == USE_FREE;
         if (take && count < PUMP_USE_EVENTS) {  /* a first record needs no wait */
             c->use_prepared = count + 1;
             pump_mutex_unlock(&c->use_lock);
             continue;
         }
         if (take)
-            __atomic_store_n(&c->use_busy[slot], 1, __ATOMIC_RELAXED);
+            __atomic_store_n(&c->use_busy[slot], USE_READYING, __ATOMIC_RELAXED);
         CUevent event = c->use_events[slot];
         uint32_t forgets = __atomic_load_n(&c->forgets, __ATOMIC_RELAXED);
         pump_mutex_unlock(&c->use_lock);
@@ -486,9 +489,12 @@ static void prepare_calls(struct pump_job *job)
         bool waited = pump_call_ok(pump_driver.stream_wait_event(c->evict_stream, event, 0), "cuStreamWaitEvent");
         pump_capture_restore(&mode);
         pump_mutex_lock(&c->use_lock);
-        if (waited && __atomic_load_n(&c->forgets, __ATOMIC_RELAXED) == forgets && c->use_prepared <= count)
+        /* A launch that took the use meanwhile waited itself (and owns the slot now). */
+        bool untaken = c->use_count <= count;
+        if (waited && untaken && __atomic_load_n(&c->forgets, __ATOMIC_RELAXED) == forgets && c->use_prepared <= count)
             c->use_prepared = count + 1;
-        __atomic_store_n(&c->use_busy[slot], 0, __ATOMIC_RELEASE);
+        if (untaken)
+            __atomic_store_n(&c->use_busy[slot], USE_FREE, __ATOMIC_RELEASE);
         pump_mutex_unlock(&c->use_lock);
         if (!waited)
             return;
@@ -528,8 +534,8 @@ static void prepare_submit(struct pump_context *c)
 }
 
 /* A slot is taken under use_lock and waited on (unless pump's worker did) and recorded
- * outside it. A slot still busy from its previous turn (1,024 uses ago), or being readied by
- * the worker, is not taken: no token this once. A failed wait or
+ * outside it. A slot still being recorded from its previous turn (1,024 uses ago) is not
+ * taken: no token this once. A failed wait or
  * record leaves the slot's last record the one the eviction stream already waited on, or the
  * one the next taker waits on first. */
 PUMP_HIDDEN uint64_t pump_use_record(struct pump_context *c, CUstream stream)
@@ -538,9 +544,11 @@ PUMP_HIDDEN uint64_t pump_use_record(struct pump_context *c, CUstream stream)
     bool ready = use_events_ready(c);  /* may let the lock go meanwhile */
     uint64_t count = c->use_count;
     uint32_t slot = (uint32_t)(count % PUMP_USE_EVENTS);
-    bool taken = ready && !__atomic_load_n(&c->use_busy[slot], __ATOMIC_ACQUIRE);
+    /* A slot the worker is readying is taken all the same: a use without a token would let an
+     * eviction pass its kernel. The worker's wait then lands on either record: never earlier. */
+    bool taken = ready && __atomic_load_n(&c->use_busy[slot], __ATOMIC_ACQUIRE) != USE_RECORDING;
     if (taken) {
-        __atomic_store_n(&c->use_busy[slot], 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&c->use_busy[slot], USE_RECORDING, __ATOMIC_RELAXED);
         c->use_count = count + 1;
     }
     bool prepared = count < c->use_prepared, prepare = taken && prepare_due(c, count);
@@ -564,7 +572,7 @@ PUMP_HIDDEN uint64_t pump_use_record(struct pump_context *c, CUstream stream)
             token = sequence << PUMP_USE_SEQUENCE_SHIFT | (uint64_t)slot << TOKEN_SLOT_SHIFT | (c->index + 1);
     }
     pump_capture_restore(&mode);
-    __atomic_store_n(&c->use_busy[slot], 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->use_busy[slot], USE_FREE, __ATOMIC_RELEASE);
     return token;
 }
 
