@@ -23,7 +23,8 @@
  *
  * Prints one JSON object: per-step figures of step 1 ("first"), and the mean over the steps
  * after WARMUP ("steady"): fakecuda's counters, its calls and modelled host ns per entry point,
- * the launching thread's CPU time, and libpump's counters when it runs under pump (its record
+ * the launching thread's CPU time and the modelled driver time charged to it (not to another
+ * thread: pump's worker, a stream's), the step's wall time, and libpump's counters when it runs under pump (its record
  * in $PUMP_STATS_DIR, read live), and the loss bits of every step.
  */
 #include <fcntl.h>
@@ -52,7 +53,7 @@ struct snapshot {
     struct fakecuda_entry_cost entries[MAX_ENTRIES];
     struct pump_stats pump;
     int has_pump;
-    double cpu_ns;
+    double cpu_ns, host_ns; /* the launching thread's CPU, and the driver time charged to it */
     double wall_ns; /* fakecuda's clock: its modelled costs are slept, so a step's wall time is its modelled time */
 };
 
@@ -242,6 +243,7 @@ static void take(struct snapshot *s)
 {
     s->cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID);
     s->wall_ns = clock_ns(CLOCK_MONOTONIC); /* the clock fakecuda's time model sleeps on (stats.c) */
+    s->host_ns = (double)fakecuda_thread_host_ns(); /* not another thread's: pump's worker's, a stream's */
     fakecuda_get_stats(&s->driver);
     for (unsigned i = 0; i < MAX_ENTRIES && fakecuda_entry_name(i) != NULL; i++)
         fakecuda_get_entry_cost(fakecuda_entry_name(i), &s->entries[i]);
@@ -253,7 +255,8 @@ static void take(struct snapshot *s)
 /* The mean per step from a to b over `steps` steps, as the members of a JSON object. */
 static void print_delta(const char *name, const struct snapshot *a, const struct snapshot *b, int steps)
 {
-    printf("\"%s\": {\"steps\": %d, \"cpu_ns\": %.1f, \"wall_ns\": %.1f", name, steps, DELTA(cpu_ns), DELTA(wall_ns));
+    printf("\"%s\": {\"steps\": %d, \"cpu_ns\": %.1f, \"thread_host_ns\": %.1f, \"wall_ns\": %.1f", name, steps,
+           DELTA(cpu_ns), DELTA(host_ns), DELTA(wall_ns));
 #define DRIVER(f) printf(", \"%s\": %.3f", #f, DELTA(driver.f))
     DRIVER(gpu_faults); DRIVER(cpu_faults); DRIVER(bytes_prefetched_h2d); DRIVER(bytes_faulted_h2d);
     DRIVER(bytes_d2h); DRIVER(launches); DRIVER(prefetch_calls); DRIVER(batch_prefetch_calls);

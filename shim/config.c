@@ -21,6 +21,7 @@
 PUMP_HIDDEN struct pump_config pump_config = {
     .policy = PUMP_POLICY_LAUNCH,
     .wait = true,
+    .worker = true,
     .cap_kind = PUMP_CAP_DEFAULT,
     .log_level = 0,
     .epoch_launches = PUMP_EPOCH_LAUNCHES_DEFAULT,
@@ -188,6 +189,12 @@ PUMP_HIDDEN void pump_config_load(void)
             pump_config.wait = v[0] == '1';
         else
             bad_value("PUMP_WAIT", v, "0 or 1", "1");
+    }
+    if ((v = getenv("PUMP_WORKER")) != NULL && *v) {
+        if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0)
+            pump_config.worker = v[0] == '1';
+        else
+            bad_value("PUMP_WORKER", v, "0 or 1", "1");
     }
     if ((v = getenv("PUMP_MANAGED_ALL")) != NULL && *v) {
         if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0)

@@ -13,11 +13,13 @@
 #include "channel.h"
 #include "device_memory.h"
 #include "pool_memory.h"
+#include "prefetch_worker.h"
 #include "ranges.h"
 #include "residency.h"
 
 static void at_exit(void)
 {
+    pump_worker_at_exit();
     pump_channel_at_exit();
     pump_stats_at_exit(pump_driver_was_used());
 }
@@ -27,6 +29,7 @@ static void before_fork(void)
 {
     pump_ranges_before_fork();
     pump_residency_before_fork();
+    pump_worker_before_fork();
     pump_device_memory_before_fork();
     pump_pool_memory_before_fork();
 }
@@ -35,6 +38,7 @@ static void parent_after_fork(void)
 {
     pump_pool_memory_after_fork();
     pump_device_memory_after_fork();
+    pump_worker_after_fork(false);
     pump_residency_after_fork();
     pump_ranges_after_fork();
 }
@@ -43,6 +47,7 @@ static void child_after_fork(void)
 {
     pump_pool_memory_after_fork();
     pump_device_memory_after_fork();
+    pump_worker_after_fork(true);
     pump_residency_after_fork();
     pump_ranges_after_fork();
     pump_channel_after_fork_in_child();

@@ -47,6 +47,7 @@
  * goes meanwhile (its `forgets` moved on) keeps nothing that was made.
  */
 #include <pthread.h>
+#include <stddef.h>
 
 #include "capture_mode.h"
 #include "channel.h"
@@ -54,12 +55,17 @@
 #include "devices.h"
 #include "locks.h"
 #include "prefetch.h"
+#include "prefetch_ranges.h"
+#include "prefetch_worker.h"
 #include "ranges.h"
 
 #define PUMP_CONTEXTS_MAX 64
 #define PUMP_EVENTS_PER_CONTEXT 64   /* prefetch events, recycled in turn; see pump_prefetch_wait */
 #define PUMP_USE_EVENTS 1024         /* use events per context (a power of two) */
 #define PUMP_DISCARD_MARKS 256       /* discard marks per context */
+
+/* A use slot: a launching thread waits on and records its event, or pump's worker readies it. */
+enum { USE_FREE, USE_RECORDING, USE_READYING };
 
 
 /* A ring of events, made on its first use. */
@@ -87,8 +93,12 @@ struct pump_context {
     pthread_mutex_t use_lock;  /* guards the rings' bookkeeping (never held across a driver call) */
     struct ring use_ring;
     uint64_t use_count;  /* use event slots taken so far */
-    uint8_t use_busy[PUMP_USE_EVENTS];  /* atomic: a thread waits on or records the slot's event */
+    uint8_t use_busy[PUMP_USE_EVENTS];  /* atomic: USE_RECORDING, USE_READYING or USE_FREE */
     CUevent use_events[PUMP_USE_EVENTS];
+    uint64_t use_prepared;   /* under use_lock: uses below this need no wait before their record */
+    bool use_preparing;      /* under use_lock: pump's worker has use_prepare */
+    bool use_prepare_off;    /* under use_lock: the worker refused it (none): never asked again */
+    struct pump_job use_prepare;
     struct ring mark_ring;
     bool discarding;     /* a thread discards in this context, outside the lock */
     uint64_t mark_count; /* discards marked so far (atomic: read without the lock) */
@@ -103,20 +113,11 @@ static uint32_t context_count; /* atomic */
 static pthread_mutex_t context_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic uint64_t use_sequence; /* orders tokens of all contexts */
 
-static bool call_ok(CUresult r, const char *what)
-{
-    if (PUMP_LIKELY(r == CUDA_SUCCESS))
-        return true;
-    PUMP_COUNT(errors, 1);
-    pump_log(1, "%s failed (CUresult %d)", what, (int)r);
-    return false;
-}
-
 /* Creates n events (timing off): false at the first that cannot be made. */
 static bool create_events(CUevent *events, int n)
 {
     for (int i = 0; i < n; i++)
-        if (!call_ok(pump_driver.event_create(&events[i], CU_EVENT_DISABLE_TIMING), "cuEventCreate"))
+        if (!pump_call_ok(pump_driver.event_create(&events[i], CU_EVENT_DISABLE_TIMING), "cuEventCreate"))
             return false;
     return true;
 }
@@ -127,10 +128,10 @@ static void setup_context(struct pump_context *c, CUcontext ctx)
     struct pump_capture_mode mode = pump_capture_relax();
     bool pushed;
     bool entered = pump_context_push(ctx, &pushed);
-    bool have_device = entered && call_ok(pump_driver.ctx_get_device(&c->device), "cuCtxGetDevice");
+    bool have_device = entered && pump_call_ok(pump_driver.ctx_get_device(&c->device), "cuCtxGetDevice");
     c->usable = have_device &&
-                call_ok(pump_driver.stream_create(&c->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate") &&
-                call_ok(pump_driver.stream_create(&c->evict_stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate") &&
+                pump_call_ok(pump_driver.stream_create(&c->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate") &&
+                pump_call_ok(pump_driver.stream_create(&c->evict_stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate") &&
                 create_events(&c->evicted, 1) && create_events(c->events, PUMP_EVENTS_PER_CONTEXT);
     pump_context_pop(pushed);
     pump_capture_restore(&mode);
@@ -236,132 +237,23 @@ PUMP_HIDDEN bool pump_stream_capturing(CUstream stream)
            capture != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
-/* ---- refused ranges ----
- * cuda.h 13.0 says a prefetched range "must refer to managed memory allocated via
- * cuMemAllocManaged or declared via __managed__": a managed pool's memory (the program's own,
- * from cuMemAllocFromPoolAsync) may be refused, and one such range fails its whole batch. So
- * does a range freed between pump's decision and its call. A refused batch is therefore asked
- * again range by range, once: each range the driver refuses marks its allocation (ranges.h),
- * which is never asked again, and batching goes on for the rest. Only a batch that fails while
- * every range of it is taken alone (the batch entry point itself broken) counts towards turning
- * batching off, after BATCH_FAILURES_MAX such batches in a row. */
-#define BATCH_FAILURES_MAX 8
-static uint32_t batch_failures; /* atomic: unexplained batch failures in a row */
-static bool any_refused;        /* atomic: some allocation is marked; moves look for them */
-
-static CUresult move_one(CUstream stream, CUmemLocation to, CUdeviceptr ptr, size_t size)
-{
-    CUdevice device = to.type == CU_MEM_LOCATION_TYPE_DEVICE ? to.id : CU_DEVICE_CPU;
-    PUMP_COUNT(prefetch_calls, 1);
-    return pump_driver.prefetch_v2 != NULL ? pump_driver.prefetch_v2(ptr, size, to, 0, stream)
-                                           : pump_driver.prefetch_v1(ptr, size, device, stream);
-}
-
-/* The allocation at ptr, if the table still has it there (lock-free: may be stale, which costs
- * at worst another allocation's prefetches, never a value). */
-static struct pump_range *allocation_at(CUdeviceptr ptr)
-{
-    struct pump_range *range = pump_ranges_find(ptr);
-    if (range == NULL)
-        return NULL;
-    uint64_t base = __atomic_load_n(&range->base, __ATOMIC_RELAXED);
-    return ptr >= base && ptr - base < __atomic_load_n(&range->size, __ATOMIC_RELAXED) ? range : NULL;
-}
-
-/* Drops the ranges of allocations the driver refused before (counted): n left. */
-static size_t without_refused(CUdeviceptr *ptrs, size_t *sizes, size_t n)
-{
-    if (!__atomic_load_n(&any_refused, __ATOMIC_RELAXED))
-        return n;
-    size_t kept = 0;
-    for (size_t i = 0; i < n; i++) {
-        struct pump_range *range = allocation_at(ptrs[i]);
-        if (range != NULL && __atomic_load_n(&range->unprefetchable, __ATOMIC_RELAXED)) {
-            PUMP_COUNT(prefetch_refused_skips, 1);
-            continue;
-        }
-        ptrs[kept] = ptrs[i];
-        sizes[kept++] = sizes[i];
-    }
-    return kept;
-}
-
-/* One call per range: false if any failed; each one refused marks its allocation. Refused is
- * CUDA_ERROR_INVALID_VALUE, what cuMemPrefetchAsync documents for a bad range; any other error
- * may be an earlier asynchronous one the call reports (cuda.h's \notefnerr), which says
- * nothing of the range. */
-static bool move_each(CUstream stream, CUmemLocation to, const CUdeviceptr *ptrs, const size_t *sizes, size_t n,
-                      size_t *refused)
-{
-    bool ok = true;
-    for (size_t i = 0; i < n; i++) {
-        CUresult r = move_one(stream, to, ptrs[i], sizes[i]);
-        if (r == CUDA_SUCCESS)
-            continue;
-        ok = false;
-        struct pump_range *range = r == CUDA_ERROR_INVALID_VALUE ? allocation_at(ptrs[i]) : NULL;
-        if (range == NULL) {  /* freed since the decision, or not about the range */
-            if (r != CUDA_ERROR_INVALID_VALUE)
-                call_ok(r, "cuMemPrefetchAsync");
-            continue;
-        }
-        (*refused)++;
-        if (!__atomic_exchange_n(&range->unprefetchable, 1, __ATOMIC_RELAXED))
-            PUMP_COUNT(prefetch_refusals, 1);
-        __atomic_store_n(&any_refused, true, __ATOMIC_RELAXED);
-        pump_log_once("the driver refused to prefetch an allocation (CUresult %d): pump no longer prefetches it, "
-                      "and batches the rest (memory from a managed pool: see docs/limits.md)",
-                      (int)r);
-    }
-    return ok;
-}
-
-/* ptrs and sizes are the move's own: compacted in place. */
-static bool move_ranges(CUstream stream, CUmemLocation to, CUdeviceptr *ptrs, size_t *sizes, size_t n)
-{
-    n = without_refused(ptrs, sizes, n);
-    if (n == 0)
-        return true;
-    struct pump_capture_mode mode = pump_capture_relax();
-    bool ok;
-    if (pump_driver.prefetch_batch != NULL && __atomic_load_n(&batch_failures, __ATOMIC_RELAXED) < BATCH_FAILURES_MAX) {
-        size_t first = 0, refused = 0;
-        CUresult r = pump_driver.prefetch_batch(ptrs, sizes, n, &to, &first, 1, 0, stream);
-        PUMP_COUNT(prefetch_calls, 1);
-        ok = r == CUDA_SUCCESS || move_each(stream, to, ptrs, sizes, n, &refused);
-        if (r == CUDA_SUCCESS || refused > 0) {
-            __atomic_store_n(&batch_failures, 0, __ATOMIC_RELAXED);
-        } else if (ok && __atomic_add_fetch(&batch_failures, 1, __ATOMIC_RELAXED) == BATCH_FAILURES_MAX) {
-            PUMP_COUNT(errors, 1);
-            pump_log_once("cuMemPrefetchBatchAsync failed %d times (CUresult %d) where each of its ranges alone was "
-                          "taken: one call per range from now on",
-                          BATCH_FAILURES_MAX, (int)r);
-        }
-    } else {
-        size_t refused = 0;
-        ok = move_each(stream, to, ptrs, sizes, n, &refused);
-    }
-    pump_capture_restore(&mode);
-    return ok;
-}
-
 PUMP_HIDDEN bool pump_prefetch_to_device(struct pump_context *c, CUdeviceptr *ptrs, size_t *sizes, size_t n)
 {
     CUmemLocation to = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = c->device};
-    return move_ranges(c->stream, to, ptrs, sizes, n);
+    return pump_move_ranges(c->stream, to, ptrs, sizes, n);
 }
 
 PUMP_HIDDEN bool pump_evict_to_host(struct pump_context *c, CUdeviceptr *ptrs, size_t *sizes, size_t n)
 {
     CUmemLocation to = {.type = CU_MEM_LOCATION_TYPE_HOST, .id = 0};
-    return move_ranges(c->evict_stream, to, ptrs, sizes, n);
+    return pump_move_ranges(c->evict_stream, to, ptrs, sizes, n);
 }
 
 /* Makes `stream` wait (on the GPU) for the event's latest record. */
 static void stream_wait(CUstream stream, CUevent event)
 {
     struct pump_capture_mode mode = pump_capture_relax();
-    call_ok(pump_driver.stream_wait_event(stream, event, 0), "cuStreamWaitEvent");
+    pump_call_ok(pump_driver.stream_wait_event(stream, event, 0), "cuStreamWaitEvent");
     pump_capture_restore(&mode);
 }
 
@@ -439,10 +331,10 @@ PUMP_HIDDEN uint64_t pump_discard_dead(CUdeviceptr ptr, size_t size, CUstream st
     bool discarded = false, recorded = false;
     if (sequence >= PUMP_DISCARD_MARKS && pump_driver.event_query(event) != CUDA_SUCCESS) {
         PUMP_COUNT(discards_skipped, 1);  /* the slot's discard is still running */
-    } else if (call_ok(pump_driver.discard_batch(&first, &bytes, 1, 0, stream), "cuMemDiscardBatchAsync")) {
+    } else if (pump_call_ok(pump_driver.discard_batch(&first, &bytes, 1, 0, stream), "cuMemDiscardBatchAsync")) {
         PUMP_COUNT(bytes_discarded, bytes);
         discarded = true;
-        recorded = call_ok(pump_driver.event_record(event, stream), "cuEventRecord");
+        recorded = pump_call_ok(pump_driver.event_record(event, stream), "cuEventRecord");
     }
     pump_capture_restore(&mode);
     uint64_t mark = 0;
@@ -536,16 +428,16 @@ PUMP_HIDDEN void pump_prefetch_wait(struct pump_context *c, CUstream stream)
 {
     uint32_t slot = __atomic_fetch_add(&c->next_event, 1, __ATOMIC_RELAXED) % PUMP_EVENTS_PER_CONTEXT;
     struct pump_capture_mode mode = pump_capture_relax();
-    if (call_ok(pump_driver.event_record(c->events[slot], c->stream), "cuEventRecord") && pump_config.wait)
-        call_ok(pump_driver.stream_wait_event(stream, c->events[slot], 0), "cuStreamWaitEvent");
+    if (pump_call_ok(pump_driver.event_record(c->events[slot], c->stream), "cuEventRecord") && pump_config.wait)
+        pump_call_ok(pump_driver.stream_wait_event(stream, c->events[slot], 0), "cuStreamWaitEvent");
     pump_capture_restore(&mode);
 }
 
 PUMP_HIDDEN void pump_prefetch_after_evictions(struct pump_context *c)
 {
     struct pump_capture_mode mode = pump_capture_relax();
-    if (call_ok(pump_driver.event_record(c->evicted, c->evict_stream), "cuEventRecord"))
-        call_ok(pump_driver.stream_wait_event(c->stream, c->evicted, 0), "cuStreamWaitEvent");
+    if (pump_call_ok(pump_driver.event_record(c->evicted, c->evict_stream), "cuEventRecord"))
+        pump_call_ok(pump_driver.stream_wait_event(c->stream, c->evicted, 0), "cuStreamWaitEvent");
     pump_capture_restore(&mode);
 }
 
@@ -559,8 +451,91 @@ static bool use_events_ready(struct pump_context *c)
                       "use events: evictions wait for the launching stream instead");
 }
 
-/* A slot is taken under use_lock and waited on and recorded outside it. A slot still busy
- * from its previous turn (1,024 uses ago) is not taken: no token this once. A failed wait or
+/* ---- use slots readied by pump's worker (prefetch_worker.h) ----
+ * Before a use slot is recorded again, the eviction stream waits on its previous record
+ * (pump_use_record). pump's worker makes those waits ahead, for the uses to come, so that the
+ * launching thread records without one; a slot a launch takes first is left to it (it waits
+ * itself, as without a worker). Nothing has to follow these waits: an unordered job. */
+#define PREPARE_AHEAD 128  /* uses readied ahead of the count */
+#define PREPARE_BATCH 32   /* waits per job: a job is short */
+
+static struct pump_context *preparing(struct pump_job *job)
+{
+    return (struct pump_context *)((char *)job - offsetof(struct pump_context, use_prepare));
+}
+
+static void prepare_calls(struct pump_job *job)
+{
+    struct pump_context *c = preparing(job);
+    for (int n = 0; n < PREPARE_BATCH; n++) {
+        pump_mutex_lock(&c->use_lock);
+        uint64_t count = c->use_prepared > c->use_count ? c->use_prepared : c->use_count;
+        uint32_t slot = (uint32_t)(count % PUMP_USE_EVENTS);
+        bool take = c->use_ring.ready && count < c->use_count + PREPARE_AHEAD &&
+                    __atomic_load_n(&c->use_busy[slot], __ATOMIC_ACQUIRE) == USE_FREE;
+        if (take && count < PUMP_USE_EVENTS) {  /* a first record needs no wait */
+            c->use_prepared = count + 1;
+            pump_mutex_unlock(&c->use_lock);
+            continue;
+        }
+        if (take)
+            __atomic_store_n(&c->use_busy[slot], USE_READYING, __ATOMIC_RELAXED);
+        CUevent event = c->use_events[slot];
+        uint32_t forgets = __atomic_load_n(&c->forgets, __ATOMIC_RELAXED);
+        pump_mutex_unlock(&c->use_lock);
+        if (!take)
+            return;
+        struct pump_capture_mode mode = pump_capture_relax();
+        bool waited = pump_call_ok(pump_driver.stream_wait_event(c->evict_stream, event, 0), "cuStreamWaitEvent");
+        pump_capture_restore(&mode);
+        pump_mutex_lock(&c->use_lock);
+        /* A launch that took the use meanwhile waited itself (and owns the slot now). */
+        bool untaken = c->use_count <= count;
+        if (waited && untaken && __atomic_load_n(&c->forgets, __ATOMIC_RELAXED) == forgets && c->use_prepared <= count)
+            c->use_prepared = count + 1;
+        if (untaken)
+            __atomic_store_n(&c->use_busy[slot], USE_FREE, __ATOMIC_RELEASE);
+        pump_mutex_unlock(&c->use_lock);
+        if (!waited)
+            return;
+    }
+}
+
+/* made false: dropped in a forked child, whose one thread takes no lock of the parent's. */
+static void prepare_finish(struct pump_job *job, bool made)
+{
+    struct pump_context *c = preparing(job);
+    if (made)
+        pump_mutex_lock(&c->use_lock);
+    c->use_preparing = false;
+    if (made)
+        pump_mutex_unlock(&c->use_lock);
+}
+
+/* Under use_lock, after use `count` was taken: whether to hand the worker a prepare job now
+ * (claimed: make it with prepare_submit once the lock is left). */
+static bool prepare_due(struct pump_context *c, uint64_t count)
+{
+    bool due = pump_config.worker && !c->use_preparing && !c->use_prepare_off &&
+               count + PREPARE_AHEAD >= PUMP_USE_EVENTS && count + PREPARE_AHEAD / 2 >= c->use_prepared;
+    c->use_preparing = c->use_preparing || due;
+    return due;
+}
+
+static void prepare_submit(struct pump_context *c)
+{
+    c->use_prepare = (struct pump_job){.unordered = true, .calls = prepare_calls, .finish = prepare_finish};
+    if (pump_worker_submit(c->device, &c->use_prepare))
+        return;
+    pump_mutex_lock(&c->use_lock);
+    c->use_preparing = false;
+    c->use_prepare_off = true;
+    pump_mutex_unlock(&c->use_lock);
+}
+
+/* A slot is taken under use_lock and waited on (unless pump's worker did) and recorded
+ * outside it. A slot still being recorded from its previous turn (1,024 uses ago) is not
+ * taken: no token this once. A failed wait or
  * record leaves the slot's last record the one the eviction stream already waited on, or the
  * one the next taker waits on first. */
 PUMP_HIDDEN uint64_t pump_use_record(struct pump_context *c, CUstream stream)
@@ -569,28 +544,35 @@ PUMP_HIDDEN uint64_t pump_use_record(struct pump_context *c, CUstream stream)
     bool ready = use_events_ready(c);  /* may let the lock go meanwhile */
     uint64_t count = c->use_count;
     uint32_t slot = (uint32_t)(count % PUMP_USE_EVENTS);
-    bool taken = ready && !__atomic_load_n(&c->use_busy[slot], __ATOMIC_ACQUIRE);
+    /* A slot the worker is readying is taken all the same: a use without a token would let an
+     * eviction pass its kernel. The worker's wait then lands on either record: never earlier. */
+    bool taken = ready && __atomic_load_n(&c->use_busy[slot], __ATOMIC_ACQUIRE) != USE_RECORDING;
     if (taken) {
-        __atomic_store_n(&c->use_busy[slot], 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&c->use_busy[slot], USE_RECORDING, __ATOMIC_RELAXED);
         c->use_count = count + 1;
     }
+    bool prepared = count < c->use_prepared, prepare = taken && prepare_due(c, count);
     CUevent event = c->use_events[slot];
     uint32_t forgets = __atomic_load_n(&c->forgets, __ATOMIC_RELAXED);
     pump_mutex_unlock(&c->use_lock);
+    if (prepare)
+        prepare_submit(c);
     if (!taken)
         return 0;
     uint64_t token = 0;
     struct pump_capture_mode mode = pump_capture_relax();
-    bool reusable = count < PUMP_USE_EVENTS ||
-                    call_ok(pump_driver.stream_wait_event(c->evict_stream, event, 0), "cuStreamWaitEvent");
-    if (reusable && call_ok(pump_driver.event_record(event, stream), "cuEventRecord")) {
+    if (prepared && count >= PUMP_USE_EVENTS)
+        PUMP_COUNT(use_waits_readied, 1);
+    bool reusable = count < PUMP_USE_EVENTS || prepared ||
+                    pump_call_ok(pump_driver.stream_wait_event(c->evict_stream, event, 0), "cuStreamWaitEvent");
+    if (reusable && pump_call_ok(pump_driver.event_record(event, stream), "cuEventRecord")) {
         uint64_t sequence = atomic_fetch_add_explicit(&use_sequence, 1, memory_order_seq_cst) + 1;
         /* A context that went meanwhile: either its base covers this sequence, or this sees it. */
         if (__atomic_load_n(&c->forgets, __ATOMIC_SEQ_CST) == forgets)
             token = sequence << PUMP_USE_SEQUENCE_SHIFT | (uint64_t)slot << TOKEN_SLOT_SHIFT | (c->index + 1);
     }
     pump_capture_restore(&mode);
-    __atomic_store_n(&c->use_busy[slot], 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->use_busy[slot], USE_FREE, __ATOMIC_RELEASE);
     return token;
 }
 

@@ -12,7 +12,7 @@
 
 enum {
     PUMP_STATS_MAGIC = 0x504d5053,   /* "SPMP" little-endian: a pump record */
-    PUMP_STATS_VERSION = 8
+    PUMP_STATS_VERSION = 9
 };
 
 struct pump_stats {
@@ -130,6 +130,13 @@ struct pump_stats {
     uint64_t launch_lookups;         /* lookups of a kernel launch entry point (cuLaunchKernel*,
                                         cuLaunchCooperativeKernel*, cuGraphLaunch*) by cuGetProcAddress or
                                         dlsym, answered with pump's hook or not */
+    /* version 9: moves decided ahead made by pump's worker thread (prefetch_worker.c), not the launching one */
+    uint64_t worker_jobs;            /* decisions' driver calls the worker made */
+    uint64_t worker_takeovers;       /* ... that a thread whose calls had to come after them made itself instead,
+                                        the worker not having begun them */
+    uint64_t worker_waits;           /* waits of such a thread for the job the worker was making */
+    uint64_t use_waits_readied;      /* use events recorded again without the eviction stream's wait on their
+                                        previous record by the launching thread: the worker had made it */
 };
 
 #endif

@@ -8,10 +8,19 @@
  * lock is held across them. A prefetch the driver refused leaves the belief
  * again, unless a later decision took its blocks meanwhile; a plan's
  * prefetch records the token a kernel that needs its blocks waits for.
+ *
+ * A decision made after its kernel (policy off's evictions, a lowered
+ * budget's, the daemon's plan) is handed to pump's worker for the device
+ * (prefetch_worker.h) once its turn comes: the launching thread only decides.
+ * A later decision whose calls must follow it on pump's streams (an eviction
+ * before a prefetch, a planned prefetch before an eviction or a kernel)
+ * drains the worker first, making what it has not begun; a kernel whose
+ * planned prefetch the worker made waits on that prefetch's token.
  */
 #include <stdlib.h>
 
 #include "channel.h"
+#include "prefetch_worker.h"
 #include "residency_moves.h"
 
 static _Atomic uint64_t decisions;
@@ -172,19 +181,101 @@ static void settle(struct pump_decision *dn, const struct pump_move *m)
     }
 }
 
+/* Makes the moves' driver calls: true when it prefetched; *settle: some prefetch's blocks need settling. */
+static bool make_calls(struct pump_decision *dn, bool *settle_needed)
+{
+    bool prefetched = false;
+    for (uint32_t k = 0; k < dn->n; k++) {
+        struct pump_move *m = &dn->moves[k];
+        m->taken = make_move(dn, m, &m->token);
+        prefetched = prefetched || !m->evict;
+        *settle_needed = *settle_needed || (!m->evict && (!m->taken || m->from_plan));
+    }
+    return prefetched;
+}
+
+static void settle_all(struct pump_decision *dn)
+{
+    if (!pump_blocks_enter(dn->device))
+        return;
+    pump_devices_lock(1ull << dn->device);
+    for (uint32_t k = 0; k < dn->n; k++)
+        if (!dn->moves[k].evict)
+            settle(dn, &dn->moves[k]);
+    pump_blocks_publish();
+    pump_devices_unlock(1ull << dn->device);
+    pump_blocks_leave();
+}
+
+/* ---- decisions made ahead, by pump's worker (prefetch_worker.h) ---- */
+
+struct deferred {
+    struct pump_job job;  /* first: the job is the decision's */
+    struct pump_decision dn;
+    bool settle;
+};
+
+static void deferred_calls(struct pump_job *job)
+{
+    struct deferred *d = (struct deferred *)job;
+    make_calls(&d->dn, &d->settle);
+}
+
+static void deferred_finish(struct pump_job *job, bool made)
+{
+    struct deferred *d = (struct deferred *)job;
+    if (made && d->settle)
+        settle_all(&d->dn);
+    free(d->dn.moves);
+    free(d);
+}
+
+/* A decision made after its kernel (its evictions after that kernel, a plan's
+ * prefetches for launches to come): nothing on the launch's stream waits for
+ * it, so it goes to the worker, which never touches the program's streams. */
+static bool defer(struct pump_decision *dn)
+{
+    if (dn->kernel_waits || dn->stream != NULL || dn->n == 0)
+        return false;
+    struct deferred *d = malloc(sizeof *d);
+    if (d == NULL)
+        return false;
+    *d = (struct deferred){.job = {.calls = deferred_calls, .finish = deferred_finish}, .dn = *dn};
+    if (!pump_worker_submit(dn->device, &d->job)) {
+        free(d);
+        return false;
+    }
+    dn->moves = NULL;
+    dn->n = 0;
+    return true;
+}
+
+/* Whether the decision's calls must come after those handed to the worker: a
+ * prefetch after the evictions, an eviction after the planned prefetches, a
+ * kernel after a planned prefetch not made yet (all in pump's streams' order). */
+static bool after_deferred(const struct pump_decision *dn)
+{
+    if (!pump_worker_pending(dn->device))
+        return false;
+    bool after = dn->kernel_waits && dn->ready == PUMP_READY_PENDING;
+    for (uint32_t k = 0; k < dn->n && !after; k++)
+        after = dn->moves[k].after_evictions || dn->moves[k].after_prefetches;
+    return after;
+}
+
 /* The kernel waits for the prefetches it made, else for the planned
  * prefetch `ready` names. */
 PUMP_HIDDEN bool pump_decision_make(struct pump_decision *dn)
 {
     uint64_t start = pump_channel_now_ns();
     bool prefetched = false, settle_needed = false;
+    struct pump_job *taken = NULL;
     if (dn->turn != 0)
         pump_turn_wait(dn->device, dn->turn - 1);
-    for (uint32_t k = 0; k < dn->n; k++) {
-        struct pump_move *m = &dn->moves[k];
-        m->taken = make_move(dn, m, &m->token);
-        prefetched = prefetched || !m->evict;
-        settle_needed = settle_needed || (!m->evict && (!m->taken || m->from_plan));
+    if (!defer(dn)) {
+        if (after_deferred(dn))
+            taken = pump_worker_drain(dn->device);
+        prefetched = make_calls(dn, &settle_needed);
     }
     if (dn->kernel_waits && (prefetched || dn->ready == PUMP_READY_PENDING))
         pump_prefetch_wait(dn->c, dn->stream);
@@ -192,17 +283,10 @@ PUMP_HIDDEN bool pump_decision_make(struct pump_decision *dn)
         pump_use_wait(dn->stream, dn->ready);
     if (dn->turn != 0)
         pump_turn_end(dn->device);
-    if (settle_needed && pump_blocks_enter(dn->device)) {
-        pump_devices_lock(1ull << dn->device);
-        for (uint32_t k = 0; k < dn->n; k++)
-            if (!dn->moves[k].evict)
-                settle(dn, &dn->moves[k]);
-        pump_blocks_publish();
-        pump_devices_unlock(1ull << dn->device);
-        pump_blocks_leave();
-    }
+    pump_worker_finish(taken);
+    if (settle_needed)
+        settle_all(dn);
     free(dn->moves);
     pump_channel_own_time(pump_channel_now_ns() - start);  /* not kernel time: pumpd must not read it as such */
     return prefetched;
 }
-

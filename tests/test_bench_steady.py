@@ -21,7 +21,9 @@ KEYS = ("added_driver_calls_per_step", "added_driver_us_per_step", "added_driver
         "driver_evictions_without_pump", "gpu_fault_batches_per_step", "gpu_fault_batches_per_step_without_pump",
         "fault_stall_us_per_step", "fault_stall_us_per_step_without_pump", "bytes_h2d_per_step",
         "bytes_h2d_per_step_without_pump", "bytes_d2h_per_step", "bytes_d2h_per_step_without_pump", "step_us",
-        "step_us_without_pump")
+        "step_us_without_pump", "launch_thread_us_per_launch", "launch_thread_us_per_launch_ioctls_on_worker",
+        "launch_thread_us_per_launch_without_pump", "wall_us_per_launch", "wall_us_per_launch_ioctls_on_worker",
+        "wall_us_per_launch_without_pump")
 # budget50's bare run is not limited by the budget: the driver alone given the budget's memory is.
 AT_BUDGET_KEYS = ("bytes_h2d_per_step_driver_at_budget", "bytes_d2h_per_step_driver_at_budget",
                   "gpu_faults_per_step_driver_at_budget", "fault_stall_us_per_step_driver_at_budget",
@@ -159,6 +161,24 @@ def test_threads_on_two_devices_do_not_wait_for_each_other(bench):
     assert len(two["two_threads_us_per_launch"]) == 2 and two["thread_time_ratio"] > 0
     assert two["prefetch_calls"] >= 2 * two["launches_per_thread"] and two["evictions"] > 0
     assert two["residency_lock_waits"] == 0 and two["residency_turn_waits"] == 0
+
+
+def test_the_launching_thread_is_charged_only_its_own_driver_time(bench):
+    # fakecuda charges each call to the thread that makes it (fakecuda_thread_host_ns): the bare
+    # launching thread pays every call the bare run made (its launches and synchronisation), and
+    # under pump at most what the run's callers paid in all (pump's worker pays the rest), at
+    # least a launch's host time per launch. Issue 28 item 2.
+    for scenario in SCENARIOS:
+        runs, row = bench["runs"][scenario], bench[scenario]
+        bare = runs["bare"]["steady"]
+        assert bare["thread_host_ns"] == pytest.approx(sum(e["caller_ns"] for e in bare["entries"].values()))
+        for variant in ("pump", "pump_ioctls_on_worker"):
+            steady = runs[variant]["steady"]
+            callers = sum(e["caller_ns"] for e in steady["entries"].values())
+            assert bare["thread_host_ns"] <= steady["thread_host_ns"] <= callers + 1
+        launches = bench["launches_per_step"]
+        assert row["launch_thread_us_per_launch_without_pump"] >= bare["thread_host_ns"] / launches / 1000
+        assert row["wall_us_per_launch_without_pump"] > 0
 
 
 def test_bad_arguments_are_refused():

@@ -27,8 +27,8 @@ BUDGET = 64 * MiB
 LAUNCH_BYTES = 2 * BUFFER_MIB * MiB
 
 
-def budget_run(run_program, policy, budget, *extra, variant="plain", pump=True):
-    env = {"PUMP_SOCKET": "", "PUMP_POLICY": policy}
+def budget_run(run_program, policy, budget, *extra, variant="plain", pump=True, env=None):
+    env = {"PUMP_SOCKET": "", "PUMP_POLICY": policy, **(env or {})}
     if budget:
         env["PUMP_BUDGET"] = str(budget)
     env.update({"ASAN_OPTIONS": "detect_leaks=1", "TSAN_OPTIONS": "halt_on_error=1"})

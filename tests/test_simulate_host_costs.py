@@ -1,6 +1,7 @@
-"""pump's own driver calls cost the launching thread in the simulator what they cost in
+"""pump's own driver calls cost the thread that makes them in the simulator what they cost in
 fakecuda (issue 28 item 2): the same constants, read from fakecuda_model.h, and the same rule
-(tests/fakecuda/cost.c), checked here against fakecuda itself."""
+(tests/fakecuda/cost.c), checked here against fakecuda itself; the launching thread makes those
+before its kernel, pump's worker those decided after it."""
 
 import dataclasses
 import json
@@ -97,3 +98,22 @@ def test_ideal_and_the_drivers_naive_cost_pump_nothing(tmp_path):
     w = _one_buffer(tmp_path)
     for policy in ("ideal", "naive"):
         assert engine.run(w, policy, 3 * 2 * MIB, engine.gpu_model("h100-pcie")).host_seconds == 0
+
+
+def test_the_calls_decided_after_a_kernel_are_the_workers():
+    """pump's worker (shim/prefetch_worker.c) makes the calls a rule decides after a kernel (a
+    plan's trigger, policy off's evictions): they cost the worker's clock, and the launching
+    thread's goes on from where it was. Before the worker, the eviction moved the launching
+    thread's clock to 1.750025 s."""
+    t = host.LaunchThread(host.HostCosts.of_fakecuda(), [0, 2 * MIB, 4 * MIB])
+    costs = host.HostCosts.of_fakecuda()
+    t.hook(1.0)
+    assert t.call("prefetch", 0, 1.0) == pytest.approx(1.0 + costs.migrate(1))
+    t.hook()  # the kernel is launched: what follows is decided after it
+    assert t.call("evict", 1, 1.5, wait=0.25) == pytest.approx(1.5 + costs.migrate(1) + 0.25)
+    assert t.clock == pytest.approx(1.0 + costs.migrate(1))
+    assert t.worker_seconds == pytest.approx(costs.migrate(1) + 0.25)
+    assert t.seconds == pytest.approx(2 * costs.migrate(1) + 0.25)
+    t.hook(2.0)
+    assert t.call("prefetch", 2, 2.0) == pytest.approx(2.0 + costs.migrate(1))
+

@@ -1,7 +1,11 @@
-"""pump's driver calls on the launching thread, costed as fakecuda costs them (issue 28 item 2):
-tests/fakecuda/cost.c (fc_migrate_ioctl_ns, fc_discard_ioctl_ns) with the constants read from
-fakecuda_model.h, never copied (tests/test_simulate_host_costs.py runs fakecuda and holds the
-two equal)."""
+"""pump's driver calls, costed as fakecuda costs them (issue 28 item 2), on the thread that makes
+them: tests/fakecuda/cost.c (fc_migrate_ioctl_ns, fc_discard_ioctl_ns) with the constants read
+from fakecuda_model.h, never copied (tests/test_simulate_host_costs.py runs fakecuda and holds
+the two equal). The calls a launch's hook makes before its kernel are the launching thread's;
+those decided after the kernel (a plan's trigger, policy off's evictions) are made by pump's
+worker thread (shim/prefetch_worker.c), which runs beside the launching thread and delays no
+launch. The shim's launching thread takes over a worker's job it must order its own calls
+after, when the worker has not begun it: not modelled here (the worker is never late)."""
 
 import dataclasses
 
@@ -29,29 +33,45 @@ class HostCosts:
 
 
 class LaunchThread:
-    """The launching thread's clock through one hook's calls.  A call for block b joins the
-    hook's last range of its kind (the shim keeps its prefetches and its evictions apart) when
-    b's address follows that range's last block (it costs the range's cost with b, less
-    without), else starts one.  costs None: the calls cost nothing."""
+    """The clocks of the launching thread and of pump's worker through one hook's calls.  A
+    call for block b joins the hook's last range of its kind (the shim keeps its prefetches and
+    its evictions apart) when b's address follows that range's last block (it costs the range's
+    cost with b, less without), else starts one.  costs None: the calls cost nothing."""
 
     def __init__(self, costs, block_address):
         self.costs, self.address = costs, block_address
-        self.clock = 0.0
+        self.clock = 0.0            # the launching thread's
+        self.worker = 0.0           # pump's worker's (the device's)
+        self.on_worker = False      # the calls now are the worker's (after the hook's kernel)
         self.ranges = {}            # per kind of call: (last block, blocks) of the range one would join
-        self.seconds = 0.0          # time in calls, in all
+        self.seconds = 0.0          # time in calls, in all (both threads)
+        self.worker_seconds = 0.0   # ... of which the worker's
         self.started = 0            # ranges started, in all (an ioctl each, in fakecuda)
 
-    def hook(self, now=0.0):
-        """A hook's calls begin, at `now` at the earliest, or end (now omitted): ranges
-        join no further."""
-        self.clock, self.ranges = max(self.clock, now), {}
+    def hook(self, now=None):
+        """A launch's hook begins its calls, at `now` at the earliest, on the launching thread;
+        or (now omitted) its kernel is launched: the calls that follow, decided after it, are
+        the worker's.  Ranges join no further."""
+        self.on_worker = now is None
+        if now is not None:
+            self.clock = max(self.clock, now)
+        self.ranges = {}
 
     def call(self, kind, b, now, wait=0.0):
         """A call (kind: "prefetch", "evict" or "discard") for block b at `now` at the earliest;
-        `wait`: the copy the ioctl waits for.  Returns when it returns."""
+        `wait`: the copy the ioctl waits for.  Returns when it returns, on the thread that
+        makes it."""
+        if self.on_worker:
+            self.worker = max(self.worker, now)
+            self.worker += self._cost(kind, b, wait)
+            return self.worker
         self.clock = max(self.clock, now)
+        self.clock += self._cost(kind, b, wait)
+        return self.clock
+
+    def _cost(self, kind, b, wait):
         if self.costs is None:
-            return self.clock
+            return 0.0
         price = self.costs.discard if kind == "discard" else self.costs.migrate
         last = self.ranges.get(kind)
         if last is not None and b == last[0] + 1 and int(self.address[b]) == int(self.address[last[0]]) + K.BLOCK_BYTES:
@@ -61,6 +81,7 @@ class LaunchThread:
             n, cost = 1, price(1)
             self.started += 1
         self.ranges[kind] = (b, n)
-        self.clock += cost + wait
         self.seconds += cost + wait
-        return self.clock
+        if self.on_worker:
+            self.worker_seconds += cost + wait
+        return cost + wait

@@ -11,10 +11,16 @@
  * --neighbour=FROM:TO:MIB: each round ends with a synchronisation; after
  * round FROM's, a plain device allocation of MIB MiB (a neighbour taking
  * device memory), freed after round TO's.
- * Last line: the checksum of every buffer and fakecuda's counters.
+ * --fork: after the first round's launches (their moves still in flight), the
+ * process forks; the child does ordinary work and exits (pump stands aside
+ * there), the parent goes on and fails if the child did not exit 0.
+ * Last line: the checksum of every buffer, fakecuda's counters, and the driver
+ * time charged to the launching thread over the rounds.
  */
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cuda_api.h"
 
@@ -23,6 +29,7 @@
 static long kernel_us;
 static int neighbour_from = -1, neighbour_to = -1;
 static size_t neighbour_mib;
+static int fork_after_first;
 
 static void mix_kernel(void **params, const fakecuda_dims *dims)
 {
@@ -52,9 +59,11 @@ int main(int argc, char **argv)
     for (int i = 4; i < argc; i++) {
         if (strncmp(argv[i], "--kernel-us=", 12) == 0)
             kernel_us = atol(argv[i] + 12);
+        else if (strcmp(argv[i], "--fork") == 0)
+            fork_after_first = 1;
         else if (sscanf(argv[i], "--neighbour=%d:%d:%zu", &neighbour_from, &neighbour_to, &neighbour_mib) != 3 ||
                  neighbour_from < 1 || neighbour_to <= neighbour_from || neighbour_mib == 0) {
-            fprintf(stderr, "budget: bad option %s (allowed: --kernel-us=U, --neighbour=FROM:TO:MIB with "
+            fprintf(stderr, "budget: bad option %s (allowed: --kernel-us=U, --fork, --neighbour=FROM:TO:MIB with "
                             "1 <= FROM < TO, MIB >= 1)\n", argv[i]);
             return 2;
         }
@@ -86,11 +95,29 @@ int main(int argc, char **argv)
             x[i] = (float)((i + (uint64_t)b) % 13);
     }
     api.reset_stats();
+    uint64_t charged = api.thread_host_ns != NULL ? api.thread_host_ns() : 0;
     CUdeviceptr neighbour = 0;
     for (int r = 1; r <= rounds; r++) {
         for (int b = 0; b < buffers; b++) {
             void *params[] = {&buffer[b], &buffer[(b + 1) % buffers], &floats};
             CHECK(api.launch_kernel(mix, 1, 1, 1, 128, 1, 1, 0, stream, params, NULL));
+        }
+        if (r == 1 && fork_after_first) {
+            fflush(stdout);
+            pid_t child = fork();
+            if (child == 0) {
+                long total = 0;
+                for (int i = 0; i < 1000; i++)
+                    total += i;
+                /* _exit: the driver's operations in flight belong to stream threads the child
+                 * lacks (LeakSanitizer would report them), as a real child's would. */
+                _exit(total == 499500 ? 0 : 1);
+            }
+            int status = 0;
+            if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+                fprintf(stderr, "budget: the forked child failed (status %d)\n", status);
+                return 1;
+            }
         }
         if (neighbour_from > 0)
             CHECK(api.stream_synchronize(stream));
@@ -100,6 +127,7 @@ int main(int argc, char **argv)
             CHECK(api.mem_free(neighbour));
     }
     CHECK(api.ctx_synchronize());
+    charged = api.thread_host_ns != NULL ? api.thread_host_ns() - charged : 0;
     struct fakecuda_stats s;
     api.get_stats(&s);
     double sum = 0;
@@ -111,9 +139,9 @@ int main(int argc, char **argv)
         CHECK(api.mem_free(buffer[b]));
     }
     printf("{\"checksum\": %.6f, \"gpu_faults\": %llu, \"bytes_faulted_h2d\": %llu, \"bytes_prefetched_h2d\": %llu, "
-           "\"bytes_d2h\": %llu, \"device_resident_peak\": %llu, \"kernels_run\": %llu}\n",
+           "\"bytes_d2h\": %llu, \"device_resident_peak\": %llu, \"kernels_run\": %llu, \"thread_host_ns\": %llu}\n",
            sum, (unsigned long long)s.gpu_faults, (unsigned long long)s.bytes_faulted_h2d,
            (unsigned long long)s.bytes_prefetched_h2d, (unsigned long long)s.bytes_d2h,
-           (unsigned long long)s.device_resident_peak, (unsigned long long)s.kernels_run);
+           (unsigned long long)s.device_resident_peak, (unsigned long long)s.kernels_run, (unsigned long long)charged);
     return 0;
 }

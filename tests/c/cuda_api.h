@@ -52,6 +52,7 @@ struct cuda_api {
     void (*host_touch)(const void *, size_t);
     void (*get_stats)(struct fakecuda_stats *);
     void (*reset_stats)(void);
+    uint64_t (*thread_host_ns)(void); /* the driver time charged to the calling thread */
 };
 
 
@@ -111,6 +112,7 @@ static inline int cuda_api_load(struct cuda_api *api, int per_thread)
     *(void **)&api->host_touch = dlsym(lib, "fakecuda_host_touch");
     *(void **)&api->get_stats = dlsym(lib, "fakecuda_get_stats");
     *(void **)&api->reset_stats = dlsym(lib, "fakecuda_reset_stats");
+    *(void **)&api->thread_host_ns = dlsym(lib, "fakecuda_thread_host_ns");
     if (api->register_kernel == NULL || api->get_stats == NULL) {
         fprintf(stderr, "error: libcuda.so.1 is not fakecuda\n");
         exit(3);
@@ -152,6 +154,7 @@ static inline int cuda_api_load(struct cuda_api *api, int per_thread)
         .host_touch = fakecuda_host_touch,
         .get_stats = fakecuda_get_stats,
         .reset_stats = fakecuda_reset_stats,
+        .thread_host_ns = fakecuda_thread_host_ns,
     };
     return 0;
 }

@@ -4,7 +4,9 @@
  * entry point (fakecuda_get_entry_cost); holds the UVM va_space lock model (ioctls read,
  * allocations and frees write: uvm_api_migrate / uvm_api_discard take
  * uvm_va_space_down_read, uvm_mmap and uvm_vm_close_managed uvm_va_space_down_write); and
- * the FAKECUDA_IOCTL_THREAD knob: which thread pays for ioctls. */
+ * the FAKECUDA_IOCTL_THREAD knob: which thread pays for ioctls. Every charge is also the paying
+ * thread's own (fc_charge_ns, fakecuda_thread_host_ns): a benchmark tells the launching thread's host time
+ * from a helper thread's, whoever that helper is (the driver's worker, or the shim's). */
 #include "fakecuda_internal.h"
 
 #include <stdio.h>

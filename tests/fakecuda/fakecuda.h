@@ -90,6 +90,11 @@ void fakecuda_reset_stats(void);
 struct fakecuda_entry_cost { uint64_t calls, caller_ns, worker_ns; };
 int fakecuda_get_entry_cost(const char *entry, struct fakecuda_entry_cost *out);
 const char *fakecuda_entry_name(unsigned i);
+/* The modelled host ns charged to the calling thread since it began: entry points it called,
+   and the evictions its plain allocations made (a stream's worker paying an ioctl with
+   FAKECUDA_IOCTL_THREAD=worker is charged there, not on the caller); fakecuda_reset_stats
+   leaves it. */
+uint64_t fakecuda_thread_host_ns(void);
 
 /* What clients asked for and fakecuda lacks (not_found.c), by kind: 0 cuGetProcAddress symbols
    answered SYMBOL_NOT_FOUND, 1 cuGetExportTable ids refused, 2 calls to an export table's

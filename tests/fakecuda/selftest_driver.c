@@ -99,7 +99,7 @@ static void *evictor(void *arg)
 }
 
 /* On a thread of its own (no check counters touched there). */
-struct pl_args { CUdeviceptr p; uint64_t *t0; CUresult result; };
+struct pl_args { CUdeviceptr p; uint64_t *t0; CUresult result; uint64_t charged; };
 static void *prefetch_then_launch(void *arg)
 {
     struct pl_args *a = arg;
@@ -109,8 +109,10 @@ static void *prefetch_then_launch(void *arg)
     if ((a->result = cuDevicePrimaryCtxRetain(&c, 0)) != CUDA_SUCCESS || (a->result = cuCtxSetCurrent(c)))
         return NULL;
     *a->t0 = now_ns();
+    uint64_t before = fakecuda_thread_host_ns();
     if ((a->result = prefetch(a->p, 6 * MiB, 0)) == CUDA_SUCCESS)
         a->result = cuLaunchKernel(ftouch, 1, 1, 1, 1, 1, 1, 0, st, args, NULL);
+    a->charged = fakecuda_thread_host_ns() - before;
     return NULL;
 }
 
@@ -145,10 +147,15 @@ static int child_cost(void)
     OK(cuStreamSynchronize(st));
     pthread_t t;
     uint64_t t0 = 0;
-    struct pl_args pl = { a, &t0, CUDA_SUCCESS };
+    struct pl_args pl = { a, &t0, CUDA_SUCCESS, 0 };
+    uint64_t mine = fakecuda_thread_host_ns();
     pthread_create(&t, NULL, prefetch_then_launch, &pl);
     pthread_join(t, NULL);
     CHECK(pl.result == CUDA_SUCCESS, "prefetch and launch on a thread: %d", (int)pl.result);
+    /* Each thread is charged what it called: the other thread's calls are not this one's. */
+    CHECK(pl.charged == IOCTL + 6 * BLOCK_PASS + FAKECUDA_LAUNCH_HOST_NS && fakecuda_thread_host_ns() == mine,
+          "charged to the calling thread: %llu ns there, %llu here", (unsigned long long)pl.charged,
+          (unsigned long long)(fakecuda_thread_host_ns() - mine));
     OK(cuStreamSynchronize(st));
     uint64_t floor = IOCTL + 6 * BLOCK_PASS + FAKECUDA_LAUNCH_HOST_NS + FAKECUDA_LAUNCH_LATENCY_US * 1000ull;
     CHECK(atomic_load(&kernel_started_ns) - t0 >= floor, "kernel started %llu ns after, before %llu",
@@ -234,11 +241,15 @@ static int child_cost_worker(void)
     if (setup() != 0) return 1;
     CUdeviceptr a = managed(6 * MiB);
     fakecuda_reset_stats();
+    uint64_t mine = fakecuda_thread_host_ns();
     OK(prefetch(a, 6 * MiB, 0));
+    uint64_t charged = fakecuda_thread_host_ns() - mine;
     OK(cuStreamSynchronize(st));
     struct fakecuda_entry_cost c = cost("prefetch");
     CHECK(c.caller_ns == FAKECUDA_LAUNCH_HOST_NS && c.worker_ns == IOCTL + 3 * 2 * BLOCK_PASS,
           "worker pays: caller %llu worker %llu", (unsigned long long)c.caller_ns, (unsigned long long)c.worker_ns);
+    CHECK(charged == FAKECUDA_LAUNCH_HOST_NS, "the calling thread is charged the push alone: %llu ns",
+          (unsigned long long)charged);
     CHECK(selftest_stats().bytes_prefetched_h2d == 6 * MiB, "pages moved");
     /* To the host: the worker's ioctl holds the lock while the pages are copied out. */
     fakecuda_reset_stats();

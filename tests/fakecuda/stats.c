@@ -209,6 +209,7 @@ void fc_unkeep(fc_link *l)
 
 /* ---- time model ---- */
 static _Thread_local int64_t fc_debt_ns;
+static _Thread_local uint64_t fc_charged_ns; /* all this thread was ever charged */
 
 uint64_t fc_now_ns(void)
 {
@@ -232,8 +233,11 @@ uint64_t fc_host_clock_ns(void) { return fc_now_ns() + (uint64_t)(fc_debt_ns > 0
 void fc_charge_ns(int64_t ns)
 {
     fc_debt_ns += ns;
+    if (ns > 0) fc_charged_ns += (uint64_t)ns;
     if (fc_debt_ns >= (int64_t)FAKECUDA_SLEEP_CHUNK_US * 1000) fc_pay_debt(0);
 }
+
+FC_EXPORT uint64_t fakecuda_thread_host_ns(void) { return fc_charged_ns; }
 
 void fc_wait_until(uint64_t t_ns)
 {

@@ -1,0 +1,222 @@
+/* prefetch_worker.c: pump's worker thread per device (see prefetch_worker.h).
+ *
+ * Each device's queue is guarded by its own lock, held only to link and
+ * unlink jobs, never across a job's calls. The worker takes the oldest job
+ * and makes it outside the lock (`busy`); a drain unlinks every job not begun,
+ * waits for the one in progress and for any other drain (`draining`: the
+ * worker takes no new job meanwhile, so no later job passes an earlier one),
+ * then makes their calls itself, in order, and finishes them later, out of its
+ * turn. A job is so made once, in the order it was handed over; what waits
+ * for the worker is its calls, never its finish (which takes pump's locks).
+ *
+ * The thread starts at its device's first job, with every signal blocked (a
+ * program's handlers never run on it). It never waits for the launching
+ * thread, and the launching thread waits for it only in a drain, for one
+ * job's calls. At exit it takes no more jobs and nothing waits for it; across
+ * fork the queues are locked, and the child has no worker and drops the
+ * parent's jobs (the child passes through: it makes no driver call of pump's).
+ */
+#include <pthread.h>
+#include <signal.h>
+
+#include "locks.h"
+#include "prefetch_worker.h"
+
+struct worker {
+    pthread_mutex_t lock;
+    pthread_cond_t work;      /* a job was queued, or a drain ended */
+    pthread_cond_t idle;      /* the job in progress, or a drain, ended */
+    struct pump_job *head, *tail;
+    bool started;             /* atomic (written under the lock): the thread runs */
+    bool broken;              /* the thread could not be started (said once) */
+    bool busy;                /* the worker makes a job now */
+    bool busy_ordered;        /* ... one a drain must wait for */
+    uint32_t draining;        /* threads draining the queue now */
+    uint32_t pending;         /* atomic: ordered jobs handed over and not yet made */
+};
+
+static struct worker workers[PUMP_DEVICES_MAX] = {
+    [0 ... PUMP_DEVICES_MAX - 1] = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER},
+};
+static bool stopping; /* atomic: the process exits */
+static bool in_child; /* a forked child: no worker */
+
+static void made(struct worker *w, const struct pump_job *job)
+{
+    if (!job->unordered)
+        __atomic_fetch_sub(&w->pending, 1, __ATOMIC_RELEASE);
+}
+
+static void *work(void *arg)
+{
+    struct worker *w = arg;
+    pump_mutex_lock(&w->lock);
+    for (;;) {
+        while ((w->head == NULL || w->draining > 0) && !__atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
+            pthread_cond_wait(&w->work, &w->lock);
+        if (__atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
+            break;
+        struct pump_job *job = w->head;
+        w->head = job->next;
+        if (w->head == NULL)
+            w->tail = NULL;
+        w->busy = true;
+        w->busy_ordered = !job->unordered;
+        pump_mutex_unlock(&w->lock);
+        job->calls(job);
+        pump_mutex_lock(&w->lock);
+        made(w, job);
+        w->busy = false;
+        pthread_cond_broadcast(&w->idle);
+        pump_mutex_unlock(&w->lock);
+        job->finish(job, true);
+        PUMP_COUNT(worker_jobs, 1);
+        pump_mutex_lock(&w->lock);
+    }
+    w->busy = false;
+    pthread_cond_broadcast(&w->idle);
+    pump_mutex_unlock(&w->lock);
+    return NULL;
+}
+
+/* Under w's lock. */
+static bool start(struct worker *w)
+{
+    if (w->started || w->broken)
+        return w->started;
+    pthread_attr_t attr;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_t thread;
+    bool started = pthread_attr_init(&attr) == 0 && pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
+                   pthread_create(&thread, &attr, work, w) == 0;
+    __atomic_store_n(&w->started, started, __ATOMIC_RELEASE);
+    pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    w->broken = !w->started;
+    if (w->broken)
+        pump_log_once("cannot start pump's worker thread: the launching thread makes every prefetch and eviction");
+    return w->started;
+}
+
+PUMP_HIDDEN bool pump_worker_submit(int device, struct pump_job *job)
+{
+    if (device < 0 || device >= PUMP_DEVICES_MAX || !pump_config.worker || in_child ||
+        __atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
+        return false;
+    struct worker *w = &workers[device];
+    pump_mutex_lock(&w->lock);
+    bool taken = start(w);
+    if (taken) {
+        job->next = NULL;
+        if (w->tail != NULL)
+            w->tail->next = job;
+        else
+            w->head = job;
+        w->tail = job;
+        if (!job->unordered)
+            __atomic_fetch_add(&w->pending, 1, __ATOMIC_RELAXED);
+        pthread_cond_signal(&w->work);
+    }
+    pump_mutex_unlock(&w->lock);
+    return taken;
+}
+
+PUMP_HIDDEN bool pump_worker_pending(int device)
+{
+    return device >= 0 && device < PUMP_DEVICES_MAX && __atomic_load_n(&workers[device].pending, __ATOMIC_ACQUIRE) > 0;
+}
+
+PUMP_HIDDEN struct pump_job *pump_worker_drain(int device)
+{
+    if (!pump_worker_pending(device))
+        return NULL;
+    struct worker *w = &workers[device];
+    pump_mutex_lock(&w->lock);
+    bool wait = (w->busy && w->busy_ordered) || w->draining > 0;
+    if (wait)
+        PUMP_COUNT(worker_waits, 1);
+    while ((w->busy && w->busy_ordered) || w->draining > 0)
+        pthread_cond_wait(&w->idle, &w->lock);
+    /* The ordered jobs leave the queue, in their order; the others stay for the worker. */
+    struct pump_job *taken = NULL, *taken_last = NULL, *queue = w->head;
+    w->head = w->tail = NULL;
+    for (struct pump_job *job = queue, *next; job != NULL; job = next) {
+        next = job->next;
+        job->next = NULL;
+        struct pump_job **first = job->unordered ? &w->head : &taken, **last = job->unordered ? &w->tail : &taken_last;
+        if (*last != NULL)
+            (*last)->next = job;
+        else
+            *first = job;
+        *last = job;
+    }
+    w->draining++;
+    pump_mutex_unlock(&w->lock);
+    for (struct pump_job *job = taken; job != NULL; job = job->next) {
+        job->calls(job);
+        PUMP_COUNT(worker_takeovers, 1);
+        made(w, job);
+    }
+    pump_mutex_lock(&w->lock);
+    w->draining--;
+    pthread_cond_broadcast(&w->idle);
+    pthread_cond_signal(&w->work);
+    pump_mutex_unlock(&w->lock);
+    return taken;
+}
+
+PUMP_HIDDEN void pump_worker_finish(struct pump_job *jobs)
+{
+    for (struct pump_job *job = jobs, *next; job != NULL; job = next) {
+        next = job->next;
+        job->finish(job, true);
+    }
+}
+
+/* No lock and no wait: a worker in a job's calls finishes them, or the process ends first. */
+PUMP_HIDDEN void pump_worker_at_exit(void)
+{
+    __atomic_store_n(&stopping, true, __ATOMIC_RELEASE);
+}
+
+/* Only the queues of started workers are locked (the others are made anew in the child): a
+ * fork holds few locks at once. */
+static uint64_t fork_locked;
+
+PUMP_HIDDEN void pump_worker_before_fork(void)
+{
+    fork_locked = 0;
+    for (int d = 0; d < PUMP_DEVICES_MAX; d++) {
+        if (!__atomic_load_n(&workers[d].started, __ATOMIC_ACQUIRE))
+            continue;
+        pump_mutex_lock(&workers[d].lock);
+        fork_locked |= 1ull << d;
+    }
+}
+
+PUMP_HIDDEN void pump_worker_after_fork(bool child)
+{
+    for (int d = PUMP_DEVICES_MAX - 1; d >= 0; d--) {
+        struct worker *w = &workers[d];
+        bool locked = fork_locked & 1ull << d;
+        if (child) {
+            for (struct pump_job *job = locked ? w->head : NULL, *next; job != NULL; job = next) {
+                next = job->next;
+                job->finish(job, false);
+            }
+            w->head = w->tail = NULL;
+            w->started = w->busy = false;
+            w->draining = 0;
+            __atomic_store_n(&w->pending, 0, __ATOMIC_RELAXED);
+            pthread_cond_init(&w->work, NULL);
+            pthread_cond_init(&w->idle, NULL);
+            if (!locked)
+                pthread_mutex_init(&w->lock, NULL);  /* a thread the child lacks may have held it */
+        }
+        if (locked)
+            pump_mutex_unlock(&w->lock);
+    }
+    in_child = in_child || child;
+}

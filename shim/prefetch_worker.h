@@ -1,0 +1,53 @@
+/* prefetch_worker.h: pump's own thread per device, which makes the driver
+ * calls of moves decided ahead (the daemon's plan, evictions after a kernel)
+ * so that the launching thread pays for deciding, not for moving.
+ *
+ * A job is handed over (pump_worker_submit) and made by the device's worker
+ * in the order handed over; a thread whose own calls must come after the jobs
+ * handed over so far (pump_worker_drain) takes over those not begun, in their
+ * order, and waits only for the one the worker is making then: the worker
+ * never holds up the launching thread longer than one job's calls, and a job
+ * is made once, by whichever thread takes it first. Without a worker (off,
+ * not startable, in a forked child, at exit) a job is refused and the caller
+ * makes its calls itself. No lock is held across a job's calls.
+ */
+#ifndef PUMP_PREFETCH_WORKER_H
+#define PUMP_PREFETCH_WORKER_H
+
+#include "shim.h"
+
+struct pump_job {
+    struct pump_job *next;
+    /* Nothing has to follow it: a drain neither makes it nor waits for it, and
+     * it is not counted pending. */
+    bool unordered;
+    /* Makes the job's driver calls, holding no pump lock. */
+    void (*calls)(struct pump_job *job);
+    /* Then settles what they made (may take pump's locks) and frees the job,
+     * which is not touched after; `made` false: its calls were never made. */
+    void (*finish)(struct pump_job *job, bool made);
+};
+
+/* Hands a job to `device`'s worker (started at its first job): false when
+ * there is none (the caller then runs the job itself). */
+PUMP_HIDDEN bool pump_worker_submit(int device, struct pump_job *job);
+/* The calls of every (ordered) job handed to `device`'s worker so far have
+ * been made on return. Returns the jobs the caller made, to be finished with
+ * pump_worker_finish once it holds nothing their finish may wait for (its
+ * turn: a fork waits for turns while holding the locks a finish takes). */
+PUMP_HIDDEN struct pump_job *pump_worker_drain(int device);
+PUMP_HIDDEN void pump_worker_finish(struct pump_job *jobs);
+/* Whether jobs handed to `device`'s worker may still be unmade (a hint,
+ * read without a lock: a thread that must order its calls after them drains). */
+PUMP_HIDDEN bool pump_worker_pending(int device);
+
+/* Exit: the workers stop taking jobs (those queued are made by whoever
+ * drains, or never: they are hints), and nothing waits for them. */
+PUMP_HIDDEN void pump_worker_at_exit(void);
+/* Fork: no queue is mid-change across it; the child has no worker, and the
+ * jobs queued in the parent are dropped there (the child makes no calls of
+ * the parent's). */
+PUMP_HIDDEN void pump_worker_before_fork(void);
+PUMP_HIDDEN void pump_worker_after_fork(bool child);
+
+#endif
