@@ -185,3 +185,19 @@ def test_bad_arguments_are_refused():
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench-steady"), "--steps", "1"],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "--steps must be at least 2" in proc.stderr
+
+
+def test_the_docs_targets_are_the_committed_results():
+    """docs/benchmarks.md's table of targets is bench/results/steady-fakecuda.json's target_rows,
+    row for row, so that a re-run committed without its doc (or a doc edited by hand) fails."""
+    committed = json.loads((ROOT / "bench" / "results" / "steady-fakecuda.json").read_text())
+    lines = (ROOT / "docs" / "benchmarks.md").read_text().splitlines()
+    start = lines.index("| scenario | target | result | |") + 2
+    table = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        table.append([cell.strip() for cell in line.strip("|").split("|")])
+    want = [[scenario, target.replace(" us ", " µs "), result, "met" if met else "MISSED"]
+            for scenario, target, result, met in committed["target_rows"]]
+    assert table == want
