@@ -245,6 +245,10 @@
       PFN_cuOccupancyMaxPotentialBlockSizeWithFlags_v7000)                                            \
     X(cuOccupancyAvailableDynamicSMemPerBlock, 10020, cuOccupancyAvailableDynamicSMemPerBlock, 0,     \
       PFN_cuOccupancyAvailableDynamicSMemPerBlock_v10020)                                             \
+    X(cuOccupancyMaxPotentialClusterSize, 11070, cuOccupancyMaxPotentialClusterSize, 0,              \
+      PFN_cuOccupancyMaxPotentialClusterSize_v11070)                                                  \
+    X(cuOccupancyMaxActiveClusters, 11070, cuOccupancyMaxActiveClusters, 0,                          \
+      PFN_cuOccupancyMaxActiveClusters_v11070)                                                        \
     X(cuStreamWaitValue32, 8000, cuStreamWaitValue32, 0, PFN_cuStreamWaitValue32_v8000)              \
     X(cuStreamWaitValue32, 8000, cuStreamWaitValue32_ptsz, 1, PFN_cuStreamWaitValue32_v8000_ptsz)     \
     X(cuStreamWaitValue64, 9000, cuStreamWaitValue64, 0, PFN_cuStreamWaitValue64_v9000)              \
