@@ -1,6 +1,6 @@
 /* context_extras.c: why it exists: the context-level queries and settings the CUDA runtime and
  * its libraries (cuBLAS, cuBLASLt) ask for besides making contexts: stream priority range,
- * limits, peer access, and the driver's log interface (CUDA 12.9). Semantics from cuda.h 13.0;
+ * the context's API version, limits, peer access, and the driver's log interface (CUDA 12.9). Semantics from cuda.h 13.0;
  * each charged as a context query (FAKECUDA_CONTEXT_QUERY_HOST_NS: no trace has them). */
 #include "fakecuda_internal.h"
 
@@ -13,6 +13,25 @@ static CUresult current(CUcontext *c)
     fc_cost(FC_E_CONTEXT_QUERY, FAKECUDA_CONTEXT_QUERY_HOST_NS);
     return CUDA_SUCCESS;
 }
+
+/* cuda.h: the API version "corresponding to the capabilities of the context", of ctx or (NULL)
+ * the current one; "it is valid for the API version to be 3020 while the driver version is
+ * 4020". 3020: the context ABI of CUDA 3.2's _v2 entry points, which every context fakecuda
+ * makes has (no later version changed it). The 13.0 runtime asks it on the first launch from
+ * a thread whose context it made current itself (an autograd thread's first backward kernel);
+ * without it that launch fails with cudaErrorCallRequiresNewerDriver. */
+FC_EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
+{
+    FC_ENTRY(cuCtxGetApiVersion, 3020);
+    CUcontext c = ctx;
+    CUresult r = ctx ? (fc_ctx_valid(ctx) ? CUDA_SUCCESS : fc_ctx_error(ctx)) : current(&c);
+    if (r != CUDA_SUCCESS) return r;
+    if (!version) return CUDA_ERROR_INVALID_VALUE;
+    if (ctx) fc_cost(FC_E_CONTEXT_QUERY, FAKECUDA_CONTEXT_QUERY_HOST_NS);
+    *version = 3020;
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuCtxGetApiVersion);
 
 /* Least 0, greatest -5: the range cuStreamCreateWithPriority clamps to (streams.c); "If the
  * current context's device does not support stream priorities, ... return 0" (cuda.h): every

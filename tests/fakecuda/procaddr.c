@@ -218,6 +218,7 @@
      * func_attributes.c, stream_memops.c, link.c, pointers.c */                                       \
     X(cuGetExportTable, 3000, cuGetExportTable, 0, PFN_cuGetExportTable_v3000)                        \
     X(cuCtxGetStreamPriorityRange, 5050, cuCtxGetStreamPriorityRange, 0, PFN_cuCtxGetStreamPriorityRange_v5050) \
+    X(cuCtxGetApiVersion, 3020, cuCtxGetApiVersion, 0, PFN_cuCtxGetApiVersion_v3020)              \
     X(cuCtxGetLimit, 3010, cuCtxGetLimit, 0, PFN_cuCtxGetLimit_v3010)                                 \
     X(cuCtxSetLimit, 3010, cuCtxSetLimit, 0, PFN_cuCtxSetLimit_v3010)                                 \
     X(cuDeviceCanAccessPeer, 4000, cuDeviceCanAccessPeer, 0, PFN_cuDeviceCanAccessPeer_v4000)         \

@@ -99,6 +99,11 @@ static void context_queries(CUcontext ctx)
     CHECK(value == 16u << 20, "heap %zu", value);
     CHECK(cuCtxSetLimit(CU_LIMIT_MAX_L2_FETCH_GRANULARITY, 3) == CUDA_ERROR_INVALID_VALUE, "granularity 3");
     CHECK(cuCtxGetLimit(&value, CU_LIMIT_MAX) == CUDA_ERROR_UNSUPPORTED_LIMIT, "an unknown limit");
+    unsigned api = 0;
+    OK(cuCtxGetApiVersion(NULL, &api));
+    CHECK(api == 3020, "the current context's API version %u", api);
+    OK(cuCtxGetApiVersion(ctx, &api));
+    CHECK(cuCtxGetApiVersion(ctx, NULL) == CUDA_ERROR_INVALID_VALUE, "no version pointer");
     value = 7;
     OK(cuCtxGetLimit(&value, CU_LIMIT_CIG_ENABLED));
     CHECK(value == 0, "not a CIG context (%zu)", value);
