@@ -1,6 +1,6 @@
 /* context_extras.c: why it exists: the context-level queries and settings the CUDA runtime and
  * its libraries (cuBLAS, cuBLASLt) ask for besides making contexts: stream priority range,
- * limits, peer access, and the driver's log interface (CUDA 12.9). Semantics from cuda.h 13.0;
+ * the context's API version, limits, peer access, and the driver's log interface (CUDA 12.9). Semantics from cuda.h 13.0;
  * each charged as a context query (FAKECUDA_CONTEXT_QUERY_HOST_NS: no trace has them). */
 #include "fakecuda_internal.h"
 
@@ -13,6 +13,25 @@ static CUresult current(CUcontext *c)
     fc_cost(FC_E_CONTEXT_QUERY, FAKECUDA_CONTEXT_QUERY_HOST_NS);
     return CUDA_SUCCESS;
 }
+
+/* cuda.h: the API version "corresponding to the capabilities of the context", of ctx or (NULL)
+ * the current one; "it is valid for the API version to be 3020 while the driver version is
+ * 4020". 3020: the context ABI of CUDA 3.2's _v2 entry points, which every context fakecuda
+ * makes has (no later version changed it). The 13.0 runtime asks it on the first launch from
+ * a thread whose context it made current itself (an autograd thread's first backward kernel);
+ * without it that launch fails with cudaErrorCallRequiresNewerDriver. */
+FC_EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
+{
+    FC_ENTRY(cuCtxGetApiVersion, 3020);
+    CUcontext c = ctx;
+    CUresult r = ctx ? (fc_ctx_valid(ctx) ? CUDA_SUCCESS : fc_ctx_error(ctx)) : current(&c);
+    if (r != CUDA_SUCCESS) return r;
+    if (!version) return CUDA_ERROR_INVALID_VALUE;
+    if (ctx) fc_cost(FC_E_CONTEXT_QUERY, FAKECUDA_CONTEXT_QUERY_HOST_NS);
+    *version = 3020;
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuCtxGetApiVersion);
 
 /* Least 0, greatest -5: the range cuStreamCreateWithPriority clamps to (streams.c); "If the
  * current context's device does not support stream priorities, ... return 0" (cuda.h): every
@@ -33,17 +52,20 @@ FC_ALIAS(cuCtxGetStreamPriorityRange);
  * per thread, printf FIFO 1 MiB, malloc heap 8 MiB (CUDA C++ Programming Guide: "Formatted
  * Output", "Dynamic Global Memory Allocation"); device runtime sync depth 2 and pending launch
  * count 2048 (cuda.h); L2 fetch granularity 32 bytes, persisting L2 0 (cuda.h: "0 ... 128"; the
- * persisting size is 0 until set). Another limit: CUDA_ERROR_UNSUPPORTED_LIMIT. */
+ * persisting size is 0 until set). CU_LIMIT_CIG_ENABLED "can only be queried, cannot be set" and is
+ * non-zero only on a CUDA-in-graphics context (cuda.h), which fakecuda never makes: 0 (cuBLASLt
+ * 13.1 asks it at cublasCreate). Another limit (CU_LIMIT_SHMEM_SIZE, CIG_SHMEM_FALLBACK_ENABLED:
+ * CIG contexts' own): CUDA_ERROR_UNSUPPORTED_LIMIT. */
 static size_t fc_limits[CU_LIMIT_MAX] = {
     [CU_LIMIT_STACK_SIZE] = 1024, [CU_LIMIT_PRINTF_FIFO_SIZE] = 1u << 20, [CU_LIMIT_MALLOC_HEAP_SIZE] = 8u << 20,
     [CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH] = 2, [CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT] = 2048,
-    [CU_LIMIT_MAX_L2_FETCH_GRANULARITY] = 32, [CU_LIMIT_PERSISTING_L2_CACHE_SIZE] = 0};
+    [CU_LIMIT_MAX_L2_FETCH_GRANULARITY] = 32, [CU_LIMIT_PERSISTING_L2_CACHE_SIZE] = 0, [CU_LIMIT_CIG_ENABLED] = 0};
 static pthread_mutex_t fc_limits_mu = PTHREAD_MUTEX_INITIALIZER;
 static int limit_known(CUlimit l)
 {
     return l == CU_LIMIT_STACK_SIZE || l == CU_LIMIT_PRINTF_FIFO_SIZE || l == CU_LIMIT_MALLOC_HEAP_SIZE ||
            l == CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH || l == CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT ||
-           l == CU_LIMIT_MAX_L2_FETCH_GRANULARITY || l == CU_LIMIT_PERSISTING_L2_CACHE_SIZE;
+           l == CU_LIMIT_MAX_L2_FETCH_GRANULARITY || l == CU_LIMIT_PERSISTING_L2_CACHE_SIZE || l == CU_LIMIT_CIG_ENABLED;
 }
 
 FC_EXPORT CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
@@ -71,6 +93,7 @@ FC_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
     CUresult r = current(&c);
     if (r != CUDA_SUCCESS) return r;
     if (!limit_known(limit)) return CUDA_ERROR_UNSUPPORTED_LIMIT;
+    if (limit == CU_LIMIT_CIG_ENABLED) return CUDA_ERROR_INVALID_VALUE;
     if (limit == CU_LIMIT_MAX_L2_FETCH_GRANULARITY && (value > 128 || (value & (value - 1))))
         return CUDA_ERROR_INVALID_VALUE;
     if (limit == CU_LIMIT_PERSISTING_L2_CACHE_SIZE &&

@@ -259,3 +259,79 @@ static CUresult available_smem(size_t *out, CUfunction f, int nblocks, int block
 }
 FC_DEF(cuOccupancyAvailableDynamicSMemPerBlock, 10020, (size_t *out, CUfunction f, int nblocks, int block),
        available_smem(out, f, nblocks, block));
+
+/* ---- clusters (CC 9.0) ----
+ * CUDA C++ Programming Guide, "Thread Block Clusters": 8 blocks is the portable cluster size;
+ * H100 allows 16 to a kernel that sets CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED. A
+ * cluster's blocks must all reside at once, so a block that cannot reside (0 blocks per SM)
+ * allows no cluster. Not modelled: which SMs share a GPC (a cluster runs within one), so the
+ * number of clusters is the device's resident blocks over the cluster size, never fewer. The
+ * context is config->hStream's, or the current one for a NULL stream (cuda.h). A device
+ * without cluster launch refuses as cuFuncSetAttribute's cluster attributes do above. */
+static CUresult cluster_args(CUfunction f, const CUlaunchConfig *config, int *dev, fc_fattr *out)
+{
+    if (!config) return CUDA_ERROR_INVALID_VALUE;
+    if (config->hStream) {
+        FC_STREAM_OR_RETURN(config->hStream);
+        *dev = s->device;
+    } else if ((*dev = cur_dev()) < 0) {
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    const fc_kdef *def = fc_kernel_def(f);
+    if (!def) return CUDA_ERROR_INVALID_HANDLE;
+    if (!fc_persona_attribute(*dev, CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH)) return CUDA_ERROR_NOT_SUPPORTED;
+    fc_cost(FC_E_CONTEXT_QUERY, FAKECUDA_CONTEXT_QUERY_HOST_NS);
+    pthread_mutex_lock(&fc_fattr_mu);
+    fc_fattr *a = settings(def);
+    if (a) *out = *a;
+    pthread_mutex_unlock(&fc_fattr_mu);
+    return a ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static int launch_block(const CUlaunchConfig *c) { return (int)(c->blockDimX * c->blockDimY * c->blockDimZ); }
+
+/* The largest cluster the kernel may launch with: its required size where set, else 8, or 16
+ * where it allows non-portable sizes; 0 where its blocks cannot reside. */
+static CUresult max_cluster(int *size, CUfunction f, const CUlaunchConfig *config, int *dev, fc_fattr *a)
+{
+    if (!size) return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = cluster_args(f, config, dev, a);
+    if (r != CUDA_SUCCESS) return r;
+    int block = launch_block(config), required = a->cluster[0] * a->cluster[1] * a->cluster[2];
+    if (block <= 0 || config->sharedMemBytes > (unsigned)a->max_dyn_smem) return CUDA_ERROR_INVALID_VALUE;
+    *size = blocks_per_sm(*dev, block, config->sharedMemBytes) <= 0 ? 0 : required ? required
+                                                                       : a->non_portable ? 16 : 8;
+    return CUDA_SUCCESS;
+}
+static CUresult potential_cluster(int *size, CUfunction f, const CUlaunchConfig *config)
+{
+    fc_fattr a = {0};
+    return max_cluster(size, f, config, &(int){0}, &a);
+}
+FC_DEF(cuOccupancyMaxPotentialClusterSize, 11070, (int *size, CUfunction f, const CUlaunchConfig *config),
+       potential_cluster(size, f, config));
+
+/* cuda.h: the cluster size is config's CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION or the kernel's
+ * required one (both given: they must match); neither, or one larger than the kernel may
+ * launch: CUDA_ERROR_INVALID_CLUSTER_SIZE. */
+static CUresult active_clusters(int *n, CUfunction f, const CUlaunchConfig *config)
+{
+    fc_fattr a = {0};
+    int dev, most;
+    if (!n) return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = max_cluster(&most, f, config, &dev, &a);
+    if (r != CUDA_SUCCESS) return r;
+    int required = a.cluster[0] * a.cluster[1] * a.cluster[2], given = 0;
+    for (unsigned i = 0; i < config->numAttrs; i++)
+        if (config->attrs && config->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+            const CUlaunchAttributeValue *v = &config->attrs[i].value;
+            given = (int)(v->clusterDim.x * v->clusterDim.y * v->clusterDim.z);
+        }
+    int size = given ? given : required;
+    if (!size || (required && given && given != required) || size > most) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+    *n = blocks_per_sm(dev, launch_block(config), config->sharedMemBytes) *
+         fc_persona_attribute(dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) / size;
+    return CUDA_SUCCESS;
+}
+FC_DEF(cuOccupancyMaxActiveClusters, 11070, (int *n, CUfunction f, const CUlaunchConfig *config),
+       active_clusters(n, f, config));

@@ -218,6 +218,7 @@
      * func_attributes.c, stream_memops.c, link.c, pointers.c */                                       \
     X(cuGetExportTable, 3000, cuGetExportTable, 0, PFN_cuGetExportTable_v3000)                        \
     X(cuCtxGetStreamPriorityRange, 5050, cuCtxGetStreamPriorityRange, 0, PFN_cuCtxGetStreamPriorityRange_v5050) \
+    X(cuCtxGetApiVersion, 3020, cuCtxGetApiVersion, 0, PFN_cuCtxGetApiVersion_v3020)              \
     X(cuCtxGetLimit, 3010, cuCtxGetLimit, 0, PFN_cuCtxGetLimit_v3010)                                 \
     X(cuCtxSetLimit, 3010, cuCtxSetLimit, 0, PFN_cuCtxSetLimit_v3010)                                 \
     X(cuDeviceCanAccessPeer, 4000, cuDeviceCanAccessPeer, 0, PFN_cuDeviceCanAccessPeer_v4000)         \
@@ -245,6 +246,10 @@
       PFN_cuOccupancyMaxPotentialBlockSizeWithFlags_v7000)                                            \
     X(cuOccupancyAvailableDynamicSMemPerBlock, 10020, cuOccupancyAvailableDynamicSMemPerBlock, 0,     \
       PFN_cuOccupancyAvailableDynamicSMemPerBlock_v10020)                                             \
+    X(cuOccupancyMaxPotentialClusterSize, 11070, cuOccupancyMaxPotentialClusterSize, 0,              \
+      PFN_cuOccupancyMaxPotentialClusterSize_v11070)                                                  \
+    X(cuOccupancyMaxActiveClusters, 11070, cuOccupancyMaxActiveClusters, 0,                          \
+      PFN_cuOccupancyMaxActiveClusters_v11070)                                                        \
     X(cuStreamWaitValue32, 8000, cuStreamWaitValue32, 0, PFN_cuStreamWaitValue32_v8000)              \
     X(cuStreamWaitValue32, 8000, cuStreamWaitValue32_ptsz, 1, PFN_cuStreamWaitValue32_v8000_ptsz)     \
     X(cuStreamWaitValue64, 9000, cuStreamWaitValue64, 0, PFN_cuStreamWaitValue64_v9000)              \

@@ -99,10 +99,52 @@ static void context_queries(CUcontext ctx)
     CHECK(value == 16u << 20, "heap %zu", value);
     CHECK(cuCtxSetLimit(CU_LIMIT_MAX_L2_FETCH_GRANULARITY, 3) == CUDA_ERROR_INVALID_VALUE, "granularity 3");
     CHECK(cuCtxGetLimit(&value, CU_LIMIT_MAX) == CUDA_ERROR_UNSUPPORTED_LIMIT, "an unknown limit");
+    unsigned api = 0;
+    OK(cuCtxGetApiVersion(NULL, &api));
+    CHECK(api == 3020, "the current context's API version %u", api);
+    OK(cuCtxGetApiVersion(ctx, &api));
+    CHECK(cuCtxGetApiVersion(ctx, NULL) == CUDA_ERROR_INVALID_VALUE, "no version pointer");
+    value = 7;
+    OK(cuCtxGetLimit(&value, CU_LIMIT_CIG_ENABLED));
+    CHECK(value == 0, "not a CIG context (%zu)", value);
+    CHECK(cuCtxSetLimit(CU_LIMIT_CIG_ENABLED, 1) == CUDA_ERROR_INVALID_VALUE, "CIG_ENABLED is query-only");
     OK(cuDeviceCanAccessPeer(&can, 0, 0));
     CHECK(can == 0, "a device is not its own peer");
     CHECK(cuCtxEnablePeerAccess(ctx, 0) == CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, "peer access to itself");
     CHECK(cuCtxDisablePeerAccess(ctx) == CUDA_ERROR_PEER_ACCESS_NOT_ENABLED, "disable what was never enabled");
+}
+
+/* Clusters on the H100: 8 portable, 16 once non-portable sizes are allowed, the required size
+ * where one is set; the number of clusters is the resident blocks over the size. */
+static void clusters(CUfunction f)
+{
+    CUlaunchAttribute dim = {.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, .value.clusterDim = {4, 1, 1}};
+    CUlaunchConfig c = {.gridDimX = 132, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 256, .blockDimY = 1,
+                        .blockDimZ = 1, .attrs = &dim, .numAttrs = 1};
+    int size = 0, n = 0;
+    OK(cuOccupancyMaxPotentialClusterSize(&size, f, &c));
+    CHECK(size == 8, "portable cluster size %d", size);
+    OK(cuOccupancyMaxActiveClusters(&n, f, &c));
+    CHECK(n == 8 * 132 / 4, "clusters of 4 blocks of 256: %d", n);
+    dim.value.clusterDim.x = 16;
+    CHECK(cuOccupancyMaxActiveClusters(&n, f, &c) == CUDA_ERROR_INVALID_CLUSTER_SIZE, "16 is not portable");
+    OK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1));
+    OK(cuOccupancyMaxPotentialClusterSize(&size, f, &c));
+    CHECK(size == 16, "non-portable cluster size %d", size);
+    OK(cuOccupancyMaxActiveClusters(&n, f, &c));
+    CHECK(n == 8 * 132 / 16, "clusters of 16: %d", n);
+    c.numAttrs = 0;
+    CHECK(cuOccupancyMaxActiveClusters(&n, f, &c) == CUDA_ERROR_INVALID_CLUSTER_SIZE, "no cluster size at all");
+    OK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, 2));
+    OK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT, 1));
+    OK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH, 1));
+    OK(cuOccupancyMaxPotentialClusterSize(&size, f, &c));
+    CHECK(size == 2, "the required size %d", size);
+    OK(cuOccupancyMaxActiveClusters(&n, f, &c));
+    CHECK(n == 8 * 132 / 2, "the required size's clusters: %d", n);
+    c.numAttrs = 1;
+    CHECK(cuOccupancyMaxActiveClusters(&n, f, &c) == CUDA_ERROR_INVALID_CLUSTER_SIZE, "16 is not the required 2");
+    CHECK(cuOccupancyMaxPotentialClusterSize(&size, f, NULL) == CUDA_ERROR_INVALID_VALUE, "no config");
 }
 
 static void attributes(void)
@@ -129,6 +171,7 @@ static void attributes(void)
     CHECK(n == 2, "100 KB blocks: %d", n);
     OK(cuOccupancyMaxPotentialBlockSize(&grid, &block, f, NULL, 0, 0));
     CHECK(block == 1024 && grid == 2 * 132, "potential %d x %d", grid, block);
+    clusters(f);
     OK(cuModuleUnload(m));
 }
 

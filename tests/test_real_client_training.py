@@ -1,0 +1,133 @@
+"""The real client's training loops under pump-run (issue 26 item 4, its first part): PyTorch's
+CUDA build (PUMP_REAL_CLIENT_PYTHON, as tests/test_real_client.py; skipped, saying why, where
+it is missing) trains a small GPT-style model (AdamW foreach and fused) and a small conv net
+(tests/real_client/train.py) on fakecuda with the H100 persona, bare and under default pump-run
+(managed_all). What must hold, each checked so that it can fail:
+- the job exits as it does bare and prints the same (every loop ran, the same checkpoints);
+- every launch fakecuda ran reached pump's hooks (fakecuda's launch count is pump's), and pump
+  knew each launch's handle kind;
+- no driver call pump made failed, and no event was dropped;
+- for every launch, the allocations pump found and sent for prefetch (its trace's LAUNCH
+  record) include every managed allocation that the kernel's real parameter layout points into
+  (FAKECUDA_LAUNCH_LOG: the pointer words of each launch, from the cubin's .nv.info, by-value
+  structs such as multi_tensor_apply's included), matched launch by launch, names too;
+- the count check sees a launch that passes pump by: under FAKECUDA_PROCADDR_INTERNAL (a driver
+  whose cuGetProcAddress answers the launch calls with internal functions) the counts differ.
+Not checked here: values (kernels are no-ops on fakecuda), faults, timing."""
+
+import json
+import subprocess
+
+import pytest
+
+from helpers import PUMP_RUN, clean_env
+from pump import channel, trace
+from test_real_client import ROOT, cuda_torch  # noqa: F401 (the fixture that skips without torch's CUDA build)
+
+TRAIN = ROOT / "tests" / "real_client" / "train.py"
+PERSONA = "h100-sxm-80gb"
+LAUNCHES = ("cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz")
+
+
+def run(python, c_build, out, pump, **extra):
+    """Runs the loops; returns (process, the client's JSON, fakecuda's stats, pump's stats or None)."""
+    out.mkdir()
+    env = clean_env()
+    env.update(LD_LIBRARY_PATH=str(c_build / "plain"), FAKECUDA_PERSONA=PERSONA,
+               FAKECUDA_STATS=str(out / "fakecuda.json"), **extra)
+    cmd = [python, str(TRAIN), str(out)]
+    if pump:
+        cmd = [PUMP_RUN, "--trace", str(out / "pump.trace"), "--stats", str(out / "pump.json"), "--", *cmd]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    result = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else None
+    pump_stats = json.loads((out / "pump.json").read_text()) if pump else None
+    return proc, result, json.loads((out / "fakecuda.json").read_text()), pump_stats
+
+
+@pytest.fixture(scope="module")
+def runs(cuda_torch, c_build, tmp_path_factory):  # noqa: F811
+    tmp = tmp_path_factory.mktemp("training")
+    bare = run(cuda_torch, c_build, tmp / "bare", False)
+    pumped = run(cuda_torch, c_build, tmp / "pump", True, FAKECUDA_LAUNCH_LOG=str(tmp / "launches.jsonl"))
+    return {"bare": bare, "pump": pumped, "log": tmp / "launches.jsonl", "trace": tmp / "pump" / "pump.trace"}
+
+
+def test_the_job_runs_under_pump_as_it_does_bare(runs):
+    (bare, bare_out, _, _), (pumped, pump_out, _, stats) = runs["bare"], runs["pump"]
+    assert bare.returncode == 0, bare.stderr[-3000:]
+    failed = {k: v["error"] for k, v in bare_out.items() if not v["ok"]}
+    assert not failed, failed
+    assert pumped.returncode == bare.returncode, pumped.stderr[-3000:]
+    assert stats["exit_code"] == 0
+    assert pump_out == bare_out  # every loop ran its steps and saved the same checkpoint
+
+
+def launch_count_differences(fakecuda, pump):
+    """What differs between fakecuda's launches and the launches pump's hooks saw (empty: none)."""
+    t = pump["totals"]
+    out = {}
+    if fakecuda["launches"] != t["launches"]:
+        out["launches (fakecuda, pump)"] = (fakecuda["launches"], t["launches"])
+    if t["launches_unknown_handles"] or t["passthrough_processes"]:
+        out["unknown handles, pass-through processes"] = (t["launches_unknown_handles"], t["passthrough_processes"])
+    return out
+
+
+def test_every_launch_reached_pumps_hooks(runs):
+    _, _, fakecuda, pump = runs["pump"]
+    print(f"fakecuda {fakecuda['launches']} launches; pump {pump['totals']['launches']} "
+          f"({pump['totals']['launches_kernel_handles']} CUkernel, {pump['totals']['launches_function_handles']} CUfunction)")
+    assert fakecuda["launches"] > 500  # the loops' kernels, not a few
+    assert not launch_count_differences(fakecuda, pump)
+
+
+def test_a_launch_that_passes_pump_by_is_seen(cuda_torch, c_build, tmp_path):  # noqa: F811
+    """The check above, with pump's launch hooks passed by (a driver that answers the launch
+    calls with internal functions): it must see the difference, or it guards nothing."""
+    proc, out, fakecuda, pump = run(cuda_torch, c_build, tmp_path / "harsh", True,
+                                    FAKECUDA_PROCADDR_INTERNAL=",".join(LAUNCHES))
+    assert proc.returncode == 0 and all(v["ok"] for v in out.values()), proc.stderr[-3000:]
+    assert "pump cannot put its hook there" in proc.stderr
+    diff = launch_count_differences(fakecuda, pump)
+    print(diff)
+    assert diff and diff["launches (fakecuda, pump)"][1] < diff["launches (fakecuda, pump)"][0]
+
+
+def test_no_driver_call_pump_makes_fails(runs):
+    t = runs["pump"][3]["totals"]
+    assert (t["errors"], t["events_dropped"], t["capacity_refusals"], t["prefetch_refusals"]) == (0, 0, 0, 0), t
+
+
+def pump_launches(path):
+    """[(kernel name, {allocation bases})] per launch, in the order pump's hooks saw them."""
+    _, blocks = trace.read(path)
+    names, launches = {}, []
+    for _pid, records in blocks:
+        batch = channel.decode(records)
+        names.update(batch.functions)
+        launches += [(int(batch.launch_function[i]), {int(b) for b in batch.launch_bases(i)})
+                     for i in range(len(batch.launch_function))]
+    return [(names.get(f, ""), bases) for f, bases in launches]
+
+
+def layout_misses(log_path, trace_path):
+    """Launches whose real layout points into a managed allocation pump did not find."""
+    log = [json.loads(line) for line in log_path.read_text().splitlines()]
+    seen = pump_launches(trace_path)
+    assert len(log) == len(seen), (len(log), len(seen))
+    misses = []
+    for i, (entry, (name, bases)) in enumerate(zip(log, seen)):
+        assert entry["kernel"].startswith(name), (i, entry["kernel"], name)  # the same launch
+        want = {p[3] for p in entry["pointers"] if p[5]}  # [param, offset, value, base, size, managed]
+        if not want <= bases:
+            misses.append({"launch": i, "kernel": entry["kernel"][:120], "missed": sorted(want - bases)})
+    return log, misses
+
+
+def test_pump_found_every_allocation_the_real_layouts_point_into(runs):
+    log, misses = layout_misses(runs["log"], runs["trace"])
+    words = sum(len(e["pointers"]) for e in log)
+    structs = sum(1 for e in log if any(p[1] >= 8 and p[0] == 0 for p in e["pointers"]))
+    print(f"{len(log)} launches, {words} pointer words, {structs} with pointers inside a by-value first parameter")
+    assert words > len(log)  # the layouts point somewhere: the check has something to check
+    assert not misses, json.dumps(misses[:5], indent=1) + f"\n... {len(misses)} launches in all"
