@@ -24,7 +24,7 @@ from pump.simulate import workload
 pytest.importorskip("torch")
 
 TOLERANCE = 0.05
-COUNTS = ("gpu_faults", "bytes_prefetched_h2d", "bytes_faulted_h2d", "bytes_d2h")
+COUNTS = ("gpu_faults", "gpu_fault_batches", "bytes_prefetched_h2d", "bytes_faulted_h2d", "bytes_d2h")
 
 
 @pytest.fixture(scope="module")
@@ -75,15 +75,8 @@ LOOKAHEAD_DISAGREES = pytest.mark.xfail(
                         "(2,208 against 1,728; 1,568 with the model's 25 GB/s): see the comment above")
 
 
-# fakecuda services faults as UVM does (batches, the fault-time prefetcher: issue 28 item 1);
-# the simulator's naive model has no prefetcher yet, so it moves less by faults.
-NAIVE_DISAGREES = pytest.mark.xfail(
-    strict=True, reason="fakecuda's fault-time prefetcher moves 11,948,654,592 bytes by faults where the simulator, "
-                        "without one, predicts 11,336,220,672 (5.4%, over the 5% tolerance): issue 28 item 1's "
-                        "simulator half")
 
-
-@pytest.mark.parametrize("policy", [pytest.param("naive", marks=NAIVE_DISAGREES), "launch",
+@pytest.mark.parametrize("policy", ["naive", "launch",
                                     pytest.param("lookahead", marks=LOOKAHEAD_DISAGREES)])
 def test_replay_matches_the_simulator(c_build, tmp_path, model_trace, policy):
     _, peak = simulated(model_trace, "ideal", 1 << 40)
