@@ -281,15 +281,21 @@ class Foresight:
         self.schedule_keys = self.detector.keys[-period:].copy()
         if self.learned_at is None:
             self.learned_at = self.detector.seen
-        keys = self.schedule_keys.tolist()
+        # The cycle from its canonical start, wherever it was learned: pumpd reads a ring in
+        # pieces and the simulator whole steps, and MIN's ties break by first appearance.
+        first = canonical_start(self.schedule_keys)
+        keys = np.roll(self.schedule_keys, -first).tolist()
+        blocks = self.blocks[start:]
+        blocks = blocks[first:] + blocks[:first]
+        seconds = np.roll(self.seconds[start:], -first)
         # The shim knows a launch by its key only: a key met more than once in the iteration
         # (the same kernel on the same allocations, other tensors in them) needs all of them.
         need = {}
-        for key, blocks in zip(keys, self.blocks[start:]):
-            need.setdefault(key, {}).update(dict.fromkeys(blocks))
+        for key, kept in zip(keys, blocks):
+            need.setdefault(key, {}).update(dict.fromkeys(kept))
         uses = [tuple(need[key]) for key in keys]
         count = collections.Counter(keys)
-        prefetch, evict = plan_cycle(uses, self.block_bytes, self.seconds[start:], self.budget,
+        prefetch, evict = plan_cycle(uses, self.block_bytes, seconds, self.budget,
                                      self.lookahead_seconds, self.reserve_bytes(period),
                                      [count[key] == 1 for key in keys])
         plan = {key: ({}, {}) for key in need}
@@ -340,6 +346,15 @@ def discard_range(address: int, size: int):
     lo = -(-address // BLOCK) * BLOCK
     hi = (address + size) // BLOCK * BLOCK
     return (lo, hi - lo) if hi > lo else None
+
+
+def canonical_start(keys) -> int:
+    """Where a learned iteration (its launch keys, a cycle) starts, whichever launch it was
+    learned at: at its least key met once in it, else at its least key's first launch."""
+    keys = np.asarray(keys)
+    unique, first, count = np.unique(keys, return_index=True, return_counts=True)
+    once = count == 1
+    return int(first[once][np.argmin(unique[once])] if once.any() else first[0])
 
 
 def plan_cycle(uses, block_bytes, seconds, budget, horizon_seconds, reserve=0, anchors=None):

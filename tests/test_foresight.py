@@ -309,3 +309,35 @@ def test_the_blocks_kept_per_launch_key_are_bounded():
         recs["arg"][:, 0] = rng.integers(1, 1 << 40, len(recs), dtype=np.uint64) * 16
         f.observe(channel.decode(recs))
     assert len(f._blocks_of_key) <= KEY_CACHE_MAX
+
+
+@pytest.mark.parametrize("budget_mib", [40, 56, 72])
+def test_the_plan_does_not_depend_on_where_the_reads_cut_the_stream(budget_mib):
+    """pumpd reads a ring in pieces of any size (the simulator whole steps): the iteration is
+    learned at whichever launch a read ends, and planned from its canonical start, so every
+    way of cutting the same launches gives the same plan."""
+    t, _, _ = training_trace(steps=6, layers=6)
+    plans = set()
+    for per_batch in (1, 5, 7, 12, 17):
+        f = Foresight(budget_mib * MIB, 50e9)
+        _observe_in_batches(t, f, per_batch)
+        assert f.learned
+        plans.add(repr(sorted(f.triggers().items())))
+    assert len(plans) == 1
+
+
+def test_pumpd_takes_a_kernels_time_from_its_keys_intervals_not_one_stretched_by_the_host():
+    """One launch interval the host stretched (under the pause threshold) is not its kernel's
+    time: pumpd gives each launch the median of its key's recent intervals, so the plan's
+    room for transfers in flight (the longest kernel) does not follow the stretch."""
+    lookahead = pytest.importorskip("pumpd.lookahead")
+    t, _, _ = training_trace(steps=4, layers=6)
+    recs = np.concatenate(t.records)
+    launches = np.flatnonzero(recs["kind"] == channel.KIND["launch"])
+    gaps = np.full(len(launches), 5_000)              # 5 us a kernel...
+    gaps[-5] = 200_000                                # ...one stretched to 200 us (under 50 x 5 us)
+    recs["time_ns"][launches] = np.cumsum(gaps)
+    la = lookahead.Lookahead(64 * MIB, 50e9)
+    la.observe(channel.decode(recs))
+    assert la.policy.seconds.max() == 5e-6
+    assert la.policy.reserve_bytes(la.policy.period) == int(50e9 * 5e-6)

@@ -11,7 +11,14 @@ The policy needs three figures it cannot read from a trace here:
   would stretch the plan's clock exactly where it moves memory. A pause for data loading, a
   synchronisation or a checkpoint is not a kernel: an interval over PAUSE_FACTOR times the
   median of the last RECENT_INTERVALS intervals counts as that median (not the batch's own
-  median: one ring read may bring only a launch or two, all of them after a pause);
+  median: one ring read may bring only a launch or two, all of them after a pause). Nor is
+  one interval the host stretched (another thread, pumpd's own planning, a host page fault)
+  its kernel's time: a launch is given the median of its launch key's intervals among the
+  last KEY_WINDOW (the same kernel on the same memory takes about the same time each
+  iteration). The plan leaves room for transfers in flight by the longest kernel
+  (Foresight.reserve_bytes), so one stretched interval taken as a kernel's time moved the
+  plan from one run to the next (a replay on fakecuda faulted 256 or 288 times a step,
+  by that alone);
 - the link's bandwidth: the highest host-to-GPU PCIe throughput NVML has reported for any
   GPU while pumpd ran (prefetch approaches the link's limit), else the PCIe Gen5 x16 figure
   of the simulator's model;
@@ -37,6 +44,8 @@ RECENT_INTERVALS = 4096
 # NVML throughput below this says nothing about the link (nothing was moving).
 BANDWIDTH_FLOOR = 1e9
 NO_BUDGET = 1 << 60
+# Launch intervals kept, with their launch keys, for each key's median (16 bytes each).
+KEY_WINDOW = 1 << 16
 
 
 class Lookahead:
@@ -49,6 +58,8 @@ class Lookahead:
         self.fresh = False            # a layout made and not yet published
         self.last_launch_ns = None
         self.recent = np.empty(0)     # the last RECENT_INTERVALS launch intervals (seconds)
+        self.window_keys = np.empty(0, np.uint64)  # the last KEY_WINDOW intervals' launch keys...
+        self.window_seconds = np.empty(0)          # ...and the intervals, pauses left out
 
     def plan(self, batch: channel.Batch = None):
         """The planner's work (off the loop): the budget noted, a batch learned, and the
@@ -77,7 +88,19 @@ class Lookahead:
         median = float(np.median(self.recent))
         seconds[seconds > PAUSE_FACTOR * median] = median
         self.last_launch_ns = int(times[-1])
-        self.policy.observe(batch, kernel_seconds=seconds)
+        self.policy.observe(batch, kernel_seconds=self._per_key(channel.launch_keys(batch), seconds))
+
+    def _per_key(self, keys, seconds):
+        """Each launch's kernel time: the (lower) median of its key's intervals in the window,
+        this batch's included; vectorised (a batch may hold 65,536 distinct keys)."""
+        self.window_keys = np.concatenate((self.window_keys, keys))[-KEY_WINDOW:]
+        self.window_seconds = np.concatenate((self.window_seconds, seconds))[-KEY_WINDOW:]
+        order = np.lexsort((self.window_seconds, self.window_keys))
+        k, v = self.window_keys[order], self.window_seconds[order]
+        starts = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1])))
+        counts = np.diff(np.append(starts, len(k)))
+        medians = v[starts + (counts - 1) // 2]
+        return medians[np.searchsorted(k[starts], keys)]
 
     def set_budget(self, budget: int):
         """Noted; plan() plans for it."""

@@ -54,6 +54,8 @@ Why no policy moves fewer bytes GPU->host (W):
   not on the link: fault-driven bytes (slower than explicit ones, 64 KiB per FAULT_SERVICE_S)
   are counted as if they crossed the link at bandwidth_in.
 - Without EXTENT records nothing is known written: W is 0 there (a bound still, a weaker one).
+- tests/test_bound_exhaustive.py holds both parts against every demand-paging schedule
+  (each choice of victim, dirty or clean) on small loops, where they are met.
 The model behind this bound moves and keeps memory in whole 2 MiB blocks, as the budget is
 counted (shim/residency.c). A policy moving only the 64 KiB pages a kernel touches could
 move less where a block is touched in part. In the four bench traces, the touched pages are

@@ -98,6 +98,8 @@ class FaultPath:
     name: str
     service_seconds: float      # the faulting kernel's stall per serviced fault, 64 KiB included
     batch_faults: int           # faults fetched and serviced per batch
+    prefetch_threshold: int     # the fault-time prefetcher's threshold, percent (None: off)
+    prefetch_min_faults: int    # faults in a block before the prefetcher acts on it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,7 +148,14 @@ FAULT_SERVICE_S = 10e-6
 # to Hopper), not the card; [OBS]'s 10-50 us is not given per GPU; and the 64 KiB a fault moves
 # takes 1-4 us of the 10 on every link here (Gen5 x16 to Gen3 x16), so one figure for all is
 # within the source's own spread.  A GPU-specific measurement would replace it per preset.
-FAULT_PATH = FaultPath("uvm-driver", FAULT_SERVICE_S, FAULT_BATCH_FAULTS)
+# The fault-time prefetcher (uvm_perf_prefetch.c; its rule in gpu_truth.prefetch_pages): on by
+# default (uvm_perf_prefetch_enable 1), UVM_PREFETCH_THRESHOLD_DEFAULT 51 percent,
+# UVM_PREFETCH_MIN_FAULTS_DEFAULT 1 ([UVM], and 580.142 alike; fakecuda_model.h names the
+# same defaults, tests/test_simulate_fault_path.py holds them equal).
+PREFETCH_THRESHOLD_PERCENT = 51
+PREFETCH_MIN_FAULTS = 1
+FAULT_PATH = FaultPath("uvm-driver", FAULT_SERVICE_S, FAULT_BATCH_FAULTS, PREFETCH_THRESHOLD_PERCENT,
+                       PREFETCH_MIN_FAULTS)
 
 # When the GPU is full the driver evicts 2 MiB root chunks, least recently MIGRATED first
 # (pick_root_chunk_to_evict: the USED list is ordered by allocation/migration, not access), on

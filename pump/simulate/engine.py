@@ -4,14 +4,15 @@ program order, for one policy at one capacity.
 Two layers, the shim's rules as shim/residency.c states them:
 - the shim's BELIEF (2 MiB blocks believed resident, the budget, its eviction orders) decides
   prefetches and evictions exactly as the shim does for each policy;
-- the TRUTH (which 64 KiB pages are on the GPU) counts faults and bytes as fakecuda and the
-  driver do: a fault per touched page not on the GPU, prefetch bytes = pages really moved,
-  eviction bytes = resident pages really moved back (discarded pages move nothing).
+- the TRUTH (which 64 KiB pages are on the GPU, gpu_truth.py) counts faults and bytes as
+  fakecuda and the driver do: a fault per touched page not on the GPU, serviced in batches with
+  the driver's fault-time prefetcher, prefetch bytes = pages really moved, eviction bytes =
+  resident pages really moved back (discarded pages move nothing).
 With a GPU preset the GPU itself holds at most `capacity` bytes (2 MiB chunks): a fault that
-needs room makes the driver evict the least recently migrated chunk, on the fault path.  With
-the fakecuda model device memory is unlimited and only the budget holds: fakecuda evicts only
-when its device memory (FAKECUDA_DEVICE_MEMORY, 80 GiB by default) is full, which the replays
-this model predicts never reach.
+needs room makes the driver evict a chunk in its list order, on the fault path, before the
+fill.  With the fakecuda model device memory is unlimited and only the budget holds: fakecuda
+evicts only when its device memory (FAKECUDA_DEVICE_MEMORY, 80 GiB by default) is full, which
+the replays this model predicts never reach.
 
 Time: four FIFO resources, each op starting when its inputs are ready:
 - the host issues launches HOST_LAUNCH_S apart, at most LAUNCH_QUEUE_DEPTH ahead of the GPU,
@@ -26,7 +27,8 @@ Time: four FIFO resources, each op starting when its inputs are ready:
   delay the next launch.  Ranges join only within one hook's moves of one kind.
 - the compute stream runs kernel k after kernel k-1, after its launch, after the prefetches of
   its blocks (the kernel waits on its prefetch event), for its roofline time plus its faults'
-  service time plus the driver's evictions on its fault path;
+  service time, the pages the driver's prefetcher adds at the link's line rate, and the
+  driver's evictions on its fault path;
 - the prefetch stream (host->GPU) and the eviction stream (GPU->host) each move bytes at the
   model's rate of explicit migrations, full duplex, or half duplex: then every copy waits for
   every copy issued before it, either way; an eviction starts after the last kernel that used
@@ -39,12 +41,12 @@ Counts follow program order (each stream's ordering is what makes that exact on 
 import collections
 import dataclasses
 import heapq
-import math
 
 import numpy as np
 
 from pump.foresight import BLOCK_SHIFT, Foresight, discard_range
 from pump.simulate import constants as K
+from pump.simulate.gpu_truth import FaultRules, GpuTruth
 from pump.simulate.host import HostCosts, LaunchThread
 
 POLICIES = ("naive", "launch", "lookahead", "ideal")
@@ -78,6 +80,9 @@ class Model:
     d2h_bandwidth: float = 0.0
     # pump's driver calls cost the launching thread what fakecuda charges (host.HostCosts), or nothing.
     host_costs: bool = True
+    # The driver's fault-time prefetcher: its threshold in percent (None: off) and min_faults.
+    prefetch_threshold: int = K.PREFETCH_THRESHOLD_PERCENT
+    prefetch_min_faults: int = K.PREFETCH_MIN_FAULTS
 
     @property
     def d2h_rate(self) -> float:
@@ -96,8 +101,10 @@ def gpu_model(gpu: str = K.DEFAULT_GPU, link: float = None, prefetch: float = No
     rate = min(prefetch or link, link)
     duplex = "" if full_duplex else ", half duplex"
     name = f"{gpu}, PCIe Gen{preset.pcie_generation} x{preset.pcie_lanes}{duplex}"
-    return Model(name, preset, rate, link, preset.fault_path.service_seconds, preset.fault_path.batch_faults,
-                 K.HOST_LAUNCH_S, K.LAUNCH_QUEUE_DEPTH, True, full_duplex, d2h_bandwidth=min(evict or link, link))
+    path = preset.fault_path
+    return Model(name, preset, rate, link, path.service_seconds, path.batch_faults,
+                 K.HOST_LAUNCH_S, K.LAUNCH_QUEUE_DEPTH, True, full_duplex, d2h_bandwidth=min(evict or link, link),
+                 prefetch_threshold=path.prefetch_threshold, prefetch_min_faults=path.prefetch_min_faults)
 
 
 def h100(bandwidth: float = None) -> Model:
@@ -106,7 +113,8 @@ def h100(bandwidth: float = None) -> Model:
 
 
 def fakecuda(bandwidth: float = None) -> Model:
-    """tests/fakecuda's model; its kernels take the default preset's times."""
+    """tests/fakecuda's model (its fault path's knobs at their defaults); its kernels take the
+    default preset's times."""
     f = K.fakecuda_constants()
     if f["FAKECUDA_PAGE"] != K.PAGE_BYTES or f["FAKECUDA_MANAGED_ALIGN"] != K.BLOCK_BYTES:
         raise ValueError(f"{K.FAKECUDA_MODEL_H}: page {f['FAKECUDA_PAGE']} / alignment "
@@ -114,10 +122,12 @@ def fakecuda(bandwidth: float = None) -> Model:
     h2d = f["FAKECUDA_H2D_BYTES_PER_US"] * 1e6
     rate = bandwidth or h2d
     return Model("fakecuda", K.GPU_PRESETS[K.DEFAULT_GPU], rate, rate,
-                 f["FAKECUDA_GPU_FAULT_US"] * 1e-6 + K.PAGE_BYTES / h2d, 1,
+                 f["FAKECUDA_GPU_FAULT_US"] * 1e-6 + K.PAGE_BYTES / h2d, f["FAKECUDA_UVM_PERF_FAULT_BATCH_COUNT"],
                  f["FAKECUDA_LAUNCH_LATENCY_US"] * 1e-6, K.LAUNCH_QUEUE_DEPTH, False,
                  policy_sees_extents=False, daemon_reads_steps=True,
-                 d2h_bandwidth=bandwidth or f["FAKECUDA_D2H_BYTES_PER_US"] * 1e6)
+                 d2h_bandwidth=bandwidth or f["FAKECUDA_D2H_BYTES_PER_US"] * 1e6,
+                 prefetch_threshold=f["FAKECUDA_UVM_PERF_PREFETCH_THRESHOLD"] if f["FAKECUDA_UVM_PERF_PREFETCH_ENABLE"]
+                 else None, prefetch_min_faults=f["FAKECUDA_UVM_PERF_PREFETCH_MIN_FAULTS"])
 
 
 def range_models(gpu: str = K.DEFAULT_GPU, link: float = None) -> list:
@@ -141,6 +151,7 @@ class Result:
     fault_batches: int = 0
     bytes_prefetched_h2d: int = 0     # pages moved host->GPU by prefetches
     bytes_faulted_h2d: int = 0        # pages moved host->GPU by faults
+    bytes_fault_prefetched_h2d: int = 0  # of which the driver's fault-time prefetcher added
     bytes_d2h: int = 0                # pages moved GPU->host by evictions (shim's or driver's)
     bytes_discarded: int = 0          # resident bytes discarded instead of written back
     unsafe_discards: int = 0          # discards refused: the range was not known dead
@@ -276,12 +287,7 @@ class _Run:
         self.kernel_s = w.kernel_seconds(model.gpu)
         nb = len(w.block_bytes)
         self.size = w.block_bytes.tolist()
-        self.res = [0] * nb                    # truth: resident page mask per block
-        self.clean = [0] * nb                  # truth: resident pages discarded (dead)
-        self.populated = [0] * nb              # truth: pages that exist (touched or prefetched once)
         self.dead = [0] * nb                   # pages the framework's allocator took back
-        self.gpu_lrm = collections.OrderedDict()  # truth: chunks in migration order
-        self.gpu_bytes = 0
         self.migrated = collections.OrderedDict()  # belief, least recently migrated first
         self.migrations = 0
         self.used = _UseOrder(nb)                  # belief, least recently used first
@@ -294,6 +300,8 @@ class _Run:
         self.bounds = _step_bounds(w)
         self.r = Result(policy, self.capacity, [], steady_steps(w),
                         per_step={k: [] for k in STEP_COUNTS})
+        self.gpu = GpuTruth(w, self.r, self.capacity, model.gpu_limits_memory,
+                            FaultRules(model.fault_batch, model.prefetch_threshold, model.prefetch_min_faults))
         self.foresight = None
         self.plan = {}
         if policy == "lookahead":
@@ -301,48 +309,6 @@ class _Run:
             self.foresight = Foresight(self.capacity, model.bandwidth, launch_seconds=mean)
         self.shim = policy in ("launch", "lookahead") or (policy == "naive" and not model.gpu_limits_memory)
         self.thread = LaunchThread(HostCosts.of_fakecuda() if model.host_costs else None, w.block_address)
-
-    # ---- truth ----
-    def _truth_evict(self, b):
-        """Move block b's resident pages to the host (discarded ones move nothing)."""
-        mask = self.res[b]
-        if not mask:
-            return 0
-        moved = (mask & ~self.clean[b]).bit_count() * K.PAGE_BYTES
-        self.r.bytes_discarded += (mask & self.clean[b]).bit_count() * K.PAGE_BYTES
-        self.res[b] = self.clean[b] = 0
-        del self.gpu_lrm[b]
-        self.gpu_bytes -= self.size[b]
-        self.r.bytes_d2h += moved
-        return moved
-
-    def _truth_add(self, b, mask):
-        """Pages arrive on the GPU; returns the bytes that moved. A page never populated
-        is populated in place on the GPU (first touch): nothing moves (the driver's and
-        fakecuda's behaviour)."""
-        new = mask & ~self.res[b]
-        if not new:
-            return 0
-        if not self.res[b]:
-            self.gpu_lrm[b] = None
-            self.gpu_bytes += self.size[b]
-        self.res[b] |= new
-        self.clean[b] &= ~mask
-        moved = (new & self.populated[b]).bit_count() * K.PAGE_BYTES
-        self.populated[b] |= mask
-        return moved
-
-    def _driver_make_room(self, protect):
-        """The GPU is full: the driver evicts least recently migrated chunks (not the ones the
-        faulting kernel holds); returns bytes moved to the host on the fault path."""
-        moved = 0
-        while self.gpu_bytes > self.capacity:
-            b = _first_not_in(self.gpu_lrm, protect)
-            if b is None:
-                break
-            moved += self._truth_evict(b)
-            self.r.driver_evictions += 1
-        return moved
 
     # ---- belief ----
     def _believe(self, b):
@@ -370,7 +336,7 @@ class _Run:
         The call waits for the copy inside the ioctl, as fakecuda charges it."""
         believed = b in self.migrated
         self._forget(b)
-        moved = self._truth_evict(b)
+        moved = self.gpu.evict(b)
         self.r.evictions += 1
         now = self._call("evict", b, now, moved / self.m.d2h_rate)
         start = max(now, self.ev_free, self.last_user_end[b])
@@ -386,11 +352,13 @@ class _Run:
     def _prefetch(self, b, now):
         """The shim prefetches b; returns when it is on the GPU."""
         self._believe(b)
-        moved = self._truth_add(b, self.w.block_pages[b])
+        # On a full GPU the driver evicts on the prefetch's path, then fills (evict, then fill).
+        back = self.gpu.make_room(self.gpu.size[b], b) if b not in self.gpu.chunks else 0
+        moved = self.gpu.add(b, self.w.block_pages[b])
         self.r.bytes_prefetched_h2d += moved
         self.r.prefetch_calls += 1
         now = self._call("prefetch", b, now)
-        start = max(now, self.pf_free)
+        start = max(now, self.pf_free) + back / self.m.link_bytes_per_s
         # Room: evictions still in flight hold their chunks until they complete.
         while self.pending and self.pending[0][0] <= start:
             self.pending_bytes -= self.pending.popleft()[1]
@@ -406,7 +374,6 @@ class _Run:
         if self.rec is not None and moved:
             self.rec.transfer("prefetch", b, moved, now, start, self.pf_free)
         self.r.max_believed = max(self.r.max_believed, self.believed)
-        self.r.max_resident = max(self.r.max_resident, self.gpu_bytes)
         return self.pf_free
 
     def _victims_until(self, need, order, protect, now):
@@ -459,10 +426,7 @@ class _Run:
                 for b in ids:
                     if b is not None:
                         self._forget(b)
-                        if self.res[b]:
-                            self.res[b] = self.clean[b] = 0
-                            del self.gpu_lrm[b]
-                            self.gpu_bytes -= self.size[b]
+                        self.gpu.free(b)
                         self.dead[b] = 0
             elif what in ("block_free", "block_alloc"):
                 self._mark_dead(addr, size, what == "block_free")
@@ -498,9 +462,7 @@ class _Run:
             return
         for b, mask in masks:
             self._call("discard", b, now)
-            self.clean[b] |= mask & self.res[b]
-            if self.res[b] and not (self.res[b] & ~self.clean[b]):
-                self.gpu_lrm.move_to_end(b, last=False)  # DISCARDED ranks before USED
+            self.gpu.discard(b, mask)
 
     # ---- the pass ----
     def go(self) -> Result:
@@ -531,7 +493,7 @@ class _Run:
             planned = self.plan.get(int(w.keys[k])) if self.plan else None
             if self.rec is not None:
                 self.rec.launch(k, cpu)
-            faults = moved_back = faulted = 0
+            faults = moved_back = faulted = by_prefetcher = 0
             if not ideal:
                 self._events(k, cpu)
                 if planned is not None:
@@ -544,30 +506,22 @@ class _Run:
                     ready = max(ready, self._take(w.arg_blocks[k], order, cpu))
                 ready = max(ready, self.thread.clock)  # the kernel is launched after the hook's calls
                 self.thread.hook()  # the trigger's calls, after the kernel, are another batch
-                touched = w.touched[k]
-                protect = {b for b, _ in touched}
-                for b, mask in touched:
-                    miss = mask & ~self.res[b]
-                    if miss:
-                        faults += miss.bit_count()
-                        faulted += self._truth_add(b, mask)
-                    elif mask & self.clean[b]:
-                        self.clean[b] &= ~mask
+                faults, faulted, by_prefetcher, moved_back = self.gpu.kernel(w.touch_order[k])
+                for b, mask in w.touched[k]:
+                    self.gpu.clean[b] &= ~mask  # a discarded page a kernel uses is live again
                     ready = max(ready, self.ready[b])
-                    if m.gpu_limits_memory and self.gpu_bytes > self.capacity:
-                        moved_back += self._driver_make_room(protect)
-                    r.max_resident = max(r.max_resident, self.gpu_bytes)
                 r.faults += faults
-                r.fault_batches += math.ceil(faults / m.fault_batch)
                 r.bytes_faulted_h2d += faulted
-                duration = self.kernel_s[k] + faults * m.fault_seconds + moved_back / m.link_bytes_per_s
+                r.bytes_fault_prefetched_h2d += by_prefetcher
+                duration = (self.kernel_s[k] + faults * m.fault_seconds
+                            + (by_prefetcher + moved_back) / m.link_bytes_per_s)
             else:
                 duration = self.kernel_s[k]
             start = max(prev_end, ready)
             r.data_wait_seconds += start - max(prev_end, self.thread.clock)
             prev_end = kend[k] = start + duration
             if self.rec is not None:
-                self.rec.kernel(k, start, duration, faults, faulted, moved_back, self.gpu_bytes, self.believed)
+                self.rec.kernel(k, start, duration, faults, faulted, moved_back, self.gpu.bytes, self.believed)
             if not ideal:
                 if self.policy != "naive":  # the launch rule's and the plan's victim order
                     self.used.use(w.arg_blocks[k], k + 1)

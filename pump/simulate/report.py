@@ -141,7 +141,8 @@ def text(doc: dict) -> str:
 
 def fakecuda_counts(doc: dict) -> dict:
     """What fakecuda's stats would say for each policy over the whole replay (its names)."""
-    return {p: {k: v[k] for k in ("gpu_faults", "bytes_prefetched_h2d", "bytes_faulted_h2d", "bytes_d2h")}
+    return {p: {"gpu_fault_batches": v["fault_batches"],
+                **{k: v[k] for k in ("gpu_faults", "bytes_prefetched_h2d", "bytes_faulted_h2d", "bytes_d2h")}}
             for p, v in ((p, d["total"]) for p, d in doc["policies"].items())}
 
 

@@ -33,6 +33,8 @@ class Workload:
     keys: np.ndarray                  # per launch: its key (channel.launch_key)
     arg_blocks: list                  # per launch: block ids of its allocations, argument order
     touched: list                     # per launch: ((block id, page mask), ...)
+    touch_order: list                 # per launch: its ranges in the order its kernel touches them
+                                      # (touch_ranges), each ((block id, page mask), ...) in address order
     flops: np.ndarray                 # per launch (0 where the trace has no COST)
     traffic: np.ndarray               # per launch: bytes of device-memory traffic
     kind: np.ndarray                  # per launch: its kind of operator (op_kind; constants.ACHIEVED)
@@ -98,6 +100,33 @@ def kernel_seconds(flops, traffic, kind, gpu):
         compute = np.where(kind == k, K.ACHIEVED[k].compute, compute)
         memory = np.where(kind == k, K.ACHIEVED[k].memory, memory)
     return np.maximum(np.asarray(flops) / (peak * compute), np.asarray(traffic) / (gpu.memory_bytes_per_s * memory))
+
+
+def touch_ranges(bases, extents, home, size_of):
+    """The (start, end) ranges a launch's kernel touches, in bench/replay_trace.c's order (the
+    order a replay on fakecuda faults them in): per base of the launch, its extents (those in
+    the base's allocation, each once), else without any extents its whole allocation; each
+    base's first range first, then the others, then extents outside the launch's bases.
+    home(addr): the allocation holding addr, or None; size_of(base): its size."""
+    clipped = []
+    for addr, size, _writes in extents:
+        h = home(addr)
+        if h is not None and size > 0:
+            clipped.append((h, addr, min(addr + size, h + size_of(h))))
+    firsts, rest, used = [], [], [False] * len(clipped)
+    for base in bases:
+        h = home(base)
+        if h is None:
+            continue
+        found = False
+        for e, (eh, start, end) in enumerate(clipped):
+            if not used[e] and eh == h:
+                used[e] = True
+                (rest if found else firsts).append((start, end))
+                found = True
+        if not found and not extents:
+            firsts.append((h, h + size_of(h)))
+    return firsts + rest + [(start, end) for e, (_h, start, end) in enumerate(clipped) if not used[e]]
 
 
 def _profile_hint(path) -> str:
@@ -167,8 +196,24 @@ def load(path, batch_launches: int = K.DAEMON_READ_LAUNCHES, daemon_reads_steps:
         return ids
 
     allocations, sorted_bases = {}, []
+
+    def home(addr):
+        """The live allocation holding addr, or None."""
+        j = bisect.bisect_right(sorted_bases, addr) - 1
+        if j < 0 or addr >= sorted_bases[j] + allocations[sorted_bases[j]]:
+            return None
+        return sorted_bases[j]
+
+    def spans(start, end):
+        """(block id, page mask) of the pages of [start, end), block by block."""
+        p, last = start >> page_shift, (end - 1) >> page_shift
+        while p <= last:
+            hi = min(last, (p // ppb + 1) * ppb - 1)
+            yield block_id[p // ppb], ((1 << (hi - p + 1)) - 1) << (p % ppb)
+            p = hi + 1
+
     live = peak = 0
-    keys, arg_blocks, touched, written = [], [], [], []
+    keys, arg_blocks, touched, touch_order, written = [], [], [], [], []
     flops, traffic, measured, kinds = [], [], [], []
     names = {}
     events, steps, batches = {}, [], []
@@ -212,30 +257,21 @@ def load(path, batch_launches: int = K.DAEMON_READ_LAUNCHES, daemon_reads_steps:
             args = tuple(dict.fromkeys(args))
             arg_blocks.append(args)
             masks, wmasks = {}, {}
-            extents = batch.extents.get(i)
-            if extents:
-                for addr, size, writes in extents:
-                    j = bisect.bisect_right(sorted_bases, addr) - 1
-                    if j < 0 or size <= 0:
-                        continue
-                    base = sorted_bases[j]
-                    if addr >= base + allocations[base]:
-                        continue
-                    end = min(addr + size, base + allocations[base])
-                    p = addr >> page_shift
-                    last = (end - 1) >> page_shift
-                    while p <= last:
-                        blk = block_id[p // ppb]
-                        hi = min(last, (p // ppb + 1) * ppb - 1)
-                        bits = ((1 << (hi - p + 1)) - 1) << (p % ppb)
-                        masks[blk] = masks.get(blk, 0) | bits
-                        if writes:
-                            wmasks[blk] = wmasks.get(blk, 0) | bits
-                        p = hi + 1
-            else:
+            extents = batch.extents.get(i) or ()
+            for addr, size, writes in extents:
+                h = home(addr)
+                if h is None or size <= 0:
+                    continue
+                for blk, bits in spans(addr, min(addr + size, h + allocations[h])):
+                    masks[blk] = masks.get(blk, 0) | bits
+                    if writes:
+                        wmasks[blk] = wmasks.get(blk, 0) | bits
+            if not extents:
                 for b in args:
                     masks[b] = block_pages[b]
             touched.append(tuple(masks.items()))
+            touch_order.append(tuple(tuple(spans(start, end)) for start, end in
+                                     touch_ranges(batch.launch_bases(i).tolist(), extents, home, allocations.get)))
             written.append(tuple(wmasks.items()))  # none known without extents
             cost = batch.costs.get(i, (0, 0, 0))
             flops.append(cost[0])
@@ -256,6 +292,7 @@ def load(path, batch_launches: int = K.DAEMON_READ_LAUNCHES, daemon_reads_steps:
             break
     return Workload(
         path=path, name=header["name"] or header["job"], keys=keys, arg_blocks=arg_blocks, touched=touched,
+        touch_order=touch_order,
         flops=np.asarray(flops, float), traffic=np.asarray(traffic, float),
         kind=np.asarray(kinds), measured_ns=np.asarray(measured, float), block_address=np.asarray(block_address, np.uint64),
         block_bytes=np.asarray(block_bytes, np.int64), block_pages=block_pages, events=events,
