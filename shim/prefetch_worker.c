@@ -36,7 +36,7 @@ struct worker {
 };
 
 static struct worker workers[PUMP_DEVICES_MAX] = {
-    [0 ... PUMP_DEVICES_MAX - 1] = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER},
+    [0 ... PUMP_DEVICES_MAX - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER, .idle = PTHREAD_COND_INITIALIZER},
 };
 static bool stopping; /* atomic: the process exits */
 static bool in_child; /* a forked child: no worker */

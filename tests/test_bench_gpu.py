@@ -418,11 +418,10 @@ def small_suite(fake_gpu, monkeypatch, tmp_path):
 
 
 def test_suite_on_fakecuda(small_suite):
-    doc = small_suite("acd", 20 * GiB, 24 * GiB, status=1)
+    doc = small_suite("acd", 20 * GiB, 24 * GiB, status=0)
     cases = {c["case"]: c for c in doc["cases"]}
-    # fakecuda has no pinned memory or explicit copies: the ideal chain cannot run there, and the
-    # suite fails for it (and for nothing else).
-    assert [f.split(":")[0] for f in doc["failures"]] == ["case a, ideal"]
+    # fakecuda has page-locked host memory (host_memory.c), so the ideal chain runs there too.
+    assert doc["failures"] == []
     assert doc["device"]["name"] == "fake GPU" and doc["bandwidth"]["h2d_bytes_per_s"] > 0
     # Discarded memory on fakecuda: evicted, or brought to the GPU from the host, nothing moves;
     # but the eviction is a prefetch, which ends the discard: brought back after it, it moves.
@@ -431,11 +430,11 @@ def test_suite_on_fakecuda(small_suite):
     size, rounds = doc["discard"]["bytes"], doc["discard"]["rounds"]
     assert moved == {"gpu_to_host": 0, "host_to_gpu": 0, "host_to_gpu_after_eviction": size * rounds}
     a = cases["a"]["variants"]
-    assert "cuMemHostAlloc" in a["ideal"]["error"] and cases["a"]["reference"] == "naive"
+    assert "error" not in a["ideal"] and a["ideal"]["step_ms"]["n"] == 2, a["ideal"]
     for name in ("launch", "lookahead"):
         assert a[name]["identical"] is True and a[name]["step_ms"]["n"] == 2, a[name]
         assert a[name]["pump"]["prefetch_bytes"] > 0 and "error" in a[name]["cupti"]
-    assert a["launch"]["speedup_over_naive"] > 0 and "no ideal run" in cases["a"]["lower_bound"]["error"]
+    assert a["launch"]["speedup_over_naive"] > 0
     c = cases["c"]
     assert c["emulated"] and c["capacity_bytes"] == 32 * MiB and c["request_bytes"] == 96 * MiB
     for name in ("naive", "launch", "lookahead"):
