@@ -116,6 +116,18 @@ static CUresult owner_enumerate(struct fc_handle **list, fc_image *img, void **o
     return CUDA_SUCCESS;
 }
 
+/* The handle of kernel `name` of an owner (a module's CUfunction, a library's CUkernel). */
+static CUresult owner_handle(struct fc_handle **list, fc_image *img, const char *name, uint32_t magic, void **out)
+{
+    fc_kdef *d;
+    CUresult r = owner_find(img, name, &d);
+    if (r != CUDA_SUCCESS) return r;
+    struct fc_handle *h = owned_handle(list, d, magic);
+    if (!h) return CUDA_ERROR_OUT_OF_MEMORY;
+    *out = &h->h;
+    return CUDA_SUCCESS;
+}
+
 static CUresult module_load(CUmodule *m, const char *entry, const void *image)
 {
     if (!m || !image) return CUDA_ERROR_INVALID_VALUE;
@@ -199,13 +211,7 @@ FC_EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const c
     FC_ENTRY(cuModuleGetFunction, 2000);
     if (!hfunc || !name) return CUDA_ERROR_INVALID_VALUE;
     if (!hmod || hmod->magic != FC_MAGIC_MOD) return CUDA_ERROR_INVALID_HANDLE;
-    fc_kdef *d;
-    CUresult r = owner_find(hmod->img, name, &d);
-    if (r != CUDA_SUCCESS) return r;
-    struct fc_handle *h = owned_handle(&hmod->handles, d, FC_MAGIC_FUNC);
-    if (!h) return CUDA_ERROR_OUT_OF_MEMORY;
-    *hfunc = (CUfunction)&h->h;
-    return CUDA_SUCCESS;
+    return owner_handle(&hmod->handles, hmod->img, name, FC_MAGIC_FUNC, (void **)hfunc);
 }
 FC_ALIAS(cuModuleGetFunction);
 
@@ -284,13 +290,7 @@ FC_EXPORT CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, cons
     FC_ENTRY(cuLibraryGetKernel, 12000);
     if (!pKernel || !name) return CUDA_ERROR_INVALID_VALUE;
     if (!library || library->magic != FC_MAGIC_LIB) return CUDA_ERROR_INVALID_HANDLE;
-    fc_kdef *d;
-    CUresult r = owner_find(library->img, name, &d);
-    if (r != CUDA_SUCCESS) return r;
-    struct fc_handle *h = owned_handle(&library->handles, d, FC_MAGIC_KERN);
-    if (!h) return CUDA_ERROR_OUT_OF_MEMORY;
-    *pKernel = (CUkernel)(void *)&h->h;
-    return CUDA_SUCCESS;
+    return owner_handle(&library->handles, library->img, name, FC_MAGIC_KERN, (void **)pKernel);
 }
 FC_ALIAS(cuLibraryGetKernel);
 
