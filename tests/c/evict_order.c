@@ -3,8 +3,8 @@
  * the device at each victim search (until residency_rank.c): freed tensors'
  * blocks first, then by the later of the allocation's last use and the plan
  * trigger that named the block, ties by migration order. Linked with the
- * shim's objects; one device, one thread (the rules' locks are taken as the
- * rules take them).
+ * shim's objects; one device (the rules' locks are taken as the rules take
+ * them), and threads recording uses and frees while launches make room.
  *   evict_order               random workloads: each search's victims, in
  *                             order, must be the sort's; "evict_order: N
  *                             passed, M failed"
@@ -12,6 +12,7 @@
  *                             evicts 8): median ns per decision, kept order and
  *                             sort, a JSON line per N (scripts/bench-evict)
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -230,6 +231,54 @@ static void workload(uint32_t allocations, uint64_t budget, uint32_t steps, stru
     release(allocations);
 }
 
+/* ---- threads racing the rules (for the sanitizers: no order is checked, a use recorded
+ * while a search runs may count from the next) ---- */
+
+struct racer {
+    uint64_t rng, tick;
+    uint32_t allocations, rounds;
+    bool frees;  /* also frees tensors and hands them out again */
+};
+
+static void *race(void *arg)
+{
+    struct racer *r = arg;
+    for (uint32_t s = 0; s < r->rounds; s++) {
+        r->rng ^= r->rng << 13;
+        r->rng ^= r->rng >> 7;
+        r->rng ^= r->rng << 17;
+        struct pump_range *c = ranges[r->rng % r->allocations];
+        if (r->frees && (r->rng >> 32) % 4 == 0) {
+            bool dead = __atomic_load_n(&c->dead, __ATOMIC_RELAXED);
+            __atomic_store_n(&c->dead, !dead, __ATOMIC_RELAXED);
+            if (dead)
+                pump_residency_attach(c);
+            else
+                pump_residency_freed(c);
+        } else {
+            use(&c, 1, r->tick += 1 + (r->rng >> 40) % 3);
+        }
+    }
+    return NULL;
+}
+
+static void races(struct ranked *scratch)
+{
+    uint32_t allocations = 40;
+    for (uint32_t k = 0; k < allocations; k++)
+        allocate(k, 1 + (uint32_t)rnd(4), 0);
+    struct racer racers[2] = {{.rng = 7, .tick = 1, .allocations = allocations, .rounds = 20000, .frees = true},
+                              {.rng = 11, .tick = 2, .allocations = allocations, .rounds = 20000}};
+    pthread_t threads[2];
+    for (int t = 0; t < 2; t++)
+        EXPECT(pthread_create(&threads[t], NULL, race, &racers[t]) == 0);
+    for (uint32_t s = 0; s < 5000; s++)
+        launch(&ranges[rnd(allocations)], 1, 12 * PUMP_BLOCK_SIZE, false, false, scratch);
+    for (int t = 0; t < 2; t++)
+        pthread_join(threads[t], NULL);
+    release(allocations);
+}
+
 /* ---- the benchmark ---- */
 
 /* A job cycling over `blocks` blocks in allocations of 8, one allocation more than the budget
@@ -292,6 +341,7 @@ int main(int argc, char **argv)
         rng = 2862933555777941757ull * seed;
         workload(300, (uint64_t)(150 + 50 * seed) * PUMP_BLOCK_SIZE, 20000, scratch);
     }
+    races(scratch);
     free(scratch);
     printf("evict_order: %d passed, %d failed\n", passed, failed);
     return failed != 0;
