@@ -99,6 +99,12 @@ PUMP_HIDDEN void pump_residency_freed(struct pump_range *range)
     pump_blocks_reorder(range, false);
 }
 
+PUMP_HIDDEN void pump_residency_advised(uint64_t ptr, uint64_t bytes, CUmem_advise advice)
+{
+    if (advice == CU_MEM_ADVISE_SET_READ_MOSTLY || advice == CU_MEM_ADVISE_UNSET_READ_MOSTLY)
+        pump_blocks_read_mostly(ptr, bytes, advice == CU_MEM_ADVISE_SET_READ_MOSTLY);
+}
+
 PUMP_HIDDEN uint64_t pump_residency_resident_bytes(int device)
 {
     return device >= 0 && device < PUMP_DEVICES_MAX ? __atomic_load_n(&pump_devices[device].resident, __ATOMIC_RELAXED)

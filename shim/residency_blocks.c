@@ -212,6 +212,25 @@ PUMP_HIDDEN uint64_t pump_block_bytes(const struct pump_blocks *a, uint32_t i)
     return (end > last ? last : end) - pump_block_start(a, i);
 }
 
+PUMP_HIDDEN void pump_blocks_read_mostly(uint64_t ptr, uint64_t bytes, bool on)
+{
+    uint64_t end = ptr + bytes < ptr ? UINT64_MAX : ptr + bytes;
+    read_shape();  /* no allocation goes meanwhile */
+    for (uint64_t at = ptr; at < end;) {
+        struct pump_range *r = pump_ranges_find(at);
+        struct pump_blocks *a = r != NULL ? r->blocks : NULL;
+        if (a == NULL)
+            break;  /* past the allocations pump knows there */
+        for (uint32_t i = 0; i < a->count; i++) {
+            uint64_t start = pump_block_start(a, i), stop = start + pump_block_bytes(a, i);
+            if (on ? start >= ptr && stop <= end : start < end && stop > ptr)
+                __atomic_store_n(&a->block[i].read_mostly, on, __ATOMIC_RELAXED);
+        }
+        at = a->base + a->size;
+    }
+    pump_rwlock_unlock(&shape);
+}
+
 PUMP_HIDDEN void pump_blocks_publish(void)
 {
     uint64_t total = atomic_load_explicit(&resident_total, memory_order_relaxed);

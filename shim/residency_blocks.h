@@ -32,6 +32,7 @@ struct pump_block {
     uint64_t rank;                    /* its rank when it last took its place (residency_rank.h) */
     uint32_t heap_at;                 /* its index + 1 in its device's heap of victims (residency_rank.h);
                                          0: not on it */
+    uint32_t read_mostly;             /* atomic: 1 while all of it is advised CU_MEM_ADVISE_SET_READ_MOSTLY */
     uint64_t migrated;                /* its place in that order */
     uint64_t mark;                    /* the decision whose trigger prefetches it */
     uint64_t ready;                   /* token of the planned prefetch that brought it (PUMP_READY_PENDING:
@@ -124,6 +125,9 @@ PUMP_HIDDEN void pump_block_count_out(struct pump_blocks *a, uint32_t i);
 PUMP_HIDDEN void pump_block_count_in(struct pump_blocks *a, uint32_t i, int device);
 /* Brings the range record's lock-free summaries in line with a's blocks. */
 PUMP_HIDDEN void pump_blocks_refresh(struct pump_blocks *a, int device, uint64_t stamp);
+/* Advice on [ptr, ptr + bytes): the blocks of the allocations there it wholly covers are
+ * read-mostly from now (on), or those it touches no longer (off). */
+PUMP_HIDDEN void pump_blocks_read_mostly(uint64_t ptr, uint64_t bytes, bool on);
 /* Publishes the bytes believed resident, and their peak, in the stats record. */
 PUMP_HIDDEN void pump_blocks_publish(void);
 

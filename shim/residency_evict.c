@@ -46,8 +46,8 @@ static void add_wait(struct evictions *e, uint64_t token)
 PUMP_HIDDEN void pump_evict_block(struct evictions *e, struct pump_blocks *a, uint32_t i)
 {
     struct pump_block *b = &a->block[i];
-    if (b->discarded == PUMP_DISCARD_UNORDERED) {
-        pump_block_count_out(a, i);  /* never moved by pump */
+    if (b->discarded == PUMP_DISCARD_UNORDERED || __atomic_load_n(&b->read_mostly, __ATOMIC_RELAXED)) {
+        pump_block_count_out(a, i);  /* never moved by pump (read-mostly: left to the driver, residency.h) */
         return;
     }
     if (e->m.n == PUMP_MOVE_BATCH || e->m.waits + 3 > PUMP_MOVE_BATCH || e->m.discards == PUMP_MOVE_BATCH)

@@ -4,7 +4,8 @@
  * blocks first, then by the later of the allocation's last use and the plan
  * trigger that named the block, ties by migration order. Linked with the
  * shim's objects; one device (the rules' locks are taken as the rules take
- * them), and threads recording uses and frees while launches make room.
+ * them), and threads recording uses and frees while launches make room. And
+ * read-mostly victims, which leave pump's belief without a driver call.
  *   evict_order               random workloads: each search's victims, in
  *                             order, must be the sort's; "evict_order: N
  *                             passed, M failed"
@@ -231,6 +232,40 @@ static void workload(uint32_t allocations, uint64_t budget, uint32_t steps, stru
     release(allocations);
 }
 
+/* ---- read-mostly memory: left to the driver (residency.h, pump_residency_advised) ---- */
+
+static void read_mostly(struct ranked *scratch)
+{
+    uint64_t budget = 8 * PUMP_BLOCK_SIZE;
+    for (uint32_t k = 0; k < 3; k++)
+        allocate(k, 4, 0);
+    launch(&ranges[0], 1, budget, false, false, scratch);
+    launch(&ranges[1], 1, budget, false, false, scratch);
+    /* Blocks 0 to 2 of allocation 0 wholly, block 3 half: not read-mostly. */
+    pump_residency_advised(ranges[0]->base, 3 * PUMP_BLOCK_SIZE + MiB, CU_MEM_ADVISE_SET_READ_MOSTLY);
+    struct pump_decision dn = {.device = 0};
+    pump_decision_begin(&dn, &ranges[2], 1, NULL, 0);
+    struct evictions e = {.dn = &dn};
+    EXPECT(pump_make_room(&e, 4 * PUMP_BLOCK_SIZE, budget, PUMP_ORDER_USED));
+    pump_evictions_flush(&e);
+    bool gone = true;
+    for (uint32_t i = 0; i < 4; i++)
+        gone = gone && ranges[0]->blocks->block[i].device == -1;
+    EXPECT(gone);  /* the least recently used allocation, all of it */
+    /* One driver call, for block 3 alone: the others are left to the driver. */
+    EXPECT(dn.n == 1 && dn.moves[0].evict && dn.moves[0].n == 1 &&
+           dn.moves[0].ptr[0] == ranges[0]->base + 3 * PUMP_BLOCK_SIZE && dn.moves[0].size[0] == PUMP_BLOCK_SIZE);
+    free(dn.moves);
+    pump_decision_unlock(&dn);
+    if (dn.turn != 0)
+        pump_turn_end(0);
+    /* Unset on a byte of block 1: it no longer is; 0 and 2 still are. */
+    pump_residency_advised(ranges[0]->base + PUMP_BLOCK_SIZE + 5, 1, CU_MEM_ADVISE_UNSET_READ_MOSTLY);
+    EXPECT(ranges[0]->blocks->block[0].read_mostly && !ranges[0]->blocks->block[1].read_mostly &&
+           ranges[0]->blocks->block[2].read_mostly && !ranges[0]->blocks->block[3].read_mostly);
+    release(3);
+}
+
 /* ---- threads racing the rules (for the sanitizers: no order is checked, a use recorded
  * while a search runs may count from the next) ---- */
 
@@ -341,6 +376,7 @@ int main(int argc, char **argv)
         rng = 2862933555777941757ull * seed;
         workload(300, (uint64_t)(150 + 50 * seed) * PUMP_BLOCK_SIZE, 20000, scratch);
     }
+    read_mostly(scratch);
     races(scratch);
     free(scratch);
     printf("evict_order: %d passed, %d failed\n", passed, failed);
