@@ -34,6 +34,9 @@ typedef CUresult (CUDAAPI *pump_pfn_graph_instantiate_v10000)(CUgraphExec *phGra
     X(mem_free_async, "cuMemFreeAsync", PFN_cuMemFreeAsync_v11020)                      \
     X(mem_free_async_ptsz, "cuMemFreeAsync_ptsz", PFN_cuMemFreeAsync_v11020_ptsz)       \
     X(mem_get_info, "cuMemGetInfo_v2", PFN_cuMemGetInfo_v3020)                          \
+    /* read-mostly advice: what an eviction of pump's would free (hooks_memory.c) */    \
+    X(mem_advise, "cuMemAdvise", PFN_cuMemAdvise_v8000)                                 \
+    X(mem_advise_v2, "cuMemAdvise_v2", PFN_cuMemAdvise_v12020)                          \
     /* the device pool's settings, followed by the managed pool standing in (hooks_pool.c) */ \
     X(mem_pool_set_attribute, "cuMemPoolSetAttribute", PFN_cuMemPoolSetAttribute_v11020) \
     X(mem_pool_trim_to, "cuMemPoolTrimTo", PFN_cuMemPoolTrimTo_v11020)                  \

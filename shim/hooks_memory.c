@@ -332,6 +332,26 @@ CUresult pump_mem_get_info(size_t *free_bytes, size_t *total_bytes)
     return r;
 }
 
+/* Advice the driver took: read-mostly memory is one pump's evictions leave alone
+ * (residency.h). */
+CUresult pump_mem_advise(CUdeviceptr ptr, size_t count, CUmem_advise advice, CUdevice device)
+{
+    PUMP_REAL_OR_RETURN(mem_advise, real);
+    CUresult r = real(ptr, count, advice, device);
+    if (r == CUDA_SUCCESS && pump_active())
+        pump_residency_advised(ptr, count, advice);
+    return r;
+}
+
+CUresult pump_mem_advise_v2(CUdeviceptr ptr, size_t count, CUmem_advise advice, CUmemLocation location)
+{
+    PUMP_REAL_OR_RETURN(mem_advise_v2, real);
+    CUresult r = real(ptr, count, advice, location);
+    if (r == CUDA_SUCCESS && pump_active())
+        pump_residency_advised(ptr, count, advice);
+    return r;
+}
+
 /* Physical memory for virtual memory management (PyTorch's expandable
  * segments, NCCL's buffers): mapped by the program itself, it cannot be made
  * managed. */

@@ -32,6 +32,7 @@
 #include "context_cache.h"
 #include "residency.h"
 #include "residency_evict.h"
+#include "residency_rank.h"
 
 /* The epochs (residency.h): `synced` moves at synchronisations and with `launched`, the
  * safety net's, which alone expires the beliefs of memory the host never touches. */
@@ -98,6 +99,12 @@ PUMP_HIDDEN void pump_residency_freed(struct pump_range *range)
     pump_blocks_reorder(range, false);
 }
 
+PUMP_HIDDEN void pump_residency_advised(uint64_t ptr, uint64_t bytes, CUmem_advise advice)
+{
+    if (advice == CU_MEM_ADVISE_SET_READ_MOSTLY || advice == CU_MEM_ADVISE_UNSET_READ_MOSTLY)
+        pump_blocks_read_mostly(ptr, bytes, advice == CU_MEM_ADVISE_SET_READ_MOSTLY);
+}
+
 PUMP_HIDDEN uint64_t pump_residency_resident_bytes(int device)
 {
     return device >= 0 && device < PUMP_DEVICES_MAX ? __atomic_load_n(&pump_devices[device].resident, __ATOMIC_RELAXED)
@@ -156,8 +163,10 @@ static void prefetches_flush(struct prefetches *p, struct evictions *e, uint64_t
             a->block[i].stamp = stamp;
             a->block[i].brought = dn->turn;
             a->block[i].ready = p->m.from_plan ? PUMP_READY_PENDING : 0;
-            if (p->tick != 0)
+            if (p->tick != 0) {
                 a->block[i].planned_for = p->tick;
+                pump_rank_update(&a->block[i]);
+            }
         }
         /* A plan's prefetch no kernel has waited for yet leaves the lock-free
          * skip off: the next launch rule over it must wait for `ready`. */
@@ -175,8 +184,10 @@ static bool want_block(struct prefetches *p, struct evictions *e, uint64_t budge
 {
     struct pump_block *b = &a->block[i];
     int device = p->dn->device;
-    if (p->tick != 0 && b->device == device)
+    if (p->tick != 0 && b->device == device && b->planned_for != p->tick) {
         b->planned_for = p->tick;  /* named by a trigger: used by it, whether prefetched anew or not */
+        pump_rank_update(b);
+    }
     uint64_t stamp = stamp_for(a->range, p->stamps);
     if (stamp != 0 && b->device == device && b->stamp == stamp)
         return true;  /* prefetched this epoch */
@@ -324,9 +335,17 @@ static bool launch_rule(struct pump_context *c, int device, CUstream stream, str
      * launch racing on another thread must not take what this one brings in as the least
      * recently used. */
     uint64_t now = PUMP_COUNT(launches_managed, 0);
-    for (uint32_t r = 0; r < u.n; r++)
-        if (__atomic_load_n(&u.range[r]->used_tick, __ATOMIC_RELAXED) < now)
-            __atomic_store_n(&u.range[r]->used_tick, now, __ATOMIC_RELAXED);
+    for (uint32_t r = 0; r < u.n; r++) {
+        if (__atomic_load_n(&u.range[r]->used_tick, __ATOMIC_RELAXED) >= now)
+            continue;
+        __atomic_store_n(&u.range[r]->used_tick, now, __ATOMIC_RELAXED);
+        /* Its blocks are kept by the devices they are on, whose locks the decision holds. */
+        struct pump_blocks *a = u.range[r]->blocks;
+        uint64_t on = a != NULL ? dn.held & __atomic_load_n(&a->devices, __ATOMIC_RELAXED) : 0;
+        for (; on != 0; on &= on - 1)
+            pump_rank_touched(a, __builtin_ctzll(on));
+    }
+    pump_rank_settle(device);
     for (uint32_t r = 0; r < u.n; r++) {
         struct pump_blocks *a = u.range[r]->blocks;
         for (uint32_t i = 0; a != NULL && i < a->count; i++) {
@@ -481,6 +500,7 @@ static void after_use(struct pump_context *c, CUstream stream, struct uses u, ui
                       const struct pump_trigger *trigger)
 {
     uint64_t token = 0;
+    bool used = false;  /* an allocation's used_tick changed */
     if (budget != 0 || (trigger != NULL && trigger->evict > 0))
         token = pump_use_record(c, stream);
     if (budget != 0 && token != 0) {
@@ -492,12 +512,15 @@ static void after_use(struct pump_context *c, CUstream stream, struct uses u, ui
                    !__atomic_compare_exchange_n(&range->last_use, &old, token, true, __ATOMIC_RELEASE,
                                                 __ATOMIC_RELAXED)) {
             }
+            used = used || __atomic_load_n(&range->used_tick, __ATOMIC_RELAXED) != tick;
             __atomic_store_n(&range->used_tick, tick, __ATOMIC_RELAXED);
         }
     }
     int device = pump_context_device(c);
     if (device < 0 || device >= PUMP_DEVICES_MAX)
         return;
+    if (used)
+        pump_rank_used(u.range, u.n, device);
     if (pump_config.policy == PUMP_POLICY_OFF && budget != 0)
         off_rule(c, device, u, budget, token);
     if (trigger != NULL)

@@ -40,6 +40,15 @@ PUMP_HIDDEN void pump_residency_detach(struct pump_range *range);
  * oldest in the migration order, the least recently used in a plan's). A
  * block evicted meanwhile is believed nowhere: the next tensor prefetches it. */
 PUMP_HIDDEN void pump_residency_freed(struct pump_range *range);
+/* Advice the driver took on [ptr, ptr + bytes). Read-mostly memory (all of a
+ * block advised CU_MEM_ADVISE_SET_READ_MOSTLY) is never moved out by pump: a
+ * prefetch to the host of it makes a host copy and leaves the device's
+ * (cudaMemAdvise's documentation: "a read-only copy will be created on the
+ * destination processor"; uvm_migrate.c, uvm_va_block_make_resident_read_duplicate),
+ * freeing nothing. A victim that is read-mostly leaves pump's belief without a
+ * driver call; the driver drops it when it needs the room, without a copy
+ * while its host copy is valid (residency_evict.c). */
+PUMP_HIDDEN void pump_residency_advised(uint64_t ptr, uint64_t bytes, CUmem_advise advice);
 /* The bytes pump believes resident on `device` (freed tensors' included). */
 PUMP_HIDDEN uint64_t pump_residency_resident_bytes(int device);
 

@@ -16,14 +16,17 @@
 #include "locks.h"
 #include "prefetch.h"
 #include "residency_blocks.h"
+#include "residency_rank.h"
 
 PUMP_HIDDEN struct pump_device_state pump_devices[PUMP_DEVICES_MAX];
 
 static pthread_rwlock_t shape = PTHREAD_RWLOCK_INITIALIZER;
 static pthread_once_t devices_once = PTHREAD_ONCE_INIT;
-static bool device_ready[PUMP_DEVICES_MAX]; /* atomic: order and scratch set up (under `shape` written) */
-static uint64_t blocks_total;               /* under `shape` written */
-static uint64_t scratch_size;               /* blocks each ready device's scratch holds */
+static bool device_ready[PUMP_DEVICES_MAX]; /* atomic: orders and rooms set up (under `shape` written) */
+static uint64_t blocks_total, allocations_total; /* under `shape` written */
+/* What each ready device's rooms hold (under `shape` written): blocks on its heap and in its
+ * batch, allocations on its touched list (residency_rank.h). */
+static uint64_t room_blocks, room_allocations;
 static _Atomic uint64_t resident_total, resident_peak;
 
 static void devices_init(void)
@@ -61,19 +64,42 @@ static void write_shape(void)
     pump_rwlock_wrlock(&shape);
 }
 
-/* Grows every ready device's scratch to `want` blocks; under `shape` written. */
-static bool scratch_grow(uint64_t want)
+/* Grows device d's rooms to hold `blocks` blocks and `allocations` allocations (false: no memory;
+ * what grew stays grown). Under `shape` written. */
+static bool rooms_grow(struct pump_device_state *d, uint64_t blocks, uint64_t allocations)
 {
-    for (int d = 0; d < PUMP_DEVICES_MAX; d++) {
-        if (!__atomic_load_n(&device_ready[d], __ATOMIC_ACQUIRE) || want <= scratch_size)
-            continue;
-        struct pump_victim *grown = realloc(pump_devices[d].scratch, want * sizeof *grown);
-        if (grown == NULL)
+    if (blocks > 0) {
+        struct pump_block **heap = realloc(d->heap, blocks * sizeof *heap);
+        if (heap != NULL)
+            d->heap = heap;
+        struct pump_block **batch = realloc(d->batch, blocks * sizeof *batch);
+        if (batch != NULL)
+            d->batch = batch;
+        if (heap == NULL || batch == NULL)
             return false;
-        pump_devices[d].scratch = grown;
     }
-    if (want > scratch_size)
-        scratch_size = want;
+    if (allocations > 0) {
+        struct pump_blocks **touched = realloc(d->touched, allocations * sizeof *touched);
+        if (touched == NULL)
+            return false;
+        d->touched = touched;
+    }
+    return true;
+}
+
+/* Room for `blocks` blocks and `allocations` allocations on every ready device, doubling; under
+ * `shape` written. */
+static bool rooms_need(uint64_t blocks, uint64_t allocations)
+{
+    if (blocks <= room_blocks && allocations <= room_allocations)
+        return true;
+    uint64_t b = blocks > 2 * room_blocks ? blocks : 2 * room_blocks;
+    uint64_t n = allocations > 2 * room_allocations ? allocations : 2 * room_allocations;
+    for (int d = 0; d < PUMP_DEVICES_MAX; d++)
+        if (__atomic_load_n(&device_ready[d], __ATOMIC_ACQUIRE) && !rooms_grow(&pump_devices[d], b, n))
+            return false;  /* those grown keep their room: larger than needed, never smaller */
+    room_blocks = b;
+    room_allocations = n;
     return true;
 }
 
@@ -81,14 +107,14 @@ PUMP_HIDDEN bool pump_blocks_enter(int device)
 {
     pthread_once(&devices_once, devices_init);
     if (!__atomic_load_n(&device_ready[device], __ATOMIC_ACQUIRE)) {
-        /* The device's first rule sets up its order and scratch, once, with the shape lock
+        /* The device's first rule sets up its orders and rooms, once, with the shape lock
          * written (a wait for it is not counted: it is no launch's decision). */
         pump_rwlock_wrlock(&shape);
         struct pump_device_state *d = &pump_devices[device];
         if (!__atomic_load_n(&device_ready[device], __ATOMIC_RELAXED)) {
-            d->scratch = scratch_size > 0 ? malloc(scratch_size * sizeof *d->scratch) : NULL;
             d->order.newer = d->order.older = &d->order;
-            __atomic_store_n(&device_ready[device], scratch_size == 0 || d->scratch != NULL, __ATOMIC_RELEASE);
+            d->used.newer_used = d->used.older_used = &d->used;
+            __atomic_store_n(&device_ready[device], rooms_grow(d, room_blocks, room_allocations), __ATOMIC_RELEASE);
         }
         bool ready = __atomic_load_n(&device_ready[device], __ATOMIC_RELAXED);
         pump_rwlock_unlock(&shape);
@@ -186,6 +212,25 @@ PUMP_HIDDEN uint64_t pump_block_bytes(const struct pump_blocks *a, uint32_t i)
     return (end > last ? last : end) - pump_block_start(a, i);
 }
 
+PUMP_HIDDEN void pump_blocks_read_mostly(uint64_t ptr, uint64_t bytes, bool on)
+{
+    uint64_t end = ptr + bytes < ptr ? UINT64_MAX : ptr + bytes;
+    read_shape();  /* no allocation goes meanwhile */
+    for (uint64_t at = ptr; at < end;) {
+        struct pump_range *r = pump_ranges_find(at);
+        struct pump_blocks *a = r != NULL ? r->blocks : NULL;
+        if (a == NULL)
+            break;  /* past the allocations pump knows there */
+        for (uint32_t i = 0; i < a->count; i++) {
+            uint64_t start = pump_block_start(a, i), stop = start + pump_block_bytes(a, i);
+            if (on ? start >= ptr && stop <= end : start < end && stop > ptr)
+                __atomic_store_n(&a->block[i].read_mostly, on, __ATOMIC_RELAXED);
+        }
+        at = a->base + a->size;
+    }
+    pump_rwlock_unlock(&shape);
+}
+
 PUMP_HIDDEN void pump_blocks_publish(void)
 {
     uint64_t total = atomic_load_explicit(&resident_total, memory_order_relaxed);
@@ -205,6 +250,7 @@ PUMP_HIDDEN void pump_block_count_out(struct pump_blocks *a, uint32_t i)
         return;
     struct pump_device_state *d = &pump_devices[b->device];
     uint64_t bytes = pump_block_bytes(a, i);
+    pump_rank_leave(b);
     b->older->newer = b->newer;
     b->newer->older = b->older;
     b->older = b->newer = NULL;
@@ -233,6 +279,8 @@ PUMP_HIDDEN void pump_block_count_in(struct pump_blocks *a, uint32_t i, int devi
     b->migrated = ++d->migrations;
     b->device = device;
     __atomic_store_n(&b->keeper, device, __ATOMIC_RELAXED);
+    __atomic_fetch_or(&a->devices, 1ull << device, __ATOMIC_RELAXED);
+    pump_rank_join(b);
     uint64_t bytes = pump_block_bytes(a, i);
     __atomic_store_n(&d->resident, d->resident + bytes, __ATOMIC_RELAXED);
     atomic_fetch_add_explicit(&resident_total, bytes, memory_order_relaxed);
@@ -263,6 +311,7 @@ static void reorder(struct pump_block *b, bool newest)
     after->newer = b;
     if (newest)
         b->migrated = ++d->migrations;
+    pump_rank_update(b);  /* a new tensor's, or a freed one's */
 }
 
 PUMP_HIDDEN bool pump_blocks_reorder(struct pump_range *range, bool newest)
@@ -302,10 +351,10 @@ PUMP_HIDDEN bool pump_blocks_attach(struct pump_range *range)
         }
     }
     write_shape();
-    if (ok && blocks_total + count > scratch_size)
-        ok = scratch_grow(blocks_total + count > 2 * scratch_size ? blocks_total + count : 2 * scratch_size);
+    ok = ok && rooms_need(blocks_total + count, allocations_total + 1);
     if (ok) {
         blocks_total += count;
+        allocations_total++;
         range->blocks = a;
     }
     pump_rwlock_unlock(&shape);
@@ -321,9 +370,11 @@ PUMP_HIDDEN void pump_blocks_detach(struct pump_range *range)
     write_shape();
     struct pump_blocks *a = range->blocks;
     if (a != NULL) {
+        pump_rank_forget(a);
         for (uint32_t i = 0; i < a->count; i++)
             pump_block_count_out(a, i);
         blocks_total -= a->count;
+        allocations_total--;
         range->blocks = NULL;
         pump_blocks_publish();
     }

@@ -26,7 +26,13 @@
 
 struct pump_block {
     struct pump_block *older, *newer; /* the device's migration order (NULL: not resident) */
+    struct pump_block *older_used, *newer_used; /* the device's list in victim order (residency_rank.h);
+                                         NULL: not on it */
     struct pump_blocks *owner;
+    uint64_t rank;                    /* its rank when it last took its place (residency_rank.h) */
+    uint32_t heap_at;                 /* its index + 1 in its device's heap of victims (residency_rank.h);
+                                         0: not on it */
+    uint32_t read_mostly;             /* atomic: 1 while all of it is advised CU_MEM_ADVISE_SET_READ_MOSTLY */
     uint64_t migrated;                /* its place in that order */
     uint64_t mark;                    /* the decision whose trigger prefetches it */
     uint64_t ready;                   /* token of the planned prefetch that brought it (PUMP_READY_PENDING:
@@ -53,24 +59,27 @@ struct pump_blocks {
     struct pump_range *range;
     uint64_t base, size;
     uint64_t mark;                    /* the decision whose launch uses it */
+    uint64_t devices;                 /* atomic: the devices its blocks were believed resident on since it
+                                         was attached, a bit each */
+    uint64_t touched;                 /* atomic: the devices whose touched list holds it (residency_rank.h) */
     uint32_t count;
     struct pump_block block[];
-};
-
-struct pump_victim {
-    uint64_t used, migrated;
-    struct pump_block *block;
 };
 
 struct pump_device_state {
     pthread_mutex_t lock;
     struct pump_block order;          /* sentinel: order.newer is the least recently migrated */
+    struct pump_block used;           /* sentinel: used.newer_used is the first victim of PUMP_ORDER_USED
+                                         but for those on the heap (residency_rank.h) */
     uint64_t resident;                /* bytes believed resident (written under the lock, read anywhere) */
     uint64_t migrations;
     uint64_t evicted_unawaited;       /* evicted since the prefetch stream last waited for the evictions */
     uint64_t awaited;                 /* times the prefetch stream waited for the evictions */
     uint64_t turns;                   /* decisions with driver calls so far (under the lock) */
-    struct pump_victim *scratch;      /* room for every block: victims sorted by use */
+    struct pump_block **heap;         /* room for every block: PUMP_ORDER_USED's victims out of list order */
+    struct pump_block **batch;        /* room for every block: those taking their places at once */
+    struct pump_blocks **touched;     /* room for every allocation: those used since the last settle */
+    uint32_t heap_n, touched_n;
     /* The driver calls of the device's decisions are made in the order of their turns: the
      * prefetch and eviction streams take them in the order the belief assumed. */
     pthread_mutex_t turn_lock;
@@ -79,6 +88,13 @@ struct pump_device_state {
 };
 
 PUMP_HIDDEN extern struct pump_device_state pump_devices[PUMP_DEVICES_MAX];
+
+/* Whether a rule's decision keeps b from being its victim: b's allocation is one its launch
+ * uses, or b one its trigger names. */
+static inline bool pump_block_protected(const struct pump_block *b, uint64_t decision)
+{
+    return b->owner->mark == decision || b->mark == decision;
+}
 
 /* A rule begins: the shape lock for reading, and `device` set up (false:
  * no memory for it; nothing was taken). */
@@ -109,6 +125,9 @@ PUMP_HIDDEN void pump_block_count_out(struct pump_blocks *a, uint32_t i);
 PUMP_HIDDEN void pump_block_count_in(struct pump_blocks *a, uint32_t i, int device);
 /* Brings the range record's lock-free summaries in line with a's blocks. */
 PUMP_HIDDEN void pump_blocks_refresh(struct pump_blocks *a, int device, uint64_t stamp);
+/* Advice on [ptr, ptr + bytes): the blocks of the allocations there it wholly covers are
+ * read-mostly from now (on), or those it touches no longer (off). */
+PUMP_HIDDEN void pump_blocks_read_mostly(uint64_t ptr, uint64_t bytes, bool on);
 /* Publishes the bytes believed resident, and their peak, in the stats record. */
 PUMP_HIDDEN void pump_blocks_publish(void);
 

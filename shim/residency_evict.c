@@ -10,12 +10,12 @@
  * devmem.c), which in a training step's cycle evicts what the backward pass is
  * about to read again: on bench-steady's oversubscribed step, pump evicting in the
  * driver's order moved 458 MiB each way against the driver's 402; least recently
- * used, 392 (tests/test_traffic.py holds pump at or under the driver). The cost: a
- * sort of the device's resident blocks at each launch that must make room.
+ * used, 392 (tests/test_traffic.py holds pump at or under the driver). That order
+ * is kept as blocks are used (residency_rank.h): a victim search takes the first
+ * k blocks of it, with no sort of the device's blocks.
  */
-#include <stdlib.h>
-
 #include "residency_evict.h"
+#include "residency_rank.h"
 
 static uint32_t index_of(const struct pump_block *b)
 {
@@ -46,8 +46,8 @@ static void add_wait(struct evictions *e, uint64_t token)
 PUMP_HIDDEN void pump_evict_block(struct evictions *e, struct pump_blocks *a, uint32_t i)
 {
     struct pump_block *b = &a->block[i];
-    if (b->discarded == PUMP_DISCARD_UNORDERED) {
-        pump_block_count_out(a, i);  /* never moved by pump */
+    if (b->discarded == PUMP_DISCARD_UNORDERED || __atomic_load_n(&b->read_mostly, __ATOMIC_RELAXED)) {
+        pump_block_count_out(a, i);  /* never moved by pump (read-mostly: left to the driver, residency.h) */
         return;
     }
     if (e->m.n == PUMP_MOVE_BATCH || e->m.waits + 3 > PUMP_MOVE_BATCH || e->m.discards == PUMP_MOVE_BATCH)
@@ -76,49 +76,29 @@ PUMP_HIDDEN void pump_evict_block(struct evictions *e, struct pump_blocks *a, ui
     pump_block_count_out(a, i);
 }
 
-static bool is_protected(const struct pump_block *b, uint64_t decision)
-{
-    return b->owner->mark == decision || b->mark == decision;
-}
-
-static int by_use(const void *x, const void *y)
-{
-    const struct pump_victim *a = x, *b = y;
-    if (a->used != b->used)
-        return a->used < b->used ? -1 : 1;
-    return a->migrated < b->migrated ? -1 : a->migrated > b->migrated;
-}
-
 /* Evicts unprotected blocks of the decision's device, in `order`, until
  * `need` more bytes fit under `budget` (0: none); true when they fit. */
 PUMP_HIDDEN bool pump_make_room(struct evictions *e, uint64_t need, uint64_t budget, uint32_t order)
 {
-    struct pump_device_state *d = &pump_devices[e->dn->device];
+    int device = e->dn->device;
+    struct pump_device_state *d = &pump_devices[device];
     uint64_t decision = e->dn->number;
     if (budget == 0 || d->resident + need <= budget)
         return true;
     if (order == PUMP_ORDER_USED) {
-        size_t n = 0;
-        for (struct pump_block *b = d->order.newer; b != &d->order; b = b->newer) {
-            if (is_protected(b, decision))
-                continue;
-            /* A freed tensor's blocks first (pump_residency_freed). */
-            uint64_t used = __atomic_load_n(&b->owner->range->dead, __ATOMIC_RELAXED)
-                                ? 0
-                                : __atomic_load_n(&b->owner->range->used_tick, __ATOMIC_RELAXED);
-            d->scratch[n++] = (struct pump_victim){used > b->planned_for ? used : b->planned_for, b->migrated, b};
-        }
-        qsort(d->scratch, n, sizeof *d->scratch, by_use);
-        for (size_t i = 0; i < n && d->resident + need > budget; i++)
-            pump_evict_block(e, d->scratch[i].block->owner, index_of(d->scratch[i].block));
+        struct pump_rank_walk w;
+        pump_rank_walk_begin(&w, device, decision);
+        struct pump_block *b;
+        while (d->resident + need > budget && (b = pump_rank_walk_next(&w, device)) != NULL)
+            pump_evict_block(e, b->owner, index_of(b));
+        pump_rank_walk_end(&w, device);
     } else {
         struct pump_block *next;
         for (struct pump_block *b = d->order.newer; b != &d->order && d->resident + need > budget; b = next) {
             next = b->newer;
-            if (!is_protected(b, decision))
+            if (!pump_block_protected(b, decision))
                 pump_evict_block(e, b->owner, index_of(b));
         }
     }
     return d->resident + need <= budget;
 }
-

@@ -22,6 +22,7 @@
 #include "channel.h"
 #include "prefetch_worker.h"
 #include "residency_moves.h"
+#include "residency_rank.h"
 
 static _Atomic uint64_t decisions;
 
@@ -97,6 +98,7 @@ PUMP_HIDDEN bool pump_decision_begin(struct pump_decision *dn, struct pump_range
             break;
         pump_devices_unlock(dn->held);  /* a block moved to a device not locked: again, with it */
     }
+    pump_rank_settle(dn->device);  /* the uses since the last rule take their places first */
     dn->number = atomic_fetch_add_explicit(&decisions, 1, memory_order_relaxed) + 1;
     for (uint32_t r = 0; r < n; r++)
         if (ranges[r]->blocks != NULL)

@@ -7,6 +7,8 @@ the program believes is device memory, and a tensor the caching allocator hands 
 what pump knew of it. Memory pump discarded, or memory the program allocated managed itself
 (the host may touch it after a synchronisation), is prefetched again."""
 
+import subprocess
+
 import pytest
 
 MIB = 1 << 20
@@ -85,3 +87,17 @@ def test_the_legacy_streams_context_follows_the_current_one(run_program, variant
     run = run_program("steady_steps", STEPS, "switch", variant=variant, env={**MANAGED_ALL, **two})
     assert run.result["checksum"] == bare["checksum"] and run.result["gpu_faults"] == 0
     assert run.result["prefetch_calls"] == [1] * STEPS and run.totals["errors"] == 0
+
+
+@pytest.mark.parametrize("variant", ["plain", "asan", "tsan"])
+def test_victims_keep_the_launch_rules_order(c_build, variant):
+    """tests/c/evict_order.c: random jobs over the rules' steps (launches making room, uses of
+    resident blocks, frees, tensors taken over, plan triggers naming blocks, uses recorded late
+    by a racing thread); every victim search's victims are, in order, those of a sort of all the
+    device's resident blocks, the launch rule's order before shim/residency_rank.c kept it. Then
+    threads record uses and frees while launches make room (TSan: without the device locks
+    pump_rank_used takes, a data race)."""
+    proc = subprocess.run([str(c_build / variant / "evict_order")], capture_output=True, text=True, timeout=300,
+                          env={"TSAN_OPTIONS": "halt_on_error=1", "ASAN_OPTIONS": "detect_leaks=1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().endswith(", 0 failed"), proc.stdout
