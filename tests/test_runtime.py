@@ -1,8 +1,8 @@
 """NVIDIA's real CUDA runtime (from the nvidia-cuda-runtime wheel), static and
 shared, bootstrapping under pump: its driver lookups go through pump's dlsym
 and cuGetProcAddress, which hand back pump's hooks, and what the runtime
-reports is the same as without pump. (On fakecuda the runtime stops after the
-lookups: it needs the driver's private export tables to initialise.)"""
+reports is the same as without pump, initialisation included (fakecuda answers the
+driver's private export tables the runtime asks for)."""
 
 import pytest
 
@@ -14,6 +14,7 @@ def test_real_runtime_lookups_reach_pump(run_program, program):
     assert bare.proc.returncode == under.proc.returncode == 0, under.proc.stderr
     assert under.result == bare.result
     assert under.result["runtime"] >= 13000 and under.result["driver_error"] == 0
+    assert under.result["init_error"] == 0  # cudaFree(0): the runtime initialised
     assert under.proc.stderr == bare.proc.stderr == ""
     (record,) = under.records
     # Every launch, allocation and sync entry point the runtime asked for

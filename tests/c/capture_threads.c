@@ -3,6 +3,9 @@
  * (tests/test_capture_threads.py): pump's own driver calls for the second thread must not
  * invalidate the first thread's capture (cuStreamBeginCapture's global mode prohibits
  * potentially unsafe calls from every thread not in relaxed mode).
+ * Why an imitation, not the real client (tests/test_real_client*.py): a specific race, forced
+ * here (B's allocation, discard and reuse inside A's capture), which PyTorch's own threads meet
+ * only by chance; and the sanitizer builds.
  *
  *   capture_threads
  * Thread A begins a global-mode capture and launches into it; thread B, meanwhile,

@@ -1,5 +1,9 @@
 /* conv_async.c: a convolution as PyTorch runs it with its cudaMallocAsync backend
  * (PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync), for tests/test_memory_info.py.
+ * Why an imitation, not the real client (tests/test_real_client*.py): it runs on a
+ * CUDA 12.8 driver (torch's cu130 build needs 13.0), under capacities below what it holds, in
+ * the sanitizer builds, and checks the convolution's output (real kernels are no-ops on
+ * fakecuda: no values).
  *
  * It mirrors c10/cuda/CUDAMallocAsyncAllocator.cpp (pytorch/pytorch): mallocAsync takes each
  * tensor from the device's current pool with cudaMallocAsync on the current stream and adds

@@ -4,7 +4,10 @@
  *   ipc library driver|runtime|async   done by the stand-in libnccl.so.2
  *   ipc program driver|runtime|async   done by this program itself
  *   ipc program managed                 memory the program allocated managed itself
- * "runtime": the allocation goes through the stand-in libcudart.so.13. */
+ * "runtime": the allocation goes through the stand-in libcudart.so.13.
+ * Why an imitation, not the real client (tests/test_real_client*.py): NCCL takes IPC
+ * handles for its P2P transport between processes, which the real client's single process
+ * never reaches; the stand-ins fix which library is the caller. */
 #include <stdbool.h>
 #include <string.h>
 

@@ -2,6 +2,9 @@
  * launcher: DataParallel, one process driving its node's GPUs), each over its own managed
  * buffers, more of them than a budget of 2 buffers holds, so that under pump every launch
  * evicts and prefetches (tests/test_per_device.py, scripts/bench-steady's two_devices).
+ * Why an imitation, not the real client (tests/test_real_client*.py): timing (each
+ * thread's wall time, whether threads on two devices wait for each other), values, several
+ * devices at once, and the sanitizer builds.
  *
  *   per_device THREADS DEVICES LAUNCHES
  *

@@ -3,6 +3,9 @@
  * release threshold to UINT64_MAX (c10/cuda/CUDAMallocAsyncAllocator.cpp, lazy_init_device), so
  * the memory of its freed tensors stays reserved by the pool, device memory no one else can
  * have, across synchronisations.
+ * Why an imitation, not the real client (tests/test_real_client*.py): exact figures
+ * (bytes kept, pool queries per memory query) on a CUDA 12.8 driver, which torch's cu130 build
+ * cannot use, and under pump's lock check (tests/test_driver_locks.py).
  *
  * Here: a 16 MiB plain allocation stays live (made managed under managed_all); 64 MiB is
  * allocated from the device's current pool (its default, threshold UINT64_MAX) and freed, and

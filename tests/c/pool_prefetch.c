@@ -2,6 +2,9 @@
  * tests/test_pool_prefetch.py. cuda.h 13.0 says a prefetched range "must refer to managed
  * memory allocated via cuMemAllocManaged or declared via __managed__"; fakecuda refuses a
  * managed pool's memory unless FAKECUDA_POOL_PREFETCH=accept.
+ * Why an imitation, not the real client (tests/test_real_client*.py): GPU faults
+ * per step (real kernels are no-ops on fakecuda: they touch no page), a managed pool's refused
+ * prefetches, CUDA 12 drivers, and the sanitizer builds.
  *
  *   pool_prefetch steps STEPS   training steps as PyTorch's cudaMallocAsync backend makes
  *       them: each step takes two inputs and an output from cuMemAllocAsync, a kernel fills

@@ -4,6 +4,9 @@
  * again over the steps after the first shows whether freed memory stays with its pool or is
  * given back and populated again every step; then the device's default pool is trimmed, as
  * torch.cuda.empty_cache() does. One JSON line.
+ * Why an imitation, not the real client (tests/test_real_client*.py): the pools'
+ * release and re-reserve counts step by step, exact over a fixed pattern (the real client's
+ * sizes are PyTorch's to choose), and the sanitizer builds.
  *
  *   pool_steps STEPS [pytorch] [async|pluggable]
  *

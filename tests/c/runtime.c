@@ -3,9 +3,10 @@
  * default) and with the shared one. Both bootstrap exactly as in any CUDA
  * program: dlopen libcuda.so.1, dlsym cuGetProcAddress_v2, then ~450 lookups
  * through the cuGetProcAddress it returns, all of which pump must see.
- * fakecuda cannot go further than the lookups (the runtime then needs the
- * driver's private export tables), so this program stops at initialisation
- * and prints what the runtime said. Declared by hand: no toolkit headers. */
+ * It stops at initialisation (cudaFree(0), which fakecuda's export tables
+ * let the runtime complete) and prints what the runtime said; PyTorch's CUDA
+ * build goes further (tests/test_real_client.py). Not an imitation: NVIDIA's
+ * runtime itself, the static one too. Declared by hand: no toolkit headers. */
 #include <stdio.h>
 
 int cudaRuntimeGetVersion(int *version);

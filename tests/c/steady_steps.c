@@ -3,6 +3,9 @@
  * freed every step, the same memory handed out again each time. Per step it prints what the
  * driver saw of pump: prefetch calls (single and batched), bytes prefetched to the device,
  * and the context queries made (cuCtxGetCurrent, cuStreamGetCtx, ...). One JSON line.
+ * Why an imitation, not the real client (tests/test_real_client*.py): exact
+ * per-step counts over a fixed pattern, faults of discarded memory handed out again (real
+ * kernels are no-ops on fakecuda: they fault nothing), two devices, the sanitizer builds.
  *
  *   steady_steps STEPS caching|managed|pluggable|switch
  *

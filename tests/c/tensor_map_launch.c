@@ -1,6 +1,9 @@
 /* tensor_map_launch.c: kernels given TMA descriptors (CUtensorMap, by value), for
  * tests/test_tensor_maps.py. The address inside a descriptor is no plain word of the
  * arguments, so pump must learn it where the descriptor is made.
+ * Why an imitation, not the real client (tests/test_real_client*.py): faults: the
+ * TMA copies here touch the tensors (real kernels, cuBLAS's among them, are no-ops on
+ * fakecuda), and descriptors the driver must refuse.
  *
  *   tensor_map_launch
  * Four managed tensors of 4 MiB the host wrote; for each, a descriptor (cuTensorMapEncodeTiled

@@ -2,6 +2,9 @@
  * it (tests/test_torch_allocator.py): weights allocated once, an activation allocated,
  * written, read and freed every step, all on one stream. The results must not differ.
  * One JSON line.
+ * Why an imitation, not the real client (tests/test_real_client*.py): values
+ * (real kernels are no-ops on fakecuda), discard marks run out while a host function holds the
+ * stream (a timing the real client never forces), and the sanitizer builds.
  *
  *   torch_allocator STEPS [legacy] [held] [pluggable|caching|segments]
  *

@@ -1,5 +1,8 @@
 /* torch_streams.c: a tensor freed on its stream while another stream still reads it, as
  * PyTorch does with record_stream (tests/test_torch_allocator.py). One JSON line.
+ * Why an imitation, not the real client (tests/test_real_client*.py): a specific
+ * race (a slow reader on another stream while the tensor's memory is handed out again), and
+ * its values: the reader's sum (real kernels are no-ops on fakecuda).
  *
  *   torch_streams [unlaunched|destroyed]
  *

@@ -1,6 +1,9 @@
 /* wide_launch.c: launches that name hundreds of managed allocations, as PyTorch's foreach
  * kernels and fused optimizers do (a struct argument holding a list of tensor pointers,
  * MultiTensorApply.cuh), for tests/test_wide_launch.py.
+ * Why an imitation, not the real client (tests/test_real_client*.py): faults under a
+ * budget (which blocks a wide launch evicts); the real client checks that every pointer word
+ * of multi_tensor_apply is prefetched, not what eviction leaves behind.
  *
  *   wide_launch N
  * A: N managed allocations of 64 KiB, C: N/2 more, all written by the host. Launch 1
