@@ -45,6 +45,10 @@ static inline void put64(uint64_t *p, uint64_t v)
 
 /* This thread's time in pump's own driver calls so far (pump_channel_own_time). */
 static _Thread_local uint64_t own_ns __attribute__((tls_model("initial-exec")));
+/* This thread's last stamp: a record written during a decision (a DEVICE record from inside
+ * a prefetch) is stamped before the decision's time is left out, so the next record, with it
+ * left out, could read earlier; each thread's stamps never go back. */
+static _Thread_local uint64_t last_stamp_ns __attribute__((tls_model("initial-exec")));
 
 PUMP_HIDDEN void pump_channel_own_time(uint64_t ns)
 {
@@ -77,6 +81,9 @@ PUMP_HIDDEN void pump_channel_emit(struct pump_channel *c, const struct pump_eve
             break;
     }
     uint64_t time_ns = pump_channel_now_ns() - own_ns;
+    if (time_ns < last_stamp_ns)
+        time_ns = last_stamp_ns;
+    last_stamp_ns = time_ns;
     for (uint32_t i = 0; i < n; i++) {
         uint64_t position = head + i;
         struct pump_event *e = &c->records[position & c->mask];

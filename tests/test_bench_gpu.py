@@ -314,10 +314,13 @@ def test_managed_probe_on_fakecuda_records_every_call(fake_gpu):
 
 
 def test_prefetch_cost_probe_fits_a_line_per_case(fake_gpu):
-    doc = run_probe(fake_gpu, "prefetch_cost.py", "--blocks", "1,8", "--rounds", "2")
+    doc = run_probe(fake_gpu, "prefetch_cost.py", "--blocks", "1,64", "--rounds", "5")
     resident = doc["cases"]["resident"]
-    # fakecuda charges FAKECUDA_BLOCK_PASS_NS (5 us) per block per pass: the slope sees at least that.
-    assert resident["per_block_us"] >= 4 and set(resident["per_size"]) == {"1", "8"}
+    # fakecuda charges FAKECUDA_BLOCK_PASS_NS (5 us) per block per pass, paid in sleeps: the slope
+    # sees at least most of that. 63 blocks apart and the median of 5 calls, so that a loaded
+    # machine's late wake-ups (a few hundred us each, seen with 2 calls 7 blocks apart) do not
+    # turn the slope negative.
+    assert resident["per_block_us"] >= 4 and set(resident["per_size"]) == {"1", "64"}
     assert resident["spent_by"] in ("calling thread on CPU", "calling thread waiting", "other threads")
 
 
