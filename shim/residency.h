@@ -54,9 +54,9 @@ PUMP_HIDDEN uint64_t pump_residency_resident_bytes(int device);
 
 /* The launch rule, before a launch on `stream` (policy launch): prefetches
  * the blocks of the scan's allocations (or, with a trigger that has need
- * ranges, of those) not believed resident on c's device, evicting least
- * recently migrated blocks (the trigger's order) to make room under `budget`
- * (0: none); the stream waits for them. Sets *capturing when it had to ask. */
+ * ranges, of those) not believed resident on c's device, evicting in
+ * residency.c's order (without a plan: freed tensors' blocks, then least recently
+ * used; under a plan, the trigger's order) to make room under `budget` (0: none); the stream waits for them. Sets *capturing when it had to ask. */
 PUMP_HIDDEN void pump_residency_launch(struct pump_context *c, CUstream stream, const struct pump_scan *scan,
                                        uint64_t budget, const struct pump_trigger *trigger, int *capturing);
 
