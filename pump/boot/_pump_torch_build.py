@@ -1,19 +1,16 @@
-"""Follows PyTorch's caching allocator for libpump: the default `torch_allocator = "caching"`.
+"""Builds pump's C++ bridges to PyTorch against the job's own PyTorch, once per PyTorch and pump.
 
-PyTorch reports every block its caching allocator hands out and takes back to trace
-trackers, a C++ interface only (attachAllocatorTraceTracker). pump's bridge,
-torch_trace.cpp beside this file, is therefore compiled against the job's own PyTorch, once
-per PyTorch and pump (cached under $XDG_CACHE_HOME/pump, else ~/.cache/pump), and attached
-when PyTorch initialises CUDA, which is when the allocator comes to exist, before any tensor.
-libpump then sees tensors, not segments (shim/torch_trace.c).
+Two bridges talk to PyTorch's C++ interfaces, whose types are its C++ ABI, so each is compiled
+here against the job's PyTorch headers and libraries (cached under $XDG_CACHE_HOME/pump, else
+~/.cache/pump): torch_trace.cpp follows its caching allocator (_pump_torch_trace.py), and
+torch_allocator.cpp is pump's allocator with PyTorch's memory answers (_pump_torch_allocator.py).
 
 It needs a C++ compiler ($CXX, else c++) and CUDA's runtime headers (PyPI's
 nvidia-cuda-runtime and nvidia-cuda-crt, or a toolkit under $CUDA_HOME); without them the
-job runs as before, pump seeing segments, after one notice. Like sitecustomize.py, this file
-uses the standard library only.
+caller says so once and the job goes on. Like sitecustomize.py, this file uses the standard
+library only.
 """
 
-import ctypes
 import hashlib
 import os
 import shutil
@@ -22,7 +19,6 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCE = os.path.join(HERE, "torch_trace.cpp")
 HEADER = "pump_torch_trace.h"
 BUILD_TIMEOUT_S = 300
 
@@ -62,16 +58,26 @@ def compiler():
     return found
 
 
-def compile_argv(torch, output, cuda_include, extra_includes=()):
-    """The command that builds the bridge into `output`, linked to the job's PyTorch."""
+def compile_argv(torch, source, libs, output, cuda_include, extra_includes=()):
+    """The command that builds `source` (beside this file) into `output`, linked to the job's
+    PyTorch's `libs`."""
     torch_dir = os.path.dirname(os.path.abspath(torch.__file__))
     lib = os.path.join(torch_dir, "lib")
     abi = int(bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True)))
     includes = [arg for d in extra_includes for arg in ("-I", d)]
-    return [compiler(), "-std=c++17", "-O2", "-fPIC", "-shared", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+    # C++20, as torch.utils.cpp_extension builds against these headers (2.13 and 2.14 both):
+    # 2.14's c10/util/intrusive_ptr.h declares operator<=> (std::strong_ordering).
+    return [compiler(), "-std=c++20", "-O2", "-fPIC", "-shared", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
             *includes, "-I", header_dir(), "-isystem", os.path.join(torch_dir, "include"),
-            "-isystem", cuda_include, SOURCE, "-o", output,
-            "-L", lib, "-lc10_cuda", "-lc10", f"-Wl,-rpath,{lib}"]
+            "-isystem", cuda_include, os.path.join(HERE, source), "-o", output,
+            "-L", lib, *(f"-l{name}" for name in libs), f"-Wl,-rpath,{lib}"]
+
+
+def first_error(done):
+    """The compiler's first error line: its last line is a caret or a count, naming nothing."""
+    lines = done.stderr.strip().splitlines()
+    errors = [line for line in lines if "error" in line]
+    return (errors or lines or [f"exit status {done.returncode}"])[0].strip()
 
 
 def cache_dir():
@@ -79,31 +85,32 @@ def cache_dir():
     return os.path.join(root, "pump")
 
 
-def build(torch):
-    """The bridge's shared library for this PyTorch: from the cache, else compiled into it."""
+def build(torch, source, libs):
+    """The shared library of `source` for this PyTorch: from the cache, else compiled into it."""
     cuda_include = cuda_include_dir()
     key = hashlib.sha256()
-    for part in (torch.__version__, os.path.abspath(torch.__file__), cuda_include):
+    # the command (a new flag makes a new build), this PyTorch, the sources
+    for part in (*compile_argv(torch, source, libs, "", cuda_include), torch.__version__):
         key.update(part.encode() + b"\0")
-    for path in (SOURCE, os.path.join(header_dir(), HEADER)):
+    for path in (os.path.join(HERE, source), os.path.join(header_dir(), HEADER)):
         with open(path, "rb") as f:
             key.update(f.read())
     directory = cache_dir()
-    library = os.path.join(directory, f"torch_trace-{key.hexdigest()[:20]}.so")
+    stem = os.path.splitext(source)[0]
+    library = os.path.join(directory, f"{stem}-{key.hexdigest()[:20]}.so")
     if os.path.isfile(library):
         return library
     try:
         os.makedirs(directory, exist_ok=True)
-        fd, partial = tempfile.mkstemp(prefix=".torch_trace-", suffix=".so", dir=directory)
+        fd, partial = tempfile.mkstemp(prefix=f".{stem}-", suffix=".so", dir=directory)
         os.close(fd)
     except OSError as error:
         raise Unavailable(f"cannot write its cache ({error})") from None
     try:
-        argv = compile_argv(torch, partial, cuda_include)
+        argv = compile_argv(torch, source, libs, partial, cuda_include)
         done = subprocess.run(argv, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
         if done.returncode != 0:
-            lines = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
-            raise Unavailable(f"its build failed: {lines[-1]} (command: {' '.join(argv)})")
+            raise Unavailable(f"its build failed: {first_error(done)} (command: {' '.join(argv)})")
         os.replace(partial, library)  # whole or not at all, whichever process wins
     except subprocess.TimeoutExpired:
         raise Unavailable(f"its build took more than {BUILD_TIMEOUT_S} s") from None
@@ -111,28 +118,3 @@ def build(torch):
         if os.path.exists(partial):
             os.unlink(partial)
     return library
-
-
-def attach(torch, notice):
-    """Build (or find) the bridge and attach it; one notice where it cannot be."""
-    try:
-        library = ctypes.CDLL(build(torch))
-        status = library.pump_torch_trace_attach()
-        if status == 1:
-            raise Unavailable("libpump is not in this process")
-        if status != 0:
-            raise Unavailable("PyTorch refused its trace tracker")
-    except Exception as error:  # pump must never break the job: it goes on as without the bridge
-        notice(f"PyTorch's allocator is not followed: {error}; "
-               "pump sees its segments, not its tensors")
-
-
-def arm(torch, notice):
-    """Attach once PyTorch has initialised CUDA (now, if it has); nothing on a CPU-only build.
-    `notice(message)` says why, once, where it cannot be."""
-    if getattr(getattr(torch, "version", None), "cuda", None) is None:
-        return
-    try:
-        torch.cuda._lazy_call(lambda: attach(torch, notice))
-    except Exception as error:  # a PyTorch without the hook pump waits on
-        notice(f"PyTorch's allocator is not followed: cannot wait for its CUDA start ({error})")
