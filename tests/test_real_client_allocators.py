@@ -12,7 +12,8 @@ What must hold, in every mode: the job exits and prints as it does bare (every l
 same checkpoints, PyTorch's memory answers held: train.py's memory_answers); pump followed or
 was the allocator; fakecuda's launch count is pump's; no driver call pump made failed; every
 live allocation a launch's real layout points into was sent for prefetch
-(test_real_client_training.layout_misses). Each check is seen failing once with what it guards
+(test_real_client_training.layout_misses); and a small model through torch.compile, whose Triton
+kernels build for the persona without a GPU. Each check is seen failing once with what it guards
 broken: a memory answer one block off (the bridge compiled from a patched copy), PyTorch's own
 pluggable allocator in place of pump's bridge, a driver call made to fail, the graph launch hook
 passed by, the scan cut to 8 parameters (build/tests/scan8/libpump.so, test build only).
@@ -144,6 +145,26 @@ def test_pump_sent_every_live_allocation_the_real_layouts_point_into(runs, mode)
     log, misses, wide, stale = layout_misses(out / "launches.jsonl", out / "pump.trace")
     print(f"{mode}: {len(log)} launches, {wide} wider than the trace keeps, {stale} words into freed space")
     assert not misses, json.dumps(misses[:5], indent=1) + f"\n... {len(misses)} launches in all"
+
+
+def test_a_compiled_model_runs_under_pump_as_it_does_bare(cuda_torch, c_build, tmp_path, cache):  # noqa: F811
+    """torch.compile builds for the persona without a GPU: Inductor's Triton kernels are compiled
+    by Triton's own ptxas for sm_90 (an offline compiler), fakecuda loads their cubins and runs
+    them as no-ops. Autotuning launches each candidate; its modules come and go, so the driver
+    reuses handles. Compiled in-process (TORCHINDUCTOR_COMPILE_THREADS=1): a pool of compile
+    workers would be processes that never touch the driver, which pump reports as passed through."""
+    env = dict(TORCHINDUCTOR_COMPILE_THREADS="1")
+    bare = run(cuda_torch, c_build, tmp_path / "bare", False, loops="compiled",
+               TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor-bare"), **env)
+    pumped = run(cuda_torch, c_build, tmp_path / "pump", True, loops="compiled", XDG_CACHE_HOME=cache,
+                 TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor-pump"), **env)
+    assert bare[1] and bare[1]["compiled"]["ok"], (bare[1], bare[0].stderr[-3000:])
+    assert not differences_from_bare(bare, pumped)
+    assert not launch_count_differences(pumped[2], pumped[3]) and not failed_calls(pumped[3])
+    log, misses, _, _ = layout_misses(tmp_path / "pump" / "launches.jsonl", tmp_path / "pump" / "pump.trace")
+    triton = sum(1 for e in log if e["kernel"].startswith("triton_"))
+    print(f"{len(log)} launches, {triton} of Triton kernels")
+    assert triton > 0 and not misses, misses[:5]
 
 
 # ---- each check above, seen failing with what it guards broken ----

@@ -16,6 +16,7 @@ it is missing) trains a small GPT-style model (AdamW foreach and fused) and a sm
 Not checked here: values (kernels are no-ops on fakecuda), faults, timing."""
 
 import bisect
+import collections
 import json
 import subprocess
 
@@ -108,13 +109,16 @@ def pump_launches(path):
     saw them: the allocations pump found and sent for prefetch, each with its extent at that
     moment (the trace's ALLOC and FREE records, in order: a followed caching allocator's tensors,
     or whole segments). wide: pump's trace keeps a launch's first channel.LAUNCH_BASES_MAX only.
-    live(v): whether v lies in an allocation pump announced and had not seen freed by then."""
+    live(v): whether v lies in an allocation pump announced and had not seen freed by then.
+    A handle the driver reused for another kernel (modules unloaded: Triton's autotuning) has
+    each name pump recorded for it: the kernel name is the set of them."""
     _, blocks = trace.read(path)
-    names, live, launches = {}, {}, []
+    names, live, launches = collections.defaultdict(set), {}, []
     kinds = [channel.KIND[k] for k in ("alloc", "free", "launch")]
     for _pid, records in blocks:
         batch = channel.decode(records)
-        names.update(batch.functions)
+        for f, name in batch.functions.items():
+            names[f].add(name)
         kind, count, arg = records["kind"], records["count"], records["arg"]
         j = 0
         for i in np.flatnonzero(np.isin(kind, kinds)).tolist():
@@ -127,7 +131,7 @@ def pump_launches(path):
                 launches.append((int(batch.launch_function[j]), [(b, live.get(b, 0)) for b in bases],
                                  len(bases) == channel.LAUNCH_BASES_MAX, sorted(live.items())))
                 j += 1
-    return [(names.get(f, ""), extents, wide, _inside(snapshot)) for f, extents, wide, snapshot in launches]
+    return [(names.get(f, {""}), extents, wide, _inside(snapshot)) for f, extents, wide, snapshot in launches]
 
 
 def _inside(extents):
@@ -151,8 +155,8 @@ def layout_misses(log_path, trace_path):
     seen = pump_launches(trace_path)
     assert len(managed) == len(seen), (len(managed), len(seen))
     misses, wide, stale = [], 0, 0
-    for i, (entry, (name, extents, truncated, live)) in enumerate(zip(managed, seen)):
-        assert entry["kernel"].startswith(name), (i, entry["kernel"], name)  # the same launch
+    for i, (entry, (names, extents, truncated, live)) in enumerate(zip(managed, seen)):
+        assert any(entry["kernel"].startswith(n) for n in names), (i, entry["kernel"], names)  # the same launch
         words = {p[2] for p in entry["pointers"] if p[5]}
         found = _inside(sorted(extents))
         if truncated:

@@ -112,6 +112,16 @@ def graph():
     return model
 
 
+def compiled():
+    """A small model through torch.compile (Inductor's Triton kernels, compiled by Triton's own
+    ptxas for the persona's sm_90, forward and backward), trained as the others."""
+    model = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.LayerNorm(64), nn.Linear(64, 10)).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+    step = torch.compile(model)
+    train(step, lambda: (torch.randn(8, 32, device="cuda"), torch.randint(0, 10, (8,), device="cuda")), opt)
+    return model
+
+
 def memory_answers():
     """What PyTorch answers about memory against what this script knows: a tensor of a whole
     number of blocks counted exactly while it lives and gone when freed, peaks reset, free
@@ -143,7 +153,8 @@ def memory_answers():
     return bad
 
 
-LOOPS = {"gpt_foreach": lambda: gpt(False), "gpt_fused": lambda: gpt(True), "conv": conv, "graph": graph}
+LOOPS = {"gpt_foreach": lambda: gpt(False), "gpt_fused": lambda: gpt(True), "conv": conv, "graph": graph,
+         "compiled": compiled}
 chosen = sys.argv[2].split(",") if len(sys.argv) > 2 else ["gpt_foreach", "gpt_fused", "conv"]
 out = {}
 for name, make in ((n, LOOPS[n]) for n in chosen):
