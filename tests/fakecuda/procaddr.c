@@ -21,6 +21,7 @@
     X(cuDeviceGetCount, 2000, cuDeviceGetCount, 0, PFN_cuDeviceGetCount_v2000)                        \
     X(cuDeviceGetAttribute, 2000, cuDeviceGetAttribute, 0, PFN_cuDeviceGetAttribute_v2000)            \
     X(cuDeviceGetName, 2000, cuDeviceGetName, 0, PFN_cuDeviceGetName_v2000)                           \
+    X(cuDeviceGetPCIBusId, 4010, cuDeviceGetPCIBusId, 0, PFN_cuDeviceGetPCIBusId_v4010) \
     X(cuDeviceTotalMem, 3020, cuDeviceTotalMem_v2, 0, PFN_cuDeviceTotalMem_v3020)                     \
     X(cuDeviceGetUuid, 9020, cuDeviceGetUuid, 0, PFN_cuDeviceGetUuid_v9020)                           \
     X(cuDeviceGetUuid, 11040, cuDeviceGetUuid_v2, 0, PFN_cuDeviceGetUuid_v11040)                      \
