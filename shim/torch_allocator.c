@@ -17,9 +17,17 @@
  * record_stream: a tensor may still be read on another stream when it is freed. So the
  * freeing stream first waits (on the GPU) for every other stream pump saw launches on, and
  * the discard is made only for a tensor pump saw all uses of (stream_users.c).
+ *
+ * PyTorch calls these as it would cudaMallocAsync, from any thread, naming the device: its
+ * autograd engine runs backward on threads of its own, where nothing has made a context
+ * current yet (c10::cuda::SetDevice skips cudaSetDevice when cudaGetDevice already answers
+ * the device). The runtime makes the device's primary context current at such a thread's
+ * first call; the driver's cuMemAllocAsync answers CUDA_ERROR_INVALID_CONTEXT there. So
+ * pump's calls run in the device's primary context whenever none is current.
  */
 #include <sys/types.h>
 
+#include "devices.h"
 #include "hooks_common.h"
 #include "prefetch.h"
 #include "stream_users.h"
@@ -52,12 +60,43 @@ static void keep_freed_memory(int device)
                       "synchronisations and populated again");
 }
 
-/* NULL is PyTorch's out-of-memory answer: it raises its own error, with its own advice. */
+/* The device's primary context, retained once (the runtime too keeps it for the process's
+ * life), where the calling thread has no current context; else NULL: nothing to push. */
+static _Atomic(CUcontext) primaries[KEEP_DEVICES];
+
+static CUcontext context_needed(int device)
+{
+    CUcontext current = NULL;
+    if (pump_driver.ctx_get_current == NULL || pump_driver.ctx_get_current(&current) != CUDA_SUCCESS ||
+        current != NULL || device < 0 || device >= KEEP_DEVICES)
+        return NULL;
+    CUcontext primary = atomic_load_explicit(&primaries[device], memory_order_acquire);
+    if (primary == NULL && pump_driver.primary_ctx_retain != NULL &&
+        pump_driver.primary_ctx_retain(&primary, device) == CUDA_SUCCESS) {
+        CUcontext none = NULL;
+        if (!atomic_compare_exchange_strong_explicit(&primaries[device], &none, primary, memory_order_acq_rel,
+                                                     memory_order_acquire))
+            primary = none;  /* another thread's retain came first: one reference is enough */
+    }
+    return primary;
+}
+
+/* NULL is an out-of-memory answer: pump's bridge (pump/boot/torch_allocator.cpp) raises
+ * PyTorch's OutOfMemoryError for it (PyTorch's CUDAPluggableAllocator would hand the NULL
+ * to the tensor). */
 void *pump_torch_alloc(ssize_t size, int device, CUstream stream)
 {
-    CUdeviceptr ptr = 0;  /* PyTorch made the device current; the stream names it too */
+    CUdeviceptr ptr = 0;
     pump_stream_users_start();
-    if (size <= 0 || pump_mem_alloc_async(&ptr, (size_t)size, stream) != CUDA_SUCCESS)
+    if (size <= 0)
+        return NULL;
+    bool pushed;
+    CUresult r = CUDA_ERROR_INVALID_CONTEXT;
+    if (pump_context_push(context_needed(device), &pushed)) {
+        r = pump_mem_alloc_async(&ptr, (size_t)size, stream);
+        pump_context_pop(pushed);
+    }
+    if (r != CUDA_SUCCESS)
         return NULL;
     keep_freed_memory(device);  /* the driver is loaded now; nothing was released yet */
     PUMP_COUNT(torch_allocs, 1);
@@ -66,9 +105,10 @@ void *pump_torch_alloc(ssize_t size, int device, CUstream stream)
 
 void pump_torch_free(void *ptr, size_t size, int device, CUstream stream)
 {
-    (void)device;
     if (ptr == NULL)
         return;
+    bool pushed;
+    (void)pump_context_push(context_needed(device), &pushed);  /* not pushed: the free says why */
     CUdeviceptr dptr = (CUdeviceptr)(uintptr_t)ptr;
     if (pump_active()) {
         const struct pump_range *range = pump_ranges_find(dptr);
@@ -83,4 +123,5 @@ void pump_torch_free(void *ptr, size_t size, int device, CUstream stream)
     }
     if (pump_mem_free_async(dptr, stream) == CUDA_SUCCESS)
         PUMP_COUNT(torch_frees, 1);
+    pump_context_pop(pushed);
 }

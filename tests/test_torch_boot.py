@@ -1,6 +1,7 @@
 """pump/boot/: the start-up hook that puts pump's allocator under PyTorch when a job asks
 for it, or else follows PyTorch's caching allocator through the bridge it builds
-(_pump_torch_trace.py, torch_trace.cpp). Tested against a stand-in `torch` package (the real
+(_pump_torch_trace.py, torch_trace.cpp; _pump_torch_build.py builds it, and pump's allocator's,
+torch_allocator.cpp). Tested against a stand-in `torch` package (the real
 switch and the attached bridge need a CUDA build of PyTorch: tests/test_gpu.py), and the
 bridge's source compiled against the real PyTorch headers."""
 
@@ -171,6 +172,19 @@ def test_a_failed_build_is_one_notice_naming_the_compiler_error(tmp_path):
     assert list((tmp_path / "cache" / "pump").iterdir()) == []  # nothing half-built left
 
 
+def test_a_failed_build_names_the_first_error_not_the_last_line(tmp_path):
+    # What g++ prints for torch 2.14's headers under -std=c++17: the error, then context lines.
+    cxx = tmp_path / "broken-c++"
+    cxx.write_text("#!/bin/sh\ncat >&2 <<'EOF'\nIn file included from c10/core/Allocator.h:12,\n"
+                   "c10/util/intrusive_ptr.h:775:27: error: 'strong_ordering' in namespace 'std' does not name a type\n"
+                   "  775 | [[nodiscard]] inline std::strong_ordering operator<=>(\n"
+                   "      |                           ^~~~~~~~~~~~~~~\nEOF\nexit 1\n")
+    cxx.chmod(0o755)
+    notices = _notices(_follow(tmp_path, CXX=str(cxx)))
+    assert len(notices) == 1 and "its build failed: c10/util/intrusive_ptr.h:775:27: error: 'strong_ordering'" in \
+        notices[0], notices
+
+
 def test_no_compiler_is_one_notice(tmp_path):
     r = _follow(tmp_path, CXX="/nowhere/c++")
     assert r.stdout.split() == ["1", "ran"]
@@ -186,23 +200,28 @@ def test_nothing_to_follow_is_silent(tmp_path, setting):
     assert not (tmp_path / "cxx.log").exists()
 
 
-def test_the_bridge_compiles_against_the_real_pytorch_headers(tmp_path):
-    """torch_trace.cpp against the installed PyTorch's C++ headers (the pinned version of the
-    models extra), as the job's build would compile it; only linking needs a CUDA build."""
+@pytest.mark.parametrize("source, libs, symbol, needs", [
+    ("torch_trace.cpp", ("c10_cuda", "c10"), "pump_torch_trace_attach", "pump_torch_trace"),
+    ("torch_allocator.cpp", ("torch_cuda", "c10_cuda", "c10"), "pump_torch_allocator_install", "pump_torch_alloc"),
+])
+def test_the_bridges_compile_against_the_real_pytorch_headers(tmp_path, source, libs, symbol, needs):
+    """Each bridge against the installed PyTorch's C++ headers (the pinned version of the
+    models extra), as the job's build would compile it; only linking needs a CUDA build
+    (tests/test_real_client_allocators.py builds and runs both against PyTorch's CUDA build)."""
     torch = pytest.importorskip("torch")
     sys.path.insert(0, str(BOOT))
     try:
-        import _pump_torch_trace as bridge
+        import _pump_torch_build as bridges
     finally:
         sys.path.remove(str(BOOT))
     # CPU builds of PyTorch leave out this one generated header; CUDA builds have it.
     stub = _tree(tmp_path / "stub", {"c10/cuda/impl/cuda_cmake_macros.h": "#pragma once\n"})
-    obj = tmp_path / "torch_trace.o"
-    argv = bridge.compile_argv(torch, str(obj), bridge.cuda_include_dir(), extra_includes=[stub])
+    obj = tmp_path / "bridge.o"
+    argv = bridges.compile_argv(torch, source, libs, str(obj), bridges.cuda_include_dir(), extra_includes=[stub])
     argv = ["-c" if arg == "-shared" else arg for arg in argv[:argv.index("-o") + 2]]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     symbols = subprocess.run(["nm", "-C", str(obj)], capture_output=True, text=True).stdout
-    assert "T pump_torch_trace_attach" in symbols
-    assert "U c10::cuda::CUDACachingAllocator::allocator" in symbols  # libc10_cuda's, at load
-    assert "w pump_torch_trace" in symbols  # libpump's, when the process has it
+    assert f"T {symbol}" in symbols
+    assert "U c10::cuda::CUDACachingAllocator::allocator" in symbols or "changeCurrentAllocator" in symbols
+    assert f"w {needs}" in symbols  # libpump's, when the process has it

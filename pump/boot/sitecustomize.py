@@ -8,10 +8,8 @@ not be importable there). Then it runs the sitecustomize it shadows, if there is
 What it does, the moment `torch` has been imported, before any tensor exists, so that pump
 knows each tensor's exact extent and death:
 - `[memory] torch_allocator = "pump"` (PUMP_TORCH_ALLOCATOR=pump) hands every PyTorch tensor
-  to libpump's `pump_torch_alloc` / `pump_torch_free` (shim/torch_allocator.c) through
-  `torch.cuda.memory.CUDAPluggableAllocator`. PyTorch refuses a new allocator once its
-  allocator has been used, and a program that installs its own allocator later still gets
-  its way.
+  to libpump's `pump_torch_alloc` / `pump_torch_free` (shim/torch_allocator.c), with PyTorch's
+  memory answers (_pump_torch_allocator.py).
 - Otherwise, under managed_all (PUMP_MANAGED_ALL=1), PyTorch keeps its caching allocator and
   pump follows it (_pump_torch_trace.py).
 """
@@ -24,33 +22,16 @@ import sys
 
 ALLOCATOR_ENV = "PUMP_TORCH_ALLOCATOR"
 ALLOCATORS = ("caching", "pump")  # pump.config.TORCH_ALLOCATORS: this file may not import pump
-SHIM_NAME = "libpump.so"
 
 
 def notice(message):
     print(f"pump: {message}", file=sys.stderr)
 
 
-def _shim_path():
-    """The libpump the process was started with (LD_PRELOAD), else PUMP_SHIM_PATH."""
-    for entry in os.environ.get("LD_PRELOAD", "").replace(":", " ").split():
-        if os.path.basename(entry) == SHIM_NAME:
-            return entry
-    return os.environ.get("PUMP_SHIM_PATH", "")
-
-
 def install_pump_allocator(torch):
-    """Make libpump PyTorch's CUDA allocator; one notice where it cannot be."""
-    try:
-        shim = _shim_path()
-        if not shim:
-            raise RuntimeError(f"{SHIM_NAME} is not in LD_PRELOAD")
-        memory = torch.cuda.memory
-        memory.change_current_allocator(
-            memory.CUDAPluggableAllocator(shim, "pump_torch_alloc", "pump_torch_free"))
-    except Exception as error:  # a CPU-only build, an allocator already in use, no libpump
-        notice(f'torch_allocator = "pump" not installed ({type(error).__name__}: {error}); '
-                "PyTorch keeps its caching allocator")
+    import _pump_torch_allocator  # here: a job that never imports torch never loads it
+
+    _pump_torch_allocator.install(torch, notice)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):

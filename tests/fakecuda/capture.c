@@ -57,6 +57,13 @@ int fc_capture_add_host(CUstream s, CUhostFn fn, void *ud)
     return fc_capture_append(s, n);
 }
 
+int fc_capture_add_copy(CUstream s, const fc_copy *c)
+{
+    struct CUgraphNode_st *n = fc_node_copy(c);
+    if (!n) return CUDA_ERROR_OUT_OF_MEMORY;
+    return fc_capture_append(s, n);
+}
+
 void fc_capture_invalidate(CUstream s)
 {
     pthread_mutex_lock(&fc_capture_mu);

@@ -64,21 +64,27 @@ static CUresult enqueue_copy(uintptr_t dst, int dst_side, uintptr_t src, int src
     CUresult err = CUDA_SUCCESS;
     CUstream s = fc_resolve_stream(h, &err);
     if (!s) return err;
-    if (fc_stream_capturing(s)) { /* copy and memset nodes are not modelled */
-        fc_capture_invalidate(s);
-        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    fc_copy copy = { dst, src, n, elem, value, dst_touch, src_touch };
+    if (fc_stream_capturing(s)) {
+        /* An async copy or memset between device-side operands becomes a memcpy or memset node
+         * (cuda.h: "captured ... into a graph"; cuBLASLt clears its workspace with
+         * cuMemsetD8Async inside PyTorch's captures). Synchronous forms run on the legacy
+         * stream, which a capture forbids; a host operand (pageable is refused by the driver,
+         * page-locked is not modelled in a graph here) is refused too: never kinder than the
+         * driver. */
+        int host = fc_mem_kind(dst, bytes) == FC_MEM_HOST || (!elem && fc_mem_kind(src, bytes) == FC_MEM_HOST);
+        if (sync || host) {
+            fc_capture_invalidate(s);
+            return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+        }
+        int r = bytes == 0 ? CUDA_SUCCESS : fc_capture_add_copy(s, &copy);
+        if (r != FC_NOT_CAPTURING) return (CUresult)r; /* else the capture just ended: run it */
     }
     if (bytes == 0) return CUDA_SUCCESS;
     fc_op *op = calloc(1, sizeof *op);
     if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
     op->kind = FC_OP_COPY;
-    op->u.copy.dst = dst;
-    op->u.copy.src = src;
-    op->u.copy.n = n;
-    op->u.copy.elem = elem;
-    op->u.copy.value = value;
-    op->u.copy.dst_dev = dst_touch;
-    op->u.copy.src_dev = src_touch;
+    op->u.copy = copy;
     fc_enqueue(s, op);
     if (sync) fc_stream_wait_idle(s);
     return CUDA_SUCCESS;

@@ -33,6 +33,7 @@ static const char *const fc_entry_names[FC_E_COUNT] = {
     [FC_E_POOL_RELEASE] = "pool_release",
     [FC_E_POOL_QUERY] = "pool_query",
     [FC_E_TENSOR_MAP] = "tensor_map",
+    [FC_E_VMM] = "vmm",
 };
 
 static struct {

@@ -142,6 +142,20 @@ FC_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 }
 FC_ALIAS(cuDeviceGetName);
 
+/* "[domain]:[bus]:[device].[function]" in hex (cuda.h), as cudaDeviceGetPCIBusId prints it:
+ * "0000:02:00.0" for the H100 persona's device 0; at most len bytes with the terminator. */
+FC_EXPORT CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
+{
+    FC_ENTRY(cuDeviceGetPCIBusId, 4010);
+    if (!pciBusId || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+    if (!dev_ok(dev)) return CUDA_ERROR_INVALID_DEVICE;
+    snprintf(pciBusId, (size_t)len, "%04x:%02x:%02x.0", fc_persona_attribute(dev, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID),
+             fc_persona_attribute(dev, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID),
+             fc_persona_attribute(dev, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID));
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuDeviceGetPCIBusId);
+
 FC_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {
     FC_ENTRY(cuDeviceTotalMem_v2, 3020);

@@ -97,7 +97,7 @@ uint64_t fc_host_clock_ns(void); /* now plus this thread's unpaid debt: when its
 enum { FC_E_LAUNCH, FC_E_GRAPH_LAUNCH, FC_E_PREFETCH, FC_E_DISCARD, FC_E_EVENT_RECORD, FC_E_STREAM_WAIT_EVENT,
        FC_E_EVENT_QUERY, FC_E_STREAM_QUERY, FC_E_SYNCHRONIZE, FC_E_MEM_GET_INFO, FC_E_POINTER_QUERY,
        FC_E_CAPTURE_QUERY, FC_E_CONTEXT_QUERY, FC_E_MEMCPY, FC_E_MEMSET, FC_E_POOL_RESERVE, FC_E_POOL_RELEASE,
-       FC_E_POOL_QUERY, FC_E_TENSOR_MAP, FC_E_COUNT };
+       FC_E_POOL_QUERY, FC_E_TENSOR_MAP, FC_E_VMM, FC_E_COUNT };
 void fc_cost(int entry, int64_t ns);                       /* one call, ns charged to the caller */
 void fc_cost_call(int entry);                               /* one call, nothing charged yet */
 void fc_cost_charge(int entry, int64_t ns, int on_worker);  /* ns charged to this thread */
@@ -205,6 +205,9 @@ typedef struct fc_fence {
 enum { FC_OP_KERNEL, FC_OP_PREFETCH, FC_OP_HOSTFN, FC_OP_RECORD, FC_OP_WAIT, FC_OP_FREE, FC_OP_COPY };
 struct fc_kdef;
 typedef struct fc_range { uintptr_t ptr; size_t size; int loc; } fc_range;
+/* a copy (elem 0: n bytes from src) or a memset of n elements of elem bytes of value; *_dev:
+ * how the device touches each operand (copies.c) */
+typedef struct fc_copy { uintptr_t dst, src; size_t n; unsigned elem, value; int dst_dev, src_dev; } fc_copy;
 typedef struct fc_op {
     struct fc_op *next;
     int kind;
@@ -215,8 +218,7 @@ typedef struct fc_op {
         struct { CUhostFn fn; void *ud; } h;
         fc_fence *fence;
         struct { uintptr_t ptr; int pooled; } free;
-        /* a copy (elem 0) or a memset of n elements of elem bytes; *_dev: the device side */
-        struct { uintptr_t dst, src; size_t n; unsigned elem, value; int dst_dev, src_dev; } copy;
+        fc_copy copy;
     } u;
     /* kernel argument bytes / prefetch ranges follow */
 } fc_op;
@@ -271,6 +273,7 @@ int fc_stream_capturing(CUstream s);
 int fc_capture_append(CUstream s, CUgraphNode n);
 int fc_capture_add_kernel(CUstream s, struct fc_kdef *def, const fakecuda_dims *d, const void *args);
 int fc_capture_add_host(CUstream s, CUhostFn fn, void *ud);
+int fc_capture_add_copy(CUstream s, const fc_copy *c);
 void fc_capture_invalidate(CUstream s);
 /* An event recorded in s: *event_capture_id becomes s's capture's id (0: none) under the
  * capture lock, as the capture lock guards it; returns whether s is capturing. */
@@ -318,6 +321,7 @@ void fc_graph_free(CUgraph g);
 int fc_graph_append(CUgraph g, CUgraphNode n); /* 0, or -1 (n freed; NULL n is refused) */
 CUgraphNode fc_node_kernel(fc_kdef *def, const fakecuda_dims *d, const void *args); /* args copied */
 CUgraphNode fc_node_host(CUhostFn fn, void *ud);
+CUgraphNode fc_node_copy(const fc_copy *c);
 void fc_node_free(CUgraphNode n);
 
 /* ---- memory.c (allocations) and migrate.c (their pages' moves) ---- */
@@ -328,6 +332,8 @@ void fc_node_free(CUgraphNode n);
 enum { FC_ALLOC_DEVICE, FC_ALLOC_MANAGED, FC_ALLOC_MANAGED_POOL };
 CUresult fc_alloc_memory(CUdeviceptr *dptr, size_t size, int kind, int device, CUcontext ctx);
 void fc_free_memory(uintptr_t p);
+/* A cuMemMap mapping entered as device memory (vmm.c); fc_free_memory(base) removes it. */
+CUresult fc_register_mapping(uintptr_t base, size_t size, int device, CUcontext ctx);
 int fc_alloc_starts_at(uintptr_t p);
 /* The allocation holding p (1), or none (0): for pointers.c. */
 typedef struct fc_alloc_desc { uintptr_t base; size_t size; int managed, device; CUcontext ctx; } fc_alloc_desc;

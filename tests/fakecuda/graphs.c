@@ -1,5 +1,5 @@
 /* graphs.c: why it exists: CUDA graphs, apart from the streams that run them: nodes (kernel,
- * host function, child graph), graph create/clone/destroy, instantiation (child graphs
+ * host function, memcpy and memset, child graph), graph create/clone/destroy, instantiation (child graphs
  * flattened into an executable graph), launch onto a stream (or into a capture), graphs built
  * by hand and exec updates. capture.c builds graphs from captured work through the fc_graph_*
  * and fc_node_* helpers. */
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { FC_NODE_KERNEL, FC_NODE_HOST, FC_NODE_GRAPH };
+enum { FC_NODE_KERNEL, FC_NODE_HOST, FC_NODE_COPY, FC_NODE_GRAPH };
 struct CUgraph_st;
 struct CUgraphNode_st {
     int type;
@@ -18,6 +18,7 @@ struct CUgraphNode_st {
     void **params; /* params[i] = args + offsets[i] (the node's kernelParams) */
     CUhostFn fn;
     void *ud;
+    fc_copy copy;             /* FC_NODE_COPY: a memcpy (elem 0) or memset node */
     struct CUgraph_st *child; /* FC_NODE_GRAPH: the node's own copy of the child graph */
 };
 struct CUgraph_st { fc_link link; uint32_t magic; struct CUgraphNode_st **nodes; size_t n, cap; };
@@ -63,6 +64,15 @@ struct CUgraphNode_st *fc_node_host(CUhostFn fn, void *ud)
     n->type = FC_NODE_HOST;
     n->fn = fn;
     n->ud = ud;
+    return n;
+}
+
+struct CUgraphNode_st *fc_node_copy(const fc_copy *c)
+{
+    struct CUgraphNode_st *n = calloc(1, sizeof *n);
+    if (!n) return NULL;
+    n->type = FC_NODE_COPY;
+    n->copy = *c;
     return n;
 }
 
@@ -242,7 +252,10 @@ static CUresult graph_launch(CUgraphExec e, CUstream h)
         fc_op *op;
         if (n->type == FC_NODE_KERNEL) {
             op = fc_kernel_op(n->def, &n->dims, n->args);
-        } else if ((op = calloc(1, sizeof *op))) {
+        } else if ((op = calloc(1, sizeof *op)) && n->type == FC_NODE_COPY) {
+            op->kind = FC_OP_COPY;
+            op->u.copy = n->copy;
+        } else if (op) {
             op->kind = FC_OP_HOSTFN;
             op->u.h.fn = n->fn;
             op->u.h.ud = n->ud;
@@ -400,6 +413,7 @@ FC_EXPORT CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
     if (!hNode || !type) return CUDA_ERROR_INVALID_VALUE;
     *type = hNode->type == FC_NODE_KERNEL ? CU_GRAPH_NODE_TYPE_KERNEL
             : hNode->type == FC_NODE_GRAPH ? CU_GRAPH_NODE_TYPE_GRAPH
+            : hNode->type == FC_NODE_COPY  ? (hNode->copy.elem ? CU_GRAPH_NODE_TYPE_MEMSET : CU_GRAPH_NODE_TYPE_MEMCPY)
                                            : CU_GRAPH_NODE_TYPE_HOST;
     return CUDA_SUCCESS;
 }

@@ -157,6 +157,10 @@ CUresult fc_alloc_memory(CUdeviceptr *dptr, size_t size, int kind, int device, C
 
 static void alloc_destroy(fc_alloc *a)
 {
+    if (a->mapped) {
+        free(a);
+        return;
+    }
     if (a->managed) {
         for (size_t p = 0; p < a->npages; p++) {
             if (a->bits[p] & FC_BIT_PREFETCHED) FC_COUNT(bytes_prefetched_unused, FAKECUDA_PAGE);
@@ -179,6 +183,20 @@ void fc_free_memory(uintptr_t p)
 {
     fc_alloc *a = reg_remove(p);
     if (a) alloc_destroy(a);
+}
+
+/* A cuMemMap mapping as device memory of `device` in the registry (what an address is), its
+ * bytes counted by its handle, its pages by its reservation (vmm.c). */
+CUresult fc_register_mapping(uintptr_t base, size_t size, int device, CUcontext ctx)
+{
+    fc_alloc *a = calloc(1, sizeof *a);
+    if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
+    *a = (fc_alloc){ .base = base, .size = size, .mapped = 1, .device = device, .ctx = ctx };
+    if (reg_insert(a) != 0) {
+        free(a);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return CUDA_SUCCESS;
 }
 
 int fc_alloc_starts_at(uintptr_t p)

@@ -17,6 +17,7 @@ typedef struct fc_alloc {
     size_t map_len;
     int managed;
     int from_pool;   /* managed memory of a managed pool (FC_ALLOC_MANAGED_POOL) */
+    int mapped;      /* a cuMemMap mapping (vmm.c): its bytes and pages are the handle's */
     int device;      /* plain: owning device; managed: device of the allocating context */
     CUcontext ctx;
     size_t npages;

@@ -21,6 +21,7 @@
     X(cuDeviceGetCount, 2000, cuDeviceGetCount, 0, PFN_cuDeviceGetCount_v2000)                        \
     X(cuDeviceGetAttribute, 2000, cuDeviceGetAttribute, 0, PFN_cuDeviceGetAttribute_v2000)            \
     X(cuDeviceGetName, 2000, cuDeviceGetName, 0, PFN_cuDeviceGetName_v2000)                           \
+    X(cuDeviceGetPCIBusId, 4010, cuDeviceGetPCIBusId, 0, PFN_cuDeviceGetPCIBusId_v4010) \
     X(cuDeviceTotalMem, 3020, cuDeviceTotalMem_v2, 0, PFN_cuDeviceTotalMem_v3020)                     \
     X(cuDeviceGetUuid, 9020, cuDeviceGetUuid, 0, PFN_cuDeviceGetUuid_v9020)                           \
     X(cuDeviceGetUuid, 11040, cuDeviceGetUuid_v2, 0, PFN_cuDeviceGetUuid_v11040)                      \
@@ -91,6 +92,16 @@
     X(cuMemPoolGetAttribute, 11020, cuMemPoolGetAttribute, 0, PFN_cuMemPoolGetAttribute_v11020)       \
     X(cuIpcGetMemHandle, 4010, cuIpcGetMemHandle, 0, PFN_cuIpcGetMemHandle_v4010)                     \
     X(cuMemCreate, 10020, cuMemCreate, 0, PFN_cuMemCreate_v10020)                                     \
+    X(cuMemAddressReserve, 10020, cuMemAddressReserve, 0, PFN_cuMemAddressReserve_v10020) \
+    X(cuMemAddressFree, 10020, cuMemAddressFree, 0, PFN_cuMemAddressFree_v10020) \
+    X(cuMemMap, 10020, cuMemMap, 0, PFN_cuMemMap_v10020) \
+    X(cuMemUnmap, 10020, cuMemUnmap, 0, PFN_cuMemUnmap_v10020) \
+    X(cuMemSetAccess, 10020, cuMemSetAccess, 0, PFN_cuMemSetAccess_v10020) \
+    X(cuMemGetAllocationGranularity, 10020, cuMemGetAllocationGranularity, 0, PFN_cuMemGetAllocationGranularity_v10020) \
+    X(cuMemRetainAllocationHandle, 11000, cuMemRetainAllocationHandle, 0, PFN_cuMemRetainAllocationHandle_v11000) \
+    X(cuMemGetAllocationPropertiesFromHandle, 10020, cuMemGetAllocationPropertiesFromHandle, 0, PFN_cuMemGetAllocationPropertiesFromHandle_v10020) \
+    X(cuMemExportToShareableHandle, 10020, cuMemExportToShareableHandle, 0, PFN_cuMemExportToShareableHandle_v10020) \
+    X(cuMemImportFromShareableHandle, 10020, cuMemImportFromShareableHandle, 0, PFN_cuMemImportFromShareableHandle_v10020) \
     X(cuMemRelease, 10020, cuMemRelease, 0, PFN_cuMemRelease_v10020)                                  \
     X(cuPointerGetAttribute, 4000, cuPointerGetAttribute, 0, PFN_cuPointerGetAttribute_v4000)         \
     X(cuMemGetAddressRange, 3020, cuMemGetAddressRange_v2, 0, PFN_cuMemGetAddressRange_v3020)         \
@@ -348,7 +359,7 @@ typedef struct fc_proc { const char *base; int version; const char *sym; int pts
 #define FC_ROW(base, ver, sym, ptsz, pfn) { #base, ver, #sym, ptsz, (void *)&fcl_##sym },
 static const fc_proc fc_procs[] = { FC_PROC_TABLE(FC_ROW) };
 
-/* FAKECUDA_PROCADDR_INTERNAL=NAME[,NAME...] (ABI names of the launch entry points below):
+/* FAKECUDA_PROCADDR_INTERNAL=NAME[,NAME...] (ABI names of the launch entry points below, graph launches too):
  * cuGetProcAddress answers those with an internal function of the same signature that does
  * what the export does, not the export itself. A harsher mode, not the default: the 535 and
  * 550 drivers answer with their exports (tests/test_real_libcuda.py), but a driver whose
@@ -370,6 +381,8 @@ FC_INTERNAL(cuLaunchKernelEx_ptsz, (const CUlaunchConfig *c, CUfunction f, void 
             (c, f, params, extra))
 FC_INTERNAL(cuLaunchCooperativeKernel, FC_COOPERATIVE_PARAMS, (f, gx, gy, gz, bx, by, bz, shared, s, params))
 FC_INTERNAL(cuLaunchCooperativeKernel_ptsz, FC_COOPERATIVE_PARAMS, (f, gx, gy, gz, bx, by, bz, shared, s, params))
+FC_INTERNAL(cuGraphLaunch, (CUgraphExec e, CUstream s), (e, s))
+FC_INTERNAL(cuGraphLaunch_ptsz, (CUgraphExec e, CUstream s), (e, s))
 
 static const struct { const char *sym; void *fn; } fc_internal[] = {
     {"cuLaunchKernel", (void *)&internal_cuLaunchKernel},
@@ -378,6 +391,8 @@ static const struct { const char *sym; void *fn; } fc_internal[] = {
     {"cuLaunchKernelEx_ptsz", (void *)&internal_cuLaunchKernelEx_ptsz},
     {"cuLaunchCooperativeKernel", (void *)&internal_cuLaunchCooperativeKernel},
     {"cuLaunchCooperativeKernel_ptsz", (void *)&internal_cuLaunchCooperativeKernel_ptsz},
+    {"cuGraphLaunch", (void *)&internal_cuGraphLaunch},
+    {"cuGraphLaunch_ptsz", (void *)&internal_cuGraphLaunch_ptsz},
 };
 #define FC_NINTERNAL ((int)(sizeof fc_internal / sizeof *fc_internal))
 static int fc_internal_on[FC_NINTERNAL];
@@ -393,7 +408,8 @@ static void read_internal(void)
             i++;
         if (i == FC_NINTERNAL) {
             fprintf(stderr, "fakecuda: FAKECUDA_PROCADDR_INTERNAL: unknown entry point \"%.*s\"; allowed: "
-                    "cuLaunchKernel, cuLaunchKernelEx, cuLaunchCooperativeKernel and their _ptsz forms\n", (int)len, v);
+                    "cuLaunchKernel, cuLaunchKernelEx, cuLaunchCooperativeKernel, cuGraphLaunch and their _ptsz forms\n",
+                    (int)len, v);
             exit(2);
         }
         fc_internal_on[i] = 1;

@@ -154,6 +154,32 @@ void selftest_capture_join(struct selftest_main *m)
     CHECK(selftest_all_equal(d, nd, 16.0f), "joined graph ran both kernels");
     OK(cuGraphExecDestroy(ge));
     OK(cuGraphDestroy(g));
+    /* an async memset and a device-to-device copy captured become memset and memcpy nodes that
+     * run at each launch; a copy from host memory in a capture is refused and invalidates it */
+    float three = 3.0f;
+    unsigned three_bits;
+    memcpy(&three_bits, &three, sizeof three_bits);
+    OK(cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_RELAXED));
+    OK(cuMemsetD32Async((CUdeviceptr)(uintptr_t)d, three_bits, nd / 2, s1));
+    OK(cuMemcpyDtoDAsync((CUdeviceptr)(uintptr_t)(d + nd / 2), (CUdeviceptr)(uintptr_t)d, nd / 2 * sizeof *d, s1));
+    OK(cuStreamEndCapture(s1, &g));
+    CUgraphNodeType types[2];
+    OK(cuGraphGetNodes(g, nodes, &nn));
+    OK(cuGraphNodeGetType(nodes[0], &types[0]));
+    OK(cuGraphNodeGetType(nodes[1], &types[1]));
+    CHECK(nn == 2 && types[0] == CU_GRAPH_NODE_TYPE_MEMSET && types[1] == CU_GRAPH_NODE_TYPE_MEMCPY,
+          "captured memset and memcpy nodes");
+    CHECK(selftest_all_equal(d, nd, 16.0f), "captured memset not run at capture");
+    OK(cuGraphInstantiate(&ge, g, 0));
+    OK(cuGraphLaunch(ge, s1));
+    OK(cuStreamSynchronize(s1));
+    CHECK(selftest_all_equal(d, nd, 3.0f), "memset and memcpy nodes ran at launch");
+    OK(cuGraphExecDestroy(ge));
+    OK(cuGraphDestroy(g));
+    OK(cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_RELAXED));
+    CHECK(cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)d, &three, sizeof three, s1) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+          "copy from host memory in capture");
+    CHECK(cuStreamEndCapture(s1, &g) == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED && g == NULL, "invalidated by it");
     /* a prefetch into a capture invalidates it */
     OK(cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_RELAXED));
     CHECK(cuMemPrefetchAsync((CUdeviceptr)(uintptr_t)d, PAGE, dloc, 0, s1) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,

@@ -2,7 +2,7 @@
  * (selftest.c runs them in order on what it set up): faults of a host-filled buffer, prefetch
  * (single and batched, with the batch's checks), unused prefetched bytes and CPU faults, discard,
  * a prefetch raced by a kernel on another stream; then pointer attributes, plain and
- * stream-ordered allocations, memory pools (stream-ordered reuse) and cuMemCreate. */
+ * stream-ordered allocations, memory pools (stream-ordered reuse), cuMemCreate and mappings (vmm.c). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -253,4 +253,37 @@ void selftest_memory(struct selftest_main *m)
     OK(cuMemRelease(phys));
     OK(cuMemGetInfo(&fr, &tot));
     CHECK(fr == free_before, "cuMemRelease gives it back");
+
+    /* 12d. reserve, map, grant access, copy, retain, unmap, free (PyTorch's expandable segments) */
+    size_t gran = 0;
+    OK(cuMemGetAllocationGranularity(&gran, &vmm, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+    CHECK(gran == 2 * MiB, "granularity 2 MiB");
+    CUdeviceptr va = 0;
+    OK(cuMemAddressReserve(&va, 8 * gran, 0, 0, 0));
+    CHECK(va != 0 && va % gran == 0, "reservation aligned");
+    OK(cuMemCreate(&phys, gran, &vmm, 0));
+    CHECK(cuMemMap(va + 8 * gran, gran, 0, phys, 0) == CUDA_ERROR_INVALID_VALUE, "map outside the reservation");
+    OK(cuMemMap(va + gran, gran, 0, phys, 0));
+    CHECK(cuMemMap(va + gran, gran, 0, phys, 0) == CUDA_ERROR_INVALID_VALUE, "map over a mapping");
+    CHECK(cuMemRelease(phys) == CUDA_SUCCESS, "release while mapped");
+    CUmemAccessDesc rw = { .location = dev0, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+    CHECK(cuMemSetAccess(va, 2 * gran, &rw, 1) == CUDA_ERROR_INVALID_VALUE, "access to unmapped addresses");
+    OK(cuMemSetAccess(va + gran, gran, &rw, 1));
+    unsigned words[4] = { 7, 7, 7, 7 }, back[4] = { 0 };
+    OK(cuMemcpyHtoD(va + gran, words, sizeof words));
+    OK(cuMemcpyDtoH(back, va + gran, sizeof back));
+    CHECK(back[3] == 7, "a mapping is device memory");
+    CUmemGenericAllocationHandle retained = 0;
+    CUmemAllocationProp asked = { 0 };
+    OK(cuMemRetainAllocationHandle(&retained, (void *)(uintptr_t)(va + gran + 64)));
+    OK(cuMemGetAllocationPropertiesFromHandle(&asked, retained));
+    CHECK(retained == phys && asked.location.id == dev0.id, "the mapped handle, retained");
+    OK(cuMemRelease(retained));
+    CHECK(cuMemAddressFree(va, 8 * gran) == CUDA_ERROR_INVALID_VALUE, "a reservation with a mapping");
+    OK(cuMemGetInfo(&fr, &tot));
+    CHECK(free_before - fr == gran, "a mapped handle holds its memory after its release");
+    OK(cuMemUnmap(va + gran, gran));
+    OK(cuMemGetInfo(&fr, &tot));
+    CHECK(fr == free_before, "its last unmap frees a released handle");
+    OK(cuMemAddressFree(va, 8 * gran));
 }

@@ -84,6 +84,8 @@ static void persona(void)
     CHECK(v == 52428800, "L2 %d", v);
     OK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, 0));
     CHECK(v == 2, "PCI bus %d", v);
+    OK(cuDeviceGetPCIBusId(name, sizeof name, 0));
+    CHECK(strcmp(name, "0000:02:00.0") == 0, "PCI bus id %s", name);
 }
 
 static void context_queries(CUcontext ctx)

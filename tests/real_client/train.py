@@ -1,10 +1,16 @@
 """The real client's training loops (issue 26 item 4), run by tests/test_real_client_training.py
-with PyTorch's CUDA build on fakecuda, bare and under pump-run: a small GPT-style model
-(embedding, SDPA attention, layer norm, GELU, cross-entropy) trained with AdamW foreach and
-fused, and a small convolutional one (convolution, batch norm); gradient clipping, an .item()
-each step, a checkpoint saved to the host (argv[1], a directory). Prints one JSON line: per
-loop, whether it ran, its steps and the checkpoint's tensors (names and shapes). Kernels are
-no-ops on fakecuda, so no value is printed or checked."""
+and tests/test_real_client_allocators.py with PyTorch's CUDA build on fakecuda, bare and under
+pump-run: a small GPT-style model (embedding, SDPA attention, layer norm, GELU, cross-entropy)
+trained with AdamW foreach and fused, a small convolutional one (convolution, batch norm; cuDNN
+in benchmark mode, which sizes its workspace from the allocator's cacheInfo), and the GPT-style
+step captured in a CUDA graph and replayed (torch.cuda.graphs); gradient clipping, an .item()
+each step, a checkpoint saved to the host (argv[1], a directory). argv[2], if given, names the
+loops to run (comma-separated). Then PyTorch's memory answers (mem_get_info, memory_stats and
+what is built on them) are checked against what this script knows it holds.
+
+Prints one JSON line: per loop, whether it ran, its steps and the checkpoint's tensors (names
+and shapes); "memory": the answers that did not hold. Kernels are no-ops on fakecuda, so no
+value is printed or checked."""
 import json
 import sys
 
@@ -66,6 +72,7 @@ def gpt(fused):
 
 
 def conv():
+    torch.backends.cudnn.benchmark = True
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
                           nn.Flatten(), nn.Linear(8, 10)).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
@@ -73,8 +80,84 @@ def conv():
                  opt)
 
 
+def graph():
+    """The GPT-style step captured once in a CUDA graph, after warm-up on a side stream, and
+    replayed each step on new data copied into its static inputs (PyTorch's recipe)."""
+    model = GPT().cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True, capturable=True)
+    x = torch.randint(0, VOCAB, (4, SEQ), device="cuda")
+    y = x.view(-1).clone()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x).view(-1, VOCAB), y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return loss
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        loss = step()
+    for _ in range(STEPS):
+        x.copy_(torch.randint(0, VOCAB, (4, SEQ), device="cuda"))
+        y.copy_(x.view(-1))
+        g.replay()
+        loss.item()
+    return model
+
+
+def compiled():
+    """A small model through torch.compile (Inductor's Triton kernels, compiled by Triton's own
+    ptxas for the persona's sm_90, forward and backward), trained as the others."""
+    model = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.LayerNorm(64), nn.Linear(64, 10)).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+    step = torch.compile(model)
+    train(step, lambda: (torch.randn(8, 32, device="cuda"), torch.randint(0, 10, (8,), device="cuda")), opt)
+    return model
+
+
+def memory_answers():
+    """What PyTorch answers about memory against what this script knows: a tensor of a whole
+    number of blocks counted exactly while it lives and gone when freed, peaks reset, free
+    memory within the total. Returns the answers that did not hold."""
+    bad = []
+    free, total = torch.cuda.mem_get_info()
+    if not 0 < free <= total <= torch.cuda.get_device_properties(0).total_memory:
+        bad.append(f"mem_get_info: free {free}, total {total}")
+    keys = ("allocated_bytes.all.current", "active_bytes.all.current", "requested_bytes.all.current",
+            "allocation.all.current", "active.all.current")
+    size = 3 << 20
+    before = torch.cuda.memory_stats()
+    x = torch.empty(size, dtype=torch.uint8, device="cuda")
+    during = torch.cuda.memory_stats()
+    del x
+    after = torch.cuda.memory_stats()
+    for key in keys:
+        want = size if "bytes" in key else 1
+        if during[key] - before[key] != want or after[key] != before[key]:
+            bad.append(f"{key}: {before[key]} before, {during[key]} with {want} more, {after[key]} after")
+    if during["reserved_bytes.all.current"] < during["allocated_bytes.all.current"]:
+        bad.append(f"reserved {during['reserved_bytes.all.current']} < allocated {during['allocated_bytes.all.current']}")
+    if torch.cuda.memory_allocated() != after["allocated_bytes.all.current"]:
+        bad.append(f"memory_allocated() {torch.cuda.memory_allocated()} is not memory_stats'")
+    torch.cuda.reset_peak_memory_stats()
+    if torch.cuda.max_memory_allocated() != torch.cuda.memory_allocated():
+        bad.append("the peak after reset_peak_memory_stats is not the current figure")
+    torch.cuda.memory_summary()  # raises where the allocator has no stats
+    return bad
+
+
+LOOPS = {"gpt_foreach": lambda: gpt(False), "gpt_fused": lambda: gpt(True), "conv": conv, "graph": graph,
+         "compiled": compiled}
+chosen = sys.argv[2].split(",") if len(sys.argv) > 2 else ["gpt_foreach", "gpt_fused", "conv"]
 out = {}
-for name, make in [("gpt_foreach", lambda: gpt(False)), ("gpt_fused", lambda: gpt(True)), ("conv", conv)]:
+for name, make in ((n, LOOPS[n]) for n in chosen):
     try:
         model = make()
         state = {k: v.cpu() for k, v in model.state_dict().items()}
@@ -83,4 +166,8 @@ for name, make in [("gpt_foreach", lambda: gpt(False)), ("gpt_fused", lambda: gp
     except Exception as e:  # reported, so the test names the loop and the error
         out[name] = {"ok": False, "error": f"{type(e).__name__}: {str(e).splitlines()[0]}"}
 torch.cuda.synchronize()
+try:
+    out["memory"] = {"ok": True, "violations": memory_answers()}
+except Exception as e:
+    out["memory"] = {"ok": False, "error": f"{type(e).__name__}: {str(e).splitlines()[0]}"}
 print(json.dumps(out))
