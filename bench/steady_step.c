@@ -1,7 +1,7 @@
 /* steady_step.c: a PyTorch-like training step on fakecuda, for scripts/bench-steady: what
  * pump adds in the steady state a GPU would show, measured per step.
  *
- *   steady_step STEPS WARMUP [managed] [neighbour=MIB] [read_mostly] [planned]
+ *   steady_step STEPS WARMUP [managed] [neighbour=MIB] [read_mostly] [planned] [print_launches]
  *
  * The model: 32 layers, each with a weight, its gradient and Adam's two moments (2 MiB each),
  * and a 4 MiB activation saved for the backward pass; every tensor from PyTorch's caching
@@ -25,6 +25,8 @@
  *   learns the iteration from two steps and plans it in its own process, which takes a time of
  *   this machine's, not a number of steps. The steps before are run but not counted (at most
  *   PLAN_WAIT_STEPS; a run whose plan never came exits 4). Without libpump it does nothing.
+ * print_launches: a line per launch, before the JSON object: "launch KERNEL 0xPTR ...", the
+ *   device tensors it is given in argument order (what a launch key is made of, pump_channel.h).
  *
  * Prints one JSON object: per-step figures of step 1 ("first"), and the mean over the steps
  * after WARMUP ("steady"): fakecuda's counters, its calls and modelled host ns per entry point,
@@ -140,32 +142,40 @@ static CUfunction kernel(CUmodule module, const char *name, fakecuda_kernel_fn f
 }
 
 static long launches;
+static bool print_launches;
 
-static void launch(CUfunction f, void **params)
+/* Launches f; `device`: the n device tensors it is given, in argument order (print_launches). */
+static void launch(CUfunction f, void **params, const CUdeviceptr *device, int n)
 {
     CHECK(cuLaunchKernel(f, 1, 1, 1, 256, 1, 1, 0, NULL, params, NULL));
     launches++;
+    if (!print_launches)
+        return;
+    printf("launch %s", f == unary ? "unary" : f == binary ? "binary" : f == adam ? "adam" : f == to_device ? "to_device" : "to_host");
+    for (int i = 0; i < n; i++)
+        printf(" 0x%llx", (unsigned long long)device[i]);
+    printf("\n");
 }
 
 static void launch_unary(CUdeviceptr in, size_t in_bytes, CUdeviceptr out, size_t out_bytes)
 {
     uint64_t ib = in_bytes, ob = out_bytes;
     void *params[] = {&in, &ib, &out, &ob};
-    launch(unary, params);
+    launch(unary, params, (CUdeviceptr[]){in, out}, 2);
 }
 
 static void launch_binary(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, size_t bytes)
 {
     uint64_t n = bytes;
     void *params[] = {&a, &b, &out, &n};
-    launch(binary, params);
+    launch(binary, params, (CUdeviceptr[]){a, b, out}, 3);
 }
 
-static void launch_copy(CUfunction f, void *first, void *second, size_t bytes)
+static void launch_copy(CUfunction f, void *first, void *second, CUdeviceptr device, size_t bytes)
 {
     uint64_t n = bytes;
     void *params[] = {first, second, &n};
-    launch(f, params);
+    launch(f, params, &device, 1);
 }
 
 /* ---- one training step ---- */
@@ -173,7 +183,7 @@ static void launch_copy(CUfunction f, void *first, void *second, size_t bytes)
 static float step(const float *batch_host, float *loss_host)
 {
     CUdeviceptr batch = torch_caching_alloc(&cache, BATCH), act[LAYERS + 1];
-    launch_copy(to_device, &batch_host, &batch, BATCH);
+    launch_copy(to_device, &batch_host, &batch, batch, BATCH);
     act[0] = batch;
     for (int l = 0; l < LAYERS; l++) { /* matmul, bias, activation, norm, dropout */
         CUdeviceptr tmp = torch_caching_alloc(&cache, ACT);
@@ -210,11 +220,11 @@ static float step(const float *batch_host, float *loss_host)
         launch_binary(grad[l], moment2[l], moment2[l], PARAM);
         uint64_t n = PARAM;
         void *params[] = {&weight[l], &grad[l], &moment1[l], &moment2[l], &n};
-        launch(adam, params);
+        launch(adam, params, (CUdeviceptr[]){weight[l], grad[l], moment1[l], moment2[l]}, 4);
     }
     for (int l = 0; l < LAYERS; l++) /* zero_grad */
         launch_unary(grad[l], PARAM, grad[l], PARAM);
-    launch_copy(to_host, &loss, &loss_host, LOSS); /* .item(): copy, then wait */
+    launch_copy(to_host, &loss, &loss_host, loss, LOSS); /* .item(): copy, then wait */
     CHECK(cuStreamSynchronize(NULL));
     torch_caching_free(&cache, loss, LOSS);
     torch_caching_free(&cache, batch, BATCH);
@@ -310,13 +320,15 @@ int main(int argc, char **argv)
             read_mostly = true;
         else if (strcmp(argv[i], "planned") == 0)
             planned = true;
+        else if (strcmp(argv[i], "print_launches") == 0)
+            print_launches = true;
         else if (strncmp(argv[i], "neighbour=", 10) == 0 && atoi(argv[i] + 10) > 0)
             neighbour = (size_t)atoi(argv[i] + 10) * MIB;
         else
             usage = true;
     }
     if (usage) {
-        fprintf(stderr, "usage: steady_step STEPS WARMUP [managed] [neighbour=MIB] [read_mostly] [planned] (1 <= WARMUP < STEPS)\n");
+        fprintf(stderr, "usage: steady_step STEPS WARMUP [managed] [neighbour=MIB] [read_mostly] [planned] [print_launches] (1 <= WARMUP < STEPS)\n");
         return 2;
     }
     cuda_api_load(&api, 0);
