@@ -1,7 +1,7 @@
 /* steady_step.c: a PyTorch-like training step on fakecuda, for scripts/bench-steady: what
  * pump adds in the steady state a GPU would show, measured per step.
  *
- *   steady_step STEPS WARMUP [managed] [neighbour=MIB]
+ *   steady_step STEPS WARMUP [managed] [neighbour=MIB] [read_mostly] [planned] [print_launches]
  *
  * The model: 32 layers, each with a weight, its gradient and Adam's two moments (2 MiB each),
  * and a 4 MiB activation saved for the backward pass; every tensor from PyTorch's caching
@@ -20,6 +20,13 @@
  *   buffers: plain allocations pump leaves alone), for the whole run.
  * read_mostly: the weights advised CU_MEM_ADVISE_SET_READ_MOSTLY (managed memory only): read
  *   by the forward and backward passes, written once a step by the optimizer.
+ * planned: under pump-run --policy lookahead, the warmup's WARMUP steps count from the first
+ *   step in which a launch found a trigger of pumpd's plan (libpump's plan_triggers): pumpd
+ *   learns the iteration from two steps and plans it in its own process, which takes a time of
+ *   this machine's, not a number of steps. The steps before are run but not counted (at most
+ *   PLAN_WAIT_STEPS; a run whose plan never came exits 4). Without libpump it does nothing.
+ * print_launches: a line per launch, before the JSON object: "launch KERNEL 0xPTR ...", the
+ *   device tensors it is given in argument order (what a launch key is made of, pump_channel.h).
  *
  * Prints one JSON object: per-step figures of step 1 ("first"), and the mean over the steps
  * after WARMUP ("steady"): fakecuda's counters, its calls and modelled host ns per entry point,
@@ -43,6 +50,8 @@
 #define LOSS (2 * MIB)
 #define COMPUTED 64 /* floats each kernel computes on: the rest of a tensor is touched only */
 #define MAX_ENTRIES 64
+#define PLAN_WAIT_STEPS 200
+#define MAX_RECORDED 1024 /* steps whose loss is printed */
 
 static CUfunction unary, binary, adam, to_device, to_host;
 static struct torch_caching cache = {.segment_size = 20 * MIB, .report = true};
@@ -133,32 +142,40 @@ static CUfunction kernel(CUmodule module, const char *name, fakecuda_kernel_fn f
 }
 
 static long launches;
+static bool print_launches;
 
-static void launch(CUfunction f, void **params)
+/* Launches f; `device`: the n device tensors it is given, in argument order (print_launches). */
+static void launch(CUfunction f, void **params, const CUdeviceptr *device, int n)
 {
     CHECK(cuLaunchKernel(f, 1, 1, 1, 256, 1, 1, 0, NULL, params, NULL));
     launches++;
+    if (!print_launches)
+        return;
+    printf("launch %s", f == unary ? "unary" : f == binary ? "binary" : f == adam ? "adam" : f == to_device ? "to_device" : "to_host");
+    for (int i = 0; i < n; i++)
+        printf(" 0x%llx", (unsigned long long)device[i]);
+    printf("\n");
 }
 
 static void launch_unary(CUdeviceptr in, size_t in_bytes, CUdeviceptr out, size_t out_bytes)
 {
     uint64_t ib = in_bytes, ob = out_bytes;
     void *params[] = {&in, &ib, &out, &ob};
-    launch(unary, params);
+    launch(unary, params, (CUdeviceptr[]){in, out}, 2);
 }
 
 static void launch_binary(CUdeviceptr a, CUdeviceptr b, CUdeviceptr out, size_t bytes)
 {
     uint64_t n = bytes;
     void *params[] = {&a, &b, &out, &n};
-    launch(binary, params);
+    launch(binary, params, (CUdeviceptr[]){a, b, out}, 3);
 }
 
-static void launch_copy(CUfunction f, void *first, void *second, size_t bytes)
+static void launch_copy(CUfunction f, void *first, void *second, CUdeviceptr device, size_t bytes)
 {
     uint64_t n = bytes;
     void *params[] = {first, second, &n};
-    launch(f, params);
+    launch(f, params, &device, 1);
 }
 
 /* ---- one training step ---- */
@@ -166,7 +183,7 @@ static void launch_copy(CUfunction f, void *first, void *second, size_t bytes)
 static float step(const float *batch_host, float *loss_host)
 {
     CUdeviceptr batch = torch_caching_alloc(&cache, BATCH), act[LAYERS + 1];
-    launch_copy(to_device, &batch_host, &batch, BATCH);
+    launch_copy(to_device, &batch_host, &batch, batch, BATCH);
     act[0] = batch;
     for (int l = 0; l < LAYERS; l++) { /* matmul, bias, activation, norm, dropout */
         CUdeviceptr tmp = torch_caching_alloc(&cache, ACT);
@@ -203,11 +220,11 @@ static float step(const float *batch_host, float *loss_host)
         launch_binary(grad[l], moment2[l], moment2[l], PARAM);
         uint64_t n = PARAM;
         void *params[] = {&weight[l], &grad[l], &moment1[l], &moment2[l], &n};
-        launch(adam, params);
+        launch(adam, params, (CUdeviceptr[]){weight[l], grad[l], moment1[l], moment2[l]}, 4);
     }
     for (int l = 0; l < LAYERS; l++) /* zero_grad */
         launch_unary(grad[l], PARAM, grad[l], PARAM);
-    launch_copy(to_host, &loss, &loss_host, LOSS); /* .item(): copy, then wait */
+    launch_copy(to_host, &loss, &loss_host, loss, LOSS); /* .item(): copy, then wait */
     CHECK(cuStreamSynchronize(NULL));
     torch_caching_free(&cache, loss, LOSS);
     torch_caching_free(&cache, batch, BATCH);
@@ -283,7 +300,8 @@ static void print_delta(const char *name, const struct snapshot *a, const struct
 #define PUMP(f) printf(", \"%s\": %.3f", #f, DELTA(pump.f))
     printf("{\"launches\": %.3f", DELTA(pump.launches));
     PUMP(launches_managed); PUMP(launches_prefetched); PUMP(prefetch_calls); PUMP(prefetch_ranges); PUMP(prefetch_bytes); PUMP(resident_skips); PUMP(budget_skips);
-    PUMP(bytes_evicted); PUMP(evictions);
+    PUMP(bytes_evicted); PUMP(evictions); PUMP(plan_triggers); PUMP(plan_prefetch_ranges); PUMP(plan_evict_ranges);
+    PUMP(worker_jobs); PUMP(worker_takeovers); PUMP(worker_waits);
 #undef PUMP
     printf(", \"resident_bytes\": %llu, \"errors\": %llu}}", (unsigned long long)b->pump.resident_bytes,
            (unsigned long long)b->pump.errors);
@@ -293,20 +311,24 @@ int main(int argc, char **argv)
 {
     int steps = argc >= 3 ? atoi(argv[1]) : 0, warmup = argc >= 3 ? atoi(argv[2]) : 0;
     size_t neighbour = 0;
-    bool read_mostly = false;
+    bool read_mostly = false, planned = false;
     bool usage = steps < 2 || warmup < 1 || warmup >= steps;
     for (int i = 3; i < argc; i++) {
         if (strcmp(argv[i], "managed") == 0)
             cache.managed = true;
         else if (strcmp(argv[i], "read_mostly") == 0)
             read_mostly = true;
+        else if (strcmp(argv[i], "planned") == 0)
+            planned = true;
+        else if (strcmp(argv[i], "print_launches") == 0)
+            print_launches = true;
         else if (strncmp(argv[i], "neighbour=", 10) == 0 && atoi(argv[i] + 10) > 0)
             neighbour = (size_t)atoi(argv[i] + 10) * MIB;
         else
             usage = true;
     }
     if (usage) {
-        fprintf(stderr, "usage: steady_step STEPS WARMUP [managed] [neighbour=MIB] [read_mostly] (1 <= WARMUP < STEPS)\n");
+        fprintf(stderr, "usage: steady_step STEPS WARMUP [managed] [neighbour=MIB] [read_mostly] [planned] [print_launches] (1 <= WARMUP < STEPS)\n");
         return 2;
     }
     cuda_api_load(&api, 0);
@@ -345,30 +367,42 @@ int main(int argc, char **argv)
     }
 
     static struct snapshot start, after_first, after_warmup, end;
-    uint32_t loss_bits[1024];
-    int recorded = steps < 1024 ? steps : 1024;
+    uint32_t loss_bits[MAX_RECORDED];
     take(&start);
     long launches_before = launches;
-    for (int s = 0; s < steps; s++) {
+    struct pump_stats record;
+    planned = planned && read_pump_record(&record);
+    int unplanned = 0; /* steps run before the plan's first: not counted */
+    for (int s = 0; s < steps + unplanned; s++) {
         for (size_t i = 0; i < BATCH / sizeof(float); i += 1024)
             batch_host[i] = (float)(s + 1) * 0.01f;
         for (int i = 0; i < COMPUTED; i++)
             batch_host[i] = (float)(s + i) * 0.01f;
         float loss = step(batch_host, loss_host);
-        if (s < recorded)
+        if (s < MAX_RECORDED)
             memcpy(&loss_bits[s], &loss, sizeof loss);
         if (s == 0)
             take(&after_first);
-        if (s == warmup - 1)
+        if (planned && read_pump_record(&record) && record.plan_triggers == 0) {
+            if (++unplanned > PLAN_WAIT_STEPS) {
+                fprintf(stderr, "error: no launch found a trigger of pumpd's plan in %d steps\n", PLAN_WAIT_STEPS);
+                return 4;
+            }
+            continue;
+        }
+        planned = false;
+        if (s == unplanned + warmup - 1)
             take(&after_warmup);
     }
     take(&end);
-    printf("{\"launches_per_step\": %ld, \"segments\": %d, \"segment_bytes\": %zu, \"warmup\": %d, ",
-           (launches - launches_before) / steps, cache.nsegments, cache.segment_size, warmup);
+    printf("{\"launches_per_step\": %ld, \"segments\": %d, \"segment_bytes\": %zu, \"warmup\": %d, "
+           "\"unplanned_steps\": %d, ",
+           (launches - launches_before) / (steps + unplanned), cache.nsegments, cache.segment_size, warmup, unplanned);
     print_delta("first", &start, &after_first, 1);
     printf(", ");
     print_delta("steady", &after_warmup, &end, steps - warmup);
     printf(", \"loss_bits\": [");
+    int recorded = steps + unplanned < MAX_RECORDED ? steps + unplanned : MAX_RECORDED;
     for (int s = 0; s < recorded; s++)
         printf("%s%u", s ? ", " : "", loss_bits[s]);
     printf("]}\n");

@@ -292,6 +292,12 @@ static void need_rule(struct pump_context *c, int device, CUstream stream, const
         }
     }
     take_done(&p, &e, budget, ready);
+    /* The lock-free skip, as the launch rule's: a trigger's need lies in the launch's own
+     * allocations (pumpd knows a launch by them), so a launch whose allocations are all
+     * resident and awaited this epoch has nothing to take. */
+    for (uint32_t r = 0; r < scan->own; r++)
+        if (scan->range[r]->blocks != NULL)
+            pump_blocks_refresh(scan->range[r]->blocks, device, stamp_for(scan->range[r], p.stamps));
     pump_decision_unlock(&dn);
     if (pump_decision_make(&dn))
         PUMP_COUNT(launches_prefetched, 1);
@@ -393,7 +399,7 @@ PUMP_HIDDEN void pump_residency_launch(struct pump_context *c, CUstream stream, 
         return;
     bool planned = trigger != NULL && trigger->need > 0;
     struct stamps stamps = resident_stamps(device);
-    if (!planned && launch_todo(uses_of(scan), stamps) == 0)
+    if (launch_todo(uses_of(scan), stamps) == 0)
         return;
     *capturing = pump_stream_capturing(stream);
     if (*capturing)
@@ -523,7 +529,7 @@ static void after_use(struct pump_context *c, CUstream stream, struct uses u, ui
         pump_rank_used(u.range, u.n, device);
     if (pump_config.policy == PUMP_POLICY_OFF && budget != 0)
         off_rule(c, device, u, budget, token);
-    if (trigger != NULL)
+    if (trigger != NULL && trigger->prefetch + trigger->evict > 0)
         plan_rule(c, device, u, budget, token, tick, trigger);
     if (budget != 0 && __atomic_load_n(&pump_devices[device].resident, __ATOMIC_RELAXED) > budget)
         hold_budget(c, device, u, budget, token);

@@ -13,7 +13,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MIB = 1 << 20
 BLOCK = 2 * MIB
-SCENARIOS = ("fitting", "budget50", "oversubscribed")
+LOOKAHEAD_SCENARIOS = ("budget50_lookahead", "oversubscribed_lookahead")
+SCENARIOS = ("fitting", "budget50", "oversubscribed", *LOOKAHEAD_SCENARIOS)
 KEYS = ("added_driver_calls_per_step", "added_driver_us_per_step", "added_driver_by_entry",
         "added_cpu_ns_per_launch", "added_host_us_per_launch", "prefetch_calls_per_step",
         "prefetch_bytes_asked_per_step", "prefetch_bytes_moved_per_step", "prefetches_of_resident_blocks",
@@ -50,7 +51,7 @@ def test_structure(bench):
         assert set(KEYS) <= set(bench[scenario]), scenario
         extra = {"driver_at_budget"} if scenario == "budget50" else set()
         assert set(bench["runs"][scenario]) == {"bare", "pump", "pump_ioctls_on_worker"} | extra
-    assert set(AT_BUDGET_KEYS) <= set(bench["budget50"])
+    assert set(AT_BUDGET_KEYS) <= set(bench["budget50"]) and set(AT_BUDGET_KEYS) <= set(bench["budget50_lookahead"])
     assert bench["steps"] == 3 and bench["warmup"] == 1 and bench["launches_per_step"] >= 500
     assert {row[0] for row in bench["target_rows"]} == set(SCENARIOS) | {"two_devices"}
     assert set(TWO_DEVICES_KEYS) <= set(bench["two_devices"])
@@ -179,6 +180,22 @@ def test_the_launching_thread_is_charged_only_its_own_driver_time(bench):
         launches = bench["launches_per_step"]
         assert row["launch_thread_us_per_launch_without_pump"] >= bare["thread_host_ns"] / launches / 1000
         assert row["wall_us_per_launch_without_pump"] > 0
+
+
+def test_lookahead_plans_every_launch_of_the_step(bench):
+    # Under --policy lookahead pumpd learns the step (516 launches) and every launch of a
+    # counted step finds a trigger of its plan. Before torch_caching.h handed out the
+    # lowest-addressed free block (PyTorch's order), the step's launch keys changed from step to
+    # step and pumpd learned no iteration in bench-steady's steps: no trigger at all.
+    launches = bench["launches_per_step"]
+    for scenario in LOOKAHEAD_SCENARIOS:
+        assert bench[scenario]["plan_triggers_per_step"] == launches, scenario
+        runs = bench["runs"][scenario]
+        assert runs["pump"]["steady"]["pump"]["plan_triggers"] == launches
+    # At the budget the plan's prefetches ahead and evictions by next use move less than the
+    # driver given only the budget's memory.
+    b = bench["budget50_lookahead"]
+    assert b["bytes_h2d_per_step"] <= b["bytes_h2d_per_step_driver_at_budget"]
 
 
 def test_bad_arguments_are_refused():

@@ -1,7 +1,11 @@
 /* torch_caching.h: PyTorch's caching allocator as fakecuda programs make it
  * (tests/c/torch_allocator.c, bench/steady_step.c): tensors carved out of segments from the
- * driver, a freed block kept and handed out again, at the same address, to the next request
- * of its size, and every block handed out and taken back reported to libpump's
+ * driver, a freed block kept and handed out again, at the same address, to a later request
+ * of its size (the lowest-addressed free block of that size, as PyTorch's best fit takes it:
+ * c10/cuda/CUDACachingAllocator.cpp keeps free blocks in a std::set ordered by
+ * BlockComparatorSize, stream then size then address, and get_free_block takes its
+ * lower_bound; so a step that allocates and frees the same sizes gets the same addresses
+ * every time), and every block handed out and taken back reported to libpump's
  * pump_torch_trace when the process has it (what pump's bridge, pump/boot/torch_trace.cpp,
  * forwards from the allocator's trace trackers). Blocks are never split or merged (the
  * programs ask for the same sizes every step, so best fit is an exact fit).
@@ -37,16 +41,19 @@ static inline void torch_caching_report(const struct torch_caching *c, int event
         pump_torch_trace(event, p, bytes, 0);
 }
 
-/* A block of `bytes`: the most recently freed one of that size, else carved from the first
+/* A block of `bytes`: the lowest-addressed free one of that size, else carved from the first
  * segment with room, else from a new segment. */
 static inline CUdeviceptr torch_caching_alloc(struct torch_caching *c, size_t bytes)
 {
     CUdeviceptr p = 0;
-    for (int i = c->nfree - 1; i >= 0 && p == 0; i--)
-        if (c->free_blocks[i].size == bytes) {
-            p = c->free_blocks[i].ptr;
-            c->free_blocks[i] = c->free_blocks[--c->nfree];
-        }
+    int found = -1;
+    for (int i = 0; i < c->nfree; i++)
+        if (c->free_blocks[i].size == bytes && (found < 0 || c->free_blocks[i].ptr < c->free_blocks[found].ptr))
+            found = i;
+    if (found >= 0) {
+        p = c->free_blocks[found].ptr;
+        c->free_blocks[found] = c->free_blocks[--c->nfree];
+    }
     for (int i = 0; i < c->nsegments && p == 0; i++)
         if (c->segment_size - c->segments[i].used >= bytes) {
             p = c->segments[i].base + c->segments[i].used;
