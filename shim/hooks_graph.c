@@ -432,6 +432,10 @@ static void before_replay(struct replay *r, CUgraphExec exec, CUstream stream)
         return;
     }
     r->budget = pump_budget_for(c);
+    if (!launch_rule && r->budget != 0) {
+        int capturing = 0;
+        pump_residency_off_launch(c, stream, &capturing);
+    }
     if (launch_rule) {
         uint64_t bytes = working_set(r);
         if (r->budget != 0 && bytes > r->budget) {

@@ -84,6 +84,8 @@ static void before_launch(struct launch *l, CUfunction f, CUstream stream, void 
                 l->trigger = &thread_trigger;
             if (launch_rule)
                 pump_residency_launch(c, stream, &l->scan, l->budget, l->trigger, &l->capturing);
+            else if (l->budget != 0)
+                pump_residency_off_launch(c, stream, &l->capturing);
             device = launch_rule || l->budget != 0 ? pump_context_device(c) : -1;
             /* After the kernel: its use (budget), policy off's rule, the plan. */
             if (l->budget != 0 || l->trigger != NULL) {

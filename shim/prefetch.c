@@ -424,13 +424,23 @@ PUMP_HIDDEN void pump_evict_after_discard(struct pump_context *c, uint64_t mark)
  * thread before this wait is enqueued, the wait covers a later prefetch
  * instead, which only makes the kernel wait longer, never shorter than the
  * prefetch stream's order implies. */
-PUMP_HIDDEN void pump_prefetch_wait(struct pump_context *c, CUstream stream)
+static void stream_waits_for(struct pump_context *c, CUstream stream, CUstream pumps, bool wait)
 {
     uint32_t slot = __atomic_fetch_add(&c->next_event, 1, __ATOMIC_RELAXED) % PUMP_EVENTS_PER_CONTEXT;
     struct pump_capture_mode mode = pump_capture_relax();
-    if (pump_call_ok(pump_driver.event_record(c->events[slot], c->stream), "cuEventRecord") && pump_config.wait)
+    if (pump_call_ok(pump_driver.event_record(c->events[slot], pumps), "cuEventRecord") && wait)
         pump_call_ok(pump_driver.stream_wait_event(stream, c->events[slot], 0), "cuStreamWaitEvent");
     pump_capture_restore(&mode);
+}
+
+PUMP_HIDDEN void pump_prefetch_wait(struct pump_context *c, CUstream stream)
+{
+    stream_waits_for(c, stream, c->stream, pump_config.wait);
+}
+
+PUMP_HIDDEN void pump_evictions_wait(struct pump_context *c, CUstream stream)
+{
+    stream_waits_for(c, stream, c->evict_stream, true);
 }
 
 PUMP_HIDDEN void pump_prefetch_after_evictions(struct pump_context *c)

@@ -62,6 +62,8 @@ PUMP_HIDDEN void pump_prefetch_after_discard(struct pump_context *c, uint64_t ma
 PUMP_HIDDEN void pump_evict_after_discard(struct pump_context *c, uint64_t mark);
 /* Enqueues the move of n ranges to the host on c's eviction stream. */
 PUMP_HIDDEN bool pump_evict_to_host(struct pump_context *c, CUdeviceptr *ptrs, size_t *sizes, size_t n);
+/* Makes `stream` wait (on the GPU) for everything on c's eviction stream. */
+PUMP_HIDDEN void pump_evictions_wait(struct pump_context *c, CUstream stream);
 /* Makes c's prefetch stream wait for the evictions enqueued so far. */
 PUMP_HIDDEN void pump_prefetch_after_evictions(struct pump_context *c);
 

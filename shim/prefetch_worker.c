@@ -167,6 +167,18 @@ PUMP_HIDDEN struct pump_job *pump_worker_drain(int device)
     return taken;
 }
 
+PUMP_HIDDEN void pump_worker_wait(int device)
+{
+    if (!pump_worker_pending(device))
+        return;
+    struct worker *w = &workers[device];
+    pump_mutex_lock(&w->lock);
+    while (__atomic_load_n(&w->pending, __ATOMIC_ACQUIRE) > 0 && !__atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
+        pthread_cond_wait(&w->idle, &w->lock);
+    pump_mutex_unlock(&w->lock);
+    pump_worker_finish(pump_worker_drain(device));  /* at exit: what the worker left */
+}
+
 PUMP_HIDDEN void pump_worker_finish(struct pump_job *jobs)
 {
     for (struct pump_job *job = jobs, *next; job != NULL; job = next) {

@@ -37,6 +37,11 @@ PUMP_HIDDEN bool pump_worker_submit(int device, struct pump_job *job);
  * turn: a fork waits for turns while holding the locks a finish takes). */
 PUMP_HIDDEN struct pump_job *pump_worker_drain(int device);
 PUMP_HIDDEN void pump_worker_finish(struct pump_job *jobs);
+/* The same as a drain, but the caller waits for the worker to make the jobs
+ * rather than taking them over (policy off's emulation of a smaller card,
+ * residency.c: the driver's evictions there are no thread's host time); at
+ * exit, those the worker left the caller makes. */
+PUMP_HIDDEN void pump_worker_wait(int device);
 /* Whether jobs handed to `device`'s worker may still be unmade (a hint,
  * read without a lock: a thread that must order its calls after them drains). */
 PUMP_HIDDEN bool pump_worker_pending(int device);

@@ -137,6 +137,9 @@ struct pump_stats {
     uint64_t worker_waits;           /* waits of such a thread for the job the worker was making */
     uint64_t use_waits_readied;      /* use events recorded again without the eviction stream's wait on their
                                         previous record by the launching thread: the worker had made it */
+    /* also version 9: policy off's emulation of a smaller card keeps the driver's order (residency.c) */
+    uint64_t off_kernel_waits;       /* launches under policy off whose kernel waits for the evictions decided
+                                        after the kernels before it */
 };
 
 #endif

@@ -30,6 +30,7 @@
 #include <stdlib.h>
 
 #include "context_cache.h"
+#include "prefetch_worker.h"
 #include "residency.h"
 #include "residency_evict.h"
 #include "residency_rank.h"
@@ -422,6 +423,38 @@ PUMP_HIDDEN void pump_residency_graph_launch(struct pump_context *c, CUstream st
         launch_rule(c, device, stream, u, budget, stamps);
 }
 
+/* Policy off's decision is made (by pump's worker, or here); the next kernel on the device
+ * waits for its evictions (pump_residency_off_launch). */
+static void off_decision_make(struct pump_decision *dn)
+{
+    bool evicts = dn->n > 0;
+    pump_decision_make(dn);
+    if (evicts)
+        __atomic_fetch_add(&pump_devices[dn->device].off_evictions, 1, __ATOMIC_RELEASE);
+}
+
+PUMP_HIDDEN void pump_residency_off_launch(struct pump_context *c, CUstream stream, int *capturing)
+{
+    int device = pump_context_device(c);
+    if (device < 0 || device >= PUMP_DEVICES_MAX)
+        return;
+    struct pump_device_state *d = &pump_devices[device];
+    uint64_t made = __atomic_load_n(&d->off_evictions, __ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&d->off_waited, __ATOMIC_RELAXED) == made)
+        return;
+    if (*capturing < 0)
+        *capturing = pump_stream_capturing(stream);
+    if (*capturing)
+        return;
+    pump_worker_wait(device);
+    pump_evictions_wait(c, stream);
+    PUMP_COUNT(off_kernel_waits, 1);
+    uint64_t old = __atomic_load_n(&d->off_waited, __ATOMIC_RELAXED);
+    while (old < made && !__atomic_compare_exchange_n(&d->off_waited, &old, made, true, __ATOMIC_RELAXED,
+                                                      __ATOMIC_RELAXED)) {
+    }
+}
+
 /* Policy off with a budget: the launch's blocks are counted in (the kernel
  * faults in what it touches), then the oldest others leave until it holds. */
 static void off_rule(struct pump_context *c, int device, struct uses u, uint64_t budget, uint64_t token)
@@ -446,7 +479,7 @@ static void off_rule(struct pump_context *c, int device, struct uses u, uint64_t
     pump_make_room(&e, 0, budget, PUMP_ORDER_MIGRATED);
     pump_evictions_flush(&e);
     pump_decision_unlock(&dn);
-    pump_decision_make(&dn);
+    off_decision_make(&dn);
 }
 
 static void plan_rule(struct pump_context *c, int device, struct uses u, uint64_t budget,
@@ -498,7 +531,10 @@ static void hold_budget(struct pump_context *c, int device, struct uses u, uint6
     pump_make_room(&e, 0, budget, PUMP_ORDER_MIGRATED);
     pump_evictions_flush(&e);
     pump_decision_unlock(&dn);
-    pump_decision_make(&dn);
+    if (pump_config.policy == PUMP_POLICY_OFF)
+        off_decision_make(&dn);
+    else
+        pump_decision_make(&dn);
 }
 
 /* After a kernel or a graph replay was enqueued: see pump_residency_after_launch. */

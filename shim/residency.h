@@ -60,6 +60,14 @@ PUMP_HIDDEN uint64_t pump_residency_resident_bytes(int device);
 PUMP_HIDDEN void pump_residency_launch(struct pump_context *c, CUstream stream, const struct pump_scan *scan,
                                        uint64_t budget, const struct pump_trigger *trigger, int *capturing);
 
+/* Policy off with a budget emulates a card of the budget's size, where the driver evicts on
+ * the next kernel's fault path before its fills (evict, then fill): before a launch on
+ * `stream`, when policy off evicted since the device's last such wait, the stream waits (on
+ * the GPU) for pump's eviction stream, once pump's worker has made them (the launching
+ * thread waits for it: prefetch_worker.h, pump_worker_wait). Nothing is added to a capturing stream
+ * (*capturing: -1 until asked, then set). */
+PUMP_HIDDEN void pump_residency_off_launch(struct pump_context *c, CUstream stream, int *capturing);
+
 /* After the kernel was enqueued (not on a capturing stream): records its use
  * (when a budget or the trigger needs one), then under policy off with a
  * budget applies the evict-only rule, and with a trigger (may be NULL)

@@ -75,6 +75,8 @@ struct pump_device_state {
     uint64_t migrations;
     uint64_t evicted_unawaited;       /* evicted since the prefetch stream last waited for the evictions */
     uint64_t awaited;                 /* times the prefetch stream waited for the evictions */
+    uint64_t off_evictions;           /* atomic: policy off's decisions that evicted, handed over */
+    uint64_t off_waited;              /* atomic: ... of which the next kernel waits for so many */
     uint64_t turns;                   /* decisions with driver calls so far (under the lock) */
     struct pump_block **heap;         /* room for every block: PUMP_ORDER_USED's victims out of list order */
     struct pump_block **batch;        /* room for every block: those taking their places at once */

@@ -32,6 +32,9 @@ def test_the_launching_thread_pays_for_deciding_not_moving(run_program):
     # The same decisions, made by another thread: the same evictions, the budget held.
     assert on_totals["evictions"] == off_totals["evictions"] > 0
     assert on["bytes_d2h"] == off["bytes_d2h"] and on["device_resident_peak"] <= BUDGET
+    # The emulated card's driver evicts before the next kernel fills: each kernel waits for the
+    # evictions decided after the ones before it, so it faults as without the worker.
+    assert on["gpu_faults"] == off["gpu_faults"] and on_totals["off_kernel_waits"] > 0
     assert on_totals["worker_jobs"] + on_totals["worker_takeovers"] > 0 and on_totals["worker_jobs"] > 0
     assert off_totals["worker_jobs"] == off_totals["worker_takeovers"] == off_totals["worker_waits"] == 0
     # Every eviction call the worker made is one ioctl or more the launching thread was not charged.

@@ -69,17 +69,30 @@ def replayed(c_build, tmp_path, path, policy, budget):
 # flight).  Before, the replay faulted 256, 288 or 336 times a planned step from run to run
 # against the model's 192 (fed the replay's own reads and intervals, the model reproduced
 # each run's count, launch for launch).
-# Since this session's merges (pump's worker, the launch rule's eviction order, the model's fault
-# path), two replays part from the model in the clean CI run: naive, which pump-run emulates with
-# policy off's evictions under a budget, faults 26,507 times against the model's 173,864 (31,469
-# with PUMP_WORKER=0, so not the worker alone); lookahead 1,952 against 2,112. Each branch passed
-# alone. Issue 28: the next session finds which side is wrong and removes these marks.
-MERGE_REGRESSION = pytest.mark.xfail(strict=False, reason="naive and lookahead replays part from the model since "
-                                     "the merges (26,507 vs 173,864 and 1,952 vs 2,112 faults)")
+# naive: pump's worker made policy off's evictions (the emulated card's) while the next kernels
+# already ran, so the emulated card held more than the budget (device_resident_peak 585 MB
+# against 298) and the replay faulted 26,507..47,867 times against the model's 173,864; the
+# next kernel now waits for them (residency.c, pump_residency_off_launch) and the replay
+# agrees count for count.
+# lookahead still parts from the model in about half the runs on a loaded 2-core machine
+# (1,952, 2,112 or 2,272 faults against the model's 1,952: 256, 288 or 320 at each step's
+# second-to-last launch), because the two plan from different inputs: the model's Foresight
+# plans with fakecuda's link (25 GB/s) and the trace's modelled kernel times; the replay's
+# pumpd, with no NVML on fakecuda, with its PCIe Gen5 fallback (63 GB/s) and the launch
+# intervals it measures, of which the longest (the plan's reserve: bandwidth x the longest
+# kernel) are host-paced launches after each step's pause (113..162 us at the iteration's
+# first 20 launches, where the model's kernels take 0..12 us).  At 63 GB/s that reserve
+# (6.8..9.8 MiB) straddles the plan's step (about 7.5 MiB); the model fed each run's pumpd
+# bandwidth and kernel times reproduces that run's count (6 runs of 6 at this test's 1 s
+# pause; two runs at a 3 s pause gave 1,952 where it gives 2,112 and 2,272, not understood),
+# at 25 GB/s gives 1,952 for every one of them.  The fix belongs to pumpd's inputs (the link's rate on
+# fakecuda), not to this tolerance.
+PLAN_INPUTS_DIFFER = pytest.mark.xfail(strict=False, reason="pumpd plans at 63 GB/s (no NVML on fakecuda), the model "
+                                     "at fakecuda's 25 GB/s: the replay's reserve straddles the plan's step")
 
 
-@pytest.mark.parametrize("policy", [pytest.param("naive", marks=MERGE_REGRESSION), "launch",
-                                    pytest.param("lookahead", marks=MERGE_REGRESSION)])
+@pytest.mark.parametrize("policy", ["naive", "launch",
+                                    pytest.param("lookahead", marks=PLAN_INPUTS_DIFFER)])
 def test_replay_matches_the_simulator(c_build, tmp_path, model_trace, policy):
     _, peak = simulated(model_trace, "ideal", 1 << 40)
     budget = peak // 2 // (2 << 20) * (2 << 20)  # half the footprint, in whole 2 MiB blocks
