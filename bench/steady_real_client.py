@@ -153,20 +153,35 @@ class ClientError(Exception):
 
 def measure(bench, python, steps, rounds):
     """fitting and budget50 through bench-steady's scenario() (bench: that script's namespace)."""
-    def runner(*args, **kwargs):
+    made = []  # every run's variant and result, so that each round's figure can be shown
+
+    def runner(steps, warmup, device_memory, program_args=(), pump_args=None, ioctl_thread="caller"):
         try:
-            return run_client(python, bench.pump_run_command(), bench.as_written, *args, **kwargs)
+            result = run_client(python, bench.pump_run_command(), bench.as_written, steps, warmup, device_memory,
+                                program_args, pump_args, ioctl_thread)
         except (RuntimeError, ValueError) as exc:
             raise ClientError(f"real client: {exc}") from exc
+        variant = "bare" if pump_args is None else "pump_ioctls_on_worker" if ioctl_thread == "worker" else "pump"
+        made.append((variant, result))
+        return result
+
+    def rounds_of(row):
+        """Each round's launch-thread host time per launch: how far this machine's noise goes."""
+        row["launch_thread_us_per_launch_rounds"] = {
+            variant: [round((r["steady"]["cpu_ns"] + r["steady"]["thread_host_ns"]) / r["launches_per_step"] / 1000, 3)
+                      for v, r in made if v == variant] for variant in ("bare", "pump", "pump_ioctls_on_worker")}
+        made.clear()
     rows, raw = {}, {}
     rows["fitting"], raw["fitting"] = bench.scenario("real_client fitting", rounds, steps, WARMUP, None, (), [],
                                                      runner=runner)
+    rounds_of(rows["fitting"])
     resident = raw["fitting"]["pump"]["steady"]["device_resident_bytes"]
     budget = resident // 2 // bench.BLOCK * bench.BLOCK
     if budget == 0:
         raise ClientError(f"real client: fitting made {resident} bytes resident under pump: no budget to take half of")
     rows["budget50"], raw["budget50"] = bench.scenario("real_client budget50", rounds, steps, WARMUP, None, (),
                                                        ["--budget", str(budget)], runner=runner)
+    rounds_of(rows["budget50"])
     rows["budget50"]["budget_bytes"] = budget
     capped = runner(steps, WARMUP, str(budget), (), ["--policy", "off", "--capacity", "host"])
     raw["budget50"]["driver_at_budget"] = capped
@@ -230,6 +245,9 @@ def print_section(result):
               f"{row['prefetch_calls_per_step']:g} prefetch calls, {row['gpu_faults_per_step']:g} GPU faults "
               f"({row['gpu_faults_per_step_without_pump']:g} bare), {row['scan_words_per_launch']:g} words scanned "
               f"per launch")
+        spread = "; ".join(f"{v} {', '.join(f'{us:g}' for us in runs)}"
+                           for v, runs in row["launch_thread_us_per_launch_rounds"].items())
+        print(f"real client {name}, launch threads' host time per launch in each round (us): {spread}")
     b = s["budget50"]
     print(f"real client budget50: budget {b['budget_bytes'] / MIB:.0f} MiB; MiB in, out per step "
           f"{b['bytes_h2d_per_step'] / MIB:.1f}, {b['bytes_d2h_per_step'] / MIB:.1f} against the "
