@@ -198,8 +198,12 @@ def measure(bench, python, steps, rounds):
 
 # fakecuda runs a real kernel (one without a C body) as a no-op that touches no memory: the driver
 # alone never faults, so it moves nothing, and bytes over the link against it judge nothing.
+# And pump asks for PyTorch's tensors (ranges inside blocks) where the imitation asks for whole
+# blocks: bytes asked less bytes moved counts no resident block (the driver moves whole pages).
 NOT_JUDGED = ("budget50's bytes each way against the driver alone: fakecuda's real kernels touch no memory, so "
-              "the driver alone moves nothing (the accesses of a real kernel are not modelled)")
+              "the driver alone moves nothing (the accesses of a real kernel are not modelled); and resident "
+              "blocks prefetched again: pump asks for tensors, not blocks, so bytes asked less bytes moved "
+              "counts none (the calls added in fitting show them)")
 
 
 def targets(bench, result):
@@ -219,12 +223,9 @@ def targets(bench, result):
                      f"{bench.LAUNCH_THREAD_ADDED_TARGET_US:g} us above the bare launch's ({knob})",
                      f"{b[f'launch_thread_us_per_launch{key}']:g} vs {b['launch_thread_us_per_launch_without_pump']:g} us",
                      added <= bench.LAUNCH_THREAD_ADDED_TARGET_US))
-    rows += [
-        ("real_client budget50", "no prefetch of a block already resident",
-         f"{b['prefetches_of_resident_blocks']:g} blocks", b["prefetches_of_resident_blocks"] == 0),
-        ("real_client budget50", "zero driver evictions", f"{b['driver_evictions']:g}", b["driver_evictions"] == 0),
-    ]
-    return rows  # not the traffic targets: see NOT_JUDGED
+    rows.append(("real_client budget50", "zero driver evictions", f"{b['driver_evictions']:g}",
+                 b["driver_evictions"] == 0))
+    return rows  # not the traffic targets nor resident blocks prefetched: see NOT_JUDGED
 
 
 def print_section(result):
