@@ -108,8 +108,20 @@ static struct pump_word *add_spans(struct pump_word *next, uint32_t param, size_
 {
     for (size_t o = (offset + align - 1) & ~(align - 1); o + length <= offset + size; o += align)
         *next++ = (struct pump_word){
-            .param = param, .offset_in_param = (uint32_t)(o - offset), .buffer_offset = (uint32_t)o};
+            .param = param, .offset_in_param = (uint32_t)(o - offset), .buffer_offset = (uint32_t)o, .count = 1};
     return next;
+}
+
+/* A parameter's 8-byte words as one run (none for a parameter shorter than a word). */
+static struct pump_word *add_run(struct pump_word *next, uint32_t param, size_t offset, size_t size)
+{
+    uint32_t count = count_spans(offset, size, 8, 8);
+    if (count == 0)
+        return next;
+    size_t first = (offset + 7) & ~(size_t)7;
+    *next = (struct pump_word){
+        .param = param, .offset_in_param = (uint32_t)(first - offset), .buffer_offset = (uint32_t)first, .count = count};
+    return next + 1;
 }
 
 /* The layout as the driver answers now (known false if it would not), stamped with
@@ -127,12 +139,12 @@ static const struct pump_layout *build(CUfunction f, uint32_t asked)
     if (!ok)
         params = 0;
 
-    uint32_t words = 0, windows = 0;
+    uint32_t runs = 0, windows = 0;
     for (uint32_t i = 0; i < params; i++) {
-        words += count_spans(offsets[i], sizes[i], 8, 8);
+        runs += count_spans(offsets[i], sizes[i], 8, 8) > 0;
         windows += count_spans(offsets[i], sizes[i], PUMP_TENSOR_MAP_ALIGN, PUMP_TENSOR_MAP_BYTES);
     }
-    struct pump_layout *layout = malloc(sizeof *layout + (words + windows) * sizeof(struct pump_word));
+    struct pump_layout *layout = malloc(sizeof *layout + (runs + windows) * sizeof(struct pump_word));
     if (layout == NULL) {
         free(offsets);
         return &unknown_layout;
@@ -141,11 +153,11 @@ static const struct pump_layout *build(CUfunction f, uint32_t asked)
     layout->epoch = asked;
     layout->retired_next = NULL;
     layout->params = params;
-    layout->words = words;
+    layout->runs = runs;
     layout->windows = windows;
     struct pump_word *next = layout->word;
     for (uint32_t i = 0; i < params; i++)
-        next = add_spans(next, i, offsets[i], sizes[i], 8, 8);
+        next = add_run(next, i, offsets[i], sizes[i]);
     for (uint32_t i = 0; i < params; i++)
         next = add_spans(next, i, offsets[i], sizes[i], PUMP_TENSOR_MAP_ALIGN, PUMP_TENSOR_MAP_BYTES);
     free(offsets);
@@ -220,8 +232,8 @@ PUMP_HIDDEN void pump_layouts_announce(bool (*fn)(CUfunction f))
 
 static bool same_layout(const struct pump_layout *a, const struct pump_layout *b)
 {
-    return a->known == b->known && a->params == b->params && a->words == b->words && a->windows == b->windows &&
-           memcmp(a->word, b->word, (a->words + a->windows) * sizeof a->word[0]) == 0;
+    return a->known == b->known && a->params == b->params && a->runs == b->runs && a->windows == b->windows &&
+           memcmp(a->word, b->word, (a->runs + a->windows) * sizeof a->word[0]) == 0;
 }
 
 static void discard(const struct pump_layout *layout)

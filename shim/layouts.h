@@ -6,11 +6,15 @@
 
 #include "shim.h"
 
-/* One 8-byte-aligned word (in the device-side layout) that may hold a pointer. */
+/* `count` 8-byte-aligned words in a row inside one parameter (in the device-side layout),
+ * each of which may hold a pointer; or, for a window, the start of one span. The scan reads a
+ * parameter's words as one run: a by-value struct of thousands of words (PyTorch's
+ * multi_tensor_apply) costs a load and a compare per word, not a table entry each. */
 struct pump_word {
     uint32_t param;            /* parameter index: kernelParams[param] */
-    uint32_t offset_in_param;  /* byte offset inside that parameter */
-    uint32_t buffer_offset;    /* byte offset in the packed `extra` buffer */
+    uint32_t offset_in_param;  /* byte offset inside that parameter (of the first word) */
+    uint32_t buffer_offset;    /* byte offset in the packed `extra` buffer (of the first word) */
+    uint32_t count;            /* words in the run (1 for a window) */
 };
 
 struct pump_layout {
@@ -18,10 +22,10 @@ struct pump_layout {
     uint32_t epoch;            /* the unload epoch it was (last) asked in (layouts.c) */
     struct pump_layout *retired_next;  /* once replaced: the list of those replaced */
     uint32_t params;
-    uint32_t words;
+    uint32_t runs;             /* one per parameter of at least one word */
     uint32_t windows;          /* 64-byte-aligned 128-byte spans inside a parameter: where a TMA
                                   descriptor (CUtensorMap, alignas(64)) may sit (tensor_maps.h) */
-    struct pump_word word[];   /* `words` entries, then `windows` (the spans' starts) */
+    struct pump_word word[];   /* `runs` entries, then `windows` (the spans' starts) */
 };
 
 /* The layout of f (a CUfunction, or a CUkernel cast to one); never NULL. */

@@ -360,8 +360,9 @@ PUMP_HIDDEN void pump_ranges_observe(struct pump_range_observer o)
     observer = o;
 }
 
-/* The allocation holding addr, or NULL: the seqlock-guarded search. */
-static struct pump_range *search(uint64_t addr)
+/* The allocation holding addr, or NULL: the seqlock-guarded search; where found, its bounds as
+ * the same consistent reading saw them in [*start, *end). */
+static struct pump_range *search_span(uint64_t addr, uint64_t *start, uint64_t *end)
 {
     for (int attempt = 0; attempt < 64; attempt++) {
         uint32_t before = atomic_load_explicit(&sequence, memory_order_acquire);
@@ -371,27 +372,51 @@ static struct pump_range *search(uint64_t addr)
         }
         struct pump_range *found = NULL;
         uint32_t i = upper_bound(LOAD(count), addr);
-        if (i > 0 && addr < LOAD(ends[i - 1]) && !LOAD(records[LOAD(slots[i - 1])].dead))
+        uint64_t s = 0, e = 0;
+        if (i > 0 && addr < (e = LOAD(ends[i - 1])) && !LOAD(records[LOAD(slots[i - 1])].dead)) {
             found = &records[LOAD(slots[i - 1])];
-        if (atomic_load_explicit(&sequence, memory_order_relaxed) == before)
+            s = LOAD(starts[i - 1]);
+        }
+        if (atomic_load_explicit(&sequence, memory_order_relaxed) == before) {
+            if (found != NULL) {
+                *start = s;
+                *end = e;
+            }
             return found;
+        }
     }
     return NULL;  /* gave up: a missed prefetch, never a stall */
+}
+
+static struct pump_range *search(uint64_t addr)
+{
+    uint64_t start, end;
+    return search_span(addr, &start, &end);
 }
 
 PUMP_HIDDEN uint32_t pump_ranges_lookup(const uint64_t *words, uint32_t n, struct pump_range **found,
                                         uint32_t found_count, uint32_t found_max, uint64_t *hits)
 {
     uint64_t lo = LOAD(lowest), span = LOAD(highest) - lo;
+    /* The allocation the last hit fell in, as its search saw it: a by-value struct's pointers
+     * (a foreach kernel's tensor lists) fall into one allocation many times in a row. */
+    struct pump_range *last = NULL;
+    uint64_t last_start = 0, last_span = 0;
     for (uint32_t w = 0; w < n; w++) {
         uint64_t addr = words[w];
         if (addr - lo >= span)
             continue;  /* outside every range (also when the table is empty) */
-        if (LOAD(chunk_refs[chunk_slot(addr >> CHUNK_SHIFT)]) == 0)
-            continue;  /* no allocation covers this 2 MiB chunk */
-        struct pump_range *r = search(addr);
-        if (r == NULL)
-            continue;
+        struct pump_range *r = last;
+        if (addr - last_start >= last_span) {
+            if (LOAD(chunk_refs[chunk_slot(addr >> CHUNK_SHIFT)]) == 0)
+                continue;  /* no allocation covers this 2 MiB chunk */
+            uint64_t start, end;
+            if ((r = search_span(addr, &start, &end)) == NULL)
+                continue;
+            last = r;
+            last_start = start;
+            last_span = end - start;
+        }
         (*hits)++;
         uint32_t i = 0;
         while (i < found_count && found[i] != r)
@@ -407,6 +432,12 @@ PUMP_HIDDEN struct pump_range *pump_ranges_find(uint64_t addr)
     if (addr - LOAD(lowest) >= LOAD(highest) - LOAD(lowest))
         return NULL;
     return search(addr);
+}
+
+PUMP_HIDDEN void pump_ranges_bounds(uint64_t *lowest_out, uint64_t *span)
+{
+    *lowest_out = LOAD(lowest);
+    *span = LOAD(highest) - *lowest_out;
 }
 
 PUMP_HIDDEN bool pump_ranges_empty(void)

@@ -105,6 +105,9 @@ PUMP_HIDDEN bool pump_ranges_remove_tensor(uint64_t base, uint64_t *size);
  * word inside an allocation counts in *hits. Returns the new found_count. */
 PUMP_HIDDEN uint32_t pump_ranges_lookup(const uint64_t *words, uint32_t n, struct pump_range **found,
                                         uint32_t found_count, uint32_t found_max, uint64_t *hits);
+/* The cheap first test: a word can fall inside an allocation only if word - *lowest < *span
+ * (with none, only an all-ones word passes, and finds nothing). */
+PUMP_HIDDEN void pump_ranges_bounds(uint64_t *lowest, uint64_t *span);
 PUMP_HIDDEN bool pump_ranges_empty(void);
 /* The allocation holding addr, or NULL (lock-free; may be stale, as above). */
 PUMP_HIDDEN struct pump_range *pump_ranges_find(uint64_t addr);

@@ -82,6 +82,7 @@ static struct wide *wide_of_thread(void)
 struct gather {
     struct pump_scan *out;
     bool full;           /* the scan's own places filled up: scan again, wide */
+    uint64_t lowest, span;  /* the range table's bounds: a word outside them is not looked up */
     uint64_t words, hits, maps;
     uint32_t pending;
     uint64_t batch[PUMP_SCAN_BATCH];
@@ -136,18 +137,29 @@ static SCAN_INLINE void flush(struct gather *g, struct wide *wide)
                                            &g->hits);
         g->full = g->out->found == PUMP_SCAN_INLINE;
     }
-    g->words += g->pending;
     g->pending = 0;
 }
 
-/* False once the scan must start again, wide. */
-static SCAN_INLINE bool add_word(struct gather *g, struct wide *wide, const char *p)
+/* Adds `count` words from p on; false once the scan must start again, wide. A word outside
+ * every range (most of a by-value struct's: counts, indices, flags) costs a load and a
+ * compare, and no lookup. */
+static SCAN_INLINE bool add_words(struct gather *g, struct wide *wide, const char *p, size_t count)
 {
-    memcpy(&g->batch[g->pending++], p, sizeof(uint64_t));  /* host copies need not be aligned */
-    if (PUMP_LIKELY(g->pending < PUMP_SCAN_BATCH))
-        return true;
-    flush(g, wide);
-    return !g->full;
+    const uint64_t lowest = g->lowest, span = g->span;
+    g->words += count;
+    for (size_t w = 0; w < count; w++) {
+        uint64_t word;
+        memcpy(&word, p + 8 * w, sizeof word);  /* host copies need not be aligned */
+        if (word - lowest >= span)
+            continue;
+        g->batch[g->pending++] = word;
+        if (PUMP_UNLIKELY(g->pending == PUMP_SCAN_BATCH)) {
+            flush(g, wide);
+            if (g->full)
+                return false;
+        }
+    }
+    return true;
 }
 
 /* The packed argument buffer of the `extra` form, or NULL. */
@@ -172,7 +184,7 @@ static bool add_tensor_map(struct gather *g, struct wide *wide, const char *p)
         return true;
     g->maps++;
     ends[1] = ends[0] + ends[1] - 1;
-    return add_word(g, wide, (const char *)&ends[0]) && add_word(g, wide, (const char *)&ends[1]);
+    return add_words(g, wide, (const char *)ends, 2);
 }
 
 /* Looks the launch's 64-byte-aligned 128-byte spans up among the descriptors pump saw
@@ -180,7 +192,7 @@ static bool add_tensor_map(struct gather *g, struct wide *wide, const char *p)
 static bool gather_tensor_maps(struct gather *g, struct wide *wide, const struct pump_layout *layout, void **params,
                                const char *buffer, size_t size)
 {
-    const struct pump_word *window = layout->word + layout->words;
+    const struct pump_word *window = layout->word + layout->runs;
     if (params != NULL) {
         for (uint32_t w = 0; w < layout->windows; w++)
             if (!add_tensor_map(g, wide, (const char *)params[window[w].param] + window[w].offset_in_param))
@@ -204,18 +216,20 @@ static SCAN_INLINE bool gather(struct gather *g, struct wide *wide, const struct
                                const char *buffer, size_t size)
 {
     if (params != NULL) {
-        for (uint32_t w = 0; w < layout->words; w++)
-            if (!add_word(g, wide, (const char *)params[layout->word[w].param] + layout->word[w].offset_in_param))
+        for (uint32_t r = 0; r < layout->runs; r++) {
+            const struct pump_word *run = &layout->word[r];
+            if (!add_words(g, wide, (const char *)params[run->param] + run->offset_in_param, run->count))
                 return false;
+        }
     } else if (layout->known) {
-        for (uint32_t w = 0; w < layout->words; w++)
-            if (layout->word[w].buffer_offset + 8 <= size &&
-                !add_word(g, wide, buffer + layout->word[w].buffer_offset))
+        for (uint32_t r = 0; r < layout->runs; r++) {
+            const struct pump_word *run = &layout->word[r];
+            size_t fit = run->buffer_offset + 8 <= size ? (size - run->buffer_offset) / 8 : 0;  /* words inside it */
+            if (!add_words(g, wide, buffer + run->buffer_offset, run->count < fit ? run->count : fit))
                 return false;
-    } else {
-        for (size_t o = 0; o + 8 <= size; o += 8)
-            if (!add_word(g, wide, buffer + o))
-                return false;
+        }
+    } else if (!add_words(g, wide, buffer, size / 8)) {
+        return false;
     }
     /* Descriptors are looked for only once a program made one: no cost to others. */
     if (PUMP_UNLIKELY(atomic_load_explicit(&pump_tensor_maps_seen, memory_order_relaxed)) &&
@@ -231,6 +245,7 @@ static SCAN_INLINE void gather_start(struct gather *g, struct pump_scan *out, st
     out->range = wide != NULL ? wide->range : out->inline_range;
     g->out = out;
     g->full = false;
+    pump_ranges_bounds(&g->lowest, &g->span);
     g->words = g->hits = g->maps = 0;
     g->pending = 0;
 }

@@ -92,6 +92,14 @@ static void test_range_table(void)
     struct pump_range *found[4];
     uint64_t hits = 0;
     EXPECT(pump_ranges_lookup(words, 5, found, 0, 4, &hits) == 2 && hits == 3);
+    /* Words in a row across the edges of adjacent allocations, each looked up after a hit in
+     * its neighbour (the lookup keeps the last hit's allocation for the words after it): a
+     * word at an allocation's end is in the next one, or in none. */
+    uint64_t edges[] = {base - 8, base, base + 3 * MiB - 1, base + 3 * MiB, base + 8 * MiB, base + 8 * MiB + 1,
+                        base - 4 * MiB, base - 4 * MiB - 1};
+    hits = 0;
+    EXPECT(pump_ranges_lookup(edges, 8, found, 0, 4, &hits) == 3 && hits == 5);
+    EXPECT(found[0]->base == base - 4 * MiB && found[1]->base == base && found[2]->base == base + 8 * MiB);
 
     uint64_t size = 0;
     int device = -1;

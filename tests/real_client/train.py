@@ -49,8 +49,8 @@ class GPT(nn.Module):
         return self.head(self.ln(self.blocks(x)))
 
 
-def train(model, batch, optimizer, logits=lambda out: out):
-    for _ in range(STEPS):
+def train(model, batch, optimizer, logits=lambda out: out, steps=STEPS):
+    for _ in range(steps):
         x, y = batch()
         loss = F.cross_entropy(logits(model(x)), y)
         optimizer.zero_grad()
@@ -61,14 +61,19 @@ def train(model, batch, optimizer, logits=lambda out: out):
     return model
 
 
-def gpt(fused):
-    model = GPT().cuda()
+def gpt_job(fused, d=32, heads=4):
+    """The GPT loop's model, batch, optimizer and logits (train's arguments)."""
+    model = GPT(d, heads).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=None if fused else True, fused=fused or None)
 
     def batch():
         idx = torch.randint(0, VOCAB, (4, SEQ), device="cuda")
         return idx, idx.view(-1)
-    return train(model, batch, opt, lambda out: out.view(-1, VOCAB))
+    return model, batch, opt, lambda out: out.view(-1, VOCAB)
+
+
+def gpt(fused):
+    return train(*gpt_job(fused))
 
 
 def conv():
@@ -155,19 +160,26 @@ def memory_answers():
 
 LOOPS = {"gpt_foreach": lambda: gpt(False), "gpt_fused": lambda: gpt(True), "conv": conv, "graph": graph,
          "compiled": compiled}
-chosen = sys.argv[2].split(",") if len(sys.argv) > 2 else ["gpt_foreach", "gpt_fused", "conv"]
-out = {}
-for name, make in ((n, LOOPS[n]) for n in chosen):
+
+
+def main():
+    chosen = sys.argv[2].split(",") if len(sys.argv) > 2 else ["gpt_foreach", "gpt_fused", "conv"]
+    out = {}
+    for name, make in ((n, LOOPS[n]) for n in chosen):
+        try:
+            model = make()
+            state = {k: v.cpu() for k, v in model.state_dict().items()}
+            torch.save(state, f"{sys.argv[1]}/{name}.pt")
+            out[name] = {"ok": True, "steps": STEPS, "checkpoint": {k: list(v.shape) for k, v in state.items()}}
+        except Exception as e:  # reported, so the test names the loop and the error
+            out[name] = {"ok": False, "error": f"{type(e).__name__}: {str(e).splitlines()[0]}"}
+    torch.cuda.synchronize()
     try:
-        model = make()
-        state = {k: v.cpu() for k, v in model.state_dict().items()}
-        torch.save(state, f"{sys.argv[1]}/{name}.pt")
-        out[name] = {"ok": True, "steps": STEPS, "checkpoint": {k: list(v.shape) for k, v in state.items()}}
-    except Exception as e:  # reported, so the test names the loop and the error
-        out[name] = {"ok": False, "error": f"{type(e).__name__}: {str(e).splitlines()[0]}"}
-torch.cuda.synchronize()
-try:
-    out["memory"] = {"ok": True, "violations": memory_answers()}
-except Exception as e:
-    out["memory"] = {"ok": False, "error": f"{type(e).__name__}: {str(e).splitlines()[0]}"}
-print(json.dumps(out))
+        out["memory"] = {"ok": True, "violations": memory_answers()}
+    except Exception as e:
+        out["memory"] = {"ok": False, "error": f"{type(e).__name__}: {str(e).splitlines()[0]}"}
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
