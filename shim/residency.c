@@ -562,7 +562,7 @@ static void after_use(struct pump_context *c, CUstream stream, struct uses u, ui
     if (device < 0 || device >= PUMP_DEVICES_MAX)
         return;
     if (used)
-        pump_rank_used(u.range, u.n, device);
+        pump_blocks_used(u.range, u.n, device);
     if (pump_config.policy == PUMP_POLICY_OFF && budget != 0)
         off_rule(c, device, u, budget, token);
     if (trigger != NULL && trigger->prefetch + trigger->evict > 0)

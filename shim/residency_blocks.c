@@ -132,6 +132,27 @@ PUMP_HIDDEN void pump_blocks_leave(void)
     pump_rwlock_unlock(&shape);
 }
 
+PUMP_HIDDEN void pump_blocks_used(struct pump_range *const *ranges, uint32_t n, int device)
+{
+    if (!pump_blocks_enter(device))
+        return;
+    uint64_t devices = 0;
+    for (uint32_t r = 0; r < n; r++)
+        if (ranges[r]->blocks != NULL)
+            devices |= __atomic_load_n(&ranges[r]->blocks->devices, __ATOMIC_RELAXED);
+    pump_devices_lock(devices);
+    for (uint32_t r = 0; r < n; r++) {
+        struct pump_blocks *a = ranges[r]->blocks;
+        /* Bits set since the load above belong to devices whose lock the setter held while
+         * it ranked the block (pump_rank_join): already in place. */
+        uint64_t on = a != NULL ? devices & __atomic_load_n(&a->devices, __ATOMIC_RELAXED) : 0;
+        for (; on != 0; on &= on - 1)
+            pump_rank_touched(a, __builtin_ctzll(on));
+    }
+    pump_devices_unlock(devices);
+    pump_blocks_leave();
+}
+
 PUMP_HIDDEN void pump_blocks_keepers(const struct pump_blocks *a, uint64_t *mask)
 {
     for (uint32_t i = 0; i < a->count; i++) {

@@ -102,6 +102,10 @@ static inline bool pump_block_protected(const struct pump_block *b, uint64_t dec
  * no memory for it; nothing was taken). */
 PUMP_HIDDEN bool pump_blocks_enter(int device);
 PUMP_HIDDEN void pump_blocks_leave(void);
+/* A launch on `device` used ranges[0 .. n) (their used_tick stored): each
+ * allocation goes on the touched list of every device its blocks may be on
+ * (pump_rank_touched). Takes the shape lock for reading and those devices' locks. */
+PUMP_HIDDEN void pump_blocks_used(struct pump_range *const *ranges, uint32_t n, int device);
 
 /* Adds the keepers of a's blocks to *mask (read without their locks). */
 PUMP_HIDDEN void pump_blocks_keepers(const struct pump_blocks *a, uint64_t *mask);

@@ -25,10 +25,6 @@ PUMP_HIDDEN void pump_rank_update(struct pump_block *b);
  * the next pump_rank_settle(device), not now (a launch names whole
  * allocations; a victim search ranks what was named since, once). */
 PUMP_HIDDEN void pump_rank_touched(struct pump_blocks *a, int device);
-/* A launch on `device` used ranges[0 .. n) (their used_tick stored): each
- * allocation goes on the touched list of every device its blocks may be on.
- * Takes the shape lock for reading and those devices' locks. */
-PUMP_HIDDEN void pump_rank_used(struct pump_range *const *ranges, uint32_t n, int device);
 /* Ranks the blocks of the allocations touched on `device` since last time. */
 PUMP_HIDDEN void pump_rank_settle(int device);
 /* a is going: it leaves the devices' touched lists (the shape lock written). */

@@ -122,7 +122,7 @@ static void use(struct pump_range *const *r, uint32_t n, uint64_t at)
 {
     for (uint32_t k = 0; k < n; k++)
         __atomic_store_n(&r[k]->used_tick, at, __ATOMIC_RELAXED);
-    pump_rank_used(r, n, 0);
+    pump_blocks_used(r, n, 0);
 }
 
 /* The launch rule over r[0 .. n) at a budget: room made, checked against the sort (check),
