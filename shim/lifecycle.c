@@ -57,7 +57,8 @@ static void child_after_fork(void)
 __attribute__((constructor)) static void pump_load(void)
 {
     pump_config_load();
-    pump_ranges_observe((struct pump_range_observer){ .gone = pump_residency_detach, .freed = pump_residency_freed });
+    pump_ranges_observe((struct pump_range_observer){
+        .gone = pump_residency_detach, .freed = pump_residency_freed, .replaced = pump_residency_replaced });
     pthread_atfork(before_fork, parent_after_fork, child_after_fork);
     atexit(at_exit);
 }

@@ -17,8 +17,9 @@
  * arrays for a small sorted list of its own, writer-only: launches find its
  * tensors, and its free finds it there. A freed tensor stays in the arrays,
  * marked dead, until a tensor of the same extent takes it over or another
- * overlapping it erases it: with thousands of live tensors, moving the arrays
- * on every tensor's allocation and free would cost microseconds each.
+ * overlapping it replaces it (what of it lies outside the new one stays, dead):
+ * with thousands of live tensors, moving the arrays on every tensor's
+ * allocation and free would cost microseconds each.
  */
 #include <pthread.h>
 
@@ -104,18 +105,29 @@ static void release_slot(uint32_t slot)
     free_slots[free_count++] = slot;
 }
 
-static void erase_at(uint32_t i)
+/* Takes entry i out of the arrays (writer); its record and slot stay, the caller's to end. */
+static struct pump_range *unlink_at(uint32_t i)
 {
-    uint32_t n = LOAD(count);
+    uint32_t n = LOAD(count), slot = LOAD(slots[i]);
     count_chunks(LOAD(starts[i]), LOAD(ends[i]), -1);
-    observer.gone(&records[LOAD(slots[i])]);
-    release_slot(LOAD(slots[i]));
     for (uint32_t j = i; j + 1 < n; j++) {
         STORE(starts[j], LOAD(starts[j + 1]));
         STORE(ends[j], LOAD(ends[j + 1]));
         STORE(slots[j], LOAD(slots[j + 1]));
     }
     STORE(count, n - 1);
+    return &records[slot];
+}
+
+static void end_record(struct pump_range *r)
+{
+    observer.gone(r);
+    release_slot((uint32_t)(r - records));
+}
+
+static void erase_at(uint32_t i)
+{
+    end_record(unlink_at(i));
 }
 
 /* Index of the first carved segment whose start is > addr (writer). */
@@ -291,6 +303,55 @@ static bool carve_at(uint32_t i)
     return true;
 }
 
+/* The records a tensor replaces (writer-only), kept until those made in their place took over. */
+static struct pump_range *replaced[PUMP_RANGES_MAX];
+
+/* A dead record of [start, end), what is left outside a new tensor of one it replaced (writer):
+ * freed memory of the segment, still where it was. NULL when the table is full. */
+static struct pump_range *insert_leftover(uint64_t start, uint64_t end, bool host_touchable, int device)
+{
+    if (start >= end)
+        return NULL;
+    struct pump_range *r = insert_locked(start, end - start, CU_MEM_ATTACH_GLOBAL, 0, host_touchable, device);
+    if (r != NULL)
+        STORE(r->dead, 1);
+    return r;
+}
+
+/* The tensor [base, end) in place of the records it overlaps (freed tensors, and stale ones whose
+ * frees were missed; writer). What of those lies outside it stays, as freed tensors, and every
+ * record made takes over what pump knew of their memory (observer.replaced) before they go: the
+ * caching allocator splits and merges its blocks from step to step, and the memory stays on the
+ * GPU all along. The new tensor, or NULL when the table is full. */
+static struct pump_range *replace_locked(uint64_t base, uint64_t end, bool host_touchable, int device)
+{
+    uint32_t i = upper_bound(LOAD(count), base), n = 0;
+    if (i > 0 && LOAD(ends[i - 1]) > base)
+        i--;
+    uint64_t left = base, right = end;  /* what the records replaced spanned, with the tensor */
+    while (i < LOAD(count) && LOAD(starts[i]) < end) {
+        if (n == 0 && LOAD(starts[i]) < base)
+            left = LOAD(starts[i]);
+        if (LOAD(ends[i]) > right)
+            right = LOAD(ends[i]);
+        replaced[n++] = unlink_at(i);
+    }
+    struct pump_range *made[3];
+    uint32_t m = 0;
+    struct pump_range *tensor = insert_locked(base, end - base, CU_MEM_ATTACH_GLOBAL, 0, host_touchable, device);
+    if (tensor != NULL)
+        made[m++] = tensor;
+    if ((made[m] = insert_leftover(left, base, host_touchable, device)) != NULL)
+        m++;
+    if ((made[m] = insert_leftover(end, right, host_touchable, device)) != NULL)
+        m++;
+    if (n > 0)
+        observer.replaced(made, m, replaced, n);
+    for (uint32_t k = 0; k < n; k++)
+        end_record(replaced[k]);
+    return tensor;
+}
+
 /* The carved segment holding [base, end) whole, or -1 (writer). */
 static int64_t carved_holding(uint64_t base, uint64_t end)
 {
@@ -330,8 +391,7 @@ PUMP_HIDDEN struct pump_range *pump_ranges_insert_tensor(uint64_t base, uint64_t
         STORE(same->dead, 0);
         inserted = same;
     } else if (held) {
-        erase_overlapping(base, end, NULL);  /* freed tensors, and stale ones whose frees were missed */
-        inserted = insert_locked(base, size, CU_MEM_ATTACH_GLOBAL, 0, host_touchable, device);
+        inserted = replace_locked(base, end, host_touchable, device);
     }
     write_end();
     if (held && !inserted)

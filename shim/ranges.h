@@ -92,7 +92,9 @@ PUMP_HIDDEN enum pump_removed pump_ranges_remove(uint64_t base, uint64_t *size, 
  * stay counted until its own free. Adds the tensor [base, base+size), dropping
  * stale tensors it overlaps; NULL (nothing changed) where no allocation or
  * carved segment holds it whole, or a table is full. A tensor of the extent of a freed
- * one gets its record back, residency included. *carved_size: the bytes of
+ * one gets its record back, residency included; one over other records replaces them,
+ * what of them lies outside it staying as freed tensors, and takes what residency knew
+ * of its memory from them (pump_range_observer.replaced). *carved_size: the bytes of
  * the allocation this call carved, starting at *carved_base (0: none). */
 PUMP_HIDDEN struct pump_range *pump_ranges_insert_tensor(uint64_t base, uint64_t size, uint64_t *carved_base,
                                                          uint64_t *carved_size);
@@ -123,6 +125,9 @@ PUMP_HIDDEN void pump_ranges_each(void (*fn)(struct pump_range *range, void *arg
 struct pump_range_observer {
     void (*gone)(struct pump_range *range);
     void (*freed)(struct pump_range *range);
+    /* made[0 .. m) (a tensor, and dead records of what is left outside it) take the place of
+     * old[0 .. n) (address order), which are gone right after. */
+    void (*replaced)(struct pump_range *const *made, uint32_t m, struct pump_range *const *old, uint32_t n);
 };
 PUMP_HIDDEN void pump_ranges_observe(struct pump_range_observer observer);
 

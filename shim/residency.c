@@ -95,6 +95,12 @@ PUMP_HIDDEN void pump_residency_detach(struct pump_range *range)
     pump_blocks_detach(range);
 }
 
+PUMP_HIDDEN void pump_residency_replaced(struct pump_range *const *made, uint32_t m, struct pump_range *const *old,
+                                        uint32_t n)
+{
+    pump_blocks_replace(made, m, old, n);
+}
+
 PUMP_HIDDEN void pump_residency_freed(struct pump_range *range)
 {
     pump_blocks_reorder(range, false);

@@ -40,6 +40,12 @@ PUMP_HIDDEN void pump_residency_detach(struct pump_range *range);
  * oldest in the migration order, the least recently used in a plan's). A
  * block evicted meanwhile is believed nowhere: the next tensor prefetches it. */
 PUMP_HIDDEN void pump_residency_freed(struct pump_range *range);
+/* A tensor carved over records of other extents, and what is left of them outside it
+ * (made, under the range table's writer lock; ranges.h): each block of theirs is believed
+ * resident where all of its memory was (the caching allocator keeps it on the GPU while
+ * it splits and merges its blocks), the rest nowhere; old are detached after. */
+PUMP_HIDDEN void pump_residency_replaced(struct pump_range *const *made, uint32_t m, struct pump_range *const *old,
+                                        uint32_t n);
 /* Advice the driver took on [ptr, ptr + bytes). Read-mostly memory (all of a
  * block advised CU_MEM_ADVISE_SET_READ_MOSTLY) is never moved out by pump: a
  * prefetch to the host of it makes a host copy and leaves the device's

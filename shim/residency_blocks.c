@@ -386,6 +386,100 @@ PUMP_HIDDEN bool pump_blocks_attach(struct pump_range *range)
     return ok;
 }
 
+/* Block i of f takes what the records old[*from .. n) (address order, disjoint; *from advanced
+ * past those wholly before it) knew of its bytes: believed resident on a device where every byte
+ * of it was, there, with what its prefetches and evictions left to wait for; else nowhere. */
+static void inherit_block(struct pump_blocks *f, uint32_t i, struct pump_range *const *old, uint32_t n,
+                          uint32_t *from)
+{
+    uint64_t start = pump_block_start(f, i), end = start + pump_block_bytes(f, i), covered = 0;
+    while (*from < n && __atomic_load_n(&old[*from]->base, __ATOMIC_RELAXED) +
+                                __atomic_load_n(&old[*from]->size, __ATOMIC_RELAXED) <= start)
+        (*from)++;
+    struct pump_block took = {.device = -1, .read_mostly = 1};
+    for (uint32_t o = *from; o < n && covered < end - start; o++) {
+        const struct pump_blocks *a = old[o]->blocks;
+        if (a == NULL || a->base >= end)
+            return;  /* one without blocks (no memory for them): believed nowhere */
+        const struct pump_block *b = &a->block[start / PUMP_BLOCK_SIZE - a->base / PUMP_BLOCK_SIZE];
+        if (b->device < 0 || (took.device >= 0 && b->device != took.device))
+            return;
+        took.stamp = took.device < 0 || b->stamp == took.stamp ? b->stamp : 0;
+        took.device = b->device;
+        took.read_mostly &= __atomic_load_n(&b->read_mostly, __ATOMIC_RELAXED);
+#define LATEST(field) took.field = b->field > took.field ? b->field : took.field
+        LATEST(ready);
+        LATEST(brought);
+        LATEST(planned_for);
+        LATEST(evicted_in);
+        LATEST(discarded);
+#undef LATEST
+        uint64_t lo = a->base > start ? a->base : start, hi = a->base + a->size < end ? a->base + a->size : end;
+        covered += hi - lo;
+    }
+    if (covered != end - start)
+        return;
+    struct pump_block *b = &f->block[i];
+    b->stamp = took.stamp;
+    b->ready = took.ready;
+    b->brought = took.brought;
+    b->planned_for = took.planned_for;
+    b->evicted_in = took.evicted_in;
+    b->discarded = took.discarded;
+    __atomic_store_n(&b->read_mostly, took.read_mostly, __ATOMIC_RELAXED);
+    pump_block_count_in(f, i, took.device);
+}
+
+/* f's range takes the latest use of the records of old that overlap it: its blocks' evictions
+ * wait for their users. */
+static void inherit_use(struct pump_range *made, struct pump_range *const *old, uint32_t n)
+{
+    uint64_t base = __atomic_load_n(&made->base, __ATOMIC_RELAXED), tick = 0, token = 0;
+    uint64_t end = base + __atomic_load_n(&made->size, __ATOMIC_RELAXED);
+    for (uint32_t o = 0; o < n; o++) {
+        uint64_t start = __atomic_load_n(&old[o]->base, __ATOMIC_RELAXED);
+        if (start >= end || start + __atomic_load_n(&old[o]->size, __ATOMIC_RELAXED) <= base)
+            continue;
+        uint64_t t = __atomic_load_n(&old[o]->last_use, __ATOMIC_RELAXED);
+        if (t >> PUMP_USE_SEQUENCE_SHIFT > token >> PUMP_USE_SEQUENCE_SHIFT)
+            token = t;
+        uint64_t used = __atomic_load_n(&old[o]->used_tick, __ATOMIC_RELAXED);
+        tick = used > tick ? used : tick;
+    }
+    __atomic_store_n(&made->last_use, token, __ATOMIC_RELAXED);
+    __atomic_store_n(&made->used_tick, tick, __ATOMIC_RELAXED);
+}
+
+PUMP_HIDDEN void pump_blocks_replace(struct pump_range *const *made, uint32_t m, struct pump_range *const *old,
+                                     uint32_t n)
+{
+    for (uint32_t k = 0; k < m; k++)
+        pump_blocks_attach(made[k]);
+    write_shape();  /* no rule in flight: blocks join their devices' orders */
+    for (uint32_t k = 0; k < m; k++) {
+        struct pump_blocks *f = made[k]->blocks;
+        if (f == NULL)
+            continue;
+        inherit_use(made[k], old, n);
+        uint32_t from = 0;
+        bool waited = true;  /* no block left a kernel a prefetch to wait for */
+        for (uint32_t i = 0; i < f->count; i++) {
+            inherit_block(f, i, old, n, &from);
+            waited = waited && f->block[i].ready == 0;
+            if (f->block[i].device >= 0 && __atomic_load_n(&made[k]->dead, __ATOMIC_RELAXED))
+                reorder(&f->block[i], false);  /* freed memory: the first to go */
+        }
+        if (f->block[0].device >= 0)
+            pump_blocks_refresh(f, f->block[0].device, waited ? f->block[0].stamp : 0);
+    }
+    /* The memory counts once: the old records leave the accounting before any rule sees it. */
+    for (uint32_t o = 0; o < n; o++)
+        for (uint32_t i = 0; old[o]->blocks != NULL && i < old[o]->blocks->count; i++)
+            pump_block_count_out(old[o]->blocks, i);
+    pump_blocks_publish();
+    pump_rwlock_unlock(&shape);
+}
+
 PUMP_HIDDEN void pump_blocks_detach(struct pump_range *range)
 {
     write_shape();

@@ -144,6 +144,10 @@ PUMP_HIDDEN bool pump_blocks_attach(struct pump_range *range);
  * blocks. Takes the shape lock for writing: no rule is in flight meanwhile. */
 PUMP_HIDDEN bool pump_blocks_reorder(struct pump_range *range, bool newest);
 PUMP_HIDDEN void pump_blocks_detach(struct pump_range *range);
+/* See pump_range_observer.replaced: made's blocks are attached and take over what old's
+ * knew of their memory; old's leave the accounting (they stay attached, for their detach). */
+PUMP_HIDDEN void pump_blocks_replace(struct pump_range *const *made, uint32_t m, struct pump_range *const *old,
+                                     uint32_t n);
 
 /* No rule, and no driver call of one, in flight across fork. */
 PUMP_HIDDEN void pump_blocks_before_fork(void);

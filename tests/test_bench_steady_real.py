@@ -43,7 +43,7 @@ def test_skipped_saying_why_without_torchs_cuda_build(c_build):
 
 def test_structure(bench):
     assert set(bench["scenarios"]) == {"fitting", "budget50"}
-    assert bench["steps"] == 6 and bench["warmup"] == 2 and bench["launches_per_step"] > 100
+    assert bench["steps"] == 7 and bench["warmup"] == 3 and bench["launches_per_step"] > 100
     for name, row in bench["scenarios"].items():
         assert set(bench["runs"][name]) == {"bare", "pump", "pump_ioctls_on_worker"} | (
             {"driver_at_budget"} if name == "budget50" else set())
@@ -75,10 +75,10 @@ def test_figures_agree_with_the_runs(bench):
     assert 0 < bench["runs"]["budget50"]["pump"]["steady"]["pump"]["resident_bytes"] <= budget50["budget_bytes"]
 
 
-@pytest.mark.xfail(strict=True, reason="tensors PyTorch carves anew over resident blocks are prefetched again "
-                                      "(docs/benchmarks.md, the real client: 59 calls a step)")
 def test_a_fitting_steady_step_prefetches_nothing(bench):
-    """Once resident, a job that fits is not prefetched again (the imitation's fitting row: 0 calls)."""
+    """Once resident, a job that fits is not prefetched again (the imitation's fitting row: 0 calls).
+    Before tensors carved over freed ones of other extents took over their residency, PyTorch's
+    allocator made pump prefetch 58 tensors a step, all of them resident (232 driver calls)."""
     fitting = bench["scenarios"]["fitting"]
     assert fitting["prefetch_calls_per_step"] == 0 and fitting["added_driver_calls_per_step"] == 0
 

@@ -7,7 +7,7 @@
  * per-step counts over a fixed pattern, faults of discarded memory handed out again (real
  * kernels are no-ops on fakecuda: they fault nothing), two devices, the sanitizer builds.
  *
- *   steady_steps STEPS caching|managed|pluggable|switch
+ *   steady_steps STEPS caching|managed|pluggable|switch|split
  *
  * caching: PyTorch's caching allocator (tests/c/torch_caching.h) on segments from cuMemAlloc
  *   (which managed_all makes managed), each tensor reported to libpump, on the legacy stream.
@@ -18,6 +18,10 @@
  * switch: as managed, on two devices (FAKECUDA_DEVICES=2): each step makes device step % 2's
  *   primary context current (cuCtxSetCurrent) and launches on the legacy stream, which then
  *   belongs to that context.
+ * split: as caching, the activation's memory handed out each step as PyTorch's allocator splits
+ *   and merges its blocks: one tensor, then two split 2.5 MiB in, then two split 1 MiB in, and
+ *   again (each piece a forward and an update of its own), so that a tensor is carved over freed
+ *   tensors of other extents.
  */
 #include <stddef.h>
 #include <string.h>
@@ -29,7 +33,8 @@
 #define ACTIVATION ((size_t)6 << 20)
 #define MAX_STEPS 64
 
-enum mode { CACHING, MANAGED, PLUGGABLE, SWITCH };
+enum mode { CACHING, MANAGED, PLUGGABLE, SWITCH, SPLIT };
+#define MODES 5
 static enum mode mode;
 static CUstream stream;
 static struct torch_caching cache = {.segment_size = 20 << 20, .report = true};
@@ -110,13 +115,13 @@ static void print_list(const char *name, const struct counts *c, int steps, size
 
 int main(int argc, char **argv)
 {
-    static const char *const modes[] = {"caching", "managed", "pluggable", "switch"};
+    static const char *const modes[MODES] = {"caching", "managed", "pluggable", "switch", "split"};
     int steps = argc == 3 ? atoi(argv[1]) : 0, chosen = -1;
-    for (int m = 0; argc == 3 && m < 4; m++)
+    for (int m = 0; argc == 3 && m < MODES; m++)
         if (strcmp(argv[2], modes[m]) == 0)
             chosen = m;
     if (steps < 1 || steps > MAX_STEPS || chosen < 0) {
-        fprintf(stderr, "usage: steady_steps STEPS(1..%d) caching|managed|pluggable|switch\n", MAX_STEPS);
+        fprintf(stderr, "usage: steady_steps STEPS(1..%d) caching|managed|pluggable|switch|split\n", MAX_STEPS);
         return 2;
     }
     mode = (enum mode)chosen;
@@ -137,19 +142,39 @@ int main(int argc, char **argv)
         CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
 
     CUdeviceptr w = tensor_alloc(WEIGHTS);
-    uint64_t nw = WEIGHTS / sizeof(float), n = ACTIVATION / sizeof(float);
+    /* split: the activation's memory, one block of the allocator's that its steps carve anew */
+    CUdeviceptr activation = 0;
+    if (mode == SPLIT) {
+        activation = tensor_alloc(ACTIVATION);
+        tensor_free(activation, ACTIVATION);
+    }
+    uint64_t nw = WEIGHTS / sizeof(float);
     struct counts at[MAX_STEPS + 1];
     at[0] = counts_now();
     for (int s = 0; s < steps; s++) {
         if (mode == SWITCH)
             CHECK(api.ctx_set_current(primary[s % 2]));
-        CUdeviceptr out = tensor_alloc(ACTIVATION);
+        /* The activation's pieces this step: where each ends (split: the layout of step s % 3). */
+        static const size_t split_at[3][2] = {{ACTIVATION}, {5 << 19, ACTIVATION}, {1 << 20, ACTIVATION}};
+        const size_t *ends = mode == SPLIT ? split_at[s % 3] : split_at[0];
+        int pieces = ends[1] != 0 ? 2 : 1;
+        CUdeviceptr out = mode == SPLIT ? activation : tensor_alloc(ACTIVATION);
         float step = (float)s;
-        void *forward_params[] = {&w, &out, &nw, &n, &step};
-        CHECK(cuLaunchKernel(forward, 1, 1, 1, 1, 1, 1, 0, stream, forward_params, NULL));
-        void *update_params[] = {&w, &out, &nw, &n};
-        CHECK(cuLaunchKernel(update, 1, 1, 1, 1, 1, 1, 0, stream, update_params, NULL));
-        tensor_free(out, ACTIVATION);
+        for (int k = 0; k < pieces; k++) {
+            size_t from = k > 0 ? ends[k - 1] : 0, bytes = ends[k] - from;
+            CUdeviceptr piece = out + from;
+            uint64_t np = bytes / sizeof(float);
+            if (mode == SPLIT)
+                torch_caching_report(&cache, PUMP_TORCH_TENSOR_ALLOC, piece, bytes);
+            void *forward_params[] = {&w, &piece, &nw, &np, &step};
+            CHECK(cuLaunchKernel(forward, 1, 1, 1, 1, 1, 1, 0, stream, forward_params, NULL));
+            void *update_params[] = {&w, &piece, &nw, &np};
+            CHECK(cuLaunchKernel(update, 1, 1, 1, 1, 1, 1, 0, stream, update_params, NULL));
+        }
+        for (int k = 0; k < pieces && mode == SPLIT; k++)
+            torch_caching_report(&cache, PUMP_TORCH_TENSOR_FREE, out + (k > 0 ? ends[k - 1] : 0), 0);
+        if (mode != SPLIT)
+            tensor_free(out, ACTIVATION);
         CHECK(cuStreamSynchronize(stream));  /* .item() */
         at[s + 1] = counts_now();
     }

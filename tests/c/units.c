@@ -144,6 +144,11 @@ static void test_carved_segments(void)
     EXPECT(pump_ranges_remove_tensor(seg, &size) && size == 2 * MiB);
     EXPECT(pump_ranges_insert_tensor(seg + 6 * MiB, 4 * MiB, &cbase, &csize) != NULL);
     EXPECT(find(seg + 6 * MiB)->size == 4 * MiB);
+    /* What is left of a replaced one outside the new tensor stays, freed: invisible to
+     * lookups, and a tensor of its extent takes it over; the segment's free takes it too. */
+    EXPECT(find(seg + 3 * MiB) == NULL);
+    struct pump_range *rest = pump_ranges_insert_tensor(seg + 2 * MiB, 4 * MiB, &cbase, &csize);
+    EXPECT(rest != NULL && find(seg + 3 * MiB) == rest && find(seg + MiB) == NULL);
 
     /* The segment's free: its 20 MiB, the tensor left in it gone with it. */
     EXPECT(pump_ranges_remove(seg + 6 * MiB, &size, &device) == PUMP_REMOVED_NOTHING);  /* a tensor's base */
