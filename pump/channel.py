@@ -388,6 +388,7 @@ class Batch:
     block_frees: list = dataclasses.field(default_factory=list)   # (launches before it, addr, bytes)
     steps: list = dataclasses.field(default_factory=list)     # (launches before it, step)
     devices: list = dataclasses.field(default_factory=list)   # (CUDA ordinal, GPU UUID "GPU-...")
+    budgets: list = dataclasses.field(default_factory=list)   # (CUDA ordinal, pump's own budget there, bytes)
     problems: list = dataclasses.field(default_factory=list)  # what was wrong with the first invalid DEVICE records
 
     def launch_bases(self, i: int) -> np.ndarray:
@@ -487,6 +488,15 @@ def decode(records: np.ndarray) -> Batch:
                 batch.invalid += 1
                 if len(batch.problems) < PROBLEMS_MAX:
                     batch.problems.append(str(exc))
+        elif k == KIND["budget"]:
+            device = int(records["device"][i])
+            if not 0 <= device < DEVICES_MAX or n != 1 or int(a[0]) == 0:
+                batch.invalid += 1
+                if len(batch.problems) < PROBLEMS_MAX:
+                    batch.problems.append(f"BUDGET record for device {device} with count {n} and {int(a[0])} "
+                                          f"bytes; allowed: ordinals 0..{DEVICES_MAX - 1}, count 1, bytes > 0")
+                continue
+            batch.budgets.append((device, int(a[0])))
         elif k == KIND["function"]:
             if n > C.PUMP_FUNCTION_NAME_MAX:
                 batch.invalid += 1

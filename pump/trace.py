@@ -160,6 +160,8 @@ def _describe(record, names: dict):
         return k, f"0x{int(arg[0]):x} {int(arg[1])} bytes"
     if k == "step":
         return k, f"{int(arg[0])}"
+    if k == "budget":
+        return k, f"device {int(record['device'])}: pump's own budget {int(arg[0])} bytes"
     if k == "device":
         device = int(record["device"])
         try:

@@ -145,8 +145,11 @@ class _Process:
             return
         self.t.instant(self.pid, HOST_TID, "device", f"device {device}: {uuid}", ts, scope="p")
 
+    def _budget(self, a, ts, count, device):
+        self.t.counter(self.pid, f"pump's own budget, device {device}", ts, bytes=a[0])
+
     _RARE = {KIND["alloc"]: _alloc, KIND["free"]: _free, KIND["sync"]: _sync, KIND["step"]: _step,
-             KIND["counters"]: _counters, KIND["device"]: _device,
+             KIND["counters"]: _counters, KIND["device"]: _device, KIND["budget"]: _budget,
              KIND["block_alloc"]: _block_alloc, KIND["block_free"]: _block_free}
 
     def finish(self, budget):

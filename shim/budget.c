@@ -98,8 +98,11 @@ static void resolve(struct device_budget *d, struct pump_context *c, bool own, b
             d->margin = blocks_up((uint64_t)total_bytes / MARGIN_DIVISOR);
             if (d->margin == 0)
                 d->margin = PUMP_BLOCK_SIZE;
-            __atomic_store_n(&d->own, own_from(d, pump_context_device(c), free_bytes), __ATOMIC_RELAXED);
+            int device = pump_context_device(c);
+            uint64_t own_bytes = own_from(d, device, free_bytes);
+            __atomic_store_n(&d->own, own_bytes, __ATOMIC_RELAXED);
             __atomic_store_n(&own_anywhere, true, __ATOMIC_RELEASE);
+            pump_channel_own_budget(device, own_bytes);  /* pumpd plans for it */
         } else {
             pump_log_once("cannot read the device's memory: no default budget above the device");
         }
@@ -165,5 +168,6 @@ PUMP_HIDDEN void pump_budget_synchronised(CUstream stream)
         __atomic_store_n(&d->own, reading, __ATOMIC_RELAXED);
         PUMP_COUNT(budget_changes, 1);
         publish_own(reading);
+        pump_channel_own_budget(device, reading);
     }
 }

@@ -257,12 +257,39 @@ PUMP_HIDDEN void pump_channel_device(CUdevice device)
         announce_device(c, device, false);
 }
 
+/* ---- pump's own budget on each device (BUDGET) ----
+ * Stored, then emitted when a channel is live; the channel's install and resume
+ * emit every one stored. The two may both emit a value: a repeat says nothing new. */
+static uint64_t own_budgets[PUMP_DEVICES_MAX];  /* atomic; 0: none read */
+
+static void announce_budget(struct pump_channel *c, int device)
+{
+    uint64_t bytes = __atomic_load_n(&own_budgets[device], __ATOMIC_SEQ_CST);
+    if (bytes == 0)
+        return;
+    struct pump_event e = event(PUMP_EVENT_BUDGET, 1, device);
+    e.arg[0] = bytes;
+    pump_channel_emit(c, &e, 1);
+}
+
+PUMP_HIDDEN void pump_channel_own_budget(int device, uint64_t bytes)
+{
+    if (device < 0 || device >= PUMP_DEVICES_MAX || bytes == 0 ||
+        __atomic_exchange_n(&own_budgets[device], bytes, __ATOMIC_SEQ_CST) == bytes)
+        return;
+    struct pump_channel *c = atomic_load(&pump_channel_live);
+    if (c != NULL)
+        announce_budget(c, device);
+}
+
 /* Every device known (each once, unless again: then all, for a daemon that
- * restarted and lost what its predecessor read). */
+ * restarted and lost what its predecessor read), and pump's own budget on each. */
 PUMP_HIDDEN void pump_channel_announce_devices(struct pump_channel *c, bool again)
 {
-    for (int d = 0; d < PUMP_DEVICES_MAX; d++)
+    for (int d = 0; d < PUMP_DEVICES_MAX; d++) {
         announce_device(c, d, again);
+        announce_budget(c, d);
+    }
 }
 
 /* The shim's own accounting for pumpd: what `pump status` shows of the job. */

@@ -64,6 +64,9 @@ PUMP_HIDDEN void pump_channel_sync(uint32_t epoch);
 /* DEVICE: the process works on `device` (a CUDA ordinal). Asks the driver for
  * its UUID the first time only; sent now, or when the daemon attaches. */
 PUMP_HIDDEN void pump_channel_device(CUdevice device);
+/* pump's own budget on `device` is `bytes` now (budget.c): pumpd hears it (BUDGET) when it
+ * changed, now if a channel is live, else when one is. */
+PUMP_HIDDEN void pump_channel_own_budget(int device, uint64_t bytes);
 
 /* The trigger a launch's key found in the plan, copied out of it (the plan
  * is rewritten by pumpd while launches read it). */

@@ -92,12 +92,18 @@ enum pump_event_kind {
                                      people and tools; the policy finds steps itself) */
     /* Which GPU is which: CUDA ordinals differ between processes (CUDA_VISIBLE_DEVICES)
      * and from NVML's indices; the UUID names the GPU. */
-    PUMP_EVENT_DEVICE = 14        /* the process works on device `device` (its CUDA ordinal,
+    PUMP_EVENT_DEVICE = 14,       /* the process works on device `device` (its CUDA ordinal,
                                      0..63): written once per device, when the shim sets up
                                      its first context there (never on a launch's path after
                                      that), and again after it resumes with a restarted
                                      pumpd. count: 16; arg0, arg1: the 16 bytes of the
                                      device's UUID (cuDeviceGetUuid_v2), in memory order */
+    PUMP_EVENT_BUDGET = 15        /* pump's own budget on device `device` (its default above
+                                     the device: the device's free memory less a margin,
+                                     shim/budget.c), which pumpd's plans keep to when the job
+                                     has no budget of its own: arg0 bytes. Written when first
+                                     read and at each change, and again to a restarted pumpd
+                                     (a repeat says nothing new) */
 };
 
 /* 64 bytes. A record is complete once `seq` holds its ring position + 1

@@ -42,7 +42,7 @@ SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 KINDS = {C.PUMP_EVENT_ALLOC: "ALLOC", C.PUMP_EVENT_FREE: "FREE", C.PUMP_EVENT_LAUNCH: "LAUNCH",
          C.PUMP_EVENT_LAUNCH_MORE: "LAUNCH_MORE", C.PUMP_EVENT_FUNCTION: "FUNCTION",
          C.PUMP_EVENT_NAME: "NAME", C.PUMP_EVENT_SYNC: "SYNC", C.PUMP_EVENT_COUNTERS: "COUNTERS",
-         C.PUMP_EVENT_DEVICE: "DEVICE"}
+         C.PUMP_EVENT_DEVICE: "DEVICE", C.PUMP_EVENT_BUDGET: "BUDGET"}
 
 
 def sealed_memfd(name, size, init=None, seals=SEALS):
@@ -306,8 +306,8 @@ def attached(ring, records=1):
 
 def decode(records):
     """Merge multi-record events: ALLOC/FREE/SYNC/LAUNCH(+MORE)/FUNCTION(+NAME).
-    COUNTERS (the worker's periodic accounting) and DEVICE (see devices()) are
-    left out."""
+    COUNTERS (the worker's periodic accounting), DEVICE (see devices()) and BUDGET
+    (pump's own budget) are left out."""
     events = []
     i = 0
     while i < len(records):
@@ -339,6 +339,8 @@ def decode(records):
             assert r["count"] == 5
         elif kind == "DEVICE":
             assert r["count"] == 16 and r["device"] >= 0
+        elif kind == "BUDGET":
+            assert r["count"] == 1 and r["device"] >= 0 and arg[0] > 0
         else:
             raise AssertionError(f"unexpected record {r}")
         i += 1
@@ -580,6 +582,20 @@ def test_the_launch_device_is_named_once_with_its_uuid(run_program, daemon):
     assert devices(records) == [(1, fakecuda_uuid(1))]
     (device,) = [r for r in records if r["kind"] == "DEVICE"]
     assert device["count"] == 16 and device["arg"][2:] == [0, 0, 0]
+
+
+def test_pumps_own_budget_is_told_at_its_first_reading_and_each_change(run_program, daemon):
+    """Above the device (capacity host) pump holds a budget of its own, read at the first launch
+    and again at synchronisations (shim/budget.c; tests/test_budget.py's program and figures: 248
+    MiB, 124 while a neighbour holds 124 MiB, raised when it goes); each value goes to pumpd once,
+    as a BUDGET record of the device, for its plans to keep to."""
+    d = daemon()
+    env = {"FAKECUDA_DEVICE_MEMORY": str(256 * MiB), "PUMP_CAPACITY": "host", "PUMP_SOCKET": d.path}
+    run = run_program("budget", 4, 32, 5, "--neighbour=1:3:124", env=env)
+    wait_until(lambda: d.ring.header.written >= run.totals["events_written"] > 0, what="every record")
+    told = [(r["device"], r["arg"][0]) for r in check_seq(d.ring) if r["kind"] == "BUDGET"]
+    assert told == [(0, 248 * MiB), (0, 124 * MiB), (0, run.totals["default_budget_bytes"])]
+    assert run.totals["default_budget_bytes"] > 124 * MiB
 
 
 def test_a_device_used_before_the_daemon_came_is_named_when_it_attaches(job, daemon, sockdir):

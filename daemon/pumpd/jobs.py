@@ -69,7 +69,8 @@ class Session:
         self.live_bytes = 0         # managed bytes allocated and not freed, from events
         self.allocations = {}       # base -> size
         self.devices = {}           # CUDA ordinal (as this process numbers them) -> GPU UUID
-        self.told_invalid = False   # a bad DEVICE record was logged for this session
+        self.own_budgets = {}       # CUDA ordinal -> the shim's own budget there (BUDGET records)
+        self.told_invalid = False   # a bad DEVICE or BUDGET record was logged for this session
         self.lookahead = None       # a planner.Handle for jobs with policy lookahead
         self.plan_budget = None     # the budget last published, to know when to publish again
         self.plan_published = 0.0
@@ -107,7 +108,14 @@ class Session:
                         "events_invalid)", self.id, self.pid, problems[0])
         if batch.counters is not None:
             self.counters = batch.counters
+        self.own_budgets.update(batch.budgets)
         # The lookahead planner learns the batch in pumpd's planner process (scheduler.py).
+
+    @property
+    def own_budget(self) -> int:
+        """The least of the budgets the shim holds on its devices above their memory, 0: none
+        (one plan serves all of a process's devices)."""
+        return min(self.own_budgets.values(), default=0)
 
     @property
     def closed(self) -> bool:

@@ -22,8 +22,11 @@ The policy needs three figures it cannot read from a trace here:
 - the link's bandwidth: the highest host-to-GPU PCIe throughput NVML has reported for any
   GPU while pumpd ran (prefetch approaches the link's limit), else the PCIe Gen5 x16 figure
   of the simulator's model;
-- the budget: the job's (arbiter, config or `pump-run --budget`), else the GPU's memory as
-  NVML reports it, else no eviction at all (the plan then only prefetches ahead).
+- the budget: the job's (arbiter, config or `pump-run --budget`), else the one the shim holds
+  on its own above the device's memory (its BUDGET records: the device's free memory less a
+  margin, shim/budget.c; without it an oversubscribed job's plan evicted nothing and the shim's
+  own rule did all the moving), else the GPU's memory as NVML reports it, else no eviction at
+  all (the plan then only prefetches ahead).
 
 Learning an iteration and planning it cost up to seconds for a long one, so pumpd runs
 :meth:`Lookahead.plan` in its planner's own process (pumpd/planner.py), never on its event

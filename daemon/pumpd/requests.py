@@ -210,7 +210,7 @@ class Requests:
         job.add_session(session)
         session.rank = rank
         if job.policy == "lookahead":
-            session.lookahead = self.scheduler.planner.session(session_id, self._plan_budget(job),
+            session.lookahead = self.scheduler.planner.session(session_id, self._plan_budget(job, session),
                                                                lookahead.bandwidth(self.best_throughput))
         self.store.save(job)
         conn.session = session

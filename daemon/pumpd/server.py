@@ -273,9 +273,10 @@ class Daemon(Requests):
                                "its log says more") from None
 
     # ---- ingest and plans ----
-    def _plan_budget(self, job) -> int:
-        """What a lookahead plan keeps to: the job's budget, else its GPU's memory, else 0."""
-        return job.budget or lookahead.default_budget(self.telemetry_sample)
+    def _plan_budget(self, job, session) -> int:
+        """What a lookahead plan keeps to: the job's budget, else the one the process's shim
+        holds above the device's memory (BUDGET records), else its GPU's memory, else 0."""
+        return job.budget or session.own_budget or lookahead.default_budget(self.telemetry_sample)
 
     def plan_due(self, job, session) -> bool:
         """A new budget goes out at once; a new lookahead plan at most every PLAN_INTERVAL."""
@@ -290,7 +291,7 @@ class Daemon(Requests):
         layout, order = EMPTY_LAYOUT, channel.C.PUMP_ORDER_MIGRATED
         if planner is not None:
             if budget != session.plan_budget:
-                planner.set_budget(self._plan_budget(job))  # planned for in the planner's process
+                planner.set_budget(self._plan_budget(job, session))  # planned for in the planner's process
             layout, order = planner.take_layout(), planner.order
         session.plan.write(budget, order, layout)
         session.plan_budget, session.plan_published = budget, time.monotonic()
@@ -305,6 +306,8 @@ class Daemon(Requests):
             job.trace.write(session.pid, records)
         batch = channel.decode(records)
         session.ingest(batch)
+        if batch.budgets and session.lookahead is not None:
+            session.lookahead.set_budget(self._plan_budget(job, session))
         self.events_ingested += len(records)
         if batch.devices:
             self._place([job])
