@@ -12,7 +12,12 @@
  *   without managed_all; another process's), the driver's page tables for the managed memory,
  *   and the rounding of the partial blocks at allocations' ends to the driver's 2 MiB root
  *   chunks. No source gives one figure for all of them; this one is chosen, and said in
- *   docs/how-it-works.md.
+ *   docs/how-it-works.md. Too small a margin costs copies, not failures: the driver takes
+ *   the room others allocate from managed memory (uvm_pmm_gpu.c: RM's allocations evict
+ *   UVM's chunks through PMA's eviction callbacks). Too large costs pump room: on
+ *   bench-steady's oversubscribed step pump moves 426 MiB each way a step at this margin,
+ *   402 at 1/64 of the device and 392 at 1/128 (the driver without pump: 402). A GPU's
+ *   measure of what appears between two readings should set it.
  * - HYSTERESIS: a reading replaces the default only when it differs from it by more than two
  *   margins. A block pump evicts leaves its root chunk with the driver (uvm_va_block.c gives a
  *   block's GPU chunks back only when they are evicted or the block is destroyed), which the

@@ -57,10 +57,15 @@ def assert_no_more_traffic(pumped, bare, what):
 # freed tensors' blocks first, then most recently used, 505 each way (the forward pass's last
 # activations are the backward pass's first reads, so MRU is wrong at the turn); freed tensors'
 # blocks only, every other block left to the driver's faults, 694 (read_mostly: 691 in, 631
-# out), and at a 150 MiB budget that lets the job pass the budget. Left to the eviction order's
-# owner (shim/residency_evict.c) and issue 28's next session.
+# out), and at a 150 MiB budget that lets the job pass the budget. What does decide it is the room:
+# pump holds its own budget a margin under the device's free memory (shim/budget.c: 1/32 of the
+# device, 16 MiB of this 512 MiB one, 6% of the job's 256 MiB), where the driver uses all of it.
+# With the shim rebuilt at other margins, the same run moved 402 MiB each way at 1/64 of the
+# device, 392 at 1/128 and 386 at 1/256, the order unchanged. The margin is chosen, not measured
+# (what appears on a real GPU between two readings); a GPU run should measure it before it moves.
 LRU_ON_A_CYCLE = pytest.mark.xfail(reason="oversubscribed, pump moves 426 MiB each way a step against the "
-                                          "driver's 402 with PyTorch's allocation order", strict=False)
+                                          "driver's 402: its budget's margin (16 MiB) under the driver's room",
+                                   strict=False)
 
 
 @pytest.mark.parametrize("advice", [pytest.param([], marks=LRU_ON_A_CYCLE), ["read_mostly"]],
