@@ -14,6 +14,7 @@ import pytest
 MIB = 1 << 20
 WEIGHTS, ACTIVATION = 8 * MIB, 6 * MIB  # tests/c/steady_steps.c
 STEPS = 5
+ROUNDS = 40  # tests/c/carve_race.c: 640 launches, as many changes of the carved segment
 MANAGED_ALL = {"PUMP_MANAGED_ALL": "1"}
 
 
@@ -67,6 +68,23 @@ def test_memory_carved_anew_keeps_its_residency(run_program, variant, budget):
     assert run.totals["evictions"] == 0
     if budget:
         assert run.totals["resident_bytes_peak"] == WEIGHTS + ACTIVATION
+
+
+@pytest.mark.parametrize("variant", ["plain", "asan", "tsan"])
+def test_memory_carved_anew_while_another_thread_launches(run_program, variant):
+    # tests/c/carve_race.c: one thread hands a 16 MiB segment out in ever other extents, freeing
+    # them again, while another launches over it under a 4 MiB budget: the replacement of
+    # records and their residency races the launch rule's decisions and evictions. No sanitizer
+    # report, no deadlock, the bare run's values, the budget held, and nothing left counted.
+    env = {"PUMP_BUDGET": "4MiB", "TSAN_OPTIONS": "halt_on_error=1"}
+    bare = run_program("carve_race", ROUNDS, pump=False).result
+    run = run_program("carve_race", ROUNDS, variant=variant, env=env, timeout=600)
+    assert run.proc.returncode == 0, run.proc.stderr[-4000:]
+    assert "Sanitizer" not in run.proc.stderr and "runtime error" not in run.proc.stderr, run.proc.stderr[-4000:]
+    assert run.result["checksum"] == bare["checksum"]
+    t = run.totals
+    assert t["errors"] == 0 and t["torch_tensor_allocs"] == t["torch_tensor_frees"] > ROUNDS
+    assert t["evictions"] > 0 and t["resident_bytes_peak"] <= 4 * MIB and t["resident_bytes"] == 0
 
 
 def test_discarded_memory_handed_out_again_is_prefetched_again(run_program):
