@@ -260,6 +260,18 @@ static void stream_wait(CUstream stream, CUevent event)
 /* Marks: the mark's sequence number << 8 | the context's index + 1 (never 0). */
 #define MARK_SEQUENCE_SHIFT 8
 
+/* Creates a ring's events in c's context: a ring's first user may be pump's worker, on which
+ * no context is current, and cuEventCreate makes its event in the calling thread's current
+ * context (CUDA_ERROR_INVALID_CONTEXT without one: the ring was then broken for good). */
+static bool create_events_in(struct pump_context *c, CUevent *events, int n)
+{
+    struct pump_capture_mode mode = pump_capture_relax();
+    bool pushed, made = pump_context_push(c->key, &pushed) && create_events(events, n);
+    pump_context_pop(pushed);
+    pump_capture_restore(&mode);
+    return made;
+}
+
 /* Whether a ring's events are made, making them at its first use: false, for good, when
  * they cannot be made (logged once per context), and this once while another thread makes
  * them. Called, and returns, with use_lock held; lets it go while the driver makes them. */
@@ -270,7 +282,7 @@ static bool ring_ready(struct pump_context *c, struct ring *r, CUevent *events, 
     r->making = true;
     uint32_t forgets = __atomic_load_n(&c->forgets, __ATOMIC_RELAXED);
     pump_mutex_unlock(&c->use_lock);
-    bool made = create_events(events, n);
+    bool made = create_events_in(c, events, n);
     pump_mutex_lock(&c->use_lock);
     r->making = false;
     if (__atomic_load_n(&c->forgets, __ATOMIC_RELAXED) != forgets)
