@@ -82,10 +82,13 @@ def test_figures_agree_with_the_runs(bench):
         by_entry = row["added_driver_by_entry"]
         assert row["added_driver_calls_per_step"] == pytest.approx(sum(e["calls"] for e in by_entry.values()))
         assert row["added_driver_us_per_step"] == pytest.approx(sum(e["us"] for e in by_entry.values()), abs=0.01)
-        # Every prefetch pump counts is a prefetch fakecuda charged.
+        # Every prefetch pump counts is a prefetch fakecuda charged: pump counts a call just before
+        # making it, so under lookahead, where pump's worker makes them, one call may straddle a
+        # step's reading (164.5 against 165 a step seen in CI over two steps).
         assert row["prefetch_calls_per_step"] == pump["pump"]["prefetch_calls"]
         if row["prefetch_calls_per_step"]:
-            assert by_entry["prefetch"]["calls"] == pytest.approx(row["prefetch_calls_per_step"])
+            straddling = 1 / (bench["steps"] - bench["warmup"]) if scenario.endswith("_lookahead") else 0
+            assert by_entry["prefetch"]["calls"] == pytest.approx(row["prefetch_calls_per_step"], abs=straddling)
         assert row["prefetch_bytes_moved_per_step"] <= row["prefetch_bytes_asked_per_step"]
         assert row["gpu_faults_per_step"] == pump["gpu_faults"]
         # Bytes each way are every byte the runs counted crossing the link.
