@@ -389,6 +389,7 @@ class Batch:
     steps: list = dataclasses.field(default_factory=list)     # (launches before it, step)
     devices: list = dataclasses.field(default_factory=list)   # (CUDA ordinal, GPU UUID "GPU-...")
     budgets: list = dataclasses.field(default_factory=list)   # (CUDA ordinal, pump's own budget there, bytes)
+    links: list = dataclasses.field(default_factory=list)     # (CUDA ordinal, bytes, ns): a prefetch the GPU timed
     problems: list = dataclasses.field(default_factory=list)  # what was wrong with the first invalid DEVICE records
 
     def launch_bases(self, i: int) -> np.ndarray:
@@ -497,6 +498,16 @@ def decode(records: np.ndarray) -> Batch:
                                           f"bytes; allowed: ordinals 0..{DEVICES_MAX - 1}, count 1, bytes > 0")
                 continue
             batch.budgets.append((device, int(a[0])))
+        elif k == KIND["link"]:
+            device, moved, ns = int(records["device"][i]), int(a[0]), int(a[1])
+            if not 0 <= device < DEVICES_MAX or n != 2 or not 0 < moved < 1 << 48 or not 0 < ns < 1 << 48:
+                batch.invalid += 1
+                if len(batch.problems) < PROBLEMS_MAX:
+                    batch.problems.append(f"LINK record for device {device} with count {n}, {moved} bytes in {ns} "
+                                          f"ns; allowed: ordinals 0..{DEVICES_MAX - 1}, count 2, bytes and ns "
+                                          "in 1..2^48-1")
+                continue
+            batch.links.append((device, moved, ns))
         elif k == KIND["function"]:
             if n > C.PUMP_FUNCTION_NAME_MAX:
                 batch.invalid += 1

@@ -114,8 +114,9 @@ class DaemonLink:
     def end(self) -> dict:
         """Tell pumpd the command has exited: it reads what is left and closes the trace.
         Returns its reply: "trace" ({"records_written", "records_dropped", "problem"}, where
-        there is a trace) and "iteration_launches" (lookahead: per process that learned an
-        iteration, its launches); {} when pumpd could not say (gone, or no daemon)."""
+        there is a trace), "iteration_launches" (lookahead: per process that learned an
+        iteration, its launches) and "link_bytes_per_s" (per process whose prefetches were
+        timed, the median rate); {} when pumpd could not say (gone, or no daemon)."""
         if self.job is None:
             return {}
         try:

@@ -47,6 +47,7 @@ MAX_HISTORY = 1 << 20             # launches kept; iterations longer than half o
 KEY_CACHE_MAX = 1 << 16           # launch keys whose blocks are kept: a ring can name new keys without end
 ANCHORS = 16                      # recent launches considered as the period's anchor
 CANDIDATES = 64                   # periods tried per detection
+BANDWIDTH_TOLERANCE = 0.1         # a measured bandwidth this close to the one planned for changes nothing
 
 
 class IterationDetector:
@@ -177,6 +178,17 @@ class Foresight:
             raise ValueError(f"budget_bytes {budget_bytes}: allowed > 0")
         if int(budget_bytes) != self.budget:
             self.budget = int(budget_bytes)
+            if self.learned:
+                self._learn(self.period)
+
+    def set_bandwidth(self, bandwidth: float):
+        """The link's rate measured anew (pumpd: the shim's timed prefetches). Within
+        BANDWIDTH_TOLERANCE of the rate planned for it changes nothing: samples jitter, and a
+        plan made anew costs up to seconds of the planner's time."""
+        if not bandwidth > 0:
+            raise ValueError(f"bandwidth {bandwidth}: allowed > 0")
+        if abs(bandwidth - self.bandwidth) > BANDWIDTH_TOLERANCE * self.bandwidth:
+            self.bandwidth = float(bandwidth)
             if self.learned:
                 self._learn(self.period)
 

@@ -227,8 +227,9 @@ def run_child(command, env, held: _HeldSignals) -> int:
     return 128 - rc if rc < 0 else rc
 
 
-def lookahead_line(iterations) -> str:
-    """What lookahead learned, from pumpd's answer to end (None: pumpd could not say)."""
+def lookahead_line(iterations, links=None) -> str:
+    """What lookahead learned, from pumpd's answer to end (None: pumpd could not say), and the
+    link rates it planned at, where the processes' prefetches were timed (bytes/s)."""
     if iterations is None:
         return "lookahead: pumpd did not say whether it learned an iteration"
     learned = sorted({int(n) for n in iterations if isinstance(n, int) and n > 0})
@@ -236,7 +237,9 @@ def lookahead_line(iterations) -> str:
         return ("lookahead learned no iteration: the job's launches did not repeat while it ran, "
                 "so the launch rule applied throughout")
     counts = " and ".join(str(n) for n in learned)
-    return f"lookahead learned an iteration of {counts} launches"
+    rates = sorted({round(n / 1e9, 1) for n in links or () if isinstance(n, (int, float)) and n > 0})
+    measured = f", planned at the link rate its prefetches met: {' and '.join(map(str, rates))} GB/s" if rates else ""
+    return f"lookahead learned an iteration of {counts} launches{measured}"
 
 
 def report(stats_dir, args, command, rc, stats_file) -> bool:
@@ -344,7 +347,7 @@ def finish(args, cfg, link, stats_dir, command, rc, stats_file) -> bool:
     ended = link.end()
     ok, totals = report(stats_dir, args, command, rc, stats_file)
     if cfg.policy == "lookahead" and link.job is not None and not args.quiet:
-        print(f"{PROG}: {lookahead_line(ended.get('iteration_launches'))}", file=sys.stderr)
+        print(f"{PROG}: {lookahead_line(ended.get('iteration_launches'), ended.get('link_bytes_per_s'))}", file=sys.stderr)
     if link.trace_file:
         line = trace.report(link.trace_file, totals["events_written"], ended.get("trace"))
         print(f"{PROG}: {line}", file=sys.stderr)

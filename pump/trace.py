@@ -162,6 +162,10 @@ def _describe(record, names: dict):
         return k, f"{int(arg[0])}"
     if k == "budget":
         return k, f"device {int(record['device'])}: pump's own budget {int(arg[0])} bytes"
+    if k == "link":
+        moved, ns = int(arg[0]), int(arg[1])
+        rate = f", {moved / ns:.2f} GB/s" if ns else ""
+        return k, f"device {int(record['device'])}: a prefetch of {moved} bytes took {ns} ns on the GPU{rate}"
     if k == "device":
         device = int(record["device"])
         try:

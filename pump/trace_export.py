@@ -148,8 +148,12 @@ class _Process:
     def _budget(self, a, ts, count, device):
         self.t.counter(self.pid, f"pump's own budget, device {device}", ts, bytes=a[0])
 
+    def _link(self, a, ts, count, device):
+        if a[1]:
+            self.t.counter(self.pid, f"link rate measured, device {device}", ts, gb_per_s=round(a[0] / a[1], 3))
+
     _RARE = {KIND["alloc"]: _alloc, KIND["free"]: _free, KIND["sync"]: _sync, KIND["step"]: _step,
-             KIND["counters"]: _counters, KIND["device"]: _device, KIND["budget"]: _budget,
+             KIND["counters"]: _counters, KIND["device"]: _device, KIND["budget"]: _budget, KIND["link"]: _link,
              KIND["block_alloc"]: _block_alloc, KIND["block_free"]: _block_free}
 
     def finish(self, budget):

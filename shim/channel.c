@@ -282,6 +282,17 @@ PUMP_HIDDEN void pump_channel_own_budget(int device, uint64_t bytes)
         announce_budget(c, device);
 }
 
+PUMP_HIDDEN void pump_channel_link(int device, uint64_t bytes, uint64_t ns)
+{
+    struct pump_channel *c = atomic_load(&pump_channel_live);
+    if (c == NULL || device < 0 || device >= PUMP_DEVICES_MAX)
+        return;
+    struct pump_event e = event(PUMP_EVENT_LINK, 2, device);
+    e.arg[0] = bytes;
+    e.arg[1] = ns;
+    pump_channel_emit(c, &e, 1);
+}
+
 /* Every device known (each once, unless again: then all, for a daemon that
  * restarted and lost what its predecessor read), and pump's own budget on each. */
 PUMP_HIDDEN void pump_channel_announce_devices(struct pump_channel *c, bool again)

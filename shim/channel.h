@@ -67,6 +67,9 @@ PUMP_HIDDEN void pump_channel_device(CUdevice device);
 /* pump's own budget on `device` is `bytes` now (budget.c): pumpd hears it (BUDGET) when it
  * changed, now if a channel is live, else when one is. */
 PUMP_HIDDEN void pump_channel_own_budget(int device, uint64_t bytes);
+/* LINK: a prefetch of `bytes` to `device` took `ns` on the GPU (link_rate.c). A sample,
+ * sent only while a channel is live: a restarted pumpd hears the next ones. */
+PUMP_HIDDEN void pump_channel_link(int device, uint64_t bytes, uint64_t ns);
 
 /* The trigger a launch's key found in the plan, copied out of it (the plan
  * is rewritten by pumpd while launches read it). */

@@ -23,14 +23,7 @@
  * waits on a reused slot waits for a later point, never an earlier one: the
  * eviction stream was already made to wait for every earlier record of it.
  *
- * Discard marks. A discard of dead memory is undefined behaviour if anything
- * else touches the memory meanwhile, and a stream-ordered pool hands the memory
- * out again at once: a prefetch of the new owner, on pump's own stream, would
- * race the discard queued on the freeing stream (and could be undone by it). So
- * each discard is followed by a mark, an event from a second per-context ring,
- * that pump's moves of the memory wait for. A mark's slot is recorded again only
- * once its event is done (else the next dead tensor is not discarded), so a
- * mark names its discard until that has run, and a reused slot means it has.
+ * Discard marks, a second ring of events per context, are discard_marks.c's.
  *
  * A context that goes (hooks_context.c) takes pump's streams and events with
  * it: its slot is marked gone and set up again, in place, at the context's
@@ -53,63 +46,16 @@
 #include "channel.h"
 #include "context_cache.h"
 #include "devices.h"
+#include "link_rate.h"
 #include "locks.h"
 #include "prefetch.h"
+#include "prefetch_context.h"
 #include "prefetch_ranges.h"
 #include "prefetch_worker.h"
 #include "ranges.h"
 
-#define PUMP_CONTEXTS_MAX 64
-#define PUMP_EVENTS_PER_CONTEXT 64   /* prefetch events, recycled in turn; see pump_prefetch_wait */
-#define PUMP_USE_EVENTS 1024         /* use events per context (a power of two) */
-#define PUMP_DISCARD_MARKS 256       /* discard marks per context */
-
-/* A use slot: a launching thread waits on and records its event, or pump's worker readies it. */
-enum { USE_FREE, USE_RECORDING, USE_READYING };
-
-
-/* A ring of events, made on its first use. */
-struct ring {
-    bool ready, broken;  /* made; or, for good, not makeable (logged once per context) */
-    bool making;         /* a thread is making its events, outside use_lock */
-};
-
-struct pump_context {
-    CUcontext ctx;       /* the fast path's key: set (release) once the rest is ready */
-    CUcontext key;       /* the context of the slot from its claim on (under context_lock) */
-    bool setting_up;     /* under context_lock: a thread sets it up, outside the lock */
-    uint32_t forgets;    /* atomic: how many times its context went (written under both locks) */
-    CUdevice device;
-    uint32_t index;
-    bool usable;
-    bool gone;           /* atomic: the context went; set up again at its next use */
-    uint64_t use_base;   /* atomic: tokens of a sequence up to this are from before it went */
-    uint64_t mark_base;  /* atomic: marks of a sequence below this are from before it went */
-    CUstream stream;     /* prefetches */
-    CUstream evict_stream;
-    CUevent events[PUMP_EVENTS_PER_CONTEXT];
-    uint32_t next_event; /* atomic */
-    CUevent evicted;     /* recorded after evictions (residency.c's lock orders its use) */
-    pthread_mutex_t use_lock;  /* guards the rings' bookkeeping (never held across a driver call) */
-    struct ring use_ring;
-    uint64_t use_count;  /* use event slots taken so far */
-    uint8_t use_busy[PUMP_USE_EVENTS];  /* atomic: USE_RECORDING, USE_READYING or USE_FREE */
-    CUevent use_events[PUMP_USE_EVENTS];
-    uint64_t use_prepared;   /* under use_lock: uses below this need no wait before their record */
-    bool use_preparing;      /* under use_lock: pump's worker has use_prepare */
-    bool use_prepare_off;    /* under use_lock: the worker refused it (none): never asked again */
-    struct pump_job use_prepare;
-    struct ring mark_ring;
-    bool discarding;     /* a thread discards in this context, outside the lock */
-    uint64_t mark_count; /* discards marked so far (atomic: read without the lock) */
-    CUevent marks[PUMP_DISCARD_MARKS];  /* each recorded after its discard, */
-    struct {
-        uint64_t first, end;
-    } marked[PUMP_DISCARD_MARKS];       /* of this memory */
-};
-
-static struct pump_context contexts[PUMP_CONTEXTS_MAX];
-static uint32_t context_count; /* atomic */
+PUMP_HIDDEN struct pump_context pump_contexts[PUMP_CONTEXTS_MAX];
+PUMP_HIDDEN uint32_t pump_context_count; /* atomic */
 static pthread_mutex_t context_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic uint64_t use_sequence; /* orders tokens of all contexts */
 
@@ -146,9 +92,9 @@ static void setup_context(struct pump_context *c, CUcontext ctx)
  * no slot is left. */
 static struct pump_context *claim(CUcontext ctx, bool *ready, uint32_t *forgets)
 {
-    uint32_t n = __atomic_load_n(&context_count, __ATOMIC_RELAXED);
+    uint32_t n = __atomic_load_n(&pump_context_count, __ATOMIC_RELAXED);
     for (uint32_t i = 0; i < n; i++) {
-        struct pump_context *c = &contexts[i];
+        struct pump_context *c = &pump_contexts[i];
         if (c->key != ctx)
             continue;
         if (c->setting_up)
@@ -160,13 +106,13 @@ static struct pump_context *claim(CUcontext ctx, bool *ready, uint32_t *forgets)
     }
     if (n == PUMP_CONTEXTS_MAX)
         return NULL;
-    struct pump_context *c = &contexts[n];
+    struct pump_context *c = &pump_contexts[n];
     pthread_mutex_init(&c->use_lock, NULL);
     c->key = ctx;
     c->index = n;
     c->setting_up = true;
     *forgets = 0;
-    __atomic_store_n(&context_count, n + 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&pump_context_count, n + 1, __ATOMIC_RELEASE);
     return c;
 }
 
@@ -175,10 +121,10 @@ PUMP_HIDDEN struct pump_context *pump_context_of(CUstream stream)
     CUcontext ctx = pump_stream_context(stream);  /* no driver call while nothing changed it */
     if (ctx == NULL)
         return NULL;
-    uint32_t n = __atomic_load_n(&context_count, __ATOMIC_ACQUIRE);
+    uint32_t n = __atomic_load_n(&pump_context_count, __ATOMIC_ACQUIRE);
     for (uint32_t i = 0; i < n; i++)
-        if (__atomic_load_n(&contexts[i].ctx, __ATOMIC_ACQUIRE) == ctx && !__atomic_load_n(&contexts[i].gone, __ATOMIC_ACQUIRE))
-            return contexts[i].usable ? &contexts[i] : NULL;
+        if (__atomic_load_n(&pump_contexts[i].ctx, __ATOMIC_ACQUIRE) == ctx && !__atomic_load_n(&pump_contexts[i].gone, __ATOMIC_ACQUIRE))
+            return pump_contexts[i].usable ? &pump_contexts[i] : NULL;
 
     bool ready = false;
     uint32_t forgets = 0;
@@ -201,9 +147,9 @@ PUMP_HIDDEN struct pump_context *pump_context_of(CUstream stream)
 PUMP_HIDDEN void pump_context_forget(CUcontext ctx)
 {
     pump_mutex_lock(&context_lock);
-    uint32_t n = __atomic_load_n(&context_count, __ATOMIC_RELAXED);
+    uint32_t n = __atomic_load_n(&pump_context_count, __ATOMIC_RELAXED);
     for (uint32_t i = 0; i < n; i++) {
-        struct pump_context *c = &contexts[i];
+        struct pump_context *c = &pump_contexts[i];
         if (c->key != ctx || (__atomic_load_n(&c->gone, __ATOMIC_RELAXED) && !c->setting_up))
             continue;
         /* Its events went with it: the rings are made again at their next use. What a
@@ -240,7 +186,15 @@ PUMP_HIDDEN bool pump_stream_capturing(CUstream stream)
 PUMP_HIDDEN bool pump_prefetch_to_device(struct pump_context *c, CUdeviceptr *ptrs, size_t *sizes, size_t n)
 {
     CUmemLocation to = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = c->device};
-    return pump_move_ranges(c->stream, to, ptrs, sizes, n);
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < n; i++)
+        bytes += sizes[i];
+    bool timed = pump_link_probe_begin(&c->link, c->key, __atomic_load_n(&c->forgets, __ATOMIC_RELAXED), c->stream,
+                                       c->device, bytes);
+    bool ok = pump_move_ranges(c->stream, to, ptrs, sizes, n);
+    if (timed)
+        pump_link_probe_end(&c->link, c->stream, ok);
+    return ok;
 }
 
 PUMP_HIDDEN bool pump_evict_to_host(struct pump_context *c, CUdeviceptr *ptrs, size_t *sizes, size_t n)
@@ -250,15 +204,12 @@ PUMP_HIDDEN bool pump_evict_to_host(struct pump_context *c, CUdeviceptr *ptrs, s
 }
 
 /* Makes `stream` wait (on the GPU) for the event's latest record. */
-static void stream_wait(CUstream stream, CUevent event)
+PUMP_HIDDEN void pump_stream_wait(CUstream stream, CUevent event)
 {
     struct pump_capture_mode mode = pump_capture_relax();
     pump_call_ok(pump_driver.stream_wait_event(stream, event, 0), "cuStreamWaitEvent");
     pump_capture_restore(&mode);
 }
-
-/* Marks: the mark's sequence number << 8 | the context's index + 1 (never 0). */
-#define MARK_SEQUENCE_SHIFT 8
 
 /* Creates a ring's events in c's context: a ring's first user may be pump's worker, on which
  * no context is current, and cuEventCreate makes its event in the calling thread's current
@@ -275,7 +226,7 @@ static bool create_events_in(struct pump_context *c, CUevent *events, int n)
 /* Whether a ring's events are made, making them at its first use: false, for good, when
  * they cannot be made (logged once per context), and this once while another thread makes
  * them. Called, and returns, with use_lock held; lets it go while the driver makes them. */
-static bool ring_ready(struct pump_context *c, struct ring *r, CUevent *events, int n, const char *without)
+PUMP_HIDDEN bool pump_ring_ready(struct pump_context *c, struct ring *r, CUevent *events, int n, const char *without)
 {
     if (r->ready || r->broken || r->making)
         return r->ready;
@@ -292,144 +243,6 @@ static bool ring_ready(struct pump_context *c, struct ring *r, CUevent *events, 
     if (!made)
         pump_log(1, "cannot create %s", without);
     return made;
-}
-
-static bool marks_ready(struct pump_context *c)
-{
-    return ring_ready(c, &c->mark_ring, c->marks, PUMP_DISCARD_MARKS, "discard marks: dead tensors are not discarded");
-}
-
-/* The mark's context and event, or NULL (0, PUMP_DISCARD_UNORDERED). */
-static struct pump_context *mark_context(uint64_t mark, CUevent *event)
-{
-    uint64_t index = mark & 0xff;
-    if (index == 0 || index > __atomic_load_n(&context_count, __ATOMIC_ACQUIRE))
-        return NULL;
-    struct pump_context *c = &contexts[index - 1];
-    if ((mark >> MARK_SEQUENCE_SHIFT) < __atomic_load_n(&c->mark_base, __ATOMIC_ACQUIRE))
-        return NULL; /* from before its context went: done */
-    *event = c->marks[(mark >> MARK_SEQUENCE_SHIFT) % PUMP_DISCARD_MARKS];
-    return c;
-}
-
-/* One discard at a time in a context: its slot is taken under use_lock, the driver is asked
- * outside it, and the mark is published under it again. */
-PUMP_HIDDEN uint64_t pump_discard_dead(CUdeviceptr ptr, size_t size, CUstream stream)
-{
-    if (pump_driver.discard_batch == NULL || pump_driver.event_query == NULL || stream == NULL ||
-        stream == CU_STREAM_LEGACY || pump_ranges_find(ptr) == NULL)
-        return 0;
-    CUdeviceptr first = (ptr + PUMP_BLOCK_SIZE - 1) / PUMP_BLOCK_SIZE * PUMP_BLOCK_SIZE;
-    CUdeviceptr end = (ptr + size) / PUMP_BLOCK_SIZE * PUMP_BLOCK_SIZE;
-    struct pump_context *c = end > first ? pump_context_of(stream) : NULL;
-    if (c == NULL || pump_stream_capturing(stream))
-        return 0;
-    size_t bytes = (size_t)(end - first);
-    pump_mutex_lock(&c->use_lock);
-    bool ready = marks_ready(c);  /* no discard without a mark */
-    bool taken = ready && !c->discarding;
-    c->discarding = c->discarding || taken;
-    uint64_t sequence = c->mark_count;
-    uint32_t slot = (uint32_t)(sequence % PUMP_DISCARD_MARKS);
-    CUevent event = c->marks[slot];
-    uint32_t forgets = __atomic_load_n(&c->forgets, __ATOMIC_RELAXED);
-    pump_mutex_unlock(&c->use_lock);
-    if (!taken) {
-        if (ready)
-            PUMP_COUNT(discards_skipped, 1);  /* another thread's discard here is being made */
-        return 0;
-    }
-    struct pump_capture_mode mode = pump_capture_relax();
-    bool discarded = false, recorded = false;
-    if (sequence >= PUMP_DISCARD_MARKS && pump_driver.event_query(event) != CUDA_SUCCESS) {
-        PUMP_COUNT(discards_skipped, 1);  /* the slot's discard is still running */
-    } else if (pump_call_ok(pump_driver.discard_batch(&first, &bytes, 1, 0, stream), "cuMemDiscardBatchAsync")) {
-        PUMP_COUNT(bytes_discarded, bytes);
-        discarded = true;
-        recorded = pump_call_ok(pump_driver.event_record(event, stream), "cuEventRecord");
-    }
-    pump_capture_restore(&mode);
-    uint64_t mark = 0;
-    pump_mutex_lock(&c->use_lock);
-    c->discarding = false;
-    if (discarded && __atomic_load_n(&c->forgets, __ATOMIC_RELAXED) == forgets) {
-        c->marked[slot].first = first;
-        c->marked[slot].end = end;
-        if (recorded) {
-            mark = sequence << MARK_SEQUENCE_SHIFT | (c->index + 1);
-        } else {
-            /* The slot stays this discard's for good: nothing can be ordered after it. */
-            c->mark_ring.broken = true;
-            c->mark_ring.ready = false;
-            mark = PUMP_DISCARD_UNORDERED;
-            pump_log_once("cannot mark a discard: no more discards, and its memory is never prefetched");
-        }
-        __atomic_store_n(&c->mark_count, sequence + 1, __ATOMIC_RELEASE);
-    }
-    pump_mutex_unlock(&c->use_lock);
-    return mark;
-}
-
-PUMP_HIDDEN uint64_t pump_discard_over(uint64_t start, uint64_t bytes)
-{
-    uint64_t found = 0;
-    uint32_t n = __atomic_load_n(&context_count, __ATOMIC_ACQUIRE);
-    for (uint32_t i = 0; i < n; i++) {
-        struct pump_context *c = &contexts[i];
-        if (__atomic_load_n(&c->ctx, __ATOMIC_ACQUIRE) == NULL || !c->usable)
-            continue;  /* not set up yet: no discard made there */
-        pump_mutex_lock(&c->use_lock);
-        uint64_t count = c->mark_count, base = __atomic_load_n(&c->mark_base, __ATOMIC_RELAXED);
-        uint64_t from = count > PUMP_DISCARD_MARKS ? count - PUMP_DISCARD_MARKS : 0;
-        for (uint64_t s = from > base ? from : base; s < count; s++) {
-            uint32_t slot = (uint32_t)(s % PUMP_DISCARD_MARKS);
-            if (c->marked[slot].first >= start + bytes || c->marked[slot].end <= start)
-                continue;
-            uint64_t mark = c->mark_ring.broken && s + 1 == count ? PUMP_DISCARD_UNORDERED
-                                                                : s << MARK_SEQUENCE_SHIFT | (c->index + 1);
-            /* One context's later discard of the memory comes after its earlier
-             * ones there (through the owners in between); two contexts' cannot
-             * be ordered by one mark. */
-            found = found == 0 || (found & 0xff) == (mark & 0xff) ? mark : PUMP_DISCARD_UNORDERED;
-        }
-        pump_mutex_unlock(&c->use_lock);
-    }
-    return found;
-}
-
-PUMP_HIDDEN bool pump_discard_done(uint64_t mark)
-{
-    CUevent event;
-    struct pump_context *c = mark_context(mark, &event);
-    if (c == NULL) /* an unordered mark; or one from before its context went, done */
-        return mark != PUMP_DISCARD_UNORDERED && (mark & 0xff) != 0 &&
-               (mark & 0xff) <= __atomic_load_n(&context_count, __ATOMIC_ACQUIRE);
-    /* a slot is marked again only once its discard has run */
-    if (__atomic_load_n(&c->mark_count, __ATOMIC_ACQUIRE) > (mark >> MARK_SEQUENCE_SHIFT) + PUMP_DISCARD_MARKS)
-        return true;
-    struct pump_capture_mode mode = pump_capture_relax();
-    bool done = pump_driver.event_query(event) == CUDA_SUCCESS;
-    pump_capture_restore(&mode);
-    return done;
-}
-
-/* A slot marked again meanwhile makes the stream wait for a later discard:
- * longer, never shorter than needed. */
-static void discard_wait(CUstream stream, uint64_t mark)
-{
-    CUevent event;
-    if (mark_context(mark, &event) != NULL)
-        stream_wait(stream, event);
-}
-
-PUMP_HIDDEN void pump_prefetch_after_discard(struct pump_context *c, uint64_t mark)
-{
-    discard_wait(c->stream, mark);
-}
-
-PUMP_HIDDEN void pump_evict_after_discard(struct pump_context *c, uint64_t mark)
-{
-    discard_wait(c->evict_stream, mark);
 }
 
 /* Events are recycled round-robin; if a slot is re-recorded by another
@@ -469,7 +282,7 @@ PUMP_HIDDEN void pump_prefetch_after_evictions(struct pump_context *c)
 
 static bool use_events_ready(struct pump_context *c)
 {
-    return ring_ready(c, &c->use_ring, c->use_events, PUMP_USE_EVENTS,
+    return pump_ring_ready(c, &c->use_ring, c->use_events, PUMP_USE_EVENTS,
                       "use events: evictions wait for the launching stream instead");
 }
 
@@ -601,12 +414,12 @@ PUMP_HIDDEN uint64_t pump_use_record(struct pump_context *c, CUstream stream)
 PUMP_HIDDEN void pump_use_wait(CUstream stream, uint64_t token)
 {
     uint32_t index = (uint32_t)(token & 0xff);
-    if (index == 0 || index > __atomic_load_n(&context_count, __ATOMIC_ACQUIRE))
+    if (index == 0 || index > __atomic_load_n(&pump_context_count, __ATOMIC_ACQUIRE))
         return;
-    struct pump_context *user = &contexts[index - 1];
+    struct pump_context *user = &pump_contexts[index - 1];
     if ((token >> PUMP_USE_SEQUENCE_SHIFT) <= __atomic_load_n(&user->use_base, __ATOMIC_ACQUIRE))
         return; /* from before its context went: done */
-    stream_wait(stream, user->use_events[(token >> TOKEN_SLOT_SHIFT) & (PUMP_USE_EVENTS - 1)]);
+    pump_stream_wait(stream, user->use_events[(token >> TOKEN_SLOT_SHIFT) & (PUMP_USE_EVENTS - 1)]);
 }
 
 PUMP_HIDDEN void pump_evict_after(struct pump_context *c, uint64_t token)

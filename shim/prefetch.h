@@ -4,6 +4,7 @@
 #ifndef PUMP_PREFETCH_H
 #define PUMP_PREFETCH_H
 
+#include "discard_marks.h"
 #include "shim.h"
 
 struct pump_context;
@@ -43,23 +44,6 @@ PUMP_HIDDEN void pump_evict_after(struct pump_context *c, uint64_t token);
 /* A token for everything enqueued so far on c's prefetch stream (0: none):
  * a kernel that needs a block of a planned prefetch waits on it. */
 PUMP_HIDDEN uint64_t pump_prefetch_record(struct pump_context *c);
-/* Discards the 2 MiB blocks wholly inside [ptr, ptr+size) of a managed
- * allocation, memory dead from this point of `stream` on, in that stream's
- * order: neither written back to the host nor migrated in again. Never on the
- * legacy NULL stream (the driver refuses it there) nor in a capture (a replay
- * would not free it again). Returns its mark (0: nothing discarded): pump's
- * moves of memory allocated again over it must come after it on the GPU. */
-PUMP_HIDDEN uint64_t pump_discard_dead(CUdeviceptr ptr, size_t size, CUstream stream);
-/* A mark no move can be ordered after (its event could not be recorded). */
-#define PUMP_DISCARD_UNORDERED UINT64_MAX
-/* The mark of the latest discard overlapping [start, start+bytes) that may
- * still be running (0: none). */
-PUMP_HIDDEN uint64_t pump_discard_over(uint64_t start, uint64_t bytes);
-/* The marked discard has run (never for PUMP_DISCARD_UNORDERED). */
-PUMP_HIDDEN bool pump_discard_done(uint64_t mark);
-/* Makes c's prefetch stream, or its eviction stream, wait for a marked discard. */
-PUMP_HIDDEN void pump_prefetch_after_discard(struct pump_context *c, uint64_t mark);
-PUMP_HIDDEN void pump_evict_after_discard(struct pump_context *c, uint64_t mark);
 /* Enqueues the move of n ranges to the host on c's eviction stream. */
 PUMP_HIDDEN bool pump_evict_to_host(struct pump_context *c, CUdeviceptr *ptrs, size_t *sizes, size_t n);
 /* Makes `stream` wait (on the GPU) for everything on c's eviction stream. */

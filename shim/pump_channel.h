@@ -36,7 +36,8 @@ enum {
     PUMP_PLAN_RANGES = 65536,          /* address ranges all triggers name, in total */
     PUMP_TRACE_VERSION = 2,            /* trace files; version 1 (no kinds past COUNTERS) is read too */
     PUMP_TRACE_MAGIC = 0x43525450,     /* "PTRC" */
-    PUMP_TRACE_BLOCK_MAGIC = 0x4b4c4254 /* "TBLK" */
+    PUMP_TRACE_BLOCK_MAGIC = 0x4b4c4254, /* "TBLK" */
+    PUMP_LINK_INTERVAL_NS = 50000000   /* a device's prefetches are timed (LINK) at most once in this */
 };
 
 /* ---- the socket ----
@@ -98,12 +99,18 @@ enum pump_event_kind {
                                      that), and again after it resumes with a restarted
                                      pumpd. count: 16; arg0, arg1: the 16 bytes of the
                                      device's UUID (cuDeviceGetUuid_v2), in memory order */
-    PUMP_EVENT_BUDGET = 15        /* pump's own budget on device `device` (its default above
+    PUMP_EVENT_BUDGET = 15,       /* pump's own budget on device `device` (its default above
                                      the device: the device's free memory less a margin,
                                      shim/budget.c), which pumpd's plans keep to when the job
                                      has no budget of its own: arg0 bytes. Written when first
                                      read and at each change, and again to a restarted pumpd
                                      (a repeat says nothing new) */
+    /* The link pump's prefetches cross, as the GPU timed one of them (shim/link_rate.c):
+     * pumpd plans transfers at the rate measured, not at a figure it assumes. */
+    PUMP_EVENT_LINK = 16          /* a prefetch to device `device` of arg0 bytes took arg1
+                                     nanoseconds on the GPU (timing events recorded on pump's
+                                     prefetch stream before and after it). count: 2. At most
+                                     one a PUMP_LINK_INTERVAL_NS per context */
 };
 
 /* 64 bytes. A record is complete once `seq` holds its ring position + 1

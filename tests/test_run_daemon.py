@@ -181,6 +181,13 @@ def test_lookahead_line(iterations, line):
     assert run.lookahead_line(iterations) == line
 
 
+def test_lookahead_line_says_the_link_rate_measured():
+    from pump import run
+    assert run.lookahead_line([412], [24_612_345_678, 0, "x"]) == \
+        "lookahead learned an iteration of 412 launches, planned at the link rate its prefetches met: 24.6 GB/s"
+    assert run.lookahead_line([412], []) == "lookahead learned an iteration of 412 launches"
+
+
 @pytest.mark.parametrize("ranks,shown", [([], "-"), (None, "-"), ([0], "0"), ([1, 0, 3, 2], "0-3"),
                                          ([0, 1, 2, 5, 7, 8], "0-2,5,7-8")])
 def test_status_ranks_are_shown_as_runs(ranks, shown):

@@ -50,7 +50,7 @@ def test_tensors_are_managed_and_dead_ones_discarded(run_program, pool_prefetch)
     assert run.proc.stderr == ""
 
 
-MARKS = 256  # shim/prefetch.c's PUMP_DISCARD_MARKS
+MARKS = 256  # shim/prefetch_context.h's PUMP_DISCARD_MARKS
 HELD = 300   # tests/c/torch_allocator.c's HELD_TENSORS, of 2 MiB
 
 

@@ -17,6 +17,7 @@ does not own or that others can write.
 """
 
 import asyncio
+import collections
 import json
 import logging
 import os
@@ -39,6 +40,7 @@ ITERATIONS_KEPT = 64  # processes per job whose learned iteration is remembered
 LEADERS_MAX = 1024    # pump-runs of one group in one job (the ranks of a node's run)
 FLUSH_TIMEOUT = 5.0   # seconds pumpd's stop (or a reply) waits for job files to be written
 WRITTEN_POLL = 0.002  # seconds between looks while a reply waits for its job's file
+LINK_SAMPLES = 15     # a session's latest LINK records, whose median rate its plans assume
 
 
 def start_time(pid: int):
@@ -70,6 +72,7 @@ class Session:
         self.allocations = {}       # base -> size
         self.devices = {}           # CUDA ordinal (as this process numbers them) -> GPU UUID
         self.own_budgets = {}       # CUDA ordinal -> the shim's own budget there (BUDGET records)
+        self.link_rates = collections.deque(maxlen=LINK_SAMPLES)  # bytes/s of prefetches the GPU timed (LINK)
         self.told_invalid = False   # a bad DEVICE or BUDGET record was logged for this session
         self.lookahead = None       # a planner.Handle for jobs with policy lookahead
         self.plan_budget = None     # the budget last published, to know when to publish again
@@ -109,6 +112,7 @@ class Session:
         if batch.counters is not None:
             self.counters = batch.counters
         self.own_budgets.update(batch.budgets)
+        self.link_rates.extend(moved * 1e9 / ns for _device, moved, ns in batch.links)
         # The lookahead planner learns the batch in pumpd's planner process (scheduler.py).
 
     @property
@@ -116,6 +120,14 @@ class Session:
         """The least of the budgets the shim holds on its devices above their memory, 0: none
         (one plan serves all of a process's devices)."""
         return min(self.own_budgets.values(), default=0)
+
+    @property
+    def link_rate(self) -> float:
+        """The median rate of the latest prefetches the GPU timed (bytes/s), 0.0: none yet. A
+        sample holds what its prefetch met (bytes already there look fast, an eviction the
+        driver made to make room slow): the median keeps the link's own rate."""
+        rates = sorted(self.link_rates)
+        return rates[len(rates) // 2] if rates else 0.0
 
     @property
     def closed(self) -> bool:
@@ -150,6 +162,7 @@ class Job:
         self.ended = set()
         self.tree = {}                  # the leader's process tree: pids, rss_bytes, cpu_seconds
         self.iterations = {}            # pid -> launches of the iteration lookahead learned there
+        self.link_rates = {}            # pid -> the link rate its prefetches met (bytes/s), its last
 
     @staticmethod
     def new_id() -> str:
@@ -207,6 +220,17 @@ class Job:
         if period:
             log.info("job %s (%s): lookahead learned an iteration of %d launches (pid %d)",
                      self.id, protocol.printable(self.name), period, session.pid)
+
+    def note_link(self, session: Session):
+        """A session's link rate, kept past its end (pump-run reports what lookahead planned at)."""
+        self.link_rates.pop(session.pid, None)
+        self.link_rates[session.pid] = session.link_rate
+        while len(self.link_rates) > ITERATIONS_KEPT:
+            del self.link_rates[next(iter(self.link_rates))]
+
+    def measured_links(self) -> list:
+        """The link rate each process's prefetches met (bytes/s), per process that timed one."""
+        return [round(rate) for rate in self.link_rates.values() if rate]
 
     def learned_iterations(self) -> list:
         """The launches of each iteration learned, per process that learned one."""
@@ -268,6 +292,8 @@ class Job:
             # lookahead: per process, the iteration learned (launches per period; 0: not yet)
             "iteration_launches": [s.lookahead.period for s in self.sessions.values()
                                    if s.lookahead is not None],
+            # per process, the link rate its prefetches met (LINK records; 0: none timed yet)
+            "link_bytes_per_s": [round(s.link_rate) for s in self.sessions.values()],
             "group": self.group, "pump_runs": len(self.leaders),
             "ranks": sorted(s.rank for s in self.sessions.values() if s.rank is not None),
         }

@@ -19,9 +19,14 @@ The policy needs three figures it cannot read from a trace here:
   (Foresight.reserve_bytes), so one stretched interval taken as a kernel's time moved the
   plan from one run to the next (a replay on fakecuda faulted 256 or 288 times a step,
   by that alone);
-- the link's bandwidth: the highest host-to-GPU PCIe throughput NVML has reported for any
-  GPU while pumpd ran (prefetch approaches the link's limit), else the PCIe Gen5 x16 figure
-  of the simulator's model;
+- the link's bandwidth: the median rate of the process's latest prefetches as the GPU timed
+  them (the shim's LINK records, shim/link_rate.c: bytes over the time between timing events
+  before and after one prefetch on pump's stream), else the highest host-to-GPU PCIe
+  throughput NVML has reported for any GPU while pumpd ran, else the PCIe Gen5 x16 figure of
+  the simulator's model. A plan made at an assumed rate leaves the wrong room for transfers
+  in flight (Foresight.reserve_bytes: the rate x the longest kernel): on fakecuda's 25 GB/s
+  link, pumpd planning at Gen5's 63 GB/s made a replay fault where the model did not
+  (tests/test_replay_vs_simulate.py);
 - the budget: the job's (arbiter, config or `pump-run --budget`), else the one the shim holds
   on its own above the device's memory (its BUDGET records: the device's free memory less a
   margin, shim/budget.c; without it an oversubscribed job's plan evicted nothing and the shim's
@@ -57,6 +62,7 @@ class Lookahead:
     def __init__(self, budget: int, bandwidth: float):
         self.policy = Foresight(budget or NO_BUDGET, bandwidth)
         self.budget = budget or NO_BUDGET  # the budget to plan for (the policy's, once plan() ran)
+        self.bandwidth = bandwidth         # the link's rate to plan for (likewise)
         self.layout = channel.Plan.layout({})  # the plan's tables, made by plan()
         self.fresh = False            # a layout made and not yet published
         self.last_launch_ns = None
@@ -69,6 +75,8 @@ class Lookahead:
         plan's layout made anew if the policy changed it."""
         if self.budget != self.policy.budget:
             self.policy.set_budget(self.budget)
+        if self.bandwidth != self.policy.bandwidth:
+            self.policy.set_bandwidth(self.bandwidth)
         if batch is not None:
             self.observe(batch)
         if self.policy.changed:
@@ -109,6 +117,10 @@ class Lookahead:
         """Noted; plan() plans for it."""
         self.budget = budget or NO_BUDGET
 
+    def set_bandwidth(self, bandwidth: float):
+        """Noted; plan() plans for it (unless it is close to the rate planned for)."""
+        self.bandwidth = bandwidth
+
 
 def best_throughput(telemetry_sample, best: float) -> float:
     """The highest host-to-GPU throughput (bytes/s) seen so far, updated from a sample
@@ -120,8 +132,11 @@ def best_throughput(telemetry_sample, best: float) -> float:
     return best
 
 
-def bandwidth(best_measured: float) -> float:
-    """The link bandwidth the plans assume: measured where NVML has seen traffic."""
+def bandwidth(link_rate: float, best_measured: float) -> float:
+    """The link bandwidth the plans assume: the rate of the process's prefetches as the GPU
+    timed them (its LINK records), else the best NVML has seen, else PCIe Gen5 x16's."""
+    if link_rate > 0:
+        return link_rate
     return best_measured if best_measured >= BANDWIDTH_FLOOR else constants.PCIE5_X16_BYTES_PER_S
 
 

@@ -40,6 +40,7 @@ class Planned:
     """What the child says of one session after a batch."""
     cost: float      # the child's CPU seconds on it
     budget: int      # the budget it planned for
+    bandwidth: float # the link rate it planned at (bytes/s)
     period: int      # the iteration learned (launches; 0: not yet)
     order: int       # the victim order of its plan
     layout: tuple    # a new plan's layout (channel.Plan.layout), or None if unchanged
@@ -56,6 +57,7 @@ class Handle:
         self.planner, self.key, self.bandwidth = planner, key, bandwidth
         self.budget = budget or lookahead.NO_BUDGET  # the budget to plan for
         self.planned_budget = self.budget            # the budget the child last planned for
+        self.planned_bandwidth = bandwidth           # ... and the link rate
         self.layout = channel.Plan.layout({})        # the newest layout from the child
         self.fresh = False                           # ... not yet published
         self.period = 0
@@ -71,6 +73,10 @@ class Handle:
         """Noted; the child plans for it with the next batch."""
         self.budget = budget or lookahead.NO_BUDGET
 
+    def set_bandwidth(self, bandwidth: float):
+        """Noted; the child plans at this rate from the next batch on."""
+        self.bandwidth = bandwidth
+
     def take_layout(self) -> tuple:
         self.fresh = False
         return self.layout
@@ -78,6 +84,7 @@ class Handle:
     def learned(self, planned: Planned):
         """What the child planned (on the loop, once the batch's future is done)."""
         self.planned_budget, self.period, self.order = planned.budget, planned.period, planned.order
+        self.planned_bandwidth = planned.bandwidth
         if planned.layout is not None:
             self.layout, self.fresh = planned.layout, True
 
@@ -187,8 +194,10 @@ def serve(conn: Connection):
             if planner is None:
                 planner = planners[key] = lookahead.Lookahead(budget, bandwidth)
             planner.set_budget(budget)
+            planner.set_bandwidth(bandwidth)
             planner.plan(batch)
-            reply = Planned(time.process_time() - began, planner.policy.budget, planner.policy.period,
+            reply = Planned(time.process_time() - began, planner.policy.budget, planner.policy.bandwidth,
+                            planner.policy.period,
                             planner.policy.order, planner.take_layout() if planner.fresh else None)
         except Exception:  # noqa: BLE001 - a planner bug ends no task: pumpd logs it
             planners.pop(key, None)

@@ -211,7 +211,7 @@ class Requests:
         session.rank = rank
         if job.policy == "lookahead":
             session.lookahead = self.scheduler.planner.session(session_id, self._plan_budget(job, session),
-                                                               lookahead.bandwidth(self.best_throughput))
+                                                               self._plan_bandwidth(session))
         self.store.save(job)
         conn.session = session
         self.publish_plan(job, session)
@@ -234,14 +234,16 @@ class Requests:
     async def _end(self, conn, request) -> dict:
         job = self._own_job(conn, request["job"])
         if not job.end_leader(conn.pid):  # other pump-runs of its group still run
-            return {"ok": True, "job": job.id, "iteration_launches": job.learned_iterations()}
+            return {"ok": True, "job": job.id, "iteration_launches": job.learned_iterations(),
+                    "link_bytes_per_s": job.measured_links()}
         # Its rings are read fairly with everyone's, not here: the reply waits for them.
         await self.scheduler.drain(list(job.sessions.values()), DRAIN_TIMEOUT)
         job.close_trace()
         trace = job.trace
         if job.id in self.jobs and not job.alive():
             self._forget(job)
-        reply = {"ok": True, "job": job.id, "iteration_launches": job.learned_iterations()}
+        reply = {"ok": True, "job": job.id, "iteration_launches": job.learned_iterations(),
+                 "link_bytes_per_s": job.measured_links()}
         if trace is not None:
             # pump-run reports what the trace holds: wait (off the loop's time) for its writes
             deadline = time.monotonic() + tracing.WRITE_TIMEOUT

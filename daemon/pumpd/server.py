@@ -278,6 +278,10 @@ class Daemon(Requests):
         holds above the device's memory (BUDGET records), else its GPU's memory, else 0."""
         return job.budget or session.own_budget or lookahead.default_budget(self.telemetry_sample)
 
+    def _plan_bandwidth(self, session) -> float:
+        """The link rate a lookahead plan assumes (lookahead.bandwidth says which)."""
+        return lookahead.bandwidth(session.link_rate, self.best_throughput)
+
     def plan_due(self, job, session) -> bool:
         """A new budget goes out at once; a new lookahead plan at most every PLAN_INTERVAL."""
         planner = session.lookahead
@@ -308,6 +312,10 @@ class Daemon(Requests):
         session.ingest(batch)
         if batch.budgets and session.lookahead is not None:
             session.lookahead.set_budget(self._plan_budget(job, session))
+        if batch.links:
+            job.note_link(session)
+            if session.lookahead is not None:
+                session.lookahead.set_bandwidth(self._plan_bandwidth(session))
         self.events_ingested += len(records)
         if batch.devices:
             self._place([job])

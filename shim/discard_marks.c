@@ -1,0 +1,162 @@
+/* discard_marks.c: memory discarded when it dies, and the marks that order pump's moves of it
+ * after the discard (see discard_marks.h).
+ *
+ * A discard of dead memory is undefined behaviour if anything else touches the memory
+ * meanwhile, and a stream-ordered pool hands the memory out again at once: a prefetch of the
+ * new owner, on pump's own stream, would race the discard queued on the freeing stream (and
+ * could be undone by it). So each discard is followed by a mark, an event from a per-context
+ * ring (the context's slot: prefetch_context.h), that pump's moves of the memory wait for. A
+ * mark's slot is recorded again only once its event is done (else the next dead tensor is not
+ * discarded), so a mark names its discard until that has run, and a reused slot means it has.
+ * Marks from before a context went count as done. No lock is held across a driver call: a
+ * discard's slot is taken under use_lock, the driver asked outside it, the mark published
+ * under it again.
+ */
+#include "capture_mode.h"
+#include "discard_marks.h"
+#include "locks.h"
+#include "prefetch.h"
+#include "prefetch_context.h"
+#include "prefetch_ranges.h"
+#include "ranges.h"
+
+/* Marks: the mark's sequence number << 8 | the context's index + 1 (never 0). */
+#define MARK_SEQUENCE_SHIFT 8
+
+static bool marks_ready(struct pump_context *c)
+{
+    return pump_ring_ready(c, &c->mark_ring, c->marks, PUMP_DISCARD_MARKS, "discard marks: dead tensors are not discarded");
+}
+
+/* The mark's context and event, or NULL (0, PUMP_DISCARD_UNORDERED). */
+static struct pump_context *mark_context(uint64_t mark, CUevent *event)
+{
+    uint64_t index = mark & 0xff;
+    if (index == 0 || index > __atomic_load_n(&pump_context_count, __ATOMIC_ACQUIRE))
+        return NULL;
+    struct pump_context *c = &pump_contexts[index - 1];
+    if ((mark >> MARK_SEQUENCE_SHIFT) < __atomic_load_n(&c->mark_base, __ATOMIC_ACQUIRE))
+        return NULL; /* from before its context went: done */
+    *event = c->marks[(mark >> MARK_SEQUENCE_SHIFT) % PUMP_DISCARD_MARKS];
+    return c;
+}
+
+/* One discard at a time in a context: its slot is taken under use_lock, the driver is asked
+ * outside it, and the mark is published under it again. */
+PUMP_HIDDEN uint64_t pump_discard_dead(CUdeviceptr ptr, size_t size, CUstream stream)
+{
+    if (pump_driver.discard_batch == NULL || pump_driver.event_query == NULL || stream == NULL ||
+        stream == CU_STREAM_LEGACY || pump_ranges_find(ptr) == NULL)
+        return 0;
+    CUdeviceptr first = (ptr + PUMP_BLOCK_SIZE - 1) / PUMP_BLOCK_SIZE * PUMP_BLOCK_SIZE;
+    CUdeviceptr end = (ptr + size) / PUMP_BLOCK_SIZE * PUMP_BLOCK_SIZE;
+    struct pump_context *c = end > first ? pump_context_of(stream) : NULL;
+    if (c == NULL || pump_stream_capturing(stream))
+        return 0;
+    size_t bytes = (size_t)(end - first);
+    pump_mutex_lock(&c->use_lock);
+    bool ready = marks_ready(c);  /* no discard without a mark */
+    bool taken = ready && !c->discarding;
+    c->discarding = c->discarding || taken;
+    uint64_t sequence = c->mark_count;
+    uint32_t slot = (uint32_t)(sequence % PUMP_DISCARD_MARKS);
+    CUevent event = c->marks[slot];
+    uint32_t forgets = __atomic_load_n(&c->forgets, __ATOMIC_RELAXED);
+    pump_mutex_unlock(&c->use_lock);
+    if (!taken) {
+        if (ready)
+            PUMP_COUNT(discards_skipped, 1);  /* another thread's discard here is being made */
+        return 0;
+    }
+    struct pump_capture_mode mode = pump_capture_relax();
+    bool discarded = false, recorded = false;
+    if (sequence >= PUMP_DISCARD_MARKS && pump_driver.event_query(event) != CUDA_SUCCESS) {
+        PUMP_COUNT(discards_skipped, 1);  /* the slot's discard is still running */
+    } else if (pump_call_ok(pump_driver.discard_batch(&first, &bytes, 1, 0, stream), "cuMemDiscardBatchAsync")) {
+        PUMP_COUNT(bytes_discarded, bytes);
+        discarded = true;
+        recorded = pump_call_ok(pump_driver.event_record(event, stream), "cuEventRecord");
+    }
+    pump_capture_restore(&mode);
+    uint64_t mark = 0;
+    pump_mutex_lock(&c->use_lock);
+    c->discarding = false;
+    if (discarded && __atomic_load_n(&c->forgets, __ATOMIC_RELAXED) == forgets) {
+        c->marked[slot].first = first;
+        c->marked[slot].end = end;
+        if (recorded) {
+            mark = sequence << MARK_SEQUENCE_SHIFT | (c->index + 1);
+        } else {
+            /* The slot stays this discard's for good: nothing can be ordered after it. */
+            c->mark_ring.broken = true;
+            c->mark_ring.ready = false;
+            mark = PUMP_DISCARD_UNORDERED;
+            pump_log_once("cannot mark a discard: no more discards, and its memory is never prefetched");
+        }
+        __atomic_store_n(&c->mark_count, sequence + 1, __ATOMIC_RELEASE);
+    }
+    pump_mutex_unlock(&c->use_lock);
+    return mark;
+}
+
+PUMP_HIDDEN uint64_t pump_discard_over(uint64_t start, uint64_t bytes)
+{
+    uint64_t found = 0;
+    uint32_t n = __atomic_load_n(&pump_context_count, __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i < n; i++) {
+        struct pump_context *c = &pump_contexts[i];
+        if (__atomic_load_n(&c->ctx, __ATOMIC_ACQUIRE) == NULL || !c->usable)
+            continue;  /* not set up yet: no discard made there */
+        pump_mutex_lock(&c->use_lock);
+        uint64_t count = c->mark_count, base = __atomic_load_n(&c->mark_base, __ATOMIC_RELAXED);
+        uint64_t from = count > PUMP_DISCARD_MARKS ? count - PUMP_DISCARD_MARKS : 0;
+        for (uint64_t s = from > base ? from : base; s < count; s++) {
+            uint32_t slot = (uint32_t)(s % PUMP_DISCARD_MARKS);
+            if (c->marked[slot].first >= start + bytes || c->marked[slot].end <= start)
+                continue;
+            uint64_t mark = c->mark_ring.broken && s + 1 == count ? PUMP_DISCARD_UNORDERED
+                                                                : s << MARK_SEQUENCE_SHIFT | (c->index + 1);
+            /* One context's later discard of the memory comes after its earlier
+             * ones there (through the owners in between); two contexts' cannot
+             * be ordered by one mark. */
+            found = found == 0 || (found & 0xff) == (mark & 0xff) ? mark : PUMP_DISCARD_UNORDERED;
+        }
+        pump_mutex_unlock(&c->use_lock);
+    }
+    return found;
+}
+
+PUMP_HIDDEN bool pump_discard_done(uint64_t mark)
+{
+    CUevent event;
+    struct pump_context *c = mark_context(mark, &event);
+    if (c == NULL) /* an unordered mark; or one from before its context went, done */
+        return mark != PUMP_DISCARD_UNORDERED && (mark & 0xff) != 0 &&
+               (mark & 0xff) <= __atomic_load_n(&pump_context_count, __ATOMIC_ACQUIRE);
+    /* a slot is marked again only once its discard has run */
+    if (__atomic_load_n(&c->mark_count, __ATOMIC_ACQUIRE) > (mark >> MARK_SEQUENCE_SHIFT) + PUMP_DISCARD_MARKS)
+        return true;
+    struct pump_capture_mode mode = pump_capture_relax();
+    bool done = pump_driver.event_query(event) == CUDA_SUCCESS;
+    pump_capture_restore(&mode);
+    return done;
+}
+
+/* A slot marked again meanwhile makes the stream wait for a later discard:
+ * longer, never shorter than needed. */
+static void discard_wait(CUstream stream, uint64_t mark)
+{
+    CUevent event;
+    if (mark_context(mark, &event) != NULL)
+        pump_stream_wait(stream, event);
+}
+
+PUMP_HIDDEN void pump_prefetch_after_discard(struct pump_context *c, uint64_t mark)
+{
+    discard_wait(c->stream, mark);
+}
+
+PUMP_HIDDEN void pump_evict_after_discard(struct pump_context *c, uint64_t mark)
+{
+    discard_wait(c->evict_stream, mark);
+}

@@ -1,0 +1,104 @@
+/* link_rate.c: timing one of pump's prefetches now and then (see link_rate.h).
+ *
+ * A context's probe is two timing events on pump's prefetch stream, recorded just
+ * before and just after one prefetch call: the start completes once the stream's
+ * earlier work has, so the two bracket that prefetch alone, waits the stream was
+ * given before it excluded. Its result is read at a later prefetch in the context,
+ * never waited for. At most one probe per context is in flight, and one is armed at
+ * most every PUMP_LINK_INTERVAL_NS: four driver calls a sample (two records, a query,
+ * the elapsed time), not a cost per launch.
+ *
+ * A sample is what the GPU took for that prefetch, whatever it held: bytes already
+ * resident make it look faster, a fault-time eviction to make room slower. pumpd takes
+ * the median of a session's recent samples (daemon/pumpd/jobs.py).
+ *
+ * States move by compare-and-swap; the thread that takes BUSY owns the events until
+ * it lets go, and holds no lock meanwhile. A probe still running when looked at is
+ * looked at again a sixteenth of the interval later, not at every prefetch. */
+#include "capture_mode.h"
+#include "channel.h"
+#include "devices.h"
+#include "link_rate.h"
+#include "prefetch_ranges.h"
+
+enum { PROBE_IDLE, PROBE_BUSY, PROBE_IN_FLIGHT, PROBE_BROKEN };
+
+static bool take(struct pump_link_probe *p, uint32_t from)
+{
+    return __atomic_compare_exchange_n(&p->state, &from, PROBE_BUSY, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+}
+
+static void let_go(struct pump_link_probe *p, uint32_t to)
+{
+    __atomic_store_n(&p->state, to, __ATOMIC_RELEASE);
+}
+
+/* The probe in flight, under BUSY: true when it is over (reported, or dropped). */
+static bool read_probe(struct pump_link_probe *p, uint32_t forgets, int device)
+{
+    if (p->forgets != forgets) {
+        p->made = false;  /* its context went, and its events with it */
+        return true;
+    }
+    CUresult r = pump_driver.event_query(p->end);
+    if (r == CUDA_ERROR_NOT_READY)
+        return false;
+    float ms = 0;
+    if (r == CUDA_SUCCESS && pump_call_ok(pump_driver.event_elapsed(&ms, p->start, p->end), "cuEventElapsedTime") &&
+        ms > 0)
+        pump_channel_link(device, p->bytes, (uint64_t)((double)ms * 1e6));
+    return true;
+}
+
+/* Under BUSY: the events made in ctx (timing on), once per context's life. */
+static bool make_events(struct pump_link_probe *p, CUcontext ctx, uint32_t forgets)
+{
+    if (p->made && p->forgets == forgets)
+        return true;
+    bool pushed;
+    bool made = pump_context_push(ctx, &pushed) &&
+                pump_call_ok(pump_driver.event_create(&p->start, CU_EVENT_DEFAULT), "cuEventCreate") &&
+                pump_call_ok(pump_driver.event_create(&p->end, CU_EVENT_DEFAULT), "cuEventCreate");
+    pump_context_pop(pushed);
+    p->made = made;
+    p->forgets = forgets;
+    return made;
+}
+
+PUMP_HIDDEN bool pump_link_probe_begin(struct pump_link_probe *p, CUcontext ctx, uint32_t forgets, CUstream stream,
+                                       int device, uint64_t bytes)
+{
+    if (pump_driver.event_elapsed == NULL || bytes < PUMP_BLOCK_SIZE)
+        return false;
+    uint32_t state = __atomic_load_n(&p->state, __ATOMIC_RELAXED);
+    uint64_t now = pump_channel_now_ns();
+    if ((state != PROBE_IDLE && state != PROBE_IN_FLIGHT) || now < __atomic_load_n(&p->next_ns, __ATOMIC_RELAXED) ||
+        !take(p, state))
+        return false;
+    struct pump_capture_mode mode = pump_capture_relax();
+    bool armed = false;
+    if (state == PROBE_IN_FLIGHT && !read_probe(p, forgets, device)) {
+        __atomic_store_n(&p->next_ns, now + PUMP_LINK_INTERVAL_NS / 16, __ATOMIC_RELAXED);  /* looked at again soon */
+    } else if (!make_events(p, ctx, forgets)) {
+        state = PROBE_BROKEN;
+        pump_log_once("cannot create timing events: pumpd plans without the link's measured rate");
+    } else if (pump_call_ok(pump_driver.event_record(p->start, stream), "cuEventRecord")) {
+        p->bytes = bytes;
+        __atomic_store_n(&p->next_ns, now + PUMP_LINK_INTERVAL_NS, __ATOMIC_RELAXED);
+        armed = true;  /* BUSY until pump_link_probe_end */
+    } else {
+        state = PROBE_IDLE;
+    }
+    pump_capture_restore(&mode);
+    if (!armed)
+        let_go(p, state);
+    return armed;
+}
+
+PUMP_HIDDEN void pump_link_probe_end(struct pump_link_probe *p, CUstream stream, bool ok)
+{
+    struct pump_capture_mode mode = pump_capture_relax();
+    bool recorded = ok && pump_call_ok(pump_driver.event_record(p->end, stream), "cuEventRecord");
+    pump_capture_restore(&mode);
+    let_go(p, recorded ? PROBE_IN_FLIGHT : PROBE_IDLE);
+}

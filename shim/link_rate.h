@@ -1,0 +1,30 @@
+/* link_rate.h: the GPU times one of pump's prefetches now and then, and pumpd hears
+ * how many bytes took how long (a LINK record): its plans leave room for transfers at
+ * the rate the link gives pump's prefetches, which no constant knows (PCIe generation
+ * and width, the host's memory, other traffic) and NVML's counters only sample. */
+#ifndef PUMP_LINK_RATE_H
+#define PUMP_LINK_RATE_H
+
+#include "shim.h"
+
+/* One context's probe: two timing events and what they measure. Zeroed with the
+ * context's slot (prefetch_context.h), reset when the context goes (its events go with it). */
+struct pump_link_probe {
+    uint32_t state;      /* atomic: enum in link_rate.c */
+    uint32_t forgets;    /* the context's forgets when its events were made */
+    bool made;           /* events made (under state BUSY) */
+    CUevent start, end;  /* recorded before and after the timed prefetch */
+    uint64_t bytes;      /* the timed prefetch's */
+    uint64_t next_ns;    /* atomic: not looked at before this (pump_channel_now_ns) */
+};
+
+/* Before a prefetch of `bytes` to `device` on `stream` (of context ctx, whose forgets count
+ * is `forgets`): reports a probe that has finished, and times this prefetch if none is in
+ * flight and the last was armed PUMP_LINK_INTERVAL_NS ago or more. True: the caller calls
+ * pump_link_probe_end after its prefetch call. No lock is held across a driver call. */
+PUMP_HIDDEN bool pump_link_probe_begin(struct pump_link_probe *p, CUcontext ctx, uint32_t forgets, CUstream stream,
+                                       int device, uint64_t bytes);
+/* After the prefetch begun with a probe: its end is recorded (ok: the driver took it). */
+PUMP_HIDDEN void pump_link_probe_end(struct pump_link_probe *p, CUstream stream, bool ok);
+
+#endif

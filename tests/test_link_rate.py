@@ -1,0 +1,134 @@
+"""The link rate pumpd plans at, measured (issue 28 item 6): the shim has the GPU time one of
+its prefetches now and then (shim/link_rate.c) and writes a LINK record (bytes, ns); pumpd
+decodes and checks it (pump/channel.py), keeps each session's median (pumpd/jobs.py) and
+plans lookahead at it, before NVML's counters and the PCIe Gen5 constant
+(pumpd/lookahead.py). tests/test_replay_vs_simulate.py shows what it is for: planned at
+Gen5's 63 GB/s on fakecuda's 25 GB/s link, the replay faulted where the model did not."""
+
+import os
+import pathlib
+import re
+import statistics
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from helpers import PUMP_RUN, clean_env
+from pump import channel, trace
+from pump.foresight import Foresight
+from pump.simulate import constants
+from pumpd import lookahead
+from pumpd.jobs import Session
+
+MiB = 1 << 20
+PUMP = str(pathlib.Path(sys.executable).parent / "pump")
+FAKECUDA_LINK = 25e9  # fakecuda_model.h: FAKECUDA_H2D_BYTES_PER_US 25000
+
+
+def link_record(device: int, nbytes: int, ns: int, count: int = 2) -> np.ndarray:
+    r = np.zeros(1, channel.EVENT)
+    r["kind"], r["count"], r["device"] = channel.KIND["link"], count, device
+    r["arg"][0, 0], r["arg"][0, 1] = nbytes, ns
+    return r
+
+
+def test_decode_gives_each_timed_prefetch():
+    batch = channel.decode(np.concatenate([link_record(0, 4 * MiB, 167_772), link_record(2, 2 * MiB, 90_000)]))
+    assert batch.links == [(0, 4 * MiB, 167_772), (2, 2 * MiB, 90_000)]
+    assert (batch.invalid, batch.problems) == (0, [])
+
+
+@pytest.mark.parametrize("device, nbytes, ns, count", [(-1, MiB, 1, 2), (64, MiB, 1, 2), (0, 0, 1, 2), (0, MiB, 0, 2),
+                                                       (0, MiB, 1 << 48, 2), (0, MiB, 1, 1)])
+def test_a_malformed_link_record_is_rejected_and_named(device, nbytes, ns, count):
+    batch = channel.decode(np.concatenate([link_record(device, nbytes, ns, count), link_record(1, 8 * MiB, 10**6)]))
+    assert batch.links == [(1, 8 * MiB, 10**6)]  # the good one after it still counts
+    assert batch.invalid == 1
+    assert batch.problems == [f"LINK record for device {device} with count {count}, {nbytes} bytes in {ns} ns; "
+                              "allowed: ordinals 0..63, count 2, bytes and ns in 1..2^48-1"]
+
+
+class NoRing:
+    header = None
+
+
+def test_a_session_plans_at_the_median_of_its_latest_samples():
+    session = Session(1, os.getpid(), 0.0, NoRing(), None)
+    assert session.link_rate == 0.0  # none timed: pumpd falls back (below)
+    # a prefetch of bytes already there looks fast, one the driver made room for slow
+    session.ingest(channel.decode(np.concatenate([link_record(0, 2 * MiB, ns) for ns in
+                                                  (84_000, 1_121, 90_000, 850_000, 86_000)])))
+    assert session.link_rate == pytest.approx(2 * MiB / 86e-6)
+    # only the latest samples count: a link that changed (another job's traffic) shows
+    session.ingest(channel.decode(np.concatenate([link_record(0, 2 * MiB, 200_000)] * 15)))
+    assert session.link_rate == pytest.approx(2 * MiB / 200e-6)
+
+
+def test_the_measured_rate_comes_before_nvml_and_the_constant():
+    assert lookahead.bandwidth(24e9, 50e9) == 24e9
+    assert lookahead.bandwidth(0.0, 50e9) == 50e9
+    assert lookahead.bandwidth(0.0, 0.0) == constants.PCIE5_X16_BYTES_PER_S
+
+
+def test_a_new_rate_replans_only_beyond_the_tolerance():
+    policy = Foresight(64 * MiB, 63e9)
+    policy.set_bandwidth(60e9)   # within 10%: samples jitter, nothing changes
+    assert policy.bandwidth == 63e9
+    policy.set_bandwidth(25e9)
+    assert policy.bandwidth == 25e9 and policy.lookahead_seconds == 64 * MiB / 25e9
+    with pytest.raises(ValueError, match="bandwidth 0: allowed > 0"):
+        policy.set_bandwidth(0)
+
+
+def test_pumpds_lookahead_takes_the_rate_at_its_next_plan():
+    planner = lookahead.Lookahead(64 * MiB, 63e9)
+    planner.set_bandwidth(25e9)
+    assert planner.policy.bandwidth == 63e9  # noted; the planner's process plans for it
+    planner.plan(None)
+    assert planner.policy.bandwidth == 25e9
+
+
+def test_the_shim_times_its_prefetches_at_the_links_rate(c_build, tmp_path):
+    """A run under a budget prefetches all along: pumpd's trace holds the shim's LINK records,
+    each a prefetch of whole blocks, and their median is fakecuda's link: 25 GB/s, less what
+    the prefetch shared the link with and what a loaded host's wall-clock stream adds, more
+    where some of its bytes were there already (seen: 11.5 to 41 GB/s, median 24.7 to 26.8);
+    pumpd's Gen5 fallback (63 GB/s) is not."""
+    recorded = tmp_path / "run.trace"
+    env = dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"))
+    proc = subprocess.run([PUMP_RUN, "--daemon", "embedded", "--policy", "launch", "--budget", "192MiB",
+                           "--trace", str(recorded), "--", str(c_build / "plain" / "steady_step"), "8", "1", "managed"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    links = [link for _pid, records in trace.read(str(recorded))[1] for link in channel.decode(records).links]
+    assert len(links) >= 3, proc.stderr
+    assert {device for device, _, _ in links} == {0}
+    assert all(nbytes >= 2 * MiB and nbytes % (2 * MiB) == 0 for _, nbytes, _ in links)
+    median = statistics.median_low(nbytes * 1e9 / ns for _, nbytes, ns in links)
+    assert 0.5 * FAKECUDA_LINK <= median <= 1.3 * FAKECUDA_LINK, sorted(n * 1e9 / ns for _, n, ns in links)
+
+
+def test_pump_run_says_the_rate_lookahead_planned_at(c_build):
+    """pumpd keeps each process's median (past its end) and pump-run says it beside what
+    lookahead learned: fakecuda's link, not the 63 GB/s pumpd assumed before any was timed."""
+    env = dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"))
+    proc = subprocess.run([PUMP_RUN, "--daemon", "embedded", "--policy", "lookahead", "--budget", "192MiB", "--",
+                           str(c_build / "plain" / "steady_step"), "6", "1", "managed", "planned"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    said = re.findall(r"^pump-run: lookahead learned an iteration of \d+ launches, planned at the link rate its "
+                      r"prefetches met: ([\d.]+) GB/s$", proc.stderr, re.M)
+    assert len(said) == 1 and 0.5 * FAKECUDA_LINK <= float(said[0]) * 1e9 <= 1.3 * FAKECUDA_LINK, proc.stderr
+
+
+def test_pump_trace_show_prints_it(tmp_path):
+    path = tmp_path / "t.trace"
+    w = trace.TraceWriter(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644), "j1", "links")
+    w.write(11, link_record(1, 4 * MiB, 167_772))
+    w.close()
+    shown = subprocess.run([PUMP, "trace", "show", str(path)], capture_output=True, text=True, timeout=30)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[1].split(None, 3)[2:] == [
+        "link", f"device 1: a prefetch of {4 * MiB} bytes took 167772 ns on the GPU, 25.00 GB/s"]
