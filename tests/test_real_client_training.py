@@ -142,32 +142,45 @@ def _inside(extents):
 
 def layout_misses(log_path, trace_path):
     """Launches whose real layout points into a live allocation that pump did not send for prefetch.
-    The log's launches that point into managed memory are matched one to one, names too, with the
-    launches pump recorded (it records those where it found managed memory). Each managed pointer
-    word that lies in an allocation alive at that moment (pump's ALLOC and FREE records: a tensor,
-    or a segment not yet carved) must lie inside one pump found; a word into freed space (stale
-    words of a by-value struct, such as an OffsetCalculator's unused dimensions, point into freed
-    blocks of a segment) is counted, not required. Of a launch wider than the trace keeps, each
-    allocation pump recorded must be one the layout points into.
+    The log's launches that point into managed memory are matched in order, names too, with the
+    launches pump recorded (it records those where it found managed memory): a log launch and a
+    record are the same launch when one of its words lies in an allocation the record names. Each
+    managed pointer word that lies in an allocation alive at that moment (pump's ALLOC and FREE
+    records: a tensor, or a segment not yet carved) must lie inside one pump found; a word into
+    freed space (stale words of a by-value struct, such as an OffsetCalculator's unused
+    dimensions, point into freed blocks of a segment) is counted, not required. A log launch pump
+    recorded nothing for must have only such words (alive at neither record around it; seen:
+    1,856 logged launches against 1,850 records in one CI run of pump's allocator, the by-value
+    structs' unused words being whatever the stack held). Of a launch wider than the trace keeps,
+    each allocation pump recorded must be one the layout points into.
     Returns (log, misses, wide launches, words into freed space)."""
     log = [json.loads(line) for line in log_path.read_text().splitlines()]
     managed = [e for e in log if any(p[5] for p in e["pointers"])]  # [param, offset, value, base, size, managed]
     seen = pump_launches(trace_path)
-    assert len(managed) == len(seen), (len(managed), len(seen))
-    misses, wide, stale = [], 0, 0
-    for i, (entry, (names, extents, truncated, live)) in enumerate(zip(managed, seen)):
-        assert any(entry["kernel"].startswith(n) for n in names), (i, entry["kernel"], names)  # the same launch
+    misses, wide, stale, j = [], 0, 0, 0
+    for i, entry in enumerate(managed):
         words = {p[2] for p in entry["pointers"] if p[5]}
-        found = _inside(sorted(extents))
-        if truncated:
-            wide += 1
-            missed = [hex(b) for b, n in extents if not any(b <= v < b + n for v in words)]
-        else:
-            alive = {v for v in words if live(v)}
-            stale += len(words - alive)
-            missed = [hex(v) for v in sorted(alive) if not found(v)]
-        if missed:
-            misses.append({"launch": i, "kernel": entry["kernel"][:120], "missed": missed[:8]})
+        if j < len(seen):
+            names, extents, truncated, live = seen[j]
+            found = _inside(sorted(extents))
+            if any(entry["kernel"].startswith(n) for n in names) and any(found(v) for v in words):
+                j += 1
+                if truncated:
+                    wide += 1
+                    missed = [hex(b) for b, n in extents if not any(b <= v < b + n for v in words)]
+                else:
+                    alive = {v for v in words if live(v)}
+                    stale += len(words - alive)
+                    missed = [hex(v) for v in sorted(alive) if not found(v)]
+                if missed:
+                    misses.append({"launch": i, "kernel": entry["kernel"][:120], "missed": missed[:8]})
+                continue
+        around = [seen[k][3] for k in (j - 1, j) if 0 <= k < len(seen)]
+        alive = sorted(v for v in words if any(live(v) for live in around))
+        stale += len(words) - len(alive)
+        if alive:
+            misses.append({"launch": i, "kernel": entry["kernel"][:120], "not recorded, alive": [hex(v) for v in alive[:8]]})
+    assert j == len(seen), f"pump recorded {len(seen) - j} launches past the log's last match (record {j})"
     return log, misses, wide, stale
 
 
