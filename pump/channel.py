@@ -376,7 +376,8 @@ class Batch:
     launch_base_start: np.ndarray = None  # per launch: its first entry in `bases`
     bases: np.ndarray = None              # allocation bases, launch after launch
     allocs: list = dataclasses.field(default_factory=list)   # (base, size)
-    frees: list = dataclasses.field(default_factory=list)    # (base, size)
+    frees: list = dataclasses.field(default_factory=list)    # (base, size): left freed by this read (a free
+                                                              # the read allocates again is not one)
     functions: dict = dataclasses.field(default_factory=dict)  # function -> name
     syncs: int = 0
     counters: tuple = None                # the last COUNTERS record's five values
@@ -445,6 +446,7 @@ def decode(records: np.ndarray) -> Batch:
     rare = np.flatnonzero(known & ~(is_launch | is_more | is_sync))
     launches_before = np.cumsum(is_launch & ~bad_launch)  # at record i, launches up to and including it
     name_of, name_left = None, 0
+    freed_at = []  # per FREE record: how many ALLOC records came before it
     for i in rare.tolist():
         k, n, a = int(kind[i]), int(count[i]), arg[i]
         if k in (KIND["extent"], KIND["cost"]):
@@ -479,6 +481,7 @@ def decode(records: np.ndarray) -> Batch:
             batch.allocs.append((int(a[0]), int(a[1])))
         elif k == KIND["free"]:
             batch.frees.append((int(a[0]), int(a[1])))
+            freed_at.append(len(batch.allocs))
         elif k == KIND["counters"]:
             batch.counters = tuple(int(v) for v in a)
         elif k == KIND["device"]:
@@ -515,4 +518,9 @@ def decode(records: np.ndarray) -> Batch:
             name_of, name_left = int(a[0]), max(0, n - 32)
             batch.functions[name_of] = a[1:].tobytes()[: min(n, 32)]
     batch.functions = {f: name.decode("utf-8", "replace") for f, name in batch.functions.items()}
+    # Readers add a batch's allocations, then take its frees away: a free followed in the same
+    # read by an allocation at its base (a caching allocator handing the memory out again)
+    # would take the new one away too. It is left out; the allocation replaces the freed one.
+    last_alloc = {base: i for i, (base, _size) in enumerate(batch.allocs)}
+    batch.frees = [free for free, before in zip(batch.frees, freed_at) if last_alloc.get(free[0], -1) < before]
     return batch

@@ -341,3 +341,44 @@ def test_pumpd_takes_a_kernels_time_from_its_keys_intervals_not_one_stretched_by
     la.observe(channel.decode(recs))
     assert la.policy.seconds.max() == 5e-6
     assert la.policy.reserve_bytes(la.policy.period) == int(50e9 * 5e-6)
+
+
+def _realloc_in_one_read():
+    """A read holding a free and then an allocation at the same base (a caching allocator's
+    memory handed out again at once), and a launch on it; the next read launches the kernel
+    given it, a key met for the first time."""
+    t = TraceBuilder()
+    first = t.alloc(4 * MIB)
+    t.launch(0x10, [first])
+    t.free(first, 4 * MIB)
+    t.records.append(np.zeros(1, channel.EVENT))  # the re-allocation, at the same base
+    t.records[-1]["kind"], t.records[-1]["arg"][0, :3] = channel.KIND["alloc"], [first, 6 * MIB, 1]
+    t.launch(0x20, [first])
+    one = t.batch()
+    t.records.clear()
+    t.launch(0x30, [first])
+    return first, one, t.batch()
+
+
+def test_an_allocation_freed_and_made_again_in_one_read_stays_known():
+    """Readers add a read's allocations, then take its frees away: the free before the
+    re-allocation took the new allocation away too, and a key met first in a later read was
+    planned with no blocks, so its launches found no trigger (bench-steady's lookahead runs: 2
+    launches of 516 a step, in about 1 run of 8)."""
+    from pumpd.jobs import Session
+    first, one, two = _realloc_in_one_read()
+    assert one.allocs == [(first, 4 * MIB), (first, 6 * MIB)] and one.frees == []
+    f = Foresight(64 * MIB, 50e9)
+    f.observe(one)
+    f.observe(two)
+    assert f.allocations == {first: 6 * MIB} and len(f.blocks[-1]) == 3  # 6 MiB: three blocks
+    session = Session(1, 0, 0.0, type("NoRing", (), {"header": None})(), None)
+    session.ingest(one)
+    assert session.allocations == {first: 6 * MIB} and session.live_bytes == 6 * MIB
+
+
+def test_a_free_after_the_last_allocation_of_its_base_still_counts():
+    t = TraceBuilder()
+    base = t.alloc(4 * MIB)
+    t.free(base, 4 * MIB)
+    assert t.batch().frees == [(base, 4 * MIB)]
