@@ -4,17 +4,21 @@
  * before and just after one prefetch call: the start completes once the stream's
  * earlier work has, so the two bracket that prefetch alone, waits the stream was
  * given before it excluded. Its result is read at a later prefetch in the context,
- * never waited for. At most one probe per context is in flight, and one is armed at
- * most every PUMP_LINK_INTERVAL_NS: four driver calls a sample (two records, a query,
- * the elapsed time), not a cost per launch.
+ * never waited for. At most one probe per context is in flight; after the first
+ * FIRST_SAMPLES, one is armed at most every PUMP_LINK_INTERVAL_NS: four driver calls
+ * a sample (two records, a query, the elapsed time), not a cost per launch.
  *
- * A sample is what the GPU took for that prefetch, whatever it held: bytes already
- * resident make it look faster, a fault-time eviction to make room slower. pumpd takes
- * the median of a session's recent samples (daemon/pumpd/jobs.py).
+ * Only a prefetch of blocks pump evicted before, every one, is timed (its caller says):
+ * their bytes are on the host and cross the link. A first prefetch of memory nothing
+ * wrote moves no data (1,068 to 3,130 GB/s on fakecuda: three of a budget's first four
+ * samples, whose median pumpd then planned at). A sample is still what the GPU took for
+ * that prefetch: bytes faulted back meanwhile make it look faster, a fault-time eviction
+ * to make room or a copy sharing the link slower. pumpd takes the median of a session's
+ * recent samples (daemon/pumpd/jobs.py).
  *
  * States move by compare-and-swap; the thread that takes BUSY owns the events until
- * it lets go, and holds no lock meanwhile. A probe still running when looked at is
- * looked at again a sixteenth of the interval later, not at every prefetch. */
+ * it lets go, and holds no lock meanwhile. A probe is looked at LOOK_AGAIN_NS after it
+ * was armed or last found running, not at every prefetch. */
 #include "capture_mode.h"
 #include "channel.h"
 #include "devices.h"
@@ -22,6 +26,12 @@
 #include "prefetch_ranges.h"
 
 enum { PROBE_IDLE, PROBE_BUSY, PROBE_IN_FLIGHT, PROBE_BROKEN };
+
+/* A context's first probes follow one another, so that pumpd has a rate before it plans;
+ * then one is armed at most every PUMP_LINK_INTERVAL_NS. */
+#define FIRST_SAMPLES 4
+/* A probe in flight is looked at again no sooner than this after the last look. */
+#define LOOK_AGAIN_NS (PUMP_LINK_INTERVAL_NS / 16)
 
 static bool take(struct pump_link_probe *p, uint32_t from)
 {
@@ -65,6 +75,15 @@ static bool make_events(struct pump_link_probe *p, CUcontext ctx, uint32_t forge
     return made;
 }
 
+/* Under BUSY, after a probe was read: whether the next may be armed now, else when it may. */
+static bool next_due(struct pump_link_probe *p, uint64_t now)
+{
+    if (p->armed < FIRST_SAMPLES || now - p->armed_ns >= PUMP_LINK_INTERVAL_NS)
+        return true;
+    __atomic_store_n(&p->next_ns, p->armed_ns + PUMP_LINK_INTERVAL_NS, __ATOMIC_RELAXED);
+    return false;
+}
+
 PUMP_HIDDEN bool pump_link_probe_begin(struct pump_link_probe *p, CUcontext ctx, uint32_t forgets, CUstream stream,
                                        int device, uint64_t bytes)
 {
@@ -78,13 +97,17 @@ PUMP_HIDDEN bool pump_link_probe_begin(struct pump_link_probe *p, CUcontext ctx,
     struct pump_capture_mode mode = pump_capture_relax();
     bool armed = false;
     if (state == PROBE_IN_FLIGHT && !read_probe(p, forgets, device)) {
-        __atomic_store_n(&p->next_ns, now + PUMP_LINK_INTERVAL_NS / 16, __ATOMIC_RELAXED);  /* looked at again soon */
+        __atomic_store_n(&p->next_ns, now + LOOK_AGAIN_NS, __ATOMIC_RELAXED);
+    } else if (state == PROBE_IN_FLIGHT && !next_due(p, now)) {
+        state = PROBE_IDLE;
     } else if (!make_events(p, ctx, forgets)) {
         state = PROBE_BROKEN;
         pump_log_once("cannot create timing events: pumpd plans without the link's measured rate");
     } else if (pump_call_ok(pump_driver.event_record(p->start, stream), "cuEventRecord")) {
         p->bytes = bytes;
-        __atomic_store_n(&p->next_ns, now + PUMP_LINK_INTERVAL_NS, __ATOMIC_RELAXED);
+        p->armed_ns = now;
+        p->armed++;
+        __atomic_store_n(&p->next_ns, now + LOOK_AGAIN_NS, __ATOMIC_RELAXED);
         armed = true;  /* BUSY until pump_link_probe_end */
     } else {
         state = PROBE_IDLE;

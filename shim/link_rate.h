@@ -15,12 +15,14 @@ struct pump_link_probe {
     bool made;           /* events made (under state BUSY) */
     CUevent start, end;  /* recorded before and after the timed prefetch */
     uint64_t bytes;      /* the timed prefetch's */
+    uint64_t armed_ns;   /* when the last was armed (under BUSY) */
+    uint32_t armed;      /* probes armed so far (under BUSY) */
     uint64_t next_ns;    /* atomic: not looked at before this (pump_channel_now_ns) */
 };
 
 /* Before a prefetch of `bytes` to `device` on `stream` (of context ctx, whose forgets count
  * is `forgets`): reports a probe that has finished, and times this prefetch if none is in
- * flight and the last was armed PUMP_LINK_INTERVAL_NS ago or more. True: the caller calls
+ * flight and the next is due (link_rate.c says when). True: the caller calls
  * pump_link_probe_end after its prefetch call. No lock is held across a driver call. */
 PUMP_HIDDEN bool pump_link_probe_begin(struct pump_link_probe *p, CUcontext ctx, uint32_t forgets, CUstream stream,
                                        int device, uint64_t bytes);

@@ -183,13 +183,14 @@ PUMP_HIDDEN bool pump_stream_capturing(CUstream stream)
            capture != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
-PUMP_HIDDEN bool pump_prefetch_to_device(struct pump_context *c, CUdeviceptr *ptrs, size_t *sizes, size_t n)
+PUMP_HIDDEN bool pump_prefetch_to_device(struct pump_context *c, CUdeviceptr *ptrs, size_t *sizes, size_t n,
+                                         bool timeable)
 {
     CUmemLocation to = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = c->device};
     uint64_t bytes = 0;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n && timeable; i++)
         bytes += sizes[i];
-    bool timed = pump_link_probe_begin(&c->link, c->key, __atomic_load_n(&c->forgets, __ATOMIC_RELAXED), c->stream,
+    bool timed = timeable && pump_link_probe_begin(&c->link, c->key, __atomic_load_n(&c->forgets, __ATOMIC_RELAXED), c->stream,
                                        c->device, bytes);
     bool ok = pump_move_ranges(c->stream, to, ptrs, sizes, n);
     if (timed)

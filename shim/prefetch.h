@@ -27,8 +27,10 @@ PUMP_HIDDEN bool pump_context_memory(struct pump_context *c, size_t *free_bytes,
  * pump then adds nothing to it. */
 PUMP_HIDDEN bool pump_stream_capturing(CUstream stream);
 
-/* Enqueues the move of n ranges to c's device on its prefetch stream. */
-PUMP_HIDDEN bool pump_prefetch_to_device(struct pump_context *c, CUdeviceptr *ptrs, size_t *sizes, size_t n);
+/* Enqueues the move of n ranges to c's device on its prefetch stream. timeable: each byte
+ * is on the host (pump evicted it), so the GPU may time the move for pumpd (link_rate.h). */
+PUMP_HIDDEN bool pump_prefetch_to_device(struct pump_context *c, CUdeviceptr *ptrs, size_t *sizes, size_t n,
+                                         bool timeable);
 /* Makes `stream` wait (on the GPU) for everything on c's prefetch stream. */
 PUMP_HIDDEN void pump_prefetch_wait(struct pump_context *c, CUstream stream);
 

@@ -37,7 +37,8 @@ enum {
     PUMP_TRACE_VERSION = 2,            /* trace files; version 1 (no kinds past COUNTERS) is read too */
     PUMP_TRACE_MAGIC = 0x43525450,     /* "PTRC" */
     PUMP_TRACE_BLOCK_MAGIC = 0x4b4c4254, /* "TBLK" */
-    PUMP_LINK_INTERVAL_NS = 50000000   /* a device's prefetches are timed (LINK) at most once in this */
+    PUMP_LINK_INTERVAL_NS = 50000000   /* a context's prefetches are timed (LINK) at most once in this,
+                                          after its first four */
 };
 
 /* ---- the socket ----
@@ -109,8 +110,9 @@ enum pump_event_kind {
      * pumpd plans transfers at the rate measured, not at a figure it assumes. */
     PUMP_EVENT_LINK = 16          /* a prefetch to device `device` of arg0 bytes took arg1
                                      nanoseconds on the GPU (timing events recorded on pump's
-                                     prefetch stream before and after it). count: 2. At most
-                                     one a PUMP_LINK_INTERVAL_NS per context */
+                                     prefetch stream before and after it). count: 2. After
+                                     a context's first four, at most one a
+                                     PUMP_LINK_INTERVAL_NS per context */
 };
 
 /* 64 bytes. A record is complete once `seq` holds its ring position + 1

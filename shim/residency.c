@@ -153,9 +153,12 @@ static void prefetches_flush(struct prefetches *p, struct evictions *e, uint64_t
         d->evicted_unawaited = 0;
         d->awaited++;
     }
+    p->m.timeable = true;
     for (uint32_t r = 0; r < p->m.n; r++) {
         struct pump_blocks *a = p->m.run[r].a;
         uint32_t last = p->m.run[r].first + p->m.run[r].count - 1;
+        for (uint32_t i = p->m.run[r].first; i <= last; i++)
+            p->m.timeable = p->m.timeable && a->block[i].evicted_in != 0;
         p->m.ptr[r] = pump_block_start(a, p->m.run[r].first);
         p->m.size[r] = (size_t)(pump_block_start(a, last) + pump_block_bytes(a, last) - p->m.ptr[r]);
     }

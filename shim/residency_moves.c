@@ -152,7 +152,7 @@ static bool make_move(struct pump_decision *dn, struct pump_move *m, uint64_t *r
     }
     if (m->after_evictions)
         pump_prefetch_after_evictions(c);
-    bool ok = pump_prefetch_to_device(c, m->ptr, m->size, m->n);
+    bool ok = pump_prefetch_to_device(c, m->ptr, m->size, m->n, m->timeable);
     *ready = ok && m->from_plan ? pump_prefetch_record(c) : 0;
     PUMP_COUNT(prefetch_ranges, m->n);
     PUMP_COUNT(prefetch_bytes, m->bytes);

@@ -19,6 +19,7 @@ struct pump_move {
                                planned prefetch of a block it evicts is decided, not yet made) */
     bool after_fallback;    /* an eviction of a block whose last use is unknown */
     bool from_plan;
+    bool timeable;          /* a prefetch of blocks pump evicted before, each: bytes that cross the link */
     uint32_t n, waits, discards;
     CUdeviceptr ptr[PUMP_MOVE_BATCH];
     size_t size[PUMP_MOVE_BATCH];

@@ -40,7 +40,8 @@ ITERATIONS_KEPT = 64  # processes per job whose learned iteration is remembered
 LEADERS_MAX = 1024    # pump-runs of one group in one job (the ranks of a node's run)
 FLUSH_TIMEOUT = 5.0   # seconds pumpd's stop (or a reply) waits for job files to be written
 WRITTEN_POLL = 0.002  # seconds between looks while a reply waits for its job's file
-LINK_SAMPLES = 15     # a session's latest LINK records, whose median rate its plans assume
+LINK_SAMPLES = 15     # a session's latest LINK records, whose median rate its plans assume...
+LINK_SAMPLES_MIN = 3  # ... once it has this many (the shim times its first four back to back)
 
 
 def start_time(pid: int):
@@ -123,11 +124,14 @@ class Session:
 
     @property
     def link_rate(self) -> float:
-        """The median rate of the latest prefetches the GPU timed (bytes/s), 0.0: none yet. A
-        sample holds what its prefetch met (bytes already there look fast, an eviction the
-        driver made to make room slow): the median keeps the link's own rate."""
+        """The (lower) median rate of the latest prefetches the GPU timed (bytes/s), 0.0: fewer
+        than LINK_SAMPLES_MIN yet. A sample holds what its prefetch met (bytes already there
+        look fast, an eviction the driver made to make room slow): the median keeps the link's
+        own rate, the lower of two middles the slower (of four samples, one of 812 GB/s moved
+        the upper middle from 21 to 812 GB/s on fakecuda's 25 GB/s link), and a plan made anew
+        at each sample's whim would cost launches their triggers."""
         rates = sorted(self.link_rates)
-        return rates[len(rates) // 2] if rates else 0.0
+        return rates[(len(rates) - 1) // 2] if len(rates) >= LINK_SAMPLES_MIN else 0.0
 
     @property
     def closed(self) -> bool:
