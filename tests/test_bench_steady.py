@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from helpers import markdown_table
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MIB = 1 << 20
 BLOCK = 2 * MIB
@@ -211,13 +213,7 @@ def test_the_docs_targets_are_the_committed_results():
     """docs/benchmarks.md's table of targets is bench/results/steady-fakecuda.json's target_rows,
     row for row, so that a re-run committed without its doc (or a doc edited by hand) fails."""
     committed = json.loads((ROOT / "bench" / "results" / "steady-fakecuda.json").read_text())
-    lines = (ROOT / "docs" / "benchmarks.md").read_text().splitlines()
-    start = lines.index("| scenario | target | result | |") + 2
-    table = []
-    for line in lines[start:]:
-        if not line.startswith("|"):
-            break
-        table.append([cell.strip() for cell in line.strip("|").split("|")])
+    table = markdown_table(ROOT / "docs" / "benchmarks.md", "| scenario | target | result | |")
     want = [[scenario, target.replace(" us ", " µs "), result, "met" if met else "MISSED"]
             for scenario, target, result, met in committed["target_rows"]]
     assert table == want

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from helpers import clean_env
+from helpers import clean_env, markdown_table
 from test_real_client import ROOT, cuda_torch  # noqa: F401 (the fixture that skips without torch's CUDA build)
 
 BENCH = ROOT / "scripts" / "bench-steady"
@@ -86,12 +86,6 @@ def test_a_fitting_steady_step_prefetches_nothing(bench):
 def test_the_docs_targets_are_the_committed_results():
     """docs/benchmarks.md's real-client table is bench/results/steady-real-client.json's target_rows."""
     committed = json.loads(RESULT.read_text())
-    lines = (ROOT / "docs" / "benchmarks.md").read_text().splitlines()
-    start = lines.index("| real client | target | result | |") + 2
-    table = []
-    for line in lines[start:]:
-        if not line.startswith("|"):
-            break
-        table.append([cell.strip() for cell in line.strip("|").split("|")])
+    table = markdown_table(ROOT / "docs" / "benchmarks.md", "| real client | target | result | |")
     assert table == [[name, target, value, "met" if met else "MISSED"]
                      for name, target, value, met in committed["target_rows"]]

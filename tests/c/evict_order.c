@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "expect.h"
 #include "residency.h"
 #include "residency_evict.h"
 #include "residency_rank.h"
@@ -26,17 +27,6 @@
 #define MiB (1ull << 20)
 #define BASE 0x7f0000000000ull
 
-static int passed, failed;
-
-#define EXPECT(cond)                                                            \
-    do {                                                                        \
-        if (cond) {                                                             \
-            passed++;                                                           \
-        } else {                                                                \
-            failed++;                                                           \
-            fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond); \
-        }                                                                       \
-    } while (0)
 
 static uint64_t rng = 88172645463325252ull;
 
@@ -379,6 +369,5 @@ int main(int argc, char **argv)
     read_mostly(scratch);
     races(scratch);
     free(scratch);
-    printf("evict_order: %d passed, %d failed\n", passed, failed);
-    return failed != 0;
+    return expect_report("evict_order");
 }

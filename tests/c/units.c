@@ -12,19 +12,9 @@
 
 #include "channel.h"
 #include "device_memory.h"
+#include "expect.h"
 #include "ranges.h"
 
-static int passed, failed;
-
-#define EXPECT(cond)                                                   \
-    do {                                                               \
-        if (cond) {                                                    \
-            passed++;                                                  \
-        } else {                                                       \
-            failed++;                                                  \
-            fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond); \
-        }                                                              \
-    } while (0)
 
 static void test_capacity_grammar(void)
 {
@@ -519,6 +509,5 @@ int main(void)
     test_budget_job_name_grammar();
     test_ring();
     test_plan();
-    printf("units: %d passed, %d failed\n", passed, failed);
-    return failed != 0;
+    return expect_report("units");
 }

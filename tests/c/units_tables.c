@@ -10,20 +10,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "expect.h"
 #include "handles.h"
 #include "tensor_maps.h"
 
-static int passed, failed;
-
-#define EXPECT(cond)                                                                 \
-    do {                                                                             \
-        if (cond) {                                                                  \
-            passed++;                                                                \
-        } else {                                                                     \
-            failed++;                                                                \
-            fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond);      \
-        }                                                                            \
-    } while (0)
 
 static void test_handle_kinds(void)
 {
@@ -198,6 +188,5 @@ int main(void)
     test_extents();
     test_descriptors();
     test_races();
-    printf("units_tables: %d passed, %d failed\n", passed, failed);
-    return failed != 0;
+    return expect_report("units_tables");
 }
