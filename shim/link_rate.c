@@ -13,8 +13,8 @@
  * wrote moves no data (1,068 to 3,130 GB/s on fakecuda: three of a budget's first four
  * samples, whose median pumpd then planned at). A sample is still what the GPU took for
  * that prefetch: bytes faulted back meanwhile make it look faster, a fault-time eviction
- * to make room or a copy sharing the link slower. pumpd takes the median of a session's
- * recent samples (daemon/pumpd/jobs.py).
+ * to make room or a copy sharing the link slower. pumpd takes the lower median of a
+ * session's last samples, once it has three (daemon/pumpd/jobs.py).
  *
  * States move by compare-and-swap; the thread that takes BUSY owns the events until
  * it lets go, and holds no lock meanwhile. A probe is looked at LOOK_AGAIN_NS after it
