@@ -83,10 +83,10 @@ def replayed(c_build, tmp_path, path, policy, budget):
 # kernel) are host-paced launches after each step's pause (113..162 us at the iteration's
 # first 20 launches, where the model's kernels take 0..12 us).  The model fed each run's pumpd
 # bandwidth and kernel times reproduced that run's count (6 runs of 6 at this test's 1 s pause).
-# pumpd now plans at the link rate the shim measures (LINK records, shim/link_rate.c: a median
-# of 24.6..27.4 GB/s here), and the replay still parts in about half the runs (3 of 6; in four
-# more, 1,952, 1,982, 1,632 and 1,982 faults, 18 or 23 fault batches against 18): what is left
-# is the kernel times, which pumpd has only as launch intervals.
+# pumpd now plans at the link rate the shim measures (LINK records, shim/link_rate.c: a lower
+# median of about 25 GB/s here), and the replay still parts in most runs (2 of 6 agreed; the
+# others faulted 1,712, 1,982, 2,142 and 2,652 times in 23 to 33 batches against 18): what is
+# left is the kernel times, which pumpd has only as launch intervals.
 PLAN_INPUTS_DIFFER = pytest.mark.xfail(strict=False, reason="pumpd takes kernel times from launch intervals, which "
                                        "are host-paced after each step's pause; the model has the trace's")
 
