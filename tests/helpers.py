@@ -48,6 +48,27 @@ def markdown_table(path, header: str) -> list:
     return rows
 
 
+def channel_record(kind: str, device: int, count: int, *args):
+    """One ring record (pump_channel.h) of `kind`, for `device`, its arg words `args`."""
+    import numpy as np
+
+    from pump import channel
+    r = np.zeros(1, channel.EVENT)
+    r["kind"], r["count"], r["device"] = channel.KIND[kind], count, device
+    r["arg"][0, :len(args)] = args
+    return r
+
+
+def ringless_session():
+    """A pumpd session to ingest decoded batches into, with no ring behind it."""
+    from pumpd.jobs import Session
+
+    class NoRing:
+        header = None
+
+    return Session(1, os.getpid(), 0.0, NoRing(), None)
+
+
 def stop_pumpd(proc):
     import subprocess
     proc.terminate()

@@ -5,6 +5,7 @@ import pytest
 
 from pump import channel
 from pump.foresight import BLOCK, Foresight, IterationDetector, discard_range, plan_cycle
+from helpers import ringless_session
 from synthetic_trace import BASE, MIB, TraceBuilder, training_trace
 
 
@@ -365,14 +366,13 @@ def test_an_allocation_freed_and_made_again_in_one_read_stays_known():
     re-allocation took the new allocation away too, and a key met first in a later read was
     planned with no blocks, so its launches found no trigger (bench-steady's lookahead runs: 2
     launches of 516 a step, in about 1 run of 8)."""
-    from pumpd.jobs import Session
     first, one, two = _realloc_in_one_read()
     assert one.allocs == [(first, 4 * MIB), (first, 6 * MIB)] and one.frees == []
     f = Foresight(64 * MIB, 50e9)
     f.observe(one)
     f.observe(two)
     assert f.allocations == {first: 6 * MIB} and len(f.blocks[-1]) == 3  # 6 MiB: three blocks
-    session = Session(1, 0, 0.0, type("NoRing", (), {"header": None})(), None)
+    session = ringless_session()
     session.ingest(one)
     assert session.allocations == {first: 6 * MIB} and session.live_bytes == 6 * MIB
 

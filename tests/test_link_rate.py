@@ -15,12 +15,11 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import PUMP_RUN, clean_env
+from helpers import PUMP_RUN, channel_record, clean_env, ringless_session
 from pump import channel, trace
 from pump.foresight import Foresight
 from pump.simulate import constants
 from pumpd import lookahead
-from pumpd.jobs import Session
 
 MiB = 1 << 20
 PUMP = str(pathlib.Path(sys.executable).parent / "pump")
@@ -28,10 +27,7 @@ FAKECUDA_LINK = 25e9  # fakecuda_model.h: FAKECUDA_H2D_BYTES_PER_US 25000
 
 
 def link_record(device: int, nbytes: int, ns: int, count: int = 2) -> np.ndarray:
-    r = np.zeros(1, channel.EVENT)
-    r["kind"], r["count"], r["device"] = channel.KIND["link"], count, device
-    r["arg"][0, 0], r["arg"][0, 1] = nbytes, ns
-    return r
+    return channel_record("link", device, count, nbytes, ns)
 
 
 def test_decode_gives_each_timed_prefetch():
@@ -50,12 +46,8 @@ def test_a_malformed_link_record_is_rejected_and_named(device, nbytes, ns, count
                               "allowed: ordinals 0..63, count 2, bytes and ns in 1..2^48-1"]
 
 
-class NoRing:
-    header = None
-
-
 def test_a_session_plans_at_the_median_of_its_latest_samples():
-    session = Session(1, os.getpid(), 0.0, NoRing(), None)
+    session = ringless_session()
     assert session.link_rate == 0.0  # none timed: pumpd falls back (below)
     session.ingest(channel.decode(np.concatenate([link_record(0, 2 * MiB, 84_000)] * 2)))
     assert session.link_rate == 0.0  # nor on two: one of them may be what a prefetch met

@@ -12,18 +12,15 @@ import sys
 import numpy as np
 import pytest
 
+from helpers import channel_record, ringless_session
 from pump import channel
-from pumpd.jobs import Session
 
 MiB = 1 << 20
 PUMP = str(pathlib.Path(sys.executable).parent / "pump")
 
 
 def budget_record(device: int, nbytes: int, count: int = 1) -> np.ndarray:
-    r = np.zeros(1, channel.EVENT)
-    r["kind"], r["count"], r["device"] = channel.KIND["budget"], count, device
-    r["arg"][0, 0] = nbytes
-    return r
+    return channel_record("budget", device, count, nbytes)
 
 
 def test_decode_gives_each_device_its_budget():
@@ -41,12 +38,8 @@ def test_a_malformed_budget_record_is_rejected_and_named(device, nbytes, count):
                               "allowed: ordinals 0..63, count 1, bytes > 0"]
 
 
-class NoRing:
-    header = None
-
-
 def test_a_session_keeps_the_least_of_its_devices_newest_budgets():
-    session = Session(1, os.getpid(), 0.0, NoRing(), None)
+    session = ringless_session()
     assert session.own_budget == 0  # none told: pumpd plans for the job's, or the GPU's memory
     session.ingest(channel.decode(np.concatenate([budget_record(0, 248 * MiB), budget_record(1, 200 * MiB)])))
     assert session.own_budget == 200 * MiB
