@@ -13,7 +13,9 @@ pumpd runs one Foresight per process on the batches it reads from the ring; the 
   less the room transfers in flight need (reserve_bytes(): bandwidth x the longest kernel),
   so that a prefetch rarely waits for the eviction that makes its room; each eviction is
   attached to the last launch that uses the block before its next use (ordered after that
-  kernel, as early as it can be), and each prefetch to the launch after which its room exists,
+  kernel, as early as it can be), or, where the framework frees the block between that use
+  and the prefetch that needs its room, to the launch after the free: the shim discards at
+  the free, so the eviction then copies nothing back (issue 28 item 3); each prefetch to the launch after which its room exists,
   but no further ahead than the time the link needs to refill the whole budget (budget /
   bandwidth, in kernel time: so the lookahead in launches follows from bandwidth and kernel
   times).  The shim finds a trigger by launch key, so evictions and prefetches ride only on
@@ -155,6 +157,8 @@ class Foresight:
         self._bases = []              # sorted bases, for address lookups
         self.block_bytes = {}         # block address -> its bytes (a last block may be partial)
         self.blocks = []              # per launch in history: tuple of the block addresses it needs
+        self.freed = []               # per launch in history: the blocks wholly freed (dead) just before it
+        self._freed_next = ()         # blocks freed after the last launch seen, for the next one
         self._blocks_of_key = {}      # launch key -> its blocks, for launches without extents
         self.seconds = np.empty(0)    # per launch in history: its time
         self.period = 0
@@ -224,17 +228,44 @@ class Foresight:
                 for key, i in first.items():
                     cache[key] = self._needed_blocks(batch, i)
                 self.blocks.extend(map(cache.__getitem__, listed))
+            self.freed.extend(self._freed_per_launch(batch, n))
             times = (np.full(n, self.launch_seconds) if kernel_seconds is None
                      else np.asarray(kernel_seconds, float))
             self.seconds = np.concatenate((self.seconds, times))
             drop = self.detector.extend(keys)
             if drop:
                 del self.blocks[:drop]
+                del self.freed[:drop]
                 self.seconds = self.seconds[drop:]
+        else:
+            self._freed_next = (self._freed_next + self._freed_blocks(batch.block_frees))[-KEY_CACHE_MAX:]
         for base, _size in batch.frees:
             self._drop_allocation(base)
         if n:
             self._maybe_learn(keys)
+
+    @staticmethod
+    def _freed_blocks(block_frees) -> tuple:
+        """The 2 MiB blocks wholly inside the framework's frees (those the shim discards)."""
+        out = []
+        for _at, addr, size in block_frees:
+            dead = discard_range(addr, size)
+            if dead is not None:
+                out.extend(range(dead[0], dead[0] + dead[1], BLOCK))
+        return tuple(out)
+
+    def _freed_per_launch(self, batch, n) -> list:
+        """Per launch of the batch, the blocks freed just before it (a free after its last
+        launch waits for the next batch's first)."""
+        freed = [()] * n
+        freed[0], self._freed_next = self._freed_next, ()
+        for item in batch.block_frees:
+            blocks = self._freed_blocks((item,))
+            if item[0] >= n:
+                self._freed_next = (self._freed_next + blocks)[-KEY_CACHE_MAX:]
+            elif blocks:
+                freed[item[0]] += blocks
+        return freed
 
     def _add_allocation(self, base, size):
         self._blocks_of_key.clear()
@@ -302,6 +333,8 @@ class Foresight:
         keys = np.roll(self.schedule_keys, -first).tolist()
         blocks = self.blocks[start:]
         blocks = blocks[first:] + blocks[:first]
+        freed = self.freed[start:]
+        freed = freed[first:] + freed[:first]
         seconds = np.roll(self.seconds[start:], -first)
         # The shim knows a launch by its key only: a key met more than once in the iteration
         # (the same kernel on the same allocations, other tensors in them) needs all of them.
@@ -312,7 +345,7 @@ class Foresight:
         count = collections.Counter(keys)
         prefetch, evict = plan_cycle(uses, self.block_bytes, seconds, self.budget,
                                      self.lookahead_seconds, self.reserve_bytes(period),
-                                     [count[key] == 1 for key in keys])
+                                     [count[key] == 1 for key in keys], freed)
         plan = {key: ({}, {}) for key in need}
         for j, key in enumerate(keys):
             plan[key][0].update(dict.fromkeys(prefetch[j]))
@@ -372,14 +405,16 @@ def canonical_start(keys) -> int:
     return int(first[once][np.argmin(unique[once])] if once.any() else first[0])
 
 
-def plan_cycle(uses, block_bytes, seconds, budget, horizon_seconds, reserve=0, anchors=None):
+def plan_cycle(uses, block_bytes, seconds, budget, horizon_seconds, reserve=0, anchors=None, freed=None):
     """Belady's MIN on one learned iteration taken as a cycle, turned into prefetches ahead.
 
     uses[j]: the blocks launch j needs; seconds[j]: its time.  MIN, run on the budget less
     `reserve` (room kept for transfers in flight), decides at each use of a block not resident
     which blocks to evict (those used again furthest in the future; among those used again
     at the same launch, the one that first appears earliest in `uses`, never by address).  Each eviction is planned
-    after the victim's last use before that point, and the block's prefetch after the latest
+    after the victim's last use before that point (or, freed[j] naming the blocks the framework
+    frees just before launch j, after the first free between that use and the anchor before the
+    one needing room: a discarded block's eviction copies nothing), and the block's prefetch after the latest
     of those evictions (the room exists from then on), but no earlier than `horizon_seconds`
     of kernel time before its use.  anchors[j] (default: all) says whether launch j may carry
     evictions and prefetches: the shim finds a trigger by launch key, so a key met twice in an
@@ -403,6 +438,20 @@ def plan_cycle(uses, block_bytes, seconds, budget, horizon_seconds, reserve=0, a
     for pos in range(span - 1, -1, -1):
         anchor_at[pos] = pos if anchors is None or anchors[pos % period] else anchor_at[pos + 1]
     clock = np.concatenate(([0.0], np.cumsum(np.tile(np.asarray(seconds, float), 2))))
+    frees = collections.defaultdict(list)  # block -> the positions it is freed just before
+    for pos in range(span if freed is not None else 0):
+        for b in freed[pos % period]:
+            frees[b].append(pos)
+
+    def freed_before(v, need_pos):
+        """The anchor after the first free of v since its last use, when it comes before
+        need_pos; else None."""
+        dead = frees.get(v)
+        if dead:
+            i = bisect.bisect_right(dead, last_use[v])
+            if i < len(dead) and anchor_at[dead[i]] < need_pos:
+                return anchor_at[dead[i]]
+        return None
 
     resident, used_bytes = {}, 0     # block -> its next use
     heap = []                        # (-next use, rank, block); stale entries skipped
@@ -433,7 +482,8 @@ def plan_cycle(uses, block_bytes, seconds, budget, horizon_seconds, reserve=0, a
             for v in victims:
                 del resident[v]
                 used_bytes -= size(v)
-                at = anchor_at[last_use[v]]
+                freed_at = freed_before(v, pos)
+                at = anchor_at[last_use[v]] if freed_at is None else freed_at
                 room_from = max(room_from, at)
                 if record:
                     evict[at % period].append(v)

@@ -74,10 +74,12 @@ class TraceBuilder:
 
 
 def training_trace(steps=6, layers=8, layer_bytes=8 * MIB, act_bytes=4 * MIB, flops=2e9,
-                   eval_after=None, short_last=False):
+                   eval_after=None, short_last=False, free_activations=False):
     """A model of `layers` weights: each step runs forward (weight i, activation i) then
     backward in reverse, as training does; eval_after: an evaluation pass (forward only, other
-    kernels) after that step; short_last: the last step touches half of each activation."""
+    kernels) after that step; short_last: the last step touches half of each activation;
+    free_activations: the framework's allocator takes each activation back after its backward
+    kernel and hands it out again before its forward one (BLOCK_FREE, BLOCK_ALLOC)."""
     t = TraceBuilder()
     weights = [t.alloc(layer_bytes) for _ in range(layers)]
     acts = [t.alloc(act_bytes) for _ in range(layers)]
@@ -85,11 +87,15 @@ def training_trace(steps=6, layers=8, layer_bytes=8 * MIB, act_bytes=4 * MIB, fl
         t.step(s)
         frac = 2 if short_last and s == steps - 1 else 1
         for i in range(layers):
+            if free_activations:
+                t.block_alloc(acts[i], act_bytes)
             t.launch(100 + i, [weights[i], acts[i]],
                      [(weights[i], layer_bytes, False), (acts[i], act_bytes // frac, True)], flops, layer_bytes)
         for i in reversed(range(layers)):
             t.launch(200 + i, [weights[i], acts[i]],
                      [(weights[i], layer_bytes, True), (acts[i], act_bytes // frac, False)], 2 * flops, layer_bytes)
+            if free_activations:
+                t.block_free(acts[i], act_bytes)
         if eval_after is not None and s == eval_after:
             for i in range(layers):
                 t.launch(300 + i, [weights[i], acts[0]],

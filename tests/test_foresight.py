@@ -116,6 +116,21 @@ def test_evictions_come_after_the_last_use():
             assert v in uses[i] or v in prefetch[i - 1], (i, v)
 
 
+def test_an_eviction_waits_for_the_free_that_makes_it_copy_nothing():
+    """A victim the framework frees between its last use and the launch that needs its room
+    is evicted after the free (the shim discards at the free: nothing is copied back), and the
+    prefetch that needed the room follows it; a free at the needing launch is too late."""
+    a, b, y = 0, BLOCK, 2 * BLOCK
+    uses = [(a,), (b,), (a,), (a,), (y,)]      # at y, b (used again furthest) makes room
+    sizes = {a: BLOCK, b: BLOCK, y: BLOCK}
+    plain = plan_cycle(uses, sizes, [1e-4] * 5, 2 * BLOCK, horizon_seconds=1.0)
+    freed = plan_cycle(uses, sizes, [1e-4] * 5, 2 * BLOCK, 1.0, freed=[(), (), (), (b,), ()])
+    late = plan_cycle(uses, sizes, [1e-4] * 5, 2 * BLOCK, 1.0, freed=[(), (), (), (), (b,)])
+    assert b in plain[1][1] and y in plain[0][1]            # after b's last use
+    assert b in freed[1][3] and not b in freed[1][1] and y in freed[0][3]
+    assert late == plain
+
+
 def test_lookahead_horizon_follows_bandwidth():
     a, b, c = 0, BLOCK, 2 * BLOCK
     uses = [(a,)] + [(c,)] * 14 + [(b, c)]   # room for b exists from launch 0 on (a is done)
@@ -325,6 +340,26 @@ def test_the_plan_does_not_depend_on_where_the_reads_cut_the_stream(budget_mib):
         assert f.learned
         plans.add(repr(sorted(f.triggers().items())))
     assert len(plans) == 1
+
+
+def test_frees_are_placed_at_their_launch_wherever_the_reads_cut_the_stream():
+    """A free belongs to the launch after it, also when a read ends between the two: every
+    cut gives the same plan; each activation is freed once an iteration, after its backward
+    kernel (the last one's before the next step's first launch); the plan differs from the
+    one made without the frees."""
+    t, _, acts = training_trace(steps=6, layers=6, free_activations=True)
+    plans = set()
+    for per_batch in (1, 5, 7, 12):
+        f = Foresight(40 * MIB, 50e9)
+        _observe_in_batches(t, f, per_batch)
+        plans.add(repr(sorted(f.triggers().items())))
+    assert len(plans) == 1
+    freed = [b for blocks in f.freed[-f.period:] for b in blocks]
+    assert sorted(freed) == sorted(a + k * BLOCK for a in acts for k in range(2))
+    plain = Foresight(40 * MIB, 50e9)
+    _observe_in_batches(training_trace(steps=6, layers=6)[0], plain, 7)
+
+    assert f.triggers() != plain.triggers()
 
 
 def test_pumpd_takes_a_kernels_time_from_its_keys_intervals_not_one_stretched_by_the_host():

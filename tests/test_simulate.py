@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from pump.foresight import Foresight
 from pump.simulate import constants as K
 from pump.simulate import bound, engine, report, workload
 from synthetic_trace import MIB, TraceBuilder, training_trace
@@ -248,6 +249,32 @@ def test_discards_only_dead_ranges(tmp_path):
     run.block_of = {int(a) >> 21: b for b, a in enumerate(w.block_address.tolist())}
     run._discard((other, 4 * MIB), 0.0)  # live memory: refused
     assert run.r.unsafe_discards == 1
+
+
+def test_lookahead_evicts_freed_memory_after_its_free(tmp_path, monkeypatch):
+    """Issue 28 item 3: a victim the framework frees before the launch that needs its room is
+    evicted after the free, discarded: it copies nothing back.  Planned without the frees,
+    the same run writes it back."""
+    t = TraceBuilder()
+    a, d, b, c = t.alloc(8 * MIB), t.alloc(2 * MIB), t.alloc(16 * MIB), t.alloc(16 * MIB)
+    for s in range(8):
+        t.step(s)
+        t.block_alloc(a, 8 * MIB)
+        t.launch(1, [a], [(a, 8 * MIB, True)], 1e9)
+        t.launch(2, [a], [(a, 8 * MIB, False)], 1e9)
+        t.block_free(a, 8 * MIB)                   # dead from here to its next write
+        t.launch(3, [d], [(d, 2 * MIB, False)], 1e9)
+        t.launch(4, [b], [(b, 16 * MIB, False)], 1e9)
+        t.launch(5, [c], [(c, 16 * MIB, True)], 1e9)
+        t.launch(6, [c], [(c, 16 * MIB, False)], 1e9)
+    w = workload.load(t.write(str(tmp_path / "f.trace")), batch_launches=6)
+    known = engine.run(w, "lookahead", 24 * MIB, engine.h100())
+    monkeypatch.setattr(Foresight, "_freed_blocks", staticmethod(lambda block_frees: ()))
+    unknown = engine.run(w, "lookahead", 24 * MIB, engine.h100())
+    assert known.unsafe_discards == unknown.unsafe_discards == 0
+    assert known.steady_mean("h2d") == unknown.steady_mean("h2d")
+    assert known.steady_mean("d2h") <= unknown.steady_mean("d2h") - 4 * MIB
+    assert known.step_mean_seconds < unknown.step_mean_seconds
 
 
 def test_fakecuda_constants_are_read_from_its_header():
