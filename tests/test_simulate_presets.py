@@ -272,3 +272,22 @@ def test_bench_sim_runs_each_preset_named_and_prints_means_and_medians(trace_pat
         assert c["lookahead_over_lower_bound"] == pytest.approx(c["step_mean_seconds"]["lookahead"]
                                                                 / c["lower_bound_seconds"])
         assert set(c["step_median_seconds"]) == set(c["step_mean_seconds"]) == set(engine.POLICIES)
+
+
+def test_the_docs_every_preset_table_is_the_committed_bench_sim_summary():
+    """docs/benchmarks.md's table over every preset is bench/results/sim-summary.json's spans:
+    launch's speed-up over naive and lookahead's mean over the bound, over the four traces and
+    both cases."""
+    import pathlib
+
+    from helpers import markdown_table
+    root = pathlib.Path(__file__).parent.parent
+    summary = json.loads((root / "bench" / "results" / "sim-summary.json").read_text())["gpus"]
+    table = markdown_table(root / "docs" / "benchmarks.md", "| preset | naive / launch | lookahead / bound |")
+    assert [row[0] for row in table] == [f"`{gpu}`" for gpu in summary]
+    for (_, speedup, over_bound), traces in zip(table, summary.values()):
+        cases = [case for t in traces["traces"].values() for case in (t["best"], t["worst"])]
+
+        def span(key):
+            return f"{min(c[key] for c in cases):.2f}–{max(c[key] for c in cases):.2f}x"
+        assert (speedup, over_bound) == (span("launch_speedup_over_naive"), span("lookahead_over_lower_bound"))
