@@ -30,9 +30,11 @@ Time: four FIFO resources, each op starting when its inputs are ready:
   service time, the pages the driver's prefetcher adds at the link's line rate, and the
   driver's evictions on its fault path;
 - the prefetch stream (host->GPU) and the eviction stream (GPU->host) each move bytes at the
-  model's rate of explicit migrations, full duplex, or half duplex: then every copy waits for
-  every copy issued before it, either way; an eviction starts after the last kernel that used
-  the block, and a prefetch that needs room waits until enough evictions have completed.  The
+  model's rate of explicit migrations, full duplex, or half duplex: then one copy at a time,
+  either way, each in the first gap of the link long enough for it once it is ready
+  (link.py: a stream waiting on an event does not hold the link); an eviction starts after
+  the last kernel that used the block, and a prefetch that needs room waits until enough
+  evictions have completed.  The
   driver's evictions on the fault path move at the link's line rate (the side that favours
   the naive baseline).
 Counts follow program order (each stream's ordering is what makes that exact on fakecuda).
@@ -48,6 +50,7 @@ from pump.foresight import BLOCK_SHIFT, Foresight, discard_range
 from pump.simulate import constants as K
 from pump.simulate.gpu_truth import FaultRules, GpuTruth
 from pump.simulate.host import HostCosts, LaunchThread
+from pump.simulate.link import HalfDuplexLink
 
 POLICIES = ("naive", "launch", "lookahead", "ideal")
 # Per step: faults, bytes each way, kernels' waits for data and prefetches' waits for room, and
@@ -297,6 +300,7 @@ class _Run:
         self.pending = collections.deque()     # evictions in flight: (end time, bytes)
         self.pending_bytes = 0
         self.pf_free = self.ev_free = 0.0
+        self.link = None if model.full_duplex else HalfDuplexLink()
         self.bounds = _step_bounds(w)
         self.r = Result(policy, self.capacity, [], steady_steps(w),
                         per_step={k: [] for k in STEP_COUNTS})
@@ -338,11 +342,12 @@ class _Run:
         self._forget(b)
         moved = self.gpu.evict(b)
         self.r.evictions += 1
-        now = self._call("evict", b, now, moved / self.m.d2h_rate)
+        floor, copy = now, moved / self.m.d2h_rate
+        now = self._call("evict", b, now, copy)
         start = max(now, self.ev_free, self.last_user_end[b])
-        self.ev_free = start + moved / self.m.d2h_rate
-        if not self.m.full_duplex:  # one direction at a time: copies in the order issued
-            self.pf_free = max(self.pf_free, self.ev_free)
+        if self.link is not None and moved:  # one direction at a time
+            start = self.link.place(start, copy, floor)
+        self.ev_free = start + copy
         if self.rec is not None and moved:
             self.rec.transfer("evict", b, moved, now, start, self.ev_free)
         if moved and believed:
@@ -357,7 +362,7 @@ class _Run:
         moved = self.gpu.add(b, self.w.block_pages[b])
         self.r.bytes_prefetched_h2d += moved
         self.r.prefetch_calls += 1
-        now = self._call("prefetch", b, now)
+        floor, now = now, self._call("prefetch", b, now)
         start = max(now, self.pf_free) + back / self.m.link_bytes_per_s
         # Room: evictions still in flight hold their chunks until they complete.
         while self.pending and self.pending[0][0] <= start:
@@ -367,9 +372,9 @@ class _Run:
             self.pending_bytes -= nbytes
             self.r.prefetch_wait_seconds += max(0.0, end - start)
             start = max(start, end)
+        if self.link is not None and moved:
+            start = self.link.place(start, moved / self.m.bandwidth, floor)
         self.pf_free = start + moved / self.m.bandwidth
-        if not self.m.full_duplex:
-            self.ev_free = max(self.ev_free, self.pf_free)
         self.ready[b] = self.pf_free
         if self.rec is not None and moved:
             self.rec.transfer("prefetch", b, moved, now, start, self.pf_free)

@@ -1,0 +1,52 @@
+"""The half-duplex link of `pump simulate`'s worst case (pump/simulate/link.py): one copy at a
+time, either way, and a stream waiting on an event does not hold it."""
+
+import random
+
+from pump.simulate import engine, workload
+from pump.simulate.link import HalfDuplexLink
+from synthetic_trace import MIB, TraceBuilder
+
+
+def test_copies_never_overlap_and_take_the_first_gap_long_enough():
+    link = HalfDuplexLink()
+    assert link.place(10.0, 2.0, 0.0) == 10.0        # [10, 12)
+    assert link.place(0.0, 3.0, 0.0) == 0.0          # [0, 3): before it, in the gap
+    assert link.place(2.0, 5.0, 0.0) == 3.0          # [3, 8): after the first, in time for the gap
+    assert link.place(7.0, 3.0, 0.0) == 12.0         # 8..10 is too short: after [10, 12)
+    assert link.place(8.5, 1.5, 0.0) == 8.5          # but it holds this one
+    rng = random.Random(7)
+    for _ in range(300):
+        link.place(rng.uniform(0, 50), rng.uniform(0.01, 2), 0.0)
+    spans = list(zip(link.starts, link.ends))
+    assert all(end <= nxt for (_, end), (nxt, _) in zip(spans, spans[1:]))
+
+
+def test_intervals_before_the_floor_are_forgotten():
+    link = HalfDuplexLink()
+    for t in range(10):
+        link.place(float(t), 0.5, 0.0)
+    assert len(link.starts) == 10
+    assert link.place(20.0, 1.0, 5.0) == 20.0 and link.starts == [5.0, 6.0, 7.0, 8.0, 9.0, 20.0]  # ended by 5: gone
+
+
+def test_a_prefetch_ready_now_is_not_queued_behind_an_eviction_waiting_for_its_kernel(tmp_path):
+    """Half duplex: pump's eviction of a waits for the kernel that last used a (10 s here); a
+    prefetch of b issued after it, with room, moves at once, and the eviction after the kernel.
+    Before, every copy waited for every copy issued before it, ready or not."""
+    t = TraceBuilder()
+    a, b = t.alloc(2 * MIB), t.alloc(2 * MIB)
+    t.launch(1, [a], [(a, 2 * MIB, True)])
+    t.launch(2, [b], [(b, 2 * MIB, True)])
+    w = workload.load(t.write(str(tmp_path / "l.trace")))
+    model = dict(engine.range_models("a100-40gb"))["worst"]
+    run = engine._Run(w, "launch", 8 * MIB, model)
+    ia, ib = 0, 1
+    run.gpu.add(ia, w.block_pages[ia])
+    run.gpu.populated[ib] = w.block_pages[ib]          # b's pages were written on the host
+    run.last_user_end[ia] = 10.0
+    run._evict(ia, 0.0)
+    assert run.ev_free >= 10.0
+    done = run._prefetch(ib, 0.0)
+    assert done < 1.0, done
+    assert run.ev_free >= 10.0 + 2 * MIB / model.d2h_rate
