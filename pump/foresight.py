@@ -15,8 +15,8 @@ pumpd runs one Foresight per process on the batches it reads from the ring; the 
   attached to the last launch that uses the block before its next use (ordered after that
   kernel, as early as it can be), or, where the framework frees the block between that use
   and the prefetch that needs its room, to the launch after the free: the shim discards at
-  the free, so the eviction then copies nothing back (issue 28 item 3); each prefetch to the launch after which its room exists,
-  but no further ahead than the time the link needs to refill the whole budget (budget /
+  the free, so the eviction then copies nothing back (issue 28 item 3); and each prefetch
+  to the launch after which its room exists, but no further ahead than the time the link needs to refill the whole budget (budget /
   bandwidth, in kernel time: so the lookahead in launches follows from bandwidth and kernel
   times).  The shim finds a trigger by launch key, so evictions and prefetches ride only on
   launches whose key occurs once per iteration (moved to the next such launch);
@@ -50,6 +50,7 @@ KEY_CACHE_MAX = 1 << 16           # launch keys whose blocks are kept: a ring ca
 ANCHORS = 16                      # recent launches considered as the period's anchor
 CANDIDATES = 64                   # periods tried per detection
 BANDWIDTH_FACTOR = 1.5            # a measured bandwidth within this factor of the one planned for changes nothing
+FREED_CARRIED_MAX = 1 << 16       # blocks freed after a read's last launch kept for the next (a ring may free without launching)
 
 
 class IterationDetector:
@@ -157,7 +158,7 @@ class Foresight:
         self._bases = []              # sorted bases, for address lookups
         self.block_bytes = {}         # block address -> its bytes (a last block may be partial)
         self.blocks = []              # per launch in history: tuple of the block addresses it needs
-        self.freed = []               # per launch in history: the blocks wholly freed (dead) just before it
+        self.freed = []               # per launch in history: the blocks wholly freed just before it
         self._freed_next = ()         # blocks freed after the last launch seen, for the next one
         self._blocks_of_key = {}      # launch key -> its blocks, for launches without extents
         self.seconds = np.empty(0)    # per launch in history: its time
@@ -238,7 +239,7 @@ class Foresight:
                 del self.freed[:drop]
                 self.seconds = self.seconds[drop:]
         else:
-            self._freed_next = (self._freed_next + self._freed_blocks(batch.block_frees))[-KEY_CACHE_MAX:]
+            self._freed_next = (self._freed_next + self._freed_blocks(batch.block_frees))[-FREED_CARRIED_MAX:]
         for base, _size in batch.frees:
             self._drop_allocation(base)
         if n:
@@ -262,7 +263,7 @@ class Foresight:
         for item in batch.block_frees:
             blocks = self._freed_blocks((item,))
             if item[0] >= n:
-                self._freed_next = (self._freed_next + blocks)[-KEY_CACHE_MAX:]
+                self._freed_next = (self._freed_next + blocks)[-FREED_CARRIED_MAX:]
             elif blocks:
                 freed[item[0]] += blocks
         return freed
@@ -413,9 +414,9 @@ def plan_cycle(uses, block_bytes, seconds, budget, horizon_seconds, reserve=0, a
     which blocks to evict (those used again furthest in the future; among those used again
     at the same launch, the one that first appears earliest in `uses`, never by address).  Each eviction is planned
     after the victim's last use before that point (or, freed[j] naming the blocks the framework
-    frees just before launch j, after the first free between that use and the anchor before the
-    one needing room: a discarded block's eviction copies nothing), and the block's prefetch after the latest
-    of those evictions (the room exists from then on), but no earlier than `horizon_seconds`
+    frees just before launch j, after the first free between that use and the anchor before
+    the one needing room: a discarded block's eviction copies nothing), and the block's
+    prefetch after the latest of those evictions (the room exists from then on), but no earlier than `horizon_seconds`
     of kernel time before its use.  anchors[j] (default: all) says whether launch j may carry
     evictions and prefetches: the shim finds a trigger by launch key, so a key met twice in an
     iteration would run them twice; plans move them to the next anchor.  Returns, per position

@@ -327,6 +327,22 @@ def test_the_blocks_kept_per_launch_key_are_bounded():
     assert len(f._blocks_of_key) <= KEY_CACHE_MAX
 
 
+def test_the_frees_carried_to_the_next_launch_are_bounded():
+    """A ring may free without ever launching: pumpd carries at most FREED_CARRIED_MAX blocks
+    freed after a read's last launch to the next read's first."""
+    from pump.foresight import FREED_CARRIED_MAX
+    f = Foresight(64 * MIB, 50e9)
+    for part in range(3):
+        recs = np.zeros(1 << 15, channel.EVENT)
+        recs["kind"] = channel.KIND["block_free"]
+        recs["arg"][:, 0] = BASE + (np.arange(len(recs), dtype=np.uint64) + part * len(recs)) * BLOCK
+        recs["arg"][:, 1] = BLOCK
+        batch = channel.decode(recs)
+        assert len(batch.block_frees) == len(recs)
+        f.observe(batch)
+    assert len(f._freed_next) == FREED_CARRIED_MAX
+
+
 @pytest.mark.parametrize("budget_mib", [40, 56, 72])
 def test_the_plan_does_not_depend_on_where_the_reads_cut_the_stream(budget_mib):
     """pumpd reads a ring in pieces of any size (the simulator whole steps): the iteration is

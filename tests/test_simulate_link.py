@@ -27,7 +27,8 @@ def test_intervals_before_the_floor_are_forgotten():
     for t in range(10):
         link.place(float(t), 0.5, 0.0)
     assert len(link.starts) == 10
-    assert link.place(20.0, 1.0, 5.0) == 20.0 and link.starts == [5.0, 6.0, 7.0, 8.0, 9.0, 20.0]  # ended by 5: gone
+    assert link.place(20.0, 1.0, 5.0) == 20.0
+    assert link.starts == [5.0, 6.0, 7.0, 8.0, 9.0, 20.0]  # those ended by 5 are gone
 
 
 def test_a_prefetch_ready_now_is_not_queued_behind_an_eviction_waiting_for_its_kernel(tmp_path):
