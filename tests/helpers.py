@@ -36,12 +36,13 @@ def start_pumpd(socket_path, *args, env=None, timeout=15.0, **popen):
     return proc
 
 
-def markdown_table(path, header: str) -> list:
-    """The rows of the Markdown table under the header line `header` in the file at path, each
-    a list of its cells, stripped (a doc's table checked against committed results)."""
+def markdown_table(path, header: str, nth: int = 0) -> list:
+    """The rows of the nth Markdown table under the header line `header` in the file at path,
+    each a list of its cells, stripped (a doc's table checked against committed results)."""
     lines = pathlib.Path(path).read_text().splitlines()
+    at = [i for i, line in enumerate(lines) if line == header][nth]
     rows = []
-    for line in lines[lines.index(header) + 2:]:
+    for line in lines[at + 2:]:
         if not line.startswith("|"):
             break
         rows.append([cell.strip() for cell in line.strip("|").split("|")])

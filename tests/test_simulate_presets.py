@@ -291,3 +291,33 @@ def test_the_docs_every_preset_table_is_the_committed_bench_sim_summary():
         def span(key):
             return f"{min(c[key] for c in cases):.2f}–{max(c[key] for c in cases):.2f}x"
         assert (speedup, over_bound) == (span("launch_speedup_over_naive"), span("lookahead_over_lower_bound"))
+
+
+@pytest.mark.parametrize("nth, gpu", [(0, "h100-pcie"), (1, "a100-40gb")])
+def test_the_docs_per_model_tables_are_the_committed_bench_sim_summary(nth, gpu):
+    """docs/benchmarks.md's tables for the H100 PCIe and the A100 40 GB are
+    bench/results/sim-summary.json's figures: mean steps best-worst, bound, ideal, ratios."""
+    import pathlib
+
+    from helpers import markdown_table
+    root = pathlib.Path(__file__).parent.parent
+    traces = json.loads((root / "bench" / "results" / "sim-summary.json").read_text())["gpus"][gpu]["traces"]
+    header = ("| model | footprint | naive | launch | lookahead | lower bound | ideal | naive / launch "
+              "| lookahead / bound | lookahead median |")
+    table = markdown_table(root / "docs" / "benchmarks.md", header, nth)
+
+    def span(best, worst, fmt, unit):
+        lo, hi = sorted((best, worst))
+        return f"{lo:{fmt}}–{hi:{fmt}}{unit}"
+    assert [row[0] for row in table] == list(traces)
+    for row, t in zip(table, traces.values()):
+        b, w = t["best"], t["worst"]
+        ms = [span(b["step_mean_seconds"][p] * 1e3, w["step_mean_seconds"][p] * 1e3, ".0f", " ms")
+              for p in ("launch", "lookahead")]
+        assert row[1:] == [f"{t['footprint_bytes'] / 2**30:.2f} GiB", f"{b['step_mean_seconds']['naive'] * 1e3:.0f} ms",
+                           *ms, span(b["lower_bound_seconds"] * 1e3, w["lower_bound_seconds"] * 1e3, ".0f", " ms"),
+                           f"{b['ideal_seconds'] * 1e3:.0f} ms",
+                           span(b["launch_speedup_over_naive"], w["launch_speedup_over_naive"], ".2f", "x"),
+                           span(b["lookahead_over_lower_bound"], w["lookahead_over_lower_bound"], ".2f", "x"),
+                           span(b["step_median_seconds"]["lookahead"] * 1e3,
+                                w["step_median_seconds"]["lookahead"] * 1e3, ".0f", " ms")]
