@@ -212,6 +212,7 @@ class Foresight:
         for base, size in batch.allocs:
             self._add_allocation(base, size)
         n = 0 if batch.launch_function is None else len(batch.launch_function)
+        freed = self._freed_per_launch(batch, n)
         if n:
             keys = channel.launch_keys(batch)
             if batch.extents:
@@ -229,7 +230,7 @@ class Foresight:
                 for key, i in first.items():
                     cache[key] = self._needed_blocks(batch, i)
                 self.blocks.extend(map(cache.__getitem__, listed))
-            self.freed.extend(self._freed_per_launch(batch, n))
+            self.freed.extend(freed)
             times = (np.full(n, self.launch_seconds) if kernel_seconds is None
                      else np.asarray(kernel_seconds, float))
             self.seconds = np.concatenate((self.seconds, times))
@@ -238,34 +239,32 @@ class Foresight:
                 del self.blocks[:drop]
                 del self.freed[:drop]
                 self.seconds = self.seconds[drop:]
-        else:
-            self._freed_next = (self._freed_next + self._freed_blocks(batch.block_frees))[-FREED_CARRIED_MAX:]
         for base, _size in batch.frees:
             self._drop_allocation(base)
         if n:
             self._maybe_learn(keys)
 
     @staticmethod
-    def _freed_blocks(block_frees) -> tuple:
-        """The 2 MiB blocks wholly inside the framework's frees (those the shim discards)."""
-        out = []
-        for _at, addr, size in block_frees:
-            dead = discard_range(addr, size)
-            if dead is not None:
-                out.extend(range(dead[0], dead[0] + dead[1], BLOCK))
-        return tuple(out)
+    def _freed_blocks(addr, size) -> tuple:
+        """The 2 MiB blocks wholly inside a framework's free (those the shim discards)."""
+        dead = discard_range(addr, size)
+        return () if dead is None else tuple(range(dead[0], dead[0] + dead[1], BLOCK))
 
     def _freed_per_launch(self, batch, n) -> list:
-        """Per launch of the batch, the blocks freed just before it (a free after its last
-        launch waits for the next batch's first)."""
-        freed = [()] * n
-        freed[0], self._freed_next = self._freed_next, ()
-        for item in batch.block_frees:
-            blocks = self._freed_blocks((item,))
-            if item[0] >= n:
-                self._freed_next = (self._freed_next + blocks)[-FREED_CARRIED_MAX:]
-            elif blocks:
-                freed[item[0]] += blocks
+        """Per launch of the batch, the blocks freed just before it; the frees after its last
+        launch (all of a batch without launches) are carried to the next batch's first."""
+        freed, carried = [()] * n, self._freed_next
+        later = ()
+        for at, addr, size in batch.block_frees:
+            if at < n:
+                freed[at] += self._freed_blocks(addr, size)
+            else:
+                later += self._freed_blocks(addr, size)
+        if n:
+            freed[0] = carried + freed[0]
+        else:
+            later = carried + later
+        self._freed_next = later[-FREED_CARRIED_MAX:]
         return freed
 
     def _add_allocation(self, base, size):

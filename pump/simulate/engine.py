@@ -372,9 +372,10 @@ class _Run:
             self.pending_bytes -= nbytes
             self.r.prefetch_wait_seconds += max(0.0, end - start)
             start = max(start, end)
+        copy = moved / self.m.bandwidth
         if self.link is not None and moved:
-            start = self.link.place(start, moved / self.m.bandwidth, floor)
-        self.pf_free = start + moved / self.m.bandwidth
+            start = self.link.place(start, copy, floor)
+        self.pf_free = start + copy
         self.ready[b] = self.pf_free
         if self.rec is not None and moved:
             self.rec.transfer("prefetch", b, moved, now, start, self.pf_free)
