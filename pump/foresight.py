@@ -51,6 +51,7 @@ ANCHORS = 16                      # recent launches considered as the period's a
 CANDIDATES = 64                   # periods tried per detection
 BANDWIDTH_FACTOR = 1.5            # a measured bandwidth within this factor of the one planned for changes nothing
 FREED_CARRIED_MAX = 1 << 16       # blocks freed after a read's last launch kept for the next (a ring may free without launching)
+FREED_KEPT_MAX = 1 << 18          # freed blocks the history keeps, the newest (bert-base frees about 19,000 a step)
 
 
 class IterationDetector:
@@ -160,6 +161,9 @@ class Foresight:
         self.blocks = []              # per launch in history: tuple of the block addresses it needs
         self.freed = []               # per launch in history: the blocks wholly freed just before it
         self._freed_next = ()         # blocks freed after the last launch seen, for the next one
+        self._freed_held = collections.deque()  # (launch number, blocks) of each history launch with frees
+        self._freed_kept = 0          # blocks in self.freed
+        self._freed_base = 0          # the launch number of self.freed[0]
         self._blocks_of_key = {}      # launch key -> its blocks, for launches without extents
         self.seconds = np.empty(0)    # per launch in history: its time
         self.period = 0
@@ -230,7 +234,7 @@ class Foresight:
                 for key, i in first.items():
                     cache[key] = self._needed_blocks(batch, i)
                 self.blocks.extend(map(cache.__getitem__, listed))
-            self.freed.extend(freed)
+            self._hold_freed(freed)
             times = (np.full(n, self.launch_seconds) if kernel_seconds is None
                      else np.asarray(kernel_seconds, float))
             self.seconds = np.concatenate((self.seconds, times))
@@ -239,16 +243,41 @@ class Foresight:
                 del self.blocks[:drop]
                 del self.freed[:drop]
                 self.seconds = self.seconds[drop:]
+            self._trim_freed(drop)
         for base, _size in batch.frees:
             self._drop_allocation(base)
         if n:
             self._maybe_learn(keys)
 
-    @staticmethod
-    def _freed_blocks(addr, size) -> tuple:
-        """The 2 MiB blocks wholly inside a framework's free (those the shim discards)."""
-        dead = discard_range(addr, size)
+    def _freed_blocks(self, addr, size) -> tuple:
+        """The 2 MiB blocks wholly inside a framework's free (those the shim discards), within
+        the known allocation it falls in (a ring names any range; the planner keeps only the
+        blocks of allocations it was given room for), else none."""
+        alloc = self._allocation_of(addr)
+        if alloc is None:
+            return ()
+        dead = discard_range(addr, min(addr + size, alloc[0] + alloc[1]) - addr)
         return () if dead is None else tuple(range(dead[0], dead[0] + dead[1], BLOCK))
+
+    def _hold_freed(self, freed):
+        """Appends a batch's per-launch frees to the history."""
+        first = self._freed_base + len(self.freed)
+        self.freed.extend(freed)
+        for i, blocks in enumerate(freed):
+            if blocks:
+                self._freed_held.append((first + i, len(blocks)))
+                self._freed_kept += len(blocks)
+
+    def _trim_freed(self, drop):
+        """After `drop` launches left the history's front: at most FREED_KEPT_MAX freed blocks
+        are kept, the newest (a plan reads the last iteration's)."""
+        self._freed_base += drop
+        held = self._freed_held
+        while held and (held[0][0] < self._freed_base or self._freed_kept > FREED_KEPT_MAX):
+            at, count = held.popleft()
+            self._freed_kept -= count
+            if at >= self._freed_base:
+                self.freed[at - self._freed_base] = ()
 
     def _freed_per_launch(self, batch, n) -> list:
         """Per launch of the batch, the blocks freed just before it; the frees after its last

@@ -332,6 +332,9 @@ def test_the_frees_carried_to_the_next_launch_are_bounded():
     freed after a read's last launch to the next read's first."""
     from pump.foresight import FREED_CARRIED_MAX
     f = Foresight(64 * MIB, 50e9)
+    t = TraceBuilder()
+    t.alloc(3 * (1 << 15) * BLOCK)               # BASE: the frees fall in a known allocation
+    f.observe(t.batch())
     for part in range(3):
         recs = np.zeros(1 << 15, channel.EVENT)
         recs["kind"] = channel.KIND["block_free"]
@@ -341,6 +344,25 @@ def test_the_frees_carried_to_the_next_launch_are_bounded():
         assert len(batch.block_frees) == len(recs)
         f.observe(batch)
     assert len(f._freed_next) == FREED_CARRIED_MAX
+
+
+def test_the_history_keeps_the_newest_frees_up_to_its_cap(monkeypatch):
+    """A free outside every known allocation is not kept, and the history keeps at most
+    FREED_KEPT_MAX freed blocks, the newest: a ring that frees a whole allocation before each
+    launch cannot grow pumpd's planner without end."""
+    from pump import foresight
+    monkeypatch.setattr(foresight, "FREED_KEPT_MAX", 10)
+    t = TraceBuilder()
+    base = t.alloc(8 * MIB)
+    for i in range(20):
+        t.block_free(base, 8 * MIB)
+        t.block_free(base + (1 << 36), 8 * MIB)      # no allocation there
+        t.launch(0x10 + i, [base])
+    f = Foresight(64 * MIB, 50e9)
+    _observe_in_batches(t, f, 3)
+    kept = [blocks for blocks in f.freed if blocks]
+    assert kept == [tuple(base + k * BLOCK for k in range(4))] * 2 and f.freed[-2:] == kept
+    assert f._freed_kept == 8
 
 
 @pytest.mark.parametrize("budget_mib", [40, 56, 72])

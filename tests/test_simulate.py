@@ -269,7 +269,7 @@ def test_lookahead_evicts_freed_memory_after_its_free(tmp_path, monkeypatch):
         t.launch(6, [c], [(c, 16 * MIB, False)], 1e9)
     w = workload.load(t.write(str(tmp_path / "f.trace")), batch_launches=6)
     known = engine.run(w, "lookahead", 24 * MIB, engine.h100())
-    monkeypatch.setattr(Foresight, "_freed_blocks", staticmethod(lambda addr, size: ()))
+    monkeypatch.setattr(Foresight, "_freed_blocks", lambda self, addr, size: ())
     unknown = engine.run(w, "lookahead", 24 * MIB, engine.h100())
     assert known.unsafe_discards == unknown.unsafe_discards == 0
     assert known.steady_mean("h2d") == unknown.steady_mean("h2d")
