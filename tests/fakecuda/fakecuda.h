@@ -95,6 +95,9 @@ const char *fakecuda_entry_name(unsigned i);
    FAKECUDA_IOCTL_THREAD=worker is charged there, not on the caller); fakecuda_reset_stats
    leaves it. */
 uint64_t fakecuda_thread_host_ns(void);
+/* As if the calling thread had just overslept ns (at most 1 ms is kept): the credit a sleep
+   that ran long gives its thread's modelled work, which selftest_clock.c needs on demand. */
+void fakecuda_credit_oversleep(uint64_t ns);
 
 /* What clients asked for and fakecuda lacks (not_found.c), by kind: 0 cuGetProcAddress symbols
    answered SYMBOL_NOT_FOUND, 1 cuGetExportTable ids refused, 2 calls to an export table's

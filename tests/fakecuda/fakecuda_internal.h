@@ -90,7 +90,9 @@ extern fc_counters fc_ctr;
 uint64_t fc_now_ns(void);
 void fc_charge_ns(int64_t ns);  /* add modelled time to this thread's debt; may sleep */
 void fc_pay_debt(int64_t min_ns); /* sleep off this thread's debt if >= min_ns */
-void fc_wait_until(uint64_t t_ns);
+void fc_wait_until(uint64_t t_ns); /* and then starts no earlier than t_ns */
+uint64_t fc_model_clock_ns(void); /* now less this thread's oversleep credit: where its modelled work is */
+void fc_start_no_earlier(uint64_t t_ns); /* its next work starts at t_ns or later (drops credit before it) */
 uint64_t fc_host_clock_ns(void); /* now plus this thread's unpaid debt: when its work reaches the driver */
 
 /* ---- cost.c: the driver's host-side cost per entry point ---- */

@@ -155,7 +155,8 @@
 #define FAKECUDA_VA_BLOCK (2u * 1024u * 1024u)
 
 /* Modelled time is accumulated as a per-thread "debt" and slept off once it reaches
- * this many microseconds (oversleep is credited back), so the model costs few syscalls. */
+ * this many microseconds (oversleep is credited back, to work already waiting: stats.c), so
+ * the model costs few syscalls. */
 #define FAKECUDA_SLEEP_CHUNK_US 50u
 
 /* Waits shorter than this are spun rather than slept (the launch latency is one). */

@@ -318,6 +318,7 @@ int main(int argc, char **argv)
     selftest_graphs_by_hand(&seq); /* 10b */
     selftest_routing(&seq);        /* 11 */
     selftest_memory(&seq);         /* 12 */
+    selftest_clock(&seq);          /* 12b */
 
     /* 13. teardown */
     size_t fr = 0, tot = 0;

@@ -57,6 +57,7 @@ void selftest_events(struct selftest_main *m);         /* selftest_graphs.c */
 void selftest_capture(struct selftest_main *m);        /* selftest_graphs.c */
 void selftest_capture_join(struct selftest_main *m);   /* selftest_graphs.c */
 void selftest_graphs_by_hand(struct selftest_main *m); /* selftest_graphs.c */
+void selftest_clock(struct selftest_main *m);          /* selftest_clock.c */
 /* Kernels and helpers of the main sequence (selftest.c's, k_race selftest_memory.c's). */
 void selftest_k_double(void **params, const fakecuda_dims *d); /* doubles float[n] (p, n) */
 void selftest_k_race(void **params, const fakecuda_dims *d);   /* k_double, once started says so */

@@ -70,4 +70,4 @@ set(FAKECUDA_SELFTEST_SOURCES ${CMAKE_CURRENT_LIST_DIR}/selftest.c ${CMAKE_CURRE
     ${CMAKE_CURRENT_LIST_DIR}/selftest_pools.c ${CMAKE_CURRENT_LIST_DIR}/selftest_faults.c
     ${CMAKE_CURRENT_LIST_DIR}/selftest_memory.c ${CMAKE_CURRENT_LIST_DIR}/selftest_read_mostly.c
     ${CMAKE_CURRENT_LIST_DIR}/selftest_launches.c ${CMAKE_CURRENT_LIST_DIR}/selftest_graphs.c
-    ${CMAKE_CURRENT_LIST_DIR}/selftest_runtime.c)
+    ${CMAKE_CURRENT_LIST_DIR}/selftest_runtime.c ${CMAKE_CURRENT_LIST_DIR}/selftest_clock.c)

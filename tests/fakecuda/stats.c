@@ -209,6 +209,7 @@ void fc_unkeep(fc_link *l)
 
 /* ---- time model ---- */
 static _Thread_local int64_t fc_debt_ns;
+#define OVERSLEEP_CREDIT_MAX_NS 1000000
 static _Thread_local uint64_t fc_charged_ns; /* all this thread was ever charged */
 
 uint64_t fc_now_ns(void)
@@ -225,10 +226,29 @@ void fc_pay_debt(int64_t min_ns)
     struct timespec ts = { (time_t)(fc_debt_ns / 1000000000), (long)(fc_debt_ns % 1000000000) };
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
     fc_debt_ns -= (int64_t)(fc_now_ns() - t0);
-    if (fc_debt_ns < -1000000) fc_debt_ns = -1000000; /* credit for oversleep, capped at 1 ms */
+    if (fc_debt_ns < -OVERSLEEP_CREDIT_MAX_NS) fc_debt_ns = -OVERSLEEP_CREDIT_MAX_NS; /* credit for oversleep */
+}
+
+FC_EXPORT void fakecuda_credit_oversleep(uint64_t ns)
+{
+    fc_debt_ns -= ns < OVERSLEEP_CREDIT_MAX_NS ? (int64_t)ns : OVERSLEEP_CREDIT_MAX_NS;
+    if (fc_debt_ns < -OVERSLEEP_CREDIT_MAX_NS) fc_debt_ns = -OVERSLEEP_CREDIT_MAX_NS;
 }
 
 uint64_t fc_host_clock_ns(void) { return fc_now_ns() + (uint64_t)(fc_debt_ns > 0 ? fc_debt_ns : 0); }
+
+/* Where this thread's modelled work has got to: behind the wall clock by the oversleep it was
+ * credited. A stream stamps its events with it: a copy the credit absorbs still took its
+ * modelled time between them (the wall clock would show a 2 MiB copy done in a microsecond). */
+uint64_t fc_model_clock_ns(void) { return (uint64_t)((int64_t)fc_now_ns() + fc_debt_ns); }
+
+/* What comes next starts no earlier than t_ns: credit for oversleep holds only across work
+ * that was waiting, not across a wait for work, a not-before time or another stream. */
+void fc_start_no_earlier(uint64_t t_ns)
+{
+    int64_t d = (int64_t)(t_ns - fc_now_ns());
+    if (fc_debt_ns < d) fc_debt_ns = d;
+}
 
 void fc_charge_ns(int64_t ns)
 {
@@ -243,7 +263,10 @@ void fc_wait_until(uint64_t t_ns)
 {
     for (;;) {
         uint64_t now = fc_now_ns();
-        if (now >= t_ns) return;
+        if (now >= t_ns) {
+            fc_start_no_earlier(t_ns);
+            return;
+        }
         uint64_t left = t_ns - now;
         if (left > FAKECUDA_SPIN_US * 1000ull) {
             uint64_t s = left - FAKECUDA_SPIN_US * 500ull;

@@ -31,7 +31,7 @@ static void fence_signal(fc_fence *f)
 {
     pthread_mutex_lock(&f->mu);
     f->done = 1;
-    f->t_ns = fc_now_ns();
+    f->t_ns = fc_model_clock_ns();
     pthread_cond_broadcast(&f->cv);
     pthread_mutex_unlock(&f->mu);
 }
@@ -39,7 +39,9 @@ void fc_fence_wait(fc_fence *f)
 {
     pthread_mutex_lock(&f->mu);
     while (!f->done) pthread_cond_wait(&f->cv, &f->mu);
+    uint64_t t = f->t_ns;
     pthread_mutex_unlock(&f->mu);
+    fc_start_no_earlier(t); /* what follows the wait comes after what it waited for */
 }
 int fc_fence_done(fc_fence *f, uint64_t *t)
 {
@@ -195,7 +197,10 @@ static void *worker_main(void *arg)
     prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0); /* short modelled sleeps stay short */
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        while (!s->head && !s->destroyed) pthread_cond_wait(&s->cv_work, &s->mu);
+        if (!s->head) {
+            while (!s->head && !s->destroyed) pthread_cond_wait(&s->cv_work, &s->mu);
+            fc_start_no_earlier(fc_now_ns()); /* idle: the next op starts when it comes */
+        }
         fc_op *op = s->head;
         if (!op) break; /* destroyed and drained */
         s->head = op->next;
