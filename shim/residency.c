@@ -153,7 +153,9 @@ static void prefetches_flush(struct prefetches *p, struct evictions *e, uint64_t
         d->evicted_unawaited = 0;
         d->awaited++;
     }
-    p->m.timeable = true;
+    /* Timed only when every byte is believed on the host, put there by pump: a batch with
+     * blocks already resident (an epoch's re-prefetch) moves less than it names. */
+    p->m.timeable = p->pending == p->m.bytes;
     for (uint32_t r = 0; r < p->m.n; r++) {
         struct pump_blocks *a = p->m.run[r].a;
         uint32_t last = p->m.run[r].first + p->m.run[r].count - 1;

@@ -91,37 +91,42 @@ def test_pumpds_lookahead_takes_the_rate_at_its_next_plan():
     assert planner.policy.bandwidth == 25e9
 
 
-def test_the_shim_times_its_prefetches_at_the_links_rate(c_build, tmp_path):
-    """A run under a budget prefetches all along: pumpd's trace holds the shim's LINK records,
-    each a prefetch of whole blocks, and their median is fakecuda's link: 25 GB/s, less what
-    the prefetch shared the link with and what a loaded host's wall-clock stream adds, more
-    where some of its bytes were there already (seen: 11.5 to 41 GB/s, median 24.7 to 26.8);
-    pumpd's Gen5 fallback (63 GB/s) is not."""
+def run_steady_step(c_build, tmp_path, policy: str, *args: str) -> tuple[subprocess.CompletedProcess, list[float]]:
+    """steady_step under a 192 MiB budget, and the rates of the prefetches the shim timed."""
     recorded = tmp_path / "run.trace"
     env = dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"))
-    proc = subprocess.run([PUMP_RUN, "--daemon", "embedded", "--policy", "launch", "--budget", "192MiB",
-                           "--trace", str(recorded), "--", str(c_build / "plain" / "steady_step"), "8", "1", "managed"],
+    proc = subprocess.run([PUMP_RUN, "--daemon", "embedded", "--policy", policy, "--budget", "192MiB",
+                           "--trace", str(recorded), "--", str(c_build / "plain" / "steady_step"), *args],
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     links = [link for _pid, records in trace.read(str(recorded))[1] for link in channel.decode(records).links]
     assert len(links) >= 3, proc.stderr
     assert {device for device, _, _ in links} == {0}
     assert all(nbytes >= 2 * MiB and nbytes % (2 * MiB) == 0 for _, nbytes, _ in links)
-    median = statistics.median_low(nbytes * 1e9 / ns for _, nbytes, ns in links)
-    assert 0.5 * FAKECUDA_LINK <= median <= 1.3 * FAKECUDA_LINK, sorted(n * 1e9 / ns for _, n, ns in links)
+    return proc, sorted(nbytes * 1e9 / ns for _, nbytes, ns in links)
 
 
-def test_pump_run_says_the_rate_lookahead_planned_at(c_build):
+def test_the_shim_times_its_prefetches_at_the_links_rate(c_build, tmp_path):
+    """A run under a budget prefetches all along: pumpd's trace holds the shim's LINK records,
+    each a prefetch of whole blocks that pump had evicted, every one. None is faster than
+    fakecuda's link (25 GB/s), some slower (what the prefetch shared the link with), and their
+    median is the link; pumpd's Gen5 fallback (63 GB/s) is not."""
+    _, rates = run_steady_step(c_build, tmp_path, "launch", "8", "1", "managed")
+    assert rates[-1] <= 1.01 * FAKECUDA_LINK, rates
+    assert 0.8 * FAKECUDA_LINK <= statistics.median_low(rates), rates
+
+
+def test_pump_run_says_the_rate_lookahead_planned_at(c_build, tmp_path):
     """pumpd keeps each process's median (past its end) and pump-run says it beside what
-    lookahead learned: fakecuda's link, not the 63 GB/s pumpd assumed before any was timed."""
-    env = dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"))
-    proc = subprocess.run([PUMP_RUN, "--daemon", "embedded", "--policy", "lookahead", "--budget", "192MiB", "--",
-                           str(c_build / "plain" / "steady_step"), "6", "1", "managed", "planned"],
-                          env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
+    lookahead learned: fakecuda's link, not the 63 GB/s pumpd assumed before any was timed.
+    Lookahead's batches also name blocks already resident (an epoch's re-prefetch): those are
+    not timed, since they move less than they name (timed, seen at 3,806 GB/s; on a loaded
+    2-core CI host pumpd planned at 37.1 GB/s)."""
+    proc, rates = run_steady_step(c_build, tmp_path, "lookahead", "6", "1", "managed", "planned")
+    assert rates[-1] <= 1.01 * FAKECUDA_LINK, rates
     said = re.findall(r"^pump-run: lookahead learned an iteration of \d+ launches, planned at the link rate its "
                       r"prefetches met: ([\d.]+) GB/s$", proc.stderr, re.M)
-    assert len(said) == 1 and 0.5 * FAKECUDA_LINK <= float(said[0]) * 1e9 <= 1.3 * FAKECUDA_LINK, proc.stderr
+    assert len(said) == 1 and 0.8 * FAKECUDA_LINK <= float(said[0]) * 1e9 <= 1.01 * FAKECUDA_LINK, proc.stderr
 
 
 def test_pump_trace_show_prints_it(tmp_path):
