@@ -3,7 +3,7 @@
  * workload runs on fakecuda under the shim (pump-run --policy P --budget B)
  * and its faults and bytes can be set against `pump simulate`.
  *
- *   replay_trace [--step-pause MS] TRACE
+ *   replay_trace [--step-pause MS] [--kernel-times FILE] TRACE
  *
  * What each record becomes:
  *   ALLOC   cuMemAllocManaged of its size (the trace's base maps to the new pointer)
@@ -24,6 +24,9 @@
  *           (data, loss.item()) gives pumpd time to read the step and publish its plan
  *           before the next one
  *   others  nothing (FUNCTION, NAME, COUNTERS, COST, BLOCK_ALLOC, BLOCK_FREE)
+ * --kernel-times FILE: a little-endian uint64 per LAUNCH record, in file order: the ns the
+ * launch's kernel computes beside its touches (fakecuda_compute), as the simulator's model
+ * times it; without it a kernel takes only its touches' time.
  * Records of every process in the trace are replayed in file order by this one
  * process. At the end: cuCtxSynchronize, then one JSON line with fakecuda's counters
  * and the replay's own (launches, ranges touched, records left out and why).
@@ -42,7 +45,8 @@
 static unsigned long step_pause_ms; /* --step-pause */
 
 #define REPLAY_PAIRS 64                      /* (pointer, bytes) pairs among the arguments */
-#define REPLAY_PARAMS (2 * REPLAY_PAIRS + 2) /* ... then the overflow table and its length */
+#define REPLAY_PARAMS (2 * REPLAY_PAIRS + 3) /* ... then the overflow table, its length, and the
+                                                kernel's compute time (ns) */
 #define MAX_BASES 4096                       /* bases one LAUNCH record may name */
 #define MAX_FUNCTIONS 65536
 
@@ -152,6 +156,21 @@ static void touch_kernel(void **params, const fakecuda_dims *dims)
     for (uint64_t i = 0; i < n; i++)
         fakecuda_touch((void *)(uintptr_t)table[i].address, table[i].bytes);
     free(table);
+    fakecuda_compute(*(uint64_t *)params[2 * REPLAY_PAIRS + 2]);
+}
+
+/* --kernel-times: the launches' compute times, read as they are replayed. */
+static FILE *kernel_times;
+static const char *kernel_times_path;
+
+static uint64_t next_kernel_ns(void)
+{
+    uint64_t ns = 0;
+    if (kernel_times != NULL && fread(&ns, sizeof ns, 1, kernel_times) != 1) {
+        fprintf(stderr, "replay_trace: %s: holds fewer times than %s has launches\n", kernel_times_path, trace_path);
+        exit(2);
+    }
+    return ns;
 }
 
 static struct {
@@ -274,6 +293,7 @@ static void launch_pending(void)
         }
     values[2 * REPLAY_PAIRS] = (uint64_t)(uintptr_t)table;
     values[2 * REPLAY_PAIRS + 1] = overflow;
+    values[2 * REPLAY_PAIRS + 2] = next_kernel_ns();
     for (int i = 0; i < REPLAY_PARAMS; i++)
         params[i] = &values[i];
     CHECK(cuLaunchKernel(function_for(pending.function), 1, 1, 1, 1, 1, 1, 0, stream, params, NULL));
@@ -371,19 +391,28 @@ static void read_exactly(FILE *f, void *buffer, size_t bytes, const char *what)
 int main(int argc, char **argv)
 {
     char *end = NULL;
-    if (argc == 4 && strcmp(argv[1], "--step-pause") == 0) {
-        errno = 0;
-        unsigned long ms = strtoul(argv[2], &end, 10);
-        if (errno != 0 || end == argv[2] || *end != '\0' || ms > 60000) {
-            fprintf(stderr, "replay_trace: --step-pause %s: allowed 0..60000 (milliseconds)\n", argv[2]);
-            return 2;
+    while (argc >= 4 && (strcmp(argv[1], "--step-pause") == 0 || strcmp(argv[1], "--kernel-times") == 0)) {
+        if (strcmp(argv[1], "--kernel-times") == 0) {
+            kernel_times_path = argv[2];
+            if (kernel_times != NULL || (kernel_times = fopen(kernel_times_path, "rb")) == NULL) {
+                fprintf(stderr, "replay_trace: --kernel-times %s: %s\n", argv[2],
+                        kernel_times != NULL ? "given twice" : strerror(errno));
+                return 2;
+            }
+        } else {
+            errno = 0;
+            unsigned long ms = strtoul(argv[2], &end, 10);
+            if (errno != 0 || end == argv[2] || *end != '\0' || ms > 60000) {
+                fprintf(stderr, "replay_trace: --step-pause %s: allowed 0..60000 (milliseconds)\n", argv[2]);
+                return 2;
+            }
+            step_pause_ms = ms;
         }
-        step_pause_ms = ms;
         argv += 2;
         argc -= 2;
     }
     if (argc != 2) {
-        fprintf(stderr, "usage: replay_trace [--step-pause MS] TRACE\n");
+        fprintf(stderr, "usage: replay_trace [--step-pause MS] [--kernel-times FILE] TRACE\n");
         return 2;
     }
     trace_path = argv[1];
@@ -429,6 +458,11 @@ int main(int argc, char **argv)
         fail("truncated: the file ends inside a block header");
     launch_pending();
     fclose(f);
+    uint64_t more;
+    if (kernel_times != NULL && fread(&more, sizeof more, 1, kernel_times) == 1) {
+        fprintf(stderr, "replay_trace: %s: holds more times than %s has launches\n", kernel_times_path, trace_path);
+        return 2;
+    }
     CHECK(cuCtxSynchronize());
 
     struct fakecuda_stats s;

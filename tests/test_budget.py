@@ -8,6 +8,7 @@ Also bench/replay_trace, which replays pump traces on fakecuda."""
 import json
 import os
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -256,12 +257,12 @@ def write_trace(path):
     return path
 
 
-def replay(c_build, libpump, path, env=None, pump=True):
+def replay(c_build, libpump, path, env=None, pump=True, options=()):
     full = dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"), PUMP_SOCKET="", **(env or {}))
     if pump:
         full["LD_PRELOAD"] = str(libpump)
-    return subprocess.run([str(c_build / "plain" / "replay_trace"), str(path)], env=full, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run([str(c_build / "plain" / "replay_trace"), *options, str(path)], env=full,
+                          capture_output=True, text=True, timeout=120)
 
 
 def test_replay_trace_touches_what_the_trace_says(c_build, libpump, tmp_path):
@@ -281,6 +282,27 @@ def test_replay_trace_touches_what_the_trace_says(c_build, libpump, tmp_path):
     proc = replay(c_build, libpump, path, {"PUMP_POLICY": "launch"})
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["gpu_faults"] == 0  # the shim found every allocation from the arguments
+
+
+def test_replay_trace_kernels_compute_for_the_times_given(c_build, libpump, tmp_path):
+    """--kernel-times: each launch's kernel computes for its time on fakecuda's clock (the
+    simulator's model times, so that pumpd's measured kernel times are the model's); the
+    file must hold exactly one time per launch."""
+    path = write_trace(tmp_path / "t.trace")
+    times = tmp_path / "times"
+    times.write_bytes(np.full(len(LAUNCHES), 100_000_000, "<u8").tobytes())  # 0.1 s each
+    started = time.monotonic()
+    proc = replay(c_build, libpump, path, pump=False, options=["--kernel-times", str(times)])
+    took = time.monotonic() - started
+    assert proc.returncode == 0, proc.stderr
+    assert took >= 0.1 * len(LAUNCHES) and json.loads(proc.stdout)["launches"] == len(LAUNCHES)
+    for count, says in ((len(LAUNCHES) - 1, "fewer"), (len(LAUNCHES) + 1, "more")):
+        times.write_bytes(np.zeros(count, "<u8").tobytes())
+        proc = replay(c_build, libpump, path, pump=False, options=["--kernel-times", str(times)])
+        assert proc.returncode == 2 and f"{times}: holds {says} times than {path} has launches" in proc.stderr, \
+            proc.stderr
+    proc = replay(c_build, libpump, path, pump=False, options=["--kernel-times", str(tmp_path / "none")])
+    assert proc.returncode == 2 and "No such file" in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("damage, message", [

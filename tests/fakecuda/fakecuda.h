@@ -29,6 +29,10 @@ int fakecuda_register_noop_kernel(const char *name, unsigned nparams, const size
    page, a write collapses the duplicates). */
 void fakecuda_touch(const void *ptr, size_t bytes);
 void fakecuda_touch_read(const void *ptr, size_t bytes);
+/* Called by a kernel that computes for ns nanoseconds beside its accesses: its stream is busy
+   that long more (modelled time; a replayed trace's kernel takes its modelled time). Only
+   in a kernel, on its stream: anywhere else it does nothing. */
+void fakecuda_compute(uint64_t ns);
 /* Called by kernels given a TMA descriptor (a CUtensorMap made by cuTensorMapEncode*):
    touches every byte from its global address to the tensor's last element, as the kernel's
    TMA copies would. Aborts on 128 bytes fakecuda did not encode. */

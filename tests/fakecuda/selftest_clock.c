@@ -3,7 +3,8 @@
  * (stats.c); the credit is kept only across work that was waiting. So events are stamped with
  * the stream's modelled time (a prefetch the credit absorbed still took its copy's time
  * between two events: pump's link-rate samples read it), the credit does not outlast a wait
- * for work, and a stream that waited for another's event is stamped no earlier than it. */
+ * for work, and a stream that waited for another's event is stamped no earlier than it. A
+ * kernel that computes (fakecuda_compute) is busy that long between its events. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -19,6 +20,14 @@
 #define BLOCK (2u * 1024u * 1024u)
 #define COPY_NS ((double)BLOCK * 1000.0 / FAKECUDA_H2D_BYTES_PER_US) /* one block at the link's rate */
 #define CREDIT_NS 900000u                                           /* under the 1 ms kept */
+
+#define COMPUTE_NS 2000000u                                         /* what the kernel below computes */
+
+static void k_compute(void **params, const fakecuda_dims *d)
+{
+    (void)params; (void)d;
+    fakecuda_compute(COMPUTE_NS);
+}
 
 static atomic_int gate;
 static void wait_for_gate(void *ud) { (void)ud; selftest_wait_for(&gate); }
@@ -91,6 +100,24 @@ void selftest_clock(struct selftest_main *m)
     OK(cuStreamSynchronize(s));
     took = elapsed_ns(done, t1);
     CHECK(took >= 0, "an event after a wait stamped %.0f ns after what it waited for", took);
+
+    /* A kernel that computes takes its time between its events; outside a kernel, nothing. */
+    CUmodule mod;
+    CUfunction compute;
+    OK(fakecuda_register_kernel("compute", k_compute, 0, NULL, NULL) == 0 ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN);
+    OK(cuModuleLoadData(&mod, "clock"));
+    OK(cuModuleGetFunction(&compute, mod, "compute"));
+    OK(cuEventRecord(t0, s));
+    OK(cuLaunchKernel(compute, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL));
+    OK(cuEventRecord(t1, s));
+    OK(cuStreamSynchronize(s));
+    took = elapsed_ns(t0, t1);
+    CHECK(took >= COMPUTE_NS && took < 1e9, "a kernel computing %u ns took %.0f between its events", COMPUTE_NS, took);
+    uint64_t mine = fakecuda_thread_host_ns();
+    t = now_ns();
+    fakecuda_compute(COMPUTE_NS);
+    CHECK(fakecuda_thread_host_ns() == mine && now_ns() - t < COMPUTE_NS, "fakecuda_compute outside a kernel");
+    OK(cuModuleUnload(mod));
 
     OK(cuMemFree((CUdeviceptr)(uintptr_t)first));
     OK(cuMemFree((CUdeviceptr)(uintptr_t)second));
