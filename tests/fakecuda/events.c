@@ -160,7 +160,9 @@ static CUresult stream_wait_event(CUstream h, CUevent e, unsigned flags)
     CUresult r;
     if (fc_capture_wait_event(s, &e->capture_id, &r)) return r;
     fc_fence *f = event_fence(e);
-    if (!f || fc_fence_done(f, NULL)) {
+    uint64_t t = 0;
+    if (!f || fc_fence_done(f, &t)) {
+        if (f) fc_stream_floor(s, t); /* done: nothing to wait for, but later work comes after it */
         fc_fence_unref(f);
         return CUDA_SUCCESS;
     }

@@ -239,6 +239,8 @@ struct CUstream_st {
     pthread_cond_t cv_work, cv_idle;
     fc_op *head, *tail;
     uint64_t pending;      /* ops enqueued and not completed */
+    uint64_t floor_ns;     /* under mu: what runs next starts no earlier (a waited event that
+                              was already done: no op is enqueued for it) */
     int worker_running;
     int destroyed;
     int refs;              /* under fc_streams_mu */
@@ -249,6 +251,8 @@ struct CUstream_st {
  * stream, CU_STREAM_PER_THREAD (and 0 in a _ptsz export) to this thread's default stream of
  * it; validates other handles. NULL if invalid (*err says why). */
 CUstream fc_resolve_stream(CUstream s, CUresult *err);
+/* The stream's next work starts no earlier than t_ns on the modelled clock (streams.c). */
+void fc_stream_floor(CUstream s, uint64_t t_ns);
 /* Declares s, the stream h resolves to, or returns why h is not one. */
 #define FC_STREAM_OR_RETURN(h)                               \
     CUresult err_ = CUDA_SUCCESS;                            \

@@ -100,6 +100,18 @@ void selftest_clock(struct selftest_main *m)
     OK(cuStreamSynchronize(s));
     took = elapsed_ns(done, t1);
     CHECK(took >= 0, "an event after a wait stamped %.0f ns after what it waited for", took);
+    /* ... also when the event was done before the wait was asked for (no wait is queued) */
+    OK(cuEventRecord(done, other));
+    OK(cuStreamSynchronize(other));
+    atomic_store(&gate, 0);
+    OK(cuLaunchHostFunc(s, wait_for_gate, NULL));
+    OK(cuLaunchHostFunc(s, overslept, NULL));
+    OK(cuStreamWaitEvent(s, done, 0));
+    OK(cuEventRecord(t1, s));
+    atomic_store(&gate, 1);
+    OK(cuStreamSynchronize(s));
+    took = elapsed_ns(done, t1);
+    CHECK(took >= 0, "an event after a wait on a done event stamped %.0f ns after it", took);
 
     /* A kernel that computes takes its time between its events; outside a kernel, nothing. */
     CUmodule mod;

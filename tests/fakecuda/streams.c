@@ -203,9 +203,11 @@ static void *worker_main(void *arg)
         }
         fc_op *op = s->head;
         if (!op) break; /* destroyed and drained */
+        uint64_t floor_ns = s->floor_ns;
         s->head = op->next;
         if (!s->head) s->tail = NULL;
         pthread_mutex_unlock(&s->mu);
+        fc_start_no_earlier(floor_ns);
         run_op(s, op);
         pthread_mutex_lock(&s->mu);
         if (--s->pending == 0) pthread_cond_broadcast(&s->cv_idle);
@@ -214,6 +216,13 @@ static void *worker_main(void *arg)
     pthread_mutex_unlock(&s->mu);
     stream_unref(s);
     return NULL;
+}
+
+void fc_stream_floor(CUstream s, uint64_t t_ns)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->floor_ns < t_ns) s->floor_ns = t_ns;
+    pthread_mutex_unlock(&s->mu);
 }
 
 static void enqueue_raw(CUstream s, fc_op *first, fc_op *last, uint64_t n)
