@@ -391,6 +391,7 @@ class Batch:
     devices: list = dataclasses.field(default_factory=list)   # (CUDA ordinal, GPU UUID "GPU-...")
     budgets: list = dataclasses.field(default_factory=list)   # (CUDA ordinal, pump's own budget there, bytes)
     links: list = dataclasses.field(default_factory=list)     # (CUDA ordinal, bytes, ns): a prefetch the GPU timed
+    kernels: list = dataclasses.field(default_factory=list)   # (CUDA ordinal, launch key, ns): a kernel the GPU timed
     problems: list = dataclasses.field(default_factory=list)  # what was wrong with the first invalid DEVICE records
 
     def launch_bases(self, i: int) -> np.ndarray:
@@ -511,6 +512,16 @@ def decode(records: np.ndarray) -> Batch:
                                           "in 1..2^48-1")
                 continue
             batch.links.append((device, moved, ns))
+        elif k == KIND["kernel"]:
+            device, key, ns = int(records["device"][i]), int(a[0]), int(a[1])
+            if not 0 <= device < DEVICES_MAX or n != 2 or key == 0 or not 0 < ns < 1 << 48:
+                batch.invalid += 1
+                if len(batch.problems) < PROBLEMS_MAX:
+                    batch.problems.append(f"KERNEL record for device {device} with count {n}, key {key:#x}, {ns} ns; "
+                                          f"allowed: ordinals 0..{DEVICES_MAX - 1}, count 2, a key other than 0, "
+                                          "ns in 1..2^48-1")
+                continue
+            batch.kernels.append((device, key, ns))
         elif k == KIND["function"]:
             if n > C.PUMP_FUNCTION_NAME_MAX:
                 batch.invalid += 1

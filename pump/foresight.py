@@ -166,6 +166,9 @@ class Foresight:
         self._freed_base = 0          # the launch number of self.freed[0]
         self._blocks_of_key = {}      # launch key -> its blocks, for launches without extents
         self.seconds = np.empty(0)    # per launch in history: its time
+        # (keys, seconds) -> seconds: kernel times known better at a plan than at observe()
+        # (pumpd's GPU-timed kernels of a key arrive after its launch was read); None: none.
+        self.retime = None
         self.period = 0
         self.learned_at = None        # global launch index at which the first plan was made
         self.schedule_keys = None     # the learned iteration's keys
@@ -365,6 +368,8 @@ class Foresight:
         freed = self.freed[start:]
         freed = freed[first:] + freed[:first]
         seconds = np.roll(self.seconds[start:], -first)
+        if self.retime is not None:
+            seconds = self.retime(np.asarray(keys, np.uint64), seconds)
         # The shim knows a launch by its key only: a key met more than once in the iteration
         # (the same kernel on the same allocations, other tensors in them) needs all of them.
         need = {}
@@ -373,7 +378,7 @@ class Foresight:
         uses = [tuple(need[key]) for key in keys]
         count = collections.Counter(keys)
         prefetch, evict = plan_cycle(uses, self.block_bytes, seconds, self.budget,
-                                     self.lookahead_seconds, self.reserve_bytes(period),
+                                     self.lookahead_seconds, self.reserve_bytes(period, seconds),
                                      [count[key] == 1 for key in keys], freed)
         plan = {key: ({}, {}) for key in need}
         for j, key in enumerate(keys):
@@ -382,12 +387,15 @@ class Foresight:
         self._plan = {k: (self._ranges(need[k]), self._ranges(p), self._ranges(e)) for k, (p, e) in plan.items()}
         self.changed = True
 
-    def reserve_bytes(self, period: int) -> int:
+    def reserve_bytes(self, period: int, seconds=None) -> int:
         """Room the plan leaves free for transfers in flight: an eviction starts only when the
         kernel that last used its block ends, and meanwhile the prefetch stream goes on moving
         up to bandwidth x that kernel's time into room the plan already counts as taken; the
-        longest kernel of the iteration bounds it.  Kept under half the budget."""
-        longest = float(np.max(self.seconds[-period:])) if period else 0.0
+        longest kernel of the iteration (seconds: its kernel times as the plan takes them; by
+        default the history's last period) bounds it.  Kept under half the budget."""
+        if seconds is None:
+            seconds = self.seconds[-period:] if period else ()
+        longest = float(np.max(seconds)) if len(seconds) else 0.0
         return min(int(self.bandwidth * longest), self.budget // 2)
 
     def _ranges(self, blocks) -> list:

@@ -166,6 +166,8 @@ def _describe(record, names: dict):
         moved, ns = int(arg[0]), int(arg[1])
         rate = f", {moved / ns:.2f} GB/s" if ns else ""
         return k, f"device {int(record['device'])}: a prefetch of {moved} bytes took {ns} ns on the GPU{rate}"
+    if k == "kernel":
+        return k, f"device {int(record['device'])}: a launch of key 0x{int(arg[0]):x} ran {int(arg[1])} ns on the GPU"
     if k == "device":
         device = int(record["device"])
         try:

@@ -152,9 +152,12 @@ class _Process:
         if a[1]:
             self.t.counter(self.pid, f"link rate measured, device {device}", ts, gb_per_s=round(a[0] / a[1], 3))
 
+    def _kernel(self, a, ts, count, device):
+        self.t.counter(self.pid, f"kernel time measured, device {device}", ts, us=round(int(a[1]) / 1e3, 3))
+
     _RARE = {KIND["alloc"]: _alloc, KIND["free"]: _free, KIND["sync"]: _sync, KIND["step"]: _step,
              KIND["counters"]: _counters, KIND["device"]: _device, KIND["budget"]: _budget, KIND["link"]: _link,
-             KIND["block_alloc"]: _block_alloc, KIND["block_free"]: _block_free}
+             KIND["kernel"]: _kernel, KIND["block_alloc"]: _block_alloc, KIND["block_free"]: _block_free}
 
     def finish(self, budget):
         """The budget the job ran with, where the caller says (the trace does not record it)."""

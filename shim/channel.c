@@ -321,8 +321,19 @@ PUMP_HIDDEN void pump_channel_send_counters(void)
 
 /* ---- the plan: the reader ---- */
 
+PUMP_HIDDEN void pump_channel_kernel(int device, uint64_t key, uint64_t ns)
+{
+    struct pump_channel *c = atomic_load(&pump_channel_live);
+    if (c == NULL || device < 0 || device >= PUMP_DEVICES_MAX)
+        return;
+    struct pump_event e = event(PUMP_EVENT_KERNEL, 2, device);
+    e.arg[0] = key;
+    e.arg[1] = ns;
+    pump_channel_emit(c, &e, 1);
+}
+
 /* The launch key of pump_channel.h: the function, then each allocation base. */
-static uint64_t launch_key(CUfunction f, const struct pump_scan *scan)
+PUMP_HIDDEN uint64_t pump_channel_launch_key(CUfunction f, const struct pump_scan *scan)
 {
     const uint64_t k = 0x9E3779B97F4A7C15ull;
     uint64_t h = (uint64_t)(uintptr_t)f * k;
@@ -332,8 +343,7 @@ static uint64_t launch_key(CUfunction f, const struct pump_scan *scan)
     return h != 0 ? h : 1;
 }
 
-PUMP_HIDDEN bool pump_channel_plan_trigger(struct pump_channel *c, CUfunction f, const struct pump_scan *scan,
-                                           struct pump_trigger *out)
+PUMP_HIDDEN bool pump_channel_plan_trigger(struct pump_channel *c, uint64_t key, struct pump_trigger *out)
 {
     const struct pump_plan *p = c->plan;
     if (p == NULL || __atomic_load_n(&p->trigger_count, __ATOMIC_RELAXED) == 0)
@@ -341,7 +351,6 @@ PUMP_HIDDEN bool pump_channel_plan_trigger(struct pump_channel *c, CUfunction f,
     uint64_t generation = __atomic_load_n(&p->generation, __ATOMIC_ACQUIRE);
     if (generation & 1)
         return false;  /* the daemon is writing it */
-    uint64_t key = launch_key(f, scan);
     uint32_t slot = (uint32_t)(key >> (64 - PUMP_PLAN_SLOT_BITS));
     uint32_t first = 0, need = 0, prefetch = 0, evict = 0;
     bool hit = false;

@@ -70,6 +70,11 @@ PUMP_HIDDEN void pump_channel_own_budget(int device, uint64_t bytes);
 /* LINK: a prefetch of `bytes` to `device` took `ns` on the GPU (link_rate.c). A sample,
  * sent only while a channel is live: a restarted pumpd hears the next ones. */
 PUMP_HIDDEN void pump_channel_link(int device, uint64_t bytes, uint64_t ns);
+/* KERNEL: a launch with launch `key` ran `ns` on `device`'s GPU (kernel_time.c). A sample,
+ * sent only while a channel is live. */
+PUMP_HIDDEN void pump_channel_kernel(int device, uint64_t key, uint64_t ns);
+/* The launch key (pump_channel.h) of a launch of f with the scan's own allocations. */
+PUMP_HIDDEN uint64_t pump_channel_launch_key(CUfunction f, const struct pump_scan *scan);
 
 /* The trigger a launch's key found in the plan, copied out of it (the plan
  * is rewritten by pumpd while launches read it). */
@@ -80,11 +85,9 @@ struct pump_trigger {
     struct pump_plan_range range[PUMP_TRIGGER_RANGES_MAX];
 };
 
-/* The plan: the trigger for a launch of f with the scan's own allocations
- * (its launch key, pump_channel.h), copied into *out; false when there is
- * none (or the daemon was rewriting the plan). */
-PUMP_HIDDEN bool pump_channel_plan_trigger(struct pump_channel *c, CUfunction f, const struct pump_scan *scan,
-                                           struct pump_trigger *out);
+/* The plan: the trigger for a launch with launch `key` (pump_channel_launch_key), copied
+ * into *out; false when there is none (or the daemon was rewriting the plan). */
+PUMP_HIDDEN bool pump_channel_plan_trigger(struct pump_channel *c, uint64_t key, struct pump_trigger *out);
 /* The plan's budget_bytes (0: none, or no plan). */
 PUMP_HIDDEN uint64_t pump_channel_plan_budget(void);
 

@@ -8,6 +8,7 @@
 #include "channel.h"
 #include "handles.h"
 #include "hooks_common.h"
+#include "kernel_time.h"
 #include "layouts.h"
 #include "residency.h"
 #include "stream_users.h"
@@ -39,6 +40,8 @@ static void count_handle_kind(CUfunction f)
 struct launch {
     struct pump_scan scan;
     struct pump_context *context;  /* non-NULL: the step after the launch has work */
+    struct pump_context *timed;    /* non-NULL: the GPU times this launch (probe + 1 in `probe`) */
+    int probe;
     CUstream stream;
     uint64_t budget;
     uint64_t tick;                 /* its number among managed launches */
@@ -52,7 +55,7 @@ static _Thread_local struct pump_trigger thread_trigger;
 
 static void before_launch(struct launch *l, CUfunction f, CUstream stream, void **params, void **extra)
 {
-    l->context = NULL;
+    l->context = l->timed = NULL;
     PUMP_COUNT(launches, 1);
     if (PUMP_UNLIKELY(!pump_active()))
         return;
@@ -79,19 +82,25 @@ static void before_launch(struct launch *l, CUfunction f, CUstream stream, void 
             l->budget = pump_budget_for(c);
             l->capturing = -1;
             l->trigger = NULL;
+            uint64_t key = channel != NULL ? pump_channel_launch_key(f, &l->scan) : 0;
             if (launch_rule && channel != NULL && channel->plan != NULL &&
-                pump_channel_plan_trigger(channel, f, &l->scan, &thread_trigger))
+                pump_channel_plan_trigger(channel, key, &thread_trigger))
                 l->trigger = &thread_trigger;
             if (launch_rule)
                 pump_residency_launch(c, stream, &l->scan, l->budget, l->trigger, &l->capturing);
             else if (l->budget != 0)
                 pump_residency_off_launch(c, stream, &l->capturing);
+            if (channel != NULL) {
+                /* Last before the launch: the probe's start follows pump's waits. */
+                pump_kernel_time_poll(c);
+                if (pump_kernel_due(key) && (l->probe = pump_kernel_time_begin(c, stream, key, &l->capturing)) != 0)
+                    l->timed = c;
+            }
             device = launch_rule || l->budget != 0 ? pump_context_device(c) : -1;
             /* After the kernel: its use (budget), policy off's rule, the plan. */
-            if (l->budget != 0 || l->trigger != NULL) {
+            l->stream = stream;
+            if (l->budget != 0 || l->trigger != NULL)
                 l->context = c;
-                l->stream = stream;
-            }
         }
     }
     if (channel != NULL)
@@ -100,6 +109,8 @@ static void before_launch(struct launch *l, CUfunction f, CUstream stream, void 
 
 static void after_launch(struct launch *l, CUresult r)
 {
+    if (l->timed != NULL)
+        pump_kernel_time_end(l->timed, l->probe, l->stream, r == CUDA_SUCCESS);
     if (PUMP_LIKELY(l->context == NULL) || r != CUDA_SUCCESS)
         return;
     if (l->capturing < 0)
@@ -129,7 +140,7 @@ PUMP_LAUNCH_KERNEL_HOOK(launch_kernel_ptsz, true)
     {                                                                                              \
         PUMP_REAL_OR_RETURN(id, real);                                                             \
         struct launch l;                                                                           \
-        l.context = NULL;                                                                          \
+        l.context = l.timed = NULL;                                                                \
         if (config != NULL)                                                                        \
             before_launch(&l, f, pump_stream_of(config->hStream, per_thread), params, extra);      \
         CUresult r = real(config, f, params, extra);                                               \

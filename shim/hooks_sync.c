@@ -4,11 +4,13 @@
  * Memory managed_all made managed keeps them: the program believes it is
  * device memory and never touches it from the host (residency.h). Where pump's
  * own budget is in force (managed memory can exceed the device), the device's
- * memory is read again (budget.h). The daemon hears of each.
+ * memory is read again (budget.h), and the kernels the GPU timed are reported
+ * (kernel_time.h). The daemon hears of each.
  */
 #include "budget.h"
 #include "channel.h"
 #include "hooks_common.h"
+#include "kernel_time.h"
 #include "managed_all_cache.h"
 #include "residency.h"
 
@@ -24,6 +26,7 @@
         if (pump_active()) {                          \
             if (r == CUDA_SUCCESS) {                  \
                 pump_budget_synchronised(stream);     \
+                pump_kernel_time_synchronised();      \
                 settled;                              \
             }                                         \
             pump_channel_sync(epoch);                 \

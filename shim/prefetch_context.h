@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 
+#include "kernel_time.h"
 #include "link_rate.h"
 #include "prefetch_worker.h"
 #include "shim.h"
@@ -43,6 +44,7 @@ struct pump_context {
     uint32_t next_event; /* atomic */
     CUevent evicted;     /* recorded after evictions (residency.c's lock orders its use) */
     struct pump_link_probe link;  /* times a prefetch now and then, for pumpd */
+    struct pump_kernel_probes kernels;  /* times launches of each key, for pumpd */
     pthread_mutex_t use_lock;  /* guards the rings' bookkeeping (never held across a driver call) */
     struct ring use_ring;
     uint64_t use_count;  /* use event slots taken so far */

@@ -37,8 +37,10 @@ enum {
     PUMP_TRACE_VERSION = 2,            /* trace files; version 1 (no kinds past COUNTERS) is read too */
     PUMP_TRACE_MAGIC = 0x43525450,     /* "PTRC" */
     PUMP_TRACE_BLOCK_MAGIC = 0x4b4c4254, /* "TBLK" */
-    PUMP_LINK_INTERVAL_NS = 50000000   /* a context's prefetches are timed (LINK) at most once in this,
+    PUMP_LINK_INTERVAL_NS = 50000000,  /* a context's prefetches are timed (LINK) at most once in this,
                                           after its first four */
+    PUMP_KERNEL_FIRST_SAMPLES = 3,     /* a launch key's first launches timed (KERNEL)... */
+    PUMP_KERNEL_KEY_INTERVAL_NS = 1000000000 /* ... then at most one in this */
 };
 
 /* ---- the socket ----
@@ -108,11 +110,18 @@ enum pump_event_kind {
                                      (a repeat says nothing new) */
     /* The link pump's prefetches cross, as the GPU timed one of them (shim/link_rate.c):
      * pumpd plans transfers at the rate measured, not at a figure it assumes. */
-    PUMP_EVENT_LINK = 16          /* a prefetch to device `device` of arg0 bytes took arg1
+    PUMP_EVENT_LINK = 16,         /* a prefetch to device `device` of arg0 bytes took arg1
                                      nanoseconds on the GPU (timing events recorded on pump's
                                      prefetch stream before and after it). count: 2. After
                                      a context's first four, at most one a
                                      PUMP_LINK_INTERVAL_NS per context */
+    /* How long kernels run, as the GPU timed a few launches of each launch key
+     * (shim/kernel_time.c): pumpd plans on the kernels' clock, not the launch calls'. */
+    PUMP_EVENT_KERNEL = 17        /* a launch with launch key arg0 ran arg1 nanoseconds on
+                                     device `device` (timing events recorded on its stream
+                                     just before and after it). count: 2. The first
+                                     PUMP_KERNEL_FIRST_SAMPLES launches of a key, then at most
+                                     one a PUMP_KERNEL_KEY_INTERVAL_NS per key */
 };
 
 /* 64 bytes. A record is complete once `seq` holds its ring position + 1

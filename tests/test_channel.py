@@ -42,7 +42,8 @@ SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 KINDS = {C.PUMP_EVENT_ALLOC: "ALLOC", C.PUMP_EVENT_FREE: "FREE", C.PUMP_EVENT_LAUNCH: "LAUNCH",
          C.PUMP_EVENT_LAUNCH_MORE: "LAUNCH_MORE", C.PUMP_EVENT_FUNCTION: "FUNCTION",
          C.PUMP_EVENT_NAME: "NAME", C.PUMP_EVENT_SYNC: "SYNC", C.PUMP_EVENT_COUNTERS: "COUNTERS",
-         C.PUMP_EVENT_DEVICE: "DEVICE", C.PUMP_EVENT_BUDGET: "BUDGET", C.PUMP_EVENT_LINK: "LINK"}
+         C.PUMP_EVENT_DEVICE: "DEVICE", C.PUMP_EVENT_BUDGET: "BUDGET", C.PUMP_EVENT_LINK: "LINK",
+         C.PUMP_EVENT_KERNEL: "KERNEL"}
 
 
 def sealed_memfd(name, size, init=None, seals=SEALS):
@@ -307,7 +308,8 @@ def attached(ring, records=1):
 def decode(records):
     """Merge multi-record events: ALLOC/FREE/SYNC/LAUNCH(+MORE)/FUNCTION(+NAME).
     COUNTERS (the worker's periodic accounting), DEVICE (see devices()), BUDGET
-    (pump's own budget) and LINK (a timed prefetch: tests/test_link_rate.py) are left out."""
+    (pump's own budget), LINK (a timed prefetch: tests/test_link_rate.py) and KERNEL (a timed
+    kernel: tests/test_kernel_time.py) are left out."""
     events = []
     i = 0
     while i < len(records):
@@ -343,6 +345,8 @@ def decode(records):
             assert r["count"] == 1 and r["device"] >= 0 and arg[0] > 0
         elif kind == "LINK":
             assert r["count"] == 2 and r["device"] >= 0 and arg[0] >= 2 << 20 and arg[1] > 0
+        elif kind == "KERNEL":
+            assert r["count"] == 2 and r["device"] >= 0 and arg[0] != 0 and arg[1] > 0
         else:
             raise AssertionError(f"unexpected record {r}")
         i += 1
@@ -429,12 +433,14 @@ def test_full_ring_drops_and_counts(job, daemon, run_program):
     attempted = 2 + 1 + 1 + launches + result["syncs"] + 2  # ALLOC, FUNCTION, DEVICE, LAUNCH, SYNC, FREE
     h = d.ring.header
     assert h.written == C.PUMP_RING_RECORDS_MIN and h.dropped > 0
-    # beyond those, only the worker's COUNTERS records (twice a second, once at exit) and LINK
+    # beyond those, only the worker's COUNTERS records (twice a second, once at exit), LINK
     # records (A prefetched again after each synchronisation: the first four timed back to back,
-    # then one at most every interval)
+    # then one at most every interval) and KERNEL records (the one launch key's first few, then
+    # one at most every interval)
     extra = h.written + h.dropped - attempted
-    assert 0 <= extra <= 2 * elapsed + 2 + 4 + elapsed / (C.PUMP_LINK_INTERVAL_NS / 1e9), extra
-    assert extra >= sum(r["kind"] in ("COUNTERS", "LINK") for r in d.ring.read())
+    kernels = C.PUMP_KERNEL_FIRST_SAMPLES + 1 + elapsed / (C.PUMP_KERNEL_KEY_INTERVAL_NS / 1e9)
+    assert 0 <= extra <= 2 * elapsed + 2 + 4 + elapsed / (C.PUMP_LINK_INTERVAL_NS / 1e9) + kernels, extra
+    assert extra >= sum(r["kind"] in ("COUNTERS", "LINK", "KERNEL") for r in d.ring.read())
     assert (record["events_written"], record["events_dropped"]) == (h.written, h.dropped)
     bare = run_program("events", launches, "--sync-every=100", pump=False)
     assert result["checksum"] == bare.result["checksum"]

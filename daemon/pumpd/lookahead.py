@@ -2,10 +2,15 @@
 fed what pumpd measures.
 
 The policy needs three figures it cannot read from a trace here:
-- kernel times: the shim reports when each launch was made, not when its kernel ran.  A
-  training job's launching thread runs ahead of the GPU until the driver's launch queue is
-  full, then launches at the rate the kernels finish, so the interval between consecutive
-  launch calls is the kernel-time measurement pumpd has.  The shim stamps each launch less its
+- kernel times: the GPU's own, where the shim timed launches of the key (its KERNEL records,
+  shim/kernel_time.c: timing events just before and after a launch on its stream, a key's
+  first few launches and then one now and then): a key's time is the lower median of its
+  latest KERNEL_SAMPLES.  The launching thread's pace is not one: it runs ahead of the GPU
+  until the driver's launch queue is full, and after a pause at the host's speed (a replay
+  that paused each step gave pumpd 113..162 us host-paced intervals where the kernels took
+  0..12 us, and its plan parted from the model's).  A key not timed yet falls back to the
+  interval between consecutive launch calls, which a GPU-bound job's full launch queue paces
+  at the rate the kernels finish.  The shim stamps each launch less its
   thread's time in pump's own driver calls (its prefetches and evictions, on that thread), so
   the intervals hold the program's pace, not the calls pump's plan made: planning from them
   would stretch the plan's clock exactly where it moves memory. A pause for data loading, a
@@ -39,6 +44,8 @@ loop's process: the loop only notes a new budget and copies the layout the plann
 the process's plan.
 """
 
+import collections
+
 import numpy as np
 
 from pump import channel
@@ -54,6 +61,10 @@ BANDWIDTH_FLOOR = 1e9
 NO_BUDGET = 1 << 60
 # Launch intervals kept, with their launch keys, for each key's median (16 bytes each).
 KEY_WINDOW = 1 << 16
+# GPU-timed kernel times kept per launch key, the latest of each, for at most KERNEL_KEYS_MAX
+# keys (past that the table starts again: what one session makes pumpd hold stays bounded).
+KERNEL_SAMPLES = 8
+KERNEL_KEYS_MAX = 1 << 16
 
 
 class Lookahead:
@@ -61,6 +72,7 @@ class Lookahead:
 
     def __init__(self, budget: int, bandwidth: float):
         self.policy = Foresight(budget or NO_BUDGET, bandwidth)
+        self.policy.retime = self._timed  # a key's GPU time that came after its launch was read
         self.budget = budget or NO_BUDGET  # the budget to plan for (the policy's, once plan() ran)
         self.bandwidth = bandwidth         # the link's rate to plan for (likewise)
         self.layout = channel.Plan.layout({})  # the plan's tables, made by plan()
@@ -69,6 +81,9 @@ class Lookahead:
         self.recent = np.empty(0)     # the last RECENT_INTERVALS launch intervals (seconds)
         self.window_keys = np.empty(0, np.uint64)  # the last KEY_WINDOW intervals' launch keys...
         self.window_seconds = np.empty(0)          # ...and the intervals, pauses left out
+        self.kernel_ns = {}           # launch key -> its latest GPU-timed kernel times (ns)...
+        self.kernel_seconds = {}      # ... and their lower median (s)
+        self.kernel_table = None      # kernel_seconds as sorted arrays (keys, seconds), made when needed
 
     def plan(self, batch: channel.Batch = None):
         """The planner's work (off the loop): the budget noted, a batch learned, and the
@@ -88,6 +103,7 @@ class Lookahead:
         return self.layout
 
     def observe(self, batch: channel.Batch):
+        self._note_kernels(batch.kernels)
         times = batch.launch_time
         if times is None or len(times) == 0:
             self.policy.observe(batch)
@@ -99,7 +115,33 @@ class Lookahead:
         median = float(np.median(self.recent))
         seconds[seconds > PAUSE_FACTOR * median] = median
         self.last_launch_ns = int(times[-1])
-        self.policy.observe(batch, kernel_seconds=self._per_key(channel.launch_keys(batch), seconds))
+        keys = channel.launch_keys(batch)
+        self.policy.observe(batch, kernel_seconds=self._timed(keys, self._per_key(keys, seconds)))
+
+    def _note_kernels(self, kernels):
+        for _device, key, ns in kernels:
+            samples = self.kernel_ns.get(key)
+            if samples is None:
+                if len(self.kernel_ns) >= KERNEL_KEYS_MAX:
+                    self.kernel_ns.clear()
+                    self.kernel_seconds.clear()
+                samples = self.kernel_ns[key] = collections.deque(maxlen=KERNEL_SAMPLES)
+            samples.append(ns)
+            self.kernel_seconds[key] = min(samples) / 1e9
+            self.kernel_table = None
+
+    def _timed(self, keys, seconds):
+        """Each launch's kernel time: its key's GPU-timed lower median where the shim timed
+        one, else `seconds` (from the launch intervals); vectorised like _per_key."""
+        if not self.kernel_seconds:
+            return seconds
+        if self.kernel_table is None:
+            known = np.fromiter(self.kernel_seconds, np.uint64, len(self.kernel_seconds))
+            order = np.argsort(known)
+            self.kernel_table = known[order], np.fromiter(self.kernel_seconds.values(), float)[order]
+        known, timed = self.kernel_table
+        at = np.minimum(np.searchsorted(known, keys), len(known) - 1)
+        return np.where(known[at] == keys, timed[at], seconds)
 
     def _per_key(self, keys, seconds):
         """Each launch's kernel time: the (lower) median of its key's intervals in the window,

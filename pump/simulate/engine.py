@@ -288,6 +288,8 @@ class _Run:
         self.w, self.policy, self.capacity, self.m = w, policy, int(capacity), model
         self.rec = recorder
         self.kernel_s = w.kernel_seconds(model.gpu)
+        self.ran_s = np.zeros(w.launches)      # each kernel's time on the simulated GPU, faults included
+        self.shortest = {}                     # launch key -> its kernel's shortest time so far
         nb = len(w.block_bytes)
         self.size = w.block_bytes.tolist()
         self.dead = [0] * nb                   # pages the framework's allocator took back
@@ -311,6 +313,7 @@ class _Run:
         if policy == "lookahead":
             mean = float(np.mean(self.kernel_s)) or K.HOST_LAUNCH_S
             self.foresight = Foresight(self.capacity, model.bandwidth, launch_seconds=mean)
+            self.foresight.retime = self._retime
         self.shim = policy in ("launch", "lookahead") or (policy == "naive" and not model.gpu_limits_memory)
         self.thread = LaunchThread(HostCosts.of_fakecuda() if model.host_costs else None, w.block_address)
 
@@ -526,6 +529,7 @@ class _Run:
             start = max(prev_end, ready)
             r.data_wait_seconds += start - max(prev_end, self.thread.clock)
             prev_end = kend[k] = start + duration
+            self.ran_s[k] = duration
             if self.rec is not None:
                 self.rec.kernel(k, start, duration, faults, faulted, moved_back, self.gpu.bytes, self.believed)
             if not ideal:
@@ -558,10 +562,24 @@ class _Run:
         nl = len(batch.launch_function)
         if not self.m.policy_sees_extents:
             batch = dataclasses.replace(batch, extents={}, block_frees=[], block_allocs=[])
-        self.foresight.observe(batch, kernel_seconds=self.kernel_s[start:start + nl])
+        self.foresight.observe(batch, kernel_seconds=self._timed(start, nl))
         if self.foresight.changed:
             self.plan = {key: tuple(self._blocks_of_ranges(r) for r in ranges)
                          for key, ranges in self.foresight.triggers().items()}
+
+    def _timed(self, start, n):
+        """The kernel times pumpd plans with: as the shim's timing events give them (their
+        time on the GPU, faults included), each launch key's shortest so far (daemon/pumpd/
+        lookahead.py: faults and stalls only lengthen a kernel)."""
+        shortest, out = self.shortest, np.empty(n)
+        for i, (key, ran) in enumerate(zip(self.w.keys[start:start + n].tolist(), self.ran_s[start:start + n].tolist())):
+            out[i] = shortest[key] = min(shortest.get(key, ran), ran)
+        return out
+
+    def _retime(self, keys, seconds):
+        """At a plan: each key's shortest time so far (pumpd's, likewise: lookahead.py)."""
+        shortest = self.shortest
+        return np.array([shortest.get(key, s) for key, s in zip(keys.tolist(), seconds.tolist())])
 
     def _blocks_of_ranges(self, ranges):
         out = []

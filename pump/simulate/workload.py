@@ -64,6 +64,13 @@ class Workload:
             seconds = np.where(np.isnan(self.override_seconds), seconds, self.override_seconds)
         return seconds
 
+    def write_kernel_times(self, out, gpu):
+        """kernel_seconds(gpu) as bench/replay_trace --kernel-times reads them (a little-endian
+        uint64 of ns per launch): the replay's kernels take the model's times, so that what the
+        GPU times for pumpd is what the model's planner is given."""
+        np.asarray(np.round(self.kernel_seconds(gpu) * 1e9), "<u8").tofile(out)
+        return out
+
 
 # The kinds of operator, by the aten name a generated trace gives each launch (the first that
 # matches); a name none matches is elementwise: memory-bound, its bytes at the achieved rate.

@@ -441,20 +441,20 @@ static void test_plan(void)
     plan->trigger_count = 3;
 
     struct pump_trigger t;
-    EXPECT(pump_channel_plan_trigger(&c, (CUfunction)f, &scan, &t));
+    EXPECT(pump_channel_plan_trigger(&c, pump_channel_launch_key((CUfunction)f, &scan), &t));
     EXPECT(t.prefetch == 2 && t.evict == 1 && t.order == PUMP_ORDER_USED);
     EXPECT(t.range[0].address == base + 16 * MiB && t.range[0].bytes == (64 << 10));
     EXPECT(t.range[1].address == 0x42 && t.range[2].address == base + 24 * MiB);
     /* Another function, or the same with other allocations: no trigger. */
-    EXPECT(!pump_channel_plan_trigger(&c, (CUfunction)g, &scan, &t));
+    EXPECT(!pump_channel_plan_trigger(&c, pump_channel_launch_key((CUfunction)g, &scan), &t));
     scan.own = 1;
-    EXPECT(!pump_channel_plan_trigger(&c, (CUfunction)f, &scan, &t));
+    EXPECT(!pump_channel_plan_trigger(&c, pump_channel_launch_key((CUfunction)f, &scan), &t));
     scan.own = 2;
     /* Mid-write (odd generation): nothing. */
     plan->generation = 7;
-    EXPECT(!pump_channel_plan_trigger(&c, (CUfunction)f, &scan, &t));
+    EXPECT(!pump_channel_plan_trigger(&c, pump_channel_launch_key((CUfunction)f, &scan), &t));
     plan->generation = 8;
-    EXPECT(pump_channel_plan_trigger(&c, (CUfunction)f, &scan, &t));
+    EXPECT(pump_channel_plan_trigger(&c, pump_channel_launch_key((CUfunction)f, &scan), &t));
     /* Out of bounds: first, or first + prefetch + evict, past the ranges; or no ranges. */
     struct pump_plan_trigger *trig = &plan->trigger[(s + 2) % PUMP_PLAN_SLOTS];
     struct { uint32_t first; uint16_t need, prefetch, evict; } bad[] = {
@@ -462,34 +462,34 @@ static void test_plan(void)
         {PUMP_PLAN_RANGES - 2, 2, 1, 0}, {0xffffffffu, 0, 2, 0}, {5, 0, 0, 0}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         *trig = trigger(key, bad[i].first, bad[i].need, bad[i].prefetch, bad[i].evict);
-        EXPECT(!pump_channel_plan_trigger(&c, (CUfunction)f, &scan, &t));
+        EXPECT(!pump_channel_plan_trigger(&c, pump_channel_launch_key((CUfunction)f, &scan), &t));
     }
     /* Needs come first, in order. */
     *trig = trigger(key, 100, 1, 1, 1);
-    EXPECT(pump_channel_plan_trigger(&c, (CUfunction)f, &scan, &t));
+    EXPECT(pump_channel_plan_trigger(&c, pump_channel_launch_key((CUfunction)f, &scan), &t));
     EXPECT(t.need == 1 && t.prefetch == 1 && t.evict == 1 && t.range[0].address == base + 16 * MiB &&
            t.range[1].address == 0x42 && t.range[2].address == base + 24 * MiB);
     /* Many ranges: at most PUMP_TRIGGER_RANGES_MAX, up to half needs, then half of the rest
      * evictions when both other kinds are many. */
     *trig = trigger(key, 0, 0, 1000, 1000);
-    EXPECT(pump_channel_plan_trigger(&c, (CUfunction)f, &scan, &t));
+    EXPECT(pump_channel_plan_trigger(&c, pump_channel_launch_key((CUfunction)f, &scan), &t));
     EXPECT(t.prefetch == PUMP_TRIGGER_RANGES_MAX / 2 && t.evict == PUMP_TRIGGER_RANGES_MAX / 2);
     *trig = trigger(key, 0, 0, 1000, 3);
-    EXPECT(pump_channel_plan_trigger(&c, (CUfunction)f, &scan, &t));
+    EXPECT(pump_channel_plan_trigger(&c, pump_channel_launch_key((CUfunction)f, &scan), &t));
     EXPECT(t.prefetch == PUMP_TRIGGER_RANGES_MAX - 3 && t.evict == 3);
     *trig = trigger(key, 0, 1000, 1000, 1000);
-    EXPECT(pump_channel_plan_trigger(&c, (CUfunction)f, &scan, &t));
+    EXPECT(pump_channel_plan_trigger(&c, pump_channel_launch_key((CUfunction)f, &scan), &t));
     EXPECT(t.need == PUMP_TRIGGER_RANGES_MAX / 2 && t.prefetch == PUMP_TRIGGER_RANGES_MAX / 4 &&
            t.evict == PUMP_TRIGGER_RANGES_MAX / 4);
     /* Beyond the probe window: not found. */
     *trig = trigger(0, 0, 0, 0, 0);
     plan->trigger[(s + PUMP_PLAN_PROBES) % PUMP_PLAN_SLOTS] = trigger(key, 100, 0, 2, 0);
-    EXPECT(!pump_channel_plan_trigger(&c, (CUfunction)f, &scan, &t));
+    EXPECT(!pump_channel_plan_trigger(&c, pump_channel_launch_key((CUfunction)f, &scan), &t));
     plan->trigger[(s + PUMP_PLAN_PROBES - 1) % PUMP_PLAN_SLOTS] = trigger(key, 100, 0, 2, 0);
-    EXPECT(pump_channel_plan_trigger(&c, (CUfunction)f, &scan, &t) && t.prefetch == 2 && t.evict == 0);
+    EXPECT(pump_channel_plan_trigger(&c, pump_channel_launch_key((CUfunction)f, &scan), &t) && t.prefetch == 2 && t.evict == 0);
     /* An empty plan is not searched. */
     plan->trigger_count = 0;
-    EXPECT(!pump_channel_plan_trigger(&c, (CUfunction)f, &scan, &t));
+    EXPECT(!pump_channel_plan_trigger(&c, pump_channel_launch_key((CUfunction)f, &scan), &t));
 
     for (int i = 0; i < 4; i++) {
         uint64_t size;

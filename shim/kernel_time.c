@@ -1,0 +1,194 @@
+/* kernel_time.c: timing a few launches of each launch key (see kernel_time.h).
+ *
+ * A probe is two timing events on the launch's own stream, recorded just before and just
+ * after the launch call, after the waits pump gave the stream: the start completes once the
+ * stream's earlier work and those waits have, so the two bracket the kernel alone (its
+ * faults included, its wait for pump's prefetches not). Its result is read at a later
+ * launch in the context, never waited for. A launch key is timed at its first
+ * PUMP_KERNEL_FIRST_SAMPLES launches (pumpd needs kernel times before it plans), then at
+ * most once a PUMP_KERNEL_KEY_INTERVAL_NS (kernels change: faults vanish under a plan):
+ * two event records per timed launch and a query per look, not a cost per launch.
+ *
+ * States move by compare-and-swap; the thread that takes BUSY owns the probe's events until
+ * it lets go, and holds no lock meanwhile. Which keys were timed is kept in a direct-mapped
+ * table: a key that lost its slot to another is timed again (more samples, never wrong ones). */
+#include <time.h>
+
+#include "capture_mode.h"
+#include "channel.h"
+#include "devices.h"
+#include "kernel_time.h"
+#include "prefetch.h"
+#include "prefetch_context.h"
+#include "prefetch_ranges.h"
+
+enum { PROBE_IDLE, PROBE_BUSY, PROBE_IN_FLIGHT, PROBE_BROKEN };
+
+/* Probes in flight are looked at no sooner than this after the last look. */
+#define PUMP_KERNEL_LOOK_NS 20000
+#define KEY_SLOT_BITS 12
+
+static struct {
+    uint64_t key, timed_ns;  /* atomic each */
+    uint32_t samples;        /* atomic */
+} timed[1u << KEY_SLOT_BITS];
+
+static inline uint32_t key_slot(uint64_t key)
+{
+    return (uint32_t)((key * 0x9E3779B97F4A7C15ull) >> (64 - KEY_SLOT_BITS));
+}
+
+/* The coarse clock (a few ms; vDSO, no syscall): the launch path asks it at every launch of
+ * a key timed enough, and the interval is seconds. */
+static uint64_t coarse_ns(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+    return (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
+}
+
+PUMP_HIDDEN bool pump_kernel_due(uint64_t key)
+{
+    uint32_t s = key_slot(key);
+    if (__atomic_load_n(&timed[s].key, __ATOMIC_RELAXED) != key ||
+        __atomic_load_n(&timed[s].samples, __ATOMIC_RELAXED) < PUMP_KERNEL_FIRST_SAMPLES)
+        return true;
+    return coarse_ns() - __atomic_load_n(&timed[s].timed_ns, __ATOMIC_RELAXED) >= PUMP_KERNEL_KEY_INTERVAL_NS;
+}
+
+static void note_timed(uint64_t key)
+{
+    uint32_t s = key_slot(key);
+    if (__atomic_exchange_n(&timed[s].key, key, __ATOMIC_RELAXED) != key)
+        __atomic_store_n(&timed[s].samples, 0, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&timed[s].samples, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&timed[s].timed_ns, coarse_ns(), __ATOMIC_RELAXED);
+}
+
+static bool take(struct pump_kernel_probes *p, int i, uint32_t from)
+{
+    return __atomic_compare_exchange_n(&p->state[i], &from, PROBE_BUSY, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+}
+
+static void let_go(struct pump_kernel_probes *p, int i, uint32_t to)
+{
+    __atomic_store_n(&p->state[i], to, __ATOMIC_RELEASE);
+}
+
+/* Under BUSY: probe i's events made in c's context, once per context's life. */
+static bool make_events(struct pump_context *c, int i, uint32_t forgets)
+{
+    struct pump_kernel_probes *p = &c->kernels;
+    if (p->made[i] && p->forgets[i] == forgets)
+        return true;
+    bool pushed;
+    bool made = pump_context_push(c->key, &pushed) &&
+                pump_call_ok(pump_driver.event_create(&p->start[i], CU_EVENT_DEFAULT), "cuEventCreate") &&
+                pump_call_ok(pump_driver.event_create(&p->end[i], CU_EVENT_DEFAULT), "cuEventCreate");
+    pump_context_pop(pushed);
+    p->made[i] = made;
+    p->forgets[i] = forgets;
+    return made;
+}
+
+PUMP_HIDDEN int pump_kernel_time_begin(struct pump_context *c, CUstream stream, uint64_t key, int *capturing)
+{
+    struct pump_kernel_probes *p = &c->kernels;
+    if (pump_driver.event_elapsed == NULL || __atomic_load_n(&p->in_flight, __ATOMIC_RELAXED) >= PUMP_KERNEL_PROBES)
+        return 0;
+    int i = 0;  /* a load before each compare-and-swap: most slots are in flight in a burst */
+    while (i < PUMP_KERNEL_PROBES &&
+           (__atomic_load_n(&p->state[i], __ATOMIC_RELAXED) != PROBE_IDLE || !take(p, i, PROBE_IDLE)))
+        i++;
+    if (i == PUMP_KERNEL_PROBES)
+        return 0;
+    if (*capturing < 0)
+        *capturing = pump_stream_capturing(stream);
+    uint32_t forgets = __atomic_load_n(&c->forgets, __ATOMIC_RELAXED);
+    struct pump_capture_mode mode = pump_capture_relax();
+    uint32_t state = PROBE_IDLE;
+    if (*capturing) {
+        /* nothing is added to a stream being captured */
+    } else if (!make_events(c, i, forgets)) {
+        state = PROBE_BROKEN;
+        pump_log_once("cannot create timing events: pumpd plans from launch intervals, not kernel times");
+    } else if (pump_call_ok(pump_driver.event_record(p->start[i], stream), "cuEventRecord")) {
+        p->key[i] = key;
+        note_timed(key);
+        pump_capture_restore(&mode);
+        return i + 1;  /* BUSY until pump_kernel_time_end */
+    }
+    pump_capture_restore(&mode);
+    let_go(p, i, state);
+    return 0;
+}
+
+PUMP_HIDDEN void pump_kernel_time_end(struct pump_context *c, int probe, CUstream stream, bool launched)
+{
+    struct pump_kernel_probes *p = &c->kernels;
+    int i = probe - 1;
+    struct pump_capture_mode mode = pump_capture_relax();
+    bool recorded = launched && pump_call_ok(pump_driver.event_record(p->end[i], stream), "cuEventRecord");
+    pump_capture_restore(&mode);
+    if (recorded)
+        __atomic_fetch_add(&p->in_flight, 1, __ATOMIC_RELAXED);
+    let_go(p, i, recorded ? PROBE_IN_FLIGHT : PROBE_IDLE);
+}
+
+/* Under BUSY, probe i in flight: true when it is over (reported, or dropped). */
+static bool read_probe(struct pump_context *c, int i, uint32_t forgets)
+{
+    struct pump_kernel_probes *p = &c->kernels;
+    if (p->forgets[i] != forgets) {
+        p->made[i] = false;  /* its context went, and its events with it */
+        return true;
+    }
+    CUresult r = pump_driver.event_query(p->end[i]);
+    if (r == CUDA_ERROR_NOT_READY)
+        return false;
+    float ms = 0;
+    if (r == CUDA_SUCCESS &&
+        pump_call_ok(pump_driver.event_elapsed(&ms, p->start[i], p->end[i]), "cuEventElapsedTime") && ms > 0)
+        pump_channel_kernel(c->device, p->key[i], (uint64_t)((double)ms * 1e6));
+    return true;
+}
+
+/* Reports c's probes that have finished: at a launch no sooner than PUMP_KERNEL_LOOK_NS after
+ * the last look (soon: one thread at a time), after a synchronisation at once. */
+static void look(struct pump_context *c, bool soon)
+{
+    struct pump_kernel_probes *p = &c->kernels;
+    if (__atomic_load_n(&p->in_flight, __ATOMIC_RELAXED) == 0)
+        return;
+    uint64_t now = pump_channel_now_ns();
+    uint64_t next = __atomic_load_n(&p->next_look_ns, __ATOMIC_RELAXED);
+    if (soon && (now < next || !__atomic_compare_exchange_n(&p->next_look_ns, &next, now + PUMP_KERNEL_LOOK_NS,
+                                                            false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)))
+        return;  /* not yet, or another thread looks now */
+    uint32_t forgets = __atomic_load_n(&c->forgets, __ATOMIC_RELAXED);
+    struct pump_capture_mode mode = pump_capture_relax();
+    for (int i = 0; i < PUMP_KERNEL_PROBES; i++) {
+        if (__atomic_load_n(&p->state[i], __ATOMIC_RELAXED) != PROBE_IN_FLIGHT || !take(p, i, PROBE_IN_FLIGHT))
+            continue;
+        bool over = read_probe(c, i, forgets);
+        if (over)
+            __atomic_fetch_sub(&p->in_flight, 1, __ATOMIC_RELAXED);
+        let_go(p, i, over ? PROBE_IDLE : PROBE_IN_FLIGHT);
+        if (!over)
+            break;  /* one still running: the others most likely are too (read at a later look) */
+    }
+    pump_capture_restore(&mode);
+}
+
+PUMP_HIDDEN void pump_kernel_time_poll(struct pump_context *c)
+{
+    look(c, true);
+}
+
+PUMP_HIDDEN void pump_kernel_time_synchronised(void)
+{
+    uint32_t n = __atomic_load_n(&pump_context_count, __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i < n; i++)
+        if (__atomic_load_n(&pump_contexts[i].ctx, __ATOMIC_ACQUIRE) != NULL)
+            look(&pump_contexts[i], false);
+}
