@@ -160,6 +160,7 @@ def job_environment(cfg, shim_file: str, env, verbose: int = 0):
         env.update(torch_env.boot_env(env))
     if cfg.policy == "lookahead":
         env["PUMP_POLICY"] = "launch"  # the shim's rule; pumpd's plans add the lookahead
+        env["PUMP_KERNEL_TIMES"] = "1"  # which pumpd plans on (the GPU times a few launches of each key)
     if verbose:
         env["PUMP_LOG"] = str(min(verbose, 2))
     return env, notices

@@ -196,6 +196,12 @@ PUMP_HIDDEN void pump_config_load(void)
         else
             bad_value("PUMP_WORKER", v, "0 or 1", "1");
     }
+    if ((v = getenv("PUMP_KERNEL_TIMES")) != NULL && *v) {
+        if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0)
+            pump_config.kernel_times = v[0] == '1';
+        else
+            bad_value("PUMP_KERNEL_TIMES", v, "0 or 1", "0");
+    }
     if ((v = getenv("PUMP_MANAGED_ALL")) != NULL && *v) {
         if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0)
             pump_config.managed_all = v[0] == '1';

@@ -82,7 +82,8 @@ static void before_launch(struct launch *l, CUfunction f, CUstream stream, void 
             l->budget = pump_budget_for(c);
             l->capturing = -1;
             l->trigger = NULL;
-            uint64_t key = channel != NULL ? pump_channel_launch_key(f, &l->scan) : 0;
+            uint64_t key = channel != NULL && (channel->plan != NULL || pump_config.kernel_times)
+                               ? pump_channel_launch_key(f, &l->scan) : 0;
             if (launch_rule && channel != NULL && channel->plan != NULL &&
                 pump_channel_plan_trigger(channel, key, &thread_trigger))
                 l->trigger = &thread_trigger;
@@ -90,7 +91,7 @@ static void before_launch(struct launch *l, CUfunction f, CUstream stream, void 
                 pump_residency_launch(c, stream, &l->scan, l->budget, l->trigger, &l->capturing);
             else if (l->budget != 0)
                 pump_residency_off_launch(c, stream, &l->capturing);
-            if (channel != NULL) {
+            if (channel != NULL && pump_config.kernel_times) {
                 /* Last before the launch: the probe's start follows pump's waits. */
                 pump_kernel_time_poll(c);
                 if (pump_kernel_due(key) && (l->probe = pump_kernel_time_begin(c, stream, key, &l->capturing)) != 0)

@@ -102,11 +102,13 @@ PUMP_HIDDEN int pump_kernel_time_begin(struct pump_context *c, CUstream stream, 
         i++;
     if (i == PUMP_KERNEL_PROBES)
         return 0;
+    uint64_t started = pump_channel_now_ns();
     if (*capturing < 0)
         *capturing = pump_stream_capturing(stream);
     uint32_t forgets = __atomic_load_n(&c->forgets, __ATOMIC_RELAXED);
     struct pump_capture_mode mode = pump_capture_relax();
     uint32_t state = PROBE_IDLE;
+    int taken = 0;
     if (*capturing) {
         /* nothing is added to a stream being captured */
     } else if (!make_events(c, i, forgets)) {
@@ -115,21 +117,24 @@ PUMP_HIDDEN int pump_kernel_time_begin(struct pump_context *c, CUstream stream, 
     } else if (pump_call_ok(pump_driver.event_record(p->start[i], stream), "cuEventRecord")) {
         p->key[i] = key;
         note_timed(key);
-        pump_capture_restore(&mode);
-        return i + 1;  /* BUSY until pump_kernel_time_end */
+        taken = i + 1;  /* BUSY until pump_kernel_time_end */
     }
     pump_capture_restore(&mode);
-    let_go(p, i, state);
-    return 0;
+    if (!taken)
+        let_go(p, i, state);
+    pump_channel_own_time(pump_channel_now_ns() - started);  /* not kernel time (LAUNCH stamps) */
+    return taken;
 }
 
 PUMP_HIDDEN void pump_kernel_time_end(struct pump_context *c, int probe, CUstream stream, bool launched)
 {
     struct pump_kernel_probes *p = &c->kernels;
     int i = probe - 1;
+    uint64_t started = pump_channel_now_ns();
     struct pump_capture_mode mode = pump_capture_relax();
     bool recorded = launched && pump_call_ok(pump_driver.event_record(p->end[i], stream), "cuEventRecord");
     pump_capture_restore(&mode);
+    pump_channel_own_time(pump_channel_now_ns() - started);
     if (recorded)
         __atomic_fetch_add(&p->in_flight, 1, __ATOMIC_RELAXED);
     let_go(p, i, recorded ? PROBE_IN_FLIGHT : PROBE_IDLE);
@@ -167,6 +172,7 @@ static void look(struct pump_context *c, bool soon)
         return;  /* not yet, or another thread looks now */
     uint32_t forgets = __atomic_load_n(&c->forgets, __ATOMIC_RELAXED);
     struct pump_capture_mode mode = pump_capture_relax();
+    uint64_t started = pump_channel_now_ns();
     for (int i = 0; i < PUMP_KERNEL_PROBES; i++) {
         if (__atomic_load_n(&p->state[i], __ATOMIC_RELAXED) != PROBE_IN_FLIGHT || !take(p, i, PROBE_IN_FLIGHT))
             continue;
@@ -178,6 +184,7 @@ static void look(struct pump_context *c, bool soon)
             break;  /* one still running: the others most likely are too (read at a later look) */
     }
     pump_capture_restore(&mode);
+    pump_channel_own_time(pump_channel_now_ns() - started);
 }
 
 PUMP_HIDDEN void pump_kernel_time_poll(struct pump_context *c)

@@ -55,6 +55,7 @@ struct pump_config {
     enum pump_policy policy;            /* PUMP_POLICY */
     bool wait;                          /* PUMP_WAIT: kernels wait for their prefetch */
     bool worker;                        /* PUMP_WORKER: moves decided ahead are made by pump's worker thread */
+    bool kernel_times;                  /* PUMP_KERNEL_TIMES: the GPU times launches for pumpd (kernel_time.h) */
     enum pump_capacity_kind cap_kind;   /* PUMP_CAPACITY */
     uint64_t cap_value;                 /* bytes, or percent */
     int log_level;                      /* PUMP_LOG: 0 off, 1 info, 2 debug */

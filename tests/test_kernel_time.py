@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from helpers import PUMP_RUN, channel_record, clean_env
-from pump import channel, trace
+from pump import channel, config, run, trace
 from pump.simulate import constants, engine, workload
 from pumpd import lookahead
 from synthetic_trace import training_trace
@@ -104,6 +104,15 @@ def test_the_simulated_planner_takes_the_simulated_kernels_times(tmp_path):
     assert run.foresight.learned
 
 
+@pytest.mark.parametrize("policy, timed", [("lookahead", "1"), ("launch", None), ("off", None)])
+def test_only_lookahead_has_the_gpu_time_kernels(policy, timed):
+    """Timing costs driver calls on the launching thread (two event records a timed launch):
+    pump-run asks for it where pumpd plans on it, not under the launch rule alone."""
+    cfg = config.resolve_job({"policy": policy}, None, None)
+    env, _ = run.job_environment(cfg, "/lib/libpump.so", {})
+    assert env.get("PUMP_KERNEL_TIMES") == timed and env["PUMP_POLICY"] == ("off" if policy == "off" else "launch")
+
+
 def test_the_shim_times_kernels_on_the_gpu(c_build, tmp_path):
     """A replay whose kernels compute 2 ms each (replay_trace --kernel-times) under pump-run:
     pumpd's trace holds KERNEL records of every launch key, each at least the compute time
@@ -114,7 +123,7 @@ def test_the_shim_times_kernels_on_the_gpu(c_build, tmp_path):
     times.write_bytes(np.full(len(LAUNCHES), 2_000_000, "<u8").tobytes())
     recorded = tmp_path / "run.trace"
     env = dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"))
-    proc = subprocess.run([PUMP_RUN, "--daemon", "embedded", "--policy", "launch", "--trace", str(recorded), "--",
+    proc = subprocess.run([PUMP_RUN, "--daemon", "embedded", "--policy", "lookahead", "--trace", str(recorded), "--",
                            str(c_build / "plain" / "replay_trace"), "--step-pause", "300",  # pumpd attaches
                            "--kernel-times", str(times), str(path)],
                           env=env, capture_output=True, text=True, timeout=120)

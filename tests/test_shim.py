@@ -151,10 +151,12 @@ def test_driver_errors_reach_the_program_unchanged(run_program, failing, code):
 
 def test_bad_pump_values_warn_once_and_use_defaults(run_program):
     run = run_program("touch_linked", env={"PUMP_POLICY": "fast", "PUMP_WAIT": "maybe", "PUMP_LOG": "9",
-                                           "PUMP_CAPACITY": "lots", "PUMP_EPOCH_LAUNCHES": "-1"})
+                                           "PUMP_CAPACITY": "lots", "PUMP_EPOCH_LAUNCHES": "-1",
+                                           "PUMP_KERNEL_TIMES": "yes"})
     warnings = run.proc.stderr.splitlines()
-    assert len(warnings) == 5, warnings
-    for var in ["PUMP_POLICY=fast", "PUMP_WAIT=maybe", "PUMP_LOG=9", "PUMP_CAPACITY=lots", "PUMP_EPOCH_LAUNCHES=-1"]:
+    assert len(warnings) == 6, warnings
+    for var in ["PUMP_POLICY=fast", "PUMP_WAIT=maybe", "PUMP_LOG=9", "PUMP_CAPACITY=lots", "PUMP_EPOCH_LAUNCHES=-1",
+                "PUMP_KERNEL_TIMES=yes"]:
         assert sum(var in w for w in warnings) == 1
     assert all("allowed" in w for w in warnings)
     assert run.result["gpu_faults"] == 0  # the default policy still prefetches
