@@ -403,6 +403,15 @@ class Batch:
 CONTINUATION_KINDS = np.array([KIND["launch_more"], KIND["extent"], KIND["cost"], KIND["name"]])
 
 
+def _timed_problem(link: bool, device: int, count: int, what: int, ns: int) -> str:
+    """What is wrong with a LINK (what: bytes) or KERNEL (what: launch key) record."""
+    if link:
+        return (f"LINK record for device {device} with count {count}, {what} bytes in {ns} ns; allowed: ordinals "
+                f"0..{DEVICES_MAX - 1}, count 2, bytes and ns in 1..2^48-1")
+    return (f"KERNEL record for device {device} with count {count}, key {what:#x}, {ns} ns; allowed: ordinals "
+            f"0..{DEVICES_MAX - 1}, count 2, a key other than 0, ns in 1..2^48-1")
+
+
 def decode(records: np.ndarray) -> Batch:
     """Decode a copy of ring records (Ring.read()) into a Batch, vectorised where
     records are many (launches) and record by record where they are rare."""
@@ -502,26 +511,16 @@ def decode(records: np.ndarray) -> Batch:
                                           f"bytes; allowed: ordinals 0..{DEVICES_MAX - 1}, count 1, bytes > 0")
                 continue
             batch.budgets.append((device, int(a[0])))
-        elif k == KIND["link"]:
-            device, moved, ns = int(records["device"][i]), int(a[0]), int(a[1])
-            if not 0 <= device < DEVICES_MAX or n != 2 or not 0 < moved < 1 << 48 or not 0 < ns < 1 << 48:
+        elif k in (KIND["link"], KIND["kernel"]):  # a sample the GPU timed: (what, ns)
+            device, what, ns = int(records["device"][i]), int(a[0]), int(a[1])
+            link = k == KIND["link"]
+            if not 0 <= device < DEVICES_MAX or n != 2 or not (0 < what < 1 << 48 if link else what != 0) \
+                    or not 0 < ns < 1 << 48:
                 batch.invalid += 1
                 if len(batch.problems) < PROBLEMS_MAX:
-                    batch.problems.append(f"LINK record for device {device} with count {n}, {moved} bytes in {ns} "
-                                          f"ns; allowed: ordinals 0..{DEVICES_MAX - 1}, count 2, bytes and ns "
-                                          "in 1..2^48-1")
+                    batch.problems.append(_timed_problem(link, device, n, what, ns))
                 continue
-            batch.links.append((device, moved, ns))
-        elif k == KIND["kernel"]:
-            device, key, ns = int(records["device"][i]), int(a[0]), int(a[1])
-            if not 0 <= device < DEVICES_MAX or n != 2 or key == 0 or not 0 < ns < 1 << 48:
-                batch.invalid += 1
-                if len(batch.problems) < PROBLEMS_MAX:
-                    batch.problems.append(f"KERNEL record for device {device} with count {n}, key {key:#x}, {ns} ns; "
-                                          f"allowed: ordinals 0..{DEVICES_MAX - 1}, count 2, a key other than 0, "
-                                          "ns in 1..2^48-1")
-                continue
-            batch.kernels.append((device, key, ns))
+            (batch.links if link else batch.kernels).append((device, what, ns))
         elif k == KIND["function"]:
             if n > C.PUMP_FUNCTION_NAME_MAX:
                 batch.invalid += 1
