@@ -16,11 +16,11 @@
 
 #include "capture_mode.h"
 #include "channel.h"
-#include "devices.h"
 #include "kernel_time.h"
 #include "prefetch.h"
 #include "prefetch_context.h"
 #include "prefetch_ranges.h"
+#include "timing_events.h"
 
 enum { PROBE_IDLE, PROBE_BUSY, PROBE_IN_FLIGHT, PROBE_BROKEN };
 
@@ -81,11 +81,7 @@ static bool make_events(struct pump_context *c, int i, uint32_t forgets)
     struct pump_kernel_probes *p = &c->kernels;
     if (p->made[i] && p->forgets[i] == forgets)
         return true;
-    bool pushed;
-    bool made = pump_context_push(c->key, &pushed) &&
-                pump_call_ok(pump_driver.event_create(&p->start[i], CU_EVENT_DEFAULT), "cuEventCreate") &&
-                pump_call_ok(pump_driver.event_create(&p->end[i], CU_EVENT_DEFAULT), "cuEventCreate");
-    pump_context_pop(pushed);
+    bool made = pump_timing_events_make(c->key, &p->start[i], &p->end[i]);
     p->made[i] = made;
     p->forgets[i] = forgets;
     return made;
@@ -148,13 +144,11 @@ static bool read_probe(struct pump_context *c, int i, uint32_t forgets)
         p->made[i] = false;  /* its context went, and its events with it */
         return true;
     }
-    CUresult r = pump_driver.event_query(p->end[i]);
-    if (r == CUDA_ERROR_NOT_READY)
+    uint64_t ns;
+    if (!pump_timing_events_read(p->start[i], p->end[i], &ns))
         return false;
-    float ms = 0;
-    if (r == CUDA_SUCCESS &&
-        pump_call_ok(pump_driver.event_elapsed(&ms, p->start[i], p->end[i]), "cuEventElapsedTime") && ms > 0)
-        pump_channel_kernel(c->device, p->key[i], (uint64_t)((double)ms * 1e6));
+    if (ns > 0)
+        pump_channel_kernel(c->device, p->key[i], ns);
     return true;
 }
 

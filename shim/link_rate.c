@@ -22,9 +22,9 @@
  * was armed or last found running, not at every prefetch. */
 #include "capture_mode.h"
 #include "channel.h"
-#include "devices.h"
 #include "link_rate.h"
 #include "prefetch_ranges.h"
+#include "timing_events.h"
 
 enum { PROBE_IDLE, PROBE_BUSY, PROBE_IN_FLIGHT, PROBE_BROKEN };
 
@@ -51,13 +51,11 @@ static bool read_probe(struct pump_link_probe *p, uint32_t forgets, int device)
         p->made = false;  /* its context went, and its events with it */
         return true;
     }
-    CUresult r = pump_driver.event_query(p->end);
-    if (r == CUDA_ERROR_NOT_READY)
+    uint64_t ns;
+    if (!pump_timing_events_read(p->start, p->end, &ns))
         return false;
-    float ms = 0;
-    if (r == CUDA_SUCCESS && pump_call_ok(pump_driver.event_elapsed(&ms, p->start, p->end), "cuEventElapsedTime") &&
-        ms > 0)
-        pump_channel_link(device, p->bytes, (uint64_t)((double)ms * 1e6));
+    if (ns > 0)
+        pump_channel_link(device, p->bytes, ns);
     return true;
 }
 
@@ -66,11 +64,7 @@ static bool make_events(struct pump_link_probe *p, CUcontext ctx, uint32_t forge
 {
     if (p->made && p->forgets == forgets)
         return true;
-    bool pushed;
-    bool made = pump_context_push(ctx, &pushed) &&
-                pump_call_ok(pump_driver.event_create(&p->start, CU_EVENT_DEFAULT), "cuEventCreate") &&
-                pump_call_ok(pump_driver.event_create(&p->end, CU_EVENT_DEFAULT), "cuEventCreate");
-    pump_context_pop(pushed);
+    bool made = pump_timing_events_make(ctx, &p->start, &p->end);
     p->made = made;
     p->forgets = forgets;
     return made;

@@ -26,7 +26,7 @@ LAYER_OF = {
              "stats", "devices", "real_dlsym", "locks"],
     "lookup": ["ranges", "scan", "layouts", "device_memory", "handles", "tensor_maps"],
     "channel": ["channel"],
-    "engine": ["prefetch", "context_cache", "stream_users", "link_rate", "kernel_time", "discard_marks"],
+    "engine": ["prefetch", "context_cache", "stream_users", "link_rate", "kernel_time", "timing_events", "discard_marks"],
     "policy": ["residency", "budget", "capacity", "managed_all", "pool_memory"],  # residency_blocks.c, _moves.c too
     "hooks": ["hooks", "hooks_common", "hooks_context", "hooks_graph", "hooks_launch", "hooks_memory",
               "hooks_stream", "hooks_sync", "hooks_pool", "hooks_tensor_maps", "dlsym", "procaddr", "driver",

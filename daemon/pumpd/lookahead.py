@@ -4,8 +4,8 @@ fed what pumpd measures.
 The policy needs three figures it cannot read from a trace here:
 - kernel times: the GPU's own, where the shim timed launches of the key (its KERNEL records,
   shim/kernel_time.c: timing events just before and after a launch on its stream, a key's
-  first few launches and then one now and then): a key's time is the lower median of its
-  latest KERNEL_SAMPLES.  The launching thread's pace is not one: it runs ahead of the GPU
+  first few launches and then one now and then): a key's time is the shortest of its
+  latest KERNEL_SAMPLES (faults and stalls only lengthen a kernel).  The launching thread's pace is not one: it runs ahead of the GPU
   until the driver's launch queue is full, and after a pause at the host's speed (a replay
   that paused each step gave pumpd 113..162 us host-paced intervals where the kernels took
   0..12 us, and its plan parted from the model's).  A key not timed yet falls back to the
@@ -82,7 +82,7 @@ class Lookahead:
         self.window_keys = np.empty(0, np.uint64)  # the last KEY_WINDOW intervals' launch keys...
         self.window_seconds = np.empty(0)          # ...and the intervals, pauses left out
         self.kernel_ns = {}           # launch key -> its latest GPU-timed kernel times (ns)...
-        self.kernel_seconds = {}      # ... and their lower median (s)
+        self.kernel_seconds = {}      # ... and the shortest of them (s)
         self.kernel_table = None      # kernel_seconds as sorted arrays (keys, seconds), made when needed
 
     def plan(self, batch: channel.Batch = None):
@@ -131,7 +131,7 @@ class Lookahead:
             self.kernel_table = None
 
     def _timed(self, keys, seconds):
-        """Each launch's kernel time: its key's GPU-timed lower median where the shim timed
+        """Each launch's kernel time: its key's shortest GPU-timed sample where the shim timed
         one, else `seconds` (from the launch intervals); vectorised like _per_key."""
         if not self.kernel_seconds:
             return seconds
