@@ -170,6 +170,8 @@ static bool load_driver(void)
         .prefetch_v1 = own_entry(lib, get_proc, "cuMemPrefetchAsync", 8000, "cuMemPrefetchAsync"),
         .func_param_info = own_entry(lib, get_proc, "cuFuncGetParamInfo", 12040, "cuFuncGetParamInfo"),
         .kernel_param_info = own_entry(lib, get_proc, "cuKernelGetParamInfo", 12040, "cuKernelGetParamInfo"),
+        .func_param_count = own_entry(lib, get_proc, "cuFuncGetParamCount", 13020, "cuFuncGetParamCount"),
+        .kernel_param_count = own_entry(lib, get_proc, "cuKernelGetParamCount", 13020, "cuKernelGetParamCount"),
         .pointer_get_attribute = own_entry(lib, get_proc, "cuPointerGetAttribute", 4000, "cuPointerGetAttribute"),
         .func_get_name = own_entry(lib, get_proc, "cuFuncGetName", 12030, "cuFuncGetName"),
         .kernel_get_name = own_entry(lib, get_proc, "cuKernelGetName", 12030, "cuKernelGetName"),

@@ -14,8 +14,11 @@
  * handle is most likely a CUfunction; nothing in cuda.h tells the kinds apart,
  * and asking nothing would leave those launches unscanned. Launches by handle
  * kind are counted (launches_kernel_handles, launches_function_handles,
- * launches_unknown_handles). The driver has no parameter-count call before CUDA
- * 13.2: indices are asked for until it answers CUDA_ERROR_INVALID_VALUE.
+ * launches_unknown_handles). The count comes from cuFuncGetParamCount or
+ * cuKernelGetParamCount where the driver has them (CUDA 13.2); before that there is
+ * no parameter-count call, and indices are asked for until the driver answers
+ * CUDA_ERROR_INVALID_VALUE: one refused call per layout, which compute-sanitizer
+ * reports as an API error (docs/gpu-check.md says why it is expected there).
  *
  * The cache is an open-addressed table written with compare-and-swap: no
  * lock on the launch path. A handle's address does not name one kernel for
@@ -51,16 +54,25 @@ PUMP_HIDDEN uint32_t pump_layouts_epoch = 1;  /* moved on by each unload; 0 is n
 static struct pump_layout *retired;  /* replaced layouts, linked through `retired_next` */
 
 typedef CUresult (*param_info_fn)(void *handle, size_t index, size_t *offset, size_t *size);
+typedef CUresult (*param_count_fn)(void *handle, size_t *count);
 
-/* Asks one of the two calls; false if it does not accept this handle. */
-static bool query(param_info_fn info, CUfunction f, size_t *offsets, size_t *sizes, uint32_t *params)
+/* Asks one of the two kinds' calls (the count first, where the driver has it); false if
+ * they do not accept this handle. */
+static bool query(param_info_fn info, param_count_fn count, CUfunction f, size_t *offsets, size_t *sizes,
+                  uint32_t *params)
 {
     if (info == NULL)
         return false;
+    size_t known = 0;
+    bool counted = count != NULL;
+    if (counted && count((void *)f, &known) != CUDA_SUCCESS)
+        return false;
+    if (counted && known > PUMP_MAX_PARAMS)
+        return false;
     uint32_t n = 0;
-    for (; n < PUMP_MAX_PARAMS; n++) {
+    for (; n < (counted ? known : PUMP_MAX_PARAMS); n++) {
         CUresult r = info((void *)f, n, &offsets[n], &sizes[n]);
-        if (r == CUDA_ERROR_INVALID_VALUE)
+        if (r == CUDA_ERROR_INVALID_VALUE && !counted)
             break;  /* past the last parameter */
         if (r != CUDA_SUCCESS)
             return false;
@@ -74,20 +86,22 @@ static bool ask(CUfunction f, size_t *offsets, size_t *sizes, uint32_t *params)
 {
     param_info_fn func_info = (param_info_fn)pump_driver.func_param_info;
     param_info_fn kernel_info = (param_info_fn)pump_driver.kernel_param_info;
+    param_count_fn func_count = (param_count_fn)pump_driver.func_param_count;
+    param_count_fn kernel_count = (param_count_fn)pump_driver.kernel_param_count;
     switch (pump_handle_kind_of(f)) {
     case PUMP_HANDLE_FUNCTION:
-        return query(func_info, f, offsets, sizes, params);
+        return query(func_info, func_count, f, offsets, sizes, params);
     case PUMP_HANDLE_KERNEL:
-        return query(kernel_info, f, offsets, sizes, params);
+        return query(kernel_info, kernel_count, f, offsets, sizes, params);
     case PUMP_HANDLE_UNKNOWN:
         break;
     }
-    bool function_ok = query(func_info, f, offsets, sizes, params);
+    bool function_ok = query(func_info, func_count, f, offsets, sizes, params);
     if (function_ok && *params > 0)
         return true;
     /* Refused, or zero parameters, which may mean "not a CUfunction". */
     uint32_t kernel_params = 0;
-    if (query(kernel_info, f, offsets, sizes, &kernel_params) && (kernel_params > 0 || !function_ok)) {
+    if (query(kernel_info, kernel_count, f, offsets, sizes, &kernel_params) && (kernel_params > 0 || !function_ok)) {
         *params = kernel_params;
         return true;
     }

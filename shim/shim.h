@@ -142,6 +142,8 @@ struct pump_driver {
     PFN_cuMemPrefetchAsync_v8000 prefetch_v1;
     PFN_cuFuncGetParamInfo_v12040 func_param_info;       /* NULL before CUDA 12.4 */
     PFN_cuKernelGetParamInfo_v12040 kernel_param_info;
+    PFN_cuFuncGetParamCount_v13020 func_param_count;     /* NULL before CUDA 13.2 */
+    PFN_cuKernelGetParamCount_v13020 kernel_param_count;
     PFN_cuPointerGetAttribute_v4000 pointer_get_attribute;
     PFN_cuFuncGetName_v12030 func_get_name;              /* NULL before CUDA 12.3 */
     PFN_cuKernelGetName_v12030 kernel_get_name;

@@ -6,6 +6,8 @@ success and a layout that holds no pointer, as a driver reading one object as th
 might: pump then finds the kernel's pointer only if it asked the right call. Launches are
 counted by handle kind, through the linked entry points and through cuGetProcAddress."""
 
+import json
+
 import pytest
 
 HOWS = {  # how the handle was made -> the launch counter it lands in
@@ -50,3 +52,20 @@ def test_layout_asked_by_handle_kind_sanitized(run_program, variant):
     assert run.result["faults"] == 0
     assert run.totals["launches_kernel_handles"] == 1
 
+
+
+@pytest.mark.parametrize("how", ["function", "kernel"])
+def test_parameter_count_asked_where_the_driver_has_it(run_program, tmp_path, how):
+    """Before CUDA 13.2 the only end of a layout is cuFuncGetParamInfo refusing the index past
+    it: one refused call per layout, an API error to compute-sanitizer (docs/gpu-check.md).
+    From 13.2 pump asks cuFuncGetParamCount / cuKernelGetParamCount and is never refused."""
+    refused = {}
+    for version in (13000, 13020):
+        fake_stats = tmp_path / f"fakecuda-{version}-{how}.json"
+        env = {"PUMP_SOCKET": "", "PUMP_POLICY": "launch", "FAKECUDA_DRIVER_VERSION": str(version),
+               "FAKECUDA_STATS": str(fake_stats)}
+        run = run_program("kernel_handles", how, env=env)
+        assert run.proc.returncode == 0, run.proc.stderr[-4000:]
+        assert run.result["faults"] == 0 and run.totals["launches_unscanned"] == 0
+        refused[version] = json.loads(fake_stats.read_text())["param_info_refused"]
+    assert refused == {13000: 1, 13020: 0}

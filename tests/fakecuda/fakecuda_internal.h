@@ -81,7 +81,8 @@ typedef struct fc_counters {
         bytes_prefetched_unused, bytes_faulted_h2d, bytes_d2h, kernels_run, launches,
         prefetch_calls, batch_prefetch_calls, bytes_discarded, allocations_reused, driver_evictions,
         bytes_evicted_d2h, bytes_evicted_h2d, pool_bytes_reserved, pool_bytes_released, gpu_fault_batches,
-        gpu_fault_stall_ns, bytes_fault_prefetched_h2d, launches_by_function, launches_by_kernel;
+        gpu_fault_stall_ns, bytes_fault_prefetched_h2d, launches_by_function, launches_by_kernel,
+        param_info_refused;
 } fc_counters;
 extern fc_counters fc_ctr;
 #define FC_COUNT(field, n) atomic_fetch_add_explicit(&fc_ctr.field, (uint64_t)(n), memory_order_relaxed)

@@ -122,7 +122,10 @@ unsigned fc_kernel_count(void)
  * INVALID_VALUE reads like "no parameters"). */
 static CUresult param_info(fc_kdef *d, size_t i, size_t *off, size_t *size)
 {
-    if (!d || !off || i >= d->nparams) return CUDA_ERROR_INVALID_VALUE;
+    if (!d || !off || i >= d->nparams) {
+        FC_COUNT(param_info_refused, 1); /* what compute-sanitizer reports as an API error */
+        return CUDA_ERROR_INVALID_VALUE;
+    }
     *off = d->offsets[i];
     if (size) *size = d->sizes[i];
     return CUDA_SUCCESS;
@@ -149,7 +152,10 @@ static CUresult param_info_of_kind(const void *h, uint32_t want, size_t i, size_
     fc_kdef *d = fc_kernel_def_of(h, want);
     if (d || !fc_kernel_def_of(h, 0)) return param_info(d, i, off, size);
     pthread_once(&fc_other_kind_once, load_other_kind);
-    if (!fc_other_kind_garbage || !off || i > 0) return CUDA_ERROR_INVALID_VALUE;
+    if (!fc_other_kind_garbage || !off || i > 0) {
+        FC_COUNT(param_info_refused, 1);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
     *off = 0;
     if (size) *size = 4;
     return CUDA_SUCCESS;
@@ -158,6 +164,28 @@ FC_DEF(cuFuncGetParamInfo, 12040, (CUfunction func, size_t paramIndex, size_t *p
        param_info_of_kind(func, FC_MAGIC_FUNC, paramIndex, paramOffset, paramSize));
 FC_DEF(cuKernelGetParamInfo, 12040, (CUkernel kernel, size_t paramIndex, size_t *paramOffset, size_t *paramSize),
        param_info_of_kind(kernel, FC_MAGIC_KERN, paramIndex, paramOffset, paramSize));
+
+/* cuda.h (CUDA 13.2+), cuFuncGetParamCount and cuKernelGetParamCount: the number of
+ * parameters; the only error listed is CUDA_ERROR_INVALID_VALUE. A handle of the other kind
+ * is refused, or with FAKECUDA_PARAM_INFO_OTHER_KIND=garbage answered as the one-parameter
+ * layout param_info_of_kind gives it. */
+static CUresult param_count_of_kind(const void *h, uint32_t want, size_t *count)
+{
+    fc_kdef *d = fc_kernel_def_of(h, want);
+    if (!count) return CUDA_ERROR_INVALID_VALUE;
+    if (d) {
+        *count = d->nparams;
+        return CUDA_SUCCESS;
+    }
+    pthread_once(&fc_other_kind_once, load_other_kind);
+    if (!fc_kernel_def_of(h, 0) || !fc_other_kind_garbage) return CUDA_ERROR_INVALID_VALUE;
+    *count = 1;
+    return CUDA_SUCCESS;
+}
+FC_DEF(cuFuncGetParamCount, 13020, (CUfunction func, size_t *paramCount),
+       param_count_of_kind(func, FC_MAGIC_FUNC, paramCount));
+FC_DEF(cuKernelGetParamCount, 13020, (CUkernel kernel, size_t *paramCount),
+       param_count_of_kind(kernel, FC_MAGIC_KERN, paramCount));
 
 FC_EXPORT CUresult cuFuncGetName(const char **name, CUfunction hfunc)
 {

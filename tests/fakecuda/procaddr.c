@@ -196,6 +196,8 @@
     X(cuKernelGetFunction, 12000, cuKernelGetFunction, 0, PFN_cuKernelGetFunction_v12000)             \
     X(cuFuncGetParamInfo, 12040, cuFuncGetParamInfo, 0, PFN_cuFuncGetParamInfo_v12040)               \
     X(cuKernelGetParamInfo, 12040, cuKernelGetParamInfo, 0, PFN_cuKernelGetParamInfo_v12040)          \
+    X(cuFuncGetParamCount, 13020, cuFuncGetParamCount, 0, PFN_cuFuncGetParamCount_v13020)            \
+    X(cuKernelGetParamCount, 13020, cuKernelGetParamCount, 0, PFN_cuKernelGetParamCount_v13020)       \
     X(cuFuncGetName, 12030, cuFuncGetName, 0, PFN_cuFuncGetName_v12030)                               \
     X(cuKernelGetName, 12030, cuKernelGetName, 0, PFN_cuKernelGetName_v12030)                         \
     X(cuTensorMapEncodeTiled, 12000, cuTensorMapEncodeTiled, 0, PFN_cuTensorMapEncodeTiled_v12000)   \

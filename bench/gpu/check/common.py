@@ -62,9 +62,10 @@ class Stage:
         env.update(extra or {})
         return env
 
-    def run(self, argv, timeout: float, env_extra=None, cwd=REPO) -> dict:
+    def run(self, argv, timeout: float, env_extra=None, cwd=REPO, keep_output=False) -> dict:
         """Run argv with its output streamed into the log; stop its process group at the timeout.
-        Returns {"rc" (None when stopped or not started), "seconds", "output" (its last 60 lines)}."""
+        Returns {"rc" (None when stopped or not started), "seconds", "output" (its last 60 lines)},
+        and with keep_output "all_output", every line."""
         timeout = min(timeout, self.left())
         self.log(f"$ {' '.join(map(str, argv))}")
         if timeout <= 1:
@@ -96,7 +97,8 @@ class Stage:
         reader.join(5)
         seconds = time.monotonic() - t0
         self.log(f"  exit status {rc}, {seconds:.1f} s")
-        return {"rc": rc, "seconds": round(seconds, 2), "output": "\n".join(lines[-60:])}
+        result = {"rc": rc, "seconds": round(seconds, 2), "output": "\n".join(lines[-60:])}
+        return dict(result, all_output=lines) if keep_output else result
 
     def finish(self, failed: list) -> int:
         """Write <stage>.json; 0 when nothing failed, else 1."""
