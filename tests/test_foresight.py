@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from pump import channel
-from pump.foresight import BLOCK, Foresight, IterationDetector, discard_range, plan_cycle
+from pump.foresight import BLOCK, MATCH_WINDOW, Foresight, IterationDetector, discard_range, plan_cycle
 from helpers import ringless_session
 from synthetic_trace import BASE, MIB, TraceBuilder, training_trace
 
@@ -46,12 +46,32 @@ def test_eval_step_and_short_last_batch_do_not_derail_it():
 
 def test_relearns_after_a_lasting_change():
     t, weights, acts = training_trace(steps=3, layers=4)
-    for s in range(3):  # the program changes for good: other kernels, a different order
+    # The program changes for good (other kernels, a different order): relearnt once the
+    # detector's window holds only the new program.
+    for s in range(MATCH_WINDOW // 4 + 2):
         for i in range(4):
             t.launch(900 + i, [acts[i]], [(acts[i], MIB, True)])
     f = Foresight(64 * MIB, 50e9)
-    _observe_in_batches(t, f, 3)
-    assert f.period == 4
+    _observe_in_batches(t, f, 64)
+    # Learnt while the window still held the change: a multiple of the new program's period
+    # (the plan then covers two of its iterations), of its keys only.
+    assert f.period in (4, 8) and set(f.schedule_keys.tolist()) == set(f.detector.keys[-4:].tolist())
+
+
+@pytest.mark.parametrize("steps", [3, 6, 40])
+def test_a_short_run_inside_the_iteration_is_not_the_iteration(steps):
+    """bench/gpu/chain.py's step as the H100 ran it (pairs 4, repeat 4): saxpy and scale on one
+    pair four times, then the next pair; matching the last period against only the one before
+    took the alternation for the iteration (2 launches) wherever a read ended inside a pair."""
+    step = [key for pair in range(4) for _ in range(4) for key in (10 + 2 * pair, 11 + 2 * pair)]
+    d = IterationDetector()
+    found = set()
+    for s in range(steps):
+        for cut in range(0, len(step), 5):  # reads end everywhere in a step
+            d.extend(np.array(step[cut:cut + 5], np.uint64))
+            if s >= 2:  # before two steps the history may be periodic at 2 (then relearnt)
+                found.add(d.detect())
+    assert found <= {0, len(step)} and len(step) in found
 
 
 def test_detector_tolerates_a_few_differences():
