@@ -331,9 +331,9 @@ class _Run:
             self.used.remove(b)
             self.believed -= self.size[b]
 
-    def _call(self, kind, b, now, wait=0.0):
+    def _call(self, kind, b, now, wait=0.0, moved=0):
         """pump's driver call for block b on the launching thread (host.LaunchThread)."""
-        done = self.thread.call(kind, b, now, wait)
+        done = self.thread.call(kind, b, now, wait, moved)
         self.r.host_seconds, self.r.driver_ranges = self.thread.seconds, self.thread.started
         return done
 
@@ -346,7 +346,7 @@ class _Run:
         moved = self.gpu.evict(b)
         self.r.evictions += 1
         floor, copy = now, moved / self.m.d2h_rate
-        now = self._call("evict", b, now, copy)
+        now = self._call("evict", b, now, copy, moved)
         start = max(now, self.ev_free, self.last_user_end[b])
         if self.link is not None and moved:  # one direction at a time
             start = self.link.place(start, copy, floor)
@@ -362,10 +362,11 @@ class _Run:
         self._believe(b)
         # On a full GPU the driver evicts on the prefetch's path, then fills (evict, then fill).
         back = self.gpu.make_room(self.gpu.size[b], b) if b not in self.gpu.chunks else 0
+        arriving = self.gpu.arriving(b, self.w.block_pages[b])
         moved = self.gpu.add(b, self.w.block_pages[b])
         self.r.bytes_prefetched_h2d += moved
         self.r.prefetch_calls += 1
-        floor, now = now, self._call("prefetch", b, now)
+        floor, now = now, self._call("prefetch", b, now, moved=arriving)
         start = max(now, self.pf_free) + back / self.m.link_bytes_per_s
         # Room: evictions still in flight hold their chunks until they complete.
         while self.pending and self.pending[0][0] <= start:

@@ -127,6 +127,11 @@ class GpuTruth:
             self.r.driver_evictions += 1
         return moved
 
+    def arriving(self, b, mask) -> int:
+        """The bytes of mask's pages that are not on the GPU yet (a migration's CPU work is
+        per page it makes resident, copied or newly populated: fakecuda's fc_bytes_to_move)."""
+        return (mask & ~self.res[b]).bit_count() * K.PAGE_BYTES
+
     def add(self, b, mask) -> int:
         """Pages arrive on the GPU (a chunk allocated for the block first if it has none);
         returns the bytes that moved."""

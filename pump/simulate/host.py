@@ -17,11 +17,17 @@ class HostCosts:
     """What one of pump's driver calls costs its calling thread, in seconds."""
     ioctl: float                # FAKECUDA_IOCTL_NS: the fixed part of a UVM ioctl
     block_pass: float           # FAKECUDA_BLOCK_PASS_NS: per 2 MiB VA block per pass
+    move: float                 # FAKECUDA_MIGRATE_BLOCK_NS: per 2 MiB of pages moved, pro rata
 
     @classmethod
     def of_fakecuda(cls):
         f = K.fakecuda_constants()
-        return cls(f["FAKECUDA_IOCTL_NS"] * 1e-9, f["FAKECUDA_BLOCK_PASS_NS"] * 1e-9)
+        return cls(f["FAKECUDA_IOCTL_NS"] * 1e-9, f["FAKECUDA_BLOCK_PASS_NS"] * 1e-9,
+                   f["FAKECUDA_MIGRATE_BLOCK_NS"] * 1e-9)
+
+    def moved(self, nbytes: int) -> float:
+        """The CPU time of moving nbytes of pages, beside the passes."""
+        return nbytes * self.move / K.BLOCK_BYTES
 
     def migrate(self, blocks: int) -> float:
         """UVM_MIGRATE of a range of `blocks` VA blocks: two passes when it spans several."""
@@ -57,21 +63,22 @@ class LaunchThread:
             self.clock = max(self.clock, now)
         self.ranges = {}
 
-    def call(self, kind, b, now, wait=0.0):
+    def call(self, kind, b, now, wait=0.0, moved=0):
         """A call (kind: "prefetch", "evict" or "discard") for block b at `now` at the earliest;
-        `wait`: the copy the ioctl waits for.  Returns when it returns, on the thread that
-        makes it."""
+        `wait`: the copy the ioctl waits for; `moved`: the bytes of b's pages it moves.
+        Returns when it returns, on the thread that makes it."""
         if self.on_worker:
             self.worker = max(self.worker, now)
-            self.worker += self._cost(kind, b, wait)
+            self.worker += self._cost(kind, b, wait, moved)
             return self.worker
         self.clock = max(self.clock, now)
-        self.clock += self._cost(kind, b, wait)
+        self.clock += self._cost(kind, b, wait, moved)
         return self.clock
 
-    def _cost(self, kind, b, wait):
+    def _cost(self, kind, b, wait, moved):
         if self.costs is None:
             return 0.0
+        wait += self.costs.moved(moved)
         price = self.costs.discard if kind == "discard" else self.costs.migrate
         last = self.ranges.get(kind)
         if last is not None and b == last[0] + 1 and int(self.address[b]) == int(self.address[last[0]]) + K.BLOCK_BYTES:

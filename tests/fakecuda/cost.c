@@ -1,5 +1,6 @@
 /* cost.c: why it exists: the driver's host-side cost. Each entry point charges modelled host
- * time (fakecuda_model.h's *_HOST_NS, FAKECUDA_IOCTL_NS, FAKECUDA_BLOCK_PASS_NS) into the
+ * time (fakecuda_model.h's *_HOST_NS, FAKECUDA_IOCTL_NS, FAKECUDA_BLOCK_PASS_NS,
+ * FAKECUDA_MIGRATE_BLOCK_NS, FAKECUDA_RM_CALL_NS) into the
  * paying thread's debt, the debt a kernel's start waits for; counts calls and nanoseconds per
  * entry point (fakecuda_get_entry_cost); holds the UVM va_space lock model (ioctls read,
  * allocations and frees write: uvm_api_migrate / uvm_api_discard take
@@ -94,6 +95,13 @@ int64_t fc_migrate_ioctl_ns(uintptr_t p, size_t n)
     uint64_t blocks = n ? (p + n - 1) / FAKECUDA_VA_BLOCK - p / FAKECUDA_VA_BLOCK + 1 : 0;
     uint64_t passes = blocks > 1 ? 2 : 1;
     return (int64_t)(FAKECUDA_IOCTL_NS + blocks * passes * FAKECUDA_BLOCK_PASS_NS);
+}
+
+/* The calling thread's CPU time for the pages a UVM_MIGRATE moves, pro rata per page
+ * (FAKECUDA_MIGRATE_BLOCK_NS per 2 MiB). */
+int64_t fc_move_ns(uint64_t bytes)
+{
+    return (int64_t)(bytes * FAKECUDA_MIGRATE_BLOCK_NS / FAKECUDA_VA_BLOCK);
 }
 
 /* A UVM_DISCARD of [p, p+n): a fixed cost and a synchronous wait per VA block

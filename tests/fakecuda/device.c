@@ -358,7 +358,7 @@ FC_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
     if (!free || !total) return CUDA_ERROR_INVALID_VALUE;
     CUcontext c = fc_tls_cur;
     if (!fc_ctx_valid(c)) return CUDA_ERROR_INVALID_CONTEXT;
-    fc_cost(FC_E_MEM_GET_INFO, FAKECUDA_IOCTL_NS);
+    fc_cost(FC_E_MEM_GET_INFO, FAKECUDA_RM_CALL_NS);
     uint64_t used = fc_devmem_used(c->device);
     uint64_t tot = fc_cfg.device_memory;
     *total = (size_t)tot;

@@ -108,6 +108,7 @@ void fc_ioctl(int entry, int64_t ns, int on_worker);        /* ns paid now, va_s
 int fc_ioctl_on_worker(void);
 int64_t fc_migrate_ioctl_ns(uintptr_t p, size_t n);
 int64_t fc_discard_ioctl_ns(uintptr_t p, size_t n);
+int64_t fc_move_ns(uint64_t bytes);
 void fc_va_write_lock(void);
 void fc_va_write_unlock(void);
 void fc_va_read_lock(void);
@@ -357,7 +358,9 @@ enum { FC_MEM_HOST, FC_MEM_DEVICE, FC_MEM_MANAGED };
 int fc_mem_kind(uintptr_t p, size_t n);
 void fc_run_prefetch(const struct fc_op *op); /* a prefetch or discard reached in its stream */
 void fc_migrate_ranges(const fc_range *r, size_t n); /* moves the pages (migrate.c) */
-uint64_t fc_device_resident_bytes(uintptr_t p, size_t n); /* managed bytes of [p, p+n) on any device */
+/* Managed bytes of [p, p+n) a migration to loc moves: to the host, those on any device; to a
+ * device, those not on it yet (on the host, another device, or unpopulated). */
+uint64_t fc_bytes_to_move(uintptr_t p, size_t n, int loc);
 /* CU_MEM_ADVISE_SET_PREFERRED_LOCATION (loc: FC_LOC_HOST or FC_LOC_DEV0 + d) and UNSET (loc
  * FC_LOC_UNPOP) on the pages [p, p+n) overlaps: the fault-time prefetcher reads it. */
 void fc_set_preferred_location(uintptr_t p, size_t n, int loc);

@@ -117,27 +117,38 @@
 #define FAKECUDA_MEMCPY_HOST_NS 6000u
 #define FAKECUDA_MEMSET_HOST_NS 6000u
 
-/* One ioctl into the UVM driver (UVM_MIGRATE for a prefetch, UVM_DISCARD for a discard) or
- * RM (cuMemGetInfo, assumed; libcuda is closed): the fixed part, entering the kernel,
- * uvm_api_migrate's va_space and mmap locks, its service context. No published measurement
- * (research/PREFETCHING.md section 5): 20 us is chosen, far above a bare syscall (~1 us). */
-#define FAKECUDA_IOCTL_NS 20000u
+/* One ioctl into the UVM driver (UVM_MIGRATE for a prefetch, UVM_DISCARD for a discard): the
+ * fixed part, entering the kernel, uvm_api_migrate's va_space and mmap locks, its service
+ * context. Measured on an H100 (driver 580.159.04; bench/results/gpu-20261124-nvidia-h100-80gb-hbm3,
+ * preflight.json, probes.prefetch_cost: a resident cuMemPrefetchAsync of 1, 4, 16 and 64 blocks,
+ * fitted to this model's IOCTL + blocks x passes x BLOCK_PASS: 4.83 us and 0.58 us, all of it
+ * the calling thread's CPU time). It replaces the 20 us chosen before any GPU. */
+#define FAKECUDA_IOCTL_NS 4835u
 
 /* Per 2 MiB VA block per pass of a UVM_MIGRATE, resident or not: uvm_migrate.c's
  * uvm_va_range_migrate_multi_block creates and locks each block (uvm_va_range_block_create,
  * UVM_VA_BLOCK_LOCK_RETRY) and uvm_va_block_migrate_locked checks its residency and
- * mappings even when nothing moves. No published measurement: 5 us is chosen. Also the wait
- * per block of UVM_DISCARD (uvm_va_block_discard waits for the block's tracker). */
-#define FAKECUDA_BLOCK_PASS_NS 5000u
+ * mappings even when nothing moves. Measured with FAKECUDA_IOCTL_NS (was 5 us, chosen). Also
+ * the wait per block of UVM_DISCARD (uvm_va_block_discard waits for its tracker): not measured,
+ * taken as a pass. */
+#define FAKECUDA_BLOCK_PASS_NS 583u
 
-/* A memory pool's physical memory: reserving new backing memory for a stream-ordered
- * allocation (an RM allocation and its mapping), and releasing it at a synchronisation or a
- * cuMemPoolTrimTo (the unmap and free). No published measurement: each is charged as one
- * ioctl (FAKECUDA_IOCTL_NS, chosen high), so memory a pool gives back and takes again every
- * step costs what it would at the dear end. The pages of a managed pool's new memory are
- * unpopulated and fault (or are prefetched) at their own cost. */
-#define FAKECUDA_POOL_RESERVE_NS FAKECUDA_IOCTL_NS
-#define FAKECUDA_POOL_RELEASE_NS FAKECUDA_IOCTL_NS
+/* Per 2 MiB of pages a UVM_MIGRATE moves, on the calling thread's CPU beside its passes (the
+ * copy itself runs on the copy engine): the same H100 run's prefetch of host-resident blocks
+ * to the GPU cost 19.6 us more per block than the resident one (25.4, 20.0, 18.8 and 19.6 us at
+ * 1, 4, 16 and 64 blocks; 2 MiB in 19.6 us is faster than the link, so the call does not wait
+ * for its copies). Charged pro rata per 64 KiB page moved, in both directions: a move to the
+ * host was not measured (the probe's "to host" case measures it next; its copy wait is
+ * charged as well, below). */
+#define FAKECUDA_MIGRATE_BLOCK_NS 19575u
+
+/* An RM call that maps, unmaps or reports memory (cuMemGetInfo, host registration, the VMM
+ * calls; libcuda is closed): no measurement; 20 us is chosen, far above a bare syscall (~1 us)
+ * and a measured UVM ioctl (FAKECUDA_IOCTL_NS). */
+#define FAKECUDA_RM_CALL_NS 20000u
+
+#define FAKECUDA_POOL_RESERVE_NS FAKECUDA_RM_CALL_NS
+#define FAKECUDA_POOL_RELEASE_NS FAKECUDA_RM_CALL_NS
 
 /* A memory pool's lookups and figures (cuDeviceGetMemPool, cuDeviceGetDefaultMemPool,
  * cuMemGetDefaultMemPool, cuMemPoolGetAttribute): in no trace; charged as a query, 1 us, the

@@ -7,7 +7,7 @@
  * (CUDA_ERROR_INVALID_VALUE / CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED), registering an overlap
  * too (CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED). The memory is plain host memory here (nothing
  * is locked). Cost: each allocation, free, registration and unregistration pins or unpins pages
- * in the kernel: no published measurement; charged as one ioctl (FAKECUDA_IOCTL_NS, the dear
+ * in the kernel: no published measurement; charged as one RM call (FAKECUDA_RM_CALL_NS, the dear
  * end), in the context-query entry's count. */
 #include "fakecuda_internal.h"
 
@@ -72,7 +72,7 @@ static CUresult host_alloc(void **pp, size_t bytes, unsigned flags)
     if (!pp || !bytes ||
         flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED))
         return CUDA_ERROR_INVALID_VALUE;
-    fc_cost(FC_E_CONTEXT_QUERY, FAKECUDA_IOCTL_NS);
+    fc_cost(FC_E_CONTEXT_QUERY, FAKECUDA_RM_CALL_NS);
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
     r = add((uintptr_t)p, bytes, flags, 0, c);
@@ -88,7 +88,7 @@ FC_EXPORT CUresult cuMemFreeHost(void *p)
     FC_ENTRY(cuMemFreeHost, 2000);
     fc_pinned *e = take((uintptr_t)p, 0);
     if (!e) return CUDA_ERROR_INVALID_VALUE;
-    fc_cost(FC_E_CONTEXT_QUERY, FAKECUDA_IOCTL_NS);
+    fc_cost(FC_E_CONTEXT_QUERY, FAKECUDA_RM_CALL_NS);
     munmap((void *)e->base, e->size);
     free(e);
     return CUDA_SUCCESS;
@@ -105,7 +105,7 @@ FC_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int F
         Flags & ~(unsigned)(CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_IOMEMORY |
                             CU_MEMHOSTREGISTER_READ_ONLY))
         return CUDA_ERROR_INVALID_VALUE;
-    fc_cost(FC_E_CONTEXT_QUERY, FAKECUDA_IOCTL_NS);
+    fc_cost(FC_E_CONTEXT_QUERY, FAKECUDA_RM_CALL_NS);
     return add((uintptr_t)p, bytesize, Flags, 1, c);
 }
 FC_ALIAS(cuMemHostRegister_v2);
@@ -115,7 +115,7 @@ FC_EXPORT CUresult cuMemHostUnregister(void *p)
     FC_ENTRY(cuMemHostUnregister, 4000);
     fc_pinned *e = take((uintptr_t)p, 1);
     if (!e) return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
-    fc_cost(FC_E_CONTEXT_QUERY, FAKECUDA_IOCTL_NS);
+    fc_cost(FC_E_CONTEXT_QUERY, FAKECUDA_RM_CALL_NS);
     free(e);
     return CUDA_SUCCESS;
 }

@@ -275,7 +275,7 @@ int fc_alloc_lookup(uintptr_t p, fc_alloc_desc *out)
 }
 
 /* ---- managed ranges, for prefetch.c ---- */
-uint64_t fc_device_resident_bytes(uintptr_t p, size_t n)
+uint64_t fc_bytes_to_move(uintptr_t p, size_t n, int loc)
 {
     uint64_t bytes = 0;
     pthread_rwlock_rdlock(&fc_reg_lock);
@@ -284,7 +284,7 @@ uint64_t fc_device_resident_bytes(uintptr_t p, size_t n)
         size_t last = (p + n - 1 - a->base) / FAKECUDA_PAGE;
         pthread_mutex_lock(&a->mu);
         for (size_t q = (p - a->base) / FAKECUDA_PAGE; q <= last && q < a->npages; q++)
-            if (a->loc[q] >= FC_LOC_DEV0) bytes += FAKECUDA_PAGE;
+            if (loc == FC_LOC_HOST ? a->loc[q] >= FC_LOC_DEV0 : a->loc[q] != loc) bytes += FAKECUDA_PAGE;
         pthread_mutex_unlock(&a->mu);
     }
     pthread_rwlock_unlock(&fc_reg_lock);

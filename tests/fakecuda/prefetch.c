@@ -8,18 +8,24 @@
 
 #include <stdlib.h>
 
-/* The ioctl time of a prefetch (a migration per range) or a discard. A migration to the host
- * also waits for its copies of what is on a device now: "Creating CPU mappings must wait for
- * the migration to complete" (uvm_ioctl.h, UVM_MIGRATE_FLAG_SKIP_CPU_MAP, a test-only flag;
- * block_map_cpu_page_to waits for the block's tracker), all under the va_space read lock that
- * uvm_api_migrate holds until it returns. */
+/* The ioctl time of a prefetch (a migration per range, with the CPU time of the pages it will
+ * move as they lie now) or a discard. A migration to the host also waits for its copies of what
+ * is on a device now: "Creating CPU mappings must wait for the migration to complete"
+ * (uvm_ioctl.h, UVM_MIGRATE_FLAG_SKIP_CPU_MAP, a test-only flag; block_map_cpu_page_to waits
+ * for the block's tracker), all under the va_space read lock that uvm_api_migrate holds until
+ * it returns. */
 static int64_t ioctl_ns(const fc_range *r, size_t n, int discard, int with_copies)
 {
     int64_t ns = 0;
     for (size_t i = 0; i < n; i++) {
-        ns += discard ? fc_discard_ioctl_ns(r[i].ptr, r[i].size) : fc_migrate_ioctl_ns(r[i].ptr, r[i].size);
-        if (with_copies && !discard && r[i].loc == FC_LOC_HOST)
-            ns += (int64_t)(fc_device_resident_bytes(r[i].ptr, r[i].size) * 1000u / FAKECUDA_D2H_BYTES_PER_US);
+        if (discard) {
+            ns += fc_discard_ioctl_ns(r[i].ptr, r[i].size);
+            continue;
+        }
+        uint64_t moving = fc_bytes_to_move(r[i].ptr, r[i].size, r[i].loc);
+        ns += fc_migrate_ioctl_ns(r[i].ptr, r[i].size) + fc_move_ns(moving);
+        if (with_copies && r[i].loc == FC_LOC_HOST)
+            ns += (int64_t)(moving * 1000u / FAKECUDA_D2H_BYTES_PER_US);
     }
     return ns;
 }

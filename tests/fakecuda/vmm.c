@@ -11,7 +11,7 @@
  * and cuMemGetAllocationPropertiesFromHandle answers the properties it was made with. A mapping
  * is device memory in the registry (memory.c), so copies and kernels see it as cudaMalloc's.
  * Granularity: 2 MiB, the minimum and recommended answer for device memory on current GPUs.
- * Each call that changes memory is an RM ioctl: FAKECUDA_IOCTL_NS, counted as "vmm" in the entry
+ * Each call that changes memory is an RM call: FAKECUDA_RM_CALL_NS, counted as "vmm" in the entry
  * costs. Not modelled, and refused with CUDA_ERROR_NOT_SUPPORTED where the driver would share:
  * exporting and importing handles (PyTorch looks them up at start, and calls them only to share
  * memory with another process); mapping part of a handle; access for other devices; arrays. */
@@ -41,7 +41,7 @@ typedef struct fc_reservation { uintptr_t base; size_t size; fc_mapping *maps; s
 static pthread_mutex_t fc_vmm_mu = PTHREAD_MUTEX_INITIALIZER;
 static fc_reservation *fc_reservations;
 
-static void vmm_cost(void) { fc_cost(FC_E_VMM, FAKECUDA_IOCTL_NS); }
+static void vmm_cost(void) { fc_cost(FC_E_VMM, FAKECUDA_RM_CALL_NS); }
 
 static void physical_free(fc_physical *p)
 {
