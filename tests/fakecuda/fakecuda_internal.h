@@ -71,7 +71,7 @@ typedef struct fc_config {
     int ioctl_on_worker; /* FAKECUDA_IOCTL_THREAD=worker: ioctls are paid by the stream's worker */
     /* The UVM fault path's tunables (fakecuda_model.h), FAKECUDA_UVM_PERF_* knobs */
     unsigned fault_batch_count, prefetch_enable, prefetch_threshold, prefetch_min_faults;
-    int pool_prefetch;   /* FAKECUDA_POOL_PREFETCH=accept: managed pools' memory may be prefetched */
+    int pool_prefetch;   /* FAKECUDA_POOL_PREFETCH=accept (the default): managed pools' memory may be prefetched */
 } fc_config;
 extern fc_config fc_cfg; /* valid after fc_config_load() */
 void fc_config_load(void);
@@ -350,8 +350,9 @@ int fc_alloc_lookup(uintptr_t p, fc_alloc_desc *out);
 int fc_host_lookup(uintptr_t p, fc_alloc_desc *out);
 enum { FC_LOC_UNPOP = 0, FC_LOC_HOST = 1, FC_LOC_DEV0 = 2 };
 /* The ranges of prefetches, discards and advice: inside one managed allocation, and not a
- * managed pool's unless FAKECUDA_POOL_PREFETCH=accept (memory.c). */
+ * managed pool's with FAKECUDA_POOL_PREFETCH=refuse (memory.c). */
 CUresult fc_check_prefetch_range(uintptr_t p, size_t n);
+int fc_is_pool_memory(uintptr_t p); /* inside a managed pool's allocation */
 /* What [p, p+n) is: memory no allocation covers (the host's), plain device memory, managed
  * memory, or -1 when it runs past an allocation's end or into one. */
 enum { FC_MEM_HOST, FC_MEM_DEVICE, FC_MEM_MANAGED };

@@ -310,8 +310,9 @@ void fc_set_preferred_location(uintptr_t p, size_t n, int loc)
  * memory of a managed pool (cuMemAllocFromPoolAsync) is neither, so it is refused with what
  * cuMemPrefetchAsync's documented returns give a range outside that contract,
  * CUDA_ERROR_INVALID_VALUE (its other, CUDA_ERROR_INVALID_DEVICE, is about the location).
- * Whether the 580 driver does refuse it is not known (issue 27): FAKECUDA_POOL_PREFETCH=accept
- * accepts it, for when a GPU shows that it does. */
+ * The 580 driver accepts the prefetches and discards all the same (an H100, driver 580.159.04:
+ * bench/results/gpu-20261124-nvidia-h100-80gb-hbm3, preflight.json, probes.managed), so that is
+ * the default; FAKECUDA_POOL_PREFETCH=refuse keeps to the contract. */
 CUresult fc_check_prefetch_range(uintptr_t p, size_t n)
 {
     if (n == 0 || p + n < p) return CUDA_ERROR_INVALID_VALUE;
@@ -320,6 +321,15 @@ CUresult fc_check_prefetch_range(uintptr_t p, size_t n)
     int ok = a && a->managed && (!a->from_pool || fc_cfg.pool_prefetch) && p + n <= a->base + a->size;
     pthread_rwlock_unlock(&fc_reg_lock);
     return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+int fc_is_pool_memory(uintptr_t p)
+{
+    pthread_rwlock_rdlock(&fc_reg_lock);
+    fc_alloc *a = reg_find(p);
+    int pool = a && a->from_pool;
+    pthread_rwlock_unlock(&fc_reg_lock);
+    return pool;
 }
 
 int fc_mem_kind(uintptr_t p, size_t n)

@@ -206,6 +206,8 @@ static CUresult advise(CUdeviceptr p, size_t n, CUmem_advise advice, int loc)
     if (advice < CU_MEM_ADVISE_SET_READ_MOSTLY || advice > CU_MEM_ADVISE_UNSET_ACCESSED_BY)
         return CUDA_ERROR_INVALID_VALUE;
     CUresult err = fc_check_prefetch_range((uintptr_t)p, n);
+    if (err == CUDA_SUCCESS && fc_is_pool_memory((uintptr_t)p))
+        return CUDA_ERROR_NOT_SUPPORTED; /* the H100's driver 580 on a managed pool's memory (probes.managed) */
     if (err == CUDA_SUCCESS && advice == CU_MEM_ADVISE_SET_PREFERRED_LOCATION)
         fc_set_preferred_location((uintptr_t)p, n, loc);
     else if (err == CUDA_SUCCESS && advice == CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION)

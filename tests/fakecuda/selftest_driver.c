@@ -399,7 +399,7 @@ const struct selftest_driver_mode selftest_driver_modes[] = {
     { "faults-batch-one", "FAKECUDA_UVM_PERF_FAULT_BATCH_COUNT=1", selftest_child_faults_batch_one },
     { "faults-evict", "FAKECUDA_DEVICE_MEMORY=4M", selftest_child_faults_evict },
     { "read-mostly", "FAKECUDA_DEVICE_MEMORY=4M", selftest_child_read_mostly },
-    { "pool-prefetch", "FAKECUDA_POOL_PREFETCH=accept", selftest_child_pool_prefetch },
+    { "pool-prefetch", "FAKECUDA_POOL_PREFETCH=refuse", selftest_child_pool_prefetch },
     { "devices-64", "FAKECUDA_DEVICES=64", child_devices_64 },
     { "runtime", "FAKECUDA_PERSONA=h100-sxm-80gb", selftest_child_runtime },
     { NULL, NULL, NULL },

@@ -4,7 +4,8 @@
  * cuMemPoolTrimTo releases it; released memory allocated again is reserved anew, at a cost, and
  * in a managed pool faults again; a threshold of UINT64_MAX (PyTorch's) keeps it, a lower one
  * keeps nothing above it; the attributes read and set as cuda.h documents them; a managed pool's
- * memory refused by the prefetch, discard and advice calls, unless FAKECUDA_POOL_PREFETCH=accept. */
+ * memory taken by the prefetch and discard calls and refused by advice (the H100's answers), or
+ * refused by all three with FAKECUDA_POOL_PREFETCH=refuse (cuda.h's contract). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -71,9 +72,10 @@ static void attributes(CUmemoryPool pool)
 }
 
 /* cuda.h 13.0: the ranges of the prefetch, discard and advice calls "must refer to managed
- * memory allocated via ::cuMemAllocManaged or declared via __managed__": a managed pool's memory
- * is refused (CUDA_ERROR_INVALID_VALUE) unless FAKECUDA_POOL_PREFETCH=accept; cuMemAllocManaged's
- * is taken either way. */
+ * memory allocated via ::cuMemAllocManaged or declared via __managed__": with
+ * FAKECUDA_POOL_PREFETCH=refuse a managed pool's memory is refused (CUDA_ERROR_INVALID_VALUE);
+ * by default, as the H100's driver 580 answered, its prefetches and discards are taken and its
+ * advice refused (CUDA_ERROR_NOT_SUPPORTED); cuMemAllocManaged's is taken either way. */
 static void prefetch_contract(CUmemoryPool managed, CUstream s, int accepted)
 {
     CUdeviceptr pooled = 0, own = 0;
@@ -94,7 +96,8 @@ static void prefetch_contract(CUmemoryPool managed, CUstream s, int accepted)
         CHECK(prefetch_v1 == NULL || prefetch_v1(p, BYTES, 0, s) == want, "cuMemPrefetchAsync (v1) of %s", what);
         CHECK(cuMemPrefetchBatchAsync(&p, &size, 1, &dev0, &first, 1, 0, s) == want, "batch prefetch of %s", what);
         CHECK(cuMemDiscardBatchAsync(&p, &size, 1, 0, s) == want, "batch discard of %s", what);
-        CHECK(cuMemAdvise_v2(p, BYTES, CU_MEM_ADVISE_SET_ACCESSED_BY, dev0) == want, "advice on %s", what);
+        CUresult advice = i == 0 && accepted ? CUDA_ERROR_NOT_SUPPORTED : want;
+        CHECK(cuMemAdvise_v2(p, BYTES, CU_MEM_ADVISE_SET_ACCESSED_BY, dev0) == advice, "advice on %s", what);
     }
     CUdeviceptr both[] = { own, pooled };
     size_t sizes[] = { BYTES, BYTES };
@@ -120,7 +123,7 @@ static int setup(CUstream *s, CUfunction *touch)
     return 0;
 }
 
-/* FAKECUDA_POOL_PREFETCH=accept */
+/* FAKECUDA_POOL_PREFETCH=refuse */
 int selftest_child_pool_prefetch(void)
 {
     CUstream s;
@@ -129,7 +132,7 @@ int selftest_child_pool_prefetch(void)
     CUmemLocation dev0 = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 };
     CUmemoryPool managed = NULL;
     OK(cuMemGetDefaultMemPool(&managed, &dev0, CU_MEM_ALLOCATION_TYPE_MANAGED));
-    prefetch_contract(managed, s, 1);
+    prefetch_contract(managed, s, 0);
     OK(cuStreamDestroy(s));
     return failed ? 1 : 0;
 }
@@ -144,7 +147,7 @@ int selftest_child_pools(void)
     OK(cuMemGetDefaultMemPool(&managed, &dev0, CU_MEM_ALLOCATION_TYPE_MANAGED));
     OK(cuMemGetDefaultMemPool(&pinned, &dev0, CU_MEM_ALLOCATION_TYPE_PINNED));
     attributes(managed);
-    prefetch_contract(managed, s, 0);
+    prefetch_contract(managed, s, 1);
 
     /* Threshold 0: each step's memory is released at its synchronisation and reserved again at
      * the next step's allocation, its pages faulting again. */

@@ -160,10 +160,10 @@ static void load_config(void)
         knob_uint("FAKECUDA_UVM_PERF_PREFETCH_MIN_FAULTS", FAKECUDA_UVM_PERF_PREFETCH_MIN_FAULTS, 1, 20);
     v = getenv("FAKECUDA_POOL_PREFETCH");
     if (v && *v && strcmp(v, "refuse") != 0 && strcmp(v, "accept") != 0) {
-        fprintf(stderr, "fakecuda: FAKECUDA_POOL_PREFETCH=%s: allowed: refuse (the default) or accept\n", v);
+        fprintf(stderr, "fakecuda: FAKECUDA_POOL_PREFETCH=%s: allowed: accept (the default) or refuse\n", v);
         exit(2);
     }
-    fc_cfg.pool_prefetch = v && strcmp(v, "accept") == 0;
+    fc_cfg.pool_prefetch = !(v && strcmp(v, "refuse") == 0);
     parse_fail(getenv("FAKECUDA_FAIL"));
     fc_pump_locks = (unsigned int (*)(void))dlsym(RTLD_DEFAULT, "pump_locks_held");
 }

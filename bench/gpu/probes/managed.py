@@ -63,6 +63,10 @@ def main(argv=None) -> int:
         res["advise preferred location gpu"] = probe.attempt(
             call, "cuMemAdvise", ptr, size, cu.CUmem_advise.CU_MEM_ADVISE_SET_PREFERRED_LOCATION,
             _location(True, gpu.ordinal))
+        # The H100 refused the preferred location on pool memory (801); is read-mostly refused too?
+        res["advise read mostly"] = probe.attempt(
+            call, "cuMemAdvise", ptr, size, cu.CUmem_advise.CU_MEM_ADVISE_SET_READ_MOSTLY,
+            _location(True, gpu.ordinal))
         res["free"] = probe.attempt(call, "cuMemFree", ptr)
     pool = doc["results"].get("managed pool", {})
     moves = [v for k, v in pool.items() if "prefetch" in k or k == "discard"]
