@@ -282,13 +282,15 @@ def test_gpu_check_collects_only_files_with_gpu_tests():
 
 
 def test_replaces_lines_name_the_constant_and_the_measurement():
-    probes = {"prefetch_cost": {"result": {"cases": {"resident": {"fixed_us": 31.5, "per_block_us": 2.25}}}},
+    probes = {"prefetch_cost": {"result": {"cases": {"resident": {"fixed_us": 31.5, "per_block_pass_us": 2.25},
+                                                     "from host": {"per_moved_block_us": 12.5}}}},
               "prefetch_bandwidth": {"result": {"h2d_bytes_per_s": 50e9, "d2h_bytes_per_s": 40e9}},
               "software": {"result": {"nvml": {"pcie_link_generation_max": 5, "pcie_link_width_max": 16}}},
               "managed": {"result": {"pool_prefetchable": False}}}
     got = {r["replaces"].split()[0]: r for r in replaces.lines(probes)}
-    assert got["FAKECUDA_IOCTL_NS"]["measured"] == 31500 and got["FAKECUDA_IOCTL_NS"]["now"] == 20000
-    assert got["FAKECUDA_BLOCK_PASS_NS"]["measured"] == 2250 and got["FAKECUDA_BLOCK_PASS_NS"]["now"] == 5000
+    assert got["FAKECUDA_IOCTL_NS"]["measured"] == 31500 and got["FAKECUDA_IOCTL_NS"]["now"] == 4835
+    assert got["FAKECUDA_BLOCK_PASS_NS"]["measured"] == 2250 and got["FAKECUDA_BLOCK_PASS_NS"]["now"] == 583
+    assert got["FAKECUDA_MIGRATE_BLOCK_NS"]["measured"] == 12500 and got["FAKECUDA_MIGRATE_BLOCK_NS"]["now"] == 19575
     assert got["H2D_WORST_FRACTION"]["measured"] == pytest.approx(50e9 / 63.015e9, abs=1e-3)
     assert got["D2H_WORST_FRACTION"]["measured"] == pytest.approx(40e9 / 63.015e9, abs=1e-3)
     assert got["fakecuda's"]["measured"] is False
@@ -315,12 +317,14 @@ def test_managed_probe_on_fakecuda_records_every_call(fake_gpu):
 
 def test_prefetch_cost_probe_fits_a_line_per_case(fake_gpu):
     doc = run_probe(fake_gpu, "prefetch_cost.py", "--blocks", "1,64", "--rounds", "5")
-    resident = doc["cases"]["resident"]
-    # fakecuda charges FAKECUDA_BLOCK_PASS_NS (5 us) per block per pass, paid in sleeps: the slope
-    # sees at least most of that. 63 blocks apart and the median of 5 calls, so that a loaded
-    # machine's late wake-ups (a few hundred us each, seen with 2 calls 7 blocks apart) do not
-    # turn the slope negative.
-    assert resident["per_block_us"] >= 4 and set(resident["per_size"]) == {"1", "64"}
+    resident, moved_in, moved_out = (doc["cases"][c] for c in ("resident", "from host", "to host"))
+    # fakecuda charges what the H100 measured, paid in sleeps: a pass per block (0.58 us, too
+    # little for a loaded machine's late wake-ups of a few hundred us to leave a slope: only
+    # fitted here), 19.6 us of CPU a block moved, and a move to the host also waits for its
+    # copy (2 MiB at 25 GB/s: 84 us). 63 blocks apart and the median of 5 calls.
+    assert "per_block_pass_us" in resident and set(resident["per_size"]) == {"1", "64"}
+    assert moved_in["per_moved_block_us"] >= 0.75 * 19.575
+    assert moved_out["per_moved_block_us"] >= 0.75 * (19.575 + 83.9)
     assert resident["spent_by"] in ("calling thread on CPU", "calling thread waiting", "other threads")
 
 

@@ -25,14 +25,21 @@ def worst_line_fractions():
 def lines(probes: dict) -> list:
     """[{"replaces", "measured", "now", "how"}] for every probe result that measures one."""
     out = []
-    cost = (probes.get("prefetch_cost") or {}).get("result", {}).get("cases", {}).get("resident", {})
-    if "fixed_us" in cost:
-        out.append({"replaces": "FAKECUDA_IOCTL_NS (tests/fakecuda/fakecuda_model.h, chosen)",
+    cases = (probes.get("prefetch_cost") or {}).get("result", {}).get("cases", {})
+    cost, moved = cases.get("resident", {}), cases.get("from host", {})
+    if "fixed_us" in cost and "per_block_pass_us" in cost:
+        out.append({"replaces": "FAKECUDA_IOCTL_NS (tests/fakecuda/fakecuda_model.h)",
                     "measured": round(cost["fixed_us"] * 1e3), "now": model_constant("FAKECUDA_IOCTL_NS"),
                     "how": "fixed part of one resident cuMemPrefetchAsync call's host time (prefetch_cost)"})
-        out.append({"replaces": "FAKECUDA_BLOCK_PASS_NS (tests/fakecuda/fakecuda_model.h, chosen)",
-                    "measured": round(cost["per_block_us"] * 1e3), "now": model_constant("FAKECUDA_BLOCK_PASS_NS"),
-                    "how": "host time per 2 MiB block of a resident cuMemPrefetchAsync call (prefetch_cost)"})
+        out.append({"replaces": "FAKECUDA_BLOCK_PASS_NS (tests/fakecuda/fakecuda_model.h)",
+                    "measured": round(cost["per_block_pass_us"] * 1e3), "now": model_constant("FAKECUDA_BLOCK_PASS_NS"),
+                    "how": "host time per 2 MiB block per pass of a resident cuMemPrefetchAsync call (prefetch_cost)"})
+    if "per_moved_block_us" in moved:
+        out.append({"replaces": "FAKECUDA_MIGRATE_BLOCK_NS (tests/fakecuda/fakecuda_model.h)",
+                    "measured": round(moved["per_moved_block_us"] * 1e3),
+                    "now": model_constant("FAKECUDA_MIGRATE_BLOCK_NS"),
+                    "how": "host time per 2 MiB block a cuMemPrefetchAsync moves to the GPU, beyond the resident "
+                           "call's (prefetch_cost)"})
     bw = (probes.get("prefetch_bandwidth") or {}).get("result", {})
     link = ((probes.get("software") or {}).get("result") or {}).get("nvml", {})
     if "h2d_bytes_per_s" in bw:

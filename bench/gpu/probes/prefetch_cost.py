@@ -1,19 +1,22 @@
 #!/usr/bin/env python3
 """The host time of one cuMemPrefetchAsync call, and which thread spends it: what fakecuda's
-cost model charges as FAKECUDA_IOCTL_NS (the fixed part of one UVM_MIGRATE ioctl, 20 us chosen)
-and FAKECUDA_BLOCK_PASS_NS (per 2 MiB VA block per pass, 5 us chosen), measured.
+cost model charges as FAKECUDA_IOCTL_NS (the fixed part of one UVM_MIGRATE ioctl),
+FAKECUDA_BLOCK_PASS_NS (per 2 MiB VA block per pass) and FAKECUDA_MIGRATE_BLOCK_NS (per 2 MiB
+of pages moved), measured (the first H100 run's figures are fakecuda's now).
 
     python bench/gpu/probes/prefetch_cost.py [--blocks 1,4,16,64] [--rounds R]
 
 For each size (in 2 MiB blocks) and round: a managed buffer already resident on the GPU is
-prefetched to the GPU again (nothing moves: the pure pass), and one resident on the host is
-prefetched to the GPU (the copies: UVM_MIGRATE without its async flag waits for them inside the
-ioctl).  Each call is timed on the host clock (perf_counter) with the calling thread's CPU time
-(thread_time) and the process's (process_time) beside it, and the stream is synchronised after.
-Prints one JSON line: per case and size the medians in microseconds; per case a least-squares
-line (fixed us + us per block); and who spent the time: "calling thread on CPU", "calling
-thread waiting" (in the kernel, off CPU), or "other threads".  Refuses (exit 3) before
-allocating when the card cannot hold the largest buffer."""
+prefetched to the GPU again (nothing moves: the pure pass), one resident on the host is
+prefetched to the GPU, and one resident on the GPU to the host (the ioctl waits for those
+copies: uvm_migrate.c).  Each call is timed on the host clock (perf_counter) with the calling
+thread's CPU time (thread_time) and the process's (process_time) beside it, and the stream is
+synchronised after.  Prints one JSON line: per case and size the medians in microseconds; for
+the resident case fakecuda's line, fixed_us + blocks x passes x per_block_pass_us (two passes
+when a range spans several blocks: tests/fakecuda/cost.c); for the moving cases the time per
+block moved beyond the resident call's (per_moved_block_us); and who spent the time:
+"calling thread on CPU", "calling thread waiting" (in the kernel, off CPU), or "other
+threads".  Refuses (exit 3) before allocating when the card cannot hold the largest buffer."""
 
 import argparse
 import ctypes
@@ -25,6 +28,7 @@ import probe
 from cudrv import call, cu
 
 BLOCK = 2 << 20
+CASES = {"resident": True, "from host": True, "to host": False}  # case: prefetched to the GPU?
 
 
 def fit(points):
@@ -34,6 +38,11 @@ def fit(points):
     sxx = sum((x - mx) ** 2 for x, _ in points)
     slope = sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else 0.0
     return my - slope * mx, slope
+
+
+def passes(blocks: int) -> int:
+    """UVM_MIGRATE's passes over a range of `blocks` VA blocks (uvm_migrate.c: two when it spans several)."""
+    return 2 if blocks > 1 else 1
 
 
 def spender(wall, thread, process) -> str:
@@ -55,7 +64,7 @@ def main(argv=None) -> int:
         return status
     stream = call("cuStreamCreate", cu.CUstream_flags.CU_STREAM_NON_BLOCKING)
     doc = {"probe": "prefetch_cost", "rounds": args.rounds, "cases": {}}
-    for case in ("resident", "from host"):
+    for case, to_gpu in CASES.items():
         per_size, who = {}, []
         for blocks in sizes:
             size = blocks * BLOCK
@@ -73,7 +82,7 @@ def main(argv=None) -> int:
                     gpu.prefetch(ptr, size, True, stream)
                 gpu.synchronize(stream)
                 w0, t0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
-                result = probe.attempt(gpu.prefetch, ptr, size, True, stream)
+                result = probe.attempt(gpu.prefetch, ptr, size, to_gpu, stream)
                 wall, thread, process = (time.perf_counter() - w0, time.thread_time() - t0,
                                          time.process_time() - p0)
                 gpu.synchronize(stream)
@@ -89,9 +98,14 @@ def main(argv=None) -> int:
                                 for i, k in enumerate(("wall_us", "thread_cpu_us", "process_cpu_us"))}
         if case in doc["cases"]:
             continue
-        fixed, per_block = fit([(b, v["wall_us"]) for b, v in per_size.items()])
-        doc["cases"][case] = {"per_size": per_size, "fixed_us": fixed, "per_block_us": per_block,
-                              "spent_by": max(set(who), key=who.count)}
+        doc["cases"][case] = {"per_size": per_size, "spent_by": max(set(who), key=who.count)}
+        resident = doc["cases"]["resident"].get("per_size")
+        if case == "resident":
+            fixed, per_pass = fit([(b * passes(b), v["wall_us"]) for b, v in per_size.items()])
+            doc["cases"][case].update(fixed_us=fixed, per_block_pass_us=per_pass)
+        elif resident:
+            beyond = [(b, v["wall_us"] - resident[b]["wall_us"]) for b, v in per_size.items() if b in resident]
+            doc["cases"][case]["per_moved_block_us"] = fit(beyond)[1]
     probe.emit(doc)
     return 0
 
