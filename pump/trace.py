@@ -225,6 +225,7 @@ def stats(path) -> dict:
     names = function_names(blocks)
     busiest = sorted(launches_of.items(), key=lambda kv: -kv[1])[:10]
     return {
+        "iteration": iteration(blocks),
         "job": header["job"], "name": header["name"], "processes": len(pids),
         "records": sum(len(r) for _, r in blocks), "kinds": kinds,
         "launches": kinds.get("launch", 0), "functions": len(launches_of),
@@ -237,11 +238,44 @@ def stats(path) -> dict:
     }
 
 
+def iteration(blocks) -> dict:
+    """The busiest process's iteration as its kernels repeat (the period of its launches'
+    functions) and how many of the last period's launches have the launch key they had a period
+    before: lookahead plans on keys (pump_channel.h: the kernel and the allocations its
+    arguments point into), so where an allocator gives a step's tensors other memory than the
+    step before, keys do not repeat and no plan is learned (None where no period is found)."""
+    from pump.foresight import IterationDetector
+    per_pid = {}
+    for pid, records in blocks:
+        batch = channel.decode(records)
+        functions, keys = per_pid.setdefault(pid, ([], []))
+        functions.append(batch.launch_function)
+        keys.append(channel.launch_keys(batch))
+    if not per_pid:
+        return None
+    functions, keys = max(per_pid.values(), key=lambda fk: sum(len(f) for f in fk[0]))
+    functions, keys = np.concatenate(functions).astype(np.uint64), np.concatenate(keys)
+    detector = IterationDetector()
+    detector.extend(functions)
+    period = detector.detect()
+    if not period:
+        return None
+    same = int(np.count_nonzero(keys[-period:] == keys[-2 * period:-period]))
+    return {"launches": period, "keys_repeated": same, "keys_repeated_share": same / period}
+
+
 def _flops(n: float) -> str:
     for unit, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
         if n >= scale:
             return f"{n / scale:.2f} {unit}"
     return f"{n:.0f} FLOP"
+
+
+def iteration_text(it) -> str:
+    if it is None:
+        return "none: the kernels do not repeat"
+    return (f"{it['launches']:,} launches; {it['keys_repeated_share']:.0%} of them with the launch key they had "
+            "an iteration before (lookahead needs most)")
 
 
 def stats_text(doc: dict) -> str:
@@ -259,6 +293,7 @@ def stats_text(doc: dict) -> str:
         ("FLOPs", _flops(doc["flops"]) if doc["flops"] else "none recorded (a trace from pump-run has none)"),
         ("span", f"{doc['seconds']:.3f} s of its clock"),
         ("ends", cut_text(doc["cut"]) if doc["cut"] else "whole"),
+        ("iteration", iteration_text(doc["iteration"])),
     ]
     lines = [f"{name:<14}{value}" for name, value in rows]
     if doc["busiest_functions"]:

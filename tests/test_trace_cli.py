@@ -24,15 +24,17 @@ def test_stats_is_a_table_in_human_units(tmp_path):
             t.launch(0x100 + i % 2, [weights, acts], flops=2e9)
     lines = stats_text(t.write(str(tmp_path / "job.trace"), per_block=100000))
     table = dict(line.split(None, 1) if not line.startswith("managed") else ("managed peak", line[14:])
-                 for line in lines[:8])
+                 for line in lines[:9])
     assert table["launches"] == "2,100 of 2 functions"
     assert table["managed peak"] == "1.6 GiB"
     assert table["steps"] == "3"
     assert table["FLOPs"] == "4.20 TFLOP"
     assert table["records"] == "4,205 (cost 2,100, launch 2,100, step 3, alloc 2)"
     assert table["ends"] == "whole"   # (a trace cut short says where it ends: test_trace_safety.py)
-    assert lines[9].split() == ["launches", "function", "(the", "busiest)"]
-    assert [line.split()[0] for line in lines[10:12]] == ["1,050", "1,050"]
+    assert table["iteration"] == "2 launches; 100% of them with the launch key they had an iteration before " \
+                                 "(lookahead needs most)"
+    assert lines[10].split() == ["launches", "function", "(the", "busiest)"]
+    assert [line.split()[0] for line in lines[11:13]] == ["1,050", "1,050"]
 
 
 def test_stats_without_costs_or_steps_says_so(tmp_path):
@@ -42,3 +44,24 @@ def test_stats_without_costs_or_steps_says_so(tmp_path):
     lines = stats_text(t.write(str(tmp_path / "bare.trace")))
     assert "FLOPs         none recorded (a trace from pump-run has none)" in lines
     assert "steps         none marked" in lines
+
+
+def test_stats_say_whether_launch_keys_repeat_from_step_to_step(tmp_path):
+    """The same kernels every step, on tensors that the allocator places elsewhere each step
+    (a key names the allocations a launch's arguments point into): the iteration is found from
+    the kernels, and the keys that repeat are counted, so that a trace shows why lookahead
+    learned nothing."""
+    t = TraceBuilder()
+    buffers = [t.alloc(2 * MIB) for _ in range(10)]
+    for s in range(6):
+        t.step(s)
+        for i in range(10):  # kernel i takes buffer (i + s) % 8 in step s: moved each step ...
+            t.launch(0x100 + i, [buffers[(i + s) % 8] if i < 5 else buffers[i]])  # ... for half of them
+    lines = stats_text(t.write(str(tmp_path / "moving.trace")))
+    assert "iteration     10 launches; 50% of them with the launch key they had an iteration before " \
+           "(lookahead needs most)" in lines
+    t = TraceBuilder()
+    buf = t.alloc(MIB)
+    for i in range(5):
+        t.launch(0x100 + i, [buf])
+    assert "iteration     none: the kernels do not repeat" in stats_text(t.write(str(tmp_path / "once.trace")))

@@ -41,6 +41,7 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
 import cupti  # noqa: E402
+from pump import trace as pump_trace  # noqa: E402
 import lowerbound  # noqa: E402
 import membudget  # noqa: E402
 import table  # noqa: E402
@@ -349,6 +350,9 @@ class Suite:
                 rec["cupti"] = cupti.read(str(report))
             if trace is not None and r["rc"] == 0:
                 case.result["trace_run"] = r
+                # Whether the job's launch keys repeat from step to step, which lookahead needs.
+                case.result["iteration"] = pump_trace.stats(str(trace))["iteration"]
+                self.say(f"  iteration: {pump_trace.iteration_text(case.result['iteration'])}")
 
     def bound(self, case: Case, bandwidth: dict) -> dict:
         """The case's lower bound (table.lower_bound) or {"error": why}."""
