@@ -128,7 +128,7 @@ def fakecuda(bandwidth: float = None) -> Model:
                  f["FAKECUDA_GPU_FAULT_US"] * 1e-6 + K.PAGE_BYTES / h2d, f["FAKECUDA_UVM_PERF_FAULT_BATCH_COUNT"],
                  f["FAKECUDA_LAUNCH_LATENCY_US"] * 1e-6, K.LAUNCH_QUEUE_DEPTH, False,
                  policy_sees_extents=False, daemon_reads_steps=True,
-                 d2h_bandwidth=bandwidth or f["FAKECUDA_D2H_BYTES_PER_US"] * 1e6,
+                 d2h_bandwidth=bandwidth or f["FAKECUDA_PREFETCH_D2H_BYTES_PER_US"] * 1e6,
                  prefetch_threshold=f["FAKECUDA_UVM_PERF_PREFETCH_THRESHOLD"] if f["FAKECUDA_UVM_PERF_PREFETCH_ENABLE"]
                  else None, prefetch_min_faults=f["FAKECUDA_UVM_PERF_PREFETCH_MIN_FAULTS"])
 

@@ -21,8 +21,16 @@
  * a PCIe Gen4 x16 figure. A prefetch of N bytes keeps its stream busy N / this us. */
 #define FAKECUDA_H2D_BYTES_PER_US 25000u
 
-/* Device->host bandwidth (prefetch to the CPU and CPU faults), same PCIe figure. */
+/* Device->host bandwidth of the driver's own moves (CPU faults, its evictions), same PCIe
+ * figure: not measured. */
 #define FAKECUDA_D2H_BYTES_PER_US 25000u
+
+/* Device->host bandwidth of a prefetch to the CPU (cuMemPrefetchAsync to the host, the way
+ * pump evicts): measured on an H100 80GB HBM3, PCIe Gen5 x16, driver 580: 11.24 GB/s for 1 GiB
+ * (five samples 11.2 to 18.0; bench/results/gpu-20261124-nvidia-h100-80gb-hbm3, preflight.json,
+ * probes.prefetch_bandwidth), where host->device prefetches met 49.8 GB/s on the same link: a
+ * cost of the driver's path, not of the link, so taken as it is on this model's Gen4 link. */
+#define FAKECUDA_PREFETCH_D2H_BYTES_PER_US 11240u
 
 /* Fixed cost of servicing one GPU page fault, on top of moving the page: the kernel
  * stalls for this long per faulting 64 KiB page (one fault of a batch, below). With the

@@ -168,7 +168,7 @@ static int child_cost(void)
     /* To the host: the call waits for its copies of the 4 MiB on the device. */
     fakecuda_reset_stats();
     OK(prefetch(a, 4 * MiB, -1));
-    unsigned long long copy = 4 * MiB * 1000 / FAKECUDA_D2H_BYTES_PER_US;
+    unsigned long long copy = 4 * MiB * 1000 / FAKECUDA_PREFETCH_D2H_BYTES_PER_US;
     CHECK(cost("prefetch").caller_ns == IOCTL + 2 * 2 * BLOCK_PASS + MOVED(4 * MiB) + copy, "to host: %llu ns",
           (unsigned long long)cost("prefetch").caller_ns);
     OK(cuStreamSynchronize(st));
