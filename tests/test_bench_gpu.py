@@ -284,7 +284,8 @@ def test_gpu_check_collects_only_files_with_gpu_tests():
 def test_replaces_lines_name_the_constant_and_the_measurement():
     probes = {"prefetch_cost": {"result": {"cases": {"resident": {"fixed_us": 31.5, "per_block_pass_us": 2.25},
                                                      "from host": {"per_moved_block_us": 12.5}}}},
-              "prefetch_bandwidth": {"result": {"h2d_bytes_per_s": 50e9, "d2h_bytes_per_s": 40e9}},
+              "prefetch_bandwidth": {"result": {"h2d_bytes_per_s": 50e9, "d2h_bytes_per_s": 40e9,
+                                                "d2h_fault_bytes_per_s": 8e9}},
               "software": {"result": {"nvml": {"pcie_link_generation_max": 5, "pcie_link_width_max": 16}}},
               "managed": {"result": {"pool_prefetchable": False}}}
     got = {r["replaces"].split()[0]: r for r in replaces.lines(probes)}
@@ -293,6 +294,7 @@ def test_replaces_lines_name_the_constant_and_the_measurement():
     assert got["FAKECUDA_MIGRATE_BLOCK_NS"]["measured"] == 12500 and got["FAKECUDA_MIGRATE_BLOCK_NS"]["now"] == 19575
     assert got["H2D_WORST_FRACTION"]["measured"] == pytest.approx(50e9 / 63.015e9, abs=1e-3)
     assert got["D2H_WORST_FRACTION"]["measured"] == pytest.approx(40e9 / 63.015e9, abs=1e-3)
+    assert got["FAKECUDA_D2H_BYTES_PER_US"]["measured"] == 8000 and got["FAKECUDA_D2H_BYTES_PER_US"]["now"] == 25000
     assert got["fakecuda's"]["measured"] is False
     assert replaces.lines({}) == []
 
@@ -313,6 +315,21 @@ def test_managed_probe_on_fakecuda_records_every_call(fake_gpu):
         assert set(doc["results"][memory]) >= {"alloc", "prefetch to gpu", "batch prefetch to host", "discard"}
     assert doc["pool_prefetchable"] == all(v == "ok" for k, v in doc["results"]["managed pool"].items()
                                            if "prefetch" in k or k == "discard")
+
+
+def test_prefetch_bandwidth_probe_meets_fakecuda_rates_once(fake_gpu):
+    """A prefetch to the host waits for its copies inside the call, and its stream then has
+    nothing left to copy: before, fakecuda took the copy's time twice (the ioctl's wait, then
+    the stream's move), half its own rate. Events carry fakecuda's modelled clock; the band is
+    for the rest of the host's time around them."""
+    from pump.simulate import constants
+    f = constants.fakecuda_constants()
+    doc = run_probe(fake_gpu, "../prefetch_bw.py", "--mib", "64", "--rounds", "2")
+    size, blocks = 64 * MiB, 32
+    calls = f["FAKECUDA_IOCTL_NS"] + 2 * blocks * f["FAKECUDA_BLOCK_PASS_NS"] + blocks * f["FAKECUDA_MIGRATE_BLOCK_NS"]
+    for way, rate in (("h2d", "FAKECUDA_H2D_BYTES_PER_US"), ("d2h", "FAKECUDA_PREFETCH_D2H_BYTES_PER_US")):
+        modelled = size / ((calls + size * 1000 / f[rate]) * 1e-9)
+        assert 0.75 < doc[f"{way}_bytes_per_s"] / modelled < 1.25, (way, doc[f"{way}_bytes_per_s"], modelled)
 
 
 def test_prefetch_cost_probe_fits_a_line_per_case(fake_gpu):

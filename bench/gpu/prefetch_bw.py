@@ -6,14 +6,21 @@
 Allocates M MiB of managed memory (refused, before allocating, when the GPU cannot hold it with
 membudget's margin), writes it from the host (so it starts on the host), then R times: prefetches
 it to the GPU with cuMemPrefetchAsync, timed with events, and back to the host, timed the same
-way.  Prints one JSON object: {"bytes", "h2d_bytes_per_s", "d2h_bytes_per_s" (medians),
-"h2d_samples", "d2h_samples" (bytes/s per round), "device"}.
+way; and R times more brings it to the GPU and reads it on the host, timed on the host clock: the
+CPU faults migrate it back by the driver's own path, not a prefetch's (fakecuda's
+FAKECUDA_D2H_BYTES_PER_US, which also stands for the driver's evictions, against
+FAKECUDA_PREFETCH_D2H_BYTES_PER_US for a prefetch).  Prints one JSON object: {"bytes",
+"h2d_bytes_per_s", "d2h_bytes_per_s", "d2h_fault_bytes_per_s" (medians), "h2d_samples",
+"d2h_samples", "d2h_fault_samples" (bytes/s per round), "device"}.
 """
 
 import ctypes
 import json
 import statistics
 import sys
+import time
+
+import numpy as np
 
 import cudrv
 from cudrv import call, cu
@@ -34,14 +41,24 @@ def main(argv=None) -> int:
     def timed(to_device: bool) -> float:
         return size / timer(ptr, size, to_device)
 
-    h2d, d2h = [], []
+    def faulted_back() -> float:
+        timer(ptr, size, True)
+        view = np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(ptr))
+        t0 = time.perf_counter()
+        gpu.host_touch(ptr, size)  # fakecuda's stand-in for the faults (nothing on a GPU)
+        view.sum(dtype=np.uint64)  # every page read: the CPU faults bring it back to the host
+        return size / (time.perf_counter() - t0)
+
+    h2d, d2h, faulted = [], [], []
     for _ in range(args.rounds):
         h2d.append(timed(True))
         d2h.append(timed(False))
+    for _ in range(args.rounds):
+        faulted.append(faulted_back())
     call("cuMemFree", ptr)
     print(json.dumps({"bytes": size, "h2d_bytes_per_s": statistics.median(h2d),
-                      "d2h_bytes_per_s": statistics.median(d2h), "h2d_samples": h2d, "d2h_samples": d2h,
-                      "device": gpu.name}))
+                      "d2h_bytes_per_s": statistics.median(d2h), "d2h_fault_bytes_per_s": statistics.median(faulted),
+                      "h2d_samples": h2d, "d2h_samples": d2h, "d2h_fault_samples": faulted, "device": gpu.name}))
     return 0
 
 

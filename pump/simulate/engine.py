@@ -340,19 +340,21 @@ class _Run:
     def _evict(self, b, now):
         """The shim evicts b to the host, on the eviction stream after b's last user (a plan
         may name a block not believed resident: pages a kernel faulted in move all the same).
-        The call waits for the copy inside the ioctl, as fakecuda charges it."""
+        The call waits inside the ioctl for the copy (uvm_migrate.c), as fakecuda charges it:
+        the copy is that wait, on the link (later where the link is busy), and the eviction
+        stream that then reaches it after b's last user has nothing left to copy."""
         believed = b in self.migrated
         self._forget(b)
         moved = self.gpu.evict(b)
         self.r.evictions += 1
         floor, copy = now, moved / self.m.d2h_rate
         now = self._call("evict", b, now, copy, moved)
-        start = max(now, self.ev_free, self.last_user_end[b])
+        start = max(now - copy, self.ev_free)
         if self.link is not None and moved:  # one direction at a time
             start = self.link.place(start, copy, floor)
-        self.ev_free = start + copy
+        self.ev_free = max(start + copy, self.last_user_end[b])
         if self.rec is not None and moved:
-            self.rec.transfer("evict", b, moved, now, start, self.ev_free)
+            self.rec.transfer("evict", b, moved, now, start, start + copy)
         if moved and believed:
             self.pending.append((self.ev_free, self.size[b]))
             self.pending_bytes += self.size[b]

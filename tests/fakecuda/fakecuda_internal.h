@@ -358,7 +358,9 @@ int fc_is_pool_memory(uintptr_t p); /* inside a managed pool's allocation */
 enum { FC_MEM_HOST, FC_MEM_DEVICE, FC_MEM_MANAGED };
 int fc_mem_kind(uintptr_t p, size_t n);
 void fc_run_prefetch(const struct fc_op *op); /* a prefetch or discard reached in its stream */
-void fc_migrate_ranges(const fc_range *r, size_t n); /* moves the pages (migrate.c) */
+/* Moves the pages (migrate.c); copies_waited: the caller's ioctl already took the time of the
+ * copies to the host (prefetch.c), so those pages move without taking it again. */
+void fc_migrate_ranges(const fc_range *r, size_t n, int copies_waited);
 /* Managed bytes of [p, p+n) a migration to loc moves: to the host, those on any device; to a
  * device, those not on it yet (on the host, another device, or unpopulated). */
 uint64_t fc_bytes_to_move(uintptr_t p, size_t n, int loc);

@@ -9,8 +9,11 @@
 #define FC_NO_ROOM INT64_MIN
 /* WHY_KERNEL: a kernel's access that may write (fakecuda_touch), WHY_KERNEL_READ: one that only
  * reads (fakecuda_touch_read); WHY_HOST: the host's access, taken as a write. */
-enum { WHY_KERNEL, WHY_KERNEL_READ, WHY_HOST, WHY_PREFETCH, WHY_DISCARD, WHY_FAULT_PREFETCH };
+/* WHY_PREFETCH_WAITED: a prefetch to the host whose caller already waited for its copies inside
+ * the ioctl (prefetch.c): its pages move without taking the time again. */
+enum { WHY_KERNEL, WHY_KERNEL_READ, WHY_HOST, WHY_PREFETCH, WHY_PREFETCH_WAITED, WHY_DISCARD, WHY_FAULT_PREFETCH };
 #define IS_KERNEL(why) ((why) == WHY_KERNEL || (why) == WHY_KERNEL_READ)
+#define IS_PREFETCH(why) ((why) == WHY_PREFETCH || (why) == WHY_PREFETCH_WAITED)
 
 _Thread_local int fc_tls_kernel_device = -1;
 
@@ -51,7 +54,7 @@ static void leave_device(fc_alloc *a, size_t p, int discarded)
 static int64_t read_mostly_to_host(fc_alloc *a, size_t p, int why)
 {
     uint8_t *b = &a->bits[p];
-    if ((*b & FC_BIT_DUP) && why == WHY_PREFETCH) return 0; /* a copy is on the host already: none moves */
+    if ((*b & FC_BIT_DUP) && IS_PREFETCH(why)) return 0; /* a copy is on the host already: none moves */
     if ((*b & FC_BIT_DUP) && why == WHY_HOST) {            /* the host writes: the device's copy goes */
         FC_COUNT(cpu_faults, 1);
         leave_device(a, p, 0);
@@ -59,10 +62,10 @@ static int64_t read_mostly_to_host(fc_alloc *a, size_t p, int why)
         *b &= (uint8_t)~(FC_BIT_DUP | FC_BIT_PREFETCHED);
         return FAKECUDA_CPU_FAULT_US * 1000;
     }
-    if ((*b & FC_BIT_READ_MOSTLY) && why == WHY_PREFETCH) { /* copied to the host; the device keeps its copy */
+    if ((*b & FC_BIT_READ_MOSTLY) && IS_PREFETCH(why)) { /* copied to the host; the device keeps its copy */
         FC_COUNT(bytes_d2h, FAKECUDA_PAGE);
         *b |= FC_BIT_DUP;
-        return xfer_ns(FAKECUDA_PAGE, FAKECUDA_PREFETCH_D2H_BYTES_PER_US);
+        return why == WHY_PREFETCH_WAITED ? 0 : xfer_ns(FAKECUDA_PAGE, FAKECUDA_PREFETCH_D2H_BYTES_PER_US);
     }
     return -1;
 }
@@ -120,13 +123,14 @@ static int64_t page_move(fc_alloc *a, size_t p, uint8_t target, int why)
         }
         break;
     case WHY_PREFETCH:
+    case WHY_PREFETCH_WAITED:
         if (target >= FC_LOC_DEV0 && cur == FC_LOC_HOST) {
             FC_COUNT(bytes_prefetched_h2d, FAKECUDA_PAGE);
             *b |= FC_BIT_PREFETCHED;
             ns += xfer_ns(FAKECUDA_PAGE, FAKECUDA_H2D_BYTES_PER_US);
         } else if (target == FC_LOC_HOST && cur >= FC_LOC_DEV0) {
             FC_COUNT(bytes_d2h, FAKECUDA_PAGE);
-            ns += xfer_ns(FAKECUDA_PAGE, FAKECUDA_PREFETCH_D2H_BYTES_PER_US);
+            if (why == WHY_PREFETCH) ns += xfer_ns(FAKECUDA_PAGE, FAKECUDA_PREFETCH_D2H_BYTES_PER_US);
         } else if (cur >= FC_LOC_DEV0) { /* peer to peer: costed, not counted */
             ns += xfer_ns(FAKECUDA_PAGE, FAKECUDA_H2D_BYTES_PER_US);
         } /* unpopulated: populated in place, nothing moves */
@@ -343,10 +347,12 @@ FC_EXPORT void fakecuda_host_touch(const void *ptr, size_t bytes)
     fc_pay_debt(0);
 }
 
-void fc_migrate_ranges(const fc_range *r, size_t n)
+void fc_migrate_ranges(const fc_range *r, size_t n, int copies_waited)
 {
     for (size_t i = 0; i < n; i++)
-        migrate_range(r[i].ptr, r[i].size, (uint8_t)r[i].loc, r[i].loc == FC_LOC_UNPOP ? WHY_DISCARD : WHY_PREFETCH);
+        migrate_range(r[i].ptr, r[i].size, (uint8_t)r[i].loc,
+                      r[i].loc == FC_LOC_UNPOP ? WHY_DISCARD
+                      : copies_waited && r[i].loc == FC_LOC_HOST ? WHY_PREFETCH_WAITED : WHY_PREFETCH);
 }
 
 /* CU_MEM_ADVISE_SET_READ_MOSTLY (on) and UNSET (off) on the pages [p, p+n) overlaps. Setting

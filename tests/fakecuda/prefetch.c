@@ -40,7 +40,7 @@ void fc_run_prefetch(const fc_op *op)
     for (size_t i = 0; i < op->u.pf.n; i++) {
         int hold = op->u.pf.ioctl_ns && op->u.pf.r[i].loc == FC_LOC_HOST;
         if (hold) fc_va_read_lock();
-        fc_migrate_ranges(&op->u.pf.r[i], 1);
+        fc_migrate_ranges(&op->u.pf.r[i], 1, !op->u.pf.ioctl_ns);
         if (hold) {
             fc_pay_debt(0);
             fc_va_read_unlock();

@@ -55,6 +55,11 @@ def lines(probes: dict) -> list:
             out.append({"replaces": f"{name} (pump/simulate/constants.py, the worst case's {way} rate)",
                         "measured": measured, "now": round(now, 3), "how": how,
                         "GB_per_s": round(rate / 1e9, 2)})
+    if "d2h_fault_bytes_per_s" in bw:
+        out.append({"replaces": "FAKECUDA_D2H_BYTES_PER_US (tests/fakecuda/fakecuda_model.h, not measured)",
+                    "measured": round(bw["d2h_fault_bytes_per_s"] / 1e6), "now": model_constant("FAKECUDA_D2H_BYTES_PER_US"),
+                    "how": "the host reading GPU-resident managed memory, in bytes/us: the driver's own path back, "
+                           "which the driver's evictions take too (prefetch_bandwidth)"})
     managed = (probes.get("managed") or {}).get("result", {})
     if "pool_prefetchable" in managed:
         out.append({"replaces": "fakecuda's answer to prefetch and discard of managed-pool ranges (issue 27 risk 1)",
