@@ -47,17 +47,28 @@ def find():
     raise Unavailable("no CUPTI (cupti.h beside a libcupti.so) in " + ", ".join(dict.fromkeys(looked)))
 
 
-def build(out_dir) -> str:
-    """Compile the injection library into out_dir; return its path (raises Unavailable)."""
-    inc, lib, extra = find()
+def compiler() -> str:
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not cc:
         raise Unavailable("no C compiler (cc or gcc) to build bench/cupti/um_counters.c")
+    return cc
+
+
+def command(cc, inc, extra, lib, libcupti, out) -> list:
+    """The compiler command that builds um_counters.c into out against libcupti (a file name) in
+    lib: C11, every warning an error."""
+    return [cc, "-std=c11", "-D_POSIX_C_SOURCE=200809L", "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
+            f"-I{inc}", *(f"-I{d}" for d in extra), str(SOURCE), "-o", str(out), f"-L{lib}", f"-l:{libcupti}",
+            f"-Wl,-rpath,{lib}", "-lpthread"]
+
+
+def build(out_dir) -> str:
+    """Compile the injection library into out_dir; return its path (raises Unavailable)."""
+    inc, lib, extra = find()
+    cc = compiler()
     libcupti = sorted(pathlib.Path(lib).glob("libcupti.so*"))[0].name
     out = pathlib.Path(out_dir) / "libum_counters.so"
-    cmd = [cc, "-std=c11", "-D_POSIX_C_SOURCE=200809L", "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
-           f"-I{inc}", *(f"-I{d}" for d in extra), str(SOURCE), "-o", str(out), f"-L{lib}", f"-l:{libcupti}",
-           f"-Wl,-rpath,{lib}", "-lpthread"]
+    cmd = command(cc, inc, extra, lib, libcupti, out)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise Unavailable(f"building {SOURCE.name} failed ({' '.join(cmd)}):\n{proc.stderr.strip()}")
@@ -69,8 +80,12 @@ def env(library: str, report: str) -> dict:
     return {"CUDA_INJECTION64_PATH": library, "PUMP_BENCH_CUPTI_OUT": report}
 
 
+REFUSED = "CUPTI refused the Unified Memory counters"
+
+
 def read(report: str) -> dict:
-    """The report um_counters wrote, or {"error": why} when there is none or CUPTI refused."""
+    """The report um_counters wrote, or {"error": why} when there is none or CUPTI refused; a
+    report with an "error" has no counters to show (its zeros were never counted)."""
     try:
         doc = json.loads(pathlib.Path(report).read_text())
     except FileNotFoundError:
@@ -79,5 +94,15 @@ def read(report: str) -> dict:
     except ValueError as exc:
         return {"error": f"unreadable CUPTI report {report}: {exc}"}
     if doc.get("enable") != "CUPTI_SUCCESS":
-        doc["error"] = f"CUPTI refused the Unified Memory counters: {doc.get('enable')}"
+        tries = doc.get("enable_tries")
+        first = (doc.get("enable_log") or [{}])[0]
+        where = (f" ({tries} tries; the first, at {first.get('at')}: {first.get('result')}; "
+                 f"subscribing for the retries: {doc.get('subscribe')}, their callbacks: {doc.get('retry_callbacks')})"
+                 if tries else "")
+        doc["error"] = f"{REFUSED}: {doc.get('enable')}{where}"
     return doc
+
+
+def refused(doc) -> bool:
+    """Whether a read() report says CUPTI was there but refused the counters."""
+    return str((doc or {}).get("error", "")).startswith(REFUSED)

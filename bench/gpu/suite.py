@@ -518,6 +518,13 @@ def main(argv=None) -> int:
     doc["table"] = table.render(doc["cases"])
     doc["seconds"] = args.budget_seconds - suite.left()
     suite.say("\n" + doc["table"])
+    # The counter cells of a variant whose CUPTI report has an error read "refused" or "-", never
+    # 0: say why beside the table (CUPTI being unavailable here says it once, above).
+    doc["counter_errors"] = table.counter_errors(doc["cases"])
+    if doc["counter_errors"] and isinstance(library, str):
+        suite.say(f"CUPTI counters missing for {len(doc['counter_errors'])} variant(s):")
+        for line in doc["counter_errors"]:
+            suite.say(f"  {line.splitlines()[0]}")
     failures = [f"case {c['case']}, {name}: {v.get('error') or v.get('mismatch')}" for c in doc["cases"]
                 for name, v in c.get("variants", {}).items() if v.get("error") or v.get("identical") is False]
     failures = [f"{part}: {doc[part]['error']}" for part in ("bandwidth", "discard") if "error" in doc[part]] + \

@@ -4,6 +4,8 @@ bench/README.md explains column by column."""
 
 import statistics
 
+import cupti
+
 GB = 1e9
 
 
@@ -64,6 +66,30 @@ COLUMNS = ("case", "variant", "step ms", "IQR", "vs ideal", "vs bound", "over na
            "H2D GB", "D2H GB", "GPU faults", "H2D by cause (GB)")
 
 
+def counter_cells(report) -> list:
+    """The H2D GB, D2H GB, GPU faults and H2D-by-cause cells of a variant's CUPTI report: "-"
+    where nothing was counted (no report, or no such counter), "refused" in each where CUPTI
+    refused the counters.  A report with an "error" shows no figure: its zeros were never
+    counted (the H100's first run showed CUPTI_ERROR_NOT_READY's zeros as measured)."""
+    report = report or {}
+    if not report or report.get("error"):
+        return ["refused" if cupti.refused(report) else "-"] * 4
+    counters = report.get("counters") or {}
+    causes = report.get("bytes_h2d_by_cause") or {}
+
+    def gb(key):
+        return None if counters.get(key) is None else counters[key] / GB
+    return [_fmt(gb("bytes_h2d"), ".2f"), _fmt(gb("bytes_d2h"), ".2f"), _fmt(counters.get("gpu_page_faults"), "d"),
+            ", ".join(f"{k} {n / GB:.2f}" for k, n in causes.items() if n) or "-"]
+
+
+def counter_errors(cases) -> list:
+    """"case X, variant: why" for every variant whose CUPTI counters are missing, for the suite's
+    log beside the table."""
+    return [f"case {c['case']}, {name}: {v['cupti']['error']}" for c in cases
+            for name, v in (c.get("variants") or {}).items() if (v.get("cupti") or {}).get("error")]
+
+
 def rows(cases) -> list:
     out = []
     for case in cases:
@@ -74,19 +100,13 @@ def rows(cases) -> list:
             continue
         for name, v in case["variants"].items():
             s = v.get("step_ms")
-            counters = (v.get("cupti") or {}).get("counters") or {}
-            causes = (v.get("cupti") or {}).get("bytes_h2d_by_cause") or {}
-            by_cause = ", ".join(f"{k} {n / GB:.2f}" for k, n in causes.items() if n) or "-"
             stopped = ("ERROR: " + v["error"]) if v.get("error") else v.get("refused") or v.get("skipped")
             if stopped:
                 out.append([label, name, stopped.splitlines()[0]] + ["-"] * (len(COLUMNS) - 3))
                 continue
             out.append([label, name, _fmt(s and s["median"], ".2f"), _fmt(s and s["iqr_pct"], ".1f", "%"),
                         _fmt(v.get("ratio_to_ideal"), ".3f", "x"), _fmt(v.get("ratio_to_bound"), ".3f", "x"),
-                        _fmt(v.get("speedup_over_naive"), ".2f", "x"), _identical(v),
-                        _fmt(counters.get("bytes_h2d") and counters["bytes_h2d"] / GB, ".2f"),
-                        _fmt(counters.get("bytes_d2h") and counters["bytes_d2h"] / GB, ".2f"),
-                        _fmt(counters.get("gpu_page_faults"), "d"), by_cause])
+                        _fmt(v.get("speedup_over_naive"), ".2f", "x"), _identical(v), *counter_cells(v.get("cupti"))])
     return out
 
 

@@ -6,10 +6,15 @@ profiling) and what moved: bytes each way by cause, GPU page faults, thrashing.
 
     python bench/gpu/probes/uvm_counters.py [--work DIR]
 
-Prints one JSON line: {"probe": "uvm_counters", "report"} or {"probe", "finding"} when CUPTI
-is unavailable here (which is recorded, not failed)."""
+Prints one JSON line: {"probe": "uvm_counters", "program_rc", "report"}, or {"probe",
+"finding"} when CUPTI is unavailable here or the program ran on fakecuda (which loads no
+injection library): recorded, not failed.  When CUPTI is here but gave no counters (it refused
+them, or wrote no report) the line has "failure" and the probe exits 1: its zeros were never
+counted, and must not pass for a measurement."""
 
 import argparse
+import ctypes
+import os
 import pathlib
 import subprocess
 import sys
@@ -19,6 +24,29 @@ import probe  # noqa: F401  (bench/gpu on the path)
 import cupti
 
 HERE = pathlib.Path(__file__).resolve().parent
+
+
+def on_fakecuda() -> bool:
+    """Whether the libcuda.so.1 a program here loads is fakecuda (the dry run): it has
+    fakecuda's extras, and it loads no CUDA_INJECTION64_PATH library."""
+    try:
+        return hasattr(ctypes.CDLL("libcuda.so.1"), "fakecuda_register_kernel")
+    except OSError:
+        return False
+
+
+def judge(program_rc: int, report: dict, fake: bool):
+    """(the probe's line, its exit status) for a finished counter run and cupti.read's report."""
+    doc = {"probe": "uvm_counters", "program_rc": program_rc, "report": report}
+    if program_rc != 0:
+        return doc, 1
+    if "error" in report:
+        if fake and not cupti.refused(report):
+            doc["finding"] = f"on fakecuda, which loads no CUPTI injection library: {report['error']}"
+            return doc, 0
+        doc["failure"] = f"CUPTI is here but gave no Unified Memory counters: {report['error']}"
+        return doc, 1
+    return doc, 0
 
 
 def main(argv=None) -> int:
@@ -33,17 +61,20 @@ def main(argv=None) -> int:
         probe.emit({"probe": "uvm_counters", "finding": f"CUPTI unavailable: {exc}"})
         return 0
     report = work / "report.json"
+    report.unlink(missing_ok=True)   # a report left by an earlier run must not stand for this one
     proc = subprocess.run([sys.executable, str(HERE.parent / "prefetch_bw.py"), "--mib", "256", "--rounds", "2"],
-                          env=dict(__import__("os").environ, **cupti.env(library, str(report))),
+                          env=dict(os.environ, **cupti.env(library, str(report))),
                           capture_output=True, text=True, timeout=120)
     if proc.returncode == 3:
         probe.emit({"probe": "uvm_counters", "refused_for_memory": proc.stderr.strip()})
         return 3
-    doc = {"probe": "uvm_counters", "program_rc": proc.returncode, "report": cupti.read(str(report))}
+    doc, rc = judge(proc.returncode, cupti.read(str(report)), on_fakecuda())
     if proc.returncode != 0:
         doc["program_stderr"] = proc.stderr.strip().splitlines()[-5:]
     probe.emit(doc)
-    return 0 if proc.returncode == 0 else 1
+    if "failure" in doc:
+        print(f"uvm_counters: {doc['failure']}", file=sys.stderr)
+    return rc
 
 
 if __name__ == "__main__":
