@@ -4,6 +4,7 @@ must move (against pump's own bound), scripts/gpu-check's
 refusals (the CUPTI injection library: test_bench_gpu_cupti.py), and the suite's cuda-python programs and the whole suite on fakecuda."""
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -334,6 +335,77 @@ def test_handle_kind_probe_tells_the_origins_apart(fake_gpu, tmp_path):
     kernel = doc["by_origin"]["cuLibraryGetKernel"]
     # fakecuda follows cuda.h: a CUkernel is asked with cuKernelGetParamInfo.
     assert kernel["cuKernelGetParamInfo_ok"] == 1 and doc["cuFuncGetParamInfo_accepted_a_CUkernel"] == []
+    assert doc["forwarding"]["missing_count"] == doc["forwarding"]["elsewhere_count"] == 0, doc["forwarding"]
+    assert doc["forwarding"]["taken_over"] == [], doc["forwarding"]
+
+
+# ---------------------------------------------------------------- handle_kind's stand-in libcuda
+REAL_LIBCUDA = ROOT / "build" / "libcuda"   # scripts/fetch-libcuda's drivers (tests/test_real_libcuda.py)
+REAL_CLIENT_PYTHON = os.environ.get("PUMP_REAL_CLIENT_PYTHON")   # read before fake_gpu drops PUMP_*
+
+
+def handle_kind_probe():
+    pytest.importorskip("cuda.bindings", reason="the probes import cuda-python (pip install cuda-bindings)")
+    if str(BENCH / "probes") not in sys.path:
+        sys.path.append(str(BENCH / "probes"))
+    import handle_kind
+    return handle_kind
+
+
+def wrapped_driver(c_build, which) -> str:
+    driver = c_build / "plain" / "libcuda.so.1" if which == "fakecuda" else REAL_LIBCUDA / which / "libcuda.so.1"
+    if not driver.exists():
+        pytest.skip(f"{driver} missing: run scripts/fetch-libcuda")
+    return str(driver.resolve())
+
+
+@pytest.mark.parametrize("which", ["fakecuda", "bookworm", "trixie"])
+def test_handle_kind_stand_in_answers_every_export_of_the_driver(c_build, tmp_path, which):
+    """PyTorch's own driver calls dlopen libcuda.so.1 and dlsym names such as
+    cuDevicePrimaryCtxGetState: the stand-in must answer each export of the driver it wraps,
+    with its own wrappers for the calls it counts. The first H100 run's stand-in exported only
+    the lookups, and PyTorch's CUDA start failed under it."""
+    hk = handle_kind_probe()
+    driver = wrapped_driver(c_build, which)
+    names = hk.exported_symbols(driver)
+    assert len(names) > 250 and {"cuDevicePrimaryCtxGetState", "cuLaunchKernel", "cuGetProcAddress_v2"} <= set(names)
+    wrapper = hk.build(tmp_path, driver)
+    env = dict(clean_env(), LD_LIBRARY_PATH=str(tmp_path), HANDLE_PROBE_DRIVER=driver)
+    check = hk.forwarding(wrapper, driver, env)
+    assert check["driver_exports"] == len(names)
+    assert check["missing_count"] == check["elsewhere_count"] == 0 and check["taken_over"] == [], check
+    assert {"cuGetProcAddress", "cuGetProcAddress_v2", "cuDriverGetVersion", "cuLaunchKernel",
+            "cuModuleGetFunction"} <= set(check["wrapped"])
+
+
+def test_handle_kind_forwarding_check_fails_a_stand_in_without_the_driver(c_build, tmp_path):
+    """The check the probe makes before its program runs fails the first H100 run's stand-in:
+    handle_kind.c built alone, without the driver beneath it."""
+    hk = handle_kind_probe()
+    driver = wrapped_driver(c_build, "fakecuda")
+    headers = subprocess.run([sys.executable, str(ROOT / "scripts" / "find-cuda-headers")], capture_output=True,
+                             text=True, check=True).stdout.strip()
+    alone = tmp_path / "libcuda.so.1"
+    subprocess.run(["cc", "-std=c11", "-D_GNU_SOURCE", "-shared", "-fPIC", "-fvisibility=hidden", f"-I{headers}",
+                    str(BENCH / "probes" / "handle_kind.c"), "-Wl,-soname,libcuda.so.1", "-o", str(alone), "-ldl",
+                    "-lpthread"], check=True)
+    env = dict(clean_env(), LD_LIBRARY_PATH=str(tmp_path), HANDLE_PROBE_DRIVER=driver)
+    check = hk.forwarding(alone, driver, env)
+    assert check["missing_count"] == check["driver_exports"] - len(check["wrapped"]) > 200
+    assert hk.resolve(["cuDevicePrimaryCtxGetState"], env) == {"cuDevicePrimaryCtxGetState": None}
+
+
+def test_handle_kind_probe_runs_pytorchs_cuda_build(fake_gpu, tmp_path):
+    """The probe's own workload on fakecuda: PyTorch's CUDA build (PUMP_REAL_CLIENT_PYTHON, as in
+    tests/test_real_client.py) starts under the stand-in and its launches are counted."""
+    if not REAL_CLIENT_PYTHON:
+        pytest.skip("PUMP_REAL_CLIENT_PYTHON names no interpreter with torch's CUDA build")
+    program = ("import torch; x = torch.ones(8, 8, device='cuda'); (x @ x + 1).sum().item(); "
+               "torch.cuda.synchronize()")
+    doc = run_probe(dict(fake_gpu, FAKECUDA_PERSONA="h100-sxm-80gb"), "handle_kind.py", "--work", tmp_path, "--",
+                    REAL_CLIENT_PYTHON, "-c", program)
+    assert doc["program_rc"] == 0 and "finding" not in doc, doc
+    assert doc["launches_by_origin"]["cuLibraryGetKernel"] >= 1, doc
 
 
 # ---------------------------------------------------------------- on fakecuda

@@ -1,11 +1,17 @@
 /* handle_kind.c: which kind of handle a program's kernel launches carry, and what the driver's
  * two parameter-info calls answer on each (issue 27, risk 3).  Built as libcuda.so.1 in a
- * directory of its own and put first on LD_LIBRARY_PATH (as tests/c/procaddr_tracer.c is), it
- * loads the real driver named by HANDLE_PROBE_DRIVER and forwards to it, but hands out its own
- * wrappers of the calls that make handles (cuLibraryGetKernel gives a CUkernel;
- * cuModuleGetFunction and cuKernelGetFunction give a CUfunction) and of the launch calls.
- * CUDA 12 and 13 runtimes reach the driver only through cuGetProcAddress (and
- * cuDriverGetVersion by name), so no other export is needed by them.
+ * directory of its own and put first on LD_LIBRARY_PATH, it stands in for the real driver
+ * named by HANDLE_PROBE_DRIVER, and hands out its own wrappers of the calls that make handles
+ * (cuLibraryGetKernel gives a CUkernel; cuModuleGetFunction and cuKernelGetFunction give a
+ * CUfunction) and of the launch calls: by name and through cuGetProcAddress (both forms).
+ *
+ * Every other symbol is the real driver's: handle_kind.py links this library against the
+ * driver's full path (DT_NEEDED), so the dynamic linker finds whatever this library does not
+ * define in the driver, in dlsym on this library's handle as in a program linked against it.
+ * CUDA runtimes reach the driver through cuGetProcAddress, but PyTorch's own driver calls
+ * (c10's DriverAPI) dlopen libcuda.so.1 and dlsym names such as cuDevicePrimaryCtxGetState:
+ * a stand-in exporting only the lookups failed PyTorch's CUDA start on the first H100 run.
+ * handle_kind.py checks, before the program runs, that every export of the driver resolves.
  *
  * At exit it writes one JSON object to HANDLE_PROBE_OUT: handles made per origin, launches per
  * kind of handle (kernel, function, or unknown: made before or outside these calls), and for
@@ -181,52 +187,85 @@ static void launched(CUfunction f)
     pthread_mutex_unlock(&lock);
 }
 
-static CUresult w_library_get_kernel(CUkernel *k, CUlibrary lib, const char *name)
+/* The wrappers, exported under the driver's names (a program that dlsyms them by name gets
+ * them, as one that asks cuGetProcAddress does); a call this driver lacks is not found. */
+#define LAUNCH_ARGS CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, \
+                    unsigned shared, CUstream s, void **params, void **extra
+EXPORT CUresult w_library_get_kernel(CUkernel *k, CUlibrary lib, const char *name) __asm__("cuLibraryGetKernel");
+EXPORT CUresult w_module_get_function(CUfunction *f, CUmodule mod, const char *name) __asm__("cuModuleGetFunction");
+EXPORT CUresult w_kernel_get_function(CUfunction *f, CUkernel k) __asm__("cuKernelGetFunction");
+EXPORT CUresult w_launch(LAUNCH_ARGS) __asm__("cuLaunchKernel");
+EXPORT CUresult w_launch_ptsz(LAUNCH_ARGS) __asm__("cuLaunchKernel_ptsz");
+EXPORT CUresult w_launch_ex(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
+    __asm__("cuLaunchKernelEx");
+EXPORT CUresult w_launch_ex_ptsz(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
+    __asm__("cuLaunchKernelEx_ptsz");
+
+CUresult w_library_get_kernel(CUkernel *k, CUlibrary lib, const char *name)
 {
+    pthread_once(&once, load);
+    if (real_library_get_kernel == NULL)
+        return CUDA_ERROR_NOT_FOUND;
     CUresult r = real_library_get_kernel(k, lib, name);
     if (r == CUDA_SUCCESS)
         remember(*k, KERNEL);
     return r;
 }
 
-static CUresult w_module_get_function(CUfunction *f, CUmodule mod, const char *name)
+CUresult w_module_get_function(CUfunction *f, CUmodule mod, const char *name)
 {
+    pthread_once(&once, load);
+    if (real_module_get_function == NULL)
+        return CUDA_ERROR_NOT_FOUND;
     CUresult r = real_module_get_function(f, mod, name);
     if (r == CUDA_SUCCESS)
         remember(*f, FUNCTION_OF_MODULE);
     return r;
 }
 
-static CUresult w_kernel_get_function(CUfunction *f, CUkernel k)
+CUresult w_kernel_get_function(CUfunction *f, CUkernel k)
 {
+    pthread_once(&once, load);
+    if (real_kernel_get_function == NULL)
+        return CUDA_ERROR_NOT_FOUND;
     CUresult r = real_kernel_get_function(f, k);
     if (r == CUDA_SUCCESS)
         remember(*f, FUNCTION_OF_KERNEL);
     return r;
 }
 
-#define LAUNCH_ARGS CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, \
-                    unsigned shared, CUstream s, void **params, void **extra
-static CUresult w_launch(LAUNCH_ARGS)
+CUresult w_launch(LAUNCH_ARGS)
 {
+    pthread_once(&once, load);
+    if (real_launch == NULL)
+        return CUDA_ERROR_NOT_FOUND;
     launched(f);
     return real_launch(f, gx, gy, gz, bx, by, bz, shared, s, params, extra);
 }
 
-static CUresult w_launch_ptsz(LAUNCH_ARGS)
+CUresult w_launch_ptsz(LAUNCH_ARGS)
 {
+    pthread_once(&once, load);
+    if (real_launch_ptsz == NULL)
+        return CUDA_ERROR_NOT_FOUND;
     launched(f);
     return real_launch_ptsz(f, gx, gy, gz, bx, by, bz, shared, s, params, extra);
 }
 
-static CUresult w_launch_ex(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
+CUresult w_launch_ex(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
 {
+    pthread_once(&once, load);
+    if (real_launch_ex == NULL)
+        return CUDA_ERROR_NOT_FOUND;
     launched(f);
     return real_launch_ex(config, f, params, extra);
 }
 
-static CUresult w_launch_ex_ptsz(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
+CUresult w_launch_ex_ptsz(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
 {
+    pthread_once(&once, load);
+    if (real_launch_ex_ptsz == NULL)
+        return CUDA_ERROR_NOT_FOUND;
     launched(f);
     return real_launch_ex_ptsz(config, f, params, extra);
 }
