@@ -238,12 +238,18 @@ def stats(path) -> dict:
     }
 
 
+ITERATION_MULTIPLES = 16  # multiples of the kernels' period tried as the iteration
+
+
 def iteration(blocks) -> dict:
-    """The busiest process's iteration as its kernels repeat (the period of its launches'
-    functions) and how many of the last period's launches have the launch key they had a period
-    before: lookahead plans on keys (pump_channel.h: the kernel and the allocations its
-    arguments point into), so where an allocator gives a step's tensors other memory than the
-    step before, keys do not repeat and no plan is learned (None where no period is found)."""
+    """The busiest process's iteration as its kernels repeat, and how many of the last
+    iteration's launches have the launch key they had an iteration before: lookahead plans on
+    keys (pump_channel.h: the kernel and the allocations its arguments point into), so where an
+    allocator gives a step's tensors other memory than the step before, keys do not repeat and
+    no plan is learned.  The kernels' own period may be shorter than a step's (two kernels
+    alternating on other buffers), so the iteration is the multiple of it, up to
+    ITERATION_MULTIPLES, under which the most keys repeat (the shortest of equals); None where
+    the kernels do not repeat."""
     from pump.foresight import IterationDetector
     per_pid = {}
     for pid, records in blocks:
@@ -257,11 +263,15 @@ def iteration(blocks) -> dict:
     functions, keys = np.concatenate(functions).astype(np.uint64), np.concatenate(keys)
     detector = IterationDetector()
     detector.extend(functions)
-    period = detector.detect()
-    if not period:
+    kernels = detector.detect()
+    if not kernels:
         return None
-    same = int(np.count_nonzero(keys[-period:] == keys[-2 * period:-period]))
-    return {"launches": period, "keys_repeated": same, "keys_repeated_share": same / period}
+    best = None
+    for period in range(kernels, min(ITERATION_MULTIPLES * kernels, len(keys) // 2) + 1, kernels):
+        same = int(np.count_nonzero(keys[-period:] == keys[-2 * period:-period]))
+        if best is None or same / period > best["keys_repeated_share"]:
+            best = {"launches": period, "keys_repeated": same, "keys_repeated_share": same / period}
+    return best
 
 
 def _flops(n: float) -> str:

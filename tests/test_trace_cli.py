@@ -65,3 +65,17 @@ def test_stats_say_whether_launch_keys_repeat_from_step_to_step(tmp_path):
     for i in range(5):
         t.launch(0x100 + i, [buf])
     assert "iteration     none: the kernels do not repeat" in stats_text(t.write(str(tmp_path / "once.trace")))
+
+
+def test_stats_take_the_iteration_as_long_as_the_keys_need(tmp_path):
+    """bench/gpu/chain.py's shape: two kernels alternate, on one pair of buffers then the next:
+    the kernels repeat every 2 launches, the keys every 4; the iteration is 4 launches."""
+    t = TraceBuilder()
+    pairs = [t.alloc(2 * MIB) for _ in range(2)]
+    for s in range(5):
+        for buf in pairs:
+            t.launch(0x100, [buf])
+            t.launch(0x101, [buf])
+    lines = stats_text(t.write(str(tmp_path / "chain.trace")))
+    assert "iteration     4 launches; 100% of them with the launch key they had an iteration before " \
+           "(lookahead needs most)" in lines
