@@ -4,7 +4,7 @@ PyTorch's cudaMallocAsync backend raises the default pool's release threshold to
 the managed pool kept the driver's 0, so every step's freed memory went back to the driver at
 the step's synchronisation and was reserved and populated again the next step (before the
 fix, 5 steps of a 16 MiB activation: 80 MiB released and 80 MiB reserved again, a new address
-each step). The managed pool now follows the program's threshold, and its trims; pump's own
+each step in that run). The managed pool now follows the program's threshold, and its trims; pump's own
 PyTorch allocator (torch_allocator = "pump") keeps freed memory as PyTorch's allocators do.
 Measured with fakecuda's pool counters (tests/c/pool_steps.c)."""
 
@@ -16,7 +16,9 @@ MANAGED_ALL = {"PUMP_MANAGED_ALL": "1", "FAKECUDA_POOL_PREFETCH": "accept"}
 STEPS = 5
 ACTIVATION = 16 << 20  # tests/c/pool_steps.c
 KEPT = {"same_address": 1, "pool_bytes_released": 0, "pool_bytes_reserved": 0, "gpu_faults": 0}
-GIVEN_BACK = {"same_address": 0, "pool_bytes_released": STEPS * ACTIVATION, "pool_bytes_reserved": STEPS * ACTIVATION}
+# Given back shows in the counters, not the address: the driver may map a released range at the same
+# address again (fakecuda's managed pool does whenever mmap hands the range back).
+GIVEN_BACK = {"pool_bytes_released": STEPS * ACTIVATION, "pool_bytes_reserved": STEPS * ACTIVATION}
 
 
 def subset(result, expected):
