@@ -262,8 +262,14 @@ def test_replaces_lines_name_the_constant_and_the_measurement():
               "prefetch_bandwidth": {"result": {"h2d_bytes_per_s": 50e9, "d2h_bytes_per_s": 40e9,
                                                 "d2h_fault_bytes_per_s": 8e9}},
               "software": {"result": {"nvml": {"pcie_link_generation_max": 5, "pcie_link_width_max": 16}}},
-              "managed": {"result": {"pool_prefetchable": False}}}
+              "managed": {"result": {"pool_prefetchable": False}},
+              "host_calls": {"result": {"ns_per_call": {"cuEventRecord": {"median": 812.4, "min": 700.0},
+                                                        "cuThreadExchangeStreamCaptureMode": {"median": 40.2},
+                                                        "cuStreamIsCapturing": {"refused": 801}}}}}
     got = {r["replaces"].split()[0]: r for r in replaces.lines(probes)}
+    assert got["FAKECUDA_EVENT_RECORD_HOST_NS"]["measured"] == 812 and got["FAKECUDA_EVENT_RECORD_HOST_NS"]["now"] == 1500
+    assert [r["measured"] for r in replaces.lines(probes) if "cuThreadExchangeStreamCaptureMode" in r["replaces"]] == [40]
+    assert "FAKECUDA_CAPTURE_QUERY_HOST_NS" not in got   # refused: nothing measured
     assert got["FAKECUDA_IOCTL_NS"]["measured"] == 31500 and got["FAKECUDA_IOCTL_NS"]["now"] == 4835
     assert got["FAKECUDA_BLOCK_PASS_NS"]["measured"] == 2250 and got["FAKECUDA_BLOCK_PASS_NS"]["now"] == 583
     assert got["FAKECUDA_MIGRATE_BLOCK_NS"]["measured"] == 12500 and got["FAKECUDA_MIGRATE_BLOCK_NS"]["now"] == 19575
@@ -318,6 +324,14 @@ def test_prefetch_cost_probe_fits_a_line_per_case(fake_gpu):
     assert moved_in["per_moved_block_us"] >= 0.75 * 19.575
     assert moved_out["per_moved_block_us"] >= 0.75 * (19.575 + 83.9)
     assert resident["spent_by"] in ("calling thread on CPU", "calling thread waiting", "other threads")
+
+
+def test_host_calls_probe_times_every_call(fake_gpu, tmp_path):
+    doc = run_probe(fake_gpu, "host_calls.py", "--work", tmp_path, "--rounds", "3", "--per-round", "8")
+    assert doc["fakecuda"] is True and doc["rounds"] == 3
+    assert set(doc["ns_per_call"]) == set(replaces.HOST_CALLS) | {"cuStreamQuery"}
+    for call, figure in doc["ns_per_call"].items():
+        assert 0 < figure["min"] <= figure["median"], (call, figure)
 
 
 def test_uvm_counters_probe_on_fakecuda_is_a_finding(fake_gpu, tmp_path):

@@ -15,6 +15,13 @@ def model_constant(name: str):
     return int(m.group(1)) if m else None
 
 
+# host_calls' calls and the constant each one's median replaces (None: fakecuda charges nothing).
+HOST_CALLS = {"cuLaunchKernel": "FAKECUDA_LAUNCH_HOST_NS", "cuEventRecord": "FAKECUDA_EVENT_RECORD_HOST_NS",
+              "cuStreamWaitEvent": "FAKECUDA_STREAM_WAIT_EVENT_HOST_NS", "cuEventQuery": "FAKECUDA_QUERY_HOST_NS",
+              "cuStreamIsCapturing": "FAKECUDA_CAPTURE_QUERY_HOST_NS", "cuCtxGetCurrent": "FAKECUDA_CONTEXT_QUERY_HOST_NS",
+              "cuPointerGetAttribute": "FAKECUDA_POINTER_QUERY_HOST_NS", "cuThreadExchangeStreamCaptureMode": None}
+
+
 def worst_line_fractions():
     """pump/simulate's worst-case rate each way as a fraction of the line rate, and PCIe's rate."""
     from pump.simulate import constants
@@ -40,6 +47,14 @@ def lines(probes: dict) -> list:
                     "now": model_constant("FAKECUDA_MIGRATE_BLOCK_NS"),
                     "how": "host time per 2 MiB block a cuMemPrefetchAsync moves to the GPU, beyond the resident "
                            "call's (prefetch_cost)"})
+    timed = (probes.get("host_calls") or {}).get("result", {}).get("ns_per_call", {})
+    for call, constant in HOST_CALLS.items():
+        figure = timed.get(call, {})
+        if "median" in figure:
+            out.append({"replaces": f"{constant} (tests/fakecuda/fakecuda_model.h)" if constant else
+                        f"fakecuda's free {call} (not charged)",
+                        "measured": round(figure["median"]), "now": model_constant(constant) if constant else 0,
+                        "how": f"median ns of {call} in rounds of back-to-back calls (host_calls)"})
     bw = (probes.get("prefetch_bandwidth") or {}).get("result", {})
     link = ((probes.get("software") or {}).get("result") or {}).get("nvml", {})
     if "h2d_bytes_per_s" in bw:

@@ -131,6 +131,7 @@ def preflight(stage, args) -> list:
         failed.append(f"tests/test_real_libcuda.py against {driver}/libcuda.so.1: {r['summary'] or r['rc']}")
     run_probe("managed", [PROBES / "managed.py"])
     run_probe("prefetch_cost", [PROBES / "prefetch_cost.py"])
+    run_probe("host_calls", [PROBES / "host_calls.py", "--work", work / "host_calls"], 120)
     run_probe("prefetch_bandwidth", [REPO / "bench" / "gpu" / "prefetch_bw.py", "--mib", str(args.bandwidth_mib)])
     run_probe("launch_kinds", [PROBES / "launch_kinds.py"])
     kinds_program = ([] if stage.fakecuda else

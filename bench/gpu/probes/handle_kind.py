@@ -82,8 +82,7 @@ def build(work: pathlib.Path, driver: str) -> pathlib.Path:
     """handle_kind.c as work/libcuda.so.1, with a DT_NEEDED entry naming the driver's full path
     (an empty library whose soname is that path stands in for it at link time: linking the
     driver itself would record its soname, libcuda.so.1, which the wrapper itself answers)."""
-    headers = subprocess.run([sys.executable, str(REPO / "scripts" / "find-cuda-headers")], capture_output=True,
-                             text=True, check=True).stdout.strip()
+    headers = probe.cuda_headers()
     cc = os.environ.get("CC", "cc")
     link = work / "link"   # not on the library path: only the linker reads it
     link.mkdir(parents=True, exist_ok=True)

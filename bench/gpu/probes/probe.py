@@ -4,6 +4,7 @@ kind may refuse managed memory or cuMemAdvise: issue 27 risk 6)."""
 
 import json
 import pathlib
+import subprocess
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
@@ -46,3 +47,9 @@ def start(name: str, request_bytes: int):
         emit({"probe": name, "refused_for_memory": str(exc)})
         return None, 3
     return gpu, None
+
+
+def cuda_headers() -> str:
+    """The folder of the registry's cuda.h (scripts/find-cuda-headers), for a probe built in C."""
+    finder = pathlib.Path(__file__).resolve().parents[3] / "scripts" / "find-cuda-headers"
+    return subprocess.run([sys.executable, str(finder)], capture_output=True, text=True, check=True).stdout.strip()
