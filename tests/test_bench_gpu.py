@@ -263,10 +263,11 @@ def test_replaces_lines_name_the_constant_and_the_measurement():
                                                 "d2h_fault_bytes_per_s": 8e9}},
               "software": {"result": {"nvml": {"pcie_link_generation_max": 5, "pcie_link_width_max": 16}}},
               "managed": {"result": {"pool_prefetchable": False}},
+              "driver_evict": {"result": {"driver_evict_bytes_per_s": 30e9, "driver_over_prefetch": 2.5}},
               "host_calls": {"result": {"ns_per_call": {"cuEventRecord": {"median": 812.4, "min": 700.0},
                                                         "cuThreadExchangeStreamCaptureMode": {"median": 40.2},
                                                         "cuStreamIsCapturing": {"refused": 801}}}}}
-    got = {r["replaces"].split()[0]: r for r in replaces.lines(probes)}
+    got = {r["replaces"].split()[0]: r for r in replaces.lines(probes) if "driver_evict" not in r["how"]}
     assert got["FAKECUDA_EVENT_RECORD_HOST_NS"]["measured"] == 812 and got["FAKECUDA_EVENT_RECORD_HOST_NS"]["now"] == 1500
     assert [r["measured"] for r in replaces.lines(probes) if "cuThreadExchangeStreamCaptureMode" in r["replaces"]] == [40]
     assert "FAKECUDA_CAPTURE_QUERY_HOST_NS" not in got   # refused: nothing measured
@@ -277,6 +278,7 @@ def test_replaces_lines_name_the_constant_and_the_measurement():
     assert got["D2H_WORST_FRACTION"]["measured"] == pytest.approx(40e9 / 63.015e9, abs=1e-3)
     assert got["FAKECUDA_D2H_BYTES_PER_US"]["measured"] == 8000 and got["FAKECUDA_D2H_BYTES_PER_US"]["now"] == 25000
     assert got["fakecuda's"]["measured"] is False
+    assert [r["measured"] for r in replaces.lines(probes) if "driver_evict" in r["how"]] == [30000]
     assert replaces.lines({}) == []
 
 
@@ -332,6 +334,19 @@ def test_host_calls_probe_times_every_call(fake_gpu, tmp_path):
     assert set(doc["ns_per_call"]) == set(replaces.HOST_CALLS) | {"cuStreamQuery"}
     for call, figure in doc["ns_per_call"].items():
         assert 0 < figure["min"] <= figure["median"], (call, figure)
+
+
+def test_driver_evict_probe_reads_both_paths_back(fake_gpu):
+    """fakecuda's two rates, read back through the probe: the driver's evictions at
+    FAKECUDA_D2H_BYTES_PER_US, pump's prefetch to the host at FAKECUDA_PREFETCH_D2H_BYTES_PER_US,
+    each beside its fixed costs (wide bands: a loaded machine's late wake-ups)."""
+    from pump.simulate import constants
+    f = constants.fakecuda_constants()
+    doc = run_probe(fake_gpu, "driver_evict.py", "--mib", "64", "--rounds", "3")
+    assert doc["evicted_bytes_per_round"] == [32 * MiB] * 3, doc
+    assert 0.4 < doc["driver_evict_bytes_per_s"] / (f["FAKECUDA_D2H_BYTES_PER_US"] * 1e6) < 1.25, doc
+    assert 0.4 < doc["prefetch_to_host_bytes_per_s"] / (f["FAKECUDA_PREFETCH_D2H_BYTES_PER_US"] * 1e6) < 1.25, doc
+    assert doc["driver_over_prefetch"] > 1   # fakecuda's assumption, which the GPU must check
 
 
 def test_uvm_counters_probe_on_fakecuda_is_a_finding(fake_gpu, tmp_path):

@@ -75,6 +75,14 @@ def lines(probes: dict) -> list:
                     "measured": round(bw["d2h_fault_bytes_per_s"] / 1e6), "now": model_constant("FAKECUDA_D2H_BYTES_PER_US"),
                     "how": "the host reading GPU-resident managed memory, in bytes/us: the driver's own path back, "
                            "which the driver's evictions take too (prefetch_bandwidth)"})
+    evict = (probes.get("driver_evict") or {}).get("result", {})
+    if "driver_evict_bytes_per_s" in evict:
+        out.append({"replaces": "FAKECUDA_D2H_BYTES_PER_US (tests/fakecuda/fakecuda_model.h, not measured) for the "
+                                "driver's evictions, and the simulator's line rate for them (pump/simulate/bound.py)",
+                    "measured": round(evict["driver_evict_bytes_per_s"] / 1e6),
+                    "now": model_constant("FAKECUDA_D2H_BYTES_PER_US"),
+                    "how": f"bytes/us a plain allocation's evictions of resident managed memory made room at, "
+                           f"{evict['driver_over_prefetch']:.2f}x a prefetch to the host in the same run (driver_evict)"})
     managed = (probes.get("managed") or {}).get("result", {})
     if "pool_prefetchable" in managed:
         out.append({"replaces": "fakecuda's answer to prefetch and discard of managed-pool ranges (issue 27 risk 1)",

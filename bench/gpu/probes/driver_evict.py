@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""The driver's own eviction rate against pump's (a prefetch to the host), in the same run: what
+the worst case of `pump simulate` and fakecuda assume and no run has measured. The simulator
+takes the driver's evictions at the link's line rate and pump's at the measured prefetch-to-host
+rate (11.24 GB/s on the first H100), which alone keeps lookahead over 2x its bound there; if the
+driver's path is no faster, the bound's write-back rate is the slower one, and if it is faster,
+pump should leave its evictions to the driver.
+
+    python bench/gpu/probes/driver_evict.py [--mib M] [--rounds R]
+
+How, within GPU.md's rule (no managed memory beyond what the card has free when it is asked
+for): plain memory (cuMemAlloc) fills the card but a margin and M MiB; M MiB of managed memory,
+written on the host, is prefetched to the GPU. Then per round: (pump's path) the first half is
+prefetched to the host and the call and its stream timed, then brought back; (the driver's path)
+a plain allocation of the free memory plus half of M is timed: RM's allocation evicts UVM's
+chunks to make room (uvm_pmm_gpu.c: PMA's eviction callback, evict_root_chunk copies each
+chunk's resident pages to the host), and the bytes it evicted are read from cuMemGetInfo
+before and after; the allocation is freed and the managed memory brought back. Prints one JSON
+line: per path the median bytes per second, and their ratio."""
+
+import argparse
+import ctypes
+import statistics
+import sys
+import time
+
+import probe
+from cudrv import call, cu
+
+MiB = 1 << 20
+
+
+def timed(fn, *args) -> float:
+    start = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - start
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="driver_evict.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mib", type=int, default=1024, help="managed MiB on the GPU (default 1024), half evicted")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds per path (default 5)")
+    args = ap.parse_args(argv)
+    if args.mib < 4 or args.rounds < 1:
+        ap.error("--mib: at least 4; --rounds: at least 1")
+    size, half = args.mib * MiB, args.mib * MiB // 2
+    gpu, status = probe.start("driver_evict", size)
+    if gpu is None:
+        return status
+    free, total = gpu.memory()
+    filler_bytes = (free - probe.membudget.margin(total) - size) // (2 * MiB) * (2 * MiB)
+    if filler_bytes <= 0:
+        probe.emit({"probe": "driver_evict", "refused_for_memory": f"{free} bytes free: no room to fill"})
+        return 3
+    stream = call("cuStreamCreate", cu.CUstream_flags.CU_STREAM_NON_BLOCKING)
+    filler = gpu.alloc(filler_bytes, False)
+    doc = {"probe": "driver_evict", "managed_bytes": size, "filler_bytes": filler_bytes, "rounds": args.rounds}
+    managed = None
+    try:
+        gpu.check_fits("driver_evict's managed memory", size)
+        managed = gpu.alloc(size, True)
+        gpu.host_touch(managed, size)
+        ctypes.memset(managed, 1, size)
+        pump_rates, driver_rates, evicted = [], [], []
+        for _ in range(args.rounds):
+            gpu.prefetch(managed, size, True, stream)
+            gpu.synchronize(stream)
+            seconds = timed(lambda: (gpu.prefetch(managed, half, False, stream), gpu.synchronize(stream)))
+            pump_rates.append(half / seconds)
+            gpu.prefetch(managed, size, True, stream)
+            gpu.synchronize(stream)
+            before, _ = gpu.memory()
+            pressure_bytes = before + half
+            pressure = []
+            seconds = timed(lambda: pressure.append(gpu.alloc(pressure_bytes, False)))
+            after, _ = gpu.memory()
+            call("cuMemFree", pressure[0])
+            moved = pressure_bytes - before + after   # the room the allocation's evictions made
+            evicted.append(moved)
+            driver_rates.append(moved / seconds)
+        doc.update(prefetch_to_host_bytes_per_s=statistics.median(pump_rates),
+                   driver_evict_bytes_per_s=statistics.median(driver_rates),
+                   evicted_bytes_per_round=evicted, prefetch_to_host_samples=pump_rates,
+                   driver_evict_samples=driver_rates)
+        doc["driver_over_prefetch"] = doc["driver_evict_bytes_per_s"] / doc["prefetch_to_host_bytes_per_s"]
+    except probe.cudrv.CudaError as exc:
+        doc["finding"] = str(exc)
+    finally:
+        if managed is not None:
+            call("cuMemFree", managed)
+        call("cuMemFree", filler)
+    probe.emit(doc)
+    return 0 if "finding" not in doc else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
