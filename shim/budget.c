@@ -4,20 +4,24 @@
  * allocations, a neighbour process, the driver's own) and also the managed chunks of this
  * process, pump's resident blocks among them: free + pump's resident bytes is the room pump's
  * belief may take. Less a margin:
- * - MARGIN: 1/32 of the device's total memory, in whole 2 MiB blocks, at least one block
- *   (2.5 GiB of an 80 GiB card, 16 MiB of bench-steady's 512 MiB device). What the reading
- *   cannot see coming until the next synchronisation: device memory allocated outside pump's
- *   count between two readings (NCCL's buffers, NCCL_BUFFSIZE 4 MiB per channel and peer;
- *   cuMemCreate memory such as PyTorch's expandable segments; a library's own cudaMalloc
- *   without managed_all; another process's), the driver's page tables for the managed memory,
- *   and the rounding of the partial blocks at allocations' ends to the driver's 2 MiB root
- *   chunks. No source gives one figure for all of them; this one is chosen, and said in
- *   docs/how-it-works.md. Too small a margin costs copies, not failures: the driver takes
- *   the room others allocate from managed memory (uvm_pmm_gpu.c: RM's allocations evict
- *   UVM's chunks through PMA's eviction callbacks). Too large costs pump room: on
- *   bench-steady's oversubscribed step pump moves 426 MiB each way a step at this margin,
- *   402 at 1/64 of the device and 392 at 1/128 (the driver without pump: 402). A GPU's
- *   measure of what appears between two readings should set it.
+ * - MARGIN: what the reading cannot see coming until the next synchronisation: device memory
+ *   allocated outside pump's count between two readings (NCCL's buffers, NCCL_BUFFSIZE 4 MiB
+ *   per channel and peer; cuMemCreate memory such as PyTorch's expandable segments; a
+ *   library's own cudaMalloc without managed_all; another process's), the driver's page
+ *   tables for the managed memory, and the rounding of the partial blocks at allocations' ends
+ *   to the driver's 2 MiB root chunks. No source gives one figure for all of them, so each
+ *   device learns its own: the margin starts at MARGIN_MIN (1/128 of the device's memory, 640
+ *   MiB of an 80 GiB card, 4 MiB of bench-steady's 512 MiB device) and grows to the largest
+ *   drop of free memory between two readings that pump's own prefetching does not explain
+ *   (what appeared), in whole blocks, up to MARGIN_MAX (1/32 of the device, the fixed margin
+ *   before: never less room than then). Memory that appears inside chunks the driver still
+ *   holds for blocks pump evicted shows no drop and needs none: that room was pump's to give.
+ *   Too small a margin costs copies, not failures: the driver takes the room others allocate
+ *   from managed memory (uvm_pmm_gpu.c: RM's allocations evict UVM's chunks through PMA's
+ *   eviction callbacks), once, before the margin has learned it. Too large costs pump room: on
+ *   bench-steady's oversubscribed step pump moved 426 MiB each way a step at the fixed 1/32,
+ *   402 at 1/64 and 392 at 1/128 (the driver without pump: 402). A GPU's measure of what
+ *   appears between two readings on real jobs should check MARGIN_MIN; docs/how-it-works.md.
  * - HYSTERESIS: a reading replaces the default only when it differs from it by more than two
  *   margins. A block pump evicts leaves its root chunk with the driver (uvm_va_block.c gives a
  *   block's GPU chunks back only when they are evicted or the block is destroyed), which the
@@ -36,7 +40,8 @@
 #include "locks.h"
 #include "residency.h"
 
-#define MARGIN_DIVISOR 32
+#define MARGIN_MIN_DIVISOR 128
+#define MARGIN_MAX_DIVISOR 32
 #define HYSTERESIS_MARGINS 2
 
 struct device_budget {
@@ -44,7 +49,9 @@ struct device_budget {
     uint64_t configured;    /* PUMP_BUDGET in bytes for this device; 0: none */
     bool own_ready;         /* atomic: `own` and `margin` were read */
     uint64_t own;           /* atomic: pump's default, 0: none (the device could not be read) */
-    uint64_t margin;
+    /* under resolve_lock, once own_ready: */
+    uint64_t margin, margin_max;
+    uint64_t last_free, last_counted_in; /* the last reading, and the bytes pump had counted in then */
 };
 
 static struct device_budget devices[PUMP_DEVICES_MAX];
@@ -83,6 +90,39 @@ static void publish_own(uint64_t own)
         PUMP_SET(default_budget_bytes, own);
 }
 
+static void publish_margin(uint64_t margin)
+{
+    struct pump_stats *record = atomic_load_explicit(&pump_stats_record, memory_order_relaxed);
+    if (__atomic_load_n(&record->budget_margin_bytes, __ATOMIC_RELAXED) < margin)
+        PUMP_SET(budget_margin_bytes, margin);
+}
+
+static void remember_reading(struct device_budget *d, int device, uint64_t free_bytes)
+{
+    d->last_free = free_bytes;
+    d->last_counted_in = pump_residency_counted_in_bytes(device);
+}
+
+/* Under resolve_lock, with a new reading: the margin grows to what appeared since the last one
+ * (MARGIN above): the drop of free memory beyond the bytes pump brought in meanwhile (evicted or
+ * not: the driver keeps an evicted block's chunk until it needs the room, so a block brought in,
+ * evicted and brought in again may take two chunks, or one: what appeared is then read low, which
+ * costs copies, not failures). Two threads' readings may arrive out of order: an older one read
+ * as a rise of free memory learns nothing, and the next drop is counted from it (at worst a
+ * margin larger than what appeared, never above MARGIN_MAX). */
+static void learn_margin(struct device_budget *d, int device, uint64_t free_bytes)
+{
+    uint64_t dropped = d->last_free > free_bytes ? d->last_free - free_bytes : 0;
+    uint64_t own_growth = pump_residency_counted_in_bytes(device) - d->last_counted_in;
+    uint64_t appeared = blocks_up(dropped > own_growth ? dropped - own_growth : 0);
+    remember_reading(d, device, free_bytes);
+    if (appeared <= d->margin)
+        return;
+    d->margin = appeared < d->margin_max ? appeared : d->margin_max;
+    PUMP_COUNT(budget_margin_raises, 1);
+    publish_margin(d->margin);
+}
+
 /* Resolves what needs the device's memory, once per device (under resolve_lock), from a
  * reading made before it with no lock held (`read`: it could be made). */
 static void resolve(struct device_budget *d, struct pump_context *c, bool own, bool read, size_t free_bytes,
@@ -100,10 +140,13 @@ static void resolve(struct device_budget *d, struct pump_context *c, bool own, b
     }
     if (own && !d->own_ready) {
         if (read) {
-            d->margin = blocks_up((uint64_t)total_bytes / MARGIN_DIVISOR);
+            d->margin = blocks_up((uint64_t)total_bytes / MARGIN_MIN_DIVISOR);
+            d->margin_max = blocks_up((uint64_t)total_bytes / MARGIN_MAX_DIVISOR);
             if (d->margin == 0)
-                d->margin = PUMP_BLOCK_SIZE;
+                d->margin = d->margin_max = PUMP_BLOCK_SIZE;
             int device = pump_context_device(c);
+            remember_reading(d, device, free_bytes);
+            publish_margin(d->margin);
             uint64_t own_bytes = own_from(d, device, free_bytes);
             __atomic_store_n(&d->own, own_bytes, __ATOMIC_RELAXED);
             __atomic_store_n(&own_anywhere, true, __ATOMIC_RELEASE);
@@ -166,11 +209,16 @@ PUMP_HIDDEN void pump_budget_synchronised(CUstream stream)
     if (!pump_context_memory(c, &free_bytes, &total_bytes))
         return;
     PUMP_COUNT(budget_rereads, 1);
+    pump_mutex_lock(&resolve_lock);
+    learn_margin(d, device, free_bytes);
     uint64_t reading = own_from(d, device, free_bytes);
     uint64_t own = __atomic_load_n(&d->own, __ATOMIC_RELAXED);
     uint64_t apart = reading > own ? reading - own : own - reading;
-    if (apart > HYSTERESIS_MARGINS * d->margin) {
+    bool changes = apart > HYSTERESIS_MARGINS * d->margin;
+    if (changes)
         __atomic_store_n(&d->own, reading, __ATOMIC_RELAXED);
+    pump_mutex_unlock(&resolve_lock);
+    if (changes) {
         PUMP_COUNT(budget_changes, 1);
         publish_own(reading);
         pump_channel_own_budget(device, reading);

@@ -12,7 +12,7 @@
 
 enum {
     PUMP_STATS_MAGIC = 0x504d5053,   /* "SPMP" little-endian: a pump record */
-    PUMP_STATS_VERSION = 9
+    PUMP_STATS_VERSION = 10
 };
 
 struct pump_stats {
@@ -140,6 +140,9 @@ struct pump_stats {
     /* also version 9: policy off's emulation of a smaller card keeps the driver's order (residency.c) */
     uint64_t off_kernel_waits;       /* launches under policy off whose kernel waits for the evictions decided
                                         after the kernels before it */
+    /* version 10: the default budget's margin, learned from what appears between readings (budget.c) */
+    uint64_t budget_margin_bytes;    /* the largest margin in force on any device */
+    uint64_t budget_margin_raises;   /* readings that found more appeared than the margin held, and raised it */
 };
 
 #endif

@@ -57,6 +57,10 @@ PUMP_HIDDEN void pump_residency_replaced(struct pump_range *const *made, uint32_
 PUMP_HIDDEN void pump_residency_advised(uint64_t ptr, uint64_t bytes, CUmem_advise advice);
 /* The bytes pump believes resident on `device` (freed tensors' included). */
 PUMP_HIDDEN uint64_t pump_residency_resident_bytes(int device);
+/* The bytes pump's belief ever brought to the device (counted in): the device memory its own
+ * moves and its launches' faults may have taken, whether or not evicted since (the driver keeps
+ * an evicted block's chunk until it needs the room). */
+PUMP_HIDDEN uint64_t pump_residency_counted_in_bytes(int device);
 
 /* The launch rule, before a launch on `stream` (policy launch): prefetches
  * the blocks of the scan's allocations (or, with a trigger that has need

@@ -304,7 +304,14 @@ PUMP_HIDDEN void pump_block_count_in(struct pump_blocks *a, uint32_t i, int devi
     pump_rank_join(b);
     uint64_t bytes = pump_block_bytes(a, i);
     __atomic_store_n(&d->resident, d->resident + bytes, __ATOMIC_RELAXED);
+    __atomic_store_n(&d->counted_in, d->counted_in + bytes, __ATOMIC_RELAXED);
     atomic_fetch_add_explicit(&resident_total, bytes, memory_order_relaxed);
+}
+
+PUMP_HIDDEN uint64_t pump_residency_counted_in_bytes(int device)
+{
+    return device >= 0 && device < PUMP_DEVICES_MAX ? __atomic_load_n(&pump_devices[device].counted_in, __ATOMIC_RELAXED)
+                                                    : 0;
 }
 
 PUMP_HIDDEN void pump_blocks_refresh(struct pump_blocks *a, int device, uint64_t stamp)

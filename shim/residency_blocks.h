@@ -73,6 +73,7 @@ struct pump_device_state {
                                          but for those on the heap (residency_rank.h) */
     uint64_t resident;                /* bytes believed resident (written under the lock, read anywhere) */
     uint64_t migrations;
+    uint64_t counted_in;              /* bytes ever counted in (written under the lock, read anywhere) */
     uint64_t evicted_unawaited;       /* evicted since the prefetch stream last waited for the evictions */
     uint64_t awaited;                 /* times the prefetch stream waited for the evictions */
     uint64_t off_evictions;           /* atomic: policy off's decisions that evicted, handed over */

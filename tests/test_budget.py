@@ -148,15 +148,17 @@ def test_capture_is_left_alone_under_a_budget(run_program, policy):
 
 SMALL_DEVICE = {"FAKECUDA_DEVICE_MEMORY": str(256 * MiB), "PUMP_CAPACITY": "host", "PUMP_SOCKET": "",
                 "ASAN_OPTIONS": "detect_leaks=1", "TSAN_OPTIONS": "halt_on_error=1"}
-MARGIN = 256 * MiB // 32
+MARGIN = 256 * MiB // 128          # the margin's start (budget.c: MARGIN_MIN)
+MARGIN_MAX = 256 * MiB // 32       # ... and the most it learns
 
 
 @pytest.mark.parametrize("variant", ["plain", "asan", "tsan"])
 def test_default_budget_follows_the_device_memory_at_synchronisations(run_program, variant):
     """budget 4 32 5: four 32 MiB buffers (128 MiB) on a 256 MiB device, capacity host. The
-    default is read at the first launch: 256 MiB free - the margin (8 MiB) = 248 MiB. After
-    round 1's synchronisation a neighbour takes 124 MiB of the 128 MiB left: round 2's
-    reading gives 4 + 128 - 8 = 124 MiB, and pump evicts to hold its 128 MiB to it (rounds 3
+    default is read at the first launch: 256 MiB free - the margin (2 MiB) = 254 MiB. After
+    round 1's synchronisation a neighbour takes 124 MiB of the 128 MiB left: what appeared
+    raises the margin to its most (8 MiB), round 2's reading gives 4 + 128 - 8 = 124 MiB, and
+    pump evicts to hold its 128 MiB to it (rounds 3
     and 4) instead of leaving the device without room; the neighbour goes after round 3, and
     round 4's reading raises the default again. One reading per synchronisation (5 rounds and
     the last cuCtxSynchronize), two of them past the hysteresis (two margins)."""
@@ -170,26 +172,31 @@ def test_default_budget_follows_the_device_memory_at_synchronisations(run_progra
     assert t["evictions"] > 0 and run.result["bytes_d2h"] == t["bytes_evicted"]
     assert run.result["gpu_faults"] == 0
     assert t["default_budget_bytes"] == t["budget_bytes"] >= 4 * 32 * MiB  # raised again
+    assert t["budget_margin_bytes"] == MARGIN_MAX and t["budget_margin_raises"] == 1
     assert t["errors"] == 0
 
 
 def test_default_budget_stands_while_nothing_changes(run_program):
     """Without the neighbour every reading gives what the first did, less at most the margin
-    of chunks the driver still holds for blocks pump evicted: no change, no eviction."""
+    of chunks the driver still holds for blocks pump evicted: no change, no eviction. The
+    neighbour's 1 MiB at the last round fits in the margin it starts with: not raised."""
     run = run_program("budget", 4, 32, 5, "--neighbour=4:5:1", env=SMALL_DEVICE)
     t = run.totals
     assert t["budget_rereads"] == 6 and t["budget_changes"] == 0 and t["evictions"] == 0
     assert t["default_budget_bytes"] == 256 * MiB - MARGIN and run.result["gpu_faults"] == 0
+    assert t["budget_margin_bytes"] == MARGIN and t["budget_margin_raises"] == 0
 
 
 def test_a_configured_budget_under_the_default_stands(run_program):
     """min(configured, free memory + resident bytes - margin): PUMP_BUDGET below the default
-    wins. (The default read at the first synchronisation is lower than the first reading, 248
+    wins. (The default read at the first synchronisation is lower than the first reading, 254
     MiB: the driver keeps the chunks of the blocks pump evicted until it needs the room, and a
-    reading counts them as used: 128 MiB free + 64 resident - 8 = 184 MiB.)"""
+    reading counts them as used: 128 MiB free + 64 resident - 2 = 190 MiB. That drop of free
+    memory is pump's own doing, what it brought in: the margin learns nothing from it.)"""
     run = run_program("budget", 4, 32, 2, "--neighbour=1:2:1", env={**SMALL_DEVICE, "PUMP_BUDGET": "64MiB"})
     t = run.totals
-    assert t["budget_bytes"] == 64 * MiB and t["default_budget_bytes"] == 184 * MiB
+    assert t["budget_bytes"] == 64 * MiB and t["default_budget_bytes"] == 190 * MiB
+    assert t["budget_margin_bytes"] == MARGIN and t["budget_margin_raises"] == 0
     assert t["resident_bytes_peak"] <= 64 * MiB and run.result["gpu_faults"] == 0
 
 

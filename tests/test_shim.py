@@ -187,15 +187,15 @@ def test_default_capacity_is_free_device_memory(run_program):
 # touch's 256 MiB on a 192 MiB device: fakecuda's driver evicts at the device's size, so
 # without a budget of pump's own its prefetches pushed each other out (4,096 faults, as many
 # as with no prefetching at all). pump's default budget (budget.c: free memory + its resident
-# bytes - a margin of 1/32 of the device) makes room itself: what faults is only the part of
+# bytes - a margin, from 1/128 of the device) makes room itself: what faults is only the part of
 # the largest launch (add: a, b and c, 192 MiB) that cannot fit beside the margin.
 @pytest.mark.parametrize("cap", ["host", "1GiB"])
 def test_capacity_above_the_device_holds_a_default_budget(run_program, cap):
     device = 192 << 20
     run = run_program("touch_linked", env={"FAKECUDA_DEVICE_MEMORY": str(device), "PUMP_CAPACITY": cap})
     t = run.totals
-    margin = device // 32
     block = 2 << 20
+    margin = -(-device // 128 // block) * block   # whole blocks
     free = device - 256  # `out`, a plain allocation of 8 bytes, takes 256
     assert t["default_budget_bytes"] == t["budget_bytes"] == (free - margin) // block * block, cap
     assert t["resident_bytes_peak"] <= t["budget_bytes"]
