@@ -23,11 +23,14 @@
  *   402 at 1/64 and 392 at 1/128 (the driver without pump: 402). A GPU's measure of what
  *   appears between two readings on real jobs should check MARGIN_MIN; docs/how-it-works.md.
  * - HYSTERESIS: a reading replaces the default only when it differs from it by more than two
- *   margins. A block pump evicts leaves its root chunk with the driver (uvm_va_block.c gives a
- *   block's GPU chunks back only when they are evicted or the block is destroyed), which the
- *   driver takes back only when it needs the room: once the device is full, up to a margin of
- *   such chunks counts as used, so a reading there falls short by up to a margin. Without the
- *   hysteresis, each synchronisation would lower the default by one margin more.
+ *   of the largest margins (MARGIN_MAX), whatever the margin learned. A block pump evicts leaves
+ *   its root chunk with the driver (uvm_va_block.c gives a block's GPU chunks back only when
+ *   they are evicted or the block is destroyed), which the driver takes back only when it needs
+ *   the room: such chunks in the device's free room count as used, so a reading falls short by
+ *   as much, and each short reading would lower the default and make pump evict more. At two
+ *   learned margins (8 MiB) bench-steady's oversubscribed lookahead step spiralled down so, its
+ *   default from 252 MiB to 28-70 by the last step (12 changes; 400-450 MiB each way a step);
+ *   at two of the largest (32 MiB) it held at 252 (no change; 178 each way).
  * Re-read at synchronisations only on a device where the default is in force: one
  * cuMemGetInfo (and the context check around it) per synchronisation there, none elsewhere,
  * so a job that fits adds no driver call.
@@ -214,7 +217,7 @@ PUMP_HIDDEN void pump_budget_synchronised(CUstream stream)
     uint64_t reading = own_from(d, device, free_bytes);
     uint64_t own = __atomic_load_n(&d->own, __ATOMIC_RELAXED);
     uint64_t apart = reading > own ? reading - own : own - reading;
-    bool changes = apart > HYSTERESIS_MARGINS * d->margin;
+    bool changes = apart > HYSTERESIS_MARGINS * d->margin_max;
     if (changes)
         __atomic_store_n(&d->own, reading, __ATOMIC_RELAXED);
     pump_mutex_unlock(&resolve_lock);
