@@ -28,6 +28,7 @@ import probe
 from cudrv import call, cu
 
 MiB = 1 << 20
+SLACK = 256 * MiB
 
 
 def timed(fn, *args) -> float:
@@ -48,7 +49,8 @@ def main(argv=None) -> int:
     if gpu is None:
         return status
     free, total = gpu.memory()
-    filler_bytes = (free - probe.membudget.margin(total) - size) // (2 * MiB) * (2 * MiB)
+    # SLACK: what a plain allocation takes beyond its size (its page tables, the driver's rounding)
+    filler_bytes = (free - probe.membudget.margin(total) - size - SLACK) // (2 * MiB) * (2 * MiB)
     if filler_bytes <= 0:
         probe.emit({"probe": "driver_evict", "refused_for_memory": f"{free} bytes free: no room to fill"})
         return 3
@@ -83,6 +85,8 @@ def main(argv=None) -> int:
                    evicted_bytes_per_round=evicted, prefetch_to_host_samples=pump_rates,
                    driver_evict_samples=driver_rates)
         doc["driver_over_prefetch"] = doc["driver_evict_bytes_per_s"] / doc["prefetch_to_host_bytes_per_s"]
+    except probe.membudget.Refused as exc:
+        doc["refused_for_memory"] = str(exc)
     except probe.cudrv.CudaError as exc:
         doc["finding"] = str(exc)
     finally:
@@ -90,7 +94,7 @@ def main(argv=None) -> int:
             call("cuMemFree", managed)
         call("cuMemFree", filler)
     probe.emit(doc)
-    return 0 if "finding" not in doc else 1
+    return 3 if "refused_for_memory" in doc else 0 if "finding" not in doc else 1
 
 
 if __name__ == "__main__":
