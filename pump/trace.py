@@ -254,12 +254,13 @@ def iteration(blocks) -> dict:
     per_pid = {}
     for pid, records in blocks:
         batch = channel.decode(records)
-        functions, keys = per_pid.setdefault(pid, ([], []))
+        functions, keys, raw = per_pid.setdefault(pid, ([], [], []))
         functions.append(batch.launch_function)
         keys.append(channel.launch_keys(batch))
+        raw.append(records)
     if not per_pid:
         return None
-    functions, keys = max(per_pid.values(), key=lambda fk: sum(len(f) for f in fk[0]))
+    functions, keys, raw = max(per_pid.values(), key=lambda fk: sum(len(f) for f in fk[0]))
     functions, keys = np.concatenate(functions).astype(np.uint64), np.concatenate(keys)
     detector = IterationDetector()
     detector.extend(functions)
@@ -271,7 +272,58 @@ def iteration(blocks) -> dict:
         same = int(np.count_nonzero(keys[-period:] == keys[-2 * period:-period]))
         if best is None or same / period > best["keys_repeated_share"]:
             best = {"launches": period, "keys_repeated": same, "keys_repeated_share": same / period}
+    same = _same_in_allocation_order(np.concatenate(raw), best["launches"])
+    best.update(order_repeated=same, order_repeated_share=same / best["launches"])
     return best
+
+
+def _launch_allocations(records):
+    """Per launch, in order: (function, ((allocation number, size) or (None, base) per base)),
+    and the allocations made before each launch: the allocations a launch's bases name, numbered
+    in the order they were made (ALLOC records; a base no ALLOC names keeps its address)."""
+    live, made, launches, allocs_before = {}, 0, [], []
+    kinds, counts, args = records["kind"].tolist(), records["count"].tolist(), records["arg"].tolist()
+    alloc, free, launch, more = (channel.KIND[k] for k in ("alloc", "free", "launch", "launch_more"))
+    current = None
+
+    def close():
+        if current is not None:
+            launches.append((current[0], tuple(live.get(b, (None, b)) for b in current[1])))
+
+    for kind, count, arg in zip(kinds, counts, args):
+        if kind == more and current is not None:
+            current[1].extend(arg[:count])
+            continue
+        close()
+        current = None
+        if kind == alloc:
+            live[arg[0]] = (made, arg[1])
+            made += 1
+        elif kind == free:
+            live.pop(arg[0], None)
+        elif kind == launch:
+            current = (arg[0], list(arg[2:2 + min(count, 3)]))
+            allocs_before.append(made)
+    close()
+    return launches, allocs_before
+
+
+def _same_in_allocation_order(records, period: int) -> int:
+    """How many of the last `period` launches name what the launch an iteration before named,
+    where an allocation made during the iteration counts as the same as the one made at the
+    same place in the iteration before (its number one iteration's allocations later, the same
+    size): what keys that named a step's allocations by their order, not their address, would
+    repeat. An allocation made before both keeps its number (weights, optimizer state)."""
+    launches, before = _launch_allocations(records)
+    if len(launches) < 2 * period:
+        return 0
+    per_iteration = before[-period] - before[-2 * period]
+    same = 0
+    for (f0, named0), (f1, named1) in zip(launches[-2 * period:-period], launches[-period:]):
+        same += f0 == f1 and len(named0) == len(named1) and all(
+            b == a or (a[0] is not None and b[0] == a[0] + per_iteration and b[1] == a[1])
+            for a, b in zip(named0, named1))
+    return same
 
 
 def _flops(n: float) -> str:
@@ -285,7 +337,8 @@ def iteration_text(it) -> str:
     if it is None:
         return "none: the kernels do not repeat"
     return (f"{it['launches']:,} launches; {it['keys_repeated_share']:.0%} of them with the launch key they had "
-            "an iteration before (lookahead needs most)")
+            f"an iteration before (lookahead needs most); {it['order_repeated_share']:.0%} on the same allocations "
+            "in the iteration's order")
 
 
 def stats_text(doc: dict) -> str:
