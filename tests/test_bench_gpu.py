@@ -388,6 +388,23 @@ def wrapped_driver(c_build, which) -> str:
     return str(driver.resolve())
 
 
+@pytest.mark.parametrize("which", ["bookworm", "trixie"])
+def test_host_calls_finds_every_call_in_a_real_driver(tmp_path, which):
+    """Debian's 535 and 550 drivers answer cuGetProcAddress before cuInit: every call
+    host_calls.c times is looked up in them (the forms of the older of the headers and the
+    driver), and cuInit then fails on this machine without a GPU: a finding, not a crash."""
+    handle_kind_probe()   # the probes on the import path (they import cuda-python)
+    driver = REAL_LIBCUDA / which / "libcuda.so.1"
+    if not driver.exists():
+        pytest.skip(f"{driver} missing: run scripts/fetch-libcuda")
+    import host_calls
+    program = host_calls.build(tmp_path)
+    proc = subprocess.run([str(program), "1", "1"], env=dict(clean_env(), LD_LIBRARY_PATH=str(driver.parent)),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and json.loads(proc.stdout) == {
+        "probe": "host_calls", "finding": "cu.cuInit(0) failed: CUresult 100"}, (proc.stdout, proc.stderr)
+
+
 @pytest.mark.parametrize("which", ["fakecuda", "bookworm", "trixie"])
 def test_handle_kind_stand_in_answers_every_export_of_the_driver(c_build, tmp_path, which):
     """PyTorch's own driver calls dlopen libcuda.so.1 and dlsym names such as
