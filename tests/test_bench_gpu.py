@@ -65,6 +65,11 @@ def test_plan_gpt_sizes_the_budget_from_the_peak_and_refuses_past_free():
     program = suite.gpt_args(1.0, "train.py")
     c = suite.plan_gpt("c", program, 10 * GiB + 3, 40 * GiB, 80 * GiB)
     assert c.capacity == 5 * GiB and c.capacity % suite.BLOCK == 0
+    last = c.variants[-1]   # lookahead on pump's allocator, with a config pump-run accepts
+    assert last.name == "lookahead-pump-allocator" and last.pump[:2] == ["--policy", "lookahead"]
+    config = last.pump[last.pump.index("--config") + 1]
+    assert subprocess.run([sys.executable, "-m", "pump.cli", "config", "check", config], capture_output=True,
+                          text=True).returncode == 0
     assert suite.plan_gpt("d", program, GiB, 40 * GiB, 80 * GiB).variants[1].pump == []
     assert suite.plan_gpt("e", program, GiB, 40 * GiB, 80 * GiB).variants[1].pump == ["--no-managed-all"]
     with pytest.raises(membudget.Refused, match=r"REFUSED case c .*x 1.5"):
