@@ -235,8 +235,8 @@ def lookahead_line(iterations, links=None) -> str:
         return "lookahead: pumpd did not say whether it learned an iteration"
     learned = sorted({int(n) for n in iterations if isinstance(n, int) and n > 0})
     if not learned:
-        return ("lookahead learned no iteration: the job's launches did not repeat while it ran, "
-                "so the launch rule applied throughout")
+        return ("lookahead learned no iteration: the job's launches did not repeat while it ran (a PyTorch "
+                "job's do not under its caching allocator: docs/limits.md), so the launch rule applied throughout")
     counts = " and ".join(str(n) for n in learned)
     rates = sorted({round(n / 1e9, 1) for n in links or () if isinstance(n, (int, float)) and n > 0})
     measured = f", planned at the link rate its prefetches met: {' and '.join(map(str, rates))} GB/s" if rates else ""
