@@ -373,6 +373,7 @@ class Batch:
     launch_function: np.ndarray = None    # per launch, in order
     launch_time: np.ndarray = None        # per launch: the launch call's CLOCK_MONOTONIC ns, less its
                                           # thread's time in pump's own driver calls so far
+    launch_record: np.ndarray = None      # per launch: its LAUNCH record's index in the records read
     launch_base_start: np.ndarray = None  # per launch: its first entry in `bases`
     bases: np.ndarray = None              # allocation bases, launch after launch
     allocs: list = dataclasses.field(default_factory=list)   # (base, size)
@@ -430,6 +431,7 @@ def decode(records: np.ndarray) -> Batch:
     launches = np.flatnonzero(is_launch & ~bad_launch)
     batch.launch_function = arg[launches, 0].copy()
     batch.launch_time = records["time_ns"][launches].copy()
+    batch.launch_record = launches
 
     # Bases: up to 3 in the LAUNCH record (arg2..4), up to 5 in each MORE record.
     inline = np.minimum(count[launches], 3)

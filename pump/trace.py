@@ -254,14 +254,12 @@ def iteration(blocks) -> dict:
     per_pid = {}
     for pid, records in blocks:
         batch = channel.decode(records)
-        functions, keys, raw = per_pid.setdefault(pid, ([], [], []))
-        functions.append(batch.launch_function)
-        keys.append(channel.launch_keys(batch))
-        raw.append(records)
+        per_pid.setdefault(pid, []).append((records, batch))
     if not per_pid:
         return None
-    functions, keys, raw = max(per_pid.values(), key=lambda fk: sum(len(f) for f in fk[0]))
-    functions, keys = np.concatenate(functions).astype(np.uint64), np.concatenate(keys)
+    read = max(per_pid.values(), key=lambda rb: sum(len(b.launch_function) for _, b in rb))
+    functions = np.concatenate([b.launch_function for _, b in read]).astype(np.uint64)
+    keys = np.concatenate([channel.launch_keys(b) for _, b in read])
     detector = IterationDetector()
     detector.extend(functions)
     kernels = detector.detect()
@@ -272,49 +270,46 @@ def iteration(blocks) -> dict:
         same = int(np.count_nonzero(keys[-period:] == keys[-2 * period:-period]))
         if best is None or same / period > best["keys_repeated_share"]:
             best = {"launches": period, "keys_repeated": same, "keys_repeated_share": same / period}
-    same = _same_in_allocation_order(np.concatenate(raw), best["launches"])
+    same = _same_in_allocation_order(read, best["launches"])
     best.update(order_repeated=same, order_repeated_share=same / best["launches"])
     return best
 
 
-def _launch_allocations(records):
+def _launch_allocations(read):
     """Per launch, in order: (function, ((allocation number, size) or (None, base) per base)),
     and the allocations made before each launch: the allocations a launch's bases name, numbered
-    in the order they were made (ALLOC records; a base no ALLOC names keeps its address)."""
+    in the order they were made (ALLOC records; a base no ALLOC names keeps its address). read:
+    [(records, their channel.decode())] in order; the bases are decode's."""
     live, made, launches, allocs_before = {}, 0, [], []
-    kinds, counts, args = records["kind"].tolist(), records["count"].tolist(), records["arg"].tolist()
-    alloc, free, launch, more = (channel.KIND[k] for k in ("alloc", "free", "launch", "launch_more"))
-    current = None
-
-    def close():
-        if current is not None:
-            launches.append((current[0], tuple(live.get(b, (None, b)) for b in current[1])))
-
-    for kind, count, arg in zip(kinds, counts, args):
-        if kind == more and current is not None:
-            current[1].extend(arg[:count])
-            continue
-        close()
-        current = None
-        if kind == alloc:
-            live[arg[0]] = (made, arg[1])
-            made += 1
-        elif kind == free:
-            live.pop(arg[0], None)
-        elif kind == launch:
-            current = (arg[0], list(arg[2:2 + min(count, 3)]))
-            allocs_before.append(made)
-    close()
+    alloc, free = channel.KIND["alloc"], channel.KIND["free"]
+    for records, batch in read:
+        kinds, args = records["kind"], records["arg"]
+        changes = np.flatnonzero((kinds == alloc) | (kinds == free)).tolist()
+        # each ALLOC or FREE takes effect before the launches whose records come after it
+        launches_before = np.searchsorted(batch.launch_record, changes).tolist()
+        functions, at = batch.launch_function.tolist(), 0
+        for i in range(len(functions) + 1):
+            while at < len(changes) and launches_before[at] <= i:
+                k, base = changes[at], int(args[changes[at], 0])
+                if kinds[k] == alloc:
+                    live[base] = (made, int(args[k, 1]))
+                    made += 1
+                else:
+                    live.pop(base, None)
+                at += 1
+            if i < len(functions):
+                allocs_before.append(made)
+                launches.append((functions[i], tuple(live.get(b, (None, b)) for b in batch.launch_bases(i).tolist())))
     return launches, allocs_before
 
 
-def _same_in_allocation_order(records, period: int) -> int:
+def _same_in_allocation_order(read, period: int) -> int:
     """How many of the last `period` launches name what the launch an iteration before named,
     where an allocation made during the iteration counts as the same as the one made at the
     same place in the iteration before (its number one iteration's allocations later, the same
     size): what keys that named a step's allocations by their order, not their address, would
     repeat. An allocation made before both keeps its number (weights, optimizer state)."""
-    launches, before = _launch_allocations(records)
+    launches, before = _launch_allocations(read)
     if len(launches) < 2 * period:
         return 0
     per_iteration = before[-period] - before[-2 * period]
