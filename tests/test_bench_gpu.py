@@ -273,8 +273,10 @@ def test_replaces_lines_name_the_constant_and_the_measurement():
                                                         "cuThreadExchangeStreamCaptureMode": {"median": 40.2},
                                                         "cuStreamIsCapturing": {"refused": 801}}}}}
     got = {r["replaces"].split()[0]: r for r in replaces.lines(probes) if "driver_evict" not in r["how"]}
-    assert got["FAKECUDA_EVENT_RECORD_HOST_NS"]["measured"] == 812 and got["FAKECUDA_EVENT_RECORD_HOST_NS"]["now"] == 1500
-    assert [r["measured"] for r in replaces.lines(probes) if "cuThreadExchangeStreamCaptureMode" in r["replaces"]] == [40]
+    record = got["FAKECUDA_EVENT_RECORD_HOST_NS"]
+    assert record["measured"] == 812 and record["now"] == 1500
+    exchange = [r["measured"] for r in replaces.lines(probes) if "cuThreadExchangeStreamCaptureMode" in r["replaces"]]
+    assert exchange == [40]
     assert "FAKECUDA_CAPTURE_QUERY_HOST_NS" not in got   # refused: nothing measured
     assert got["FAKECUDA_IOCTL_NS"]["measured"] == 31500 and got["FAKECUDA_IOCTL_NS"]["now"] == 4835
     assert got["FAKECUDA_BLOCK_PASS_NS"]["measured"] == 2250 and got["FAKECUDA_BLOCK_PASS_NS"]["now"] == 583
@@ -434,12 +436,9 @@ def test_handle_kind_forwarding_check_fails_a_stand_in_without_the_driver(c_buil
     handle_kind.c built alone, without the driver beneath it."""
     hk = handle_kind_probe()
     driver = wrapped_driver(c_build, "fakecuda")
-    headers = subprocess.run([sys.executable, str(ROOT / "scripts" / "find-cuda-headers")], capture_output=True,
-                             text=True, check=True).stdout.strip()
     alone = tmp_path / "libcuda.so.1"
-    subprocess.run(["cc", "-std=c11", "-D_GNU_SOURCE", "-shared", "-fPIC", "-fvisibility=hidden", f"-I{headers}",
-                    str(BENCH / "probes" / "handle_kind.c"), "-Wl,-soname,libcuda.so.1", "-o", str(alone), "-ldl",
-                    "-lpthread"], check=True)
+    hk.probe.compile_c("-shared", "-fPIC", "-fvisibility=hidden", BENCH / "probes" / "handle_kind.c",
+                       "-Wl,-soname,libcuda.so.1", "-o", alone, "-ldl", "-lpthread")
     env = dict(clean_env(), LD_LIBRARY_PATH=str(tmp_path), HANDLE_PROBE_DRIVER=driver)
     check = hk.forwarding(alone, driver, env)
     assert check["missing_count"] == check["driver_exports"] - len(check["wrapped"]) > 200

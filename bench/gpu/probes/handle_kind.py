@@ -82,17 +82,14 @@ def build(work: pathlib.Path, driver: str) -> pathlib.Path:
     """handle_kind.c as work/libcuda.so.1, with a DT_NEEDED entry naming the driver's full path
     (an empty library whose soname is that path stands in for it at link time: linking the
     driver itself would record its soname, libcuda.so.1, which the wrapper itself answers)."""
-    headers = probe.cuda_headers()
-    cc = os.environ.get("CC", "cc")
     link = work / "link"   # not on the library path: only the linker reads it
     link.mkdir(parents=True, exist_ok=True)
     stub = link / "libhandle_kind_driver.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-x", "c", os.devnull, f"-Wl,-soname,{driver}", "-o", str(stub)],
+    subprocess.run([probe.cc(), "-shared", "-fPIC", "-x", "c", os.devnull, f"-Wl,-soname,{driver}", "-o", str(stub)],
                    check=True)
     out = work / "libcuda.so.1"
-    subprocess.run([cc, "-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
-                    "-fvisibility=hidden", f"-I{headers}", str(HERE / "handle_kind.c"), "-Wl,-soname,libcuda.so.1",
-                    "-o", str(out), "-Wl,--no-as-needed", str(stub), "-ldl", "-lpthread"], check=True)
+    probe.compile_c("-shared", "-fPIC", "-fvisibility=hidden", HERE / "handle_kind.c", "-Wl,-soname,libcuda.so.1",
+                    "-o", out, "-Wl,--no-as-needed", stub, "-ldl", "-lpthread")
     return out
 
 

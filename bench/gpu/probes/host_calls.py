@@ -13,7 +13,6 @@ in ns per call.  Prints one JSON line.  Allocates one 2 MiB managed buffer."""
 
 import argparse
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -26,8 +25,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 def build(work: pathlib.Path) -> pathlib.Path:
     out = work / "host_calls"
-    subprocess.run([os.environ.get("CC", "cc"), "-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Wextra", "-Werror",
-                    f"-I{probe.cuda_headers()}", str(HERE / "host_calls.c"), "-o", str(out), "-ldl"], check=True)
+    probe.compile_c(HERE / "host_calls.c", "-o", out, "-ldl")
     return out
 
 

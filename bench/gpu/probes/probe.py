@@ -3,6 +3,7 @@ JSON line out, and a driver call whose refusal is a finding, not a crash (under 
 kind may refuse managed memory or cuMemAdvise: issue 27 risk 6)."""
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -49,7 +50,15 @@ def start(name: str, request_bytes: int):
     return gpu, None
 
 
-def cuda_headers() -> str:
-    """The folder of the registry's cuda.h (scripts/find-cuda-headers), for a probe built in C."""
+def cc() -> str:
+    """The C compiler a probe is built with ($CC, else cc)."""
+    return os.environ.get("CC", "cc")
+
+
+def compile_c(*args) -> None:
+    """A probe's C, built as the shim is (C11, warnings as errors) against the registry's cuda.h
+    (scripts/find-cuda-headers); args: the sources, outputs and link options."""
     finder = pathlib.Path(__file__).resolve().parents[3] / "scripts" / "find-cuda-headers"
-    return subprocess.run([sys.executable, str(finder)], capture_output=True, text=True, check=True).stdout.strip()
+    headers = subprocess.run([sys.executable, str(finder)], capture_output=True, text=True, check=True).stdout.strip()
+    subprocess.run([cc(), "-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{headers}",
+                    *map(str, args)], check=True)
