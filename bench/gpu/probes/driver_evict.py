@@ -31,10 +31,32 @@ MiB = 1 << 20
 SLACK = 256 * MiB
 
 
-def timed(fn, *args) -> float:
+def on_gpu(gpu, managed: int, size: int, stream) -> None:
+    """All of the managed memory resident on the GPU again."""
+    gpu.prefetch(managed, size, True, stream)
+    gpu.synchronize(stream)
+
+
+def pump_path(gpu, managed: int, half: int, stream) -> float:
+    """Bytes per second of a prefetch of the first half to the host, the call and its stream."""
     start = time.perf_counter()
-    fn(*args)
-    return time.perf_counter() - start
+    gpu.prefetch(managed, half, False, stream)
+    gpu.synchronize(stream)
+    return half / (time.perf_counter() - start)
+
+
+def driver_path(gpu, half: int):
+    """(bytes evicted, bytes per second) of a plain allocation of the free memory and half more,
+    which the driver makes room for by evicting managed memory; the allocation is freed."""
+    before, _ = gpu.memory()
+    pressure_bytes = before + half
+    start = time.perf_counter()
+    pressure = gpu.alloc(pressure_bytes, False)
+    seconds = time.perf_counter() - start
+    after, _ = gpu.memory()
+    call("cuMemFree", pressure)
+    moved = pressure_bytes - before + after   # the room the allocation's evictions made
+    return moved, moved / seconds
 
 
 def main(argv=None) -> int:
@@ -65,21 +87,12 @@ def main(argv=None) -> int:
         ctypes.memset(managed, 1, size)
         pump_rates, driver_rates, evicted = [], [], []
         for _ in range(args.rounds):
-            gpu.prefetch(managed, size, True, stream)
-            gpu.synchronize(stream)
-            seconds = timed(lambda: (gpu.prefetch(managed, half, False, stream), gpu.synchronize(stream)))
-            pump_rates.append(half / seconds)
-            gpu.prefetch(managed, size, True, stream)
-            gpu.synchronize(stream)
-            before, _ = gpu.memory()
-            pressure_bytes = before + half
-            pressure = []
-            seconds = timed(lambda: pressure.append(gpu.alloc(pressure_bytes, False)))
-            after, _ = gpu.memory()
-            call("cuMemFree", pressure[0])
-            moved = pressure_bytes - before + after   # the room the allocation's evictions made
+            on_gpu(gpu, managed, size, stream)
+            pump_rates.append(pump_path(gpu, managed, half, stream))
+            on_gpu(gpu, managed, size, stream)
+            moved, rate = driver_path(gpu, half)
             evicted.append(moved)
-            driver_rates.append(moved / seconds)
+            driver_rates.append(rate)
         doc.update(prefetch_to_host_bytes_per_s=statistics.median(pump_rates),
                    driver_evict_bytes_per_s=statistics.median(driver_rates),
                    evicted_bytes_per_round=evicted, prefetch_to_host_samples=pump_rates,
