@@ -136,15 +136,15 @@ def plan_gpt(case_key: str, program: list, peak_bytes: int, free: int, total: in
     allowed = membudget.allowed(free, total)
     if case_key == "c":
         budget = budget_of(peak_bytes // 2)
+        variants = emulated_variants(budget, allowed)
         # Last, so that it is what a short time budget leaves out: lookahead on pump's allocator,
         # under which the real client's launch keys repeat (PyTorch's caching allocator moves a
         # step's tensors: docs/limits.md); whether the driver's pool keeps addresses is its question.
-        pump_allocator = ["--policy", "lookahead", "--capacity", str(allowed), "--budget", str(budget),
-                          "--config", str(HERE / "pump_allocator.toml")]
+        lookahead = next(v for v in variants if v.name == "lookahead")
+        variants.append(Variant("lookahead-pump-allocator",
+                                [*lookahead.pump, "--config", str(HERE / "pump_allocator.toml")]))
         return Case("c", f"train_gpt.py under an emulated capacity of {budget / GiB:.2f} GiB (half its peak)",
-                    "gpt", True, emulated_variants(budget, allowed) + [Variant("lookahead-pump-allocator",
-                                                                               pump_allocator)],
-                    budget, program, "launch")
+                    "gpt", True, variants, budget, program, "launch")
     if case_key == "d":
         return Case("d", "train_gpt.py, fits: plain `pump-run` (managed_all on) against no pump", "gpt", False,
                     [Variant("ideal", None, "device"), Variant("pump", [])], allowed, program)
