@@ -104,6 +104,16 @@ int64_t fc_move_ns(uint64_t bytes)
     return (int64_t)(bytes * FAKECUDA_MIGRATE_BLOCK_NS / FAKECUDA_VA_BLOCK);
 }
 
+/* What a prefetch to the host waits for its copies of `bytes`, beyond the CPU time of moving
+ * their pages (fc_move_ns) charged beside it. FAKECUDA_PREFETCH_D2H_BYTES_PER_US is the whole
+ * call's rate, timed with events around it: that CPU time is inside it, done while the copies
+ * pushed before run. So the call takes the longer of the two, not their sum. */
+int64_t fc_prefetch_d2h_wait_ns(uint64_t bytes)
+{
+    int64_t copies = (int64_t)(bytes * 1000u / FAKECUDA_PREFETCH_D2H_BYTES_PER_US), move = fc_move_ns(bytes);
+    return copies > move ? copies - move : 0;
+}
+
 /* A UVM_DISCARD of [p, p+n): a fixed cost and a synchronous wait per VA block
  * (uvm_va_range_discard visits each block; uvm_va_block_discard waits for its tracker). */
 int64_t fc_discard_ioctl_ns(uintptr_t p, size_t n)

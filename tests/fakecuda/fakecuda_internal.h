@@ -109,6 +109,7 @@ int fc_ioctl_on_worker(void);
 int64_t fc_migrate_ioctl_ns(uintptr_t p, size_t n);
 int64_t fc_discard_ioctl_ns(uintptr_t p, size_t n);
 int64_t fc_move_ns(uint64_t bytes);
+int64_t fc_prefetch_d2h_wait_ns(uint64_t bytes);
 void fc_va_write_lock(void);
 void fc_va_write_unlock(void);
 void fc_va_read_lock(void);

@@ -65,7 +65,7 @@ static int64_t read_mostly_to_host(fc_alloc *a, size_t p, int why)
     if ((*b & FC_BIT_READ_MOSTLY) && IS_PREFETCH(why)) { /* copied to the host; the device keeps its copy */
         FC_COUNT(bytes_d2h, FAKECUDA_PAGE);
         *b |= FC_BIT_DUP;
-        return why == WHY_PREFETCH_WAITED ? 0 : xfer_ns(FAKECUDA_PAGE, FAKECUDA_PREFETCH_D2H_BYTES_PER_US);
+        return why == WHY_PREFETCH_WAITED ? 0 : fc_prefetch_d2h_wait_ns(FAKECUDA_PAGE);
     }
     return -1;
 }
@@ -130,7 +130,7 @@ static int64_t page_move(fc_alloc *a, size_t p, uint8_t target, int why)
             ns += xfer_ns(FAKECUDA_PAGE, FAKECUDA_H2D_BYTES_PER_US);
         } else if (target == FC_LOC_HOST && cur >= FC_LOC_DEV0) {
             FC_COUNT(bytes_d2h, FAKECUDA_PAGE);
-            if (why == WHY_PREFETCH) ns += xfer_ns(FAKECUDA_PAGE, FAKECUDA_PREFETCH_D2H_BYTES_PER_US);
+            if (why == WHY_PREFETCH) ns += fc_prefetch_d2h_wait_ns(FAKECUDA_PAGE);
         } else if (cur >= FC_LOC_DEV0) { /* peer to peer: costed, not counted */
             ns += xfer_ns(FAKECUDA_PAGE, FAKECUDA_H2D_BYTES_PER_US);
         } /* unpopulated: populated in place, nothing moves */

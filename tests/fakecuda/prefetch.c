@@ -25,7 +25,7 @@ static int64_t ioctl_ns(const fc_range *r, size_t n, int discard, int with_copie
         uint64_t moving = fc_bytes_to_move(r[i].ptr, r[i].size, r[i].loc);
         ns += fc_migrate_ioctl_ns(r[i].ptr, r[i].size) + fc_move_ns(moving);
         if (with_copies && r[i].loc == FC_LOC_HOST)
-            ns += (int64_t)(moving * 1000u / FAKECUDA_PREFETCH_D2H_BYTES_PER_US);
+            ns += fc_prefetch_d2h_wait_ns(moving);
     }
     return ns;
 }

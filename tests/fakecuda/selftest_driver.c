@@ -165,12 +165,13 @@ static int child_cost(void)
     CHECK(atomic_load(&kernel_started_ns) - t0 >= floor, "kernel started %llu ns after, before %llu",
           (unsigned long long)(atomic_load(&kernel_started_ns) - t0), (unsigned long long)floor);
 
-    /* To the host: the call waits for its copies of the 4 MiB on the device. */
+    /* To the host: the call waits for its copies of the 4 MiB on the device, the CPU time of
+     * moving their pages inside that wait (the measured rate is the whole call's). */
     fakecuda_reset_stats();
     OK(prefetch(a, 4 * MiB, -1));
     unsigned long long copy = 4 * MiB * 1000 / FAKECUDA_PREFETCH_D2H_BYTES_PER_US;
-    CHECK(cost("prefetch").caller_ns == IOCTL + 2 * 2 * BLOCK_PASS + MOVED(4 * MiB) + copy, "to host: %llu ns",
-          (unsigned long long)cost("prefetch").caller_ns);
+    CHECK(copy > MOVED(4 * MiB) && cost("prefetch").caller_ns == IOCTL + 2 * 2 * BLOCK_PASS + copy,
+          "to host: %llu ns", (unsigned long long)cost("prefetch").caller_ns);
     OK(cuStreamSynchronize(st));
 
     /* Discard: one ioctl, a wait per block; the first write afterwards faults. */
