@@ -269,6 +269,7 @@ def test_replaces_lines_name_the_constant_and_the_measurement():
               "software": {"result": {"nvml": {"pcie_link_generation_max": 5, "pcie_link_width_max": 16}}},
               "managed": {"result": {"pool_prefetchable": False}},
               "driver_evict": {"result": {"driver_evict_bytes_per_s": 30e9, "driver_over_prefetch": 2.5}},
+              "concurrent_moves": {"result": {"overlap": 0.123, "bytes_each": 512 << 20}},
               "host_calls": {"result": {"ns_per_call": {"cuEventRecord": {"median": 812.4, "min": 700.0},
                                                         "cuThreadExchangeStreamCaptureMode": {"median": 40.2},
                                                         "cuStreamIsCapturing": {"refused": 801}}}}}
@@ -286,6 +287,7 @@ def test_replaces_lines_name_the_constant_and_the_measurement():
     assert got["FAKECUDA_D2H_BYTES_PER_US"]["measured"] == 8000 and got["FAKECUDA_D2H_BYTES_PER_US"]["now"] == 25000
     assert got["fakecuda's"]["measured"] is False
     assert [r["measured"] for r in replaces.lines(probes) if "driver_evict" in r["how"]] == [30000]
+    assert got["pump's"]["measured"] == 0.12 and got["pump's"]["now"] == 1 and "512 MiB" in got["pump's"]["how"]
     assert replaces.lines({}) == []
 
 
@@ -354,6 +356,19 @@ def test_driver_evict_probe_reads_both_paths_back(fake_gpu):
     assert 0.4 < doc["driver_evict_bytes_per_s"] / (f["FAKECUDA_D2H_BYTES_PER_US"] * 1e6) < 1.25, doc
     assert 0.4 < doc["prefetch_to_host_bytes_per_s"] / (f["FAKECUDA_PREFETCH_D2H_BYTES_PER_US"] * 1e6) < 1.25, doc
     assert doc["driver_over_prefetch"] > 1   # fakecuda's assumption, which the GPU must check
+
+
+def test_concurrent_moves_probe_reads_fakecudas_overlap_back(fake_gpu):
+    """fakecuda charges each thread's call what it costs alone, so a prefetch to the GPU and one
+    to the host made at once overlap wholly (a wide band: a loaded machine's late wake-ups);
+    each alone takes at least its bytes at fakecuda's rate that way."""
+    from pump.simulate import constants
+    f = constants.fakecuda_constants()
+    doc = run_probe(fake_gpu, "concurrent_moves.py", "--mib", "32", "--rounds", "3")
+    assert len(doc["samples_seconds"]["together"]) == 3 and doc["bytes_each"] == 32 * MiB
+    assert doc["out_seconds"] >= 32 * MiB / (f["FAKECUDA_PREFETCH_D2H_BYTES_PER_US"] * 1e6) * 0.95, doc
+    assert doc["in_seconds"] >= 32 * MiB / (f["FAKECUDA_H2D_BYTES_PER_US"] * 1e6) * 0.95, doc
+    assert doc["overlap"] > 0.6, doc
 
 
 def test_uvm_counters_probe_on_fakecuda_is_a_finding(fake_gpu, tmp_path):

@@ -83,6 +83,14 @@ def lines(probes: dict) -> list:
                     "now": model_constant("FAKECUDA_D2H_BYTES_PER_US"),
                     "how": f"bytes/us a plain allocation's evictions of resident managed memory made room at, "
                            f"{evict['driver_over_prefetch']:.2f}x a prefetch to the host in the same run (driver_evict)"})
+    moves = (probes.get("concurrent_moves") or {}).get("result", {})
+    if "overlap" in moves:
+        out.append({"replaces": "pump's one worker thread a device (shim/prefetch_worker.c), and fakecuda's "
+                                "concurrent UVM_MIGRATE calls (each costs its thread what it costs alone)",
+                    "measured": round(moves["overlap"], 2), "now": 1,
+                    "how": f"overlap of a prefetch to the GPU and one to the host made by two threads at once, "
+                           f"{moves['bytes_each'] >> 20} MiB each: 0 they take turns, 1 the shorter hides under the "
+                           f"longer (concurrent_moves)"})
     managed = (probes.get("managed") or {}).get("result", {})
     if "pool_prefetchable" in managed:
         out.append({"replaces": "fakecuda's answer to prefetch and discard of managed-pool ranges (issue 27 risk 1)",
