@@ -310,12 +310,14 @@ class _Run:
                             FaultRules(model.fault_batch, model.prefetch_threshold, model.prefetch_min_faults))
         self.foresight = None
         self.plan = {}
-        if policy == "lookahead":
+        costs = HostCosts.of_fakecuda() if model.host_costs else None
+        if policy == "lookahead":  # pumpd plans at the rate the shim measures its prefetches at
             mean = float(np.mean(self.kernel_s)) or K.HOST_LAUNCH_S
-            self.foresight = Foresight(self.capacity, model.bandwidth, launch_seconds=mean)
+            rate = costs.probed_rate(model.bandwidth) if costs else model.bandwidth
+            self.foresight = Foresight(self.capacity, rate, launch_seconds=mean)
             self.foresight.retime = self._retime
         self.shim = policy in ("launch", "lookahead") or (policy == "naive" and not model.gpu_limits_memory)
-        self.thread = LaunchThread(HostCosts.of_fakecuda() if model.host_costs else None, w.block_address)
+        self.thread = LaunchThread(costs, w.block_address)
 
     # ---- belief ----
     def _believe(self, b):

@@ -33,6 +33,13 @@ class HostCosts:
         """UVM_MIGRATE of a range of `blocks` VA blocks: two passes when it spans several."""
         return self.ioctl + blocks * (2 if blocks > 1 else 1) * self.block_pass if blocks else 0.0
 
+    def probed_rate(self, bandwidth: float) -> float:
+        """The rate a prefetch of many blocks meets as the shim times it (shim/link_rate.c:
+        events around the call), which pumpd plans at: per block its passes and its pages' CPU
+        time on the calling thread, then its copy at `bandwidth` (the stream's work begins when
+        the call has made it)."""
+        return K.BLOCK_BYTES / (2 * self.block_pass + self.move + K.BLOCK_BYTES / bandwidth)
+
     def discard(self, blocks: int) -> float:
         """UVM_DISCARD of a range of `blocks` VA blocks: a wait per block."""
         return self.ioctl + blocks * self.block_pass if blocks else 0.0
