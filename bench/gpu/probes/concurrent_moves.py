@@ -18,7 +18,6 @@ are put back between the timings, outside them. Prints one JSON line: the median
 `overlap`: (out + in - together) / min(out, in), 0 when the two calls take turns, 1 when the
 shorter hides wholly under the longer."""
 
-import argparse
 import statistics
 import sys
 import threading
@@ -56,12 +55,7 @@ def timed(*moves) -> float:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="concurrent_moves.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mib", type=int, default=512, help="MiB of each of the two buffers (default 512)")
-    ap.add_argument("--rounds", type=int, default=5, help="rounds (default 5)")
-    args = ap.parse_args(argv)
-    if args.mib < 2 or args.rounds < 1:
-        ap.error("--mib: at least 2; --rounds: at least 1")
+    args = probe.sized_args("concurrent_moves.py", __doc__, argv, 512, "MiB of each of the two buffers", 2)
     size = args.mib * MiB
     gpu, status = probe.start("concurrent_moves", 2 * size)
     if gpu is None:

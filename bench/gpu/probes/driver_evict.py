@@ -18,7 +18,6 @@ chunk's resident pages to the host), and the bytes it evicted are read from cuMe
 before and after; the allocation is freed and the managed memory brought back. Prints one JSON
 line: per path the median bytes per second, and their ratio."""
 
-import argparse
 import ctypes
 import statistics
 import sys
@@ -60,12 +59,7 @@ def driver_path(gpu, half: int):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="driver_evict.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mib", type=int, default=1024, help="managed MiB on the GPU (default 1024), half evicted")
-    ap.add_argument("--rounds", type=int, default=5, help="rounds per path (default 5)")
-    args = ap.parse_args(argv)
-    if args.mib < 4 or args.rounds < 1:
-        ap.error("--mib: at least 4; --rounds: at least 1")
+    args = probe.sized_args("driver_evict.py", __doc__, argv, 1024, "managed MiB on the GPU, half evicted", 4)
     size, half = args.mib * MiB, args.mib * MiB // 2
     gpu, status = probe.start("driver_evict", size)
     if gpu is None:

@@ -2,6 +2,7 @@
 JSON line out, and a driver call whose refusal is a finding, not a crash (under gVisor the H200
 kind may refuse managed memory or cuMemAdvise: issue 27 risk 6)."""
 
+import argparse
 import json
 import os
 import pathlib
@@ -12,6 +13,17 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import cudrv  # noqa: E402,F401  (re-exported for the probes)
 import membudget  # noqa: E402,F401
+
+
+def sized_args(prog: str, doc: str, argv, mib: int, mib_help: str, least_mib: int):
+    """A probe's --mib (at least least_mib) and --rounds (at least 1, default 5), parsed."""
+    ap = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
+    ap.add_argument("--mib", type=int, default=mib, help=f"{mib_help} (default {mib})")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds (default 5)")
+    args = ap.parse_args(argv)
+    if args.mib < least_mib or args.rounds < 1:
+        ap.error(f"--mib: at least {least_mib}; --rounds: at least 1")
+    return args
 
 
 def emit(doc: dict) -> None:
