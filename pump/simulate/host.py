@@ -35,7 +35,8 @@ class HostCosts:
 
     def probed_rate(self, bandwidth: float) -> float:
         """The rate a prefetch of many blocks meets as the shim times it (shim/link_rate.c:
-        events around the call), which pumpd plans at: per block its passes and its pages' CPU
+        events around the call), which pumpd plans at: per block its two passes (`migrate`'s,
+        for a range of several blocks; the ioctl's fixed part spread thin) and its pages' CPU
         time on the calling thread, then its copy at `bandwidth` (the stream's work begins when
         the call has made it)."""
         return K.BLOCK_BYTES / (2 * self.block_pass + self.move + K.BLOCK_BYTES / bandwidth)
