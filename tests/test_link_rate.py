@@ -20,6 +20,7 @@ from pump import channel, trace
 from pump.foresight import Foresight
 from pump.simulate import constants
 from pumpd import lookahead
+from synthetic_trace import training_trace
 
 MiB = 1 << 20
 PUMP = str(pathlib.Path(sys.executable).parent / "pump")
@@ -74,11 +75,26 @@ def test_the_measured_rate_comes_before_nvml_and_the_constant():
 
 def test_a_new_rate_replans_only_beyond_the_tolerance():
     policy = Foresight(64 * MiB, 63e9)
+    policy.observe(training_trace(steps=4, layers=6)[0].batch())
+    assert policy.learned
+    policy.triggers()
     policy.set_bandwidth(45e9)   # within a factor of 1.5: samples jitter, nothing changes
     policy.set_bandwidth(90e9)
-    assert policy.bandwidth == 63e9
+    assert policy.bandwidth == 63e9 and not policy.changed
     policy.set_bandwidth(25e9)
-    assert policy.bandwidth == 25e9 and policy.lookahead_seconds == 64 * MiB / 25e9
+    assert policy.bandwidth == 25e9 and policy.lookahead_seconds == 64 * MiB / 25e9 and policy.changed
+
+
+def test_before_a_plan_each_rate_is_taken():
+    """The first rates pumpd hears are of a job's first, small prefetches: held by the
+    tolerance until the iteration was learned, one of them made the plan (a replay on fakecuda
+    planned at 24.4 GB/s in one run of eight, 20.0 in the others, and let 288 faults a step
+    through against 320)."""
+    policy = Foresight(64 * MiB, 24.4e9)
+    policy.set_bandwidth(20.0e9)
+    assert policy.bandwidth == 20.0e9 and not policy.changed
+    policy.observe(training_trace(steps=4, layers=6)[0].batch())
+    assert policy.learned and policy.lookahead_seconds == 64 * MiB / 20.0e9
     with pytest.raises(ValueError, match="bandwidth 0: allowed > 0"):
         policy.set_bandwidth(0)
 
