@@ -21,6 +21,7 @@
 #include <link.h>
 #include <string.h>
 
+#include "captures.h"
 #include "hooks_common.h"
 #include "real_dlsym.h"
 
@@ -60,10 +61,13 @@ static bool undefined_without_pump(pump_dlsym_fn real, const char *name, const v
 PUMP_HIDDEN void *pump_dlsym_decide(void *handle, const char *name, const void *caller)
 {
     pump_dlsym_fn real = pump_real_dlsym();
-    if (!looks_like_driver_symbol(name) || pump_hook_depth > 0)
+    if (!looks_like_driver_symbol(name))
         return FORWARD;
     int id = pump_hook_find(name);
-    if (id < 0 || atomic_load_explicit(&pump_passthrough, memory_order_relaxed))
+    bool forward = id < 0 || pump_hook_depth > 0 || atomic_load_explicit(&pump_passthrough, memory_order_relaxed);
+    if (forward && pump_captures_begin_name(name))
+        pump_captures_untracked("dlsym was asked for a capture's beginning that pump does not answer");
+    if (forward)
         return FORWARD;
     /* Only answer where the driver answers: from pump's own position,
      * RTLD_DEFAULT would find pump's exports first, so look past them. */

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "captures.h"
 #include "channel.h"
 #include "hooks.h"
 #include "real_dlsym.h"
@@ -137,6 +138,20 @@ static void *own_entry(void *lib, PFN_cuGetProcAddress_v12000 get_proc, const ch
     return not_own(lib, abi_name, fn);
 }
 
+/* A driver newer than the headers pump was built with may begin a capture in a way pump has
+ * no hook for (CUDA 12.3 added cuStreamBeginCaptureToGraph, 13.1 cuStreamBeginCaptureToCig,
+ * 13.3 cuStreamBeginRecaptureToGraph), and a program linked to it may call it directly. */
+static void captures_known(void *lib, PFN_cuGetProcAddress_v12000 get_proc)
+{
+    PFN_cuDriverGetVersion_v2020 get_version = own_entry(lib, get_proc, "cuDriverGetVersion", 2020, "cuDriverGetVersion");
+    int version = 0;
+    if (get_version == NULL || get_version(&version) != CUDA_SUCCESS || version > CUDA_VERSION) {
+        pump_log(1, "driver CUDA version %d, pump's headers %d", version, CUDA_VERSION);
+        pump_captures_untracked("the driver is newer than the CUDA headers pump was built with, or did not say its "
+                                "version");
+    }
+}
+
 static bool load_driver(void)
 {
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
@@ -201,6 +216,7 @@ static bool load_driver(void)
         /* device UUIDs (channel.c) */
         .device_get_uuid = own_entry(lib, get_proc, "cuDeviceGetUuid", 11040, "cuDeviceGetUuid_v2"),
     };
+    captures_known(lib, get_proc);
     d.can_prefetch = d.ctx_get_current != NULL && d.ctx_get_device != NULL && d.stream_create != NULL &&
                      d.event_create != NULL && d.event_record != NULL && d.stream_wait_event != NULL &&
                      d.stream_is_capturing != NULL && (d.prefetch_v2 != NULL || d.prefetch_v1 != NULL);

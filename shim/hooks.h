@@ -12,6 +12,10 @@
 
 #include "shim.h"
 
+/* The 1-argument cuStreamBeginCapture of CUDA 10.0 (cuda.h now names the _v2 form so),
+ * likewise. */
+typedef CUresult (CUDAAPI *pump_pfn_stream_begin_capture_v10000)(CUstream hStream);
+
 /* The 5-argument cuGraphInstantiate of CUDA 10 and 11 (cuGraphInstantiate and
  * _v2): libcuda still exports it, cudaTypedefs.h names it only internally. */
 typedef CUresult (CUDAAPI *pump_pfn_graph_instantiate_v10000)(CUgraphExec *phGraphExec, CUgraph hGraph,
@@ -61,6 +65,24 @@ typedef CUresult (CUDAAPI *pump_pfn_graph_instantiate_v10000)(CUgraphExec *phGra
     X(stream_synchronize_ptsz, "cuStreamSynchronize_ptsz",                              \
       PFN_cuStreamSynchronize_v7000_ptsz)                                               \
     X(event_synchronize, "cuEventSynchronize", PFN_cuEventSynchronize_v2000)                \
+    /* every way to begin and end a stream capture: whether one is open (hooks_capture.c) */ \
+    X(stream_begin_capture, "cuStreamBeginCapture", pump_pfn_stream_begin_capture_v10000) \
+    X(stream_begin_capture_ptsz, "cuStreamBeginCapture_ptsz", pump_pfn_stream_begin_capture_v10000) \
+    X(stream_begin_capture_v2, "cuStreamBeginCapture_v2", PFN_cuStreamBeginCapture_v10010) \
+    X(stream_begin_capture_v2_ptsz, "cuStreamBeginCapture_v2_ptsz", PFN_cuStreamBeginCapture_v10010_ptsz) \
+    X(stream_begin_capture_to_graph, "cuStreamBeginCaptureToGraph", PFN_cuStreamBeginCaptureToGraph_v12030) \
+    X(stream_begin_capture_to_graph_ptsz, "cuStreamBeginCaptureToGraph_ptsz",            \
+      PFN_cuStreamBeginCaptureToGraph_v12030_ptsz)                                       \
+    X(stream_begin_recapture_to_graph, "cuStreamBeginRecaptureToGraph",                  \
+      PFN_cuStreamBeginRecaptureToGraph_v13030)                                          \
+    X(stream_begin_recapture_to_graph_ptsz, "cuStreamBeginRecaptureToGraph_ptsz",        \
+      PFN_cuStreamBeginRecaptureToGraph_v13030_ptsz)                                     \
+    X(stream_begin_capture_to_cig, "cuStreamBeginCaptureToCig", PFN_cuStreamBeginCaptureToCig_v13010) \
+    X(stream_begin_capture_to_cig_ptsz, "cuStreamBeginCaptureToCig_ptsz", PFN_cuStreamBeginCaptureToCig_v13010_ptsz) \
+    X(stream_end_capture, "cuStreamEndCapture", PFN_cuStreamEndCapture_v10000)          \
+    X(stream_end_capture_ptsz, "cuStreamEndCapture_ptsz", PFN_cuStreamEndCapture_v10000_ptsz) \
+    X(stream_end_capture_to_cig, "cuStreamEndCaptureToCig", PFN_cuStreamEndCaptureToCig_v13010) \
+    X(stream_end_capture_to_cig_ptsz, "cuStreamEndCaptureToCig_ptsz", PFN_cuStreamEndCaptureToCig_v13010_ptsz) \
     /* streams and contexts that go, and what changes the context of a launch's stream  \
      * (hooks_stream.c, hooks_context.c); the unsuffixed reset and release have the _v2   \
      * forms' signature */                                                                \

@@ -43,6 +43,7 @@
 #include <stddef.h>
 
 #include "capture_mode.h"
+#include "captures.h"
 #include "channel.h"
 #include "context_cache.h"
 #include "devices.h"
@@ -178,6 +179,8 @@ PUMP_HIDDEN bool pump_context_memory(struct pump_context *c, size_t *free_bytes,
 
 PUMP_HIDDEN bool pump_stream_capturing(CUstream stream)
 {
+    if (pump_captures_none())
+        return false;  /* no capture is open: no call (captures.h) */
     CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
     return pump_driver.stream_is_capturing(stream, &capture) != CUDA_SUCCESS ||
            capture != CU_STREAM_CAPTURE_STATUS_NONE;

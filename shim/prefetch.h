@@ -24,7 +24,8 @@ PUMP_HIDDEN int pump_context_device(const struct pump_context *c);
 PUMP_HIDDEN bool pump_context_memory(struct pump_context *c, size_t *free_bytes, size_t *total_bytes);
 
 /* True when `stream` is being captured into a graph (or cannot be asked):
- * pump then adds nothing to it. */
+ * pump then adds nothing to it. The driver is asked only while a capture may
+ * be open in the process (captures.h). */
 PUMP_HIDDEN bool pump_stream_capturing(CUstream stream);
 
 /* Enqueues the move of n ranges to c's device on its prefetch stream. timeable: each byte

@@ -10,6 +10,7 @@
  */
 #include <string.h>
 
+#include "captures.h"
 #include "hooks_common.h"
 #include "locks.h"
 
@@ -38,6 +39,9 @@ static void say_unmatched(const char *symbol)
  * libcuda's of another variant of the name). */
 static void unmatched(const char *symbol, const void *fn)
 {
+    if (pump_captures_begin_name(symbol))
+        pump_captures_untracked("cuGetProcAddress answered for a capture's beginning with a function pump does "
+                                "not hook");
     int id = pump_hook_of_base(symbol);
     if (id < 0)
         return;
@@ -53,8 +57,13 @@ static void unmatched(const char *symbol, const void *fn)
 
 static void substitute_hook(const char *symbol, void **pfn)
 {
-    if (*pfn == NULL || !pump_active())
+    if (*pfn == NULL)
         return;
+    if (!pump_active()) {
+        if (pump_captures_begin_name(symbol))
+            pump_captures_untracked("cuGetProcAddress answered for a capture's beginning while pump stood aside");
+        return;
+    }
     for (int i = 0; i < PUMP_HOOK_COUNT; i++) {
         if (pump_real[i] == *pfn) {
             pump_log(2, "cuGetProcAddress(%s) -> pump's %s", symbol, pump_hooks[i].name);

@@ -361,7 +361,8 @@ typedef struct fc_proc { const char *base; int version; const char *sym; int pts
 #define FC_ROW(base, ver, sym, ptsz, pfn) { #base, ver, #sym, ptsz, (void *)&fcl_##sym },
 static const fc_proc fc_procs[] = { FC_PROC_TABLE(FC_ROW) };
 
-/* FAKECUDA_PROCADDR_INTERNAL=NAME[,NAME...] (ABI names of the launch entry points below, graph launches too):
+/* FAKECUDA_PROCADDR_INTERNAL=NAME[,NAME...] (ABI names of the launch entry points below, graph launches
+ * and the beginning of a capture too):
  * cuGetProcAddress answers those with an internal function of the same signature that does
  * what the export does, not the export itself. A harsher mode, not the default: the 535 and
  * 550 drivers answer with their exports (tests/test_real_libcuda.py), but a driver whose
@@ -385,6 +386,8 @@ FC_INTERNAL(cuLaunchCooperativeKernel, FC_COOPERATIVE_PARAMS, (f, gx, gy, gz, bx
 FC_INTERNAL(cuLaunchCooperativeKernel_ptsz, FC_COOPERATIVE_PARAMS, (f, gx, gy, gz, bx, by, bz, shared, s, params))
 FC_INTERNAL(cuGraphLaunch, (CUgraphExec e, CUstream s), (e, s))
 FC_INTERNAL(cuGraphLaunch_ptsz, (CUgraphExec e, CUstream s), (e, s))
+FC_INTERNAL(cuStreamBeginCapture_v2, (CUstream s, CUstreamCaptureMode mode), (s, mode))
+FC_INTERNAL(cuStreamBeginCapture_v2_ptsz, (CUstream s, CUstreamCaptureMode mode), (s, mode))
 
 static const struct { const char *sym; void *fn; } fc_internal[] = {
     {"cuLaunchKernel", (void *)&internal_cuLaunchKernel},
@@ -395,6 +398,8 @@ static const struct { const char *sym; void *fn; } fc_internal[] = {
     {"cuLaunchCooperativeKernel_ptsz", (void *)&internal_cuLaunchCooperativeKernel_ptsz},
     {"cuGraphLaunch", (void *)&internal_cuGraphLaunch},
     {"cuGraphLaunch_ptsz", (void *)&internal_cuGraphLaunch_ptsz},
+    {"cuStreamBeginCapture_v2", (void *)&internal_cuStreamBeginCapture_v2},
+    {"cuStreamBeginCapture_v2_ptsz", (void *)&internal_cuStreamBeginCapture_v2_ptsz},
 };
 #define FC_NINTERNAL ((int)(sizeof fc_internal / sizeof *fc_internal))
 static int fc_internal_on[FC_NINTERNAL];
