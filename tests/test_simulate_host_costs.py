@@ -43,18 +43,26 @@ for what, base, size, to in (("one", 0, 2 << 20, 0), ("three", 0, 6 << 20, 0), (
     out[what] = caller_ns() - before
 ok(lib.cuStreamSynchronize(stream))
 # The shim's link probe (shim/link_rate.c): two events around one prefetch of host-resident
-# blocks, here 32 of them.
+# blocks, here 32 of them; the median of seven. fakecuda sleeps its modelled costs and a stream's
+# thread stamps its events, so a loaded machine moves a probe either way: one probe read 19.6 GB/s
+# in a CI run, and with three CPU burners on two cores some read the copy's 24.8 (the start
+# stamped late, after the call's host time), against the model's 20.0.
 big, start, end, ms = ctypes.c_uint64(), ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_float()
 ok(lib.cuMemAllocManaged(ctypes.byref(big), ctypes.c_size_t(64 << 20), 1))
 lib.fakecuda_host_touch(ctypes.c_void_p(big.value), ctypes.c_size_t(64 << 20))
 ok(lib.cuEventCreate(ctypes.byref(start), 0))
 ok(lib.cuEventCreate(ctypes.byref(end), 0))
-ok(lib.cuEventRecord(start, stream))
-ok(lib.cuMemPrefetchAsync(big, ctypes.c_size_t(64 << 20), 0, stream))
-ok(lib.cuEventRecord(end, stream))
-ok(lib.cuStreamSynchronize(stream))
-ok(lib.cuEventElapsedTime(ctypes.byref(ms), start, end))
-out["probed_bytes_per_s"] = (64 << 20) / (ms.value * 1e-3)
+rates = []
+for _ in range(7):
+    ok(lib.cuEventRecord(start, stream))
+    ok(lib.cuMemPrefetchAsync(big, ctypes.c_size_t(64 << 20), 0, stream))
+    ok(lib.cuEventRecord(end, stream))
+    ok(lib.cuStreamSynchronize(stream))
+    ok(lib.cuEventElapsedTime(ctypes.byref(ms), start, end))
+    rates.append((64 << 20) / (ms.value * 1e-3))
+    ok(lib.cuMemPrefetchAsync(big, ctypes.c_size_t(64 << 20), -1, stream))  # back to the host, untimed
+    ok(lib.cuStreamSynchronize(stream))
+out["probed_bytes_per_s"] = sorted(rates)[3]
 print(json.dumps(out))
 """
 
@@ -77,8 +85,9 @@ def test_the_simulator_charges_what_fakecuda_charges(c_build):
     for what, seconds in modelled.items():
         assert measured[what] == pytest.approx(seconds * 1e9, rel=1e-6, abs=1), (what, measured, modelled)
     # What pumpd plans at, timed as the shim times it, is the model's planning rate (the call's
-    # fixed cost aside: 4.8 us over 32 blocks), well below the copy's.
-    assert measured["probed_bytes_per_s"] == pytest.approx(costs.probed_rate(model.bandwidth), rel=0.02), measured
+    # fixed cost aside: 4.8 us over 32 blocks), well below the copy's (5%: the probes' noise, a
+    # fifth of the 25% between the two rates).
+    assert measured["probed_bytes_per_s"] == pytest.approx(costs.probed_rate(model.bandwidth), rel=0.05), measured
     assert costs.probed_rate(model.bandwidth) < 0.85 * model.bandwidth
 
 
