@@ -458,7 +458,8 @@ def canonical_start(keys, blocks) -> int:
     period = len(keys)
     if period == 0:
         return 0
-    listed = np.asarray(keys).tolist()
+    keys = np.asarray(keys)
+    listed = keys.tolist()
     key_next, block_next = {}, {}     # the position of each key's and block's next use
     shapes = [None] * period
     for pos in range(2 * period - 1, -1, -1):
@@ -484,7 +485,7 @@ def canonical_start(keys, blocks) -> int:
     # backward passes over layers of one size): their plans differ only in which blocks
     # move, so the least key picks one wherever the reads cut the stream.
     least = np.flatnonzero(rank == rank.min())
-    return int(least[np.argmin(np.asarray(keys)[least])])
+    return int(least[np.argmin(keys[least])])
 
 
 def plan_cycle(uses, block_bytes, seconds, budget, horizon_seconds, reserve=0, anchors=None, freed=None):

@@ -63,8 +63,8 @@ PUMP_HIDDEN void *pump_dlsym_decide(void *handle, const char *name, const void *
     pump_dlsym_fn real = pump_real_dlsym();
     if (!looks_like_driver_symbol(name))
         return FORWARD;
-    int id = pump_hook_find(name);
-    bool forward = id < 0 || pump_hook_depth > 0 || atomic_load_explicit(&pump_passthrough, memory_order_relaxed);
+    int id = pump_hook_depth > 0 ? -1 : pump_hook_find(name);  /* from inside a hook: forwarded */
+    bool forward = id < 0 || atomic_load_explicit(&pump_passthrough, memory_order_relaxed);
     if (forward && pump_captures_begin_name(name))
         pump_captures_untracked("dlsym was asked for a capture's beginning that pump does not answer");
     if (forward)

@@ -21,6 +21,7 @@
 #include <unwind.h>
 
 #include "capture_mode.h"
+#include "captures.h"
 #include "managed_all.h"
 
 enum { UNDECIDED, ON, OFF };
@@ -263,8 +264,8 @@ static CUmemoryPool managed_pool_for(CUstream stream, int *device_out)
                       "allocations stay device memory");
         return NULL;
     }
-    CUstreamCaptureStatus capture;
-    if (pump_driver.stream_is_capturing(stream, &capture) != CUDA_SUCCESS)
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;  /* no capture open: not asked (captures.h) */
+    if (!pump_captures_none() && pump_driver.stream_is_capturing(stream, &capture) != CUDA_SUCCESS)
         return NULL;  /* the driver's own call will say what is wrong with the stream */
     if (capture != CU_STREAM_CAPTURE_STATUS_NONE) {
         PUMP_COUNT(managed_all_captured, 1);  /* the graph owns the allocation: its node is the program's */
