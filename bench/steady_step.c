@@ -302,6 +302,8 @@ static void print_delta(const char *name, const struct snapshot *a, const struct
     PUMP(launches_managed); PUMP(launches_prefetched); PUMP(prefetch_calls); PUMP(prefetch_ranges); PUMP(prefetch_bytes); PUMP(resident_skips); PUMP(budget_skips);
     PUMP(bytes_evicted); PUMP(evictions); PUMP(plan_triggers); PUMP(plan_prefetch_ranges); PUMP(plan_evict_ranges);
     PUMP(worker_jobs); PUMP(worker_takeovers); PUMP(worker_waits);
+    PUMP(torch_tensor_discards); PUMP(bytes_discarded); PUMP(discards_skipped); PUMP(prefetch_discard_waits);
+    PUMP(launches_planned);
 #undef PUMP
     printf(", \"resident_bytes\": %llu, \"errors\": %llu}}", (unsigned long long)b->pump.resident_bytes,
            (unsigned long long)b->pump.errors);

@@ -379,7 +379,10 @@ class Batch:
     allocs: list = dataclasses.field(default_factory=list)   # (base, size)
     frees: list = dataclasses.field(default_factory=list)    # (base, size): left freed by this read (a free
                                                               # the read allocates again is not one)
-    functions: dict = dataclasses.field(default_factory=dict)  # function -> name
+    functions: dict = dataclasses.field(default_factory=dict)  # function -> its latest name in this read
+    named: list = dataclasses.field(default_factory=list)     # (launches before it, function, name) per FUNCTION
+                                                              # record: a handle the driver reused after an unload
+                                                              # is named again, maybe in the same read
     syncs: int = 0
     counters: tuple = None                # the last COUNTERS record's five values
     # From generated traces (and framework integration): per launch, the exact
@@ -485,7 +488,7 @@ def decode(records: np.ndarray) -> Batch:
             if name_of is None or n > 40 or n > name_left:
                 batch.invalid += 1
                 continue
-            batch.functions[name_of] += a.tobytes()[:n]
+            batch.named[-1][2] += a.tobytes()[:n]
             name_left -= n
             continue
         name_of = None
@@ -528,8 +531,9 @@ def decode(records: np.ndarray) -> Batch:
                 batch.invalid += 1
                 continue
             name_of, name_left = int(a[0]), max(0, n - 32)
-            batch.functions[name_of] = a[1:].tobytes()[: min(n, 32)]
-    batch.functions = {f: name.decode("utf-8", "replace") for f, name in batch.functions.items()}
+            batch.named.append([int(launches_before[i]), name_of, a[1:].tobytes()[: min(n, 32)]])
+    batch.named = [(at, f, name.decode("utf-8", "replace")) for at, f, name in batch.named]
+    batch.functions = {f: name for _, f, name in batch.named}
     # Readers add a batch's allocations, then take its frees away: a free followed in the same
     # read by an allocation at its base (a caching allocator handing the memory out again)
     # would take the new one away too. It is left out; the allocation replaces the freed one.

@@ -70,6 +70,7 @@ class JobConfig:
     priority: Optional[int] = None
     managed_all: Optional[bool] = None
     torch_allocator: Optional[str] = None
+    evict_ahead: Optional[bool] = None
     trace_file: Optional[str] = None
     daemon_mode: Optional[str] = None
     daemon_socket: Optional[str] = None
@@ -240,6 +241,8 @@ def job_env(cfg: JobConfig) -> Dict[str, str]:
         env["PUMP_MANAGED_ALL"] = "1" if cfg.managed_all else "0"
     if cfg.torch_allocator is not None:
         env["PUMP_TORCH_ALLOCATOR"] = cfg.torch_allocator
+    if cfg.evict_ahead is not None:
+        env["PUMP_EVICT_AHEAD"] = "1" if cfg.evict_ahead else "0"
     return env
 
 

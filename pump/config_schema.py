@@ -179,6 +179,8 @@ JOB_SCHEMA: Dict[str, Dict[str, Key]] = {
         "managed_all": _key("managed_all", _boolean, _TOML_BOOL),
         # PyTorch's CUDA allocator: its own caching one, or pump's (shim/torch_allocator.c)
         "torch_allocator": _enum_key("torch_allocator", *TORCH_ALLOCATORS),
+        # false: each launch makes its own room under a budget (PUMP_EVICT_AHEAD=0, shim/residency_ahead.c)
+        "evict_ahead": _key("evict_ahead", _boolean, _TOML_BOOL),
     },
     "trace": {
         "file": _key("trace_file", _path, _TOML_PATH),

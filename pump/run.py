@@ -156,6 +156,10 @@ def job_environment(cfg, shim_file: str, env, verbose: int = 0):
         allocator_env, notice = torch_env.managed_all_allocator_env(env)
         env.update(allocator_env)
         notices += [notice] if notice else []
+    if cfg.policy == "lookahead" and cfg.managed_all and cfg.source.get("torch_allocator") == "default":
+        # Lookahead plans by addresses: a PyTorch step's repeat under pump's allocator, which places
+        # each tensor where it went the step before (shim/placement.c), not under the caching one.
+        env["PUMP_TORCH_ALLOCATOR"] = "pump"
     if cfg.managed_all or cfg.torch_allocator == "pump":
         env.update(torch_env.boot_env(env))
     if cfg.policy == "lookahead":
@@ -236,7 +240,8 @@ def lookahead_line(iterations, links=None) -> str:
     learned = sorted({int(n) for n in iterations if isinstance(n, int) and n > 0})
     if not learned:
         return ("lookahead learned no iteration: the job's launches did not repeat while it ran (a PyTorch "
-                "job's do not under its caching allocator: docs/limits.md), so the launch rule applied throughout")
+                "job's repeat under pump's allocator once its optimizer marks steps, not under PyTorch's caching "
+                "allocator: docs/limits.md), so the launch rule applied throughout")
     counts = " and ".join(str(n) for n in learned)
     rates = sorted({round(n / 1e9, 1) for n in links or () if isinstance(n, (int, float)) and n > 0})
     measured = f", planned at the link rate its prefetches met: {' and '.join(map(str, rates))} GB/s" if rates else ""

@@ -199,14 +199,25 @@ PUMP_HIDDEN void pump_channel_function(struct pump_channel *c, CUfunction f)
     pump_channel_emit(c, records, n);
 }
 
-PUMP_HIDDEN void pump_channel_sync(uint32_t epoch)
+/* A record of `kind` about no device with one argument. */
+static void emit_one(uint16_t kind, uint64_t arg)
 {
     struct pump_channel *c = pump_channel_get();
     if (c == NULL)
         return;
-    struct pump_event e = event(PUMP_EVENT_SYNC, 1, -1);
-    e.arg[0] = epoch;
+    struct pump_event e = event(kind, 1, -1);
+    e.arg[0] = arg;
     pump_channel_emit(c, &e, 1);
+}
+
+PUMP_HIDDEN void pump_channel_sync(uint32_t epoch)
+{
+    emit_one(PUMP_EVENT_SYNC, epoch);
+}
+
+PUMP_HIDDEN void pump_channel_step(uint64_t step)
+{
+    emit_one(PUMP_EVENT_STEP, step);
 }
 
 /* ---- devices: which GPUs the process works on (DEVICE) ----

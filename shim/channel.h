@@ -61,6 +61,8 @@ PUMP_HIDDEN void pump_channel_launch(struct pump_channel *c, CUfunction f, CUstr
 /* FUNCTION (+ NAME): the handle and its name, asked of the driver. */
 PUMP_HIDDEN void pump_channel_function(struct pump_channel *c, CUfunction f);
 PUMP_HIDDEN void pump_channel_sync(uint32_t epoch);
+/* The program finished training step `step` (the optimizer's, pump_torch_step): a STEP record. */
+PUMP_HIDDEN void pump_channel_step(uint64_t step);
 /* DEVICE: the process works on `device` (a CUDA ordinal). Asks the driver for
  * its UUID the first time only; sent now, or when the daemon attaches. */
 PUMP_HIDDEN void pump_channel_device(CUdevice device);

@@ -22,6 +22,8 @@ PUMP_HIDDEN struct pump_config pump_config = {
     .policy = PUMP_POLICY_LAUNCH,
     .wait = true,
     .worker = true,
+    .evict_ahead = true,
+    .torch_placement = true,
     .cap_kind = PUMP_CAP_DEFAULT,
     .log_level = 0,
     .epoch_launches = PUMP_EPOCH_LAUNCHES_DEFAULT,
@@ -195,6 +197,18 @@ PUMP_HIDDEN void pump_config_load(void)
             pump_config.worker = v[0] == '1';
         else
             bad_value("PUMP_WORKER", v, "0 or 1", "1");
+    }
+    if ((v = getenv("PUMP_EVICT_AHEAD")) != NULL && *v) {
+        if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0)
+            pump_config.evict_ahead = v[0] == '1';
+        else
+            bad_value("PUMP_EVICT_AHEAD", v, "0 or 1", "1");
+    }
+    if ((v = getenv("PUMP_TORCH_PLACEMENT")) != NULL && *v) {
+        if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0)
+            pump_config.torch_placement = v[0] == '1';
+        else
+            bad_value("PUMP_TORCH_PLACEMENT", v, "0 or 1", "1");
     }
     if ((v = getenv("PUMP_KERNEL_TIMES")) != NULL && *v) {
         if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0)

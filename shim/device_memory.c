@@ -88,6 +88,21 @@ PUMP_HIDDEN bool pump_device_memory_remove(CUdeviceptr base)
     return found;
 }
 
+PUMP_HIDDEN void pump_device_memory_drop_device(int device)
+{
+    pump_mutex_lock(&lock);
+    bool erased = true;
+    while (erased) {  /* an erase moves entries back, across the table's end too: pass again */
+        erased = false;
+        for (uint32_t i = 0; i < SLOTS; i++)
+            while (table[i].base != 0 && table[i].device == device) {
+                erase(i);
+                erased = true;
+            }
+    }
+    pump_mutex_unlock(&lock);
+}
+
 PUMP_HIDDEN uint64_t pump_device_memory_held(int device)
 {
     return device >= 0 && device < PUMP_DEVICES_MAX ? __atomic_load_n(&held[device], __ATOMIC_RELAXED) : 0;

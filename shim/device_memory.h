@@ -21,6 +21,8 @@ PUMP_HIDDEN void pump_device_memory_add(CUdeviceptr base, uint64_t size, int dev
  * none was counted. */
 PUMP_HIDDEN bool pump_device_memory_remove(CUdeviceptr base);
 /* The bytes counted on device now. */
+/* Forgets every allocation of `device` (its context went, and its memory with it). */
+PUMP_HIDDEN void pump_device_memory_drop_device(int device);
 PUMP_HIDDEN uint64_t pump_device_memory_held(int device);
 
 PUMP_HIDDEN void pump_device_memory_before_fork(void);

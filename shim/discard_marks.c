@@ -13,6 +13,8 @@
  * under it again.
  */
 #include "capture_mode.h"
+#include "captures.h"
+#include "devices.h"
 #include "discard_marks.h"
 #include "locks.h"
 #include "prefetch.h"
@@ -23,9 +25,41 @@
 /* Marks: the mark's sequence number << 8 | the context's index + 1 (never 0). */
 #define MARK_SEQUENCE_SHIFT 8
 
+static bool make_marks(struct pump_context *c)
+{
+    return pump_events_create_in(c, c->marks, PUMP_DISCARD_MARKS);
+}
+
 static bool marks_ready(struct pump_context *c)
 {
-    return pump_ring_ready(c, &c->mark_ring, c->marks, PUMP_DISCARD_MARKS, "discard marks: dead tensors are not discarded");
+    return pump_ring_ready(c, &c->mark_ring, make_marks, "discard marks: dead tensors are not discarded");
+}
+
+/* The legacy peer is made in c's context: a stream belongs to the context current when it is
+ * made, and the freeing thread may have none, or another. */
+static bool make_legacy_peer(struct pump_context *c)
+{
+    struct pump_capture_mode mode = pump_capture_relax();
+    bool pushed, made = pump_context_push(c->key, &pushed) &&
+                        pump_call_ok(pump_driver.stream_create(&c->legacy_peer, CU_STREAM_DEFAULT), "cuStreamCreate") &&
+                        pump_call_ok(pump_driver.stream_create(&c->populate_stream, CU_STREAM_NON_BLOCKING),
+                                     "cuStreamCreate") &&
+                        pump_call_ok(pump_driver.event_create(&c->populated, CU_EVENT_DISABLE_TIMING),
+                                     "cuEventCreate");
+    pump_context_pop(pushed);
+    pump_capture_restore(&mode);
+    return made;
+}
+
+/* c's legacy peer stream (prefetch_context.h), or NULL: not makeable, or being made. */
+static CUstream legacy_peer(struct pump_context *c)
+{
+    pump_mutex_lock(&c->use_lock);
+    bool ready = pump_ring_ready(c, &c->peer_ring, make_legacy_peer,
+                                 "a stream in the legacy stream's order: tensors freed there are not discarded");
+    CUstream peer = ready ? c->legacy_peer : NULL;
+    pump_mutex_unlock(&c->use_lock);
+    return peer;
 }
 
 /* The mark's context and event, or NULL (0, PUMP_DISCARD_UNORDERED). */
@@ -41,18 +75,20 @@ static struct pump_context *mark_context(uint64_t mark, CUevent *event)
     return c;
 }
 
-/* One discard at a time in a context: its slot is taken under use_lock, the driver is asked
- * outside it, and the mark is published under it again. */
-PUMP_HIDDEN uint64_t pump_discard_dead(CUdeviceptr ptr, size_t size, CUstream stream)
+/* The 2 MiB blocks wholly inside [ptr, ptr+size): [*first, *end), false when there is none or
+ * the driver cannot discard. */
+static bool whole_blocks(CUdeviceptr ptr, size_t size, CUdeviceptr *first, CUdeviceptr *end)
 {
-    if (pump_driver.discard_batch == NULL || pump_driver.event_query == NULL || stream == NULL ||
-        stream == CU_STREAM_LEGACY || pump_ranges_find(ptr) == NULL)
-        return 0;
-    CUdeviceptr first = (ptr + PUMP_BLOCK_SIZE - 1) / PUMP_BLOCK_SIZE * PUMP_BLOCK_SIZE;
-    CUdeviceptr end = (ptr + size) / PUMP_BLOCK_SIZE * PUMP_BLOCK_SIZE;
-    struct pump_context *c = end > first ? pump_context_of(stream) : NULL;
-    if (c == NULL || pump_stream_capturing(stream))
-        return 0;
+    *first = (ptr + PUMP_BLOCK_SIZE - 1) / PUMP_BLOCK_SIZE * PUMP_BLOCK_SIZE;
+    *end = (ptr + size) / PUMP_BLOCK_SIZE * PUMP_BLOCK_SIZE;
+    return *end > *first && pump_driver.discard_batch != NULL && pump_driver.event_query != NULL;
+}
+
+/* Discards [first, end) on `stream`, c's (or its legacy peer), and marks it. One discard at a
+ * time in a context: its slot is taken under use_lock, the driver is asked outside it, and the
+ * mark is published under it again. */
+static uint64_t discard_marked(struct pump_context *c, CUstream stream, CUdeviceptr first, CUdeviceptr end)
+{
     size_t bytes = (size_t)(end - first);
     pump_mutex_lock(&c->use_lock);
     bool ready = marks_ready(c);  /* no discard without a mark */
@@ -84,6 +120,7 @@ PUMP_HIDDEN uint64_t pump_discard_dead(CUdeviceptr ptr, size_t size, CUstream st
     if (discarded && __atomic_load_n(&c->forgets, __ATOMIC_RELAXED) == forgets) {
         c->marked[slot].first = first;
         c->marked[slot].end = end;
+        __atomic_store_n(&c->marked[slot].on_peer, stream == c->legacy_peer, __ATOMIC_RELAXED);
         if (recorded) {
             mark = sequence << MARK_SEQUENCE_SHIFT | (c->index + 1);
         } else {
@@ -97,6 +134,45 @@ PUMP_HIDDEN uint64_t pump_discard_dead(CUdeviceptr ptr, size_t size, CUstream st
     }
     pump_mutex_unlock(&c->use_lock);
     return mark;
+}
+
+PUMP_HIDDEN uint64_t pump_discard_dead(CUdeviceptr ptr, size_t size, CUstream stream)
+{
+    CUdeviceptr first, end;
+    if (stream == NULL || stream == CU_STREAM_LEGACY || pump_ranges_find(ptr) == NULL ||
+        !whole_blocks(ptr, size, &first, &end))
+        return 0;
+    struct pump_context *c = pump_context_of(stream);
+    if (c == NULL || pump_stream_capturing(stream))
+        return 0;
+    return discard_marked(c, stream, first, end);
+}
+
+PUMP_HIDDEN uint64_t pump_discard_freed(struct pump_context *c, CUdeviceptr ptr, size_t size, CUstream stream)
+{
+    CUdeviceptr first, end;
+    if (stream == CU_STREAM_PER_THREAD || !whole_blocks(ptr, size, &first, &end))
+        return 0;  /* a per-thread stream names the calling thread's, maybe not the block's */
+    bool legacy = stream == NULL || stream == CU_STREAM_LEGACY;
+    /* While a capture is open, work on a stream in the legacy stream's order could join it. */
+    if (legacy ? !pump_captures_none() : pump_stream_capturing(stream))
+        return 0;
+    CUstream on = legacy ? legacy_peer(c) : stream;
+    if (on == NULL)
+        return 0;
+    /* The legacy stream's context is the calling thread's, c (pump_context_of): only another
+     * stream's may need making current. */
+    bool pushed = false;
+    uint64_t mark = legacy || pump_context_push(c->key, &pushed) ? discard_marked(c, on, first, end) : 0;
+    pump_context_pop(pushed);
+    return mark;
+}
+
+PUMP_HIDDEN bool pump_discard_on_peer(uint64_t mark, const struct pump_context *c)
+{
+    CUevent event;
+    return mark_context(mark, &event) == c &&
+           __atomic_load_n(&c->marked[(mark >> MARK_SEQUENCE_SHIFT) % PUMP_DISCARD_MARKS].on_peer, __ATOMIC_RELAXED);
 }
 
 PUMP_HIDDEN uint64_t pump_discard_over(uint64_t start, uint64_t bytes)
@@ -159,4 +235,16 @@ PUMP_HIDDEN void pump_prefetch_after_discard(struct pump_context *c, uint64_t ma
 PUMP_HIDDEN void pump_evict_after_discard(struct pump_context *c, uint64_t mark)
 {
     discard_wait(c->evict_stream, mark);
+}
+
+PUMP_HIDDEN void pump_populate_after_discard(struct pump_context *c, uint64_t mark)
+{
+    discard_wait(c->populate_stream, mark);
+}
+
+PUMP_HIDDEN bool pump_populate(struct pump_context *c, CUdeviceptr *ptrs, size_t *sizes, size_t n)
+{
+    pump_evictions_wait(c, c->populate_stream);
+    CUmemLocation to = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = c->device};
+    return pump_move_ranges(c->populate_stream, to, ptrs, sizes, n);
 }

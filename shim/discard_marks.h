@@ -14,6 +14,23 @@ struct pump_context;
  * would not free it again). Returns its mark (0: nothing discarded): pump's
  * moves of memory allocated again over it must come after it on the GPU. */
 PUMP_HIDDEN uint64_t pump_discard_dead(CUdeviceptr ptr, size_t size, CUstream stream);
+/* Discards, as pump_discard_dead does, memory of c's device that a framework's caching
+ * allocator took back on `stream` (its own, where it hands the memory out again; NULL or
+ * CU_STREAM_LEGACY: the legacy stream of c, then the discard is made on c's legacy peer, a
+ * blocking stream in the legacy stream's order). Made in c's context, whatever the calling
+ * thread's; never while a capture may be open and the stream is the legacy one or captured.
+ * Returns its mark (0: nothing discarded). */
+PUMP_HIDDEN uint64_t pump_discard_freed(struct pump_context *c, CUdeviceptr ptr, size_t size, CUstream stream);
+/* Whether the marked discard was made on c's legacy peer: memory allocated again over it is
+ * then populated on c's populate stream (pump_populate), made to wait for the discard, instead
+ * of on c's prefetch stream, where that wait would hold every prefetch queued behind it until
+ * the legacy stream reaches the free. */
+PUMP_HIDDEN bool pump_discard_on_peer(uint64_t mark, const struct pump_context *c);
+/* Prefetches n ranges of discarded memory to c's device on its populate stream, after the
+ * evictions enqueued so far, which make its room (and after the discards
+ * pump_populate_after_discard made it wait for): a prefetch that moves no byte. The kernel that
+ * needs them waits for pump_populate_wait. */
+PUMP_HIDDEN bool pump_populate(struct pump_context *c, CUdeviceptr *ptrs, size_t *sizes, size_t n);
 /* A mark no move can be ordered after (its event could not be recorded). */
 #define PUMP_DISCARD_UNORDERED UINT64_MAX
 /* The mark of the latest discard overlapping [start, start+bytes) that may
@@ -24,5 +41,7 @@ PUMP_HIDDEN bool pump_discard_done(uint64_t mark);
 /* Makes c's prefetch stream, or its eviction stream, wait for a marked discard. */
 PUMP_HIDDEN void pump_prefetch_after_discard(struct pump_context *c, uint64_t mark);
 PUMP_HIDDEN void pump_evict_after_discard(struct pump_context *c, uint64_t mark);
+/* ... or c's populate stream (pump_populate). */
+PUMP_HIDDEN void pump_populate_after_discard(struct pump_context *c, uint64_t mark);
 
 #endif

@@ -33,6 +33,10 @@ static inline bool pump_active(void)
     return !atomic_load_explicit(&pump_passthrough, memory_order_relaxed) && pump_hook_depth <= 1;
 }
 
+/* At every kernel launch: the first registers pump's exit handler again, so that it runs before
+ * the CUDA runtime's teardown (lifecycle.c). */
+PUMP_HIDDEN void pump_lifecycle_launched(void);
+
 /* In a _ptsz entry point the NULL stream is the per-thread default stream;
  * pump's own calls use the legacy ABI, so name that stream explicitly. */
 static inline CUstream pump_stream_of(CUstream stream, bool per_thread)

@@ -57,6 +57,7 @@ static void before_launch(struct launch *l, CUfunction f, CUstream stream, void 
 {
     l->context = l->timed = NULL;
     PUMP_COUNT(launches, 1);
+    pump_lifecycle_launched();
     if (PUMP_UNLIKELY(!pump_active()))
         return;
     count_handle_kind(f);

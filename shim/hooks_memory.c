@@ -25,6 +25,7 @@
 #include "device_memory.h"
 #include "devices.h"
 #include "hooks_common.h"
+#include "hooks_memory.h"
 #include "managed_all.h"
 #include "managed_all_cache.h"
 #include "pool_memory.h"
@@ -205,14 +206,11 @@ static enum pump_pool_prefetch pool_prefetch(CUmemoryPool pool, int device, CUst
     return pump_pool_prefetch_of(device);
 }
 
-/* A converted allocation where the pool's memory is refused: a block the cache keeps, else
- * cuMemAllocManaged in the stream's context (in relaxed capture mode: another thread's
- * capture does not forbid what a pool allocation would not have). */
-static CUresult unpooled_alloc(CUdeviceptr *dptr, size_t bytesize, int device, CUstream own)
+/* A converted allocation where the pool's memory is refused: cuMemAllocManaged in the stream's
+ * context (in relaxed capture mode: another thread's capture does not forbid what a pool
+ * allocation would not have). */
+static CUresult unpooled_alloc(CUdeviceptr *dptr, size_t bytesize, CUstream own)
 {
-    *dptr = pump_unpooled_take(bytesize, device, own);
-    if (*dptr != 0)
-        return CUDA_SUCCESS;
     pump_pfn_mem_alloc_managed managed = PUMP_REAL(mem_alloc_managed);
     if (managed == NULL)
         return CUDA_ERROR_NOT_SUPPORTED;
@@ -229,34 +227,91 @@ static CUresult unpooled_alloc(CUdeviceptr *dptr, size_t bytesize, int device, C
     return r;
 }
 
+/* pump's allocator for PyTorch, placing (placement.h): a block it keeps stays in the range table
+ * as the freed tensor of a segment of its own (ranges.h: carved, its bytes counted against the
+ * capacity as a caching allocator's segment is), so that the allocation placed on it next takes
+ * back what pump knows of its memory: a step's tensors are not prefetched again each step for
+ * having been freed and allocated again. Returns the freed record (NULL: none could be kept). */
+static struct pump_range *retire(CUdeviceptr base, size_t size)
+{
+    const struct pump_range *range = pump_ranges_find(base);
+    if (range != NULL && __atomic_load_n(&range->counted, __ATOMIC_RELAXED)) {
+        uint64_t carved_base, carved_size;
+        if (pump_ranges_insert_tensor(base, size, &carved_base, &carved_size) == NULL)
+            return NULL;
+    }
+    struct pump_range *tensor = pump_ranges_find(base);
+    uint64_t tracked;
+    if (tensor == NULL || !pump_ranges_remove_tensor(base, &tracked))
+        return NULL;
+    pump_channel_free(base, tracked);
+    return tensor;
+}
+
+/* A kept block taken again: its freed tensor (retire) comes back, what pump knew of it
+ * included. False where the block has none (kept by managed_all's own frees: tracked anew). */
+static bool revive(CUdeviceptr base, size_t size)
+{
+    uint64_t carved_base, carved_size;
+    struct pump_range *range = pump_ranges_insert_tensor(base, size, &carved_base, &carved_size);
+    if (range == NULL)
+        return false;
+    PUMP_COUNT(managed_allocs, 1);
+    pump_channel_alloc(range, base, size, CU_MEM_ATTACH_GLOBAL);
+    return true;
+}
+
 /* cuMemAllocAsync: under managed_all, from the stream device's managed pool (same stream,
  * same order), or where the driver will not prefetch that pool's memory, cuMemAllocManaged
- * memory freed in stream order by pump; else from the device's current pool as asked.
- * Unpooled blocks carry cuMemAllocManaged's flag in the range table (pool memory: 0). */
-#define PUMP_ALLOC_ASYNC_HOOK(id, from_pool_id, free_id, per_thread)                                      \
-    CUresult pump_##id(CUdeviceptr *dptr, size_t bytesize, CUstream stream)                               \
-    {                                                                                                     \
-        PUMP_REAL_OR_RETURN(id, real);                                                                    \
-        pump_pfn_##from_pool_id from_pool = PUMP_REAL(from_pool_id);                                      \
-        CUstream own = pump_stream_of(stream, per_thread);                                                \
-        int device = -1;                                                                                  \
-        CUmemoryPool pool = from_pool != NULL && convertible(dptr, bytesize, __builtin_return_address(0)) \
-                                ? pump_managed_pool_for(own, &device)                                     \
-                                : NULL;                                                                   \
-        if (pool == NULL)                                                                                 \
-            return after_pool_alloc(real(dptr, bytesize, stream), dptr, bytesize, NULL, own, PUMP_REAL(free_id)); \
-        if (!pump_capacity_reserve(device, pump_stream_context(own), bytesize))                           \
-            return CUDA_ERROR_OUT_OF_MEMORY;                                                              \
-        bool unpooled = pool_prefetch(pool, device, own, stream, from_pool, PUMP_REAL(free_id)) ==        \
-                        PUMP_POOL_REFUSED;                                                                \
-        CUresult r = unpooled ? unpooled_alloc(dptr, bytesize, device, own)                               \
-                              : from_pool(dptr, bytesize, pool, stream);                                  \
-        settle_managed(r, dptr, bytesize, unpooled ? CU_MEM_ATTACH_GLOBAL : 0, true, device);             \
-        count_converted(r, bytesize);                                                                     \
-        return r;                                                                                         \
+ * memory freed in stream order by pump (a block pump keeps first); else from the device's
+ * current pool as asked. `place`: pump's allocator for PyTorch placing a tensor
+ * (torch_allocator.c; else NULL): a block pump keeps, the one placed there where it can, goes
+ * before new memory. Blocks of cuMemAllocManaged carry its flag in the range table (pool
+ * memory: 0). */
+static CUresult alloc_async(pump_pfn_mem_alloc_async real, pump_pfn_mem_alloc_from_pool_async from_pool,
+                            pump_pfn_mem_free_async free_async, CUdeviceptr *dptr, size_t bytesize, CUstream stream,
+                            CUstream own, const void *caller, const struct pump_place *place)
+{
+    int device = -1;
+    CUmemoryPool pool =
+        from_pool != NULL && convertible(dptr, bytesize, caller) ? pump_managed_pool_for(own, &device) : NULL;
+    if (pool == NULL)
+        return after_pool_alloc(real(dptr, bytesize, stream), dptr, bytesize, NULL, own, free_async);
+    if (!pump_capacity_reserve(device, pump_stream_context(own), bytesize))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    bool unpooled = pool_prefetch(pool, device, own, stream, from_pool, free_async) == PUMP_POOL_REFUSED;
+    bool pooled = !unpooled;
+    CUresult r = CUDA_SUCCESS;
+    *dptr = place != NULL || unpooled ? pump_kept_take(bytesize, device, own, place, &pooled) : 0;
+    if (*dptr != 0 && revive(*dptr, bytesize)) {
+        pump_capacity_release(device, bytesize);  /* its segment counts already */
+        count_converted(r, bytesize);
+        return r;
+    }
+    if (*dptr == 0)
+        r = unpooled ? unpooled_alloc(dptr, bytesize, own) : from_pool(dptr, bytesize, pool, stream);
+    settle_managed(r, dptr, bytesize, pooled ? 0 : CU_MEM_ATTACH_GLOBAL, true, device);
+    count_converted(r, bytesize);
+    return r;
+}
+
+#define PUMP_ALLOC_ASYNC_HOOK(id, from_pool_id, free_id, per_thread)                                         \
+    CUresult pump_##id(CUdeviceptr *dptr, size_t bytesize, CUstream stream)                                  \
+    {                                                                                                        \
+        PUMP_REAL_OR_RETURN(id, real);                                                                       \
+        return alloc_async(real, PUMP_REAL(from_pool_id), PUMP_REAL(free_id), dptr, bytesize, stream,        \
+                           pump_stream_of(stream, per_thread), __builtin_return_address(0), NULL);           \
     }
 PUMP_ALLOC_ASYNC_HOOK(mem_alloc_async, mem_alloc_from_pool_async, mem_free_async, false)
 PUMP_ALLOC_ASYNC_HOOK(mem_alloc_async_ptsz, mem_alloc_from_pool_async_ptsz, mem_free_async_ptsz, true)
+
+PUMP_HIDDEN CUresult pump_torch_alloc_async(CUdeviceptr *dptr, size_t bytesize, CUstream stream,
+                                            const struct pump_place *place)
+{
+    PUMP_REAL_OR_RETURN(mem_alloc_async, real);
+    return alloc_async(real, PUMP_REAL(mem_alloc_from_pool_async), PUMP_REAL(mem_free_async), dptr, bytesize,
+                       stream, stream, __builtin_return_address(0), place);
+}
 
 /* The program's own pool: its properties are the program's choice. */
 #define PUMP_ALLOC_FROM_POOL_HOOK(id, free_id)                                                    \
@@ -285,41 +340,70 @@ CUresult pump_mem_free(CUdeviceptr dptr)
     return after_free(real(dptr), forgotten);
 }
 
-/* A converted allocation made by cuMemAllocManaged where its device's pool memory is refused
- * (its size and device in *size, *device): its stream-ordered free is pump's. */
-static bool unpooled_block(CUdeviceptr dptr, size_t *size, int *device)
+/* A converted stream-ordered allocation (by_pump, neither the program's own managed memory nor
+ * a communication library's) whose stream-ordered free is pump's to keep (its size, device and
+ * kind in *size, *device, *pooled): cuMemAllocManaged's where the device's pool memory is
+ * refused, and, where placing (pump's allocator for PyTorch), a managed pool's too. */
+static bool kept_on_free(CUdeviceptr dptr, bool placing, size_t *size, int *device, bool *pooled)
 {
     const struct pump_range *range = pump_ranges_find(dptr);
     if (range == NULL || __atomic_load_n(&range->base, __ATOMIC_RELAXED) != dptr ||
-        __atomic_load_n(&range->host_touchable, __ATOMIC_RELAXED) ||
-        __atomic_load_n(&range->flags, __ATOMIC_RELAXED) != CU_MEM_ATTACH_GLOBAL)
+        __atomic_load_n(&range->host_touchable, __ATOMIC_RELAXED))
         return false;
+    unsigned int flags = __atomic_load_n(&range->flags, __ATOMIC_RELAXED);
     *size = __atomic_load_n(&range->size, __ATOMIC_RELAXED);
     *device = __atomic_load_n(&range->device, __ATOMIC_RELAXED);
-    return pump_pool_prefetch_of(*device) == PUMP_POOL_REFUSED;
+    enum pump_pool_prefetch pool = pump_pool_prefetch_of(*device);
+    if (!__atomic_load_n(&range->counted, __ATOMIC_RELAXED)) {  /* a block placement kept before (retire) */
+        *pooled = pool == PUMP_POOL_PREFETCHED;
+        return placing;
+    }
+    *pooled = flags == 0 && pool == PUMP_POOL_PREFETCHED;
+    return (flags == CU_MEM_ATTACH_GLOBAL && pool == PUMP_POOL_REFUSED) || (placing && *pooled);
 }
 
 /* Stream-ordered: the memory dies in stream order, but no later launch may name it, so it
- * leaves the table now. An unpooled block is kept by pump (managed_all_cache.h). */
-#define PUMP_FREE_ASYNC_HOOK(id, per_thread)                                                  \
-    CUresult pump_##id(CUdeviceptr dptr, CUstream stream)                                     \
-    {                                                                                         \
-        PUMP_REAL_OR_RETURN(id, real);                                                        \
-        if (!pump_active())                                                                   \
-            return real(dptr, stream);                                                        \
-        if (freed_twice(dptr))                                                                \
-            return CUDA_ERROR_INVALID_VALUE;                                                  \
-        size_t size = 0;                                                                      \
-        int device = -1;                                                                      \
-        bool unpooled = unpooled_block(dptr, &size, &device);                                 \
-        bool forgotten = untrack(dptr);                                                       \
-        CUstream own = pump_stream_of(stream, per_thread);                                    \
-        if (unpooled && pump_unpooled_keep(dptr, size, device, own))                          \
-            return CUDA_SUCCESS;                                                              \
-        return after_free(real(dptr, stream), forgotten);                                     \
+ * leaves the table now. A block pump keeps (managed_all_cache.h) is not freed. */
+static CUresult free_async(pump_pfn_mem_free_async real, CUdeviceptr dptr, CUstream stream, CUstream own,
+                           bool placing, uint64_t discarded)
+{
+    if (!pump_active())
+        return real(dptr, stream);
+    if (freed_twice(dptr))
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t size = 0;
+    int device = -1;
+    bool pooled = false, kept = kept_on_free(dptr, placing, &size, &device, &pooled);
+    if (kept && placing) {
+        struct pump_range *freed = retire(dptr, size);
+        if (freed == NULL)
+            untrack(dptr);  /* no record kept: the block is tracked anew when taken */
+        else if (discarded != 0)
+            pump_residency_discarded(freed, dptr, dptr + size, discarded);
+        if (pump_kept_keep(dptr, size, device, own, pooled))
+            return CUDA_SUCCESS;
+        return after_free(real(dptr, stream), untrack(dptr) || freed != NULL);
+    }
+    bool forgotten = untrack(dptr);
+    if (kept && pump_kept_keep(dptr, size, device, own, pooled))
+        return CUDA_SUCCESS;
+    return after_free(real(dptr, stream), forgotten);
+}
+
+#define PUMP_FREE_ASYNC_HOOK(id, per_thread)                                          \
+    CUresult pump_##id(CUdeviceptr dptr, CUstream stream)                             \
+    {                                                                                 \
+        PUMP_REAL_OR_RETURN(id, real);                                                \
+        return free_async(real, dptr, stream, pump_stream_of(stream, per_thread), false, 0); \
     }
 PUMP_FREE_ASYNC_HOOK(mem_free_async, false)
 PUMP_FREE_ASYNC_HOOK(mem_free_async_ptsz, true)
+
+PUMP_HIDDEN CUresult pump_torch_free_async(CUdeviceptr dptr, CUstream stream, bool placing, uint64_t discarded)
+{
+    PUMP_REAL_OR_RETURN(mem_free_async, real);
+    return free_async(real, dptr, stream, stream, placing, discarded);
+}
 
 /* Under managed_all the job's memory is its capacity: a framework sizing its
  * cache from free memory neither refuses to allocate nor takes it all. */

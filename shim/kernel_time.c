@@ -9,9 +9,9 @@
  * most once a PUMP_KERNEL_KEY_INTERVAL_NS (kernels change: faults vanish under a plan):
  * two event records per timed launch and a query per look, not a cost per launch.
  *
- * States move by compare-and-swap; the thread that takes BUSY owns the probe's events until
- * it lets go, and holds no lock meanwhile. Which keys were timed is kept in a direct-mapped
- * table: a key that lost its slot to another is timed again (more samples, never wrong ones). */
+ * The probes' state machine is timing_events.h's. Which keys were timed is kept in a
+ * direct-mapped table: a key that lost its slot to another is timed again (more samples, never
+ * wrong ones). */
 #include <time.h>
 
 #include "capture_mode.h"
@@ -22,8 +22,8 @@
 #include "prefetch_ranges.h"
 #include "timing_events.h"
 
-enum { PROBE_IDLE, PROBE_BUSY, PROBE_IN_FLIGHT, PROBE_BROKEN };
-
+/* A probe a launch may take: idle, or broken in an earlier life of its context. */
+#define FRESH (1u << PUMP_PROBE_IDLE | 1u << PUMP_PROBE_BROKEN)
 /* Probes in flight are looked at no sooner than this after the last look. */
 #define PUMP_KERNEL_LOOK_NS 20000
 #define KEY_SLOT_BITS 12
@@ -65,59 +65,37 @@ static void note_timed(uint64_t key)
     __atomic_store_n(&timed[s].timed_ns, coarse_ns(), __ATOMIC_RELAXED);
 }
 
-static bool take(struct pump_kernel_probes *p, int i, uint32_t from)
-{
-    return __atomic_compare_exchange_n(&p->state[i], &from, PROBE_BUSY, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
-}
-
-static void let_go(struct pump_kernel_probes *p, int i, uint32_t to)
-{
-    __atomic_store_n(&p->state[i], to, __ATOMIC_RELEASE);
-}
-
-/* Under BUSY: probe i's events made in c's context, once per context's life. */
-static bool make_events(struct pump_context *c, int i, uint32_t forgets)
-{
-    struct pump_kernel_probes *p = &c->kernels;
-    if (p->made[i] && p->forgets[i] == forgets)
-        return true;
-    bool made = pump_timing_events_make(c->key, &p->start[i], &p->end[i]);
-    p->made[i] = made;
-    p->forgets[i] = forgets;
-    return made;
-}
-
 PUMP_HIDDEN int pump_kernel_time_begin(struct pump_context *c, CUstream stream, uint64_t key, int *capturing)
 {
     struct pump_kernel_probes *p = &c->kernels;
     if (pump_driver.event_elapsed == NULL || __atomic_load_n(&p->in_flight, __ATOMIC_RELAXED) >= PUMP_KERNEL_PROBES)
         return 0;
-    int i = 0;  /* a load before each compare-and-swap: most slots are in flight in a burst */
-    while (i < PUMP_KERNEL_PROBES &&
-           (__atomic_load_n(&p->state[i], __ATOMIC_RELAXED) != PROBE_IDLE || !take(p, i, PROBE_IDLE)))
+    uint32_t forgets = __atomic_load_n(&c->forgets, __ATOMIC_RELAXED);
+    int i = 0;  /* most slots are in flight in a burst: pump_probe_take loads before it swaps */
+    while (i < PUMP_KERNEL_PROBES && pump_probe_take(&p->probe[i], forgets, FRESH) == PUMP_PROBE_BUSY)
         i++;
     if (i == PUMP_KERNEL_PROBES)
         return 0;
     uint64_t started = pump_channel_now_ns();
     if (*capturing < 0)
         *capturing = pump_stream_capturing(stream);
-    uint32_t forgets = __atomic_load_n(&c->forgets, __ATOMIC_RELAXED);
     struct pump_capture_mode mode = pump_capture_relax();
-    uint32_t state = PROBE_IDLE;
+    uint32_t state = PUMP_PROBE_IDLE;
     int taken = 0;
     if (*capturing) {
         /* nothing is added to a stream being captured */
-    } else if (!make_events(c, i, forgets)) {
-        state = PROBE_BROKEN;
-        pump_log_once("cannot create timing events: pumpd plans from launch intervals, not kernel times");
-    } else if (pump_call_ok(pump_driver.event_record(p->start[i], stream), "cuEventRecord")) {
+    } else if (!pump_probe_events(&p->probe[i], c->key, forgets)) {
+        state = PUMP_PROBE_BROKEN;
+        pump_log_once("cannot create timing events: pumpd plans from launch intervals, not kernel times (tried "
+                      "again when the context is made again)");
+    } else if (pump_call_ok(pump_driver.event_record(p->probe[i].start, stream), "cuEventRecord")) {
         p->key[i] = key;
         note_timed(key);
         taken = i + 1;  /* BUSY until pump_kernel_time_end */
     }
     pump_capture_restore(&mode);
     if (!taken)
-        let_go(p, i, state);
+        pump_probe_let_go(&p->probe[i], state);
     pump_channel_own_time(pump_channel_now_ns() - started);  /* not kernel time (LAUNCH stamps) */
     return taken;
 }
@@ -128,27 +106,22 @@ PUMP_HIDDEN void pump_kernel_time_end(struct pump_context *c, int probe, CUstrea
     int i = probe - 1;
     uint64_t started = pump_channel_now_ns();
     struct pump_capture_mode mode = pump_capture_relax();
-    bool recorded = launched && pump_call_ok(pump_driver.event_record(p->end[i], stream), "cuEventRecord");
+    bool recorded = launched && pump_call_ok(pump_driver.event_record(p->probe[i].end, stream), "cuEventRecord");
     pump_capture_restore(&mode);
     pump_channel_own_time(pump_channel_now_ns() - started);
     if (recorded)
         __atomic_fetch_add(&p->in_flight, 1, __ATOMIC_RELAXED);
-    let_go(p, i, recorded ? PROBE_IN_FLIGHT : PROBE_IDLE);
+    pump_probe_let_go(&p->probe[i], recorded ? PUMP_PROBE_IN_FLIGHT : PUMP_PROBE_IDLE);
 }
 
 /* Under BUSY, probe i in flight: true when it is over (reported, or dropped). */
 static bool read_probe(struct pump_context *c, int i, uint32_t forgets)
 {
-    struct pump_kernel_probes *p = &c->kernels;
-    if (p->forgets[i] != forgets) {
-        p->made[i] = false;  /* its context went, and its events with it */
-        return true;
-    }
     uint64_t ns;
-    if (!pump_timing_events_read(p->start[i], p->end[i], &ns))
+    if (!pump_probe_read(&c->kernels.probe[i], forgets, &ns))
         return false;
     if (ns > 0)
-        pump_channel_kernel(c->device, p->key[i], ns);
+        pump_channel_kernel(c->device, c->kernels.key[i], ns);
     return true;
 }
 
@@ -168,12 +141,13 @@ static void look(struct pump_context *c, bool soon)
     struct pump_capture_mode mode = pump_capture_relax();
     uint64_t started = pump_channel_now_ns();
     for (int i = 0; i < PUMP_KERNEL_PROBES; i++) {
-        if (__atomic_load_n(&p->state[i], __ATOMIC_RELAXED) != PROBE_IN_FLIGHT || !take(p, i, PROBE_IN_FLIGHT))
+        if (__atomic_load_n(&p->probe[i].state, __ATOMIC_RELAXED) != PUMP_PROBE_IN_FLIGHT ||
+            pump_probe_take(&p->probe[i], forgets, 1u << PUMP_PROBE_IN_FLIGHT) == PUMP_PROBE_BUSY)
             continue;
         bool over = read_probe(c, i, forgets);
         if (over)
             __atomic_fetch_sub(&p->in_flight, 1, __ATOMIC_RELAXED);
-        let_go(p, i, over ? PROBE_IDLE : PROBE_IN_FLIGHT);
+        pump_probe_let_go(&p->probe[i], over ? PUMP_PROBE_IDLE : PUMP_PROBE_IN_FLIGHT);
         if (!over)
             break;  /* one still running: the others most likely are too (read at a later look) */
     }

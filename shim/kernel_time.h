@@ -5,18 +5,15 @@
 #ifndef PUMP_KERNEL_TIME_H
 #define PUMP_KERNEL_TIME_H
 
-#include "shim.h"
+#include "timing_events.h"
 
 #define PUMP_KERNEL_PROBES 64  /* launches of one context timed at once */
 
 /* One context's probes: two timing events each and the launch key they time. Zeroed with
  * the context's slot (prefetch_context.h); a probe whose context went is dropped. */
 struct pump_kernel_probes {
-    uint32_t state[PUMP_KERNEL_PROBES];    /* atomic: enum in kernel_time.c */
-    uint32_t forgets[PUMP_KERNEL_PROBES];  /* the context's forgets when its events were made */
-    bool made[PUMP_KERNEL_PROBES];         /* events made (under state BUSY) */
-    CUevent start[PUMP_KERNEL_PROBES], end[PUMP_KERNEL_PROBES];
-    uint64_t key[PUMP_KERNEL_PROBES];      /* the timed launch's key */
+    struct pump_timing_probe probe[PUMP_KERNEL_PROBES];
+    uint64_t key[PUMP_KERNEL_PROBES];      /* the timed launch's key (under BUSY) */
     uint32_t in_flight;                    /* atomic: probes recorded and not yet read */
     uint64_t next_look_ns;                 /* atomic: not looked at before this */
 };

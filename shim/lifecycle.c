@@ -3,15 +3,21 @@
  *
  * Loading reads the configuration and nothing else (no driver, no threads;
  * the daemon channel's thread starts when CUDA is first used). Fork keeps
- * the range table consistent in the child and drops the parent's channel. Exit only marks the
- * record: no driver call and no lock, so a process that exits while another
- * thread is inside the driver never hangs on pump.
+ * the range table consistent in the child and drops the parent's channel.
+ * Exit stops pump's workers, waiting a while at most for a job under way,
+ * sends the last counters and marks the record: no driver call, and no lock
+ * held while it waits. Exit handlers run last registered first, and pump's
+ * must run before the CUDA runtime's teardown (issue 42, risk 3), which
+ * registers its own after pump's library loaded: so it is registered again
+ * at the first kernel launch (by then the runtime has made its own), and runs
+ * once.
  */
 #include <pthread.h>
 #include <stdlib.h>
 
 #include "channel.h"
 #include "device_memory.h"
+#include "hooks_common.h"
 #include "pool_memory.h"
 #include "prefetch_worker.h"
 #include "ranges.h"
@@ -19,9 +25,20 @@
 
 static void at_exit(void)
 {
+    static atomic_bool done;
+    if (atomic_exchange(&done, true))
+        return;
     pump_worker_at_exit();
     pump_channel_at_exit();
     pump_stats_at_exit(pump_driver_was_used());
+}
+
+static atomic_bool registered_late;
+
+PUMP_HIDDEN void pump_lifecycle_launched(void)
+{
+    if (!atomic_load_explicit(&registered_late, memory_order_relaxed) && !atomic_exchange(&registered_late, true))
+        atexit(at_exit);
 }
 
 /* The range table's lock comes first: removing a range detaches its blocks. */

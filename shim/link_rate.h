@@ -5,15 +5,13 @@
 #ifndef PUMP_LINK_RATE_H
 #define PUMP_LINK_RATE_H
 
-#include "shim.h"
+#include "timing_events.h"
 
-/* One context's probe: two timing events and what they measure. Zeroed with the
- * context's slot (prefetch_context.h), reset when the context goes (its events go with it). */
+/* One context's probe: two timing events (recorded before and after the timed prefetch) and
+ * what they measure. Zeroed with the context's slot (prefetch_context.h); its events go with
+ * the context. */
 struct pump_link_probe {
-    uint32_t state;      /* atomic: enum in link_rate.c */
-    uint32_t forgets;    /* the context's forgets when its events were made */
-    bool made;           /* events made (under state BUSY) */
-    CUevent start, end;  /* recorded before and after the timed prefetch */
+    struct pump_timing_probe probe;
     uint64_t bytes;      /* the timed prefetch's */
     uint64_t armed_ns;   /* when the last was armed (under BUSY) */
     uint32_t armed;      /* probes armed so far (under BUSY) */

@@ -1,18 +1,26 @@
-/* managed_all_cache.c: stream-ordered managed memory that the driver will prefetch.
+/* managed_all_cache.c: stream-ordered managed memory that pump keeps once it is freed.
  *
- * cuda.h 13.0 says the ranges of cuMemPrefetchAsync, cuMemPrefetchBatchAsync and
- * cuMemDiscardBatchAsync "must refer to managed memory allocated via cuMemAllocManaged or
- * declared via __managed__"; a managed pool's memory (what managed_all takes cuMemAllocAsync
- * from) is neither. Whether the driver refuses it is asked once per device (hooks_memory.c);
- * where it does, converted stream-ordered allocations come from cuMemAllocManaged, and this
- * cache gives them what the pool gave: a free in stream order, with no wait on the host.
+ * Two uses:
+ * - cuda.h 13.0 says the ranges of cuMemPrefetchAsync, cuMemPrefetchBatchAsync and
+ *   cuMemDiscardBatchAsync "must refer to managed memory allocated via cuMemAllocManaged or
+ *   declared via __managed__"; a managed pool's memory (what managed_all takes cuMemAllocAsync
+ *   from) is neither. Whether the driver refuses it is asked once per device (hooks_memory.c);
+ *   where it does, converted stream-ordered allocations come from cuMemAllocManaged, and this
+ *   cache gives them what the pool gave: a free in stream order, with no wait on the host.
+ * - pump's allocator for PyTorch places each tensor where the same allocation went a step before
+ *   (placement.h): once the optimizer marked a step, the blocks it frees are kept here, a
+ *   managed pool's included, so that the place is free when the allocation comes again. A pool
+ *   block not taken again for PLACED_STEPS_KEPT steps goes back to its pool (a shape that
+ *   changed: the pool could hand its memory out at other sizes).
  *
  * - A free keeps the block, with a use token (prefetch.h) recorded on the freeing stream: the
  *   point after which nothing may touch it.
- * - An allocation of the same size on the same device takes a kept block: on the stream that
- *   freed it at once (stream order), on another after that stream waits, on the GPU, for the
- *   token (a pool's REUSE_ALLOW_INTERNAL_DEPENDENCIES, on by default). Only the same size is
- *   taken: no block is split.
+ * - An allocation of the same size on the same device takes a kept block (the one its place
+ *   names, where it has one): on the stream that freed it at once (stream order), on another
+ *   after that stream waits, on the GPU, for the token (a pool's
+ *   REUSE_ALLOW_INTERNAL_DEPENDENCIES, on by default). Only the same size is taken: no block is
+ *   split. A block freed on a stream since destroyed waits for its token on every stream (the
+ *   handle may name a new stream).
  * - A synchronisation of the freeing stream, or of its context, shows the free ran. Then, as a
  *   pool does "on the next call to stream, event or context synchronize", a device keeping
  *   more than the release threshold the program set on its default pool (followed as for the
@@ -21,19 +29,29 @@
  *   what it asks to keep. A block whose free is not known to have run stays (a pool counts it
  *   as outstanding too).
  *
- * Kept blocks are outside the capacity count, as a pool's kept memory is; a context that goes
- * takes its blocks with it. One lock guards the table, never held across a driver call.
+ * Kept blocks are outside the capacity count, as a pool's kept memory is, but for those
+ * placement keeps: they stay in the range table as freed tensors of segments of their own
+ * (hooks_memory.c), counted as a caching allocator's segments are, until given back. A context
+ * that goes takes its blocks with it. One lock guards the table, never held across a driver call; kept
+ * blocks are found by address through an index (open addressing), by size by a search.
  */
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "capacity.h"
 #include "capture_mode.h"
 #include "locks.h"
 #include "context_cache.h"
 #include "devices.h"
 #include "managed_all.h"
 #include "managed_all_cache.h"
+#include "placement.h"
 #include "prefetch.h"
+#include "ranges.h"
+
+/* Steps a managed pool's block kept for placement stays untaken before it goes back to its
+ * pool: the step after its free, and one more (an evaluation pass between two training steps). */
+#define PLACED_STEPS_KEPT 3
 
 static _Atomic int answers[PUMP_DEVICES_MAX];
 
@@ -68,7 +86,10 @@ struct kept {
     CUcontext ctx;    /* the stream's */
     uint64_t token;   /* the free's point on its stream (0: none could be recorded) */
     uint64_t order;   /* the oldest goes back first */
+    uint64_t step;    /* placement's steps marked when it was kept */
     bool done;        /* a synchronisation since showed the free ran */
+    bool pooled;      /* a managed pool's block (else cuMemAllocManaged's) */
+    bool stream_gone; /* its stream was destroyed since: the handle may name another stream now */
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -77,54 +98,125 @@ static size_t kept_count, kept_room;
 static uint64_t kept_bytes[PUMP_DEVICES_MAX];
 static uint64_t kept_order;
 
-/* The per-thread default stream is one handle for as many streams as threads. */
-static bool same_stream(CUstream a, CUstream b)
+/* kept[] by address: slot -> index + 1 (0: empty); at most half full. */
+static uint32_t *slot_index;
+static size_t slots;
+
+static size_t home(CUdeviceptr ptr)
 {
-    return a == b && a != CU_STREAM_PER_THREAD;
+    return (size_t)((ptr * 0x9E3779B97F4A7C15ull) >> 32) & (slots - 1);
+}
+
+/* Under the lock: the slot holding ptr, or the empty one where it would go. */
+static size_t slot_of(CUdeviceptr ptr)
+{
+    size_t i = home(ptr);
+    while (slot_index[i] != 0 && kept[slot_index[i] - 1].ptr != ptr)
+        i = (i + 1) & (slots - 1);
+    return i;
+}
+
+/* Under the lock: empties slot i, moving back the entries after it that could not sit at
+ * their home. */
+static void unindex(size_t i)
+{
+    for (size_t j = (i + 1) & (slots - 1); slot_index[j] != 0; j = (j + 1) & (slots - 1)) {
+        size_t h = home(kept[slot_index[j] - 1].ptr);
+        bool movable = i <= j ? (h <= i || h > j) : (h <= i && h > j);
+        if (movable) {
+            slot_index[i] = slot_index[j];
+            i = j;
+        }
+    }
+    slot_index[i] = 0;
+}
+
+/* The per-thread default stream is one handle for as many streams as threads. */
+static bool same_stream(const struct kept *k, CUstream stream)
+{
+    return k->stream == stream && stream != CU_STREAM_PER_THREAD && !k->stream_gone;
 }
 
 /* Under the lock. */
 static void drop(size_t i)
 {
     kept_bytes[kept[i].device] -= kept[i].size;
-    kept[i] = kept[--kept_count];
+    unindex(slot_of(kept[i].ptr));
+    if (i != --kept_count) {
+        kept[i] = kept[kept_count];
+        slot_index[slot_of(kept[i].ptr)] = (uint32_t)i + 1;
+    }
 }
 
-PUMP_HIDDEN CUdeviceptr pump_unpooled_take(size_t size, int device, CUstream stream)
+/* Under the lock: whether k may go to an allocation on `stream` now. */
+static bool takeable(const struct kept *k, size_t size, int device, CUstream stream, bool pooled_too)
+{
+    return k->size == size && k->device == device && (pooled_too || !k->pooled) &&
+           (k->done || k->token != 0 || same_stream(k, stream));
+}
+
+PUMP_HIDDEN CUdeviceptr pump_kept_take(size_t size, int device, CUstream stream, const struct pump_place *place,
+                                       bool *pooled)
 {
     struct kept block = {.ptr = 0};
+    bool placed = false;
     pump_mutex_lock(&lock);
-    for (size_t i = 0; i < kept_count; i++) {
-        struct kept *k = &kept[i];
-        if (k->size == size && k->device == device && (k->done || k->token != 0 || same_stream(k->stream, stream))) {
-            block = *k;
-            drop(i);
-            break;
-        }
+    size_t at = kept_count;
+    if (place != NULL && place->preferred != 0 && kept_count > 0) {
+        size_t i = slot_of(place->preferred);
+        if (slot_index[i] != 0 && takeable(&kept[slot_index[i] - 1], size, device, stream, true))
+            at = slot_index[i] - 1;
+        placed = at != kept_count;
+    }
+    for (size_t i = 0; i < kept_count && at == kept_count; i++)
+        if (takeable(&kept[i], size, device, stream, place != NULL) &&
+            (place == NULL || !pump_placement_reserved(place, kept[i].ptr)))
+            at = i;
+    if (at != kept_count) {
+        block = kept[at];
+        drop(at);
     }
     pump_mutex_unlock(&lock);
+    if (place != NULL && place->preferred != 0) {
+        PUMP_COUNT(placement_wanted, 1);
+        PUMP_COUNT(placement_hits, placed);
+    }
     if (block.ptr == 0)
         return 0;
-    if (!block.done && !same_stream(block.stream, stream))
+    if (!block.done && !same_stream(&block, stream))
         pump_use_wait(stream, block.token);
-    PUMP_COUNT(unpooled_reuses, 1);
+    PUMP_COUNT(unpooled_reuses, !block.pooled);
+    PUMP_COUNT(placement_reuses, block.pooled);
+    *pooled = block.pooled;
     return block.ptr;
 }
 
+/* Under the lock: room for one more block, in kept[] and its index. */
 static bool make_room(void)
 {
-    if (kept_count < kept_room)
+    if (kept_count == kept_room) {
+        size_t room = kept_room != 0 ? 2 * kept_room : 256;
+        struct kept *more = realloc(kept, room * sizeof *kept);
+        if (more == NULL)
+            return false;
+        kept = more;
+        kept_room = room;
+    }
+    if (2 * (kept_count + 1) <= slots)
         return true;
-    size_t room = kept_room != 0 ? 2 * kept_room : 256;
-    struct kept *more = realloc(kept, room * sizeof *kept);
-    if (more == NULL)
+    size_t grown = slots != 0 ? 2 * slots : 512;
+    uint32_t *index = calloc(grown, sizeof *index);
+    if (index == NULL)
         return false;
-    kept = more;
-    kept_room = room;
+    free(slot_index);
+    slot_index = index;
+    slots = grown;
+    for (size_t i = 0; i < kept_count; i++)
+        slot_index[slot_of(kept[i].ptr)] = (uint32_t)i + 1;
     return true;
 }
 
-PUMP_HIDDEN bool pump_unpooled_keep(CUdeviceptr ptr, size_t size, int device, CUstream stream)
+PUMP_HIDDEN bool pump_kept_keep(CUdeviceptr ptr, size_t size, int device, CUstream stream, bool pooled)
 {
     if (device < 0 || device >= PUMP_DEVICES_MAX || pump_stream_capturing(stream))
         return false;
@@ -134,33 +226,57 @@ PUMP_HIDDEN bool pump_unpooled_keep(CUdeviceptr ptr, size_t size, int device, CU
     pump_mutex_lock(&lock);
     bool room = make_room();
     if (room) {
-        kept[kept_count++] = (struct kept){.ptr = ptr, .size = size, .device = device, .stream = stream,
-                                           .ctx = ctx, .token = token, .order = ++kept_order};
+        kept[kept_count] = (struct kept){.ptr = ptr, .size = size, .device = device, .stream = stream, .ctx = ctx,
+                                         .token = token, .order = ++kept_order, .step = pump_placement_steps(),
+                                         .pooled = pooled};
+        slot_index[slot_of(ptr)] = (uint32_t)++kept_count;
         kept_bytes[device] += size;
     }
     pump_mutex_unlock(&lock);
     if (!room)
-        pump_log_once("managed_all: no memory to keep a freed block: the driver frees it");
+        pump_log_once("no memory to keep a freed block: the driver frees it");
     return room;
 }
 
 PUMP_HIDDEN bool pump_unpooled_holds(CUdeviceptr ptr)
 {
-    bool held = false;
     pump_mutex_lock(&lock);
-    for (size_t i = 0; i < kept_count && !held; i++)
-        held = kept[i].ptr == ptr;
+    bool held = kept_count > 0 && slot_index[slot_of(ptr)] != 0;
     pump_mutex_unlock(&lock);
     return held;
 }
 
+PUMP_HIDDEN void pump_kept_stream_gone(CUstream stream)
+{
+    pump_mutex_lock(&lock);
+    for (size_t i = 0; i < kept_count; i++)
+        if (kept[i].stream == stream)
+            kept[i].stream_gone = true;
+    pump_mutex_unlock(&lock);
+}
+
 #define RELEASE_BATCH 64
 
+/* Blocks leaving the cache: each given back with cuMemFree in its context where its free is
+ * known to have run, else (a pool's block) with cuMemFreeAsync on the stream that freed it. */
 struct release {
     CUdeviceptr ptr[RELEASE_BATCH];
     CUcontext ctx[RELEASE_BATCH];
+    CUstream stream[RELEASE_BATCH];
+    bool in_order[RELEASE_BATCH], pooled[RELEASE_BATCH];
     size_t n;
 };
+
+/* Under the lock: kept[i] leaves the cache, into out. */
+static void take_out(size_t i, struct release *out)
+{
+    out->ptr[out->n] = kept[i].ptr;
+    out->ctx[out->n] = kept[i].ctx;
+    out->stream[out->n] = kept[i].stream;
+    out->in_order[out->n] = !kept[i].done;
+    out->pooled[out->n++] = kept[i].pooled;
+    drop(i);
+}
 
 /* Under the lock: the device's oldest done blocks, while it keeps more than `above` (and,
  * unless `past`, the block's going leaves at least that much). */
@@ -174,28 +290,49 @@ static void pick(int device, uint64_t above, bool past, struct release *out)
                 oldest = i;
         if (oldest == kept_count)
             return;
-        out->ptr[out->n] = kept[oldest].ptr;
-        out->ctx[out->n++] = kept[oldest].ctx;
-        drop(oldest);
+        take_out(oldest, out);
     }
 }
 
-static void release(const struct release *out, pump_unpooled_free_fn free_fn)
+static void release(const struct release *out, pump_unpooled_free_fn free_fn, pump_kept_free_async_fn free_async_fn)
 {
     struct pump_capture_mode mode = pump_capture_relax();
     for (size_t i = 0; i < out->n; i++) {
+        /* A block placement kept is a freed tensor of a segment of its own (hooks_memory.c):
+         * the segment goes, and its bytes leave the capacity. */
+        uint64_t size;
+        int device;
+        if (pump_ranges_remove(out->ptr[i], &size, &device) != PUMP_REMOVED_NOTHING)
+            pump_capacity_release(device, size);
         bool pushed;
         CUresult r = CUDA_ERROR_INVALID_CONTEXT;
         if (pump_context_push(out->ctx[i], &pushed)) {
-            r = free_fn(out->ptr[i]);
+            r = out->in_order[i] ? free_async_fn(out->ptr[i], out->stream[i]) : free_fn(out->ptr[i]);
             pump_context_pop(pushed);
         }
-        if (r == CUDA_SUCCESS)
+        if (r == CUDA_SUCCESS && out->pooled[i])
+            PUMP_COUNT(placement_releases, 1);
+        else if (r == CUDA_SUCCESS)
             PUMP_COUNT(unpooled_releases, 1);
         else
-            pump_log_once("managed_all: a kept block could not be given back (CUresult %d)", (int)r);
+            pump_log_once("a kept block could not be given back (CUresult %d)", (int)r);
     }
     pump_capture_restore(&mode);
+}
+
+PUMP_HIDDEN void pump_kept_release_unplaced(uint64_t steps, pump_unpooled_free_fn free_fn,
+                                            pump_kept_free_async_fn free_async_fn)
+{
+    struct release out;
+    do {
+        out.n = 0;
+        pump_mutex_lock(&lock);
+        for (size_t i = kept_count; i-- > 0 && out.n < RELEASE_BATCH;)
+            if (kept[i].pooled && kept[i].step + PLACED_STEPS_KEPT <= steps && (kept[i].done || !kept[i].stream_gone))
+                take_out(i, &out);
+        pump_mutex_unlock(&lock);
+        release(&out, free_fn, free_async_fn);
+    } while (out.n == RELEASE_BATCH);
 }
 
 static bool any_kept(void)
@@ -220,13 +357,13 @@ PUMP_HIDDEN void pump_unpooled_synchronised(CUcontext ctx, CUstream stream, bool
         out.n = 0;
         pump_mutex_lock(&lock);
         for (size_t i = 0; i < kept_count; i++)
-            if (stream_only ? same_stream(kept[i].stream, stream) : kept[i].ctx == ctx)
+            if (stream_only ? same_stream(&kept[i], stream) : kept[i].ctx == ctx)
                 kept[i].done = true;
         for (int device = 0; device < PUMP_DEVICES_MAX && out.n < RELEASE_BATCH; device++)
             if (kept_bytes[device] > 0)
                 pick(device, pump_managed_pool_threshold(device), true, &out);
         pump_mutex_unlock(&lock);
-        release(&out, free_fn);
+        release(&out, free_fn, NULL);
     } while (out.n == RELEASE_BATCH);
 }
 
@@ -241,7 +378,7 @@ PUMP_HIDDEN void pump_unpooled_trim(CUmemoryPool program_pool, size_t keep, pump
         pump_mutex_lock(&lock);
         pick(device, keep, false, &out);
         pump_mutex_unlock(&lock);
-        release(&out, free_fn);
+        release(&out, free_fn, NULL);
     } while (out.n == RELEASE_BATCH);
 }
 

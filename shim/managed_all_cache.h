@@ -1,9 +1,10 @@
-/* managed_all_cache.h: managed_all's stream-ordered allocations where the driver will not
- * prefetch a managed pool's memory: cuMemAllocManaged blocks, freed in stream order into a
- * cache that hands them out again as a pool would (see managed_all_cache.c). */
+/* managed_all_cache.h: stream-ordered managed memory pump keeps once freed (see
+ * managed_all_cache.c): managed_all's cuMemAllocManaged blocks where the driver will not
+ * prefetch a managed pool's memory, and the blocks pump's allocator for PyTorch places. */
 #ifndef PUMP_MANAGED_ALL_CACHE_H
 #define PUMP_MANAGED_ALL_CACHE_H
 
+#include "placement.h"
 #include "shim.h"
 
 /* What is known of a device's managed pool: not asked yet, its memory prefetched, or refused
@@ -14,16 +15,28 @@ PUMP_HIDDEN enum pump_pool_prefetch pump_pool_prefetch_of(int device);
 PUMP_HIDDEN void pump_pool_prefetch_decided(int device, enum pump_pool_prefetch answer);
 
 /* A kept block of exactly `size` bytes on `device`, usable on `stream` in stream order (the
- * stream made to wait, on the GPU, for the free that kept it): 0 when there is none. */
-PUMP_HIDDEN CUdeviceptr pump_unpooled_take(size_t size, int device, CUstream stream);
-/* Whether [ptr, ptr+size), freed on `stream`, was kept (false: the stream is being captured;
- * the caller hands the free to the driver). */
-PUMP_HIDDEN bool pump_unpooled_keep(CUdeviceptr ptr, size_t size, int device, CUstream stream);
+ * stream made to wait, on the GPU, for the free that kept it): 0 when there is none. `place`
+ * (NULL: managed_all's own allocations, which take cuMemAllocManaged's blocks only): the block
+ * it prefers where that one is kept, else any other it does not reserve for a later allocation
+ * (placement.h), a pool's included; *pooled says which kind was taken. */
+PUMP_HIDDEN CUdeviceptr pump_kept_take(size_t size, int device, CUstream stream, const struct pump_place *place,
+                                       bool *pooled);
+/* Whether [ptr, ptr+size), freed on `stream`, was kept (false: the stream is being captured, or
+ * no memory; the caller hands the free to the driver). pooled: a managed pool's block. */
+PUMP_HIDDEN bool pump_kept_keep(CUdeviceptr ptr, size_t size, int device, CUstream stream, bool pooled);
 /* Whether ptr is a block the cache keeps (freed already: a second free is the program's
  * error). */
 PUMP_HIDDEN bool pump_unpooled_holds(CUdeviceptr ptr);
+/* `stream` is being destroyed: blocks it freed wait for their free on every stream from now on. */
+PUMP_HIDDEN void pump_kept_stream_gone(CUstream stream);
 
 typedef CUresult (*pump_unpooled_free_fn)(CUdeviceptr ptr);
+typedef CUresult (*pump_kept_free_async_fn)(CUdeviceptr ptr, CUstream stream);
+/* `steps` steps are marked: the pools' blocks kept for placement and not taken since a few
+ * steps go back to their pools (free_fn where their free ran, else free_async_fn on their
+ * stream). */
+PUMP_HIDDEN void pump_kept_release_unplaced(uint64_t steps, pump_unpooled_free_fn free_fn,
+                                            pump_kept_free_async_fn free_async_fn);
 /* A synchronisation returned: of `stream`, or of the whole context `ctx` (NULL: the calling
  * thread's current one) when stream_only is false. The blocks freed there are known done;
  * each device keeping more than its release threshold gives done blocks back with free_fn

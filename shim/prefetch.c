@@ -158,6 +158,7 @@ PUMP_HIDDEN void pump_context_forget(CUcontext ctx)
          * before the base is read, each sequentially consistent (pump_use_record). */
         pump_mutex_lock(&c->use_lock);
         c->use_ring.ready = c->use_ring.broken = c->mark_ring.ready = c->mark_ring.broken = false;
+        c->peer_ring.ready = c->peer_ring.broken = false;
         __atomic_fetch_add(&c->forgets, 1, __ATOMIC_SEQ_CST);
         __atomic_store_n(&c->use_base, atomic_load_explicit(&use_sequence, memory_order_seq_cst), __ATOMIC_RELEASE);
         __atomic_store_n(&c->mark_base, c->mark_count, __ATOMIC_RELEASE);
@@ -170,6 +171,27 @@ PUMP_HIDDEN void pump_context_forget(CUcontext ctx)
 PUMP_HIDDEN int pump_context_device(const struct pump_context *c)
 {
     return c->device;
+}
+
+PUMP_HIDDEN int pump_context_device_of(CUcontext ctx)
+{
+    uint32_t n = __atomic_load_n(&pump_context_count, __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i < n; i++)
+        if (pump_contexts[i].key == ctx && __atomic_load_n(&pump_contexts[i].usable, __ATOMIC_ACQUIRE))
+            return pump_contexts[i].device;
+    return -1;
+}
+
+PUMP_HIDDEN bool pump_context_live_on(int device)
+{
+    uint32_t n = __atomic_load_n(&pump_context_count, __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i < n; i++) {
+        const struct pump_context *c = &pump_contexts[i];
+        if (c->device == device && __atomic_load_n(&c->ctx, __ATOMIC_ACQUIRE) != NULL &&
+            !__atomic_load_n(&c->gone, __ATOMIC_ACQUIRE))
+            return true;
+    }
+    return false;
 }
 
 PUMP_HIDDEN bool pump_context_memory(struct pump_context *c, size_t *free_bytes, size_t *total_bytes)
@@ -218,7 +240,7 @@ PUMP_HIDDEN void pump_stream_wait(CUstream stream, CUevent event)
 /* Creates a ring's events in c's context: a ring's first user may be pump's worker, on which
  * no context is current, and cuEventCreate makes its event in the calling thread's current
  * context (CUDA_ERROR_INVALID_CONTEXT without one: the ring was then broken for good). */
-static bool create_events_in(struct pump_context *c, CUevent *events, int n)
+PUMP_HIDDEN bool pump_events_create_in(struct pump_context *c, CUevent *events, int n)
 {
     struct pump_capture_mode mode = pump_capture_relax();
     bool pushed, made = pump_context_push(c->key, &pushed) && create_events(events, n);
@@ -227,17 +249,17 @@ static bool create_events_in(struct pump_context *c, CUevent *events, int n)
     return made;
 }
 
-/* Whether a ring's events are made, making them at its first use: false, for good, when
+/* Whether a ring's objects are made, making them at its first use: false, for good, when
  * they cannot be made (logged once per context), and this once while another thread makes
  * them. Called, and returns, with use_lock held; lets it go while the driver makes them. */
-PUMP_HIDDEN bool pump_ring_ready(struct pump_context *c, struct ring *r, CUevent *events, int n, const char *without)
+PUMP_HIDDEN bool pump_ring_ready(struct pump_context *c, struct ring *r, pump_ring_maker make, const char *without)
 {
     if (r->ready || r->broken || r->making)
         return r->ready;
     r->making = true;
     uint32_t forgets = __atomic_load_n(&c->forgets, __ATOMIC_RELAXED);
     pump_mutex_unlock(&c->use_lock);
-    bool made = create_events_in(c, events, n);
+    bool made = make(c);
     pump_mutex_lock(&c->use_lock);
     r->making = false;
     if (__atomic_load_n(&c->forgets, __ATOMIC_RELAXED) != forgets)
@@ -249,45 +271,58 @@ PUMP_HIDDEN bool pump_ring_ready(struct pump_context *c, struct ring *r, CUevent
     return made;
 }
 
-/* Events are recycled round-robin; if a slot is re-recorded by another
- * thread before this wait is enqueued, the wait covers a later prefetch
- * instead, which only makes the kernel wait longer, never shorter than the
- * prefetch stream's order implies. */
-static void stream_waits_for(struct pump_context *c, CUstream stream, CUstream pumps, bool wait)
+/* Events are recycled round-robin, recorded on the prefetch stream only; if a slot is
+ * re-recorded by another thread before this wait is enqueued, the wait covers a later prefetch
+ * instead, which only makes the kernel wait longer, never shorter than the prefetch stream's
+ * order implies. */
+PUMP_HIDDEN void pump_prefetch_wait(struct pump_context *c, CUstream stream)
 {
     uint32_t slot = __atomic_fetch_add(&c->next_event, 1, __ATOMIC_RELAXED) % PUMP_EVENTS_PER_CONTEXT;
     struct pump_capture_mode mode = pump_capture_relax();
-    if (pump_call_ok(pump_driver.event_record(c->events[slot], pumps), "cuEventRecord") && wait)
+    if (pump_call_ok(pump_driver.event_record(c->events[slot], c->stream), "cuEventRecord") && pump_config.wait)
         pump_call_ok(pump_driver.stream_wait_event(stream, c->events[slot], 0), "cuStreamWaitEvent");
     pump_capture_restore(&mode);
 }
 
-PUMP_HIDDEN void pump_prefetch_wait(struct pump_context *c, CUstream stream)
+/* Makes `stream` wait for everything enqueued so far on `pumps`, one of pump's streams whose own
+ * event `event` is (recorded there and nowhere else): another thread's record meanwhile is a
+ * later point of the same stream, so the wait is longer, never shorter. */
+static void wait_for_stream(CUstream stream, CUstream pumps, CUevent event)
 {
-    stream_waits_for(c, stream, c->stream, pump_config.wait);
+    struct pump_capture_mode mode = pump_capture_relax();
+    if (pump_call_ok(pump_driver.event_record(event, pumps), "cuEventRecord"))
+        pump_call_ok(pump_driver.stream_wait_event(stream, event, 0), "cuStreamWaitEvent");
+    pump_capture_restore(&mode);
+}
+
+PUMP_HIDDEN void pump_populate_wait(struct pump_context *c, CUstream stream)
+{
+    if (pump_config.wait)
+        wait_for_stream(stream, c->populate_stream, c->populated);
 }
 
 PUMP_HIDDEN void pump_evictions_wait(struct pump_context *c, CUstream stream)
 {
-    stream_waits_for(c, stream, c->evict_stream, true);
+    wait_for_stream(stream, c->evict_stream, c->evicted);
 }
 
 PUMP_HIDDEN void pump_prefetch_after_evictions(struct pump_context *c)
 {
-    struct pump_capture_mode mode = pump_capture_relax();
-    if (pump_call_ok(pump_driver.event_record(c->evicted, c->evict_stream), "cuEventRecord"))
-        pump_call_ok(pump_driver.stream_wait_event(c->stream, c->evicted, 0), "cuStreamWaitEvent");
-    pump_capture_restore(&mode);
+    pump_evictions_wait(c, c->stream);
 }
 
 /* Tokens: the sequence number (for "which use is later"), the ring slot and
  * the context's index + 1 (never 0). */
 #define TOKEN_SLOT_SHIFT 8
 
+static bool make_use_events(struct pump_context *c)
+{
+    return pump_events_create_in(c, c->use_events, PUMP_USE_EVENTS);
+}
+
 static bool use_events_ready(struct pump_context *c)
 {
-    return pump_ring_ready(c, &c->use_ring, c->use_events, PUMP_USE_EVENTS,
-                      "use events: evictions wait for the launching stream instead");
+    return pump_ring_ready(c, &c->use_ring, make_use_events, "use events: evictions wait for the launching stream instead");
 }
 
 /* ---- use slots readied by pump's worker (prefetch_worker.h) ----
@@ -387,7 +422,7 @@ PUMP_HIDDEN uint64_t pump_use_record(struct pump_context *c, CUstream stream)
      * eviction pass its kernel. The worker's wait then lands on either record: never earlier. */
     bool taken = ready && __atomic_load_n(&c->use_busy[slot], __ATOMIC_ACQUIRE) != USE_RECORDING;
     if (taken) {
-        __atomic_store_n(&c->use_busy[slot], USE_RECORDING, __ATOMIC_RELAXED);
+        __atomic_store_n(&c->use_busy[slot], USE_RECORDING, __ATOMIC_SEQ_CST);  /* pump_use_wait reads it */
         c->use_count = count + 1;
     }
     bool prepared = count < c->use_prepared, prepare = taken && prepare_due(c, count);
@@ -409,10 +444,19 @@ PUMP_HIDDEN uint64_t pump_use_record(struct pump_context *c, CUstream stream)
         /* A context that went meanwhile: either its base covers this sequence, or this sees it. */
         if (__atomic_load_n(&c->forgets, __ATOMIC_SEQ_CST) == forgets)
             token = sequence << PUMP_USE_SEQUENCE_SHIFT | (uint64_t)slot << TOKEN_SLOT_SHIFT | (c->index + 1);
+        __atomic_store_n(&c->use_recorded[slot], sequence, __ATOMIC_SEQ_CST);
     }
     pump_capture_restore(&mode);
-    __atomic_store_n(&c->use_busy[slot], USE_FREE, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->use_busy[slot], USE_FREE, __ATOMIC_SEQ_CST);
     return token;
+}
+
+/* Whether the slot's event still holds the record of `sequence`: not being recorded again, and
+ * recorded last for it. */
+static bool use_slot_holds(struct pump_context *c, uint32_t slot, uint64_t sequence)
+{
+    return __atomic_load_n(&c->use_busy[slot], __ATOMIC_SEQ_CST) != USE_RECORDING &&
+           __atomic_load_n(&c->use_recorded[slot], __ATOMIC_SEQ_CST) == sequence;
 }
 
 PUMP_HIDDEN void pump_use_wait(CUstream stream, uint64_t token)
@@ -421,9 +465,21 @@ PUMP_HIDDEN void pump_use_wait(CUstream stream, uint64_t token)
     if (index == 0 || index > __atomic_load_n(&pump_context_count, __ATOMIC_ACQUIRE))
         return;
     struct pump_context *user = &pump_contexts[index - 1];
-    if ((token >> PUMP_USE_SEQUENCE_SHIFT) <= __atomic_load_n(&user->use_base, __ATOMIC_ACQUIRE))
+    uint64_t sequence = token >> PUMP_USE_SEQUENCE_SHIFT;
+    if (sequence <= __atomic_load_n(&user->use_base, __ATOMIC_ACQUIRE))
         return; /* from before its context went: done */
-    pump_stream_wait(stream, user->use_events[(token >> TOKEN_SLOT_SHIFT) & (PUMP_USE_EVENTS - 1)]);
+    uint32_t slot = (uint32_t)(token >> TOKEN_SLOT_SHIFT) & (PUMP_USE_EVENTS - 1);
+    if (use_slot_holds(user, slot, sequence)) {
+        pump_stream_wait(stream, user->use_events[slot]);
+        if (use_slot_holds(user, slot, sequence))
+            return;  /* not recorded again before the wait: it named the token's point */
+    }
+    /* The slot was recorded again since the token (1,024 uses later), maybe on another stream:
+     * its event names a point unrelated to the token's. Before that record the eviction stream
+     * waited for the slot's previous one (pump_use_record), the token's or a later point of it,
+     * so everything enqueued on the eviction stream from now on comes after the token's use. */
+    PUMP_COUNT(use_waits_recycled, 1);
+    pump_evictions_wait(user, stream);
 }
 
 PUMP_HIDDEN void pump_evict_after(struct pump_context *c, uint64_t token)

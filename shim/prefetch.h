@@ -19,6 +19,10 @@ PUMP_HIDDEN struct pump_context *pump_context_of(CUstream stream);
  * place; tokens and marks from before count as done. */
 PUMP_HIDDEN void pump_context_forget(CUcontext ctx);
 PUMP_HIDDEN int pump_context_device(const struct pump_context *c);
+/* The device of the context pump set up for ctx, or -1 (none: no launch there yet). */
+PUMP_HIDDEN int pump_context_device_of(CUcontext ctx);
+/* Whether pump has a context on `device` that has not gone. */
+PUMP_HIDDEN bool pump_context_live_on(int device);
 /* The memory of c's device (cuMemGetInfo in c's context, in relaxed capture
  * mode): false when it cannot be read. */
 PUMP_HIDDEN bool pump_context_memory(struct pump_context *c, size_t *free_bytes, size_t *total_bytes);
@@ -34,6 +38,8 @@ PUMP_HIDDEN bool pump_prefetch_to_device(struct pump_context *c, CUdeviceptr *pt
                                          bool timeable);
 /* Makes `stream` wait (on the GPU) for everything on c's prefetch stream. */
 PUMP_HIDDEN void pump_prefetch_wait(struct pump_context *c, CUstream stream);
+/* ... on c's populate stream (discard_marks.h). */
+PUMP_HIDDEN void pump_populate_wait(struct pump_context *c, CUstream stream);
 
 /* Records a "use" event on `stream` (after the kernel just enqueued there)
  * and returns its token (0: none could be recorded). Evictions wait on it.

@@ -42,7 +42,7 @@ struct pump_context {
     CUstream evict_stream;
     CUevent events[PUMP_EVENTS_PER_CONTEXT];
     uint32_t next_event; /* atomic */
-    CUevent evicted;     /* recorded after evictions (residency.c's lock orders its use) */
+    CUevent evicted;     /* recorded on the eviction stream only: waits for what it was given so far */
     struct pump_link_probe link;  /* times a prefetch now and then, for pumpd */
     struct pump_kernel_probes kernels;  /* times launches of each key, for pumpd */
     pthread_mutex_t use_lock;  /* guards the rings' bookkeeping (never held across a driver call) */
@@ -50,16 +50,28 @@ struct pump_context {
     uint64_t use_count;  /* use event slots taken so far */
     uint8_t use_busy[PUMP_USE_EVENTS];  /* atomic: USE_RECORDING, USE_READYING or USE_FREE */
     CUevent use_events[PUMP_USE_EVENTS];
+    uint64_t use_recorded[PUMP_USE_EVENTS];  /* atomic: the use sequence each slot last recorded */
     uint64_t use_prepared;   /* under use_lock: uses below this need no wait before their record */
     bool use_preparing;      /* under use_lock: pump's worker has use_prepare */
     bool use_prepare_off;    /* under use_lock: the worker refused it (none): never asked again */
     struct pump_job use_prepare;
     struct ring mark_ring;
+    /* Made at their first use (discard_marks.c): a blocking stream, whose work comes after the
+     * legacy default stream's earlier work and before its later work (the legacy stream's
+     * implicit synchronisation), so a discard made there is in the legacy stream's order, where
+     * the driver refuses one on the legacy stream itself; and a non-blocking stream that
+     * populates memory discarded there, each populate after its discard, so that the prefetch
+     * stream never waits for one. */
+    struct ring peer_ring;
+    CUstream legacy_peer;
+    CUstream populate_stream;
+    CUevent populated;   /* recorded on populate_stream only */
     bool discarding;     /* a thread discards in this context, outside the lock */
     uint64_t mark_count; /* discards marked so far (atomic: read without the lock) */
     CUevent marks[PUMP_DISCARD_MARKS];  /* each recorded after its discard, */
     struct {
         uint64_t first, end;
+        bool on_peer;                   /* atomic: made on legacy_peer */
     } marked[PUMP_DISCARD_MARKS];       /* of this memory */
 };
 
@@ -67,9 +79,13 @@ struct pump_context {
 extern PUMP_HIDDEN struct pump_context pump_contexts[PUMP_CONTEXTS_MAX];
 extern PUMP_HIDDEN uint32_t pump_context_count;
 
-/* Whether a ring's events are made, making them at its first use (prefetch.c says how).
- * Called, and returns, with c's use_lock held. */
-PUMP_HIDDEN bool pump_ring_ready(struct pump_context *c, struct ring *r, CUevent *events, int n, const char *without);
+/* Makes a ring's driver objects, called with no lock held: false when they cannot be made. */
+typedef bool (*pump_ring_maker)(struct pump_context *c);
+/* Whether a ring's objects are made, making them with `make` at its first use (prefetch.c says
+ * how). Called, and returns, with c's use_lock held. */
+PUMP_HIDDEN bool pump_ring_ready(struct pump_context *c, struct ring *r, pump_ring_maker make, const char *without);
+/* Creates n events (timing off) in c's context, from any thread. */
+PUMP_HIDDEN bool pump_events_create_in(struct pump_context *c, CUevent *events, int n);
 /* Makes `stream` wait (on the GPU) for the event's latest record. */
 PUMP_HIDDEN void pump_stream_wait(CUstream stream, CUevent event);
 

@@ -74,11 +74,17 @@ static bool move_each(CUstream stream, CUmemLocation to, const CUdeviceptr *ptrs
 {
     bool ok = true;
     for (size_t i = 0; i < n; i++) {
+        /* The allocation asked about: one freed before the driver answers is refused for that,
+         * and the memory may be another's by the time the answer is read (issue 42, risk 7). */
+        struct pump_range *asked = allocation_at(ptrs[i]);
+        uint64_t life = asked != NULL ? __atomic_load_n(&asked->life, __ATOMIC_RELAXED) : 0;
         CUresult r = move_one(stream, to, ptrs[i], sizes[i]);
         if (r == CUDA_SUCCESS)
             continue;
         ok = false;
         struct pump_range *range = r == CUDA_ERROR_INVALID_VALUE ? allocation_at(ptrs[i]) : NULL;
+        if (range != asked || (range != NULL && __atomic_load_n(&range->life, __ATOMIC_RELAXED) != life))
+            range = NULL;
         if (range == NULL) {  /* freed since the decision, or not about the range */
             if (r != CUDA_ERROR_INVALID_VALUE)
                 pump_call_ok(r, "cuMemPrefetchAsync");

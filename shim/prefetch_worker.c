@@ -12,12 +12,18 @@
  * The thread starts at its device's first job, with every signal blocked (a
  * program's handlers never run on it). It never waits for the launching
  * thread, and the launching thread waits for it only in a drain, for one
- * job's calls. At exit it takes no more jobs and nothing waits for it; across
- * fork the queues are locked, and the child has no worker and drops the
- * parent's jobs (the child passes through: it makes no driver call of pump's).
+ * job's calls. Before a context goes (pump_worker_quiesce) every worker is
+ * left with no job under way or queued, so none calls the driver with the
+ * context's streams and events once they are destroyed (issue 42, risk 2). At
+ * exit it takes no more jobs, and the exit waits for the job under way, a
+ * while at most; across fork the queues are locked, and the child has no
+ * worker and drops the parent's jobs (the child passes through: it makes no
+ * driver call of pump's).
  */
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <time.h>
 
 #include "locks.h"
 #include "prefetch_worker.h"
@@ -128,6 +134,24 @@ PUMP_HIDDEN bool pump_worker_pending(int device)
     return device >= 0 && device < PUMP_DEVICES_MAX && __atomic_load_n(&workers[device].pending, __ATOMIC_ACQUIRE) > 0;
 }
 
+/* Under w's lock, `taken` out of its queue: makes their calls, in order, as a drain (the
+ * worker takes no job meanwhile); returns with the lock let go. */
+static void make_taken(struct worker *w, struct pump_job *taken)
+{
+    w->draining++;
+    pump_mutex_unlock(&w->lock);
+    for (struct pump_job *job = taken; job != NULL; job = job->next) {
+        job->calls(job);
+        PUMP_COUNT(worker_takeovers, 1);
+        made(w, job);
+    }
+    pump_mutex_lock(&w->lock);
+    w->draining--;
+    pthread_cond_broadcast(&w->idle);
+    pthread_cond_signal(&w->work);
+    pump_mutex_unlock(&w->lock);
+}
+
 PUMP_HIDDEN struct pump_job *pump_worker_drain(int device)
 {
     if (!pump_worker_pending(device))
@@ -152,18 +176,7 @@ PUMP_HIDDEN struct pump_job *pump_worker_drain(int device)
             *first = job;
         *last = job;
     }
-    w->draining++;
-    pump_mutex_unlock(&w->lock);
-    for (struct pump_job *job = taken; job != NULL; job = job->next) {
-        job->calls(job);
-        PUMP_COUNT(worker_takeovers, 1);
-        made(w, job);
-    }
-    pump_mutex_lock(&w->lock);
-    w->draining--;
-    pthread_cond_broadcast(&w->idle);
-    pthread_cond_signal(&w->work);
-    pump_mutex_unlock(&w->lock);
+    make_taken(w, taken);
     return taken;
 }
 
@@ -187,10 +200,45 @@ PUMP_HIDDEN void pump_worker_finish(struct pump_job *jobs)
     }
 }
 
-/* No lock and no wait: a worker in a job's calls finishes them, or the process ends first. */
+PUMP_HIDDEN void pump_worker_quiesce(void)
+{
+    for (int d = 0; d < PUMP_DEVICES_MAX; d++) {
+        struct worker *w = &workers[d];
+        if (!__atomic_load_n(&w->started, __ATOMIC_ACQUIRE))
+            continue;
+        pump_mutex_lock(&w->lock);
+        while (w->busy || w->draining > 0)
+            pthread_cond_wait(&w->idle, &w->lock);
+        struct pump_job *taken = w->head;  /* unordered jobs too: each names a context */
+        w->head = w->tail = NULL;
+        make_taken(w, taken);
+        pump_worker_finish(taken);
+    }
+}
+
+/* A job under way at exit is waited for this long at most: its calls may follow the GPU (an
+ * eviction waits for its copy), and a driver that hangs must not hang the exit. */
+#define EXIT_WAIT_NS 2000000000ll
+
 PUMP_HIDDEN void pump_worker_at_exit(void)
 {
     __atomic_store_n(&stopping, true, __ATOMIC_RELEASE);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += EXIT_WAIT_NS / 1000000000ll;
+    for (int d = 0; d < PUMP_DEVICES_MAX; d++) {
+        struct worker *w = &workers[d];
+        if (!__atomic_load_n(&w->started, __ATOMIC_ACQUIRE))
+            continue;
+        pump_mutex_lock(&w->lock);
+        pthread_cond_broadcast(&w->work);  /* an idle worker sees it stops */
+        int r = 0;
+        while (w->busy && r != ETIMEDOUT)
+            r = pthread_cond_timedwait(&w->idle, &w->lock, &until);
+        pump_mutex_unlock(&w->lock);
+        if (r == ETIMEDOUT)
+            pump_log_once("exit: pump's worker was still in a driver call after 2 s: the process exits without it");
+    }
 }
 
 /* Only the queues of started workers are locked (the others are made anew in the child): a

@@ -46,8 +46,13 @@ PUMP_HIDDEN void pump_worker_wait(int device);
  * read without a lock: a thread that must order its calls after them drains). */
 PUMP_HIDDEN bool pump_worker_pending(int device);
 
+/* A context is about to go: on return no worker makes a job, and every job
+ * queued so far was made by the caller, in order, and finished. The caller
+ * holds no pump lock. */
+PUMP_HIDDEN void pump_worker_quiesce(void);
 /* Exit: the workers stop taking jobs (those queued are made by whoever
- * drains, or never: they are hints), and nothing waits for them. */
+ * drains, or never: they are hints), and a job under way is waited for, up
+ * to 2 s. */
 PUMP_HIDDEN void pump_worker_at_exit(void);
 /* Fork: no queue is mid-change across it; the child has no worker, and the
  * jobs queued in the parent are dropped there (the child makes no calls of

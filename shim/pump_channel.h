@@ -92,8 +92,11 @@ enum pump_event_kind {
                                      arg0, inside a managed allocation */
     PUMP_EVENT_BLOCK_FREE = 12,   /* the framework's allocator took back arg1 bytes at arg0:
                                      the contents are dead until handed out again */
-    PUMP_EVENT_STEP = 13,         /* the program begins training step arg0 (a marker for
-                                     people and tools; the policy finds steps itself) */
+    PUMP_EVENT_STEP = 13,         /* the program begins training step arg0, counted from 0
+                                     (the trace generator's, at each step; the shim's, after
+                                     each optimizer step of pump's allocator for PyTorch: a
+                                     marker for people and tools; the policy finds steps
+                                     itself) */
     /* Which GPU is which: CUDA ordinals differ between processes (CUDA_VISIBLE_DEVICES)
      * and from NVML's indices; the UUID names the GPU. */
     PUMP_EVENT_DEVICE = 14,       /* the process works on device `device` (its CUDA ordinal,

@@ -12,7 +12,7 @@
 
 enum {
     PUMP_STATS_MAGIC = 0x504d5053,   /* "SPMP" little-endian: a pump record */
-    PUMP_STATS_VERSION = 10
+    PUMP_STATS_VERSION = 13
 };
 
 struct pump_stats {
@@ -72,10 +72,11 @@ struct pump_stats {
     /* pump's allocator for PyTorch (torch_allocator.c) */
     uint64_t torch_allocs;           /* tensors allocated through pump_torch_alloc */
     uint64_t torch_frees;
-    uint64_t bytes_discarded;        /* dead tensors' whole 2 MiB blocks discarded before their free */
-    uint64_t discards_skipped;       /* dead tensors not discarded: pump could not order later prefetches of
-                                        their memory after one more discard (256 still running), or another
-                                        thread was making one in the same context */
+    uint64_t bytes_discarded;        /* dead tensors' whole 2 MiB blocks discarded at their free (pump's
+                                        allocator's, and the caching allocator's under a budget) */
+    uint64_t discards_skipped;       /* dead tensors not discarded (either allocator): pump could not order
+                                        later prefetches of their memory after one more discard (256 still
+                                        running), or another thread was making one in the same context */
     uint64_t discards_declined;      /* dead tensors not discarded: no scanned launch named them, or pump saw
                                         launches on another stream (stream_users.c) */
     uint64_t torch_free_waits;       /* waits of a freeing stream for another stream pump saw launches on */
@@ -143,6 +144,26 @@ struct pump_stats {
     /* version 10: the default budget's margin, learned from what appears between readings (budget.c) */
     uint64_t budget_margin_bytes;    /* the largest margin in force on any device */
     uint64_t budget_margin_raises;   /* readings that found more appeared than the margin held, and raised it */
+    /* version 11: PyTorch's caching allocator's dead tensors discarded under a budget (torch_trace.c) */
+    uint64_t torch_tensor_discards;  /* freed tensors whose whole 2 MiB blocks were discarded (their bytes
+                                        count in bytes_discarded) */
+    /* also version 11: use events with generations (prefetch.c) */
+    uint64_t use_waits_recycled;     /* waits on a use token whose event was recorded again since (1,024
+                                        uses later): made on a fresh point of the eviction stream instead */
+    /* also version 11: how much of a job pumpd's plan covers (issue 41) */
+    uint64_t launches_planned;       /* managed launches, while a plan with triggers is in force, that found
+                                        every block they use believed where the plan put it: no move of the
+                                        launch rule's, none left to faults by the budget */
+    /* version 12: pump's allocator for PyTorch places each tensor where it went a step before (placement.c) */
+    uint64_t placement_steps;        /* optimizer steps marked (pump_torch_step) */
+    uint64_t placement_wanted;       /* tensors allocated with a place: where the same allocation went in an
+                                        earlier step that agrees with this one so far */
+    uint64_t placement_hits;         /* ... put there */
+    uint64_t placement_reuses;       /* freed pool blocks pump kept and handed out again */
+    uint64_t placement_releases;     /* ... given back to their pool, not taken again for a few steps */
+    /* version 13: room made ahead of the launch rule's launches, by pump's worker (residency_ahead.c) */
+    uint64_t ahead_decisions;        /* launches after which blocks were evicted ahead */
+    uint64_t ahead_bytes;            /* ... the bytes that left the belief so */
 };
 
 #endif

@@ -20,9 +20,14 @@ enum pump_torch_flags {
     PUMP_TORCH_PRIVATE_POOL = 1   /* from a private pool (a CUDA graph's, a MemPool) */
 };
 
-/* One allocator event. Called with the allocator's lock held: it takes only libpump's own
- * locks and never calls back. */
-void pump_torch_trace(int event, uint64_t addr, uint64_t size, int flags);
+/* A CUDA stream (the driver's CUstream and the runtime's cudaStream_t are both this). */
+struct CUstream_st;
+
+/* One allocator event: the block [addr, addr+size) and its stream, the one it was allocated
+ * on and is handed out again on (PyTorch's TraceEntry::stream_; NULL: the legacy default
+ * stream). Called with the allocator's lock held: libpump takes only its own locks, may
+ * enqueue work on the block's stream (a discard of the dead block), and never calls back. */
+void pump_torch_trace(int event, uint64_t addr, uint64_t size, int flags, struct CUstream_st *stream);
 
 #ifdef __cplusplus
 }

@@ -155,6 +155,18 @@ static void carved_erase(uint32_t i)
     carved_count--;
 }
 
+/* Erases the range at index i (writer): its bytes where it is counted, told to `dropped`
+ * (NULL: nobody) with its device; 0 for a tensor. */
+static uint64_t erase_counted(uint32_t i, void (*dropped)(int device, uint64_t bytes))
+{
+    const struct pump_range *r = &records[LOAD(slots[i])];
+    uint64_t bytes = LOAD(r->counted) ? LOAD(ends[i]) - LOAD(starts[i]) : 0;
+    if (bytes != 0 && dropped != NULL)
+        dropped(LOAD(r->device), bytes);
+    erase_at(i);
+    return bytes;
+}
+
 /* Erases the ranges overlapping [base, end) (writer); the bytes of the counted ones, each
  * told to `dropped` (NULL: nobody) with its device. */
 static uint64_t erase_overlapping(uint64_t base, uint64_t end, void (*dropped)(int device, uint64_t bytes))
@@ -163,17 +175,34 @@ static uint64_t erase_overlapping(uint64_t base, uint64_t end, void (*dropped)(i
     uint32_t i = upper_bound(LOAD(count), base);
     if (i > 0 && LOAD(ends[i - 1]) > base)
         i--;
-    while (i < LOAD(count) && LOAD(starts[i]) < end) {
-        const struct pump_range *r = &records[LOAD(slots[i])];
-        uint64_t bytes = LOAD(ends[i]) - LOAD(starts[i]);
-        if (LOAD(r->counted)) {
-            counted += bytes;
-            if (dropped != NULL)
-                dropped(LOAD(r->device), bytes);
-        }
-        erase_at(i);
-    }
+    while (i < LOAD(count) && LOAD(starts[i]) < end)
+        counted += erase_counted(i, dropped);
     return counted;
+}
+
+/* Drops carved segment i and its tensors (writer): its bytes, told to `dropped`. */
+static uint64_t drop_carved(uint32_t i, void (*dropped)(int device, uint64_t bytes))
+{
+    uint64_t bytes = carved_ends[i] - carved_starts[i];
+    if (dropped != NULL)
+        dropped(carved_devices[i], bytes);
+    erase_overlapping(carved_starts[i], carved_ends[i], NULL);
+    carved_erase(i);
+    return bytes;
+}
+
+PUMP_HIDDEN uint64_t pump_ranges_drop_device(int device, void (*dropped)(int device, uint64_t bytes))
+{
+    uint64_t total = 0;
+    write_begin();
+    for (uint32_t i = carved_count; i-- > 0;)
+        if (carved_devices[i] == device)
+            total += drop_carved(i, dropped);
+    for (uint32_t i = LOAD(count); i-- > 0;)
+        if (LOAD(records[LOAD(slots[i])].device) == device)
+            total += erase_counted(i, dropped);
+    write_end();
+    return total;
 }
 
 PUMP_HIDDEN uint64_t pump_ranges_drop(uint64_t base, uint64_t size, void (*dropped)(int device, uint64_t bytes))
@@ -185,20 +214,18 @@ PUMP_HIDDEN uint64_t pump_ranges_drop(uint64_t base, uint64_t size, void (*dropp
     uint32_t i = carved_upper_bound(base);
     if (i > 0 && carved_ends[i - 1] > base)
         i--;
-    while (i < carved_count && carved_starts[i] < end) {
-        total += carved_ends[i] - carved_starts[i];
-        if (dropped != NULL)
-            dropped(carved_devices[i], carved_ends[i] - carved_starts[i]);
-        erase_overlapping(carved_starts[i], carved_ends[i], NULL);
-        carved_erase(i);
-    }
+    while (i < carved_count && carved_starts[i] < end)
+        total += drop_carved(i, dropped);
     write_end();
     return total;
 }
 
+static uint64_t lives; /* atomic: the last record life handed out */
+
 /* A record's state of a new allocation or tensor: nothing resident, announced or used. */
 static void start_life(struct pump_range *r)
 {
+    STORE(r->life, __atomic_add_fetch(&lives, 1, __ATOMIC_RELAXED));
     STORE(r->resident_stamp, 0);
     STORE(r->announced, 0);
     STORE(r->accounted_on, 0);
@@ -387,6 +414,7 @@ PUMP_HIDDEN struct pump_range *pump_ranges_insert_tensor(uint64_t base, uint64_t
                                   : NULL;
     if (held && same != NULL && LOAD(same->dead) && !LOAD(same->counted)) {
         /* The same memory handed out again: what pump knows of it (residency, last use) stays. */
+        STORE(same->life, __atomic_add_fetch(&lives, 1, __ATOMIC_RELAXED));
         STORE(same->announced, 0);
         STORE(same->dead, 0);
         inserted = same;

@@ -58,6 +58,10 @@ struct pump_range {
     uint32_t launched;
     /* 1 once the driver refused to prefetch it (prefetch.c): not asked again. */
     uint32_t unprefetchable;
+    /* Which allocation or tensor the record holds: a new number each time one takes it (a
+     * record, and an address, outlive their allocation: a refusal of a freed range must not
+     * mark the allocation made there since, prefetch_ranges.c). */
+    uint64_t life;
 };
 
 /* At most this many segments are carved into tensors at once; beyond, a segment stays
@@ -73,6 +77,9 @@ PUMP_HIDDEN struct pump_range *pump_ranges_insert(uint64_t base, uint64_t size, 
  * missed a free). Returns the bytes they held against the capacity, and tells each
  * allocation's to `dropped` (NULL: nobody) with its device, under the table's lock. */
 PUMP_HIDDEN uint64_t pump_ranges_drop(uint64_t base, uint64_t size, void (*dropped)(int device, uint64_t bytes));
+/* Drops every allocation and tensor of `device` (its context went, and their memory with it),
+ * each counted one told to `dropped`; returns their bytes. */
+PUMP_HIDDEN uint64_t pump_ranges_drop_device(int device, void (*dropped)(int device, uint64_t bytes));
 
 /* What pump_ranges_remove found at a base. */
 enum pump_removed {

@@ -7,7 +7,8 @@
  * where no plan is in force, and a plan with PUMP_ORDER_USED, freed tensors'
  * blocks first, then least recently used by a launch, ties broken by migration
  * order; for the launch rule under a plan, policy off's emulation and a lowered
- * budget, least recently migrated, the driver's order)
+ * budget, least recently migrated, the driver's order; the last two, and room made
+ * ahead, after the kernel: residency_hold.c, residency_ahead.c)
  * and writes down the moves, whose driver calls are made
  * after every lock is left (residency_moves.h): a thread launching on another
  * GPU never waits for them. A block taken for a launch is never its victim,
@@ -30,9 +31,10 @@
 #include <stdlib.h>
 
 #include "context_cache.h"
-#include "prefetch_worker.h"
 #include "residency.h"
+#include "residency_ahead.h"
 #include "residency_evict.h"
+#include "residency_hold.h"
 #include "residency_rank.h"
 
 /* The epochs (residency.h): `synced` moves at synchronisations and with `launched`, the
@@ -146,16 +148,28 @@ static void prefetches_flush(struct prefetches *p, struct evictions *e, uint64_t
     pump_evictions_flush(e);
     struct pump_decision *dn = p->dn;
     struct pump_device_state *d = &pump_devices[dn->device];
-    /* Room made by evictions still queued: this prefetch may not pass them. */
-    if (p->m.after_evictions ||
-        (budget != 0 && d->evicted_unawaited > 0 && d->resident + p->pending + d->evicted_unawaited > budget)) {
-        p->m.after_evictions = true;
-        d->evicted_unawaited = 0;
-        d->awaited++;
+    /* Room made by evictions not yet awaited: this prefetch may not pass those it needs. Where
+     * those whose calls were made are room enough, the prefetch stream waits for them alone, on
+     * the GPU; else for every eviction decided (those not made yet are made first: a drain,
+     * residency_moves.c). */
+    uint64_t covered = d->awaited > d->awaited_made ? d->awaited : d->awaited_made;
+    if (!p->m.after_evictions && budget != 0 && d->resident + p->pending + (d->evicted - covered) > budget) {
+        uint64_t made = __atomic_load_n(&d->evicted_made, __ATOMIC_ACQUIRE);
+        if (made > covered && d->resident + p->pending + (d->evicted - made) <= budget) {
+            p->m.after_made = true;
+            if (!p->m.populate)
+                d->awaited_made = made;
+        } else {
+            p->m.after_evictions = true;
+        }
     }
+    /* A populate's stream waits, not the prefetch stream (residency_moves.c): what it
+     * awaited stays unawaited for the prefetches to come. */
+    if (p->m.after_evictions && !p->m.populate)
+        d->awaited = d->evicted;
     /* Timed only when every byte is believed on the host, put there by pump: a batch with
      * blocks already resident (an epoch's re-prefetch) moves less than it names. */
-    p->m.timeable = p->pending == p->m.bytes;
+    p->m.timeable = !p->m.populate && p->pending == p->m.bytes;
     for (uint32_t r = 0; r < p->m.n; r++) {
         struct pump_blocks *a = p->m.run[r].a;
         uint32_t last = p->m.run[r].first + p->m.run[r].count - 1;
@@ -184,7 +198,7 @@ static void prefetches_flush(struct prefetches *p, struct evictions *e, uint64_t
          * skip off: the next launch rule over it must wait for `ready`. */
         pump_blocks_refresh(a, dn->device, p->m.from_plan ? 0 : stamp);
     }
-    p->m.after_evictions = false;
+    p->m.after_evictions = p->m.after_made = p->m.populate = false;
     p->m.n = p->m.discards = 0;
     p->m.bytes = 0;
     p->pending = 0;
@@ -212,12 +226,17 @@ static bool want_block(struct prefetches *p, struct evictions *e, uint64_t budge
         PUMP_COUNT(prefetch_discard_skips, 1);
         return true;  /* left to the kernel's faults */
     }
+    /* Discarded on the legacy peer: populated on a stream of its own (discard_marks.h). */
+    bool populate = discard != 0 && pump_discard_on_peer(discard, p->dn->c);
+    if (p->m.n > 0 && p->m.populate != populate)
+        prefetches_flush(p, e, budget);
+    p->m.populate = populate;
     struct pump_device_state *d = &pump_devices[device];
     if (cost > 0 && !may_evict && budget != 0 && d->resident + p->pending + cost > budget)
         return false;
     if (cost > 0 && may_evict && !pump_make_room(e, p->pending + cost, budget, order))
         return false;
-    if (cost > 0 && b->evicted_in == d->awaited + 1)
+    if (cost > 0 && b->evicted_in > d->awaited)
         p->m.after_evictions = true;  /* its eviction may not pass this prefetch */
     bool joins = p->m.n > 0 && p->m.run[p->m.n - 1].a == a && p->m.run[p->m.n - 1].first + p->m.run[p->m.n - 1].count == i;
     bool new_discard = discard != 0 && !pump_marks_hold(p->m.discard, p->m.discards, discard);
@@ -283,7 +302,7 @@ static void tell_launch_over_budget(uint64_t launch_bytes, uint64_t budget)
  * the plan's order), and the kernel waits for them, or else for the planned
  * prefetch that brought the latest of them, if any. */
 static void need_rule(struct pump_context *c, int device, CUstream stream, const struct pump_scan *scan,
-                      uint64_t budget, const struct pump_trigger *t)
+                      uint64_t budget, const struct pump_trigger *t, bool *moved)
 {
     uint64_t left_out = 0, ready = 0;
     struct pump_decision dn = {.c = c, .device = device, .stream = stream};
@@ -311,6 +330,7 @@ static void need_rule(struct pump_context *c, int device, CUstream stream, const
         if (scan->range[r]->blocks != NULL)
             pump_blocks_refresh(scan->range[r]->blocks, device, stamp_for(scan->range[r], p.stamps));
     pump_decision_unlock(&dn);
+    *moved = dn.n > 0 || left_out > 0;
     if (pump_decision_make(&dn))
         PUMP_COUNT(launches_prefetched, 1);
     if (left_out > 0) {
@@ -339,7 +359,7 @@ static uint32_t launch_rule_order(void)
  * planned prefetch that brought the latest of them, if any. True when it
  * prefetched. */
 static bool launch_rule(struct pump_context *c, int device, CUstream stream, struct uses u, uint64_t budget,
-                        struct stamps stamps)
+                        struct stamps stamps, bool *moved)
 {
     struct pump_decision dn = {.c = c, .device = device, .stream = stream};
     if (!pump_decision_begin(&dn, u.range, u.n, NULL, 0))
@@ -349,6 +369,7 @@ static bool launch_rule(struct pump_context *c, int device, CUstream stream, str
     uint64_t left_out = 0, ready = 0;
     uint32_t order = launch_rule_order();
     bool full = false;
+    uint64_t counted_before = pump_devices[device].counted_in, evicted_before = pump_devices[device].evicted;
     /* Its allocations count as used from now, not from when its kernel's use is recorded: a
      * launch racing on another thread must not take what this one brings in as the least
      * recently used. */
@@ -374,10 +395,14 @@ static bool launch_rule(struct pump_context *c, int device, CUstream stream, str
         }
     }
     take_done(&p, &e, budget, ready);
+    if (budget != 0 && pump_config.evict_ahead && order == PUMP_ORDER_USED)  /* where room is made ahead */
+        pump_ahead_learn(device, pump_devices[device].counted_in - counted_before,
+                         pump_devices[device].evicted > evicted_before, budget);
     for (uint32_t r = 0; r < u.n; r++)
         if (u.range[r]->blocks != NULL)
             pump_blocks_refresh(u.range[r]->blocks, device, stamp_for(u.range[r], stamps));
     pump_decision_unlock(&dn);
+    *moved = dn.n > 0 || left_out > 0;
     bool prefetched = pump_decision_make(&dn);
     if (left_out > 0) {
         PUMP_COUNT(budget_skips, left_out);
@@ -409,17 +434,20 @@ PUMP_HIDDEN void pump_residency_launch(struct pump_context *c, CUstream stream, 
     int device = pump_context_device(c);
     if (device < 0 || device >= PUMP_DEVICES_MAX)
         return;
-    bool planned = trigger != NULL && trigger->need > 0;
+    bool planned = trigger != NULL && trigger->need > 0, moved = false;
     struct stamps stamps = resident_stamps(device);
-    if (launch_todo(uses_of(scan), stamps) == 0)
-        return;
-    *capturing = pump_stream_capturing(stream);
-    if (*capturing)
-        PUMP_COUNT(launches_captured, 1);
-    else if (planned)
-        need_rule(c, device, stream, scan, budget, trigger);
-    else if (launch_rule(c, device, stream, uses_of(scan), budget, stamps))
-        PUMP_COUNT(launches_prefetched, 1);
+    if (launch_todo(uses_of(scan), stamps) > 0) {
+        *capturing = pump_stream_capturing(stream);
+        if (*capturing)
+            PUMP_COUNT(launches_captured, 1);
+        else if (planned)
+            need_rule(c, device, stream, scan, budget, trigger, &moved);
+        else if (launch_rule(c, device, stream, uses_of(scan), budget, stamps, &moved))
+            PUMP_COUNT(launches_prefetched, 1);
+    }
+    /* Under a plan with triggers: the launch found what it uses where the plan put it. */
+    if (!moved && *capturing <= 0 && launch_rule_order() == PUMP_ORDER_MIGRATED)
+        PUMP_COUNT(launches_planned, 1);
 }
 
 PUMP_HIDDEN void pump_residency_graph_launch(struct pump_context *c, CUstream stream,
@@ -430,67 +458,9 @@ PUMP_HIDDEN void pump_residency_graph_launch(struct pump_context *c, CUstream st
         return;
     struct uses u = {ranges, n};
     struct stamps stamps = resident_stamps(device);
+    bool moved;
     if (launch_todo(u, stamps) > 0)
-        launch_rule(c, device, stream, u, budget, stamps);
-}
-
-/* Policy off's decision is made (by pump's worker, or here); the next kernel on the device
- * waits for its evictions (pump_residency_off_launch). */
-static void off_decision_make(struct pump_decision *dn)
-{
-    bool evicts = dn->n > 0;
-    pump_decision_make(dn);
-    if (evicts)
-        __atomic_fetch_add(&pump_devices[dn->device].off_evictions, 1, __ATOMIC_RELEASE);
-}
-
-PUMP_HIDDEN void pump_residency_off_launch(struct pump_context *c, CUstream stream, int *capturing)
-{
-    int device = pump_context_device(c);
-    if (device < 0 || device >= PUMP_DEVICES_MAX)
-        return;
-    struct pump_device_state *d = &pump_devices[device];
-    uint64_t made = __atomic_load_n(&d->off_evictions, __ATOMIC_ACQUIRE);
-    if (__atomic_load_n(&d->off_waited, __ATOMIC_RELAXED) == made)
-        return;
-    if (*capturing < 0)
-        *capturing = pump_stream_capturing(stream);
-    if (*capturing)
-        return;
-    pump_worker_wait(device);
-    pump_evictions_wait(c, stream);
-    PUMP_COUNT(off_kernel_waits, 1);
-    uint64_t old = __atomic_load_n(&d->off_waited, __ATOMIC_RELAXED);
-    while (old < made && !__atomic_compare_exchange_n(&d->off_waited, &old, made, true, __ATOMIC_RELAXED,
-                                                      __ATOMIC_RELAXED)) {
-    }
-}
-
-/* Policy off with a budget: the launch's blocks are counted in (the kernel
- * faults in what it touches), then the oldest others leave until it holds. */
-static void off_rule(struct pump_context *c, int device, struct uses u, uint64_t budget, uint64_t token)
-{
-    uint32_t counted = 0;
-    for (uint32_t r = 0; r < u.n; r++)
-        counted += __atomic_load_n(&u.range[r]->accounted_on, __ATOMIC_RELAXED) == (uint32_t)device + 1;
-    if (counted == u.n)
-        return;
-    struct pump_decision dn = {.c = c, .device = device, .fallback = token};
-    if (!pump_decision_begin(&dn, u.range, u.n, NULL, 0))
-        return;
-    for (uint32_t r = 0; r < u.n; r++) {
-        struct pump_blocks *a = u.range[r]->blocks;
-        if (a == NULL)
-            continue;
-        for (uint32_t i = 0; i < a->count; i++)
-            pump_block_count_in(a, i, device);
-        pump_blocks_refresh(a, device, 0);
-    }
-    struct evictions e = {.dn = &dn};
-    pump_make_room(&e, 0, budget, PUMP_ORDER_MIGRATED);
-    pump_evictions_flush(&e);
-    pump_decision_unlock(&dn);
-    off_decision_make(&dn);
+        launch_rule(c, device, stream, u, budget, stamps, &moved);
 }
 
 static void plan_rule(struct pump_context *c, int device, struct uses u, uint64_t budget,
@@ -530,24 +500,6 @@ static void plan_rule(struct pump_context *c, int device, struct uses u, uint64_
         PUMP_COUNT(budget_skips, left_out);
 }
 
-/* Over the budget although every rule kept to it: the budget was lowered (the
- * arbiter, `pump` set) or a rule could not help it (policy off's launch larger
- * than the budget). The oldest blocks but this launch's leave. */
-static void hold_budget(struct pump_context *c, int device, struct uses u, uint64_t budget, uint64_t token)
-{
-    struct pump_decision dn = {.c = c, .device = device, .fallback = token};
-    if (!pump_decision_begin(&dn, u.range, u.n, NULL, 0))
-        return;
-    struct evictions e = {.dn = &dn};
-    pump_make_room(&e, 0, budget, PUMP_ORDER_MIGRATED);
-    pump_evictions_flush(&e);
-    pump_decision_unlock(&dn);
-    if (pump_config.policy == PUMP_POLICY_OFF)
-        off_decision_make(&dn);
-    else
-        pump_decision_make(&dn);
-}
-
 /* After a kernel or a graph replay was enqueued: see pump_residency_after_launch. */
 static void after_use(struct pump_context *c, CUstream stream, struct uses u, uint64_t budget, uint64_t tick,
                       const struct pump_trigger *trigger)
@@ -575,11 +527,14 @@ static void after_use(struct pump_context *c, CUstream stream, struct uses u, ui
     if (used)
         pump_blocks_used(u.range, u.n, device);
     if (pump_config.policy == PUMP_POLICY_OFF && budget != 0)
-        off_rule(c, device, u, budget, token);
+        pump_off_rule(c, device, u.range, u.n, budget, token);
     if (trigger != NULL && trigger->prefetch + trigger->evict > 0)
         plan_rule(c, device, u, budget, token, tick, trigger);
     if (budget != 0 && __atomic_load_n(&pump_devices[device].resident, __ATOMIC_RELAXED) > budget)
-        hold_budget(c, device, u, budget, token);
+        pump_hold_budget(c, device, u.range, u.n, budget, token);
+    else if (budget != 0 && pump_config.evict_ahead && pump_config.policy == PUMP_POLICY_LAUNCH &&
+             launch_rule_order() == PUMP_ORDER_USED)
+        pump_ahead_evict(c, device, u.range, u.n, budget, token);
 }
 
 PUMP_HIDDEN void pump_residency_after_launch(struct pump_context *c, CUstream stream, const struct pump_scan *scan,

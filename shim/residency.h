@@ -40,6 +40,16 @@ PUMP_HIDDEN void pump_residency_detach(struct pump_range *range);
  * oldest in the migration order, the least recently used in a plan's). A
  * block evicted meanwhile is believed nowhere: the next tensor prefetches it. */
 PUMP_HIDDEN void pump_residency_freed(struct pump_range *range);
+/* A tensor on `device` is freed: whether pump evicted there within its last 1,024 frees. Its
+ * dead blocks are then worth discarding: left resident they are the next victims, copied to the
+ * host. Where the budget holds everything they are not: kept, the next tensor there finds
+ * its memory resident, where a discarded one is populated again. */
+PUMP_HIDDEN bool pump_residency_pressed(int device);
+/* The blocks of a freed tensor's record wholly inside [start, end) were discarded (the mark
+ * of the discard, discard_marks.h): believed nowhere from now on, so no budget counts them and
+ * no eviction copies them; memory allocated again there is moved only after the discard.
+ * Takes the shape lock for writing, as pump_residency_freed does. */
+PUMP_HIDDEN void pump_residency_discarded(struct pump_range *range, uint64_t start, uint64_t end, uint64_t mark);
 /* A tensor carved over records of other extents, and what is left of them outside it
  * (made, under the range table's writer lock; ranges.h): each block of theirs is believed
  * resident where all of its memory was (the caching allocator keeps it on the GPU while

@@ -15,12 +15,18 @@
 
 #include "locks.h"
 #include "prefetch.h"
+#include "residency.h"
 #include "residency_blocks.h"
 #include "residency_rank.h"
 
 PUMP_HIDDEN struct pump_device_state pump_devices[PUMP_DEVICES_MAX];
 
-static pthread_rwlock_t shape = PTHREAD_RWLOCK_INITIALIZER;
+/* Writers first: allocations and frees take it written while other threads launch, and with a
+ * reader-preferring lock a thread allocating could wait for as long as launches overlap (issue
+ * 42, risk 6). glibc's writer-preferring kind deadlocks a thread that takes it read a second
+ * time while a writer waits: a thread's nested read takes nothing (shape_reads). */
+static pthread_rwlock_t shape = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
+static _Thread_local unsigned int shape_reads __attribute__((tls_model("initial-exec")));
 static pthread_once_t devices_once = PTHREAD_ONCE_INIT;
 static bool device_ready[PUMP_DEVICES_MAX]; /* atomic: orders and rooms set up (under `shape` written) */
 static uint64_t blocks_total, allocations_total; /* under `shape` written */
@@ -49,10 +55,16 @@ static void lock_counted(pthread_mutex_t *m)
 
 static void read_shape(void)
 {
-    if (pump_rwlock_tryrdlock(&shape))
+    if (shape_reads++ > 0 || pump_rwlock_tryrdlock(&shape))
         return;
     PUMP_COUNT(residency_lock_waits, 1);
     pump_rwlock_rdlock(&shape);
+}
+
+static void unread_shape(void)
+{
+    if (--shape_reads == 0)
+        pump_rwlock_unlock(&shape);
 }
 
 static void write_shape(void)
@@ -129,7 +141,7 @@ PUMP_HIDDEN bool pump_blocks_enter(int device)
 
 PUMP_HIDDEN void pump_blocks_leave(void)
 {
-    pump_rwlock_unlock(&shape);
+    unread_shape();
 }
 
 PUMP_HIDDEN void pump_blocks_used(struct pump_range *const *ranges, uint32_t n, int device)
@@ -249,7 +261,7 @@ PUMP_HIDDEN void pump_blocks_read_mostly(uint64_t ptr, uint64_t bytes, bool on)
         }
         at = a->base + a->size;
     }
-    pump_rwlock_unlock(&shape);
+    unread_shape();
 }
 
 PUMP_HIDDEN void pump_blocks_publish(void)
@@ -353,11 +365,27 @@ PUMP_HIDDEN bool pump_blocks_reorder(struct pump_range *range, bool newest)
     return a != NULL;
 }
 
+PUMP_HIDDEN void pump_residency_discarded(struct pump_range *range, uint64_t start, uint64_t end, uint64_t mark)
+{
+    write_shape();  /* no rule in flight: blocks leave their devices' orders */
+    struct pump_blocks *a = range->blocks;
+    for (uint32_t i = 0; a != NULL && i < a->count; i++) {
+        uint64_t first = pump_block_start(a, i);
+        if (first < start || first + pump_block_bytes(a, i) > end)
+            continue;
+        pump_block_count_out(a, i);
+        a->block[i].discarded = mark;
+    }
+    pump_blocks_publish();
+    pump_rwlock_unlock(&shape);
+}
+
 PUMP_HIDDEN bool pump_blocks_attach(struct pump_range *range)
 {
     /* A tensor that took over a freed one's record (ranges.h): the same memory, which the
-     * caching allocator kept on the GPU and pump never discards (torch_trace.c). What of it is
-     * still believed resident is a new tensor's now: the newest in the migration order. */
+     * caching allocator kept on the GPU. What of it is still believed resident is a new
+     * tensor's now: the newest in the migration order; what was discarded at the free
+     * (torch_trace.c) keeps its mark, so the new tensor's prefetch waits for the discard. */
     if (pump_blocks_reorder(range, true))
         return true;
     uint64_t base = __atomic_load_n(&range->base, __ATOMIC_RELAXED);
@@ -532,5 +560,5 @@ PUMP_HIDDEN void pump_blocks_before_fork(void)
 PUMP_HIDDEN void pump_blocks_after_fork(void)
 {
     pump_devices_unlock(ready_devices());
-    pump_rwlock_unlock(&shape);
+    unread_shape();
 }

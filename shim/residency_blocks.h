@@ -41,8 +41,8 @@ struct pump_block {
     uint64_t planned_for;             /* the launch tick whose trigger last named it for prefetch (brought
                                          in or already resident): for PUMP_ORDER_USED it counts as used
                                          then (not as old as its allocation's last use) */
-    uint64_t evicted_in;              /* its device's `awaited` + 1 when last evicted: a prefetch of it
-                                         while that is still the case must wait for the evictions */
+    uint64_t evicted_in;              /* its device's `evicted` with it, when last evicted: a prefetch of it
+                                         before `awaited` reaches that must wait for every eviction */
     uint64_t discarded;               /* the mark of an earlier owner's discard of its memory that may
                                          still be running: pump moves it only after that (0: none) */
     uint64_t stamp;                   /* its kind's stamp when last prefetched; 0: none */
@@ -74,11 +74,19 @@ struct pump_device_state {
     uint64_t resident;                /* bytes believed resident (written under the lock, read anywhere) */
     uint64_t migrations;
     uint64_t counted_in;              /* bytes ever counted in (written under the lock, read anywhere) */
-    uint64_t evicted_unawaited;       /* evicted since the prefetch stream last waited for the evictions */
-    uint64_t awaited;                 /* times the prefetch stream waited for the evictions */
+    uint64_t evicted;                 /* bytes ever decided to leave it by eviction (under the lock) */
+    uint64_t evicted_made;            /* atomic: ... whose eviction calls were made, by whichever thread */
+    uint64_t ahead;                   /* atomic (written under the lock): room kept free ahead of the launch
+                                         rule's launches (residency_ahead.c) */
+    uint32_t ahead_pressed;           /* ... for so many more launches that bring bytes without evicting */
+    uint64_t awaited;                 /* `evicted` when the prefetch stream last waited for every eviction
+                                         decided (under the lock) */
+    uint64_t awaited_made;            /* `evicted_made` when it last waited for those made (under the lock) */
     uint64_t off_evictions;           /* atomic: policy off's decisions that evicted, handed over */
     uint64_t off_waited;              /* atomic: ... of which the next kernel waits for so many */
     uint64_t turns;                   /* decisions with driver calls so far (under the lock) */
+    uint64_t frees;                   /* atomic: tensors freed on it (a clock for pump_residency_pressed) */
+    uint64_t evicted_at;              /* atomic: `frees` + 1 at its latest eviction; 0: none yet */
     struct pump_block **heap;         /* room for every block: PUMP_ORDER_USED's victims out of list order */
     struct pump_block **batch;        /* room for every block: those taking their places at once */
     struct pump_blocks **touched;     /* room for every allocation: those used since the last settle */

@@ -14,8 +14,12 @@
  * is kept as blocks are used (residency_rank.h): a victim search takes the first
  * k blocks of it, with no sort of the device's blocks.
  */
+#include "residency.h"
 #include "residency_evict.h"
 #include "residency_rank.h"
+
+/* Frees after its latest eviction for which a device still counts as pressed. */
+#define PRESSED_FREES 1024
 
 static uint32_t index_of(const struct pump_block *b)
 {
@@ -28,7 +32,8 @@ PUMP_HIDDEN void pump_evictions_flush(struct evictions *e)
         return;
     e->m.evict = true;
     pump_decision_write(e->dn, &e->m);
-    pump_devices[e->dn->device].evicted_unawaited += e->m.bytes;
+    struct pump_device_state *d = &pump_devices[e->dn->device];
+    __atomic_store_n(&d->evicted_at, __atomic_load_n(&d->frees, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
     e->m.n = e->m.waits = e->m.discards = 0;
     e->m.bytes = e->m.blocks = 0;
     e->m.after_prefetches = e->m.after_fallback = false;
@@ -47,7 +52,8 @@ PUMP_HIDDEN void pump_evict_block(struct evictions *e, struct pump_blocks *a, ui
 {
     struct pump_block *b = &a->block[i];
     if (b->discarded == PUMP_DISCARD_UNORDERED || __atomic_load_n(&b->read_mostly, __ATOMIC_RELAXED)) {
-        pump_block_count_out(a, i);  /* never moved by pump (read-mostly: left to the driver, residency.h) */
+        if (!e->moving_only)
+            pump_block_count_out(a, i);  /* never moved by pump (read-mostly: left to the driver, residency.h) */
         return;
     }
     if (e->m.n == PUMP_MOVE_BATCH || e->m.waits + 3 > PUMP_MOVE_BATCH || e->m.discards == PUMP_MOVE_BATCH)
@@ -64,7 +70,9 @@ PUMP_HIDDEN void pump_evict_block(struct evictions *e, struct pump_blocks *a, ui
     uint64_t start = pump_block_start(a, i), bytes = pump_block_bytes(a, i);
     /* Also when it is not believed resident (a plan's evict range): pages a
      * kernel faulted in move out, and a prefetch of it must not pass that. */
-    b->evicted_in = pump_devices[e->dn->device].awaited + 1;
+    struct pump_device_state *d = &pump_devices[e->dn->device];
+    d->evicted += bytes;
+    b->evicted_in = d->evicted;
     if (e->m.n > 0 && e->m.ptr[e->m.n - 1] + e->m.size[e->m.n - 1] == start) {
         e->m.size[e->m.n - 1] += bytes;
     } else {
@@ -101,4 +109,14 @@ PUMP_HIDDEN bool pump_make_room(struct evictions *e, uint64_t need, uint64_t bud
         }
     }
     return d->resident + need <= budget;
+}
+
+PUMP_HIDDEN bool pump_residency_pressed(int device)
+{
+    if (device < 0 || device >= PUMP_DEVICES_MAX)
+        return false;
+    struct pump_device_state *d = &pump_devices[device];
+    uint64_t now = __atomic_add_fetch(&d->frees, 1, __ATOMIC_RELAXED);
+    uint64_t at = __atomic_load_n(&d->evicted_at, __ATOMIC_RELAXED);
+    return at != 0 && now - at < PRESSED_FREES;
 }

@@ -123,7 +123,10 @@ static void after_discards(struct pump_context *c, const struct pump_move *m)
         if (m->evict) {
             pump_evict_after_discard(c, m->discard[k]);
         } else {
-            pump_prefetch_after_discard(c, m->discard[k]);
+            if (m->populate)
+                pump_populate_after_discard(c, m->discard[k]);
+            else
+                pump_prefetch_after_discard(c, m->discard[k]);
             PUMP_COUNT(prefetch_discard_waits, 1);
         }
     }
@@ -144,16 +147,23 @@ static bool make_move(struct pump_decision *dn, struct pump_move *m, uint64_t *r
         for (uint32_t k = 0; k < m->waits; k++)
             pump_evict_after(c, m->wait[k]);
         bool ok = pump_evict_to_host(c, m->ptr, m->size, m->n);
+        __atomic_fetch_add(&pump_devices[dn->device].evicted_made, m->bytes, __ATOMIC_RELEASE);
         if (ok) {
             PUMP_COUNT(bytes_evicted, m->bytes);
             PUMP_COUNT(evictions, m->blocks);
         }
         return ok;
     }
-    if (m->after_evictions)
+    /* A populate waits for every eviction enqueued so far (pump_populate): the prefetch stream's
+     * wait for those that make its room is not the populate stream's. */
+    if ((m->after_evictions || m->after_made) && !m->populate)
         pump_prefetch_after_evictions(c);
-    bool ok = pump_prefetch_to_device(c, m->ptr, m->size, m->n, m->timeable);
-    *ready = ok && m->from_plan ? pump_prefetch_record(c) : 0;
+    bool ok = m->populate ? pump_populate(c, m->ptr, m->size, m->n)
+                          : pump_prefetch_to_device(c, m->ptr, m->size, m->n, m->timeable);
+    dn->populated = dn->populated || (m->populate && ok);
+    /* A kernel waits for a populate through pump_populate_wait; under a plan nothing is
+     * discarded on the peer (torch_trace.c), so no plan's populate has a token. */
+    *ready = ok && m->from_plan && !m->populate ? pump_prefetch_record(c) : 0;
     PUMP_COUNT(prefetch_ranges, m->n);
     PUMP_COUNT(prefetch_bytes, m->bytes);
     if (m->from_plan)
@@ -283,6 +293,8 @@ PUMP_HIDDEN bool pump_decision_make(struct pump_decision *dn)
         pump_prefetch_wait(dn->c, dn->stream);
     else if (dn->kernel_waits && dn->ready != 0 && pump_config.wait)
         pump_use_wait(dn->stream, dn->ready);
+    if (dn->kernel_waits && dn->populated)
+        pump_populate_wait(dn->c, dn->stream);
     if (dn->turn != 0)
         pump_turn_end(dn->device);
     pump_worker_finish(taken);

@@ -15,11 +15,14 @@
 struct pump_move {
     bool evict;
     bool after_evictions;   /* a prefetch: the prefetch stream first waits for the evictions */
+    bool after_made;        /* ... for those whose calls were made so far (none is made for it) */
     bool after_prefetches;  /* an eviction: the eviction stream first waits for the prefetch stream (a
                                planned prefetch of a block it evicts is decided, not yet made) */
     bool after_fallback;    /* an eviction of a block whose last use is unknown */
     bool from_plan;
     bool timeable;          /* a prefetch of blocks pump evicted before, each: bytes that cross the link */
+    bool populate;          /* a prefetch of memory discarded on the context's legacy peer: made on its
+                               populate stream (discard_marks.h) */
     uint32_t n, waits, discards;
     CUdeviceptr ptr[PUMP_MOVE_BATCH];
     size_t size[PUMP_MOVE_BATCH];
@@ -47,6 +50,7 @@ struct pump_decision {
     uint64_t turn;       /* its device's turn + 1 (0: none taken: no driver call) */
     uint64_t ready;      /* the kernel waits for this planned prefetch (0: none) */
     bool kernel_waits;   /* a launch's kernel waits for the prefetches */
+    bool populated;      /* made a populate (discard_marks.h): the kernel waits for it too */
     uint32_t n;
     struct pump_move *moves;
 };

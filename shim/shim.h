@@ -14,8 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <cuda.h>
-#include <cudaTypedefs.h>
+#include "cuda_compat.h" /* cuda.h and cudaTypedefs.h, and what 13.0's lack */
 
 #include "pump_stats.h"
 
@@ -55,7 +54,10 @@ struct pump_config {
     enum pump_policy policy;            /* PUMP_POLICY */
     bool wait;                          /* PUMP_WAIT: kernels wait for their prefetch */
     bool worker;                        /* PUMP_WORKER: moves decided ahead are made by pump's worker thread */
+    bool evict_ahead;                   /* PUMP_EVICT_AHEAD: the launch rule keeps room free ahead (residency_ahead.c) */
     bool kernel_times;                  /* PUMP_KERNEL_TIMES: the GPU times launches for pumpd (kernel_time.h) */
+    bool torch_placement;               /* PUMP_TORCH_PLACEMENT: pump's allocator for PyTorch places tensors
+                                           where they went a step before (placement.h) */
     enum pump_capacity_kind cap_kind;   /* PUMP_CAPACITY */
     uint64_t cap_value;                 /* bytes, or percent */
     int log_level;                      /* PUMP_LOG: 0 off, 1 info, 2 debug */
@@ -125,6 +127,11 @@ PUMP_HIDDEN bool pump_driver_ready(void);
 PUMP_HIDDEN bool pump_driver_was_used(void);
 
 /* Driver functions pump calls for itself (never through its own hooks). */
+/* CUDA 13.2's parameter counts, declared here (cuda.h's typedefs came with 13.2) so that pump
+ * builds against older headers: the driver is asked for them by name, at run time. */
+typedef CUresult(CUDAAPI *pump_pfn_func_param_count)(CUfunction func, size_t *count);
+typedef CUresult(CUDAAPI *pump_pfn_kernel_param_count)(CUkernel kernel, size_t *count);
+
 struct pump_driver {
     PFN_cuCtxGetCurrent_v4000 ctx_get_current;
     PFN_cuCtxGetDevice_v2000 ctx_get_device;
@@ -142,8 +149,8 @@ struct pump_driver {
     PFN_cuMemPrefetchAsync_v8000 prefetch_v1;
     PFN_cuFuncGetParamInfo_v12040 func_param_info;       /* NULL before CUDA 12.4 */
     PFN_cuKernelGetParamInfo_v12040 kernel_param_info;
-    PFN_cuFuncGetParamCount_v13020 func_param_count;     /* NULL before CUDA 13.2 */
-    PFN_cuKernelGetParamCount_v13020 kernel_param_count;
+    pump_pfn_func_param_count func_param_count;          /* NULL before CUDA 13.2 */
+    pump_pfn_kernel_param_count kernel_param_count;
     PFN_cuPointerGetAttribute_v4000 pointer_get_attribute;
     PFN_cuFuncGetName_v12030 func_get_name;              /* NULL before CUDA 12.3 */
     PFN_cuKernelGetName_v12030 kernel_get_name;

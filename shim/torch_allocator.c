@@ -18,6 +18,12 @@
  * freeing stream first waits (on the GPU) for every other stream pump saw launches on, and
  * the discard is made only for a tensor pump saw all uses of (stream_users.c).
  *
+ * A training step's tensors get the addresses they had the step before (placement.h), so that
+ * pumpd's plans, keyed by addresses, hold from one step to the next: once the optimizer marked
+ * a step (pump_torch_step, which pump's start-up hook calls after each optimizer step), a freed
+ * tensor's block is kept by pump (managed_all_cache.h) instead of going back to the pool, and
+ * each allocation takes the block the same allocation had, where it is free.
+ *
  * PyTorch calls these as it would cudaMallocAsync, from any thread, naming the device: its
  * autograd engine runs backward on threads of its own, where nothing has made a context
  * current yet (c10::cuda::SetDevice skips cudaSetDevice when cudaGetDevice already answers
@@ -27,8 +33,13 @@
  */
 #include <sys/types.h>
 
+#include "channel.h"
 #include "devices.h"
 #include "hooks_common.h"
+#include "hooks_memory.h"
+#include "managed_all.h"
+#include "managed_all_cache.h"
+#include "placement.h"
 #include "prefetch.h"
 #include "stream_users.h"
 
@@ -36,6 +47,7 @@
 
 PUMP_EXPORT void *pump_torch_alloc(ssize_t size, int device, CUstream stream);
 PUMP_EXPORT void pump_torch_free(void *ptr, size_t size, int device, CUstream stream);
+PUMP_EXPORT void pump_torch_step(void);
 
 /* PyTorch's own allocators keep what they free: the caching allocator its segments, the
  * cudaMallocAsync backend its pool, whose release threshold it raises to UINT64_MAX before a
@@ -81,6 +93,14 @@ static CUcontext context_needed(int device)
     return primary;
 }
 
+/* Whether tensors on `stream` are placed (once a step is marked): not on a stream being captured
+ * (a graph keeps its own memory), nor without managed_all (device memory: nothing to plan). */
+static bool placing(CUstream stream)
+{
+    return pump_config.torch_placement && pump_placement_steps() > 0 && pump_managed_all() &&
+           !pump_stream_capturing(stream);
+}
+
 /* NULL is an out-of-memory answer: pump's bridge (pump/boot/torch_allocator.cpp) raises
  * PyTorch's OutOfMemoryError for it (PyTorch's CUDAPluggableAllocator would hand the NULL
  * to the tensor). */
@@ -90,12 +110,15 @@ void *pump_torch_alloc(ssize_t size, int device, CUstream stream)
     pump_stream_users_start();
     if (size <= 0)
         return NULL;
-    bool pushed;
+    bool pushed, placed = pump_active() && placing(stream);
+    struct pump_place place = placed ? pump_placement_want(device, (uint64_t)size, stream)
+                                     : (struct pump_place){.ordinal = UINT32_MAX};
     CUresult r = CUDA_ERROR_INVALID_CONTEXT;
     if (pump_context_push(context_needed(device), &pushed)) {
-        r = pump_mem_alloc_async(&ptr, (size_t)size, stream);
+        r = pump_torch_alloc_async(&ptr, (size_t)size, stream, placed ? &place : NULL);
         pump_context_pop(pushed);
     }
+    pump_placement_made(&place, r == CUDA_SUCCESS ? ptr : 0);
     if (r != CUDA_SUCCESS)
         return NULL;
     keep_freed_memory(device);  /* the driver is loaded now; nothing was released yet */
@@ -110,6 +133,8 @@ void pump_torch_free(void *ptr, size_t size, int device, CUstream stream)
     bool pushed;
     (void)pump_context_push(context_needed(device), &pushed);  /* not pushed: the free says why */
     CUdeviceptr dptr = (CUdeviceptr)(uintptr_t)ptr;
+    bool placed = false;
+    uint64_t discarded = 0;
     if (pump_active()) {
         const struct pump_range *range = pump_ranges_find(dptr);
         if (range != NULL && __atomic_load_n(&range->base, __ATOMIC_RELAXED) != dptr)
@@ -117,11 +142,25 @@ void pump_torch_free(void *ptr, size_t size, int device, CUstream stream)
         /* memory the driver refused to prefetch is refused a discard too (cuda.h, same contract) */
         bool refused = range != NULL && __atomic_load_n(&range->unprefetchable, __ATOMIC_RELAXED);
         if (pump_stream_users_order_free(stream, range) && !refused)
-            pump_discard_dead(dptr, size, stream);
+            discarded = pump_discard_dead(dptr, size, stream);
         else if (range != NULL)
             PUMP_COUNT(discards_declined, 1);
+        placed = placing(stream);
     }
-    if (pump_mem_free_async(dptr, stream) == CUDA_SUCCESS)
+    if (pump_torch_free_async(dptr, stream, placed, discarded) == CUDA_SUCCESS)
         PUMP_COUNT(torch_frees, 1);
     pump_context_pop(pushed);
+}
+
+/* The optimizer finished a step: a marker for placement, for pumpd and for traces (STEP). The
+ * pools' blocks kept for placement and not taken again since go back to their pools (in their
+ * contexts; no lock of pump's is held here). */
+void pump_torch_step(void)
+{
+    if (!pump_driver_was_used() || !pump_active() || !pump_config.torch_placement)
+        return;
+    uint64_t steps = pump_placement_step();
+    PUMP_COUNT(placement_steps, 1);
+    pump_channel_step(steps);
+    pump_kept_release_unplaced(steps, PUMP_REAL(mem_free), PUMP_REAL(mem_free_async));
 }

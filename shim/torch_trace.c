@@ -10,11 +10,22 @@
  * daemon see its tensors, each announced to the daemon as an allocation of its own, and
  * the segment's bytes stay counted against the capacity until its cuMemFree.
  *
- * A freed tensor is not discarded, unlike pump's own allocator's: a discard goes in the
- * block's stream's order, and the bridge forwards no stream (PyTorch's default stream is
- * the legacy one, where the driver refuses a discard anyway). The free still tells the
- * daemon the tensor is dead.
+ * A freed tensor is dead: the free tells the daemon so, and where pump's budget presses on
+ * the device (it evicted there lately, freed tensors' blocks first: residency.h; for now only a
+ * PUMP_BUDGET's, under the launch rule: discards_here), the 2 MiB blocks wholly inside it are
+ * discarded, so that no eviction writes them back and the next tensor there is not brought in
+ * from the host (issue 41, item 2). The discard goes in the order of the block's stream, the
+ * one the allocator hands the memory out again on (it keeps a free block per stream; a use on
+ * another stream holds the free back until that use is done, by record_stream, so the free is
+ * told only once it completes): on that stream, or, for the legacy default stream, where the
+ * driver refuses a discard, on a blocking stream that the legacy stream orders both ways
+ * (discard_marks.h). Every later use of the memory is on that
+ * stream, after the discard. pump's own moves of the block still queued then move dead bytes
+ * only; those it decides later wait for the discard (its mark). Where nothing is evicted,
+ * nothing is discarded: the caching allocator keeps the memory on the GPU, and a discard would
+ * make the next tensor's first use populate it again.
  */
+#include "capacity.h"
 #include "channel.h"
 #include "hooks_common.h"
 #include "pump_torch_trace.h"
@@ -22,7 +33,7 @@
 
 #define PUMP_EXPORT __attribute__((visibility("default")))
 
-PUMP_EXPORT void pump_torch_trace(int event, uint64_t addr, uint64_t size, int flags);
+PUMP_EXPORT void pump_torch_trace(int event, uint64_t addr, uint64_t size, int flags, CUstream stream);
 
 static void tensor_alloc(uint64_t addr, uint64_t size)
 {
@@ -37,16 +48,63 @@ static void tensor_alloc(uint64_t addr, uint64_t size)
     pump_channel_alloc(range, addr, size, CU_MEM_ATTACH_GLOBAL);
 }
 
-static void tensor_free(uint64_t addr)
+/* The live tensor starting at addr, or NULL. */
+static struct pump_range *live_tensor(uint64_t addr)
 {
-    uint64_t tracked;
+    struct pump_range *range = pump_ranges_find(addr);
+    return range != NULL && __atomic_load_n(&range->base, __ATOMIC_RELAXED) == addr &&
+                   !__atomic_load_n(&range->counted, __ATOMIC_RELAXED)
+               ? range
+               : NULL;
+}
+
+/* Where dead tensors are discarded: under the launch rule, while no plan of pumpd's has
+ * triggers, within a budget set by PUMP_BUDGET (and, in discard_dead, on a device the job's
+ * memory cannot fill). Measured on bench-steady (docs/limits.md): there it cut the bytes each
+ * way 40% and the launching thread's time 28%, at the same step time. On a full device a
+ * discarded block's room is free only once the discard has run on the GPU, so the moves taking
+ * it wait for the free there and the step slowed; under lookahead's plans it moved more. Both
+ * stay as they were until that is solved. */
+static bool discards_here(void)
+{
+    struct pump_channel *channel = pump_channel_get();
+    return pump_config.policy == PUMP_POLICY_LAUNCH && pump_config.budget_kind != PUMP_CAP_DEFAULT &&
+           (channel == NULL || channel->plan == NULL ||
+            __atomic_load_n(&channel->plan->trigger_count, __ATOMIC_ACQUIRE) == 0);
+}
+
+/* Discards a dead tensor's whole blocks where pump's budget presses on their device, which has
+ * room for the job's memory (its capacity is within the device: see discards_here): its mark
+ * (discard_marks.h), 0 when nothing was discarded. */
+static uint64_t discard_dead(const struct pump_range *range, CUstream stream)
+{
+    int device = __atomic_load_n(&range->device, __ATOMIC_RELAXED);
+    /* memory the driver refused to prefetch is refused a discard too (cuda.h, same contract) */
+    if (!pump_residency_pressed(device) || !discards_here() || pump_capacity_beyond_device(device) ||
+        __atomic_load_n(&range->unprefetchable, __ATOMIC_RELAXED))
+        return 0;
+    struct pump_context *c = pump_context_of(stream);  /* NULL: the calling thread's context */
+    if (c == NULL || pump_context_device(c) != device)
+        return 0;
+    uint64_t mark = pump_discard_freed(c, __atomic_load_n(&range->base, __ATOMIC_RELAXED),
+                                       __atomic_load_n(&range->size, __ATOMIC_RELAXED), stream);
+    PUMP_COUNT(torch_tensor_discards, mark != 0);
+    return mark;
+}
+
+static void tensor_free(uint64_t addr, CUstream stream)
+{
+    struct pump_range *range = live_tensor(addr);
+    uint64_t mark = range != NULL ? discard_dead(range, stream) : 0, tracked;
     if (pump_ranges_remove_tensor(addr, &tracked)) {
+        if (mark != 0)
+            pump_residency_discarded(range, addr, addr + tracked, mark);
         PUMP_COUNT(torch_tensor_frees, 1);
         pump_channel_free(addr, tracked);
     }
 }
 
-void pump_torch_trace(int event, uint64_t addr, uint64_t size, int flags)
+void pump_torch_trace(int event, uint64_t addr, uint64_t size, int flags, CUstream stream)
 {
     /* A graph's private pool stays whole segments: its replays reuse the blocks freed
      * during capture without the allocator, and the graph's scan must find them. */
@@ -55,5 +113,5 @@ void pump_torch_trace(int event, uint64_t addr, uint64_t size, int flags)
     if (event == PUMP_TORCH_TENSOR_ALLOC)
         tensor_alloc(addr, size);
     else if (event == PUMP_TORCH_TENSOR_FREE)
-        tensor_free(addr);
+        tensor_free(addr, stream);
 }

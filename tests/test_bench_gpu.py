@@ -65,9 +65,15 @@ def test_plan_gpt_sizes_the_budget_from_the_peak_and_refuses_past_free():
     program = suite.gpt_args(1.0, "train.py")
     c = suite.plan_gpt("c", program, 10 * GiB + 3, 40 * GiB, 80 * GiB)
     assert c.capacity == 5 * GiB and c.capacity % suite.BLOCK == 0
-    last = c.variants[-1]   # lookahead on pump's allocator, with a config pump-run accepts
-    assert last.name == "lookahead-pump-allocator" and last.pump[:2] == ["--policy", "lookahead"]
+    last = c.variants[-1]   # lookahead on PyTorch's caching allocator, with a config pump-run accepts
+    assert last.name == "lookahead-caching-allocator" and last.pump[:2] == ["--policy", "lookahead"]
     config = last.pump[last.pump.index("--config") + 1]
+    assert subprocess.run([sys.executable, "-m", "pump.cli", "config", "check", config], capture_output=True,
+                          text=True).returncode == 0
+    no_ahead = c.variants[-2]   # the launch rule making its own room, beside launch's room made ahead
+    assert no_ahead.name == "launch-no-ahead" and no_ahead.pump[:2] == ["--policy", "launch"]
+    config = no_ahead.pump[no_ahead.pump.index("--config") + 1]
+    assert "evict_ahead = false" in pathlib.Path(config).read_text()
     assert subprocess.run([sys.executable, "-m", "pump.cli", "config", "check", config], capture_output=True,
                           text=True).returncode == 0
     assert suite.plan_gpt("d", program, GiB, 40 * GiB, 80 * GiB).variants[1].pump == []
@@ -369,6 +375,17 @@ def test_concurrent_moves_probe_reads_fakecudas_overlap_back(fake_gpu):
     assert doc["out_seconds"] >= 32 * MiB / (f["FAKECUDA_PREFETCH_D2H_BYTES_PER_US"] * 1e6) * 0.95, doc
     assert doc["in_seconds"] >= 32 * MiB / (f["FAKECUDA_H2D_BYTES_PER_US"] * 1e6) * 0.95, doc
     assert doc["overlap"] > 0.6, doc
+
+
+def test_host_writes_probe_times_each_state(fake_gpu):
+    """Every state the probe leaves the memory in before a host write is reported (its figures
+    are for a GPU: on fakecuda they are the model's)."""
+    doc = run_probe(fake_gpu, "host_writes.py", "--mib", "8", "--rounds", "2")
+    assert "finding" not in doc and doc["fakecuda"] is True, doc
+    assert set(doc["states"]) == {"host", "gpu", "read_mostly", "discarded"}
+    for state, figure in doc["states"].items():
+        assert len(figure["samples_seconds"]) == 2 and figure["seconds"] > 0, (state, figure)
+    assert doc["states"]["host"]["over_host"] == 1
 
 
 def test_uvm_counters_probe_on_fakecuda_is_a_finding(fake_gpu, tmp_path):

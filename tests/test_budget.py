@@ -212,7 +212,8 @@ def test_plan_evicts_and_prefetches_within_its_budget(job, daemon):
     d = daemon(budget=4 * MiB)
     first, live, result, record = run_with_plan(
         job, d, lambda plan, f: plan.publish(4 * MiB, {
-            key_of(f, "a"): ([], [(f["b"], 4 * MiB)], [(f["a"], 2 * MiB), (0x42, PAGE)])}))
+            key_of(f, "a"): ([], [(f["b"], 4 * MiB)], [(f["a"], 2 * MiB), (0x42, PAGE)])}),
+        planned_prefetches=3)
     assert result["checksum"] == without["checksum"]
     assert result["gpu_faults"] == 0
     assert record["plan_triggers"] == 3 and record["plan_evict_ranges"] == 3

@@ -399,7 +399,10 @@ def test_touch_events_in_order(run_program, daemon):
     assert launches == [("scale", [a], 0), ("axpy", [a, b], 0), ("sum", [b], 0), ("add", [a, b, c], 0),
                         ("scale", [dd], 0), ("negate", [dd], 0)]
     assert events[-5] == ("SYNC", 2)  # the first epoch is 1
-    times = [r["time_ns"] for r in records]
+    # The program's own records are in time order. A record of another thread (the attach
+    # thread's FUNCTION and DEVICE announcements) carries its thread's clock, less its own
+    # driver time, and may fall between them (seen once in a loaded CI run, at record 20).
+    times = [r["time_ns"] for r in records if r["kind"] in ("ALLOC", "LAUNCH", "SYNC", "FREE")]
     assert times == sorted(times) and times[0] > 0
     (attach,) = d.requests()
     assert attach == {"op": "attach", "pid": run.records[0]["pid"], "job": "", "name": "", "policy": "launch"}
@@ -449,10 +452,11 @@ def test_full_ring_drops_and_counts(job, daemon, run_program):
 
 # ---- the plan and the budget ----
 
-def run_with_plan(job, d, *setup, launches=3, worker_moves=False):
+def run_with_plan(job, d, *setup, launches=3, planned_prefetches=0):
     """events with a plan written once the shim attached; stops at --wait-end
-    to read the live counters, then finishes. worker_moves: the plan makes pump's
-    worker prefetch, which the run waits for before the program frees its memory."""
+    to read the live counters, then finishes. planned_prefetches: the ranges the plan
+    makes pump's worker prefetch, which the run waits for before the program frees its
+    memory."""
     j = job("events", launches, "--wait", "--wait-end", env={"PUMP_SOCKET": d.path})
     first = j.line()
     attached(d.ring, 2)
@@ -462,11 +466,13 @@ def run_with_plan(job, d, *setup, launches=3, worker_moves=False):
     j.line()  # {"launched": N}
     # A trigger's planned prefetches are made by pump's worker after the kernel that named them;
     # the program's last synchronisation waits for pump's streams, not for a worker that has yet
-    # to make its calls, which a loaded machine runs late (3.25 of the 4 MiB seen moved, or none:
-    # the plan's prefetch counts only once made, so it cannot be what the run waits on).
-    if worker_moves:
-        wait_until(lambda: j.record()["worker_jobs"] + j.record()["worker_takeovers"] > 0,
-                   what="pump's worker's planned prefetch")
+    # to make its calls, which a loaded machine runs late (3.25 of the 4 MiB seen moved, or
+    # none), and a range freed while its move waits in the worker's queue is refused by the
+    # driver (a clean-clone CI run: 12 of 14 MiB moved, the third trigger's prefetch made after
+    # the program's free). So the run waits until the worker made them (counted once called).
+    if planned_prefetches:
+        wait_until(lambda: j.record()["plan_prefetch_ranges"] >= planned_prefetches,
+                   what="pump's worker's planned prefetches")
     live = j.record()
     j.say()
     return first, live, j.finish(), j.record()
@@ -486,7 +492,7 @@ def test_plan_trigger_prefetches_a_named_range(job, daemon):
         job, d, lambda plan, f: plan.publish(0, {
             key_of(f, "a"): ([], [(f["b"] + 4096, 64 << 10), (0x42, 4096)], []),  # B's first block; a stray range
             key_of(f, "b"): ([], [(f["b"], 4 * MiB)], []),                        # never launched: never used
-        }), worker_moves=True)
+        }), planned_prefetches=1)
     # after the first launch, B's first 2 MiB block comes in for later launches
     # No use event is recorded before the worker's, after its planned prefetch: it makes the
     # context's use events, in the context (before, cuEventCreate failed there with
@@ -801,3 +807,27 @@ def test_a_read_cut_by_its_limit_leaves_a_launch_with_its_more_records():
     rest = ring.read(10)
     assert len(rest) == 4 and channel.decode(rest).invalid == 0
     ring.close()
+
+
+def test_a_handle_named_again_within_one_read_keeps_both_names():
+    """After an unload the driver may hand a function's handle to another kernel, and the shim
+    names it again (shim/layouts.c); both names can fall in one read. decode's `named` keeps
+    each with the launches before it; `functions` has the latest. Seen: a Triton autotuning
+    candidate's handle reused for PyTorch's ForeachReduceOp within one read of a CI run."""
+    ring = channel.Ring.create(1, "jx", 1024)
+    long_name = "x" * 50  # a FUNCTION record and one NAME record
+    rows = [("function", 7, "first", b"first"), ("launch", 7, "", b""),
+            ("function", 7, long_name, long_name[:32].encode()), ("name", 0, "", long_name[32:].encode()),
+            ("launch", 7, "", b"")]
+    for i, (kind, f, full, part) in enumerate(rows):
+        rec = ring.records[i]
+        rec["kind"], rec["seq"], rec["count"] = channel.KIND[kind], i + 1, len(full) or len(part)
+        words = [int.from_bytes(part.ljust(40, b"\0")[k:k + 8], "little") for k in range(0, 40, 8)]
+        rec["arg"] = [f, *words[:4]] if kind in ("function", "launch") else words
+    del rec  # a view of the ring's memory
+    ring.header.head = len(rows)
+    batch = channel.decode(ring.read(10))
+    ring.close()
+    assert batch.invalid == 0
+    assert batch.named == [(0, 7, "first"), (1, 7, long_name)]
+    assert batch.functions == {7: long_name}

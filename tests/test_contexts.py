@@ -30,3 +30,21 @@ def test_context_reset_under_sanitizers(run_program, variant, mode):
     assert "Sanitizer" not in run.proc.stderr and "runtime error" not in run.proc.stderr, run.proc.stderr[-4000:]
     assert run.result["faults"] == [0, 0]
     assert run.totals["errors"] == 0
+
+
+@pytest.mark.parametrize("variant", ["plain", "asan", "tsan"])
+@pytest.mark.parametrize("mode", MODES)
+def test_allocations_a_context_took_with_it_leave_the_capacity(run_program, variant, mode):
+    """busy: each round ends with 8 more buffers of 16 MiB launched on and left to the context's
+    end (a reset destroys its allocations; a program need not free them first). Under a capacity
+    of 200 MiB the second round's 144 MiB fit only if pump forgot the first round's 128 MiB when
+    the context went: before it did, pump refused the second round's allocation past the
+    capacity (CUDA_ERROR_OUT_OF_MEMORY, the program exits 3), which bare runs without."""
+    env = {"PUMP_CAPACITY": "200MiB", "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0",
+           "TSAN_OPTIONS": "halt_on_error=1"}
+    bare = run_program("context_reset", mode, "busy", pump=False)
+    run = run_program("context_reset", mode, "busy", variant=variant, env=env, timeout=600)
+    assert run.proc.returncode == 0, run.proc.stderr[-4000:]
+    assert "Sanitizer" not in run.proc.stderr and "runtime error" not in run.proc.stderr, run.proc.stderr[-4000:]
+    assert run.result["checksum"] == bare.result["checksum"] and run.result["faults"] == [0, 0]
+    assert run.totals["capacity_refusals"] == 0 and run.totals["errors"] == 0

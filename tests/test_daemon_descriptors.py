@@ -37,6 +37,25 @@ def descriptors(pid: int = None) -> int:
     return len(os.listdir(f"/proc/{pid or os.getpid()}/fd"))
 
 
+def open_descriptors() -> set:
+    """This process's descriptors, each with what it names (a number may be reused)."""
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found.add((fd, os.readlink(f"/proc/self/fd/{fd}")))
+        except OSError:
+            pass  # closed as it was listed
+    return found
+
+
+def none_leaked(before: set) -> bool:
+    """No descriptor opened since `before` is still open. Other threads of the test process (a
+    pool's, the interpreter's) open and close descriptors of their own meanwhile: a count was
+    off by one in 1 of 10 runs under load (19 for 20: one closed between the counts), so what
+    is compared is the set, and a descriptor another thread holds for a moment is looked at again."""
+    return wait_for(lambda: not open_descriptors() - before, timeout=2)
+
+
 def steady(pid: int) -> int:
     """pid's descriptors without a passing one (pumpd's liveness thread reads /proc)."""
     counts = []
@@ -189,13 +208,13 @@ def test_descriptors_trickled_with_one_frame_drop_the_connection_at_the_first_ex
 
 
 def test_a_message_carrying_more_descriptors_than_allowed_is_refused_and_closed(service):
-    before = descriptors()
+    before = open_descriptors()
     r, w = os.pipe()
     reply = send_raw(service.path, frame(b'{"op": "ping"}'), fds=[r, w, r])
     os.close(r)
     os.close(w)
     assert reply[0] == protocol.ERROR and "file descriptors" in reply[1]["error"], reply
-    assert descriptors() == before
+    assert none_leaked(before)
     assert wait_for(lambda: descriptors(service.proc.pid) <= service.baseline)
 
 
@@ -234,25 +253,25 @@ def test_attach_out_of_descriptors_for_the_plan_closes_the_ring(daemon, monkeypa
     daemon._attach(daemon.conn, {"op": "attach", "job": "", "name": "first", "policy": "launch"})  # warm up
     daemon.conn.session = None
     gc.collect()
-    before = descriptors()
+    before = open_descriptors()
     monkeypatch.setattr(channel.Plan, "create", no_descriptor_left)
     with pytest.raises(OSError):
         daemon._attach(daemon.conn, {"op": "attach", "job": "", "name": "x", "policy": "launch"})
     gc.collect()
-    assert descriptors() == before
+    assert none_leaked(before)
 
 
 def test_a_ring_that_cannot_be_mapped_closes_its_memfd(monkeypatch):
     def no_map(*args, **kw):
         raise OSError(errno.EMFILE, "Too many open files")  # mmap duplicates the descriptor
 
-    before = descriptors()
+    before = open_descriptors()
     monkeypatch.setattr(channel.mmap, "mmap", no_map)
     for make in (lambda: channel.Ring.create(1, "jx", 1024), channel.Plan.create):
         with pytest.raises(OSError):
             make()
     monkeypatch.undo()
-    assert descriptors() == before
+    assert none_leaked(before)
 
 
 # ---- the accept loop out of descriptors ----

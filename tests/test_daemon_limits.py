@@ -406,3 +406,45 @@ def test_a_task_that_raises_runs_again():
 
     assert asyncio.run(supervised("test", body, RateLimitedLog())) == "done"
     assert len(calls) == 3
+
+
+def test_a_task_that_loses_a_cancellation_still_stops(monkeypatch):
+    """Before Python 3.12 asyncio.wait_for can return its result instead of raising when its
+    task is cancelled as the inner future completes (python/cpython#86296): a loop around it
+    goes on. pumpd's shutdown gathered its tasks once and waited for ever, a shared pumpd then
+    holding its lock and socket without accepting (seen in a clean-clone CI run: every later
+    pump-run waited 15 s for a daemon). It cancels each task still running again; one that never
+    ends is left after STOP_ROUNDS, said so."""
+    from pumpd import tasks
+    monkeypatch.setattr(tasks, "STOP_ROUND_SECONDS", 0.05)
+
+    async def loses_the_first():
+        lost = 0
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                lost += 1
+                if lost > 1:
+                    raise
+
+    released = []
+
+    async def never_ends():  # until the test lets it go
+        while not released:
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                pass
+
+    async def main():
+        first = asyncio.create_task(loses_the_first(), name="loses the first")
+        stubborn = asyncio.create_task(never_ends(), name="stubborn")
+        await asyncio.sleep(0)
+        assert await tasks.stop_tasks([first]) == [] and first.cancelled()
+        left = await tasks.stop_tasks([stubborn])
+        assert left == [stubborn] and not stubborn.done()
+        released.append(True)
+        await stubborn
+
+    asyncio.run(main())

@@ -113,6 +113,18 @@ def test_only_lookahead_has_the_gpu_time_kernels(policy, timed):
     assert env.get("PUMP_KERNEL_TIMES") == timed and env["PUMP_POLICY"] == ("off" if policy == "off" else "launch")
 
 
+@pytest.mark.parametrize("settings, allocator", [
+    ({"policy": "lookahead"}, "pump"),                                      # PyTorch's steps then repeat
+    ({"policy": "lookahead", "torch_allocator": "caching"}, "caching"),     # the user's choice stands
+    ({"policy": "lookahead", "managed_all": False}, None),                  # no allocator of pump's
+    ({"policy": "launch"}, None),                                          # the shim's default, caching
+])
+def test_lookahead_takes_pumps_allocator_for_pytorch_unless_told_otherwise(settings, allocator):
+    cfg = config.resolve_job(settings, None, None)
+    env, _ = run.job_environment(cfg, "/lib/libpump.so", {})
+    assert env.get("PUMP_TORCH_ALLOCATOR") == allocator
+
+
 def test_the_shim_times_kernels_on_the_gpu(c_build, tmp_path):
     """A replay whose kernels compute 2 ms each (replay_trace --kernel-times) under pump-run:
     pumpd's trace holds KERNEL records of every launch key, each at least the compute time

@@ -67,6 +67,7 @@ STEPS = textwrap.dedent(r"""
     step("synchronize", lambda: torch.cuda.synchronize() is None)
     if "kernels" in sys.argv:
         step("fill", lambda: torch.empty(4, device="cuda").fill_(1.0).numel())
+        step("randn", lambda: torch.randn(64, device="cuda").numel())
         step("add", lambda: (torch.zeros(4, device="cuda") + 1).sum().item())
         step("matmul", lambda: (torch.ones(8, 8, device="cuda") @ torch.ones(8, 8, device="cuda")).sum().item())
     print(json.dumps({"torch": torch.__version__, "cuda": torch.version.cuda, "steps": steps}))
@@ -141,6 +142,18 @@ def test_what_the_runtime_asked_for_and_lacks_is_the_ledger(cuda_torch, c_build,
     print({kind: len(names) for kind, names in seen.items()}, "names not found, by kind")
     assert not diff, json.dumps(diff, indent=1)
     assert not seen["export_table_slot"], "an unmodelled export-table slot was called"
+
+
+def test_the_own_device_is_a_card_the_client_runs_on(cuda_torch, c_build, tmp_path):
+    """Without FAKECUDA_PERSONA (a user or a test that forgets it): fakecuda's own device answers
+    the H100's attributes, so the client runs its kernels there too. Before (issue 43), every
+    release died: SIGFPE in torch.randn (0 threads per SM), cublasCreate failing."""
+    r = run_client(c_build, tmp_path, "", "kernels")
+    failed = {k: v["error"] for k, v in r["steps"].items() if not v["ok"]}
+    assert not failed, failed
+    name, cc, total, sms, l2 = r["steps"]["properties"]["value"]
+    assert (name, cc, total, sms, l2) == ("fakecuda device 0", [9, 0], 80 << 30, 132, 52428800)
+    assert r["steps"]["randn"]["value"] == 64 and r["fakecuda"]["launches"] >= 6
 
 
 def test_kernels(cuda_torch, c_build, tmp_path):

@@ -117,7 +117,7 @@ def pump_launches(path):
     kinds = [channel.KIND[k] for k in ("alloc", "free", "launch")]
     for _pid, records in blocks:
         batch = channel.decode(records)
-        for f, name in batch.functions.items():
+        for _, f, name in batch.named:  # every name, a handle renamed within one read included
             names[f].add(name)
         kind, count, arg = records["kind"], records["count"], records["arg"]
         j = 0
@@ -187,8 +187,10 @@ def layout_misses(log_path, trace_path):
 
 def unmatched(record, following):
     """What a failed match shows: the record no later log launch matched, and the log launches
-    that came next (once, in CI, a compiled model's record 6212 of 6626; not seen again in 25
-    runs here)."""
+    that came next. (A compiled model's record failed so in 2 of 25 runs under load here, in
+    CI twice: a Triton candidate's handle reused for PyTorch's ForeachReduceOp was named both
+    ways within one read, and the names were taken per read's latest; they come from
+    decode's `named` now: both failed runs' traces pass with it.)"""
     names, extents, _, _ = record
     return {"record": {"names": sorted(n[:80] for n in names)[:3], "extents": [(hex(b), n) for b, n in extents]},
             "next in the log": [{"kernel": e["kernel"][:80], "pointers": [(hex(p[2]), hex(p[3]), p[4], p[5])
@@ -204,3 +206,27 @@ def test_pump_found_every_allocation_the_real_layouts_point_into(runs):
           f"{wide} wider than the trace keeps, {stale} words into freed space")
     assert words > len(log)  # the layouts point somewhere: the check has something to check
     assert not misses, json.dumps(misses[:5], indent=1) + f"\n... {len(misses)} launches in all"
+
+
+def test_a_budget_discards_the_tensors_pytorch_frees(cuda_torch, c_build, tmp_path):  # noqa: F811
+    """Issue 41 item 2 on the real client: the GPT loop at width 512 (its MLP's gradients, 4 MiB
+    each, freed by zero_grad on the legacy stream) under a 64 MiB budget, which presses (every
+    step evicts). PyTorch's allocator tells pump of each free through the bridge, with the
+    block's stream; the dead tensors' whole 2 MiB blocks are discarded, on a stream of pump's
+    in the legacy stream's order, and the job runs as it does bare. Before, nothing was
+    discarded on this path (the bridge forwarded no stream)."""
+    outputs = []
+    for name, pump in (("bare", False), ("pump", True)):
+        out = tmp_path / name
+        out.mkdir()
+        env = dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"), FAKECUDA_PERSONA=PERSONA)
+        cmd = [cuda_torch, str(TRAIN), str(out), "wide"]
+        if pump:
+            cmd = [PUMP_RUN, "--budget", "64MiB", "--stats", str(out / "pump.json"), "--", *cmd]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        outputs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert outputs[0]["wide"]["ok"] and outputs[1] == outputs[0]
+    t = json.loads((tmp_path / "pump" / "pump.json").read_text())["totals"]
+    assert t["evictions"] > 0 and t["torch_tensor_discards"] > 0 and t["bytes_discarded"] >= 2 * (1 << 20), t
+    assert t["errors"] == 0 and t["events_dropped"] == 0

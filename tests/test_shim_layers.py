@@ -22,12 +22,12 @@ import pytest
 SHIM = pathlib.Path(__file__).resolve().parent.parent / "shim"
 LAYERS = ["base", "lookup", "channel", "engine", "policy", "hooks"]
 LAYER_OF = {
-    "base": ["shim", "pump_stats", "pump_channel", "pump_torch_trace", "capture_mode", "config", "log",
+    "base": ["shim", "cuda_compat", "pump_stats", "pump_channel", "pump_torch_trace", "capture_mode", "config", "log",
              "stats", "devices", "real_dlsym", "locks", "captures"],
     "lookup": ["ranges", "scan", "layouts", "device_memory", "handles", "tensor_maps"],
     "channel": ["channel"],
     "engine": ["prefetch", "context_cache", "stream_users", "link_rate", "kernel_time", "timing_events", "discard_marks"],
-    "policy": ["residency", "budget", "capacity", "managed_all", "pool_memory"],  # residency_blocks.c, _moves.c too
+    "policy": ["residency", "budget", "capacity", "managed_all", "pool_memory", "placement"],  # residency_blocks.c, _moves.c too
     "hooks": ["hooks", "hooks_common", "hooks_capture", "hooks_context", "hooks_graph", "hooks_launch", "hooks_memory",
               "hooks_stream", "hooks_sync", "hooks_pool", "hooks_tensor_maps", "dlsym", "procaddr", "driver",
               "lifecycle", "torch_trace", "torch_allocator"],

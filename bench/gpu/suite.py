@@ -137,12 +137,16 @@ def plan_gpt(case_key: str, program: list, peak_bytes: int, free: int, total: in
     if case_key == "c":
         budget = budget_of(peak_bytes // 2)
         variants = emulated_variants(budget, allowed)
-        # Last, so that it is what a short time budget leaves out: lookahead on pump's allocator,
-        # under which the real client's launch keys repeat (PyTorch's caching allocator moves a
-        # step's tensors: docs/limits.md); whether the driver's pool keeps addresses is its question.
+        # Last, so that it is what a short time budget leaves out: lookahead on PyTorch's caching
+        # allocator, which moves a step's tensors (docs/limits.md), beside lookahead, which takes
+        # pump's allocator with its placement (shim/placement.c): what placement gives on the GPU.
+        # Before it, the launch rule without room made ahead (shim/residency_ahead.c): what pump's
+        # worker making the evictions ahead gives on the GPU.
+        launch = next(v for v in variants if v.name == "launch")
         lookahead = next(v for v in variants if v.name == "lookahead")
-        variants.append(Variant("lookahead-pump-allocator",
-                                [*lookahead.pump, "--config", str(HERE / "pump_allocator.toml")]))
+        variants.append(Variant("launch-no-ahead", [*launch.pump, "--config", str(HERE / "no_evict_ahead.toml")]))
+        variants.append(Variant("lookahead-caching-allocator",
+                                [*lookahead.pump, "--config", str(HERE / "caching_allocator.toml")]))
         return Case("c", f"train_gpt.py under an emulated capacity of {budget / GiB:.2f} GiB (half its peak)",
                     "gpt", True, variants, budget, program, "launch")
     if case_key == "d":
@@ -220,8 +224,10 @@ def compare(reference: dict, run: dict):
 
 PUMP_FIELDS = ("launches", "launches_managed", "launches_prefetched", "graph_launches", "prefetch_calls",
                "prefetch_bytes", "bytes_evicted", "evictions", "managed_bytes_peak", "capacity_bytes",
-               "budget_bytes", "resident_bytes_peak", "plan_triggers", "events_dropped", "errors",
-               "passthrough_processes")
+               "budget_bytes", "resident_bytes_peak", "plan_triggers", "launches_planned", "events_dropped",
+               "errors", "passthrough_processes", "placement_steps", "placement_wanted", "placement_hits",
+               "placement_reuses", "placement_releases", "ahead_decisions", "ahead_bytes", "worker_jobs",
+               "worker_takeovers", "worker_waits")
 
 
 def pump_totals(stats_file) -> dict:

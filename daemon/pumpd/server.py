@@ -29,7 +29,7 @@ from pumpd.jobs import JobStore, start_time
 from pumpd import identity, limits, lookahead, systemd, tracing
 from pumpd.requests import DRAIN_TIMEOUT, Requests
 from pumpd.scheduler import Scheduler
-from pumpd.tasks import RateLimitedLog, supervised
+from pumpd.tasks import RateLimitedLog, stop_tasks, supervised
 from pumpd.telemetry import Telemetry
 
 log = logging.getLogger("pumpd")
@@ -132,16 +132,14 @@ class Daemon(Requests):
         interval = systemd.watchdog_interval()
         if interval is not None:
             bodies["watchdog"] = lambda: systemd.feed_watchdog(interval)
-        tasks = [asyncio.create_task(supervised(name, body, self.errors)) for name, body in bodies.items()]
+        tasks = [asyncio.create_task(supervised(name, body, self.errors), name=name) for name, body in bodies.items()]
         log.info("listening on %s", self.socket_path)
         if ready is not None:
             ready()
         try:
             await self.stopping.wait()
         finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await stop_tasks(tasks)
             sock.close()
             if admin is not None:
                 admin.close()

@@ -2,7 +2,9 @@
 
 A task's body that raises something unexpected (a bug, a full disk, a client's
 descriptor gone bad) is logged, rate-limited, and started again after a pause,
-so that no single fault stops ingest, liveness or accepting for every job.
+so that no single fault stops ingest, liveness or accepting for every job. And
+they all end when pumpd stops (stop_tasks), even one that let a cancellation
+pass.
 """
 
 import asyncio
@@ -53,3 +55,26 @@ async def supervised(name: str, body, errors: RateLimitedLog):
         except Exception as exc:  # noqa: BLE001 - whatever it was, the daemon serves on
             errors.error(name, exc)
             await asyncio.sleep(ERROR_RETRY_PAUSE)
+
+
+STOP_ROUNDS = 20          # cancellations a task gets before pumpd stops without it
+STOP_ROUND_SECONDS = 0.5  # ... each given this long to end
+
+
+async def stop_tasks(tasks) -> list:
+    """Cancels the tasks and waits for them to end; returns those that never did (said once).
+
+    A task's cancellation can be lost: before Python 3.12, asyncio.wait_for returns its inner
+    future's result when that future completes as the waiting task is cancelled
+    (python/cpython#86296), so a loop around it goes on. A shared pumpd stuck so at its idle exit
+    kept its lock and socket with accepting stopped: every later pump-run of the user waited
+    15 s and ran without a daemon. So each task still running is cancelled again, a few times."""
+    pending = set(tasks)
+    for _ in range(STOP_ROUNDS):
+        for t in pending:
+            t.cancel()
+        _, pending = await asyncio.wait(pending, timeout=STOP_ROUND_SECONDS)
+        if not pending:
+            return []
+    log.error("tasks that would not stop: %s: pumpd stops without them", ", ".join(t.get_name() for t in pending))
+    return list(pending)

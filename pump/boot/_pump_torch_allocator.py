@@ -7,9 +7,14 @@ cacheInfo). Where it cannot be built, the plain CUDAPluggableAllocator stands in
 notice, and torch.cuda.memory_stats raises as PyTorch's pluggable allocators do. PyTorch
 refuses a new allocator once its allocator has been used, and a program that installs its own
 allocator later still gets its way. Like sitecustomize.py, this file uses the standard library only.
+
+Once installed, the end of every optimizer step (torch.optim's global step hook) is told to
+libpump (pump_torch_step): pump's allocator then places each tensor where the same allocation
+went the step before (shim/placement.c), so that pumpd's plans, keyed by addresses, hold.
 """
 
 import ctypes
+import importlib
 import os
 
 import _pump_torch_build as bridges
@@ -45,11 +50,27 @@ def install_plain(torch):
     memory.change_current_allocator(memory.CUDAPluggableAllocator(shim, "pump_torch_alloc", "pump_torch_free"))
 
 
+def mark_steps(torch, notice):
+    """Tell libpump where each optimizer step ends (its placement of tensors follows steps)."""
+    shim = shim_path()
+    try:
+        step = ctypes.CDLL(shim).pump_torch_step if shim else None
+        register = importlib.import_module("torch.optim.optimizer").register_optimizer_step_post_hook
+    except (OSError, ImportError, AttributeError) as error:  # an older libpump or PyTorch: tensors are not placed
+        notice(f"optimizer steps are not marked ({type(error).__name__}: {error}): tensors get no fixed places, "
+               "and pumpd's lookahead may not learn the step")
+        return
+    if step is not None:
+        step.argtypes, step.restype = [], None
+        register(lambda optimizer, args, kwargs: step())
+
+
 def install(torch, notice):
     """Make libpump PyTorch's CUDA allocator; one notice where it cannot be, or is without answers."""
     if getattr(getattr(torch, "version", None), "cuda", None) is not None:
         try:
             install_with_answers(torch)
+            mark_steps(torch, notice)
             return
         except Exception as error:  # the job goes on: the plain pluggable allocator, said once
             reason = f"PyTorch's memory answers (memory_stats) are missing: {error}"
@@ -62,3 +83,5 @@ def install(torch, notice):
     except Exception as error:  # a CPU-only build, an allocator already in use, no libpump
         notice(f'torch_allocator = "pump" not installed ({type(error).__name__}: {error}); '
                "PyTorch keeps its caching allocator")
+        return
+    mark_steps(torch, notice)

@@ -1,7 +1,8 @@
 // torch_trace.cpp: the bridge from PyTorch's caching allocator to libpump.
 //
 // PyTorch tells trace trackers (attachAllocatorTraceTracker, C++ only) of every block its
-// caching allocator hands out and takes back, with address, size and stream. This file is
+// caching allocator hands out and takes back, with address, size and stream (a free when it
+// completes: after the streams record_stream named are done with the block). This file is
 // compiled against the job's own PyTorch by sitecustomize.py (the tracker's types are
 // PyTorch's C++ ABI) and attached once CUDA is initialised, when the allocator exists. It
 // forwards the two events pump needs to libpump's pump_torch_trace (shim/torch_trace.c);
@@ -13,7 +14,7 @@
 #include "pump_torch_trace.h"
 
 // Weak: a process without libpump loads this file and attaches nothing.
-extern "C" __attribute__((weak)) void pump_torch_trace(int, uint64_t, uint64_t, int);
+extern "C" __attribute__((weak)) void pump_torch_trace(int, uint64_t, uint64_t, int, struct CUstream_st *);
 
 namespace {
 
@@ -30,7 +31,8 @@ void forward(const TraceEntry &entry)
         return;
     // {0, 0} is the default pool; any other id is a private one (a CUDA graph's, a MemPool).
     int flags = entry.mempool_.first != 0 || entry.mempool_.second != 0 ? PUMP_TORCH_PRIVATE_POOL : 0;
-    pump_torch_trace(event, entry.addr_, entry.size_, flags);
+    // stream_ is void * in PyTorch 2.14, cudaStream_t before: a CUstream_st * either way
+    pump_torch_trace(event, entry.addr_, entry.size_, flags, (struct CUstream_st *)entry.stream_);
 }
 
 }  // namespace

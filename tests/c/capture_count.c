@@ -5,9 +5,10 @@
  *   capture_count
  * Phases: before any capture; while another stream captures (a launch into it is captured);
  * after that capture ended; after an end the driver refused (on a stream that was not
- * capturing) while a capture is open, and after that one ended; after a dlsym of a way to
- * begin a capture that pump does not hook. One JSON line: the queries per phase, what the
- * refused end returned, and a checksum.
+ * capturing) while a capture is open, and after that one ended; after an end the driver refused
+ * because a fork of the capture was not joined back (which ends the capture on fakecuda); after
+ * a dlsym of a way to begin a capture that pump does not hook. One JSON line: the queries per
+ * phase, what the refused ends returned, and a checksum.
  */
 #include "cuda_api.h"
 
@@ -52,9 +53,10 @@ int main(void)
     cuda_api_start(&api);
     const size_t sizes[] = {8, 8}, aligns[] = {8, 8};
     inc = cuda_api_kernel("inc", inc_kernel, 2, sizes, aligns);
-    CUstream stream, other;
+    CUstream stream, other, fork;
     CHECK(api.stream_create(&stream, CU_STREAM_NON_BLOCKING));
     CHECK(api.stream_create(&other, CU_STREAM_NON_BLOCKING));
+    CHECK(api.stream_create(&fork, CU_STREAM_NON_BLOCKING));
     CUdeviceptr x, captured;
     CHECK(api.mem_alloc_managed(&x, BYTES, CU_MEM_ATTACH_GLOBAL));
     CHECK(api.mem_alloc_managed(&captured, BYTES, CU_MEM_ATTACH_GLOBAL));
@@ -74,6 +76,15 @@ int main(void)
     CHECK(api.stream_end_capture(other, &graph));
     uint64_t closed = launches(stream, x);
 
+    CUevent forked;
+    CHECK(api.event_create(&forked, CU_EVENT_DISABLE_TIMING));
+    CHECK(api.stream_begin_capture(other, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CHECK(api.event_record(forked, other));
+    CHECK(api.stream_wait_event(fork, forked, 0));
+    launch(fork, captured);
+    CUresult unjoined = api.stream_end_capture(other, &none);  /* the fork was not joined back */
+    uint64_t after_unjoined = launches(stream, x);
+
     void *unknown = dlsym(driver, "cuStreamBeginCapture_v9");  /* a variant pump has no hook for */
     uint64_t untracked = launches(stream, x);
 
@@ -81,9 +92,10 @@ int main(void)
     api.host_touch((const void *)(uintptr_t)x, BYTES);
     float first = *(const float *)(uintptr_t)x;
     printf("{\"before\": %llu, \"during\": %llu, \"after\": %llu, \"refused_end\": %d, \"still_open\": %llu, "
-           "\"closed\": %llu, \"unknown_found\": %d, \"untracked\": %llu, \"x0\": %.1f}\n",
+           "\"closed\": %llu, \"unjoined_end\": %d, \"after_unjoined\": %llu, \"unknown_found\": %d, "
+           "\"untracked\": %llu, \"x0\": %.1f}\n",
            (unsigned long long)before, (unsigned long long)during, (unsigned long long)after, (int)refused,
-           (unsigned long long)still_open, (unsigned long long)closed, unknown != NULL,
-           (unsigned long long)untracked, first);
+           (unsigned long long)still_open, (unsigned long long)closed, (int)unjoined,
+           (unsigned long long)after_unjoined, unknown != NULL, (unsigned long long)untracked, first);
     return 0;
 }

@@ -53,7 +53,7 @@ static uint64_t next(uint64_t *state)
 static void report(int event, CUdeviceptr p, size_t bytes)
 {
     if (pump_torch_trace != NULL)
-        pump_torch_trace(event, p, bytes, 0);
+        pump_torch_trace(event, p, bytes, 0, NULL);
 }
 
 /* Reads (tensor, n floats) and adds 1 to ledger[k]. */

@@ -10,15 +10,38 @@
  * goes, as a correct program must. It prints one JSON line: the GPU faults of
  * each round, the faults with no prefetching, a checksum of round 2's buffer.
  *
- *   context_reset reset|release|destroy
+ *   context_reset reset|release|destroy [busy]
+ *
+ * busy: each round ends with launches over BUSY_BUFFERS more buffers of 16 MiB, so
+ * that under a budget pump's worker still makes evictions when the context goes
+ * (issue 42, risk 2).
  */
 #include <cuda.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "cuda_api.h"
 
 #define BUFFER_FLOATS ((size_t)4 << 20) /* 16 MiB of floats */
 #define PAGE (64u << 10)
+#define BUSY_BUFFERS 8
+
+static bool busy;
+
+/* Launches over BUSY_BUFFERS buffers of its own on `stream`, and leaves them to the context's
+ * end: a program may reset its device without synchronising or freeing first (cudaDeviceReset
+ * "will reset the device immediately", destroying its allocations; no other host thread of the
+ * program's may use it then, and pump's worker is pump's to stop). */
+static void busy_launches(CUfunction inc, CUstream stream)
+{
+    CUdeviceptr x[BUSY_BUFFERS];
+    uint64_t n = BUFFER_FLOATS;
+    for (int i = 0; i < BUSY_BUFFERS; i++) {
+        CHECK(cuMemAllocManaged(&x[i], BUFFER_FLOATS * sizeof(float), CU_MEM_ATTACH_GLOBAL));
+        void *params[] = {&x[i], &n};
+        CHECK(cuLaunchKernel(inc, 1, 1, 1, 256, 1, 1, 0, stream, params, NULL));
+    }
+}
 
 static unsigned long long round_on_current_context(CUfunction inc, uint64_t *checksum)
 {
@@ -37,6 +60,8 @@ static unsigned long long round_on_current_context(CUfunction inc, uint64_t *che
     fakecuda_host_touch((void *)(uintptr_t)x, BUFFER_FLOATS * sizeof(float));
     *checksum = fnv1a(0xcbf29ce484222325ull, (const void *)(uintptr_t)x, BUFFER_FLOATS * sizeof(float));
     CHECK(cuMemFree(x));
+    if (busy)
+        busy_launches(inc, stream);
     CHECK(cuStreamDestroy(stream));
     return (unsigned long long)stats.gpu_faults;
 }
@@ -52,9 +77,11 @@ static CUfunction load_kernel(void)
 
 int main(int argc, char **argv)
 {
-    const char *mode = argc == 2 ? argv[1] : "";
-    if (strcmp(mode, "reset") != 0 && strcmp(mode, "release") != 0 && strcmp(mode, "destroy") != 0) {
-        fprintf(stderr, "usage: context_reset reset|release|destroy\n");
+    const char *mode = argc >= 2 ? argv[1] : "";
+    busy = argc == 3 && strcmp(argv[2], "busy") == 0;
+    if ((strcmp(mode, "reset") != 0 && strcmp(mode, "release") != 0 && strcmp(mode, "destroy") != 0) ||
+        argc > 3 || (argc == 3 && !busy)) {
+        fprintf(stderr, "usage: context_reset reset|release|destroy [busy]\n");
         return 2;
     }
     cuda_api_load(&api, 0);

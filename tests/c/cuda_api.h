@@ -204,6 +204,32 @@ __attribute__((unused)) static void add_kernel(void **params, const fakecuda_dim
         c[i] = a[i] + b[i];
 }
 
+/* x[i] = base + i % 7 over (float *x, uint64_t n, float base). */
+__attribute__((unused)) static void pattern_kernel(void **params, const fakecuda_dims *dims)
+{
+    (void)dims;
+    float *x = arg_floats(params, 0);
+    uint64_t n = arg_u64(params, 1);
+    float base = *(float *)params[2];
+    api.touch(x, n * sizeof *x);
+    for (uint64_t i = 0; i < n; i++)
+        x[i] = base + (float)(i % 7);
+}
+
+/* *out = the sum of x over (const float *x, uint64_t n, double *out). */
+__attribute__((unused)) static void sum_kernel(void **params, const fakecuda_dims *dims)
+{
+    (void)dims;
+    const float *x = arg_floats(params, 0);
+    uint64_t n = arg_u64(params, 1);
+    double *out = *(double **)params[2];
+    api.touch(x, n * sizeof *x);
+    double s = 0;
+    for (uint64_t i = 0; i < n; i++)
+        s += x[i];
+    *out = s;
+}
+
 /* The host writes n floats of managed memory (after its CPU faults). */
 __attribute__((unused)) static void host_fill(float *x, size_t n, float base)
 {

@@ -31,18 +31,6 @@
 static CUstream stream;
 static CUfunction fill, add;
 
-/* x[i] = base + i % 7 over (float *x, uint64_t n, float base). */
-static void fill_kernel(void **params, const fakecuda_dims *dims)
-{
-    (void)dims;
-    float *x = arg_floats(params, 0);
-    uint64_t n = arg_u64(params, 1);
-    float base = *(float *)params[2];
-    api.touch(x, n * sizeof *x);
-    for (uint64_t i = 0; i < n; i++)
-        x[i] = base + (float)(i % 7);
-}
-
 static void fill_on(CUdeviceptr x, float base)
 {
     uint64_t n = FLOATS;
@@ -97,7 +85,7 @@ static double step(float *host, unsigned int *managed)
 static void start(void)
 {
     const size_t fill_sizes[] = {8, 8, 4}, fill_aligns[] = {8, 8, 4}, add_sizes[] = {8, 8, 8, 8};
-    fill = cuda_api_kernel("fill", fill_kernel, 3, fill_sizes, fill_aligns);
+    fill = cuda_api_kernel("fill", pattern_kernel, 3, fill_sizes, fill_aligns);
     add = cuda_api_kernel("add", add_kernel, 4, add_sizes, add_sizes);
     CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
 }

@@ -20,7 +20,8 @@
 #include "pump_torch_trace.h"
 
 /* libpump's bridge, when the process has libpump (weak: the bare run has none). */
-extern void pump_torch_trace(int event, uint64_t addr, uint64_t size, int flags) __attribute__((weak));
+extern void pump_torch_trace(int event, uint64_t addr, uint64_t size, int flags, CUstream stream)
+    __attribute__((weak));
 
 #define TORCH_CACHING_SEGMENTS 64
 #define TORCH_CACHING_FREE_BLOCKS 1024
@@ -29,6 +30,7 @@ struct torch_caching {
     size_t segment_size;  /* bytes asked of the driver per segment */
     bool managed;         /* segments from cuMemAllocManaged instead of cuMemAlloc */
     bool report;          /* tell libpump (when present) what is handed out and taken back */
+    CUstream stream;      /* the stream every block is allocated on and freed on (NULL: legacy) */
     struct { CUdeviceptr base; size_t used; } segments[TORCH_CACHING_SEGMENTS];
     int nsegments;
     struct { CUdeviceptr ptr; size_t size; } free_blocks[TORCH_CACHING_FREE_BLOCKS];
@@ -38,7 +40,7 @@ struct torch_caching {
 static inline void torch_caching_report(const struct torch_caching *c, int event, CUdeviceptr p, size_t bytes)
 {
     if (c->report && pump_torch_trace != NULL)
-        pump_torch_trace(event, p, bytes, 0);
+        pump_torch_trace(event, p, bytes, 0, c->stream);
 }
 
 /* A block of `bytes`: the lowest-addressed free one of that size, else carved from the first

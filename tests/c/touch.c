@@ -40,19 +40,6 @@ static void axpy_kernel(void **params, const fakecuda_dims *dims)
         args->y[i] += args->a * args->x[i];
 }
 
-static void sum_kernel(void **params, const fakecuda_dims *dims)
-{
-    (void)dims;
-    const float *x = arg_floats(params, 0);
-    uint64_t n = arg_u64(params, 1);
-    double *out = *(double **)params[2];
-    api.touch(x, n * sizeof *x);
-    double s = 0;
-    for (uint64_t i = 0; i < n; i++)
-        s += x[i];
-    *out = s;
-}
-
 static void negate_kernel(void **params, const fakecuda_dims *dims)
 {
     (void)dims;

@@ -1,8 +1,10 @@
 /* units.c: unit tests of the shim's internals, linked with the shim's objects
  * (plain and sanitized): the capacity grammar and the range table, including
  * lock-free readers racing a writer; the PUMP_BUDGET/JOB/NAME grammars; the
- * event ring's writer (threads racing a reader round a small ring) and the
- * plan's reader. Prints "units: N passed, M failed". */
+ * event ring's writer (threads racing a reader round a small ring), the
+ * plan's reader, which allocation a refused prefetch marks, and a timing
+ * probe broken in one life of its context and made in the next. Prints
+ * "units: N passed, M failed". */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -13,6 +15,8 @@
 #include "channel.h"
 #include "device_memory.h"
 #include "expect.h"
+#include "link_rate.h"
+#include "prefetch_ranges.h"
 #include "ranges.h"
 
 
@@ -499,6 +503,90 @@ static void test_plan(void)
     free(plan);
 }
 
+/* A prefetch whose range the program frees, and allocates again at the same address, between
+ * pump's call and the driver's answer: the driver refuses the freed range (issue 42, risk 7). */
+static uint64_t raced_base;
+
+static CUresult freed_while_asked(CUdeviceptr ptr, size_t size, CUmemLocation to, unsigned int flags, CUstream s)
+{
+    (void)ptr, (void)size, (void)to, (void)flags, (void)s;
+    uint64_t bytes;
+    int device;
+    pump_ranges_remove(raced_base, &bytes, &device);
+    pump_ranges_insert(raced_base, bytes, 1, false, device);
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult refused(CUdeviceptr ptr, size_t size, CUmemLocation to, unsigned int flags, CUstream s)
+{
+    (void)ptr, (void)size, (void)to, (void)flags, (void)s;
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+static void test_a_refusal_marks_the_allocation_asked_about(void)
+{
+    raced_base = 0x7f4000000000ull;
+    EXPECT(pump_ranges_insert(raced_base, 4 * MiB, 1, false, 0));
+    struct pump_driver saved = pump_driver;
+    pump_driver.prefetch_batch = NULL;
+    pump_driver.exchange_capture_mode = NULL;
+    CUmemLocation to = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0};
+    CUdeviceptr ptr = raced_base;
+    size_t size = 2 * MiB;
+    pump_driver.prefetch_v2 = freed_while_asked;
+    EXPECT(!pump_move_ranges(NULL, to, &ptr, &size, 1));
+    EXPECT(find(raced_base) != NULL && !find(raced_base)->unprefetchable);  /* the new one is asked again */
+    pump_driver.prefetch_v2 = refused;  /* the allocation itself refused: marked */
+    EXPECT(!pump_move_ranges(NULL, to, &ptr, &size, 1));
+    EXPECT(find(raced_base) != NULL && find(raced_base)->unprefetchable);
+    pump_driver = saved;
+    uint64_t bytes;
+    int device;
+    EXPECT(pump_ranges_remove(raced_base, &bytes, &device) == PUMP_REMOVED_ALLOCATION);
+}
+
+/* A driver that refuses the first two timing events it is asked for (one probe's pair, the
+ * first of them), then makes them. */
+static int events_asked;
+
+static CUresult events_refused_then_made(CUevent *event, unsigned int flags)
+{
+    (void)flags;
+    *event = (CUevent)(uintptr_t)(0x1000 + events_asked);
+    return events_asked++ == 0 ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+}
+
+static CUresult recorded(CUevent event, CUstream s)
+{
+    (void)event, (void)s;
+    return CUDA_SUCCESS;
+}
+
+static CUresult elapsed(float *ms, CUevent start, CUevent end)
+{
+    (void)start, (void)end;
+    *ms = 1.0f;
+    return CUDA_SUCCESS;
+}
+
+/* A probe whose events the driver refused is broken for that life of its context only
+ * (issue 42, risk 8): the same life asks no more, the next one makes them again. */
+static void test_a_broken_probe_is_tried_again_in_its_contexts_next_life(void)
+{
+    struct pump_driver saved = pump_driver;
+    pump_driver.exchange_capture_mode = NULL;
+    pump_driver.event_create = events_refused_then_made;
+    pump_driver.event_record = recorded;
+    pump_driver.event_elapsed = elapsed;
+    static struct pump_link_probe probe;  /* zeroed, as a context's slot */
+    EXPECT(!pump_link_probe_begin(&probe, NULL, 0, NULL, 0, PUMP_BLOCK_SIZE) && events_asked == 1);
+    EXPECT(!pump_link_probe_begin(&probe, NULL, 0, NULL, 0, PUMP_BLOCK_SIZE) && events_asked == 1);
+    EXPECT(pump_link_probe_begin(&probe, NULL, 1, NULL, 0, PUMP_BLOCK_SIZE) && events_asked == 3);
+    pump_link_probe_end(&probe, NULL, true);
+    EXPECT(probe.probe.state == PUMP_PROBE_IN_FLIGHT);
+    pump_driver = saved;
+}
+
 int main(void)
 {
     test_capacity_grammar();
@@ -509,5 +597,7 @@ int main(void)
     test_budget_job_name_grammar();
     test_ring();
     test_plan();
+    test_a_refusal_marks_the_allocation_asked_about();
+    test_a_broken_probe_is_tried_again_in_its_contexts_next_life();
     return expect_report("units");
 }

@@ -7,6 +7,12 @@
 
 #include <stdlib.h>
 
+/* Which forks were joined back: each member stream (the origin first) keeps a vector clock,
+ * the work it knows of each member's (its own counted at each node appended on it, others'
+ * taken from the events it waits on). At the end every member's work must be known to the
+ * origin, directly or through other members ("the capture sequence contains a fork that was
+ * not joined to the primary stream": CUDA_ERROR_STREAM_CAPTURE_UNJOINED); members past
+ * FC_CAPTURE_MEMBERS_MAX are not followed. */
 typedef struct fc_capture {
     uint64_t id;
     CUstreamCaptureMode mode; /* given to cuStreamBeginCapture */
@@ -16,6 +22,7 @@ typedef struct fc_capture {
     int invalidated;
     struct CUstream_st **members;
     size_t nmembers, cap;
+    uint64_t clock[FC_CAPTURE_MEMBERS_MAX][FC_CAPTURE_MEMBERS_MAX]; /* [member][member] */
     CUgraphNode last;
     struct fc_capture *next;
 } fc_capture;
@@ -28,6 +35,14 @@ static _Thread_local CUstreamCaptureMode fc_tls_capture_mode = CU_STREAM_CAPTURE
 
 int fc_stream_capturing(CUstream s) { return atomic_load_explicit(&s->capture, memory_order_acquire) != NULL; }
 
+/* s's place among cap's members that are followed (FC_CAPTURE_MEMBERS_MAX: none). */
+static size_t member_of(const fc_capture *cap, const struct CUstream_st *s)
+{
+    for (size_t i = 0; i < cap->nmembers && i < FC_CAPTURE_MEMBERS_MAX; i++)
+        if (cap->members[i] == s) return i;
+    return FC_CAPTURE_MEMBERS_MAX;
+}
+
 /* Appends a node to s's capture under fc_capture_mu: a CUresult or FC_NOT_CAPTURING. */
 int fc_capture_append(CUstream s, CUgraphNode n)
 {
@@ -37,7 +52,13 @@ int fc_capture_append(CUstream s, CUgraphNode n)
     if (!cap) r = FC_NOT_CAPTURING;
     else if (cap->invalidated) r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     else if (fc_graph_append(cap->graph, n) != 0) { n = NULL; r = CUDA_ERROR_OUT_OF_MEMORY; }
-    else { cap->last = n; n = NULL; r = CUDA_SUCCESS; }
+    else {
+        size_t i = member_of(cap, s);
+        if (i < FC_CAPTURE_MEMBERS_MAX) cap->clock[i][i]++;
+        cap->last = n;
+        n = NULL;
+        r = CUDA_SUCCESS;
+    }
     pthread_mutex_unlock(&fc_capture_mu);
     fc_node_free(n);
     return r;
@@ -93,25 +114,37 @@ static fc_capture *capture_find(uint64_t id)
     return NULL;
 }
 
-int fc_capture_record(CUstream s, uint64_t *event_capture_id)
+int fc_capture_record(CUstream s, fc_capture_mark *mark)
 {
     pthread_mutex_lock(&fc_capture_mu);
     fc_capture *cap = atomic_load_explicit(&s->capture, memory_order_relaxed);
-    *event_capture_id = cap ? cap->id : 0;
+    mark->id = cap ? cap->id : 0;
+    size_t i = cap ? member_of(cap, s) : FC_CAPTURE_MEMBERS_MAX;
+    for (size_t m = 0; m < FC_CAPTURE_MEMBERS_MAX; m++)
+        mark->clock[m] = i < FC_CAPTURE_MEMBERS_MAX ? cap->clock[i][m] : 0;
     pthread_mutex_unlock(&fc_capture_mu);
     return cap != NULL;
 }
 
-int fc_capture_wait_event(CUstream s, const uint64_t *event_capture_id, CUresult *r)
+/* Under fc_capture_mu: member s of cap learns what the event's recorder knew. */
+static void clock_merge(fc_capture *cap, const struct CUstream_st *s, const fc_capture_mark *mark)
+{
+    size_t i = member_of(cap, s);
+    for (size_t m = 0; i < FC_CAPTURE_MEMBERS_MAX && m < FC_CAPTURE_MEMBERS_MAX; m++)
+        if (mark->clock[m] > cap->clock[i][m]) cap->clock[i][m] = mark->clock[m];
+}
+
+int fc_capture_wait_event(CUstream s, const fc_capture_mark *mark, CUresult *r)
 {
     pthread_mutex_lock(&fc_capture_mu);
     fc_capture *mine = atomic_load_explicit(&s->capture, memory_order_relaxed);
-    fc_capture *theirs = *event_capture_id ? capture_find(*event_capture_id) : NULL;
+    fc_capture *theirs = mark->id ? capture_find(mark->id) : NULL;
     *r = CUDA_SUCCESS;
     int handled = 1;
     if (theirs) {
         if (!mine) *r = capture_join(theirs, s) == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
         else if (mine != theirs) *r = CUDA_ERROR_STREAM_CAPTURE_MERGE;
+        if (*r == CUDA_SUCCESS) clock_merge(theirs, s, mark);
     } else if (!mine) {
         handled = 0;
     } /* a capturing stream waiting on an outside event: no dependency is recorded */
@@ -160,8 +193,18 @@ FC_DEF(cuStreamBeginCapture_v2, 10010, (CUstream hStream, CUstreamCaptureMode mo
 FC_DEF(cuStreamBeginCapture_v2_ptsz, 10010, (CUstream hStream, CUstreamCaptureMode mode),
        begin_capture(hStream, mode, 1));
 
-/* Ends the capture for the origin and every joined stream (whether the joined streams
- * were joined back into the origin is not checked). */
+/* Under fc_capture_mu: whether every member's work is known to the origin. */
+static int joined_back(const fc_capture *cap)
+{
+    for (size_t m = 1; m < cap->nmembers && m < FC_CAPTURE_MEMBERS_MAX; m++)
+        if (cap->clock[0][m] < cap->clock[m][m]) return 0;
+    return 1;
+}
+
+/* Ends the capture for the origin and every joined stream. A fork not joined back ends it too,
+ * without a graph (CUDA_ERROR_STREAM_CAPTURE_UNJOINED; whether the driver ends the capture there
+ * or leaves it open is not documented: ended, a program's later launches on those streams run
+ * instead of being captured, and one that ends again learns it is not capturing). */
 static CUresult end_capture(CUstream h, CUgraph *phGraph)
 {
     if (!phGraph) return CUDA_ERROR_INVALID_VALUE;
@@ -172,6 +215,7 @@ static CUresult end_capture(CUstream h, CUgraph *phGraph)
         pthread_mutex_unlock(&fc_capture_mu);
         return cap ? CUDA_ERROR_STREAM_CAPTURE_UNMATCHED : CUDA_ERROR_ILLEGAL_STATE;
     }
+    int unjoined = !joined_back(cap);
     for (size_t i = 0; i < cap->nmembers; i++)
         atomic_store_explicit(&cap->members[i]->capture, NULL, memory_order_release);
     for (fc_capture **pp = &fc_captures; *pp; pp = &(*pp)->next)
@@ -181,10 +225,10 @@ static CUresult end_capture(CUstream h, CUgraph *phGraph)
     int invalid = cap->invalidated;
     free(cap->members);
     free(cap);
-    if (invalid) {
+    if (invalid || unjoined) {
         fc_graph_free(g);
         *phGraph = NULL;
-        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+        return invalid ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
     }
     *phGraph = g;
     return CUDA_SUCCESS;

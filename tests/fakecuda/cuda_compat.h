@@ -1,7 +1,7 @@
 /* cuda_compat.h: why it exists: fakecuda builds with the cuda.h of CUDA 13.0 (what PyTorch's
  * CUDA build pins: nvidia-cuda-runtime 13.0.96) as well as later ones. Names newer than the
  * header in use are declared here with the values and prototypes of CUDA 13.5's cuda.h and
- * cudaTypedefs.h (nvidia-cuda-runtime 13.5.37), where they first appear in 13.1. Included by
+ * cudaTypedefs.h (nvidia-cuda-runtime 13.5.37), under the release that brought them. Included by
  * fakecuda_internal.h and selftest.h; with a header that has them, it adds nothing. */
 #ifndef FAKECUDA_CUDA_COMPAT_H
 #define FAKECUDA_CUDA_COMPAT_H
@@ -25,6 +25,14 @@ typedef CUresult(CUDAAPI *PFN_cuLaunchHostFunc_v13010)(CUstream hStream, CUhostF
                                                         unsigned int syncMode);
 typedef CUresult(CUDAAPI *PFN_cuLaunchHostFunc_v13010_ptsz)(CUstream hStream, CUhostFn fn, void *userData,
                                                              unsigned int syncMode);
+#endif
+
+#if CUDA_VERSION < 13020
+/* A kernel's parameter count (13.2). */
+CUresult CUDAAPI cuFuncGetParamCount(CUfunction func, size_t *paramCount);
+CUresult CUDAAPI cuKernelGetParamCount(CUkernel kernel, size_t *paramCount);
+typedef CUresult(CUDAAPI *PFN_cuFuncGetParamCount_v13020)(CUfunction func, size_t *paramCount);
+typedef CUresult(CUDAAPI *PFN_cuKernelGetParamCount_v13020)(CUkernel kernel, size_t *paramCount);
 #endif
 
 #endif

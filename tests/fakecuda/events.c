@@ -14,7 +14,7 @@ struct CUevent_st {
     unsigned epoch;
     pthread_mutex_t mu;
     fc_fence *fence;     /* latest record outside capture; NULL: never recorded (complete) */
-    uint64_t capture_id; /* under capture.c's lock: set when last recorded inside a capture */
+    fc_capture_mark *capture; /* under capture.c's lock: its last record inside a capture (NULL: none yet) */
 };
 
 static int event_ok(CUevent e)
@@ -68,6 +68,7 @@ FC_EXPORT CUresult cuEventDestroy_v2(CUevent hEvent)
     fc_unkeep(&hEvent->link);
     fc_fence_unref(hEvent->fence); /* a pending record keeps its own reference */
     pthread_mutex_destroy(&hEvent->mu);
+    free(hEvent->capture);
     free(hEvent);
     return CUDA_SUCCESS;
 }
@@ -81,7 +82,8 @@ static CUresult event_record(CUevent e, CUstream h, unsigned flags)
     if (!event_ok(e)) return CUDA_ERROR_INVALID_HANDLE;
     FC_STREAM_OR_RETURN(h);
     fc_cost(FC_E_EVENT_RECORD, FAKECUDA_EVENT_RECORD_HOST_NS);
-    if (fc_capture_record(s, &e->capture_id)) {
+    if (!e->capture && !(e->capture = calloc(1, sizeof *e->capture))) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (fc_capture_record(s, e->capture)) {
         event_set_fence(e, NULL);
         return CUDA_SUCCESS;
     }
@@ -158,7 +160,8 @@ static CUresult stream_wait_event(CUstream h, CUevent e, unsigned flags)
     FC_STREAM_OR_RETURN(h);
     fc_cost(FC_E_STREAM_WAIT_EVENT, FAKECUDA_STREAM_WAIT_EVENT_HOST_NS);
     CUresult r;
-    if (fc_capture_wait_event(s, &e->capture_id, &r)) return r;
+    static const fc_capture_mark none;
+    if (fc_capture_wait_event(s, e->capture ? e->capture : &none, &r)) return r;
     fc_fence *f = event_fence(e);
     uint64_t t = 0;
     if (!f || fc_fence_done(f, &t)) {

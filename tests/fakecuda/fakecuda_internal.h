@@ -33,6 +33,7 @@
 
 /* Entry guard of every export: FAKECUDA_FAIL, version gating, init check. */
 CUresult fc_enter(const char *name, int min_version, int need_init);
+extern _Thread_local const char *fc_tls_call; /* the entry point the thread is in (fc_enter) */
 /* Whether the export this thread entered last is a _ptsz or _ptds one (its NULL stream is the
  * per-thread default stream, as cuda.h's CU_STREAM_PER_THREAD). */
 extern _Thread_local int fc_tls_ptsz;
@@ -72,6 +73,7 @@ typedef struct fc_config {
     /* The UVM fault path's tunables (fakecuda_model.h), FAKECUDA_UVM_PERF_* knobs */
     unsigned fault_batch_count, prefetch_enable, prefetch_threshold, prefetch_min_faults;
     int pool_prefetch;   /* FAKECUDA_POOL_PREFETCH=accept (the default): managed pools' memory may be prefetched */
+    int pool_reuse_freed; /* FAKECUDA_POOL_REUSE=freed: a pool hands out the last freed block of a size first */
 } fc_config;
 extern fc_config fc_cfg; /* valid after fc_config_load() */
 void fc_config_load(void);
@@ -284,12 +286,20 @@ int fc_capture_add_kernel(CUstream s, struct fc_kdef *def, const fakecuda_dims *
 int fc_capture_add_host(CUstream s, CUhostFn fn, void *ud);
 int fc_capture_add_copy(CUstream s, const fc_copy *c);
 void fc_capture_invalidate(CUstream s);
-/* An event recorded in s: *event_capture_id becomes s's capture's id (0: none) under the
- * capture lock, as the capture lock guards it; returns whether s is capturing. */
-int fc_capture_record(CUstream s, uint64_t *event_capture_id);
+/* An event's last record inside a capture: the capture's id (0: none) and what its recording
+ * stream knew then of each member stream's work (capture.c: which forks were joined back).
+ * Under the capture lock. */
+#define FC_CAPTURE_MEMBERS_MAX 32
+typedef struct fc_capture_mark {
+    uint64_t id;
+    uint64_t clock[FC_CAPTURE_MEMBERS_MAX];
+} fc_capture_mark;
+/* An event recorded in s: *mark becomes s's capture's (id 0: none) under the capture lock, as
+ * the capture lock guards it; returns whether s is capturing. */
+int fc_capture_record(CUstream s, fc_capture_mark *mark);
 /* s waits on an event: if the event was recorded in a live capture s joins it (or fails to
  * merge two), or s is capturing; then returns 1 with *r the result. 0: an ordinary wait. */
-int fc_capture_wait_event(CUstream s, const uint64_t *event_capture_id, CUresult *r);
+int fc_capture_wait_event(CUstream s, const fc_capture_mark *mark, CUresult *r);
 /* cuThreadExchangeStreamCaptureMode's rule for potentially unsafe calls (cuEventQuery):
  * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, invalidating the captures that prohibit it. */
 CUresult fc_capture_check_unsafe_call(void);

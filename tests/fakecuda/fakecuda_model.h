@@ -192,9 +192,4 @@
 /* Alignment of plain device allocations (cuMemAlloc guarantees at least 256 bytes). */
 #define FAKECUDA_PLAIN_ALIGN 256u
 
-/* Modelled compute capability and SM count reported by cuDeviceGetAttribute. */
-#define FAKECUDA_CC_MAJOR 9
-#define FAKECUDA_CC_MINOR 0
-#define FAKECUDA_SM_COUNT 132
-
 #endif

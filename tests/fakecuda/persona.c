@@ -1,8 +1,11 @@
 /* persona.c: why it exists: what each device says it is. FAKECUDA_PERSONA picks a real card,
  * whose name, memory size, compute capability and attributes the runtime and the libraries
  * read (the runtime picks the cubins for its SM from them): h100-sxm-80gb or a100-pcie-40gb.
- * Unset (or "fakecuda"): fakecuda's own device, as before (named "fakecuda device N", CC 9.0,
- * 132 SMs, only the attributes tests need). Anything else: an error at load naming the choices.
+ * Unset (or "fakecuda"): fakecuda's own device, named "fakecuda device N", with its own UUID
+ * and 80 GiB, and the H100's attributes: before, it answered only the few tests needed and 0
+ * for the rest, and PyTorch's CUDA build died on it (SIGFPE in torch.randn, a division by
+ * its 0 threads per SM; cublasCreate failed), bare and under pump, on every release tried
+ * (issue 43). Anything else: an error at load naming the choices.
  *
  * Sources. deviceQuery output published for each card (CUDA samples, 1_Utilities/deviceQuery):
  *   H100: "NVIDIA H100 80GB HBM3", driver 13.0 / runtime 12.5 (a Kata GPU containers write-up,
@@ -19,7 +22,7 @@
  * CUDA C++ Programming Guide, "Technical Specifications per Compute Capability": 32 blocks
  * per SM, 64K registers per SM, opt-in shared memory per block 227 KB (9.0) / 163 KB (8.0),
  * shared memory per SM 228 KB / 164 KB, 1 KB reserved per block; thread block clusters from 9.0.
- * Attributes no source gives answer 0, as fakecuda's own device does. */
+ * Attributes no source gives answer 0. */
 #include "fakecuda_internal.h"
 
 #include <stdio.h>
@@ -81,17 +84,9 @@ static const fc_attr fc_a100_attrs[] = {
     {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, 167936},
     {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 166912}, {CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH, 0},
     {CU_DEVICE_ATTRIBUTE_MAX, 0}};
-/* fakecuda's own device: what device.c answered before personas (tests rely on it). */
-static const fc_attr fc_own_attrs[] = {
-    {CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, 1}, {CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, 1},
-    {CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS, 1}, {CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, 1},
-    {CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, 1}, {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, FAKECUDA_CC_MAJOR},
-    {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, FAKECUDA_CC_MINOR},
-    {CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, FAKECUDA_SM_COUNT}, {CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 1024},
-    {CU_DEVICE_ATTRIBUTE_WARP_SIZE, 32}, {CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT, 2}, {CU_DEVICE_ATTRIBUTE_MAX, 0}};
-
 static const fc_persona fc_personas[] = {
-    {"fakecuda", NULL, 0, 1, {'f', 'a', 'k', 'e', 'c', 'u', 'd', 'a', 0x40, 0x80}, fc_own_attrs},
+    /* its own name, UUID and memory (80 GiB), an H100 in every attribute (issue 43 item 1) */
+    {"fakecuda", NULL, 0, 1, {'f', 'a', 'k', 'e', 'c', 'u', 'd', 'a', 0x40, 0x80}, fc_h100_attrs},
     {"h100-sxm-80gb", "NVIDIA H100 80GB HBM3", 85017755648ull, 2,
      {0x6b, 0x1d, 0x3a, 0x52, 0x9e, 0x04, 0x4c, 0x11, 0x80, 0x90, 0x48, 0x31, 0x30, 0x30, 0x00, 0x00}, fc_h100_attrs},
     {"a100-pcie-40gb", "NVIDIA A100-PCIE-40GB", 42298834944ull, 151,

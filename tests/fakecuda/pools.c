@@ -35,12 +35,13 @@ typedef struct fc_block {
     const struct fc_op *pending_free; /* BLOCK_FREE_PENDING: its free, not yet run */
     unsigned long long free_stream;   /* the stream it was freed on */
     uint64_t kept_since;              /* order of BLOCK_KEPT blocks: oldest released first */
+    uint64_t freed_at;                /* order of frees (FAKECUDA_POOL_REUSE=freed: the last freed goes first) */
     struct fc_block *next;
 } fc_block;
 
 static pthread_mutex_t fc_pools_mu = PTHREAD_MUTEX_INITIALIZER;
 static fc_block *fc_blocks; /* every pool's blocks, newest first */
-static uint64_t fc_kept_clock;
+static uint64_t fc_kept_clock, fc_free_clock;
 
 /* Each device's two default pools (pinned, managed), made on first use; a device's current
  * pool (what cuMemAllocAsync uses) is its default pinned pool until cuDeviceSetMemPool names
@@ -338,17 +339,26 @@ FC_ALIAS(cuMemPoolGetAttribute);
  * has run (stream order makes it safe: the new owner's work comes after the old owner's on
  * that stream), its pages where they were; memory whose free ran goes to any stream
  * (REUSE_ALLOW_OPPORTUNISTIC, default on), else only to the stream that freed it. Only the
- * same size is reused (the driver suballocates; the stricter side: more memory reserved). */
+ * same size is reused (the driver suballocates; the stricter side: more memory reserved).
+ * Which of several such blocks goes is not documented: by default the one the pool reserved
+ * last, so that a program repeating its allocations and frees gets the same addresses each
+ * time; FAKECUDA_POOL_REUSE=freed hands out the one freed last, under which a block freed in
+ * one order and allocated in another changes hands from one repetition to the next. */
 static fc_block *take_block(CUmemoryPool pool, size_t size, unsigned long long stream)
 {
+    fc_block *taken = NULL;
     for (fc_block *b = fc_blocks; b; b = b->next)
         if (b->pool == pool && b->size == size && b->state != BLOCK_IN_USE &&
-            (b->free_stream == stream || (b->state == BLOCK_KEPT && pool->reuse_opportunistic))) {
-            b->state = BLOCK_IN_USE;
-            b->pending_free = NULL;
-            return b;
+            (b->free_stream == stream || (b->state == BLOCK_KEPT && pool->reuse_opportunistic)) &&
+            (taken == NULL || b->freed_at > taken->freed_at)) {
+            taken = b;
+            if (!fc_cfg.pool_reuse_freed) break;
         }
-    return NULL;
+    if (taken) {
+        taken->state = BLOCK_IN_USE;
+        taken->pending_free = NULL;
+    }
+    return taken;
 }
 
 static void count_used(CUmemoryPool pool, size_t size)
@@ -443,6 +453,7 @@ static CUresult free_async(CUdeviceptr dptr, CUstream hStream)
         b->state = BLOCK_FREE_PENDING;
         b->pending_free = op;
         b->free_stream = s->id;
+        b->freed_at = ++fc_free_clock;
         b->pool->used -= b->size;
     }
     pthread_mutex_unlock(&fc_pools_mu);

@@ -287,6 +287,16 @@ int main(int argc, char **argv)
     CHECK(cma == 1, "concurrent managed access");
     char name[64];
     OK(cuDeviceGetName(name, sizeof name, dev));
+    /* fakecuda's own device is an H100 in every attribute (persona.c): none a runtime divides by is 0 */
+    int threads = 0, l2 = 0, sms = 0, clock = 0, cc = 0;
+    OK(cuDeviceGetAttribute(&threads, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, dev));
+    OK(cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev));
+    OK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+    OK(cuDeviceGetAttribute(&clock, CU_DEVICE_ATTRIBUTE_CLOCK_RATE, dev));
+    OK(cuDeviceGetAttribute(&cc, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
+    CHECK(threads == 2048 && l2 == 52428800 && sms == 132 && clock == 1980000 && cc == 9,
+          "the own device's attributes are the H100's (%d %d %d %d %d)", threads, l2, sms, clock, cc);
+    CHECK(strncmp(name, "fakecuda device ", 16) == 0, "its own name %s", name);
     CUcontext ctx = NULL, cur = NULL;
     CHECK(cuMemAllocManaged(&(CUdeviceptr){ 0 }, 4096, CU_MEM_ATTACH_GLOBAL) == CUDA_ERROR_INVALID_CONTEXT,
           "no context, no allocation");
@@ -381,6 +391,7 @@ int main(int argc, char **argv)
     CHECK(run_child("faults", "FAKECUDA_UVM_PERF_PREFETCH_THRESHOLD=101", NULL) == 2, "threshold over 100 refused");
     CHECK(run_child("faults", "FAKECUDA_UVM_PERF_PREFETCH_MIN_FAULTS=0", NULL) == 2, "min_faults 0 refused");
     CHECK(run_child("pool-prefetch", "FAKECUDA_POOL_PREFETCH=maybe", NULL) == 2, "bad FAKECUDA_POOL_PREFETCH refused");
+    CHECK(run_child("pool-prefetch", "FAKECUDA_POOL_REUSE=maybe", NULL) == 2, "bad FAKECUDA_POOL_REUSE refused");
     char path[] = "/tmp/fakecuda-selftest-XXXXXX";
     int fd = mkstemp(path);
     if (fd >= 0) close(fd);

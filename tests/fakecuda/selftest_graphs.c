@@ -154,6 +154,18 @@ void selftest_capture_join(struct selftest_main *m)
     CHECK(selftest_all_equal(d, nd, 16.0f), "joined graph ran both kernels");
     OK(cuGraphExecDestroy(ge));
     OK(cuGraphDestroy(g));
+    /* a fork not joined back: the end is refused, and the capture is over for both streams */
+    OK(cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    OK(cuEventRecord(fork_ev, s1));
+    OK(cuStreamWaitEvent(s2, fork_ev, 0));
+    OK(cuLaunchKernel(fdouble, 1, 1, 1, 1, 1, 1, 0, s2, args_d, NULL));
+    CHECK(cuStreamEndCapture(s1, &g) == CUDA_ERROR_STREAM_CAPTURE_UNJOINED && g == NULL, "unjoined fork refused");
+    OK(cuStreamIsCapturing(s1, &cs));
+    CHECK(cs == CU_STREAM_CAPTURE_STATUS_NONE, "unjoined capture over on its origin");
+    OK(cuStreamIsCapturing(s2, &cs));
+    CHECK(cs == CU_STREAM_CAPTURE_STATUS_NONE, "unjoined capture over on its fork");
+    OK(cuCtxSynchronize());
+    CHECK(selftest_all_equal(d, nd, 16.0f), "the unjoined capture's launch did not run");
     /* an async memset and a device-to-device copy captured become memset and memcpy nodes that
      * run at each launch; a copy from host memory in a capture is refused and invalidates it */
     float three = 3.0f;

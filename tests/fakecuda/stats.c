@@ -164,6 +164,12 @@ static void load_config(void)
         exit(2);
     }
     fc_cfg.pool_prefetch = !(v && strcmp(v, "refuse") == 0);
+    v = getenv("FAKECUDA_POOL_REUSE");
+    if (v && *v && strcmp(v, "created") != 0 && strcmp(v, "freed") != 0) {
+        fprintf(stderr, "fakecuda: FAKECUDA_POOL_REUSE=%s: allowed: created (the default) or freed\n", v);
+        exit(2);
+    }
+    fc_cfg.pool_reuse_freed = v && strcmp(v, "freed") == 0;
     parse_fail(getenv("FAKECUDA_FAIL"));
     fc_pump_locks = (unsigned int (*)(void))dlsym(RTLD_DEFAULT, "pump_locks_held");
 }
@@ -171,10 +177,12 @@ static void load_config(void)
 void fc_config_load(void) { pthread_once(&fc_once, load_config); }
 
 _Thread_local int fc_tls_ptsz;
+_Thread_local const char *fc_tls_call;
 
 CUresult fc_enter(const char *name, int min_version, int need_init)
 {
     size_t len = strlen(name);
+    fc_tls_call = name;
     fc_tls_ptsz = len > 5 && (memcmp(name + len - 5, "_ptsz", 5) == 0 || memcmp(name + len - 5, "_ptds", 5) == 0);
     pthread_once(&fc_once, load_config);
     if (fc_pump_locks) check_pump_locks(name);

@@ -225,10 +225,25 @@ void fc_stream_floor(CUstream s, uint64_t t_ns)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Work that reaches a stream after the stream went (cuStreamDestroy, or its context's
+ * destruction or reset) was enqueued by a call that began before and whose handle went while
+ * it ran: another thread ended the stream or its context under it. The driver frees the
+ * stream there, and the call is undefined behaviour (a crash, or work lost); fakecuda stops
+ * the process, naming the call, so that no test passes over it (issue 42, risk 2: pump's
+ * worker calling the driver with a context's streams after the context went). */
+static void check_alive(struct CUstream_st *s)
+{
+    if (s->magic == FC_MAGIC_STREAM) return;
+    fprintf(stderr, "fakecuda: %s enqueued work on a stream that went while it ran (destroyed, or its context "
+            "destroyed or reset, by another thread): undefined on the driver\n", fc_tls_call ? fc_tls_call : "a call");
+    abort();
+}
+
 static void enqueue_raw(CUstream s, fc_op *first, fc_op *last, uint64_t n)
 {
     last->next = NULL;
     pthread_mutex_lock(&s->mu);
+    check_alive(s);
     if (s->tail) s->tail->next = first;
     else s->head = first;
     s->tail = last;

@@ -3,7 +3,8 @@ and tests/test_real_client_allocators.py with PyTorch's CUDA build on fakecuda, 
 pump-run: a small GPT-style model (embedding, SDPA attention, layer norm, GELU, cross-entropy)
 trained with AdamW foreach and fused, a small convolutional one (convolution, batch norm; cuDNN
 in benchmark mode, which sizes its workspace from the allocator's cacheInfo), and the GPT-style
-step captured in a CUDA graph and replayed (torch.cuda.graphs); gradient clipping, an .item()
+step captured in a CUDA graph and replayed (torch.cuda.graphs), and the GPT one at width 512
+(wide: tensors of whole 2 MiB blocks); gradient clipping, an .item()
 each step, a checkpoint saved to the host (argv[1], a directory). argv[2], if given, names the
 loops to run (comma-separated). Then PyTorch's memory answers (mem_get_info, memory_stats and
 what is built on them) are checked against what this script knows it holds.
@@ -158,8 +159,14 @@ def memory_answers():
     return bad
 
 
+def wide():
+    """The GPT loop at width 512: its MLP's weights and their gradients are 4 MiB each, whole 2 MiB
+    blocks that a budget can evict and, freed (zero_grad drops the gradients), discard."""
+    return train(*gpt_job(False, 512, 8))
+
+
 LOOPS = {"gpt_foreach": lambda: gpt(False), "gpt_fused": lambda: gpt(True), "conv": conv, "graph": graph,
-         "compiled": compiled}
+         "compiled": compiled, "wide": wide}
 
 
 def main():

@@ -1,0 +1,85 @@
+"""pump's allocator for PyTorch places a training step's tensors where they went the step
+before (issue 41 item 1, shim/placement.c), so that the launch keys pumpd's lookahead plans by
+repeat: tests/c/torch_placement.c makes a step's allocations as PyTorch's pluggable allocator
+does, with the optimizer's step marks, and prints each step's addresses.
+
+fakecuda's pools hand out, of several freed blocks of a size, the one reserved last by default;
+FAKECUDA_POOL_REUSE=freed hands out the one freed last, under which two temporaries freed first
+in, first out swap blocks every step (which the driver's pool does is not documented). Placement
+must hold the addresses either way, keep the values (fakecuda runs the kernels), and fall back
+where a step differs (an evaluation pass before it) without losing the next step's places."""
+
+import pytest
+
+STEPS, EVAL = 10, 4
+MANAGED_ALL = {"PUMP_MANAGED_ALL": "1", "PUMP_SOCKET": "", "TSAN_OPTIONS": "halt_on_error=1"}
+
+
+def steps_of(run_program, *, pump=True, placement=True, pool_reuse="freed", variant="plain", extra=("eval=4", "side")):
+    env = dict(MANAGED_ALL, FAKECUDA_POOL_REUSE=pool_reuse, PUMP_TORCH_PLACEMENT="1" if placement else "0")
+    run = run_program("torch_placement", STEPS, *extra, pump=pump, variant=variant, env=env, timeout=600)
+    assert run.proc.returncode == 0, run.proc.stderr[-4000:]
+    assert "Sanitizer" not in run.proc.stderr and "runtime error" not in run.proc.stderr, run.proc.stderr[-4000:]
+    return run
+
+
+def training_steps(steps):
+    """The steps with no evaluation pass before them (the program's eval=4), from the second on:
+    the first is made before any mark, and its successor has no earlier step to follow."""
+    return [s for i, s in enumerate(steps) if i >= 1 and i % EVAL != 0]
+
+
+@pytest.mark.parametrize("pool_reuse", ["created", "freed"])
+@pytest.mark.parametrize("variant", ["plain", "asan", "tsan"])
+def test_each_step_gets_the_addresses_of_the_step_before(run_program, variant, pool_reuse):
+    bare = steps_of(run_program, pump=False, pool_reuse=pool_reuse).result
+    run = steps_of(run_program, variant=variant, pool_reuse=pool_reuse)
+    result, t = run.result, run.totals
+    assert result["checksum"] == bare["checksum"]
+    steps = result["steps"]
+    assert len(steps) == STEPS and all(len(s) == 7 for s in training_steps(steps))
+    # From the second step on, every step without an evaluation pass has the same addresses, the
+    # ones after an evaluation pass included; the steps with one agree with each other too.
+    assert training_steps(steps) == [steps[1]] * len(training_steps(steps)), steps
+    assert steps[EVAL] == steps[2 * EVAL] and len(steps[EVAL]) == 9
+    assert t["placement_steps"] == STEPS
+    assert t["placement_hits"] == t["placement_wanted"] > 0
+    assert t["placement_reuses"] > 0 and t["placement_releases"] == 0
+    assert t["torch_allocs"] == t["torch_frees"] and t["errors"] == 0
+
+
+def test_without_placement_a_pool_handing_out_the_last_freed_block_moves_tensors(run_program):
+    """What placement guards against: the two temporaries swap blocks from one step to the next."""
+    run = steps_of(run_program, placement=False)
+    steps = training_steps(run.result["steps"])
+    assert any(a != b for a, b in zip(steps, steps[1:])), steps
+    assert run.totals["placement_steps"] == 0 and run.totals["placement_reuses"] == 0
+
+
+def test_a_placed_tensor_keeps_what_pump_knew_of_its_memory(run_program):
+    """A block placement keeps stays in pump's table as a freed tensor, and the allocation placed
+    on it takes back its residency: a step's tensors are not prefetched again each step for having
+    been freed and allocated again (before: 76 prefetch calls in the run, the same as without
+    placement; since: 14, the first steps')."""
+    placed, unplaced = steps_of(run_program), steps_of(run_program, placement=False)
+    assert placed.result["checksum"] == unplaced.result["checksum"]
+    p, u = placed.totals, unplaced.totals
+    assert p["prefetch_calls"] * 4 <= u["prefetch_calls"], (p["prefetch_calls"], u["prefetch_calls"])
+    assert placed.result["checksum"] and p["errors"] == 0
+
+
+SHRINK = 5
+
+
+def test_a_shape_that_changes_is_followed_and_its_old_blocks_go_back(run_program):
+    """From step 5 on the activations are 3 MiB instead of 4 (a shorter last batch, a changed
+    sequence length): that step agrees with no earlier one past its first allocation, the next
+    follows it, and the two 4 MiB blocks no step asks for again go back to the pool once three
+    steps passed without taking them."""
+    bare = steps_of(run_program, pump=False, extra=(f"shrink={SHRINK}",)).result
+    run = steps_of(run_program, extra=(f"shrink={SHRINK}",))
+    t, steps = run.totals, run.result["steps"]
+    assert run.result["checksum"] == bare["checksum"] and t["errors"] == 0
+    assert steps[1:SHRINK] == [steps[1]] * (SHRINK - 1), steps
+    assert steps[SHRINK + 1:] == [steps[SHRINK + 1]] * (STEPS - SHRINK - 1), steps
+    assert t["placement_releases"] == 2
