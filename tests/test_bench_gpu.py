@@ -315,19 +315,34 @@ def test_managed_probe_on_fakecuda_records_every_call(fake_gpu):
                                            if "prefetch" in k or k == "discard")
 
 
+def prefetch_charge(f, size: int, to_host: bool) -> float:
+    """Seconds fakecuda charges the calling thread for one cuMemPrefetchAsync of `size` bytes of
+    whole blocks (tests/fakecuda/cost.c): the ioctl and two passes per block, then the CPU time of
+    moving the pages, or for a move to the host the longer of that and its copies' wait."""
+    blocks = size // f["FAKECUDA_VA_BLOCK"]
+    move = size * f["FAKECUDA_MIGRATE_BLOCK_NS"] / f["FAKECUDA_VA_BLOCK"]
+    copies = size * 1e3 / f["FAKECUDA_PREFETCH_D2H_BYTES_PER_US"]
+    return (f["FAKECUDA_IOCTL_NS"] + 2 * blocks * f["FAKECUDA_BLOCK_PASS_NS"] + (max(move, copies) if to_host else move)) * 1e-9
+
+
 def test_prefetch_bandwidth_probe_meets_fakecuda_rates_once(fake_gpu):
     """A prefetch to the host waits for its copies inside the call, and its stream then has
     nothing left to copy: before, fakecuda took the copy's time twice (the ioctl's wait, then
-    the stream's move), half its own rate. Events carry fakecuda's modelled clock; the band is
-    for the rest of the host's time around them."""
+    the stream's move), half its own rate. Checked on the model's own clock, exactly: the time
+    charged to the probe's thread, events and synchronize included (a loaded machine moves the
+    events' wall-clock readings either way: a late wake-up, or the credit for one carried into
+    the next sleep). A move to the GPU charges the call alone, its copy on the stream: the events
+    around it are no closer than that copy at the line rate."""
     from pump.simulate import constants
     f = constants.fakecuda_constants()
     doc = run_probe(fake_gpu, "../prefetch_bw.py", "--mib", "64", "--rounds", "2")
-    size, blocks = 64 * MiB, 32
-    calls = f["FAKECUDA_IOCTL_NS"] + 2 * blocks * f["FAKECUDA_BLOCK_PASS_NS"] + blocks * f["FAKECUDA_MIGRATE_BLOCK_NS"]
-    for way, rate in (("h2d", "FAKECUDA_H2D_BYTES_PER_US"), ("d2h", "FAKECUDA_PREFETCH_D2H_BYTES_PER_US")):
-        modelled = size / ((calls + size * 1000 / f[rate]) * 1e-9)
-        assert 0.75 < doc[f"{way}_bytes_per_s"] / modelled < 1.25, (way, doc[f"{way}_bytes_per_s"], modelled)
+    size = 64 * MiB
+    around = (2 * f["FAKECUDA_EVENT_RECORD_HOST_NS"] + f["FAKECUDA_SYNC_HOST_NS"]) * 1e-9
+    charged = doc["fakecuda_charged_seconds"]
+    assert charged["d2h"] == pytest.approx([around + prefetch_charge(f, size, True)] * 2, rel=1e-6), charged
+    assert charged["h2d"] == pytest.approx([around + prefetch_charge(f, size, False)] * 2, rel=1e-6), charged
+    line_in = f["FAKECUDA_H2D_BYTES_PER_US"] * 1e6
+    assert all(rate <= line_in * 1.001 for rate in doc["h2d_samples"]), (doc["h2d_samples"], line_in)
 
 
 def test_prefetch_cost_probe_fits_a_line_per_case(fake_gpu):
@@ -352,16 +367,23 @@ def test_host_calls_probe_times_every_call(fake_gpu, tmp_path):
 
 
 def test_driver_evict_probe_reads_both_paths_back(fake_gpu):
-    """fakecuda's two rates, read back through the probe: the driver's evictions at
-    FAKECUDA_D2H_BYTES_PER_US, pump's prefetch to the host at FAKECUDA_PREFETCH_D2H_BYTES_PER_US,
-    each beside its fixed costs (wide bands: a loaded machine's late wake-ups)."""
+    """fakecuda's two rates, read back through the probe on the model's own clock (the time
+    charged to the probe's thread: the wall clock is a loaded machine's, either way): the driver's
+    evictions copy at FAKECUDA_D2H_BYTES_PER_US with nothing else charged, pump's prefetch
+    to the host at FAKECUDA_PREFETCH_D2H_BYTES_PER_US beside the call's fixed costs."""
     from pump.simulate import constants
     f = constants.fakecuda_constants()
     doc = run_probe(fake_gpu, "driver_evict.py", "--mib", "64", "--rounds", "3")
-    assert doc["evicted_bytes_per_round"] == [32 * MiB] * 3, doc
-    assert 0.4 < doc["driver_evict_bytes_per_s"] / (f["FAKECUDA_D2H_BYTES_PER_US"] * 1e6) < 1.25, doc
-    assert 0.4 < doc["prefetch_to_host_bytes_per_s"] / (f["FAKECUDA_PREFETCH_D2H_BYTES_PER_US"] * 1e6) < 1.25, doc
-    assert doc["driver_over_prefetch"] > 1   # fakecuda's assumption, which the GPU must check
+    half = 32 * MiB
+    assert doc["evicted_bytes_per_round"] == [half] * 3, doc
+    charged = doc["fakecuda_charged"]
+    page_ns = f["FAKECUDA_PAGE"] * 1000 // f["FAKECUDA_D2H_BYTES_PER_US"]   # migrate.c's xfer_ns, a page at a time
+    driver = half / (half // f["FAKECUDA_PAGE"] * page_ns * 1e-9)
+    assert charged["driver_evict_samples"] == pytest.approx([driver] * 3, rel=1e-6), (charged, driver)
+    prefetch = half / (prefetch_charge(f, half, True) + f["FAKECUDA_SYNC_HOST_NS"] * 1e-9)
+    assert charged["prefetch_to_host_samples"] == pytest.approx([prefetch] * 3, rel=1e-6), (charged, prefetch)
+    assert charged["driver_over_prefetch"] > 1   # fakecuda's assumption, which the GPU must check
+    assert all(rate > 0 for rate in doc["driver_evict_samples"] + doc["prefetch_to_host_samples"]), doc
 
 
 def test_concurrent_moves_probe_reads_fakecudas_overlap_back(fake_gpu):

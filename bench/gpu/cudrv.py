@@ -11,6 +11,7 @@ import ctypes
 import os
 import pathlib
 import sys
+import time
 
 import membudget
 
@@ -72,6 +73,7 @@ class Gpu:
         self.fake = hasattr(self.lib, "fakecuda_register_kernel")
         if self.fake:
             managed_saxpy.register_fake_kernels(self.lib)
+            self.lib.fakecuda_thread_host_ns.restype = ctypes.c_uint64
         self.module = call("cuModuleLoadData", managed_saxpy.PTX.encode() + b"\0")
         self.functions = {name: call("cuModuleGetFunction", self.module, name.encode())
                           for name in ("saxpy", "scale")}
@@ -115,6 +117,12 @@ class Gpu:
         if managed_saxpy.KERNEL_ERRORS:  # fakecuda's kernels raise here, not inside C
             raise managed_saxpy.KERNEL_ERRORS[0]
 
+    def charged_ns(self):
+        """On fakecuda, the modelled host ns charged to the calling thread so far (its calls, the
+        evictions its plain allocations made, the copies its moves to the host waited for); None
+        on a GPU, which has no model to read."""
+        return int(self.lib.fakecuda_thread_host_ns()) if self.fake else None
+
     def fake_counters(self) -> dict:
         """fakecuda's counters (GPU faults, bytes moved), or {} on a real GPU."""
         if not self.fake:
@@ -145,16 +153,40 @@ def link_benchmark(prog: str, doc: str, argv, buffers: int, default_mib: int, mi
     return args, gpu, size
 
 
+class Stopwatch:
+    """Seconds since it was made on the wall clock, and on fakecuda also the modelled seconds
+    charged to this thread meanwhile (None on a GPU). The wall clock is what a GPU run reports; on
+    fakecuda it is the model plus a loaded machine's scheduling, either way: a thread's late
+    wake-up is credited to its next sleep (up to 1 ms, tests/fakecuda/stats.c), so a 1.3 ms call
+    can read 0.8 ms. The charged seconds are the model's own, exactly: what a test checks."""
+
+    def __init__(self, gpu: Gpu):
+        self.gpu = gpu
+        self.charged0 = gpu.charged_ns()
+        self.wall0 = time.perf_counter()
+
+    def read(self):
+        """(wall seconds, charged seconds or None) since the stopwatch was made."""
+        wall = time.perf_counter() - self.wall0
+        charged = self.gpu.charged_ns()
+        return wall, None if charged is None else (charged - self.charged0) * 1e-9
+
+
 class PrefetchTimer:
-    """Times one cuMemPrefetchAsync on a stream with a pair of events; returns seconds."""
+    """Times one cuMemPrefetchAsync on a stream with a pair of events; returns seconds, and keeps
+    in `charged` what fakecuda charged the calling thread from the first event to the stream's
+    end (Stopwatch; None on a GPU)."""
 
     def __init__(self, gpu: Gpu, stream):
         self.gpu, self.stream = gpu, stream
         self.start, self.end = call("cuEventCreate", 0), call("cuEventCreate", 0)
+        self.charged = None
 
     def __call__(self, ptr: int, size: int, to_device: bool) -> float:
+        watch = Stopwatch(self.gpu)
         call("cuEventRecord", self.start, self.stream)
         self.gpu.prefetch(ptr, size, to_device, self.stream)
         call("cuEventRecord", self.end, self.stream)
         self.gpu.synchronize(self.stream)
+        self.charged = watch.read()[1]
         return float(call("cuEventElapsedTime", self.start, self.end)) * 1e-3
