@@ -16,6 +16,10 @@ segments cannot be managed; a user's own choice wins).
 Exit code: the command's, 128+N when it was killed by signal N, 127/126 when it
 cannot be started, 2 for pump-run's own errors (one line on stderr).
 
+PUMP=off in the environment runs COMMAND as if the prefix were not there (for launch
+scripts with pump-run built in): exec'd in pump-run's place, no shim, no managed memory,
+no daemon, no summary; one line on stderr says so (none with --quiet).
+
 Signals.  SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH and SIGCONT
 are forwarded to the child, except those the kernel itself sent (si_code ==
 SI_KERNEL): the terminal's Ctrl-C, Ctrl-\\, window resize and hangup go to the
@@ -69,13 +73,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog=PROG,
         usage=f"{PROG} [options] [--] COMMAND [ARGS...]",
-        description="Run COMMAND with the pump Unified Memory prefetcher (libpump.so).",
+        description="Run COMMAND with the pump Unified Memory prefetcher (libpump.so). "
+                    "PUMP=off in the environment runs COMMAND without pump.",
         allow_abbrev=False,
     )
     p.add_argument("--config", metavar="FILE", help="the job's TOML config file (see examples/job.toml)")
     p.add_argument("--name", metavar="NAME", help="the job's name (also picks /etc/pump/jobs.d/NAME.toml)")
     p.add_argument("--policy", choices=config.POLICIES,
-                   help="off: count only; launch: prefetch what each launch names (default); "
+                   help="off: no prefetching, counts only (managed_all stays on: PUMP=off drops pump whole); "
+                        "launch: prefetch what each launch names (default); "
                         "lookahead: also what pumpd learns comes next")
     p.add_argument("--capacity", metavar="SIZE", type=config.check_capacity,
                    help="cap on the job's managed footprint (PUMP_CAPACITY): "
@@ -294,6 +300,8 @@ def main(argv=None) -> int:
         _die("--serve-env takes no command (the processes given its variables are started by another launcher)")
     if not command and not args.serve_env:
         _die(f"no command given (usage: {PROG} [options] [--] COMMAND [ARGS...])")
+    if not pump_wanted():
+        return run_without_pump(command, args)
     if re.search(r"[ :]", shim_file):
         _die(f"libpump.so path {shim_file!r} has a space or colon, which LD_PRELOAD cannot hold")
     try:
@@ -345,6 +353,37 @@ def main(argv=None) -> int:
             shutil.rmtree(stats_dir, ignore_errors=True)
             link.close()
     return rc if ok or rc != 0 else 2  # an unwritten --stats fails a job that succeeded
+
+
+def pump_wanted() -> bool:
+    """False where the environment says PUMP=off: a launch script with pump-run built in is then
+    run as if the prefix were not there."""
+    value = os.environ.get("PUMP", "")
+    if value not in ("", "on", "off"):
+        _die(f"PUMP={value[:40]!r}: allowed: off (run the command without pump), on, or unset")
+    return value != "off"
+
+
+def run_without_pump(command, args) -> int:
+    """PUMP=off: the command in pump-run's place (exec), without the shim, managed memory, a
+    daemon or a summary; --serve-env gives no variables. One line says so."""
+    if not args.quiet:
+        print(f"{PROG}: PUMP=off: running without pump (no shim, no managed memory, no daemon)", file=sys.stderr)
+    if args.serve_env:
+        sys.stdout.write("\0")
+        sys.stdout.flush()
+        while sys.stdin.buffer.read1(65536):
+            pass
+        return 0
+    sys.stderr.flush()
+    try:
+        os.execvp(command[0], command)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        if isinstance(exc, FileNotFoundError) and "/" not in command[0]:
+            why = "command not found"
+        print(f"{PROG}: {command[0]}: {why}", file=sys.stderr)
+        return 127 if isinstance(exc, FileNotFoundError) else 126
 
 
 def finish(args, cfg, link, stats_dir, command, rc, stats_file) -> bool:

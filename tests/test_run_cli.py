@@ -139,6 +139,29 @@ def test_flags_set_pump_variables(env):
     assert r.stdout == f"{env['PUMP_SHIM_PATH']}|off|unset|1"
 
 
+def test_pump_off_runs_the_command_as_if_the_prefix_were_not_there(env):
+    """PUMP=off: the command in pump-run's place (its pid, its exit code), nothing of pump in its
+    environment, one line saying so; --quiet drops the line; another value is refused."""
+    env = dict(env, PUMP="off")
+    shown = SHOW + '; printf "|%s|%s" "${PYTORCH_CUDA_ALLOC_CONF-unset}" "${PUMP_MANAGED_ALL-unset}"; exit 3'
+    r = pump_run(["--policy", "lookahead", "--capacity", "8G", "sh", "-c", shown], env)
+    assert r.returncode == 3 and r.stdout == "|unset|unset|unset|unset|unset", r
+    assert one_line(r.stderr) == "pump-run: PUMP=off: running without pump (no shim, no managed memory, no daemon)"
+    r = pump_run(["--quiet", "true"], env)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", ""), r
+    r = pump_run(["sh", "-c", "kill -TERM $$"], env)
+    assert r.returncode == -signal.SIGTERM, r          # exec'd: no pump-run between it and us
+    r = pump_run(["no-such-command-for-pump"], env)
+    assert r.returncode == 127 and "no-such-command-for-pump: command not found" in r.stderr, r
+    r = pump_run(["--serve-env"], env, input="")
+    assert (r.returncode, r.stdout) == (0, "\0"), r
+    for value in ("on", ""):
+        r = pump_run(["sh", "-c", SHOW], dict(env, PUMP=value))
+        assert (r.returncode, r.stdout) == (0, f"{env['PUMP_SHIM_PATH']}|unset|unset|unset"), r
+    r = pump_run(["sh", "-c", "true"], dict(env, PUMP="no"))
+    assert r.returncode == 2 and one_line(r.stderr) == "pump-run: PUMP='no': allowed: off (run the command without pump), on, or unset", r
+
+
 # --- managed_all and PyTorch's allocator settings --------------------------------------
 
 SHOW_MANAGED = ('printf "%s|%s|%s|%s" "${PUMP_MANAGED_ALL-unset}" "${PYTORCH_CUDA_ALLOC_CONF-unset}" '
