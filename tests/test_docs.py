@@ -3,6 +3,7 @@ exists; a heading that exists where the link names one), the README stays a
 few screens, and the site builds with Sphinx and MyST with warnings as errors
 (pip install '.[docs]'; CI has it)."""
 
+import json
 import os
 import pathlib
 import re
@@ -84,3 +85,32 @@ def test_site_builds_with_warnings_as_errors(tmp_path):
     assert build.returncode == 0, build.stdout + build.stderr
     assert (tmp_path / "html" / "index.html").exists()
     assert (tmp_path / "html" / "troubleshooting.html").exists()
+
+
+GPU_RUN = ROOT / "bench" / "results" / "gpu-20261124-nvidia-h100-80gb-hbm3"
+
+
+def test_the_readmes_first_40_lines_answer_from_the_gpu_run():
+    """What pump costs a job that fits, what it gains beyond GPU memory (the good and the bad)
+    and how to turn it off, each figure as the real GPU run's results file has it, linked."""
+    head = "\n".join((ROOT / "README.md").read_text().splitlines()[:40])
+    suite = json.loads((GPU_RUN / "benchmarks.json").read_text())["suite"]
+    cases = {case["case"]: case for case in suite["cases"]}
+    step = {(c, v): cases[c]["variants"][v]["step_ms"]["median"] for c in "bcd" for v in cases[c]["variants"]}
+    launch_c, launch_b = cases["c"]["variants"]["launch"], cases["b"]["variants"]["launch"]
+    figures = [f"{(step['d', 'pump'] / step['d', 'ideal'] - 1) * 100:.1f}%", f"{step['d', 'pump']:.2f} ms",
+               f"{step['d', 'ideal']:.2f} ms", f"{launch_c['speedup_over_naive']:.2f}x", f"{launch_c['ratio_to_ideal']:.1f}x",
+               f"{cases['c']['capacity_bytes'] / 2**30:.2f} GiB", f"{step['c', 'launch']:.1f} ms", f"{step['c', 'naive']:.1f} ms",
+               f"{step['c', 'lookahead']:.1f} ms", f"{launch_b['speedup_over_naive']:.2f}x"]
+    assert [f for f in figures if f not in head] == [], head
+    assert f"](docs/gpu-results.md#{GPU_RUN.name})" in head
+    assert all(words in head for words in ("PUMP=off", "--policy off", "--capacity host")), head
+
+
+
+def test_the_gpu_results_page_is_made_from_every_run():
+    """docs/gpu-results.md is scripts/gpu-results-page's output: a section per bench/results/gpu-*."""
+    made = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu-results-page")], capture_output=True,
+                          text=True, check=True).stdout
+    assert (ROOT / "docs" / "gpu-results.md").read_text() == made, "run scripts/gpu-results-page > docs/gpu-results.md"
+    assert all(f"## {run.name}\n" in made for run in (ROOT / "bench" / "results").glob("gpu-*"))
