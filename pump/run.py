@@ -355,6 +355,16 @@ def main(argv=None) -> int:
     return rc if ok or rc != 0 else 2  # an unwritten --stats fails a job that succeeded
 
 
+def capacity_line(totals: dict, capacity) -> str:
+    """The job was refused memory at its capacity: by how much it was set, and the way past it."""
+    n = totals["capacity_refusals"]
+    cap = stats.human_bytes(totals.get("capacity_bytes", 0))
+    why = f"--capacity {capacity}" if capacity else "by default the GPU's free memory at its first allocation"
+    return (f"{n} allocation{'s' if n != 1 else ''} refused at the job's capacity ({cap}: {why}); "
+            "--capacity host lets it go beyond GPU memory into host memory, where what does not fit on "
+            "the GPU crosses the link each time it is used: slower, never wrong")
+
+
 def pump_wanted() -> bool:
     """False where the environment says PUMP=off: a launch script with pump-run built in is then
     run as if the prefix were not there."""
@@ -391,6 +401,8 @@ def finish(args, cfg, link, stats_dir, command, rc, stats_file) -> bool:
     trace holds), write --stats; False if --stats could not be written."""
     ended = link.end()
     ok, totals = report(stats_dir, args, command, rc, stats_file)
+    if totals.get("capacity_refusals") and cfg.capacity != "host" and not args.quiet:
+        print(f"{PROG}: {capacity_line(totals, cfg.capacity)}", file=sys.stderr)
     if cfg.policy == "lookahead" and link.job is not None and not args.quiet:
         print(f"{PROG}: {lookahead_line(ended.get('iteration_launches'), ended.get('link_bytes_per_s'))}", file=sys.stderr)
     if link.trace_file:

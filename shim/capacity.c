@@ -6,7 +6,7 @@
  * when it is first needed: at its first managed allocation, or under
  * managed_all at its first memory query. PUMP_CAPACITY takes bytes, a
  * percentage of the device's total memory, or `host` (the device's total
- * plus the host memory available at that moment).
+ * plus the host memory the job has room for at that moment: host_room.h).
  *
  * The device memory the process holds that pump lets through (device_memory.h), and what its
  * pools keep (pool_memory.h), are part of what the job has of its device: they were free for
@@ -19,6 +19,7 @@
 #include "capture_mode.h"
 #include "device_memory.h"
 #include "devices.h"
+#include "host_room.h"
 #include "locks.h"
 #include "pool_memory.h"
 
@@ -32,18 +33,24 @@ static uint64_t caps_total;       /* the resolved caps summed (saturating), unde
 static pthread_mutex_t resolve_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool beyond_any;        /* atomic: some device's `beyond` */
 
-static uint64_t host_available(void)
+static double gib(uint64_t bytes)
 {
-    FILE *f = fopen("/proc/meminfo", "re");
-    if (f == NULL)
-        return 0;
-    char line[128];
-    unsigned long long kib = 0;
-    while (fgets(line, sizeof line, f) != NULL)
-        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
-            break;
-    fclose(f);
-    return (uint64_t)kib * 1024;
+    return (double)bytes / (double)(1ull << 30);
+}
+
+/* --capacity host: the device's memory and the host's room for the job (host_room.h), said once. */
+static uint64_t host_cap(int device, uint64_t total_bytes)
+{
+    struct pump_host_room host;
+    pump_host_room(&host);
+    char headroom[64] = "no limit";
+    if (host.headroom != PUMP_HOST_UNLIMITED)
+        snprintf(headroom, sizeof headroom, "%.1f GiB", gib(host.headroom));
+    pump_notice_once("capacity host: device %d's %.1f GiB and %.1f GiB of host memory, the smaller of what the host "
+                     "has available (%.1f GiB) and the job's memory cgroup leaves (%s), less %.1f GiB kept for the "
+                     "job's own host memory",
+                     device, gib(total_bytes), gib(host.room), gib(host.available), headroom, gib(host.reserve));
+    return total_bytes + host.room < total_bytes ? UINT64_MAX : total_bytes + host.room;
 }
 
 /* What the process holds on device beside its managed footprint. */
@@ -75,7 +82,7 @@ static uint64_t resolve(int device, CUcontext ctx, uint64_t *free_out)
                    (uint64_t)total_bytes % 100 * pump_config.cap_value / 100;
         break;
     case PUMP_CAP_HOST:
-        resolved = (uint64_t)total_bytes + host_available();
+        resolved = host_cap(device, (uint64_t)total_bytes);
         break;
     case PUMP_CAP_DEFAULT:
         break;
@@ -119,11 +126,6 @@ static void publish(int64_t delta)
     while (now > peak && !__atomic_compare_exchange_n(&record->managed_bytes_peak, &peak, now, true,
                                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
     }
-}
-
-static double gib(uint64_t bytes)
-{
-    return (double)bytes / (double)(1ull << 30);
 }
 
 PUMP_HIDDEN bool pump_capacity_reserve(int device, CUcontext ctx, uint64_t bytes)

@@ -59,14 +59,14 @@ class Run:
 
 @pytest.fixture
 def run_program(c_build, libpump, tmp_path):
-    """run_program(name, *args, variant="plain", pump=True, env={}, driver=True).
+    """run_program(name, *args, variant="plain", pump=True, env={}, driver=True, preexec=None).
 
     plain programs get the shim through LD_PRELOAD (pump=False runs them
     bare); sanitizer variants have it linked in. driver=False hides fakecuda
-    (no libcuda.so.1 on the library path)."""
+    (no libcuda.so.1 on the library path). preexec runs in the child before the program."""
     counter = [0]
 
-    def run(name, *args, variant="plain", pump=True, env=None, driver=True, timeout=300):
+    def run(name, *args, variant="plain", pump=True, env=None, driver=True, timeout=300, preexec=None):
         counter[0] += 1
         stats_dir = tmp_path / f"stats{counter[0]}"
         stats_dir.mkdir()
@@ -82,7 +82,7 @@ def run_program(c_build, libpump, tmp_path):
         full_env.update(env or {})
         program = c_build / variant / name
         proc = subprocess.run([str(program), *map(str, args)], env=full_env, capture_output=True, text=True,
-                              timeout=timeout)
+                              timeout=timeout, preexec_fn=preexec)
         # pump's rule, checked in every run: fakecuda says when a driver entry point is called
         # while the calling thread holds one of pump's locks (shim/locks.h).
         assert LOCK_HELD_LINE not in proc.stderr, proc.stderr

@@ -3,12 +3,16 @@ driver, results identical to a run without pump, and the safety rules."""
 
 import json
 import os
+import pathlib
+import re
 import subprocess
 import time
 
 import pytest
 
 from helpers import PUMP_RUN, clean_env
+
+MiB, GiB = 1 << 20, 1 << 30
 
 PAGES_256_MIB = 256 * 1024 // 64  # fakecuda faults per 64 KiB page
 PROGRAMS = ["touch_linked", "touch_procaddr"]
@@ -184,6 +188,48 @@ def test_default_capacity_is_free_device_memory(run_program):
         assert ok.proc.returncode == 0 and ok.result["checksum"] == bare.result["checksum"], cap
 
 
+def own_memory_cgroup():
+    """(directory, v2) of this process's memory cgroup where it can be written (root), else None."""
+    lines = pathlib.Path("/proc/self/cgroup").read_text().splitlines()
+    mounts = [l.split(" - ") for l in pathlib.Path("/proc/self/mountinfo").read_text().splitlines()]
+    for v2 in (False, True):
+        path = next((l.split(":", 2)[2] for l in lines if (l.startswith("0::") if v2 else "memory" in l.split(":")[1].split(","))), None)
+        for head, tail in mounts:
+            kind, _, options = tail.split(" ", 2)
+            if path and (kind == "cgroup2" if v2 else kind == "cgroup" and "memory" in options.split(",")):
+                root, point = head.split(" ")[3:5]
+                d = pathlib.Path(point + (path[len(root):] if root != "/" else path))
+                if (d / ("memory.max" if v2 else "memory.limit_in_bytes")).exists() and os.access(d, os.W_OK):
+                    return d, v2
+    return None
+
+
+def test_capacity_host_is_bounded_by_the_memory_cgroup_less_a_reserve(run_program, tmp_path):
+    """--capacity host on a 256 MiB device, in a memory cgroup limited to the reserve (the larger
+    of 2 GiB and 5% of MemTotal) and 512 MiB more: the cap is the device and what the cgroup leaves
+    less the reserve, not the host's MemAvailable; one line says how it was made."""
+    found = own_memory_cgroup()
+    if found is None:
+        pytest.skip("no writable memory cgroup here (the test needs root, as in CI)")
+    parent, v2 = found
+    total = int(re.search(r"MemTotal:\s+(\d+) kB", pathlib.Path("/proc/meminfo").read_text()).group(1)) * 1024
+    reserve = max(2 * GiB, total // 20)
+    group = parent / f"pump-test-{os.getpid()}"
+    group.mkdir()
+    try:
+        (group / ("memory.max" if v2 else "memory.limit_in_bytes")).write_text(str(reserve + 512 * MiB))
+        enter = lambda: (group / "cgroup.procs").write_text(str(os.getpid()))
+        run = run_program("touch_linked", env={"FAKECUDA_DEVICE_MEMORY": str(256 * MiB), "PUMP_CAPACITY": "host"},
+                          preexec=enter)
+        assert run.proc.returncode == 0, run.proc.stderr
+        room = run.totals["capacity_bytes"] - 256 * MiB
+        assert 512 * MiB - 64 * MiB < room <= 512 * MiB, (room, run.proc.stderr)   # less what the job holds
+        (said,) = [l for l in run.proc.stderr.splitlines() if "capacity host:" in l]
+        assert "the job's memory cgroup leaves" in said and f"less {reserve / GiB:.1f} GiB kept" in said, said
+    finally:
+        group.rmdir()
+
+
 # touch's 256 MiB on a 192 MiB device: fakecuda's driver evicts at the device's size, so
 # without a budget of pump's own its prefetches pushed each other out (4,096 faults, as many
 # as with no prefetching at all). pump's default budget (budget.c: free memory + its resident
@@ -326,6 +372,27 @@ def test_pump_run_capacity_flag(c_build, tmp_path):
     assert proc.returncode == 3
     assert doc["totals"]["capacity_refusals"] == 1
     assert [l for l in proc.stderr.splitlines() if l.startswith("pump:")] == []  # --quiet
+    assert "--capacity host lets it" not in proc.stderr
+
+
+def test_pump_run_names_capacity_host_after_a_refusal(c_build, tmp_path):
+    """A job refused memory at its capacity (by default the GPU's free memory) ends with a line
+    that counts the refusals and names --capacity host and its cost; none once it is host."""
+    touch = c_build / "plain" / "touch_linked"
+    small = {"FAKECUDA_DEVICE_MEMORY": str(192 * MiB)}
+    stats_file = tmp_path / "s.json"
+    run = lambda *flags: subprocess.run([PUMP_RUN, *flags, str(touch)], capture_output=True, text=True, timeout=300,
+                                        env=dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"), **small))
+    proc = run()
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.splitlines()[-1] == (
+        "pump-run: 1 allocation refused at the job's capacity (192.0 MiB: by default the GPU's free memory at its "
+        "first allocation); --capacity host lets it go beyond GPU memory into host memory, where what does not "
+        "fit on the GPU crosses the link each time it is used: slower, never wrong"), proc.stderr
+    proc = run("--capacity", "128MiB")
+    assert "(128.0 MiB: --capacity 128MiB); --capacity host lets it" in proc.stderr.splitlines()[-1]
+    proc = run("--capacity", "host", "--stats", str(stats_file))
+    assert proc.returncode == 0 and "--capacity host lets it" not in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("mode", ["bare", "pump"])

@@ -23,7 +23,7 @@ SHIM = pathlib.Path(__file__).resolve().parent.parent / "shim"
 LAYERS = ["base", "lookup", "channel", "engine", "policy", "hooks"]
 LAYER_OF = {
     "base": ["shim", "cuda_compat", "pump_stats", "pump_channel", "pump_torch_trace", "capture_mode", "config", "log",
-             "stats", "devices", "real_dlsym", "locks", "captures"],
+             "stats", "devices", "real_dlsym", "locks", "captures", "host_room"],
     "lookup": ["ranges", "scan", "layouts", "device_memory", "handles", "tensor_maps"],
     "channel": ["channel"],
     "engine": ["prefetch", "context_cache", "stream_users", "link_rate", "kernel_time", "timing_events", "discard_marks"],

@@ -15,6 +15,7 @@
 #include "channel.h"
 #include "device_memory.h"
 #include "expect.h"
+#include "host_room.h"
 #include "link_rate.h"
 #include "prefetch_ranges.h"
 #include "ranges.h"
@@ -587,8 +588,45 @@ static void test_a_broken_probe_is_tried_again_in_its_contexts_next_life(void)
     pump_driver = saved;
 }
 
+/* The memory cgroup's directory from /proc/self/cgroup and /proc/self/mountinfo: v2 on a
+ * host, v1's memory hierarchy on a hybrid host (this project's CI machine), a container whose
+ * cgroup namespace makes its own cgroup "/", a mount whose root is a cgroup below the top. */
+static void test_cgroup_dir(void)
+{
+    static const char hybrid_cgroups[] = "4:memory:/process_api/e3\n3:cpuset:/\n0::/\n";
+    static const char hybrid_mounts[] =
+        "30 25 0:26 / /sys/fs/cgroup/unified rw,relatime shared:5 - cgroup2 cgroup2 rw\n"
+        "35 25 0:31 / /sys/fs/cgroup/memory rw,relatime shared:14 - cgroup cgroup rw,memory\n"
+        "36 25 0:32 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct\n";
+    char dir[256];
+    size_t mount_len = 0;
+    EXPECT(pump_cgroup_dir(hybrid_cgroups, hybrid_mounts, false, dir, sizeof dir, &mount_len));
+    EXPECT(strcmp(dir, "/sys/fs/cgroup/memory/process_api/e3") == 0 && mount_len == strlen("/sys/fs/cgroup/memory"));
+    EXPECT(pump_cgroup_dir(hybrid_cgroups, hybrid_mounts, true, dir, sizeof dir, &mount_len));
+    EXPECT(strcmp(dir, "/sys/fs/cgroup/unified") == 0);
+    static const char v2_cgroups[] = "0::/system.slice/job-7.scope\n";
+    static const char v2_mounts[] = "24 30 0:21 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n";
+    EXPECT(pump_cgroup_dir(v2_cgroups, v2_mounts, true, dir, sizeof dir, &mount_len));
+    EXPECT(strcmp(dir, "/sys/fs/cgroup/system.slice/job-7.scope") == 0 && mount_len == strlen("/sys/fs/cgroup"));
+    EXPECT(!pump_cgroup_dir(v2_cgroups, v2_mounts, false, dir, sizeof dir, &mount_len));
+    /* A pod: its namespace's root is its cgroup, mounted at /sys/fs/cgroup. */
+    EXPECT(pump_cgroup_dir("0::/\n", v2_mounts, true, dir, sizeof dir, &mount_len) && strcmp(dir, "/sys/fs/cgroup") == 0);
+    /* A bind mount of a cgroup below the top: the path is taken below the mount's root. */
+    static const char bound[] = "40 30 0:21 /kubepods/pod1 /sys/fs/cgroup ro - cgroup2 cgroup2 rw\n";
+    EXPECT(pump_cgroup_dir("0::/kubepods/pod1/c2\n", bound, true, dir, sizeof dir, &mount_len));
+    EXPECT(strcmp(dir, "/sys/fs/cgroup/c2") == 0);
+    EXPECT(!pump_cgroup_dir("0::/kubepods/pod10\n", bound, true, dir, sizeof dir, &mount_len));
+    EXPECT(!pump_cgroup_dir(v2_cgroups, v2_mounts, true, dir, 8, &mount_len));  /* too long for dir */
+    EXPECT(!pump_cgroup_dir(NULL, v2_mounts, true, dir, sizeof dir, &mount_len));
+    EXPECT(!pump_cgroup_dir(v2_cgroups, "garbage\n\n- -\n", true, dir, sizeof dir, &mount_len));
+    struct pump_host_room room;
+    pump_host_room(&room);
+    EXPECT(room.reserve >= 2ull << 30 && room.room <= room.available);
+}
+
 int main(void)
 {
+    test_cgroup_dir();
     test_capacity_grammar();
     test_range_table();
     test_carved_segments();
