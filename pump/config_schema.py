@@ -131,7 +131,7 @@ def _choices(*choices: str) -> str:
 
 _TOML_SIZE = (
     'an integer > 0 (bytes), or a string: a byte count > 0 with an optional unit '
-    '(K, M, G, T or KiB, MiB, GiB, TiB: binary; KB, MB, GB, TB: decimal) such as "512MiB" or "8G"'
+    '(K, M, G, T or KiB, MiB, GiB, TiB: binary; KB, MB, GB, TB: decimal; any case) such as "512MiB" or "8G"'
 )
 _TOML_BUDGET = _TOML_SIZE + ', or a percentage of the device "1%".."100%"'
 _TOML_CAPACITY = _TOML_SIZE + ', a percentage of the device "1%".."100%", or "host"'

@@ -14,24 +14,22 @@ import ipaddress
 import re
 from typing import Optional, Tuple
 
+# Read as written, in any case: 8gb is 8 x 10^9 bytes, 8gib and 8g 8 x 2^30.
 _SIZE_UNITS = {
     "": 1,
-    "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40,
-    "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
-    "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+    "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40,
+    "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
 }
 # ASCII digits only (\d would take other scripts' digits, which the shim does not).
-_SIZE_RE = re.compile(r"([0-9]+)(" + "|".join(u for u in _SIZE_UNITS if u) + r")?")
+_SIZE_RE = re.compile(r"([0-9]+)(" + "|".join(u for u in _SIZE_UNITS if u) + r")?", re.IGNORECASE)
 _PERCENT_RE = re.compile(r"([0-9]+)%")
 SIZE_LIMIT = 1 << 64  # the shim holds sizes in a uint64_t
 
 # What is allowed, as plain text (for argparse help, escape % as %%).
-SIZE_ALLOWED = (
-    "a byte count > 0 with an optional unit (K, M, G, T or KiB, MiB, GiB, TiB: binary; "
-    "KB, MB, GB, TB: decimal), e.g. 512MiB, 8G, 1073741824"
-)
-BUDGET_ALLOWED = SIZE_ALLOWED + "; or a percentage of the device, 1%..100%"
-CAPACITY_ALLOWED = SIZE_ALLOWED + "; a percentage of the device, 1%..100%; or host"
+SIZE_ALLOWED = "bytes, or a size like 8GiB, 8G (binary) or 8GB (decimal) with K, M, G or T"
+BUDGET_ALLOWED = SIZE_ALLOWED + "; or 1%..100% of the device"
+CAPACITY_ALLOWED = SIZE_ALLOWED + "; 1%..100% of the device; or host"
 NAME_ALLOWED = "1 to 64 characters: a letter or digit, then letters, digits, '.', '_' or '-'"
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
@@ -47,7 +45,7 @@ def _size_bytes(text: str) -> Optional[int]:
     m = _SIZE_RE.fullmatch(text)
     if not m:
         return None
-    n = int(m.group(1)) * _SIZE_UNITS[m.group(2) or ""]
+    n = int(m.group(1)) * _SIZE_UNITS[(m.group(2) or "").lower()]
     return n if 0 < n < SIZE_LIMIT else None
 
 

@@ -71,8 +71,8 @@ PUMP_HIDDEN bool pump_parse_capacity(const char *text, enum pump_capacity_kind *
         {"G", 1ull << 30}, {"GiB", 1ull << 30}, {"GB", 1000000000ull},
         {"T", 1ull << 40}, {"TiB", 1ull << 40}, {"TB", 1000000000000ull},
     };
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-        if (strcmp(unit, units[i].name) != 0)
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) { /* as written, any case: 8gb is decimal */
+        if (strcasecmp(unit, units[i].name) != 0)
             continue;
         if (n == 0 || n > UINT64_MAX / units[i].scale)
             return false;

@@ -29,7 +29,7 @@ PUMP = str(pathlib.Path(sys.executable).parent / "pump")  # the installed consol
 JOB_SECTIONS = "[job], [prefetch], [memory], [trace], [daemon]"
 DAEMON_SECTIONS = "[daemon], [metrics], [telemetry], [budgets]"
 SIZE = ('an integer > 0 (bytes), or a string: a byte count > 0 with an optional unit '
-        '(K, M, G, T or KiB, MiB, GiB, TiB: binary; KB, MB, GB, TB: decimal) such as "512MiB" or "8G"')
+        '(K, M, G, T or KiB, MiB, GiB, TiB: binary; KB, MB, GB, TB: decimal; any case) such as "512MiB" or "8G"')
 CAPACITY = SIZE + ', a percentage of the device "1%".."100%", or "host"'
 BUDGET = SIZE + ', or a percentage of the device "1%".."100%"'
 NAME = "a string of 1 to 64 characters: a letter or digit, then letters, digits, '.', '_' or '-'"
@@ -346,7 +346,7 @@ def test_bad_value_example_from_the_docs(tmp_path):
 
 # --- sizes, capacity, budget ----------------------------------------------------------------
 
-BAD_SIZES = ["0", "0MiB", "0G", "1.5G", "8g", "8gib", "8 G", " 8G", "8G ", "-1", "+1", "G", "", "1e9",
+BAD_SIZES = ["0", "0MiB", "0G", "1.5G", "8gx", "8gibb", "8 G", " 8G", "8G ", "-1", "+1", "G", "", "1e9",
              "18446744073709551616", "16777216TiB", "\u0663G"]  # the last: Arabic-Indic digit 3
 BAD_PERCENTS = ["0%", "101%", "%", "50 %", "1.5%", "-5%", "50%%"]
 
@@ -375,6 +375,7 @@ def test_host_is_a_capacity_not_a_budget(tmp_path):
 GOOD_SIZES = {"512MiB": 512 << 20, "8G": 8 << 30, "1073741824": 1 << 30, "2TB": 2 * 10**12, "7K": 7 << 10,
               "1": 1, "3KB": 3000, "5MB": 5 * 10**6, "1GB": 10**9, "1T": 1 << 40, "4TiB": 4 << 40,
               "9KiB": 9 << 10, "2GiB": 2 << 30, "007M": 7 << 20,
+              "8gb": 8 * 10**9, "8gib": 8 << 30, "8g": 8 << 30, "3Kb": 3000, "1tIb": 1 << 40,  # as written, any case
               "18446744073709551615": (1 << 64) - 1, "16777215TiB": 16777215 << 40}
 
 
@@ -421,7 +422,7 @@ def test_check_capacity_rejects(text):
     with pytest.raises(ValueError) as exc:
         config.check_capacity(text)
     assert str(exc.value) == f"bad value {text!r}; allowed: {config.CAPACITY_ALLOWED}"
-    assert "512MiB" in str(exc.value) and "host" in str(exc.value) and "1%..100%" in str(exc.value)
+    assert "8GiB" in str(exc.value) and "host" in str(exc.value) and "1%..100%" in str(exc.value)
 
 
 @pytest.mark.parametrize("text", ["512MiB", "8G", "1%", "100%"])
@@ -469,7 +470,7 @@ def test_all_errors_are_collected_in_file_order(tmp_path):
         epoch_launches = 10
         extra = 1
         [memory]
-        capacity = "8g"
+        capacity = "8gx"
         budget = "host"
         [nope]
         [trace]
@@ -480,7 +481,7 @@ def test_all_errors_are_collected_in_file_order(tmp_path):
         f'{path}: [prefetch] policy: bad value "fast"; allowed: "off", "launch", "lookahead"',
         f'{path}: [prefetch] wait: expected {BOOL}, got string "yes"',
         f"{path}: [prefetch] unknown key 'extra'; allowed: policy, wait, epoch_launches",
-        f'{path}: [memory] capacity: bad value "8g"; allowed: {CAPACITY}',
+        f'{path}: [memory] capacity: bad value "8gx"; allowed: {CAPACITY}',
         f'{path}: [memory] budget: bad value "host"; allowed: {BUDGET}',
         f"{path}: unknown section [nope]; allowed: {JOB_SECTIONS}",
         f'{path}: [trace] file: bad value ""; allowed: {PATH}',

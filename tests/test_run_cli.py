@@ -90,7 +90,7 @@ def test_bad_capacity(env, value):
     assert r.returncode == 2 and r.stdout == ""
     line = one_line(r.stderr)
     assert line.startswith("pump-run: ") and "--capacity" in line and repr(value) in line
-    assert "512MiB" in line and "host" in line  # says what is allowed
+    assert "8GiB" in line and "host" in line  # says what is allowed
 
 
 @pytest.mark.parametrize("value", ["512MiB", "8G", "1073741824", "2TB", "7K", "1%", "100%",
@@ -137,6 +137,27 @@ def test_flags_set_pump_variables(env):
     assert r.stdout == f"{env['PUMP_SHIM_PATH']}|launch|8G|2"
     r = pump_run(["-v", "--policy", "off", "sh", "-c", SHOW], env)
     assert r.stdout == f"{env['PUMP_SHIM_PATH']}|off|unset|1"
+
+
+@pytest.mark.parametrize("args,said", [
+    (["--capcity", "8G", "true"], "pump-run: unrecognized arguments: --capcity; did you mean --capacity? (see pump-run --help)"),
+    (["--policy", "lookahed", "true"], "did you mean lookahead? (see pump-run --help)"),
+    (["--zzz", "true"], "pump-run: unrecognized arguments: --zzz (see pump-run --help)"),
+])
+def test_a_mistyped_option_or_choice_gets_a_did_you_mean(env, args, said):
+    r = pump_run(args, env)
+    assert r.returncode == 2 and one_line(r.stderr).endswith(said), r.stderr
+
+
+@pytest.mark.parametrize("args,said", [
+    (["simulte"], "did you mean simulate? (see pump --help)"),
+    (["simulate", "x", "--gpu", "h100"], "did you mean h100-pcie or h100-sxm? (see pump simulate --help)"),
+    (["simulate", "x", "--polcy", "launch"], "did you mean --policy? (see pump --help)"),
+    (["trace", "stats", "--gpuu", "x"], "pump: unrecognized arguments: --gpuu (see pump --help)"),  # not simulate's --gpu
+])
+def test_pump_cli_did_you_mean(args, said):
+    r = run([sys.executable, "-m", "pump.cli", *args], helpers.clean_env())
+    assert r.returncode == 2 and one_line(r.stderr).endswith(said), r.stderr
 
 
 def test_pump_off_runs_the_command_as_if_the_prefix_were_not_there(env):

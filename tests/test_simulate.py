@@ -352,7 +352,7 @@ def test_cli_warns_when_the_trace_has_no_kernel_costs(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--capacity", "lots"], "allowed: a byte count"),
+    (["--capacity", "lots"], "allowed: bytes, or a size like 8GiB"),
     (["--capacity", "0%"], "percentage of the trace's peak footprint"),
     (["--capacity", "100.5%"], "at most 100%, decimals allowed"),
     (["--capacity", "5.%"], "at most 100%, decimals allowed"),

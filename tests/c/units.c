@@ -32,6 +32,8 @@ static void test_capacity_grammar(void)
         {"512MiB", PUMP_CAP_BYTES, 512ull << 20},   {"2TB", PUMP_CAP_BYTES, 2000000000000ull},
         {"7K", PUMP_CAP_BYTES, 7 << 10},            {"1%", PUMP_CAP_PERCENT, 1},
         {"100%", PUMP_CAP_PERCENT, 100},            {"host", PUMP_CAP_HOST, 0},
+        {"8gb", PUMP_CAP_BYTES, 8000000000ull},     {"8gib", PUMP_CAP_BYTES, 8ull << 30}, /* any case */
+        {"8g", PUMP_CAP_BYTES, 8ull << 30},         {"3Kb", PUMP_CAP_BYTES, 3000},
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         enum pump_capacity_kind kind;
@@ -40,7 +42,7 @@ static void test_capacity_grammar(void)
         EXPECT(kind == good[i].kind && value == good[i].value);
     }
     static const char *const bad[] = {"", "0", "0%", "101%", "1.5G", "5 G", "-1", "12X", "G", "%",
-                                      "99999999999999999999", "20000000T", "8g"};
+                                      "99999999999999999999", "20000000T", "8gx"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         enum pump_capacity_kind kind;
         uint64_t value;
