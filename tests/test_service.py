@@ -374,13 +374,23 @@ def test_install_without_pumpd(tmp_path):
     assert not (tmp_path / "etc/systemd/system/pumpd.service").exists()
 
 
-@pytest.mark.parametrize("path", ["pumpd", "/opt/my pump/pumpd", "/opt/100%/pumpd", "/opt/$HOME/pumpd",
-                                  "/home/alice/venv/bin/pumpd", "/root/.local/bin/pumpd", "/tmp/venv/bin/pumpd",
-                                  "/var/tmp/pump/bin/pumpd"])
+@pytest.mark.parametrize("path", ["pumpd", "/opt/my pump/pumpd", "/opt/100%/pumpd", "/opt/$HOME/pumpd"])
 def test_install_rejects_bad_pumpd_paths(tmp_path, path):
     r = install("--root", tmp_path, "--pumpd", path)
     assert r.returncode == 2 and "--pumpd" in r.stderr
     assert not (tmp_path / "etc/systemd/system/pumpd.service").exists()
+
+
+@pytest.mark.parametrize("path", ["/home/alice/venv/bin/pumpd", "/root/.local/bin/pumpd", "/tmp/venv/bin/pumpd",
+                                  "/var/tmp/pump/bin/pumpd"])
+def test_a_pumpd_the_service_cannot_see_is_staged_with_a_warning(tmp_path, path):
+    """Staging (--root) takes a pumpd anywhere, saying once that the live service would not see
+    it there; an install refuses it (the same check, before anything is written)."""
+    r = install("--root", tmp_path, "--pumpd", path)
+    assert r.returncode == 0, r.stderr
+    (warning,) = r.stderr.splitlines()
+    assert warning.startswith(f"install-service: warning: --pumpd: '{path}' is under") and "(staged anyway: --root)" in warning
+    assert f"ExecStart={path}" in (tmp_path / "etc/systemd/system/pumpd.service").read_text()
 
 
 def _non_root_group():
