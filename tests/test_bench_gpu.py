@@ -346,15 +346,21 @@ def test_prefetch_bandwidth_probe_meets_fakecuda_rates_once(fake_gpu):
 
 
 def test_prefetch_cost_probe_fits_a_line_per_case(fake_gpu):
+    """The probe's lines, read on the model's own clock (the time charged to the calling thread:
+    on the wall clock a loaded machine's late wake-ups, and the credit for them carried into the
+    next sleep, move a 1.3 ms call either way), are fakecuda's constants exactly: the ioctl and a
+    pass per block, 19.6 us of CPU a block moved in, and a move to the host waits for its copies
+    at the prefetch-to-host rate (tests/fakecuda/cost.c)."""
+    from pump.simulate import constants
+    f = constants.fakecuda_constants()
     doc = run_probe(fake_gpu, "prefetch_cost.py", "--blocks", "1,64", "--rounds", "5")
     resident, moved_in, moved_out = (doc["cases"][c] for c in ("resident", "from host", "to host"))
-    # fakecuda charges what the H100 measured, paid in sleeps: a pass per block (0.58 us, too
-    # little for a loaded machine's late wake-ups of a few hundred us to leave a slope: only
-    # fitted here), 19.6 us of CPU a block moved, and a move to the host also waits for its
-    # copy (2 MiB at 25 GB/s: 84 us). 63 blocks apart and the median of 5 calls.
     assert "per_block_pass_us" in resident and set(resident["per_size"]) == {"1", "64"}
-    assert moved_in["per_moved_block_us"] >= 0.75 * 19.575
-    assert moved_out["per_moved_block_us"] >= 0.75 * (19.575 + 83.9)
+    assert resident["fakecuda_charged"]["fixed_us"] == pytest.approx(f["FAKECUDA_IOCTL_NS"] / 1e3)
+    assert resident["fakecuda_charged"]["per_block_pass_us"] == pytest.approx(f["FAKECUDA_BLOCK_PASS_NS"] / 1e3)
+    assert moved_in["fakecuda_charged"]["per_moved_block_us"] == pytest.approx(f["FAKECUDA_MIGRATE_BLOCK_NS"] / 1e3)
+    copy_us = f["FAKECUDA_VA_BLOCK"] / f["FAKECUDA_PREFETCH_D2H_BYTES_PER_US"]
+    assert moved_out["fakecuda_charged"]["per_moved_block_us"] == pytest.approx(copy_us, rel=1e-4)
     assert resident["spent_by"] in ("calling thread on CPU", "calling thread waiting", "other threads")
 
 
