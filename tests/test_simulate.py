@@ -37,6 +37,29 @@ def test_policies_order_on_a_cycle_larger_than_memory(cyclic):
     assert t["ideal"] <= bound <= t["lookahead"]
 
 
+@pytest.mark.parametrize("gpu", ["h100-pcie", "l4"])
+def test_the_rate_free_policies_and_the_bound_bytes_are_the_same_in_every_case_of_the_range(cyclic, gpu):
+    """What lets pump simulate run ideal and naive, and the bound's byte counts, once for the
+    range of explicit-migration rates: every case of the range gives them the same results."""
+    cap = cyclic.peak_footprint // 2
+    results = {}
+    for case, model in engine.range_models(gpu):
+        results[case] = {p: engine.run(cyclic, p, cap, model) for p in report.RATE_FREE}
+        results[case]["bound"] = bound.lower_bound(cyclic, cap, model)
+        fresh = workload.load(cyclic.path, batch_launches=4)   # no bytes cached
+        assert bound.lower_bound(fresh, cap, model) == results[case]["bound"]
+    best, worst = results["best"], results["worst"]
+    for p in report.RATE_FREE:
+        assert (best[p].step_seconds, best[p].faults, best[p].bytes_d2h) == \
+               (worst[p].step_seconds, worst[p].faults, worst[p].bytes_d2h), p
+    for key in ("must_move_bytes", "whole_launch_must_move_bytes", "live_written_bytes", "touched_bytes"):
+        assert best["bound"][key] == worst["bound"][key], key
+    doc = report.simulate_range(cyclic, cap, engine.range_models(gpu))
+    for p in report.RATE_FREE:
+        same = lambda case: {k: v for k, v in doc["cases"][case]["policies"][p].items() if k != "ratio_to_lower_bound"}
+        assert same("worst") == same("best"), p
+
+
 def _optimal_fetches(refs, slots, cycles):
     """Exhaustive search over every cache content: the fewest fetches of any demand-paging
     policy on refs repeated `cycles` times from empty (MIN must reach it)."""
@@ -323,7 +346,8 @@ def test_cli_shows_progress_and_captions_the_plot(tmp_path, monkeypatch):
     p = _pump(path, "--capacity", "50%", "--plot", str(tmp_path / "c.png"))
     assert p.returncode == 0, p.stderr
     runs = [line for line in p.stderr.splitlines() if line.startswith("simulate: run ")]
-    total = report.runs(engine.POLICIES, len(K.RANGE_CASES)) + len(report.PLOT_FRACTIONS) * len(engine.POLICIES)
+    total = report.runs(engine.POLICIES, len(K.RANGE_CASES)) + report.plot_runs()
+    assert total == len(engine.POLICIES) + 2 + len(report.PLOT_FRACTIONS) * 3 + 1   # ideal, naive once; ideal once in the plot
     assert len(runs) == total and runs[0].startswith(f"simulate: run 1/{total}: ideal at ")
     assert runs[-1].startswith(f"simulate: run {total}/{total}: ") and runs[-1].endswith("(plot)")
     # The plot says what it is and marks the capacity asked for.

@@ -158,7 +158,7 @@ def test_link_gbps_overrides_the_line_rate(trace_path, option):
     ([], "give --capacity SIZE (or --sweep, which tries every capacity)"),
     (["--sweep", "--model", "fakecuda"], "--sweep plans for a GPU's memory; --model fakecuda has none"),
     (["--capacity", "1G", "--reserve", "1G"], "--reserve is --sweep's: give both"),
-    (["--sweep", "--reserve", "lots"], "allowed: a byte count"),
+    (["--sweep", "--reserve", "lots"], "allowed: bytes, or a size like 8GiB"),
     (["--capacity", "1G", "--link-gbps", "0"], "GB/s as a number > 0"),
 ])
 def test_bad_combinations_say_what_is_wrong(trace_path, args, message):

@@ -245,21 +245,19 @@ def _cycle(workload):
     return last_lo, last_hi, 1
 
 
-def lower_bound(workload, capacity: int, model: engine.Model) -> dict:
-    """The bound for one steady step (see the module's docstring), and its parts."""
-    kernel_s = workload.kernel_seconds(model.gpu)
+def _bytes(workload, capacity: int) -> dict:
+    """The bound's byte counts, which no rate changes: computed once per workload and capacity
+    (a run over the range of rates, or a plot's capacities, asks again with other rates)."""
+    cache = workload.__dict__.setdefault("_bound_bytes", {})
+    if capacity in cache:
+        return cache[capacity]
     lo, hi, steps = _cycle(workload)
     slots = capacity // K.BLOCK_BYTES
     launches = [tuple(b for b, _mask in workload.touched[k]) for k in range(lo, hi)]
     must = steady_bytes_per_cycle([(b,) for blocks in launches for b in blocks], workload.block_bytes,
                                   slots) / steps
     together = steady_bytes_per_cycle(launches, workload.block_bytes, slots) / steps
-    compute = float(kernel_s[lo:hi].sum()) / steps
-    chain = chain_seconds(launches, workload.block_bytes, kernel_s[lo:hi], capacity, model.bandwidth) / steps
     live = live_written_bytes(workload, lo, hi)
-    write_back = max(0, live - capacity) / steps
-    fetch_s, write_s = must / model.bandwidth, write_back / model.link_bytes_per_s
-    link_s = max(fetch_s, write_s) if model.full_duplex else fetch_s + write_s
     weak = []
     bounds = engine._step_bounds(workload)
     for s in engine.steady_steps(workload):
@@ -269,10 +267,24 @@ def lower_bound(workload, capacity: int, model: engine.Model) -> dict:
             for b, mask in workload.touched[k]:
                 pages[b] = pages.get(b, 0) | mask
         weak.append(sum(m.bit_count() for m in pages.values()) * K.PAGE_BYTES)
-    touched = float(np.median(weak))
+    cache[capacity] = {"cycle": (lo, hi, steps), "launches": launches, "must": must, "together": together,
+                       "live": live, "touched": float(np.median(weak))}
+    return cache[capacity]
+
+
+def lower_bound(workload, capacity: int, model: engine.Model) -> dict:
+    """The bound for one steady step (see the module's docstring), and its parts."""
+    kernel_s = workload.kernel_seconds(model.gpu)
+    b = _bytes(workload, capacity)
+    (lo, hi, steps), must, live, touched = b["cycle"], b["must"], b["live"], b["touched"]
+    compute = float(kernel_s[lo:hi].sum()) / steps
+    chain = chain_seconds(b["launches"], workload.block_bytes, kernel_s[lo:hi], capacity, model.bandwidth) / steps
+    write_back = max(0, live - capacity) / steps
+    fetch_s, write_s = must / model.bandwidth, write_back / model.link_bytes_per_s
+    link_s = max(fetch_s, write_s) if model.full_duplex else fetch_s + write_s
     beyond = max(0.0, touched - capacity)
     return {"compute_seconds": compute, "touched_bytes": int(touched),
-            "must_move_bytes": int(must), "whole_launch_must_move_bytes": int(together),
+            "must_move_bytes": int(must), "whole_launch_must_move_bytes": int(b["together"]),
             "live_written_bytes": live, "must_write_back_bytes": int(write_back),
             "whole_launch_chain_seconds": chain,
             "lower_bound_seconds": max(compute, link_s),

@@ -15,17 +15,26 @@ from pump.simulate import engine
 from pump.simulate.bound import lower_bound
 
 
+# The policies whose runs read none of the rates the range of cases varies (engine.range_models:
+# explicit migrations each way, duplex) on a GPU that evicts at its memory: unlimited memory, and
+# the driver alone (its faults and evictions go at the link's line rate). Run in the first case
+# only; tests/test_simulate.py holds them equal across the cases.
+RATE_FREE = ("ideal", "naive")
+
+
 def runs(policies, cases: int = 1) -> int:
-    """How many engine runs simulate() makes (ideal is always run: the others' ratio), over
-    `cases` cases of the range."""
-    return cases * (1 + sum(p != "ideal" for p in policies))
+    """How many engine runs simulate_range() makes (ideal is always run: the others' ratio), over
+    `cases` cases of the range of a GPU preset."""
+    every = ("ideal",) + tuple(p for p in policies if p != "ideal")
+    return len(every) + (cases - 1) * sum(p not in RATE_FREE for p in every)
 
 
 def simulate(workload, capacity: int, model: engine.Model, policies=engine.POLICIES, recorder_for=None,
-             progress=None) -> dict:
+             progress=None, reuse=None) -> dict:
     """One JSON-able document: the trace, the model, the bound and per policy its results.
     recorder_for(policy): engine.run's recorder for that policy (a timeline), or None;
-    progress(what): called as each run begins."""
+    progress(what): called as each run begins; reuse: {policy: engine.Result} of RATE_FREE
+    policies already run in another case of the range (filled in as they are run)."""
     doc = {"trace": workload.path, "name": workload.name, "model": model.name, "gpu": model.gpu.name,
            "bandwidth_bytes_per_s": model.bandwidth, "d2h_bandwidth_bytes_per_s": model.d2h_rate,
            "link_bytes_per_s": model.link_bytes_per_s,
@@ -37,9 +46,13 @@ def simulate(workload, capacity: int, model: engine.Model, policies=engine.POLIC
     doc["policies"] = {}
     ideal = None
     for policy in ("ideal",) + tuple(p for p in policies if p != "ideal"):
-        if progress:
-            progress(f"{policy} at {_size(capacity)}")
-        r = engine.run(workload, policy, capacity, model, recorder_for(policy) if recorder_for else None)
+        r = reuse.get(policy) if reuse is not None else None
+        if r is None:
+            if progress:
+                progress(f"{policy} at {_size(capacity)}")
+            r = engine.run(workload, policy, capacity, model, recorder_for(policy) if recorder_for else None)
+            if reuse is not None and policy in RATE_FREE:
+                reuse[policy] = r
         if policy == "ideal":
             ideal = r.step_mean_seconds
             if "ideal" not in policies:
@@ -72,8 +85,9 @@ def simulate_range(workload, capacity: int, models, policies=engine.POLICIES, re
     """simulate() for each (case, model) of `models` (engine.range_models; the first case's
     document is the whole, the others' under doc["cases"] too); recorder_for: the first only."""
     doc, cases = None, {}
+    reuse = {} if all(model.gpu_limits_memory for _, model in models) else None
     for i, (case, model) in enumerate(models):
-        one = simulate(workload, capacity, model, policies, recorder_for if i == 0 else None, progress)
+        one = simulate(workload, capacity, model, policies, recorder_for if i == 0 else None, progress, reuse)
         doc = doc or one
         cases[case] = {k: one[k] for k in ("model", "bandwidth_bytes_per_s", "d2h_bandwidth_bytes_per_s", "full_duplex",
                                            "lower_bound_seconds", "ideal_seconds", "policies")}
@@ -150,8 +164,8 @@ PLOT_FRACTIONS = (0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)
 
 
 def plot_runs() -> int:
-    """How many engine runs plot() makes."""
-    return len(PLOT_FRACTIONS) * len(engine.POLICIES)
+    """How many engine runs plot() makes (ideal, with unlimited memory, once)."""
+    return len(PLOT_FRACTIONS) * (len(engine.POLICIES) - 1) + 1
 
 
 def series(workload, model: engine.Model, fractions=PLOT_FRACTIONS, progress=None) -> dict:
@@ -160,11 +174,16 @@ def series(workload, model: engine.Model, fractions=PLOT_FRACTIONS, progress=Non
     caps = [max(1, int(workload.peak_footprint * f)) for f in fractions]
     steps = {p: [] for p in engine.POLICIES}
     bound = []
+    ideal = None
     for c in caps:
         for p in engine.POLICIES:
+            if p == "ideal" and ideal is not None:  # unlimited memory: no capacity changes it
+                steps[p].append(ideal)
+                continue
             if progress:
                 progress(f"{p} at {_size(c)} (plot)")
             steps[p].append(engine.run(workload, p, c, model).step_mean_seconds * 1e3)
+            ideal = steps[p][-1] if p == "ideal" else ideal
         bound.append(lower_bound(workload, c, model)["lower_bound_seconds"] * 1e3)
     return {"fractions": list(fractions), "capacities": caps, "step_ms": steps, "lower_bound_ms": bound}
 
