@@ -60,6 +60,19 @@ def test_the_rate_free_policies_and_the_bound_bytes_are_the_same_in_every_case_o
         assert same("worst") == same("best"), p
 
 
+def test_the_answer_says_where_pump_is_slower_than_the_driver_alone():
+    policy = lambda ms: {"step_mean_seconds": ms / 1e3, "ratio_to_lower_bound": 1.0}
+    case = lambda launch, full: {"bandwidth_bytes_per_s": 17.5e9, "d2h_bandwidth_bytes_per_s": 5.6e9, "full_duplex": full,
+                                 "lower_bound_seconds": 0.2, "policies": {"naive": policy(1330), "launch": policy(launch)}}
+    doc = {"link_bytes_per_s": 31.5e9, "cases": {"best": case(700, True), "worst": case(1743, False)}}
+    assert report._slower_than_the_driver(doc) == [
+        "  in the worst case pump is slower than the driver alone (launch 1743.000 ms against naive 1330.000 ms): "
+        "its moves go at that case's rates (17.5 GB/s in, 5.6 out), the driver's faults and evictions at the link's "
+        "31.5 GB/s; which case a machine is in, gpu-check's prefetch_bandwidth probe measures"]
+    doc["cases"]["worst"]["policies"]["launch"] = policy(1300)
+    assert report._slower_than_the_driver(doc) == []
+
+
 def _optimal_fetches(refs, slots, cycles):
     """Exhaustive search over every cache content: the fewest fetches of any demand-paging
     policy on refs repeated `cycles` times from empty (MIN must reach it)."""

@@ -160,6 +160,8 @@ def test_link_gbps_overrides_the_line_rate(trace_path, option):
     (["--capacity", "1G", "--reserve", "1G"], "--reserve is --sweep's: give both"),
     (["--sweep", "--reserve", "lots"], "allowed: bytes, or a size like 8GiB"),
     (["--capacity", "1G", "--link-gbps", "0"], "GB/s as a number > 0"),
+    (["--capacity", "50GB", "--gpu", "l4"],
+     "--capacity 50GB is 50.0 GB, more than the l4's 24 GB: the capacity is the GPU memory the job may use"),
 ])
 def test_bad_combinations_say_what_is_wrong(trace_path, args, message):
     p = _pump(trace_path, *args)

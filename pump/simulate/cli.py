@@ -197,6 +197,11 @@ def main(args) -> int:
     if args.sweep:
         return _sweep(args, w, cases, plot)
     capacity, policies = capacity_bytes(args.capacity, w.peak_footprint), tuple(args.policy or engine.POLICIES)
+    if model.gpu_limits_memory and capacity > model.gpu.memory_bytes:
+        print(f"pump: simulate: --capacity {args.capacity} is {capacity / 1e9:.1f} GB, more than the "
+              f"{model.gpu.name}'s {model.gpu.memory_bytes / 1e9:.0f} GB: the capacity is the GPU memory the job "
+              "may use (give less, or a larger --gpu)", file=sys.stderr)
+        return 2
     steps = StepTimeline(out.timeline, w, capacity, model, policies) if out else None
     progress = Progress(report.runs(policies, len(cases)) + (report.plot_runs() if plot else 0))
     try:

@@ -150,7 +150,27 @@ def text(doc: dict) -> str:
         lines.append("over the range of explicit-migration rates (constants.py: line rate and full duplex, "
                      "to the measured fraction and half duplex), mean steps:")
         lines.extend(_case_line(case, c) for case, c in doc["cases"].items())
+        lines.extend(_slower_than_the_driver(doc))
     return "\n".join(lines)
+
+
+def _slower_than_the_driver(doc: dict) -> list:
+    """A line for each case of the range where a pump policy's mean step is longer than the
+    driver's alone (naive), and why: pump's moves go at that case's explicit-migration rates,
+    the driver's faults and evictions at the link's line rate."""
+    out = []
+    for case, c in doc["cases"].items():
+        naive = c["policies"].get("naive")
+        slower = [p for p in ("launch", "lookahead") if naive and p in c["policies"]
+                  and c["policies"][p]["step_mean_seconds"] > naive["step_mean_seconds"]]
+        if slower:
+            steps = " and ".join(f"{p} {c['policies'][p]['step_mean_seconds'] * 1e3:.3f} ms" for p in slower)
+            out.append(f"  in the {case} case pump is slower than the driver alone ({steps} against naive "
+                       f"{naive['step_mean_seconds'] * 1e3:.3f} ms): its moves go at that case's rates "
+                       f"({c['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s in, {c['d2h_bandwidth_bytes_per_s'] / 1e9:.1f} "
+                       f"out), the driver's faults and evictions at the link's {doc['link_bytes_per_s'] / 1e9:.1f} GB/s; "
+                       "which case a machine is in, gpu-check's prefetch_bandwidth probe measures")
+    return out
 
 
 def fakecuda_counts(doc: dict) -> dict:
