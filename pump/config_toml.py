@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import math
+import os
 import re
+import stat
 import sys
 from typing import Any, List, Optional
 
@@ -98,17 +100,43 @@ def toml_type(v: Any) -> str:
 
 
 
-def read_toml(path: str, missing_ok: bool = False) -> Optional[dict]:
-    """The document in a file (None if it does not exist and missing_ok)."""
+CONFIG_MAX_BYTES = 1 << 20   # a config file holds a few settings
+
+
+def _read_capped(path: str) -> bytes:
+    """At most CONFIG_MAX_BYTES + 1 bytes of a file, of standard input for "-", or of a pipe
+    (`--config <(...)`). Opened without blocking, so that a FIFO nobody writes reads as empty
+    rather than hanging the open; then read blocking, as a pipe's writer may still be writing."""
+    if path == "-":
+        return sys.stdin.buffer.read(CONFIG_MAX_BYTES + 1)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            os.set_blocking(fd, True)
+        chunks, size = [], 0
+        while size <= CONFIG_MAX_BYTES:
+            chunk = os.read(fd, CONFIG_MAX_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_toml(path: str, missing_ok: bool = False) -> Optional[dict]:
+    """The document in a file (None if it does not exist and missing_ok); "-" is standard input."""
+    try:
+        data = _read_capped(path)
     except FileNotFoundError as exc:
         if missing_ok:
             return None
         raise ConfigError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
     except OSError as exc:
         raise ConfigError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
+    if len(data) > CONFIG_MAX_BYTES:
+        raise ConfigError([f"{path}: more than 1 MiB: not a config file (pump's hold a few settings)"])
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -5,6 +5,7 @@ they are asserted exactly.
 """
 
 import argparse
+import io
 import os
 import pathlib
 import subprocess
@@ -1017,3 +1018,35 @@ def test_status_missing_dependency_is_not_hidden(monkeypatch):
     monkeypatch.setattr(cli.importlib, "import_module", import_module)
     with pytest.raises(ModuleNotFoundError, match="somedep"):
         cli.main(["status"])
+
+
+# --- what a config file may be --------------------------------------------------------------
+
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom"])
+def test_an_endless_file_is_refused_after_1_mib(device):
+    with pytest.raises(ConfigError) as exc:
+        config.load_job_file(device)
+    assert exc.value.errors == [f"{device}: more than 1 MiB: not a config file (pump's hold a few settings)"]
+
+
+def test_a_file_past_1_mib_is_refused_and_one_within_is_read(tmp_path):
+    big = write(tmp_path, "# pad\n" * ((1 << 20) // 6 + 1), "big.toml")
+    with pytest.raises(ConfigError) as exc:
+        config.load_job_file(big)
+    assert exc.value.errors == [f"{big}: more than 1 MiB: not a config file (pump's hold a few settings)"]
+    fits = write(tmp_path, "#" * ((1 << 20) - 40) + '\n[prefetch]\npolicy = "off"\n', "fits.toml")
+    assert config.load_job_file(fits).policy == "off"
+
+
+def test_a_pipe_standard_input_and_a_fifo_nobody_writes(tmp_path, monkeypatch):
+    """--config <(...) and - are read; a FIFO with no writer reads as empty, not a hang."""
+    read, write_end = os.pipe()
+    os.write(write_end, b'[prefetch]\npolicy = "off"\n')
+    os.close(write_end)
+    assert config.load_job_file(f"/dev/fd/{read}").policy == "off"
+    os.close(read)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b'[prefetch]\npolicy = "launch"\n')))
+    assert config.load_job_file("-").policy == "launch"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert config.load_job_file(str(fifo)).policy is None
