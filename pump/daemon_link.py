@@ -109,7 +109,12 @@ class DaemonLink:
 
     def _register(self, request, fds):
         with protocol.Client(self.socket_path) as client:
-            self.job = client.request(request, fds=fds)["job"]
+            reply = client.request(request, fds=fds)
+        self.job = reply["job"]
+        if reply.get("saved") is False:
+            print(f"pump-run: warning: pumpd could not save this job to its state directory "
+                  f"({protocol.printable(str(reply.get('unsaved_reason')))}): the job runs, and pumpd writes it once "
+                  "it can; a pumpd restart before then would forget it", file=sys.stderr)
 
     def end(self) -> dict:
         """Tell pumpd the command has exited: it reads what is left and closes the trace.

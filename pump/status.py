@@ -177,4 +177,9 @@ def main(args) -> int:
         print("no jobs" + ("" if daemons else f" (no pumpd is running: looked at {', '.join(paths)})"))
     for line in pool_lines(pools, len(daemons) > 1):
         print(line)
+    unsaved = [job for job in jobs if job.get("unsaved")]
+    if unsaved:
+        print(f"not saved: {len(unsaved)} job{'s' if len(unsaved) != 1 else ''} pumpd could not write to its state "
+              f"directory ({protocol.printable(str(unsaved[0]['unsaved']))}): they run, and pumpd writes them once it "
+              "can; a pumpd restart before then would forget them")
     return 0

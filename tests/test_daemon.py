@@ -3,6 +3,7 @@ ingest, plans, status, liveness, restart pickup, bad input of every kind, and
 two users.  The real shim's side is in test_daemon_jobs.py."""
 
 import json
+import logging
 import os
 import pathlib
 import shutil
@@ -619,3 +620,116 @@ def test_pump_trace_show_and_stats(tmp_path):
     assert cut.returncode == 0, cut.stderr
     assert f"ends          cut short: the last whole record ends at byte {size - 64:,} of {size - 10:,}" in cut.stdout
     assert "records       4 " in cut.stdout
+
+
+# ---- job files the disk refuses: saved later, and said until then (issue 45, finding 3) ----
+
+@pytest.mark.parametrize("fails", ["write", "fsync", "rename"])
+def test_a_job_file_the_disk_refuses_is_said_unsaved_and_written_once_it_can(tmp_path, monkeypatch, fails):
+    """ENOSPC or EIO at the write, the fsync or the rename: the job's reply-to-be says why it is
+    not saved, no temp file is left, and the file is written on the next try once the disk takes
+    it (a restarted pumpd then knows the job)."""
+    import asyncio
+    import errno as errnos
+    from pumpd import jobs as jobs_module
+    from pumpd.jobs import Job, JobStore
+    monkeypatch.setattr(jobs_module, "RETRY_UNSAVED", 0.05)
+    broken = {"on": True}
+    real = {"write": os.write, "fsync": os.fsync, "rename": os.replace}
+    code = errnos.ENOSPC if fails != "fsync" else errnos.EIO
+
+    def failing(name):
+        def call(*args, **kw):
+            if broken["on"]:
+                raise OSError(code, os.strerror(code))
+            return real[name](*args, **kw)
+        return call
+    monkeypatch.setattr(os, {"write": "write", "fsync": "fsync", "rename": "replace"}[fails], failing(fails))
+    store = JobStore(tmp_path / "jobs")
+    job = Job(Job.new_id(), "full-disk", os.getuid(), os.getpid(), 0.0)
+    store.save(job)
+    why = asyncio.run(store.written(job.id))
+    assert why == os.strerror(code) and store.unsaved == {job.id: why}
+    assert sorted(os.listdir(tmp_path / "jobs")) == []        # the failed temp file deleted
+    broken["on"] = False
+    assert wait_for(lambda: job.id in store.on_disk and not store.unsaved)
+    assert asyncio.run(store.written(job.id)) is None
+    store.close()
+    again = JobStore(tmp_path / "jobs")
+    assert [j.id for j in again.load(logging.getLogger("test"))] == [job.id]
+    again.close()
+
+
+def test_stale_temp_files_are_removed_at_start(tmp_path):
+    from pumpd.jobs import Job, JobStore
+    jobs = tmp_path / "jobs"
+    jobs.mkdir(mode=0o700)
+    job_id = Job.new_id()
+    for name in (f"{job_id}.tmp", f"{job_id}.0a1b2c3d.tmp"):
+        (jobs / name).write_text("{")
+    (jobs / "notes.txt").write_text("an administrator's")
+    JobStore(jobs).close()
+    assert sorted(os.listdir(jobs)) == ["notes.txt"]
+
+
+def test_a_full_state_directory_loses_no_job_and_says_so(tmp_path):
+    """pumpd on a real 256 KiB tmpfs filled up: 20 registers take effect and reply saved false,
+    pump status counts them unsaved; once space returns they are written, and a pumpd killed
+    and started again knows every one."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root (CI runs as root)")
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", str(small)], check=True)
+    try:
+        path = small / "pumpd.sock"
+        proc = start_pumpd(path)
+        filler = small / "filler"
+        with open(filler, "wb", buffering=0) as f:
+            try:
+                while True:
+                    f.write(b"\0" * 512)
+            except OSError:
+                pass
+        replies = []
+        with protocol.Client(str(path)) as c:
+            for i in range(20):
+                replies.append(c.request({"op": "register", "name": f"full-{i}"}))
+        assert all(r["saved"] is False and "No space left" in r["unsaved_reason"] for r in replies), replies[0]
+        assert len([j for j in status(str(path)) if j.get("unsaved")]) == 20
+        filler.unlink()
+        assert wait_for(lambda: not any(j.get("unsaved") for j in status(str(path))), timeout=15), \
+            (status(str(path))[0], os.listdir(small), os.statvfs(small))
+        assert not [n for n in os.listdir(small / "jobs") if n.endswith(".tmp")]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc = start_pumpd(path)
+        assert sorted(j["job"] for j in status(str(path))) == sorted(r["job"] for r in replies)
+        stop_pumpd(proc)
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def test_pump_run_says_once_when_pumpd_could_not_save_its_job(monkeypatch, capsys):
+    from pump import daemon_link
+
+    class Client:
+        def __init__(self, path):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def request(self, request, fds=()):
+            return {"ok": True, "job": "j0123456789abcdef", "saved": False, "unsaved_reason": "No space left on device"}
+    monkeypatch.setattr(daemon_link.protocol, "Client", Client)
+    link = daemon_link.DaemonLink()
+    link.socket_path = "/nowhere"
+    link._register({"op": "register"}, ())
+    assert link.job == "j0123456789abcdef"
+    assert capsys.readouterr().err == (
+        "pump-run: warning: pumpd could not save this job to its state directory (No space left on device): the job "
+        "runs, and pumpd writes it once it can; a pumpd restart before then would forget it\n")

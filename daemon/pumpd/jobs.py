@@ -40,6 +40,7 @@ ITERATIONS_KEPT = 64  # processes per job whose learned iteration is remembered
 LEADERS_MAX = 1024    # pump-runs of one group in one job (the ranks of a node's run)
 FLUSH_TIMEOUT = 5.0   # seconds pumpd's stop (or a reply) waits for job files to be written
 WRITTEN_POLL = 0.002  # seconds between looks while a reply waits for its job's file
+RETRY_UNSAVED = 5.0   # seconds between tries to write the job files a full or failing disk refused
 LINK_SAMPLES = 15     # a session's latest LINK records, whose median rate its plans assume...
 LINK_SAMPLES_MIN = 3  # ... once it has this many (the shim times its first four back to back)
 
@@ -335,7 +336,9 @@ class StateDirError(RuntimeError):
 class JobStore:
     """The state directory's job files (0600, in a 0700 directory pumpd owns), named
     by checked job ids and opened relative to the directory's descriptor without
-    following symlinks."""
+    following symlinks. A file is written whole or not at all (a temp file of its own,
+    fsynced, renamed, the directory fsynced); one the disk refused is tried again every
+    RETRY_UNSAVED seconds, and until then its job is counted unsaved, with the reason."""
 
     def __init__(self, directory, errors=None):
         self.dir = os.fspath(directory)
@@ -344,6 +347,8 @@ class JobStore:
         self.writing = None    # the job id whose file the writer has in hand
         self.closed = False
         self.on_disk = set()   # the jobs whose file exists
+        self.unsaved = {}      # job id -> why its newest text is not on disk (the text waits in `refused`)
+        self.refused = {}      # job id -> the text the disk refused, tried again later
         self.changed = threading.Condition()
         try:
             os.mkdir(self.dir, 0o700)
@@ -358,6 +363,7 @@ class JobStore:
                                 f"following symlinks): {exc.strerror}") from None
         check_private_dir(self.fd, self.dir, "state directory")
         os.fchmod(self.fd, 0o700)
+        self._remove_stale_temps()
         # started here, not on the loop (a thread's start waits for it to run: 0.4 s seen under load)
         self.writer = threading.Thread(target=self._write_pending, name="pumpd-jobs", daemon=True)
         self.writer.start()
@@ -392,9 +398,15 @@ class JobStore:
                     self.changed.notify_all()
                     if self.closed:
                         return
-                    self.changed.wait()
+                    if self.refused and not self.changed.wait(RETRY_UNSAVED):
+                        for job_id, text in self.refused.items():  # space may have returned
+                            self.pending.setdefault(job_id, text)
+                        self.refused.clear()
+                    elif not self.refused:
+                        self.changed.wait()
                 self.writing = job_id = next(iter(self.pending))
                 text = self.pending.pop(job_id)
+                self.refused.pop(job_id, None)  # the newest text is the one to write
             try:
                 if text is None:
                     self._unlink(job_id)
@@ -402,16 +414,50 @@ class JobStore:
                 else:
                     self._write(job_id, text)
                     self.on_disk.add(job_id)
+                with self.changed:
+                    self.unsaved.pop(job_id, None)
             except OSError as exc:  # a full disk, no descriptor left: the job lives on, unsaved
-                self.errors.warning("writing job files", f"job {job_id}: {exc.strerror or exc}")
+                why = exc.strerror or str(exc)
+                with self.changed:
+                    if text is not None and job_id not in self.pending:
+                        self.refused[job_id] = text
+                    self.unsaved[job_id] = why
+                self.errors.warning("writing job files", f"job {job_id}: {why} (tried again every "
+                                                         f"{RETRY_UNSAVED:g} s)")
 
     def _write(self, job_id: str, text: str):
-        tmp = job_id + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+        """The file replaced whole: a temp file of its own (a failed one deleted), its data
+        fsynced before the rename, the directory fsynced after (the rename is then durable). A
+        failed fsync is not retried on that descriptor: the next try writes the file anew."""
+        tmp = f"{job_id}.{secrets.token_hex(4)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
                      dir_fd=self.fd)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, self._name(job_id), src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        try:
+            try:
+                data = memoryview(text.encode())
+                while data:
+                    data = data[os.write(fd, data):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self._name(job_id), src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=self.fd)
+            except OSError:
+                pass
+            raise
+        os.fsync(self.fd)
+
+    def _remove_stale_temps(self):
+        """Temp files an earlier pumpd left when it died mid-write: never a job's state."""
+        for name in os.listdir(self.fd):
+            job_id, _, rest = name.partition(".")
+            if name.endswith(".tmp") and protocol.valid_job_id(job_id) and rest != "json":
+                try:
+                    os.unlink(name, dir_fd=self.fd)
+                except OSError:
+                    pass
 
     def _unlink(self, job_id: str):
         try:
@@ -421,10 +467,15 @@ class JobStore:
 
     async def written(self, job_id: str, timeout: float = FLUSH_TIMEOUT):
         """Wait (serving others) until what was queued for the job is on disk, so that a
-        reply says what a restarted pumpd will know; at most timeout seconds."""
+        reply says what a restarted pumpd will know; at most timeout seconds. Returns None
+        once written, else why not (the disk's refusal, or the wait's end)."""
         deadline = time.monotonic() + timeout
         while (job_id in self.pending or self.writing == job_id) and time.monotonic() < deadline:
             await asyncio.sleep(WRITTEN_POLL)
+        with self.changed:
+            if job_id in self.pending or self.writing == job_id:
+                return f"not written within {timeout:g} s"
+            return self.unsaved.get(job_id)
 
     def flush(self, timeout: float = FLUSH_TIMEOUT) -> bool:
         """Wait until what was queued is written; False if that took over timeout."""

@@ -43,7 +43,11 @@ class Requests:
             reply, reply_fds = changes[op]()
             try:  # a new job's or new terms' reply goes once written (off the loop): a restarted pumpd knows them
                 if op == "set" or reply["job"] not in self.store.on_disk:
-                    await self.store.written(reply["job"])
+                    why = await self.store.written(reply["job"])
+                else:
+                    why = self.store.unsaved.get(reply["job"])
+                if why:  # it took effect all the same (refusing would stop the training): said, not hidden
+                    reply = dict(reply, saved=False, unsaved_reason=why)
             except BaseException:
                 if reply_fds:
                     reply_fds.close()
@@ -56,7 +60,7 @@ class Requests:
     def _status(self, conn, offset: int) -> dict:
         jobs = sorted((j for j in self.jobs.values() if conn.admin or j.owned_by(conn.uid, conn.realm)),
                       key=lambda j: (j.created, j.id))
-        return status_page(jobs, offset, list(self.arbiter.pools.values()))
+        return status_page(jobs, offset, list(self.arbiter.pools.values()), dict(self.store.unsaved))
 
     def _caller_started(self, conn):
         """The calling process's start time, as it was when it connected: a job or a session
