@@ -4,6 +4,7 @@ inside pumpd with the fake shim (budgets reach plans and `pump status`, are divi
 as jobs come and are set, survive a restart); and with real fakecuda jobs under pump-run
 and the real shim, whose own counters say what each holds resident."""
 
+import collections
 import dataclasses
 import json
 import pathlib
@@ -279,6 +280,25 @@ def test_a_minimum_that_does_not_fit_is_shown_and_logged(pool_pumpd):
     stop_pumpd(proc)
     log = proc.stderr.read()
     assert f"job {b.job} (b): its min_budget 16.0 MiB does not fit GPU 0's pool (24.0 MiB, 2 jobs)" in log
+
+
+def test_a_rebalance_that_changes_many_budgets_is_one_log_line(pool_pumpd):
+    """256 registers once wrote 22,472 lines (each rebalance logged every job): past 4 changes a
+    rebalance says so in one line."""
+    path, proc = pool_pumpd
+    shims = []
+    for i in range(8):
+        shims.append(FakeShim(path, job=_register(path, f"many{i}")))
+        assert wait_for(lambda: len({s.plan.budget_bytes for s in shims}) == 1 and shims[-1].plan.budget_bytes)
+    for s in shims:
+        s.close()
+    stop_pumpd(proc)
+    lines = proc.stderr.read().splitlines()
+    each = [line for line in lines if "budget " in line and " -> " in line and "(arbiter:" in line]
+    summaries = [line for line in lines if "rebalance: " in line]
+    per_size = collections.Counter(line.split(" among ")[1] for line in each)
+    assert summaries and max(per_size.values()) <= 4, (per_size, summaries)   # each rebalance: 4 lines at most
+    assert all(" jobs' budgets changed; GPU 0's pool of 24.0 MiB among " in line for line in summaries), summaries
 
 
 def test_promises_and_terms_survive_a_pumpd_restart(tmp_path):

@@ -275,3 +275,36 @@ def test_after_the_abuse_every_job_is_still_listed(daemon):
             jobs += reply["jobs"]
             offset = reply["next"]
     assert len(jobs) == reply["total"] and daemon.bystander.job in [j["job"] for j in jobs]
+
+
+def flood_bad_messages(path: str, seconds: float) -> int:
+    """Refused requests (a set of a job that is not there: the connection stays), answered each,
+    for `seconds`."""
+    sent, end = 0, time.monotonic() + seconds
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(5)
+        s.connect(path)
+        while time.monotonic() < end:
+            send_raw_on(s, frame(b'{"op": "set", "job": "j0000000000000000", "budget": 1}'))
+            sent += 1
+    return sent
+
+
+def send_raw_on(s, data: bytes):
+    s.sendall(data)
+    _, _, _, length, _ = protocol.HEADER.unpack(s.recv(protocol.HEADER.size, socket.MSG_WAITALL))
+    assert len(s.recv(length, socket.MSG_WAITALL)) == length
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as a second user")
+def test_one_users_log_flood_is_bounded_and_said(daemon):
+    """nobody's thousands of malformed requests in 3 s: every one answered, at most the burst and
+    the rate of them logged, then one line counting the rest (tests/test_userlog.py: another
+    user's lines go on meanwhile, on an injected clock)."""
+    from pumpd import userlog
+    before = daemon.log_text().count("bad message")
+    sent = run_as_nobody(flood_bad_messages, daemon.path, 3.0)
+    assert sent > 1000, sent
+    assert wait_for(lambda: "uid 65534: " in daemon.log_text() and "log lines suppressed" in daemon.log_text())
+    logged = daemon.log_text().count("bad message") - before
+    assert logged <= userlog.BURST + 4 * userlog.RATE, logged

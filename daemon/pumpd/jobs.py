@@ -34,6 +34,7 @@ from pumpd.arbiter import Terms
 from pump.foresight import BLOCK
 from pumpd.limits import Quota, table_tallies
 from pumpd.tasks import RateLimitedLog
+from pumpd.userlog import user_log
 
 log = logging.getLogger("pumpd")
 ITERATIONS_KEPT = 64  # processes per job whose learned iteration is remembered
@@ -223,8 +224,8 @@ class Job:
         while len(self.iterations) > ITERATIONS_KEPT:
             del self.iterations[next(iter(self.iterations))]
         if period:
-            log.info("job %s (%s): lookahead learned an iteration of %d launches (pid %d)",
-                     self.id, protocol.printable(self.name), period, session.pid)
+            user_log.info(self.uid, "job %s (%s): lookahead learned an iteration of %d launches (pid %d)",
+                          self.id, protocol.printable(self.name), period, session.pid)
 
     def note_link(self, session: Session):
         """A session's link rate, kept past its end (pump-run reports what lookahead planned at)."""

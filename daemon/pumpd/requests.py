@@ -14,6 +14,7 @@ import time
 from pump import channel, config, protocol
 from pumpd.arbiter import Terms
 from pumpd.connection import Descriptors, RequestError
+from pumpd.userlog import user_log
 from pumpd.jobs import Job, Session, start_time
 from pumpd import limits, lookahead, tracing
 from pumpd.pages import status_page
@@ -96,7 +97,7 @@ class Requests:
                 raise RequestError(f"register: {why}")
             joined.add_leader(conn.pid, self._caller_started(conn))
             self.store.save(joined)
-            log.info("pid %d joined job %s (%s) of group %s", conn.pid, joined.id, joined.name, group)
+            user_log.info(conn.uid, "pid %d joined job %s (%s) of group %s", conn.pid, joined.id, joined.name, group)
             return {"ok": True, "job": joined.id, "joined": True}
         self._room_for_job(conn.uid)
         job = Job(Job.new_id(), request["name"], conn.uid, conn.pid, self._caller_started(conn),
@@ -113,7 +114,7 @@ class Requests:
             job.trace = fds.hand(0, lambda fd: self.traces.open(fd, job.id, job.name, conn.uid))
         self.jobs[job.id] = job
         self.store.save(job)
-        log.info("job %s (%s) registered by pid %d, uid %d", job.id, job.name, conn.pid, conn.uid)
+        user_log.info(conn.uid, "job %s (%s) registered by pid %d, uid %d", job.id, job.name, conn.pid, conn.uid)
         self._rebalance()
         return {"ok": True, "job": job.id}
 
@@ -138,7 +139,8 @@ class Requests:
         job = Job(Job.new_id(), name, conn.uid, conn.pid, self._caller_started(conn), policy)
         job.terms, job.realm = terms, conn.realm
         self.jobs[job.id] = job
-        log.info("job %s (%s) started by the shim of pid %d, uid %d", job.id, job.name, conn.pid, conn.uid)
+        user_log.info(conn.uid, "job %s (%s) started by the shim of pid %d, uid %d", job.id, job.name, conn.pid,
+                      conn.uid)
         self._rebalance()
         return job
 
@@ -219,8 +221,8 @@ class Requests:
         self.store.save(job)
         conn.session = session
         self.publish_plan(job, session)
-        log.info("pid %d%s %s job %s as session %d", conn.pid, "" if rank is None else f" (rank {rank})", how,
-                 job.id, session_id)
+        user_log.info(conn.uid, "pid %d%s %s job %s as session %d", conn.pid, "" if rank is None else f" (rank {rank})",
+                      how, job.id, session_id)
 
     def _set(self, conn, request) -> dict:
         job = self._own_job(conn, request["job"])
@@ -229,8 +231,8 @@ class Requests:
             job.terms.set_bytes, job.terms.set_max_bytes = budget, None
         else:
             job.terms.set_by_user(budget, self._allowed_terms(job.name)[1], self.arbiter.pool is not None)
-        log.info("job %s: budget %s by uid %d", job.id, "setting cleared" if budget is None else
-                 f"set to {job.terms.set_bytes}" if job.terms.set_bytes else f"capped at {budget}", conn.uid)
+        user_log.info(conn.uid, "job %s: budget %s by uid %d", job.id, "setting cleared" if budget is None else
+                      f"set to {job.terms.set_bytes}" if job.terms.set_bytes else f"capped at {budget}", conn.uid)
         self.store.save(job)
         self._rebalance()
         return {"ok": True, "job": job.id}
@@ -269,7 +271,7 @@ class Requests:
             s.close()
         job.close_trace()
         self.store.remove(job)
-        log.info("job %s (%s) ended", job.id, job.name)
+        user_log.info(job.uid, "job %s (%s) ended", job.id, job.name)
         self._rebalance()
 
     def _rebalance(self):

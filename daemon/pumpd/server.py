@@ -31,6 +31,7 @@ from pumpd.requests import DRAIN_TIMEOUT, Requests
 from pumpd.scheduler import Scheduler
 from pumpd.tasks import RateLimitedLog, stop_tasks, supervised
 from pumpd.telemetry import Telemetry
+from pumpd.userlog import user_log
 
 log = logging.getLogger("pumpd")
 
@@ -236,7 +237,7 @@ class Daemon(Requests):
                     await conn.send(reply, fds=reply_fds)
                 except ProtocolError as exc:
                     self.bad_messages += 1
-                    log.info("pid %s: bad message: %s", conn.pid, printable(str(exc)))
+                    user_log.info(conn.uid, "pid %s: bad message: %s", conn.pid, printable(str(exc)))
                     await conn.send({"error": str(exc)}, protocol.ERROR)
                     if not isinstance(exc, RequestError):
                         break  # the framing is broken: nothing after it can be trusted
@@ -361,6 +362,7 @@ class Daemon(Requests):
         while True:
             await asyncio.sleep(LIVENESS_INTERVAL)
             self.traces.check_timeouts()
+            user_log.flush()  # each user's held-back log lines, counted in one line
             try:
                 verdicts = await asyncio.wait_for(loop.run_in_executor(None, self._check_liveness),
                                                   BLOCKING_TIMEOUT)
