@@ -73,6 +73,24 @@ def test_the_answer_says_where_pump_is_slower_than_the_driver_alone():
     assert report._slower_than_the_driver(doc) == []
 
 
+@pytest.mark.parametrize("policy", ["naive", "launch"])
+def test_a_freed_and_allocated_again_range_comes_from_nowhere(tmp_path, policy):
+    """64 MiB allocated, written by a kernel, freed, allocated again at the same address each
+    step: its pages exist nowhere when each step's kernel writes them, so nothing crosses the
+    link (the freed range's pages were charged as coming from the host: 64 MiB a step)."""
+    t = TraceBuilder()
+    size = 64 * MIB
+    base = t.alloc(size)
+    for s in range(6):
+        t.step(s)
+        t.launch(10, [base], [(base, size, True)], 1e9, size)
+        t.free(base, size)
+        t._record("alloc", 0, base, size, 1)
+    w = workload.load(t.write(str(tmp_path / "again.trace")))
+    r = engine.run(w, policy, 2 * size, engine.h100())
+    assert r.steady_mean("h2d") == 0 and r.steady_mean("d2h") == 0, (r.steady_mean("h2d"), r.steady_mean("d2h"))
+
+
 def _optimal_fetches(refs, slots, cycles):
     """Exhaustive search over every cache content: the fewest fetches of any demand-paging
     policy on refs repeated `cycles` times from empty (MIN must reach it)."""

@@ -104,8 +104,10 @@ class GpuTruth:
         return moved
 
     def free(self, b):
-        """The allocation is freed: its pages and chunk go, nothing is copied."""
-        self.res[b] = self.clean[b] = 0
+        """The allocation is freed: its pages and chunk go, nothing is copied, and the memory a
+        later allocation gets there exists nowhere until touched (the driver's va_block goes
+        with the range, its fault counts too)."""
+        self.res[b] = self.clean[b] = self.populated[b] = self.faults[b] = 0
         if b in self.chunks:
             self._release(b)
 
