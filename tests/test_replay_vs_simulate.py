@@ -1,12 +1,12 @@
 """A real model's trace replayed on fakecuda under pump-run with a budget gives the fault
-and byte counts `pump simulate --model fakecuda` predicts for the same policy (issue 4:
+and byte counts `pump simulate --gpu fakecuda` predicts for the same policy (issue 4:
 within 5%). The trace is generated here (ResNet-50's training steps at batch 2, by
 `pump trace generate`), so this also runs the generator end to end.
 
 Policies compared: off (pump's evict-only emulation of an oversubscribed GPU; the
 simulator's "naive"), launch, and lookahead with a live (embedded) pumpd: the replay pauses
 at each step (replay_trace --step-pause) so that pumpd reads each step whole and plans in
-the pause, as `pump simulate --model fakecuda` models it. The trace runs 8 steps: its
+the pause, as `pump simulate --gpu fakecuda` models it. The trace runs 8 steps: its
 iteration is two steps long (the caching allocator alternates buffers), pumpd learns it
 after step 5, and steps 6 and 7 run on the plan."""
 
@@ -37,7 +37,7 @@ def model_trace(tmp_path_factory):
 
 
 def simulated(path, policy, budget):
-    proc = subprocess.run([sys.executable, "-m", "pump.cli", "simulate", str(path), "--model", "fakecuda",
+    proc = subprocess.run([sys.executable, "-m", "pump.cli", "simulate", str(path), "--gpu", "fakecuda",
                            "--capacity", str(budget), "--policy", policy, "--json"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr

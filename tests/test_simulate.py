@@ -351,7 +351,7 @@ def _pump(*args):
 def test_cli_json_and_plot(tmp_path):
     path = _cyclic().write(str(tmp_path / "c.trace"))
     png = tmp_path / "c.png"
-    p = _pump(path, "--capacity", "50%", "--bandwidth", "32", "--json", "--plot", str(png), "--model", "fakecuda")
+    p = _pump(path, "--capacity", "50%", "--bandwidth", "32", "--json", "--plot", str(png), "--gpu", "fakecuda")
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     assert doc["bandwidth_bytes_per_s"] == 32e9 and set(doc["policies"]) == set(engine.POLICIES)

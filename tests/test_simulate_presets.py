@@ -152,11 +152,12 @@ def test_link_gbps_overrides_the_line_rate(trace_path, option):
 
 @pytest.mark.parametrize("args, message", [
     (["--capacity", "1G", "--gpu", "b200"],
-     "argument --gpu: invalid choice: 'b200' (choose from " + ", ".join(f"'{g}'" for g in LINKS) + ")"),
-    (["--capacity", "1G", "--gpu", "l4", "--model", "fakecuda"], "--model fakecuda models tests/fakecuda: give one"),
+     "argument --gpu: invalid choice: 'b200' (choose from " + ", ".join(f"'{g}'" for g in [*LINKS, "fakecuda"]) + ")"),
+    (["--capacity", "1G", "--gpu", "l4", "--model", "fakecuda"], "--model fakecuda is --gpu fakecuda, not --gpu l4"),
     (["--capacity", "1G", "--gpu", "l4", "--model", "h100"], "--model h100 is --gpu h100-pcie, not --gpu l4"),
     ([], "give --capacity SIZE (or --sweep, which tries every capacity)"),
-    (["--sweep", "--model", "fakecuda"], "--sweep plans for a GPU's memory; --model fakecuda has none"),
+    (["--sweep", "--gpu", "fakecuda"], "--sweep plans for a GPU's memory; --gpu fakecuda has none"),
+    (["--sweep", "--model", "fakecuda"], "--model fakecuda is spelt --gpu fakecuda now"),
     (["--capacity", "1G", "--reserve", "1G"], "--reserve is --sweep's: give both"),
     (["--sweep", "--reserve", "lots"], "allowed: bytes, or a size like 8GiB"),
     (["--capacity", "1G", "--link-gbps", "0"], "GB/s as a number > 0"),

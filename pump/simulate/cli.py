@@ -88,15 +88,14 @@ def add_parser(sub, handler):
     p.add_argument("--reserve", metavar="SIZE", type=_size_type,
                    help=f"with --sweep: the card's memory a job cannot use (default {K.RESERVE_BYTES >> 20} MiB: "
                         "CUDA context, library workspaces, communication buffers; constants.py)")
-    p.add_argument("--gpu", choices=tuple(K.GPU_PRESETS),
-                   help=f"the GPU preset (default {K.DEFAULT_GPU}; each figure's datasheet: pump/simulate/constants.py)")
+    p.add_argument("--gpu", choices=tuple(K.GPU_PRESETS) + ("fakecuda",),
+                   help=f"the GPU preset (default {K.DEFAULT_GPU}; each figure's datasheet: pump/simulate/constants.py), "
+                        "or fakecuda: predict fakecuda's counts for a replay under pump-run --budget SIZE")
     p.add_argument("--link-gbps", "--bandwidth", dest="link_gbps", metavar="GB/s", type=_bandwidth,
                    help="the host link's line rate each way, instead of the preset's PCIe generation and lanes")
     p.add_argument("--policy", choices=engine.POLICIES, action="append",
                    help="a policy to run (repeatable; default: all)")
-    p.add_argument("--model", choices=tuple(engine.MODELS),
-                   help="h100: the same as --gpu h100-pcie; fakecuda: predict fakecuda's counts "
-                        "for a replay under pump-run --budget SIZE (no --gpu)")
+    p.add_argument("--model", choices=tuple(engine.MODELS), help=argparse.SUPPRESS)  # the old spelling of --gpu
     p.add_argument("--profile", metavar="FILE",
                    help="kernel times measured on a GPU: a PyTorch profiler trace (JSON, gzipped or not) or an "
                         "Nsight Systems SQLite export of the same model, matched per operator and scaled to --gpu "
@@ -138,27 +137,37 @@ def capacity_bytes(text: str, peak: int) -> int:
     return config.parse_size(text)
 
 
+def _fold_model(args) -> str:
+    """--model, the old spelling of --gpu (one name for one idea: `pump trace generate --model` is
+    MODULE:CALLABLE): h100 is --gpu h100-pcie, fakecuda --gpu fakecuda; said once. Why it
+    contradicts --gpu, or ""."""
+    if not args.model:
+        return ""
+    gpu = K.DEFAULT_GPU if args.model == "h100" else "fakecuda"
+    if args.gpu not in (None, gpu):
+        return f"--model {args.model} is --gpu {gpu}, not --gpu {args.gpu}: give --gpu alone"
+    args.gpu = gpu
+    print(f"pump: simulate: --model {args.model} is spelt --gpu {gpu} now", file=sys.stderr)
+    return ""
+
+
 def _bad_combination(args) -> str:
     """Why the options contradict each other, or ""."""
     if not args.capacity and not args.sweep:
         return "give --capacity SIZE (or --sweep, which tries every capacity)"
-    if args.sweep and args.model == "fakecuda":
-        return "--sweep plans for a GPU's memory; --model fakecuda has none: give --gpu"
+    if args.sweep and args.gpu == "fakecuda":
+        return "--sweep plans for a GPU's memory; --gpu fakecuda has none: give a GPU preset"
     if args.sweep and args.timeline:
         return "--timeline draws one capacity's step; --sweep tries many: give one of them"
     if args.reserve is not None and not args.sweep:
         return "--reserve is --sweep's: give both"
-    if args.model == "fakecuda" and args.gpu:
-        return f"--gpu {args.gpu} picks a GPU; --model fakecuda models tests/fakecuda: give one of them"
-    if args.model == "h100" and args.gpu not in (None, K.DEFAULT_GPU):
-        return f"--model h100 is --gpu {K.DEFAULT_GPU}, not --gpu {args.gpu}: give --gpu alone"
     return ""
 
 
 def models(args) -> list:
     """[(case, engine.Model)]: fakecuda's one, or the preset's over the range (engine.range_models)."""
     link = args.link_gbps * 1e9 if args.link_gbps else None
-    if args.model == "fakecuda":
+    if args.gpu == "fakecuda":
         return [("fakecuda", engine.fakecuda(link))]
     return engine.range_models(args.gpu or K.DEFAULT_GPU, link)
 
@@ -167,7 +176,7 @@ def main(args) -> int:
     if args.timeline_png and not args.timeline:
         print("pump: simulate: --timeline-png draws the --timeline; give both", file=sys.stderr)
         return 2
-    why = _bad_combination(args)
+    why = _fold_model(args) or _bad_combination(args)
     if why:
         print(f"pump: simulate: {why}", file=sys.stderr)
         return 2
@@ -213,7 +222,7 @@ def main(args) -> int:
         progress.close()
     if measured:
         doc["profile"] = measured
-    if args.model == "fakecuda":
+    if args.gpu == "fakecuda":
         doc["fakecuda_counts"] = report.fakecuda_counts(doc)
     if args.json:
         print(report.dumps(doc))

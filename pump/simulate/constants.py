@@ -321,7 +321,7 @@ def fakecuda_constants(path: str = FAKECUDA_MODEL_H) -> dict:
         text = open(path).read()
     except OSError as exc:
         raise ValueError(f"{path}: cannot read fakecuda's model constants ({exc.strerror}); "
-                         f"--model fakecuda needs the file pump installs beside its package") from None
+                         f"--gpu fakecuda needs the file pump installs beside its package") from None
     values = {}
     for name, expr in _DEFINE.findall(text):
         expr = re.sub(r"/\*.*?\*/", "", expr)
