@@ -11,6 +11,9 @@ matplotlib.use("Agg")
 from matplotlib import pyplot  # noqa: E402
 
 MAX_LANES = 3   # async lanes drawn per (process, category); deeper spans share the last one
+# Counter lines often run on top of each other (memory believed resident and resident, the
+# same bytes): each next one is drawn thinner and dashed otherwise, so that every one shows.
+LINE_STYLES = (("-", 3.2), ((0, (5, 2)), 2.4), ((0, (3, 1, 1, 1)), 1.7), ((0, (1, 1)), 1.1))
 
 
 def _label(names: dict, key, default: str) -> str:
@@ -108,9 +111,10 @@ def render(doc: dict, out, title: str = ""):
             for i, key in enumerate(sorted(k for k in counters if k[0] == p)):
                 pts = sorted(counters[key])
                 in_bytes = key[1].endswith(" bytes")
+                style, width = LINE_STYLES[i % len(LINE_STYLES)]
                 (ax if in_bytes else counts).step(
                     [x for x, _ in pts], [v / (1 << 20) if in_bytes else v for _, v in pts], where="post",
-                    color=pyplot.cm.tab10(i % 10), linestyle="-" if in_bytes else ":",
+                    color=pyplot.cm.tab10(i % 10), linestyle=style, linewidth=width, zorder=2 + i,
                     label=key[1][:-len(" bytes")] + ", MiB" if in_bytes else key[1] + " (right scale)")
             ax.set_ylabel("MiB", fontsize=7)
             lines = ax.get_legend_handles_labels()

@@ -363,6 +363,22 @@ def test_the_png_draws_a_kineto_trace_too(tmp_path):
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_counter_lines_on_top_of_each_other_all_show(tmp_path, monkeypatch):
+    """Two memory counters with the same values (believed resident and resident): each line
+    drawn with its own dash and width, the later thinner, so that neither hides the other."""
+    from matplotlib import axes
+    from pump import timeline_png
+    drawn = []
+    original = axes.Axes.step
+    monkeypatch.setattr(axes.Axes, "step", lambda ax, *a, **k: drawn.append(k) or original(ax, *a, **k))
+    same = [{"ph": "C", "name": name, "pid": 1, "tid": 0, "ts": ts, "args": {"bytes": v}}
+            for name in ("believed", "resident", "evicted") for ts, v in ((0, 0), (10, 1 << 20), (20, 3 << 20))]
+    timeline_png.render({"traceEvents": same}, str(tmp_path / "m.png"))
+    styles = [(str(k["linestyle"]), k["linewidth"]) for k in drawn]
+    assert len(styles) == 3 and len(set(styles)) == 3, styles
+    assert [k["linewidth"] for k in drawn] == sorted((k["linewidth"] for k in drawn), reverse=True)
+
+
 # ---- pump simulate --timeline ---------------------------------------------------------------
 
 def test_simulated_step_per_policy(tmp_path):
