@@ -3,6 +3,8 @@ time, either way, and a stream waiting on an event does not hold it."""
 
 import random
 
+import pytest
+
 from pump.simulate import engine, workload
 from pump.simulate.link import HalfDuplexLink
 from synthetic_trace import MIB, TraceBuilder
@@ -52,3 +54,43 @@ def test_a_prefetch_ready_now_is_not_queued_behind_an_eviction_waiting_for_its_k
     done = run._prefetch(ib, 0.0)
     assert done < 1.0, done
     assert run.thread.seconds >= 2 * MIB / model.d2h_rate  # the copy, waited for in the call
+
+
+def test_a_link_given_each_way_prices_each_direction_at_its_own_rate():
+    """--link-gbps IN,OUT (the first H100 measured 49.8 GB/s in and 11.2 out): the range's rates
+    are fractions of each direction's own line rate; one figure is both, as before."""
+    from pump.simulate import cli, constants as K
+    assert cli._bandwidth("49.8,11.2") == (49.8, 11.2) and cli._bandwidth("63") == (63.0, None)
+    for bad in ("", "1,2,3", "0,5", "x", "5,"):
+        try:
+            cli._bandwidth(bad)
+        except ValueError:
+            continue
+        raise AssertionError(bad)
+    both = dict(engine.range_models("h100-pcie", 49.8e9, 11.2e9))
+    same = dict(engine.range_models("h100-pcie", 49.8e9))
+    for case, h2d, d2h, _ in K.RANGE_CASES:
+        assert both[case].link_bytes_per_s == same[case].link_bytes_per_s == 49.8e9
+        assert (both[case].link_out, same[case].link_out) == (11.2e9, 49.8e9)
+        assert both[case].bandwidth == same[case].bandwidth == 49.8e9 * h2d
+        assert both[case].d2h_rate == 11.2e9 * d2h and same[case].d2h_rate == 49.8e9 * d2h
+    f = engine.fakecuda(20e9, 5e9)
+    assert (f.bandwidth, f.d2h_rate, f.link_out) == (20e9, 5e9, 5e9)
+
+
+def test_the_driver_evictions_of_a_slower_way_out_take_longer(tmp_path):
+    """naive on a GPU smaller than its cycle: every eviction the driver makes goes out at the
+    GPU->host line rate, so a slower way out lengthens the step by what it moves."""
+    t = TraceBuilder()
+    bufs = [t.alloc(8 * MIB) for _ in range(4)]
+    for s in range(6):
+        t.step(s)
+        for i, b in enumerate(bufs):
+            t.launch(10 + i, [b], [(b, 8 * MIB, True)], 1e9, 8 * MIB)
+    w = workload.load(t.write(str(tmp_path / "out.trace")))
+    fast = engine.run(w, "naive", 16 * MIB, engine.gpu_model("a100-40gb", 31.5e9))
+    slow = engine.run(w, "naive", 16 * MIB, engine.gpu_model("a100-40gb", 31.5e9, link_out=10e9))
+    out = fast.steady_mean("d2h")
+    assert out > 0 and slow.steady_mean("d2h") == out
+    assert slow.step_mean_seconds - fast.step_mean_seconds == \
+        pytest.approx(out / 10e9 - out / 31.5e9, rel=0.05), (slow.step_mean_seconds, fast.step_mean_seconds)

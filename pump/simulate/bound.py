@@ -280,7 +280,7 @@ def lower_bound(workload, capacity: int, model: engine.Model) -> dict:
     compute = float(kernel_s[lo:hi].sum()) / steps
     chain = chain_seconds(b["launches"], workload.block_bytes, kernel_s[lo:hi], capacity, model.bandwidth) / steps
     write_back = max(0, live - capacity) / steps
-    fetch_s, write_s = must / model.bandwidth, write_back / model.link_bytes_per_s
+    fetch_s, write_s = must / model.bandwidth, write_back / model.link_out
     link_s = max(fetch_s, write_s) if model.full_duplex else fetch_s + write_s
     beyond = max(0.0, touched - capacity)
     return {"compute_seconds": compute, "touched_bytes": int(touched),

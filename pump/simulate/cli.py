@@ -62,13 +62,17 @@ def _size_type(text):
 
 
 def _bandwidth(text):
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0 < value < 1e6:
-        raise config.BadValueError(f"bad value {text!r}; allowed: GB/s as a number > 0, e.g. 63 or 25.5")
-    return value
+    """--link-gbps IN[,OUT]: (GB/s host->GPU, GB/s GPU->host or None)."""
+    values = []
+    for part in text.split(",") if text.count(",") <= 1 else ():
+        try:
+            values.append(float(part))
+        except ValueError:
+            values.append(0.0)
+    if not values or not all(0 < v < 1e6 for v in values):
+        raise config.BadValueError(f"bad value {text!r}; allowed: GB/s as a number > 0, or two (host to GPU, "
+                                   "GPU to host), e.g. 63 or 49.8,11.2")
+    return values[0], values[1] if len(values) == 2 else None
 
 
 def add_parser(sub, handler):
@@ -91,8 +95,9 @@ def add_parser(sub, handler):
     p.add_argument("--gpu", choices=tuple(K.GPU_PRESETS) + ("fakecuda",),
                    help=f"the GPU preset (default {K.DEFAULT_GPU}; each figure's datasheet: pump/simulate/constants.py), "
                         "or fakecuda: predict fakecuda's counts for a replay under pump-run --budget SIZE")
-    p.add_argument("--link-gbps", "--bandwidth", dest="link_gbps", metavar="GB/s", type=_bandwidth,
-                   help="the host link's line rate each way, instead of the preset's PCIe generation and lanes")
+    p.add_argument("--link-gbps", "--bandwidth", dest="link_gbps", metavar="IN[,OUT]", type=_bandwidth,
+                   help="the host link's line rate in GB/s, host to GPU and GPU to host (one figure: both), "
+                        "instead of the preset's PCIe generation and lanes")
     p.add_argument("--policy", choices=engine.POLICIES, action="append",
                    help="a policy to run (repeatable; default: all)")
     p.add_argument("--model", choices=tuple(engine.MODELS), help=argparse.SUPPRESS)  # the old spelling of --gpu
@@ -166,10 +171,10 @@ def _bad_combination(args) -> str:
 
 def models(args) -> list:
     """[(case, engine.Model)]: fakecuda's one, or the preset's over the range (engine.range_models)."""
-    link = args.link_gbps * 1e9 if args.link_gbps else None
+    link, out = (v * 1e9 if v else None for v in (args.link_gbps or (None, None)))
     if args.gpu == "fakecuda":
-        return [("fakecuda", engine.fakecuda(link))]
-    return engine.range_models(args.gpu or K.DEFAULT_GPU, link)
+        return [("fakecuda", engine.fakecuda(link, out))]
+    return engine.range_models(args.gpu or K.DEFAULT_GPU, link, out)
 
 
 def main(args) -> int:

@@ -81,6 +81,8 @@ class Model:
     daemon_reads_steps: bool = False
     # bytes/s of explicit migrations GPU->host (pump's evictions); 0: as `bandwidth`.
     d2h_bandwidth: float = 0.0
+    # The link's line rate GPU->host (the driver's evictions and write-backs); 0: as link_bytes_per_s.
+    link_d2h_bytes_per_s: float = 0.0
     # pump's driver calls cost the launching thread what fakecuda charges (host.HostCosts), or nothing.
     host_costs: bool = True
     # The driver's fault-time prefetcher: its threshold in percent (None: off) and min_faults.
@@ -91,22 +93,29 @@ class Model:
     def d2h_rate(self) -> float:
         return self.d2h_bandwidth or self.bandwidth
 
+    @property
+    def link_out(self) -> float:
+        return self.link_d2h_bytes_per_s or self.link_bytes_per_s
+
 
 def gpu_model(gpu: str = K.DEFAULT_GPU, link: float = None, prefetch: float = None,
-              full_duplex: bool = True, evict: float = None) -> Model:
+              full_duplex: bool = True, evict: float = None, link_out: float = None) -> Model:
     """A GPU preset (K.GPU_PRESETS) on its host link: `link` overrides the line rate (bytes/s
-    each way), `prefetch` the rate of explicit migrations host->GPU and `evict` GPU->host (each
-    at most the line rate; default it).  ValueError naming the allowed presets for an unknown one."""
+    host->GPU, and GPU->host unless `link_out` gives that), `prefetch` the rate of explicit
+    migrations host->GPU and `evict` GPU->host (each at most its direction's line rate; default
+    it).  ValueError naming the allowed presets for an unknown one."""
     if gpu not in K.GPU_PRESETS:
         raise ValueError(f"unknown GPU preset {gpu!r}; allowed: {', '.join(K.GPU_PRESETS)}")
     preset = K.GPU_PRESETS[gpu]
     link = link or preset.link_bytes_per_s
+    out = link_out or link
     rate = min(prefetch or link, link)
     duplex = "" if full_duplex else ", half duplex"
     name = f"{gpu}, PCIe Gen{preset.pcie_generation} x{preset.pcie_lanes}{duplex}"
     path = preset.fault_path
     return Model(name, preset, rate, link, path.service_seconds, path.batch_faults,
-                 K.HOST_LAUNCH_S, K.LAUNCH_QUEUE_DEPTH, True, full_duplex, d2h_bandwidth=min(evict or link, link),
+                 K.HOST_LAUNCH_S, K.LAUNCH_QUEUE_DEPTH, True, full_duplex, d2h_bandwidth=min(evict or out, out),
+                 link_d2h_bytes_per_s=out,
                  prefetch_threshold=path.prefetch_threshold, prefetch_min_faults=path.prefetch_min_faults)
 
 
@@ -115,9 +124,9 @@ def h100(bandwidth: float = None) -> Model:
     return gpu_model(K.DEFAULT_GPU, bandwidth)
 
 
-def fakecuda(bandwidth: float = None) -> Model:
+def fakecuda(bandwidth: float = None, out: float = None) -> Model:
     """tests/fakecuda's model (its fault path's knobs at their defaults); its kernels take the
-    default preset's times."""
+    default preset's times. `bandwidth` replaces its rates (bytes/s), `out` GPU->host's."""
     f = K.fakecuda_constants()
     if f["FAKECUDA_PAGE"] != K.PAGE_BYTES or f["FAKECUDA_MANAGED_ALIGN"] != K.BLOCK_BYTES:
         raise ValueError(f"{K.FAKECUDA_MODEL_H}: page {f['FAKECUDA_PAGE']} / alignment "
@@ -128,16 +137,19 @@ def fakecuda(bandwidth: float = None) -> Model:
                  f["FAKECUDA_GPU_FAULT_US"] * 1e-6 + K.PAGE_BYTES / h2d, f["FAKECUDA_UVM_PERF_FAULT_BATCH_COUNT"],
                  f["FAKECUDA_LAUNCH_LATENCY_US"] * 1e-6, K.LAUNCH_QUEUE_DEPTH, False,
                  policy_sees_extents=False, daemon_reads_steps=True,
-                 d2h_bandwidth=bandwidth or f["FAKECUDA_PREFETCH_D2H_BYTES_PER_US"] * 1e6,
+                 d2h_bandwidth=out or bandwidth or f["FAKECUDA_PREFETCH_D2H_BYTES_PER_US"] * 1e6,
+                 link_d2h_bytes_per_s=out or 0.0,
                  prefetch_threshold=f["FAKECUDA_UVM_PERF_PREFETCH_THRESHOLD"] if f["FAKECUDA_UVM_PERF_PREFETCH_ENABLE"]
                  else None, prefetch_min_faults=f["FAKECUDA_UVM_PERF_PREFETCH_MIN_FAULTS"])
 
 
-def range_models(gpu: str = K.DEFAULT_GPU, link: float = None) -> list:
+def range_models(gpu: str = K.DEFAULT_GPU, link: float = None, link_out: float = None) -> list:
     """[(case, Model)] over the sourced range of explicit migrations (K.RANGE_CASES): the best
-    case at the line rate, full duplex, and the worst, each direction at its own rate."""
-    link = gpu_model(gpu, link).link_bytes_per_s
-    return [(case, gpu_model(gpu, link, link * h2d, duplex, link * d2h)) for case, h2d, d2h, duplex in K.RANGE_CASES]
+    case at the line rate, full duplex, and the worst, each direction at its own rate (of its
+    own line rate, where `link_out` gives GPU->host's)."""
+    base = gpu_model(gpu, link, link_out=link_out)
+    link, out = base.link_bytes_per_s, base.link_out
+    return [(case, gpu_model(gpu, link, link * h2d, duplex, out * d2h, out)) for case, h2d, d2h, duplex in K.RANGE_CASES]
 
 
 # --model: h100 is the h100-pcie preset (--gpu picks another); fakecuda is tests/fakecuda.
@@ -371,7 +383,7 @@ class _Run:
         self.r.bytes_prefetched_h2d += moved
         self.r.prefetch_calls += 1
         floor, now = now, self._call("prefetch", b, now, moved=arriving)
-        start = max(now, self.pf_free) + back / self.m.link_bytes_per_s
+        start = max(now, self.pf_free) + back / self.m.link_out
         # Room: evictions still in flight hold their chunks until they complete.
         while self.pending and self.pending[0][0] <= start:
             self.pending_bytes -= self.pending.popleft()[1]
@@ -528,7 +540,7 @@ class _Run:
                 r.bytes_faulted_h2d += faulted
                 r.bytes_fault_prefetched_h2d += by_prefetcher
                 duration = (self.kernel_s[k] + faults * m.fault_seconds
-                            + (by_prefetcher + moved_back) / m.link_bytes_per_s)
+                            + by_prefetcher / m.link_bytes_per_s + moved_back / m.link_out)
             else:
                 duration = self.kernel_s[k]
             start = max(prev_end, ready)

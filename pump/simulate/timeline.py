@@ -102,7 +102,7 @@ class _Recorder:
                          {"bytes_host_to_gpu": faulted, "launch": k})
             if moved_back:
                 self.t.slice(self.pid, FAULTS, "driver eviction", "driver evicts", stall,
-                             stall + moved_back / m.link_bytes_per_s * 1e6, {"bytes_gpu_to_host": moved_back, "launch": k})
+                             stall + moved_back / m.link_out * 1e6, {"bytes_gpu_to_host": moved_back, "launch": k})
         if self.memory_limited:
             self.t.counter(self.pid, "GPU-resident", ts, bytes=resident)
             self.t.counter(self.pid, "believed resident by the shim", ts, bytes=believed)
