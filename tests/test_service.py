@@ -502,3 +502,25 @@ def test_install_refuses_what_another_user_could_change(tmp_path, venv, change):
     assert r.returncode == 2 and f"{path} (uid " in r.stderr and "whose code would then run as pump" in r.stderr, \
         r.stderr
     assert not (tmp_path / "etc/systemd/system/pumpd.service").exists()
+
+
+def test_pumpd_tells_systemd_its_status_as_it_changes(tmp_path):
+    """systemctl status pumpd shows the STATUS= line: jobs, users, sessions, told when it changes."""
+    import socket as sockets
+    from helpers import clean_env, start_pumpd, stop_pumpd
+    from pump import protocol
+    notify = sockets.socket(sockets.AF_UNIX, sockets.SOCK_DGRAM)
+    notify.bind(str(tmp_path / "notify"))
+    notify.settimeout(5)
+    proc = start_pumpd(tmp_path / "pumpd.sock", env=dict(clean_env(), NOTIFY_SOCKET=str(tmp_path / "notify")))
+    try:
+        with protocol.Client(str(tmp_path / "pumpd.sock")) as c:
+            c.request({"op": "register", "name": "told"})
+        said = []
+        while not any("STATUS=serving 1 job of 1 user, 0 sessions" in m for m in said):
+            said.append(notify.recv(4096).decode())
+        assert said[0].startswith("READY=1\nSTATUS=listening on "), said
+        assert sum("STATUS=serving 0 jobs of 0 users, 0 sessions" == m for m in said) <= 1, said  # once, not each round
+    finally:
+        stop_pumpd(proc)
+        notify.close()

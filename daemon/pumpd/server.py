@@ -74,6 +74,7 @@ class Daemon(Requests):
         self.scheduler = Scheduler(self, self.errors)  # ring reading and planning, fair between users
         self.serving = set()           # the connections' tasks
         self.bad_messages = 0
+        self.said_status = None         # the last STATUS= told systemd
         self.events_ingested = 0
         self.telemetry_sample = None
         self.best_throughput = 0.0      # the highest host-to-GPU bytes/s NVML reported
@@ -372,11 +373,26 @@ class Daemon(Requests):
                 self.errors.warning("liveness check", exc.strerror or str(exc))
             else:
                 await self._reap(verdicts)
+            self._say_status()
             if self.exit_with is not None and start_time(self.exit_with) is None:
                 log.info("pid %d is gone: stopping (embedded pumpd)", self.exit_with)
                 self.stop()
             if self.idle_exit is not None:
                 self._stop_when_idle()
+
+    def _say_status(self):
+        """systemd's STATUS= (what `systemctl status pumpd` shows), when it changes: jobs, users,
+        sessions, and the jobs whose state pumpd could not save."""
+        users = {job.uid for job in self.jobs.values()}
+        sessions = sum(len(job.sessions) for job in self.jobs.values())
+        n = len(self.jobs)
+        text = (f"serving {n} job{'s' if n != 1 else ''} of {len(users)} user{'s' if len(users) != 1 else ''}, "
+                f"{sessions} session{'s' if sessions != 1 else ''}")
+        if self.store.unsaved:
+            text += f"; {len(self.store.unsaved)} not saved (state directory: {next(iter(self.store.unsaved.values()))})"
+        if text != self.said_status:
+            self.said_status = text
+            systemd.notify("STATUS=" + text)
 
     def _stop_when_idle(self):
         if self.jobs:
