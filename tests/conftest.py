@@ -18,6 +18,43 @@ BUILD = ROOT / "build" / "tests"
 LOCK_HELD_LINE = "pump's rule: no lock held across a driver call"
 
 
+# The two tiers (README): `pytest` runs the fast one, `pytest -m slow` the slow one: the runs of
+# the sanitizer builds, PyTorch's CUDA build on fakecuda (the real client), Slurm, fuzzing and the
+# daemon's fairness under load. A path or node id named on the command line, or any -m, runs what
+# it selects, slow or not.
+SLOW_MODULES = {"test_real_client", "test_real_client_allocators", "test_real_client_iteration",
+                "test_real_client_training", "test_bench_steady_real", "test_slurm", "test_fuzz", "test_daemon_fair"}
+SLOW_VARIANTS = {"asan", "tsan"}
+
+
+def _slow(item) -> bool:
+    params = getattr(item, "callspec", None)
+    variant = params.params.get("variant") if params else None
+    return item.module.__name__ in SLOW_MODULES or variant in SLOW_VARIANTS
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _slow(item):
+            item.add_marker(pytest.mark.slow)
+    if config.option.markexpr or config.args_source != pytest.Config.ArgsSource.TESTPATHS:
+        return
+    fast = [item for item in items if not _slow(item)]
+    config.hook.pytest_deselected(items=[item for item in items if _slow(item)])
+    items[:] = fast
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Where the slow tier must run (PUMP_SLOW_TIER_REQUIRED=1: CI), a slow test that skipped fails,
+    saying why it skipped: a tier that did not run is not a tier that passed."""
+    report = yield
+    if report.skipped and os.environ.get("PUMP_SLOW_TIER_REQUIRED") == "1" and _slow(item):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome, report.longrepr = "failed", f"the slow tier must run here, but this test skipped: {reason}"
+    return report
+
+
 def _build_c_tests():
     build = subprocess.run([str(ROOT / "scripts" / "build-tests")], env=dict(os.environ, PYTHON=sys.executable),
                            capture_output=True, text=True)
