@@ -239,6 +239,7 @@ def stats(path) -> dict:
 
 
 ITERATION_MULTIPLES = 16  # multiples of the kernels' period tried as the iteration
+NEAR_SHARE = 0.01          # shares of repeated keys this close are equals: the shorter period wins
 
 
 def iteration(blocks) -> dict:
@@ -248,7 +249,8 @@ def iteration(blocks) -> dict:
     allocator gives a step's tensors other memory than the step before, keys do not repeat and
     no plan is learned.  The kernels' own period may be shorter than a step's (two kernels
     alternating on other buffers), so the iteration is the multiple of it, up to
-    ITERATION_MULTIPLES, under which the most keys repeat (the shortest of equals); None where
+    ITERATION_MULTIPLES, under which the most keys repeat (the shortest of those within
+    NEAR_SHARE of the most); None where
     the kernels do not repeat."""
     from pump.foresight import IterationDetector
     per_pid = {}
@@ -265,11 +267,14 @@ def iteration(blocks) -> dict:
     kernels = detector.detect()
     if not kernels:
         return None
-    best = None
+    shares = []
     for period in range(kernels, min(ITERATION_MULTIPLES * kernels, len(keys) // 2) + 1, kernels):
         same = int(np.count_nonzero(keys[-period:] == keys[-2 * period:-period]))
-        if best is None or same / period > best["keys_repeated_share"]:
-            best = {"launches": period, "keys_repeated": same, "keys_repeated_share": same / period}
+        shares.append({"launches": period, "keys_repeated": same, "keys_repeated_share": same / period})
+    # The shortest within a point of the most: a longer multiple dilutes one key that did not repeat
+    # (a tensor placed elsewhere once) and would otherwise win by that alone.
+    most = max(it["keys_repeated_share"] for it in shares)
+    best = next(it for it in shares if it["keys_repeated_share"] >= most - NEAR_SHARE)
     same = _same_in_allocation_order(read, best["launches"])
     best.update(order_repeated=same, order_repeated_share=same / best["launches"])
     return best

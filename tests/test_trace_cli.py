@@ -82,6 +82,21 @@ def test_stats_take_the_iteration_as_long_as_the_keys_need(tmp_path):
            "(lookahead needs most); 100% on the same allocations in the iteration's order" in lines
 
 
+def test_one_key_that_did_not_repeat_does_not_make_the_iteration_a_multiple(tmp_path):
+    """A 200-launch step, twelve times, whose last step gives one launch another buffer (a
+    tensor placed elsewhere once): the iteration is still the step, 99.5% of its keys repeated;
+    a multiple of it would dilute the one miss and win by that alone (11 steps: 99.95%)."""
+    t = TraceBuilder()
+    bufs = [t.alloc(2 * MIB) for _ in range(200)]
+    other = t.alloc(2 * MIB)
+    for s in range(12):
+        for i in range(200):
+            t.launch(0x100 + i, [other if (s == 11 and i == 7) else bufs[i]])
+    (said,) = [line for line in stats_text(t.write(str(tmp_path / "miss.trace"))) if line.startswith("iteration")]
+    assert said.startswith("iteration     200 launches; 100% of them with the launch key they had an iteration "
+                           "before"), said   # 199 of 200, shown rounded
+
+
 def test_stats_say_how_many_launches_repeat_in_allocation_order(tmp_path):
     """PyTorch's caching allocator's way (the real client's tiny GPT: 16% of launch keys
     repeat, 98% in allocation order): every step allocates the same sizes in the same order,
