@@ -672,3 +672,27 @@ def test_managed_probe_records_a_refused_managed_memory_as_a_finding(fake_gpu):
     assert doc["results"]["cuMemAllocManaged"]["alloc"].startswith("refused")
     assert any(str(v).startswith("refused") and "advise" in k
                for k, v in doc["results"]["managed pool"].items())
+
+
+def test_the_benchmarks_evidence_keeps_traces_and_reports_within_its_cap(tmp_path, monkeypatch):
+    """What the simulator needs to replay a GPU run comes back in one file: the traces, the
+    suite's JSON, CUPTI's reports; not the CUPTI library built there; past the cap, named."""
+    import tarfile
+    work, out = tmp_path / "work", tmp_path / "out"
+    (work / "cupti").mkdir(parents=True)
+    out.mkdir()
+    t = TraceBuilder()
+    t.launch(1, [t.alloc(2 << 20)])
+    t.write(str(work / "a.trace"))
+    (work / "suite.json").write_text("{}")
+    (work / "cupti" / "a-launch-cupti.json").write_text('{"records": 0}')
+    (work / "libum_counters.so").write_bytes(b"\x7fELF")
+    (work / "z.trace").write_bytes(os.urandom(300_000))           # incompressible, past a small cap
+    monkeypatch.setattr(stages, "EVIDENCE_MAX", 200_000)
+    kept = stages.keep_evidence(work, out)
+    assert kept["kept"] == ["a.trace", "cupti/a-launch-cupti.json", "suite.json"], kept
+    assert kept["left_out"] == ["z.trace (300000 bytes)"] and kept["bytes"] == (out / stages.EVIDENCE).stat().st_size
+    with tarfile.open(out / stages.EVIDENCE) as tar:
+        assert sorted(tar.getnames()) == sorted(kept["kept"])
+        tar.extract("a.trace", tmp_path / "back", filter="data")
+    assert (tmp_path / "back" / "a.trace").read_bytes() == (work / "a.trace").read_bytes()

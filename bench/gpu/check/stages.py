@@ -172,6 +172,31 @@ def tests(stage, args) -> list:
     return [] if selected else [f"pytest -m gpu selected no test: {r['summary']}"]
 
 
+EVIDENCE = "benchmarks-evidence.tar.gz"  # a third file of the stage's, beside its JSON and log
+EVIDENCE_MAX = 24 << 20                   # compressed bytes: well within what a call brings back
+EVIDENCE_KINDS = (".trace", ".json", ".log", ".txt", ".csv")  # not the CUPTI library built there
+
+
+def keep_evidence(work: pathlib.Path, out: pathlib.Path) -> dict:
+    """What the suite left in its work folder that the simulator needs to replay the run (the
+    traced variants' pump traces, the suite's JSON, CUPTI's reports), compressed into one file
+    of the stage's, at most EVIDENCE_MAX; a file past it is named in "left_out", not kept."""
+    import tarfile
+    import zlib
+    kept, left_out, room = [], [], EVIDENCE_MAX - 4096   # the archive's own headers and ends
+    path = out / EVIDENCE
+    with tarfile.open(path, "w:gz", compresslevel=6) as tar:
+        for f in sorted(p for p in work.rglob("*") if p.is_file() and p.suffix in EVIDENCE_KINDS):
+            size = len(zlib.compress(f.read_bytes(), 1)) + 1024   # at most this, compressed more
+            if size > room:
+                left_out.append(f"{f.relative_to(work)} ({f.stat().st_size} bytes)")
+                continue
+            room -= size
+            tar.add(f, arcname=str(f.relative_to(work)))
+            kept.append(str(f.relative_to(work)))
+    return {"file": EVIDENCE, "bytes": path.stat().st_size, "kept": kept, "left_out": left_out}
+
+
 def benchmarks(stage, args) -> list:
     parts, failed = stage.doc["parts"], ensure_pump(stage, args)
     if failed:
@@ -185,6 +210,11 @@ def benchmarks(stage, args) -> list:
     if not suite_json.exists():
         return [f"bench/gpu/suite.py wrote no results (exit status {r['rc']})"]
     suite = json.loads(suite_json.read_text())
+    parts["evidence"] = evidence = keep_evidence(work, stage.out)
+    stage.log(f"evidence: {len(evidence['kept'])} files in {EVIDENCE} ({evidence['bytes']} bytes)"
+              + (f"; left out: {', '.join(evidence['left_out'])}" if evidence["left_out"] else ""))
+    if not any(name.endswith(".trace") for name in evidence["kept"]):
+        failed.append(f"{EVIDENCE} holds no pump trace: the simulator cannot replay this run")
     stage.doc["device"], stage.doc["versions"] = suite.pop("device", None), suite.pop("versions", None)
     stage.doc["suite"] = suite
     if r["rc"] not in (0, 1) or (r["rc"] == 1 and not stage.fakecuda):
