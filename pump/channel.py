@@ -287,12 +287,15 @@ class Plan:
     def __init__(self, fd, mm: mmap.mmap):
         self.fd, self.mm = fd, mm
         self.plan = ffi.cast("struct pump_plan *", ffi.from_buffer(mm))
+        self.slots = np.frombuffer(ffi.buffer(self.plan.trigger, PLAN_SLOTS * TRIGGER.itemsize), dtype=TRIGGER)
+        self.occupied = None   # the trigger slots written last; None: unknown (every slot is written)
         self.dropped_triggers = 0
 
     @classmethod
     def create(cls) -> "Plan":
         fd = _memfd("pump-plan", PLAN_SIZE)
         plan = cls(fd, _map(fd, PLAN_SIZE))
+        plan.occupied = np.zeros(0, dtype=np.intp)   # a new memfd reads as zeros
         plan.plan.version = C.PUMP_PLAN_VERSION
         plan.plan.magic = C.PUMP_PLAN_MAGIC
         return plan
@@ -350,7 +353,15 @@ class Plan:
         p.generation = (p.generation | 1)  # odd: the shim ignores the plan meanwhile
         p.budget_bytes = budget_bytes
         p.order = order
-        ffi.memmove(p.trigger, slots.tobytes(), slots.nbytes)
+        # Only the slots in use, and those that were: a memfd's pages exist once written, and a
+        # session's untouched trigger table (384 KiB) then costs pumpd's memory nothing.
+        used = np.flatnonzero(slots["key"])
+        if self.occupied is None:
+            self.slots[:] = slots
+        else:
+            self.slots[np.setdiff1d(self.occupied, used, assume_unique=True)] = 0
+            self.slots[used] = slots[used]
+        self.occupied = used
         ffi.memmove(p.range, table.tobytes(), table.nbytes)
         p.trigger_count = int(np.count_nonzero(slots["key"]))
         p.range_count = len(table)
@@ -359,7 +370,7 @@ class Plan:
     hand_over = Ring.hand_over
 
     def close(self):
-        self.plan = None
+        self.plan = self.slots = None
         self.mm.close()
         if self.fd is not None:
             os.close(self.fd)
