@@ -238,21 +238,34 @@ def test_process_tree(tree):
 
 
 def test_process_tree_child_exits_midway(tree, monkeypatch):
-    """A child listed by children() is gone before it is read."""
+    """A child in the process table is gone before it is read."""
     root, (child, middle, grandchild) = tree
-    real_children = psutil.Process.children
+    real_iter = psutil.process_iter
 
-    def children_then_exit(self, recursive=False):
-        kids = real_children(self, recursive=recursive)
+    def table_then_exit(*args, **kw):
+        table = list(real_iter(*args, **kw))
         root.stdin.write("\n")
         root.stdin.flush()
         assert root.stdout.readline().strip() == "reaped"
-        return kids
+        return table
 
-    monkeypatch.setattr(psutil.Process, "children", children_then_exit)
+    monkeypatch.setattr(psutil, "process_iter", table_then_exit)
     t = Telemetry.process_tree(root.pid)
     assert child not in t["pids"]
     assert sorted(t["pids"]) == sorted([root.pid, middle, grandchild])
+
+
+def test_the_trees_of_many_jobs_are_read_in_one_pass_of_the_process_table(tree, monkeypatch):
+    """Each job's tree as process_tree() gives it, from one read of the process table for all."""
+    root, (child, middle, grandchild) = tree
+    passes = []
+    real_iter = psutil.process_iter
+    monkeypatch.setattr(psutil, "process_iter", lambda *a, **k: passes.append(1) or real_iter(*a, **k))
+    trees = Telemetry.process_trees([root.pid, middle, grandchild, 2 ** 22 + 7])
+    assert len(passes) == 1
+    assert sorted(trees[root.pid]["pids"]) == sorted([root.pid, child, middle, grandchild])
+    assert sorted(trees[middle]["pids"]) == sorted([middle, grandchild]) and trees[grandchild]["pids"] == [grandchild]
+    assert trees[2 ** 22 + 7] == {"pids": [], "rss_bytes": 0, "cpu_seconds": 0.0}
 
 
 def test_process_tree_counts_exited_children_cpu():

@@ -41,6 +41,7 @@ INGEST_INTERVAL_MAX = 0.025  # ... and when rings are nearly idle: a 64K-record 
 FLUSH_SECONDS = 2.0          # the most pumpd's stop spends reading what rings still hold
 SLOW_CALLBACK_SECONDS = 0.1  # PYTHONASYNCIODEBUG=1: asyncio logs a callback that held the loop longer
 LIVENESS_INTERVAL = 0.5      # a dead job's session goes within 2 s
+TREE_ROUNDS = 10             # the jobs' process trees (host memory, CPU) are read every 10th pass: 5 s
 PLAN_INTERVAL = 0.2          # a session's plan is rewritten at most this often
 BLOCKING_TIMEOUT = 5.0       # psutil/NVML calls in the thread pool
 EMPTY_LAYOUT = channel.Plan.layout({})  # a plan with a budget and no triggers
@@ -360,12 +361,14 @@ class Daemon(Requests):
     # ---- liveness ----
     async def _liveness(self):
         loop = asyncio.get_running_loop()
+        rounds = 0
         while True:
             await asyncio.sleep(LIVENESS_INTERVAL)
             self.traces.check_timeouts()
             user_log.flush()  # each user's held-back log lines, counted in one line
+            trees, rounds = rounds % TREE_ROUNDS == 0, rounds + 1
             try:
-                verdicts = await asyncio.wait_for(loop.run_in_executor(None, self._check_liveness),
+                verdicts = await asyncio.wait_for(loop.run_in_executor(None, self._check_liveness, trees),
                                                   BLOCKING_TIMEOUT)
             except asyncio.TimeoutError:
                 log.warning("liveness check took over %g s", BLOCKING_TIMEOUT)
@@ -403,14 +406,15 @@ class Daemon(Requests):
             log.info("no job for %g s: stopping (shared pumpd)", self.idle_exit)
             self.stop()
 
-    def _check_liveness(self):
-        """Which jobs and processes are dead, and each job's process tree (host
-        memory and CPU): runs in the thread pool, /proc reads only."""
-        verdicts = []
-        for job in list(self.jobs.values()):
-            job.tree = Telemetry.process_tree(job.leader_pid)
-            verdicts.append((job, job.alive(), job.dead_pids()))
-        return verdicts
+    def _check_liveness(self, trees: bool):
+        """Which jobs and processes are dead (a /proc/PID/stat read per known process), and with
+        `trees` each job's process tree (host memory and CPU: the whole process table, read once):
+        runs in the thread pool."""
+        jobs = list(self.jobs.values())
+        if trees:
+            for job, tree in zip(jobs, Telemetry.process_trees([job.leader_pid for job in jobs]).values()):
+                job.tree = tree
+        return [(job, job.alive(), job.dead_pids()) for job in jobs]
 
     async def _reap(self, verdicts):
         dying = [s for job, alive, dead in verdicts for pid, s in list(job.sessions.items())
