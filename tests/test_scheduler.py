@@ -77,10 +77,10 @@ def test_the_planner_process_learns_and_comes_back_after_dying():
         planner.stop()
 
 
-def test_the_planner_is_the_oom_killers_first_choice_and_meets_a_memory_error_first(monkeypatch):
-    """The child planner: oom_score_adj 1000 and an address-space limit under the service's
-    MemoryMax, so that a hostile user's records make it fail a batch (MemoryError, reported,
-    that session's plan dropped), not the cgroup kill pumpd; the unit goes on past an OOM kill."""
+def test_the_planner_is_the_oom_killers_first_choice():
+    """The child planner's oom_score_adj is 1000, so that under the service's MemoryMax a planner
+    grown by a hostile user's records is what the OOM killer takes, not pumpd; and the unit goes
+    on past an OOM kill (OOMPolicy=continue: systemd's default, stop, would end the service)."""
     import pathlib
     import numpy as np
     from pump import channel
@@ -94,17 +94,6 @@ def test_the_planner_is_the_oom_killers_first_choice_and_meets_a_memory_error_fi
     handle = planner.session(1, 64 << 20, 50e9)
     try:
         handle.learned(planner.submit(handle, batch).result(60))
-        pid = planner.process.pid
-        assert pathlib.Path(f"/proc/{pid}/oom_score_adj").read_text().strip() == "1000"
-        limits = pathlib.Path(f"/proc/{pid}/limits").read_text()
-        (line,) = [l for l in limits.splitlines() if l.startswith("Max address space")]
-        assert line.split()[3] == str(planning.ADDRESS_SPACE_BYTES), line
+        assert pathlib.Path(f"/proc/{planner.process.pid}/oom_score_adj").read_text().strip() == "1000"
     finally:
         planner.stop()
-    # Past the limit an allocation is a MemoryError, which serve() reports for that batch alone.
-    import subprocess
-    import sys
-    grow = subprocess.run([sys.executable, "-c", "from pumpd import planner; planner.limit_self()\n"
-                           "try:\n    bytearray(2 << 30)\nexcept MemoryError:\n    print('MemoryError')"],
-                          capture_output=True, text=True, cwd="/", timeout=60)
-    assert grow.stdout.strip() == "MemoryError", grow
