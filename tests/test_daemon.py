@@ -733,3 +733,28 @@ def test_pump_run_says_once_when_pumpd_could_not_save_its_job(monkeypatch, capsy
     assert capsys.readouterr().err == (
         "pump-run: warning: pumpd could not save this job to its state directory (No space left on device): the job "
         "runs, and pumpd writes it once it can; a pumpd restart before then would forget it\n")
+
+
+def test_each_job_gets_its_own_leaders_process_tree(pumpd):
+    """Two jobs of one process and one of another: each job's host memory is its own leader's
+    tree, read in one pass for all (the trees were once paired with the jobs in order, and a
+    leader with two jobs left the last job none)."""
+    import psutil
+    with protocol.Client(pumpd) as c:
+        mine = [c.request({"op": "register", "name": f"mine{i}"})["job"] for i in range(2)]
+    child = subprocess.Popen([sys.executable, "-c", "import sys, socket\nfrom pump import protocol\n"
+                              f"c = protocol.Client({pumpd!r})\nprint(c.request({{'op': 'register', 'name': 'child'}})['job'],"
+                              " flush=True)\nsys.stdin.readline()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/")
+    try:
+        theirs = child.stdout.readline().strip()
+        rows = wait_for(lambda: {j["job"]: j for j in status(pumpd)} if all(
+            j.get("host_rss_bytes") for j in status(pumpd)) else None, timeout=15)
+        assert rows, status(pumpd)
+        own = psutil.Process(os.getpid()).memory_info().rss
+        assert all(rows[j]["host_rss_bytes"] >= own // 2 for j in mine), rows
+        assert rows[theirs]["host_rss_bytes"] < own // 2, (rows[theirs], own)
+        assert rows[theirs]["pid"] == child.pid
+    finally:
+        child.kill()
+        child.wait()

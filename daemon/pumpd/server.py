@@ -412,8 +412,9 @@ class Daemon(Requests):
         runs in the thread pool."""
         jobs = list(self.jobs.values())
         if trees:
-            for job, tree in zip(jobs, Telemetry.process_trees([job.leader_pid for job in jobs]).values()):
-                job.tree = tree
+            by_leader = Telemetry.process_trees({job.leader_pid for job in jobs})
+            for job in jobs:
+                job.tree = by_leader[job.leader_pid]
         return [(job, job.alive(), job.dead_pids()) for job in jobs]
 
     async def _reap(self, verdicts):

@@ -205,8 +205,8 @@ class Telemetry:
 
     @staticmethod
     def process_trees(roots) -> dict:
-        """process_tree() of each pid in `roots`, from one pass over the process table: root ->
-        its tree. One psutil children(recursive=True) per job read every process's /proc entry
+        """process_tree() of each pid in `roots` (an iterable; each read once), from one pass
+        over the process table: root -> its tree. One psutil children(recursive=True) per job read every process's /proc entry
         once per job: at 1,024 jobs a liveness pass took longer than its interval (issue 45)."""
         children = {}
         for p in psutil.process_iter(["ppid"]):
@@ -214,7 +214,7 @@ class Telemetry:
             if ppid is not None:
                 children.setdefault(ppid, []).append(p)
         trees = {}
-        for root in roots:
+        for root in set(roots):
             tree = {"pids": [], "rss_bytes": 0, "cpu_seconds": 0.0}
             try:
                 procs, todo = [], [psutil.Process(root)]
