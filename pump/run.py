@@ -49,7 +49,7 @@ import pump
 from pump.cli_common import OneLineParser, die
 from pump import config, launchers, outfile, protocol, reaper, shim, stats, torch_env, trace
 from pump.daemon_link import DaemonError, DaemonLink
-from pump.protocol import ProtocolError
+from pump.protocol import ProtocolError, printable
 
 PROG = "pump-run"
 
@@ -405,6 +405,8 @@ def finish(args, cfg, link, stats_dir, command, rc, stats_file) -> bool:
         print(f"{PROG}: {capacity_line(totals, cfg.capacity)}", file=sys.stderr)
     if cfg.policy == "lookahead" and link.job is not None and not args.quiet:
         print(f"{PROG}: {lookahead_line(ended.get('iteration_launches'), ended.get('link_bytes_per_s'))}", file=sys.stderr)
+        for fallback in ended.get("lookahead_fallbacks") or ():
+            print(f"{PROG}: lookahead gave way to the launch rule in {printable(str(fallback))}", file=sys.stderr)
     if link.trace_file:
         line = trace.report(link.trace_file, totals["events_written"], ended.get("trace"))
         print(f"{PROG}: {line}", file=sys.stderr)

@@ -50,11 +50,13 @@ def _age(job) -> str:
 
 def _learned(job) -> str:
     """Lookahead jobs: the launches of the iteration each process learned ("not yet" while
-    none is); "-" for other policies."""
+    none is), and the processes that fell back to the launch rule; "-" for other policies."""
     periods = job.get("iteration_launches") or []
-    if job.get("policy") != "lookahead" or not periods:
+    fallbacks = job.get("lookahead_fallbacks") or []
+    if job.get("policy") != "lookahead" or not periods and not fallbacks:
         return "-"
-    return ",".join(f"{n} launches" if n else "not yet" for n in periods)
+    learned = [f"{n} launches" if n else "not yet" for n in periods]
+    return ",".join(learned + ([f"{len(fallbacks)} on the launch rule"] if fallbacks else []))
 
 
 def _ranks(job) -> str:

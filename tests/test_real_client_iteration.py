@@ -26,20 +26,20 @@ STEPS = 60
 STEP_LAUNCHES = 451  # the tiny preset's training step on this torch
 
 
-ATTEMPTS = 4  # runs made while records are lost (see run_lookahead)
+ATTEMPTS = 4  # runs made while the shim drops records (see run_lookahead)
 
 
 def run_lookahead(python, c_build, out, placement):
     """The job under lookahead: (pump-run's process, pump's totals, `pump trace stats`). A run
     whose ring dropped events is made again: on a loaded 2-core machine the embedded pumpd
     sometimes reads a ring of this fast job too late (1,103 of about 82,000 records dropped in 1
-    of 6 runs here; issue 45 item 7), and a trace with a hole in it has no period to find; or the
-    job's last records are not read before it ends (pumpd's drain at the end waits out a plan
-    being made: 56 of 60 steps traced in one CI run; issue 45 item 1). A job that loses records
-    in every attempt fails on them."""
+    of 6 runs here; issue 45 item 7), and a trace with a hole in it has no period to find. A
+    run that dropped none has every record in its trace: pumpd reads rings while it plans
+    (issue 45 item 1; before, the end of a job waited out a plan being made, and one CI run
+    traced 56 of 60 steps in each of 4 runs)."""
     for attempt in range(ATTEMPTS):
         run = _run_lookahead(python, c_build, out / str(attempt), placement)
-        if run[1]["events_dropped"] == 0 and run[2]["steps"] == STEPS:
+        if run[1]["events_dropped"] == 0:
             break
     return run
 

@@ -97,3 +97,181 @@ def test_the_planner_is_the_oom_killers_first_choice():
         assert pathlib.Path(f"/proc/{planner.process.pid}/oom_score_adj").read_text().strip() == "1000"
     finally:
         planner.stop()
+
+
+# ---- the planner's turns (issue 45 item 1) ----
+class FakePlanner:
+    """Turns as futures the test completes: (handle, batches, future) each."""
+    stopped = False
+
+    def __init__(self):
+        self.turns = []
+
+    def session(self, key, budget=1 << 30, bandwidth=25e9):
+        from pumpd.planner import Handle
+        return Handle(self, key, budget, bandwidth)
+
+    def submit(self, handle, batches):
+        import concurrent.futures
+        future = concurrent.futures.Future()
+        self.turns.append((handle, batches, future))
+        return future
+
+    def forget(self, key):
+        pass
+
+    def stop(self):
+        pass
+
+
+class LookaheadHost:
+    """Reads a chunk of `limit` records as a batch for the session's backlog, as pumpd's
+    ingest does; records keep coming (head stays ahead)."""
+
+    def __init__(self):
+        self.published = 0
+
+    def read_chunk(self, job, session, limit):
+        from pump import channel
+        session.ring.tail += limit
+        session.ring.header.head = session.ring.tail + 1_000_000
+        batch = channel.Batch(records=limit)
+        session.ingest(batch)
+        return limit, batch
+
+    def plan_due(self, job, session):
+        return False
+
+    def planned(self, job, session):
+        self.published += 1
+
+
+def lookahead_job(uid, planner, sessions=1):
+    from pumpd.jobs import Job, Session
+    from pumpd.limits import Quota, table_tallies
+    job = Job(f"j{uid}", "test", uid, 1, 0.0, policy="lookahead")
+    for pid in range(sessions):
+        ring = types.SimpleNamespace(header=types.SimpleNamespace(head=1_000_000), tail=0, capacity=1 << 16,
+                                     dropped=0, lost=0)
+        s = Session(pid + 1, pid + 1, 0.0, ring, None, Quota(uid, table_tallies()))
+        s.lookahead = planner.session(uid * 100 + pid)
+        job.sessions[s.pid] = s
+    return job
+
+
+def planned(cost, overran=False):
+    from pumpd.planner import Planned
+    return Planned(cost, 1 << 30, 25e9, 0, 0, None, overran)
+
+
+def run_turns(scheduler, jobs, complete, turns):
+    """Slices until `turns` planner turns were taken; complete(handle) -> the Planned of each."""
+    import asyncio
+
+    async def main():
+        taken = 0
+        while taken < turns:
+            scheduler.run_slice(jobs)
+            await asyncio.sleep(0)
+            while scheduler.planner.turns:
+                handle, _batches, future = scheduler.planner.turns.pop(0)
+                future.set_result(complete(handle))
+                taken += 1
+                for _ in range(3):  # the done callback runs
+                    await asyncio.sleep(0)
+    asyncio.run(main())
+
+
+def test_rings_are_read_while_the_planner_plans():
+    planner = FakePlanner()
+    one, two = lookahead_job(1000, planner), lookahead_job(1001, planner)
+    scheduler = Scheduler(LookaheadHost(), RateLimitedLog())
+    scheduler.planner.stop()
+    scheduler.planner = planner
+    import asyncio
+
+    async def main():
+        scheduler.run_slice([one])  # one's batch goes to the planner ...
+        assert len(planner.turns) == 1 and scheduler.planning is not None
+        for _ in range(10):  # ... and while it plans, every ring is read, its own too
+            scheduler.run_slice([one, two])
+        assert len(planner.turns) == 1
+        for job in (one, two):
+            session = next(iter(job.sessions.values()))
+            given = sum(b.records for b in planner.turns[0][1]) if job is one else 0
+            assert session.ring.tail > 10 * 256 and session.backlog.records > 0
+            assert session.backlog.records + session.backlog.skipped + given == session.events
+        planner.turns[0][2].set_result(planned(0.2))  # past one's quantum of credit
+        for _ in range(3):  # the done callback runs
+            await asyncio.sleep(0)
+        scheduler.run_slice([one, two])  # the planner free: the next turn is two's, with its whole backlog
+        handle, batches, _ = planner.turns[1]
+        session = next(iter(two.sessions.values()))
+        assert handle is session.lookahead and sum(b.records for b in batches) > 10 * 256
+    asyncio.run(main())
+
+
+def test_planner_time_is_shared_between_users_not_turns():
+    """One user's turns cost 1 s of the planner's time, another's 0.05 s: each user gets about
+    the same planner time, so the cheap one takes about 20 turns to the dear one's 1."""
+    planner = FakePlanner()
+    dear, cheap = lookahead_job(1000, planner, sessions=4), lookahead_job(1001, planner)
+    scheduler = Scheduler(LookaheadHost(), RateLimitedLog())
+    scheduler.planner.stop()
+    scheduler.planner = planner
+    turns = {1000: 0, 1001: 0}
+
+    def complete(handle):
+        owner = handle.key // 100
+        turns[owner] += 1
+        return planned(1.0 if owner == 1000 else 0.05)
+    run_turns(scheduler, [dear, cheap], complete, 210)
+    ratio = scheduler.spent[1000] / scheduler.spent[1001]
+    assert 0.8 < ratio < 1.25 and turns[1001] > 15 * turns[1000], (turns, dict(scheduler.spent))
+
+
+def test_overruns_back_off_then_fall_back_to_the_launch_rule():
+    from pumpd.limits import PLAN_OVERRUNS_MAX
+    planner = FakePlanner()
+    job = lookahead_job(1000, planner)
+    session = next(iter(job.sessions.values()))
+    host = LookaheadHost()
+    scheduler = Scheduler(host, RateLimitedLog())
+    scheduler.planner.stop()
+    scheduler.planner = planner
+    waits = []
+    for overrun in range(1, PLAN_OVERRUNS_MAX + 1):
+        run_turns(scheduler, [job], lambda handle: planned(5.0, overran=True), 1)
+        waits.append(session.plan_after - time.monotonic())
+        if overrun < PLAN_OVERRUNS_MAX:
+            assert session.lookahead.overruns == overrun and session.lookahead is not None
+            scheduler.run_slice([job])
+            assert not planner.turns  # no turn before its wait is over
+            session.plan_after = 0.0
+    assert 0.5 < waits[0] <= 1.0 and 1.5 < waits[1] <= 2.0, waits  # doubling
+    assert session.lookahead is None and host.published == 0 and session.plan_budget is None
+    assert job.status()["lookahead_fallbacks"] == [f"pid 1: lookahead's planning overran its deadline "
+                                                   f"{PLAN_OVERRUNS_MAX} times"]
+    assert job.ending()["lookahead_fallbacks"] == job.status()["lookahead_fallbacks"]
+    scheduler.run_slice([job])  # its ring is still read; nothing more is planned
+    assert not planner.turns and session.backlog.records == 0
+
+
+def test_a_turn_past_its_deadline_is_given_up_and_the_session_learns_anew():
+    """The child's virtual-time timer ends a turn at its CPU deadline: nothing learned, no
+    traceback; the next turn, within its deadline, learns the iteration from scratch."""
+    import numpy as np
+    from pump import channel
+    from pumpd.planner import Planner
+    from synthetic_trace import training_trace
+    trace, _, _ = training_trace(steps=4, layers=6)
+    batch = channel.decode(np.concatenate(trace.records))
+    planner = Planner()
+    handle = planner.session(1, 64 << 20, 50e9)
+    try:
+        over = planner.submit(handle, [batch], deadline=1e-4).result(60)
+        assert over.overran and over.layout is None and over.period == 0
+        handle.learned(planner.submit(handle, [batch]).result(60))
+        assert handle.period > 0 and handle.fresh
+    finally:
+        planner.stop()

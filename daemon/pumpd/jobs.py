@@ -32,6 +32,7 @@ import psutil
 from pump import channel, protocol
 from pumpd.arbiter import Terms
 from pump.foresight import BLOCK
+from pumpd.backlog import Backlog
 from pumpd.limits import Quota, table_tallies
 from pumpd.tasks import RateLimitedLog
 from pumpd.userlog import user_log
@@ -80,7 +81,9 @@ class Session:
         self.lookahead = None       # a planner.Handle for jobs with policy lookahead
         self.plan_budget = None     # the budget last published, to know when to publish again
         self.plan_published = 0.0
-        self.planning = False       # the planner has a batch of it (the ring waits)
+        self.planning = False       # lookahead: the planner has a turn of it in flight
+        self.backlog = Backlog(self.quota)  # lookahead: batches read and not yet learned
+        self.plan_after = 0.0       # lookahead: not planned again before (monotonic; a backoff)
         self.chunk = None           # records per read, sized to the time one takes (scheduler)
 
     def ingest(self, batch: channel.Batch):
@@ -92,11 +95,14 @@ class Session:
         for base, size in batch.allocs:
             self.live_bytes += size - self.allocations.get(base, 0)
             self.allocations[base] = size
+        known = []  # frees of what was allocated (the planner's backlog keeps no others)
         for base, _size in batch.frees:
             size = self.allocations.pop(base, None)
             if size is not None:
                 self.live_bytes -= size
                 self.quota.give_back("allocations")
+                known.append((base, size))
+        batch.frees = known
         batch.functions = {f: name for f, name in batch.functions.items()
                            if f in self.functions or self.quota.take("functions")}
         self.functions.update(batch.functions)
@@ -116,7 +122,8 @@ class Session:
             self.counters = batch.counters
         self.own_budgets.update(batch.budgets)
         self.link_rates.extend(moved * 1e9 / ns for _device, moved, ns in batch.links)
-        # The lookahead planner learns the batch in pumpd's planner process (scheduler.py).
+        if self.lookahead is not None:  # the planner learns it in its own process (scheduler.py)
+            self.backlog.add(batch)
 
     @property
     def own_budget(self) -> int:
@@ -142,9 +149,17 @@ class Session:
     def close(self):
         self.ring.close()
         self.plan.close()
+        self.backlog.clear()
         self.quota.release()
         if self.lookahead is not None:
             self.lookahead.close()
+
+    def fall_back(self):
+        """Lookahead given up for this process: its plan goes back to the shim's launch rule."""
+        self.lookahead.close()
+        self.lookahead = None
+        self.backlog.clear()
+        self.plan_budget = None  # the empty plan goes out with the next slice
 
 
 class Job:
@@ -169,6 +184,7 @@ class Job:
         self.tree = {}                  # the leader's process tree: pids, rss_bytes, cpu_seconds
         self.iterations = {}            # pid -> launches of the iteration lookahead learned there
         self.link_rates = {}            # pid -> the link rate its prefetches met (bytes/s), its last
+        self.fallbacks = {}             # pid -> why lookahead gave way to the launch rule there
 
     @staticmethod
     def new_id() -> str:
@@ -234,6 +250,25 @@ class Job:
         while len(self.link_rates) > ITERATIONS_KEPT:
             del self.link_rates[next(iter(self.link_rates))]
 
+    def fall_back(self, session: Session, why: str):
+        """Lookahead given up for one process (its planning overran, pumpd/scheduler.py): kept
+        past its end, said in `pump status` and pump-run's end line."""
+        session.fall_back()
+        self.fallbacks.pop(session.pid, None)
+        self.fallbacks[session.pid] = why
+        while len(self.fallbacks) > ITERATIONS_KEPT:
+            del self.fallbacks[next(iter(self.fallbacks))]
+        user_log.warning(self.uid, "job %s (%s): pid %d falls back to the launch rule: %s",
+                         self.id, protocol.printable(self.name), session.pid, why)
+
+    def ending(self) -> dict:
+        """`end`'s reply: what lookahead learned and met in the job's processes."""
+        return {"ok": True, "job": self.id, "iteration_launches": self.learned_iterations(),
+                "link_bytes_per_s": self.measured_links(), "lookahead_fallbacks": self.lookahead_fallbacks()}
+
+    def lookahead_fallbacks(self) -> list:
+        return [f"pid {pid}: {why}" for pid, why in self.fallbacks.items()]
+
     def measured_links(self) -> list:
         """The link rate each process's prefetches met (bytes/s), per process that timed one."""
         return [round(rate) for rate in self.link_rates.values() if rate]
@@ -270,9 +305,11 @@ class Job:
         totals = dict.fromkeys(self.COUNTER_NAMES, 0)
         events = dropped = invalid = 0
         tables_dropped = {"functions_dropped": 0, "allocations_dropped": 0, "planned_blocks_dropped": 0}
+        skipped = 0
         for s in self.sessions.values():
-            for what, n in s.quota.dropped.items():
-                tables_dropped[what + "_dropped"] += n
+            for what in ("functions", "allocations", "planned_blocks"):
+                tables_dropped[what + "_dropped"] += s.quota.dropped[what]
+            skipped += s.backlog.skipped
             for name, value in zip(self.COUNTER_NAMES, s.counters):
                 totals[name] += value
             events += s.events
@@ -292,6 +329,7 @@ class Job:
             "max_budget_bytes": self.terms.cap_bytes(), "priority": self.terms.priority,
             "gpu_uuids": self.terms.gpu_uuids, "gpus": self.terms.gpus, **totals,
             "events": events, "events_dropped": dropped, "events_invalid": invalid, **tables_dropped,
+            "planner_skipped": skipped, "lookahead_fallbacks": self.lookahead_fallbacks(),
             "host_rss_bytes": self.tree.get("rss_bytes"), "cpu_seconds": self.tree.get("cpu_seconds"),
             "started": self.created,
             "trace": self.trace.status() if self.trace is not None else None,

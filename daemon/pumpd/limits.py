@@ -31,6 +31,15 @@ FUNCTIONS_PER_UID_MAX = 1 << 16  # kernel names kept (up to 1 KiB each): a PyTor
 ALLOCATIONS_PER_UID_MAX = 1 << 18  # managed allocations tracked live (~100 B each, ~26 MiB)
 PLANNED_BLOCKS_PER_UID_MAX = 1 << 19  # 2 MiB blocks a lookahead planner keeps a size for (it
                                  # keeps each for good): 1 TiB of managed memory, ~60 MiB
+PENDING_PER_UID_MAX = 1 << 19    # ring records read and waiting for the planner (backlog.py):
+                                 # about 100 B each decoded at most, ~50 MiB
+# ---- the lookahead planner's time (pumpd/planner.py, pumpd/scheduler.py) ----
+PLAN_DEADLINE_SECONDS = 5.0      # the planner's CPU time for one session's turn (learning a
+                                 # batch, planning an iteration); a learned GPT-2 step's plan takes
+                                 # well under a second (see docs/daemon-limits.md)
+PLAN_OVERRUNS_MAX = 3            # turns of one process that meet it before it falls back to
+                                 # the launch rule; each one doubles its wait for the next turn
+
 # ---- descriptors: what the caps above let pumpd hold for its clients ----
 DESCRIPTORS_PER_CONNECTION = 1 + FDS_MAX  # its socket, and what the message being read carries
                                  # (FDS_MAX per message, checked at each recvmsg; a connection is
@@ -112,10 +121,11 @@ class Quota:
         self.dropped[what] += 1
         return False
 
-    def give_back(self, what: str):
-        if self.held[what]:
-            self.held[what] -= 1
-            self.tallies[what].give_back(self.uid, 1)
+    def give_back(self, what: str, n: int = 1):
+        n = min(n, self.held[what])
+        if n:
+            self.held[what] -= n
+            self.tallies[what].give_back(self.uid, n)
 
     def release(self):
         for what, n in self.held.items():
@@ -127,4 +137,5 @@ def table_tallies() -> dict:
     """The per-uid tallies of the tables ring records grow (one set per daemon)."""
     return {"functions": Tally("functions", FUNCTIONS_PER_UID_MAX),
             "allocations": Tally("allocations", ALLOCATIONS_PER_UID_MAX),
-            "planned_blocks": Tally("planned_blocks", PLANNED_BLOCKS_PER_UID_MAX)}
+            "planned_blocks": Tally("planned_blocks", PLANNED_BLOCKS_PER_UID_MAX),
+            "pending_records": Tally("pending_records", PENDING_PER_UID_MAX)}

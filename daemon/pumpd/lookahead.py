@@ -85,15 +85,16 @@ class Lookahead:
         self.kernel_seconds = {}      # ... and the shortest of them (s)
         self.kernel_table = None      # kernel_seconds as sorted arrays (keys, seconds), made when needed
 
-    def plan(self, batch: channel.Batch = None):
-        """The planner's work (off the loop): the budget noted, a batch learned, and the
-        plan's layout made anew if the policy changed it."""
+    def plan(self, *batches: channel.Batch):
+        """The planner's work (off the loop): the budget noted, batches learned in order (None:
+        none), and the plan's layout made anew, once, if the policy changed it."""
         if self.budget != self.policy.budget:
             self.policy.set_budget(self.budget)
         if self.bandwidth != self.policy.bandwidth:
             self.policy.set_bandwidth(self.bandwidth)
-        if batch is not None:
-            self.observe(batch)
+        for batch in batches:
+            if batch is not None:
+                self.observe(batch)
         if self.policy.changed:
             self.layout = channel.Plan.layout(self.policy.triggers())
             self.fresh = True

@@ -15,11 +15,19 @@ session's batch and waits, GIL released, for what it planned. The child starts w
 first batch to plan and ends with the last lookahead session (its socket's EOF), so that
 pumpd holds it only while it plans for someone; it also ends when pumpd does. A child that died is
 started again at the next batch (the sessions' plans then learn anew).
+
+A turn has a deadline in the child's CPU time (limits.PLAN_DEADLINE_SECONDS; a virtual-time
+timer raises inside the planner's Python): a turn that meets it is given up, the session's
+learning starts again from its next batch, and its published plan stays in force. A turn
+stuck where the timer cannot reach (one long numpy call) is the backstop's: past twice the
+deadline the child is killed, and the next turn starts another. The scheduler decides what
+overruns cost (backoff, then the launch rule: pumpd/scheduler.py).
 """
 
 import collections
 import concurrent.futures
 import dataclasses
+import os
 import signal
 import socket
 import subprocess
@@ -31,6 +39,10 @@ from multiprocessing.connection import Connection
 from pump import channel
 from pump.foresight import Foresight
 from pumpd import lookahead
+from pumpd.limits import PLAN_DEADLINE_SECONDS
+
+BANDWIDTH_INTERVAL = 5.0  # seconds: a session's plan is made anew for a new link rate at most this often
+BACKSTOP_POLL = 0.25      # seconds between looks at a turn's CPU time, past its deadline
 
 EXIT_SECONDS = 5.0  # a child told to end (EOF) that has not is killed after this long
 
@@ -44,6 +56,7 @@ class Planned:
     period: int      # the iteration learned (launches; 0: not yet)
     order: int       # the victim order of its plan
     layout: tuple    # a new plan's layout (channel.Plan.layout), or None if unchanged
+    overran: bool = False  # the turn met its deadline: nothing learned, the session learns anew
 
 
 class PlannerError(RuntimeError):
@@ -55,6 +68,9 @@ class Handle:
 
     def __init__(self, planner: "Planner", key: int, budget: int, bandwidth: float):
         self.planner, self.key, self.bandwidth = planner, key, bandwidth
+        self.wanted_bandwidth = bandwidth            # the latest rate measured (planned at within BANDWIDTH_INTERVAL)
+        self.bandwidth_set = None                    # when the rate planned at last changed (monotonic)
+        self.overruns = 0                            # turns that met their deadline
         self.budget = budget or lookahead.NO_BUDGET  # the budget to plan for
         self.planned_budget = self.budget            # the budget the child last planned for
         self.planned_bandwidth = bandwidth           # ... and the link rate
@@ -74,8 +90,17 @@ class Handle:
         self.budget = budget or lookahead.NO_BUDGET
 
     def set_bandwidth(self, bandwidth: float):
-        """Noted; the child plans at this rate from the next batch on."""
-        self.bandwidth = bandwidth
+        """Noted; the child plans at this rate from the next turn on, or, if the rate changed
+        within BANDWIDTH_INTERVAL, from the first turn past it: a rate that swings (a hostile
+        ring's LINK records: issue 45) costs one plan made anew per interval, not one per batch."""
+        self.wanted_bandwidth = bandwidth
+
+    def _bandwidth_now(self) -> float:
+        if self.wanted_bandwidth != self.bandwidth:
+            now = time.monotonic()
+            if self.bandwidth_set is None or now - self.bandwidth_set >= BANDWIDTH_INTERVAL:
+                self.bandwidth, self.bandwidth_set = self.wanted_bandwidth, now
+        return self.bandwidth
 
     def take_layout(self) -> tuple:
         self.fresh = False
@@ -110,10 +135,13 @@ class Planner:
         self.live += 1
         return Handle(self, key, budget, bandwidth)
 
-    def submit(self, handle: Handle, batch) -> concurrent.futures.Future:
-        """The child learns the batch (None: only the handle's budget); the future's
-        result is a Planned."""
-        return self.thread.submit(self._plan, handle.key, handle.budget, handle.bandwidth, batch)
+    def submit(self, handle: Handle, batches, deadline: float = PLAN_DEADLINE_SECONDS) -> concurrent.futures.Future:
+        """The child learns the batches, in order (a Batch, a list of them, or None: only the
+        handle's budget and rate), within ``deadline`` CPU seconds; the future's result is a
+        Planned."""
+        if not isinstance(batches, list):
+            batches = [] if batches is None else [batches]
+        return self.thread.submit(self._plan, handle.key, handle.budget, handle._bandwidth_now(), batches, deadline)
 
     def forget(self, key: int):
         self.live -= 1
@@ -131,14 +159,22 @@ class Planner:
         self.thread.shutdown(wait=True, cancel_futures=True)
 
     # ---- on the planner thread ----
-    def _plan(self, key, budget, bandwidth, batch) -> Planned:
+    def _plan(self, key, budget, bandwidth, batches, deadline) -> Planned:
         if self.process is None:
             self._start()
         gone = []
         while self.gone:
             gone.append(self.gone.popleft())
         try:
-            self.conn.send((key, budget, bandwidth, batch, gone))
+            began = child_cpu_seconds(self.process.pid)
+            self.conn.send((key, budget, bandwidth, batches, gone, deadline))
+            wait = deadline
+            while not self.conn.poll(wait):  # the turn's wall time reaches its CPU deadline first
+                wait = BACKSTOP_POLL
+                if child_cpu_seconds(self.process.pid) - began > 2 * deadline:
+                    self.process.kill()
+                    self._end()
+                    return Planned(2 * deadline, budget, bandwidth, 0, Foresight.order, None, True)
             planned = self.conn.recv()
         except (EOFError, OSError) as exc:
             self._end()
@@ -177,6 +213,24 @@ class Planner:
         self.process = self.conn = None
 
 
+def child_cpu_seconds(pid: int) -> float:
+    """A process's CPU time so far (user and system), from /proc/PID/stat; 0.0 if unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Overrun(Exception):
+    """A turn met its deadline (raised by the virtual-time timer's signal)."""
+
+
+def _overrun(_signum, _frame):
+    raise Overrun
+
+
 def limit_self():
     """The child is the OOM killer's first choice (oom_score_adj 1000): under the service's
     MemoryMax a planner grown by a user's hostile records (issue 45: 34 MB -> 4.5 GB in 40 s) is
@@ -192,25 +246,33 @@ def limit_self():
 def serve(conn: Connection):
     """The child: one Lookahead per session key, fed batch after batch until EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is pumpd's to act on
+    signal.signal(signal.SIGVTALRM, _overrun)
     planners = {}
     while True:
         try:
-            key, budget, bandwidth, batch, gone = conn.recv()
+            key, budget, bandwidth, batches, gone, deadline = conn.recv()
         except EOFError:
             return
         for old in gone:
             planners.pop(old, None)
         began = time.process_time()
         try:
-            planner = planners.get(key)
-            if planner is None:
-                planner = planners[key] = lookahead.Lookahead(budget, bandwidth)
-            planner.set_budget(budget)
-            planner.set_bandwidth(bandwidth)
-            planner.plan(batch)
+            try:
+                signal.setitimer(signal.ITIMER_VIRTUAL, deadline)
+                planner = planners.get(key)
+                if planner is None:
+                    planner = planners[key] = lookahead.Lookahead(budget, bandwidth)
+                planner.set_budget(budget)
+                planner.set_bandwidth(bandwidth)
+                planner.plan(*batches)
+            finally:
+                signal.setitimer(signal.ITIMER_VIRTUAL, 0)
             reply = Planned(time.process_time() - began, planner.policy.budget, planner.policy.bandwidth,
                             planner.policy.period,
                             planner.policy.order, planner.take_layout() if planner.fresh else None)
+        except Overrun:  # what it learned is half done: the session learns anew from its next turn
+            planners.pop(key, None)
+            reply = Planned(time.process_time() - began, budget, bandwidth, 0, Foresight.order, None, True)
         except Exception:  # noqa: BLE001 - a planner bug ends no task: pumpd logs it
             planners.pop(key, None)
             reply = traceback.format_exc()

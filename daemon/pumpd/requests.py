@@ -240,16 +240,17 @@ class Requests:
     async def _end(self, conn, request) -> dict:
         job = self._own_job(conn, request["job"])
         if not job.end_leader(conn.pid):  # other pump-runs of its group still run
-            return {"ok": True, "job": job.id, "iteration_launches": job.learned_iterations(),
-                    "link_bytes_per_s": job.measured_links()}
-        # Its rings are read fairly with everyone's, not here: the reply waits for them.
-        await self.scheduler.drain(list(job.sessions.values()), DRAIN_TIMEOUT)
+            return job.ending()
+        # Its rings are read fairly with everyone's, not here: the reply waits for them, and then
+        # (the trace whole meanwhile) for what its planner learns of their last records.
+        sessions = list(job.sessions.values())
+        await self.scheduler.drain(sessions, DRAIN_TIMEOUT)
         job.close_trace()
+        await self.scheduler.drain(sessions, DRAIN_TIMEOUT, planned=True)
         trace = job.trace
         if job.id in self.jobs and not job.alive():
             self._forget(job)
-        reply = {"ok": True, "job": job.id, "iteration_launches": job.learned_iterations(),
-                 "link_bytes_per_s": job.measured_links()}
+        reply = job.ending()
         if trace is not None:
             # pump-run reports what the trace holds: wait (off the loop's time) for its writes
             deadline = time.monotonic() + tracing.WRITE_TIMEOUT

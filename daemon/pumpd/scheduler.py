@@ -2,8 +2,8 @@
 between users, so that no user's rings hold the event loop.
 
 Any process can keep its ring full of valid records, and each record costs pumpd time
-(copy, decode, tables, the lookahead planner) on the one event loop that also answers
-every user's requests and feeds systemd's watchdog. So:
+(copy, decode, tables) on the one event loop that also answers every user's requests
+and feeds systemd's watchdog. So:
 
 - Ring reading runs in slices of at most SLICE_SECONDS; between slices the loop serves
   whatever else waits (requests, accepts, the watchdog).  A ring is read in chunks sized
@@ -14,11 +14,17 @@ every user's requests and feeds systemd's watchdog. So:
   its sessions in turn, and one that overran (a chunk dearer than its credit) waits
   until its turns have paid the debt back.  K processes of one user get one user's
   share, not K shares.
+- Rings are read whatever the planner does (issue 45 item 1): a lookahead session's
+  batches wait for its next planning turn in its backlog (pumpd/backlog.py, bounded), so
+  its trace and tables are whole and its ring is never left to fill.
 - The lookahead planner's work (learning an iteration and planning it: up to seconds
-  for a long one) runs in the planner's own process (pumpd/planner.py), one batch at a
-  time, sent and awaited by its own thread; its CPU time is charged to its owner,
-  and the session's ring is not read meanwhile.  On a thread of pumpd's process that
-  work held the GIL, and so the loop, for up to seconds on a busy 2-core machine.
+  for a long one) runs in the planner's own process (pumpd/planner.py), one session's
+  turn at a time.  Turns go to owners by deficit round-robin on the planner's CPU time
+  (PLAN_QUANTUM_SECONDS), so one user's dear plans delay another's by at most one turn.
+  A turn has a CPU deadline (limits.PLAN_DEADLINE_SECONDS): one that meets it leaves
+  the published plan in force and the process waits twice as long for each overrun
+  (PLAN_BACKOFF_SECONDS, doubling); after limits.PLAN_OVERRUNS_MAX of them the process
+  falls back to the shim's launch rule, said in `pump status` and pump-run's end line.
 - Nothing here runs inside a request: `end` and the liveness check wait for a
   process's ring to be read (:meth:`Scheduler.drain`) instead of reading it themselves.
 """
@@ -28,6 +34,7 @@ import collections
 import sys
 import time
 
+from pumpd.limits import PLAN_OVERRUNS_MAX
 from pumpd.planner import Planner
 
 SLICE_SECONDS = 0.004     # the most one slice holds the loop (a chunk may overrun it)
@@ -37,6 +44,8 @@ CHUNK_MIN = 256           # records per chunk, at the dearest ...
 CHUNK_MAX = 1 << 16       # ... and at the cheapest (a whole default ring)
 GIL_SWITCH_SECONDS = 0.001  # pumpd's other threads (/proc reads, traces) hand the loop the GIL this often (5 ms default)
 DRAIN_POLL = 0.005        # seconds between looks while waiting for a ring to be read
+PLAN_QUANTUM_SECONDS = 0.05  # an owner's credit of planner time per turn of the planner's round
+PLAN_BACKOFF_SECONDS = 1.0   # a process's wait for its next turn after its first overrun (doubling)
 
 
 class Scheduler:
@@ -51,24 +60,22 @@ class Scheduler:
         self.cursor = collections.Counter()  # owner -> which of its sessions goes first
         self.planner = Planner()          # the lookahead planner's process and thread
         sys.setswitchinterval(GIL_SWITCH_SECONDS)
-        self.planning = None              # the planner's batch in flight
+        self.planning = None              # the planner's turn in flight
+        self.plan_credit = {}             # owner -> planner seconds of credit (negative: a debt)
+        self.plan_turns = collections.deque()  # owners waiting for the planner, in round order
+        self.plan_cursor = collections.Counter()  # owner -> which of its sessions plans next
         self.spent = collections.Counter()  # owner -> seconds of loop and planner time
         self.fill = 0.0                   # the largest share of a ring one chunk read
         self.backlog = False              # work was left when the last slice ended
 
     def _runnable(self, jobs) -> dict:
-        """owner -> deque of (job, session) with work now."""
+        """owner -> deque of (job, session) with ring records or a plan to publish now."""
         ready = {}
         for job in list(jobs):
             for session in list(job.sessions.values()):
-                if session.planning or session.closed:
+                if session.closed:
                     continue
-                planner = session.lookahead
-                records = int(session.ring.header.head) != session.ring.tail
-                if planner is not None and (records or planner.pending):
-                    if self.planning is not None:
-                        continue  # its batch would wait for the planner thread
-                elif not records and not self.host.plan_due(job, session):
+                if int(session.ring.header.head) == session.ring.tail and not self.host.plan_due(job, session):
                     continue
                 ready.setdefault(job.uid, []).append((job, session))
         for owner, work in ready.items():
@@ -108,34 +115,67 @@ class Scheduler:
             if more:
                 queue.append((job, session))
         self.backlog = any(ready.get(owner) for owner in self.turns)
+        self._next_turn(jobs)
         return total
 
     def _serve(self, owner, job, session) -> tuple:
-        """One chunk of one session's work: (records read, more left to read)."""
-        planner = session.lookahead
-        if planner is not None and self.planning is not None:  # its batch would wait for the thread
-            if self.host.plan_due(job, session):
-                self.host.publish_plan(job, session)
-            return 0, False
-        records, batch = 0, None
+        """One chunk of one session's ring (its batch to the planner's backlog as the session
+        ingests it), and its plan if one is due: (records read, more left to read)."""
+        records = 0
         if int(session.ring.header.head) != session.ring.tail:
             began = time.perf_counter()
-            records, batch = self.host.read_chunk(job, session, session.chunk or CHUNK_MIN)
+            records = self.host.read_chunk(job, session, session.chunk or CHUNK_MIN)[0]
             if records:
                 per_record = max(time.perf_counter() - began, 1e-6) / records
                 session.chunk = max(CHUNK_MIN, min(CHUNK_MAX, int(CHUNK_SECONDS / per_record)))
         if session.closed:
             return records, False
-        if planner is not None and (records or planner.pending):
-            self._plan(owner, job, session, batch if records else None)
-            return records, False
         if self.host.plan_due(job, session):
             self.host.publish_plan(job, session)
         return records, records > 0 and int(session.ring.header.head) != session.ring.tail
 
-    def _plan(self, owner, job, session, batch):
-        """The planner's process learns the batch; the session's ring waits until it has."""
-        planner = session.lookahead
+    # ---- the planner's turns ----
+    def _wanting(self, jobs) -> dict:
+        """owner -> [(job, session)] whose planner has batches or a budget to learn, now."""
+        now, wanting = time.monotonic(), {}
+        for job in list(jobs):
+            for session in list(job.sessions.values()):
+                handle = session.lookahead
+                if handle is not None and not session.closed and (session.backlog or handle.pending) \
+                        and now >= session.plan_after:
+                    wanting.setdefault(job.uid, []).append((job, session))
+        return wanting
+
+    def _next_turn(self, jobs):
+        """If the planner is free: the next owner in the round with credit (deficit round-robin
+        on planner time; each waiting owner earns PLAN_QUANTUM_SECONDS a round) plans one of
+        its sessions, in turn."""
+        if self.planning is not None:
+            return
+        wanting = self._wanting(jobs)
+        for owner in [o for o in self.plan_turns if o not in wanting]:  # gone from the round, debt kept
+            self.plan_turns.remove(owner)
+            if self.plan_credit.get(owner, 0.0) >= 0:
+                self.plan_credit.pop(owner, None)
+        self.plan_turns.extend(owner for owner in wanting if owner not in self.plan_turns)
+        if not self.plan_turns:
+            return
+        best = max(self.plan_credit.get(owner, 0.0) for owner in self.plan_turns)
+        if best <= 0:  # the rounds it takes the first owner to earn a quantum of credit, at once
+            for owner in self.plan_turns:
+                self.plan_credit[owner] = self.plan_credit.get(owner, 0.0) + PLAN_QUANTUM_SECONDS - best
+        while self.plan_credit.get(self.plan_turns[0], 0.0) <= 0:
+            self.plan_turns.rotate(-1)
+        owner = self.plan_turns[0]
+        self.plan_turns.rotate(-1)
+        work = wanting[owner]
+        job, session = work[self.plan_cursor[owner] % len(work)]
+        self.plan_cursor[owner] += 1
+        self._plan(owner, job, session)
+
+    def _plan(self, owner, job, session):
+        """The planner's process learns the session's backlog (its ring is read meanwhile)."""
+        handle = session.lookahead
 
         def done(future):
             self.planning = None
@@ -149,22 +189,41 @@ class Scheduler:
                 self.errors.error("lookahead planner", failed)  # a planner bug ends no task
                 return
             planned = future.result()
-            self.credit[owner] = self.credit.get(owner, 0.0) - planned.cost
+            self.plan_credit[owner] = self.plan_credit.get(owner, 0.0) - planned.cost
             self.spent[owner] += planned.cost
-            planner.learned(planned)
-            if not session.closed:
-                self.host.planned(job, session)
+            if session.closed or session.lookahead is not handle:
+                return
+            if planned.overran:
+                self._overran(job, session)
+                return
+            handle.learned(planned)
+            self.host.planned(job, session)
 
         session.planning = True
-        self.planning = asyncio.wrap_future(self.planner.submit(planner, batch))
+        self.planning = asyncio.wrap_future(self.planner.submit(handle, session.backlog.take()))
         self.planning.add_done_callback(done)
 
-    async def drain(self, sessions, timeout: float) -> bool:
-        """Wait until what each session's ring holds now has been read and planned (or
-        the session closed); False if that took over ``timeout`` seconds."""
+    def _overran(self, job, session):
+        """A turn met its deadline: its plan stays, and the process waits before its next turn,
+        or, past PLAN_OVERRUNS_MAX, plans no more."""
+        handle = session.lookahead
+        handle.overruns += 1
+        if handle.overruns >= PLAN_OVERRUNS_MAX:
+            job.fall_back(session, f"lookahead's planning overran its deadline {handle.overruns} times")
+            return
+        session.plan_after = time.monotonic() + PLAN_BACKOFF_SECONDS * 2 ** (handle.overruns - 1)
+
+    async def drain(self, sessions, timeout: float, planned: bool = False) -> bool:
+        """Wait until what each session's ring holds now has been read (with ``planned``, and
+        learned by its planner), or the session closed; False if that took over ``timeout``
+        seconds."""
         targets = [(s, int(s.ring.header.head)) for s in sessions if not s.closed]
+
+        def waiting(s, head):
+            return not s.closed and (s.ring.tail < head or planned and s.lookahead is not None and
+                                     (s.planning or s.backlog) and time.monotonic() >= s.plan_after)
         deadline = time.monotonic() + timeout
-        while any(not s.closed and (s.ring.tail < head or s.planning) for s, head in targets):
+        while any(waiting(s, head) for s, head in targets):
             if time.monotonic() >= deadline:
                 return False
             await asyncio.sleep(DRAIN_POLL)
