@@ -166,6 +166,19 @@ static bool runtime_scope(char *out, size_t size)
 }
 
 
+/* A 0-or-1 variable: unset or empty keeps the default; anything else is said once. */
+static void read_flag(const char *name, bool *flag, const char *default_text)
+{
+    const char *v = getenv(name);
+    if (v == NULL || *v == '\0')
+        return;
+    if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0)
+        *flag = v[0] == '1';
+    else
+        bad_value(name, v, "0 or 1", default_text);
+}
+
+
 PUMP_HIDDEN void pump_config_load(void)
 {
     const char *v;
@@ -186,42 +199,12 @@ PUMP_HIDDEN void pump_config_load(void)
         else
             bad_value("PUMP_POLICY", v, "off or launch", "launch");
     }
-    if ((v = getenv("PUMP_WAIT")) != NULL && *v) {
-        if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0)
-            pump_config.wait = v[0] == '1';
-        else
-            bad_value("PUMP_WAIT", v, "0 or 1", "1");
-    }
-    if ((v = getenv("PUMP_WORKER")) != NULL && *v) {
-        if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0)
-            pump_config.worker = v[0] == '1';
-        else
-            bad_value("PUMP_WORKER", v, "0 or 1", "1");
-    }
-    if ((v = getenv("PUMP_EVICT_AHEAD")) != NULL && *v) {
-        if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0)
-            pump_config.evict_ahead = v[0] == '1';
-        else
-            bad_value("PUMP_EVICT_AHEAD", v, "0 or 1", "1");
-    }
-    if ((v = getenv("PUMP_TORCH_PLACEMENT")) != NULL && *v) {
-        if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0)
-            pump_config.torch_placement = v[0] == '1';
-        else
-            bad_value("PUMP_TORCH_PLACEMENT", v, "0 or 1", "1");
-    }
-    if ((v = getenv("PUMP_KERNEL_TIMES")) != NULL && *v) {
-        if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0)
-            pump_config.kernel_times = v[0] == '1';
-        else
-            bad_value("PUMP_KERNEL_TIMES", v, "0 or 1", "0");
-    }
-    if ((v = getenv("PUMP_MANAGED_ALL")) != NULL && *v) {
-        if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0)
-            pump_config.managed_all = v[0] == '1';
-        else
-            bad_value("PUMP_MANAGED_ALL", v, "0 or 1", "0");
-    }
+    read_flag("PUMP_WAIT", &pump_config.wait, "1");
+    read_flag("PUMP_WORKER", &pump_config.worker, "1");
+    read_flag("PUMP_EVICT_AHEAD", &pump_config.evict_ahead, "1");
+    read_flag("PUMP_TORCH_PLACEMENT", &pump_config.torch_placement, "1");
+    read_flag("PUMP_KERNEL_TIMES", &pump_config.kernel_times, "0");
+    read_flag("PUMP_MANAGED_ALL", &pump_config.managed_all, "0");
     if ((v = getenv("PUMP_CAPACITY")) != NULL && *v) {
         if (!pump_parse_capacity(v, &pump_config.cap_kind, &pump_config.cap_value)) {
             pump_config.cap_kind = PUMP_CAP_DEFAULT;
