@@ -213,7 +213,7 @@ class Telemetry:
             ppid = p.info.get("ppid")
             if ppid is not None:
                 children.setdefault(ppid, []).append(p)
-        trees = {}
+        trees, measured = {}, {}  # measured: pid -> (rss, cpu seconds), or None: each process read once
         for root in set(roots):
             tree = {"pids": [], "rss_bytes": 0, "cpu_seconds": 0.0}
             try:
@@ -230,14 +230,18 @@ class Telemetry:
                 procs.append(proc)
                 todo.extend(children.get(proc.pid, ()))
             for proc in procs:
-                try:
-                    with proc.oneshot():
-                        rss, t = proc.memory_info().rss, proc.cpu_times()
-                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                if proc.pid not in measured:  # a process in several trees (a job inside another's)
+                    try:
+                        with proc.oneshot():
+                            rss, t = proc.memory_info().rss, proc.cpu_times()
+                        measured[proc.pid] = rss, t.user + t.system + t.children_user + t.children_system
+                    except (psutil.NoSuchProcess, psutil.AccessDenied):
+                        measured[proc.pid] = None
+                if measured[proc.pid] is None:
                     continue
                 tree["pids"].append(proc.pid)
-                tree["rss_bytes"] += rss
-                tree["cpu_seconds"] += t.user + t.system + t.children_user + t.children_system
+                tree["rss_bytes"] += measured[proc.pid][0]
+                tree["cpu_seconds"] += measured[proc.pid][1]
             trees[root] = tree
         return trees
 
