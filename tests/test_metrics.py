@@ -26,7 +26,10 @@ SNAPSHOT = {
          "resident_bytes": 0, "launches": 3, "launches_managed": 0, "prefetch_bytes": 0,
          "events": 3, "events_dropped": 0, "bytes_evicted": 0},
     ],
-    "daemon": {"events_ingested": 9003, "sessions": 2, "bad_messages": 1, "uptime_s": 12.5},
+    "users": [{"uid": 1000, "events_dropped": 7, "planner_skipped": 4096, "table_entries_dropped": 2,
+               "plan_overruns": 3, "log_lines_suppressed": 11}],
+    "daemon": {"events_ingested": 9003, "sessions": 2, "bad_messages": 1, "plan_overruns": 3,
+               "log_lines_suppressed": 11, "uptime_s": 12.5},
     "telemetry": {
         "gpus": [{"uuid": "GPU-11111111-2222-3333-4444-555555555555", "index": 0, "name": "Fake A100",
                   "memory_used": 1 << 30, "memory_total": 40 << 30, "pcie_tx_bytes_per_s": 1024000,
@@ -115,6 +118,14 @@ def test_scrape_per_job(server):
     assert s[("pump_daemon_bad_messages_total", frozenset())] == 1
     assert s[("pump_daemon_sessions", frozenset())] == 2
     assert s[("pump_daemon_uptime_seconds", frozenset())] == 12.5
+    assert s[("pump_daemon_plan_overruns_total", frozenset())] == 3
+    assert s[("pump_daemon_log_lines_suppressed_total", frozenset())] == 11
+    uid = frozenset({"uid": "1000"}.items())
+    assert s[("pump_user_events_dropped_total", uid)] == 7
+    assert s[("pump_user_planner_skipped_records_total", uid)] == 4096
+    assert s[("pump_user_table_entries_dropped_total", uid)] == 2
+    assert s[("pump_user_plan_overruns_total", uid)] == 3
+    assert s[("pump_user_log_lines_suppressed_total", uid)] == 11
     gpu = frozenset({"uuid": "GPU-11111111-2222-3333-4444-555555555555", "index": "0"}.items())
     assert s[("pump_gpu_memory_used_bytes", gpu)] == 1 << 30
     assert s[("pump_gpu_memory_total_bytes", gpu)] == 40 << 30
@@ -143,7 +154,8 @@ def test_tcp_shows_sums_over_jobs_only(server):
     assert s[("pump_jobs_resident_bytes", frozenset())] == 3 << 30
     assert s[("pump_jobs_budget_bytes", frozenset())] == 8 << 30       # j2 has none
     assert s[("pump_jobs_events_dropped_total", frozenset())] == 7
-    assert not any(n.startswith("pump_job_") for n, _ in s)
+    assert not any(n.startswith(("pump_job_", "pump_user_")) for n, _ in s)
+    assert s[("pump_daemon_plan_overruns_total", frozenset())] == 3
     for secret in ("train", "4242", "1000", "j1", "quoted"):
         assert secret not in text
     assert s[("pump_daemon_sessions", frozenset())] == 2
@@ -395,3 +407,19 @@ def test_start_twice(server):
     m = server(lambda: SNAPSHOT)
     with pytest.raises(RuntimeError):
         m.start("127.0.0.1", 0)
+
+
+def test_per_user_counts_come_from_the_jobs_and_pumpds_own_counts():
+    from pumpd.server import per_user
+    job = dict(SNAPSHOT["jobs"][0], planner_skipped=10, functions_dropped=1, allocations_dropped=2,
+               planned_blocks_dropped=3)
+    other = dict(SNAPSHOT["jobs"][1], planner_skipped=0, functions_dropped=0, allocations_dropped=0,
+                 planned_blocks_dropped=0)
+    users = per_user([job, dict(job, events_dropped=1), other], {1000: 2, 65534: 5}, {1001: 40})
+    assert users == [
+        {"uid": 1000, "events_dropped": 8, "planner_skipped": 20, "table_entries_dropped": 12, "plan_overruns": 2,
+         "log_lines_suppressed": 0},
+        {"uid": 1001, "events_dropped": 0, "planner_skipped": 0, "table_entries_dropped": 0, "plan_overruns": 0,
+         "log_lines_suppressed": 40},
+        {"uid": 65534, "events_dropped": 0, "planner_skipped": 0, "table_entries_dropped": 0, "plan_overruns": 5,
+         "log_lines_suppressed": 0}]

@@ -11,8 +11,11 @@ that returns a copy made under its lock). Its shape::
                "budget_bytes": int | None, "resident_bytes": int, "launches": int,
                "launches_managed": int, "prefetch_bytes": int, "events": int,
                "events_dropped": int, "bytes_evicted": int}, ...],
+     "users": [{"uid": int, "events_dropped": int, "planner_skipped": int,
+                "table_entries_dropped": int, "plan_overruns": int,
+                "log_lines_suppressed": int}, ...],   (optional)
      "daemon": {"events_ingested": int, "sessions": int, "bad_messages": int,
-                "uptime_s": float},
+                "plan_overruns": int, "log_lines_suppressed": int, "uptime_s": float},
      "telemetry": Telemetry.sample() or None}
 
 A snapshot that raises (or has the wrong shape) does not break the endpoint:
@@ -24,7 +27,8 @@ Access: an HTTP endpoint has no peer credentials, so what it shows is decided by
 where it listens. Every job's counters are summed (``pump_jobs_*``): no name, pid
 or owner, and a number of series that does not grow with the jobs. Series per job
 (``pump_job_*``, labelled with the job's id and name; ``pump_job_info`` adds its
-pid, uid and policy) only with ``per_job``, which pumpd allows on a Unix socket
+pid, uid and policy) and per user (``pump_user_*``, labelled with the uid: what each
+user made pumpd drop, skip or hold back) only with ``per_job``, which pumpd allows on a Unix socket
 alone (mode 0660: its owner and group). Even then at most ``max_jobs`` jobs get
 series, the first registered; ``pump_jobs_unlisted`` counts the rest.
 The endpoint is one asyncio loop on a thread of its own. A request's head must
@@ -72,8 +76,21 @@ _JOB_METRICS = [
 _DAEMON_METRICS = [
     ("events_ingested", "pump_daemon_events_ingested", "Events read from all jobs' rings.", True),
     ("bad_messages", "pump_daemon_bad_messages", "Protocol messages rejected as malformed.", True),
+    ("plan_overruns", "pump_daemon_plan_overruns", "Lookahead planning turns that met their CPU deadline.", True),
+    ("log_lines_suppressed", "pump_daemon_log_lines_suppressed", "Log lines held back by the per-user rate limit.",
+     True),
     ("sessions", "pump_daemon_sessions", "Open client sessions.", False),
     ("uptime_s", "pump_daemon_uptime_seconds", "Seconds since pumpd started.", False),
+]
+# (snapshot key, metric name, help) per user, all counters; series only with per_job.
+_USER_METRICS = [
+    ("events_dropped", "pump_user_events_dropped", "Events the user's shims dropped (live jobs)."),
+    ("planner_skipped", "pump_user_planner_skipped_records",
+     "Ring records whose launches the lookahead planner skipped (its backlog full; live jobs)."),
+    ("table_entries_dropped", "pump_user_table_entries_dropped",
+     "Kernel names, allocations and planned blocks past the user's caps (live jobs)."),
+    ("plan_overruns", "pump_user_plan_overruns", "Lookahead planning turns that met their CPU deadline."),
+    ("log_lines_suppressed", "pump_user_log_lines_suppressed", "Log lines held back by the user's rate limit."),
 ]
 _GPU_METRICS = [
     ("memory_used", "pump_gpu_memory_used_bytes", "GPU memory in use (NVML).", 1),
@@ -122,9 +139,23 @@ def _job_families(jobs: list, per_job: bool, max_jobs: int) -> list:
     return out
 
 
+def _user_families(users: list, max_users: int) -> list:
+    """Series per uid (only where per_job is allowed: they name owners), of the first
+    ``max_users`` uids."""
+    out = []
+    for key, name, doc in _USER_METRICS:
+        fam = CounterMetricFamily(name, doc, labels=["uid"])
+        for u in users[:max_users]:
+            fam.add_metric([_label(u["uid"])], u[key])
+        out.append(fam)
+    return out
+
+
 def _families(snap: dict, per_job: bool, max_jobs: int) -> list:
     """The metric families of one snapshot (raises on a malformed one)."""
     out = _job_families(list(snap.get("jobs") or []), per_job, max_jobs)
+    if per_job:
+        out += _user_families(list(snap.get("users") or []), max_jobs)
 
     daemon = snap.get("daemon")
     if daemon:

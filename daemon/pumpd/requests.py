@@ -21,6 +21,7 @@ from pumpd.pages import status_page
 
 log = logging.getLogger("pumpd")
 
+GONE = "the process that connected is gone; its pid names no process of yours"
 DRAIN_TIMEOUT = 5.0          # the most `end` or a dead process waits for its rings to be read
 
 
@@ -67,7 +68,7 @@ class Requests:
         """The calling process's start time, as it was when it connected: a job or a session
         is tied to (pid, start time), and a pid that names another process by now is refused."""
         if conn.started is None or start_time(conn.pid) != conn.started:
-            raise RequestError("the process that connected is gone; its pid names no process of yours")
+            raise RequestError(GONE)
         return conn.started
 
     def _room_for_job(self, uid: int, admin=False):

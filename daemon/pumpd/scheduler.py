@@ -64,6 +64,7 @@ class Scheduler:
         self.plan_credit = {}             # owner -> planner seconds of credit (negative: a debt)
         self.plan_turns = collections.deque()  # owners waiting for the planner, in round order
         self.plan_cursor = collections.Counter()  # owner -> which of its sessions plans next
+        self.overruns = collections.Counter()  # owner -> planning turns that met their deadline
         self.spent = collections.Counter()  # owner -> seconds of loop and planner time
         self.fill = 0.0                   # the largest share of a ring one chunk read
         self.backlog = False              # work was left when the last slice ended
@@ -208,6 +209,7 @@ class Scheduler:
         or, past PLAN_OVERRUNS_MAX, plans no more."""
         handle = session.lookahead
         handle.overruns += 1
+        self.overruns[job.uid] += 1
         if handle.overruns >= PLAN_OVERRUNS_MAX:
             job.fall_back(session, f"lookahead's planning overran its deadline {handle.overruns} times")
             return

@@ -27,7 +27,7 @@ from pumpd.arbiter import Arbiter
 from pumpd.connection import Connection, Descriptors, RequestError, peer_credentials
 from pumpd.jobs import JobStore, start_time
 from pumpd import identity, limits, lookahead, systemd, tracing
-from pumpd.requests import DRAIN_TIMEOUT, Requests
+from pumpd.requests import DRAIN_TIMEOUT, GONE, Requests
 from pumpd.scheduler import Scheduler
 from pumpd.tasks import RateLimitedLog, stop_tasks, supervised
 from pumpd.telemetry import Telemetry
@@ -45,6 +45,7 @@ TREE_ROUNDS = 10             # the jobs' process trees (host memory, CPU) are re
 PLAN_INTERVAL = 0.2          # a session's plan is rewritten at most this often
 BLOCKING_TIMEOUT = 5.0       # psutil/NVML calls in the thread pool
 EMPTY_LAYOUT = channel.Plan.layout({})  # a plan with a budget and no triggers
+TABLES_DROPPED = ("functions_dropped", "allocations_dropped", "planned_blocks_dropped")  # Job.status()'s
 
 
 class Daemon(Requests):
@@ -225,6 +226,8 @@ class Daemon(Requests):
                 conn = Connection(sock, first_message)  # reads /proc: needs a descriptor too
                 conn.admin = admin
                 conn.realm = identity.realm(sock, conn.pid)
+            except identity.ProcessGone:
+                conn.realm = None  # its first request is answered that it is gone (below)
             except OSError as exc:
                 if exc.errno in OUT_OF_DESCRIPTORS:
                     refuse(sock, NO_DESCRIPTOR_LEFT)
@@ -234,6 +237,9 @@ class Daemon(Requests):
                 try:
                     request = await conn.read_request(fds)
                     if request is None:
+                        break
+                    if conn.realm is None:  # which pod it was in is unknown: nothing is done for it
+                        await conn.send({"error": GONE}, protocol.ERROR)
                         break
                     reply, reply_fds = await self._handled(conn, request, fds)
                     await conn.send(reply, fds=reply_fds)
@@ -450,12 +456,37 @@ class Daemon(Requests):
 
     def snapshot(self) -> dict:
         """A copy of the daemon's state, safe to hand to another thread (metrics)."""
+        jobs = [j.status() for j in list(self.jobs.values())]
+        users = per_user(jobs, dict(self.scheduler.overruns), dict(user_log.suppressed))
         return {
-            "jobs": [j.status() for j in list(self.jobs.values())],
+            "jobs": jobs,
+            "users": users,
             "daemon": {"events_ingested": self.events_ingested,
                        "sessions": sum(len(j.sessions) for j in list(self.jobs.values())),
                        "bad_messages": self.bad_messages,
+                       "plan_overruns": sum(self.scheduler.overruns.values()),
+                       "log_lines_suppressed": sum(user_log.suppressed.values()) + user_log.suppressed_unknown,
                        "uptime_s": time.monotonic() - self.started},
             "telemetry": self.telemetry_sample,
         }
+
+
+def per_user(jobs: list, overruns: dict, suppressed: dict) -> list:
+    """What each user made pumpd drop, skip or hold back (for the administrator's metrics): from
+    the jobs' status (their live sessions) and pumpd's counts since it started, by uid."""
+    users = {}
+
+    def row(uid):
+        return users.setdefault(uid, {"uid": uid, "events_dropped": 0, "planner_skipped": 0,
+                                      "table_entries_dropped": 0, "plan_overruns": 0, "log_lines_suppressed": 0})
+    for job in jobs:
+        r = row(job["uid"])
+        r["events_dropped"] += job["events_dropped"]
+        r["planner_skipped"] += job["planner_skipped"]
+        r["table_entries_dropped"] += sum(job[k] for k in TABLES_DROPPED)
+    for uid, n in overruns.items():
+        row(uid)["plan_overruns"] = n
+    for uid, n in suppressed.items():
+        row(uid)["log_lines_suppressed"] = n
+    return sorted(users.values(), key=lambda r: r["uid"])
 

@@ -6,6 +6,7 @@ what a bucket holds back is counted and said in one line for that uid once its b
 (flush(), called by pumpd's timer). Replies to clients are never held back: only the log is.
 """
 
+import collections
 import logging
 import time
 
@@ -40,6 +41,8 @@ class UserLog:
         self.buckets = {}                    # uid -> _Bucket
         self.everyone = _Bucket(global_burst, clock())
         self.held_unknown = 0                # lines of uids past uids_max, all held
+        self.suppressed = collections.Counter()  # uid -> lines held back since pumpd started
+        self.suppressed_unknown = 0          # ... of uids past uids_max
 
     def info(self, uid: int, fmt: str, *args):
         self.line(uid, logging.INFO, fmt, *args)
@@ -52,10 +55,15 @@ class UserLog:
         bucket = self._bucket(uid, now)
         if bucket is None:
             self.held_unknown += 1
+            self.suppressed_unknown += 1
         elif bucket.take(self.burst, self.rate, now) and self.everyone.take(self.global_burst, self.global_rate, now):
             log.log(level, fmt, *args)
         else:
             bucket.held += 1
+            if uid in self.suppressed or len(self.suppressed) < self.uids_max:
+                self.suppressed[uid] += 1
+            else:
+                self.suppressed_unknown += 1
 
     def _bucket(self, uid: int, now: float):
         bucket = self.buckets.get(uid)
