@@ -77,10 +77,12 @@ def test_the_planner_process_learns_and_comes_back_after_dying():
         planner.stop()
 
 
-def test_the_planner_is_the_oom_killers_first_choice():
+def test_the_planner_runs_below_pumpd_and_is_the_oom_killers_first_choice():
     """The child planner's oom_score_adj is 1000, so that under the service's MemoryMax a planner
     grown by a hostile user's records is what the OOM killer takes, not pumpd; and the unit goes
-    on past an OOM kill (OOMPolicy=continue: systemd's default, stop, would end the service)."""
+    on past an OOM kill (OOMPolicy=continue: systemd's default, stop, would end the service).
+    It runs at 10 nicer than pumpd, whose loop reads the rings."""
+    import os
     import pathlib
     import numpy as np
     from pump import channel
@@ -95,6 +97,7 @@ def test_the_planner_is_the_oom_killers_first_choice():
     try:
         handle.learned(planner.submit(handle, batch).result(60))
         assert pathlib.Path(f"/proc/{planner.process.pid}/oom_score_adj").read_text().strip() == "1000"
+        assert os.getpriority(os.PRIO_PROCESS, planner.process.pid) == os.getpriority(os.PRIO_PROCESS, 0) + 10
     finally:
         planner.stop()
 
