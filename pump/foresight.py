@@ -39,108 +39,16 @@ import heapq
 import numpy as np
 
 from pump import channel
+from pump.iteration import DEFAULT_TOLERANCE, IterationDetector
 
 C = channel.C
 BLOCK_SHIFT = 21
 BLOCK = 1 << BLOCK_SHIFT          # pump_channel.h's block: residency and plan unit
-DEFAULT_TOLERANCE = 0.05          # the share of an iteration's launches that may differ
-MIN_PERIOD = 2
-MAX_HISTORY = 1 << 20             # launches kept; iterations longer than half of it are not learned
 KEY_CACHE_MAX = 1 << 16           # launch keys whose blocks are kept: a ring can name new keys without end
-ANCHORS = 16                      # recent launches considered as the period's anchor
-MATCH_WINDOW = 1024               # recent launches a period must explain (fewer while the history is short)
-CANDIDATES = 64                   # periods tried per detection
 BANDWIDTH_FACTOR = 1.5            # a measured bandwidth within this factor of the one planned for changes nothing
 FREED_CARRIED_MAX = 1 << 16       # blocks freed after a read's last launch kept for the next (a ring may free without launching)
+HISTORY_REFS_MAX = 1 << 23        # block references a history holds (each ~40 bytes where not shared)
 FREED_KEPT_MAX = 1 << 18          # freed blocks the history keeps, the newest (bert-base frees about 19,000 a step)
-
-
-class IterationDetector:
-    """The period of a launch-key sequence, found with a tolerance.
-
-    Cheap enough to run on every batch pumpd reads (a few hundred launches every 5-25 ms):
-    keys live in a growing array (no copy of the history per batch) and each key's positions
-    are indexed as they arrive, so finding candidate periods costs the anchor's occurrences,
-    not a pass over the history."""
-
-    def __init__(self, tolerance: float = DEFAULT_TOLERANCE):
-        if not 0 <= tolerance < 0.5:
-            raise ValueError(f"tolerance {tolerance}: allowed 0 <= tolerance < 0.5")
-        self.tolerance = tolerance
-        self._buf = np.empty(1024, np.uint64)
-        self._len = 0
-        self.offset = 0               # global launch index of keys[0]
-        self._where = {}              # key -> global indices at which it occurs (may hold dropped ones)
-
-    @property
-    def keys(self) -> np.ndarray:
-        return self._buf[:self._len]
-
-    @property
-    def seen(self) -> int:
-        return self.offset + self._len
-
-    def extend(self, keys: np.ndarray) -> int:
-        """Append keys; returns how many old ones were dropped from the front."""
-        keys = np.asarray(keys, np.uint64)
-        if self._len + len(keys) > len(self._buf):
-            grown = np.empty(max(2 * len(self._buf), self._len + len(keys)), np.uint64)
-            grown[:self._len] = self.keys
-            self._buf = grown
-        # Positions per distinct key, in order: a batch repeats few keys many times.
-        order = np.argsort(keys, kind="stable")
-        distinct, starts = np.unique(keys[order], return_index=True)
-        positions = (order + self.seen).tolist()
-        for k, start, end in zip(distinct.tolist(), starts.tolist(), starts[1:].tolist() + [len(keys)]):
-            self._where.setdefault(k, []).extend(positions[start:end])
-        self._buf[self._len:self._len + len(keys)] = keys
-        self._len += len(keys)
-        drop = self._len - MAX_HISTORY
-        if drop < MAX_HISTORY // 8:      # trim in chunks: a trim copies the history
-            return 0
-        self._buf[:MAX_HISTORY] = self._buf[drop:self._len].copy()
-        self._len = MAX_HISTORY
-        self.offset += drop
-        for k in list(self._where):
-            kept = self._where[k][bisect.bisect_left(self._where[k], self.offset):]
-            if kept:
-                self._where[k] = kept
-            else:
-                del self._where[k]
-        return drop
-
-    def detect(self) -> int:
-        """The smallest period P for which the last W keys match the W before them shifted by P
-        in at least (1 - tolerance) of the places, where W is P or MATCH_WINDOW, whichever is
-        longer (but no more than the history past its first P); 0 if there is none.  Matching
-        only P keys took any short run inside an iteration for one: on the H100, saxpy and scale
-        alternating four times in a 32-launch step, and a GPT-2 step of 1,258 launches, were
-        both learned as "an iteration of 2 launches" (bench/results/gpu-20261124-*)."""
-        h = self.keys
-        n = len(h)
-        if n < 2 * MIN_PERIOD:
-            return 0
-        # Anchor: the rarest of the last few keys (fewest candidate periods to try).
-        tail = dict.fromkeys(h[-ANCHORS:].tolist())
-        occurrences = {k: self._where[k][bisect.bisect_left(self._where[k], self.offset):] for k in tail}
-        for key in sorted(occurrences, key=lambda k: len(occurrences[k])):
-            where = occurrences[key]
-            if len(where) < 2:
-                continue
-            last = where[-1]
-            tried = 0
-            for earlier in reversed(where[:-1]):
-                p = last - earlier
-                if 2 * p > n or tried == CANDIDATES:
-                    break
-                if p < MIN_PERIOD:
-                    continue
-                tried += 1
-                w = max(p, min(MATCH_WINDOW, n - p))
-                if np.count_nonzero(h[n - w:] != h[n - w - p:n - p]) <= self.tolerance * w:
-                    return p
-            return 0
-        return 0
 
 
 class Foresight:
@@ -171,6 +79,12 @@ class Foresight:
         self._freed_kept = 0          # blocks in self.freed
         self._freed_base = 0          # the launch number of self.freed[0]
         self._blocks_of_key = {}      # launch key -> its blocks, for launches without extents
+        self._cache_refs = 0          # block references the cache's tuples hold
+        self.refs_max = HISTORY_REFS_MAX  # block references the history may hold (pumpd sets it per user)
+        self.refs = np.empty(0, np.int64)  # per launch in history: the block references it holds
+        self._refs_held = 0           # their sum
+        self.history_trimmed = 0      # launches forgotten early to hold refs_max
+        self.need_skipped = 0         # launches whose extents were past refs_max in one batch
         self.seconds = np.empty(0)    # per launch in history: its time
         # (keys, seconds) -> seconds: kernel times known better at a plan than at observe()
         # (pumpd's GPU-timed kernels of a key arrive after its launch was read); None: none.
@@ -235,34 +149,79 @@ class Foresight:
         if n:
             keys = channel.launch_keys(batch)
             if batch.extents:
-                self.blocks.extend(self._needed_blocks(batch, i) for i in range(n))
+                blocks, refs = self._extent_blocks(batch, n)
             else:
-                # Without extents a launch's blocks follow from its key (the kernel and its
-                # allocations): pumpd's case, at up to a million launches a second.
-                cache, listed = self._blocks_of_key, keys.tolist()
-                first = {}  # each new key's first launch (listed.index per key was quadratic)
-                for i, key in enumerate(listed):
-                    if key not in cache:
-                        first.setdefault(key, i)
-                if len(cache) + len(first) > KEY_CACHE_MAX:
-                    cache.clear()  # a cache: what pumpd holds for one session stays bounded
-                for key, i in first.items():
-                    cache[key] = self._needed_blocks(batch, i)
-                self.blocks.extend(map(cache.__getitem__, listed))
+                blocks, refs = self._key_blocks(batch, keys.tolist())
+            self.blocks.extend(blocks)
+            self.refs = np.concatenate((self.refs, refs))
+            self._refs_held += int(refs.sum())
             self._hold_freed(freed)
             times = (np.full(n, self.launch_seconds) if kernel_seconds is None
                      else np.asarray(kernel_seconds, float))
             self.seconds = np.concatenate((self.seconds, times))
-            drop = self.detector.extend(keys)
-            if drop:
-                del self.blocks[:drop]
-                del self.freed[:drop]
-                self.seconds = self.seconds[drop:]
-            self._trim_freed(drop)
+            self._forget_front(self.detector.extend(keys))
+            self._hold_refs()
         for base, _size in batch.frees:
             self._drop_allocation(base)
         if n:
             self._maybe_learn(keys)
+
+    def _key_blocks(self, batch, listed) -> tuple:
+        """Without extents a launch's blocks follow from its key (the kernel and its
+        allocations): pumpd's case, at up to a million launches a second. (blocks per launch,
+        block references each holds: a tuple's length where it was made, 1 where shared)."""
+        cache = self._blocks_of_key
+        first = {}  # each new key's first launch (listed.index per key was quadratic)
+        for i, key in enumerate(listed):
+            if key not in cache:
+                first.setdefault(key, i)
+        if len(cache) + len(first) > KEY_CACHE_MAX or self._cache_refs > self.refs_max:
+            cache.clear()  # a cache: what pumpd holds for one session stays bounded
+            self._cache_refs = 0
+        refs = np.ones(len(listed), np.int64)
+        for key, i in first.items():
+            cache[key] = self._needed_blocks(batch, i)
+            refs[i] = max(1, len(cache[key]))
+            self._cache_refs += len(cache[key])
+        return list(map(cache.__getitem__, listed)), refs
+
+    def _extent_blocks(self, batch, n) -> tuple:
+        """Each launch's blocks from its EXTENT ranges, and the references each holds. A batch
+        whose ranges name more than refs_max blocks keeps the needs of its last launches only
+        (the others need nothing known: counted in need_skipped), so that one batch cannot make
+        the planner hold more than its cap even for a moment."""
+        counts = np.array([sum(size // BLOCK + 2 for _addr, size, _w in batch.extents.get(i, ()) if size > 0)
+                           for i in range(n)], np.int64)  # at most this many blocks each
+        keep = 0 if counts.sum() <= self.refs_max else \
+            int(np.searchsorted(np.cumsum(counts[::-1]), self.refs_max, side="right"))
+        first = 0 if not keep else n - keep
+        self.need_skipped += first
+        blocks = [()] * first + [self._needed_blocks(batch, i) for i in range(first, n)]
+        return blocks, np.array([max(1, len(b)) for b in blocks], np.int64)
+
+    def _forget_front(self, drop):
+        """The oldest `drop` launches leave the history (the detector's keys already have)."""
+        if drop:
+            del self.blocks[:drop]
+            del self.freed[:drop]
+            self.seconds = self.seconds[drop:]
+            self._refs_held -= int(self.refs[:drop].sum())
+            self.refs = self.refs[drop:]
+        self._trim_freed(drop)
+
+    def _hold_refs(self):
+        """The history's block references within refs_max: past it, the oldest launches are
+        forgotten until three quarters of it are held (counted in history_trimmed). A job
+        whose iteration needs more than that is not learned; one that repeats a huge
+        allocation's every block in each launch (issue 45, attack 2: 2.7 GB of planner in 10 s)
+        cannot grow the planner without bound."""
+        if self._refs_held <= self.refs_max:
+            return
+        excess = self._refs_held - self.refs_max * 3 // 4
+        drop = min(len(self.refs), int(np.searchsorted(np.cumsum(self.refs), excess, side="left")) + 1)
+        self.detector.drop_front(drop)
+        self.history_trimmed += drop
+        self._forget_front(drop)
 
     def _freed_blocks(self, addr, size) -> tuple:
         """The 2 MiB blocks wholly inside a framework's free (those the shim discards), within

@@ -252,7 +252,7 @@ def iteration(blocks) -> dict:
     ITERATION_MULTIPLES, under which the most keys repeat (the shortest of those within
     NEAR_SHARE of the most); None where
     the kernels do not repeat."""
-    from pump.foresight import IterationDetector
+    from pump.iteration import IterationDetector
     per_pid = {}
     for pid, records in blocks:
         batch = channel.decode(records)

@@ -292,3 +292,49 @@ def test_one_users_plans_made_anew_leave_another_users_ring_read_and_plan_publis
     # that) and her own, on a loaded 2-core machine.
     assert seen["planned_after"] is not None and seen["planned_after"] < 2 * PLAN_DEADLINE_SECONDS + 3, seen
     assert not seen["fallbacks"], seen
+
+
+# ---- issue 45, attack 2: planner memory ----
+MEMORY_SECONDS = 15.0
+PLANNER_RSS_BOUND = 1 << 30  # the unit's MemoryMax is 2 GiB, for pumpd and its planner together
+
+
+def test_a_ring_naming_a_huge_allocation_in_every_launch_does_not_grow_the_planner_without_bound():
+    """Issue 45, attack 2: one ALLOC of 32,768 x 2 MiB, then batch after batch of 256 launches,
+    each of a new kernel with an EXTENT over the whole allocation (and the ALLOC again). The
+    planner grew 34 MB -> 4.5 GB in 40 s (here: 2.7 GB after 10 s); its launch histories now
+    hold at most the user's share of block references (pump/foresight.py's refs_max)."""
+    import psutil
+    run_dir = tempfile.mkdtemp(prefix="pump-test-")
+    path = os.path.join(run_dir, "pumpd.sock")
+    proc = start_pumpd(path, env=dict(clean_env(), RUNTIME_DIRECTORY=run_dir), stderr=subprocess.PIPE, text=True)
+    base, size, peak = 1 << 40, 32768 * (2 << 20), 0
+    try:
+        with protocol.Client(path) as c:
+            job = c.request({"op": "register", "name": "grower", "policy": "lookahead"})["job"]
+        shim = FakeShim(path, job=job, policy="lookahead")
+        function, began = 0x10, time.monotonic()
+        while time.monotonic() - began < MEMORY_SECONDS:
+            shim.emit("alloc", base, size, 1)
+            for _ in range(256):
+                function += 16
+                shim.launch(function, base)
+                shim.emit("extent", base, size, 0, 0, 0, count=1)
+            time.sleep(0.01)
+            for child in psutil.Process(proc.pid).children():
+                try:
+                    peak = max(peak, child.memory_info().rss)
+                except psutil.NoSuchProcess:
+                    pass
+        with protocol.Client(path) as c:
+            mine = [j for j in c.request({"op": "status"})["jobs"] if j["job"] == job][0]
+        shim.close()
+    finally:
+        stop_pumpd(proc)
+        shutil.rmtree(run_dir)
+    log = proc.stderr.read()
+    print(f"\nthe planner's peak RSS {peak >> 20} MiB; {mine['events']} records read, "
+          f"{mine['planner_skipped']} skipped by the planner")
+    assert mine["events"] > 100_000, mine  # the attack ran and was read
+    assert "Traceback" not in log, log[log.index("Traceback") - 200:][:2000]
+    assert 0 < peak < PLANNER_RSS_BOUND, peak

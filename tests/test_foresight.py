@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from pump import channel
-from pump.foresight import BLOCK, MATCH_WINDOW, Foresight, IterationDetector, discard_range, plan_cycle
+from pump.foresight import BLOCK, Foresight, discard_range, plan_cycle
+from pump.iteration import MATCH_WINDOW, IterationDetector
 from helpers import ringless_session
 from synthetic_trace import BASE, MIB, TraceBuilder, training_trace
 
@@ -526,3 +527,36 @@ def test_the_plan_does_not_depend_on_addresses_or_kernel_handles(budget_mib):
         keys = channel.launch_keys(t.batch())[-2 * layers:]  # the last step's launches, in order
         plans.add(tuple(tuple(named(r) for r in triggers[key]) for key in keys.tolist()))
     assert len(plans) == 1 and any(p or e for _, p, e in next(iter(plans)))
+
+
+def test_the_history_holds_at_most_its_block_references():
+    """Issue 45, attack 2: launch after launch with a new kernel and an EXTENT over a whole
+    64 GiB allocation grew pumpd's planner by ~400 MB/s (2.7 GB in 10 s). The history now holds
+    at most refs_max block references: past it the oldest launches are forgotten (counted),
+    and one batch naming more keeps only its last launches' needs."""
+    size = 32768 * BLOCK
+    f = Foresight(64 * MIB, 50e9)
+    f.refs_max = 4 * (32768 + 2)                      # four of these launches' needs (an extent's bound)
+    t = TraceBuilder()
+    base = t.alloc(size)
+    f.observe(t.batch())
+    for batch in range(3):
+        t = TraceBuilder()
+        for i in range(8):
+            t.launch(0x100 + 16 * (8 * batch + i), [base], extents=[(base, size, True)])
+        f.observe(t.batch())
+        assert f._refs_held <= f.refs_max and f._refs_held == sum(max(1, len(b)) for b in f.blocks)
+    assert sum(len(b) for b in f.blocks) <= f.refs_max
+    assert f.need_skipped == 3 * 4                    # each batch of 8 kept its last 4 launches' needs
+    assert f.history_trimmed > 0 and len(f.blocks) == len(f.detector.keys) == len(f.seconds) == len(f.refs)
+
+
+def test_a_history_within_its_references_learns_as_before():
+    """The cap takes nothing from a job that fits it: a training loop is learned the same."""
+    trace, _, _ = training_trace(steps=4, layers=6)
+    batch = channel.decode(np.concatenate(trace.records))
+    plain, capped = Foresight(64 * MIB, 50e9), Foresight(64 * MIB, 50e9)
+    plain.observe(batch)
+    capped.refs_max = plain._refs_held
+    capped.observe(batch)
+    assert capped.period == plain.period > 0 and capped.history_trimmed == 0 and capped.triggers() == plain.triggers()

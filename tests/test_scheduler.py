@@ -114,7 +114,7 @@ class FakePlanner:
         from pumpd.planner import Handle
         return Handle(self, key, budget, bandwidth)
 
-    def submit(self, handle, batches):
+    def submit(self, handle, batches, refs_max):
         import concurrent.futures
         future = concurrent.futures.Future()
         self.turns.append((handle, batches, future))

@@ -18,7 +18,7 @@ import subprocess
 import numpy as np
 
 from helpers import clean_env
-from pump.foresight import IterationDetector
+from pump.iteration import IterationDetector
 
 STEPS = 5
 SETUP_LAUNCHES = 4 * 32  # steady_step initialises each layer's four tensors first

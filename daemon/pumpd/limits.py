@@ -37,6 +37,9 @@ PENDING_PER_UID_MAX = 1 << 19    # ring records read and waiting for the planner
 PLAN_DEADLINE_SECONDS = 5.0      # the planner's CPU time for one session's turn (learning a
                                  # batch, planning an iteration); a learned GPT-2 step's plan takes
                                  # well under a second (see docs/daemon-limits.md)
+PLANNER_REFS_PER_UID_MAX = 1 << 23  # block references the planner's histories hold for one
+                                 # user (about 40 bytes each where not shared: ~320 MiB), shared
+                                 # out evenly between the user's lookahead processes
 PLAN_OVERRUNS_MAX = 3            # turns of one process that meet it before it falls back to
                                  # the launch rule; each one doubles its wait for the next turn
 

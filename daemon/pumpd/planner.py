@@ -39,7 +39,7 @@ from multiprocessing.connection import Connection
 from pump import channel
 from pump.foresight import Foresight
 from pumpd import lookahead
-from pumpd.limits import PLAN_DEADLINE_SECONDS
+from pumpd.limits import PLAN_DEADLINE_SECONDS, PLANNER_REFS_PER_UID_MAX
 
 BANDWIDTH_INTERVAL = 5.0  # seconds: a session's plan is made anew for a new link rate at most this often
 BACKSTOP_POLL = 0.25      # seconds between looks at a turn's CPU time, past its deadline
@@ -136,13 +136,15 @@ class Planner:
         self.live += 1
         return Handle(self, key, budget, bandwidth)
 
-    def submit(self, handle: Handle, batches, deadline: float = PLAN_DEADLINE_SECONDS) -> concurrent.futures.Future:
+    def submit(self, handle: Handle, batches, deadline: float = PLAN_DEADLINE_SECONDS,
+               refs_max: int = PLANNER_REFS_PER_UID_MAX) -> concurrent.futures.Future:
         """The child learns the batches, in order (a Batch, a list of them, or None: only the
-        handle's budget and rate), within ``deadline`` CPU seconds; the future's result is a
-        Planned."""
+        handle's budget and rate), within ``deadline`` CPU seconds, its history holding at most
+        ``refs_max`` block references; the future's result is a Planned."""
         if not isinstance(batches, list):
             batches = [] if batches is None else [batches]
-        return self.thread.submit(self._plan, handle.key, handle.budget, handle._bandwidth_now(), batches, deadline)
+        return self.thread.submit(self._plan, handle.key, (handle.budget, handle._bandwidth_now(), refs_max),
+                                  batches, deadline)
 
     def forget(self, key: int):
         self.live -= 1
@@ -160,7 +162,7 @@ class Planner:
         self.thread.shutdown(wait=True, cancel_futures=True)
 
     # ---- on the planner thread ----
-    def _plan(self, key, budget, bandwidth, batches, deadline) -> Planned:
+    def _plan(self, key, terms, batches, deadline) -> Planned:
         if self.process is None:
             self._start()
         gone = []
@@ -168,14 +170,14 @@ class Planner:
             gone.append(self.gone.popleft())
         try:
             began = child_cpu_seconds(self.process.pid)
-            self.conn.send((key, budget, bandwidth, batches, gone, deadline))
+            self.conn.send((key, terms, batches, gone, deadline))
             wait = deadline
             while not self.conn.poll(wait):  # the turn's wall time reaches its CPU deadline first
                 wait = BACKSTOP_POLL
                 if child_cpu_seconds(self.process.pid) - began > 2 * deadline:
                     self.process.kill()
                     self._end()
-                    return Planned(2 * deadline, budget, bandwidth, 0, Foresight.order, None, True)
+                    return Planned(2 * deadline, terms[0], terms[1], 0, Foresight.order, None, True)
             planned = self.conn.recv()
         except (EOFError, OSError) as exc:
             self._end()
@@ -255,7 +257,7 @@ def serve(conn: Connection):
     planners = {}
     while True:
         try:
-            key, budget, bandwidth, batches, gone, deadline = conn.recv()
+            key, (budget, bandwidth, refs_max), batches, gone, deadline = conn.recv()
         except EOFError:
             return
         for old in gone:
@@ -269,6 +271,7 @@ def serve(conn: Connection):
                     planner = planners[key] = lookahead.Lookahead(budget, bandwidth)
                 planner.set_budget(budget)
                 planner.set_bandwidth(bandwidth)
+                planner.policy.refs_max = refs_max
                 planner.plan(*batches)
             finally:
                 signal.setitimer(signal.ITIMER_VIRTUAL, 0)

@@ -34,7 +34,7 @@ import collections
 import sys
 import time
 
-from pumpd.limits import PLAN_OVERRUNS_MAX
+from pumpd.limits import PLAN_OVERRUNS_MAX, PLANNER_REFS_PER_UID_MAX
 from pumpd.planner import Planner
 
 SLICE_SECONDS = 0.004     # the most one slice holds the loop (a chunk may overrun it)
@@ -172,9 +172,10 @@ class Scheduler:
         work = wanting[owner]
         job, session = work[self.plan_cursor[owner] % len(work)]
         self.plan_cursor[owner] += 1
-        self._plan(owner, job, session)
+        processes = sum(s.lookahead is not None for j in jobs if j.uid == owner for s in j.sessions.values())
+        self._plan(owner, job, session, PLANNER_REFS_PER_UID_MAX // max(1, processes))
 
-    def _plan(self, owner, job, session):
+    def _plan(self, owner, job, session, refs_max):
         """The planner's process learns the session's backlog (its ring is read meanwhile)."""
         handle = session.lookahead
 
@@ -201,7 +202,7 @@ class Scheduler:
             self.host.planned(job, session)
 
         session.planning = True
-        self.planning = asyncio.wrap_future(self.planner.submit(handle, session.backlog.take()))
+        self.planning = asyncio.wrap_future(self.planner.submit(handle, session.backlog.take(), refs_max=refs_max))
         self.planning.add_done_callback(done)
 
     def _overran(self, job, session):

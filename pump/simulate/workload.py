@@ -16,7 +16,7 @@ import dataclasses
 import numpy as np
 
 from pump import channel, trace
-from pump.foresight import IterationDetector
+from pump.iteration import IterationDetector
 from pump.simulate import constants as K
 
 KIND = channel.KIND
