@@ -13,7 +13,9 @@ import os
 import re
 import shutil
 import socket
+import pathlib
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -27,6 +29,7 @@ from helpers import clean_env, start_pumpd, stop_pumpd
 from pump import channel, protocol
 from test_daemon import NOBODY
 
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as a second user")
 
 ATTACKERS = 4           # processes of one hostile user
@@ -338,3 +341,22 @@ def test_a_ring_naming_a_huge_allocation_in_every_launch_does_not_grow_the_plann
     assert mine["events"] > 100_000, mine  # the attack ran and was read
     assert "Traceback" not in log, log[log.index("Traceback") - 200:][:2000]
     assert 0 < peak < PLANNER_RSS_BOUND, peak
+
+
+# ---- issue 45, finding 5: many jobs ----
+@needs_root
+def test_many_jobs_cost_each_register_in_proportion_and_their_deaths_clear_at_once():
+    """scripts/bench-daemon-scale at 2,048 jobs of 8 users: a register's CPU grows in proportion
+    to the jobs (each rebalances every budget), another user's status stays fast, and 1,792 jobs
+    whose leaders die at once are gone within a liveness pass or two: pumpd rebalanced once per
+    job gone (5.5 s for them, here) before it rebalanced once per pass (0.44 s)."""
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench-daemon-scale"), "--jobs", "2048", "--json"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    rows = {r["jobs"]: r for r in doc["rows"]}
+    print(f"\n{doc}")
+    assert set(rows) == {256, 512, 1024, 2048}
+    assert rows[2048]["cpu_ms_per_register"] < 3 * rows[1024]["cpu_ms_per_register"], rows  # linear, not worse
+    assert rows[2048]["status_ms_median"] < 50, rows
+    assert doc["jobs_killed"] == 1792 and doc["dead_jobs_gone_s"] < 5.0, doc

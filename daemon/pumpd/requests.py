@@ -267,14 +267,17 @@ class Requests:
             raise RequestError(f"no job {job_id} of this user")  # another's job looks absent
         return job
 
-    def _forget(self, job):
+    def _forget(self, job, rebalance: bool = True):
+        """The job is gone; with rebalance, the others' budgets are made anew (a caller that
+        forgets many at once rebalances once: each rebalance visits every job)."""
         del self.jobs[job.id]
         for s in job.sessions.values():
             s.close()
         job.close_trace()
         self.store.remove(job)
         user_log.info(job.uid, "job %s (%s) ended", job.id, job.name)
-        self._rebalance()
+        if rebalance:
+            self._rebalance()
 
     def _rebalance(self):
         """Budgets anew for every job (one came, went, or was set; a pool changed): the

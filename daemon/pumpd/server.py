@@ -427,15 +427,19 @@ class Daemon(Requests):
         dying = [s for job, alive, dead in verdicts for pid, s in list(job.sessions.items())
                  if not alive or any(pid == p for p, _ in dead)]
         await self.scheduler.drain(dying, DRAIN_TIMEOUT)  # what dead processes left still counts
+        gone = False
         for job, alive, dead in verdicts:
             if job.id not in self.jobs:
                 continue
             if job.forget_pids(dead):
                 self.store.save(job)
             if not alive:
-                self._forget(job)
+                self._forget(job, rebalance=False)
+                gone = True
             elif dead:
                 self._place([job])  # its GPUs are those of the processes left
+        if gone:
+            self._rebalance()  # once for every job gone in this pass (1,792 at once took 5.5 s one by one)
 
     # ---- telemetry and snapshots ----
     async def _sample_telemetry(self):
