@@ -21,13 +21,20 @@ losses and checksum as one without it.
 float.hex of the loss, for bit-identical comparison), then one final object {"steps",
 "checksum_hex" (SHA-256 of every parameter's bytes after training), "params", "device",
 "peak_bytes" (torch.cuda.max_memory_allocated on a GPU, else null), "preset", "config",
-"warmup"}.  --warmup steps train too but are neither printed nor timed.
+"warmup", "filler_bytes"}.  --warmup steps train too but are neither printed nor timed.
+
+--filler-bytes N (on a GPU) first takes N bytes of plain device memory that Unified Memory
+cannot evict, before any tensor reaches the GPU, and holds them to the end
+(examples/device_filler.py): under pump-run the job's managed memory then has that much less of
+the card, which is real oversubscription (the GPU suite's case f).  Where the driver refuses
+the filler the job says why and exits with status 4, without training.
 
 Without a GPU (--device auto), the text output ends with what pump does on its CPU model
 of the driver (examples/no_gpu_demo.py; --no-demo skips it).  Without PyTorch (a plain
 `pip install .`), the job cannot train: it says so and shows that alone.
 """
 import argparse
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -39,7 +46,8 @@ import time
 # cuBLAS needs this before CUDA initialises to be deterministic; a user's own value stays.
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
-import no_gpu_demo  # noqa: E402  (beside this file: Python puts the script's directory on sys.path)
+import device_filler  # noqa: E402  (beside this file: Python puts the script's directory on sys.path)
+import no_gpu_demo  # noqa: E402
 
 try:
     import torch  # noqa: E402  (after the environment is set)
@@ -69,6 +77,7 @@ PRESETS = {
 }
 DATA_BATCHES = 4     # the pool of random batches the steps cycle through
 LEARNING_RATE = 3e-4
+EXIT_NO_FILLER = 4   # --filler-bytes: the driver would not give the filler
 
 
 class CausalSelfAttention(nn.Module):
@@ -154,6 +163,9 @@ def parse_args(argv):
                     help="auto (default): cuda if PyTorch sees a GPU, else cpu")
     ap.add_argument("--seed", type=int, default=0, help="seed of the weights and the data (default 0)")
     ap.add_argument("--json", action="store_true", help="JSON lines instead of text (see the module docstring)")
+    ap.add_argument("--filler-bytes", type=int, default=0, metavar="N",
+                    help="on a GPU, first hold N bytes of device memory that Unified Memory cannot evict, to the "
+                         "end (default 0: none; see the module docstring)")
     ap.add_argument("--no-demo", action="store_true",
                     help="without a GPU (--device auto), skip showing pump on its CPU model of the driver "
                          "(examples/no_gpu_demo.py) after training")
@@ -170,6 +182,10 @@ def parse_args(argv):
         ap.error("allowed: --steps N >= 1 and --warmup N >= 0")
     if args.device == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda: PyTorch sees no GPU here; allowed: --device cpu or auto")
+    if args.filler_bytes < 0:
+        ap.error(f"--filler-bytes {args.filler_bytes}: allowed: N >= 0")
+    if args.filler_bytes and not (args.device != "cpu" and torch.cuda.is_available()):
+        ap.error("--filler-bytes: there is no GPU to fill here; allowed: --device cuda on a GPU")
     return args, cfg
 
 
@@ -177,6 +193,18 @@ def main(argv=None):
     args, cfg = parse_args(argv)
     on_gpu = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
+    holder = device_filler.DeviceFiller(args.filler_bytes, device.index) if args.filler_bytes else None
+    try:
+        with holder or contextlib.nullcontext():  # taken before any tensor reaches the GPU
+            train(args, cfg, device, holder.nbytes if holder else 0)
+    except device_filler.FillerFailed as exc:
+        print(f"train_gpt.py: --filler-bytes {args.filler_bytes}: {exc}", file=sys.stderr)
+        return EXIT_NO_FILLER
+    return 0
+
+
+def train(args, cfg, device, filler_bytes):
+    """Trains and prints the steps and the final record (module docstring)."""
     torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.benchmark = False
     torch.manual_seed(args.seed)  # the CPU's and every GPU's generators
@@ -219,11 +247,11 @@ def main(argv=None):
     if args.json:
         print(json.dumps({"steps": args.steps, "checksum_hex": checksum, "params": params, "device": str(device),
                           "peak_bytes": peak, "preset": args.preset, "config": dataclasses.asdict(cfg),
-                          "warmup": args.warmup}), flush=True)
+                          "warmup": args.warmup, "filler_bytes": filler_bytes}), flush=True)
     else:
         peak_text = f", peak {peak / 2**20:.0f} MiB allocated" if peak is not None else ""
         print(f"checksum {checksum[:16]} after {args.steps} steps{peak_text}")
-        if args.device == "auto" and not on_gpu and not args.no_demo:
+        if args.device == "auto" and device.type == "cpu" and not args.no_demo:
             print("\nNo GPU here, so the job trained on the CPU and pump had nothing to do.", flush=True)
             no_gpu_demo.show()
 

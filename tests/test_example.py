@@ -93,7 +93,8 @@ def test_the_first_build_of_fakecuda_says_how_far_it_is(c_build):
 
 TRAIN_GPT = [sys.executable, str(ROOT / "examples" / "train_gpt.py")]
 STEP_KEYS = {"step", "loss", "loss_hex", "ms"}
-FINAL_KEYS = {"steps", "checksum_hex", "params", "device", "peak_bytes", "preset", "config", "warmup"}
+FINAL_KEYS = {"steps", "checksum_hex", "params", "device", "peak_bytes", "preset", "config", "warmup",
+              "filler_bytes"}
 
 
 def train(args, env, pump_run=()):
@@ -168,6 +169,8 @@ def test_train_gpt_overrides_and_text_output(gpt_env):
     (["--layers", "0"], "--layers: allowed: an integer >= 1"),
     (["--steps", "0"], "allowed: --steps N >= 1 and --warmup N >= 0"),
     (["--preset", "gpt5"], "invalid choice: 'gpt5'"),
+    (["--filler-bytes", "-1"], "--filler-bytes -1: allowed: N >= 0"),
+    (["--filler-bytes", "1"], "--filler-bytes: there is no GPU to fill here"),   # --device cpu
 ])
 def test_train_gpt_bad_arguments(gpt_env, args, message):
     proc = subprocess.run([*TRAIN_GPT, "--device", "cpu", *args], env=gpt_env, capture_output=True, text=True,

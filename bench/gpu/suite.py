@@ -8,19 +8,24 @@ one run on one GPU.  bench/README.md explains the cases, the variants and every 
 Cases: a, the cuda-python kernel chain (host writes its inputs every step); b, the same chain
 under an emulated capacity of half its working set; c, examples/train_gpt.py under an emulated
 capacity of half its peak footprint; d, the same job, which fits, under plain `pump-run`; e, the
-same job under `pump-run --no-managed-all`.  Variants: ideal (plain device memory, no pump),
-naive (managed memory without pump; under an emulated capacity pump's evict-only mode, `--policy
-off --budget B`), launch and lookahead (pump's policies), and for d and e the pump run itself.
+same job under `pump-run --no-managed-all`; f (only when asked for: --cases f), the same job
+under real oversubscription, a filler of device memory leaving its managed memory half its peak
+(filler.py; a probe at a milder ratio first).  Variants: ideal (plain device memory, no pump; in
+f, without the filler), naive (managed memory without pump; under an emulated capacity pump's
+evict-only mode, `--policy off --budget B`; in f the driver's own Unified Memory), launch and
+lookahead (pump's policies), and for d and e the pump run itself.
 
 Order: the link's prefetch bandwidth and whether it copies discarded memory (discard.py), every
 case's timed runs, then the untimed runs: CUPTI's
 Unified Memory counters per variant and one `pump-run --trace` per case for the bytes that must
 move.  Before every run that asks for managed memory the card's free memory is read (NVML) and
-a request that would not fit with membudget's margin is REFUSED, loudly, and not run.  Sizes
+a request that would not fit with membudget's margin (in f, filler.py's rules) is REFUSED,
+loudly, and not run.  Sizes
 scale with --scale (1 = the defaults below).  Runs stop when --budget-seconds is spent: what was
 not run is marked skipped.  Prints progress and the table; --json writes every figure.  Exit
 status 1 when a variant failed or its results were not bit-identical to the reference run's
-(refused cases, and those skipped for time, are reported, not failed), else 0.
+(refused cases, those skipped for time and case f's runs stopped at their cap are reported,
+not failed), else 0.
 """
 
 import argparse
@@ -29,7 +34,6 @@ import datetime
 import json
 import os
 import pathlib
-import platform
 import shutil
 import subprocess
 import sys
@@ -41,14 +45,17 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
 import cupti  # noqa: E402
+import filler  # noqa: E402
 from pump import trace as pump_trace  # noqa: E402
 import lowerbound  # noqa: E402
+from machine import device_info, versions  # noqa: E402
 import membudget  # noqa: E402
 import table  # noqa: E402
 
 MiB, GiB = membudget.MiB, membudget.GiB
 BLOCK = 2 * MiB                    # pump's budget unit
-CASES = "abcde"
+CASES = "abcde"                   # the default
+OPT_IN = "f"                      # only when --cases names it: case f does not fit one device call beside a-e
 CHAIN_PAIRS, CHAIN_MIB, CHAIN_REPEAT = 4, 128, 4            # working set 1 GiB at --scale 1
 GPT = {"preset": "gpt2", "batch": 8, "seq": 512}            # --batch scales
 BANDWIDTH_MIB = 1024
@@ -56,12 +63,22 @@ TIMED = {"chain": (2, 10), "gpt": (2, 8)}                   # (warm-up, timed) s
 UNTIMED_STEPS = 5                 # counter and trace runs: enough repeats for pump to learn the iteration
 TORCH_SLACK = 1.5                 # PyTorch's cache, fragmentation and workspaces beyond its peak allocated
 RUN_CAP_S = 240                   # no single run may take longer
+# Case f's cap on each run, and its probe's.  The driver alone may be far slower than case c's
+# emulated naive (2.9 s a step on the first H100): at 30 s a step its 10 steps would not end, so
+# it is stopped at the cap and reported as timed out, a lower bound on its time, and the case's
+# other runs still fit one device call (bench/README.md, case f).
+FILLER_RUN_CAP_S = 100
+PROBE_CAP_S = 60
 MIN_RUN_S = 15                    # a run is not started with less time than this left
 UNTIMED_SHARE = 0.3               # of --budget-seconds, kept back from the timed runs for the untimed ones
 
 
 class OutOfTime(Exception):
     pass
+
+
+class ProbeTimedOut(Exception):
+    """Case f's probe did not finish in PROBE_CAP_S: none of its runs is made."""
 
 
 @dataclasses.dataclass
@@ -82,6 +99,9 @@ class Case:
     program: list = None          # the program's argv, less the step counts
     traced: str = None            # the variant whose untimed run is traced for the lower bound
     result: dict = None
+    # Case f: the working set the filler is sized for before each managed run (filler.py); a run
+    # there that reaches its cap (FILLER_RUN_CAP_S) is a result, a lower bound on its time.
+    filler_working_set: int = 0
 
 
 # ---------------------------------------------------------------- sizes, variants, commands
@@ -156,6 +176,32 @@ def plan_gpt(case_key: str, program: list, peak_bytes: int, free: int, total: in
                 [Variant("ideal", None, "device"), Variant("pump-no-managed-all", ["--no-managed-all"])], allowed, program)
 
 
+def plan_filler(program: list, peak_bytes: int, free: int, ram: int) -> Case:
+    """Case f, train_gpt.py under a filler that leaves its managed memory half its peak_bytes (the
+    ideal run's) beside filler.HEADROOM_BYTES; raises membudget.Refused.  Its capacity, for the
+    bound, is all the filler leaves: the context takes some, so the bytes that must move there are
+    a lower bound still.  pump's --capacity is the managed memory the sizing checked against the
+    host's RAM (peak x TORCH_SLACK), above what the filler leaves free: managed memory goes
+    beyond the card, and launch holds pump's own budget under the card's free memory."""
+    request = int(peak_bytes * TORCH_SLACK)
+    sized = filler.size("case f (train_gpt.py under a filler)", peak_bytes, request, filler.RATIO, free, ram)
+    cap = ["--capacity", str(request)]
+    variants = [Variant("ideal", None, "device"), Variant("naive", ["--policy", "off", *cap]),
+                Variant("launch", ["--policy", "launch", *cap]), Variant("lookahead", ["--policy", "lookahead", *cap])]
+    low, high = sized["ratio_range"]
+    title = (f"train_gpt.py under real oversubscription: a filler of {sized['filler_bytes'] / GiB:.2f} GiB of device "
+             f"memory leaves {sized['left_bytes'] / GiB:.2f} GiB of the {free / GiB:.2f} GiB free; its working set of "
+             f"{peak_bytes / GiB:.2f} GiB is {low:.2f}x to {high:.2f}x what managed memory has, as the context takes "
+             f"none to all of {filler.HEADROOM_BYTES / GiB:.0f} GiB of headroom (ideal runs without the filler)")
+    return Case("f", title, "gpt", False, variants, sized["left_bytes"], program, "launch",
+                filler_working_set=peak_bytes)
+
+
+def ended(run: dict) -> str:
+    """How a run ended, for a message: its exit status, or the cap it reached."""
+    return f"timed out after {run['seconds']:.0f} s" if run["rc"] is None else f"exit status {run['rc']}"
+
+
 def pump_run() -> str:
     beside = pathlib.Path(sys.executable).parent / "pump-run"
     found = str(beside) if beside.exists() else shutil.which("pump-run")
@@ -164,8 +210,10 @@ def pump_run() -> str:
     return found
 
 
-def command(case: Case, variant: Variant, warmup: int, steps: int, stats=None, trace=None) -> list:
+def command(case: Case, variant: Variant, warmup: int, steps: int, stats=None, trace=None, filler_bytes=0) -> list:
     argv = list(case.program) + ["--warmup", str(warmup), "--steps", str(steps)]
+    if filler_bytes:
+        argv += ["--filler-bytes", str(filler_bytes)]
     if case.workload == "chain":
         argv += ["--memory", variant.memory]
     if variant.pump is None:
@@ -255,13 +303,14 @@ class Suite:
     def say(text: str) -> None:
         print(text, flush=True)
 
-    def run(self, argv, env_extra=None, reserve: float = 0.0) -> dict:
-        """One program run (a successful one is cached by its command line and environment):
-        rc, step records, final record, every JSON object, seconds, stderr's tail."""
+    def run(self, argv, env_extra=None, reserve: float = 0.0, cap: float = RUN_CAP_S) -> dict:
+        """One program run of at most `cap` seconds (a successful one is cached by its command line
+        and environment): rc (None: timed out), step records, final record, every JSON object,
+        seconds, stderr's tail."""
         key = (tuple(argv), tuple(sorted((env_extra or {}).items())))
         if key in self.cache:
             return self.cache[key]
-        timeout = min(RUN_CAP_S, self.left() - reserve)
+        timeout = min(cap, self.left() - reserve)
         if timeout < MIN_RUN_S:
             raise OutOfTime(f"not run: {max(0.0, self.left()):.0f} s left of the suite's budget")
         shown = " ".join(f"{k}={v}" for k, v in (env_extra or {}).items())
@@ -283,9 +332,34 @@ class Suite:
             self.cache[key] = result
         return result
 
-    def guard(self, what: str, request: int) -> None:
-        """Refuse (membudget.Refused) unless the card has room for `request` right now."""
-        membudget.check(what, request, *membudget.nvml_memory(0))
+    def guard(self, case: Case, what: str, request: int, ratio: float = filler.RATIO):
+        """Refuse (membudget.Refused) unless the card has room for a managed run asking `request`
+        right now; under a filler (case f) the filler for `ratio` sized from the free memory now
+        (filler.size), else None."""
+        free, total = membudget.nvml_memory(0)
+        if not case.filler_working_set:
+            return membudget.check(what, request, free, total)
+        return filler.size(what, case.filler_working_set, request, ratio, free, filler.host_ram())
+
+    @staticmethod
+    def cap(case: Case) -> float:
+        return FILLER_RUN_CAP_S if case.filler_working_set else RUN_CAP_S
+
+    def probe(self, case: Case, request: int) -> dict:
+        """Case f's first run (../shared GPU.md): naive, the driver alone, under a filler leaving a
+        working set PROBE_RATIO times its room, 1 warm-up and 1 step, within PROBE_CAP_S.  Its
+        record; raises ProbeTimedOut, or RuntimeError when it failed: then no run of the case is made."""
+        naive = next(v for v in case.variants if v.name == "naive")
+        sized = self.guard(case, f"case {case.key}, its probe", request, filler.PROBE_RATIO)
+        argv = command(case, naive, 1, 1, filler_bytes=sized["filler_bytes"])
+        r = self.run(argv, reserve=self.args.budget_seconds * UNTIMED_SHARE, cap=PROBE_CAP_S)
+        what = (f"case {case.key}'s probe (naive under a filler of {sized['filler_bytes'] / GiB:.2f} GiB, a working "
+                f"set {filler.PROBE_RATIO:g}x its room) {ended(r)}")
+        if r["rc"] is None:
+            raise ProbeTimedOut(f"{what}: none of the case's runs is made")
+        if r["rc"] != 0 or r["final"] is None:
+            raise RuntimeError(f"{what}: {(r['stderr_tail'].splitlines() or ['no final record'])[-1]}")
+        return {"command": argv, "seconds": r["seconds"], "filler": sized}
 
     def microbenchmark(self, script: str, what: str, buffers: int) -> dict:
         """One of the link's microbenchmarks (a program printing one JSON object), its buffers of
@@ -311,19 +385,22 @@ class Suite:
         for v in case.variants:
             rec = out.setdefault(v.name, {})
             try:
-                if v.memory == "managed":
-                    self.guard(f"case {case.key}, {v.name}", request)
+                sized = self.guard(case, f"case {case.key}, {v.name}", request) if v.memory == "managed" else None
                 stats = self.work / f"{case.key}-{v.name}-stats.json" if v.pump is not None else None
-                argv = command(case, v, warmup, count, stats=stats)
-                r = self.run(argv, reserve=self.args.budget_seconds * UNTIMED_SHARE)
+                argv = command(case, v, warmup, count, stats=stats, filler_bytes=(sized or {}).get("filler_bytes", 0))
+                r = self.run(argv, reserve=self.args.budget_seconds * UNTIMED_SHARE, cap=self.cap(case))
             except (membudget.Refused, OutOfTime) as exc:
                 rec["refused" if isinstance(exc, membudget.Refused) else "skipped"] = str(exc)
                 self.say(str(exc))
                 continue
-            rec.update(command=argv, rc=r["rc"], seconds=r["seconds"])
+            rec.update(command=argv, rc=r["rc"], seconds=r["seconds"], **({"filler": sized} if sized else {}))
+            if r["rc"] is None and case.filler_working_set:
+                rec["timed_out"] = f"{ended(r)}, {len(r['steps'])} of {count} timed steps done after {warmup} warm-up"
+                rec["done_ms"] = [s["ms"] for s in r["steps"]]
+                continue
             if r["rc"] != 0 or r["final"] is None:
                 last = (r["stderr_tail"].splitlines() or ["no final record"])[-1]
-                rec.update(error=f"exit status {r['rc']}: {last}", stderr_tail=r["stderr_tail"])
+                rec.update(error=f"{ended(r)}: {last}", stderr_tail=r["stderr_tail"])
                 continue
             rec["run"] = r
             rec["step_ms"] = table.summarize(timed_ms(r["steps"], warmup, count))
@@ -347,18 +424,22 @@ class Suite:
             rec = case.result["variants"][v.name]
             report = self.work / f"{case.key}-{v.name}-cupti.json"
             trace = self.work / f"{case.key}.trace" if v.name == case.traced else None
+            if "timed_out" in rec:   # its counter run would be stopped too, and its report with it
+                rec["cupti"] = {"error": f"not run: the timed run {rec['timed_out']}"}
+                continue
             try:
-                if v.memory == "managed":
-                    self.guard(f"case {case.key}, {v.name} (counters)", request)
-                r = self.run(command(case, v, 0, UNTIMED_STEPS, trace=trace),
-                             cupti.env(library, str(report)) if isinstance(library, str) else None)
+                sized = (self.guard(case, f"case {case.key}, {v.name} (counters)", request) if v.memory == "managed"
+                         else None)
+                r = self.run(command(case, v, 0, UNTIMED_STEPS, trace=trace,
+                                     filler_bytes=(sized or {}).get("filler_bytes", 0)),
+                             cupti.env(library, str(report)) if isinstance(library, str) else None, cap=self.cap(case))
             except (membudget.Refused, OutOfTime) as exc:
                 rec["cupti"] = {"error": str(exc)}
                 continue
             if not isinstance(library, str):
                 rec["cupti"] = {"error": library["error"]}
             elif r["rc"] != 0:
-                rec["cupti"] = {"error": f"the counter run failed (exit status {r['rc']}): {r['stderr_tail']}"}
+                rec["cupti"] = {"error": f"the counter run failed ({ended(r)}): {r['stderr_tail']}"}
             else:
                 rec["cupti"] = cupti.read(str(report))
             if trace is not None and r["rc"] == 0:
@@ -396,52 +477,21 @@ class Suite:
         return doc
 
 
-# ---------------------------------------------------------------- what ran where
-def versions() -> dict:
-    from importlib import metadata
-    out = {"python": platform.python_version()}
-    for dist in ("pump", "cuda-bindings", "torch", "nvidia-ml-py", "numpy"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = None
-    def output(argv):
-        try:
-            return subprocess.run(argv, capture_output=True, text=True, timeout=120).stdout.strip() or None
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-    out["torch_cuda"] = output([sys.executable, "-c", "import torch; print(torch.version.cuda)"])
-    out["commit"] = output(["git", "-C", str(REPO), "rev-parse", "HEAD"]) or os.environ.get("PUMP_COMMIT")
-    return out
-
-
-def device_info() -> dict:
-    """GPU 0 as NVML names it, with the driver and the CUDA version the driver supports."""
-    import pynvml
-    pynvml.nvmlInit()
-    try:
-        h = pynvml.nvmlDeviceGetHandleByIndex(0)
-        name = pynvml.nvmlDeviceGetName(h)
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        cuda = pynvml.nvmlSystemGetCudaDriverVersion()
-        mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-        return {"name": name.decode() if isinstance(name, bytes) else name,
-                "driver": driver.decode() if isinstance(driver, bytes) else driver,
-                "cuda_driver_version": f"{cuda // 1000}.{cuda % 1000 // 10}", "memory_total_bytes": int(mem.total),
-                "memory_free_at_start_bytes": int(mem.free)}
-    finally:
-        pynvml.nvmlShutdown()
-
-
 EMULATED = ("Cases marked emulated hold the job's managed footprint above a budget of GPU-resident "
             "bytes that pump enforces by evicting to the host; the card itself is never oversubscribed "
             "(../shared GPU.md). Their naive variant is pump's evict-only mode (--policy off --budget B). "
             "Judge them by their ratio to the lower bound.")
 
 
+REAL = ("Case f is real oversubscription: the job first takes plain device memory that Unified Memory cannot "
+        "evict (train_gpt.py --filler-bytes), so that its managed memory has about half its working set of the "
+        "card; its naive is the driver's own Unified Memory (pump-run --policy off: managed_all on, nothing "
+        "prefetched). A run there that reaches its cap is reported as timed out: a lower bound on its time.")
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(prog="suite.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cases", default=CASES, help=f"which cases, in order (default {CASES})")
+    ap.add_argument("--cases", default=CASES, help=f"which cases, in order (default {CASES}; also {OPT_IN})")
     ap.add_argument("--scale", type=float, default=1.0, help="size factor for every case (default 1)")
     ap.add_argument("--budget-seconds", type=float, default=420.0, help="stop starting runs after this (default 420)")
     ap.add_argument("--json", metavar="FILE", help="write every figure as one JSON document")
@@ -452,9 +502,9 @@ def parse_args(argv=None):
                     help="the dry run's sizes (scripts/gpu-check-dry-run, on fakecuda): a chain of 2 pairs, "
                          "1 warm-up and 2 timed steps per run, 3 untimed; no figure of it means anything")
     args = ap.parse_args(argv)
-    bad = sorted(set(args.cases) - set(CASES))
+    bad = sorted(set(args.cases) - set(CASES + OPT_IN))
     if bad or not args.cases:
-        ap.error(f"--cases {args.cases!r}: allowed letters {CASES}")
+        ap.error(f"--cases {args.cases!r}: allowed letters {CASES + OPT_IN}")
     if not 0 < args.scale <= 64:
         ap.error(f"--scale {args.scale}: allowed above 0, at most 64")
     if args.budget_seconds < MIN_RUN_S:
@@ -475,7 +525,7 @@ def main(argv=None) -> int:
         return 2
     doc = {"suite": "bench/gpu/suite.py", "started": datetime.datetime.now(datetime.timezone.utc).isoformat(),
            "device": device, "versions": versions(), "scale": args.scale, "emulated_note": EMULATED,
-           "timed_steps": TIMED, "untimed_steps": UNTIMED_STEPS}
+           "real_note": REAL, "timed_steps": TIMED, "untimed_steps": UNTIMED_STEPS}
     suite.say(f"GPU: {device['name']}, driver {device['driver']} (CUDA {device['cuda_driver_version']}), "
               f"{device['memory_free_at_start_bytes'] / GiB:.1f} of {device['memory_total_bytes'] / GiB:.1f} GiB free")
     for part in ("bandwidth", "discard"):
@@ -506,15 +556,21 @@ def main(argv=None) -> int:
                 if gpt_ideal["rc"] != 0 or not peak:
                     raise RuntimeError(f"train_gpt.py's ideal run gave no peak_bytes (exit status {gpt_ideal['rc']}): "
                                        f"{gpt_ideal['stderr_tail']}")
-                case = plan_gpt(key, program, int(peak), *membudget.nvml_memory(0))
+                free, total = membudget.nvml_memory(0)
+                case = (plan_filler(program, int(peak), free, filler.host_ram()) if key == "f"
+                        else plan_gpt(key, program, int(peak), free, total))
                 request = int(int(peak) * TORCH_SLACK)
-        except (membudget.Refused, OutOfTime, RuntimeError) as exc:
+            suite.say(f"  {case.title}")
+            probe = suite.probe(case, request) if case.filler_working_set else None
+        except (membudget.Refused, OutOfTime, ProbeTimedOut, RuntimeError) as exc:
             suite.say(str(exc))
-            what = {membudget.Refused: "refused", OutOfTime: "skipped"}.get(type(exc), "error")
+            what = ("refused" if isinstance(exc, membudget.Refused) else "error" if isinstance(exc, RuntimeError)
+                    else "skipped")
             cases.append(({"case": key, what: str(exc)}, None, 0))
             continue
         case.result = {"case": key, "title": case.title, "emulated": case.emulated, "capacity_bytes": case.capacity,
-                       "request_bytes": request, "variants": {}}
+                       "request_bytes": request, "variants": {},
+                       **({"real_oversubscription": True, "probe": probe} if probe else {})}
         suite.timed(case, request)
         cases.append((case.result, case, request))
 

@@ -93,14 +93,16 @@ def counter_errors(cases) -> list:
 def rows(cases) -> list:
     out = []
     for case in cases:
-        label = case["case"] + (" (emulated)" if case.get("emulated") else "")
+        label = case["case"] + (" (emulated)" if case.get("emulated") else
+                                " (real oversubscription)" if case.get("real_oversubscription") else "")
         stopped = ("ERROR: " + case["error"]) if case.get("error") else case.get("refused") or case.get("skipped")
         if stopped:
             out.append([label, "-", stopped.splitlines()[0]] + ["-"] * (len(COLUMNS) - 3))
             continue
         for name, v in case["variants"].items():
             s = v.get("step_ms")
-            stopped = ("ERROR: " + v["error"]) if v.get("error") else v.get("refused") or v.get("skipped")
+            stopped = (("ERROR: " + v["error"]) if v.get("error") else
+                       v.get("refused") or v.get("skipped") or v.get("timed_out"))
             if stopped:
                 out.append([label, name, stopped.splitlines()[0]] + ["-"] * (len(COLUMNS) - 3))
                 continue
