@@ -137,3 +137,51 @@ def test_trace_of_a_real_job(c_build, job_env, tmp_path):
     assert doc["records"] == totals["events_written"]          # every event the shim wrote reached the file
     assert doc["managed_bytes_peak"] == totals["managed_bytes_peak"]
     assert doc["kinds"]["sync"] > 0 and doc["functions"] > 0
+
+
+def test_a_killed_planner_costs_only_the_plans_being_made(tmp_path):
+    """Issue 45 item 2: the planner process killed (as the OOM killer would) leaves pumpd serving
+    and every published plan in force; the next turn starts another planner, and plans are made
+    again."""
+    import psutil
+    from fakeshim import FakeShim
+    path = str(tmp_path / "pumpd.sock")
+    daemon = start_pumpd(path)
+    shims = []
+    try:
+        for k in range(2):
+            shim = FakeShim(path, name=f"learner{k}", policy="lookahead")
+            with protocol.Client(path) as c:
+                c.request({"op": "set", "job": shim.job, "budget": 8 << 20})
+            bases = [(k + 1 << 36) + i * (2 << 20) for i in range(8)]
+            for base in bases:
+                shim.emit("alloc", base, 2 << 20, 1)
+            shims.append((shim, bases))
+
+        def feed(rounds=20):
+            for shim, bases in shims:
+                for _ in range(rounds):
+                    for i, base in enumerate(bases):
+                        shim.launch(0x100 + 16 * i, base)
+
+        def planner():
+            return [p for p in psutil.Process(daemon.pid).children()
+                    if p.status() != psutil.STATUS_ZOMBIE and "pumpd.planner" in " ".join(p.cmdline())]
+
+        feed()
+        assert wait_for(lambda: all(s.plan_triggers() for s, _ in shims), timeout=30)
+        published = [s.plan_triggers() for s, _ in shims]
+        first = planner()[0]
+        first.kill()  # pumpd reaps it at the next turn, which meets its socket's end
+        feed()  # a turn meets the dead planner: it fails, and the next starts another
+        assert wait_for(lambda: planner() and planner()[0].pid != first.pid, timeout=30)
+        assert daemon.poll() is None and protocol.ping(path)
+        assert [s.plan_triggers() for s, _ in shims] == published  # the plans in force stayed
+        generations = [int(s.plan.generation) for s, _ in shims]
+        feed()  # the new planner learns the sessions anew and publishes their plans again
+        assert wait_for(lambda: all(int(s.plan.generation) > g and s.plan_triggers()
+                                    for (s, _), g in zip(shims, generations)), timeout=30)
+    finally:
+        for shim, _ in shims:
+            shim.close()
+        stop_pumpd(daemon)

@@ -44,6 +44,7 @@ from pumpd.limits import PLAN_DEADLINE_SECONDS, PLANNER_REFS_PER_UID_MAX
 BANDWIDTH_INTERVAL = 5.0  # seconds: a session's plan is made anew for a new link rate at most this often
 BACKSTOP_POLL = 0.25      # seconds between looks at a turn's CPU time, past its deadline
 PLANNER_NICE = 10         # the child's niceness, added to pumpd's
+READY = "ready"           # what the child says once started
 
 EXIT_SECONDS = 5.0  # a child told to end (EOF) that has not is killed after this long
 
@@ -130,6 +131,7 @@ class Planner:
         self.process = self.conn = None
         self.live = 0                    # open sessions' handles
         self.gone = collections.deque()  # sessions closed: the child drops them with the next batch
+        self.known = set()               # sessions the running child has planned (it knows their allocations)
         self.stopped = False
 
     def session(self, key: int, budget: int, bandwidth: float) -> Handle:
@@ -145,6 +147,11 @@ class Planner:
             batches = [] if batches is None else [batches]
         return self.thread.submit(self._plan, handle.key, (handle.budget, handle._bandwidth_now(), refs_max),
                                   batches, deadline)
+
+    def knows(self, key: int) -> bool:
+        """The running child has planned this session (a new one has not: a planner killed for
+        its memory took every session's allocations with it)."""
+        return key in self.known
 
     def forget(self, key: int):
         self.live -= 1
@@ -185,6 +192,7 @@ class Planner:
                                "starts with the next batch") from None
         if isinstance(planned, str):
             raise PlannerError(planned)
+        self.known.add(key)
         return planned
 
     def _start(self):
@@ -200,6 +208,14 @@ class Planner:
             theirs.close()
         self.conn = Connection(ours.detach())
         self.gone.clear()  # a new child knows no session
+        try:  # its start (an interpreter's, the imports) is not a turn's CPU time: the deadline starts after
+            ready = self.conn.recv()
+        except (EOFError, OSError):
+            ready = None
+        if ready != READY:
+            self._end()
+            raise PlannerError("the planner process ended as it started; a new one starts with the next batch")
+        self.known = set()
 
     def _retire(self):
         """No lookahead session is left: the child ends (pumpd holds nothing for it)."""
@@ -207,6 +223,7 @@ class Planner:
             self._end()
 
     def _end(self):
+        self.known = set()  # a new child knows no session: its first turn of each brings what pumpd knows
         self.conn.close()
         try:
             self.process.wait(EXIT_SECONDS)  # it ends at its socket's EOF
@@ -255,6 +272,7 @@ def serve(conn: Connection):
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is pumpd's to act on
     signal.signal(signal.SIGVTALRM, _overrun)
     planners = {}
+    conn.send(READY)
     while True:
         try:
             key, (budget, bandwidth, refs_max), batches, gone, deadline = conn.recv()

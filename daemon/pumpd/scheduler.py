@@ -34,6 +34,7 @@ import collections
 import sys
 import time
 
+from pump import channel
 from pumpd.limits import PLAN_OVERRUNS_MAX, PLANNER_REFS_PER_UID_MAX
 from pumpd.planner import Planner
 
@@ -201,8 +202,11 @@ class Scheduler:
             handle.learned(planned)
             self.host.planned(job, session)
 
+        batches = session.backlog.take()
+        if not self.planner.knows(handle.key):  # a new planner (or a first turn): what pumpd knows first
+            batches.insert(0, channel.Batch(allocs=list(session.allocations.items())))
         session.planning = True
-        self.planning = asyncio.wrap_future(self.planner.submit(handle, session.backlog.take(), refs_max=refs_max))
+        self.planning = asyncio.wrap_future(self.planner.submit(handle, batches, refs_max=refs_max))
         self.planning.add_done_callback(done)
 
     def _overran(self, job, session):
