@@ -337,8 +337,10 @@ def test_a_ring_naming_a_huge_allocation_in_every_launch_does_not_grow_the_plann
         shutil.rmtree(run_dir)
     log = proc.stderr.read()
     print(f"\nthe planner's peak RSS {peak >> 20} MiB; {mine['events']} records read, "
-          f"{mine['planner_skipped']} skipped by the planner")
+          f"{mine['planner_skipped']} skipped by the planner, {mine['planner_trimmed']} launches trimmed; "
+          f"{mine['lookahead_fallbacks']}")
     assert mine["events"] > 100_000, mine  # the attack ran and was read
+    assert mine["planner_trimmed"] > 0, mine  # the cap did the holding, and pump status says so
     assert "Traceback" not in log, log[log.index("Traceback") - 200:][:2000]
     assert 0 < peak < PLANNER_RSS_BOUND, peak
 

@@ -83,6 +83,7 @@ class Session:
         self.plan_published = 0.0
         self.planning = False       # lookahead: the planner has a turn of it in flight
         self.backlog = Backlog(self.quota)  # lookahead: batches read and not yet learned
+        self.planner_trimmed = 0    # lookahead: launches its planner's history dropped past its block references
         self.plan_after = 0.0       # lookahead: not planned again before (monotonic; a backoff)
         self.chunk = None           # records per read, sized to the time one takes (scheduler)
 
@@ -305,11 +306,12 @@ class Job:
         totals = dict.fromkeys(self.COUNTER_NAMES, 0)
         events = dropped = invalid = 0
         tables_dropped = {"functions_dropped": 0, "allocations_dropped": 0, "planned_blocks_dropped": 0}
-        skipped = 0
+        skipped = trimmed = 0
         for s in self.sessions.values():
             for what in ("functions", "allocations", "planned_blocks"):
                 tables_dropped[what + "_dropped"] += s.quota.dropped[what]
             skipped += s.backlog.skipped
+            trimmed += s.planner_trimmed
             for name, value in zip(self.COUNTER_NAMES, s.counters):
                 totals[name] += value
             events += s.events
@@ -329,7 +331,7 @@ class Job:
             "max_budget_bytes": self.terms.cap_bytes(), "priority": self.terms.priority,
             "gpu_uuids": self.terms.gpu_uuids, "gpus": self.terms.gpus, **totals,
             "events": events, "events_dropped": dropped, "events_invalid": invalid, **tables_dropped,
-            "planner_skipped": skipped, "lookahead_fallbacks": self.lookahead_fallbacks(),
+            "planner_skipped": skipped, "planner_trimmed": trimmed, "lookahead_fallbacks": self.lookahead_fallbacks(),
             "host_rss_bytes": self.tree.get("rss_bytes"), "cpu_seconds": self.tree.get("cpu_seconds"),
             "started": self.created,
             "trace": self.trace.status() if self.trace is not None else None,

@@ -59,6 +59,7 @@ class Planned:
     order: int       # the victim order of its plan
     layout: tuple    # a new plan's layout (channel.Plan.layout), or None if unchanged
     overran: bool = False  # the turn met its deadline: nothing learned, the session learns anew
+    trimmed: int = 0       # launches its history dropped to hold its block references, this turn
 
 
 class PlannerError(RuntimeError):
@@ -293,9 +294,11 @@ def serve(conn: Connection):
                 planner.plan(*batches)
             finally:
                 signal.setitimer(signal.ITIMER_VIRTUAL, 0)
-            reply = Planned(time.process_time() - began, planner.policy.budget, planner.policy.bandwidth,
-                            planner.policy.period,
-                            planner.policy.order, planner.take_layout() if planner.fresh else None)
+            policy = planner.policy
+            trimmed = policy.history_trimmed + policy.need_skipped
+            policy.history_trimmed = policy.need_skipped = 0
+            reply = Planned(time.process_time() - began, policy.budget, policy.bandwidth, policy.period,
+                            policy.order, planner.take_layout() if planner.fresh else None, trimmed=trimmed)
         except Overrun:  # what it learned is half done: the session learns anew from its next turn
             planners.pop(key, None)
             reply = Planned(time.process_time() - began, budget, bandwidth, 0, Foresight.order, None, True)

@@ -194,6 +194,7 @@ class Scheduler:
             planned = future.result()
             self.plan_credit[owner] = self.plan_credit.get(owner, 0.0) - planned.cost
             self.spent[owner] += planned.cost
+            session.planner_trimmed += planned.trimmed
             if session.closed or session.lookahead is not handle:
                 return
             if planned.overran:
