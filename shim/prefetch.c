@@ -354,7 +354,9 @@ static void prepare_calls(struct pump_job *job)
         }
         if (take)
             __atomic_store_n(&c->use_busy[slot], USE_READYING, __ATOMIC_RELAXED);
-        CUevent event = c->use_events[slot];
+        /* Read only from a ring made: while another thread makes it (pump_ring_ready, the lock
+         * let go) its slots are being written. */
+        CUevent event = take ? c->use_events[slot] : NULL;
         uint32_t forgets = __atomic_load_n(&c->forgets, __ATOMIC_RELAXED);
         pump_mutex_unlock(&c->use_lock);
         if (!take)
@@ -426,7 +428,7 @@ PUMP_HIDDEN uint64_t pump_use_record(struct pump_context *c, CUstream stream)
         c->use_count = count + 1;
     }
     bool prepared = count < c->use_prepared, prepare = taken && prepare_due(c, count);
-    CUevent event = c->use_events[slot];
+    CUevent event = taken ? c->use_events[slot] : NULL;  /* a ring being made is being written */
     uint32_t forgets = __atomic_load_n(&c->forgets, __ATOMIC_RELAXED);
     pump_mutex_unlock(&c->use_lock);
     if (prepare)

@@ -112,20 +112,22 @@ def test_budget_under_sanitizers(run_program, variant, policy):
 # most two buffers in one epoch: belief peak 2 MiB, no eviction, while fakecuda's
 # device_resident_peak reaches 4 MiB (plain runs too). Not strict: how many launches share an
 # epoch depends on scheduling.
-EXPIRING_BELIEFS = pytest.mark.xfail(strict=False, reason="beliefs of memory the program allocated managed itself "
-                                     "expire at every synchronisation (the host may touch it), so pump can "
-                                     "under-count what stays resident")
-
-
-@pytest.mark.parametrize("variant", ["plain", pytest.param("tsan", marks=EXPIRING_BELIEFS)])
+@pytest.mark.parametrize("variant", ["plain", "tsan"])
 def test_budget_with_threads(run_program, variant):
     """Threads launching on their own streams and buffers while another allocates,
-    frees and synchronises, under a budget smaller than their buffers together."""
+    frees and synchronises, under a budget smaller than their buffers together. Under TSan
+    the budget's peak is not held to: beliefs of memory the program allocated managed itself
+    expire at every synchronisation (the host may touch it), so pump can under-count what stays
+    resident, and TSan's timing makes that likelier. (It was an xfail of the whole test, which
+    hid a data race TSan found there in one CI run: a slot of a use-event ring read while
+    another thread made the ring, shim/prefetch.c.)"""
     env = {"PUMP_SOCKET": "", "PUMP_BUDGET": "3MiB", "TSAN_OPTIONS": "halt_on_error=1"}
     run = run_program("threads", 4, 200, variant=variant, env=env, timeout=600)
     assert run.proc.returncode == 0, run.proc.stderr[-4000:]
     assert "Sanitizer" not in run.proc.stderr, run.proc.stderr[-4000:]
-    assert run.totals["resident_bytes_peak"] <= 3 * MiB and run.totals["evictions"] > 0
+    assert run.totals["evictions"] > 0
+    if variant == "plain":
+        assert run.totals["resident_bytes_peak"] <= 3 * MiB
 
 
 @pytest.mark.parametrize("policy", ["off", "launch"])
