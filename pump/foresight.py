@@ -178,6 +178,9 @@ class Foresight:
         if len(cache) + len(first) > KEY_CACHE_MAX or self._cache_refs > self.refs_max:
             cache.clear()  # a cache: what pumpd holds for one session stays bounded
             self._cache_refs = 0
+            first = {}  # every key of the batch is new now (one cached before would be missing)
+            for i, key in enumerate(listed):
+                first.setdefault(key, i)
         refs = np.ones(len(listed), np.int64)
         for key, i in first.items():
             cache[key] = self._needed_blocks(batch, i)

@@ -65,14 +65,20 @@ def watchdog_pings(notify: socket.socket, pings: list):
             pings.append(time.monotonic())
 
 
-def attack(path: str, seconds: float, report: int, records: np.ndarray):
-    """In a child as uid 65534: keep a lookahead ring full of valid launches."""
+def nobodys_lookahead_shim(path: str, name: str) -> tuple:
+    """In a child: drop to uid 65534, register a lookahead job and attach to it: (its client,
+    the shim)."""
     os.setgroups([])
     os.setgid(NOBODY)
     os.setuid(NOBODY)
     client = protocol.Client(path)
-    job = client.request({"op": "register", "name": "hostile", "policy": "lookahead"})["job"]
-    shim = FakeShim(path, job=job, policy="lookahead")
+    job = client.request({"op": "register", "name": name, "policy": "lookahead"})["job"]
+    return client, FakeShim(path, job=job, policy="lookahead")
+
+
+def attack(path: str, seconds: float, report: int, records: np.ndarray):
+    """In a child as uid 65534: keep a lookahead ring full of valid launches."""
+    client, shim = nobodys_lookahead_shim(path, "hostile")
     for base in BASES:
         shim.emit("alloc", base, 64 << 20, 1)
     at, written, deadline = 0, 0, time.monotonic() + seconds
@@ -83,7 +89,7 @@ def attack(path: str, seconds: float, report: int, records: np.ndarray):
         at = (at + n) % CYCLE
         if n < len(part):
             time.sleep(0.001)  # full: pumpd has not read it yet
-    seen = [j for j in client.request({"op": "status"})["jobs"] if j["job"] == job]
+    seen = [j for j in client.request({"op": "status"})["jobs"] if j["job"] == shim.job]
     os.write(report, json.dumps({"written": written, "events": seen[0]["events"] if seen else 0}).encode())
     os._exit(0)
 
@@ -193,12 +199,7 @@ def replan_attack(path: str, seconds: float, report: int):
     """In a child as uid 65534 (issue 45, finding 1): a 16-launch iteration on one 256 GiB
     allocation, learned; then batch after batch of LINK records whose rate swings 100x, each
     with one launch: every batch would make the whole plan anew."""
-    os.setgroups([])
-    os.setgid(NOBODY)
-    os.setuid(NOBODY)
-    client = protocol.Client(path)
-    job = client.request({"op": "register", "name": "replanner", "policy": "lookahead"})["job"]
-    shim = FakeShim(path, job=job, policy="lookahead")
+    _, shim = nobodys_lookahead_shim(path, "replanner")
     shim.emit("alloc", HUGE_BASE, HUGE, 1)
     for i in range(64):
         shim.launch(0x1000 + 16 * (i % 16), HUGE_BASE)

@@ -560,3 +560,24 @@ def test_a_history_within_its_references_learns_as_before():
     capped.refs_max = plain._refs_held
     capped.observe(batch)
     assert capped.period == plain.period > 0 and capped.history_trimmed == 0 and capped.triggers() == plain.triggers()
+
+
+def test_a_cache_cleared_mid_stream_still_gives_every_launch_its_blocks(monkeypatch):
+    """The key cache is cleared when it would hold too many keys (or references): a batch
+    mixing keys cached before with new ones then finds every key's blocks (it raised KeyError
+    in a CI run: four hostile processes' 30,000-key iterations)."""
+    from pump import foresight
+    monkeypatch.setattr(foresight, "KEY_CACHE_MAX", 6)
+    t = TraceBuilder()
+    bases = [t.alloc(8 * BLOCK) for _ in range(4)]
+    f = Foresight(64 * MIB, 50e9)
+    f.observe(t.batch())
+    t = TraceBuilder()
+    for i in range(4):
+        t.launch(0x100 + 16 * i, [bases[i]])
+    f.observe(t.batch())  # four keys cached
+    t = TraceBuilder()
+    for i in range(8):
+        t.launch(0x100 + 16 * i, [bases[i % 4]])      # the four cached keys, four new ones: past 6
+    f.observe(t.batch())
+    assert [len(b) for b in f.blocks[-8:]] == [8] * 8 and len(f._blocks_of_key) == 8
