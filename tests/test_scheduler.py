@@ -18,7 +18,7 @@ class Host:
             pass
         session.ring.tail += limit
         session.ring.header.head = session.ring.tail + 1_000_000
-        return limit, None
+        return limit
 
     def plan_due(self, job, session):
         return False
@@ -143,7 +143,7 @@ class LookaheadHost:
         session.ring.header.head = session.ring.tail + 1_000_000
         batch = channel.Batch(records=limit)
         session.ingest(batch)
-        return limit, batch
+        return limit
 
     def plan_due(self, job, session):
         return False

@@ -216,7 +216,6 @@ class Planner:
         if ready != READY:
             self._end()
             raise PlannerError("the planner process ended as it started; a new one starts with the next batch")
-        self.known = set()
 
     def _retire(self):
         """No lookahead session is left: the child ends (pumpd holds nothing for it)."""

@@ -51,7 +51,7 @@ PLAN_BACKOFF_SECONDS = 1.0   # a process's wait for its next turn after its firs
 
 class Scheduler:
     """Deficit round-robin over owners; ``host`` (the Daemon) does the work:
-    ``read_chunk(job, session, limit) -> (records, batch)``, ``plan_due(job, session)``,
+    ``read_chunk(job, session, limit) -> records read``, ``plan_due(job, session)``,
     ``publish_plan(job, session)`` and ``planned(job, session)``."""
 
     def __init__(self, host, errors):
@@ -126,7 +126,7 @@ class Scheduler:
         records = 0
         if int(session.ring.header.head) != session.ring.tail:
             began = time.perf_counter()
-            records = self.host.read_chunk(job, session, session.chunk or CHUNK_MIN)[0]
+            records = self.host.read_chunk(job, session, session.chunk or CHUNK_MIN)
             if records:
                 per_record = max(time.perf_counter() - began, 1e-6) / records
                 session.chunk = max(CHUNK_MIN, min(CHUNK_MAX, int(CHUNK_SECONDS / per_record)))
@@ -244,7 +244,7 @@ class Scheduler:
         for job in list(jobs):
             for session in list(job.sessions.values()):
                 while not session.closed and time.monotonic() < deadline:
-                    if not self.host.read_chunk(job, session, CHUNK_MAX)[0]:
+                    if not self.host.read_chunk(job, session, CHUNK_MAX):
                         break
 
     def stop(self):

@@ -307,12 +307,12 @@ class Daemon(Requests):
         session.plan.write(budget, order, layout)
         session.plan_budget, session.plan_published = budget, time.monotonic()
 
-    def read_chunk(self, job, session, limit: int) -> tuple:
-        """Up to limit records of one session's ring, into its trace and tables (the
-        scheduler's work, in its slices): (records read, the decoded batch or None)."""
+    def read_chunk(self, job, session, limit: int) -> int:
+        """Up to limit records of one session's ring, into its trace, its tables and its
+        planner's backlog (the scheduler's work, in its slices): the records read."""
         records = session.ring.read(limit)
         if not len(records):
-            return 0, None
+            return 0
         if job.trace is not None:
             job.trace.write(session.pid, records)
         batch = channel.decode(records)
@@ -326,7 +326,7 @@ class Daemon(Requests):
         self.events_ingested += len(records)
         if batch.devices:
             self._place([job])
-        return len(records), batch
+        return len(records)
 
     def planned(self, job, session):
         """The planner's process has learned a session's batch."""
