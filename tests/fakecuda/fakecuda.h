@@ -80,6 +80,10 @@ struct fakecuda_stats {
     /* Accepted launches by the kind of handle they named: a CUfunction (cuModuleGetFunction,
        cuKernelGetFunction) or a CUkernel (cuLibraryGetKernel) cast to CUfunction. */
     uint64_t launches_by_function, launches_by_kernel;
+    /* FAKECUDA_LAUNCH_USES (launch_uses.c): launches given their recorded operands, launches
+       the file has no line for, and launches whose line names another kernel or an operand
+       no allocation of this run holds (given what did match, if anything). */
+    uint64_t launches_given_uses, launch_uses_missing, launch_uses_mismatched;
 };
 void fakecuda_get_stats(struct fakecuda_stats *out); /* call after synchronizing */
 /* Contexts made on a device since load: primary context activations (a retain with no
@@ -107,6 +111,16 @@ void fakecuda_credit_oversleep(uint64_t ns);
    answered SYMBOL_NOT_FOUND, 1 cuGetExportTable ids refused, 2 calls to an export table's
    unmodelled slot. The sum of their counts since load; FAKECUDA_STATS names them. */
 uint64_t fakecuda_not_found_count(int kind);
+
+/* For a recording of what each launch touches (launch_uses.c, FAKECUDA_LAUNCH_USES): the
+   calling thread's launch position, *thread its number (threads are numbered in the order of
+   their first launch; -1 before this thread's first) and *launches the launches it made so far.
+   A recorder reads it before and after a library call: the launches between are the call's. */
+void fakecuda_launch_position(int *thread, uint64_t *launches);
+/* The allocation holding ptr: *ordinal its place in the order allocations were made (1, 2, ...:
+   cuMemAlloc*, managed, pool and cuMemMap mappings alike), *offset ptr's offset in it, *size
+   its size. 0 if no allocation holds ptr. */
+int fakecuda_allocation_of(const void *ptr, uint64_t *ordinal, uint64_t *offset, uint64_t *size);
 
 #ifdef __cplusplus
 }

@@ -84,7 +84,7 @@ typedef struct fc_counters {
         prefetch_calls, batch_prefetch_calls, bytes_discarded, allocations_reused, driver_evictions,
         bytes_evicted_d2h, bytes_evicted_h2d, pool_bytes_reserved, pool_bytes_released, gpu_fault_batches,
         gpu_fault_stall_ns, bytes_fault_prefetched_h2d, launches_by_function, launches_by_kernel,
-        param_info_refused;
+        param_info_refused, launches_given_uses, launch_uses_missing, launch_uses_mismatched;
 } fc_counters;
 extern fc_counters fc_ctr;
 #define FC_COUNT(field, n) atomic_fetch_add_explicit(&fc_ctr.field, (uint64_t)(n), memory_order_relaxed)
@@ -215,11 +215,14 @@ typedef struct fc_range { uintptr_t ptr; size_t size; int loc; } fc_range;
 /* a copy (elem 0: n bytes from src) or a memset of n elements of elem bytes of value; *_dev:
  * how the device touches each operand (copies.c) */
 typedef struct fc_copy { uintptr_t dst, src; size_t n; unsigned elem, value; int dst_dev, src_dev; } fc_copy;
+/* One operand of a launch as FAKECUDA_LAUNCH_USES recorded it (launch_uses.c): the kernel
+ * touches [ptr, ptr + bytes), writing it or only reading it. */
+typedef struct fc_use { uintptr_t ptr; size_t bytes; int write; } fc_use;
 typedef struct fc_op {
     struct fc_op *next;
     int kind;
     union {
-        struct { struct fc_kdef *def; fakecuda_dims dims; uint64_t not_before; void *args; } k;
+        struct { struct fc_kdef *def; fakecuda_dims dims; uint64_t not_before; void *args; fc_use *uses; size_t nuses; } k;
         /* ioctl_ns: paid by the worker before the pages move (FAKECUDA_IOCTL_THREAD=worker) */
         struct { size_t n; fc_range *r; uint64_t not_before; int64_t ioctl_ns; int entry; } pf;
         struct { CUhostFn fn; void *ud; } h;
@@ -319,9 +322,16 @@ struct fc_kdef {
     struct fc_kdef *next_image; /* images.c's list of them */
     struct CUfunc_st func; /* the handle a graph node's parameters name (graphs.c) */
 };
-void fc_run_kernel(fc_kdef *def, const fakecuda_dims *d, void *args, int device);
-/* A kernel op (args copied, start not before now + FAKECUDA_LAUNCH_LATENCY_US). */
-fc_op *fc_kernel_op(fc_kdef *def, const fakecuda_dims *d, const void *args);
+/* Runs def's body, then touches the recorded operands (none: NULL, 0). */
+void fc_run_kernel(fc_kdef *def, const fakecuda_dims *d, void *args, const fc_use *uses, size_t nuses, int device);
+/* A kernel op (args and uses copied, start not before now + FAKECUDA_LAUNCH_LATENCY_US). */
+fc_op *fc_kernel_op(fc_kdef *def, const fakecuda_dims *d, const void *args, const fc_use *uses, size_t nuses);
+/* launch_uses.c: advances the calling thread's launch position for an accepted launch of def and
+ * returns the operands FAKECUDA_LAUNCH_USES recorded for it (*uses malloc'd, the caller frees;
+ * 0 and NULL when none). */
+size_t fc_launch_uses_take(const fc_kdef *def, fc_use **uses);
+/* memory.c: the live allocation made ordinal-th (fakecuda_allocation_of): base and size, or 0. */
+int fc_alloc_by_ordinal(uint64_t ordinal, uintptr_t *base, size_t *size);
 /* The kernel behind a CUfunction or CUkernel handle, or NULL. */
 fc_kdef *fc_kernel_def(const void *func_or_kernel);
 /* The same for a handle of one kind only (want: FC_MAGIC_FUNC or FC_MAGIC_KERN; 0: either). */

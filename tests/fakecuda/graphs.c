@@ -251,7 +251,7 @@ static CUresult graph_launch(CUgraphExec e, CUstream h)
         struct CUgraphNode_st *n = e->nodes[i];
         fc_op *op;
         if (n->type == FC_NODE_KERNEL) {
-            op = fc_kernel_op(n->def, &n->dims, n->args);
+            op = fc_kernel_op(n->def, &n->dims, n->args, NULL, 0);
         } else if ((op = calloc(1, sizeof *op)) && n->type == FC_NODE_COPY) {
             op->kind = FC_OP_COPY;
             op->u.copy = n->copy;

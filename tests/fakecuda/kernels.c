@@ -209,21 +209,25 @@ FC_EXPORT CUresult cuKernelGetName(const char **name, CUkernel hfunc)
 FC_ALIAS(cuKernelGetName);
 
 /* ---- execution ---- */
-fc_op *fc_kernel_op(fc_kdef *def, const fakecuda_dims *d, const void *args)
+fc_op *fc_kernel_op(fc_kdef *def, const fakecuda_dims *d, const void *args, const fc_use *uses, size_t nuses)
 {
-    fc_op *op = calloc(1, sizeof *op + 16 + def->argsize);
+    size_t uses_at = (16 + def->argsize + _Alignof(fc_use) - 1) / _Alignof(fc_use) * _Alignof(fc_use);
+    fc_op *op = calloc(1, sizeof *op + uses_at + nuses * sizeof *uses);
     if (!op) return NULL;
     op->kind = FC_OP_KERNEL;
     op->u.k.def = def;
     op->u.k.dims = *d;
     op->u.k.args = (void *)(((uintptr_t)(op + 1) + 15) & ~(uintptr_t)15);
     if (def->argsize) memcpy(op->u.k.args, args, def->argsize);
+    op->u.k.uses = (fc_use *)((char *)(op + 1) + uses_at);
+    op->u.k.nuses = nuses;
+    if (nuses) memcpy(op->u.k.uses, uses, nuses * sizeof *uses);
     /* The launch reaches the GPU once the calling thread's modelled host time has passed. */
     op->u.k.not_before = fc_host_clock_ns() + FAKECUDA_LAUNCH_LATENCY_US * 1000ull;
     return op;
 }
 
-void fc_run_kernel(fc_kdef *def, const fakecuda_dims *d, void *args, int device)
+void fc_run_kernel(fc_kdef *def, const fakecuda_dims *d, void *args, const fc_use *uses, size_t nuses, int device)
 {
     void *small[16];
     void **params = def->nparams <= 16 ? small : malloc(def->nparams * sizeof *params);
@@ -231,6 +235,10 @@ void fc_run_kernel(fc_kdef *def, const fakecuda_dims *d, void *args, int device)
         for (unsigned i = 0; i < def->nparams; i++) params[i] = (char *)args + def->offsets[i];
         fc_tls_kernel_device = device;
         if (def->fn) def->fn(params, d); /* an image's kernel has no C body: its results are not computed */
+        for (size_t i = 0; i < nuses; i++) {
+            if (uses[i].write) fakecuda_touch((const void *)uses[i].ptr, uses[i].bytes);
+            else fakecuda_touch_read((const void *)uses[i].ptr, uses[i].bytes);
+        }
         fc_tls_kernel_device = -1;
         if (params != small) free(params);
     }
@@ -299,14 +307,17 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
         fakecuda_dims d = { { gx, gy, gz }, { bx, by, bz }, shmem };
         fc_cost(FC_E_LAUNCH, FAKECUDA_LAUNCH_HOST_NS);
         if (def->image) fc_image_launch_record(def, by_kernel, args, s);
+        fc_use *uses = NULL; /* a captured launch is a graph's node: its recorded operands are not kept */
+        size_t nuses = fc_launch_uses_take(def, &uses);
         int r = fc_stream_capturing(s) ? fc_capture_add_kernel(s, def, &d, args) : FC_NOT_CAPTURING;
         if (r == FC_NOT_CAPTURING) {
-            fc_op *op = fc_kernel_op(def, &d, args);
+            fc_op *op = fc_kernel_op(def, &d, args, uses, nuses);
             if (op) fc_enqueue(s, op);
             else err = CUDA_ERROR_OUT_OF_MEMORY;
         } else {
             err = (CUresult)r;
         }
+        free(uses);
     }
     if (args != stackbuf) free(args);
     if (err == CUDA_SUCCESS) {

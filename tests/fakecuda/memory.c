@@ -12,6 +12,7 @@ pthread_rwlock_t fc_reg_lock = PTHREAD_RWLOCK_INITIALIZER;
 fc_alloc **fc_reg;
 size_t fc_nreg;
 static size_t fc_capreg;
+static uint64_t fc_ordinals; /* allocations registered so far, under fc_reg_lock */
 
 /* Index of the first allocation whose end is above p (fc_nreg if none). */
 size_t fc_reg_first_end_above(uintptr_t p)
@@ -45,6 +46,7 @@ static int reg_insert(fc_alloc *a)
     memmove(&fc_reg[i + 1], &fc_reg[i], (fc_nreg - i) * sizeof *fc_reg);
     fc_reg[i] = a;
     fc_nreg++;
+    a->ordinal = ++fc_ordinals;
     pthread_rwlock_unlock(&fc_reg_lock);
     return 0;
 }
@@ -272,6 +274,34 @@ int fc_alloc_lookup(uintptr_t p, fc_alloc_desc *out)
     if (a) *out = (fc_alloc_desc){ a->base, a->size, a->managed, a->device, a->ctx };
     pthread_rwlock_unlock(&fc_reg_lock);
     return a != NULL;
+}
+
+FC_EXPORT int fakecuda_allocation_of(const void *ptr, uint64_t *ordinal, uint64_t *offset, uint64_t *size)
+{
+    pthread_rwlock_rdlock(&fc_reg_lock);
+    fc_alloc *a = reg_find((uintptr_t)ptr);
+    if (a) {
+        if (ordinal) *ordinal = a->ordinal;
+        if (offset) *offset = (uintptr_t)ptr - a->base;
+        if (size) *size = a->size;
+    }
+    pthread_rwlock_unlock(&fc_reg_lock);
+    return a != NULL;
+}
+
+/* The live allocation made ordinal-th: its base and size, or 0. */
+int fc_alloc_by_ordinal(uint64_t ordinal, uintptr_t *base, size_t *size)
+{
+    int found = 0;
+    pthread_rwlock_rdlock(&fc_reg_lock);
+    for (size_t i = 0; i < fc_nreg && !found; i++) {
+        if (fc_reg[i]->ordinal != ordinal) continue;
+        *base = fc_reg[i]->base;
+        *size = fc_reg[i]->size;
+        found = 1;
+    }
+    pthread_rwlock_unlock(&fc_reg_lock);
+    return found;
 }
 
 /* ---- managed ranges, for prefetch.c ---- */

@@ -13,6 +13,7 @@ enum { FC_BIT_PREFETCHED = 1, FC_BIT_TOUCHED = 2, FC_BIT_EVICTED = 4, FC_BIT_DUP
 typedef struct fc_alloc {
     uintptr_t base;
     size_t size;
+    uint64_t ordinal;   /* 1 for the first allocation registered, 2 for the next... (launch_uses.c) */
     void *map;
     size_t map_len;
     int managed;

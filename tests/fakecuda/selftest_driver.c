@@ -403,5 +403,6 @@ const struct selftest_driver_mode selftest_driver_modes[] = {
     { "pool-prefetch", "FAKECUDA_POOL_PREFETCH=refuse", selftest_child_pool_prefetch },
     { "devices-64", "FAKECUDA_DEVICES=64", child_devices_64 },
     { "runtime", "FAKECUDA_PERSONA=h100-sxm-80gb", selftest_child_runtime },
+    { "launch-uses", NULL, selftest_child_launch_uses },
     { NULL, NULL, NULL },
 };

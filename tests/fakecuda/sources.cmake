@@ -35,6 +35,7 @@ set(FAKECUDA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/capture.c
     ${CMAKE_CURRENT_LIST_DIR}/graphs.c
     ${CMAKE_CURRENT_LIST_DIR}/kernels.c
+    ${CMAKE_CURRENT_LIST_DIR}/launch_uses.c
     ${CMAKE_CURRENT_LIST_DIR}/modules.c
     ${CMAKE_CURRENT_LIST_DIR}/images.c
     ${CMAKE_CURRENT_LIST_DIR}/fatbin.c
@@ -70,4 +71,5 @@ set(FAKECUDA_SELFTEST_SOURCES ${CMAKE_CURRENT_LIST_DIR}/selftest.c ${CMAKE_CURRE
     ${CMAKE_CURRENT_LIST_DIR}/selftest_pools.c ${CMAKE_CURRENT_LIST_DIR}/selftest_faults.c
     ${CMAKE_CURRENT_LIST_DIR}/selftest_memory.c ${CMAKE_CURRENT_LIST_DIR}/selftest_read_mostly.c
     ${CMAKE_CURRENT_LIST_DIR}/selftest_launches.c ${CMAKE_CURRENT_LIST_DIR}/selftest_graphs.c
-    ${CMAKE_CURRENT_LIST_DIR}/selftest_runtime.c ${CMAKE_CURRENT_LIST_DIR}/selftest_clock.c)
+    ${CMAKE_CURRENT_LIST_DIR}/selftest_runtime.c ${CMAKE_CURRENT_LIST_DIR}/selftest_clock.c
+    ${CMAKE_CURRENT_LIST_DIR}/selftest_launch_uses.c)

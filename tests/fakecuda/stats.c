@@ -313,6 +313,9 @@ FC_EXPORT void fakecuda_get_stats(struct fakecuda_stats *out)
     out->bytes_fault_prefetched_h2d = LD(bytes_fault_prefetched_h2d);
     out->launches_by_function = LD(launches_by_function);
     out->launches_by_kernel = LD(launches_by_kernel);
+    out->launches_given_uses = LD(launches_given_uses);
+    out->launch_uses_missing = LD(launch_uses_missing);
+    out->launch_uses_mismatched = LD(launch_uses_mismatched);
     /* Each way over the link, whoever moved it */
     out->bytes_h2d = out->bytes_faulted_h2d + out->bytes_prefetched_h2d;
     out->bytes_d2h_all = out->bytes_d2h + out->bytes_evicted_d2h;
@@ -340,7 +343,8 @@ FC_EXPORT void fakecuda_reset_stats(void)
                               &fc_ctr.bytes_evicted_d2h, &fc_ctr.bytes_evicted_h2d, &fc_ctr.pool_bytes_reserved,
                               &fc_ctr.pool_bytes_released, &fc_ctr.gpu_fault_batches, &fc_ctr.gpu_fault_stall_ns,
                               &fc_ctr.bytes_fault_prefetched_h2d, &fc_ctr.launches_by_function,
-                              &fc_ctr.launches_by_kernel, &fc_ctr.param_info_refused };
+                              &fc_ctr.launches_by_kernel, &fc_ctr.param_info_refused, &fc_ctr.launches_given_uses,
+                              &fc_ctr.launch_uses_missing, &fc_ctr.launch_uses_mismatched };
     for (size_t i = 0; i < sizeof f / sizeof *f; i++) atomic_store_explicit(f[i], 0, memory_order_relaxed);
     fc_cost_reset();
     for (int d = 0; d < FAKECUDA_MAX_DEVICES; d++) /* the peak starts again from what is resident now */
@@ -385,7 +389,8 @@ __attribute__((destructor)) static void fc_write_stats_at_exit(void)
             ", \"gpu_fault_batches\": %" PRIu64 ", \"gpu_fault_stall_ns\": %" PRIu64
             ", \"bytes_fault_prefetched_h2d\": %" PRIu64 ", \"bytes_h2d\": %" PRIu64 ", \"bytes_d2h_all\": %" PRIu64
             ", \"launches_by_function\": %" PRIu64 ", \"launches_by_kernel\": %" PRIu64
-            ", \"param_info_refused\": %" PRIu64 ", \"entry_costs\": ",
+            ", \"param_info_refused\": %" PRIu64 ", \"launches_given_uses\": %" PRIu64
+            ", \"launch_uses_missing\": %" PRIu64 ", \"launch_uses_mismatched\": %" PRIu64 ", \"entry_costs\": ",
             s.gpu_faults, s.cpu_faults, s.pages_touched_by_kernels, s.bytes_prefetched_h2d,
             s.bytes_prefetched_unused, s.bytes_faulted_h2d, s.bytes_d2h, s.kernels_run,
             s.launches, s.prefetch_calls, s.batch_prefetch_calls, s.device_resident_bytes,
@@ -393,7 +398,8 @@ __attribute__((destructor)) static void fc_write_stats_at_exit(void)
             s.bytes_evicted_d2h, s.bytes_evicted_h2d, s.va_lock_wait_ns, s.pool_bytes_reserved, s.pool_bytes_released,
             s.gpu_fault_batches, s.gpu_fault_stall_ns, s.bytes_fault_prefetched_h2d, s.bytes_h2d, s.bytes_d2h_all,
             s.launches_by_function, s.launches_by_kernel,
-            atomic_load_explicit(&fc_ctr.param_info_refused, memory_order_relaxed));
+            atomic_load_explicit(&fc_ctr.param_info_refused, memory_order_relaxed), s.launches_given_uses,
+            s.launch_uses_missing, s.launch_uses_mismatched);
     fc_cost_write_json(f);
     fputs(", \"not_found\": ", f);
     fc_not_found_write_json(f);

@@ -179,7 +179,7 @@ static void run_op(struct CUstream_st *s, fc_op *op)
     switch (op->kind) {
     case FC_OP_KERNEL:
         fc_wait_until(op->u.k.not_before);
-        fc_run_kernel(op->u.k.def, &op->u.k.dims, op->u.k.args, s->device);
+        fc_run_kernel(op->u.k.def, &op->u.k.dims, op->u.k.args, op->u.k.uses, op->u.k.nuses, s->device);
         break;
     case FC_OP_PREFETCH: fc_run_prefetch(op); break;
     case FC_OP_HOSTFN: op->u.h.fn(op->u.h.ud); break;

@@ -1,0 +1,184 @@
+/* launch_uses.c: why it exists: a real program's kernels (an image's, with no C body) touch
+ * nothing on fakecuda, so its faults and bytes would mean nothing. FAKECUDA_LAUNCH_USES names
+ * a file recorded in an earlier run of the same program (a recorder reading each operator's
+ * tensors, tests/real_client/operator_uses.py): for each launch, its operands. Each accepted
+ * launch takes the next position of its thread, and a launch at a recorded position touches
+ * its operands when it runs, as a test's kernel calls fakecuda_touch.
+ *
+ * Positions are (thread, launch): threads numbered by their first launch, launches counted on
+ * each thread, so that two threads launching at once still meet their own lines. Operands name
+ * an allocation by the order it was made (fakecuda_allocation_of), not by address: addresses
+ * differ from run to run, the order of a deterministic program's allocations does not. A line
+ * naming another kernel, or an allocation this run does not hold, is a mismatch, counted in
+ * launch_uses_mismatched: the recording was of another program or another configuration.
+ *
+ * The file, text: a first line "fakecuda-launch-uses 1", then one line per recorded launch:
+ *     THREAD LAUNCH KERNEL N ORDINAL:OFFSET:BYTES:MODE ... (N operands; MODE r, w or rw)
+ * A malformed file stops the process at its first launch, naming the line (a test tool). */
+#include "fakecuda_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { THREADS_MAX = 64 };
+
+typedef struct recorded_use { uint64_t ordinal, offset, bytes; int write; } recorded_use;
+typedef struct recorded_launch {
+    char *kernel;          /* NULL: no line for this position */
+    size_t n;
+    recorded_use *uses;
+} recorded_launch;
+typedef struct thread_lines { recorded_launch *at; size_t n; } thread_lines;
+
+static thread_lines fc_recorded[THREADS_MAX];
+static int fc_recording_loaded;          /* a file was named and read */
+static pthread_once_t fc_load_once = PTHREAD_ONCE_INIT;
+static _Atomic int fc_launch_threads;    /* threads that have launched */
+static _Thread_local int fc_tls_thread = -1;
+static _Thread_local uint64_t fc_tls_launches;
+
+static _Noreturn void refuse(const char *path, size_t line, const char *what)
+{
+    fprintf(stderr, "fakecuda: FAKECUDA_LAUNCH_USES=%s line %zu: %s (expected \"THREAD LAUNCH KERNEL N "
+            "ORDINAL:OFFSET:BYTES:r|w|rw ...\" after a first line \"fakecuda-launch-uses 1\")\n", path, line, what);
+    exit(2);
+}
+
+static uint64_t number(const char **p, const char *path, size_t line, const char *what)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(*p, &end, 10);
+    if (end == *p || errno || **p == '-') refuse(path, line, what);
+    *p = end;
+    return v;
+}
+
+static void parse_use(const char **p, recorded_use *u, const char *path, size_t line)
+{
+    while (**p == ' ') (*p)++;
+    u->ordinal = number(p, path, line, "an operand's allocation ordinal is not a number");
+    if (*(*p)++ != ':') refuse(path, line, "an operand lacks its offset");
+    u->offset = number(p, path, line, "an operand's offset is not a number");
+    if (*(*p)++ != ':') refuse(path, line, "an operand lacks its bytes");
+    u->bytes = number(p, path, line, "an operand's bytes are not a number");
+    if (*(*p)++ != ':') refuse(path, line, "an operand lacks its mode");
+    if (!strncmp(*p, "rw", 2)) { u->write = 1; *p += 2; }
+    else if (**p == 'w') { u->write = 1; (*p)++; }
+    else if (**p == 'r') { u->write = 0; (*p)++; }
+    else refuse(path, line, "an operand's mode is not r, w or rw");
+    if (**p && **p != ' ' && **p != '\n') refuse(path, line, "an operand has more than four fields");
+}
+
+static void parse_line(const char *text, const char *path, size_t line)
+{
+    const char *p = text;
+    uint64_t thread = number(&p, path, line, "the thread is not a number");
+    uint64_t launch = number(&p, path, line, "the launch is not a number");
+    if (thread >= THREADS_MAX) refuse(path, line, "the thread is past fakecuda's 64");
+    if (launch >= (1u << 26)) refuse(path, line, "the launch is past 2^26");
+    while (*p == ' ') p++;
+    size_t name_len = strcspn(p, " \n");
+    if (!name_len) refuse(path, line, "the kernel's name is missing");
+    const char *name = p;
+    p += name_len;
+    uint64_t n = number(&p, path, line, "the operand count is not a number");
+    if (n > 1u << 16) refuse(path, line, "more than 65536 operands");
+    thread_lines *t = &fc_recorded[thread];
+    if (launch >= t->n) {
+        size_t cap = launch + 1 > 2 * t->n ? launch + 1 : 2 * t->n;
+        recorded_launch *grown = realloc(t->at, cap * sizeof *grown);
+        if (!grown) refuse(path, line, "out of memory");
+        memset(grown + t->n, 0, (cap - t->n) * sizeof *grown);
+        t->at = grown;
+        t->n = cap;
+    }
+    recorded_launch *r = &t->at[launch];
+    if (r->kernel) refuse(path, line, "a second line for this thread and launch");
+    r->kernel = strndup(name, name_len);
+    r->uses = n ? calloc(n, sizeof *r->uses) : NULL;
+    if (!r->kernel || (n && !r->uses)) refuse(path, line, "out of memory");
+    r->n = n;
+    for (size_t i = 0; i < n; i++) parse_use(&p, &r->uses[i], path, line);
+    while (*p == ' ') p++;
+    if (*p && *p != '\n') refuse(path, line, "more operands than its count");
+}
+
+static void load(void)
+{
+    const char *path = getenv("FAKECUDA_LAUNCH_USES");
+    if (!path || !*path) return;
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "fakecuda: FAKECUDA_LAUNCH_USES=%s: %s\n", path, strerror(errno));
+        exit(2);
+    }
+    char *text = NULL;
+    size_t cap = 0, line = 0;
+    while (getline(&text, &cap, f) >= 0) {
+        line++;
+        if (line == 1) {
+            if (strcmp(text, "fakecuda-launch-uses 1\n") && strcmp(text, "fakecuda-launch-uses 1"))
+                refuse(path, line, "not a launch-uses file of version 1");
+            continue;
+        }
+        parse_line(text, path, line);
+    }
+    if (line == 0) refuse(path, 1, "the file is empty");
+    free(text);
+    fclose(f);
+    fc_recording_loaded = 1;
+}
+
+FC_EXPORT void fakecuda_launch_position(int *thread, uint64_t *launches)
+{
+    if (thread) *thread = fc_tls_thread;
+    if (launches) *launches = fc_tls_launches;
+}
+
+/* The recorded operands at this position, as this run's addresses; counts what did not match. */
+static size_t resolve(const recorded_launch *r, const fc_kdef *def, fc_use **uses)
+{
+    if (strcmp(r->kernel, def->name)) {
+        FC_COUNT(launch_uses_mismatched, 1);
+        return 0;
+    }
+    fc_use *out = r->n ? malloc(r->n * sizeof *out) : NULL;
+    size_t n = 0;
+    int mismatched = r->n && !out;
+    for (size_t i = 0; out && i < r->n; i++) {
+        uintptr_t base;
+        size_t size;
+        const recorded_use *u = &r->uses[i];
+        if (!fc_alloc_by_ordinal(u->ordinal, &base, &size) || u->offset > size || u->bytes > size - u->offset) {
+            mismatched = 1;
+            continue;
+        }
+        out[n++] = (fc_use){ base + u->offset, u->bytes, u->write };
+    }
+    FC_COUNT(launches_given_uses, 1);
+    if (mismatched) FC_COUNT(launch_uses_mismatched, 1);
+    if (!n) {
+        free(out);
+        out = NULL;
+    }
+    *uses = out;
+    return n;
+}
+
+size_t fc_launch_uses_take(const fc_kdef *def, fc_use **uses)
+{
+    *uses = NULL;
+    if (fc_tls_thread < 0) fc_tls_thread = atomic_fetch_add(&fc_launch_threads, 1);
+    uint64_t launch = fc_tls_launches++;
+    pthread_once(&fc_load_once, load);
+    if (!fc_recording_loaded) return 0;
+    const thread_lines *t = fc_tls_thread < THREADS_MAX ? &fc_recorded[fc_tls_thread] : NULL;
+    if (!t || launch >= t->n || !t->at[launch].kernel) {
+        FC_COUNT(launch_uses_missing, 1);
+        return 0;
+    }
+    return resolve(&t->at[launch], def, uses);
+}

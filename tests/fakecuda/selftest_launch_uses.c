@@ -1,0 +1,120 @@
+/* selftest_launch_uses.c: why it exists: fakecuda's self-test of FAKECUDA_LAUNCH_USES
+ * (launch_uses.c), in a child process of its own (selftest.c runs it): a launch at a recorded
+ * position touches its recorded operands, named by allocation order; a line naming another
+ * kernel or an allocation this run lacks is counted as a mismatch and touches nothing it
+ * cannot place; a position without a line is counted missing; each thread has its own
+ * positions, numbered by its first launch. */
+#define _GNU_SOURCE /* mkstemp, fdopen, setenv */
+#include <cuda.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "fakecuda.h"
+#include "selftest.h"
+
+#define MiB (1024ull * 1024ull)
+#define U(x) ((unsigned long long)(x))
+
+static CUfunction fbodiless;
+static CUstream st;
+
+/* A kernel whose body touches nothing, as an image's kernel on fakecuda. */
+static void k_bodiless(void **params, const fakecuda_dims *d)
+{
+    (void)params;
+    (void)d;
+}
+
+static int setup(void)
+{
+    fakecuda_register_kernel("bodiless", k_bodiless, 0, NULL, NULL);
+    CUcontext c;
+    CUmodule m;
+    return cuInit(0) || cuDevicePrimaryCtxRetain(&c, 0) || cuCtxSetCurrent(c) || cuModuleLoadData(&m, "x") ||
+                   cuModuleGetFunction(&fbodiless, m, "bodiless") || cuStreamCreate(&st, CU_STREAM_NON_BLOCKING)
+               ? -1
+               : 0;
+}
+
+static void launch(void)
+{
+    OK(cuLaunchKernel(fbodiless, 1, 1, 1, 1, 1, 1, 0, st, NULL, NULL));
+}
+
+static CUdeviceptr host_filled(size_t n)
+{
+    CUdeviceptr p = 0;
+    OK(cuMemAllocManaged(&p, n, CU_MEM_ATTACH_GLOBAL));
+    fakecuda_host_touch((void *)(uintptr_t)p, n);
+    return p;
+}
+
+/* Launches once; its positions before and after, for the main thread to check (CHECK is not
+   thread-safe). */
+struct positions { int before_thread, after_thread; uint64_t before, after; };
+static void *second_thread(void *arg)
+{
+    struct positions *p = arg;
+    fakecuda_launch_position(&p->before_thread, &p->before);
+    launch();
+    fakecuda_launch_position(&p->after_thread, &p->after);
+    return NULL;
+}
+
+int selftest_child_launch_uses(void)
+{
+    if (setup() != 0) return -1;
+    CUdeviceptr a = host_filled(4 * MiB), b = host_filled(2 * MiB);
+    uint64_t ord_a = 0, ord_b = 0, offset = 1, size = 0;
+    CHECK(fakecuda_allocation_of((void *)(uintptr_t)a, &ord_a, &offset, &size) && offset == 0 && size == 4 * MiB,
+          "allocation_of a's base");
+    CHECK(fakecuda_allocation_of((void *)(uintptr_t)(b + 100), &ord_b, &offset, &size) && offset == 100 &&
+          size == 2 * MiB && ord_b == ord_a + 1, "allocation_of inside b: made after a (%llu, %llu)", U(ord_a),
+          U(ord_b));
+    CHECK(!fakecuda_allocation_of((void *)&ord_a, NULL, NULL, NULL), "allocation_of the host's memory");
+
+    char path[] = "/tmp/fakecuda-launch-uses-XXXXXX";
+    int fd = mkstemp(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) return -1;
+    fprintf(f, "fakecuda-launch-uses 1\n");
+    fprintf(f, "0 0 bodiless 1 %llu:0:%llu:rw\n", U(ord_a), U(4 * MiB));   /* all of a, written */
+    fprintf(f, "0 1 bodiless 1 %llu:65536:131072:r\n", U(ord_b));          /* two pages of b, read */
+    fprintf(f, "0 2 another 1 %llu:0:65536:r\n", U(ord_b));                /* another kernel's line */
+    /* launch 3: no line */
+    fprintf(f, "0 4 bodiless 2 999:0:65536:r %llu:0:65536:r\n", U(ord_b)); /* an allocation not made */
+    fprintf(f, "1 0 bodiless 0\n");
+    fclose(f);
+    setenv("FAKECUDA_LAUNCH_USES", path, 1);
+
+    fakecuda_reset_stats();
+    for (int i = 0; i < 5; i++) launch();
+    pthread_t t;
+    struct positions second = { -2, -2, 1, 0 };
+    if (pthread_create(&t, NULL, second_thread, &second) != 0) return -1;
+    pthread_join(t, NULL);
+    CHECK(second.before_thread == -1 && second.before == 0, "a thread that has not launched has no position "
+          "(%d, %llu)", second.before_thread, U(second.before));
+    CHECK(second.after_thread == 1 && second.after == 1, "the second thread to launch is thread 1 (%d, %llu)",
+          second.after_thread, U(second.after));
+    OK(cuCtxSynchronize());
+    unlink(path);
+    int thread = -2;
+    uint64_t launches = 0;
+    fakecuda_launch_position(&thread, &launches);
+    CHECK(thread == 0 && launches == 5, "the first thread to launch is thread 0, after 5 launches (%d, %llu)", thread,
+          U(launches));
+    struct fakecuda_stats s = selftest_stats();
+    CHECK(s.launches_given_uses == 4 && s.launch_uses_mismatched == 2 && s.launch_uses_missing == 1,
+          "given 4 (0, 1, 4 and thread 1's), mismatched 2 (2, 4), missing 1 (3): %llu, %llu, %llu",
+          U(s.launches_given_uses), U(s.launch_uses_mismatched), U(s.launch_uses_missing));
+    /* a's 4 MiB, b's two pages (the fault-time prefetcher may widen them within b's block),
+       and launch 4's one page of b, already there */
+    CHECK(s.bytes_h2d >= 4 * MiB + 131072 && s.bytes_h2d <= 6 * MiB && s.gpu_faults >= 64 + 2,
+          "the recorded operands were touched: %llu bytes in, %llu faults", U(s.bytes_h2d), U(s.gpu_faults));
+    CHECK(s.kernels_run == 6, "every launch ran (%llu)", U(s.kernels_run));
+    return failed ? 1 : 0;
+}
