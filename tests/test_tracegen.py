@@ -12,7 +12,7 @@ pytest.importorskip("torch")
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
 from pump import channel, cli, trace  # noqa: E402
-from pump.tracegen import MODEL_NAMES, allocator, generate, models, record  # noqa: E402
+from pump.tracegen import MODEL_NAMES, allocator, generate, models, operands  # noqa: E402
 
 MiB = 1 << 20
 K = channel.KIND
@@ -137,11 +137,11 @@ def test_random_programs_keep_the_pools_consistent(ops):
 # --- multi_tensor_apply's launches ---------------------------------------------------------
 
 def test_foreach_launches_split_at_the_block_and_tensor_limits():
-    chunk, blocks = record.FOREACH_CHUNK, record.FOREACH_MAX_BLOCKS
-    launches = record._multi_tensor_chunks([10, chunk * blocks + 5, 0, 3], 36)
+    chunk, blocks = operands.FOREACH_CHUNK, operands.FOREACH_MAX_BLOCKS
+    launches = operands.multi_tensor_chunks([10, chunk * blocks + 5, 0, 3], 36)
     # Tensor 0 takes a block, tensor 1 the other 319, then its last 2 chunks go on with tensor 3.
     assert launches == [[(0, 0, 1), (1, 0, 319)], [(1, 319, 321), (3, 0, 1)]]
-    assert [len(x) for x in record._multi_tensor_chunks([1] * 40, 36)] == [36, 4]
+    assert [len(x) for x in operands.multi_tensor_chunks([1] * 40, 36)] == [36, 4]
 
 
 # --- generated traces ----------------------------------------------------------------------

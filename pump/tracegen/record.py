@@ -32,18 +32,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
 from pump import channel
-
-ALLOCATION_ONLY = {"empty", "empty_like", "empty_strided", "empty_permuted", "new_empty", "new_empty_strided"}
-# In-place operators that overwrite their mutated argument without reading it.
-WRITE_ONLY = {"zero_", "fill_", "copy_", "normal_", "uniform_", "bernoulli_", "random_", "exponential_",
-              "_foreach_zero_", "_foreach_copy_"}
-# multi_tensor_apply (ATen/native/cuda/MultiTensorApply.cuh): per launch, at most this
-# many tensors (by the number of tensor lists, 1..5) and 320 blocks of 65536 elements.
-FOREACH_CHUNK = 65536
-FOREACH_MAX_BLOCKS = 320
-FOREACH_MAX_TENSORS = (110, 64, 48, 36, 30)
-FOREACH_MAX_TENSORS_SCALAR_LIST = (96, 64, 48, 36, 30)
-
+from pump.tracegen.operands import (ALLOCATION_ONLY, foreach_launches, reads_mutated, schema_operands,
+                                    storage_extent, tensor_inputs)
 
 class Unsupported(ValueError):
     """Something in the traced program the meta device cannot run as a GPU would; str() names it."""
@@ -151,14 +141,11 @@ class Recorder(TorchDispatchMode):
     def _extent(self, t, start: int = 0, stop: int = None):
         """(address, bytes, segment) of elements [start, stop) of ``t`` (all of it by default)
         in its storage, or None if that is empty."""
-        if t.numel() == 0:
+        extent = storage_extent(t, start, stop)
+        if extent is None:
             return None
         address, _, segment = self.live[t.untyped_storage()._cdata]
-        size = t.element_size()
-        if stop is None:
-            span = 1 + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride()))
-            return address + t.storage_offset() * size, span * size, segment
-        return address + (t.storage_offset() + start) * size, (stop - start) * size, segment
+        return address + extent[0], extent[1], segment
 
     # --- operators -----------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -174,12 +161,8 @@ class Recorder(TorchDispatchMode):
             raise refused from None
         if func.namespace != "aten":
             return out
-        operands = []            # (argument value, schema argument)
-        for i, arg in enumerate(func._schema.arguments):
-            value = args[i] if i < len(args) else kwargs.get(arg.name)
-            operands.append((value, arg))
-        inputs = [(t, arg.alias_info is not None and arg.alias_info.is_write)
-                  for value, arg in operands for t in pytree.tree_leaves(value) if _on_device(t)]
+        operands = schema_operands(func, args, kwargs)
+        inputs = tensor_inputs(operands, _on_device)
         for t, _ in inputs:      # made before recording began (a constant the program holds): copied in
             self.place(t)
         outputs = [t for t in pytree.tree_leaves(out) if _on_device(t)]
@@ -191,9 +174,11 @@ class Recorder(TorchDispatchMode):
         if not inputs and any(isinstance(t, torch.Tensor) for value, _ in operands
                               for t in pytree.tree_leaves(value)):
             return out               # a host-to-device copy: the copy engine, no kernel
-        read_mutated = name not in WRITE_ONLY
+        read_mutated = reads_mutated(func)
         if name.startswith("_foreach_"):
-            self._foreach(func, operands, new, read_mutated)
+            for uses in foreach_launches(operands, new, read_mutated, _on_device):
+                self._launch(str(func), [(self._extent(t, first, stop), read, written)
+                                         for t, first, stop, read, written in uses], 0)
         else:
             ranges = [(self._extent(t), not m or read_mutated, m) for t, m in inputs]
             ranges += [(self._extent(t), False, True) for t in new]
@@ -218,54 +203,3 @@ class Recorder(TorchDispatchMode):
         self.events.launch(name, segments[:channel.LAUNCH_BASES_MAX],
                            [(a, n, w) for (a, n), (_, w, _) in merged.items()], int(flops), traffic)
         self.flops += int(flops)
-
-    def _foreach(self, func, operands, new, read_mutated: bool):
-        """A _foreach_ operator's launches, as multi_tensor_apply makes them."""
-        lists, single = [], []   # (tensors, read, written); tensors read by every launch
-        scalar_list = False
-        for value, arg in operands:
-            kind = str(arg.type)
-            written = arg.alias_info is not None and arg.alias_info.is_write
-            if kind.startswith("List[Tensor]") or kind == "Tensor[]":
-                if value and _on_device(value[0]):
-                    lists.append((value, not written or read_mutated, written))
-            elif _on_device(value):
-                single.append(value)
-            scalar_list |= kind in ("List[number]", "Scalar[]")
-        if new:
-            lists.append((new, False, True))
-        table = FOREACH_MAX_TENSORS_SCALAR_LIST if scalar_list else FOREACH_MAX_TENSORS
-        max_tensors = table[min(len(lists), len(table)) - 1]
-        shared = [(self._extent(t), True, False) for t in single]
-        name = str(func)
-        for launch in _multi_tensor_chunks([t.numel() for t in lists[0][0]], max_tensors):
-            ranges = list(shared)
-            for index, first, stop in launch:
-                for tensors, read, written in lists:
-                    t = tensors[index]
-                    if t.is_contiguous():
-                        extent = self._extent(t, first * FOREACH_CHUNK, min(stop * FOREACH_CHUNK, t.numel()))
-                    else:
-                        extent = self._extent(t)
-                    ranges.append((extent, read, written))
-            self._launch(name, ranges, 0)
-
-
-def _multi_tensor_chunks(numels, max_tensors: int):
-    """multi_tensor_apply's launches over tensors of ``numels`` elements: per launch, a list
-    of (tensor index, first chunk, chunk after the last)."""
-    nonempty = [i for i, n in enumerate(numels) if n]
-    launches, pending, blocks = [], [], 0
-    for i in nonempty:
-        chunks = -(-numels[i] // FOREACH_CHUNK)
-        pending.append([i, 0, 0])
-        for chunk in range(chunks):
-            pending[-1][2] = chunk + 1
-            blocks += 1
-            tensor_done = chunk == chunks - 1
-            if (len(pending) == max_tensors and tensor_done) or blocks == FOREACH_MAX_BLOCKS or \
-                    (i == nonempty[-1] and tensor_done):
-                launches.append([tuple(p) for p in pending])
-                blocks = 0
-                pending = [] if tensor_done else [[i, chunk + 1, chunk + 1]]
-    return launches
