@@ -2,7 +2,7 @@
 for scripts/bench-steady's real-client row (bench/steady_real_client.py runs it, bare and under
 pump-run, with torch's CUDA build's interpreter and FAKECUDA_PERSONA).
 
-    python real_client_step.py STEPS WARMUP
+    python real_client_step.py STEPS WARMUP [--record-uses PATH]
 
 The job is tests/real_client/train.py's GPT loop (embedding, SDPA attention, layer norm, GELU,
 cross-entropy, backward, gradient clipping, AdamW foreach, an .item() each step), wider
@@ -15,7 +15,13 @@ after the loss's. Readings: the thread's CPU time and the driver host time fakec
 it (fakecuda_thread_host_ns), and, on the Python thread, CLOCK_MONOTONIC (fakecuda's clock),
 fakecuda's counters (struct fakecuda_stats, raw) and calls per entry point, and libpump's
 record when present (raw: $PUMP_STATS_DIR/pump-<pid>.stats). Prints one JSON line: the
-readings of the steps' starts, the autograd thread's, and the end."""
+readings of the steps' starts, the autograd thread's, and the end.
+
+--record-uses PATH: the job, model made and steps, runs under tests/real_client/operator_uses.py's
+recorder (FAKECUDA_LAUNCH_LOG must be set), which writes at the end, at PATH, what each launch
+touched, for a later run of the same job in the same configuration (FAKECUDA_LAUNCH_USES=PATH);
+its summary is the line's "recorded". Its readings carry the recorder's Python cost."""
+import contextlib
 import ctypes
 import json
 import os
@@ -28,6 +34,7 @@ import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests" / "real_client"))
 import train  # noqa: E402 (the loop the real-client tests run)
+import operator_uses  # noqa: E402
 
 WIDTH, HEADS = 256, 4
 STATS_BUFFER = 4096  # more than sizeof(struct fakecuda_stats): the bench reads the header's size
@@ -71,8 +78,10 @@ class Driver:
 
 def main():
     steps, warmup = int(sys.argv[1]), int(sys.argv[2])
+    record_to = sys.argv[4] if sys.argv[3:4] == ["--record-uses"] else None
     torch.cuda.init()
     driver = Driver()
+    recorder = operator_uses.Recorder(driver.lib) if record_to else None
     starts, autograd = [], []
 
     class Probe(torch.autograd.Function):
@@ -86,16 +95,22 @@ def main():
             autograd.append({**driver.thread(), "tid": threading.get_native_id()})
             return grad
 
-    model, batch, optimizer, logits = train.gpt_job(False, WIDTH, HEADS)
-    model.register_forward_hook(lambda module, args, out: Probe.apply(out))
+    with recorder or contextlib.nullcontext():
+        model, batch, optimizer, logits = train.gpt_job(False, WIDTH, HEADS)
+        model.register_forward_hook(lambda module, args, out: Probe.apply(out))
 
-    def batch_read():
-        starts.append(driver.whole())
-        return batch()
-    train.train(model, batch_read, optimizer, logits, steps)  # each step ends in .item(): nothing left to run
+        def batch_read():
+            starts.append(driver.whole())
+            if recorder is not None:
+                recorder.mark_step()
+            return batch()
+        train.train(model, batch_read, optimizer, logits, steps)  # each step ends in .item(): nothing left to run
     end = driver.whole()
-    print(json.dumps({"steps": steps, "warmup": warmup, "python_tid": threading.get_native_id(),
-                      "torch": torch.__version__, "starts": starts, "end": end, "autograd": autograd}))
+    line = {"steps": steps, "warmup": warmup, "python_tid": threading.get_native_id(),
+            "torch": torch.__version__, "starts": starts, "end": end, "autograd": autograd}
+    if recorder is not None:
+        line["recorded"] = recorder.write(record_to, os.environ["FAKECUDA_LAUNCH_LOG"])
+    print(json.dumps(line))
 
 
 if __name__ == "__main__":

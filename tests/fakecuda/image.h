@@ -54,6 +54,7 @@ CUresult fc_image_kernel_at(fc_image *img, unsigned i, fc_kdef **out);
 CUresult fc_image_kernel(fc_image *img, const char *name, fc_kdef **out); /* NOT_FOUND when absent */
 CUresult fc_image_global(fc_image *img, const char *name, CUdeviceptr *dptr, size_t *bytes);
 /* A launch of an image kernel with its packed arguments: recorded for FAKECUDA_LAUNCH_LOG. */
-void fc_image_launch_record(const fc_kdef *def, int by_kernel_handle, const unsigned char *args, CUstream s);
+void fc_image_launch_record(const fc_kdef *def, int by_kernel_handle, const unsigned char *args, CUstream s,
+                            fc_launch_position at);
 
 #endif

@@ -203,7 +203,7 @@ CUresult fc_image_global(fc_image *img, const char *name, CUdeviceptr *dptr, siz
 
 /* ---- FAKECUDA_LAUNCH_LOG: one JSON line per launch of an image kernel ----
  * {"kernel": name, "handle": "CUfunction"|"CUkernel", "stream": its id (cuStreamGetId),
- *  "captured": bool, "argsize": bytes,
+ *  "captured": bool, "argsize": bytes, "thread" and "launch": its position (launch_uses.c),
  *  "pointers": [[ordinal, offset, value, allocation base, allocation size, managed], ...]}:
  * every 8-byte-aligned word inside a parameter (by-value structs included: a pointer inside
  * multi_tensor_apply's 25,768-byte TensorListMetadata is found) whose value lies inside an
@@ -234,16 +234,17 @@ static void json_string(FILE *f, const char *s)
     fputc('"', f);
 }
 
-void fc_image_launch_record(const fc_kdef *def, int by_kernel_handle, const unsigned char *args, CUstream s)
+void fc_image_launch_record(const fc_kdef *def, int by_kernel_handle, const unsigned char *args, CUstream s,
+                            fc_launch_position at)
 {
     pthread_once(&fc_log_once, open_log);
     if (!fc_log || atomic_load(&fc_init_pid) != (int)getpid()) return;
     pthread_mutex_lock(&fc_log_lock);
     fputs("{\"kernel\": ", fc_log);
     json_string(fc_log, def->name);
-    fprintf(fc_log, ", \"handle\": \"%s\", \"stream\": %llu, \"captured\": %s, \"argsize\": %zu, \"pointers\": [",
-            by_kernel_handle ? "CUkernel" : "CUfunction", s->id, fc_stream_capturing(s) ? "true" : "false",
-            def->argsize);
+    fprintf(fc_log, ", \"handle\": \"%s\", \"stream\": %llu, \"captured\": %s, \"argsize\": %zu, \"thread\": %d, "
+            "\"launch\": %" PRIu64 ", \"pointers\": [", by_kernel_handle ? "CUkernel" : "CUfunction", s->id,
+            fc_stream_capturing(s) ? "true" : "false", def->argsize, at.thread, at.launch);
     int first = 1;
     for (unsigned i = 0; i < def->nparams; i++) {
         size_t end = def->offsets[i] + def->sizes[i];

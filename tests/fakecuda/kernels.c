@@ -306,9 +306,10 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
     if (err == CUDA_SUCCESS) {
         fakecuda_dims d = { { gx, gy, gz }, { bx, by, bz }, shmem };
         fc_cost(FC_E_LAUNCH, FAKECUDA_LAUNCH_HOST_NS);
-        if (def->image) fc_image_launch_record(def, by_kernel, args, s);
         fc_use *uses = NULL; /* a captured launch is a graph's node: its recorded operands are not kept */
-        size_t nuses = fc_launch_uses_take(def, &uses);
+        fc_launch_position at;
+        size_t nuses = fc_launch_uses_take(def, &uses, &at);
+        if (def->image) fc_image_launch_record(def, by_kernel, args, s, at);
         int r = fc_stream_capturing(s) ? fc_capture_add_kernel(s, def, &d, args) : FC_NOT_CAPTURING;
         if (r == FC_NOT_CAPTURING) {
             fc_op *op = fc_kernel_op(def, &d, args, uses, nuses);

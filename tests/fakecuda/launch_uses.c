@@ -168,11 +168,12 @@ static size_t resolve(const recorded_launch *r, const fc_kdef *def, fc_use **use
     return n;
 }
 
-size_t fc_launch_uses_take(const fc_kdef *def, fc_use **uses)
+size_t fc_launch_uses_take(const fc_kdef *def, fc_use **uses, fc_launch_position *at)
 {
     *uses = NULL;
     if (fc_tls_thread < 0) fc_tls_thread = atomic_fetch_add(&fc_launch_threads, 1);
     uint64_t launch = fc_tls_launches++;
+    *at = (fc_launch_position){ fc_tls_thread, launch };
     pthread_once(&fc_load_once, load);
     if (!fc_recording_loaded) return 0;
     const thread_lines *t = fc_tls_thread < THREADS_MAX ? &fc_recorded[fc_tls_thread] : NULL;

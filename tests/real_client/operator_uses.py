@@ -1,0 +1,176 @@
+"""operator_uses.py: what each launch of a real PyTorch program touches, from PyTorch's own view
+of each operator's tensors (issue 41 item 4), recorded for fakecuda's FAKECUDA_LAUNCH_USES.
+
+PyTorch's kernels have no body on fakecuda, so they touch nothing and a real client's faults
+and bytes would mean nothing. A recording run runs the program under Recorder, a
+TorchDispatchMode (autograd's engine thread inherits it, so backward is seen on its own
+thread), with FAKECUDA_LAUNCH_LOG set. For each aten operator it reads fakecuda's launch
+position on its thread before and after the call: the launches between are the operator's.
+Each is given the operator's operands, from its schema (pump/tracegen/operands.py, as the meta
+recorder reads them): every tensor argument read (unless the operator only overwrites it),
+every argument the schema marks written, every result written; each as the byte span from its
+first element to its last in its storage, named by fakecuda's allocation and offset (addresses
+differ between runs; the order allocations are made in does not). write() then joins them with
+the launch log's kernel names into the file a later run of the same program, in the same
+configuration, gives fakecuda; the recording's Python cost stays out of that run.
+
+What this over- and understates:
+- An operator of several kernels (layer norm's backward, SDPA, a cuBLAS GEMM with a split-K
+  reduction) charges each of them with every tensor of the operator: over.
+- A _foreach_ or fused optimizer operator whose multi_tensor_apply launches (by their kernels'
+  names) number what operands.foreach_launches models gives each its own chunks, and its other
+  launches (_foreach_norm's reduction, a fill) its results only; otherwise each launch gets every
+  parameter, which alone can exceed a 50% budget: over (counted, ``foreach_unsplit``).
+- A strided tensor counts from its first element to its last, gaps included: over.
+- Workspaces PyTorch's libraries take from the caching allocator (cuBLAS, cuDNN) and memory
+  not held by a tensor are not seen: under. Launches outside any operator get no line
+  (fakecuda counts them as launch_uses_missing).
+- A captured launch's operands are not kept: a CUDA graph's replay touches nothing."""
+import ctypes
+import json
+import pathlib
+import sys
+
+import torch
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+from pump.tracegen.operands import (foreach_launches, reads_mutated, schema_operands,  # noqa: E402
+                                    storage_extent, tensor_inputs)
+
+MULTI_TENSOR = ("_foreach_", "_fused_")
+MULTI_TENSOR_KERNEL = "multi_tensor_apply_kernel"  # in the mangled name of each of its launches
+
+
+def _on_cuda(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.device.type == "cuda"
+
+
+class Recorder(TorchDispatchMode):
+    """Records each aten operator's launches and their operands (see the module's docstring)."""
+
+    def __init__(self, driver=None):
+        super().__init__()
+        self.lib = driver or ctypes.CDLL("libcuda.so.1")
+        self.lib.fakecuda_allocation_of.argtypes = [ctypes.c_void_p] + [ctypes.POINTER(ctypes.c_uint64)] * 3
+        # Per operator that launched: (thread, first launch, launch after the last, its operands,
+        # multi_tensor_apply's launches' operands or None, its results' operands).
+        self.operators = []
+        self.step_starts = []     # len(operators) at each mark_step()
+        self.sizes = {}           # allocation ordinal -> its size, of those operands lie in
+        self.unplaced_bytes = 0   # operand bytes no allocation of fakecuda's holds
+
+    def mark_step(self):
+        """The program's step begins here (between operators)."""
+        self.step_starts.append(len(self.operators))
+
+    def position(self):
+        thread, launches = ctypes.c_int(), ctypes.c_uint64()
+        self.lib.fakecuda_launch_position(ctypes.byref(thread), ctypes.byref(launches))
+        return thread.value, launches.value
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        thread, before = self.position()
+        out = func(*args, **kwargs)
+        now, after = self.position()
+        first = before if thread == now else 0  # -1 before: this call made the thread's first launch
+        if now < 0 or after == first or func.namespace != "aten":
+            return out
+        operands = schema_operands(func, args, kwargs)
+        inputs = tensor_inputs(operands, _on_cuda)
+        results = [t for t in pytree.tree_leaves(out) if _on_cuda(t)]
+        read_mutated = reads_mutated(func)
+        whole = [(t, 0, None, not m or read_mutated, m) for t, m in inputs] + \
+                [(t, 0, None, False, True) for t in results]
+        modelled = None
+        if func.overloadpacket.__name__.startswith(MULTI_TENSOR):
+            new = [t for t in results if not any(t is i for i, _ in inputs)]
+            modelled = [self._operands(uses) for uses in foreach_launches(operands, new, read_mutated, _on_cuda)]
+        self.operators.append((now, first, after, self._operands(whole), modelled,
+                               self._operands([(t, 0, None, False, True) for t in results])))
+        return out
+
+    def per_launch(self, names):
+        """{(thread, launch): operands} given each launch's kernel name, and the multi-tensor
+        operators whose multi_tensor_apply launches did not number the model's."""
+        out, unsplit = {}, 0
+        for thread, first, after, whole, modelled, results in self.operators:
+            launches = range(first, after)
+            given = [whole] * len(launches)
+            if modelled is not None:
+                applied = [i for i, launch in enumerate(launches)
+                           if MULTI_TENSOR_KERNEL in names.get((thread, launch), "")]
+                if len(applied) == len(modelled):   # the others: a reduction's or a fill's
+                    given = [results] * len(launches)
+                    for i, operands in zip(applied, modelled):
+                        given[i] = operands
+                else:
+                    unsplit += 1
+            out.update(((thread, launch), operands) for launch, operands in zip(launches, given))
+        return out, unsplit
+
+    def _operands(self, uses):
+        """((ordinal, offset, bytes, mode), ...) of (tensor, first, stop, read, written) uses,
+        split where a span crosses from one allocation into the next, merged where equal."""
+        merged = {}
+        for t, first, stop, read, written in uses:
+            extent = storage_extent(t, first, stop)
+            if extent is None:
+                continue
+            start = t.untyped_storage().data_ptr() + extent[0]
+            for piece in self._pieces(start, extent[1]):
+                modes = merged.setdefault(piece, [False, False])
+                modes[0] |= read
+                modes[1] |= written
+        return tuple((*piece, ("r" if r else "") + ("w" if w else "")) for piece, (r, w) in merged.items())
+
+    def _pieces(self, address: int, nbytes: int):
+        """(ordinal, offset, bytes) of [address, address + nbytes), one per allocation it spans."""
+        ordinal, offset, size = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_uint64()
+        while nbytes > 0:
+            if not self.lib.fakecuda_allocation_of(address, ctypes.byref(ordinal), ctypes.byref(offset),
+                                                   ctypes.byref(size)):
+                self.unplaced_bytes += nbytes
+                return
+            self.sizes[ordinal.value] = size.value
+            take = min(nbytes, size.value - offset.value)
+            yield ordinal.value, offset.value, take
+            address, nbytes = address + take, nbytes - take
+
+    def write(self, path, launch_log) -> dict:
+        """Writes the FAKECUDA_LAUNCH_USES file for the launches recorded, named from
+        ``launch_log`` (FAKECUDA_LAUNCH_LOG's lines), and beside it PATH.order.json: the
+        launches in the order their operators ran, [thread, launch] each, where each step
+        began in that order, and the sizes of the allocations named (what a bound on the
+        program's traffic needs: bench/real_client_budget.py). Returns what it wrote and left out."""
+        names = {}
+        for line in pathlib.Path(launch_log).read_text().splitlines():
+            entry = json.loads(line)
+            names[(entry["thread"], entry["launch"])] = entry["kernel"]
+        launches, unsplit = self.per_launch(names)
+        written = unnamed = 0
+        with open(path, "w") as f:
+            f.write("fakecuda-launch-uses 1\n")
+            for (thread, launch), uses in sorted(launches.items()):
+                name = names.get((thread, launch))
+                if name is None or not name or any(c.isspace() for c in name):
+                    unnamed += 1   # not an image kernel's launch (the log has image kernels only)
+                    continue
+                f.write(f"{thread} {launch} {name} {len(uses)}")
+                f.writelines(f" {o}:{off}:{n}:{mode}" for o, off, n, mode in uses)
+                f.write("\n")
+                written += 1
+        order, step_starts = [], []
+        marks = iter(self.step_starts + [None])
+        mark = next(marks)
+        for index, (thread, first, after, *_) in enumerate(self.operators):
+            while mark is not None and mark <= index:
+                step_starts.append(len(order))
+                mark = next(marks)
+            order += [[thread, launch] for launch in range(first, after)]
+        pathlib.Path(f"{path}.order.json").write_text(json.dumps(
+            {"order": order, "step_starts": step_starts, "sizes": {str(o): n for o, n in self.sizes.items()}}))
+        return {"launches_recorded": len(launches), "launches_written": written, "unnamed": unnamed,
+                "foreach_unsplit": unsplit, "unplaced_bytes": self.unplaced_bytes, "launches_logged": len(names)}
