@@ -82,7 +82,7 @@ def decode_pump(raw_hex):
 
 PUMP_FIELDS = ("launches", "launches_managed", "launches_prefetched", "prefetch_calls", "prefetch_ranges",
                "prefetch_bytes", "resident_skips", "budget_skips", "bytes_evicted", "evictions", "scan_words",
-               "scan_hits", "events_written", "bytes_discarded", "torch_tensor_discards")
+               "scan_hits", "events_written", "bytes_discarded", "torch_tensor_discards", "launches_planned")
 
 
 def window(a, b, a_threads, b_threads, steps):
@@ -121,8 +121,10 @@ def parse(client):
 
 
 def run_client(python, pump_run, as_written, steps, warmup, device_memory, program_args=(), pump_args=None,
-               ioctl_thread="caller"):
-    """bench-steady's run() for the real client: one run, bare (pump_args None) or under pump-run."""
+               ioctl_thread="caller", extra_env=None, client_args=()):
+    """bench-steady's run() for the real client: one run, bare (pump_args None) or under pump-run;
+    extra_env (FAKECUDA_LAUNCH_USES, ...) and client_args (--record-uses PATH) as
+    bench/real_client_budget.py gives them. The result's "recorded": the recorder's summary."""
     if warmup != WARMUP or program_args:
         raise ValueError(f"the real client takes warmup {WARMUP} and no program arguments")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PUMP_", "FAKECUDA_"))}
@@ -130,7 +132,8 @@ def run_client(python, pump_run, as_written, steps, warmup, device_memory, progr
     env.update(LD_LIBRARY_PATH=str(DRIVER_DIR), FAKECUDA_PERSONA=PERSONA, FAKECUDA_IOCTL_THREAD=ioctl_thread)
     if device_memory is not None:
         env["FAKECUDA_DEVICE_MEMORY"] = device_memory
-    command = [python, str(CLIENT), str(steps), str(warmup)]
+    env.update(extra_env or {})
+    command = [python, str(CLIENT), str(steps), str(warmup), *client_args]
     if pump_args is not None:
         command = pump_run + ["--daemon", "embedded", "--quiet", *pump_args, "--", *command]
     with tempfile.TemporaryDirectory(prefix="bench-steady-real-") as cwd:
@@ -139,8 +142,10 @@ def run_client(python, pump_run, as_written, steps, warmup, device_memory, progr
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"{shown} exited {proc.returncode}: {proc.stderr.strip()[-2000:]}")
-    result = parse(json.loads(lines[-1]))
+    client = json.loads(lines[-1])
+    result = parse(client)
     result["command"] = shown
+    result["recorded"] = client.get("recorded")
     if pump_args is not None and (result["steady"]["pump"] is None or result["first"]["pump"] is None):
         raise RuntimeError("libpump's counters could not be read (is the installed pump this tree's?)")
     if pump_args is None:

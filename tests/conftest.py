@@ -23,7 +23,8 @@ LOCK_HELD_LINE = "pump's rule: no lock held across a driver call"
 # daemon's fairness under load. A path or node id named on the command line, or any -m, runs what
 # it selects, slow or not.
 SLOW_MODULES = {"test_real_client", "test_real_client_allocators", "test_real_client_iteration",
-                "test_real_client_training", "test_bench_steady_real", "test_slurm", "test_fuzz", "test_daemon_fair"}
+                "test_real_client_training", "test_real_client_uses", "test_bench_steady_real", "test_slurm",
+                "test_fuzz", "test_daemon_fair"}
 SLOW_VARIANTS = {"asan", "tsan"}
 
 

@@ -1,0 +1,240 @@
+"""real_client_budget.py: the real client at a 50% budget, its kernels' traffic counted (issue 41
+items 4 and its targets; scripts/bench-real-client-budget runs it and writes
+bench/results/real-client-budget.json).
+
+PyTorch's CUDA build, unmodified, trains a workload on fakecuda as an H100 SXM 80GB
+(bench/steady_real_client.py runs bench/real_client_step.py and reads its steps). fakecuda runs
+PyTorch's kernels without a body, so each run below is given what every launch touched,
+recorded once from PyTorch's own view of each operator's tensors (tests/real_client/
+operator_uses.py; FAKECUDA_LAUNCH_USES): faults, bytes and the stalls they cost count.
+
+Per workload:
+  record     the job under pump-run (no budget) and the recorder: what each launch touched; its
+             recorder's Python cost stays in this run, whose figures are not used (lookahead,
+             whose allocator places tensors otherwise, has a recording of its own)
+  budget     half of the 2 MiB blocks a steady step touches (the recording's median step)
+  bound      over the recording's steady steps, repeated: B, the host->GPU bytes per step Belady's
+             MIN fetches at the budget (pump/simulate/bound.py's steady_bytes_per_cycle, blocks
+             one at a time: a bound on every policy), W the GPU->host bytes no policy avoids
+             (live_written_bytes: data written, read again later, not on the GPU at a cut);
+             traffic_us = max(B, W) / fakecuda's 25 GB/s each way (full duplex), and bound_us the
+             larger of that and the bare run's step: no policy makes PyTorch's host work faster,
+             and kernels take no modelled compute time of their own on fakecuda
+  runs       each with the recording: bare (cuMemAlloc's plain memory: no fault, the launching
+             threads' floor), pump-run --budget, pump-run --budget --policy lookahead, and the
+             driver alone on a device of the budget's size (pump-run --policy off --capacity host)
+A run whose launches do not all meet their recorded line (launch_uses_missing or _mismatched:
+another program or configuration than the recording's) is refused.
+"""
+import json
+import pathlib
+import statistics
+import tempfile
+import types
+
+import numpy as np
+
+import steady_real_client as client
+from pump.simulate import bound
+from pump.simulate import constants as K
+
+MIB = 1 << 20
+BLOCK = K.BLOCK_BYTES
+LINK_BYTES_PER_US = 25000  # fakecuda_model.h: FAKECUDA_H2D_BYTES_PER_US, FAKECUDA_D2H_BYTES_PER_US
+WORKLOADS = {"gpt-d256": "tests/real_client/train.py's GPT at width 256 (bench/real_client_step.py)"}
+TARGET_BYTES_OVER_MIN = 1.25
+TARGET_STEP_OVER_BOUND = 1.3
+TARGET_PLANNED = 0.95
+TARGET_LAUNCH_THREAD_US = 2.0
+
+
+class BudgetError(Exception):
+    pass
+
+
+def read_recording(uses_path):
+    """(operands by (thread, launch), the order file's launches in order, step starts, sizes)."""
+    operands = {}
+    with open(uses_path) as f:
+        next(f)
+        for line in f:
+            thread, launch, _name, _n, *uses = line.split()
+            operands[(int(thread), int(launch))] = [
+                (int(o), int(off), int(n), mode) for o, off, n, mode in (u.split(":") for u in uses)]
+    order = json.loads(pathlib.Path(f"{uses_path}.order.json").read_text())
+    return operands, [tuple(x) for x in order["order"]], order["step_starts"], \
+        {int(o): n for o, n in order["sizes"].items()}
+
+
+def blocks_of(uses, sizes, ids, block_bytes):
+    """((block id, page mask), ...) touched and written by one launch's operands."""
+    touched, written = {}, {}
+    for ordinal, offset, nbytes, mode in uses:
+        first, last = offset // K.PAGE_BYTES, (offset + nbytes - 1) // K.PAGE_BYTES
+        for page in range(first, last + 1):
+            key = (ordinal, page // K.PAGES_PER_BLOCK)
+            if key not in ids:
+                ids[key] = len(ids)
+                block_bytes.append(min(BLOCK, sizes[ordinal] - key[1] * BLOCK))
+            bit = 1 << (page % K.PAGES_PER_BLOCK)
+            touched[ids[key]] = touched.get(ids[key], 0) | bit
+            if "w" in mode:
+                written[ids[key]] = written.get(ids[key], 0) | bit
+    return tuple(touched.items()), tuple(written.items())
+
+
+def steady_window(uses_path, warmup):
+    """The recording's steady steps as the bound reads a workload: per launch its touched and
+    written (block, page mask)s, the blocks' bytes, and the steps it holds."""
+    operands, order, starts, sizes = read_recording(uses_path)
+    if len(starts) <= warmup + 1:
+        raise BudgetError(f"{uses_path}: {len(starts)} steps recorded, fewer than the warmup {warmup} and two more")
+    lo = starts[warmup]
+    ids, block_bytes, touched, written = {}, [], [], []
+    for position in order[lo:]:
+        t, w = blocks_of(operands.get(position, ()), sizes, ids, block_bytes)
+        touched.append(t)
+        written.append(w)
+    step_bounds = [s - lo for s in starts[warmup:]] + [len(order) - lo]
+    return touched, written, np.array(block_bytes, dtype=np.int64), step_bounds
+
+
+def traffic_bound(uses_path, warmup, capacity):
+    """The bound at `capacity` bytes (see the module's docstring), per steady step."""
+    touched, written, block_bytes, step_bounds = steady_window(uses_path, warmup)
+    steps = len(step_bounds) - 1
+    singles = [(b,) for launch in touched for b, _ in launch]
+    fetched = bound.steady_bytes_per_cycle(singles, block_bytes, capacity // BLOCK) / steps
+    window = types.SimpleNamespace(written=list(written), touched=touched, launches=len(touched),
+                                   events={}, block_address=np.arange(len(block_bytes), dtype=np.int64) * BLOCK)
+    live = bound.live_written_bytes(window, 0, len(touched))
+    write_back = max(0, live - capacity) / steps
+    per_step = [sum(int(block_bytes[b]) for b in {b for launch in touched[a:z] for b, _ in launch})
+                for a, z in zip(step_bounds, step_bounds[1:])]
+    return {"min_bytes_per_step": round(fetched), "min_bytes_d2h_per_step": round(write_back),
+            "live_written_bytes": live, "touched_block_bytes_per_step": int(statistics.median(per_step)),
+            "traffic_us": round(max(fetched, write_back) / LINK_BYTES_PER_US, 1), "bound_steps": steps}
+
+
+def checked(result, what):
+    """The run's steady figures, refused where a launch did not meet its recorded line."""
+    s = result["steady"]
+    if s["launch_uses_missing"] or s["launch_uses_mismatched"] or not s["launches_given_uses"]:
+        raise BudgetError(f"{what}: {s['launch_uses_missing']:g} launches per step without a recorded line, "
+                          f"{s['launch_uses_mismatched']:g} mismatched, {s['launches_given_uses']:g} given theirs: "
+                          f"the run is not the recording's program and configuration ({result['command']})")
+    return s
+
+
+def figures(result, what):
+    s = checked(result, what)
+    launches = result["launches_per_step"]
+    out = {"launches_per_step": launches, "bytes_h2d_per_step": round(s["bytes_h2d"]), "bytes_d2h_per_step": round(s["bytes_d2h_all"]),
+           "gpu_faults_per_step": s["gpu_faults"], "fault_stall_us_per_step": round(s["gpu_fault_stall_ns"] / 1000, 1),
+           "driver_evictions_per_step": s["driver_evictions"], "step_us": round(s["wall_ns"] / 1000, 1),
+           "launch_thread_us_per_launch": round((s["cpu_ns"] + s["thread_host_ns"]) / launches / 1000, 3)}
+    if s["pump"] is not None:
+        managed = s["pump"]["launches"]
+        out["planned_launch_fraction"] = round(s["pump"]["launches_planned"] / managed, 4) if managed else 0.0
+        out["pump_errors"] = s["pump"]["errors"]
+    return out
+
+
+def median_run(runs):
+    """Per figure, the median over rounds, and each round's step time."""
+    keys = runs[0].keys()
+    out = {k: statistics.median(r[k] for r in runs) for k in keys}
+    out["step_us_rounds"] = [r["step_us"] for r in runs]
+    return out
+
+
+def measure_workload(python, pump_run, as_written, name, steps, rounds, workdir):
+    warmup = client.WARMUP
+
+    def run(pump_args, uses, device_memory=None, record=False):
+        extra = {"FAKECUDA_LAUNCH_LOG": f"{uses}.log"} if record else {"FAKECUDA_LAUNCH_USES": str(uses)}
+        return client.run_client(python, pump_run, as_written, steps, warmup, device_memory, (), pump_args,
+                                 extra_env=extra, client_args=("--record-uses", str(uses)) if record else ())
+
+    def record(pump_args, uses):
+        summary = run(pump_args, uses, record=True)["recorded"]
+        if summary["unnamed"] or summary["launches_written"] != summary["launches_logged"]:
+            raise BudgetError(f"{name}: the recording named {summary['launches_written']} of "
+                              f"{summary['launches_logged']} launches: {summary}")
+        return summary
+
+    # PyTorch's caching allocator places the job's tensors bare, under pump's launch rule and
+    # under the driver alone; lookahead runs it under pump's allocator (pump/run.py), which
+    # makes other allocations: a recording of its own, made at the budget.
+    uses = pathlib.Path(workdir) / f"{name}.uses"
+    summary = record([], uses)
+    touched = traffic_bound(uses, warmup, 1 << 62)["touched_block_bytes_per_step"]
+    budget = touched // 2 // BLOCK * BLOCK
+    limit = traffic_bound(uses, warmup, budget)
+    ahead_uses = pathlib.Path(workdir) / f"{name}-lookahead.uses"
+    lookahead = ["--budget", str(budget), "--policy", "lookahead"]
+    record(lookahead, ahead_uses)
+    variants = {"bare": (None, uses), "pump": (["--budget", str(budget)], uses), "lookahead": (lookahead, ahead_uses)}
+    made = {v: [] for v in variants}
+    commands = {}
+    for _ in range(rounds):
+        for variant, (args, recording) in variants.items():
+            result = run(args, recording)
+            made[variant].append(figures(result, f"{name} {variant}"))
+            commands[variant] = result["command"]
+    driver = run(["--policy", "off", "--capacity", "host"], uses, device_memory=str(budget))
+    commands["driver_at_budget"] = driver["command"]
+    bare, pump, ahead = (median_run(made[v]) for v in variants)
+    return {
+        "about": WORKLOADS[name], "budget_bytes": budget, "launches_per_step": bare["launches_per_step"],
+        "recording": summary, **limit, "bound_us": max(limit["traffic_us"], bare["step_us"]),
+        "bytes_h2d_per_step": pump["bytes_h2d_per_step"], "bytes_d2h_per_step": pump["bytes_d2h_per_step"],
+        "step_us": pump["step_us"], "planned_launch_fraction": ahead["planned_launch_fraction"],
+        "launch_thread_us_over_bare": round(ahead["launch_thread_us_per_launch"] - bare["launch_thread_us_per_launch"], 3),
+        "variants": {"bare": bare, "pump": pump, "lookahead": ahead,
+                     "driver_at_budget": figures(driver, f"{name} driver_at_budget")},
+        "commands": commands,
+    }
+
+
+def measure(python, pump_run, as_written, steps, rounds):
+    with tempfile.TemporaryDirectory(prefix="bench-real-client-budget-") as workdir:
+        workloads = {name: measure_workload(python, pump_run, as_written, name, steps, rounds, workdir)
+                     for name in WORKLOADS}
+    return {"python": python, "persona": client.PERSONA, "steps": steps, "warmup": client.WARMUP, "rounds": rounds,
+            "link_bytes_per_us": LINK_BYTES_PER_US, "workloads": workloads}
+
+
+def targets(result):
+    """(workload, target, value, met) for each of issue 41's targets on the tier."""
+    rows = []
+    for name, w in result["workloads"].items():
+        for way in ("h2d", "d2h"):
+            ratio = w[f"bytes_{way}_per_step"] / max(1, w["min_bytes_per_step"])
+            rows.append((name, f"bytes {way} per step at most {TARGET_BYTES_OVER_MIN:g}x the bound's "
+                         f"min_bytes_per_step", f"{ratio:.2f}x", ratio <= TARGET_BYTES_OVER_MIN))
+        ratio = w["step_us"] / max(1.0, w["bound_us"])
+        rows.append((name, f"step within {TARGET_STEP_OVER_BOUND:g}x of bound_us", f"{ratio:.2f}x",
+                     ratio <= TARGET_STEP_OVER_BOUND))
+        rows.append((name, f"at least {TARGET_PLANNED:.0%} of steady launches planned (lookahead)",
+                     f"{w['planned_launch_fraction']:.1%}", w["planned_launch_fraction"] >= TARGET_PLANNED))
+        rows.append((name, f"launching thread at most {TARGET_LAUNCH_THREAD_US:g} us per launch above bare "
+                     "(lookahead)", f"{w['launch_thread_us_over_bare']:g} us",
+                     w["launch_thread_us_over_bare"] <= TARGET_LAUNCH_THREAD_US))
+    return rows
+
+
+def print_table(result):
+    print(f"real client at a 50% budget on fakecuda ({result['persona']}), steps {result['warmup'] + 1}.."
+          f"{result['steps']}, medians of {result['rounds']} rounds; MiB per step, us per step")
+    header = ("workload", "variant", "MiB in", "MiB out", "faults", "step us", "launch thr us", "planned")
+    print(" | ".join(header))
+    for name, w in result["workloads"].items():
+        print(f"{name} | bound at {w['budget_bytes'] / MIB:.0f} MiB | {w['min_bytes_per_step'] / MIB:.1f} | "
+              f"{w['min_bytes_d2h_per_step'] / MIB:.1f} | | {w['bound_us']:g} (traffic {w['traffic_us']:g}) | |")
+        for variant, v in w["variants"].items():
+            planned = f"{v['planned_launch_fraction']:.1%}" if "planned_launch_fraction" in v else ""
+            print(f"{name} | {variant} | {v['bytes_h2d_per_step'] / MIB:.1f} | {v['bytes_d2h_per_step'] / MIB:.1f} | "
+                  f"{v['gpu_faults_per_step']:g} | {v['step_us']:g} | {v['launch_thread_us_per_launch']:g} | {planned}")
+    for name, target, value, met in result["target_rows"]:
+        print(f"target {'met   ' if met else 'MISSED'} {name}: {target}: {value}")

@@ -1,0 +1,78 @@
+"""The real-client tier counts bytes and faults (issue 41 item 4): PyTorch's CUDA build on fakecuda,
+its launches given what each operator's tensors are (tests/real_client/operator_uses.py recording,
+FAKECUDA_LAUNCH_USES replaying), and scripts/bench-real-client-budget's figures on them: every
+launch meets its recorded line, kernels fault and move bytes where before they touched nothing,
+and a recording of another configuration is told apart rather than replayed into wrong memory."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from helpers import clean_env
+from test_real_client import ROOT, cuda_torch  # noqa: F401 (the fixture that skips without torch's CUDA build)
+
+sys.path.insert(0, str(ROOT / "bench"))
+import real_client_budget as budget  # noqa: E402
+import steady_real_client as client  # noqa: E402
+
+STEPS = client.WARMUP + 4
+MIB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def result(cuda_torch, c_build, tmp_path_factory):  # noqa: F811
+    out = tmp_path_factory.mktemp("budget") / "result.json"
+    env = dict(clean_env(), PUMP_REAL_CLIENT_PYTHON=cuda_torch)
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench-real-client-budget"), "--steps", str(STEPS),
+                           "--rounds", "1", "--json", str(out)], env=env, capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "target " in proc.stdout and "bound at" in proc.stdout
+    return json.loads(out.read_text())
+
+
+def test_every_launch_is_given_its_operators_tensors(result):
+    w = result["workloads"]["gpt-d256"]
+    recorded = w["recording"]
+    assert recorded["launches_written"] == recorded["launches_logged"] == recorded["launches_recorded"] > 0
+    assert recorded["foreach_unsplit"] == 0 and recorded["unplaced_bytes"] == 0
+    # Each run's launches met their lines (figures() refuses a run where one did not): bare, pump,
+    # lookahead and the driver alone alike.
+    assert set(w["variants"]) == {"bare", "pump", "lookahead", "driver_at_budget"}
+    assert all(v["launches_per_step"] == w["launches_per_step"] > 100 for v in w["variants"].values())
+
+
+def test_kernels_fault_and_move_bytes_that_before_touched_nothing(result):
+    w = result["workloads"]["gpt-d256"]
+    v = w["variants"]
+    # The driver alone at the budget faults its way through the step: with no-op kernels it moved
+    # nothing (bench-steady's real-client row's NOT_JUDGED).
+    assert v["driver_at_budget"]["gpu_faults_per_step"] > 100
+    assert v["driver_at_budget"]["bytes_h2d_per_step"] >= w["min_bytes_per_step"] > 0
+    assert v["pump"]["bytes_h2d_per_step"] >= w["min_bytes_per_step"]
+    assert v["bare"]["gpu_faults_per_step"] == 0 and v["bare"]["bytes_h2d_per_step"] == 0  # plain memory
+    assert 0 < w["budget_bytes"] <= w["touched_block_bytes_per_step"] / 2
+    assert w["bound_us"] == max(w["traffic_us"], v["bare"]["step_us"])
+    for key in ("bytes_h2d_per_step", "bytes_d2h_per_step", "min_bytes_per_step", "planned_launch_fraction",
+                "step_us", "bound_us", "launch_thread_us_over_bare"):
+        assert key in w, key
+    assert {row[0] for row in result["target_rows"]} == {"gpt-d256"}
+    assert result["targets_met"] == all(row[3] for row in result["target_rows"])
+
+
+def test_a_recording_of_another_configuration_is_told_apart(cuda_torch, c_build, tmp_path):  # noqa: F811
+    """Recorded under PyTorch's caching allocator, replayed under pump's (lookahead's): other
+    allocations, so lines name allocations that run lacks or holds smaller, counted and refused."""
+    uses = tmp_path / "job.uses"
+
+    def run(pump_args, **env):
+        record = ("--record-uses", str(uses)) if "FAKECUDA_LAUNCH_LOG" in env else ()
+        return client.run_client(cuda_torch, [sys.executable, "-m", "pump.run"], str, STEPS, client.WARMUP, None, (),
+                                 pump_args, extra_env=env, client_args=record)
+    run([], FAKECUDA_LAUNCH_LOG=f"{uses}.log")
+    same = run([], FAKECUDA_LAUNCH_USES=str(uses))
+    assert budget.checked(same, "same")["launches_given_uses"] == same["launches_per_step"]
+    other = run(["--policy", "lookahead"], FAKECUDA_LAUNCH_USES=str(uses))
+    assert other["steady"]["launch_uses_mismatched"] > 0
+    with pytest.raises(budget.BudgetError, match="not the recording's program and configuration"):
+        budget.checked(other, "other")
