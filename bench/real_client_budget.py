@@ -67,8 +67,9 @@ def read_recording(uses_path):
 
 
 def blocks_of(uses, sizes, ids, block_bytes):
-    """((block id, page mask), ...) touched and written by one launch's operands."""
-    touched, written = {}, {}
+    """((block id, page mask), ...) touched, written, and both read and written by one launch's
+    operands."""
+    touched, written, both = {}, {}, {}
     for ordinal, offset, nbytes, mode in uses:
         first, last = offset // K.PAGE_BYTES, (offset + nbytes - 1) // K.PAGE_BYTES
         for page in range(first, last + 1):
@@ -80,34 +81,43 @@ def blocks_of(uses, sizes, ids, block_bytes):
             touched[ids[key]] = touched.get(ids[key], 0) | bit
             if "w" in mode:
                 written[ids[key]] = written.get(ids[key], 0) | bit
-    return tuple(touched.items()), tuple(written.items())
+            if mode == "rw":
+                both[ids[key]] = both.get(ids[key], 0) | bit
+    return tuple(touched.items()), tuple(written.items()), tuple(both.items())
 
 
 def steady_window(uses_path, warmup):
-    """The recording's steady steps as the bound reads a workload: per launch its touched and
-    written (block, page mask)s, the blocks' bytes, and the steps it holds."""
+    """The recording's steady steps as the bound reads them: per launch the (block, page mask)s
+    it touches, the blocks' bytes, where each step begins; and for live_written_bytes, which
+    takes an access that writes for an overwrite, the same launches with a read of what a
+    launch both reads and writes put before it (its old value is needed): touched and written
+    per position."""
     operands, order, starts, sizes = read_recording(uses_path)
     if len(starts) <= warmup + 1:
         raise BudgetError(f"{uses_path}: {len(starts)} steps recorded, fewer than the warmup {warmup} and two more")
     lo = starts[warmup]
-    ids, block_bytes, touched, written = {}, [], [], []
+    ids, block_bytes, touched, live_touched, live_written = {}, [], [], [], []
     for position in order[lo:]:
-        t, w = blocks_of(operands.get(position, ()), sizes, ids, block_bytes)
+        t, w, both = blocks_of(operands.get(position, ()), sizes, ids, block_bytes)
         touched.append(t)
-        written.append(w)
+        if both:
+            live_touched.append(both)
+            live_written.append(())
+        live_touched.append(t)
+        live_written.append(w)
     step_bounds = [s - lo for s in starts[warmup:]] + [len(order) - lo]
-    return touched, written, np.array(block_bytes, dtype=np.int64), step_bounds
+    return touched, np.array(block_bytes, dtype=np.int64), step_bounds, (live_touched, live_written)
 
 
 def traffic_bound(uses_path, warmup, capacity):
     """The bound at `capacity` bytes (see the module's docstring), per steady step."""
-    touched, written, block_bytes, step_bounds = steady_window(uses_path, warmup)
+    touched, block_bytes, step_bounds, (live_touched, live_written) = steady_window(uses_path, warmup)
     steps = len(step_bounds) - 1
     singles = [(b,) for launch in touched for b, _ in launch]
     fetched = bound.steady_bytes_per_cycle(singles, block_bytes, capacity // BLOCK) / steps
-    window = types.SimpleNamespace(written=list(written), touched=touched, launches=len(touched),
+    window = types.SimpleNamespace(written=live_written, touched=live_touched, launches=len(live_touched),
                                    events={}, block_address=np.arange(len(block_bytes), dtype=np.int64) * BLOCK)
-    live = bound.live_written_bytes(window, 0, len(touched))
+    live = bound.live_written_bytes(window, 0, len(live_touched))
     write_back = max(0, live - capacity) / steps
     per_step = [sum(int(block_bytes[b]) for b in {b for launch in touched[a:z] for b, _ in launch})
                 for a, z in zip(step_bounds, step_bounds[1:])]
@@ -137,6 +147,8 @@ def figures(result, what):
         managed = s["pump"]["launches"]
         out["planned_launch_fraction"] = round(s["pump"]["launches_planned"] / managed, 4) if managed else 0.0
         out["pump_errors"] = s["pump"]["errors"]
+        for field in ("prefetch_bytes", "bytes_evicted", "evictions", "bytes_discarded", "torch_tensor_discards"):
+            out[f"pump_{field}_per_step"] = round(s["pump"][field], 1)
     return out
 
 
