@@ -20,9 +20,15 @@ Per workload:
              traffic_us = max(B, W) / fakecuda's 25 GB/s each way (full duplex), and bound_us the
              larger of that and the bare run's step: no policy makes PyTorch's host work faster,
              and kernels take no modelled compute time of their own on fakecuda
-  runs       each with the recording: bare (cuMemAlloc's plain memory: no fault, the launching
-             threads' floor), pump-run --budget, pump-run --budget --policy lookahead, and the
-             driver alone on a device of the budget's size (pump-run --policy off --capacity host)
+  runs       each with the recording, on a device of the budget's size (FAKECUDA_DEVICE_MEMORY: a
+             really full card, where what does not fit is the driver's to evict) unless said:
+             bare (on the persona's 80 GB, cuMemAlloc's plain memory: no fault, the launching
+             threads' floor), pump (pump-run --capacity host: the job's footprint beyond the
+             device on the host), lookahead (the same, --policy lookahead), the driver alone
+             (pump-run --policy off --capacity host: managed memory, no prefetch), and
+             pump_emulated (pump-run --budget on the 80 GB device: pump's evict-only emulation
+             of a budget, past which faults fill the device for free: its resident peak shows
+             it; the GPU suite's emulated rows)
 A run whose launches do not all meet their recorded line (launch_uses_missing or _mismatched:
 another program or configuration than the recording's) is refused.
 """
@@ -41,7 +47,8 @@ from pump.simulate import constants as K
 MIB = 1 << 20
 BLOCK = K.BLOCK_BYTES
 LINK_BYTES_PER_US = 25000  # fakecuda_model.h: FAKECUDA_H2D_BYTES_PER_US, FAKECUDA_D2H_BYTES_PER_US
-WORKLOADS = {"gpt-d256": "tests/real_client/train.py's GPT at width 256 (bench/real_client_step.py)"}
+WORKLOADS = {"gpt-d256": "tests/real_client/train.py's GPT at width 256 (bench/real_client_step.py)",
+             "gpt2-small": "GPT-2 small's configuration, batch 4 of 256 tokens (tests/real_client/workloads.py)"}
 TARGET_BYTES_OVER_MIN = 1.25
 TARGET_STEP_OVER_BOUND = 1.3
 TARGET_PLANNED = 0.95
@@ -141,7 +148,7 @@ def figures(result, what):
     launches = result["launches_per_step"]
     out = {"launches_per_step": launches, "bytes_h2d_per_step": round(s["bytes_h2d"]), "bytes_d2h_per_step": round(s["bytes_d2h_all"]),
            "gpu_faults_per_step": s["gpu_faults"], "fault_stall_us_per_step": round(s["gpu_fault_stall_ns"] / 1000, 1),
-           "driver_evictions_per_step": s["driver_evictions"], "step_us": round(s["wall_ns"] / 1000, 1),
+           "driver_evictions_per_step": s["driver_evictions"], "device_resident_peak": s["device_resident_peak"], "step_us": round(s["wall_ns"] / 1000, 1),
            "launch_thread_us_per_launch": round((s["cpu_ns"] + s["thread_host_ns"]) / launches / 1000, 3)}
     if s["pump"] is not None:
         managed = s["pump"]["launches"]
@@ -165,8 +172,9 @@ def measure_workload(python, pump_run, as_written, name, steps, rounds, workdir)
 
     def run(pump_args, uses, device_memory=None, record=False):
         extra = {"FAKECUDA_LAUNCH_LOG": f"{uses}.log"} if record else {"FAKECUDA_LAUNCH_USES": str(uses)}
+        recording = ("--record-uses", str(uses)) if record else ()
         return client.run_client(python, pump_run, as_written, steps, warmup, device_memory, (), pump_args,
-                                 extra_env=extra, client_args=("--record-uses", str(uses)) if record else ())
+                                 extra_env=extra, client_args=("--workload", name, *recording))
 
     def record(pump_args, uses):
         summary = run(pump_args, uses, record=True)["recorded"]
@@ -184,35 +192,42 @@ def measure_workload(python, pump_run, as_written, name, steps, rounds, workdir)
     budget = touched // 2 // BLOCK * BLOCK
     limit = traffic_bound(uses, warmup, budget)
     ahead_uses = pathlib.Path(workdir) / f"{name}-lookahead.uses"
-    lookahead = ["--budget", str(budget), "--policy", "lookahead"]
+    full = ["--capacity", "host"]  # a device of the budget's size: the job's footprint beyond it on the host
+    lookahead = [*full, "--policy", "lookahead"]
     record(lookahead, ahead_uses)
-    variants = {"bare": (None, uses), "pump": (["--budget", str(budget)], uses), "lookahead": (lookahead, ahead_uses)}
+    ahead_limit = traffic_bound(ahead_uses, warmup, budget)
+    device = str(budget)
+    variants = {"bare": (None, uses, None), "pump": (full, uses, device), "lookahead": (lookahead, ahead_uses, device),
+                "pump_emulated": (["--budget", str(budget)], uses, None)}
     made = {v: [] for v in variants}
     commands = {}
     for _ in range(rounds):
-        for variant, (args, recording) in variants.items():
-            result = run(args, recording)
+        for variant, (args, recording, device_memory) in variants.items():
+            result = run(args, recording, device_memory)
             made[variant].append(figures(result, f"{name} {variant}"))
             commands[variant] = result["command"]
-    driver = run(["--policy", "off", "--capacity", "host"], uses, device_memory=str(budget))
+    driver = run(["--policy", "off", *full], uses, device)
     commands["driver_at_budget"] = driver["command"]
-    bare, pump, ahead = (median_run(made[v]) for v in variants)
+    driver_figures = figures(driver, f"{name} driver_at_budget")
+    bare, pump, ahead, emulated = (median_run(made[v]) for v in variants)
     return {
         "about": WORKLOADS[name], "budget_bytes": budget, "launches_per_step": bare["launches_per_step"],
         "recording": summary, **limit, "bound_us": max(limit["traffic_us"], bare["step_us"]),
+        "bound_under_pumps_allocator": ahead_limit,
         "bytes_h2d_per_step": pump["bytes_h2d_per_step"], "bytes_d2h_per_step": pump["bytes_d2h_per_step"],
         "step_us": pump["step_us"], "planned_launch_fraction": ahead["planned_launch_fraction"],
+        "driver_step_over_pump": round(driver_figures["step_us"] / pump["step_us"], 2),
         "launch_thread_us_over_bare": round(ahead["launch_thread_us_per_launch"] - bare["launch_thread_us_per_launch"], 3),
         "variants": {"bare": bare, "pump": pump, "lookahead": ahead,
-                     "driver_at_budget": figures(driver, f"{name} driver_at_budget")},
+                     "driver_at_budget": driver_figures, "pump_emulated": emulated},
         "commands": commands,
     }
 
 
-def measure(python, pump_run, as_written, steps, rounds):
+def measure(python, pump_run, as_written, steps, rounds, names=tuple(WORKLOADS)):
     with tempfile.TemporaryDirectory(prefix="bench-real-client-budget-") as workdir:
         workloads = {name: measure_workload(python, pump_run, as_written, name, steps, rounds, workdir)
-                     for name in WORKLOADS}
+                     for name in names}
     return {"python": python, "persona": client.PERSONA, "steps": steps, "warmup": client.WARMUP, "rounds": rounds,
             "link_bytes_per_us": LINK_BYTES_PER_US, "workloads": workloads}
 
@@ -236,17 +251,31 @@ def targets(result):
     return rows
 
 
+TABLE_HEADER = ("workload", "variant", "MiB in", "MiB out", "GPU faults", "step µs", "launching thread µs",
+                "peak MiB", "planned")
+
+
+def table_rows(w):
+    """One workload's rows of the table (TABLE_HEADER's columns after the workload's): the bound's,
+    then each variant's."""
+    rows = [[f"bound at {w['budget_bytes'] / MIB:.0f} MiB", f"{w['min_bytes_per_step'] / MIB:.1f}",
+             f"{w['min_bytes_d2h_per_step'] / MIB:.1f}", "", f"{w['bound_us']:g} (traffic {w['traffic_us']:g})", "",
+             "", ""]]
+    for variant, v in w["variants"].items():
+        planned = f"{v['planned_launch_fraction']:.1%}" if variant in ("pump", "lookahead") else ""
+        rows.append([variant, f"{v['bytes_h2d_per_step'] / MIB:.1f}", f"{v['bytes_d2h_per_step'] / MIB:.1f}",
+                     f"{v['gpu_faults_per_step']:g}", f"{v['step_us']:g}", f"{v['launch_thread_us_per_launch']:g}",
+                     f"{v['device_resident_peak'] / MIB:.0f}", planned])
+    return rows
+
+
 def print_table(result):
     print(f"real client at a 50% budget on fakecuda ({result['persona']}), steps {result['warmup'] + 1}.."
           f"{result['steps']}, medians of {result['rounds']} rounds; MiB per step, us per step")
-    header = ("workload", "variant", "MiB in", "MiB out", "faults", "step us", "launch thr us", "planned")
-    print(" | ".join(header))
+    print(" | ".join(TABLE_HEADER))
     for name, w in result["workloads"].items():
-        print(f"{name} | bound at {w['budget_bytes'] / MIB:.0f} MiB | {w['min_bytes_per_step'] / MIB:.1f} | "
-              f"{w['min_bytes_d2h_per_step'] / MIB:.1f} | | {w['bound_us']:g} (traffic {w['traffic_us']:g}) | |")
-        for variant, v in w["variants"].items():
-            planned = f"{v['planned_launch_fraction']:.1%}" if "planned_launch_fraction" in v else ""
-            print(f"{name} | {variant} | {v['bytes_h2d_per_step'] / MIB:.1f} | {v['bytes_d2h_per_step'] / MIB:.1f} | "
-                  f"{v['gpu_faults_per_step']:g} | {v['step_us']:g} | {v['launch_thread_us_per_launch']:g} | {planned}")
+        for row in table_rows(w):
+            print(" | ".join([name, *row]))
+        print(f"{name}: the driver's step over pump's: {w['driver_step_over_pump']:g}x")
     for name, target, value, met in result["target_rows"]:
         print(f"target {'met   ' if met else 'MISSED'} {name}: {target}: {value}")

@@ -2,7 +2,7 @@
 for scripts/bench-steady's real-client row (bench/steady_real_client.py runs it, bare and under
 pump-run, with torch's CUDA build's interpreter and FAKECUDA_PERSONA).
 
-    python real_client_step.py STEPS WARMUP [--record-uses PATH]
+    python real_client_step.py STEPS WARMUP [--workload NAME] [--record-uses PATH]
 
 The job is tests/real_client/train.py's GPT loop (embedding, SDPA attention, layer norm, GELU,
 cross-entropy, backward, gradient clipping, AdamW foreach, an .item() each step), wider
@@ -17,10 +17,12 @@ fakecuda's counters (struct fakecuda_stats, raw) and calls per entry point, and 
 record when present (raw: $PUMP_STATS_DIR/pump-<pid>.stats). Prints one JSON line: the
 readings of the steps' starts, the autograd thread's, and the end.
 
+--workload: gpt-d256 (the default, above) or gpt2-small (tests/real_client/workloads.py).
 --record-uses PATH: the job, model made and steps, runs under tests/real_client/operator_uses.py's
 recorder (FAKECUDA_LAUNCH_LOG must be set), which writes at the end, at PATH, what each launch
 touched, for a later run of the same job in the same configuration (FAKECUDA_LAUNCH_USES=PATH);
 its summary is the line's "recorded". Its readings carry the recorder's Python cost."""
+import argparse
 import contextlib
 import ctypes
 import json
@@ -35,8 +37,10 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests" / "real_client"))
 import train  # noqa: E402 (the loop the real-client tests run)
 import operator_uses  # noqa: E402
+import workloads  # noqa: E402
 
 WIDTH, HEADS = 256, 4
+JOBS = {"gpt-d256": lambda: train.gpt_job(False, WIDTH, HEADS), "gpt2-small": workloads.gpt2_small_job}
 STATS_BUFFER = 4096  # more than sizeof(struct fakecuda_stats): the bench reads the header's size
 
 
@@ -77,8 +81,13 @@ class Driver:
 
 
 def main():
-    steps, warmup = int(sys.argv[1]), int(sys.argv[2])
-    record_to = sys.argv[4] if sys.argv[3:4] == ["--record-uses"] else None
+    parser = argparse.ArgumentParser()
+    parser.add_argument("steps", type=int)
+    parser.add_argument("warmup", type=int)
+    parser.add_argument("--workload", choices=sorted(JOBS), default="gpt-d256")
+    parser.add_argument("--record-uses", metavar="PATH")
+    args = parser.parse_args()
+    steps, warmup, record_to = args.steps, args.warmup, args.record_uses
     torch.cuda.init()
     driver = Driver()
     recorder = operator_uses.Recorder(driver.lib) if record_to else None
@@ -96,7 +105,7 @@ def main():
             return grad
 
     with recorder or contextlib.nullcontext():
-        model, batch, optimizer, logits = train.gpt_job(False, WIDTH, HEADS)
+        model, batch, optimizer, logits = JOBS[args.workload]()
         model.register_forward_hook(lambda module, args, out: Probe.apply(out))
 
         def batch_read():

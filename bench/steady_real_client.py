@@ -92,6 +92,7 @@ def window(a, b, a_threads, b_threads, steps):
     da, db = decode_driver(a["fakecuda"], names), decode_driver(b["fakecuda"], names)
     out = {name: (db[name] - da[name]) / steps for name in names}
     out["device_resident_bytes"] = db["device_resident_bytes"]
+    out["device_resident_peak"] = db["device_resident_peak"]  # since load: the most any device held
     out["cpu_ns"] = sum(y["cpu_ns"] - x["cpu_ns"] for x, y in zip(a_threads, b_threads)) / steps
     out["thread_host_ns"] = sum(y["host_ns"] - x["host_ns"] for x, y in zip(a_threads, b_threads)) / steps
     out["wall_ns"] = (b["wall_ns"] - a["wall_ns"]) / steps

@@ -178,7 +178,8 @@ def summary_line(totals: dict) -> str:
     ``pump: 1234 launches (1000 on managed memory), 57 prefetch calls, 1.2 GiB
     prefetched, 0 B evicted, 0 events dropped, 3 processes``; allocations the driver
     refused to prefetch, capacity refusals, errors and pass-through processes appear only
-    when non-zero; hook coverage, the
+    when non-zero; under a plan of pumpd's, the launches it placed every block of
+    (``1000 on managed memory, 950 planned``); hook coverage, the
     driver lookups answered with pump's hooks, when there were any, with the
     cuGetProcAddress answers pump could not match (``hooks 139 via cuGetProcAddress + 2
     via dlsym (3 unmatched)``: calls through those pass pump by); under a budget,
@@ -192,9 +193,10 @@ def summary_line(totals: dict) -> str:
     if t.get("budget_bytes"):
         evicted += (f" (peak {human_bytes(t.get('resident_bytes_peak', 0))} resident, "
                     f"budget {human_bytes(t['budget_bytes'])})")
+    planned = f", {t.get('launches_planned', 0)} planned" if t.get("plan_triggers") else ""
     parts = [
         f"{_count(t['launches'], 'launch', 'launches')} "
-        f"({t['launches_managed']} on managed memory)",
+        f"({t['launches_managed']} on managed memory{planned})",
         _count(t["prefetch_calls"], "prefetch call"),
         f"{human_bytes(t['prefetch_bytes'])} prefetched",
         evicted,

@@ -25,7 +25,8 @@ def result(cuda_torch, c_build, tmp_path_factory):  # noqa: F811
     out = tmp_path_factory.mktemp("budget") / "result.json"
     env = dict(clean_env(), PUMP_REAL_CLIENT_PYTHON=cuda_torch)
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench-real-client-budget"), "--steps", str(STEPS),
-                           "--rounds", "1", "--json", str(out)], env=env, capture_output=True, text=True, timeout=1800)
+                           "--rounds", "1", "--workloads", "gpt-d256", "--json", str(out)], env=env,
+                          capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "target " in proc.stdout and "bound at" in proc.stdout
     return json.loads(out.read_text())
@@ -38,7 +39,7 @@ def test_every_launch_is_given_its_operators_tensors(result):
     assert recorded["foreach_unsplit"] == 0 and recorded["unplaced_bytes"] == 0
     # Each run's launches met their lines (figures() refuses a run where one did not): bare, pump,
     # lookahead and the driver alone alike.
-    assert set(w["variants"]) == {"bare", "pump", "lookahead", "driver_at_budget"}
+    assert set(w["variants"]) == {"bare", "pump", "lookahead", "driver_at_budget", "pump_emulated"}
     assert all(v["launches_per_step"] == w["launches_per_step"] > 100 for v in w["variants"].values())
 
 
@@ -49,7 +50,9 @@ def test_kernels_fault_and_move_bytes_that_before_touched_nothing(result):
     # nothing (bench-steady's real-client row's NOT_JUDGED).
     assert v["driver_at_budget"]["gpu_faults_per_step"] > 100
     assert v["driver_at_budget"]["bytes_h2d_per_step"] >= w["min_bytes_per_step"] > 0
-    assert v["pump"]["bytes_h2d_per_step"] >= w["min_bytes_per_step"]
+    assert v["pump"]["bytes_h2d_per_step"] >= w["min_bytes_per_step"]  # the bound is one on pump too
+    for name in ("pump", "lookahead", "driver_at_budget"):  # a device of the budget's size: it holds no more
+        assert 0 < v[name]["device_resident_peak"] <= w["budget_bytes"], name
     assert v["bare"]["gpu_faults_per_step"] == 0 and v["bare"]["bytes_h2d_per_step"] == 0  # plain memory
     assert 0 < w["budget_bytes"] <= w["touched_block_bytes_per_step"] / 2
     assert w["bound_us"] == max(w["traffic_us"], v["bare"]["step_us"])

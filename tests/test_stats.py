@@ -148,6 +148,14 @@ def test_summary_line():
     )
 
 
+def test_summary_line_says_how_many_launches_a_plan_placed():
+    """Under pumpd's plans, the launches they placed every block of (issue 41's launches_planned)."""
+    base = dict(launches=1234, launches_managed=1000, prefetch_calls=57, processes=1)
+    assert "planned" not in stats.summary_line(totals(**base))  # no plan: nothing to say
+    assert stats.summary_line(totals(**base, plan_triggers=40, launches_planned=950)).startswith(
+        "pump: 1234 launches (1000 on managed memory, 950 planned), 57 prefetch calls")
+
+
 def test_summary_line_shows_hook_coverage():
     """The lookups answered with pump's hooks, and those pump could not match (issue 27)."""
     base = dict(launches=5, launches_managed=5, prefetch_calls=1, processes=1)
