@@ -23,6 +23,8 @@ import re
 import subprocess
 import tempfile
 
+import commands
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CLIENT = ROOT / "bench" / "real_client_step.py"
 FAKECUDA_H = ROOT / "tests" / "fakecuda" / "fakecuda.h"
@@ -168,7 +170,7 @@ def measure(bench, python, steps, rounds):
 
     def runner(steps, warmup, device_memory, program_args=(), pump_args=None, ioctl_thread="caller"):
         try:
-            result = run_client(python, bench.pump_run_command(), bench.as_written, steps, warmup, device_memory,
+            result = run_client(python, commands.pump_run_command(), commands.as_written, steps, warmup, device_memory,
                                 program_args, pump_args, ioctl_thread)
         except (RuntimeError, ValueError) as exc:
             raise ClientError(f"real client: {exc}") from exc

@@ -144,6 +144,17 @@ def test_foreach_launches_split_at_the_block_and_tensor_limits():
     assert [len(x) for x in operands.multi_tensor_chunks([1] * 40, 36)] == [36, 4]
 
 
+def test_a_cuda_13_builds_foreach_launches_hold_7_times_the_chunks():
+    """32 KB of kernel arguments (MultiTensorApply.cuh from CUDA 13): 2240 chunks and 770 tensors
+    of one list a launch, where the 4 KB build takes 320 and 110 (GPT-2 small's 148 parameters, about
+    1,900 chunks: one launch there, against 7 in the other build)."""
+    max_blocks, max_tensors, _ = operands.LIMITS_32KB
+    assert (max_blocks, max_tensors[0]) == (7 * operands.FOREACH_MAX_BLOCKS, 7 * operands.FOREACH_MAX_TENSORS[0])
+    numels = [768 * 3072] * 24 + [768 * 768] * 48 + [50257 * 768] + [1024] * 75
+    assert len(operands.multi_tensor_chunks(numels, max_tensors[0], max_blocks)) == 1
+    assert len(operands.multi_tensor_chunks(numels, operands.FOREACH_MAX_TENSORS[0])) == 7
+
+
 # --- generated traces ----------------------------------------------------------------------
 
 def _generate(tmp_path, model, **kw):

@@ -12,11 +12,16 @@ ALLOCATION_ONLY = {"empty", "empty_like", "empty_strided", "empty_permuted", "ne
 WRITE_ONLY = {"zero_", "fill_", "copy_", "normal_", "uniform_", "bernoulli_", "random_", "exponential_",
               "_foreach_zero_", "_foreach_copy_"}
 # multi_tensor_apply (ATen/native/cuda/MultiTensorApply.cuh): per launch, at most this
-# many tensors (by the number of tensor lists, 1..5) and 320 blocks of 65536 elements.
+# many tensors (by the number of tensor lists, 1..5) and 320 blocks of 65536 elements, in a
+# build whose kernel arguments are limited to 4 KB (before CUDA 13).
 FOREACH_CHUNK = 65536
 FOREACH_MAX_BLOCKS = 320
 FOREACH_MAX_TENSORS = (110, 64, 48, 36, 30)
 FOREACH_MAX_TENSORS_SCALAR_LIST = (96, 64, 48, 36, 30)
+# The same in a CUDA 13 build (torch 2.14's header: CUDART_VERSION >= 13000, 32 KB of kernel
+# arguments; pytorch/pytorch#134373): 2240 blocks a launch.
+LIMITS_4KB = (FOREACH_MAX_BLOCKS, FOREACH_MAX_TENSORS, FOREACH_MAX_TENSORS_SCALAR_LIST)
+LIMITS_32KB = (2240, (770, 448, 336, 252, 210), (672, 448, 336, 252, 210))
 
 
 def schema_operands(func, args, kwargs):
@@ -36,10 +41,12 @@ def reads_mutated(func) -> bool:
     return func.overloadpacket.__name__ not in WRITE_ONLY
 
 
-def foreach_launches(operands, new, read_mutated: bool, on_device):
+def foreach_launches(operands, new, read_mutated: bool, on_device, limits=LIMITS_4KB):
     """A _foreach_ operator's launches, as multi_tensor_apply makes them: per launch, a list of
     (tensor, first element, element after the last or None for all of it, read, written).
-    ``new``: the operator's new result tensors (one more list, written)."""
+    ``new``: the operator's new result tensors (one more list, written); ``limits``: the build's
+    (LIMITS_4KB or LIMITS_32KB)."""
+    max_blocks, max_tensors_table, scalar_list_table = limits
     lists, single = [], []   # (tensors, read, written); tensors read by every launch
     scalar_list = False
     for value, arg in operands:
@@ -55,11 +62,11 @@ def foreach_launches(operands, new, read_mutated: bool, on_device):
         lists.append((new, False, True))
     if not lists:
         return []
-    table = FOREACH_MAX_TENSORS_SCALAR_LIST if scalar_list else FOREACH_MAX_TENSORS
+    table = scalar_list_table if scalar_list else max_tensors_table
     max_tensors = table[min(len(lists), len(table)) - 1]
     shared = [(t, 0, None, True, False) for t in single]
     launches = []
-    for launch in multi_tensor_chunks([t.numel() for t in lists[0][0]], max_tensors):
+    for launch in multi_tensor_chunks([t.numel() for t in lists[0][0]], max_tensors, max_blocks):
         uses = list(shared)
         for index, first, stop in launch:
             for tensors, read, written in lists:
@@ -84,7 +91,7 @@ def storage_extent(t, first: int = 0, stop=None):
     return (t.storage_offset() + first) * size, (stop - first) * size
 
 
-def multi_tensor_chunks(numels, max_tensors: int):
+def multi_tensor_chunks(numels, max_tensors: int, max_blocks: int = FOREACH_MAX_BLOCKS):
     """multi_tensor_apply's launches over tensors of ``numels`` elements: per launch, a list
     of (tensor index, first chunk, chunk after the last)."""
     nonempty = [i for i, n in enumerate(numels) if n]
@@ -96,7 +103,7 @@ def multi_tensor_chunks(numels, max_tensors: int):
             pending[-1][2] = chunk + 1
             blocks += 1
             tensor_done = chunk == chunks - 1
-            if (len(pending) == max_tensors and tensor_done) or blocks == FOREACH_MAX_BLOCKS or \
+            if (len(pending) == max_tensors and tensor_done) or blocks == max_blocks or \
                     (i == nonempty[-1] and tensor_done):
                 launches.append([tuple(p) for p in pending])
                 blocks = 0

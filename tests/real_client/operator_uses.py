@@ -18,7 +18,8 @@ What this over- and understates:
 - An operator of several kernels (layer norm's backward, SDPA, a cuBLAS GEMM with a split-K
   reduction) charges each of them with every tensor of the operator: over.
 - A _foreach_ or fused optimizer operator whose multi_tensor_apply launches (by their kernels'
-  names) number what operands.foreach_launches models gives each its own chunks, and its other
+  names) number what operands.foreach_launches models (with the build's limits: a CUDA 13
+  build's 32 KB of arguments hold 2240 chunks a launch) gives each its own chunks, and its other
   launches (_foreach_norm's reduction, a fill) its results only; otherwise each launch gets every
   parameter, which alone can exceed a 50% budget: over (counted, ``foreach_unsplit``).
 - A strided tensor counts from its first element to its last, gaps included: over.
@@ -36,11 +37,13 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
-from pump.tracegen.operands import (foreach_launches, reads_mutated, schema_operands,  # noqa: E402
-                                    storage_extent, tensor_inputs)
+from pump.tracegen.operands import (LIMITS_4KB, LIMITS_32KB, foreach_launches, reads_mutated,  # noqa: E402
+                                    schema_operands, storage_extent, tensor_inputs)
 
 MULTI_TENSOR = ("_foreach_", "_fused_")
 MULTI_TENSOR_KERNEL = "multi_tensor_apply_kernel"  # in the mangled name of each of its launches
+# multi_tensor_apply's limits per launch are the build's: 32 KB of kernel arguments from CUDA 13
+LIMITS = LIMITS_32KB if int((torch.version.cuda or "0").split(".")[0]) >= 13 else LIMITS_4KB
 
 
 def _on_cuda(t) -> bool:
@@ -87,7 +90,8 @@ class Recorder(TorchDispatchMode):
         modelled = None
         if func.overloadpacket.__name__.startswith(MULTI_TENSOR):
             new = [t for t in results if not any(t is i for i, _ in inputs)]
-            modelled = [self._operands(uses) for uses in foreach_launches(operands, new, read_mutated, _on_cuda)]
+            modelled = [self._operands(uses)
+                        for uses in foreach_launches(operands, new, read_mutated, _on_cuda, LIMITS)]
         self.operators.append((now, first, after, self._operands(whole), modelled,
                                self._operands([(t, 0, None, False, True) for t in results])))
         return out
