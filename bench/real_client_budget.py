@@ -94,11 +94,11 @@ def blocks_of(uses, sizes, ids, block_bytes):
 
 
 def steady_window(uses_path, warmup):
-    """The recording's steady steps as the bound reads them: per launch the (block, page mask)s
-    it touches, the blocks' bytes, where each step begins; and for live_written_bytes, which
-    takes an access that writes for an overwrite, the same launches with a read of what a
-    launch both reads and writes put before it (its old value is needed): touched and written
-    per position."""
+    """The recording's steady steps as the bound reads them (traffic_bound's first argument):
+    per launch the (block, page mask)s it touches, the blocks' bytes, where each step begins;
+    and for live_written_bytes, which takes an access that writes for an overwrite, the same
+    launches with a read of what a launch both reads and writes put before it (its old value is
+    needed): touched and written per position."""
     operands, order, starts, sizes = read_recording(uses_path)
     if len(starts) <= warmup + 1:
         raise BudgetError(f"{uses_path}: {len(starts)} steps recorded, fewer than the warmup {warmup} and two more")
@@ -116,20 +116,25 @@ def steady_window(uses_path, warmup):
     return touched, np.array(block_bytes, dtype=np.int64), step_bounds, (live_touched, live_written)
 
 
-def traffic_bound(uses_path, warmup, capacity):
-    """The bound at `capacity` bytes (see the module's docstring), per steady step."""
-    touched, block_bytes, step_bounds, (live_touched, live_written) = steady_window(uses_path, warmup)
+def touched_block_bytes_per_step(window) -> int:
+    """The median over a steady_window's steps of the bytes of the blocks each touches."""
+    touched, block_bytes, step_bounds, _ = window
+    return int(statistics.median(sum(int(block_bytes[b]) for b in {b for launch in touched[a:z] for b, _ in launch})
+                                 for a, z in zip(step_bounds, step_bounds[1:])))
+
+
+def traffic_bound(window, capacity):
+    """The bound at `capacity` bytes over a steady_window (see the module's docstring), per step."""
+    touched, block_bytes, step_bounds, (live_touched, live_written) = window
     steps = len(step_bounds) - 1
     singles = [(b,) for launch in touched for b, _ in launch]
     fetched = bound.steady_bytes_per_cycle(singles, block_bytes, capacity // BLOCK) / steps
-    window = types.SimpleNamespace(written=live_written, touched=live_touched, launches=len(live_touched),
-                                   events={}, block_address=np.arange(len(block_bytes), dtype=np.int64) * BLOCK)
-    live = bound.live_written_bytes(window, 0, len(live_touched))
+    live_view = types.SimpleNamespace(written=live_written, touched=live_touched, launches=len(live_touched),
+                                      events={}, block_address=np.arange(len(block_bytes), dtype=np.int64) * BLOCK)
+    live = bound.live_written_bytes(live_view, 0, len(live_touched))
     write_back = max(0, live - capacity) / steps
-    per_step = [sum(int(block_bytes[b]) for b in {b for launch in touched[a:z] for b, _ in launch})
-                for a, z in zip(step_bounds, step_bounds[1:])]
     return {"min_bytes_per_step": round(fetched), "min_bytes_d2h_per_step": round(write_back),
-            "live_written_bytes": live, "touched_block_bytes_per_step": int(statistics.median(per_step)),
+            "live_written_bytes": live, "touched_block_bytes_per_step": touched_block_bytes_per_step(window),
             "traffic_us": round(max(fetched, write_back) / LINK_BYTES_PER_US, 1), "bound_steps": steps}
 
 
@@ -146,9 +151,11 @@ def checked(result, what):
 def figures(result, what):
     s = checked(result, what)
     launches = result["launches_per_step"]
-    out = {"launches_per_step": launches, "bytes_h2d_per_step": round(s["bytes_h2d"]), "bytes_d2h_per_step": round(s["bytes_d2h_all"]),
-           "gpu_faults_per_step": s["gpu_faults"], "fault_stall_us_per_step": round(s["gpu_fault_stall_ns"] / 1000, 1),
-           "driver_evictions_per_step": s["driver_evictions"], "device_resident_peak": s["device_resident_peak"], "step_us": round(s["wall_ns"] / 1000, 1),
+    out = {"launches_per_step": launches, "bytes_h2d_per_step": round(s["bytes_h2d"]),
+           "bytes_d2h_per_step": round(s["bytes_d2h_all"]), "gpu_faults_per_step": s["gpu_faults"],
+           "fault_stall_us_per_step": round(s["gpu_fault_stall_ns"] / 1000, 1),
+           "driver_evictions_per_step": s["driver_evictions"], "device_resident_peak": s["device_resident_peak"],
+           "step_us": round(s["wall_ns"] / 1000, 1),
            "launch_thread_us_per_launch": round((s["cpu_ns"] + s["thread_host_ns"]) / launches / 1000, 3)}
     if s["pump"] is not None:
         managed = s["pump"]["launches"]
@@ -190,14 +197,14 @@ def measure_workload(python, pump_run, as_written, name, steps, rounds, workdir)
     # makes other allocations: a recording of its own, made at the budget.
     uses = pathlib.Path(workdir) / f"{name}.uses"
     summary = record([], uses)
-    touched = traffic_bound(uses, warmup, 1 << 62)["touched_block_bytes_per_step"]
-    budget = touched // 2 // BLOCK * BLOCK
-    limit = traffic_bound(uses, warmup, budget)
+    window = steady_window(uses, warmup)
+    budget = touched_block_bytes_per_step(window) // 2 // BLOCK * BLOCK
+    limit = traffic_bound(window, budget)
     ahead_uses = pathlib.Path(workdir) / f"{name}-lookahead.uses"
     full = ["--capacity", "host"]  # a device of the budget's size: the job's footprint beyond it on the host
     lookahead = [*full, "--policy", "lookahead"]
     record(lookahead, ahead_uses)
-    ahead_limit = traffic_bound(ahead_uses, warmup, budget)
+    ahead_limit = traffic_bound(steady_window(ahead_uses, warmup), budget)
     device = str(budget)
     variants = {"bare": (None, uses, None), "pump": (full, uses, device), "lookahead": (lookahead, ahead_uses, device),
                 "pump_emulated": (["--budget", str(budget)], uses, None)}

@@ -42,14 +42,14 @@ WRITE_WRITE_READ = [[(1, 0, 2 * MIB, "w")], [(2, 0, 2 * MIB, "w")], [(1, 0, 2 * 
 
 
 def test_room_for_every_block_moves_nothing(tmp_path):
-    b = budget.traffic_bound(recording(tmp_path, WRITE_WRITE_READ), WARMUP, 2 * 2 * MIB)
+    b = budget.traffic_bound(budget.steady_window(recording(tmp_path, WRITE_WRITE_READ), WARMUP), 2 * 2 * MIB)
     assert b["touched_block_bytes_per_step"] == 4 * MIB
     assert b["min_bytes_per_step"] == 0 and b["min_bytes_d2h_per_step"] == 0 and b["traffic_us"] == 0
     assert b["bound_steps"] == 6 - WARMUP
 
 
 def test_one_block_of_room_fetches_every_use_and_writes_back_what_is_read_again(tmp_path):
-    b = budget.traffic_bound(recording(tmp_path, WRITE_WRITE_READ), WARMUP, 2 * MIB)
+    b = budget.traffic_bound(budget.steady_window(recording(tmp_path, WRITE_WRITE_READ), WARMUP), 2 * MIB)
     # A, B, A, B a step with one block's room: each use a fetch (MIN's steady count: the room's
     # 2 MiB once over its 16 cycles of 3 steps); A and B written, both read at the step's end:
     # 4 MiB live at that cut, 2 of them not on the GPU.
@@ -60,13 +60,14 @@ def test_one_block_of_room_fetches_every_use_and_writes_back_what_is_read_again(
 
 def test_blocks_are_counted_in_64_kib_pages_and_a_short_allocations_bytes(tmp_path):
     step = [[(1, 100, 10, "r")], [(2, 2 * MIB - 1, 2, "rw")]]  # one page of A; B's last byte and C's first
-    b = budget.traffic_bound(recording(tmp_path, step, sizes={1: 2 * MIB, 2: 2 * MIB + 4096}), WARMUP, 1 << 40)
+    b = budget.traffic_bound(budget.steady_window(recording(tmp_path, step, sizes={1: 2 * MIB, 2: 2 * MIB + 4096}),
+                                                  WARMUP), 1 << 40)
     assert b["touched_block_bytes_per_step"] == 2 * MIB + 2 * MIB + 4096
 
 
 def test_a_recording_too_short_for_its_warmup_is_refused(tmp_path):
     with pytest.raises(budget.BudgetError, match="fewer than the warmup"):
-        budget.traffic_bound(recording(tmp_path, WRITE_WRITE_READ, steps=WARMUP + 1), WARMUP, 2 * MIB)
+        budget.steady_window(recording(tmp_path, WRITE_WRITE_READ, steps=WARMUP + 1), WARMUP)
 
 
 def test_the_docs_tables_are_the_committed_results():
@@ -78,3 +79,4 @@ def test_the_docs_tables_are_the_committed_results():
         [name, target, value, "met" if met else "MISSED"] for name, target, value, met in committed["target_rows"]]
     assert markdown_table(doc, "| " + " | ".join(budget.TABLE_HEADER) + " |") == [
         [name, *row] for name, w in committed["workloads"].items() for row in budget.table_rows(w)]
+
