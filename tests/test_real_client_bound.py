@@ -80,3 +80,15 @@ def test_the_docs_tables_are_the_committed_results():
     assert markdown_table(doc, "| " + " | ".join(budget.TABLE_HEADER) + " |") == [
         [name, *row] for name, w in committed["workloads"].items() for row in budget.table_rows(w)]
 
+
+def test_data_read_and_written_in_place_is_live_until_then(tmp_path):
+    """An optimizer's state: written at the step's end, read and written again at the next one's
+    (mode rw). Its old value is needed there, so it is live across the step: with a block of
+    room, the other block's write and read beside it leave 2 MiB the room cannot hold."""
+    step = [[(2, 0, 2 * MIB, "w")], [(2, 0, 2 * MIB, "r")], [(1, 0, 2 * MIB, "rw")]]
+    b = budget.traffic_bound(budget.steady_window(recording(tmp_path, step), WARMUP), 2 * MIB)
+    assert b["live_written_bytes"] == 4 * MIB and b["min_bytes_d2h_per_step"] == round(2 * MIB / 3)
+    # Taken for an overwrite, A would be dead from its read to its write: only B live, 2 MiB.
+    overwritten = [[(2, 0, 2 * MIB, "w")], [(2, 0, 2 * MIB, "r")], [(1, 0, 2 * MIB, "w")]]
+    assert budget.traffic_bound(budget.steady_window(recording(tmp_path, overwritten), WARMUP),
+                                2 * MIB)["min_bytes_d2h_per_step"] == 0
