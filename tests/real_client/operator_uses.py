@@ -60,13 +60,14 @@ class Recorder(TorchDispatchMode):
         # Per operator that launched: (thread, first launch, launch after the last, its operands,
         # multi_tensor_apply's launches' operands or None, its results' operands).
         self.operators = []
-        self.step_starts = []     # len(operators) at each mark_step()
+        self.order = []           # [thread, launch] of every launch recorded, in the order operators ran
+        self.step_starts = []     # len(order) at each mark_step()
         self.sizes = {}           # allocation ordinal -> its size, of those operands lie in
         self.unplaced_bytes = 0   # operand bytes no allocation of fakecuda's holds
 
     def mark_step(self):
         """The program's step begins here (between operators)."""
-        self.step_starts.append(len(self.operators))
+        self.step_starts.append(len(self.order))
 
     def position(self):
         thread, launches = ctypes.c_int(), ctypes.c_uint64()
@@ -85,15 +86,15 @@ class Recorder(TorchDispatchMode):
         inputs = tensor_inputs(operands, _on_cuda)
         results = [t for t in pytree.tree_leaves(out) if _on_cuda(t)]
         read_mutated = reads_mutated(func)
-        whole = [(t, 0, None, not m or read_mutated, m) for t, m in inputs] + \
-                [(t, 0, None, False, True) for t in results]
+        written = [(t, 0, None, False, True) for t in results]
+        whole = [(t, 0, None, not m or read_mutated, m) for t, m in inputs] + written
         modelled = None
         if func.overloadpacket.__name__.startswith(MULTI_TENSOR):
             new = [t for t in results if not any(t is i for i, _ in inputs)]
             modelled = [self._operands(uses)
                         for uses in foreach_launches(operands, new, read_mutated, _on_cuda, LIMITS)]
-        self.operators.append((now, first, after, self._operands(whole), modelled,
-                               self._operands([(t, 0, None, False, True) for t in results])))
+        self.operators.append((now, first, after, self._operands(whole), modelled, self._operands(written)))
+        self.order += [[now, launch] for launch in range(first, after)]
         return out
 
     def per_launch(self, names):
@@ -159,22 +160,15 @@ class Recorder(TorchDispatchMode):
             f.write("fakecuda-launch-uses 1\n")
             for (thread, launch), uses in sorted(launches.items()):
                 name = names.get((thread, launch))
-                if name is None or not name or any(c.isspace() for c in name):
+                if not name or any(c.isspace() for c in name):
                     unnamed += 1   # not an image kernel's launch (the log has image kernels only)
                     continue
                 f.write(f"{thread} {launch} {name} {len(uses)}")
                 f.writelines(f" {o}:{off}:{n}:{mode}" for o, off, n, mode in uses)
                 f.write("\n")
                 written += 1
-        order, step_starts = [], []
-        marks = iter(self.step_starts + [None])
-        mark = next(marks)
-        for index, (thread, first, after, *_) in enumerate(self.operators):
-            while mark is not None and mark <= index:
-                step_starts.append(len(order))
-                mark = next(marks)
-            order += [[thread, launch] for launch in range(first, after)]
         pathlib.Path(f"{path}.order.json").write_text(json.dumps(
-            {"order": order, "step_starts": step_starts, "sizes": {str(o): n for o, n in self.sizes.items()}}))
+            {"order": self.order, "step_starts": self.step_starts,
+             "sizes": {str(o): n for o, n in self.sizes.items()}}))
         return {"launches_recorded": len(launches), "launches_written": written, "unnamed": unnamed,
                 "foreach_unsplit": unsplit, "unplaced_bytes": self.unplaced_bytes, "launches_logged": len(names)}
