@@ -366,7 +366,8 @@ void fc_free_memory(uintptr_t p);
 CUresult fc_register_mapping(uintptr_t base, size_t size, int device, CUcontext ctx);
 int fc_alloc_starts_at(uintptr_t p);
 /* The allocation holding p (1), or none (0): for pointers.c. */
-typedef struct fc_alloc_desc { uintptr_t base; size_t size; int managed, device; CUcontext ctx; } fc_alloc_desc;
+/* ordinal: memory.c's allocations' place in the order they were made (launch_uses.c); 0 elsewhere */
+typedef struct fc_alloc_desc { uintptr_t base; size_t size; int managed, device; CUcontext ctx; uint64_t ordinal; } fc_alloc_desc;
 int fc_alloc_lookup(uintptr_t p, fc_alloc_desc *out);
 /* The page-locked host range holding p (1, managed 0), or none (0): host_memory.c. */
 int fc_host_lookup(uintptr_t p, fc_alloc_desc *out);

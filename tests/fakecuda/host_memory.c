@@ -24,7 +24,7 @@ int fc_host_lookup(uintptr_t p, fc_alloc_desc *out)
     pthread_mutex_lock(&fc_pinned_mu);
     fc_pinned *e = fc_pinned_list;
     while (e && !(p >= e->base && p - e->base < e->size)) e = e->next;
-    if (e && out) *out = (fc_alloc_desc){e->base, e->size, 0, fc_ctx_device(e->ctx), e->ctx};
+    if (e && out) *out = (fc_alloc_desc){e->base, e->size, 0, fc_ctx_device(e->ctx), e->ctx, 0};
     pthread_mutex_unlock(&fc_pinned_mu);
     return e != NULL;
 }

@@ -271,22 +271,19 @@ int fc_alloc_lookup(uintptr_t p, fc_alloc_desc *out)
 {
     pthread_rwlock_rdlock(&fc_reg_lock);
     fc_alloc *a = reg_find(p);
-    if (a) *out = (fc_alloc_desc){ a->base, a->size, a->managed, a->device, a->ctx };
+    if (a) *out = (fc_alloc_desc){ a->base, a->size, a->managed, a->device, a->ctx, a->ordinal };
     pthread_rwlock_unlock(&fc_reg_lock);
     return a != NULL;
 }
 
 FC_EXPORT int fakecuda_allocation_of(const void *ptr, uint64_t *ordinal, uint64_t *offset, uint64_t *size)
 {
-    pthread_rwlock_rdlock(&fc_reg_lock);
-    fc_alloc *a = reg_find((uintptr_t)ptr);
-    if (a) {
-        if (ordinal) *ordinal = a->ordinal;
-        if (offset) *offset = (uintptr_t)ptr - a->base;
-        if (size) *size = a->size;
-    }
-    pthread_rwlock_unlock(&fc_reg_lock);
-    return a != NULL;
+    fc_alloc_desc a;
+    if (!fc_alloc_lookup((uintptr_t)ptr, &a)) return 0;
+    if (ordinal) *ordinal = a.ordinal;
+    if (offset) *offset = (uintptr_t)ptr - a.base;
+    if (size) *size = a.size;
+    return 1;
 }
 
 /* The live allocation made ordinal-th: its base and size, or 0. */
