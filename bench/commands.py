@@ -1,11 +1,21 @@
 """The commands the fakecuda benchmarks run and print (scripts/bench-steady,
-scripts/bench-real-client-budget): this Python's pump-run, and a command's words as a reader
-reruns them."""
+scripts/bench-real-client-budget): the C tests' build they run on, this Python's pump-run, and
+a command's words as a reader reruns them."""
+import os
 import pathlib
 import shutil
+import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def build_tests():
+    """Builds the C tests (fakecuda and the programs, scripts/build-tests) with this Python's
+    CUDA headers; None, or why the build failed."""
+    build = subprocess.run([str(ROOT / "scripts" / "build-tests")], env=dict(os.environ, PYTHON=sys.executable),
+                           capture_output=True, text=True)
+    return None if build.returncode == 0 else f"building the C tests failed: {build.stderr.strip()[-2000:]}"
 
 
 def pump_run_command():
