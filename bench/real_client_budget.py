@@ -29,8 +29,9 @@ Per workload:
              pump_emulated (pump-run --budget on the 80 GB device: pump's evict-only emulation
              of a budget, past which faults fill the device for free: its resident peak shows
              it; the GPU suite's emulated rows)
-A run whose launches do not all meet their recorded line (launch_uses_missing or _mismatched:
-another program or configuration than the recording's) is refused.
+A run with a launch that has no recorded line (launch_uses_missing), or where more than 1% of
+launches meet a line they do not match (launch_uses_mismatched: another program or configuration
+than the recording's), is refused (checked()).
 """
 import json
 import pathlib
@@ -60,15 +61,11 @@ class BudgetError(Exception):
 
 
 def read_recording(uses_path):
-    """(operands by (thread, launch), the order file's launches in order, step starts, sizes)."""
-    operands = {}
-    with open(uses_path) as f:
-        next(f)
-        for line in f:
-            thread, launch, _name, _n, *uses = line.split()
-            operands[(int(thread), int(launch))] = [
-                (int(o), int(off), int(n), mode) for o, off, n, mode in (u.split(":") for u in uses)]
+    """(operands by (thread, launch), the order file's launches in order, step starts, sizes), from
+    the order file beside the uses file (the uses file names operands by where each launch's
+    arguments point in a later run; the order file by allocation, as the bound needs them)."""
     order = json.loads(pathlib.Path(f"{uses_path}.order.json").read_text())
+    operands = {(thread, launch): [tuple(use) for use in uses] for thread, launch, uses in order["operands"]}
     return operands, [tuple(x) for x in order["order"]], order["step_starts"], \
         {int(o): n for o, n in order["sizes"].items()}
 
@@ -138,10 +135,18 @@ def traffic_bound(window, capacity):
             "traffic_us": round(max(fetched, write_back) / LINK_BYTES_PER_US, 1), "bound_steps": steps}
 
 
+MISMATCHED_MOST = 0.01  # of the launches given their lines
+
+
 def checked(result, what):
-    """The run's steady figures, refused where a launch did not meet its recorded line."""
+    """The run's steady figures, refused where a launch had no recorded line, or more than 1% of
+    them met a line they did not match. A caching allocator that makes its segments in another
+    order (when its streams' events complete decides which cached block it reuses, and so when it
+    must allocate) leaves an operand named by allocation order on another allocation: each such
+    launch touches the operands it can place, and is counted (launch_uses_mismatched_per_step)."""
     s = result["steady"]
-    if s["launch_uses_missing"] or s["launch_uses_mismatched"] or not s["launches_given_uses"]:
+    if s["launch_uses_missing"] or s["launch_uses_mismatched"] > MISMATCHED_MOST * s["launches_given_uses"] \
+            or not s["launches_given_uses"]:
         raise BudgetError(f"{what}: {s['launch_uses_missing']:g} launches per step without a recorded line, "
                           f"{s['launch_uses_mismatched']:g} mismatched, {s['launches_given_uses']:g} given theirs: "
                           f"the run is not the recording's program and configuration ({result['command']})")
@@ -156,7 +161,8 @@ def figures(result, what):
            "fault_stall_us_per_step": round(s["gpu_fault_stall_ns"] / 1000, 1),
            "driver_evictions_per_step": s["driver_evictions"], "device_resident_peak": s["device_resident_peak"],
            "step_us": round(s["wall_ns"] / 1000, 1),
-           "launch_thread_us_per_launch": round((s["cpu_ns"] + s["thread_host_ns"]) / launches / 1000, 3)}
+           "launch_thread_us_per_launch": round((s["cpu_ns"] + s["thread_host_ns"]) / launches / 1000, 3),
+           "launch_uses_mismatched_per_step": s["launch_uses_mismatched"]}
     if s["pump"] is not None:
         managed = s["pump"]["launches"]
         out["planned_launch_fraction"] = round(s["pump"]["launches_planned"] / managed, 4) if managed else 0.0

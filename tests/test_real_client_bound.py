@@ -24,16 +24,17 @@ def recording(tmp_path, step, steps=6, sizes=None):
     all on thread 0, with allocations 1..3 of 2 MiB unless `sizes` says otherwise."""
     sizes = sizes or {1: 2 * MIB, 2: 2 * MIB, 3: 2 * MIB}
     path = tmp_path / "job.uses"
-    lines, order, starts = ["fakecuda-launch-uses 1"], [], []
+    lines, order, starts, operands = ["fakecuda-launch-uses 1"], [], [], []
     for _ in range(steps):
         starts.append(len(order))
         for uses in step:
             launch = len(order)
             lines.append(f"0 {launch} kernel {len(uses)}" + "".join(f" {o}:{off}:{n}:{m}" for o, off, n, m in uses))
             order.append([0, launch])
+            operands.append([0, launch, [list(u) for u in uses]])
     path.write_text("\n".join(lines) + "\n")
     (tmp_path / "job.uses.order.json").write_text(json.dumps(
-        {"order": order, "step_starts": starts, "sizes": {str(o): n for o, n in sizes.items()}}))
+        {"order": order, "step_starts": starts, "operands": operands, "sizes": {str(o): n for o, n in sizes.items()}}))
     return path
 
 

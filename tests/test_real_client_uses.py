@@ -37,6 +37,9 @@ def test_every_launch_is_given_its_operators_tensors(result):
     recorded = w["recording"]
     assert recorded["launches_written"] == recorded["launches_logged"] == recorded["launches_recorded"] > 0
     assert recorded["foreach_unsplit"] == 0 and recorded["unplaced_bytes"] == 0
+    # Most operands are named by the launch argument that points into them (a later run follows
+    # the pointer it passes), the others by allocation.
+    assert recorded["operands"] / 2 < recorded["operands_by_argument"] < recorded["operands"]
     # Each run's launches met their lines (figures() refuses a run where one did not): bare, pump,
     # lookahead and the driver alone alike.
     assert set(w["variants"]) == {"bare", "pump", "lookahead", "driver_at_budget", "pump_emulated"}

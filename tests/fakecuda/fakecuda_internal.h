@@ -327,10 +327,10 @@ void fc_run_kernel(fc_kdef *def, const fakecuda_dims *d, void *args, const fc_us
 /* A kernel op (args and uses copied, start not before now + FAKECUDA_LAUNCH_LATENCY_US). */
 fc_op *fc_kernel_op(fc_kdef *def, const fakecuda_dims *d, const void *args, const fc_use *uses, size_t nuses);
 /* launch_uses.c: takes the calling thread's next launch position (*at) for an accepted launch of
- * def and returns the operands FAKECUDA_LAUNCH_USES recorded for it (*uses malloc'd, the caller
- * frees; 0 and NULL when none). */
+ * def, whose packed argument buffer is args, and returns the operands FAKECUDA_LAUNCH_USES
+ * recorded for it (*uses malloc'd, the caller frees; 0 and NULL when none). */
 typedef struct fc_launch_position { int thread; uint64_t launch; } fc_launch_position;
-size_t fc_launch_uses_take(const fc_kdef *def, fc_use **uses, fc_launch_position *at);
+size_t fc_launch_uses_take(const fc_kdef *def, const unsigned char *args, fc_use **uses, fc_launch_position *at);
 /* memory.c: the live allocation made ordinal-th (fakecuda_allocation_of): base and size, or 0. */
 int fc_alloc_by_ordinal(uint64_t ordinal, uintptr_t *base, size_t *size);
 /* The kernel behind a CUfunction or CUkernel handle, or NULL. */

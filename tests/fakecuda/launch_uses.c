@@ -6,14 +6,24 @@
  * its operands when it runs, as a test's kernel calls fakecuda_touch.
  *
  * Positions are (thread, launch): threads numbered by their first launch, launches counted on
- * each thread, so that two threads launching at once still meet their own lines. Operands name
- * an allocation by the order it was made (fakecuda_allocation_of), not by address: addresses
- * differ from run to run, the order of a deterministic program's allocations does not. A line
- * naming another kernel, or an allocation this run does not hold, is a mismatch, counted in
- * launch_uses_mismatched: the recording was of another program or another configuration.
+ * each thread, so that two threads launching at once still meet their own lines. Addresses
+ * differ from run to run, so an operand is named where this run's launch will point:
+ * - @WORD:DELTA:BYTES:MODE, from the pointer in the launch's own arguments: DELTA (signed)
+ *   bytes from the value of the 8-byte word at byte WORD of its argument buffer. A caching
+ *   allocator hands a tensor whichever cached block is free when it asks, which depends on
+ *   when its streams' events complete: under pump, with a budget, GPT-2 small's softmax wrote
+ *   a 196 MiB block other than its recording's, and the replay touched that recording's block
+ *   (3,136 faults a launch on memory the kernel did not point to, while pump had prefetched
+ *   the one it did). Following the argument touches what the kernel is given.
+ * - ORDINAL:OFFSET:BYTES:MODE, for an operand no argument points into (an operator's tensor a
+ *   kernel of it is not given): an allocation by the order it was made
+ *   (fakecuda_allocation_of), which a deterministic program's allocations keep.
+ * A line naming another kernel, an argument word past the kernel's arguments, or memory this
+ * run does not hold there is a mismatch, counted in launch_uses_mismatched: the recording was
+ * of another program or another configuration.
  *
  * The file, text: a first line "fakecuda-launch-uses 1", then one line per recorded launch:
- *     THREAD LAUNCH KERNEL N ORDINAL:OFFSET:BYTES:MODE ... (N operands; MODE r, w or rw)
+ *     THREAD LAUNCH KERNEL N OPERAND ... (N operands, each of the forms above; MODE r, w or rw)
  * A malformed file stops the process at its first launch, naming the line (a test tool). */
 #include "fakecuda_internal.h"
 
@@ -24,7 +34,13 @@
 
 enum { THREADS_MAX = 64 };
 
-typedef struct recorded_use { uint64_t ordinal, offset, bytes; int write; } recorded_use;
+/* by_argument: `word` is the argument word's byte offset and `delta` the operand's start from its
+ * value; else `ordinal` and `offset` name an allocation and a place in it. */
+typedef struct recorded_use {
+    int by_argument, write;
+    uint64_t ordinal, offset, word, bytes;
+    int64_t delta;
+} recorded_use;
 typedef struct recorded_launch {
     char *kernel;          /* NULL: no line for this position */
     size_t n;
@@ -42,7 +58,8 @@ static _Thread_local uint64_t fc_tls_launches;
 static _Noreturn void refuse(const char *path, size_t line, const char *what)
 {
     fprintf(stderr, "fakecuda: FAKECUDA_LAUNCH_USES=%s line %zu: %s (expected \"THREAD LAUNCH KERNEL N "
-            "ORDINAL:OFFSET:BYTES:r|w|rw ...\" after a first line \"fakecuda-launch-uses 1\")\n", path, line, what);
+            "OPERAND ...\", each operand ORDINAL:OFFSET:BYTES:r|w|rw or @WORD:DELTA:BYTES:r|w|rw, after a first line "
+            "\"fakecuda-launch-uses 1\")\n", path, line, what);
     exit(2);
 }
 
@@ -59,9 +76,21 @@ static uint64_t number(const char **p, const char *path, size_t line, const char
 static void parse_use(const char **p, recorded_use *u, const char *path, size_t line)
 {
     while (**p == ' ') (*p)++;
-    u->ordinal = number(p, path, line, "an operand's allocation ordinal is not a number");
-    if (*(*p)++ != ':') refuse(path, line, "an operand lacks its offset");
-    u->offset = number(p, path, line, "an operand's offset is not a number");
+    u->by_argument = **p == '@';
+    if (u->by_argument) {
+        (*p)++;
+        u->word = number(p, path, line, "an operand's argument word is not a number");
+        if (*(*p)++ != ':') refuse(path, line, "an operand lacks its delta");
+        int negative = **p == '-';
+        if (negative || **p == '+') (*p)++;
+        uint64_t delta = number(p, path, line, "an operand's delta is not a number");
+        if (delta > INT64_MAX) refuse(path, line, "an operand's delta is past 2^63");
+        u->delta = negative ? -(int64_t)delta : (int64_t)delta;
+    } else {
+        u->ordinal = number(p, path, line, "an operand's allocation ordinal is not a number");
+        if (*(*p)++ != ':') refuse(path, line, "an operand lacks its offset");
+        u->offset = number(p, path, line, "an operand's offset is not a number");
+    }
     if (*(*p)++ != ':') refuse(path, line, "an operand lacks its bytes");
     u->bytes = number(p, path, line, "an operand's bytes are not a number");
     if (*(*p)++ != ':') refuse(path, line, "an operand lacks its mode");
@@ -138,8 +167,28 @@ FC_EXPORT void fakecuda_launch_position(int *thread, uint64_t *launches)
     if (launches) *launches = fc_tls_launches;
 }
 
+/* Where use u lies in this run, given the launch's argument buffer: false where it cannot be
+ * placed (an argument word past the buffer, memory this run does not hold there). */
+static int place(const recorded_use *u, const fc_kdef *def, const unsigned char *args, uintptr_t *start)
+{
+    uintptr_t base;
+    size_t size;
+    if (!u->by_argument) {
+        if (!fc_alloc_by_ordinal(u->ordinal, &base, &size) || u->offset > size || u->bytes > size - u->offset) return 0;
+        *start = base + u->offset;
+        return 1;
+    }
+    uint64_t value;
+    if (u->word > def->argsize || def->argsize - u->word < sizeof value) return 0;
+    memcpy(&value, args + u->word, sizeof value);
+    *start = (uintptr_t)(value + (uint64_t)u->delta);
+    fc_alloc_desc a;
+    return u->bytes > 0 && fc_alloc_lookup(*start, &a) && *start - a.base <= a.size &&
+           u->bytes <= a.size - (*start - a.base);
+}
+
 /* The recorded operands at this position, as this run's addresses; counts what did not match. */
-static size_t resolve(const recorded_launch *r, const fc_kdef *def, fc_use **uses)
+static size_t resolve(const recorded_launch *r, const fc_kdef *def, const unsigned char *args, fc_use **uses)
 {
     if (strcmp(r->kernel, def->name)) {
         FC_COUNT(launch_uses_mismatched, 1);
@@ -149,14 +198,12 @@ static size_t resolve(const recorded_launch *r, const fc_kdef *def, fc_use **use
     size_t n = 0;
     int mismatched = r->n && !out;
     for (size_t i = 0; out && i < r->n; i++) {
-        uintptr_t base;
-        size_t size;
-        const recorded_use *u = &r->uses[i];
-        if (!fc_alloc_by_ordinal(u->ordinal, &base, &size) || u->offset > size || u->bytes > size - u->offset) {
+        uintptr_t start = 0;
+        if (!place(&r->uses[i], def, args, &start)) {
             mismatched = 1;
             continue;
         }
-        out[n++] = (fc_use){ base + u->offset, u->bytes, u->write };
+        out[n++] = (fc_use){ start, r->uses[i].bytes, r->uses[i].write };
     }
     FC_COUNT(launches_given_uses, 1);
     if (mismatched) FC_COUNT(launch_uses_mismatched, 1);
@@ -168,7 +215,7 @@ static size_t resolve(const recorded_launch *r, const fc_kdef *def, fc_use **use
     return n;
 }
 
-size_t fc_launch_uses_take(const fc_kdef *def, fc_use **uses, fc_launch_position *at)
+size_t fc_launch_uses_take(const fc_kdef *def, const unsigned char *args, fc_use **uses, fc_launch_position *at)
 {
     *uses = NULL;
     if (fc_tls_thread < 0) fc_tls_thread = atomic_fetch_add(&fc_launch_threads, 1);
@@ -181,5 +228,5 @@ size_t fc_launch_uses_take(const fc_kdef *def, fc_use **uses, fc_launch_position
         FC_COUNT(launch_uses_missing, 1);
         return 0;
     }
-    return resolve(&t->at[launch], def, uses);
+    return resolve(&t->at[launch], def, args, uses);
 }

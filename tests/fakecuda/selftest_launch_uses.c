@@ -1,9 +1,11 @@
 /* selftest_launch_uses.c: why it exists: fakecuda's self-test of FAKECUDA_LAUNCH_USES
  * (launch_uses.c), in a child process of its own (selftest.c runs it): a launch at a recorded
- * position touches its recorded operands, named by allocation order; a line naming another
- * kernel or an allocation this run lacks is counted as a mismatch and touches nothing it
- * cannot place; a position without a line is counted missing; each thread has its own
- * positions, numbered by its first launch. */
+ * position touches its recorded operands, named by allocation order or by where an argument of
+ * the launch points (the pointer this run passes, not the recording's); a line naming another
+ * kernel, an allocation this run lacks, an argument word past the arguments or memory too
+ * small for the operand is counted as a mismatch and touches nothing it cannot place; a
+ * position without a line is counted missing; each thread has its own positions, numbered by
+ * its first launch. */
 #define _GNU_SOURCE /* mkstemp, fdopen, setenv */
 #include <cuda.h>
 #include <pthread.h>
@@ -18,7 +20,7 @@
 #define MiB (1024ull * 1024ull)
 #define U(x) ((unsigned long long)(x))
 
-static CUfunction fbodiless;
+static CUfunction fbodiless, fpointer;
 static CUstream st;
 
 /* A kernel whose body touches nothing, as an image's kernel on fakecuda. */
@@ -30,11 +32,14 @@ static void k_bodiless(void **params, const fakecuda_dims *d)
 
 static int setup(void)
 {
+    static const size_t pointer_sizes[] = { 4, 8 }, pointer_aligns[] = { 4, 8 }; /* (int n, float *p) */
     fakecuda_register_kernel("bodiless", k_bodiless, 0, NULL, NULL);
+    fakecuda_register_kernel("pointer", k_bodiless, 2, pointer_sizes, pointer_aligns);
     CUcontext c;
     CUmodule m;
     return cuInit(0) || cuDevicePrimaryCtxRetain(&c, 0) || cuCtxSetCurrent(c) || cuModuleLoadData(&m, "x") ||
-                   cuModuleGetFunction(&fbodiless, m, "bodiless") || cuStreamCreate(&st, CU_STREAM_NON_BLOCKING)
+                   cuModuleGetFunction(&fbodiless, m, "bodiless") || cuModuleGetFunction(&fpointer, m, "pointer") ||
+                   cuStreamCreate(&st, CU_STREAM_NON_BLOCKING)
                ? -1
                : 0;
 }
@@ -42,6 +47,14 @@ static int setup(void)
 static void launch(void)
 {
     OK(cuLaunchKernel(fbodiless, 1, 1, 1, 1, 1, 1, 0, st, NULL, NULL));
+}
+
+/* The pointer kernel given p: its argument word at byte 8 holds p. */
+static void launch_pointer(CUdeviceptr p)
+{
+    int n = 0;
+    void *params[] = { &n, &p };
+    OK(cuLaunchKernel(fpointer, 1, 1, 1, 1, 1, 1, 0, st, params, NULL));
 }
 
 static CUdeviceptr host_filled(size_t n)
@@ -86,12 +99,30 @@ int selftest_child_launch_uses(void)
     fprintf(f, "0 2 another 1 %llu:0:65536:r\n", U(ord_b));                /* another kernel's line */
     /* launch 3: no line */
     fprintf(f, "0 4 bodiless 2 999:0:65536:r %llu:0:65536:r\n", U(ord_b)); /* an allocation not made */
+    /* launches 5..8 follow the pointer kernel's argument (word 8): the pointer this run passes */
+    fprintf(f, "0 5 pointer 1 @8:-65536:131072:r\n");   /* c's first two pages, from a pointer 64 KiB in */
+    fprintf(f, "0 6 pointer 1 @8:0:4194304:r\n");       /* 4 MiB from b's base: b holds 2 MiB */
+    fprintf(f, "0 7 pointer 1 @16:0:65536:r\n");        /* a word past the 16 bytes of arguments */
+    fprintf(f, "0 8 pointer 1 @8:0:0:r\n");             /* nothing */
     fprintf(f, "1 0 bodiless 0\n");
     fclose(f);
+    CUdeviceptr c = host_filled(2 * MiB);
     setenv("FAKECUDA_LAUNCH_USES", path, 1);
 
     fakecuda_reset_stats();
     for (int i = 0; i < 5; i++) launch();
+    OK(cuCtxSynchronize());
+    struct fakecuda_stats named = selftest_stats();
+    launch_pointer(c + 65536);
+    OK(cuCtxSynchronize());
+    struct fakecuda_stats followed = selftest_stats();
+    CHECK(followed.bytes_h2d - named.bytes_h2d >= 131072 && followed.gpu_faults > named.gpu_faults &&
+          followed.launch_uses_mismatched == named.launch_uses_mismatched,
+          "an operand from the launch's argument: c's pages touched (%llu bytes in)",
+          U(followed.bytes_h2d - named.bytes_h2d));
+    launch_pointer(b);
+    launch_pointer(c);
+    launch_pointer(c);
     pthread_t t;
     struct positions second = { -2, -2, 1, 0 };
     if (pthread_create(&t, NULL, second_thread, &second) != 0) return -1;
@@ -105,16 +136,16 @@ int selftest_child_launch_uses(void)
     int thread = -2;
     uint64_t launches = 0;
     fakecuda_launch_position(&thread, &launches);
-    CHECK(thread == 0 && launches == 5, "the first thread to launch is thread 0, after 5 launches (%d, %llu)", thread,
+    CHECK(thread == 0 && launches == 9, "the first thread to launch is thread 0, after 9 launches (%d, %llu)", thread,
           U(launches));
     struct fakecuda_stats s = selftest_stats();
-    CHECK(s.launches_given_uses == 4 && s.launch_uses_mismatched == 2 && s.launch_uses_missing == 1,
-          "given 4 (0, 1, 4 and thread 1's), mismatched 2 (2, 4), missing 1 (3): %llu, %llu, %llu",
+    CHECK(s.launches_given_uses == 8 && s.launch_uses_mismatched == 5 && s.launch_uses_missing == 1,
+          "given 8 (0, 1, 4..8 and thread 1's), mismatched 5 (2, 4, 6, 7, 8), missing 1 (3): %llu, %llu, %llu",
           U(s.launches_given_uses), U(s.launch_uses_mismatched), U(s.launch_uses_missing));
-    /* a's 4 MiB, b's two pages (the fault-time prefetcher may widen them within b's block),
-       and launch 4's one page of b, already there */
-    CHECK(s.bytes_h2d >= 4 * MiB + 131072 && s.bytes_h2d <= 6 * MiB && s.gpu_faults >= 64 + 2,
+    /* a's 4 MiB, b's two pages and c's two (the fault-time prefetcher may widen them within
+       their blocks), and launch 4's one page of b, already there; nothing for 6, 7, 8 */
+    CHECK(s.bytes_h2d >= 4 * MiB + 2 * 131072 && s.bytes_h2d <= 8 * MiB && s.gpu_faults >= 64 + 2 + 2,
           "the recorded operands were touched: %llu bytes in, %llu faults", U(s.bytes_h2d), U(s.gpu_faults));
-    CHECK(s.kernels_run == 6, "every launch ran (%llu)", U(s.kernels_run));
+    CHECK(s.kernels_run == 10, "every launch ran (%llu)", U(s.kernels_run));
     return failed ? 1 : 0;
 }

@@ -9,10 +9,15 @@ position on its thread before and after the call: the launches between are the o
 Each is given the operator's operands, from its schema (pump/tracegen/operands.py, as the meta
 recorder reads them): every tensor argument read (unless the operator only overwrites it),
 every argument the schema marks written, every result written; each as the byte span from its
-first element to its last in its storage, named by fakecuda's allocation and offset (addresses
-differ between runs; the order allocations are made in does not). write() then joins them with
-the launch log's kernel names into the file a later run of the same program, in the same
-configuration, gives fakecuda; the recording's Python cost stays out of that run.
+first element to its last in its storage. write() then joins them with the launch log (each
+launch's kernel name and the pointers in its arguments) into the file a later run of the same
+program, in the same configuration, gives fakecuda; the recording's Python cost stays out of
+that run. Addresses differ between runs, so an operand is written as where the launch's own
+argument points (the argument word whose value lies inside it, and the operand's start from
+that value): a caching allocator may hand a tensor another cached block in the later run, and
+the kernel is given that block. An operand no argument points into (an operator's tensor this
+kernel of it is not given) is written as fakecuda's allocation and offset: the order
+allocations are made in does not change between runs.
 
 What this over- and understates:
 - An operator of several kernels (layer norm's backward, SDPA, a cuBLAS GEMM with a split-K
@@ -26,7 +31,10 @@ What this over- and understates:
 - Workspaces PyTorch's libraries take from the caching allocator (cuBLAS, cuDNN) and memory
   not held by a tensor are not seen: under. Launches outside any operator get no line
   (fakecuda counts them as launch_uses_missing).
-- A captured launch's operands are not kept: a CUDA graph's replay touches nothing."""
+- A captured launch's operands are not kept: a CUDA graph's replay touches nothing.
+- An operand named by allocation (no argument word points into it, or several do) is touched
+  where the recording's allocator put it: where the later run's allocator placed that tensor in
+  another block, the replay touches a block the kernel was not given."""
 import ctypes
 import json
 import pathlib
@@ -63,6 +71,7 @@ class Recorder(TorchDispatchMode):
         self.order = []           # [thread, launch] of every launch recorded, in the order operators ran
         self.step_starts = []     # len(order) at each mark_step()
         self.sizes = {}           # allocation ordinal -> its size, of those operands lie in
+        self.bases = {}           # allocation ordinal -> its address in this run
         self.unplaced_bytes = 0   # operand bytes no allocation of fakecuda's holds
 
     def mark_step(self):
@@ -140,6 +149,7 @@ class Recorder(TorchDispatchMode):
                 self.unplaced_bytes += nbytes
                 return
             self.sizes[ordinal.value] = size.value
+            self.bases[ordinal.value] = address - offset.value
             take = min(nbytes, size.value - offset.value)
             yield ordinal.value, offset.value, take
             address, nbytes = address + take, nbytes - take
@@ -148,14 +158,18 @@ class Recorder(TorchDispatchMode):
         """Writes the FAKECUDA_LAUNCH_USES file for the launches recorded, named from
         ``launch_log`` (FAKECUDA_LAUNCH_LOG's lines), and beside it PATH.order.json: the
         launches in the order their operators ran, [thread, launch] each, where each step
-        began in that order, and the sizes of the allocations named (what a bound on the
-        program's traffic needs: bench/real_client_budget.py). Returns what it wrote and left out."""
-        names = {}
+        began in that order, each written launch's operands by allocation ([thread, launch,
+        [[ordinal, offset, bytes, mode], ...]]) and the sizes of the allocations named (what a
+        bound on the program's traffic needs: bench/real_client_budget.py). Returns what it
+        wrote and left out."""
+        names, pointers = {}, {}
         for line in pathlib.Path(launch_log).read_text().splitlines():
             entry = json.loads(line)
             names[(entry["thread"], entry["launch"])] = entry["kernel"]
+            pointers[(entry["thread"], entry["launch"])] = [(word, value) for _, word, value, *_ in entry["pointers"]]
         launches, unsplit = self.per_launch(names)
-        written = unnamed = 0
+        written = unnamed = by_argument = operands = 0
+        by_allocation = []
         with open(path, "w") as f:
             f.write("fakecuda-launch-uses 1\n")
             for (thread, launch), uses in sorted(launches.items()):
@@ -163,12 +177,30 @@ class Recorder(TorchDispatchMode):
                 if not name or any(c.isspace() for c in name):
                     unnamed += 1   # not an image kernel's launch (the log has image kernels only)
                     continue
-                f.write(f"{thread} {launch} {name} {len(uses)}")
-                f.writelines(f" {o}:{off}:{n}:{mode}" for o, off, n, mode in uses)
+                named = [self._operand(use, pointers[(thread, launch)]) for use in uses]
+                by_argument += sum(o.startswith("@") for o in named)
+                operands += len(named)
+                f.write(f"{thread} {launch} {name} {len(named)}")
+                f.writelines(f" {o}" for o in named)
                 f.write("\n")
+                by_allocation.append([thread, launch, [list(use) for use in uses]])
                 written += 1
         pathlib.Path(f"{path}.order.json").write_text(json.dumps(
-            {"order": self.order, "step_starts": self.step_starts,
+            {"order": self.order, "step_starts": self.step_starts, "operands": by_allocation,
              "sizes": {str(o): n for o, n in self.sizes.items()}}))
         return {"launches_recorded": len(launches), "launches_written": written, "unnamed": unnamed,
-                "foreach_unsplit": unsplit, "unplaced_bytes": self.unplaced_bytes, "launches_logged": len(names)}
+                "foreach_unsplit": unsplit, "unplaced_bytes": self.unplaced_bytes, "launches_logged": len(names),
+                "operands": operands, "operands_by_argument": by_argument}
+
+    def _operand(self, use, pointers) -> str:
+        """One operand of the file: @WORD:DELTA:BYTES:MODE from the one argument word pointing into
+        it, else ORDINAL:OFFSET:BYTES:MODE. Where several words do, the operand is named by its
+        allocation: a struct's unused slots (multi_tensor_apply's metadata past its last tensor)
+        keep what an earlier launch left there, which the later run's need not repeat."""
+        ordinal, offset, nbytes, mode = use
+        start = self.bases[ordinal] + offset
+        inside = [(word, value) for word, value in pointers if start <= value < start + nbytes]
+        if len(inside) != 1:
+            return f"{ordinal}:{offset}:{nbytes}:{mode}"
+        (word, value), = inside
+        return f"@{word}:{start - value}:{nbytes}:{mode}"
