@@ -168,8 +168,7 @@ def job_environment(cfg, shim_file: str, env, verbose: int = 0):
         env["PUMP_TORCH_ALLOCATOR"] = "pump"
     if cfg.managed_all or cfg.torch_allocator == "pump":
         env.update(torch_env.boot_env(env))
-    if cfg.policy == "lookahead":
-        env["PUMP_POLICY"] = "launch"  # the shim's rule; pumpd's plans add the lookahead
+    if cfg.policy == "lookahead":  # the shim's launch rule, with pumpd's plans (PUMP_POLICY=lookahead)
         env["PUMP_KERNEL_TIMES"] = "1"  # which pumpd plans on (the GPU times a few launches of each key)
     if verbose:
         env["PUMP_LOG"] = str(min(verbose, 2))

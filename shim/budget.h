@@ -4,8 +4,10 @@
  * where managed memory can exceed what the device holds (the capacity is above the device's
  * free memory: --capacity host, or more bytes than it has), pump's own default under either:
  *
- *     min(configured, free memory + pump's resident bytes there - margin)
+ *     min(configured, the device's memory - foreign memory - margin)
  *
+ * (under pumpd's plan, free memory + pump's resident bytes - margin: budget.c's PLANS), the
+ * foreign memory a ledger of what in use is not this job's managed memory (budget.c),
  * read at the first launch that needs it and again at synchronisations, so that pump makes
  * room itself instead of the driver evicting behind its back. Only under policy launch (pump
  * prefetches: what it brings in pushes the rest out); policy off stays naive Unified Memory.

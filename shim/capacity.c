@@ -27,6 +27,8 @@ static struct {
     uint64_t footprint;  /* atomic: managed bytes allocated now on the device */
     uint64_t cap;        /* atomic: 0 until resolved; UINT64_MAX if none could be set */
     bool beyond;         /* atomic: see pump_capacity_beyond_device */
+    uint64_t used_before; /* atomic, set with `cap`: the device's memory in use when the cap was
+                           * resolved (UINT64_MAX: not read); see pump_capacity_used_before */
 } devices[PUMP_DEVICES_MAX];
 static uint64_t footprint_total;  /* atomic: the process's, for the stats record */
 static uint64_t caps_total;       /* the resolved caps summed (saturating), under resolve_lock */
@@ -60,11 +62,12 @@ static uint64_t held_beside_footprint(int device)
     return live + kept < live ? UINT64_MAX : live + kept;
 }
 
-/* The device's cap (0 where it has no free memory) and, in *free_out, its free memory. */
-static uint64_t resolve(int device, CUcontext ctx, uint64_t *free_out)
+/* The device's cap (0 where it has no free memory) and, in *free_out and *used_out, its free
+ * memory and the memory in use there (UINT64_MAX each where it could not be read). */
+static uint64_t resolve(int device, CUcontext ctx, uint64_t *free_out, uint64_t *used_out)
 {
     size_t free_bytes = 0, total_bytes = 0;
-    *free_out = UINT64_MAX;
+    *free_out = *used_out = UINT64_MAX;
     if (!pump_memory_info(ctx, &free_bytes, &total_bytes)) {
         if (pump_config.cap_kind == PUMP_CAP_BYTES)
             return pump_config.cap_value;
@@ -88,6 +91,7 @@ static uint64_t resolve(int device, CUcontext ctx, uint64_t *free_out)
         break;
     }
     *free_out = free_bytes;
+    *used_out = total_bytes > free_bytes ? (uint64_t)(total_bytes - free_bytes) : 0;
     return resolved;
 }
 
@@ -98,11 +102,12 @@ static uint64_t current_cap(int device, CUcontext ctx)
         return c;
     /* Read with no lock held (driver calls); the first thread to publish sets the cap, and
      * one that read it too takes that one. */
-    uint64_t free_bytes;
-    uint64_t resolved = resolve(device, ctx, &free_bytes);
+    uint64_t free_bytes, used_bytes;
+    uint64_t resolved = resolve(device, ctx, &free_bytes, &used_bytes);
     pump_mutex_lock(&resolve_lock);
     c = __atomic_load_n(&devices[device].cap, __ATOMIC_RELAXED);
     if (c == 0) {
+        __atomic_store_n(&devices[device].used_before, used_bytes, __ATOMIC_RELAXED);
         c = resolved != 0 ? resolved : 1;  /* a device with no free memory: nothing fits */
         /* Managed memory alone may pass what is free: it can exceed what the device holds. */
         __atomic_store_n(&devices[device].beyond, resolved > free_bytes, __ATOMIC_RELAXED);
@@ -173,6 +178,20 @@ PUMP_HIDDEN void pump_capacity_info(int device, size_t *free_bytes, size_t *tota
         return;
     *total_bytes = (size_t)total;
     *free_bytes = (size_t)(total - used);
+}
+
+PUMP_HIDDEN uint64_t pump_capacity_footprint(int device)
+{
+    return device >= 0 && device < PUMP_DEVICES_MAX ? __atomic_load_n(&devices[device].footprint, __ATOMIC_RELAXED)
+                                                    : 0;
+}
+
+PUMP_HIDDEN bool pump_capacity_used_before(int device, uint64_t *used_bytes)
+{
+    if (device < 0 || device >= PUMP_DEVICES_MAX || __atomic_load_n(&devices[device].cap, __ATOMIC_ACQUIRE) == 0)
+        return false;
+    *used_bytes = __atomic_load_n(&devices[device].used_before, __ATOMIC_RELAXED);
+    return *used_bytes != UINT64_MAX;
 }
 
 PUMP_HIDDEN bool pump_capacity_beyond_device(int device)

@@ -19,5 +19,11 @@ PUMP_HIDDEN void pump_capacity_info(int device, size_t *free_bytes, size_t *tota
  * (--capacity host, or more bytes than were free): managed memory there can exceed what the
  * device holds. False until then, and where the device could not be read. device < 0: any. */
 PUMP_HIDDEN bool pump_capacity_beyond_device(int device);
+/* The managed bytes the process has allocated on `device` now (its footprint). */
+PUMP_HIDDEN uint64_t pump_capacity_footprint(int device);
+/* The device's memory in use when its cap was resolved (its first managed allocation, or under
+ * managed_all its first memory query): memory that is not this job's managed memory, none of
+ * which had reached the device yet. False until then, and where the device could not be read. */
+PUMP_HIDDEN bool pump_capacity_used_before(int device, uint64_t *used_bytes);
 
 #endif

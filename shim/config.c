@@ -196,8 +196,10 @@ PUMP_HIDDEN void pump_config_load(void)
             pump_config.policy = PUMP_POLICY_OFF;
         else if (strcmp(v, "launch") == 0)
             pump_config.policy = PUMP_POLICY_LAUNCH;
+        else if (strcmp(v, "lookahead") == 0)
+            pump_config.policy = PUMP_POLICY_LAUNCH, pump_config.plans = true;
         else
-            bad_value("PUMP_POLICY", v, "off or launch", "launch");
+            bad_value("PUMP_POLICY", v, "off, launch or lookahead", "launch");
     }
     read_flag("PUMP_WAIT", &pump_config.wait, "1");
     read_flag("PUMP_WORKER", &pump_config.worker, "1");

@@ -98,8 +98,8 @@ struct pump_stats {
     uint64_t epoch_reprefetches;     /* 2 MiB blocks believed resident prefetched again only because the
                                         safety net's epoch of launches expired the belief */
     /* version 7: pump's own budget where managed memory can exceed the device (budget.c) */
-    uint64_t default_budget_bytes;   /* pump's default budget now (free memory + its resident bytes - a
-                                        margin), part of budget_bytes' minimum; 0: not in force */
+    uint64_t default_budget_bytes;   /* pump's default budget now (the device less foreign memory and a
+                                        margin: budget.c), part of budget_bytes' minimum; 0: not in force */
     uint64_t budget_rereads;         /* device memory read again at synchronisations for that default */
     uint64_t budget_changes;         /* ... readings that changed it (past the hysteresis) */
     /* ... and residency state per device, no driver call under its locks */

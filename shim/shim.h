@@ -51,7 +51,8 @@ enum pump_capacity_kind { PUMP_CAP_DEFAULT, PUMP_CAP_BYTES, PUMP_CAP_PERCENT, PU
 #define PUMP_EPOCH_LAUNCHES_DEFAULT 10000
 
 struct pump_config {
-    enum pump_policy policy;            /* PUMP_POLICY */
+    enum pump_policy policy;            /* PUMP_POLICY (lookahead: launch, and plans) */
+    bool plans;                         /* PUMP_POLICY=lookahead: pumpd's plans are to govern (budget.c's PLANS) */
     bool wait;                          /* PUMP_WAIT: kernels wait for their prefetch */
     bool worker;                        /* PUMP_WORKER: moves decided ahead are made by pump's worker thread */
     bool evict_ahead;                   /* PUMP_EVICT_AHEAD: the launch rule keeps room free ahead (residency_ahead.c) */

@@ -300,7 +300,7 @@ def test_child_env_is_the_job_environment_and_the_runs_own(monkeypatch):
     got = run.child_env(Args, cfg, "/lib/libpump.so", "/tmp/stats", link)
     base, _ = run.job_environment(cfg, "/lib/libpump.so", os.environ, 1)
     assert got == dict(base, PUMP_STATS_DIR="/tmp/stats", PUMP_SOCKET="/run/pump/pumpd.sock", PUMP_JOB="j1")
-    assert base["PYTHONPATH"] == f"{torch_env.BOOT_DIR}:/mine" and base["PUMP_POLICY"] == "launch"
+    assert base["PYTHONPATH"] == f"{torch_env.BOOT_DIR}:/mine" and base["PUMP_POLICY"] == "lookahead"
 
 
 # ---- pumpd-entrypoint -------------------------------------------------------------------------

@@ -57,7 +57,7 @@ def test_daemon_system_registers_the_job(tmp_path):
         out, _ = report("--daemon", "system", "--socket", path, "--name", "sys-job", "--budget", "1GiB",
                         "--policy", "lookahead")
         assert out["PUMP_SOCKET"] == path and out["PUMP_JOB"].startswith("j")
-        assert out["PUMP_NAME"] == "sys-job" and out["PUMP_POLICY"] == "launch" and out["PUMP_BUDGET"] == "1GiB"
+        assert out["PUMP_NAME"] == "sys-job" and out["PUMP_POLICY"] == "lookahead" and out["PUMP_BUDGET"] == "1GiB"
         job = [j for j in out["jobs"] if j["job"] == out["PUMP_JOB"]][0]
         assert (job["name"], job["policy"], job["budget_bytes"]) == ("sys-job", "lookahead", 1 << 30)
         with_auto, _ = report("--socket", path)  # auto finds the service too

@@ -11,6 +11,9 @@
  * --neighbour=FROM:TO:MIB: each round ends with a synchronisation; after
  * round FROM's, a plain device allocation of MIB MiB (a neighbour taking
  * device memory), freed after round TO's.
+ * --on-device: each buffer's pages are put on the device after the host wrote them, before the
+ * first launch, as a copy into managed memory puts them there (a model's parameters copied in),
+ * without any launch pump could see.
  * --fork: after the first round's launches (their moves still in flight), the
  * process forks; the child does ordinary work and exits (pump stands aside
  * there), the parent goes on and fails if the child did not exit 0.
@@ -29,7 +32,7 @@
 static long kernel_us;
 static int neighbour_from = -1, neighbour_to = -1;
 static size_t neighbour_mib;
-static int fork_after_first;
+static int fork_after_first, on_device;
 
 static void mix_kernel(void **params, const fakecuda_dims *dims)
 {
@@ -61,9 +64,11 @@ int main(int argc, char **argv)
             kernel_us = atol(argv[i] + 12);
         else if (strcmp(argv[i], "--fork") == 0)
             fork_after_first = 1;
+        else if (strcmp(argv[i], "--on-device") == 0)
+            on_device = 1;
         else if (sscanf(argv[i], "--neighbour=%d:%d:%zu", &neighbour_from, &neighbour_to, &neighbour_mib) != 3 ||
                  neighbour_from < 1 || neighbour_to <= neighbour_from || neighbour_mib == 0) {
-            fprintf(stderr, "budget: bad option %s (allowed: --kernel-us=U, --fork, --neighbour=FROM:TO:MIB with "
+            fprintf(stderr, "budget: bad option %s (allowed: --kernel-us=U, --fork, --on-device, --neighbour=FROM:TO:MIB with "
                             "1 <= FROM < TO, MIB >= 1)\n", argv[i]);
             return 2;
         }
@@ -93,6 +98,8 @@ int main(int argc, char **argv)
         api.host_touch(x, floats * sizeof(float));
         for (uint64_t i = 0; i < floats; i++)
             x[i] = (float)((i + (uint64_t)b) % 13);
+        if (on_device)
+            api.touch(x, floats * sizeof(float));
     }
     api.reset_stats();
     uint64_t charged = api.thread_host_ns != NULL ? api.thread_host_ns() : 0;
