@@ -8,11 +8,12 @@
  * room pump's belief may take is the device less the foreign memory. A reading cannot tell
  * foreign memory from managed pages pump does not believe resident, so the foreign memory is
  * a ledger (FOREIGN below), the room is total - foreign, less a margin:
- * - FOREIGN: starts at what was in use before any of the job's managed memory existed (the
- *   reading capacity.c made at the job's first managed allocation on the device); at each
- *   reading, what is in use beyond pump's resident blocks is foreign only where the job's
- *   managed bytes not believed resident cannot account for it, and foreign memory never
- *   counts for more than that use. A job whose managed memory exceeds the device can account
+ * - FOREIGN: the device memory the process itself holds beside its managed memory (known:
+ *   capacity.c), and others': at first what others had in use before any of the job's managed
+ *   memory existed (the reading capacity.c made at the job's first managed allocation on the
+ *   device); at each reading, what is in use beyond pump's resident blocks and the process's
+ *   own is others' only where the job's managed bytes not believed resident cannot account for
+ *   it, and never counts for more than that use. A job whose managed memory exceeds the device can account
  *   for everything, so its foreign memory only falls: PyTorch's parameters copied in before the
  *   first launch, and the pages the launches too large for the budget fault in, are not taken
  *   for a neighbour. Without the ledger each of them shrank the budget for good (GPT-2 small on
@@ -79,7 +80,7 @@ struct device_budget {
     uint64_t own;           /* atomic: pump's default, 0: none (the device could not be read) */
     /* under resolve_lock, once own_ready: */
     uint64_t margin, margin_max;
-    uint64_t foreign;                    /* FOREIGN above; UINT64_MAX: not known yet */
+    uint64_t others;                     /* FOREIGN above, beside the process's own; UINT64_MAX: not known yet */
     uint64_t told;                       /* atomic: the room for plans, as last told pumpd (PLANS above) */
     uint64_t last_free, last_counted_in; /* the last reading, and the bytes pump had counted in then */
 };
@@ -119,14 +120,16 @@ static uint64_t own_from(struct device_budget *d, int device, uint64_t free_byte
                          uint64_t *for_plans)
 {
     uint64_t resident = pump_residency_resident_bytes(device), footprint = pump_capacity_footprint(device);
+    uint64_t held = pump_capacity_held(device);
     uint64_t used = total_bytes > free_bytes ? total_bytes - free_bytes : 0;
-    uint64_t beyond_belief = used > resident ? used - resident : 0;
+    uint64_t beyond_belief = used > resident + held ? used - resident - held : 0;  /* others' or managed */
     uint64_t unbelieved = footprint > resident ? footprint - resident : 0;
     uint64_t unaccounted = beyond_belief > unbelieved ? beyond_belief - unbelieved : 0;
-    uint64_t known = d->foreign < beyond_belief ? d->foreign : beyond_belief;
-    d->foreign = unaccounted > known ? unaccounted : known;
+    uint64_t known = d->others < beyond_belief ? d->others : beyond_belief;
+    d->others = unaccounted > known ? unaccounted : known;
+    uint64_t foreign = d->others + held;
     *for_plans = less_margin(d, free_bytes + resident);
-    return less_margin(d, total_bytes > d->foreign ? total_bytes - d->foreign : 0);
+    return less_margin(d, total_bytes > foreign ? total_bytes - foreign : 0);
 }
 
 static void publish_own(uint64_t own)
@@ -191,8 +194,8 @@ static void resolve(struct device_budget *d, struct pump_context *c, bool own, b
             if (d->margin == 0)
                 d->margin = d->margin_max = PUMP_BLOCK_SIZE;
             int device = pump_context_device(c);
-            uint64_t used_before;
-            d->foreign = pump_capacity_used_before(device, &used_before) ? used_before : UINT64_MAX;
+            if (!pump_capacity_others_before(device, &d->others))
+                d->others = UINT64_MAX;
                     remember_reading(d, device, free_bytes);
             publish_margin(d->margin);
             uint64_t for_plans, own_bytes = own_from(d, device, free_bytes, total_bytes, &for_plans);

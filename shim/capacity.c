@@ -27,8 +27,8 @@ static struct {
     uint64_t footprint;  /* atomic: managed bytes allocated now on the device */
     uint64_t cap;        /* atomic: 0 until resolved; UINT64_MAX if none could be set */
     bool beyond;         /* atomic: see pump_capacity_beyond_device */
-    uint64_t used_before; /* atomic, set with `cap`: the device's memory in use when the cap was
-                           * resolved (UINT64_MAX: not read); see pump_capacity_used_before */
+    uint64_t others_before; /* atomic, set with `cap`: see pump_capacity_others_before (UINT64_MAX:
+                             * not read) */
 } devices[PUMP_DEVICES_MAX];
 static uint64_t footprint_total;  /* atomic: the process's, for the stats record */
 static uint64_t caps_total;       /* the resolved caps summed (saturating), under resolve_lock */
@@ -63,7 +63,8 @@ static uint64_t held_beside_footprint(int device)
 }
 
 /* The device's cap (0 where it has no free memory) and, in *free_out and *used_out, its free
- * memory and the memory in use there (UINT64_MAX each where it could not be read). */
+ * memory and the memory in use there beside what the process holds (UINT64_MAX each where it
+ * could not be read). */
 static uint64_t resolve(int device, CUcontext ctx, uint64_t *free_out, uint64_t *used_out)
 {
     size_t free_bytes = 0, total_bytes = 0;
@@ -91,7 +92,8 @@ static uint64_t resolve(int device, CUcontext ctx, uint64_t *free_out, uint64_t 
         break;
     }
     *free_out = free_bytes;
-    *used_out = total_bytes > free_bytes ? (uint64_t)(total_bytes - free_bytes) : 0;
+    uint64_t used = total_bytes > free_bytes ? (uint64_t)(total_bytes - free_bytes) : 0, held = held_beside_footprint(device);
+    *used_out = used > held ? used - held : 0;
     return resolved;
 }
 
@@ -107,7 +109,7 @@ static uint64_t current_cap(int device, CUcontext ctx)
     pump_mutex_lock(&resolve_lock);
     c = __atomic_load_n(&devices[device].cap, __ATOMIC_RELAXED);
     if (c == 0) {
-        __atomic_store_n(&devices[device].used_before, used_bytes, __ATOMIC_RELAXED);
+        __atomic_store_n(&devices[device].others_before, used_bytes, __ATOMIC_RELAXED);
         c = resolved != 0 ? resolved : 1;  /* a device with no free memory: nothing fits */
         /* Managed memory alone may pass what is free: it can exceed what the device holds. */
         __atomic_store_n(&devices[device].beyond, resolved > free_bytes, __ATOMIC_RELAXED);
@@ -186,12 +188,17 @@ PUMP_HIDDEN uint64_t pump_capacity_footprint(int device)
                                                     : 0;
 }
 
-PUMP_HIDDEN bool pump_capacity_used_before(int device, uint64_t *used_bytes)
+PUMP_HIDDEN bool pump_capacity_others_before(int device, uint64_t *bytes)
 {
     if (device < 0 || device >= PUMP_DEVICES_MAX || __atomic_load_n(&devices[device].cap, __ATOMIC_ACQUIRE) == 0)
         return false;
-    *used_bytes = __atomic_load_n(&devices[device].used_before, __ATOMIC_RELAXED);
-    return *used_bytes != UINT64_MAX;
+    *bytes = __atomic_load_n(&devices[device].others_before, __ATOMIC_RELAXED);
+    return *bytes != UINT64_MAX;
+}
+
+PUMP_HIDDEN uint64_t pump_capacity_held(int device)
+{
+    return device >= 0 && device < PUMP_DEVICES_MAX ? held_beside_footprint(device) : 0;
 }
 
 PUMP_HIDDEN bool pump_capacity_beyond_device(int device)

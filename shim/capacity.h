@@ -22,8 +22,12 @@ PUMP_HIDDEN bool pump_capacity_beyond_device(int device);
 /* The managed bytes the process has allocated on `device` now (its footprint). */
 PUMP_HIDDEN uint64_t pump_capacity_footprint(int device);
 /* The device's memory in use when its cap was resolved (its first managed allocation, or under
- * managed_all its first memory query): memory that is not this job's managed memory, none of
- * which had reached the device yet. False until then, and where the device could not be read. */
-PUMP_HIDDEN bool pump_capacity_used_before(int device, uint64_t *used_bytes);
+ * managed_all its first memory query) beside the device memory the process held then: others'
+ * (a neighbour's, the driver's), none of it this job's managed memory, which had not reached the
+ * device yet. False until then, and where the device could not be read. */
+PUMP_HIDDEN bool pump_capacity_others_before(int device, uint64_t *bytes);
+/* The device memory the process holds on `device` beside its managed footprint: what pump lets
+ * through (device_memory.h) and what its pools keep (pool_memory.h). */
+PUMP_HIDDEN uint64_t pump_capacity_held(int device);
 
 #endif
