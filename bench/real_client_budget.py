@@ -170,7 +170,7 @@ def figures(result, what):
         for field in ("prefetch_bytes", "bytes_evicted", "evictions", "bytes_discarded", "torch_tensor_discards",
                       "budget_skips"):
             out[f"pump_{field}_per_step"] = round(s["pump"][field], 1)
-        out["pump_budget_bytes"] = s["pump"]["budget_bytes"]  # at the end: pump's own follows free memory
+        out["pump_budget_bytes"] = s["pump"]["budget_bytes"]  # in force at the end (pump's own moves with readings)
     return out
 
 

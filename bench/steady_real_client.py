@@ -84,8 +84,7 @@ def decode_pump(raw_hex):
 
 PUMP_FIELDS = ("launches", "launches_managed", "launches_prefetched", "prefetch_calls", "prefetch_ranges",
                "prefetch_bytes", "resident_skips", "budget_skips", "bytes_evicted", "evictions", "scan_words",
-               "scan_hits", "events_written", "bytes_discarded", "torch_tensor_discards", "launches_planned",
-               "budget_skips")
+               "scan_hits", "events_written", "bytes_discarded", "torch_tensor_discards", "launches_planned")
 
 
 def window(a, b, a_threads, b_threads, steps):
@@ -103,8 +102,8 @@ def window(a, b, a_threads, b_threads, steps):
                       for name, ea in a["entries"].items() if (eb := b["entries"][name]) != ea}
     pa, pb = decode_pump(a["pump"]), decode_pump(b["pump"])
     out["pump"] = None if pa is None or pb is None else {
-        **{f: (pb[f] - pa[f]) / steps for f in PUMP_FIELDS}, "resident_bytes": pb["resident_bytes"], "budget_bytes": pb["budget_bytes"],
-        "errors": pb["errors"]}
+        **{f: (pb[f] - pa[f]) / steps for f in PUMP_FIELDS}, "resident_bytes": pb["resident_bytes"],
+        "budget_bytes": pb["budget_bytes"], "errors": pb["errors"]}
     return out
 
 

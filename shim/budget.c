@@ -13,10 +13,10 @@
  *   memory existed (the reading capacity.c made at the job's first managed allocation on the
  *   device); at each reading, what is in use beyond pump's resident blocks and the process's
  *   own is others' only where the job's managed bytes not believed resident cannot account for
- *   it, and never counts for more than that use. A job whose managed memory exceeds the device can account
- *   for everything, so its foreign memory only falls: PyTorch's parameters copied in before the
- *   first launch, and the pages the launches too large for the budget fault in, are not taken
- *   for a neighbour. Without the ledger each of them shrank the budget for good (GPT-2 small on
+ *   it, and never counts for more than that use. A job whose managed memory exceeds the device
+ *   can account for everything, so others' memory only falls: PyTorch's parameters copied in
+ *   before the first launch, and the pages the launches too large for the budget fault in, are
+ *   not taken for a neighbour. Without the ledger each of them shrank the budget for good (GPT-2 small on
  *   a device of 1.6 GB: 1.12 GB, the copied parameters' 0.5 GB less; the faulted pages filled
  *   the room pump left: scripts/bench-real-client-budget). What it costs: a neighbour that
  *   arrives later on a device the job oversubscribes is not seen, and the driver evicts pump's
@@ -196,7 +196,7 @@ static void resolve(struct device_budget *d, struct pump_context *c, bool own, b
             int device = pump_context_device(c);
             if (!pump_capacity_others_before(device, &d->others))
                 d->others = UINT64_MAX;
-                    remember_reading(d, device, free_bytes);
+            remember_reading(d, device, free_bytes);
             publish_margin(d->margin);
             uint64_t for_plans, own_bytes = own_from(d, device, free_bytes, total_bytes, &for_plans);
             __atomic_store_n(&d->told, for_plans, __ATOMIC_RELAXED);

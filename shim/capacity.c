@@ -92,7 +92,8 @@ static uint64_t resolve(int device, CUcontext ctx, uint64_t *free_out, uint64_t 
         break;
     }
     *free_out = free_bytes;
-    uint64_t used = total_bytes > free_bytes ? (uint64_t)(total_bytes - free_bytes) : 0, held = held_beside_footprint(device);
+    uint64_t used = total_bytes > free_bytes ? (uint64_t)(total_bytes - free_bytes) : 0;
+    uint64_t held = held_beside_footprint(device);
     *used_out = used > held ? used - held : 0;
     return resolved;
 }

@@ -182,9 +182,8 @@ static int place(const recorded_use *u, const fc_kdef *def, const unsigned char 
     if (u->word > def->argsize || def->argsize - u->word < sizeof value) return 0;
     memcpy(&value, args + u->word, sizeof value);
     *start = (uintptr_t)(value + (uint64_t)u->delta);
-    fc_alloc_desc a;
-    return u->bytes > 0 && fc_alloc_lookup(*start, &a) && *start - a.base <= a.size &&
-           u->bytes <= a.size - (*start - a.base);
+    fc_alloc_desc a; /* holding *start: a.base <= *start < a.base + a.size */
+    return u->bytes > 0 && fc_alloc_lookup(*start, &a) && u->bytes <= a.size - (*start - a.base);
 }
 
 /* The recorded operands at this position, as this run's addresses; counts what did not match. */
