@@ -84,6 +84,10 @@ struct fakecuda_stats {
        the file has no line for, and launches whose line names another kernel or an operand
        no allocation of this run holds (given what did match, if anything). */
     uint64_t launches_given_uses, launch_uses_missing, launch_uses_mismatched;
+    /* Discards that ran while a migration of their pages on another stream, enqueued before
+       them, had not completed (undefined behaviour: discard_races.c), and bytes written
+       there later that were lost, as a stuck discard status loses them. */
+    uint64_t discard_races, bytes_lost_to_discard_races;
 };
 void fakecuda_get_stats(struct fakecuda_stats *out); /* call after synchronizing */
 /* Contexts made on a device since load: primary context activations (a retain with no

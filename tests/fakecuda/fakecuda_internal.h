@@ -84,7 +84,8 @@ typedef struct fc_counters {
         prefetch_calls, batch_prefetch_calls, bytes_discarded, allocations_reused, driver_evictions,
         bytes_evicted_d2h, bytes_evicted_h2d, pool_bytes_reserved, pool_bytes_released, gpu_fault_batches,
         gpu_fault_stall_ns, bytes_fault_prefetched_h2d, launches_by_function, launches_by_kernel,
-        param_info_refused, launches_given_uses, launch_uses_missing, launch_uses_mismatched;
+        param_info_refused, launches_given_uses, launch_uses_missing, launch_uses_mismatched,
+        discard_races, bytes_lost_to_discard_races;
 } fc_counters;
 extern fc_counters fc_ctr;
 #define FC_COUNT(field, n) atomic_fetch_add_explicit(&fc_ctr.field, (uint64_t)(n), memory_order_relaxed)
@@ -224,7 +225,8 @@ typedef struct fc_op {
     union {
         struct { struct fc_kdef *def; fakecuda_dims dims; uint64_t not_before; void *args; fc_use *uses; size_t nuses; } k;
         /* ioctl_ns: paid by the worker before the pages move (FAKECUDA_IOCTL_THREAD=worker) */
-        struct { size_t n; fc_range *r; uint64_t not_before; int64_t ioctl_ns; int entry; } pf;
+        struct { size_t n; fc_range *r; uint64_t not_before; int64_t ioctl_ns; int entry;
+                 CUstream stream; uint64_t race_number; /* discard_races.c */ } pf;
         struct { CUhostFn fn; void *ud; } h;
         fc_fence *fence;
         struct { uintptr_t ptr; int pooled; } free;
@@ -387,6 +389,15 @@ void fc_migrate_ranges(const fc_range *r, size_t n, int copies_waited);
 /* Managed bytes of [p, p+n) a migration to loc moves: to the host, those on any device; to a
  * device, those not on it yet (on the host, another device, or unpopulated). */
 uint64_t fc_bytes_to_move(uintptr_t p, size_t n, int loc);
+/* discard_races.c: a discard unordered with a migration of the same pages. A migration is
+ * known from its enqueue (its number; 0: not tracked) until it completes; a discard takes its
+ * number at its enqueue and finds, when it runs, those of its pages still migrating. */
+uint64_t fc_migration_enqueued(CUstream s, const fc_range *r, size_t n);
+void fc_migration_completed(uint64_t number);
+uint64_t fc_race_number(void);
+void fc_discard_runs(CUstream s, uint64_t number, const fc_range *r, size_t n);
+/* The whole pages of [p, p+n) keep a stuck discard status (migrate.c, FC_BIT_DISCARD_STUCK). */
+void fc_pages_discard_stuck(uintptr_t p, size_t n);
 /* CU_MEM_ADVISE_SET_PREFERRED_LOCATION (loc: FC_LOC_HOST or FC_LOC_DEV0 + d) and UNSET (loc
  * FC_LOC_UNPOP) on the pages [p, p+n) overlaps: the fault-time prefetcher reads it. */
 void fc_set_preferred_location(uintptr_t p, size_t n, int loc);

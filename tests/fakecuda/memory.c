@@ -88,7 +88,8 @@ void fc_managed_scan(uint64_t *unused_bytes, int clear)
         for (size_t p = 0; p < a->npages; p++) {
             if (a->bits[p] & FC_BIT_PREFETCHED) *unused_bytes += FAKECUDA_PAGE;
             if (clear) /* not statistics */
-                a->bits[p] &= FC_BIT_EVICTED | FC_BIT_FAULTED | FC_BIT_DRIVER_PF | FC_BIT_DUP | FC_BIT_READ_MOSTLY;
+                a->bits[p] &= FC_BIT_EVICTED | FC_BIT_FAULTED | FC_BIT_DRIVER_PF | FC_BIT_DUP | FC_BIT_READ_MOSTLY |
+                              FC_BIT_DISCARD_STUCK;
         }
         pthread_mutex_unlock(&a->mu);
     }

@@ -6,8 +6,10 @@
 #include "fakecuda_internal.h"
 
 /* And fault_prefetch.c's FC_BIT_FAULTED (8), FC_BIT_DRIVER_PF (16). FC_BIT_DUP: a read-mostly page's
- * duplicate on a device, its host copy valid too (migrate.c); FC_BIT_READ_MOSTLY: the advice. */
-enum { FC_BIT_PREFETCHED = 1, FC_BIT_TOUCHED = 2, FC_BIT_EVICTED = 4, FC_BIT_DUP = 32, FC_BIT_READ_MOSTLY = 64 };
+ * duplicate on a device, its host copy valid too (migrate.c); FC_BIT_READ_MOSTLY: the advice;
+ * FC_BIT_DISCARD_STUCK: a discard raced a migration of it (discard_races.c). */
+enum { FC_BIT_PREFETCHED = 1, FC_BIT_TOUCHED = 2, FC_BIT_EVICTED = 4, FC_BIT_DUP = 32, FC_BIT_READ_MOSTLY = 64,
+       FC_BIT_DISCARD_STUCK = 128 };
 #define PAGES_PER_BLOCK (FAKECUDA_VA_BLOCK / FAKECUDA_PAGE)
 
 typedef struct fc_alloc {

@@ -39,6 +39,12 @@ static void leave_device(fc_alloc *a, size_t p, int discarded)
     fc_chunk_page_out(*chunk_slot(a, p, d), discarded);
 }
 
+/* Page p's bytes are not carried where it goes: whoever reads them before writing sees poison. */
+static void lose_page(fc_alloc *a, size_t p)
+{
+    memset((void *)(a->base + p * FAKECUDA_PAGE), FAKECUDA_DISCARD_POISON, FAKECUDA_PAGE);
+}
+
 /* Read-mostly pages (cuMemAdvise CU_MEM_ADVISE_SET_READ_MOSTLY) as UVM keeps them
  * (open-gpu-kernel-modules 595.45.04): a read or a prefetch of a page that is elsewhere makes
  * a copy where it is wanted and leaves the other valid (uvm_va_block.c,
@@ -91,6 +97,11 @@ static int64_t page_move(fc_alloc *a, size_t p, uint8_t target, int why)
         }
         return 0;
     }
+    if (*b & FC_BIT_DISCARD_STUCK) { /* a race left its discard status stuck (discard_races.c) */
+        if (cur != FC_LOC_UNPOP) FC_COUNT(bytes_lost_to_discard_races, FAKECUDA_PAGE);
+        lose_page(a, p);
+        if (IS_PREFETCH(why) || why == WHY_DISCARD) *b &= (uint8_t)~FC_BIT_DISCARD_STUCK; /* an API call clears it */
+    }
     if (target == FC_LOC_HOST && cur >= FC_LOC_DEV0 && (*b & (FC_BIT_DUP | FC_BIT_READ_MOSTLY))) {
         int64_t dup_ns = read_mostly_to_host(a, p, why);
         if (dup_ns >= 0) return dup_ns;
@@ -142,9 +153,9 @@ static int64_t page_move(fc_alloc *a, size_t p, uint8_t target, int why)
         }
         if (cur != FC_LOC_UNPOP) ns += xfer_ns(FAKECUDA_PAGE, FAKECUDA_H2D_BYTES_PER_US);
         break;
-    case WHY_DISCARD: /* dead: nothing moves, and whoever reads it before writing sees poison */
+    case WHY_DISCARD: /* dead: nothing moves */
         FC_COUNT(bytes_discarded, FAKECUDA_PAGE);
-        memset((void *)(a->base + p * FAKECUDA_PAGE), FAKECUDA_DISCARD_POISON, FAKECUDA_PAGE);
+        lose_page(a, p);
         break;
     }
     if (cur >= FC_LOC_DEV0) leave_device(a, p, why == WHY_DISCARD);
@@ -198,6 +209,11 @@ static int64_t evict_one(int device, int *evicted)
         b->loc[p] = FC_LOC_HOST;
         atomic_fetch_sub(&fc_dev_resident[device], FAKECUDA_PAGE);
         if (duplicate) continue;
+        if (b->bits[p] & FC_BIT_DISCARD_STUCK) { /* believed discarded: not copied, status kept (uvm.h) */
+            FC_COUNT(bytes_lost_to_discard_races, FAKECUDA_PAGE);
+            lose_page(b, p);
+            continue;
+        }
         FC_COUNT(bytes_evicted_d2h, FAKECUDA_PAGE);
         ns += xfer_ns(FAKECUDA_PAGE, FAKECUDA_D2H_BYTES_PER_US);
     }
@@ -345,6 +361,21 @@ FC_EXPORT void fakecuda_host_touch(const void *ptr, size_t bytes)
 {
     if (ptr && bytes) migrate_range((uintptr_t)ptr, bytes, FC_LOC_HOST, WHY_HOST);
     fc_pay_debt(0);
+}
+
+void fc_pages_discard_stuck(uintptr_t p, size_t n)
+{
+    pthread_rwlock_rdlock(&fc_reg_lock);
+    size_t i = fc_reg_first_end_above(p);
+    fc_alloc *a = i < fc_nreg && fc_reg[i]->base <= p ? fc_reg[i] : NULL;
+    if (a && a->managed && n) {
+        pthread_mutex_lock(&a->mu);
+        size_t last = (p + n - 1 - a->base) / FAKECUDA_PAGE;
+        for (size_t q = (p - a->base) / FAKECUDA_PAGE; q <= last && q < a->npages; q++)
+            a->bits[q] |= FC_BIT_DISCARD_STUCK;
+        pthread_mutex_unlock(&a->mu);
+    }
+    pthread_rwlock_unlock(&fc_reg_lock);
 }
 
 void fc_migrate_ranges(const fc_range *r, size_t n, int copies_waited)

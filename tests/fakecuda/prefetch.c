@@ -36,6 +36,8 @@ static int64_t ioctl_ns(const fc_range *r, size_t n, int discard, int with_copie
 void fc_run_prefetch(const fc_op *op)
 {
     fc_wait_until(op->u.pf.not_before);
+    int discard = op->u.pf.entry == FC_E_DISCARD;
+    if (discard) fc_discard_runs(op->u.pf.stream, op->u.pf.race_number, op->u.pf.r, op->u.pf.n);
     if (op->u.pf.ioctl_ns) fc_ioctl(op->u.pf.entry, op->u.pf.ioctl_ns, 1); /* copy waits: below */
     for (size_t i = 0; i < op->u.pf.n; i++) {
         int hold = op->u.pf.ioctl_ns && op->u.pf.r[i].loc == FC_LOC_HOST;
@@ -47,6 +49,7 @@ void fc_run_prefetch(const fc_op *op)
         }
     }
     fc_pay_debt(0); /* the stream is busy until the last byte has moved */
+    if (!discard) fc_migration_completed(op->u.pf.race_number);
 }
 
 /* FC_LOC_* for a CUmemLocation, or -1. */
@@ -94,6 +97,8 @@ static CUresult prefetch_enqueue(const CUdeviceptr *ptrs, const size_t *sizes, c
         fc_ioctl(entry, ioctl_ns(op->u.pf.r, n, entry == FC_E_DISCARD, 1), 0);
     }
     op->u.pf.not_before = fc_host_clock_ns();
+    op->u.pf.stream = s;
+    op->u.pf.race_number = entry == FC_E_DISCARD ? fc_race_number() : fc_migration_enqueued(s, op->u.pf.r, n);
     fc_enqueue(s, op);
     return CUDA_SUCCESS;
 }

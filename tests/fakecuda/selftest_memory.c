@@ -1,7 +1,7 @@
 /* selftest_memory.c: why it exists: the memory topics of fakecuda's self-test main sequence
  * (selftest.c runs them in order on what it set up): faults of a host-filled buffer, prefetch
- * (single and batched, with the batch's checks), unused prefetched bytes and CPU faults, discard,
- * a prefetch raced by a kernel on another stream; then pointer attributes, plain and
+ * (single and batched, with the batch's checks), unused prefetched bytes and CPU faults, discard
+ * (and one racing a migration on another stream), a prefetch raced by a kernel on another stream; then pointer attributes, plain and
  * stream-ordered allocations, memory pools (stream-ordered reuse), cuMemCreate and mappings (vmm.c). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -28,6 +28,65 @@ void selftest_k_race(void **params, const fakecuda_dims *d)
 static void host_wait_race(void *ud) { (void)ud; selftest_wait_for(&race_started); }
 static atomic_int go_free;
 static void host_hold(void *ud) { selftest_wait_for((atomic_int *)ud); }
+
+/* 3c. a discard unordered with a migration of its pages on another stream (discard_races.c):
+ * the migration, enqueued first, is still waiting when the discard runs: counted, and what is
+ * written there afterwards is lost at the next move; the same after the migration has
+ * completed, or ordered before the discard by an event, is no race. */
+static void discard_races(CUstream s1, CUstream s2, float *a, CUmemLocation dloc)
+{
+    CUmemLocation host = { .type = CU_MEM_LOCATION_TYPE_HOST, .id = 0 };
+    CUdeviceptr p = (CUdeviceptr)(uintptr_t)a;
+    size_t bytes = 4 * PAGE;
+    static atomic_int release;
+    atomic_store(&release, 0);
+    fakecuda_reset_stats();
+    OK(cuMemPrefetchAsync((CUdeviceptr)(uintptr_t)a, bytes, dloc, 0, s1));
+    OK(cuStreamSynchronize(s1));
+    OK(cuLaunchHostFunc(s2, host_hold, &release));
+    OK(cuMemPrefetchAsync(p, bytes, host, 0, s2));  /* an eviction, held back */
+    OK(cuMemDiscardBatchAsync(&p, &bytes, 1, 0, s1));
+    OK(cuStreamSynchronize(s1));
+    atomic_store(&release, 1);
+    OK(cuStreamSynchronize(s2));
+    struct fakecuda_stats st = selftest_stats();
+    CHECK(st.discard_races == 1 && st.bytes_lost_to_discard_races == 0, "race: %llu, lost %llu",
+          (unsigned long long)st.discard_races, (unsigned long long)st.bytes_lost_to_discard_races);
+    fakecuda_host_touch(a, bytes);
+    a[0] = 7.0f;  /* written after the race */
+    OK(cuMemPrefetchAsync(p, bytes, dloc, 0, s1));
+    OK(cuStreamSynchronize(s1));
+    uint32_t word;
+    memcpy(&word, a, sizeof word);
+    CHECK(word == 0xFFFFFFFFu && selftest_stats().bytes_lost_to_discard_races > 0,
+          "a write after the race is lost at the next move (%08x)", word);
+    fakecuda_host_touch(a, bytes);
+    a[0] = 7.0f;
+    OK(cuMemPrefetchAsync(p, bytes, dloc, 0, s1));  /* the prefetch cleared the stuck status */
+    OK(cuStreamSynchronize(s1));
+    CHECK(a[0] == 7.0f, "kept once a prefetch cleared the status");
+
+    /* ordered: the eviction done first; or the discard's stream waits for it by an event */
+    CUevent moved;
+    OK(cuEventCreate(&moved, CU_EVENT_DISABLE_TIMING));
+    fakecuda_reset_stats();
+    OK(cuMemPrefetchAsync(p, bytes, host, 0, s2));
+    OK(cuStreamSynchronize(s2));
+    OK(cuMemDiscardBatchAsync(&p, &bytes, 1, 0, s1));
+    OK(cuMemPrefetchAsync(p, bytes, dloc, 0, s1));
+    atomic_store(&release, 0);
+    OK(cuLaunchHostFunc(s2, host_hold, &release));
+    OK(cuMemPrefetchAsync(p, bytes, host, 0, s2));
+    OK(cuEventRecord(moved, s2));
+    OK(cuStreamWaitEvent(s1, moved, 0));
+    OK(cuMemDiscardBatchAsync(&p, &bytes, 1, 0, s1));
+    atomic_store(&release, 1);
+    OK(cuStreamSynchronize(s1));
+    CHECK(selftest_stats().discard_races == 0, "ordered discards race nothing (%llu)",
+          (unsigned long long)selftest_stats().discard_races);
+    OK(cuEventDestroy(moved));
+    fakecuda_host_touch(a, bytes);
+}
 
 void selftest_managed(struct selftest_main *m)
 {
@@ -119,6 +178,7 @@ void selftest_managed(struct selftest_main *m)
     CHECK(cuMemDiscardBatchAsync(&dptr, &dsize, 1, 0, NULL) == CUDA_ERROR_INVALID_VALUE,
           "discard on the legacy stream refused");
     fakecuda_host_touch(a, 4 * PAGE);
+    discard_races(s1, s2, a, dloc);
 
     /* 4. a prefetch raced by a kernel on another stream that does not wait: the prefetch
      * starts once the kernel has started, so the kernel faults on pages not yet moved */

@@ -28,6 +28,7 @@ set(FAKECUDA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/devmem.c
     ${CMAKE_CURRENT_LIST_DIR}/vmm.c
     ${CMAKE_CURRENT_LIST_DIR}/prefetch.c
+    ${CMAKE_CURRENT_LIST_DIR}/discard_races.c
     ${CMAKE_CURRENT_LIST_DIR}/copies.c
     ${CMAKE_CURRENT_LIST_DIR}/cost.c
     ${CMAKE_CURRENT_LIST_DIR}/streams.c
