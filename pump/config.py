@@ -71,6 +71,7 @@ class JobConfig:
     managed_all: Optional[bool] = None
     torch_allocator: Optional[str] = None
     evict_ahead: Optional[bool] = None
+    torch_discards: Optional[bool] = None
     trace_file: Optional[str] = None
     daemon_mode: Optional[str] = None
     daemon_socket: Optional[str] = None
@@ -243,6 +244,8 @@ def job_env(cfg: JobConfig) -> Dict[str, str]:
         env["PUMP_TORCH_ALLOCATOR"] = cfg.torch_allocator
     if cfg.evict_ahead is not None:
         env["PUMP_EVICT_AHEAD"] = "1" if cfg.evict_ahead else "0"
+    if cfg.torch_discards is not None:
+        env["PUMP_TORCH_DISCARDS"] = "1" if cfg.torch_discards else "0"
     return env
 
 

@@ -181,6 +181,9 @@ JOB_SCHEMA: Dict[str, Dict[str, Key]] = {
         "torch_allocator": _enum_key("torch_allocator", *TORCH_ALLOCATORS),
         # false: each launch makes its own room under a budget (PUMP_EVICT_AHEAD=0, shim/residency_ahead.c)
         "evict_ahead": _key("evict_ahead", _boolean, _TOML_BOOL),
+        # true: the caching allocator's dead tensors are discarded under a budget (PUMP_TORCH_DISCARDS,
+        # shim/torch_trace.c); off until a GPU run shows it bit-identical (docs/limits.md)
+        "torch_discards": _key("torch_discards", _boolean, _TOML_BOOL),
     },
     "trace": {
         "file": _key("trace_file", _path, _TOML_PATH),

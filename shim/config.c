@@ -204,6 +204,7 @@ PUMP_HIDDEN void pump_config_load(void)
     read_flag("PUMP_WAIT", &pump_config.wait, "1");
     read_flag("PUMP_WORKER", &pump_config.worker, "1");
     read_flag("PUMP_EVICT_AHEAD", &pump_config.evict_ahead, "1");
+    read_flag("PUMP_TORCH_DISCARDS", &pump_config.torch_discards, "0");
     read_flag("PUMP_TORCH_PLACEMENT", &pump_config.torch_placement, "1");
     read_flag("PUMP_KERNEL_TIMES", &pump_config.kernel_times, "0");
     read_flag("PUMP_MANAGED_ALL", &pump_config.managed_all, "0");

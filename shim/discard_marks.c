@@ -1,16 +1,24 @@
 /* discard_marks.c: memory discarded when it dies, and the marks that order pump's moves of it
  * after the discard (see discard_marks.h).
  *
- * A discard of dead memory is undefined behaviour if anything else touches the memory
- * meanwhile, and a stream-ordered pool hands the memory out again at once: a prefetch of the
- * new owner, on pump's own stream, would race the discard queued on the freeing stream (and
- * could be undone by it). So each discard is followed by a mark, an event from a per-context
- * ring (the context's slot: prefetch_context.h), that pump's moves of the memory wait for. A
- * mark's slot is recorded again only once its event is done (else the next dead tensor is not
- * discarded), so a mark names its discard until that has run, and a reused slot means it has.
- * Marks from before a context went count as done. No lock is held across a driver call: a
- * discard's slot is taken under use_lock, the driver asked outside it, the mark published
- * under it again.
+ * A discard is undefined behaviour if anything else touches the memory meanwhile ("any reads,
+ * writes or prefetches ... that occur simultaneously with the discard operation result in
+ * undefined behavior", cuda.h), and a stream-ordered pool hands the memory out again at once:
+ * a prefetch of the new owner, on pump's own stream, would race the discard queued on the
+ * freeing stream. So each discard is followed by a mark, an event from a per-context ring (the
+ * context's slot: prefetch_context.h), that pump's moves of the memory wait for. A mark's slot
+ * is recorded again only once its event is done (else the next dead tensor is not discarded),
+ * so a mark names its discard until that has run, and a reused slot means it has. Marks from
+ * before a context went count as done. No lock is held across a driver call: a discard's slot
+ * is taken under use_lock, the driver asked outside it, the mark published under it again.
+ * Which blocks are discarded, and that no move of pump's is under way on them, is the
+ * residency's (pump_residency_discard).
+ *
+ * The legacy stream, where the driver refuses a discard, gets one on a stream of pump's made
+ * to wait for the legacy stream's work so far and waited for by its work to come, both by
+ * events: an order of its own making, not the legacy stream's implicit synchronisation, which
+ * no documentation promises for a discard (the first H100 run that discarded there computed
+ * another loss: bench/results/gpu-20261126-nvidia-h100-80gb-hbm3).
  */
 #include "capture_mode.h"
 #include "captures.h"
@@ -41,7 +49,10 @@ static bool make_legacy_peer(struct pump_context *c)
 {
     struct pump_capture_mode mode = pump_capture_relax();
     bool pushed, made = pump_context_push(c->key, &pushed) &&
-                        pump_call_ok(pump_driver.stream_create(&c->legacy_peer, CU_STREAM_DEFAULT), "cuStreamCreate") &&
+                        pump_call_ok(pump_driver.stream_create(&c->legacy_peer, CU_STREAM_NON_BLOCKING),
+                                     "cuStreamCreate") &&
+                        pump_call_ok(pump_driver.event_create(&c->legacy_reached, CU_EVENT_DISABLE_TIMING),
+                                     "cuEventCreate") &&
                         pump_call_ok(pump_driver.stream_create(&c->populate_stream, CU_STREAM_NON_BLOCKING),
                                      "cuStreamCreate") &&
                         pump_call_ok(pump_driver.event_create(&c->populated, CU_EVENT_DISABLE_TIMING),
@@ -75,21 +86,34 @@ static struct pump_context *mark_context(uint64_t mark, CUevent *event)
     return c;
 }
 
-/* The 2 MiB blocks wholly inside [ptr, ptr+size): [*first, *end), false when there is none or
- * the driver cannot discard. */
-static bool whole_blocks(CUdeviceptr ptr, size_t size, CUdeviceptr *first, CUdeviceptr *end)
+/* The peer waits for the legacy stream's work so far (the calling thread's context is c's). */
+static bool peer_after_legacy(struct pump_context *c)
 {
-    *first = (ptr + PUMP_BLOCK_SIZE - 1) / PUMP_BLOCK_SIZE * PUMP_BLOCK_SIZE;
-    *end = (ptr + size) / PUMP_BLOCK_SIZE * PUMP_BLOCK_SIZE;
-    return *end > *first && pump_driver.discard_batch != NULL && pump_driver.event_query != NULL;
+    return pump_call_ok(pump_driver.event_record(c->legacy_reached, CU_STREAM_LEGACY), "cuEventRecord") &&
+           pump_call_ok(pump_driver.stream_wait_event(c->legacy_peer, c->legacy_reached, 0), "cuStreamWaitEvent");
 }
 
-/* Discards [first, end) on `stream`, c's (or its legacy peer), and marks it. One discard at a
- * time in a context: its slot is taken under use_lock, the driver is asked outside it, and the
- * mark is published under it again. */
-static uint64_t discard_marked(struct pump_context *c, CUstream stream, CUdeviceptr first, CUdeviceptr end)
+/* The legacy stream's work to come waits for the discard made on the peer, marked by `event`;
+ * where that cannot be asked, the discard is waited for here, on the host: never a race. */
+static void legacy_after_peer(struct pump_context *c, CUevent event, bool recorded)
 {
-    size_t bytes = (size_t)(end - first);
+    if (recorded &&
+        pump_call_ok(pump_driver.stream_wait_event(CU_STREAM_LEGACY, event, 0), "cuStreamWaitEvent"))
+        return;
+    pump_log_once("cannot order the legacy stream after a discard: waiting for it on the host");
+    (void)pump_call_ok(pump_driver.stream_synchronize(c->legacy_peer), "cuStreamSynchronize");
+}
+
+/* Discards the runs on `stream`, c's, or on its legacy peer in the legacy stream's order
+ * (on_peer), and marks it. One discard at a time in a context: its slot is taken under
+ * use_lock, the driver is asked outside it, and the mark is published under it again. */
+static uint64_t discard_marked(struct pump_context *c, CUstream stream, bool on_peer, CUdeviceptr *ptrs,
+                               size_t *sizes, uint32_t n)
+{
+    CUdeviceptr first = ptrs[0], end = ptrs[n - 1] + sizes[n - 1];  /* runs in address order */
+    uint64_t bytes = 0;
+    for (uint32_t k = 0; k < n; k++)
+        bytes += sizes[k];
     pump_mutex_lock(&c->use_lock);
     bool ready = marks_ready(c);  /* no discard without a mark */
     bool taken = ready && !c->discarding;
@@ -108,10 +132,13 @@ static uint64_t discard_marked(struct pump_context *c, CUstream stream, CUdevice
     bool discarded = false, recorded = false;
     if (sequence >= PUMP_DISCARD_MARKS && pump_driver.event_query(event) != CUDA_SUCCESS) {
         PUMP_COUNT(discards_skipped, 1);  /* the slot's discard is still running */
-    } else if (pump_call_ok(pump_driver.discard_batch(&first, &bytes, 1, 0, stream), "cuMemDiscardBatchAsync")) {
+    } else if ((!on_peer || peer_after_legacy(c)) &&
+               pump_call_ok(pump_driver.discard_batch(ptrs, sizes, n, 0, stream), "cuMemDiscardBatchAsync")) {
         PUMP_COUNT(bytes_discarded, bytes);
         discarded = true;
         recorded = pump_call_ok(pump_driver.event_record(event, stream), "cuEventRecord");
+        if (on_peer)
+            legacy_after_peer(c, event, recorded);
     }
     pump_capture_restore(&mode);
     uint64_t mark = 0;
@@ -120,7 +147,7 @@ static uint64_t discard_marked(struct pump_context *c, CUstream stream, CUdevice
     if (discarded && __atomic_load_n(&c->forgets, __ATOMIC_RELAXED) == forgets) {
         c->marked[slot].first = first;
         c->marked[slot].end = end;
-        __atomic_store_n(&c->marked[slot].on_peer, stream == c->legacy_peer, __ATOMIC_RELAXED);
+        __atomic_store_n(&c->marked[slot].on_peer, on_peer, __ATOMIC_RELAXED);
         if (recorded) {
             mark = sequence << MARK_SEQUENCE_SHIFT | (c->index + 1);
         } else {
@@ -136,34 +163,23 @@ static uint64_t discard_marked(struct pump_context *c, CUstream stream, CUdevice
     return mark;
 }
 
-PUMP_HIDDEN uint64_t pump_discard_dead(CUdeviceptr ptr, size_t size, CUstream stream)
+PUMP_HIDDEN uint64_t pump_discard_freed(struct pump_context *c, CUdeviceptr *ptrs, size_t *sizes, uint32_t n,
+                                        CUstream stream)
 {
-    CUdeviceptr first, end;
-    if (stream == NULL || stream == CU_STREAM_LEGACY || pump_ranges_find(ptr) == NULL ||
-        !whole_blocks(ptr, size, &first, &end))
-        return 0;
-    struct pump_context *c = pump_context_of(stream);
-    if (c == NULL || pump_stream_capturing(stream))
-        return 0;
-    return discard_marked(c, stream, first, end);
-}
-
-PUMP_HIDDEN uint64_t pump_discard_freed(struct pump_context *c, CUdeviceptr ptr, size_t size, CUstream stream)
-{
-    CUdeviceptr first, end;
-    if (stream == CU_STREAM_PER_THREAD || !whole_blocks(ptr, size, &first, &end))
+    if (n == 0 || stream == CU_STREAM_PER_THREAD || pump_driver.discard_batch == NULL ||
+        pump_driver.event_query == NULL)
         return 0;  /* a per-thread stream names the calling thread's, maybe not the block's */
     bool legacy = stream == NULL || stream == CU_STREAM_LEGACY;
-    /* While a capture is open, work on a stream in the legacy stream's order could join it. */
+    /* While a capture is open, work on the legacy stream could join it. */
     if (legacy ? !pump_captures_none() : pump_stream_capturing(stream))
         return 0;
-    CUstream on = legacy ? legacy_peer(c) : stream;
+    CUstream on = legacy && pump_driver.stream_synchronize != NULL ? legacy_peer(c) : legacy ? NULL : stream;
     if (on == NULL)
         return 0;
     /* The legacy stream's context is the calling thread's, c (pump_context_of): only another
      * stream's may need making current. */
     bool pushed = false;
-    uint64_t mark = legacy || pump_context_push(c->key, &pushed) ? discard_marked(c, on, first, end) : 0;
+    uint64_t mark = legacy || pump_context_push(c->key, &pushed) ? discard_marked(c, on, legacy, ptrs, sizes, n) : 0;
     pump_context_pop(pushed);
     return mark;
 }

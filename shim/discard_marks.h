@@ -7,20 +7,17 @@
 
 struct pump_context;
 
-/* Discards the 2 MiB blocks wholly inside [ptr, ptr+size) of a managed
- * allocation, memory dead from this point of `stream` on, in that stream's
- * order: neither written back to the host nor migrated in again. Never on the
- * legacy NULL stream (the driver refuses it there) nor in a capture (a replay
- * would not free it again). Returns its mark (0: nothing discarded): pump's
- * moves of memory allocated again over it must come after it on the GPU. */
-PUMP_HIDDEN uint64_t pump_discard_dead(CUdeviceptr ptr, size_t size, CUstream stream);
-/* Discards, as pump_discard_dead does, memory of c's device that a framework's caching
- * allocator took back on `stream` (its own, where it hands the memory out again; NULL or
- * CU_STREAM_LEGACY: the legacy stream of c, then the discard is made on c's legacy peer, a
- * blocking stream in the legacy stream's order). Made in c's context, whatever the calling
- * thread's; never while a capture may be open and the stream is the legacy one or captured.
- * Returns its mark (0: nothing discarded). */
-PUMP_HIDDEN uint64_t pump_discard_freed(struct pump_context *c, CUdeviceptr ptr, size_t size, CUstream stream);
+/* Discards n runs of whole 2 MiB blocks (address order) of c's device, memory dead from this
+ * point of `stream` on, in that stream's order: neither written back to the host nor migrated
+ * in again. `stream` is the one a framework's allocator hands the memory out again on; NULL or
+ * CU_STREAM_LEGACY, where the driver refuses a discard: on c's legacy peer, ordered after the
+ * legacy stream's work so far and before its work to come, by events. Made in c's context,
+ * whatever the calling thread's; never while a capture may be open and the stream is the
+ * legacy one or captured, nor on a per-thread stream. The caller sees to it that none of pump's
+ * moves of the runs is under way (pump_residency_discard). Returns its mark (0: nothing
+ * discarded): pump's moves of memory allocated again over it must come after it on the GPU. */
+PUMP_HIDDEN uint64_t pump_discard_freed(struct pump_context *c, CUdeviceptr *ptrs, size_t *sizes, uint32_t n,
+                                        CUstream stream);
 /* Whether the marked discard was made on c's legacy peer: memory allocated again over it is
  * then populated on c's populate stream (pump_populate), made to wait for the discard, instead
  * of on c's prefetch stream, where that wait would hold every prefetch queued behind it until

@@ -122,15 +122,24 @@ PUMP_HIDDEN CUresult pump_missing_entry(void)
                : CUDA_ERROR_NOT_INITIALIZED;
 }
 
+/* The CUDA version the driver says it is (cuDriverGetVersion), set before pump's own calls are
+ * resolved; 0: it did not say. */
+static int driver_version;
+
 /* pump's own calls: resolved the way the CUDA runtime does it, at the ABI
  * version pump was written against, legacy-stream flavour. A NULL answer
  * means this driver lacks it; only a driver without cuGetProcAddress (before
- * CUDA 11.3) is asked by symbol name. */
+ * CUDA 11.3) is asked by symbol name. An entry newer than the driver is not
+ * asked for: the 580 driver (CUDA 13.0) answers CUDA_ERROR_INVALID_VALUE to a
+ * version above its own, which compute-sanitizer reports as an error of the
+ * program's (bench/results/gpu-20261126-nvidia-h100-80gb-hbm3, memcheck). */
 static void *own_entry(void *lib, PFN_cuGetProcAddress_v12000 get_proc, const char *symbol,
                        int version, const char *abi_name)
 {
     if (get_proc == NULL)
         return not_own(lib, abi_name, pump_real_dlsym()(lib, abi_name));
+    if (driver_version != 0 && version > driver_version)
+        return NULL;
     void *fn = NULL;
     CUdriverProcAddressQueryResult status;
     if (get_proc(symbol, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS)
@@ -141,12 +150,10 @@ static void *own_entry(void *lib, PFN_cuGetProcAddress_v12000 get_proc, const ch
 /* A driver newer than the headers pump was built with may begin a capture in a way pump has
  * no hook for (CUDA 12.3 added cuStreamBeginCaptureToGraph, 13.1 cuStreamBeginCaptureToCig,
  * 13.3 cuStreamBeginRecaptureToGraph), and a program linked to it may call it directly. */
-static void captures_known(void *lib, PFN_cuGetProcAddress_v12000 get_proc)
+static void captures_known(void)
 {
-    PFN_cuDriverGetVersion_v2020 get_version = own_entry(lib, get_proc, "cuDriverGetVersion", 2020, "cuDriverGetVersion");
-    int version = 0;
-    if (get_version == NULL || get_version(&version) != CUDA_SUCCESS || version > CUDA_VERSION) {
-        pump_log(1, "driver CUDA version %d, pump's headers %d", version, CUDA_VERSION);
+    if (driver_version == 0 || driver_version > CUDA_VERSION) {
+        pump_log(1, "driver CUDA version %d, pump's headers %d", driver_version, CUDA_VERSION);
         pump_captures_untracked("the driver is newer than the CUDA headers pump was built with, or did not say its "
                                 "version");
     }
@@ -167,6 +174,9 @@ static bool load_driver(void)
         pump_real[i] = not_own(lib, pump_hooks[i].name, real_dlsym(lib, pump_hooks[i].name));
 
     PFN_cuGetProcAddress_v12000 get_proc = (PFN_cuGetProcAddress_v12000)pump_real[PUMP_HOOK_get_proc_address_v2];
+    PFN_cuDriverGetVersion_v2020 get_version = own_entry(lib, get_proc, "cuDriverGetVersion", 2020, "cuDriverGetVersion");
+    if (get_version == NULL || get_version(&driver_version) != CUDA_SUCCESS)
+        driver_version = 0;
     struct pump_driver d = {
         .ctx_get_current = own_entry(lib, get_proc, "cuCtxGetCurrent", 4000, "cuCtxGetCurrent"),
         .ctx_get_device = own_entry(lib, get_proc, "cuCtxGetDevice", 2000, "cuCtxGetDevice"),
@@ -177,6 +187,7 @@ static bool load_driver(void)
         .event_query = own_entry(lib, get_proc, "cuEventQuery", 2000, "cuEventQuery"),
         .event_elapsed = own_entry(lib, get_proc, "cuEventElapsedTime", 2000, "cuEventElapsedTime"),
         .stream_wait_event = own_entry(lib, get_proc, "cuStreamWaitEvent", 3020, "cuStreamWaitEvent"),
+        .stream_synchronize = own_entry(lib, get_proc, "cuStreamSynchronize", 2000, "cuStreamSynchronize"),
         .stream_is_capturing = own_entry(lib, get_proc, "cuStreamIsCapturing", 10000, "cuStreamIsCapturing"),
         .exchange_capture_mode =
             own_entry(lib, get_proc, "cuThreadExchangeStreamCaptureMode", 10010, "cuThreadExchangeStreamCaptureMode"),
@@ -216,7 +227,7 @@ static bool load_driver(void)
         /* device UUIDs (channel.c) */
         .device_get_uuid = own_entry(lib, get_proc, "cuDeviceGetUuid", 11040, "cuDeviceGetUuid_v2"),
     };
-    captures_known(lib, get_proc);
+    captures_known();
     d.can_prefetch = d.ctx_get_current != NULL && d.ctx_get_device != NULL && d.stream_create != NULL &&
                      d.event_create != NULL && d.event_record != NULL && d.stream_wait_event != NULL &&
                      d.stream_is_capturing != NULL && (d.prefetch_v2 != NULL || d.prefetch_v1 != NULL);

@@ -365,7 +365,7 @@ static bool kept_on_free(CUdeviceptr dptr, bool placing, size_t *size, int *devi
 /* Stream-ordered: the memory dies in stream order, but no later launch may name it, so it
  * leaves the table now. A block pump keeps (managed_all_cache.h) is not freed. */
 static CUresult free_async(pump_pfn_mem_free_async real, CUdeviceptr dptr, CUstream stream, CUstream own,
-                           bool placing, uint64_t discarded)
+                           bool placing)
 {
     if (!pump_active())
         return real(dptr, stream);
@@ -378,8 +378,6 @@ static CUresult free_async(pump_pfn_mem_free_async real, CUdeviceptr dptr, CUstr
         struct pump_range *freed = retire(dptr, size);
         if (freed == NULL)
             untrack(dptr);  /* no record kept: the block is tracked anew when taken */
-        else if (discarded != 0)
-            pump_residency_discarded(freed, dptr, dptr + size, discarded);
         if (pump_kept_keep(dptr, size, device, own, pooled))
             return CUDA_SUCCESS;
         return after_free(real(dptr, stream), untrack(dptr) || freed != NULL);
@@ -394,15 +392,15 @@ static CUresult free_async(pump_pfn_mem_free_async real, CUdeviceptr dptr, CUstr
     CUresult pump_##id(CUdeviceptr dptr, CUstream stream)                             \
     {                                                                                 \
         PUMP_REAL_OR_RETURN(id, real);                                                \
-        return free_async(real, dptr, stream, pump_stream_of(stream, per_thread), false, 0); \
+        return free_async(real, dptr, stream, pump_stream_of(stream, per_thread), false); \
     }
 PUMP_FREE_ASYNC_HOOK(mem_free_async, false)
 PUMP_FREE_ASYNC_HOOK(mem_free_async_ptsz, true)
 
-PUMP_HIDDEN CUresult pump_torch_free_async(CUdeviceptr dptr, CUstream stream, bool placing, uint64_t discarded)
+PUMP_HIDDEN CUresult pump_torch_free_async(CUdeviceptr dptr, CUstream stream, bool placing)
 {
     PUMP_REAL_OR_RETURN(mem_free_async, real);
-    return free_async(real, dptr, stream, stream, placing, discarded);
+    return free_async(real, dptr, stream, stream, placing);
 }
 
 /* Under managed_all the job's memory is its capacity: a framework sizing its

@@ -11,7 +11,7 @@ PUMP_HIDDEN CUresult pump_torch_alloc_async(CUdeviceptr *dptr, size_t bytesize, 
                                             const struct pump_place *place);
 /* cuMemFreeAsync as the program's own call would make it; placing: pump keeps the block, a
  * managed pool's too, for an allocation to come, and what it knows of its memory with it
- * (discarded: the mark of the discard made of its whole blocks at the free, 0: none). */
-PUMP_HIDDEN CUresult pump_torch_free_async(CUdeviceptr dptr, CUstream stream, bool placing, uint64_t discarded);
+ * (a discard made at the free included: pump_residency_discard). */
+PUMP_HIDDEN CUresult pump_torch_free_async(CUdeviceptr dptr, CUstream stream, bool placing);
 
 #endif

@@ -56,14 +56,14 @@ struct pump_context {
     bool use_prepare_off;    /* under use_lock: the worker refused it (none): never asked again */
     struct pump_job use_prepare;
     struct ring mark_ring;
-    /* Made at their first use (discard_marks.c): a blocking stream, whose work comes after the
-     * legacy default stream's earlier work and before its later work (the legacy stream's
-     * implicit synchronisation), so a discard made there is in the legacy stream's order, where
-     * the driver refuses one on the legacy stream itself; and a non-blocking stream that
-     * populates memory discarded there, each populate after its discard, so that the prefetch
-     * stream never waits for one. */
+    /* Made at their first use (discard_marks.c): a stream whose discards are made in the legacy
+     * default stream's order, where the driver refuses one on the legacy stream itself: each
+     * waits for legacy_reached, recorded on the legacy stream before it, and the legacy stream
+     * waits for its mark; and a stream that populates memory discarded there, each populate
+     * after its discard, so that the prefetch stream never waits for one. Both non-blocking. */
     struct ring peer_ring;
     CUstream legacy_peer;
+    CUevent legacy_reached;  /* recorded on the legacy stream only, by the thread discarding */
     CUstream populate_stream;
     CUevent populated;   /* recorded on populate_stream only */
     bool discarding;     /* a thread discards in this context, outside the lock */

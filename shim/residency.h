@@ -45,11 +45,16 @@ PUMP_HIDDEN void pump_residency_freed(struct pump_range *range);
  * host. Where the budget holds everything they are not: kept, the next tensor there finds
  * its memory resident, where a discarded one is populated again. */
 PUMP_HIDDEN bool pump_residency_pressed(int device);
-/* The blocks of a freed tensor's record wholly inside [start, end) were discarded (the mark
- * of the discard, discard_marks.h): believed nowhere from now on, so no budget counts them and
- * no eviction copies them; memory allocated again there is moved only after the discard.
- * Takes the shape lock for writing, as pump_residency_freed does. */
-PUMP_HIDDEN void pump_residency_discarded(struct pump_range *range, uint64_t start, uint64_t end, uint64_t mark);
+/* A tensor of c's device died at this point of `stream`, its allocator's (before its record is
+ * removed): its whole 2 MiB blocks believed resident there are discarded (pump_discard_freed)
+ * and believed nowhere from then on, so no budget counts them and no eviction copies them;
+ * memory allocated again there is moved only after the discard. Only those: a block pump
+ * evicted or planned may still be moving, and a discard at the same time as a migration of the
+ * same memory is undefined behaviour ("the caller is responsible for serializing page accesses
+ * and/or migrations and discard operations", uvm.h, UvmDiscard). They leave the belief before
+ * the discard is asked for, so no decision moves them meanwhile. Returns the discard's mark
+ * (0: none made). Takes the shape lock for writing, as pump_residency_freed does. */
+PUMP_HIDDEN uint64_t pump_residency_discard(struct pump_range *range, struct pump_context *c, CUstream stream);
 /* A tensor carved over records of other extents, and what is left of them outside it
  * (made, under the range table's writer lock; ranges.h): each block of theirs is believed
  * resident where all of its memory was (the caching allocator keeps it on the GPU while

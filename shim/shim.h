@@ -56,6 +56,8 @@ struct pump_config {
     bool wait;                          /* PUMP_WAIT: kernels wait for their prefetch */
     bool worker;                        /* PUMP_WORKER: moves decided ahead are made by pump's worker thread */
     bool evict_ahead;                   /* PUMP_EVICT_AHEAD: the launch rule keeps room free ahead (residency_ahead.c) */
+    bool torch_discards;                /* PUMP_TORCH_DISCARDS: PyTorch's caching allocator's dead tensors are
+                                           discarded under a budget (torch_trace.c) */
     bool kernel_times;                  /* PUMP_KERNEL_TIMES: the GPU times launches for pumpd (kernel_time.h) */
     bool torch_placement;               /* PUMP_TORCH_PLACEMENT: pump's allocator for PyTorch places tensors
                                            where they went a step before (placement.h) */
@@ -143,6 +145,7 @@ struct pump_driver {
     PFN_cuEventQuery_v2000 event_query;
     PFN_cuEventElapsedTime_v2000 event_elapsed;   /* NULL: no LINK records (link_rate.c) */
     PFN_cuStreamWaitEvent_v3020 stream_wait_event;
+    PFN_cuStreamSynchronize_v2000 stream_synchronize;
     PFN_cuStreamIsCapturing_v10000 stream_is_capturing;
     PFN_cuThreadExchangeStreamCaptureMode_v10010 exchange_capture_mode;
     PFN_cuMemPrefetchBatchAsync_v13000 prefetch_batch;   /* NULL before CUDA 13 */

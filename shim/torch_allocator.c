@@ -8,8 +8,8 @@
  * order where the driver will not prefetch the pool's, within the capacity; in a capture: as
  * the program asked), so the range table, the budget and the daemon's ALLOC/FREE events see
  * exact tensors. At a free the tensor is dead from that point of its stream on: the 2 MiB
- * blocks wholly inside it are discarded in that stream's order before the stream-ordered
- * free, so dead memory is neither written back to the host nor migrated in again. The pool
+ * blocks wholly inside it that pump believes on the device are discarded in that stream's
+ * order before the stream-ordered free, so dead memory is neither written back to the host nor migrated in again. The pool
  * may hand it out again at once: pump moves the new tensor's memory only after that
  * discard (prefetch.h's discard marks, residency.c).
  *
@@ -41,6 +41,7 @@
 #include "managed_all_cache.h"
 #include "placement.h"
 #include "prefetch.h"
+#include "residency.h"
 #include "stream_users.h"
 
 #define PUMP_EXPORT __attribute__((visibility("default")))
@@ -126,28 +127,39 @@ void *pump_torch_alloc(ssize_t size, int device, CUstream stream)
     return (void *)(uintptr_t)ptr;
 }
 
+/* A dead tensor's blocks discarded on its own stream (pump_residency_discard); never on a
+ * default stream, and not in a capture, whose replay would not free it again. */
+static void discard_dead(struct pump_range *range, CUstream stream)
+{
+    if (range == NULL || stream == NULL || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD)
+        return;
+    struct pump_context *c = pump_context_of(stream);
+    if (c != NULL && !pump_stream_capturing(stream))
+        (void)pump_residency_discard(range, c, stream);
+}
+
 void pump_torch_free(void *ptr, size_t size, int device, CUstream stream)
 {
+    (void)size;  /* the tensor's record has its extent */
     if (ptr == NULL)
         return;
     bool pushed;
     (void)pump_context_push(context_needed(device), &pushed);  /* not pushed: the free says why */
     CUdeviceptr dptr = (CUdeviceptr)(uintptr_t)ptr;
     bool placed = false;
-    uint64_t discarded = 0;
     if (pump_active()) {
-        const struct pump_range *range = pump_ranges_find(dptr);
+        struct pump_range *range = pump_ranges_find(dptr);
         if (range != NULL && __atomic_load_n(&range->base, __ATOMIC_RELAXED) != dptr)
             range = NULL;  /* not a managed tensor */
         /* memory the driver refused to prefetch is refused a discard too (cuda.h, same contract) */
         bool refused = range != NULL && __atomic_load_n(&range->unprefetchable, __ATOMIC_RELAXED);
         if (pump_stream_users_order_free(stream, range) && !refused)
-            discarded = pump_discard_dead(dptr, size, stream);
+            discard_dead(range, stream);
         else if (range != NULL)
             PUMP_COUNT(discards_declined, 1);
         placed = placing(stream);
     }
-    if (pump_torch_free_async(dptr, stream, placed, discarded) == CUDA_SUCCESS)
+    if (pump_torch_free_async(dptr, stream, placed) == CUDA_SUCCESS)
         PUMP_COUNT(torch_frees, 1);
     pump_context_pop(pushed);
 }

@@ -10,20 +10,27 @@
  * daemon see its tensors, each announced to the daemon as an allocation of its own, and
  * the segment's bytes stay counted against the capacity until its cuMemFree.
  *
- * A freed tensor is dead: the free tells the daemon so, and where pump's budget presses on
- * the device (it evicted there lately, freed tensors' blocks first: residency.h; for now only a
- * PUMP_BUDGET's, under the launch rule: discards_here), the 2 MiB blocks wholly inside it are
- * discarded, so that no eviction writes them back and the next tensor there is not brought in
- * from the host (issue 41, item 2). The discard goes in the order of the block's stream, the
- * one the allocator hands the memory out again on (it keeps a free block per stream; a use on
- * another stream holds the free back until that use is done, by record_stream, so the free is
- * told only once it completes): on that stream, or, for the legacy default stream, where the
- * driver refuses a discard, on a blocking stream that the legacy stream orders both ways
- * (discard_marks.h). Every later use of the memory is on that
- * stream, after the discard. pump's own moves of the block still queued then move dead bytes
- * only; those it decides later wait for the discard (its mark). Where nothing is evicted,
- * nothing is discarded: the caching allocator keeps the memory on the GPU, and a discard would
- * make the next tensor's first use populate it again.
+ * A freed tensor is dead: the free tells the daemon so, and, with PUMP_TORCH_DISCARDS=1, where
+ * pump's budget presses on the device (it evicted there lately, freed tensors' blocks first:
+ * residency.h; for now only a PUMP_BUDGET's, under the launch rule: discards_here), the 2 MiB
+ * blocks wholly inside it that pump believes on the device are discarded, so that no eviction
+ * writes them back and the next tensor there is not brought in from the host (issue 41, item
+ * 2). The discard goes in the order of the block's stream, the one the allocator hands the
+ * memory out again on (it keeps a free block per stream; a use on another stream holds the
+ * free back until that use is done, by record_stream, so the free is told only once it
+ * completes): on that stream, or, for the legacy default stream, where the driver refuses a
+ * discard, on a stream of pump's that events order after the legacy stream's work so far and
+ * before its work to come (discard_marks.h). Every later use of the memory is on that stream,
+ * after the discard; pump's moves of it wait for the discard (its mark), and none of pump's
+ * earlier moves of it is under way (pump_residency_discard). Where nothing is evicted, nothing
+ * is discarded: the caching allocator keeps the memory on the GPU, and a discard would make the
+ * next tensor's first use populate it again.
+ *
+ * Off by default: the first H100 run that discarded here (bench/results/
+ * gpu-20261126-nvidia-h100-80gb-hbm3, case c) computed another loss than the job without pump,
+ * when the legacy stream's discards were ordered by its implicit synchronisation and pump's
+ * evictions of a dying tensor could still be running; both are closed since, and it stays off
+ * until a GPU run shows it bit-identical (the GPU suite's case c runs it as launch-discards).
  */
 #include "capacity.h"
 #include "channel.h"
@@ -58,7 +65,7 @@ static struct pump_range *live_tensor(uint64_t addr)
                : NULL;
 }
 
-/* Where dead tensors are discarded: under the launch rule, while no plan of pumpd's has
+/* Where dead tensors are discarded: where PUMP_TORCH_DISCARDS asks for it, under the launch rule, while no plan of pumpd's has
  * triggers, within a budget set by PUMP_BUDGET (and, in discard_dead, on a device the job's
  * memory cannot fill). Measured on bench-steady (docs/limits.md): there it cut the bytes each
  * way 40% and the launching thread's time 28%, at the same step time. On a full device a
@@ -68,37 +75,33 @@ static struct pump_range *live_tensor(uint64_t addr)
 static bool discards_here(void)
 {
     struct pump_channel *channel = pump_channel_get();
-    return pump_config.policy == PUMP_POLICY_LAUNCH && pump_config.budget_kind != PUMP_CAP_DEFAULT &&
+    return pump_config.torch_discards && pump_config.policy == PUMP_POLICY_LAUNCH &&
+           pump_config.budget_kind != PUMP_CAP_DEFAULT &&
            (channel == NULL || channel->plan == NULL ||
             __atomic_load_n(&channel->plan->trigger_count, __ATOMIC_ACQUIRE) == 0);
 }
 
 /* Discards a dead tensor's whole blocks where pump's budget presses on their device, which has
- * room for the job's memory (its capacity is within the device: see discards_here): its mark
- * (discard_marks.h), 0 when nothing was discarded. */
-static uint64_t discard_dead(const struct pump_range *range, CUstream stream)
+ * room for the job's memory (its capacity is within the device: see discards_here). */
+static void discard_dead(struct pump_range *range, CUstream stream)
 {
     int device = __atomic_load_n(&range->device, __ATOMIC_RELAXED);
     /* memory the driver refused to prefetch is refused a discard too (cuda.h, same contract) */
     if (!pump_residency_pressed(device) || !discards_here() || pump_capacity_beyond_device(device) ||
         __atomic_load_n(&range->unprefetchable, __ATOMIC_RELAXED))
-        return 0;
+        return;
     struct pump_context *c = pump_context_of(stream);  /* NULL: the calling thread's context */
-    if (c == NULL || pump_context_device(c) != device)
-        return 0;
-    uint64_t mark = pump_discard_freed(c, __atomic_load_n(&range->base, __ATOMIC_RELAXED),
-                                       __atomic_load_n(&range->size, __ATOMIC_RELAXED), stream);
-    PUMP_COUNT(torch_tensor_discards, mark != 0);
-    return mark;
+    if (c != NULL && pump_context_device(c) == device)
+        PUMP_COUNT(torch_tensor_discards, pump_residency_discard(range, c, stream) != 0);
 }
 
 static void tensor_free(uint64_t addr, CUstream stream)
 {
     struct pump_range *range = live_tensor(addr);
-    uint64_t mark = range != NULL ? discard_dead(range, stream) : 0, tracked;
+    uint64_t tracked;
+    if (range != NULL)
+        discard_dead(range, stream);
     if (pump_ranges_remove_tensor(addr, &tracked)) {
-        if (mark != 0)
-            pump_residency_discarded(range, addr, addr + tracked, mark);
         PUMP_COUNT(torch_tensor_frees, 1);
         pump_channel_free(addr, tracked);
     }

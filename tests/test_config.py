@@ -153,7 +153,8 @@ def test_unknown_top_level_key_and_dotted_section(tmp_path):
 @pytest.mark.parametrize("section,allowed", [
     ("job", "name"),
     ("prefetch", "policy, wait, epoch_launches"),
-    ("memory", "capacity, budget, share, min_budget, max_budget, priority, managed_all, torch_allocator, evict_ahead"),
+    ("memory", "capacity, budget, share, min_budget, max_budget, priority, managed_all, torch_allocator, evict_ahead, "
+               "torch_discards"),
     ("trace", "file"),
     ("daemon", "mode, socket"),
 ])
@@ -525,6 +526,7 @@ FULL_JOB = """
     managed_all = false
     torch_allocator = "pump"
     evict_ahead = false
+    torch_discards = true
     [trace]
     file = "/tmp/t.trace"
     [daemon]
@@ -538,7 +540,8 @@ def test_full_job_file(tmp_path):
     cfg = config.load_job_file(path)
     assert cfg == config.JobConfig(
         name="train-1.b_c", policy="lookahead", wait=False, epoch_launches=4294967295, capacity="host",
-        budget="75%", managed_all=False, torch_allocator="pump", evict_ahead=False, trace_file="/tmp/t.trace",
+        budget="75%", managed_all=False, torch_allocator="pump", evict_ahead=False, torch_discards=True,
+        trace_file="/tmp/t.trace",
         daemon_mode="embedded",
         daemon_socket="/run/x.sock", source={f: path for f in config.JOB_FIELDS if f not in ARBITER_FIELDS},
     )
@@ -721,7 +724,7 @@ def test_flag_beats_file_beats_jobs_d_beats_default(tmp_path, jobs_dir):
         daemon_socket="/sys.sock",
         source={"name": cfg_file, "policy": cfg_file, "wait": "flag", "epoch_launches": system,
                 "capacity": "flag", "budget": system, "managed_all": system, "torch_allocator": system,
-                "trace_file": cfg_file, "evict_ahead": "default",
+                "trace_file": cfg_file, "evict_ahead": "default", "torch_discards": "default",
                 "daemon_mode": system,
                 "daemon_socket": system, **{f: "default" for f in ARBITER_FIELDS}},
     )
@@ -868,7 +871,7 @@ def test_job_env_all(tmp_path, jobs_dir):
     assert config.job_env(cfg) == {
         "PUMP_POLICY": "lookahead", "PUMP_WAIT": "0", "PUMP_EPOCH_LAUNCHES": "4294967295",
         "PUMP_CAPACITY": "host", "PUMP_BUDGET": "75%", "PUMP_NAME": "train-1.b_c", "PUMP_MANAGED_ALL": "0",
-        "PUMP_TORCH_ALLOCATOR": "pump", "PUMP_EVICT_AHEAD": "0",
+        "PUMP_TORCH_ALLOCATOR": "pump", "PUMP_EVICT_AHEAD": "0", "PUMP_TORCH_DISCARDS": "1",
     }
 
 

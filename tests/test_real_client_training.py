@@ -209,17 +209,19 @@ def test_pump_found_every_allocation_the_real_layouts_point_into(runs):
 
 
 def test_a_budget_discards_the_tensors_pytorch_frees(cuda_torch, c_build, tmp_path):  # noqa: F811
-    """Issue 41 item 2 on the real client: the GPT loop at width 512 (its MLP's gradients, 4 MiB
-    each, freed by zero_grad on the legacy stream) under a 64 MiB budget, which presses (every
-    step evicts). PyTorch's allocator tells pump of each free through the bridge, with the
-    block's stream; the dead tensors' whole 2 MiB blocks are discarded, on a stream of pump's
-    in the legacy stream's order, and the job runs as it does bare. Before, nothing was
-    discarded on this path (the bridge forwarded no stream)."""
+    """Issue 41 item 2 on the real client, with PUMP_TORCH_DISCARDS=1: the GPT loop at width 512
+    (its MLP's gradients, 4 MiB each, freed by zero_grad on the legacy stream) under a 64 MiB
+    budget, which presses (every step evicts). PyTorch's allocator tells pump of each free
+    through the bridge, with the block's stream; the dead tensors' whole 2 MiB blocks are
+    discarded, on a stream of pump's that events put in the legacy stream's order, and the job
+    runs as it does bare. Before, nothing was discarded on this path (the bridge forwarded no
+    stream)."""
     outputs = []
     for name, pump in (("bare", False), ("pump", True)):
         out = tmp_path / name
         out.mkdir()
-        env = dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"), FAKECUDA_PERSONA=PERSONA)
+        env = dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"), FAKECUDA_PERSONA=PERSONA,
+                   FAKECUDA_STATS=str(out / "fakecuda.json"), PUMP_TORCH_DISCARDS="1")
         cmd = [cuda_torch, str(TRAIN), str(out), "wide"]
         if pump:
             cmd = [PUMP_RUN, "--budget", "64MiB", "--stats", str(out / "pump.json"), "--", *cmd]
@@ -230,3 +232,5 @@ def test_a_budget_discards_the_tensors_pytorch_frees(cuda_torch, c_build, tmp_pa
     t = json.loads((tmp_path / "pump" / "pump.json").read_text())["totals"]
     assert t["evictions"] > 0 and t["torch_tensor_discards"] > 0 and t["bytes_discarded"] >= 2 * (1 << 20), t
     assert t["errors"] == 0 and t["events_dropped"] == 0
+    # no discard ran beside one of pump's migrations of the same memory (tests/fakecuda/discard_races.c)
+    assert json.loads((tmp_path / "pump" / "fakecuda.json").read_text())["discard_races"] == 0

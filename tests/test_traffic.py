@@ -121,12 +121,15 @@ def test_at_a_budget_pump_moves_at_most_the_driver_given_that_memory(c_build, bu
 
 
 def test_at_a_budget_dead_tensors_cross_no_link(c_build):
-    """Issue 41 item 2: a tensor the caching allocator frees (bench/steady_step.c's activations and
-    gradients, on the legacy stream) is discarded at its free, in the legacy stream's order, where
-    the budget presses: its blocks are neither copied to the host nor brought back for the next
-    tensor there. At bench-steady's budget50 (200 MiB): before, 532 MiB each way a step, the
-    driver given 200 MiB 586; now 318 in and 322 out, with the same losses."""
-    pumped = steady(c_build, "1G", [], ["--budget", "200M"])
+    """Issue 41 item 2: with PUMP_TORCH_DISCARDS=1 (off by default until a GPU run shows it
+    bit-identical: shim/torch_trace.c), a tensor the caching allocator frees (bench/steady_step.c's
+    activations and gradients, on the legacy stream) is discarded at its free, in the legacy
+    stream's order, where the budget presses: its blocks pump believes on the device are neither
+    copied to the host nor brought back for the next tensor there. At bench-steady's budget50
+    (200 MiB): without discards 532 MiB each way a step, the driver given 200 MiB 586; with them
+    336 each way (318 in and 322 out when blocks pump had evicted, whose eviction could still be
+    running, were discarded too), with the same losses."""
+    pumped = steady(c_build, "1G", [], ["--budget", "200M"], env={"PUMP_TORCH_DISCARDS": "1"})
     bare = steady(c_build, "200M", ["managed"])
     assert_no_more_traffic(pumped, bare, "budget 200 MiB")
     counters = pumped[0]["pump"]
