@@ -702,3 +702,12 @@ def test_the_benchmarks_evidence_keeps_traces_and_reports_within_its_cap(tmp_pat
         assert sorted(tar.getnames()) == sorted(kept["kept"])
         tar.extract("a.trace", tmp_path / "back", filter="data")
     assert (tmp_path / "back" / "a.trace").read_bytes() == (work / "a.trace").read_bytes()
+
+
+def test_discard_order_probe_finds_every_way_in_order_on_fakecuda(fake_gpu):
+    """bench/gpu/probes/discard_order.py: fakecuda keeps each discard in the order asked for
+    (the legacy stream's implicit synchronisation included), so no way leaves the kernel
+    indeterminate data; on a GPU the figures say whether the driver does."""
+    doc = run_probe(fake_gpu, "discard_order.py", "--mib", "2", "--busy", "2", "--rounds", "1")
+    assert doc["fakecuda"] and set(doc["ways"]) == {"peer_implicit", "peer_events", "same_stream"}, doc
+    assert all(way["wrong"] == 0 and way["call_seconds"] >= 0 for way in doc["ways"].values()), doc

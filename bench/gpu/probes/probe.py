@@ -15,11 +15,14 @@ import cudrv  # noqa: E402,F401  (re-exported for the probes)
 import membudget  # noqa: E402,F401
 
 
-def sized_args(prog: str, doc: str, argv, mib: int, mib_help: str, least_mib: int):
-    """A probe's --mib (at least least_mib) and --rounds (at least 1, default 5), parsed."""
+def sized_args(prog: str, doc: str, argv, mib: int, mib_help: str, least_mib: int, more=None):
+    """A probe's --mib (at least least_mib) and --rounds (at least 1, default 5), parsed, and
+    what more(parser) adds."""
     ap = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
     ap.add_argument("--mib", type=int, default=mib, help=f"{mib_help} (default {mib})")
     ap.add_argument("--rounds", type=int, default=5, help="rounds (default 5)")
+    if more is not None:
+        more(ap)
     args = ap.parse_args(argv)
     if args.mib < least_mib or args.rounds < 1:
         ap.error(f"--mib: at least {least_mib}; --rounds: at least 1")
