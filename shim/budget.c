@@ -30,6 +30,17 @@
  *   the ledger (its default falls to 440 MiB of the 1.6 GB device there): what pump brings in
  *   beyond the pages it believes resident makes the driver evict, in its own order, blocks
  *   pump still counts (docs/limits.md). The launch rule gains: 0.53 against 0.62 s a step.
+ *   But the room free now is never less than half the ledger's (PLANS_FLOOR): pages that
+ *   reach the device without pump fill the free memory, the room told shrinks, fewer launches
+ *   are prefetched and more pages fault in, a circle the ledger broke for the launch rule. On
+ *   the H100 (bench/results/gpu-20261126-nvidia-h100-80gb-hbm3, case f, a filler leaving the
+ *   job half its peak) lookahead's room fell to 2 MiB of the ledger's 5.4 GiB and left 82 GiB
+ *   to faults, slower than the driver alone; tests/test_budget.py's pages put on the device
+ *   before the first launch take it to 2 MiB on fakecuda too, where half (126 MiB) holds its
+ *   64 MiB launches and a quarter (62) does not (800 faults a run either way). GPT-2 small's
+ *   lookahead on its full card (scripts/bench-real-client-budget's replay, 8 steps, the floor
+ *   changed in a build of its own, two runs each): 1.21 and 1.24 s a step without a floor,
+ *   1.24 and 1.20 at a quarter, 1.17 and 1.18 at half, 1.45 and 1.45 at the whole ledger.
  * - MARGIN: what the reading cannot see coming until the next synchronisation: device memory
  *   allocated outside pump's count between two readings (NCCL's buffers, NCCL_BUFFSIZE 4 MiB
  *   per channel and peer; cuMemCreate memory such as PyTorch's expandable segments; a
@@ -72,6 +83,7 @@
 #define MARGIN_MIN_DIVISOR 128
 #define MARGIN_MAX_DIVISOR 32
 #define HYSTERESIS_MARGINS 2
+#define PLANS_FLOOR_DIVISOR 2
 
 struct device_budget {
     bool configured_ready;  /* atomic: `configured` was resolved */
@@ -115,7 +127,8 @@ static uint64_t less_margin(const struct device_budget *d, uint64_t room)
 
 /* Under resolve_lock: what a reading of the device's memory gives, updating the foreign memory
  * (FOREIGN above): pump's default, the room less the foreign memory, and in *for_plans the
- * room free now (free memory + pump's resident bytes, less the margin, PLANS above). */
+ * room free now (free memory + pump's resident bytes, less the margin), no less than half of
+ * that default (PLANS above). */
 static uint64_t own_from(struct device_budget *d, int device, uint64_t free_bytes, uint64_t total_bytes,
                          uint64_t *for_plans)
 {
@@ -128,8 +141,11 @@ static uint64_t own_from(struct device_budget *d, int device, uint64_t free_byte
     uint64_t known = d->others < beyond_belief ? d->others : beyond_belief;
     d->others = unaccounted > known ? unaccounted : known;
     uint64_t foreign = d->others + held;
-    *for_plans = less_margin(d, free_bytes + resident);
-    return less_margin(d, total_bytes > foreign ? total_bytes - foreign : 0);
+    uint64_t own = less_margin(d, total_bytes > foreign ? total_bytes - foreign : 0);
+    uint64_t least = own / PLANS_FLOOR_DIVISOR / PUMP_BLOCK_SIZE * PUMP_BLOCK_SIZE;
+    uint64_t free_now = less_margin(d, free_bytes + resident);
+    *for_plans = free_now > least ? free_now : least;
+    return own;
 }
 
 static void publish_own(uint64_t own)

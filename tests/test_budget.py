@@ -223,6 +223,21 @@ def test_memory_put_on_the_device_before_the_first_launch_is_room_pump_may_take(
     assert t["budget_skips"] == 0 and run.result["gpu_faults"] == 0 and t["errors"] == 0
 
 
+def test_the_room_told_to_plans_is_never_under_half_the_ledgers(run_program):
+    """The same job under PUMP_POLICY=lookahead, whose default is the room free now (budget.c's
+    PLANS): the device is full of the job's pages, so that room is nothing, and every launch was
+    left to faults, the pages they brought keeping it so (2 MiB, 800 faults a run, as the H100's
+    case f fell to 2 MiB of a 5.4 GiB ledger: bench/results/gpu-20261126-nvidia-h100-80gb-hbm3).
+    It is never under half the ledger's room now: 254 MiB / 2, in whole blocks (a quarter, 62
+    MiB, was not enough: each launch uses two buffers, 64 MiB, and 800 faults stayed)."""
+    bare = run_program("budget", 8, 32, 4, "--on-device", pump=False, env=SMALL_DEVICE).result
+    run = run_program("budget", 8, 32, 4, "--on-device", env={**SMALL_DEVICE, "PUMP_POLICY": "lookahead"})
+    t = run.totals
+    assert run.result["checksum"] == bare["checksum"]
+    assert t["default_budget_bytes"] == t["budget_bytes"] == 126 * MiB
+    assert t["budget_skips"] == 0 and run.result["gpu_faults"] == 0 and t["errors"] == 0
+
+
 # ---- plans ----
 
 def test_plan_evicts_and_prefetches_within_its_budget(job, daemon):
