@@ -58,14 +58,19 @@ def test_layout_asked_by_handle_kind_sanitized(run_program, variant):
 def test_parameter_count_asked_where_the_driver_has_it(run_program, tmp_path, how):
     """Before CUDA 13.2 the only end of a layout is cuFuncGetParamInfo refusing the index past
     it: one refused call per layout, an API error to compute-sanitizer (docs/gpu-check.md).
-    From 13.2 pump asks cuFuncGetParamCount / cuKernelGetParamCount and is never refused."""
+    From 13.2 pump asks cuFuncGetParamCount / cuKernelGetParamCount and is never refused. It
+    never asks the driver for an entry point newer than the driver: the 580 driver (CUDA 13.0)
+    refused pump's two 13.2 lookups with CUDA_ERROR_INVALID_VALUE, which compute-sanitizer
+    reports (bench/results/gpu-20261126-nvidia-h100-80gb-hbm3)."""
     refused = {}
-    for version in (13000, 13020):
+    for version in (12080, 13000, 13020):
         fake_stats = tmp_path / f"fakecuda-{version}-{how}.json"
         env = {"PUMP_SOCKET": "", "PUMP_POLICY": "launch", "FAKECUDA_DRIVER_VERSION": str(version),
                "FAKECUDA_STATS": str(fake_stats)}
         run = run_program("kernel_handles", how, env=env)
         assert run.proc.returncode == 0, run.proc.stderr[-4000:]
         assert run.result["faults"] == 0 and run.totals["launches_unscanned"] == 0
-        refused[version] = json.loads(fake_stats.read_text())["param_info_refused"]
-    assert refused == {13000: 1, 13020: 0}
+        fake = json.loads(fake_stats.read_text())
+        refused[version] = fake["param_info_refused"]
+        assert fake["lookups_above_driver"] == 0, (version, fake["lookups_above_driver"])
+    assert refused == {12080: 1, 13000: 1, 13020: 0}

@@ -88,6 +88,12 @@ struct fakecuda_stats {
        them, had not completed (undefined behaviour: discard_races.c), and bytes written
        there later that were lost, as a stuck discard status loses them. */
     uint64_t discard_races, bytes_lost_to_discard_races;
+    /* cuGetProcAddress calls asking for a CUDA version above the driver's: the 580 driver
+       (CUDA 13.0) refused two such lookups of pump's with CUDA_ERROR_INVALID_VALUE, which
+       compute-sanitizer reports (bench/results/gpu-20261126-nvidia-h100-80gb-hbm3); answered
+       here as before, and counted since load (fakecuda_reset_stats leaves it: lookups are
+       made before a program measures). */
+    uint64_t lookups_above_driver;
 };
 void fakecuda_get_stats(struct fakecuda_stats *out); /* call after synchronizing */
 /* Contexts made on a device since load: primary context activations (a retain with no

@@ -85,7 +85,7 @@ typedef struct fc_counters {
         bytes_evicted_d2h, bytes_evicted_h2d, pool_bytes_reserved, pool_bytes_released, gpu_fault_batches,
         gpu_fault_stall_ns, bytes_fault_prefetched_h2d, launches_by_function, launches_by_kernel,
         param_info_refused, launches_given_uses, launch_uses_missing, launch_uses_mismatched,
-        discard_races, bytes_lost_to_discard_races;
+        discard_races, bytes_lost_to_discard_races, lookups_above_driver;
 } fc_counters;
 extern fc_counters fc_ctr;
 #define FC_COUNT(field, n) atomic_fetch_add_explicit(&fc_ctr.field, (uint64_t)(n), memory_order_relaxed)

@@ -445,6 +445,7 @@ static CUresult lookup(const char *symbol, void **pfn, int cudaVersion, cuuint64
     if (flags & ~(cuuint64_t)(CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM))
         return CUDA_ERROR_INVALID_VALUE;
     *pfn = NULL;
+    if (cudaVersion > fc_cfg.driver_version) FC_COUNT(lookups_above_driver, 1);
     int limit = cudaVersion < fc_cfg.driver_version ? cudaVersion : fc_cfg.driver_version;
     int found = 0, has_ptsz = 0, best = -1, best_ptsz = -1;
     for (int i = 0; i < (int)(sizeof fc_procs / sizeof *fc_procs); i++) {

@@ -318,6 +318,7 @@ FC_EXPORT void fakecuda_get_stats(struct fakecuda_stats *out)
     out->launch_uses_mismatched = LD(launch_uses_mismatched);
     out->discard_races = LD(discard_races);
     out->bytes_lost_to_discard_races = LD(bytes_lost_to_discard_races);
+    out->lookups_above_driver = LD(lookups_above_driver);
     /* Each way over the link, whoever moved it */
     out->bytes_h2d = out->bytes_faulted_h2d + out->bytes_prefetched_h2d;
     out->bytes_d2h_all = out->bytes_d2h + out->bytes_evicted_d2h;
@@ -394,7 +395,8 @@ __attribute__((destructor)) static void fc_write_stats_at_exit(void)
             ", \"launches_by_function\": %" PRIu64 ", \"launches_by_kernel\": %" PRIu64
             ", \"param_info_refused\": %" PRIu64 ", \"launches_given_uses\": %" PRIu64
             ", \"launch_uses_missing\": %" PRIu64 ", \"launch_uses_mismatched\": %" PRIu64
-            ", \"discard_races\": %" PRIu64 ", \"bytes_lost_to_discard_races\": %" PRIu64 ", \"entry_costs\": ",
+            ", \"discard_races\": %" PRIu64 ", \"bytes_lost_to_discard_races\": %" PRIu64
+            ", \"lookups_above_driver\": %" PRIu64 ", \"entry_costs\": ",
             s.gpu_faults, s.cpu_faults, s.pages_touched_by_kernels, s.bytes_prefetched_h2d,
             s.bytes_prefetched_unused, s.bytes_faulted_h2d, s.bytes_d2h, s.kernels_run,
             s.launches, s.prefetch_calls, s.batch_prefetch_calls, s.device_resident_bytes,
@@ -403,7 +405,8 @@ __attribute__((destructor)) static void fc_write_stats_at_exit(void)
             s.gpu_fault_batches, s.gpu_fault_stall_ns, s.bytes_fault_prefetched_h2d, s.bytes_h2d, s.bytes_d2h_all,
             s.launches_by_function, s.launches_by_kernel,
             atomic_load_explicit(&fc_ctr.param_info_refused, memory_order_relaxed), s.launches_given_uses,
-            s.launch_uses_missing, s.launch_uses_mismatched, s.discard_races, s.bytes_lost_to_discard_races);
+            s.launch_uses_missing, s.launch_uses_mismatched, s.discard_races, s.bytes_lost_to_discard_races,
+            s.lookups_above_driver);
     fc_cost_write_json(f);
     fputs(", \"not_found\": ", f);
     fc_not_found_write_json(f);
