@@ -163,18 +163,21 @@ static uint64_t discard_marked(struct pump_context *c, CUstream stream, bool on_
     return mark;
 }
 
+PUMP_HIDDEN bool pump_discard_possible(CUstream stream)
+{
+    bool legacy = stream == NULL || stream == CU_STREAM_LEGACY;
+    /* A per-thread stream names the calling thread's, maybe not the block's; while a capture is
+     * open, work on the legacy stream could join it. */
+    return stream != CU_STREAM_PER_THREAD && pump_driver.discard_batch != NULL && pump_driver.event_query != NULL &&
+           (legacy ? pump_driver.stream_synchronize != NULL && pump_captures_none() : !pump_stream_capturing(stream));
+}
+
 PUMP_HIDDEN uint64_t pump_discard_freed(struct pump_context *c, CUdeviceptr *ptrs, size_t *sizes, uint32_t n,
                                         CUstream stream)
 {
-    if (n == 0 || stream == CU_STREAM_PER_THREAD || pump_driver.discard_batch == NULL ||
-        pump_driver.event_query == NULL)
-        return 0;  /* a per-thread stream names the calling thread's, maybe not the block's */
     bool legacy = stream == NULL || stream == CU_STREAM_LEGACY;
-    /* While a capture is open, work on the legacy stream could join it. */
-    if (legacy ? !pump_captures_none() : pump_stream_capturing(stream))
-        return 0;
-    CUstream on = legacy && pump_driver.stream_synchronize != NULL ? legacy_peer(c) : legacy ? NULL : stream;
-    if (on == NULL)
+    CUstream on = legacy ? legacy_peer(c) : stream;
+    if (n == 0 || on == NULL)
         return 0;
     /* The legacy stream's context is the calling thread's, c (pump_context_of): only another
      * stream's may need making current. */

@@ -7,14 +7,17 @@
 
 struct pump_context;
 
+/* Whether memory freed on `stream` may be discarded there (pump_discard_freed): not on a
+ * per-thread stream, nor while a capture may be open and the stream is the legacy one or
+ * captured, nor where the driver lacks what it takes. */
+PUMP_HIDDEN bool pump_discard_possible(CUstream stream);
 /* Discards n runs of whole 2 MiB blocks (address order) of c's device, memory dead from this
  * point of `stream` on, in that stream's order: neither written back to the host nor migrated
  * in again. `stream` is the one a framework's allocator hands the memory out again on; NULL or
  * CU_STREAM_LEGACY, where the driver refuses a discard: on c's legacy peer, ordered after the
  * legacy stream's work so far and before its work to come, by events. Made in c's context,
- * whatever the calling thread's; never while a capture may be open and the stream is the
- * legacy one or captured, nor on a per-thread stream. The caller sees to it that none of pump's
- * moves of the runs is under way (pump_residency_discard). Returns its mark (0: nothing
+ * whatever the calling thread's, where pump_discard_possible(stream) said so. The caller sees
+ * to it that none of pump's moves of the runs is under way (pump_residency_discard). Returns its mark (0: nothing
  * discarded): pump's moves of memory allocated again over it must come after it on the GPU. */
 PUMP_HIDDEN uint64_t pump_discard_freed(struct pump_context *c, CUdeviceptr *ptrs, size_t *sizes, uint32_t n,
                                         CUstream stream);

@@ -421,6 +421,8 @@ PUMP_HIDDEN uint64_t pump_residency_discard(struct pump_range *range, struct pum
 {
     CUdeviceptr ptrs[DISCARD_RUNS];
     size_t sizes[DISCARD_RUNS];
+    if (!pump_discard_possible(stream))
+        return 0;  /* asked before any block leaves the belief */
     int device = pump_context_device(c);
     uint64_t base = __atomic_load_n(&range->base, __ATOMIC_RELAXED);
     uint32_t n = take_dead(range, base, base + __atomic_load_n(&range->size, __ATOMIC_RELAXED), device, ptrs, sizes);

@@ -127,14 +127,14 @@ void *pump_torch_alloc(ssize_t size, int device, CUstream stream)
     return (void *)(uintptr_t)ptr;
 }
 
-/* A dead tensor's blocks discarded on its own stream (pump_residency_discard); never on a
- * default stream, and not in a capture, whose replay would not free it again. */
+/* A dead tensor's blocks discarded on its own stream (pump_residency_discard, which refuses a
+ * captured one: a replay would not free it again); never on the legacy stream. */
 static void discard_dead(struct pump_range *range, CUstream stream)
 {
-    if (range == NULL || stream == NULL || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD)
+    if (range == NULL || stream == NULL || stream == CU_STREAM_LEGACY)
         return;
     struct pump_context *c = pump_context_of(stream);
-    if (c != NULL && !pump_stream_capturing(stream))
+    if (c != NULL)
         (void)pump_residency_discard(range, c, stream);
 }
 

@@ -63,36 +63,32 @@ def main(argv=None) -> int:
     doc = {"probe": "concurrent_moves", "bytes_each": size, "rounds": args.rounds}
     buffers = []
     try:
-        streams = [call("cuStreamCreate", cu.CUstream_flags.CU_STREAM_NON_BLOCKING) for _ in range(2)]
-        for _ in range(2):
-            buffers.append(gpu.alloc(size, True))
-            gpu.host_touch(buffers[-1], size)
-        leaving, arriving = buffers
+        with probe.measuring(doc, buffers):
+            streams = [call("cuStreamCreate", cu.CUstream_flags.CU_STREAM_NON_BLOCKING) for _ in range(2)]
+            for _ in range(2):
+                buffers.append(gpu.alloc(size, True))
+                gpu.host_touch(buffers[-1], size)
+            leaving, arriving = buffers
 
-        def move(ptr, to_device, stream):
-            def made():
-                gpu.prefetch(ptr, size, to_device, stream)
-                gpu.synchronize(stream)
-            return made
-        out, into = move(leaving, False, streams[0]), move(arriving, True, streams[1])
-        put_back = (move(leaving, True, streams[0]), move(arriving, False, streams[1]))
-        samples = {"out": [], "in": [], "together": []}
-        for _ in range(args.rounds):
-            for name, moves in (("out", (out,)), ("in", (into,)), ("together", (out, into))):
-                for made in put_back:
-                    made()
-                samples[name].append(timed(*moves))
-        median = {name: statistics.median(s) for name, s in samples.items()}
-        doc.update({f"{name}_seconds": m for name, m in median.items()},
-                   samples_seconds=samples,
-                   overlap=(median["out"] + median["in"] - median["together"]) / min(median["out"], median["in"]))
+            def move(ptr, to_device, stream):
+                def made():
+                    gpu.prefetch(ptr, size, to_device, stream)
+                    gpu.synchronize(stream)
+                return made
+            out, into = move(leaving, False, streams[0]), move(arriving, True, streams[1])
+            put_back = (move(leaving, True, streams[0]), move(arriving, False, streams[1]))
+            samples = {"out": [], "in": [], "together": []}
+            for _ in range(args.rounds):
+                for name, moves in (("out", (out,)), ("in", (into,)), ("together", (out, into))):
+                    for made in put_back:
+                        made()
+                    samples[name].append(timed(*moves))
+            median = {name: statistics.median(s) for name, s in samples.items()}
+            doc.update({f"{name}_seconds": m for name, m in median.items()},
+                       samples_seconds=samples,
+                       overlap=(median["out"] + median["in"] - median["together"]) / min(median["out"], median["in"]))
     except probe.membudget.Refused as exc:
         doc["refused_for_memory"] = str(exc)
-    except probe.cudrv.CudaError as exc:
-        doc["finding"] = str(exc)
-    finally:
-        for ptr in buffers:
-            call("cuMemFree", ptr)
     probe.emit(doc)
     return 3 if "refused_for_memory" in doc else 0 if "finding" not in doc else 1
 

@@ -60,9 +60,9 @@ def main(argv=None) -> int:
     doc = {"probe": "discard_order", "bytes": size, "rounds": args.rounds, "busy_kernels": busy,
            "fakecuda": gpu.fake}
     buffers = []
-    try:
-        x, y, z = (gpu.alloc(size, True) for _ in range(3))
-        buffers = [x, y, z]
+    with probe.measuring(doc, buffers):
+        buffers.extend(gpu.alloc(size, True) for _ in range(3))
+        x, y, z = buffers
         pattern = (np.arange(n, dtype=np.float32) % 1021) + 1.0
         found = {way: {"wrong": 0, "call_seconds": []} for way in WAYS}
         for _ in range(args.rounds):
@@ -97,11 +97,6 @@ def main(argv=None) -> int:
                 found[way]["wrong"] += int(np.count_nonzero(as_floats(y, n) != 2.0 * pattern))
         doc["ways"] = {way: {"wrong": f["wrong"], "call_seconds": statistics.median(f["call_seconds"])}
                        for way, f in found.items()}
-    except probe.cudrv.CudaError as exc:
-        doc["finding"] = str(exc)
-    finally:
-        for ptr in buffers:
-            call("cuMemFree", ptr)
     probe.emit(doc)
     wrong = any(w["wrong"] for w in doc.get("ways", {}).values())
     return 1 if "finding" in doc or wrong else 0

@@ -62,9 +62,10 @@ def main(argv=None) -> int:
         return status
     stream = call("cuStreamCreate", cu.CUstream_flags.CU_STREAM_NON_BLOCKING)
     doc = {"probe": "host_writes", "bytes": size, "rounds": args.rounds, "fakecuda": gpu.fake}
-    managed = None
-    try:
+    buffers = []
+    with probe.measuring(doc, buffers):
         managed = gpu.alloc(size, True)
+        buffers.append(managed)
         gpu.host_touch(managed, size)
         ctypes.memset(managed, 1, size)
         samples = {state: [] for state in STATES}
@@ -78,11 +79,6 @@ def main(argv=None) -> int:
         doc["states"] = {state: {"seconds": statistics.median(s), "bytes_per_s": size / statistics.median(s),
                                  "over_host": statistics.median(s) / host, "samples_seconds": s}
                          for state, s in samples.items()}
-    except probe.cudrv.CudaError as exc:
-        doc["finding"] = str(exc)
-    finally:
-        if managed is not None:
-            call("cuMemFree", managed)
     probe.emit(doc)
     return 0 if "finding" not in doc else 1
 

@@ -3,6 +3,7 @@ JSON line out, and a driver call whose refusal is a finding, not a crash (under 
 kind may refuse managed memory or cuMemAdvise: issue 27 risk 6)."""
 
 import argparse
+import contextlib
 import json
 import os
 import pathlib
@@ -63,6 +64,19 @@ def start(name: str, request_bytes: int):
         emit({"probe": name, "refused_for_memory": str(exc)})
         return None, 3
     return gpu, None
+
+
+@contextlib.contextmanager
+def measuring(doc: dict, buffers: list):
+    """A probe's body: a driver call refused there is the doc's finding, and the memory in
+    `buffers` (appended as it is allocated) is freed whatever happens."""
+    try:
+        yield
+    except cudrv.CudaError as exc:
+        doc["finding"] = str(exc)
+    finally:
+        for ptr in buffers:
+            cudrv.call("cuMemFree", ptr)
 
 
 def cc() -> str:
