@@ -125,15 +125,30 @@ static uint64_t less_margin(const struct device_budget *d, uint64_t room)
                                                : PUMP_BLOCK_SIZE;
 }
 
+/* What a reading of the device's memory is made of: the driver's figures and what the process
+ * holds there beside its managed footprint (its pools' kept memory is asked of the driver too),
+ * all read with no lock held. */
+struct reading {
+    size_t free_bytes, total_bytes;
+    uint64_t held;
+};
+
+static bool read_device(struct pump_context *c, int device, struct reading *r)
+{
+    if (!pump_context_memory(c, &r->free_bytes, &r->total_bytes))
+        return false;
+    r->held = pump_capacity_held(device);
+    return true;
+}
+
 /* Under resolve_lock: what a reading of the device's memory gives, updating the foreign memory
  * (FOREIGN above): pump's default, the room less the foreign memory, and in *for_plans the
  * room free now (free memory + pump's resident bytes, less the margin), no less than half of
  * that default (PLANS above). */
-static uint64_t own_from(struct device_budget *d, int device, uint64_t free_bytes, uint64_t total_bytes,
-                         uint64_t *for_plans)
+static uint64_t own_from(struct device_budget *d, int device, const struct reading *r, uint64_t *for_plans)
 {
+    uint64_t free_bytes = r->free_bytes, total_bytes = r->total_bytes, held = r->held;
     uint64_t resident = pump_residency_resident_bytes(device), footprint = pump_capacity_footprint(device);
-    uint64_t held = pump_capacity_held(device);
     uint64_t used = total_bytes > free_bytes ? total_bytes - free_bytes : 0;
     uint64_t beyond_belief = used > resident + held ? used - resident - held : 0;  /* others' or managed */
     uint64_t unbelieved = footprint > resident ? footprint - resident : 0;
@@ -190,31 +205,31 @@ static void learn_margin(struct device_budget *d, int device, uint64_t free_byte
 
 /* Resolves what needs the device's memory, once per device (under resolve_lock), from a
  * reading made before it with no lock held (`read`: it could be made). */
-static void resolve(struct device_budget *d, struct pump_context *c, bool own, bool read, size_t free_bytes,
-                    size_t total_bytes)
+static void resolve(struct device_budget *d, struct pump_context *c, bool own, bool read, const struct reading *r)
 {
+    uint64_t total_bytes = r->total_bytes;
     if (!d->configured_ready) {
         if (pump_config.budget_kind == PUMP_CAP_BYTES)
             d->configured = pump_config.budget_value;
         else if (pump_config.budget_kind == PUMP_CAP_PERCENT && read)
-            d->configured = (uint64_t)total_bytes / 100 * pump_config.budget_value +
-                            (uint64_t)total_bytes % 100 * pump_config.budget_value / 100;
+            d->configured = total_bytes / 100 * pump_config.budget_value +
+                            total_bytes % 100 * pump_config.budget_value / 100;
         else if (pump_config.budget_kind == PUMP_CAP_PERCENT)
             pump_log_once("cannot read the device's memory: no budget");
         __atomic_store_n(&d->configured_ready, true, __ATOMIC_RELEASE);
     }
     if (own && !d->own_ready) {
         if (read) {
-            d->margin = blocks_up((uint64_t)total_bytes / MARGIN_MIN_DIVISOR);
-            d->margin_max = blocks_up((uint64_t)total_bytes / MARGIN_MAX_DIVISOR);
+            d->margin = blocks_up(total_bytes / MARGIN_MIN_DIVISOR);
+            d->margin_max = blocks_up(total_bytes / MARGIN_MAX_DIVISOR);
             if (d->margin == 0)
                 d->margin = d->margin_max = PUMP_BLOCK_SIZE;
             int device = pump_context_device(c);
             if (!pump_capacity_others_before(device, &d->others))
                 d->others = UINT64_MAX;
-            remember_reading(d, device, free_bytes);
+            remember_reading(d, device, r->free_bytes);
             publish_margin(d->margin);
-            uint64_t for_plans, own_bytes = own_from(d, device, free_bytes, total_bytes, &for_plans);
+            uint64_t for_plans, own_bytes = own_from(d, device, r, &for_plans);
             __atomic_store_n(&d->told, for_plans, __ATOMIC_RELAXED);
             __atomic_store_n(&d->own, own_bytes, __ATOMIC_RELAXED);
             __atomic_store_n(&own_anywhere, true, __ATOMIC_RELEASE);
@@ -238,13 +253,13 @@ PUMP_HIDDEN uint64_t pump_budget_for(struct pump_context *c)
             (own && !__atomic_load_n(&d->own_ready, __ATOMIC_ACQUIRE))) {
             /* The reading is a driver call: made before the lock, by each thread that comes
              * first; the first to take the lock resolves with its reading. */
-            size_t free_bytes = 0, total_bytes = 0;
+            struct reading r = {0};
             bool percent = !__atomic_load_n(&d->configured_ready, __ATOMIC_ACQUIRE) &&
                            pump_config.budget_kind == PUMP_CAP_PERCENT;
             bool read = (percent || (own && !__atomic_load_n(&d->own_ready, __ATOMIC_ACQUIRE))) &&
-                        pump_context_memory(c, &free_bytes, &total_bytes);
+                        read_device(c, device, &r);
             pump_mutex_lock(&resolve_lock);
-            resolve(d, c, own, read, free_bytes, total_bytes);
+            resolve(d, c, own, read, &r);
             pump_mutex_unlock(&resolve_lock);
         }
         if (budget == 0 && __atomic_load_n(&d->configured_ready, __ATOMIC_ACQUIRE))
@@ -282,13 +297,13 @@ PUMP_HIDDEN void pump_budget_synchronised(CUstream stream)
     struct device_budget *d = &devices[device];
     if (!__atomic_load_n(&d->own_ready, __ATOMIC_ACQUIRE) || __atomic_load_n(&d->own, __ATOMIC_RELAXED) == 0)
         return;
-    size_t free_bytes = 0, total_bytes = 0;
-    if (!pump_context_memory(c, &free_bytes, &total_bytes))
+    struct reading r;
+    if (!read_device(c, device, &r))
         return;
     PUMP_COUNT(budget_rereads, 1);
     pump_mutex_lock(&resolve_lock);
-    learn_margin(d, device, free_bytes);
-    uint64_t for_plans, reading = own_from(d, device, free_bytes, total_bytes, &for_plans);
+    learn_margin(d, device, r.free_bytes);
+    uint64_t for_plans, reading = own_from(d, device, &r, &for_plans);
     bool changes = apart_enough(d, reading, __atomic_load_n(&d->own, __ATOMIC_RELAXED));
     bool tell = apart_enough(d, for_plans, __atomic_load_n(&d->told, __ATOMIC_RELAXED));
     if (changes)
