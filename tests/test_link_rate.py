@@ -16,9 +16,8 @@ import numpy as np
 import pytest
 
 from helpers import PUMP_RUN, channel_record, clean_env, ringless_session
-from pump import channel, trace
+from pump import channel, link, trace
 from pump.foresight import Foresight
-from pump.simulate import constants
 from pumpd import lookahead
 from synthetic_trace import training_trace
 
@@ -70,7 +69,7 @@ def test_a_session_plans_at_the_median_of_its_latest_samples():
 def test_the_measured_rate_comes_before_nvml_and_the_constant():
     assert lookahead.bandwidth(24e9, 50e9) == 24e9
     assert lookahead.bandwidth(0.0, 50e9) == 50e9
-    assert lookahead.bandwidth(0.0, 0.0) == constants.PCIE5_X16_BYTES_PER_S
+    assert lookahead.bandwidth(0.0, 0.0) == link.PCIE5_X16_BYTES_PER_S
 
 
 def test_a_new_rate_replans_only_beyond_the_tolerance():
@@ -154,3 +153,13 @@ def test_pump_trace_show_prints_it(tmp_path):
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.splitlines()[1].split(None, 3)[2:] == [
         "link", f"device 1: a prefetch of {4 * MiB} bytes took 167772 ns on the GPU, 25.00 GB/s"]
+
+
+def test_pumpd_takes_no_constant_from_the_simulator():
+    """pumpd's fallback rate is pump/link.py's (issue 42): its modules load without the simulator."""
+    code = ("import sys, pkgutil, importlib, pumpd\n"
+            "for m in pkgutil.iter_modules(pumpd.__path__): importlib.import_module('pumpd.' + m.name)\n"
+            "print(sorted(n for n in sys.modules if n.startswith('pump.simulate')))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

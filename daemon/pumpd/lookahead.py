@@ -48,9 +48,8 @@ import collections
 
 import numpy as np
 
-from pump import channel
+from pump import channel, link
 from pump.foresight import Foresight
-from pump.simulate import constants
 
 # Launch intervals under this are the launching thread's own pace, not kernel times.
 KERNEL_SECONDS_MIN = 1e-6
@@ -180,7 +179,7 @@ def bandwidth(link_rate: float, best_measured: float) -> float:
     timed them (its LINK records), else the best NVML has seen, else PCIe Gen5 x16's."""
     if link_rate > 0:
         return link_rate
-    return best_measured if best_measured >= BANDWIDTH_FLOOR else constants.PCIE5_X16_BYTES_PER_S
+    return best_measured if best_measured >= BANDWIDTH_FLOOR else link.PCIE5_X16_BYTES_PER_S
 
 
 def default_budget(telemetry_sample) -> int:

@@ -80,16 +80,8 @@ PAGES_PER_BLOCK = BLOCK_BYTES // PAGE_BYTES
 # default) where the GPU has them: Volta has none, so there they run on the FP32 units too.
 
 
-def pcie_bytes_per_s(generation: int, lanes: int) -> float:
-    """A PCIe link's line rate per direction ([PCIE]): transfers/s per lane times lanes, less
-    the line encoding (8b/10b before Gen3, 128b/130b from Gen3 on), in bytes."""
-    gt = {1: 2.5e9, 2: 5e9, 3: 8e9, 4: 16e9, 5: 32e9, 6: 64e9}[generation]
-    encoding = 8 / 10 if generation < 3 else 128 / 130
-    return gt * lanes * encoding / 8
-
-
-# pumpd plans with this link rate until NVML has measured one (daemon/pumpd/lookahead.py).
-PCIE5_X16_BYTES_PER_S = pcie_bytes_per_s(5, 16)
+# A PCIe link's line rate per direction ([PCIE]), shared with pumpd's planning (pump/link.py).
+from pump.link import PCIE5_X16_BYTES_PER_S, pcie_bytes_per_s  # noqa: E402,F401
 
 
 @dataclasses.dataclass(frozen=True)
