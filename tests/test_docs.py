@@ -3,6 +3,8 @@ exists; a heading that exists where the link names one), the README stays a
 few screens, and the site builds with Sphinx and MyST with warnings as errors
 (pip install '.[docs]'; CI has it)."""
 
+import importlib.machinery
+import importlib.util
 import json
 import os
 import pathlib
@@ -106,6 +108,31 @@ def test_the_readmes_first_40_lines_answer_from_the_gpu_run():
     assert f"](docs/gpu-results.md#{GPU_RUN.name})" in head
     assert all(words in head for words in ("PUMP=off", "--policy off", "--capacity host")), head
 
+
+
+def test_the_file_index_names_every_file_as_it_says_what_it_is():
+    """docs/files.md is scripts/file-index's output (issue 42: the layout cannot omit a file), and
+    the script refuses a file that does not open by saying what it is."""
+    made = subprocess.run([sys.executable, str(ROOT / "scripts" / "file-index")], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    assert (ROOT / "docs" / "files.md").read_text() == made.stdout, "run scripts/file-index > docs/files.md"
+    assert "| `residency_rank.c` |" in made.stdout and "| `lookahead.py` |" in made.stdout
+
+
+def test_the_file_index_refuses_a_file_that_does_not_say_what_it_is(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_loader("file_index", importlib.machinery.SourceFileLoader(
+        "file_index", str(ROOT / "scripts" / "file-index")))
+    index = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(index)
+    (tmp_path / "shim").mkdir()
+    (tmp_path / "shim" / "said.c").write_text("/* said.c: one thing (see said.h). More. */\n")
+    (tmp_path / "shim" / "unsaid.c").write_text("#include <stdio.h>\n")
+    monkeypatch.setattr(index, "ROOT", tmp_path)
+    monkeypatch.setattr(index, "FOLDERS", [("shim", "*.c", "the shim")])
+    with pytest.raises(index.Unsaid, match=r"shim/unsaid.c: does not open with /\* unsaid.c: what it is"):
+        index.page()
+    (tmp_path / "shim" / "unsaid.c").unlink()
+    assert "| `said.c` | one thing (see said.h). |" in index.page()
 
 
 def test_the_gpu_results_page_is_made_from_every_run():
