@@ -38,8 +38,8 @@ SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 # A record reserved but not completed for this long is skipped (its writer died
 # or the job scribbled the ring): the reader never stalls on one job's record.
 STUCK_SECONDS = 1.0
-LAUNCH_BASES_MAX = 64  # shim/channel.c's LAUNCH_BASES_MAX: a wider launch's first ones
-DEVICES_MAX = 64       # DEVICE records name CUDA ordinals 0..63 (shim/channel.c's DEVICES_MAX)
+LAUNCH_BASES_MAX = 64  # shim/channel/channel.c's LAUNCH_BASES_MAX: a wider launch's first ones
+DEVICES_MAX = 64       # DEVICE records name CUDA ordinals 0..63 (shim/channel/channel.c's DEVICES_MAX)
 UUID_BYTES = 16        # a DEVICE record's count
 PROBLEMS_MAX = 8       # a batch says what was wrong with this many invalid records at most
 

@@ -177,12 +177,12 @@ JOB_SCHEMA: Dict[str, Dict[str, Key]] = {
                          f"an integer {-PRIORITY_MAX}..{PRIORITY_MAX} (higher first; default 0)"),
         # true: the program's device allocations become managed memory (PUMP_MANAGED_ALL)
         "managed_all": _key("managed_all", _boolean, _TOML_BOOL),
-        # PyTorch's CUDA allocator: its own caching one, or pump's (shim/torch_allocator.c)
+        # PyTorch's CUDA allocator: its own caching one, or pump's (shim/hooks/torch_allocator.c)
         "torch_allocator": _enum_key("torch_allocator", *TORCH_ALLOCATORS),
-        # false: each launch makes its own room under a budget (PUMP_EVICT_AHEAD=0, shim/residency_ahead.c)
+        # false: each launch makes its own room under a budget (PUMP_EVICT_AHEAD=0, shim/policy/residency_ahead.c)
         "evict_ahead": _key("evict_ahead", _boolean, _TOML_BOOL),
         # true: the caching allocator's dead tensors are discarded under a budget (PUMP_TORCH_DISCARDS,
-        # shim/torch_trace.c); off until a GPU run shows it bit-identical (docs/limits.md)
+        # shim/hooks/torch_trace.c); off until a GPU run shows it bit-identical (docs/limits.md)
         "torch_discards": _key("torch_discards", _boolean, _TOML_BOOL),
     },
     "trace": {

@@ -27,7 +27,7 @@ pumpd runs one Foresight per process on the batches it reads from the ring; the 
 - lifetime: a range the framework's allocator took back (BLOCK_FREE) is dead; discard_range()
   gives its part that may be discarded (aligned inward to 2 MiB).  Nothing else is ever
   called dead.  The shim discards at the free itself, in the freeing stream's order (pump's
-  allocator, shim/torch_allocator.c), and `pump simulate` models that: a plan carries no
+  allocator, shim/hooks/torch_allocator.c), and `pump simulate` models that: a plan carries no
   discards.
 Until an iteration is learned, triggers() is empty: the shim's launch-time rule applies.
 """

@@ -4,7 +4,7 @@
 socket messages, event ring and plan) are the single source of truth for every
 layout both sides read: Python takes sizes, offsets and constants from them here
 and writes none down twice.  They are installed next to the package; a source
-tree's ``shim/`` serves when running from a checkout.
+tree's ``shim/base/`` (the shim's lowest layer) serves when running from a checkout.
 """
 
 import functools
@@ -15,10 +15,10 @@ import cffi
 
 
 def header_path(name: str) -> pathlib.Path:
-    """The header ``name``: installed next to the package, else the source tree's shim/."""
+    """The header ``name``: installed next to the package, else the source tree's shim/base/."""
     candidates = [
         pathlib.Path(str(importlib.resources.files("pump") / name)),
-        pathlib.Path(__file__).resolve().parent.parent / "shim" / name,
+        pathlib.Path(__file__).resolve().parent.parent / "shim" / "base" / name,
     ]
     for path in candidates:
         if path.is_file():

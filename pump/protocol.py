@@ -54,7 +54,7 @@ SOCKET_ENV = "PUMP_SOCKET"
 
 JOB_ID_MAX = dict(ffi.typeof("struct pump_ring_header").fields)["job"].type.length - 1
 NAME_MAX = 64
-# A job id: pumpd makes them (Job.new_id); the shim's rule (shim/config.c pump_valid_job),
+# A job id: pumpd makes them (Job.new_id); the shim's rule (shim/base/config.c pump_valid_job),
 # checked wherever one arrives, since a job id names pumpd's state files.
 JOB_ID_RULE = re.compile(r"[A-Za-z0-9_-]{1,%d}" % JOB_ID_MAX)
 JOB_ID_ALLOWED = f"1..{JOB_ID_MAX} of [A-Za-z0-9_-]"

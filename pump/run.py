@@ -164,7 +164,7 @@ def job_environment(cfg, shim_file: str, env, verbose: int = 0):
         notices += [notice] if notice else []
     if cfg.policy == "lookahead" and cfg.managed_all and cfg.source.get("torch_allocator") == "default":
         # Lookahead plans by addresses: a PyTorch step's repeat under pump's allocator, which places
-        # each tensor where it went the step before (shim/placement.c), not under the caching one.
+        # each tensor where it went the step before (shim/policy/placement.c), not under the caching one.
         env["PUMP_TORCH_ALLOCATOR"] = "pump"
     if cfg.managed_all or cfg.torch_allocator == "pump":
         env.update(torch_env.boot_env(env))

@@ -1,6 +1,6 @@
 """The values pump's settings take, one grammar for command-line flags, TOML files and the
 shim's environment: sizes, capacities and budgets (the shim parses the same in
-``shim/config.c``: ``PUMP_CAPACITY``, ``PUMP_BUDGET``), job names, listen addresses.
+``shim/base/config.c``: ``PUMP_CAPACITY``, ``PUMP_BUDGET``), job names, listen addresses.
 
 Each checker returns the value (a size in bytes, or the text unchanged) or raises
 :class:`BadValueError` naming the value and what is allowed.  Capacity (the cap on a job's

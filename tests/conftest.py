@@ -122,7 +122,7 @@ def run_program(c_build, libpump, tmp_path):
         proc = subprocess.run([str(program), *map(str, args)], env=full_env, capture_output=True, text=True,
                               timeout=timeout, preexec_fn=preexec)
         # pump's rule, checked in every run: fakecuda says when a driver entry point is called
-        # while the calling thread holds one of pump's locks (shim/locks.h).
+        # while the calling thread holds one of pump's locks (shim/base/locks.h).
         assert LOCK_HELD_LINE not in proc.stderr, proc.stderr
         return Run(proc, stats.read_dir(stats_dir))
 

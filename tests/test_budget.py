@@ -120,7 +120,7 @@ def test_budget_with_threads(run_program, variant):
     expire at every synchronisation (the host may touch it), so pump can under-count what stays
     resident, and TSan's timing makes that likelier. (It was an xfail of the whole test, which
     hid a data race TSan found there in one CI run: a slot of a use-event ring read while
-    another thread made the ring, shim/prefetch.c.)"""
+    another thread made the ring, shim/engine/prefetch.c.)"""
     env = {"PUMP_SOCKET": "", "PUMP_BUDGET": "3MiB", "TSAN_OPTIONS": "halt_on_error=1"}
     run = run_program("threads", 4, 200, variant=variant, env=env, timeout=600)
     assert run.proc.returncode == 0, run.proc.stderr[-4000:]

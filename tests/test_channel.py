@@ -1,7 +1,7 @@
 """The shim's side of the channels to pumpd, against a tiny daemon written here:
 a thread on a Unix socket that answers attach with a sealed ring and plan
 (memfds it creates) and records every request. The records are parsed with
-a cffi view of shim/pump_channel.h, kept local to this file."""
+a cffi view of shim/base/pump_channel.h, kept local to this file."""
 
 import fcntl
 import json
@@ -28,7 +28,7 @@ MiB = 1 << 20
 
 
 def _channel_ffi():
-    text = (ROOT / "shim" / "pump_channel.h").read_text()
+    text = (ROOT / "shim" / "base" / "pump_channel.h").read_text()
     ffi = cffi.FFI()
     ffi.cdef("\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#")))
     return ffi, ffi.dlopen(None)
@@ -615,7 +615,7 @@ def test_the_launch_device_is_named_once_with_its_uuid(run_program, daemon):
 
 def test_pumps_own_budget_is_told_at_its_first_reading_and_each_change(run_program, daemon):
     """Above the device (capacity host) pump holds a budget of its own, read at the first launch
-    and again at synchronisations (shim/budget.c; tests/test_budget.py's program and figures: 254
+    and again at synchronisations (shim/policy/budget.c; tests/test_budget.py's program and figures: 254
     MiB at the margin it starts with, 124 while a neighbour holds 124 MiB, raised when it goes);
     each value goes to pumpd once, as a BUDGET record of the device, for its plans to keep to."""
     d = daemon()
@@ -811,7 +811,7 @@ def test_a_read_cut_by_its_limit_leaves_a_launch_with_its_more_records():
 
 def test_a_handle_named_again_within_one_read_keeps_both_names():
     """After an unload the driver may hand a function's handle to another kernel, and the shim
-    names it again (shim/layouts.c); both names can fall in one read. decode's `named` keeps
+    names it again (shim/lookup/layouts.c); both names can fall in one read. decode's `named` keeps
     each with the launches before it; `functions` has the latest. Seen: a Triton autotuning
     candidate's handle reused for PyTorch's ForeachReduceOp within one read of a CI run."""
     ring = channel.Ring.create(1, "jx", 1024)

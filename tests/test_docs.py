@@ -116,7 +116,7 @@ def test_the_file_index_names_every_file_as_it_says_what_it_is():
     made = subprocess.run([sys.executable, str(ROOT / "scripts" / "file-index")], capture_output=True, text=True)
     assert made.returncode == 0, made.stderr
     assert (ROOT / "docs" / "files.md").read_text() == made.stdout, "run scripts/file-index > docs/files.md"
-    assert "| `residency_rank.c` |" in made.stdout and "| `lookahead.py` |" in made.stdout
+    assert "| `policy/residency_rank.c` |" in made.stdout and "| `lookahead.py` |" in made.stdout
 
 
 def test_the_file_index_refuses_a_file_that_does_not_say_what_it_is(tmp_path, monkeypatch):

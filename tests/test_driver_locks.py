@@ -2,7 +2,7 @@
 
 A driver call can block for milliseconds (a context's set-up is 67 of them), and a driver or a
 stacked interposer can call back into pump: a pump lock held across one stalls every thread
-that needs the lock, or deadlocks. Each thread counts the pump locks it holds (shim/locks.h);
+that needs the lock, or deadlocks. Each thread counts the pump locks it holds (shim/base/locks.h);
 fakecuda asks the count at every entry point and says on stderr when it is not 0, and every
 run_program run (tests/conftest.py) fails on that line. These runs cover the places that held
 one before: a context's first launch (pump_context_of held context_lock across its 2
@@ -58,6 +58,6 @@ def test_no_driver_call_under_a_pump_lock(run_program, name, args, env, done):
 
 def test_every_pump_lock_is_counted():
     """A lock taken past locks.h's count would hide the driver calls made under it."""
-    direct = [f"{p.name}:{n}: {line.strip()}" for p in sorted(SHIM.glob("*.[ch]")) if p.name != "locks.h"
+    direct = [f"{p.name}:{n}: {line.strip()}" for p in sorted(SHIM.glob("*/*.[ch]")) if p.name != "locks.h"
               for n, line in enumerate(p.read_text().splitlines(), 1) if DIRECT.search(line)]
     assert direct == []

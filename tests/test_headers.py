@@ -1,7 +1,7 @@
 """libpump and fakecuda build against CUDA 13.0's headers, what PyTorch's CUDA 13.0 build and
 the GPU machine carry, as well as against the newest the registry serves (the rest of the suite's
 build; issue 43 item 3): what later headers add and pump or fakecuda name is declared by
-shim/cuda_compat.h and tests/fakecuda/cuda_compat.h. Before those, libpump failed on
+shim/base/cuda_compat.h and tests/fakecuda/cuda_compat.h. Before those, libpump failed on
 PFN_cuFuncGetParamCount_v13020 (13.2) and the capture hooks' 13.1 and 13.3 entry points, and
 fakecuda on cuFuncGetParamCount.
 

@@ -1,7 +1,7 @@
 """A silent pass-through is never silent (issue 27, item 2).
 
 pump swaps in its hook where cuGetProcAddress answers with libcuda's export of a name it hooks
-(pointer identity, shim/procaddr.c). A driver whose table answers with another function (issue 27
+(pointer identity, shim/hooks/procaddr.c). A driver whose table answers with another function (issue 27
 item 4: the CUDA 13 entries were never resolved on a 580 driver) leaves pump nothing to swap: the
 program's calls through it pass pump by. fakecuda's FAKECUDA_PROCADDR_INTERNAL makes its table
 answer so for the launch entry points named. pump then says so once per name on stderr, counts it

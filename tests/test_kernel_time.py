@@ -1,5 +1,5 @@
 """Kernel times as the GPU gives them (issue 28 item 6): the shim times a few launches of each
-launch key with events on the launch's stream (shim/kernel_time.c) and writes KERNEL records
+launch key with events on the launch's stream (shim/engine/kernel_time.c) and writes KERNEL records
 (key, ns); pumpd decodes and checks them (pump/channel.py) and plans each key at the shortest
 of its latest samples, before the launch intervals, which are the host's pace
 (daemon/pumpd/lookahead.py); a key's time that arrives after its launches were read still

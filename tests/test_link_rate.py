@@ -1,5 +1,5 @@
 """The link rate pumpd plans at, measured (issue 28 item 6): the shim has the GPU time one of
-its prefetches now and then (shim/link_rate.c) and writes a LINK record (bytes, ns); pumpd
+its prefetches now and then (shim/engine/link_rate.c) and writes a LINK record (bytes, ns); pumpd
 decodes and checks it (pump/channel.py), keeps each session's median (pumpd/jobs.py) and
 plans lookahead at it, before NVML's counters and the PCIe Gen5 constant
 (pumpd/lookahead.py). tests/test_replay_vs_simulate.py shows what it is for: planned at

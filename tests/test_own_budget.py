@@ -1,4 +1,4 @@
-"""pump's own budget above the device (shim/budget.c) told to pumpd: the shim's BUDGET records,
+"""pump's own budget above the device (shim/policy/budget.c) told to pumpd: the shim's BUDGET records,
 decoded and checked (pump/channel.py), kept per session (pumpd/jobs.py: the least over the
 process's devices) and shown by `pump trace show`. The shim's side is in tests/test_channel.py
 (test_pumps_own_budget_is_told_at_its_first_reading_and_each_change), what pumpd's plans do with

@@ -7,7 +7,7 @@ with FAKECUDA_POOL_PREFETCH=accept (what a GPU may show). pump works under eithe
 
 - managed_all asks each device once whether its managed pool's memory is prefetched; where it
   is refused, stream-ordered allocations come from cuMemAllocManaged, freed in stream order
-  into pump's own cache (shim/managed_all_cache.c); pump's PyTorch allocator too
+  into pump's own cache (shim/policy/managed_all_cache.c); pump's PyTorch allocator too
   (tests/test_torch_allocator.py runs it under both answers). Before that, under the refusal every
   prefetch of a converted allocation failed, batching went off for the process, and the
   kernels faulted everything in (tests/c/pool_prefetch.c steps 4: 576 faults over the last 3

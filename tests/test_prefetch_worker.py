@@ -1,4 +1,4 @@
-"""pump's worker thread (shim/prefetch_worker.c; issue 28 item 2): the moves a rule decides
+"""pump's worker thread (shim/engine/prefetch_worker.c; issue 28 item 2): the moves a rule decides
 after a kernel (policy off's evictions under a budget, a lowered budget's, the daemon's plan)
 are made by pump's own thread per device, so that the launching thread pays for deciding, not
 for moving. fakecuda charges each call to the thread that makes it (fakecuda_thread_host_ns),

@@ -1,7 +1,7 @@
 """Lookahead learns a real PyTorch job's step (issue 41 item 1): examples/train_gpt.py on torch's
 CUDA build (the real client, on fakecuda's H100 persona) under `pump-run --policy lookahead`
 with pump's allocator (`[memory] torch_allocator = "pump"`), whose tensors are placed where they
-went the step before (shim/placement.c), after each optimizer step's mark.
+went the step before (shim/policy/placement.c), after each optimizer step's mark.
 
 The pool behind pump's allocator hands out, of several freed blocks of a size, the one freed
 last (FAKECUDA_POOL_REUSE=freed; what the driver's pool does is not documented): without

@@ -3,7 +3,7 @@ series (CUDA 12.2, no parameter-info calls) and trixie's 550 series (CUDA 12.4, 
 with them), fetched by scripts/fetch-libcuda into build/libcuda/SUITE. Both load without a
 GPU, answer cuGetProcAddress before cuInit, and cuInit answers 100 (no device).
 
-For every hook in shim/hooks.h and every (symbol, version, flags) lookup the CUDA 12 and
+For every hook in shim/hooks/hooks.h and every (symbol, version, flags) lookup the CUDA 12 and
 13 runtimes make (traced: each runtime from PyPI is run over tests/c/procaddr_tracer.c),
 pump's cuGetProcAddress (both forms) and dlsym must hand back pump's hook of exactly the
 pointer the driver returned; each hook and pump's own calls must wrap the driver's
@@ -67,8 +67,8 @@ def suite(request):
 
 
 def hooks():
-    """(ABI symbol, base name, version, per-thread) of every hook in shim/hooks.h."""
-    text = (ROOT / "shim" / "hooks.h").read_text().replace("\\\n", " ")
+    """(ABI symbol, base name, version, per-thread) of every hook in shim/hooks/hooks.h."""
+    text = (ROOT / "shim" / "hooks" / "hooks.h").read_text().replace("\\\n", " ")
     found = []
     for abi, pfn in re.findall(r'X\(\w+,\s*"(cu\w+)",\s*(\w+)\)', text):
         m = re.fullmatch(r"(?:PFN_(cu\w+?)|pump_pfn_\w+?)_v(\d+)(_ptsz)?", pfn)

@@ -52,7 +52,7 @@ def simulated(path, policy, budget):
 def replayed(c_build, tmp_path, path, policy, budget):
     stats = tmp_path / f"fakecuda-{policy}.json"
     # PUMP_EVICT_AHEAD=0: the simulator models each launch making its own room, not pump's worker
-    # making it ahead (shim/residency_ahead.c), which moved the replay's faults 15% (1,648 against
+    # making it ahead (shim/policy/residency_ahead.c), which moved the replay's faults 15% (1,648 against
     # 1,952 under launch)
     env = dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"), FAKECUDA_STATS=str(stats), PUMP_EVICT_AHEAD="0")
     # lookahead needs pumpd (an embedded one: no system pumpd answers here), and time
@@ -85,7 +85,7 @@ def replayed(c_build, tmp_path, path, policy, budget):
 # lookahead parted from the model in most runs for long (the runs' faults spread 1,472 to 2,652
 # against the model's 1,952 to 2,272), for one input after another that pumpd and the model's
 # Foresight planned from differently: the link rate (pumpd's PCIe fallback, then the rate the
-# shim measures: LINK records, shim/link_rate.c, which the model takes as
+# shim measures: LINK records, shim/engine/link_rate.c, which the model takes as
 # host.HostCosts.probed_rate), the kernel times (launch intervals, then the times the GPU
 # measured: KERNEL records). The last two were where the plan starts and the first rate:
 # - the learned iteration started at its least launch key, a hash of addresses that differ from

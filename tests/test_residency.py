@@ -130,7 +130,7 @@ def test_victims_keep_the_launch_rules_order(c_build, variant):
     """tests/c/evict_order.c: random jobs over the rules' steps (launches making room, uses of
     resident blocks, frees, tensors taken over, plan triggers naming blocks, uses recorded late
     by a racing thread); every victim search's victims are, in order, those of a sort of all the
-    device's resident blocks, the launch rule's order before shim/residency_rank.c kept it. Then
+    device's resident blocks, the launch rule's order before shim/policy/residency_rank.c kept it. Then
     threads record uses and frees while launches make room (TSan: without the device locks
     pump_rank_used takes, a data race)."""
     proc = subprocess.run([str(c_build / variant / "evict_order")], capture_output=True, text=True, timeout=300,

@@ -1,13 +1,13 @@
-"""The shim reads in layers: a lower layer never includes a higher one's header.
+"""The shim reads in layers, a folder each: a lower layer never includes a higher one's header.
 
-From the bottom: base (the shared records, configuration, logging, counters, which device a
-call is about), lookup (the range table, the launch scan, parameter layouts, the device
-memory pump lets through: what a pointer is), channel (records to
-and from pumpd: decides nothing), engine (the driver calls that move memory: no policy),
-policy (what moves and when: residency, budget, capacity, managed_all), hooks (the entry
-points, which orchestrate). A lower file reaches a higher one only through a callback the
-higher one hands it (ranges.h's observer, layouts.h's announcer), never by name: with
-warnings as errors, a call needs the header, so reading the #include lines is enough.
+From the bottom (shim/base, lookup, channel, engine, policy, hooks): base (the shared records,
+configuration, logging, counters, which device a call is about), lookup (the range table, the
+launch scan, parameter layouts, the device memory pump lets through: what a pointer is), channel
+(records to and from pumpd: decides nothing), engine (the driver calls that move memory: no
+policy), policy (what moves and when: residency, budget, capacity, managed_all), hooks (the entry
+points, which orchestrate). A file's layer is its folder. A lower file reaches a higher one only
+through a callback the higher one hands it (ranges.h's observer, layouts.h's announcer), never by
+name: with warnings as errors, a call needs the header, so reading the #include lines is enough.
 
 Headers alone miss a circle between files that share one header (shim.h declares what
 config.c, log.c, stats.c and driver.c define) or that declare each other's functions
@@ -21,49 +21,52 @@ import pytest
 
 SHIM = pathlib.Path(__file__).resolve().parent.parent / "shim"
 LAYERS = ["base", "lookup", "channel", "engine", "policy", "hooks"]
-LAYER_OF = {
-    "base": ["shim", "cuda_compat", "pump_stats", "pump_channel", "pump_torch_trace", "capture_mode", "config", "log",
-             "stats", "devices", "real_dlsym", "locks", "captures", "host_room"],
-    "lookup": ["ranges", "scan", "layouts", "device_memory", "handles", "tensor_maps"],
-    "channel": ["channel"],
-    "engine": ["prefetch", "context_cache", "stream_users", "link_rate", "kernel_time", "timing_events", "discard_marks"],
-    "policy": ["residency", "budget", "capacity", "managed_all", "pool_memory", "placement"],  # residency_blocks.c, _moves.c too
-    "hooks": ["hooks", "hooks_common", "hooks_capture", "hooks_context", "hooks_graph", "hooks_launch", "hooks_memory",
-              "hooks_stream", "hooks_sync", "hooks_pool", "hooks_tensor_maps", "dlsym", "procaddr", "driver",
-              "lifecycle", "torch_trace", "torch_allocator"],
-}
-RANK = {stem: LAYERS.index(layer) for layer, stems in LAYER_OF.items() for stem in stems}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
 
-def shim_files():
-    return sorted(p for p in SHIM.iterdir() if p.suffix in (".c", ".h"))
+def shim_files(root=SHIM):
+    """Every C file and header of the shim, in whatever folder it is."""
+    return sorted(p for p in root.rglob("*") if p.suffix in (".c", ".h"))
 
 
-def includes(path):
+def layer_ranks(files):
+    """Each file's name -> its layer's rank (its folder's), None for a folder that is no layer."""
+    return {p.name: LAYERS.index(p.parent.name) if p.parent.name in LAYERS else None for p in files}
+
+
+RANK = layer_ranks(shim_files())
+
+
+def includes(path, ranks=None):
     """The shim headers path includes (system and CUDA headers are not the shim's)."""
-    return [name for name in INCLUDE.findall(path.read_text()) if (path.parent / name).exists()]
+    ranks = RANK if ranks is None else ranks
+    return [name for name in INCLUDE.findall(path.read_text()) if name in ranks]
 
 
-def layer_of(stem):
-    """A file's layer; residency_blocks.c and the like go with their family's."""
-    for candidate in (stem, stem.rsplit("_", 1)[0]):
-        if candidate in RANK:
-            return RANK[candidate]
-    return None
+def layer_of(stem, ranks=None):
+    """The layer of a file by its stem (its .c and .h are in one folder)."""
+    ranks = RANK if ranks is None else ranks
+    found = {rank for name, rank in ranks.items() if name.rsplit(".", 1)[0] == stem}
+    return found.pop() if len(found) == 1 else None
 
 
-def test_every_shim_file_has_a_layer():
-    unplaced = [p.name for p in shim_files() if layer_of(p.stem) is None]
-    assert not unplaced, f"place these in LAYER_OF (tests/test_shim_layers.py): {unplaced}"
+def test_every_shim_file_is_in_a_layer_folder():
+    files = shim_files()
+    assert [p.relative_to(SHIM).as_posix() for p in files if p.parent.name not in LAYERS] == []
+    assert sorted(p.name for p in SHIM.iterdir() if p.is_file()) == ["exports.map"]  # the linker's, no source
+    names = [p.name for p in files]
+    assert sorted(n for n in set(names) if names.count(n) > 1) == []  # one header a name, whatever its folder
+    split = sorted({p.stem for p in files if layer_of(p.stem) is None})
+    assert split == [], f"a .c and its .h in two layers' folders: {split}"
 
 
-def upward_includes(files):
+def upward_includes(files, ranks=None):
+    ranks = RANK if ranks is None else ranks
     bad = []
     for path in files:
-        own = layer_of(path.stem)
-        for name in includes(path):
-            theirs = layer_of(pathlib.Path(name).stem)
+        own = ranks.get(path.name)
+        for name in includes(path, ranks):
+            theirs = ranks[name]
             if theirs is not None and own is not None and theirs > own:
                 bad.append(f"{path.name} ({LAYERS[own]}) includes {name} ({LAYERS[theirs]})")
     return bad
@@ -92,13 +95,20 @@ def test_includes_form_no_circle():
         visit(node, [])
 
 
-def test_the_check_sees_an_upward_include(tmp_path):
-    """The check itself fails on the circle the shim once had: the range table calling residency."""
-    ranges = tmp_path / "ranges.c"
-    ranges.write_text('#include "ranges.h"\n#include "residency.h"\n')
-    (tmp_path / "ranges.h").write_text("")
-    (tmp_path / "residency.h").write_text("")
-    assert upward_includes([ranges]) == ["ranges.c (lookup) includes residency.h (policy)"]
+def test_the_check_sees_a_file_in_the_wrong_layers_folder(tmp_path):
+    """The circle the shim once had, the range table calling residency, seen by folder: and the
+    range table moved up into policy's folder is no longer below residency."""
+    for folder, name, text in [("lookup", "ranges.c", '#include "ranges.h"\n#include "residency.h"\n'),
+                               ("lookup", "ranges.h", ""), ("policy", "residency.h", "")]:
+        (tmp_path / folder).mkdir(exist_ok=True)
+        (tmp_path / folder / name).write_text(text)
+    files = shim_files(tmp_path)
+    ranks = layer_ranks(files)
+    assert upward_includes(files, ranks) == ["ranges.c (lookup) includes residency.h (policy)"]
+    (tmp_path / "lookup" / "ranges.c").rename(tmp_path / "policy" / "ranges.c")
+    (tmp_path / "lookup" / "ranges.h").rename(tmp_path / "policy" / "ranges.h")
+    files = shim_files(tmp_path)
+    assert upward_includes(files, layer_ranks(files)) == []
 
 
 COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.DOTALL)

@@ -42,7 +42,7 @@ for what, base, size, to in (("one", 0, 2 << 20, 0), ("three", 0, 6 << 20, 0), (
     ok(lib.cuMemPrefetchAsync(ctypes.c_uint64(ptr.value + base), ctypes.c_size_t(size), to, stream))
     out[what] = caller_ns() - before
 ok(lib.cuStreamSynchronize(stream))
-# The shim's link probe (shim/link_rate.c): two events around one prefetch of host-resident
+# The shim's link probe (shim/engine/link_rate.c): two events around one prefetch of host-resident
 # blocks, here 32 of them; the median of seven. fakecuda sleeps its modelled costs and a stream's
 # thread stamps its events, so a loaded machine moves a probe either way: one probe read 19.6 GB/s
 # in a CI run, and with three CPU burners on two cores some read the copy's 24.8 (the start
@@ -133,7 +133,7 @@ def test_ideal_and_the_drivers_naive_cost_pump_nothing(tmp_path):
 
 
 def test_the_calls_decided_after_a_kernel_are_the_workers():
-    """pump's worker (shim/prefetch_worker.c) makes the calls a rule decides after a kernel (a
+    """pump's worker (shim/engine/prefetch_worker.c) makes the calls a rule decides after a kernel (a
     plan's trigger, policy off's evictions): they cost the worker's clock, and the launching
     thread's goes on from where it was. Before the worker, the eviction moved the launching
     thread's clock to 1.750025 s."""

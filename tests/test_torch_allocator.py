@@ -1,7 +1,7 @@
 """PyTorch's tensors under pump, on fakecuda (tests/c/torch_allocator.c makes a training
 step's allocations the ways PyTorch does).
 
-pump's allocator (shim/torch_allocator.c), driven as PyTorch's CUDAPluggableAllocator
+pump's allocator (shim/hooks/torch_allocator.c), driven as PyTorch's CUDAPluggableAllocator
 drives it: every tensor is its own managed allocation, and a dead tensor's whole 2 MiB
 blocks are discarded in its stream's order before it is freed. fakecuda poisons discarded
 pages (NaN as floats), so a discard that came before a tensor's last use would change the
@@ -9,7 +9,7 @@ checksum. Its pool hands a freed activation's memory to the next step's at once,
 driver's does: pump's prefetch of the new tensor must wait for the old one's discard, or
 the discard, running after it, leaves the pages for the kernel to fault in again.
 
-PyTorch's caching allocator, followed (shim/torch_trace.c): tensors handed out of one
+PyTorch's caching allocator, followed (shim/hooks/torch_trace.c): tensors handed out of one
 managed segment, reported as pump's bridge reports them (pump/boot/torch_trace.cpp), carve
 the segment, so pump prefetches the tensors and not the segment."""
 
@@ -50,7 +50,7 @@ def test_tensors_are_managed_and_dead_ones_discarded(run_program, pool_prefetch)
     assert run.proc.stderr == ""
 
 
-MARKS = 256  # shim/prefetch_context.h's PUMP_DISCARD_MARKS
+MARKS = 256  # shim/engine/prefetch_context.h's PUMP_DISCARD_MARKS
 HELD = 300   # tests/c/torch_allocator.c's HELD_TENSORS, of 2 MiB
 
 
@@ -151,7 +151,7 @@ def test_caching_allocator_sanitized(run_program, variant):
 
 # A tensor freed on its stream while another still reads it (tests/c/torch_streams.c): record_stream
 # never reaches a pluggable allocator, so pump orders the free after every other stream it saw
-# launches on, and discards nothing once a second stream is in use (shim/stream_users.c).
+# launches on, and discards nothing once a second stream is in use (shim/engine/stream_users.c).
 def streams_bare(run_program):
     result = run_program("torch_streams", pump=False).result
     assert result["pump_allocator"] == 0 and result["reused"] == 1

@@ -1,5 +1,5 @@
 """pump's allocator for PyTorch places a training step's tensors where they went the step
-before (issue 41 item 1, shim/placement.c), so that the launch keys pumpd's lookahead plans by
+before (issue 41 item 1, shim/policy/placement.c), so that the launch keys pumpd's lookahead plans by
 repeat: tests/c/torch_placement.c makes a step's allocations as PyTorch's pluggable allocator
 does, with the optimizer's step marks, and prints each step's addresses.
 

@@ -10,7 +10,7 @@ an eviction copies out (fakecuda's bytes_h2d, bytes_d2h_all).
   only B of device memory (FAKECUDA_DEVICE_MEMORY), the job's memory managed so that it can
   exceed it: the same capacity, which is what a budget stands for.
 
-Before pump's launch rule evicted least recently used blocks (shim/residency_evict.c), it
+Before pump's launch rule evicted least recently used blocks (shim/policy/residency_evict.c), it
 evicted in the driver's order and moved 458 MiB each way a step oversubscribed against the
 driver's 402."""
 
@@ -62,7 +62,7 @@ def assert_no_more_traffic(pumped, bare, what):
 # pump holds its own budget a margin under the device's free memory, where the driver uses all
 # of it. At a fixed margin of 1/32 of the device (16 MiB of this 512 MiB one) pump moved 426 MiB
 # each way against the driver's 402 (this case was an xfail); at 1/64, 402. The margin now starts
-# at 1/128 (4 MiB here) and grows only to what appears between two readings (shim/budget.c):
+# at 1/128 (4 MiB here) and grows only to what appears between two readings (shim/policy/budget.c):
 # nothing here, so 392 each way (read_mostly: 326).
 
 
@@ -91,7 +91,7 @@ def test_pump_copies_no_read_mostly_memory_out(c_build):
 
 def test_oversubscribed_lookahead_plans_for_pumps_own_budget(c_build):
     """Above the device the job has no budget of its own; the shim holds one (the device's free
-    memory less a margin, shim/budget.c) and tells pumpd (BUDGET records), whose plan keeps to
+    memory less a margin, shim/policy/budget.c) and tells pumpd (BUDGET records), whose plan keeps to
     it: Belady's evictions and prefetches ahead do the moving, counted from the first planned
     step (steady_step's `planned`). Before, pumpd planned for no budget (none known on fakecuda,
     whose NVML it does not load): no eviction planned, the shim's own rule moved 426 MiB each
@@ -122,7 +122,7 @@ def test_at_a_budget_pump_moves_at_most_the_driver_given_that_memory(c_build, bu
 
 def test_at_a_budget_dead_tensors_cross_no_link(c_build):
     """Issue 41 item 2: with PUMP_TORCH_DISCARDS=1 (off by default until a GPU run shows it
-    bit-identical: shim/torch_trace.c), a tensor the caching allocator frees (bench/steady_step.c's
+    bit-identical: shim/hooks/torch_trace.c), a tensor the caching allocator frees (bench/steady_step.c's
     activations and gradients, on the legacy stream) is discarded at its free, in the legacy
     stream's order, where the budget presses: its blocks pump believes on the device are neither
     copied to the host nor brought back for the next tensor there. At bench-steady's budget50
@@ -153,7 +153,7 @@ def steady_ahead(c_build, ahead, ioctl_thread):
 
 @pytest.mark.parametrize("ioctl_thread", ["caller", "worker"])
 def test_at_a_budget_room_is_made_ahead_by_pumps_worker(c_build, ioctl_thread):
-    """Issue 41 item 3 (shim/residency_ahead.c): after a launch that leaves little room under the
+    """Issue 41 item 3 (shim/policy/residency_ahead.c): after a launch that leaves little room under the
     budget, pump's worker evicts ahead of the launches that will need the room, so the launching
     thread does not make those evictions. Against PUMP_EVICT_AHEAD=0 in the same test: the same
     losses, no kernel fault, the worker making more of the moves, bytes each way within 10%.

@@ -1,7 +1,7 @@
 """Use events with generations (issue 42, risk 1), on fakecuda (tests/c/use_recycle.c).
 
 Each context records its use tokens in a ring of 1,024 events. A token kept long, as pump's
-cache of stream-ordered managed blocks keeps a freed block's (shim/managed_all_cache.c), may
+cache of stream-ordered managed blocks keeps a freed block's (shim/policy/managed_all_cache.c), may
 find its slot recorded again, maybe on another stream: a wait on the slot's event then waits
 for an unrelated point. Before, that is what happened: a block freed on stream A while a reader
 held there was handed to stream B 1,100 uses later, and B's overwrite ran before A's reader

@@ -159,10 +159,10 @@ def plan_gpt(case_key: str, program: list, peak_bytes: int, free: int, total: in
         variants = emulated_variants(budget, allowed)
         # Last, so that it is what a short time budget leaves out: lookahead on PyTorch's caching
         # allocator, which moves a step's tensors (docs/limits.md), beside lookahead, which takes
-        # pump's allocator with its placement (shim/placement.c): what placement gives on the GPU.
-        # Before it, the launch rule without room made ahead (shim/residency_ahead.c): what pump's
+        # pump's allocator with its placement (shim/policy/placement.c): what placement gives on the GPU.
+        # Before it, the launch rule without room made ahead (shim/policy/residency_ahead.c): what pump's
         # worker making the evictions ahead gives on the GPU. First of the three, the launch rule
-        # discarding the caching allocator's dead tensors (off by default: shim/torch_trace.c),
+        # discarding the caching allocator's dead tensors (off by default: shim/hooks/torch_trace.c),
         # whose bit-identity on the GPU is the question.
         launch = next(v for v in variants if v.name == "launch")
         lookahead = next(v for v in variants if v.name == "lookahead")

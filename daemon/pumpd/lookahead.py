@@ -3,7 +3,7 @@ fed what pumpd measures.
 
 The policy needs three figures it cannot read from a trace here:
 - kernel times: the GPU's own, where the shim timed launches of the key (its KERNEL records,
-  shim/kernel_time.c: timing events just before and after a launch on its stream, a key's
+  shim/engine/kernel_time.c: timing events just before and after a launch on its stream, a key's
   first few launches and then one now and then): a key's time is the shortest of its
   latest KERNEL_SAMPLES (faults and stalls only lengthen a kernel).  The launching thread's pace is not one: it runs ahead of the GPU
   until the driver's launch queue is full, and after a pause at the host's speed (a replay
@@ -25,7 +25,7 @@ The policy needs three figures it cannot read from a trace here:
   plan from one run to the next (a replay on fakecuda faulted 256 or 288 times a step,
   by that alone);
 - the link's bandwidth: the median rate of the process's latest prefetches as the GPU timed
-  them (the shim's LINK records, shim/link_rate.c: bytes over the time between timing events
+  them (the shim's LINK records, shim/engine/link_rate.c: bytes over the time between timing events
   before and after one prefetch on pump's stream), else the highest host-to-GPU PCIe
   throughput NVML has reported for any GPU while pumpd ran, else the PCIe Gen5 x16 figure of
   the simulator's model. A plan made at an assumed rate leaves the wrong room for transfers
@@ -34,7 +34,7 @@ The policy needs three figures it cannot read from a trace here:
   (tests/test_replay_vs_simulate.py);
 - the budget: the job's (arbiter, config or `pump-run --budget`), else the one the shim holds
   on its own above the device's memory (its BUDGET records: the device's free memory less a
-  margin, shim/budget.c; without it an oversubscribed job's plan evicted nothing and the shim's
+  margin, shim/policy/budget.c; without it an oversubscribed job's plan evicted nothing and the shim's
   own rule did all the moving), else the GPU's memory as NVML reports it, else no eviction at
   all (the plan then only prefetches ahead).
 

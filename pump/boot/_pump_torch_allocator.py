@@ -10,7 +10,7 @@ allocator later still gets its way. Like sitecustomize.py, this file uses the st
 
 Once installed, the end of every optimizer step (torch.optim's global step hook) is told to
 libpump (pump_torch_step): pump's allocator then places each tensor where the same allocation
-went the step before (shim/placement.c), so that pumpd's plans, keyed by addresses, hold.
+went the step before (shim/policy/placement.c), so that pumpd's plans, keyed by addresses, hold.
 """
 
 import ctypes

@@ -28,9 +28,9 @@ class Unavailable(Exception):
 
 
 def header_dir():
-    """Where pump_torch_trace.h is: installed beside the package, else the source tree's shim/."""
+    """Where pump_torch_trace.h is: installed beside the package, else the source tree's shim/base/."""
     package = os.path.dirname(HERE)
-    for candidate in (package, os.path.join(os.path.dirname(package), "shim")):
+    for candidate in (package, os.path.join(os.path.dirname(package), "shim", "base")):
         if os.path.isfile(os.path.join(candidate, HEADER)):
             return candidate
     raise Unavailable(f"{HEADER} not found beside pump")

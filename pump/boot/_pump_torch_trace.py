@@ -5,7 +5,7 @@ trackers, a C++ interface only (attachAllocatorTraceTracker). pump's bridge,
 torch_trace.cpp beside this file, is compiled against the job's own PyTorch
 (_pump_torch_build.py) and attached when PyTorch initialises CUDA, which is when the
 allocator comes to exist, before any tensor. libpump then sees tensors, not segments
-(shim/torch_trace.c). Where the bridge cannot be had, the job runs as before, pump seeing
+(shim/hooks/torch_trace.c). Where the bridge cannot be had, the job runs as before, pump seeing
 segments, after one notice. Like sitecustomize.py, this file uses the standard library only.
 """
 

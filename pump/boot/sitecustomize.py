@@ -8,7 +8,7 @@ not be importable there). Then it runs the sitecustomize it shadows, if there is
 What it does, the moment `torch` has been imported, before any tensor exists, so that pump
 knows each tensor's exact extent and death:
 - `[memory] torch_allocator = "pump"` (PUMP_TORCH_ALLOCATOR=pump) hands every PyTorch tensor
-  to libpump's `pump_torch_alloc` / `pump_torch_free` (shim/torch_allocator.c), with PyTorch's
+  to libpump's `pump_torch_alloc` / `pump_torch_free` (shim/hooks/torch_allocator.c), with PyTorch's
   memory answers (_pump_torch_allocator.py).
 - Otherwise, under managed_all (PUMP_MANAGED_ALL=1), PyTorch keeps its caching allocator and
   pump follows it (_pump_torch_trace.py).

@@ -1,7 +1,7 @@
 // torch_allocator.cpp: pump's allocator as PyTorch's CUDA allocator, with PyTorch's memory answers.
 //
 // `[memory] torch_allocator = "pump"` hands every tensor to libpump's pump_torch_alloc /
-// pump_torch_free (shim/torch_allocator.c). PyTorch's own CUDAPluggableAllocator makes the
+// pump_torch_free (shim/hooks/torch_allocator.c). PyTorch's own CUDAPluggableAllocator makes the
 // switch, but answers none of PyTorch's memory questions: torch.cuda.memory_stats (and
 // memory_allocated, max_memory_allocated, reset_peak_memory_stats, everything built on them)
 // raises "CUDAPluggableAllocator does not yet support getDeviceStats", and cuDNN's workspace

@@ -5,7 +5,7 @@
 // completes: after the streams record_stream named are done with the block). This file is
 // compiled against the job's own PyTorch by sitecustomize.py (the tracker's types are
 // PyTorch's C++ ABI) and attached once CUDA is initialised, when the allocator exists. It
-// forwards the two events pump needs to libpump's pump_torch_trace (shim/torch_trace.c);
+// forwards the two events pump needs to libpump's pump_torch_trace (shim/hooks/torch_trace.c);
 // the tracker runs under the allocator's lock, so it does nothing else.
 #include <c10/cuda/CUDACachingAllocator.h>
 

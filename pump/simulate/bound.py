@@ -57,7 +57,7 @@ Why no policy moves fewer bytes GPU->host (W):
 - tests/test_bound_exhaustive.py holds both parts against every demand-paging schedule
   (each choice of victim, dirty or clean) on small loops, where they are met.
 The model behind this bound moves and keeps memory in whole 2 MiB blocks, as the budget is
-counted (shim/residency.c). A policy moving only the 64 KiB pages a kernel touches could
+counted (shim/policy/residency.c). A policy moving only the 64 KiB pages a kernel touches could
 move less where a block is touched in part. In the four bench traces, the touched pages are
 over 99% of the touched blocks' bytes.
 

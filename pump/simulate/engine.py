@@ -1,7 +1,7 @@
 """The discrete-event model behind `pump simulate`: one pass over a workload's launches, in
 program order, for one policy at one capacity.
 
-Two layers, the shim's rules as shim/residency.c states them:
+Two layers, the shim's rules as shim/policy/residency.c states them:
 - the shim's BELIEF (2 MiB blocks believed resident, the budget, its eviction orders) decides
   prefetches and evictions exactly as the shim does for each policy;
 - the TRUTH (which 64 KiB pages are on the GPU, gpu_truth.py) counts faults and bytes as
@@ -231,7 +231,7 @@ def _first_not_in(order, protect):
 
 
 class _UseOrder:
-    """The shim's PUMP_ORDER_USED (shim/residency.c, make_room) over the believed blocks: a
+    """The shim's PUMP_ORDER_USED (shim/policy/residency.c, make_room) over the believed blocks: a
     block ranks by the later of its allocation's last use (a launch's number: the shim keeps
     one per allocation, so every block of an allocation a launch is given counts as used by
     it) and the launch whose plan trigger last named it, ties by migration order, oldest
@@ -527,7 +527,7 @@ class _Run:
                 elif self.shim and self.policy != "naive":
                     # The launch rule, also for a launch the plan does not know: the shim's
                     # launch rule evicts least recently used first, in migration order once a
-                    # plan is in force (shim/residency.c, launch_rule_order).
+                    # plan is in force (shim/policy/residency.c, launch_rule_order).
                     order = self.migrated if self.plan else self.used
                     ready = max(ready, self._take(w.arg_blocks[k], order, cpu))
                 ready = max(ready, self.thread.clock)  # the kernel is launched after the hook's calls

@@ -3,7 +3,7 @@ them: tests/fakecuda/cost.c (fc_migrate_ioctl_ns, fc_discard_ioctl_ns) with the 
 from fakecuda_model.h, never copied (tests/test_simulate_host_costs.py runs fakecuda and holds
 the two equal). The calls a launch's hook makes before its kernel are the launching thread's;
 those decided after the kernel (a plan's trigger, policy off's evictions) are made by pump's
-worker thread (shim/prefetch_worker.c), which runs beside the launching thread and delays no
+worker thread (shim/engine/prefetch_worker.c), which runs beside the launching thread and delays no
 launch. The shim's launching thread takes over a worker's job it must order its own calls
 after, when the worker has not begun it: not modelled here (the worker is never late)."""
 
@@ -34,7 +34,7 @@ class HostCosts:
         return self.ioctl + blocks * (2 if blocks > 1 else 1) * self.block_pass if blocks else 0.0
 
     def probed_rate(self, bandwidth: float) -> float:
-        """The rate a prefetch of many blocks meets as the shim times it (shim/link_rate.c:
+        """The rate a prefetch of many blocks meets as the shim times it (shim/engine/link_rate.c:
         events around the call), which pumpd plans at: per block its two passes (`migrate`'s,
         for a range of several blocks; the ioctl's fixed part spread thin) and its pages' CPU
         time on the calling thread, then its copy at `bandwidth` (the stream's work begins when

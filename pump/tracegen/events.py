@@ -1,5 +1,5 @@
 """The records of a generated trace, encoded as the shim encodes its own
-(pump_channel.h; FUNCTION/NAME as shim/channel.c writes them): one process's
+(pump_channel.h; FUNCTION/NAME as shim/channel/channel.c writes them): one process's
 event stream, built in memory and written as one trace block."""
 
 import time

@@ -1,5 +1,5 @@
 /* capture_count.c: pump asks the driver whether a launch's stream is being captured only
- * while a capture is open in the process (shim/captures.h): the count of fakecuda's capture
+ * while a capture is open in the process (shim/base/captures.h): the count of fakecuda's capture
  * queries over four launches on a stream, in each phase (tests/test_capture_threads.py).
  *
  *   capture_count

@@ -2,7 +2,7 @@
  * extents on one thread while another launches kernels over it, under a budget: PyTorch's
  * allocator splits and merges its blocks on whichever thread allocates (the Python thread, the
  * autograd thread) while the other launches. Each tensor carved over freed ones replaces their
- * records and takes over their residency (shim/ranges.c replace_locked, residency_blocks.c
+ * records and takes over their residency (shim/lookup/ranges.c replace_locked, residency_blocks.c
  * pump_blocks_replace), under the range table's writer lock and the residency shape lock, while
  * the launch rule decides under the residency locks and evicts to hold the budget. The real
  * client (tests/test_real_client*.py) cannot hold such a race to a sanitizer run; this program

@@ -1,6 +1,6 @@
 /* torch_placement.c: a training step's tensors from pump's allocator for PyTorch, with the
  * optimizer's step marks, for tests/test_torch_placement.py (issue 41 item 1: a step's tensors
- * get the addresses they had the step before, shim/placement.c). One JSON line: the checksum
+ * get the addresses they had the step before, shim/policy/placement.c). One JSON line: the checksum
  * of what the steps computed, and each step's allocation addresses in order.
  * Why an imitation, not the real client (tests/test_real_client*.py): exact addresses step by
  * step over a pattern that changes them under a pool handing out the block freed last, values

@@ -8,7 +8,7 @@
  *
  * Under managed_all with a driver that refuses to prefetch a managed pool's memory
  * (FAKECUDA_POOL_PREFETCH=refuse), stream-ordered allocations come from pump's cache of
- * cuMemAllocManaged blocks (shim/managed_all_cache.c): a free keeps its block with a use token
+ * cuMemAllocManaged blocks (shim/policy/managed_all_cache.c): a free keeps its block with a use token
  * recorded on the freeing stream, and an allocation of that size on another stream takes the
  * block once that stream waits, on the GPU, for the token. A context records its use tokens
  * in a ring of 1,024 events.

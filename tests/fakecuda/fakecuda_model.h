@@ -183,7 +183,7 @@
 
 /* Devices: FAKECUDA_DEVICES (default, max), FAKECUDA_DEVICE_MEMORY (default bytes). */
 #define FAKECUDA_DEFAULT_DEVICES 1
-#define FAKECUDA_MAX_DEVICES 64 /* as many as pump names (shim/residency.c, pump/channel.py) */
+#define FAKECUDA_MAX_DEVICES 64 /* as many as pump names (shim/policy/residency.c, pump/channel.py) */
 #define FAKECUDA_DEFAULT_DEVICE_MEMORY (80ull << 30)
 
 /* Driver version reported (and gating entry points): FAKECUDA_DRIVER_VERSION. */

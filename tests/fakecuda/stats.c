@@ -110,7 +110,7 @@ static unsigned knob_uint(const char *name, unsigned def, unsigned lo, unsigned 
 /* A check of pump's, not a model of the driver (which neither knows nor cares): pump's rule
  * is that no lock of its own is held across a driver call (a driver call can block for
  * milliseconds, or call back into pump). libpump exports how many of its locks the calling
- * thread holds (shim/locks.h); every entry point asks it, and an entry made while it is not 0
+ * thread holds (shim/base/locks.h); every entry point asks it, and an entry made while it is not 0
  * is said on stderr, once per entry point. Without libpump in the process: nothing to ask. */
 static unsigned int (*fc_pump_locks)(void);
 

@@ -85,7 +85,7 @@ def lines(probes: dict) -> list:
                            f"{evict['driver_over_prefetch']:.2f}x a prefetch to the host in the same run (driver_evict)"})
     moves = (probes.get("concurrent_moves") or {}).get("result", {})
     if "overlap" in moves:
-        out.append({"replaces": "pump's one worker thread a device (shim/prefetch_worker.c), and fakecuda's "
+        out.append({"replaces": "pump's one worker thread a device (shim/engine/prefetch_worker.c), and fakecuda's "
                                 "concurrent UVM_MIGRATE calls (each costs its thread what it costs alone)",
                     "measured": round(moves["overlap"], 2), "now": 1,
                     "how": f"overlap of a prefetch to the GPU and one to the host made by two threads at once, "

@@ -1,7 +1,7 @@
 """compute-sanitizer on a pump run: where the tool is, and which of its reports are pump's
 expected API errors.  Before CUDA 13.2 the driver has no parameter-count call, so the shim
 learns where a kernel's parameters end by asking cuFuncGetParamInfo (or cuKernelGetParamInfo)
-for the index past the last and being refused with CUDA_ERROR_INVALID_VALUE (shim/layouts.c):
+for the index past the last and being refused with CUDA_ERROR_INVALID_VALUE (shim/lookup/layouts.c):
 one refused call per kernel layout, which memcheck reports as "Program hit ... on CUDA API
 call to cuFuncGetParamInfo".  Those, from libpump's frames, on such a driver, are expected;
 any other report fails the check."""

@@ -15,7 +15,7 @@ into a zeroed `y` on the GPU), and right after that launch `x` is discarded:
 - peer_implicit: on a blocking stream, the kernels on the legacy stream (pump until that run);
 - peer_events: on a non-blocking stream that waits for an event recorded on the legacy stream
   after the kernels, the legacy stream then waiting for an event recorded after the discard
-  (pump now, shim/discard_marks.c);
+  (pump now, shim/engine/discard_marks.c);
 - same_stream: the kernels and the discard on one non-blocking stream (cuda.h: a discard
   "executes in stream order").
 A discard made before the kernel read `x` leaves it indeterminate data: `y` then differs from

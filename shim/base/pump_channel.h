@@ -107,11 +107,11 @@ enum pump_event_kind {
                                      device's UUID (cuDeviceGetUuid_v2), in memory order */
     PUMP_EVENT_BUDGET = 15,       /* pump's own budget on device `device` (its default above
                                      the device: the device's free memory less a margin,
-                                     shim/budget.c), which pumpd's plans keep to when the job
+                                     shim/policy/budget.c), which pumpd's plans keep to when the job
                                      has no budget of its own: arg0 bytes. Written when first
                                      read and at each change, and again to a restarted pumpd
                                      (a repeat says nothing new) */
-    /* The link pump's prefetches cross, as the GPU timed one of them (shim/link_rate.c):
+    /* The link pump's prefetches cross, as the GPU timed one of them (shim/engine/link_rate.c):
      * pumpd plans transfers at the rate measured, not at a figure it assumes. */
     PUMP_EVENT_LINK = 16,         /* a prefetch to device `device` of arg0 bytes took arg1
                                      nanoseconds on the GPU (timing events recorded on pump's
@@ -119,7 +119,7 @@ enum pump_event_kind {
                                      a context's first four, at most one a
                                      PUMP_LINK_INTERVAL_NS per context */
     /* How long kernels run, as the GPU timed a few launches of each launch key
-     * (shim/kernel_time.c): pumpd plans on the kernels' clock, not the launch calls'. */
+     * (shim/engine/kernel_time.c): pumpd plans on the kernels' clock, not the launch calls'. */
     PUMP_EVENT_KERNEL = 17        /* a launch with launch key arg0 ran arg1 nanoseconds on
                                      device `device` (timing events recorded on its stream
                                      just before and after it). count: 2. The first

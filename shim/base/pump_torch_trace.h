@@ -1,5 +1,5 @@
 /* pump_torch_trace.h: what PyTorch's caching allocator tells libpump, the one interface
- * both sides read: libpump (shim/torch_trace.c) and the bridge compiled against the job's
+ * both sides read: libpump (shim/hooks/torch_trace.c) and the bridge compiled against the job's
  * own PyTorch (pump/boot/torch_trace.cpp), which forwards the allocator's trace events.
  * Plain C: the bridge includes it from C++.
  */
