@@ -5,7 +5,7 @@ train_gpt.py --filler-bytes and the GPU suite's case f (bench/README.md).
 The memory comes from the driver's cuMemCreate (virtual memory management's physical memory),
 through ctypes on libcuda.so.1, not from cuMemAlloc: under pump-run's managed_all (its
 default) every device allocation the program makes with cuMemAlloc, by PyTorch or through
-ctypes alike, becomes managed memory (shim/hooks_memory.c), which Unified Memory would evict
+ctypes alike, becomes managed memory (shim/hooks/hooks_memory.c), which Unified Memory would evict
 like the job's own.  cuMemCreate's memory stays device memory (pump says so once) and Unified
 Memory cannot evict it, with or without pump.  Nothing maps it: it only has to be taken."""
 
