@@ -133,15 +133,19 @@ def test_the_shim_times_its_prefetches_at_the_links_rate(c_build, tmp_path):
 
 def test_pump_run_says_the_rate_lookahead_planned_at(c_build, tmp_path):
     """pumpd keeps each process's median (past its end) and pump-run says it beside what
-    lookahead learned: fakecuda's link, not the 63 GB/s pumpd assumed before any was timed.
-    Lookahead's batches also name blocks already resident (an epoch's re-prefetch): those are
-    not timed, since they move less than they name (timed, seen at 3,806 GB/s; on a loaded
-    2-core CI host pumpd planned at 37.1 GB/s)."""
+    lookahead learned: a rate the shim timed, never faster than fakecuda's link, not the 63 GB/s
+    pumpd assumed before any was timed. Lookahead's batches also name blocks already resident (an
+    epoch's re-prefetch): those are not timed, since they move less than they name (timed, seen
+    at 3,806 GB/s; on a loaded 2-core CI host pumpd planned at 37.1 GB/s). How close the timed
+    rates come to the link is the host's: a loaded CI host timed a median of 14.6 GB/s of 25
+    (test_the_shim_times_its_prefetches_at_the_links_rate holds a quiet run to the link)."""
     proc, rates = run_steady_step(c_build, tmp_path, "lookahead", "6", "1", "managed", "planned")
     assert rates[-1] <= 1.01 * FAKECUDA_LINK, rates
     said = re.findall(r"^pump-run: lookahead learned an iteration of \d+ launches, planned at the link rate its "
                       r"prefetches met: ([\d.]+) GB/s$", proc.stderr, re.M)
-    assert len(said) == 1 and 0.8 * FAKECUDA_LINK <= float(said[0]) * 1e9 <= 1.01 * FAKECUDA_LINK, proc.stderr
+    assert len(said) == 1, proc.stderr
+    # A median of the latest rates timed (to the 0.1 GB/s said), so within what was timed.
+    assert rates[0] - 0.05e9 <= float(said[0]) * 1e9 <= rates[-1] + 0.05e9, (said, rates)
 
 
 def test_pump_trace_show_prints_it(tmp_path):
