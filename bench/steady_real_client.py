@@ -27,7 +27,7 @@ import commands
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CLIENT = ROOT / "bench" / "real_client_step.py"
-FAKECUDA_H = ROOT / "tests" / "fakecuda" / "fakecuda.h"
+FAKECUDA_H = ROOT / "fakecuda" / "fakecuda.h"
 DRIVER_DIR = ROOT / "build" / "tests" / "plain"
 PERSONA = "h100-sxm-80gb"
 LOCK_HELD_LINE = "pump's rule: no lock held across a driver call"
@@ -146,7 +146,7 @@ def run_client(python, pump_run, as_written, steps, warmup, device_memory, progr
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"{shown} exited {proc.returncode}: {proc.stderr.strip()[-2000:]}")
-    if LOCK_HELD_LINE in proc.stderr:  # fakecuda's check of pump's rule (tests/fakecuda/stats.c)
+    if LOCK_HELD_LINE in proc.stderr:  # fakecuda's check of pump's rule (fakecuda/stats.c)
         said = [line for line in proc.stderr.splitlines() if LOCK_HELD_LINE in line]
         raise RuntimeError(f"{shown}: pump made driver calls under a lock of its own: {said}")
     client = json.loads(lines[-1])

@@ -10,7 +10,7 @@
  * step, 516 launches: the batch's host-to-device copy, 5 per layer forward, the loss, 6 per
  * layer backward, 4 per layer for the optimizer and 1 to zero each gradient, then the loss read
  * back as `.item()` does it (a copy to the host and one synchronisation). fakecuda has no
- * cuMemcpy* (tests/fakecuda/README.md): the copies are kernels that read or write host memory
+ * cuMemcpy* (fakecuda/README.md): the copies are kernels that read or write host memory
  * the program malloc'ed (standing for pinned memory) and touch only their device operand, as
  * a copy engine would. Every tensor is whole 2 MiB blocks.
  *

@@ -7,7 +7,7 @@
 It drives the CUDA driver API through ctypes (standard library only), as a real program
 would: four managed buffers (two x, y pairs) written by the host, then steps that each run
 saxpy (y = 2x + y) and scale (y *= 0.5) on one pair. Without a GPU it runs on pump's CPU
-model of the driver (tests/fakecuda), whose GPU fault count shows what pump changed.
+model of the driver (fakecuda), whose GPU fault count shows what pump changed.
 """
 import argparse
 import array
@@ -144,8 +144,8 @@ def open_driver(force_fakecuda=False):
             return Driver(lib)
     if os.environ.get(MARKER):
         sys.exit("managed_saxpy: cannot load fakecuda's libcuda.so.1")
-    print("no CUDA driver here: running on pump's CPU model of the driver (tests/fakecuda)" if not force_fakecuda
-          else "--fakecuda: running on pump's CPU model of the driver (tests/fakecuda)",
+    print("no CUDA driver here: running on pump's CPU model of the driver (fakecuda)" if not force_fakecuda
+          else "--fakecuda: running on pump's CPU model of the driver (fakecuda)",
           flush=True)  # flushed: execve would drop it
     # The dynamic loader reads LD_LIBRARY_PATH only at process start: hence a fresh process.
     # LD_PRELOAD and PUMP_* are inherited, so under pump-run it is still under pump.

@@ -1,5 +1,5 @@
 """What pump does, shown where there is no GPU: examples/managed_saxpy.py on pump's CPU
-model of the driver (tests/fakecuda), under pump-run and under pump-run --policy off (the
+model of the driver (fakecuda), under pump-run and under pump-run --policy off (the
 driver alone), side by side.  examples/train_gpt.py ends with this when it found no GPU
 (its PyTorch job then trains on the CPU, where pump has nothing to do).
 
@@ -45,7 +45,7 @@ def run(policy):
 def show(out=sys.stdout):
     """Prints the comparison; returns False (and says why) when it could not be made."""
     print("What pump does for a job on a GPU, shown on pump's CPU model of the driver\n"
-          "(tests/fakecuda; counts of a model, not GPU timings):", file=out, flush=True)
+          "(fakecuda; counts of a model, not GPU timings):", file=out, flush=True)
     fakecuda_dir()  # built now if it must be, its progress shown (the runs' output is captured)
     runs = {policy: run(policy) for policy in ("launch", "off")}
     failed = [r for r in runs.values() if isinstance(r, str)]

@@ -1,4 +1,4 @@
-/* fakecuda.h: the test-side API of fakecuda (tests/fakecuda), a CPU model of the CUDA
+/* fakecuda.h: the test-side API of fakecuda, a CPU model of the CUDA
  * driver API subset that libpump uses. These names are exported from libcuda.so.1 so a
  * test program can link them (-lcuda) or dlsym them from a dlopen'ed libcuda.so.1.
  * Kept free of anything but these declarations on purpose. */

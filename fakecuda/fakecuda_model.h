@@ -79,7 +79,7 @@
  * the stream's worker, standing for the driver's own thread), into the same per-thread debt
  * that a kernel's start waits for. Measured figures come from the three A100 profiler traces
  * in ../shared/data/kineto (HolisticTraceAnalysis tests/data, commit f4d0062), per trace by
- * tests/fakecuda/measure_kineto.py; where a trace gives several medians, the smallest is taken
+ * fakecuda/measure_kineto.py; where a trace gives several medians, the smallest is taken
  * (it makes what pump adds per launch look largest). Where no source gives a number, it says
  * so and takes the end that makes pump look worse (dearer calls that pump makes). */
 

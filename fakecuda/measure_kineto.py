@@ -3,7 +3,7 @@
 real PyTorch profiler (Kineto) traces taken on A100 GPUs and prints, per trace, the count and
 the median host duration (us) of each CUDA runtime call that fakecuda charges for.
 
-    python3 tests/fakecuda/measure_kineto.py [TRACE.json.gz ...]
+    python3 fakecuda/measure_kineto.py [TRACE.json.gz ...]
 
 Without arguments it reads the traces in ../shared/data/kineto/ beside the checkout.
 Durations in these traces have 1 us resolution (some files 0.5 us), so a median of 0 means
@@ -20,7 +20,7 @@ CALLS = ("cudaLaunchKernel", "cudaGraphLaunch", "cudaEventRecord", "cudaStreamWa
          "cudaStreamSynchronize", "cudaMemGetInfo", "cudaMemPrefetchAsync", "cudaMemcpyAsync", "cudaMemsetAsync",
          "cudaMemcpy", "cudaMemset")
 # ../shared beside the checkout (/work/main) or beside the worktrees' directory (/work/wt/NAME).
-_ROOT = pathlib.Path(__file__).resolve().parents[2]
+_ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_DIR = next((d for d in (_ROOT.parent / "shared/data/kineto", _ROOT.parent.parent / "shared/data/kineto")
                     if d.is_dir()), _ROOT.parent / "shared/data/kineto")
 

@@ -1,22 +1,8 @@
-# tests/fakecuda/sources.cmake: the file lists of fakecuda (a CPU libcuda.so.1 for tests),
-# for the project's CMake to include(). Paths are anchored at this file's directory.
-#
-# Intended use (the project's CMakeLists, not this file):
-#   include(tests/fakecuda/sources.cmake)
-#   add_library(fakecuda SHARED ${FAKECUDA_SOURCES})
-#   set_target_properties(fakecuda PROPERTIES OUTPUT_NAME cuda SOVERSION 1
-#                         C_STANDARD 11 C_VISIBILITY_PRESET hidden)
-#   target_include_directories(fakecuda PRIVATE ${FAKECUDA_INCLUDE_DIR})
-#   target_include_directories(fakecuda SYSTEM PRIVATE <dir with cuda.h and cudaTypedefs.h>)
-#   target_link_options(fakecuda PRIVATE "LINKER:--version-script=${FAKECUDA_EXPORTS_MAP}")
-#   set_property(TARGET fakecuda APPEND PROPERTY LINK_DEPENDS ${FAKECUDA_EXPORTS_MAP})
-#   target_link_libraries(fakecuda PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
-#   add_executable(fakecuda_selftest ${FAKECUDA_SELFTEST_SOURCES})
-#   target_include_directories(fakecuda_selftest PRIVATE ${FAKECUDA_INCLUDE_DIR})  # + cuda.h dir
-#   target_link_libraries(fakecuda_selftest PRIVATE fakecuda Threads::Threads ${CMAKE_DL_LIBS})
-#   add_test(NAME fakecuda_selftest COMMAND fakecuda_selftest)
-# Either the version script or hidden visibility alone keeps the exports to cu* and
-# fakecuda_*; cuGetProcAddress returns the same pointers as dlsym either way.
+# fakecuda/sources.cmake: the file lists of fakecuda (a CPU libcuda.so.1), for a CMake project
+# to include(): fakecuda's own (CMakeLists.txt beside this file, which shows how they are used)
+# and pump's, whose tests build it plain and under each sanitizer. Paths are anchored at this
+# file's directory. The version script keeps the exports to cu* and fakecuda_*;
+# cuGetProcAddress returns the same pointers as dlsym.
 
 set(FAKECUDA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/device.c

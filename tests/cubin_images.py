@@ -1,5 +1,5 @@
 """Kernel images for fakecuda's tests (tests/test_fakecuda_images.py): small cubins and fatbin
-containers written here in the layouts fakecuda reads (tests/fakecuda/fatbin.c, cubin.c), and
+containers written here in the layouts fakecuda reads (fakecuda/fatbin.c, cubin.c), and
 an independent reader of real ones (PyTorch's), so that what fakecuda answers can be checked
 against a second reading of the same bytes. Compression uses the system's libzstd.so.1 and
 liblz4.so.1 through ctypes (None where they are missing)."""

@@ -323,7 +323,7 @@ def test_managed_probe_on_fakecuda_records_every_call(fake_gpu):
 
 def prefetch_charge(f, size: int, to_host: bool) -> float:
     """Seconds fakecuda charges the calling thread for one cuMemPrefetchAsync of `size` bytes of
-    whole blocks (tests/fakecuda/cost.c): the ioctl and two passes per block, then the CPU time of
+    whole blocks (fakecuda/cost.c): the ioctl and two passes per block, then the CPU time of
     moving the pages, or for a move to the host the longer of that and its copies' wait."""
     blocks = size // f["FAKECUDA_VA_BLOCK"]
     move = size * f["FAKECUDA_MIGRATE_BLOCK_NS"] / f["FAKECUDA_VA_BLOCK"]
@@ -356,7 +356,7 @@ def test_prefetch_cost_probe_fits_a_line_per_case(fake_gpu):
     on the wall clock a loaded machine's late wake-ups, and the credit for them carried into the
     next sleep, move a 1.3 ms call either way), are fakecuda's constants exactly: the ioctl and a
     pass per block, 19.6 us of CPU a block moved in, and a move to the host waits for its copies
-    at the prefetch-to-host rate (tests/fakecuda/cost.c)."""
+    at the prefetch-to-host rate (fakecuda/cost.c)."""
     from pump.simulate import constants
     f = constants.fakecuda_constants()
     doc = run_probe(fake_gpu, "prefetch_cost.py", "--blocks", "1,64", "--rounds", "5")

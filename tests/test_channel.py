@@ -360,7 +360,7 @@ def devices(records):
 
 
 def fakecuda_uuid(device):
-    """fakecuda's UUID of a device (tests/fakecuda/device.c)."""
+    """fakecuda's UUID of a device (fakecuda/device.c)."""
     return b"fakecuda\x40\x80" + bytes(5) + bytes([device])
 
 

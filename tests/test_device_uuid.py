@@ -25,7 +25,7 @@ PUMP = str(pathlib.Path(sys.executable).parent / "pump")
 
 
 def fakecuda_uuid_bytes(device: int) -> bytes:
-    """fakecuda's UUID of a device (tests/fakecuda/device.c)."""
+    """fakecuda's UUID of a device (fakecuda/device.c)."""
     return b"fakecuda\x40\x80" + bytes(5) + bytes([device])
 
 

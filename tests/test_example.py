@@ -22,7 +22,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "managed_saxpy.py"
 STEPS, MIB = 3, 4
 ARGS = [sys.executable, str(EXAMPLE), "--mib", str(MIB), "--steps", str(STEPS)]
-FAKECUDA_NOTE = "no CUDA driver here: running on pump's CPU model of the driver (tests/fakecuda)"
+FAKECUDA_NOTE = "no CUDA driver here: running on pump's CPU model of the driver (fakecuda)"
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +198,7 @@ def test_train_gpt_without_a_gpu_shows_pump_on_the_model(example_env):
     proc = train(["--steps", "1"], example_env, pump_run=(PUMP_RUN,))
     out = proc.stdout
     assert "No GPU here, so the job trained on the CPU and pump had nothing to do." in out, out
-    assert "pump's CPU model of the driver\n(tests/fakecuda; counts of a model, not GPU timings)" in out, out
+    assert "pump's CPU model of the driver\n(fakecuda; counts of a model, not GPU timings)" in out, out
     rows = dict(re.findall(r"^  (under pump-run.*?)\s{2,}(\d+)\s+[\d.]+ MiB\s+[\d.]+ MiB$", out, re.M))
     assert rows["under pump-run"] == "0", out
     assert int(rows["under pump-run --policy off (the driver alone)"]) == 4 * 4 * 16, out  # 64 KiB pages

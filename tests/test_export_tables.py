@@ -1,4 +1,4 @@
-"""fakecuda's cuGetExportTable (tests/fakecuda/export_tables.c) against NVIDIA's real 535 and 550
+"""fakecuda's cuGetExportTable (fakecuda/export_tables.c) against NVIDIA's real 535 and 550
 libcuda.so.1 (scripts/fetch-libcuda; both answer cuGetExportTable without a GPU, before cuInit):
 the same ids refused (CUDA_ERROR_INVALID_VALUE, table NULL), the same size word in slot 0 and
 the same slots holding a function, with FAKECUDA_DRIVER_VERSION set to the driver's CUDA
@@ -86,7 +86,7 @@ def _md2_table():
     """RFC 1319's S table, checked against the RFC's test vectors below before it is used."""
     # Build it from the RFC's decimal listing (as fakecuda's integrity.c holds it) to stay
     # independent of that file: pi digits are not recomputed here.
-    text = (ROOT / "tests" / "fakecuda" / "integrity.c").read_text()
+    text = (ROOT / "fakecuda" / "integrity.c").read_text()
     body = text[text.index("md2_s[256] = {") + 14:text.index("};", text.index("md2_s[256] = {"))]
     table = bytes(int(x) for x in body.replace("\n", " ").split(",") if x.strip())
     assert sorted(table) == list(range(256)), "S is a permutation"

@@ -1,4 +1,4 @@
-"""fakecuda's own self-test (tests/fakecuda/selftest.c), plain and under the sanitizers:
+"""fakecuda's own self-test (fakecuda/selftest.c), plain and under the sanitizers:
 every other test's figures rest on the CPU driver model behaving as it says. And its measured
 host costs: fakecuda_model.h's launch cost is what the real A100 traces say."""
 
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-FAKECUDA = pathlib.Path(__file__).parent / "fakecuda"
+FAKECUDA = pathlib.Path(__file__).resolve().parent.parent / "fakecuda"
 
 
 @pytest.mark.parametrize("variant", ["plain", "asan", "tsan"])
@@ -39,7 +39,7 @@ def test_launch_cost_is_the_traces_smallest_median():
 def test_example_stats_struct_matches_fakecuda_h():
     """examples/managed_saxpy.py reads struct fakecuda_stats through ctypes: a field missing there
     lets fakecuda_get_stats write past the buffer (the job then crashed in Python's GC at exit)."""
-    sys.path.insert(0, str(FAKECUDA.parent.parent / "examples"))
+    sys.path.insert(0, str(FAKECUDA.parent / "examples"))
     import managed_saxpy
     header = (FAKECUDA / "fakecuda.h").read_text()
     body = header[header.index("struct fakecuda_stats {"):header.index("};", header.index("struct fakecuda_stats {"))]

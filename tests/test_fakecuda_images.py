@@ -1,4 +1,4 @@
-"""fakecuda loads real kernel images (tests/fakecuda/fatbin.c, cubin.c, images.c): fatbin
+"""fakecuda loads real kernel images (fakecuda/fatbin.c, cubin.c, images.c): fatbin
 containers (plain, zstd, lz4), the runtime's fatbin wrapper and bare cubins; it picks the cubin
 the modelled GPU (compute capability 9.0) runs, as the driver does; each kernel's parameters
 come from its .nv.info; malformed images are refused with a reason, never read past (ASan).

@@ -1,7 +1,7 @@
 """libpump and fakecuda build against CUDA 13.0's headers, what PyTorch's CUDA 13.0 build and
 the GPU machine carry, as well as against the newest the registry serves (the rest of the suite's
 build; issue 43 item 3): what later headers add and pump or fakecuda name is declared by
-shim/base/cuda_compat.h and tests/fakecuda/cuda_compat.h. Before those, libpump failed on
+shim/base/cuda_compat.h and fakecuda/cuda_compat.h. Before those, libpump failed on
 PFN_cuFuncGetParamCount_v13020 (13.2) and the capture hooks' 13.1 and 13.3 entry points, and
 fakecuda on cuFuncGetParamCount.
 
@@ -45,7 +45,27 @@ def test_libpump_and_fakecuda_build_with_cuda_13_0_headers(tmp_path):
                                capture_output=True, text=True, timeout=300)
     assert configure.returncode == 0, configure.stderr[-3000:]
     made = subprocess.run(["cmake", "--build", str(build), "-j", str(os.cpu_count() or 2), "--target", "pump",
-                           "fakecuda_plain", "units_plain"], capture_output=True, text=True, timeout=600)
+                           "units_plain"], capture_output=True, text=True, timeout=600)
     assert made.returncode == 0, (made.stdout + made.stderr)[-4000:]
     units = subprocess.run([str(build / "tests" / "plain" / "units")], capture_output=True, text=True, timeout=300)
     assert units.returncode == 0 and units.stdout.strip().endswith(", 0 failed"), units.stdout[-2000:]
+
+
+def test_fakecuda_builds_as_a_project_of_its_own_and_passes_its_self_test(tmp_path):
+    """fakecuda/CMakeLists.txt (issue 42: fakecuda a component of its own), with CUDA 13.0's headers."""
+    include = cuda_13_0_headers()
+    if include is None:
+        missing = pytest.fail if os.environ.get("PUMP_REAL_CLIENT_PYTHON") else pytest.skip
+        missing(f"no CUDA 13.0 headers beside {PYTHON}'s torch (scripts/real-client-venv 2.14.1 makes a venv with them)")
+    build = tmp_path / "fakecuda"
+    configure = subprocess.run(["cmake", "-S", str(ROOT / "fakecuda"), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
+                                f"-DFAKECUDA_CUDA_INCLUDE_DIR={include}"], capture_output=True, text=True, timeout=300)
+    assert configure.returncode == 0, configure.stderr[-3000:]
+    made = subprocess.run(["cmake", "--build", str(build), "-j", str(os.cpu_count() or 2)],
+                          capture_output=True, text=True, timeout=600)
+    assert made.returncode == 0, (made.stdout + made.stderr)[-4000:]
+    run = subprocess.run([str(build / "fakecuda_selftest")], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.rstrip().endswith(" 0 failed"), run.stdout[-2000:] + run.stderr[-2000:]
+    refused = subprocess.run(["cmake", "-S", str(ROOT / "fakecuda"), "-B", str(tmp_path / "none"),
+                              f"-DFAKECUDA_CUDA_INCLUDE_DIR={tmp_path}"], capture_output=True, text=True, timeout=300)
+    assert refused.returncode != 0 and "has no cuda.h" in refused.stderr, refused.stderr[-2000:]

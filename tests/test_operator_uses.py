@@ -1,5 +1,5 @@
 """How the real-client recorder names an operand for fakecuda's replay (tests/real_client/
-operator_uses.py, tests/fakecuda/launch_uses.c): by the one argument word of the launch that
+operator_uses.py, fakecuda/launch_uses.c): by the one argument word of the launch that
 points into it, so that a later run follows the pointer its launch is given, wherever its
 caching allocator placed the tensor; by allocation where no word, or more than one, does."""
 import sys

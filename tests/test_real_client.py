@@ -8,7 +8,7 @@ the tests are skipped, saying so. What they check:
 - the host side reaches what fakecuda models today: init, the persona's properties exactly,
   allocation, memory figures, streams and events, pinned host memory, copies, synchronize;
 - what the runtime asked for and fakecuda lacks is exactly the committed ledger
-  (tests/fakecuda/real_client_not_found.txt: cuGetProcAddress names, refused export tables,
+  (fakecuda/real_client_not_found.txt: cuGetProcAddress names, refused export tables,
   unmodelled export-table slots), so a new runtime's new need fails here by name, not as a hang;
 - kernels run from the runtime's real fatbins (issue 26 item 2): fill_, x + 1, and a cuBLAS
   matmul (cublasCreate asks the occupancy of clusters and CU_LIMIT_CIG_ENABLED). Kernels are
@@ -26,7 +26,7 @@ import pytest
 from helpers import clean_env
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-LEDGER = ROOT / "tests" / "fakecuda" / "real_client_not_found.txt"
+LEDGER = ROOT / "fakecuda" / "real_client_not_found.txt"
 PYTHON = os.environ.get("PUMP_REAL_CLIENT_PYTHON") or sys.executable
 # persona: (name, compute capability, total bytes, SMs, L2 bytes), as persona.c sources them
 PERSONAS = {

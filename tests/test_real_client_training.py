@@ -232,5 +232,5 @@ def test_a_budget_discards_the_tensors_pytorch_frees(cuda_torch, c_build, tmp_pa
     t = json.loads((tmp_path / "pump" / "pump.json").read_text())["totals"]
     assert t["evictions"] > 0 and t["torch_tensor_discards"] > 0 and t["bytes_discarded"] >= 2 * (1 << 20), t
     assert t["errors"] == 0 and t["events_dropped"] == 0
-    # no discard ran beside one of pump's migrations of the same memory (tests/fakecuda/discard_races.c)
+    # no discard ran beside one of pump's migrations of the same memory (fakecuda/discard_races.c)
     assert json.loads((tmp_path / "pump" / "fakecuda.json").read_text())["discard_races"] == 0

@@ -1,5 +1,5 @@
 """The simulator's fault path (pump/simulate/gpu_truth.py) is fakecuda's (issue 28 item 1):
-the fault-time prefetcher's rule against tests/fakecuda/fault_prefetch.c itself, compiled
+the fault-time prefetcher's rule against fakecuda/fault_prefetch.c itself, compiled
 here, on random blocks; and whole workloads replayed on fakecuda with no pump against the
 simulator's naive model, count for count: faults, batches, bytes each way, the driver's
 evictions (batches ending inside blocks, partly touched blocks, short blocks, a full GPU)."""
@@ -21,7 +21,7 @@ from pump.simulate.gpu_truth import FaultRules, GpuTruth, prefetch_pages
 from synthetic_trace import MIB, TraceBuilder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FAKECUDA = os.path.join(ROOT, "tests", "fakecuda")
+FAKECUDA = os.path.join(ROOT, "fakecuda")
 LOC_UNPOP, LOC_HOST, LOC_DEV0 = 0, 1, 2     # fakecuda_internal.h, FC_LOC_*
 BIT_FAULTED, BIT_DRIVER_PF = 8, 16          # FC_BIT_*
 KIB = 1 << 10

@@ -1,6 +1,6 @@
 """pump's own driver calls cost the thread that makes them in the simulator what they cost in
 fakecuda (issue 28 item 2): the same constants, read from fakecuda_model.h, and the same rule
-(tests/fakecuda/cost.c), checked here against fakecuda itself; the launching thread makes those
+(fakecuda/cost.c), checked here against fakecuda itself; the launching thread makes those
 before its kernel, pump's worker those decided after it."""
 
 import dataclasses

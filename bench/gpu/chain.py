@@ -20,7 +20,7 @@ Prints one JSON object per step, {"step", "warmup", "ms" (host clock over the wh
 bit-identical), "memory", "graph", "device", "working_set_bytes",
 "host_written_bytes_per_step", "buffers" [{"address", "bytes", "host_written"}], "fakecuda"
 (its counters; {} on a GPU)}.  Refuses, before allocating, a working set the GPU cannot hold
-(membudget).  Without a GPU it runs on tests/fakecuda when LD_LIBRARY_PATH points there.
+(membudget).  Without a GPU it runs on fakecuda when LD_LIBRARY_PATH points there.
 """
 
 import argparse

@@ -1,6 +1,6 @@
 """The CUDA driver through cuda-python (cuda.bindings.driver), as the GPU benchmarks' programs use
 it: checked calls (a failure names the call and its CUresult), device 0's primary context, kernel
-launches from ctypes values, and on pump's CPU model of the driver (tests/fakecuda, found through
+launches from ctypes values, and on pump's CPU model of the driver (fakecuda, found through
 LD_LIBRARY_PATH) the example kernels as host functions, so the same programs run in CI.
 
 The kernels are examples/managed_saxpy.py's hand-written PTX (saxpy: y = a*x + y; scale: x *= s);
@@ -157,7 +157,7 @@ class Stopwatch:
     """Seconds since it was made on the wall clock, and on fakecuda also the modelled seconds
     charged to this thread meanwhile (None on a GPU). The wall clock is what a GPU run reports; on
     fakecuda it is the model plus a loaded machine's scheduling, either way: a thread's late
-    wake-up is credited to its next sleep (up to 1 ms, tests/fakecuda/stats.c), so a 1.3 ms call
+    wake-up is credited to its next sleep (up to 1 ms, fakecuda/stats.c), so a 1.3 ms call
     can read 0.8 ms. The charged seconds are the model's own, exactly: what a test checks."""
 
     def __init__(self, gpu: Gpu):

@@ -5,7 +5,7 @@ Two models share the engine:
 - a GPU preset (GPU_PRESETS; the default an NVIDIA H100 PCIe card on a PCIe Gen5 x16 link): its
   datasheet's figures, and the UVM driver's fault path and eviction as read from its source
   (../shared/research/PREFETCHING.md §4-5), the same for every preset.
-- ``FAKECUDA``: tests/fakecuda's CPU model, its constants read from fakecuda_model.h (not
+- ``FAKECUDA``: fakecuda's CPU model, its constants read from fakecuda_model.h (not
   copied), used to predict what a replay on fakecuda counts (faults and bytes, not time).
 
 Sources cited below:
@@ -292,14 +292,14 @@ SWEEP_TOLERANCES = (0.10, 0.25)
 DAEMON_READ_LAUNCHES = 256
 
 
-# ---- fakecuda: read from tests/fakecuda/fakecuda_model.h, never copied by hand ----
+# ---- fakecuda: read from fakecuda/fakecuda_model.h, never copied by hand ----
 def _fakecuda_model_h() -> str:
     """fakecuda_model.h: installed next to the package, else the source tree's copy."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     installed = os.path.join(package, "fakecuda_model.h")
     if os.path.isfile(installed):
         return installed
-    return os.path.join(os.path.dirname(package), "tests", "fakecuda", "fakecuda_model.h")
+    return os.path.join(os.path.dirname(package), "fakecuda", "fakecuda_model.h")
 
 
 FAKECUDA_MODEL_H = _fakecuda_model_h()

@@ -125,7 +125,7 @@ def h100(bandwidth: float = None) -> Model:
 
 
 def fakecuda(bandwidth: float = None, out: float = None) -> Model:
-    """tests/fakecuda's model (its fault path's knobs at their defaults); its kernels take the
+    """fakecuda's model (its fault path's knobs at their defaults); its kernels take the
     default preset's times. `bandwidth` replaces its rates (bytes/s), `out` GPU->host's."""
     f = K.fakecuda_constants()
     if f["FAKECUDA_PAGE"] != K.PAGE_BYTES or f["FAKECUDA_MANAGED_ALIGN"] != K.BLOCK_BYTES:
@@ -152,7 +152,7 @@ def range_models(gpu: str = K.DEFAULT_GPU, link: float = None, link_out: float =
     return [(case, gpu_model(gpu, link, link * h2d, duplex, out * d2h, out)) for case, h2d, d2h, duplex in K.RANGE_CASES]
 
 
-# --model: h100 is the h100-pcie preset (--gpu picks another); fakecuda is tests/fakecuda.
+# --model: h100 is the h100-pcie preset (--gpu picks another); fakecuda is fakecuda.
 MODELS = {"h100": h100, "fakecuda": fakecuda}
 
 

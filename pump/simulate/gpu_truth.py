@@ -1,5 +1,5 @@
 """The simulator's TRUTH: which 64 KiB pages are on the GPU, and the UVM driver's GPU fault path
-that puts them there, by the rules tests/fakecuda follows (tests/test_simulate_fault_path.py
+that puts them there, by the rules fakecuda follows (tests/test_simulate_fault_path.py
 holds the two equal, rule by rule and on a replayed workload):
 - a kernel touches its ranges in order (bench/replay_trace.c's order, workload.touch_order);
   within a range the driver fetches its faults (pages not on the GPU, in address order) in

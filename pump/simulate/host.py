@@ -1,5 +1,5 @@
 """pump's driver calls, costed as fakecuda costs them (issue 28 item 2), on the thread that makes
-them: tests/fakecuda/cost.c (fc_migrate_ioctl_ns, fc_discard_ioctl_ns) with the constants read
+them: fakecuda/cost.c (fc_migrate_ioctl_ns, fc_discard_ioctl_ns) with the constants read
 from fakecuda_model.h, never copied (tests/test_simulate_host_costs.py runs fakecuda and holds
 the two equal). The calls a launch's hook makes before its kernel are the launching thread's;
 those decided after the kernel (a plan's trigger, policy off's evictions) are made by pump's

@@ -6,7 +6,7 @@ import re
 
 from common import REPO
 
-MODEL_H = REPO / "tests" / "fakecuda" / "fakecuda_model.h"
+MODEL_H = REPO / "fakecuda" / "fakecuda_model.h"
 
 
 def model_constant(name: str):
@@ -35,14 +35,14 @@ def lines(probes: dict) -> list:
     cases = (probes.get("prefetch_cost") or {}).get("result", {}).get("cases", {})
     cost, moved = cases.get("resident", {}), cases.get("from host", {})
     if "fixed_us" in cost and "per_block_pass_us" in cost:
-        out.append({"replaces": "FAKECUDA_IOCTL_NS (tests/fakecuda/fakecuda_model.h)",
+        out.append({"replaces": "FAKECUDA_IOCTL_NS (fakecuda/fakecuda_model.h)",
                     "measured": round(cost["fixed_us"] * 1e3), "now": model_constant("FAKECUDA_IOCTL_NS"),
                     "how": "fixed part of one resident cuMemPrefetchAsync call's host time (prefetch_cost)"})
-        out.append({"replaces": "FAKECUDA_BLOCK_PASS_NS (tests/fakecuda/fakecuda_model.h)",
+        out.append({"replaces": "FAKECUDA_BLOCK_PASS_NS (fakecuda/fakecuda_model.h)",
                     "measured": round(cost["per_block_pass_us"] * 1e3), "now": model_constant("FAKECUDA_BLOCK_PASS_NS"),
                     "how": "host time per 2 MiB block per pass of a resident cuMemPrefetchAsync call (prefetch_cost)"})
     if "per_moved_block_us" in moved:
-        out.append({"replaces": "FAKECUDA_MIGRATE_BLOCK_NS (tests/fakecuda/fakecuda_model.h)",
+        out.append({"replaces": "FAKECUDA_MIGRATE_BLOCK_NS (fakecuda/fakecuda_model.h)",
                     "measured": round(moved["per_moved_block_us"] * 1e3),
                     "now": model_constant("FAKECUDA_MIGRATE_BLOCK_NS"),
                     "how": "host time per 2 MiB block a cuMemPrefetchAsync moves to the GPU, beyond the resident "
@@ -51,7 +51,7 @@ def lines(probes: dict) -> list:
     for call, constant in HOST_CALLS.items():
         figure = timed.get(call, {})
         if "median" in figure:
-            out.append({"replaces": f"{constant} (tests/fakecuda/fakecuda_model.h)" if constant else
+            out.append({"replaces": f"{constant} (fakecuda/fakecuda_model.h)" if constant else
                         f"fakecuda's free {call} (not charged)",
                         "measured": round(figure["median"]), "now": model_constant(constant) if constant else 0,
                         "how": f"median ns of {call} in rounds of back-to-back calls (host_calls)"})
@@ -71,13 +71,13 @@ def lines(probes: dict) -> list:
                         "measured": measured, "now": round(now, 3), "how": how,
                         "GB_per_s": round(rate / 1e9, 2)})
     if "d2h_fault_bytes_per_s" in bw:
-        out.append({"replaces": "FAKECUDA_D2H_BYTES_PER_US (tests/fakecuda/fakecuda_model.h, not measured)",
+        out.append({"replaces": "FAKECUDA_D2H_BYTES_PER_US (fakecuda/fakecuda_model.h, not measured)",
                     "measured": round(bw["d2h_fault_bytes_per_s"] / 1e6), "now": model_constant("FAKECUDA_D2H_BYTES_PER_US"),
                     "how": "the host reading GPU-resident managed memory, in bytes/us: the driver's own path back, "
                            "which the driver's evictions take too (prefetch_bandwidth)"})
     evict = (probes.get("driver_evict") or {}).get("result", {})
     if "driver_evict_bytes_per_s" in evict:
-        out.append({"replaces": "FAKECUDA_D2H_BYTES_PER_US (tests/fakecuda/fakecuda_model.h, not measured) for the "
+        out.append({"replaces": "FAKECUDA_D2H_BYTES_PER_US (fakecuda/fakecuda_model.h, not measured) for the "
                                 "driver's evictions, and the simulator's line rate for them (pump/simulate/bound.py)",
                     "measured": round(evict["driver_evict_bytes_per_s"] / 1e6),
                     "now": model_constant("FAKECUDA_D2H_BYTES_PER_US"),
@@ -94,7 +94,7 @@ def lines(probes: dict) -> list:
     managed = (probes.get("managed") or {}).get("result", {})
     if "pool_prefetchable" in managed:
         out.append({"replaces": "fakecuda's answer to prefetch and discard of managed-pool ranges (issue 27 risk 1)",
-                    "measured": managed["pool_prefetchable"], "now": "see tests/fakecuda/README.md",
+                    "measured": managed["pool_prefetchable"], "now": "see fakecuda/README.md",
                     "how": "cuMemPrefetchAsync, cuMemPrefetchBatchAsync and cuMemDiscardBatchAsync on "
                            "cuMemAllocFromPoolAsync memory of the managed default pool (managed)"})
     kinds = (probes.get("handle_kind") or {}).get("result", {})
@@ -102,7 +102,7 @@ def lines(probes: dict) -> list:
         out.append({"replaces": "fakecuda's cuFuncGetParamInfo on a CUkernel cast (issue 27 risk 3)",
                     "measured": {"accepted": kinds["cuFuncGetParamInfo_accepted_a_CUkernel"],
                                  "launches_by_origin": kinds["launches_by_origin"]},
-                    "now": "see tests/fakecuda/README.md",
+                    "now": "see fakecuda/README.md",
                     "how": "cuFuncGetParamInfo asked on each launched CUkernel handle (handle_kind)"})
     return out
 

@@ -1,7 +1,7 @@
 /* host_calls.c: the host time of each driver call pump makes at a launch, on the driver at
  * hand (host_calls.py builds and runs it). fakecuda charges these calls figures read from
  * A100 profiler traces of the runtime's calls, at the traces' 1 us resolution
- * (tests/fakecuda/fakecuda_model.h): under a budget they are most of the time pump adds to
+ * (fakecuda/fakecuda_model.h): under a budget they are most of the time pump adds to
  * the launching thread (bench-steady), so the real driver's figures replace them.
  *
  * Each call is timed in rounds of back-to-back calls on one thread (CLOCK_MONOTONIC around

@@ -2,7 +2,7 @@
 """The host time of each driver call pump makes around a launch (cuEventRecord,
 cuStreamWaitEvent, cuStreamIsCapturing, cuThreadExchangeStreamCaptureMode, the queries) and of
 the launch itself, on this machine's driver: fakecuda charges them figures from A100 profiler
-traces at a 1 us resolution (tests/fakecuda/fakecuda_model.h), and under a budget they are most
+traces at a 1 us resolution (fakecuda/fakecuda_model.h), and under a budget they are most
 of what pump adds to the launching thread (scripts/bench-steady).
 
     python bench/gpu/probes/host_calls.py [--work DIR] [--rounds R] [--per-round N]

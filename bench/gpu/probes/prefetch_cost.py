@@ -13,7 +13,7 @@ copies: uvm_migrate.c).  Each call is timed on the host clock (perf_counter) wit
 thread's CPU time (thread_time) and the process's (process_time) beside it, and the stream is
 synchronised after.  Prints one JSON line: per case and size the medians in microseconds; for
 the resident case fakecuda's line, fixed_us + blocks x passes x per_block_pass_us (two passes
-when a range spans several blocks: tests/fakecuda/cost.c); for the moving cases the time per
+when a range spans several blocks: fakecuda/cost.c); for the moving cases the time per
 block moved beyond the resident call's (per_moved_block_us); and who spent the time:
 "calling thread on CPU", "calling thread waiting" (in the kernel, off CPU), or "other
 threads"; on fakecuda also the same lines from the modelled time charged to the calling thread
