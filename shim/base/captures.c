@@ -8,7 +8,7 @@
  * capture's beginning out unhooked, and a driver newer than pump's headers may have a way
  * pump does not know (driver.c). The CUDA runtime begins captures through
  * cuGetProcAddress's public entry points, not its private export tables: on fakecuda, whose
- * unmodelled private slots fail visibly (tests/fakecuda/export_tables.c), PyTorch's CUDA
+ * unmodelled private slots fail visibly (fakecuda/export_tables.c), PyTorch's CUDA
  * build captures and replays a training step (tests/test_real_client_allocators.py).
  *
  * A program that begins a capture on a stream while another thread launches on it races

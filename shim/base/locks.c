@@ -4,7 +4,7 @@
 
 PUMP_HIDDEN _Thread_local unsigned int pump_lock_depth __attribute__((tls_model("initial-exec")));
 
-/* Exported (exports.map): tests/fakecuda asks it at every entry point. */
+/* Exported (exports.map): fakecuda asks it at every entry point. */
 __attribute__((visibility("default"))) unsigned int pump_locks_held(void);
 
 __attribute__((visibility("default"))) unsigned int pump_locks_held(void)

@@ -1,7 +1,7 @@
 /* locks.h: every lock pump takes goes through these, so that the rule "no
  * pump lock held across a driver call" can be checked: each thread counts
  * the locks it holds, and libpump exports the count (pump_locks_held), which
- * tests/fakecuda reads at every entry point and reports when it is not 0.
+ * fakecuda reads at every entry point and reports when it is not 0.
  * The count costs one thread-local add per lock and unlock.
  */
 #ifndef PUMP_LOCKS_H
