@@ -1,8 +1,9 @@
-# fakecuda/sources.cmake: the file lists of fakecuda (a CPU libcuda.so.1), for a CMake project
-# to include(): fakecuda's own (CMakeLists.txt beside this file, which shows how they are used)
-# and pump's, whose tests build it plain and under each sanitizer. Paths are anchored at this
-# file's directory. The version script keeps the exports to cu* and fakecuda_*;
-# cuGetProcAddress returns the same pointers as dlsym.
+# fakecuda/sources.cmake: the file lists of fakecuda (a CPU libcuda.so.1) and the two functions
+# that build it and its self-test, for a CMake project to include(): fakecuda's own
+# (CMakeLists.txt beside this file) and pump's, whose tests build it plain and under each
+# sanitizer and whose package carries a copy. Paths are anchored at this file's directory. The
+# version script keeps the exports to cu* and fakecuda_*; cuGetProcAddress returns the same
+# pointers as dlsym.
 
 set(FAKECUDA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/device.c
@@ -60,3 +61,25 @@ set(FAKECUDA_SELFTEST_SOURCES ${CMAKE_CURRENT_LIST_DIR}/selftest.c ${CMAKE_CURRE
     ${CMAKE_CURRENT_LIST_DIR}/selftest_launches.c ${CMAKE_CURRENT_LIST_DIR}/selftest_graphs.c
     ${CMAKE_CURRENT_LIST_DIR}/selftest_runtime.c ${CMAKE_CURRENT_LIST_DIR}/selftest_clock.c
     ${CMAKE_CURRENT_LIST_DIR}/selftest_launch_uses.c)
+
+# fakecuda_library(TARGET CUDA_INCLUDE_DIR [FLAGS...]): libcuda.so.1 from FAKECUDA_SOURCES with
+# CUDA's headers from CUDA_INCLUDE_DIR; FLAGS (a sanitizer's) go to the compiler and the linker.
+function(fakecuda_library target cuda_include_dir)
+  add_library(${target} SHARED ${FAKECUDA_SOURCES})
+  target_include_directories(${target} PUBLIC "${FAKECUDA_INCLUDE_DIR}")
+  target_include_directories(${target} SYSTEM PUBLIC "${cuda_include_dir}")
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Werror ${ARGN})
+  target_compile_definitions(${target} PRIVATE _GNU_SOURCE)
+  target_link_libraries(${target} PRIVATE pthread m ${CMAKE_DL_LIBS} ${ARGN})
+  target_link_options(${target} PRIVATE "-Wl,--version-script=${FAKECUDA_EXPORTS_MAP}")
+  set_target_properties(${target} PROPERTIES OUTPUT_NAME cuda SOVERSION 1 VERSION 1
+                                             LINK_DEPENDS "${FAKECUDA_EXPORTS_MAP}")
+endfunction()
+
+# fakecuda_selftest(TARGET LIBRARY [FLAGS...]): fakecuda_selftest, linked to LIBRARY.
+function(fakecuda_selftest target library)
+  add_executable(${target} ${FAKECUDA_SELFTEST_SOURCES})
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Werror ${ARGN})
+  target_link_libraries(${target} PRIVATE ${library} ${CMAKE_DL_LIBS} pthread ${ARGN})
+  set_target_properties(${target} PROPERTIES OUTPUT_NAME fakecuda_selftest)
+endfunction()

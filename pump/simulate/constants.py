@@ -63,6 +63,9 @@ import dataclasses
 import os
 import re
 
+# A PCIe link's line rate per direction ([PCIE]), shared with pumpd's planning.
+from pump.link import PCIE5_X16_BYTES_PER_S, pcie_bytes_per_s  # noqa: F401
+
 KIB, MIB = 1 << 10, 1 << 20
 
 # ---- units of managed memory ([UVM] §4.1; pump's shim and fakecuda use the same) ----
@@ -79,9 +82,6 @@ PAGES_PER_BLOCK = BLOCK_BYTES // PAGE_BYTES
 # by default), convolutions on TF32 tensor cores (torch.backends.cudnn.allow_tf32 is True by
 # default) where the GPU has them: Volta has none, so there they run on the FP32 units too.
 
-
-# A PCIe link's line rate per direction ([PCIE]), shared with pumpd's planning (pump/link.py).
-from pump.link import PCIE5_X16_BYTES_PER_S, pcie_bytes_per_s  # noqa: E402,F401
 
 
 @dataclasses.dataclass(frozen=True)
