@@ -711,3 +711,12 @@ def test_discard_order_probe_finds_every_way_in_order_on_fakecuda(fake_gpu):
     doc = run_probe(fake_gpu, "discard_order.py", "--mib", "2", "--busy", "2", "--rounds", "1")
     assert doc["fakecuda"] and set(doc["ways"]) == {"peer_implicit", "peer_events", "same_stream"}, doc
     assert all(way["wrong"] == 0 and way["call_seconds"] >= 0 for way in doc["ways"].values()), doc
+
+
+def test_discard_writes_probe_keeps_every_write_on_fakecuda(fake_gpu):
+    """bench/gpu/probes/discard_writes.py: data written into discarded memory (a kernel, a memset,
+    a copy, after a prefetch or not) survives its next move to the host on fakecuda, as the H200
+    showed (bench/results/gpu-20261126-nvidia-h200); a write the model dropped would show."""
+    doc = run_probe(fake_gpu, "discard_writes.py", "--mib", "2", "--rounds", "1")
+    assert doc["fakecuda"] and set(doc["ways"]) == {"kernel", "memset", "copy", "prefetched"}, doc
+    assert all(moves == {"evict": 0, "fault": 0} for moves in doc["ways"].values()), doc
