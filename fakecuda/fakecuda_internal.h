@@ -73,6 +73,9 @@ typedef struct fc_config {
     /* The UVM fault path's tunables (fakecuda_model.h), FAKECUDA_UVM_PERF_* knobs */
     unsigned fault_batch_count, prefetch_enable, prefetch_threshold, prefetch_min_faults;
     int pool_prefetch;   /* FAKECUDA_POOL_PREFETCH=accept (the default): managed pools' memory may be prefetched */
+    /* FAKECUDA_POOL_PREFETCH_REFUSE_AFTER: ranges of managed pools' memory prefetched before every later
+     * one is refused (prefetch.c; UINT_MAX: never) */
+    unsigned pool_prefetch_refuse_after;
     int pool_reuse_freed; /* FAKECUDA_POOL_REUSE=freed: a pool hands out the last freed block of a size first */
 } fc_config;
 extern fc_config fc_cfg; /* valid after fc_config_load() */

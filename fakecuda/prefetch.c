@@ -6,6 +6,7 @@
  * stream reaches it, at the link's rate: memory.c). */
 #include "fakecuda_internal.h"
 
+#include <limits.h>
 #include <stdlib.h>
 
 /* The ioctl time of a prefetch (a migration per range, with the CPU time of the pages it will
@@ -66,6 +67,22 @@ static int loc_from_location(CUmemLocation l, CUresult *err)
     }
 }
 
+/* FAKECUDA_POOL_PREFETCH_REFUSE_AFTER=N: a driver that prefetches a managed pool's memory, then
+ * refuses it. An H200's driver 580 took a prefetch of a block of the device's managed pool, then
+ * refused (CUDA_ERROR_INVALID_VALUE) 151 of the pool's allocations in a GPT-2 run
+ * (bench/results/gpu-20261126-nvidia-h200, direct-c/look-stats.json); why, and which, is not
+ * known. Here the first N ranges of managed pools' memory asked to be prefetched (each range of a
+ * batch counts) are taken, and every later one is refused, as FAKECUDA_POOL_PREFETCH=refuse
+ * refuses them. Discards and advice are left as FAKECUDA_POOL_PREFETCH says. */
+static CUresult pool_prefetch_still_taken(uintptr_t p)
+{
+    static _Atomic uint64_t asked;
+    if (fc_cfg.pool_prefetch_refuse_after == UINT_MAX || !fc_is_pool_memory(p)) return CUDA_SUCCESS;
+    return atomic_fetch_add_explicit(&asked, 1, memory_order_relaxed) < fc_cfg.pool_prefetch_refuse_after
+               ? CUDA_SUCCESS
+               : CUDA_ERROR_INVALID_VALUE;
+}
+
 /* One stream op for the whole call (a batch is one op), counted in `calls` (if any), its
  * ioctls paid now by the caller, or by the stream's worker when it reaches them (the caller
  * then pays what putting work on a stream costs: a launch's host time). */
@@ -76,7 +93,9 @@ static CUresult prefetch_enqueue(const CUdeviceptr *ptrs, const size_t *sizes, c
     CUstream s = fc_resolve_stream(hStream, &err);
     if (!s) return err;
     for (size_t i = 0; i < n; i++)
-        if ((err = fc_check_prefetch_range((uintptr_t)ptrs[i], sizes[i])) != CUDA_SUCCESS) return err;
+        if ((err = fc_check_prefetch_range((uintptr_t)ptrs[i], sizes[i])) != CUDA_SUCCESS ||
+            (entry == FC_E_PREFETCH && (err = pool_prefetch_still_taken((uintptr_t)ptrs[i])) != CUDA_SUCCESS))
+            return err;
     if (fc_stream_capturing(s)) { /* not capturable in this model: invalidates the capture */
         fc_capture_invalidate(s);
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;

@@ -392,6 +392,8 @@ int main(int argc, char **argv)
     CHECK(run_child("faults", "FAKECUDA_UVM_PERF_PREFETCH_MIN_FAULTS=0", NULL) == 2, "min_faults 0 refused");
     CHECK(run_child("pool-prefetch", "FAKECUDA_POOL_PREFETCH=maybe", NULL) == 2, "bad FAKECUDA_POOL_PREFETCH refused");
     CHECK(run_child("pool-prefetch", "FAKECUDA_POOL_REUSE=maybe", NULL) == 2, "bad FAKECUDA_POOL_REUSE refused");
+    CHECK(run_child("pool-prefetch-refuse-after", "FAKECUDA_POOL_PREFETCH_REFUSE_AFTER=-1", NULL) == 2,
+          "bad FAKECUDA_POOL_PREFETCH_REFUSE_AFTER refused");
     char path[] = "/tmp/fakecuda-selftest-XXXXXX";
     int fd = mkstemp(path);
     if (fd >= 0) close(fd);

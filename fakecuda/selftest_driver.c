@@ -401,6 +401,7 @@ const struct selftest_driver_mode selftest_driver_modes[] = {
     { "faults-evict", "FAKECUDA_DEVICE_MEMORY=4M", selftest_child_faults_evict },
     { "read-mostly", "FAKECUDA_DEVICE_MEMORY=4M", selftest_child_read_mostly },
     { "pool-prefetch", "FAKECUDA_POOL_PREFETCH=refuse", selftest_child_pool_prefetch },
+    { "pool-prefetch-refuse-after", "FAKECUDA_POOL_PREFETCH_REFUSE_AFTER=2", selftest_child_pool_prefetch_refuse_after },
     { "devices-64", "FAKECUDA_DEVICES=64", child_devices_64 },
     { "runtime", "FAKECUDA_PERSONA=h100-sxm-80gb", selftest_child_runtime },
     { "launch-uses", NULL, selftest_child_launch_uses },

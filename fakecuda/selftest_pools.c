@@ -5,7 +5,8 @@
  * in a managed pool faults again; a threshold of UINT64_MAX (PyTorch's) keeps it, a lower one
  * keeps nothing above it; the attributes read and set as cuda.h documents them; a managed pool's
  * memory taken by the prefetch and discard calls and refused by advice (the H100's answers), or
- * refused by all three with FAKECUDA_POOL_PREFETCH=refuse (cuda.h's contract). */
+ * refused by all three with FAKECUDA_POOL_PREFETCH=refuse (cuda.h's contract), or prefetched a
+ * few times and then refused (FAKECUDA_POOL_PREFETCH_REFUSE_AFTER, an H200's answers). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -133,6 +134,37 @@ int selftest_child_pool_prefetch(void)
     CUmemoryPool managed = NULL;
     OK(cuMemGetDefaultMemPool(&managed, &dev0, CU_MEM_ALLOCATION_TYPE_MANAGED));
     prefetch_contract(managed, s, 0);
+    OK(cuStreamDestroy(s));
+    return failed ? 1 : 0;
+}
+
+/* FAKECUDA_POOL_PREFETCH_REFUSE_AFTER=2: a managed pool's memory prefetched twice (one range of
+ * a batch counting as one), then refused, its batch with it; cuMemAllocManaged's memory taken
+ * all along, and the pool's discards too. */
+int selftest_child_pool_prefetch_refuse_after(void)
+{
+    CUstream s;
+    CUfunction touch;
+    if (setup(&s, &touch) != 0) return 1;
+    CUmemLocation dev0 = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 };
+    CUmemoryPool managed = NULL;
+    OK(cuMemGetDefaultMemPool(&managed, &dev0, CU_MEM_ALLOCATION_TYPE_MANAGED));
+    CUdeviceptr pooled = 0, own = 0;
+    OK(cuMemAllocFromPoolAsync(&pooled, BYTES, managed, s));
+    OK(cuMemAllocManaged(&own, BYTES, CU_MEM_ATTACH_GLOBAL));
+    size_t size = BYTES, first = 0;
+    CHECK(cuMemPrefetchAsync_v2(pooled, BYTES, dev0, 0, s) == CUDA_SUCCESS, "the first prefetch of pool memory taken");
+    CHECK(cuMemPrefetchBatchAsync(&pooled, &size, 1, &dev0, &first, 1, 0, s) == CUDA_SUCCESS, "the second, a batch's");
+    CHECK(cuMemPrefetchAsync_v2(pooled, BYTES, dev0, 0, s) == CUDA_ERROR_INVALID_VALUE, "the third refused");
+    CUdeviceptr both[] = { own, pooled };
+    size_t sizes[] = { BYTES, BYTES };
+    CHECK(cuMemPrefetchBatchAsync(both, sizes, 2, &dev0, &first, 1, 0, s) == CUDA_ERROR_INVALID_VALUE,
+          "a batch with pool memory refused");
+    CHECK(cuMemPrefetchAsync_v2(own, BYTES, dev0, 0, s) == CUDA_SUCCESS, "cuMemAllocManaged's memory still taken");
+    CHECK(cuMemDiscardBatchAsync(&pooled, &size, 1, 0, s) == CUDA_SUCCESS, "the pool's discards still taken");
+    OK(cuMemFreeAsync(pooled, s));
+    OK(cuStreamSynchronize(s));
+    OK(cuMemFree(own));
     OK(cuStreamDestroy(s));
     return failed ? 1 : 0;
 }

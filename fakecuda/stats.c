@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,6 +165,7 @@ static void load_config(void)
         exit(2);
     }
     fc_cfg.pool_prefetch = !(v && strcmp(v, "refuse") == 0);
+    fc_cfg.pool_prefetch_refuse_after = knob_uint("FAKECUDA_POOL_PREFETCH_REFUSE_AFTER", UINT_MAX, 0, UINT_MAX - 1);
     v = getenv("FAKECUDA_POOL_REUSE");
     if (v && *v && strcmp(v, "created") != 0 && strcmp(v, "freed") != 0) {
         fprintf(stderr, "fakecuda: FAKECUDA_POOL_REUSE=%s: allowed: created (the default) or freed\n", v);

@@ -17,6 +17,9 @@ with FAKECUDA_POOL_PREFETCH=accept (what a GPU may show). pump works under eithe
   call per range from then on, the pool's range refused again at every launch (pool_prefetch
   refused 5: 4 single calls taken and 4 refused, 0 batches; now 4 batches, nothing refused
   after the first launch).
+- a driver that took the probe may refuse the pool's memory later (an H200's 580 driver did:
+  bench/results/gpu-20261126-nvidia-h200); fakecuda does with FAKECUDA_POOL_PREFETCH_REFUSE_AFTER.
+  The first refusal of it turns the device to cuMemAllocManaged, as if the probe had been refused.
 """
 
 import pytest
@@ -50,6 +53,28 @@ def test_managed_all_steps_are_prefetched_in_batches(run_program, driver):
     else:  # threshold 0: each step's blocks go back at its synchronisation, as the pool's would
         assert totals["unpooled_allocs"] == STEPS * LAUNCHES_A_STEP
         assert totals["unpooled_releases"] == STEPS * LAUNCHES_A_STEP
+
+
+def test_a_pool_refused_after_its_probe_gives_way_to_cuMemAllocManaged(run_program):
+    """An H200's driver 580 took managed_all's probe of the device's pool, then refused 151 of the
+    pool's allocations in a GPT-2 run (bench/results/gpu-20261126-nvidia-h200): their pages reached
+    the GPU by faults, outside pump's budget. Here fakecuda takes the probe and the first step's three
+    ranges, then refuses: the second step's three pool allocations are refused and fault in; from
+    then on the device's stream-ordered allocations are cuMemAllocManaged's, prefetched in batches.
+    Before: every later step's pool memory refused too (576 faults, 192 in the last step, no batch
+    taken, unpooled_allocs 0)."""
+    expected = run_program("pool_prefetch", "steps", STEPS, pump=False, env=ACCEPT).result
+    refused_after = {"FAKECUDA_POOL_PREFETCH_REFUSE_AFTER": str(1 + LAUNCHES_A_STEP), "PUMP_LOG": "1"}
+    run = steps(run_program, ACCEPT, env=refused_after)
+    result, totals = run.result, run.totals
+    assert result["managed"] == 1 and result["checksum"] == expected["checksum"]
+    assert totals["prefetch_refusals"] == LAUNCHES_A_STEP and result["gpu_faults"] > 0  # the second step's
+    assert result["last_gpu_faults"] == 0, result
+    assert result["batch_prefetch_calls"] == (STEPS - 2) * LAUNCHES_A_STEP and result["prefetch_calls"] == 0, result
+    assert totals["unpooled_allocs"] == (STEPS - 2) * LAUNCHES_A_STEP
+    assert totals["managed_all_allocs"] == STEPS * LAUNCHES_A_STEP and totals["errors"] == 0
+    said = "device 0's driver refused to prefetch managed pool memory it had prefetched before (CUresult 1)"
+    assert run.proc.stderr.count(said) == 1, run.proc.stderr
 
 
 def test_a_context_synchronisation_gives_unpooled_blocks_back(run_program):

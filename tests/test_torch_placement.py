@@ -15,9 +15,11 @@ STEPS, EVAL = 10, 4
 MANAGED_ALL = {"PUMP_MANAGED_ALL": "1", "PUMP_SOCKET": "", "TSAN_OPTIONS": "halt_on_error=1"}
 
 
-def steps_of(run_program, *, pump=True, placement=True, pool_reuse="freed", variant="plain", extra=("eval=4", "side")):
-    env = dict(MANAGED_ALL, FAKECUDA_POOL_REUSE=pool_reuse, PUMP_TORCH_PLACEMENT="1" if placement else "0")
-    run = run_program("torch_placement", STEPS, *extra, pump=pump, variant=variant, env=env, timeout=600)
+def steps_of(run_program, *, pump=True, placement=True, pool_reuse="freed", variant="plain", extra=("eval=4", "side"),
+             env=None, steps=STEPS):
+    env = dict(MANAGED_ALL, FAKECUDA_POOL_REUSE=pool_reuse, PUMP_TORCH_PLACEMENT="1" if placement else "0",
+               **(env or {}))
+    run = run_program("torch_placement", steps, *extra, pump=pump, variant=variant, env=env, timeout=600)
     assert run.proc.returncode == 0, run.proc.stderr[-4000:]
     assert "Sanitizer" not in run.proc.stderr and "runtime error" not in run.proc.stderr, run.proc.stderr[-4000:]
     return run
@@ -83,3 +85,34 @@ def test_a_shape_that_changes_is_followed_and_its_old_blocks_go_back(run_program
     assert steps[1:SHRINK] == [steps[1]] * (SHRINK - 1), steps
     assert steps[SHRINK + 1:] == [steps[SHRINK + 1]] * (STEPS - SHRINK - 1), steps
     assert t["placement_releases"] == 2
+
+
+
+# fakecuda takes the pool's first 13 prefetches (the probe's, and those of steps 0 and 1 but the
+# last), and refuses every later one.
+REFUSED_AFTER_13 = {"FAKECUDA_POOL_PREFETCH_REFUSE_AFTER": "13"}
+
+
+@pytest.mark.parametrize("variant", ["plain", "tsan"])
+def test_a_pool_the_driver_stops_prefetching_hands_out_no_more_blocks(run_program, variant):
+    """An H200's driver 580 took managed_all's probe of the device's pool, then refused 151 of the
+    pool's allocations in a GPT-2 run (bench/results/gpu-20261126-nvidia-h200), while placement
+    handed the pool's blocks out again step after step, outside pump's control. Here the refusal
+    comes in step 1: the device turns to cuMemAllocManaged, the pool's blocks pump kept go back to
+    it and none is handed out again, and from step 2 on the tensors are cuMemAllocManaged's, placed
+    as before. Before: the pool's blocks, the refused one included, taken again every step
+    (placement_reuses 62, placement_releases 0, unpooled_allocs 0)."""
+    bare = steps_of(run_program, pump=False).result
+    run = steps_of(run_program, variant=variant, env=REFUSED_AFTER_13)
+    result, t = run.result, run.totals
+    assert result["checksum"] == bare["checksum"] and t["errors"] == 0
+    assert t["prefetch_refusals"] == 1
+    steps = training_steps(result["steps"])  # steps 1, 2, 3, 5, ...
+    assert steps[1] != steps[0] and steps[1:] == [steps[1]] * (len(steps) - 1), result["steps"]
+    assert t["placement_reuses"] < len(steps[0]), t["placement_reuses"]  # step 1's only, before the refusal
+    assert t["unpooled_allocs"] > 0 and t["unpooled_reuses"] > t["unpooled_allocs"]
+    assert t["torch_allocs"] == t["torch_frees"]
+    # The pool's kept blocks go back at once, not once placement's 3 steps without a taker passed:
+    # in a run of 3 steps the blocks kept in step 1 would still be kept at its end (before: 0).
+    short = steps_of(run_program, variant=variant, env=REFUSED_AFTER_13, steps=3).totals
+    assert short["prefetch_refusals"] == 1 and short["placement_releases"] > 0 and short["errors"] == 0

@@ -18,15 +18,44 @@ PUMP_HIDDEN bool pump_call_ok(CUresult r, const char *what)
 /* ---- refused ranges ----
  * cuda.h 13.0 says a prefetched range "must refer to managed memory allocated via
  * cuMemAllocManaged or declared via __managed__": a managed pool's memory (the program's own,
- * from cuMemAllocFromPoolAsync) may be refused, and one such range fails its whole batch. So
- * does a range freed between pump's decision and its call. A refused batch is therefore asked
- * again range by range, once: each range the driver refuses marks its allocation (ranges.h),
- * which is never asked again, and batching goes on for the rest. Only a batch that fails while
- * every range of it is taken alone (the batch entry point itself broken) counts towards turning
- * batching off, after BATCH_FAILURES_MAX such batches in a row. */
+ * from cuMemAllocFromPoolAsync, or the pool managed_all takes from) may be refused, and one such
+ * range fails its whole batch. So does a range freed between pump's decision and its call. A
+ * refused batch is therefore asked again range by range, once: each range the driver refuses
+ * marks its allocation (ranges.h), which is never asked again, and batching goes on for the rest.
+ * Only a batch that fails while every range of it is taken alone (the batch entry point itself
+ * broken) counts towards turning batching off, after BATCH_FAILURES_MAX such batches in a row.
+ *
+ * A driver that prefetched a managed pool's memory may still refuse some of it later: an H200's
+ * 580 driver took the probe managed_all makes of a device's pool, then refused 151 of the pool's
+ * allocations in a GPT-2 run (bench/results/gpu-20261126-nvidia-h200), whose pages then reached
+ * the GPU by faults, outside pump's budget. So a refusal of managed_all's pool memory is also
+ * recorded for its device (pool_refusals): from then on managed_all makes that device's
+ * stream-ordered allocations with cuMemAllocManaged instead (managed_all_cache.c reads it). */
 #define BATCH_FAILURES_MAX 8
 static uint32_t batch_failures; /* atomic: unexplained batch failures in a row */
 static bool any_refused;        /* atomic: some allocation is marked; moves look for them */
+/* Per device, atomic: the CUresult of the first refusal of managed_all's pool memory there
+ * (CUDA_SUCCESS: none yet). */
+static int pool_refusals[PUMP_DEVICES_MAX];
+
+PUMP_HIDDEN CUresult pump_pool_refusal_of(int device)
+{
+    if (device < 0 || device >= PUMP_DEVICES_MAX)
+        return CUDA_SUCCESS;
+    return (CUresult)__atomic_load_n(&pool_refusals[device], __ATOMIC_ACQUIRE);
+}
+
+/* A refused allocation that is memory managed_all took from a device's managed pool (flags 0:
+ * a pool's; not host-touchable: converted by pump, not the program's own pool) tells that
+ * device's pool apart from cuMemAllocManaged's memory from now on. */
+static void note_pool_refusal(const struct pump_range *range, CUresult r)
+{
+    int device = __atomic_load_n(&range->device, __ATOMIC_RELAXED), none = CUDA_SUCCESS;
+    if (__atomic_load_n(&range->flags, __ATOMIC_RELAXED) == 0 &&
+        !__atomic_load_n(&range->host_touchable, __ATOMIC_RELAXED) && device >= 0 && device < PUMP_DEVICES_MAX)
+        __atomic_compare_exchange_n(&pool_refusals[device], &none, (int)r, false, __ATOMIC_RELEASE,
+                                    __ATOMIC_RELAXED);
+}
 
 static CUresult move_one(CUstream stream, CUmemLocation to, CUdeviceptr ptr, size_t size)
 {
@@ -91,8 +120,10 @@ static bool move_each(CUstream stream, CUmemLocation to, const CUdeviceptr *ptrs
             continue;
         }
         (*refused)++;
-        if (!__atomic_exchange_n(&range->unprefetchable, 1, __ATOMIC_RELAXED))
+        if (!__atomic_exchange_n(&range->unprefetchable, 1, __ATOMIC_RELAXED)) {
             PUMP_COUNT(prefetch_refusals, 1);
+            note_pool_refusal(range, r);
+        }
         __atomic_store_n(&any_refused, true, __ATOMIC_RELAXED);
         pump_log_once("the driver refused to prefetch an allocation (CUresult %d): pump no longer prefetches it, "
                       "and batches the rest (memory from a managed pool: see docs/limits.md)",

@@ -10,5 +10,8 @@ PUMP_HIDDEN bool pump_call_ok(CUresult r, const char *what);
 /* Moves n ranges to `to` on `stream`, skipping allocations the driver refused
  * before; ptrs and sizes are compacted in place. False when a call failed. */
 PUMP_HIDDEN bool pump_move_ranges(CUstream stream, CUmemLocation to, CUdeviceptr *ptrs, size_t *sizes, size_t n);
+/* The CUresult with which the driver first refused to prefetch memory that managed_all took from
+ * `device`'s managed pool (CUDA_SUCCESS: none refused so far). */
+PUMP_HIDDEN CUresult pump_pool_refusal_of(int device);
 
 #endif

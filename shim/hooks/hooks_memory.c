@@ -5,8 +5,9 @@
  * Under managed_all (managed_all.h) the program's device allocations become
  * managed memory within the same cap: cuMemAlloc becomes cuMemAllocManaged,
  * cuMemAllocAsync takes from the stream device's managed pool in the same
- * stream order (or, where the driver will not prefetch that pool's memory,
- * from cuMemAllocManaged, freed in stream order: managed_all_cache.h), and
+ * stream order (or, where the driver will not prefetch that pool's memory, or
+ * stops prefetching it, from cuMemAllocManaged, freed in stream order:
+ * managed_all_cache.h), and
  * cuMemGetInfo reports the device's capacity, less what the process holds
  * there (device_memory.h counts the device memory pump lets through). What
  * cannot be made managed is left alone with one notice: cuMemCreate's memory, and IPC handles
@@ -65,6 +66,18 @@ static bool track_managed(CUdeviceptr base, size_t size, unsigned int flags, boo
     return true;
 }
 
+/* A live tensor at base, of a segment carved there (a block pump's allocator for PyTorch kept and
+ * handed out again: revive, below), ends as its retire would have ended it, its free said: the
+ * segment's removal says none of the tensors left in it. */
+static void end_tensor_at(CUdeviceptr base)
+{
+    const struct pump_range *range = pump_ranges_find(base);
+    uint64_t tracked;
+    if (range != NULL && __atomic_load_n(&range->base, __ATOMIC_RELAXED) == base &&
+        !__atomic_load_n(&range->counted, __ATOMIC_RELAXED) && pump_ranges_remove_tensor(base, &tracked))
+        pump_channel_free(base, tracked);
+}
+
 /* A free: the managed allocation at base leaves the table, or the device
  * memory its count. Called before the driver frees it: once the driver has,
  * another thread may be handed the same address, and the record forgotten
@@ -73,6 +86,7 @@ static bool untrack(CUdeviceptr base)
 {
     uint64_t size;
     int device;
+    end_tensor_at(base);
     enum pump_removed removed = pump_ranges_remove(base, &size, &device);
     if (removed == PUMP_REMOVED_NOTHING) {
         pump_device_memory_remove(base);
@@ -182,7 +196,8 @@ static CUresult after_pool_alloc(CUresult r, const CUdeviceptr *dptr, size_t byt
  * allocation's stream. Taken: the block stays allocated for the process's life (freed, the
  * pool would keep it and the program's trims would give it back, a figure that is not the
  * program's). Refused: it is freed in stream order, and the device's stream-ordered
- * allocations come from cuMemAllocManaged instead (managed_all_cache.h). */
+ * allocations come from cuMemAllocManaged instead (managed_all_cache.h), as they do from the
+ * first refusal of the pool's memory after a probe that was taken (pump_pool_prefetch_of). */
 #define PROBE_BYTES 1
 
 static enum pump_pool_prefetch pool_prefetch(CUmemoryPool pool, int device, CUstream own, CUstream stream,
@@ -343,7 +358,10 @@ CUresult pump_mem_free(CUdeviceptr dptr)
 /* A converted stream-ordered allocation (by_pump, neither the program's own managed memory nor
  * a communication library's) whose stream-ordered free is pump's to keep (its size, device and
  * kind in *size, *device, *pooled): cuMemAllocManaged's where the device's pool memory is
- * refused, and, where placing (pump's allocator for PyTorch), a managed pool's too. */
+ * refused, and, where placing (pump's allocator for PyTorch), a managed pool's too while the
+ * driver prefetches it. Which kind a block is its flags say (a pool's: 0), a block placement
+ * kept before (retire) included: the driver may refuse a pool it took before
+ * (managed_all_cache.h), and the pool's blocks then go back to it. */
 static bool kept_on_free(CUdeviceptr dptr, bool placing, size_t *size, int *device, bool *pooled)
 {
     const struct pump_range *range = pump_ranges_find(dptr);
@@ -354,12 +372,12 @@ static bool kept_on_free(CUdeviceptr dptr, bool placing, size_t *size, int *devi
     *size = __atomic_load_n(&range->size, __ATOMIC_RELAXED);
     *device = __atomic_load_n(&range->device, __ATOMIC_RELAXED);
     enum pump_pool_prefetch pool = pump_pool_prefetch_of(*device);
-    if (!__atomic_load_n(&range->counted, __ATOMIC_RELAXED)) {  /* a block placement kept before (retire) */
-        *pooled = pool == PUMP_POOL_PREFETCHED;
+    *pooled = flags == 0;
+    if (*pooled)
+        return placing && pool == PUMP_POOL_PREFETCHED;
+    if (!__atomic_load_n(&range->counted, __ATOMIC_RELAXED))  /* a block placement kept before (retire) */
         return placing;
-    }
-    *pooled = flags == 0 && pool == PUMP_POOL_PREFETCHED;
-    return (flags == CU_MEM_ATTACH_GLOBAL && pool == PUMP_POOL_REFUSED) || (placing && *pooled);
+    return flags == CU_MEM_ATTACH_GLOBAL && pool == PUMP_POOL_REFUSED;
 }
 
 /* Stream-ordered: the memory dies in stream order, but no later launch may name it, so it

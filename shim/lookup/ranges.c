@@ -54,6 +54,7 @@ static uint64_t carved_starts[PUMP_CARVED_MAX];
 static uint64_t carved_ends[PUMP_CARVED_MAX];
 static bool carved_host_touchable[PUMP_CARVED_MAX];  /* its allocation's, for its tensors */
 static int32_t carved_devices[PUMP_CARVED_MAX];      /* likewise */
+static uint32_t carved_flags[PUMP_CARVED_MAX];       /* likewise: whether they are a managed pool's (0) */
 static uint32_t carved_count;
 
 static void write_begin(void)
@@ -151,6 +152,7 @@ static void carved_erase(uint32_t i)
         carved_ends[j] = carved_ends[j + 1];
         carved_host_touchable[j] = carved_host_touchable[j + 1];
         carved_devices[j] = carved_devices[j + 1];
+        carved_flags[j] = carved_flags[j + 1];
     }
     carved_count--;
 }
@@ -320,11 +322,13 @@ static bool carve_at(uint32_t i)
         carved_ends[j] = carved_ends[j - 1];
         carved_host_touchable[j] = carved_host_touchable[j - 1];
         carved_devices[j] = carved_devices[j - 1];
+        carved_flags[j] = carved_flags[j - 1];
     }
     carved_starts[c] = start;
     carved_ends[c] = end;
     carved_host_touchable[c] = LOAD(records[LOAD(slots[i])].host_touchable) != 0;
     carved_devices[c] = LOAD(records[LOAD(slots[i])].device);
+    carved_flags[c] = LOAD(records[LOAD(slots[i])].flags);
     carved_count++;
     erase_at(i);
     return true;
@@ -335,11 +339,12 @@ static struct pump_range *replaced[PUMP_RANGES_MAX];
 
 /* A dead record of [start, end), what is left outside a new tensor of one it replaced (writer):
  * freed memory of the segment, still where it was. NULL when the table is full. */
-static struct pump_range *insert_leftover(uint64_t start, uint64_t end, bool host_touchable, int device)
+static struct pump_range *insert_leftover(uint64_t start, uint64_t end, uint32_t flags, bool host_touchable,
+                                          int device)
 {
     if (start >= end)
         return NULL;
-    struct pump_range *r = insert_locked(start, end - start, CU_MEM_ATTACH_GLOBAL, 0, host_touchable, device);
+    struct pump_range *r = insert_locked(start, end - start, flags, 0, host_touchable, device);
     if (r != NULL)
         STORE(r->dead, 1);
     return r;
@@ -350,7 +355,8 @@ static struct pump_range *insert_leftover(uint64_t start, uint64_t end, bool hos
  * record made takes over what pump knew of their memory (observer.replaced) before they go: the
  * caching allocator splits and merges its blocks from step to step, and the memory stays on the
  * GPU all along. The new tensor, or NULL when the table is full. */
-static struct pump_range *replace_locked(uint64_t base, uint64_t end, bool host_touchable, int device)
+static struct pump_range *replace_locked(uint64_t base, uint64_t end, uint32_t flags, bool host_touchable,
+                                         int device)
 {
     uint32_t i = upper_bound(LOAD(count), base), n = 0;
     if (i > 0 && LOAD(ends[i - 1]) > base)
@@ -365,12 +371,12 @@ static struct pump_range *replace_locked(uint64_t base, uint64_t end, bool host_
     }
     struct pump_range *made[3];
     uint32_t m = 0;
-    struct pump_range *tensor = insert_locked(base, end - base, CU_MEM_ATTACH_GLOBAL, 0, host_touchable, device);
+    struct pump_range *tensor = insert_locked(base, end - base, flags, 0, host_touchable, device);
     if (tensor != NULL)
         made[m++] = tensor;
-    if ((made[m] = insert_leftover(left, base, host_touchable, device)) != NULL)
+    if ((made[m] = insert_leftover(left, base, flags, host_touchable, device)) != NULL)
         m++;
-    if ((made[m] = insert_leftover(end, right, host_touchable, device)) != NULL)
+    if ((made[m] = insert_leftover(end, right, flags, host_touchable, device)) != NULL)
         m++;
     if (n > 0)
         observer.replaced(made, m, replaced, n);
@@ -408,6 +414,7 @@ PUMP_HIDDEN struct pump_range *pump_ranges_insert_tensor(uint64_t base, uint64_t
     int64_t segment = held ? carved_holding(base, end) : -1;
     bool host_touchable = held && carved_host_touchable[segment];
     int device = held ? carved_devices[segment] : -1;
+    uint32_t flags = held ? carved_flags[segment] : 0;
     i = upper_bound(LOAD(count), base);  /* carving moved the arrays */
     struct pump_range *same = i > 0 && LOAD(starts[i - 1]) == base && LOAD(ends[i - 1]) == end
                                   ? &records[LOAD(slots[i - 1])]
@@ -419,7 +426,7 @@ PUMP_HIDDEN struct pump_range *pump_ranges_insert_tensor(uint64_t base, uint64_t
         STORE(same->dead, 0);
         inserted = same;
     } else if (held) {
-        inserted = replace_locked(base, end, host_touchable, device);
+        inserted = replace_locked(base, end, flags, host_touchable, device);
     }
     write_end();
     if (held && !inserted)

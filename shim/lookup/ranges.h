@@ -22,7 +22,9 @@ struct pump_range {
      * of the epoch and device it was prefetched for, 0 for nowhere. Read and
      * written with relaxed atomics: a stale belief costs faults, never values. */
     uint64_t resident_stamp;
-    uint32_t flags;       /* cuMemAllocManaged's flags (0 where unknown) */
+    /* cuMemAllocManaged's flags; 0: a managed pool's memory (hooks_memory.c), whose prefetches
+     * the driver may refuse (prefetch_ranges.c). A tensor has its segment's. */
+    uint32_t flags;
     /* The device whose capacity counts it (devices.h; -1: none): a free releases it there. A
      * tensor has its segment's. */
     int32_t device;

@@ -6,7 +6,10 @@
  *   declared via __managed__"; a managed pool's memory (what managed_all takes cuMemAllocAsync
  *   from) is neither. Whether the driver refuses it is asked once per device (hooks_memory.c);
  *   where it does, converted stream-ordered allocations come from cuMemAllocManaged, and this
- *   cache gives them what the pool gave: a free in stream order, with no wait on the host.
+ *   cache gives them what the pool gave: a free in stream order, with no wait on the host. A
+ *   driver that took the probe may refuse the pool's memory later (an H200, driver 580:
+ *   bench/results/gpu-20261126-nvidia-h200): the first refusal of it (prefetch_ranges.c) turns
+ *   the device's answer to refused, and the pool's blocks kept here go back to it.
  * - pump's allocator for PyTorch places each tensor where the same allocation went a step before
  *   (placement.h): once the optimizer marked a step, the blocks it frees are kept here, a
  *   managed pool's included, so that the place is free when the allocation comes again. A pool
@@ -47,6 +50,7 @@
 #include "managed_all_cache.h"
 #include "placement.h"
 #include "prefetch.h"
+#include "prefetch_ranges.h"
 #include "ranges.h"
 
 /* Steps a managed pool's block kept for placement stays untaken before it goes back to its
@@ -55,10 +59,59 @@
 
 static _Atomic int answers[PUMP_DEVICES_MAX];
 
+/* Live allocations of a device's managed pool that managed_all handed out (tensors carry their
+ * segment's flags: ranges.h). */
+struct pool_in_use {
+    int device;
+    size_t allocations;
+};
+
+static void count_in_use(struct pump_range *range, void *arg)
+{
+    struct pool_in_use *in_use = arg;
+    in_use->allocations += __atomic_load_n(&range->flags, __ATOMIC_RELAXED) == 0 &&
+                           !__atomic_load_n(&range->host_touchable, __ATOMIC_RELAXED) &&
+                           __atomic_load_n(&range->device, __ATOMIC_RELAXED) == in_use->device;
+}
+
+/* The driver refused to prefetch memory of `device`'s managed pool (`refusal`) after the probe
+ * had been taken: the answer turns from PREFETCHED to REFUSED, said once. What the pool handed
+ * out stays there (no live memory is moved or freed); blocks freed from now on go back to it. */
+static enum pump_pool_prefetch pool_prefetch_withdrawn(int device, CUresult refusal)
+{
+    int prefetched = PUMP_POOL_PREFETCHED;
+    if (!atomic_compare_exchange_strong_explicit(&answers[device], &prefetched, PUMP_POOL_REFUSED,
+                                                 memory_order_acq_rel, memory_order_acquire))
+        return (enum pump_pool_prefetch)prefetched;  /* another thread turned it */
+    struct pool_in_use in_use = {.device = device};
+    pump_ranges_each(count_in_use, &in_use);
+    pump_log(1, "managed_all: device %d's driver refused to prefetch managed pool memory it had prefetched before "
+                "(CUresult %d): from now on its stream-ordered allocations come from cuMemAllocManaged, freed in "
+                "stream order by pump; the pool's %zu allocations in use stay as they are (those refused fault in) "
+                "and go back to the pool when freed, as do the pool's blocks pump kept",
+             device, (int)refusal, in_use.allocations);
+    return PUMP_POOL_REFUSED;
+}
+
 PUMP_HIDDEN enum pump_pool_prefetch pump_pool_prefetch_of(int device)
 {
-    return device >= 0 && device < PUMP_DEVICES_MAX ? atomic_load_explicit(&answers[device], memory_order_acquire)
-                                                   : PUMP_POOL_PREFETCHED;
+    if (device < 0 || device >= PUMP_DEVICES_MAX)
+        return PUMP_POOL_PREFETCHED;
+    enum pump_pool_prefetch answer = atomic_load_explicit(&answers[device], memory_order_acquire);
+    CUresult refusal = answer == PUMP_POOL_PREFETCHED ? pump_pool_refusal_of(device) : CUDA_SUCCESS;
+    return refusal != CUDA_SUCCESS ? pool_prefetch_withdrawn(device, refusal) : answer;
+}
+
+/* The devices whose pool memory is refused now, one bit each (asked outside the cache's lock:
+ * the answer may turn as it is read). */
+_Static_assert(PUMP_DEVICES_MAX <= 64, "one bit a device");
+static uint64_t refused_pools(void)
+{
+    uint64_t refused = 0;
+    for (int device = 0; device < PUMP_DEVICES_MAX; device++)
+        if (pump_pool_prefetch_of(device) == PUMP_POOL_REFUSED)
+            refused |= 1ull << device;
+    return refused;
 }
 
 PUMP_HIDDEN void pump_pool_prefetch_decided(int device, enum pump_pool_prefetch answer)
@@ -160,16 +213,18 @@ PUMP_HIDDEN CUdeviceptr pump_kept_take(size_t size, int device, CUstream stream,
 {
     struct kept block = {.ptr = 0};
     bool placed = false;
+    /* A pool whose memory the driver refused hands out no block again: pump could not move it. */
+    bool pooled_too = place != NULL && pump_pool_prefetch_of(device) != PUMP_POOL_REFUSED;
     pump_mutex_lock(&lock);
     size_t at = kept_count;
     if (place != NULL && place->preferred != 0 && kept_count > 0) {
         size_t i = slot_of(place->preferred);
-        if (slot_index[i] != 0 && takeable(&kept[slot_index[i] - 1], size, device, stream, true))
+        if (slot_index[i] != 0 && takeable(&kept[slot_index[i] - 1], size, device, stream, pooled_too))
             at = slot_index[i] - 1;
         placed = at != kept_count;
     }
     for (size_t i = 0; i < kept_count && at == kept_count; i++)
-        if (takeable(&kept[i], size, device, stream, place != NULL) &&
+        if (takeable(&kept[i], size, device, stream, pooled_too) &&
             (place == NULL || !pump_placement_reserved(place, kept[i].ptr)))
             at = i;
     if (at != kept_count) {
@@ -320,15 +375,23 @@ static void release(const struct release *out, pump_unpooled_free_fn free_fn, pu
     pump_capture_restore(&mode);
 }
 
+/* Under the lock: whether kept[i] is a block of a pool whose memory is refused now (refused_pools). */
+static bool of_refused_pool(size_t i, uint64_t refused)
+{
+    return kept[i].pooled && (refused >> kept[i].device & 1);
+}
+
 PUMP_HIDDEN void pump_kept_release_unplaced(uint64_t steps, pump_unpooled_free_fn free_fn,
                                             pump_kept_free_async_fn free_async_fn)
 {
+    uint64_t refused = refused_pools();
     struct release out;
     do {
         out.n = 0;
         pump_mutex_lock(&lock);
         for (size_t i = kept_count; i-- > 0 && out.n < RELEASE_BATCH;)
-            if (kept[i].pooled && kept[i].step + PLACED_STEPS_KEPT <= steps && (kept[i].done || !kept[i].stream_gone))
+            if (kept[i].pooled && (kept[i].step + PLACED_STEPS_KEPT <= steps || of_refused_pool(i, refused)) &&
+                (kept[i].done || !kept[i].stream_gone))
                 take_out(i, &out);
         pump_mutex_unlock(&lock);
         release(&out, free_fn, free_async_fn);
@@ -352,6 +415,7 @@ PUMP_HIDDEN void pump_unpooled_synchronised(CUcontext ctx, CUstream stream, bool
         ctx = NULL;
     if (!stream_only && ctx == NULL)
         return;  /* no context: nothing was synchronised */
+    uint64_t refused = refused_pools();
     struct release out;
     do {
         out.n = 0;
@@ -359,6 +423,9 @@ PUMP_HIDDEN void pump_unpooled_synchronised(CUcontext ctx, CUstream stream, bool
         for (size_t i = 0; i < kept_count; i++)
             if (stream_only ? same_stream(&kept[i], stream) : kept[i].ctx == ctx)
                 kept[i].done = true;
+        for (size_t i = kept_count; i-- > 0 && out.n < RELEASE_BATCH;)
+            if (of_refused_pool(i, refused) && kept[i].done)
+                take_out(i, &out);
         for (int device = 0; device < PUMP_DEVICES_MAX && out.n < RELEASE_BATCH; device++)
             if (kept_bytes[device] > 0)
                 pick(device, pump_managed_pool_threshold(device), true, &out);

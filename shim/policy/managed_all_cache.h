@@ -10,15 +10,19 @@
 /* What is known of a device's managed pool: not asked yet, its memory prefetched, or refused
  * (stream-ordered allocations then come from cuMemAllocManaged). */
 enum pump_pool_prefetch { PUMP_POOL_UNASKED, PUMP_POOL_PREFETCHED, PUMP_POOL_REFUSED };
+/* The answer for `device`. PREFETCHED turns to REFUSED, once, said with what pump does now, when
+ * the driver has since refused to prefetch some of the pool's memory (pump_pool_refusal_of):
+ * the pool's blocks kept here are then neither handed out again nor kept at their frees. */
 PUMP_HIDDEN enum pump_pool_prefetch pump_pool_prefetch_of(int device);
-/* The answer for `device` (the first one given stands), said once. */
+/* The probe's answer for `device` (the first one given stands), said once. */
 PUMP_HIDDEN void pump_pool_prefetch_decided(int device, enum pump_pool_prefetch answer);
 
 /* A kept block of exactly `size` bytes on `device`, usable on `stream` in stream order (the
  * stream made to wait, on the GPU, for the free that kept it): 0 when there is none. `place`
  * (NULL: managed_all's own allocations, which take cuMemAllocManaged's blocks only): the block
  * it prefers where that one is kept, else any other it does not reserve for a later allocation
- * (placement.h), a pool's included; *pooled says which kind was taken. */
+ * (placement.h), a pool's included while the driver prefetches that pool's memory; *pooled says
+ * which kind was taken. */
 PUMP_HIDDEN CUdeviceptr pump_kept_take(size_t size, int device, CUstream stream, const struct pump_place *place,
                                        bool *pooled);
 /* Whether [ptr, ptr+size), freed on `stream`, was kept (false: the stream is being captured, or
@@ -33,14 +37,14 @@ PUMP_HIDDEN void pump_kept_stream_gone(CUstream stream);
 typedef CUresult (*pump_unpooled_free_fn)(CUdeviceptr ptr);
 typedef CUresult (*pump_kept_free_async_fn)(CUdeviceptr ptr, CUstream stream);
 /* `steps` steps are marked: the pools' blocks kept for placement and not taken since a few
- * steps go back to their pools (free_fn where their free ran, else free_async_fn on their
- * stream). */
+ * steps, and those of pools whose memory is refused now, go back to their pools (free_fn where
+ * their free ran, else free_async_fn on their stream). */
 PUMP_HIDDEN void pump_kept_release_unplaced(uint64_t steps, pump_unpooled_free_fn free_fn,
                                             pump_kept_free_async_fn free_async_fn);
 /* A synchronisation returned: of `stream`, or of the whole context `ctx` (NULL: the calling
  * thread's current one) when stream_only is false. The blocks freed there are known done;
- * each device keeping more than its release threshold gives done blocks back with free_fn
- * (cuMemFree), oldest first. */
+ * done blocks of pools whose memory is refused now, and each device's keeping more than its
+ * release threshold, oldest first, are given back with free_fn (cuMemFree). */
 PUMP_HIDDEN void pump_unpooled_synchronised(CUcontext ctx, CUstream stream, bool stream_only,
                                             pump_unpooled_free_fn free_fn);
 /* The program trimmed `program_pool`, a device's default pool whose managed pool pump stands

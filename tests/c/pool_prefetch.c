@@ -18,7 +18,7 @@
  *
  * One JSON line: the checksum, whether the allocations were managed memory, and fakecuda's
  * counters over the steps or launches after the first (launches, faults, single and batch
- * prefetch calls).
+ * prefetch calls), and the faults of the last one alone.
  */
 #include <stdbool.h>
 #include <string.h>
@@ -133,8 +133,12 @@ int main(int argc, char **argv)
         checksum += refused_launch(pooled, host);
     }
     api.reset_stats();
-    for (int i = 1; i < count; i++)
+    struct fakecuda_stats before_last;
+    for (int i = 1; i < count; i++) {
+        if (i == count - 1)
+            api.get_stats(&before_last);
         checksum += steps ? step(host, &managed) : refused_launch(pooled, host);
+    }
     struct fakecuda_stats st;
     api.get_stats(&st);
     if (pooled != 0) {
@@ -143,8 +147,9 @@ int main(int argc, char **argv)
     }
     free(host);
     printf("{\"checksum\": %.1f, \"managed\": %u, \"launches\": %llu, \"gpu_faults\": %llu, \"prefetch_calls\": %llu, "
-           "\"batch_prefetch_calls\": %llu}\n",
+           "\"batch_prefetch_calls\": %llu, \"last_gpu_faults\": %llu}\n",
            checksum, managed, (unsigned long long)st.launches, (unsigned long long)st.gpu_faults,
-           (unsigned long long)st.prefetch_calls, (unsigned long long)st.batch_prefetch_calls);
+           (unsigned long long)st.prefetch_calls, (unsigned long long)st.batch_prefetch_calls,
+           (unsigned long long)(st.gpu_faults - before_last.gpu_faults));
     return 0;
 }

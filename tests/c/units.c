@@ -2,7 +2,8 @@
  * (plain and sanitized): the capacity grammar and the range table, including
  * lock-free readers racing a writer; the PUMP_BUDGET/JOB/NAME grammars; the
  * event ring's writer (threads racing a reader round a small ring), the
- * plan's reader, which allocation a refused prefetch marks, and a timing
+ * plan's reader, which allocation a refused prefetch marks (and which refusals tell a managed
+ * pool's memory apart), and a timing
  * probe broken in one life of its context and made in the next. Prints
  * "units: N passed, M failed". */
 #include <pthread.h>
@@ -548,6 +549,41 @@ static void test_a_refusal_marks_the_allocation_asked_about(void)
     EXPECT(pump_ranges_remove(raced_base, &bytes, &device) == PUMP_REMOVED_ALLOCATION);
 }
 
+/* A refusal of memory managed_all took from a device's managed pool (flags 0, not
+ * host-touchable), a tensor of such a segment included, is recorded for its device: managed_all
+ * then turns from that pool to cuMemAllocManaged (managed_all_cache.c). cuMemAllocManaged's
+ * memory, and the program's own pool, refused are not. */
+static void test_a_pool_refusal_is_recorded_for_its_device(void)
+{
+    uint64_t own = 0x7f5000000000ull, programs = own + 64 * MiB, pooled = own + 128 * MiB, cbase, csize;
+    EXPECT(pump_ranges_insert(own, 4 * MiB, CU_MEM_ATTACH_GLOBAL, false, 5));
+    EXPECT(pump_ranges_insert(programs, 4 * MiB, 0, true, 5));
+    EXPECT(pump_ranges_insert(pooled, 4 * MiB, 0, false, 6));
+    struct pump_range *tensor = pump_ranges_insert_tensor(pooled, 2 * MiB, &cbase, &csize);
+    EXPECT(tensor != NULL && tensor->flags == 0 && csize == 4 * MiB);  /* its segment's flags */
+    struct pump_driver saved = pump_driver;
+    pump_driver.prefetch_batch = NULL;
+    pump_driver.exchange_capture_mode = NULL;
+    pump_driver.prefetch_v2 = refused;
+    CUmemLocation to = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0};
+    CUdeviceptr ptrs[] = {own, programs};
+    size_t sizes[] = {2 * MiB, 2 * MiB};
+    EXPECT(!pump_move_ranges(NULL, to, ptrs, sizes, 2));
+    EXPECT(find(own)->unprefetchable && find(programs)->unprefetchable);
+    EXPECT(pump_pool_refusal_of(5) == CUDA_SUCCESS && pump_pool_refusal_of(6) == CUDA_SUCCESS);
+    CUdeviceptr ptr = pooled;
+    size_t size = 2 * MiB;
+    EXPECT(!pump_move_ranges(NULL, to, &ptr, &size, 1));
+    EXPECT(pump_pool_refusal_of(6) == CUDA_ERROR_INVALID_VALUE && pump_pool_refusal_of(5) == CUDA_SUCCESS);
+    EXPECT(pump_pool_refusal_of(-1) == CUDA_SUCCESS && pump_pool_refusal_of(PUMP_DEVICES_MAX) == CUDA_SUCCESS);
+    pump_driver = saved;
+    uint64_t bytes;
+    int device;
+    EXPECT(pump_ranges_remove(own, &bytes, &device) == PUMP_REMOVED_ALLOCATION);
+    EXPECT(pump_ranges_remove(programs, &bytes, &device) == PUMP_REMOVED_ALLOCATION);
+    EXPECT(pump_ranges_remove(pooled, &bytes, &device) == PUMP_REMOVED_CARVED && device == 6);
+}
+
 /* A driver that refuses the first two timing events it is asked for (one probe's pair, the
  * first of them), then makes them. */
 static int events_asked;
@@ -638,6 +674,7 @@ int main(void)
     test_ring();
     test_plan();
     test_a_refusal_marks_the_allocation_asked_about();
+    test_a_pool_refusal_is_recorded_for_its_device();
     test_a_broken_probe_is_tried_again_in_its_contexts_next_life();
     return expect_report("units");
 }
