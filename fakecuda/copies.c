@@ -39,6 +39,7 @@ void fc_run_copy(const fc_op *op, int device)
     unsigned elem = op->u.copy.elem, v = op->u.copy.value;
     size_t n = op->u.copy.n, bytes = elem ? n * elem : n;
     fc_tls_kernel_device = device;
+    if (!elem && op->u.copy.src_dev != TOUCH_NONE) fc_pages_read(src, bytes);
     if (!elem) touch(src, bytes, op->u.copy.src_dev);
     touch(dst, bytes, op->u.copy.dst_dev);
     fc_tls_kernel_device = -1;

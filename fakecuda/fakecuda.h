@@ -94,6 +94,16 @@ struct fakecuda_stats {
        here as before, and counted since load (fakecuda_reset_stats leaves it: lookups are
        made before a program measures). */
     uint64_t lookups_above_driver;
+    /* Bytes of pages a kernel or a copy read (FAKECUDA_LAUNCH_USES' r and rw operands that the
+       launch's own argument points into, a copy's source) while their contents were lost to a
+       discard and nothing had written them since: cuda.h, cuMemDiscardBatchAsync: "Reading
+       from a discarded range, without a subsequent write or prefetch to that part of the
+       range, will return an indeterminate value". A prefetch does not count as a write here:
+       it brings back no bytes. A real program's kernels compute nothing on fakecuda, so this
+       is where a discard of live memory shows. It over-counts, the strict side: a replayed
+       write named by allocation (launch_uses.c) lands where the recording's allocator put the
+       tensor, and the page this run's kernel wrote stays counted as lost. */
+    uint64_t bytes_read_discarded;
 };
 void fakecuda_get_stats(struct fakecuda_stats *out); /* call after synchronizing */
 /* Contexts made on a device since load: primary context activations (a retain with no

@@ -88,7 +88,7 @@ typedef struct fc_counters {
         bytes_evicted_d2h, bytes_evicted_h2d, pool_bytes_reserved, pool_bytes_released, gpu_fault_batches,
         gpu_fault_stall_ns, bytes_fault_prefetched_h2d, launches_by_function, launches_by_kernel,
         param_info_refused, launches_given_uses, launch_uses_missing, launch_uses_mismatched,
-        discard_races, bytes_lost_to_discard_races, lookups_above_driver;
+        discard_races, bytes_lost_to_discard_races, lookups_above_driver, bytes_read_discarded;
 } fc_counters;
 extern fc_counters fc_ctr;
 #define FC_COUNT(field, n) atomic_fetch_add_explicit(&fc_ctr.field, (uint64_t)(n), memory_order_relaxed)
@@ -220,8 +220,9 @@ typedef struct fc_range { uintptr_t ptr; size_t size; int loc; } fc_range;
  * how the device touches each operand (copies.c) */
 typedef struct fc_copy { uintptr_t dst, src; size_t n; unsigned elem, value; int dst_dev, src_dev; } fc_copy;
 /* One operand of a launch as FAKECUDA_LAUNCH_USES recorded it (launch_uses.c): the kernel
- * touches [ptr, ptr + bytes), writing it or only reading it. */
-typedef struct fc_use { uintptr_t ptr; size_t bytes; int write; } fc_use;
+ * touches [ptr, ptr + bytes), writing it or only reading it, and whether its read is checked
+ * for discarded bytes (fc_pages_read). */
+typedef struct fc_use { uintptr_t ptr; size_t bytes; int write, reads; } fc_use;
 typedef struct fc_op {
     struct fc_op *next;
     int kind;
@@ -401,6 +402,9 @@ uint64_t fc_race_number(void);
 void fc_discard_runs(CUstream s, uint64_t number, const fc_range *r, size_t n);
 /* The whole pages of [p, p+n) keep a stuck discard status (migrate.c, FC_BIT_DISCARD_STUCK). */
 void fc_pages_discard_stuck(uintptr_t p, size_t n);
+/* A kernel's or a copy's read of [p, p+n): the pages whose bytes a discard lost and nothing
+ * wrote since count in bytes_read_discarded (migrate.c). */
+void fc_pages_read(uintptr_t p, size_t n);
 /* CU_MEM_ADVISE_SET_PREFERRED_LOCATION (loc: FC_LOC_HOST or FC_LOC_DEV0 + d) and UNSET (loc
  * FC_LOC_UNPOP) on the pages [p, p+n) overlaps: the fault-time prefetcher reads it. */
 void fc_set_preferred_location(uintptr_t p, size_t n, int loc);

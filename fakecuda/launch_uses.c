@@ -37,7 +37,7 @@ enum { THREADS_MAX = 64 };
 /* by_argument: `word` is the argument word's byte offset and `delta` the operand's start from its
  * value; else `ordinal` and `offset` name an allocation and a place in it. */
 typedef struct recorded_use {
-    int by_argument, write;
+    int by_argument, write, reads;
     uint64_t ordinal, offset, word, bytes;
     int64_t delta;
 } recorded_use;
@@ -94,9 +94,9 @@ static void parse_use(const char **p, recorded_use *u, const char *path, size_t 
     if (*(*p)++ != ':') refuse(path, line, "an operand lacks its bytes");
     u->bytes = number(p, path, line, "an operand's bytes are not a number");
     if (*(*p)++ != ':') refuse(path, line, "an operand lacks its mode");
-    if (!strncmp(*p, "rw", 2)) { u->write = 1; *p += 2; }
-    else if (**p == 'w') { u->write = 1; (*p)++; }
-    else if (**p == 'r') { u->write = 0; (*p)++; }
+    if (!strncmp(*p, "rw", 2)) { u->write = u->reads = 1; *p += 2; }
+    else if (**p == 'w') { u->write = 1; u->reads = 0; (*p)++; }
+    else if (**p == 'r') { u->write = 0; u->reads = 1; (*p)++; }
     else refuse(path, line, "an operand's mode is not r, w or rw");
     if (**p && **p != ' ' && **p != '\n') refuse(path, line, "an operand has more than four fields");
 }
@@ -202,7 +202,9 @@ static size_t resolve(const recorded_launch *r, const fc_kdef *def, const unsign
             mismatched = 1;
             continue;
         }
-        out[n++] = (fc_use){ start, r->uses[i].bytes, r->uses[i].write };
+        /* Only an operand the launch's own argument points into is read where this run's
+         * kernel reads: one named by allocation lies where the recording's allocator put it. */
+        out[n++] = (fc_use){ start, r->uses[i].bytes, r->uses[i].write, r->uses[i].reads && r->uses[i].by_argument };
     }
     FC_COUNT(launches_given_uses, 1);
     if (mismatched) FC_COUNT(launch_uses_mismatched, 1);

@@ -139,16 +139,18 @@ CUresult fc_alloc_memory(CUdeviceptr *dptr, size_t size, int kind, int device, C
         a->loc = calloc(a->npages, 1);
         a->bits = calloc(a->npages, 1);
         a->pref = calloc(a->npages, 1);
+        a->lost = calloc(a->npages, 1);
         size_t nblocks = (a->npages + PAGES_PER_BLOCK - 1) / PAGES_PER_BLOCK;
         a->chunks = calloc(nblocks * (size_t)fc_cfg.ndevices, sizeof *a->chunks);
         a->pfi = calloc(nblocks, sizeof *a->pfi);
     }
-    if ((managed && (!a->loc || !a->bits || !a->pref || !a->chunks || !a->pfi)) || reg_insert(a) != 0) {
+    if ((managed && (!a->loc || !a->bits || !a->pref || !a->lost || !a->chunks || !a->pfi)) || reg_insert(a) != 0) {
         if (!managed) fc_devmem_give(device, size);
         munmap(a->map, a->map_len);
         free(a->loc);
         free(a->bits);
         free(a->pref);
+        free(a->lost);
         free(a->chunks);
         free(a->pfi);
         free(a);
@@ -177,6 +179,7 @@ static void alloc_destroy(fc_alloc *a)
     free(a->loc);
     free(a->bits);
     free(a->pref);
+    free(a->lost);
     free(a->chunks);
     free(a->pfi);
     free(a);

@@ -28,6 +28,7 @@ typedef struct fc_alloc {
     uint8_t *loc;       /* FC_LOC_UNPOP, FC_LOC_HOST, FC_LOC_DEV0 + d */
     uint8_t *bits;      /* FC_BIT_* */
     uint8_t *pref;      /* preferred location (cuMemAdvise), FC_LOC_*; FC_LOC_UNPOP: none */
+    uint8_t *lost;      /* 1: the page's bytes were lost (a discard) and nothing wrote it since */
     fc_chunk **chunks;  /* [block * ndevices + d]: the block's root chunk on device d, or NULL */
     fc_prefetch_info *pfi; /* per VA block */
 } fc_alloc;

@@ -39,10 +39,19 @@ static void leave_device(fc_alloc *a, size_t p, int discarded)
     fc_chunk_page_out(*chunk_slot(a, p, d), discarded);
 }
 
-/* Page p's bytes are not carried where it goes: whoever reads them before writing sees poison. */
+/* Page p's bytes are not carried where it goes: whoever reads them before writing sees poison,
+ * and a kernel's read of them counts (fc_pages_read). */
 static void lose_page(fc_alloc *a, size_t p)
 {
     memset((void *)(a->base + p * FAKECUDA_PAGE), FAKECUDA_DISCARD_POISON, FAKECUDA_PAGE);
+    a->lost[p] = 1;
+}
+
+/* An access that may write page p (a kernel's, the host's) gives it bytes again: the lenient
+ * side, since a write of part of a page clears all of it. */
+static void written(fc_alloc *a, size_t p, int why)
+{
+    if (why == WHY_KERNEL || why == WHY_HOST) a->lost[p] = 0;
 }
 
 /* Read-mostly pages (cuMemAdvise CU_MEM_ADVISE_SET_READ_MOSTLY) as UVM keeps them
@@ -79,7 +88,7 @@ static int64_t read_mostly_to_host(fc_alloc *a, size_t p, int why)
 /* Moves page p of a to target for the given reason; counts and returns modelled ns, or
  * FC_NO_ROOM (nothing done) when its block has no chunk on the target device and the device
  * has no free memory for one. */
-static int64_t page_move(fc_alloc *a, size_t p, uint8_t target, int why)
+static int64_t page_move_to(fc_alloc *a, size_t p, uint8_t target, int why)
 {
     uint8_t cur = a->loc[p];
     uint8_t *b = &a->bits[p];
@@ -174,12 +183,20 @@ static int64_t page_move(fc_alloc *a, size_t p, uint8_t target, int why)
     return ns;
 }
 
+static int64_t page_move(fc_alloc *a, size_t p, uint8_t target, int why)
+{
+    int64_t ns = page_move_to(a, p, target, why);
+    if (ns != FC_NO_ROOM) written(a, p, why);
+    return ns;
+}
+
 /* No room on the device and nothing left to evict: the page stays (a prefetch moves less
  * than asked, as cuMemPrefetchAsync's documentation allows); a kernel's access still faults
  * and crosses the link (the driver maps the page remotely). */
 static int64_t page_stays(fc_alloc *a, size_t p, int why)
 {
     if (!IS_KERNEL(why)) return 0;
+    written(a, p, why);
     FC_COUNT(gpu_faults, 1);
     if (a->loc[p] == FC_LOC_UNPOP) a->loc[p] = FC_LOC_HOST;
     return FAKECUDA_GPU_FAULT_US * 1000 + xfer_ns(FAKECUDA_PAGE, FAKECUDA_H2D_BYTES_PER_US);
@@ -376,6 +393,24 @@ void fc_pages_discard_stuck(uintptr_t p, size_t n)
         pthread_mutex_unlock(&a->mu);
     }
     pthread_rwlock_unlock(&fc_reg_lock);
+}
+
+void fc_pages_read(uintptr_t p, size_t n)
+{
+    uint64_t lost = 0;
+    if (!n || p + n < p) return;
+    pthread_rwlock_rdlock(&fc_reg_lock);
+    for (size_t i = fc_reg_first_end_above(p); i < fc_nreg && fc_reg[i]->base < p + n; i++) {
+        fc_alloc *a = fc_reg[i];
+        if (!a->managed || a->mapped) continue;
+        uintptr_t lo = p > a->base ? p : a->base, hi = p + n < a->base + a->size ? p + n : a->base + a->size;
+        pthread_mutex_lock(&a->mu);
+        for (size_t q = (lo - a->base) / FAKECUDA_PAGE; q <= (hi - 1 - a->base) / FAKECUDA_PAGE; q++)
+            lost += a->lost[q] ? FAKECUDA_PAGE : 0;
+        pthread_mutex_unlock(&a->mu);
+    }
+    pthread_rwlock_unlock(&fc_reg_lock);
+    FC_COUNT(bytes_read_discarded, lost);
 }
 
 void fc_migrate_ranges(const fc_range *r, size_t n, int copies_waited)

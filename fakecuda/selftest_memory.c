@@ -177,6 +177,16 @@ void selftest_managed(struct selftest_main *m)
     CHECK(word0 != 0xFFFFFFFFu && word1 == 0xFFFFFFFFu, "discard poisons whole pages only");
     CHECK(cuMemDiscardBatchAsync(&dptr, &dsize, 1, 0, NULL) == CUDA_ERROR_INVALID_VALUE,
           "discard on the legacy stream refused");
+    /* a copy reading the discarded page counts it; once written (a memset), it does not */
+    CUdeviceptr lost_page = (CUdeviceptr)(uintptr_t)a + PAGE, after = (CUdeviceptr)(uintptr_t)a + 3 * PAGE;
+    OK(cuMemcpyAsync(after, lost_page, PAGE, s1));
+    OK(cuStreamSynchronize(s1));
+    CHECK(selftest_stats().bytes_read_discarded == PAGE, "a read of discarded bytes counted (%llu)",
+          (unsigned long long)selftest_stats().bytes_read_discarded);
+    OK(cuMemsetD32Async(lost_page, 0, PAGE / 4, s1));
+    OK(cuMemcpyAsync(after, lost_page, PAGE, s1));
+    OK(cuStreamSynchronize(s1));
+    CHECK(selftest_stats().bytes_read_discarded == PAGE, "a written page is read as any other");
     fakecuda_host_touch(a, 4 * PAGE);
     discard_races(s1, s2, a, dloc);
 
