@@ -19,12 +19,18 @@ into a zeroed `y` on the GPU), and right after that launch `x` is discarded:
 - same_stream: the kernels and the discard on one non-blocking stream (cuda.h: a discard
   "executes in stream order").
 A discard made before the kernel read `x` leaves it indeterminate data: `y` then differs from
-2x. Prints one JSON line: per way the elements of `y` that differ (all rounds), and the host's
-seconds in the discard call (median): a call that waits for the stream shows its busy time.
-A way whose `wrong` is not 0 is a finding: the probe exits 1."""
+2x. Then the other half of the order, which the H200 run left open (bench/results/
+gpu-20261126-nvidia-h200: case c's launch-discards still computed another loss, and NaN, with
+every discard of this probe in order): the work that comes after the discard on the kernel's
+stream writes `x` again (a memset to 3.0) and a kernel copies it into a zeroed `w`; a discard
+that lands after that write leaves `x` indeterminate, and `w` differs from 3.0. Prints one JSON
+line: per way the elements of `y` that differ (`wrong`) and of `w` (`written_wrong`), all
+rounds, and the host's seconds in the discard call (median): a call that waits for the stream
+shows its busy time. A way with either count above 0 is a finding: the probe exits 1."""
 
 import ctypes
 import statistics
+import struct
 import sys
 import time
 
@@ -42,13 +48,13 @@ def as_floats(ptr: int, n: int) -> np.ndarray:
 
 
 def main(argv=None) -> int:
-    args = probe.sized_args("discard_order.py", __doc__, argv, 256, "MiB of each of the three buffers", 2,
+    args = probe.sized_args("discard_order.py", __doc__, argv, 256, "MiB of each of the four buffers", 2,
                             lambda ap: ap.add_argument("--busy", type=int, default=200,
                                                        help="kernels that keep the stream busy first (default 200)"))
     busy = max(args.busy, 0)
     size = args.mib * MiB
     n = size // 4
-    gpu, status = probe.start("discard_order", 3 * size)
+    gpu, status = probe.start("discard_order", 4 * size)
     if gpu is None:
         return status
     legacy = cu.CUstream(cu.CU_STREAM_LEGACY)
@@ -61,10 +67,11 @@ def main(argv=None) -> int:
            "fakecuda": gpu.fake}
     buffers = []
     with probe.measuring(doc, buffers):
-        buffers.extend(gpu.alloc(size, True) for _ in range(3))
-        x, y, z = buffers
+        buffers.extend(gpu.alloc(size, True) for _ in range(4))
+        x, y, z, w = buffers
         pattern = (np.arange(n, dtype=np.float32) % 1021) + 1.0
-        found = {way: {"wrong": 0, "call_seconds": []} for way in WAYS}
+        three = struct.unpack("<I", struct.pack("<f", 3.0))[0]
+        found = {way: {"wrong": 0, "written_wrong": 0, "call_seconds": []} for way in WAYS}
         for _ in range(args.rounds):
             for way in WAYS:
                 work = own if way == "same_stream" else legacy
@@ -74,6 +81,9 @@ def main(argv=None) -> int:
                 as_floats(y, n)[:] = 0.0
                 gpu.prefetch(y, size, True, own)
                 gpu.prefetch(z, size, True, own)
+                gpu.host_touch(w, size)
+                as_floats(w, n)[:] = 0.0
+                gpu.prefetch(w, size, True, own)
                 gpu.synchronize(own)
                 for _ in range(busy):
                     gpu.launch("saxpy", n, work, ctypes.c_float(1.0), ctypes.c_uint64(z), ctypes.c_uint64(z),
@@ -92,13 +102,18 @@ def main(argv=None) -> int:
                 else:
                     call("cuMemDiscardBatchAsync", [cu.CUdeviceptr(x)], [size], 1, 0, own)
                 found[way]["call_seconds"].append(time.perf_counter() - began)
+                call("cuMemsetD32Async", x, three, n, work)  # the stream's work to come writes x
+                gpu.launch("saxpy", n, work, ctypes.c_float(1.0), ctypes.c_uint64(x), ctypes.c_uint64(w),
+                           ctypes.c_uint64(n))
                 call("cuCtxSynchronize")
                 gpu.host_touch(y, size)
                 found[way]["wrong"] += int(np.count_nonzero(as_floats(y, n) != 2.0 * pattern))
-        doc["ways"] = {way: {"wrong": f["wrong"], "call_seconds": statistics.median(f["call_seconds"])}
-                       for way, f in found.items()}
+                gpu.host_touch(w, size)
+                found[way]["written_wrong"] += int(np.count_nonzero(as_floats(w, n) != 3.0))
+        doc["ways"] = {way: {"wrong": f["wrong"], "written_wrong": f["written_wrong"],
+                             "call_seconds": statistics.median(f["call_seconds"])} for way, f in found.items()}
     probe.emit(doc)
-    wrong = any(w["wrong"] for w in doc.get("ways", {}).values())
+    wrong = any(way["wrong"] or way["written_wrong"] for way in doc.get("ways", {}).values())
     return 1 if "finding" in doc or wrong else 0
 
 
