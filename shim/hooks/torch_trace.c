@@ -29,8 +29,10 @@
  * Off by default: the first H100 run that discarded here (bench/results/
  * gpu-20261126-nvidia-h100-80gb-hbm3, case c) computed another loss than the job without pump,
  * when the legacy stream's discards were ordered by its implicit synchronisation and pump's
- * evictions of a dying tensor could still be running; both are closed since, and it stays off
- * until a GPU run shows it bit-identical (the GPU suite's case c runs it as launch-discards).
+ * evictions of a dying tensor could still be running; both are closed since, and an H200 run
+ * (bench/results/gpu-20261126-nvidia-h200) still computed another loss, NaN in most runs. It
+ * stays off until a GPU run shows it bit-identical (the GPU suite's case c runs it as
+ * launch-discards; bench/gpu/probes/discard_order.py checks both halves of the order).
  */
 #include "capacity.h"
 #include "channel.h"
