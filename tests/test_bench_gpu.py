@@ -166,6 +166,21 @@ def test_ratios_and_rendered_rows():
     assert "| b (emulated) | late | not run: 3 s left of the suite's budget |" in text
 
 
+def test_an_emulated_run_with_memory_pump_could_not_move_is_not_a_result():
+    """The H200's lookahead in case c ran at ideal's speed under a 3.6 GiB emulated capacity
+    because 151 allocations the driver would not prefetch stayed on the GPU beside pump's share:
+    such a run shows no time, ratio or speed-up, and says why."""
+    assert suite.outside_emulation({"prefetch_refusals": 0}) is None and suite.outside_emulation({}) is None
+    why = suite.outside_emulation({"prefetch_refusals": 151})
+    assert why.startswith("not a result: 151 allocation(s)")
+    case = {"case": "c", "emulated": True,
+            "variants": {"ideal": {"step_ms": table.summarize([92])}, "naive": {"step_ms": table.summarize([2370])},
+                         "lookahead": {"step_ms": table.summarize([93]), "not_a_result": why}}}
+    table.add_ratios(case)
+    assert "speedup_over_naive" not in case["variants"]["lookahead"]
+    assert f"| c (emulated) | lookahead | {why} |" in table.render([case])
+
+
 # ---------------------------------------------------------------- bytes that must move
 def chain_trace(path, pairs=2, block_bytes=2 * MiB, steps=8):
     """A chain like chain.py's --repeat 1: per step, per pair, saxpy(x, y) then scale(y)."""

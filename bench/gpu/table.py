@@ -44,7 +44,7 @@ def add_ratios(case: dict) -> None:
     bound_s = (case.get("lower_bound") or {}).get("seconds")
     for name in variants:
         t = median_s(name)
-        if t is None:
+        if t is None or variants[name].get("not_a_result"):
             continue
         v = variants[name]
         v["ratio_to_ideal"] = t / ideal if ideal else None
@@ -102,7 +102,7 @@ def rows(cases) -> list:
         for name, v in case["variants"].items():
             s = v.get("step_ms")
             stopped = (("ERROR: " + v["error"]) if v.get("error") else
-                       v.get("refused") or v.get("skipped") or v.get("timed_out"))
+                       v.get("refused") or v.get("skipped") or v.get("timed_out") or v.get("not_a_result"))
             if stopped:
                 out.append([label, name, stopped.splitlines()[0]] + ["-"] * (len(COLUMNS) - 3))
                 continue
