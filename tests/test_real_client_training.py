@@ -28,6 +28,7 @@ from pump import channel, trace
 from test_real_client import ROOT, cuda_torch  # noqa: F401 (the fixture that skips without torch's CUDA build)
 
 TRAIN = ROOT / "tests" / "real_client" / "train.py"
+TRAIN_STEPS = 3  # train.py's STEPS: each loop's optimizer steps
 PERSONA = "h100-sxm-80gb"
 LAUNCHES = ("cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz")
 
@@ -77,6 +78,16 @@ def launch_count_differences(fakecuda, pump):
     if t["launches_unknown_handles"] or t["passthrough_processes"]:
         out["unknown handles, pass-through processes"] = (t["launches_unknown_handles"], t["passthrough_processes"])
     return out
+
+
+def test_the_trace_marks_every_optimizer_step_on_the_caching_allocator(runs):
+    """pump's start-up hook tells libpump where each optimizer step ends under PyTorch's own
+    allocator too: its trace's STEP records number 1, 2, ... as the loops' optimizer steps go, so
+    that the GPU suite's bound can cut a job whose launches repeat no key (on the H200 it had none
+    for GPT-2)."""
+    _, blocks = trace.read(runs["trace"])
+    marked = [int(r["arg"][0]) for _, records in blocks for r in records if int(r["kind"]) == channel.KIND["step"]]
+    assert marked == list(range(1, len(marked) + 1)) and len(marked) >= TRAIN_STEPS, marked
 
 
 def test_every_launch_reached_pumps_hooks(runs):

@@ -50,15 +50,17 @@ def install_plain(torch):
     memory.change_current_allocator(memory.CUDAPluggableAllocator(shim, "pump_torch_alloc", "pump_torch_free"))
 
 
-def mark_steps(torch, notice):
-    """Tell libpump where each optimizer step ends (its placement of tensors follows steps)."""
+def mark_steps(torch, notice, symbol="pump_torch_step",
+               without="tensors get no fixed places, and pumpd's lookahead may not learn the step"):
+    """Tell libpump where each optimizer step ends, by its function `symbol` (pump's allocator:
+    its placement of tensors follows steps; the caching allocator's bridge: traces' step
+    markers); one notice saying what goes `without` them where they cannot be marked."""
     shim = shim_path()
     try:
-        step = ctypes.CDLL(shim).pump_torch_step if shim else None
+        step = getattr(ctypes.CDLL(shim), symbol) if shim else None
         register = importlib.import_module("torch.optim.optimizer").register_optimizer_step_post_hook
-    except (OSError, ImportError, AttributeError) as error:  # an older libpump or PyTorch: tensors are not placed
-        notice(f"optimizer steps are not marked ({type(error).__name__}: {error}): tensors get no fixed places, "
-               "and pumpd's lookahead may not learn the step")
+    except (OSError, ImportError, AttributeError) as error:  # an older libpump or PyTorch
+        notice(f"optimizer steps are not marked ({type(error).__name__}: {error}): {without}")
         return
     if step is not None:
         step.argtypes, step.restype = [], None

@@ -6,11 +6,15 @@ torch_trace.cpp beside this file, is compiled against the job's own PyTorch
 (_pump_torch_build.py) and attached when PyTorch initialises CUDA, which is when the
 allocator comes to exist, before any tensor. libpump then sees tensors, not segments
 (shim/hooks/torch_trace.c). Where the bridge cannot be had, the job runs as before, pump seeing
-segments, after one notice. Like sitecustomize.py, this file uses the standard library only.
+segments, after one notice. Once attached, the end of every optimizer step is told to libpump
+(pump_torch_trace_step), so that a trace of the job says where its steps end: its launches
+repeat no key from step to step, the allocator handing tensors other memory. Like
+sitecustomize.py, this file uses the standard library only.
 """
 
 import ctypes
 
+import _pump_torch_allocator as allocator
 import _pump_torch_build as bridges
 
 SOURCE, LIBS = "torch_trace.cpp", ("c10_cuda", "c10")
@@ -28,6 +32,8 @@ def attach(torch, notice):
     except Exception as error:  # pump must never break the job: it goes on as without the bridge
         notice(f"PyTorch's allocator is not followed: {error}; "
                "pump sees its segments, not its tensors")
+        return
+    allocator.mark_steps(torch, notice, "pump_torch_trace_step", "traces of this job hold no step markers")
 
 
 def arm(torch, notice):

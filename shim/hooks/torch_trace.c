@@ -43,6 +43,7 @@
 #define PUMP_EXPORT __attribute__((visibility("default")))
 
 PUMP_EXPORT void pump_torch_trace(int event, uint64_t addr, uint64_t size, int flags, CUstream stream);
+PUMP_EXPORT void pump_torch_trace_step(void);
 
 static void tensor_alloc(uint64_t addr, uint64_t size)
 {
@@ -119,4 +120,16 @@ void pump_torch_trace(int event, uint64_t addr, uint64_t size, int flags, CUstre
         tensor_alloc(addr, size);
     else if (event == PUMP_TORCH_TENSOR_FREE)
         tensor_free(addr, stream);
+}
+
+/* The optimizer finished a step (pump's start-up hook, beside the bridge): a STEP record, so that
+ * a trace of a job on the caching allocator, whose tensors move from step to step and whose
+ * launches repeat no key, still says where its steps end (the GPU suite's bound takes them: it had
+ * none for GPT-2 on the H200, bench/results/gpu-20261126-nvidia-h200). pump's allocator marks its
+ * own steps (pump_torch_step). */
+void pump_torch_trace_step(void)
+{
+    static uint64_t steps;
+    if (pump_driver_was_used() && pump_active())
+        pump_channel_step(__atomic_add_fetch(&steps, 1, __ATOMIC_RELAXED));
 }
