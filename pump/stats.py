@@ -20,7 +20,7 @@ STRUCT = "struct pump_stats"
 # How aggregate() treats fields other than plain counters (which it sums).
 _IDENTITY_FIELDS = frozenset({"magic", "version", "pid", "parent_pid"})
 _MAX_FIELDS = frozenset({"managed_bytes_peak", "capacity_bytes", "budget_bytes", "default_budget_bytes",
-                         "resident_bytes_peak", "budget_margin_bytes"})
+                         "resident_bytes_peak", "budget_margin_bytes", "budget_appeared_bytes"})
 _COUNT_FLAGS = {"exited": "exited_processes", "passthrough": "passthrough_processes"}
 BLOCK_BYTES = 2 << 20  # the shim's residency block: budget_skips counts them
 
@@ -133,8 +133,9 @@ def aggregate(records) -> dict:
 
     - Counters are summed over processes (``managed_bytes``, the footprint "now",
       becomes the sum of each process's last footprint).
-    - ``managed_bytes_peak``, ``capacity_bytes``, ``budget_bytes``, ``default_budget_bytes`` and
-      ``budget_margin_bytes`` are the MAX over processes, not a sum: the largest single-process peak and cap
+    - ``managed_bytes_peak``, ``capacity_bytes``, ``budget_bytes``, ``default_budget_bytes``,
+      ``budget_margin_bytes`` and ``budget_appeared_bytes`` are the MAX over processes, not a sum: the largest
+      single-process peak and cap
       (processes peak at different times, so a sum would overstate the job's peak).
     - ``processes``: records read; ``exited_processes``: those that ran their exit
       handler (the rest ended by _exit/kill or are still running);

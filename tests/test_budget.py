@@ -175,6 +175,7 @@ def test_default_budget_follows_the_device_memory_at_synchronisations(run_progra
     assert run.result["gpu_faults"] == 0
     assert t["default_budget_bytes"] == t["budget_bytes"] >= 4 * 32 * MiB  # raised again
     assert t["budget_margin_bytes"] == MARGIN_MAX and t["budget_margin_raises"] == 1
+    assert t["budget_appeared_bytes"] == 124 * MiB  # the neighbour, measured whole: past what a margin may be
     assert t["errors"] == 0
 
 
@@ -187,6 +188,7 @@ def test_default_budget_stands_while_nothing_changes(run_program):
     assert t["budget_rereads"] == 6 and t["budget_changes"] == 0 and t["evictions"] == 0
     assert t["default_budget_bytes"] == 256 * MiB - MARGIN and run.result["gpu_faults"] == 0
     assert t["budget_margin_bytes"] == MARGIN and t["budget_margin_raises"] == 0
+    assert t["budget_appeared_bytes"] == 2 * MiB  # the neighbour's 1 MiB, in whole blocks: seen, not raised
 
 
 @pytest.mark.parametrize("policy, default", [("launch", 256 * MiB - MARGIN), ("lookahead", 190 * MiB)])

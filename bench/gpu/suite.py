@@ -278,7 +278,8 @@ PUMP_FIELDS = ("launches", "launches_managed", "launches_prefetched", "graph_lau
                "budget_bytes", "resident_bytes_peak", "plan_triggers", "launches_planned", "events_dropped",
                "errors", "passthrough_processes", "placement_steps", "placement_wanted", "placement_hits",
                "placement_reuses", "placement_releases", "ahead_decisions", "ahead_bytes", "worker_jobs",
-               "worker_takeovers", "worker_waits", "prefetch_refusals")
+               "worker_takeovers", "worker_waits", "prefetch_refusals", "budget_margin_bytes",
+               "budget_appeared_bytes")
 
 
 def outside_emulation(pump: dict):

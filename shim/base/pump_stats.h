@@ -12,7 +12,7 @@
 
 enum {
     PUMP_STATS_MAGIC = 0x504d5053,   /* "SPMP" little-endian: a pump record */
-    PUMP_STATS_VERSION = 13
+    PUMP_STATS_VERSION = 14
 };
 
 struct pump_stats {
@@ -164,6 +164,10 @@ struct pump_stats {
     /* version 13: room made ahead of the launch rule's launches, by pump's worker (residency_ahead.c) */
     uint64_t ahead_decisions;        /* launches after which blocks were evicted ahead */
     uint64_t ahead_bytes;            /* ... the bytes that left the belief so */
+    /* version 14: what the default budget's margin is for, measured (budget.c) */
+    uint64_t budget_appeared_bytes;  /* the largest drop of a device's free memory between two readings that
+                                        pump's own prefetching does not explain, whether or not it raised the
+                                        margin: what a margin must hold on this job */
 };
 
 #endif

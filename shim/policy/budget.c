@@ -177,6 +177,16 @@ static void publish_margin(uint64_t margin)
         PUMP_SET(budget_margin_bytes, margin);
 }
 
+/* The largest `appeared` of any reading, raise or not: the two GPU runs of case f kept margins of
+ * 634 MiB (an H100) and 1.09 GiB (an H200: MARGIN_MIN scales with the card) that nothing ever
+ * exceeded, which says only that those were enough (bench/results/gpu-20261126-nvidia-h200). */
+static void publish_appeared(uint64_t appeared)
+{
+    struct pump_stats *record = atomic_load_explicit(&pump_stats_record, memory_order_relaxed);
+    if (__atomic_load_n(&record->budget_appeared_bytes, __ATOMIC_RELAXED) < appeared)
+        PUMP_SET(budget_appeared_bytes, appeared);
+}
+
 static void remember_reading(struct device_budget *d, int device, uint64_t free_bytes)
 {
     d->last_free = free_bytes;
@@ -196,6 +206,7 @@ static void learn_margin(struct device_budget *d, int device, uint64_t free_byte
     uint64_t own_growth = pump_residency_counted_in_bytes(device) - d->last_counted_in;
     uint64_t appeared = blocks_up(dropped > own_growth ? dropped - own_growth : 0);
     remember_reading(d, device, free_bytes);
+    publish_appeared(appeared);
     if (appeared <= d->margin)
         return;
     d->margin = appeared < d->margin_max ? appeared : d->margin_max;
