@@ -19,6 +19,7 @@ from pump import channel, stats, trace
 from test_channel import daemon, job, key_of, run_with_plan, sockdir  # noqa: F401
 
 MiB = 1 << 20
+GiB = 1 << 30
 PAGE = 64 << 10
 
 # budget BUFFERS MIB ROUNDS: each launch uses two 16 MiB buffers; the set is 128 MiB
@@ -189,6 +190,16 @@ def test_default_budget_stands_while_nothing_changes(run_program):
     assert t["default_budget_bytes"] == 256 * MiB - MARGIN and run.result["gpu_faults"] == 0
     assert t["budget_margin_bytes"] == MARGIN and t["budget_margin_raises"] == 0
     assert t["budget_appeared_bytes"] == 2 * MiB  # the neighbour's 1 MiB, in whole blocks: seen, not raised
+
+
+def test_the_margin_starts_no_larger_than_an_80_GiB_cards(run_program):
+    """On a card above 80 GiB the margin starts at 640 MiB, not 1/128 of the card: the H200's
+    1/128 (1.09 GiB) took a sixth of the room case f's filler left, and what appears between
+    readings is the job's, not in proportion to the card (budget.c's MARGIN_MIN)."""
+    big = {**SMALL_DEVICE, "FAKECUDA_DEVICE_MEMORY": str(140 * GiB)}
+    t = run_program("budget", 4, 32, 2, "--neighbour=1:2:1", env=big).totals
+    assert t["budget_margin_bytes"] == 640 * MiB and t["budget_margin_raises"] == 0, t
+    assert t["default_budget_bytes"] == 140 * GiB - 640 * MiB, t
 
 
 @pytest.mark.parametrize("policy, default", [("launch", 256 * MiB - MARGIN), ("lookahead", 190 * MiB)])

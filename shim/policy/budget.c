@@ -48,7 +48,11 @@
  *   tables for the managed memory, and the rounding of the partial blocks at allocations' ends
  *   to the driver's 2 MiB root chunks. No source gives one figure for all of them, so each
  *   device learns its own: the margin starts at MARGIN_MIN (1/128 of the device's memory, 640
- *   MiB of an 80 GiB card, 4 MiB of bench-steady's 512 MiB device) and grows to the largest
+ *   MiB of an 80 GiB card, 4 MiB of bench-steady's 512 MiB device, and never more than that 640
+ *   MiB: what appears is the job's and its libraries', not in proportion to the card, and the
+ *   H100's 634 MiB held GPT-2 under the filler with no raise where the H200's 1/128, 1.09 GiB,
+ *   took a sixth of the room the filler left: bench/results/gpu-20261126-nvidia-h200, case f;
+ *   budget_appeared_bytes measures what was needed) and grows to the largest
  *   drop of free memory between two readings that pump's own prefetching does not explain
  *   (what appeared), in whole blocks, up to MARGIN_MAX (1/32 of the device, the fixed margin
  *   before: never less room than then). Memory that appears inside chunks the driver still
@@ -81,6 +85,7 @@
 #include "residency.h"
 
 #define MARGIN_MIN_DIVISOR 128
+#define MARGIN_MIN_MOST (640ull << 20)
 #define MARGIN_MAX_DIVISOR 32
 #define HYSTERESIS_MARGINS 2
 #define PLANS_FLOOR_DIVISOR 2
@@ -231,7 +236,8 @@ static void resolve(struct device_budget *d, struct pump_context *c, bool own, b
     }
     if (own && !d->own_ready) {
         if (read) {
-            d->margin = blocks_up(total_bytes / MARGIN_MIN_DIVISOR);
+            uint64_t least = total_bytes / MARGIN_MIN_DIVISOR;
+            d->margin = blocks_up(least < MARGIN_MIN_MOST ? least : MARGIN_MIN_MOST);
             d->margin_max = blocks_up(total_bytes / MARGIN_MAX_DIVISOR);
             if (d->margin == 0)
                 d->margin = d->margin_max = PUMP_BLOCK_SIZE;
