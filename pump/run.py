@@ -14,7 +14,10 @@ expandable_segments:False into PyTorch's allocator settings (pump/torch_env.py: 
 segments cannot be managed; a user's own choice wins).
 
 Exit code: the command's, 128+N when it was killed by signal N, 127/126 when it
-cannot be started, 2 for pump-run's own errors (one line on stderr).
+cannot be started, 2 for pump-run's own errors (one line on stderr). A job killed by a signal
+is said on stderr as a shell says it (the signal, and "core dumped" where so; not for SIGINT
+or SIGPIPE), since pump-run's own exit hides it from the shell; a non-zero exit status ends
+the summary line.
 
 PUMP=off in the environment runs COMMAND as if the prefix were not there (for launch
 scripts with pump-run built in): exec'd in pump-run's place, no shim, no managed memory,
@@ -208,8 +211,28 @@ def _start_child(old_mask, parent: int):
     reaper.die_with_parent(parent)  # a SIGKILLed pump-run takes its job along (pump/reaper.py)
 
 
-def run_child(command, env, held: _HeldSignals) -> int:
-    """Run command, forwarding signals (see the module docstring); return its exit code."""
+def ending_of(status: int):
+    """How the job ended, from its wait status, for pump-run's output: None for exit status 0."""
+    if os.WIFSIGNALED(status):
+        signo = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(signo).name
+        except ValueError:
+            name = f"signal {signo}"
+        said = signal.strsignal(signo) or name
+        core = ", core dumped" if os.WCOREDUMP(status) else ""
+        return f"the job was killed by {name} ({said}){core}"
+    code = os.waitstatus_to_exitcode(status)
+    return None if code == 0 else f"the job exited with status {code}"
+
+
+# Signals a shell does not report when they end a job (bash: SIGINT, SIGPIPE)
+QUIET_SIGNALS = frozenset({signal.SIGINT, signal.SIGPIPE})
+
+
+def run_child(command, env, held: _HeldSignals):
+    """Run command, forwarding signals (see the module docstring); return (its exit code, how it
+    ended: ending_of's text, or None)."""
     parent = os.getpid()
     try:
         proc = subprocess.Popen(
@@ -223,18 +246,21 @@ def run_child(command, env, held: _HeldSignals) -> int:
         if isinstance(exc, FileNotFoundError):
             why = "No such file or directory" if "/" in name else "command not found"
             print(f"{PROG}: {name}: {why}", file=sys.stderr)
-            return 127
+            return 127, None
         print(f"{PROG}: {name}: {exc.strerror or exc}", file=sys.stderr)
-        return 126
+        return 126, None
     while True:
         info = signal.sigtimedwait(held.watched, 1.0)
         if info is None or info.si_signo == signal.SIGCHLD:
-            if proc.poll() is not None:
+            pid, status = os.waitpid(proc.pid, os.WNOHANG)  # the raw status says "core dumped"
+            if pid == proc.pid:
                 break
         elif info.si_code != SI_KERNEL and info.si_pid != proc.pid:
             proc.send_signal(info.si_signo)
-    rc = proc.returncode
-    return 128 - rc if rc < 0 else rc
+    rc = proc.returncode = os.waitstatus_to_exitcode(status)
+    if rc < 0 and -rc not in QUIET_SIGNALS:
+        print(f"{PROG}: {ending_of(status)}", file=sys.stderr)
+    return (128 - rc if rc < 0 else rc), ending_of(status)
 
 
 def lookahead_line(iterations, links=None) -> str:
@@ -253,16 +279,16 @@ def lookahead_line(iterations, links=None) -> str:
     return f"lookahead learned an iteration of {counts} launches{measured}"
 
 
-def report(stats_dir, args, command, rc, stats_file) -> bool:
-    """Print the summary line and write --stats; (False if --stats could not be written,
-    the totals)."""
+def report(stats_dir, args, command, rc, stats_file, ending=None) -> bool:
+    """Print the summary line, how the job ended where it did not exit 0 (`ending`), and write
+    --stats; (False if --stats could not be written, the totals)."""
     bad = []
     records = stats.read_dir(stats_dir, errors=bad)
     for msg in bad:
         print(f"{PROG}: warning: skipped a stats record: {msg}", file=sys.stderr)
     totals = stats.aggregate(records)
     if records and not args.quiet:
-        print(stats.summary_line(totals), file=sys.stderr)
+        print(stats.summary_line(totals) + (f"; {ending}" if ending else ""), file=sys.stderr)
     elif not records and args.verbose and not args.quiet:
         print(f"{PROG}: pump was idle: no process of the job called the CUDA driver (a job on the CPU, "
               "or CUDA never initialised), so there was nothing to prefetch", file=sys.stderr)
@@ -345,9 +371,9 @@ def main(argv=None) -> int:
         stats_dir = tempfile.mkdtemp(prefix="pump-run-")  # mode 0700
         try:
             env = child_env(args, cfg, shim_file, stats_dir, link)
-            rc = run_child(command, dict(env, **watchdog.env()), held)
+            rc, ending = run_child(command, dict(env, **watchdog.env()), held)
             watchdog.disarm()
-            ok = finish(args, cfg, link, stats_dir, command, rc, stats_file)
+            ok = finish(args, cfg, link, stats_dir, command, rc, stats_file, ending)
         finally:
             shutil.rmtree(stats_dir, ignore_errors=True)
             link.close()
@@ -395,11 +421,11 @@ def run_without_pump(command, args) -> int:
         return 127 if isinstance(exc, FileNotFoundError) else 126
 
 
-def finish(args, cfg, link, stats_dir, command, rc, stats_file) -> bool:
+def finish(args, cfg, link, stats_dir, command, rc, stats_file, ending=None) -> bool:
     """The job is over: tell pumpd, print the summary (and what lookahead learned and the
     trace holds), write --stats; False if --stats could not be written."""
     ended = link.end()
-    ok, totals = report(stats_dir, args, command, rc, stats_file)
+    ok, totals = report(stats_dir, args, command, rc, stats_file, ending)
     if totals.get("capacity_refusals") and cfg.capacity != "host" and not args.quiet:
         print(f"{PROG}: {capacity_line(totals, cfg.capacity)}", file=sys.stderr)
     if cfg.policy == "lookahead" and link.job is not None and not args.quiet:

@@ -319,8 +319,22 @@ def test_exit_code(env):
 
 
 def test_killed_by_signal(env):
+    """Said as a shell says it (pump-run's own exit status hides the signal from the shell), with
+    the exit status 128+N; SIGINT, as in a shell, says nothing."""
     r = pump_run(["sh", "-c", "kill -TERM $$"], env)
-    assert (r.returncode, r.stderr) == (128 + signal.SIGTERM, "")
+    assert (r.returncode, r.stderr) == (128 + signal.SIGTERM, "pump-run: the job was killed by SIGTERM (Terminated)\n")
+    r = pump_run([sys.executable, "-c", "import os, resource, signal; resource.setrlimit(resource.RLIMIT_CORE, (0, 0)); "
+                  "os.kill(os.getpid(), signal.SIGFPE)"], env)
+    assert (r.returncode, r.stderr) == (128 + signal.SIGFPE,
+                                        "pump-run: the job was killed by SIGFPE (Floating point exception)\n")
+    assert pump_run(["sh", "-c", "kill -INT $$"], env).stderr == ""
+
+
+def test_a_job_s_end_is_said_from_its_wait_status():
+    from pump import run
+    assert run.ending_of(0) is None and run.ending_of(3 << 8) == "the job exited with status 3"
+    assert run.ending_of(signal.SIGSEGV | 0x80) == "the job was killed by SIGSEGV (Segmentation fault), core dumped"
+    assert run.ending_of(signal.SIGKILL) == "the job was killed by SIGKILL (Killed)"
 
 
 def test_command_not_found(env):
@@ -494,7 +508,7 @@ def test_summary_over_the_process_tree(env, writer, tmp_path):
     out = tmp_path / "stats.json"
     r = pump_run(["--stats", str(out)] + writer, env)
     assert (r.returncode, r.stdout) == (4, "done\n")
-    assert r.stderr == SUMMARY + "\n"
+    assert r.stderr == SUMMARY + "; the job exited with status 4\n"
     doc = json.loads(out.read_text())
     assert doc["exit_code"] == 4
     assert doc["command"] == writer
