@@ -12,7 +12,9 @@ name: with warnings as errors, a call needs the header, so reading the #include 
 Headers alone miss a circle between files that share one header (shim.h declares what
 config.c, log.c, stats.c and driver.c define) or that declare each other's functions
 themselves: so the calls are read too, by which file defines each pump_ function a file
-names, and neither they nor such declarations may form a circle or reach up a layer.
+names, and neither they nor such declarations may form a circle or reach up a layer. A file
+also reaches another through a pump_ global the other defines (the driver table, each device's
+residency state) or a static inline function in the other's header: those count as calls.
 """
 import pathlib
 import re
@@ -116,6 +118,11 @@ STRING = re.compile(r'"(?:\\.|[^"\\\n])*"')
 # A function defined at file scope, not static: `... pump_name(...) {`.
 DEFINITION = re.compile(r"^(?!static\b|typedef\b|extern\b)[A-Za-z_][\w \t*]*?\b(pump_\w+)\s*\([^;{]*?\)\s*\{",
                         re.MULTILINE | re.DOTALL)
+# A variable defined at file scope, not static: `... pump_name[...];` or `... pump_name = ...;`.
+GLOBAL = re.compile(r"^(?!static\b|typedef\b|extern\b|#)[A-Za-z_][\w \t*]*?\b(pump_\w+)\s*(?:\[[^\]]*\])?\s*(?:=|;)",
+                    re.MULTILINE)
+# A static inline function defined in a header: `static inline ... pump_name(...) {`.
+INLINE = re.compile(r"^static\s+inline\b[\w \t*]*?\b(pump_\w+)\s*\([^;{]*?\)\s*\{", re.MULTILINE | re.DOTALL)
 # A function declared at file scope: `... pump_name(...);` (a prototype).
 PROTOTYPE = re.compile(r"^(?!static\b|typedef\b|#)[A-Za-z_][\w \t*]*?\b(pump_\w+)\s*\([^;{)]*\)\s*;", re.MULTILINE)
 
@@ -125,11 +132,14 @@ def code_of(path):
 
 
 def call_graph(files):
-    """Each .c file's stem -> the stems of the other .c files whose pump_ functions it names."""
+    """Each .c file's stem -> the stems of the other files whose pump_ functions or globals it names
+    (a header's static inline functions are its stem's)."""
     sources = [p for p in files if p.suffix == ".c"]
     defined_in = {}
-    for path in sources:
-        for name in DEFINITION.findall(code_of(path)):
+    for path in files:
+        code = code_of(path)
+        found = DEFINITION.findall(code) + GLOBAL.findall(code) if path.suffix == ".c" else INLINE.findall(code)
+        for name in found:
             defined_in.setdefault(name, path.stem)
     return {path.stem: sorted({defined_in[w] for w in set(re.findall(r"\bpump_\w+\b", code_of(path)))
                                if defined_in.get(w, path.stem) != path.stem})
@@ -206,3 +216,19 @@ def test_the_call_check_sees_the_bootstrap_circle(tmp_path):
     assert graph == {"dlsym": ["driver"], "driver": ["dlsym", "stats"], "stats": ["driver"]}
     assert circles(graph) == [["dlsym", "driver", "stats"]]
     assert upward_calls(graph) == ["stats (base) calls driver (hooks)"]
+
+
+def test_the_call_check_sees_globals_and_static_inlines(tmp_path):
+    """The circle residency_blocks.c and residency_rank.c had until the device state moved to
+    residency_state.c: the blocks called the rank's functions, and the rank read the blocks'
+    per-device array and a static inline of their header."""
+    (tmp_path / "residency_blocks.h").write_text(
+        "static inline bool pump_block_protected(int b)\n{\n    return b != 0;\n}\n")
+    (tmp_path / "residency_blocks.c").write_text(
+        "PUMP_HIDDEN struct pump_device_state pump_devices[PUMP_DEVICES_MAX];\n"
+        "void pump_blocks_leave(void) { pump_rank_leave(0); }\n")
+    (tmp_path / "residency_rank.c").write_text(
+        "void pump_rank_leave(int b)\n{\n    if (!pump_block_protected(b)) pump_devices[0].x = 0;\n}\n")
+    graph = call_graph(sorted(tmp_path.iterdir()))
+    assert graph == {"residency_blocks": ["residency_rank"], "residency_rank": ["residency_blocks"]}
+    assert circles(graph) == [["residency_blocks", "residency_rank"]]

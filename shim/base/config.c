@@ -25,7 +25,6 @@ PUMP_HIDDEN struct pump_config pump_config = {
     .evict_ahead = true,
     .torch_placement = true,
     .cap_kind = PUMP_CAP_DEFAULT,
-    .log_level = 0,
     .epoch_launches = PUMP_EPOCH_LAUNCHES_DEFAULT,
 };
 
@@ -187,7 +186,7 @@ PUMP_HIDDEN void pump_config_load(void)
 
     if ((v = getenv("PUMP_LOG")) != NULL && *v) {
         if (parse_u64(v, &n, &rest) && *rest == '\0' && n <= 2)
-            pump_config.log_level = (int)n;
+            pump_log_set_level((int)n);
         else
             bad_value("PUMP_LOG", v, "0, 1 or 2", "0");
     }

@@ -12,6 +12,7 @@
 /* At most this many lines per second; the rest are counted and reported. */
 #define PUMP_LOG_LINES_PER_SECOND 20
 
+static _Atomic int level_on; /* PUMP_LOG (pump_log_set_level) */
 static _Atomic uint64_t window_second;
 static _Atomic uint32_t window_lines;
 static _Atomic uint32_t suppressed;
@@ -53,9 +54,19 @@ static bool within_rate(void)
     return false;
 }
 
+PUMP_HIDDEN void pump_log_set_level(int level)
+{
+    atomic_store_explicit(&level_on, level, memory_order_relaxed);
+}
+
+PUMP_HIDDEN int pump_log_level(void)
+{
+    return atomic_load_explicit(&level_on, memory_order_relaxed);
+}
+
 PUMP_HIDDEN void pump_log(int level, const char *fmt, ...)
 {
-    if (level > pump_config.log_level || !within_rate())
+    if (level > pump_log_level() || !within_rate())
         return;
     va_list ap;
     va_start(ap, fmt);

@@ -63,7 +63,6 @@ struct pump_config {
                                            where they went a step before (placement.h) */
     enum pump_capacity_kind cap_kind;   /* PUMP_CAPACITY */
     uint64_t cap_value;                 /* bytes, or percent */
-    int log_level;                      /* PUMP_LOG: 0 off, 1 info, 2 debug */
     uint32_t epoch_launches;            /* PUMP_EPOCH_LAUNCHES */
     const char *stats_dir;              /* PUMP_STATS_DIR, or NULL */
     enum pump_capacity_kind budget_kind; /* PUMP_BUDGET: DEFAULT (none), BYTES or PERCENT */
@@ -90,6 +89,10 @@ PUMP_HIDDEN bool pump_valid_name(const char *text);
 
 /* ---- logging (log.c): off by default, rate-limited when on ---- */
 PUMP_HIDDEN void pump_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* PUMP_LOG's level (0 off, 1 info, 2 debug): the configuration sets it (config.c), the log keeps
+ * it, so that the log reads no configuration and the configuration may log. */
+PUMP_HIDDEN void pump_log_set_level(int level);
+PUMP_HIDDEN int pump_log_level(void);
 /* Always printed: a user error or a refusal the user must act on. */
 PUMP_HIDDEN void pump_notice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Runs `call` only the first time this call site is reached. */
@@ -183,6 +186,6 @@ struct pump_driver {
     /* the UUIDs of the devices pump works on, for pumpd (channel.c) */
     PFN_cuDeviceGetUuid_v11040 device_get_uuid;
 };
-extern PUMP_HIDDEN struct pump_driver pump_driver;
+extern PUMP_HIDDEN struct pump_driver pump_driver; /* driver_table.c; filled by driver.c */
 
 #endif

@@ -122,7 +122,7 @@ PUMP_HIDDEN void pump_stats_at_exit(bool cuda_was_used)
     __atomic_store_n(&record->exited, 1, __ATOMIC_RELEASE);
     if (cuda_was_used)
         say_no_launch_seen(record);
-    if (record == &local_record && pump_config.log_level > 0 && cuda_was_used)
+    if (record == &local_record && pump_log_level() > 0 && cuda_was_used)
         pump_log(1, "%llu launches (%llu on managed memory), %llu prefetch calls, %llu bytes prefetched",
                  (unsigned long long)record->launches, (unsigned long long)record->launches_managed,
                  (unsigned long long)record->prefetch_calls, (unsigned long long)record->prefetch_bytes);

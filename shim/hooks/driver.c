@@ -16,7 +16,6 @@
 #include "hooks.h"
 #include "real_dlsym.h"
 
-PUMP_HIDDEN struct pump_driver pump_driver;
 PUMP_HIDDEN void *pump_real[PUMP_HOOK_COUNT];
 PUMP_HIDDEN _Thread_local unsigned int pump_hook_depth __attribute__((tls_model("initial-exec")));
 

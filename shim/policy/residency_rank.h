@@ -11,7 +11,7 @@
 #ifndef PUMP_RESIDENCY_RANK_H
 #define PUMP_RESIDENCY_RANK_H
 
-#include "residency_blocks.h"
+#include "residency_state.h"
 
 /* Block b became believed resident on its device (its migrated set), or
  * left it (before its device is cleared). */
