@@ -124,15 +124,23 @@ static int setup(CUstream *s, CUfunction *touch)
     return 0;
 }
 
+/* A child's stream and device 0's managed pool (-1: no setup). */
+static int pool_child(CUstream *s, CUmemoryPool *managed)
+{
+    CUfunction touch;
+    if (setup(s, &touch) != 0) return -1;
+    CUmemLocation dev0 = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 };
+    *managed = NULL;
+    OK(cuMemGetDefaultMemPool(managed, &dev0, CU_MEM_ALLOCATION_TYPE_MANAGED));
+    return 0;
+}
+
 /* FAKECUDA_POOL_PREFETCH=refuse */
 int selftest_child_pool_prefetch(void)
 {
     CUstream s;
-    CUfunction touch;
-    if (setup(&s, &touch) != 0) return 1;
-    CUmemLocation dev0 = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 };
-    CUmemoryPool managed = NULL;
-    OK(cuMemGetDefaultMemPool(&managed, &dev0, CU_MEM_ALLOCATION_TYPE_MANAGED));
+    CUmemoryPool managed;
+    if (pool_child(&s, &managed) != 0) return 1;
     prefetch_contract(managed, s, 0);
     OK(cuStreamDestroy(s));
     return failed ? 1 : 0;
@@ -144,11 +152,9 @@ int selftest_child_pool_prefetch(void)
 int selftest_child_pool_prefetch_refuse_after(void)
 {
     CUstream s;
-    CUfunction touch;
-    if (setup(&s, &touch) != 0) return 1;
+    CUmemoryPool managed;
+    if (pool_child(&s, &managed) != 0) return 1;
     CUmemLocation dev0 = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 };
-    CUmemoryPool managed = NULL;
-    OK(cuMemGetDefaultMemPool(&managed, &dev0, CU_MEM_ALLOCATION_TYPE_MANAGED));
     CUdeviceptr pooled = 0, own = 0;
     OK(cuMemAllocFromPoolAsync(&pooled, BYTES, managed, s));
     OK(cuMemAllocManaged(&own, BYTES, CU_MEM_ATTACH_GLOBAL));
