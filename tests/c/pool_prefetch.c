@@ -1,7 +1,8 @@
 /* pool_prefetch.c: memory from a managed pool and the prefetch contract, for
  * tests/test_pool_prefetch.py. cuda.h 13.0 says a prefetched range "must refer to managed
- * memory allocated via cuMemAllocManaged or declared via __managed__"; fakecuda refuses a
- * managed pool's memory unless FAKECUDA_POOL_PREFETCH=accept.
+ * memory allocated via cuMemAllocManaged or declared via __managed__"; fakecuda accepts a
+ * managed pool's memory as the 580 driver did (FAKECUDA_POOL_PREFETCH=refuse refuses it, and
+ * FAKECUDA_POOL_PREFETCH_REFUSE_AFTER=N refuses it after N prefetched ranges, as an H200 did).
  * Why an imitation, not the real client (tests/test_real_client*.py): GPU faults
  * per step (real kernels are no-ops on fakecuda: they touch no page), a managed pool's refused
  * prefetches, CUDA 12 drivers, and the sanitizer builds.
