@@ -45,14 +45,12 @@ PUMP_HIDDEN CUresult pump_pool_refusal_of(int device)
     return (CUresult)__atomic_load_n(&pool_refusals[device], __ATOMIC_ACQUIRE);
 }
 
-/* A refused allocation that is memory managed_all took from a device's managed pool (flags 0:
- * a pool's; not host-touchable: converted by pump, not the program's own pool) tells that
+/* A refused allocation that is memory managed_all took from a device's managed pool tells that
  * device's pool apart from cuMemAllocManaged's memory from now on. */
 static void note_pool_refusal(const struct pump_range *range, CUresult r)
 {
     int device = __atomic_load_n(&range->device, __ATOMIC_RELAXED), none = CUDA_SUCCESS;
-    if (__atomic_load_n(&range->flags, __ATOMIC_RELAXED) == 0 &&
-        !__atomic_load_n(&range->host_touchable, __ATOMIC_RELAXED) && device >= 0 && device < PUMP_DEVICES_MAX)
+    if (pump_range_is_converted_pool(range) && device >= 0 && device < PUMP_DEVICES_MAX)
         __atomic_compare_exchange_n(&pool_refusals[device], &none, (int)r, false, __ATOMIC_RELEASE,
                                     __ATOMIC_RELAXED);
 }

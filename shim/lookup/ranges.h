@@ -122,6 +122,13 @@ PUMP_HIDDEN void pump_ranges_bounds(uint64_t *lowest, uint64_t *span);
 PUMP_HIDDEN bool pump_ranges_empty(void);
 /* The allocation holding addr, or NULL (lock-free; may be stale, as above). */
 PUMP_HIDDEN struct pump_range *pump_ranges_find(uint64_t addr);
+/* Whether range is memory managed_all took from a managed pool for the program (flags 0, not
+ * host-touchable: not cuMemAllocManaged's, nor the program's own pool's). */
+static inline bool pump_range_is_converted_pool(const struct pump_range *range)
+{
+    return __atomic_load_n(&range->flags, __ATOMIC_RELAXED) == 0 &&
+           !__atomic_load_n(&range->host_touchable, __ATOMIC_RELAXED);
+}
 /* Calls fn on every allocation, in address order, with the table locked
  * against changes (fn must not change it). */
 PUMP_HIDDEN void pump_ranges_each(void (*fn)(struct pump_range *range, void *arg), void *arg);

@@ -175,22 +175,13 @@ static void publish_own(uint64_t own)
         PUMP_SET(default_budget_bytes, own);
 }
 
-static void publish_margin(uint64_t margin)
-{
-    struct pump_stats *record = atomic_load_explicit(&pump_stats_record, memory_order_relaxed);
-    if (__atomic_load_n(&record->budget_margin_bytes, __ATOMIC_RELAXED) < margin)
-        PUMP_SET(budget_margin_bytes, margin);
-}
-
-/* The largest `appeared` of any reading, raise or not: the two GPU runs of case f kept margins of
- * 634 MiB (an H100) and 1.09 GiB (an H200: MARGIN_MIN scales with the card) that nothing ever
- * exceeded, which says only that those were enough (bench/results/gpu-20261126-nvidia-h200). */
-static void publish_appeared(uint64_t appeared)
-{
-    struct pump_stats *record = atomic_load_explicit(&pump_stats_record, memory_order_relaxed);
-    if (__atomic_load_n(&record->budget_appeared_bytes, __ATOMIC_RELAXED) < appeared)
-        PUMP_SET(budget_appeared_bytes, appeared);
-}
+/* A counter of the record that keeps the most it was given (its writers hold resolve_lock). */
+#define PUBLISH_MOST(field, value)                                                                \
+    do {                                                                                          \
+        struct pump_stats *record_ = atomic_load_explicit(&pump_stats_record, memory_order_relaxed); \
+        if (__atomic_load_n(&record_->field, __ATOMIC_RELAXED) < (value))                          \
+            PUMP_SET(field, (value));                                                             \
+    } while (0)
 
 static void remember_reading(struct device_budget *d, int device, uint64_t free_bytes)
 {
@@ -211,12 +202,15 @@ static void learn_margin(struct device_budget *d, int device, uint64_t free_byte
     uint64_t own_growth = pump_residency_counted_in_bytes(device) - d->last_counted_in;
     uint64_t appeared = blocks_up(dropped > own_growth ? dropped - own_growth : 0);
     remember_reading(d, device, free_bytes);
-    publish_appeared(appeared);
+    /* The largest `appeared` of any reading, raise or not: the two GPU runs of case f kept margins
+     * of 634 MiB (an H100) and 1.09 GiB (an H200) that nothing ever exceeded, which says only that
+     * those were enough (bench/results/gpu-20261126-nvidia-h200). */
+    PUBLISH_MOST(budget_appeared_bytes, appeared);
     if (appeared <= d->margin)
         return;
     d->margin = appeared < d->margin_max ? appeared : d->margin_max;
     PUMP_COUNT(budget_margin_raises, 1);
-    publish_margin(d->margin);
+    PUBLISH_MOST(budget_margin_bytes, d->margin);
 }
 
 /* Resolves what needs the device's memory, once per device (under resolve_lock), from a
@@ -245,7 +239,7 @@ static void resolve(struct device_budget *d, struct pump_context *c, bool own, b
             if (!pump_capacity_others_before(device, &d->others))
                 d->others = UINT64_MAX;
             remember_reading(d, device, r->free_bytes);
-            publish_margin(d->margin);
+            PUBLISH_MOST(budget_margin_bytes, d->margin);
             uint64_t for_plans, own_bytes = own_from(d, device, r, &for_plans);
             __atomic_store_n(&d->told, for_plans, __ATOMIC_RELAXED);
             __atomic_store_n(&d->own, own_bytes, __ATOMIC_RELAXED);

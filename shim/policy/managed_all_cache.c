@@ -69,8 +69,7 @@ struct pool_in_use {
 static void count_in_use(struct pump_range *range, void *arg)
 {
     struct pool_in_use *in_use = arg;
-    in_use->allocations += __atomic_load_n(&range->flags, __ATOMIC_RELAXED) == 0 &&
-                           !__atomic_load_n(&range->host_touchable, __ATOMIC_RELAXED) &&
+    in_use->allocations += pump_range_is_converted_pool(range) &&
                            __atomic_load_n(&range->device, __ATOMIC_RELAXED) == in_use->device;
 }
 
