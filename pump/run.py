@@ -258,9 +258,10 @@ def run_child(command, env, held: _HeldSignals):
         elif info.si_code != SI_KERNEL and info.si_pid != proc.pid:
             proc.send_signal(info.si_signo)
     rc = proc.returncode = os.waitstatus_to_exitcode(status)
+    ending = ending_of(status)
     if rc < 0 and -rc not in QUIET_SIGNALS:
-        print(f"{PROG}: {ending_of(status)}", file=sys.stderr)
-    return (128 - rc if rc < 0 else rc), ending_of(status)
+        print(f"{PROG}: {ending}", file=sys.stderr)
+    return (128 - rc if rc < 0 else rc), ending
 
 
 def lookahead_line(iterations, links=None) -> str:
