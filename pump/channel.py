@@ -147,9 +147,8 @@ def _map(fd: int, size: int) -> mmap.mmap:
         raise
 
 
-def _map_sealed(fd: int, what: str, size_ok) -> mmap.mmap:
-    """Map a memfd handed back by a job, after checking it cannot change size; the mapping
-    keeps a descriptor of its own, and fd stays the caller's."""
+def _check_sealed(fd: int, what: str, size_ok) -> int:
+    """The size of a memfd handed back by a job, after checking it cannot change size."""
     try:
         seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
         size = os.fstat(fd).st_size
@@ -159,20 +158,45 @@ def _map_sealed(fd: int, what: str, size_ok) -> mmap.mmap:
         raise ChannelError(f"{what}: not sealed against resizing (seals 0x{seals:x})")
     if not size_ok(size):
         raise ChannelError(f"{what}: unexpected size {size}")
+    return size
+
+
+def _map_sealed(fd: int, what: str, size_ok) -> mmap.mmap:
+    """Map a memfd handed back by a job, after checking it cannot change size; the mapping
+    keeps a descriptor of its own, and fd stays the caller's."""
+    size = _check_sealed(fd, what, size_ok)
     return mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
 
 
 class Ring:
     """The reader of one process's event ring. ``fd`` is the memfd to hand the shim (None
-    once handed over, or for an adopted ring): the mapping holds a descriptor of its own."""
+    once handed over, or for an adopted ring).
 
-    def __init__(self, fd, mm: mmap.mmap, capacity: int, tail: int):
-        self.fd, self.mm, self.capacity = fd, mm, capacity
-        self.header = ffi.cast(RING_HEADER + " *", ffi.from_buffer(mm))
-        self.records = np.frombuffer(mm, dtype=EVENT, count=capacity, offset=HEADER_SIZE)
+    pumpd maps only the header page; records are read with pread on a descriptor of its own
+    (``reader``). A memfd's page exists once touched, and is charged to the memory cgroup of
+    the process that touched it first: read through a mapping, a page the shim never wrote
+    (a head set past what it wrote, by a job writing its own ring) would be made by pumpd,
+    4 MiB a session in pumpd's cgroup and for as long as the job keeps the memfd. A pread
+    of a page never written reads zeros and makes nothing."""
+
+    def __init__(self, fd, reader: int, header_mm: mmap.mmap, capacity: int, tail: int):
+        self.fd, self.reader, self.mm, self.capacity = fd, reader, header_mm, capacity
+        self.header = ffi.cast(RING_HEADER + " *", ffi.from_buffer(header_mm))
         self.tail = tail      # the daemon's own copy: never read back from the ring
         self.lost = 0         # records skipped as never completed
         self._stuck_since = None
+
+    @classmethod
+    def _open(cls, fd, reader_of: int, capacity: int, tail: int) -> "Ring":
+        """A Ring on a dup of reader_of (and the header's mapping, which keeps its own); what
+        it made is closed if it cannot be made."""
+        reader = os.dup(reader_of)
+        try:
+            header_mm = mmap.mmap(reader, HEADER_SIZE)
+        except BaseException:
+            os.close(reader)
+            raise
+        return cls(fd, reader, header_mm, capacity, tail)
 
     @classmethod
     def create(cls, session: int, job: str, records: int = DEFAULT_RECORDS) -> "Ring":
@@ -180,7 +204,11 @@ class Ring:
             raise ValueError(f"ring records {records}: a power of two in "
                              f"{C.PUMP_RING_RECORDS_MIN}..{C.PUMP_RING_RECORDS_MAX}")
         fd = _memfd(f"pump-ring-{session}", HEADER_SIZE + records * RECORD_SIZE)
-        ring = cls(fd, _map(fd, HEADER_SIZE + records * RECORD_SIZE), records, 0)
+        try:
+            ring = cls._open(fd, fd, records, 0)
+        except BaseException:
+            os.close(fd)
+            raise
         h = ring.header
         h.version, h.record_size, h.capacity, h.session = C.PUMP_PROTOCOL_VERSION, RECORD_SIZE, records, session
         h.job = job.encode()[: len(h.job) - 1]
@@ -191,23 +219,23 @@ class Ring:
     def adopt(cls, fd: int) -> "Ring":
         """A ring a shim hands back on resume: checked, then read from where the shim
         says the last daemon stopped (clamped to what the ring can hold). fd stays the
-        caller's to close: the ring keeps only its mapping."""
-        mm = _map_sealed(fd, "ring", lambda size: size > HEADER_SIZE and (size - HEADER_SIZE) % RECORD_SIZE == 0)
-        capacity = (mm.size() - HEADER_SIZE) // RECORD_SIZE
-        h = ffi.cast(RING_HEADER + " *", ffi.from_buffer(mm))
+        caller's to close: the ring keeps descriptors of its own."""
+        size = _check_sealed(fd, "ring", lambda size: size > HEADER_SIZE and (size - HEADER_SIZE) % RECORD_SIZE == 0)
+        capacity = (size - HEADER_SIZE) // RECORD_SIZE
+        ring = cls._open(None, fd, capacity, 0)
+        h = ring.header
         problem = None
         if h.magic != C.PUMP_RING_MAGIC or h.version != C.PUMP_PROTOCOL_VERSION:
             problem = f"bad magic or version (0x{h.magic:x}, {h.version})"
         elif h.record_size != RECORD_SIZE or h.capacity != capacity or capacity & (capacity - 1):
             problem = f"bad geometry (record size {h.record_size}, capacity {h.capacity})"
         head, tail = int(h.head), int(h.tail)
-        del h
+        del h  # a view of the mapping, which close() unmaps
         if problem:
-            mm.close()
+            ring.close()
             raise ChannelError(f"ring: {problem}")
-        if not 0 <= head - tail <= capacity:
-            tail = head  # nonsense positions: start afresh at the shim's head
-        return cls(None, mm, capacity, tail)
+        ring.tail = tail if 0 <= head - tail <= capacity else head  # nonsense: start afresh at the shim's head
+        return ring
 
     @property
     def job(self) -> str:
@@ -221,6 +249,19 @@ class Ring:
     def dropped(self) -> int:
         return int(self.header.dropped)
 
+    def _records(self, position: int, n: int) -> np.ndarray:
+        """n records from ring position `position` on, read with pread (see the class)."""
+        out = np.empty(n, EVENT)
+        raw = out.view(np.uint8)
+        start = position % self.capacity
+        first = min(n, self.capacity - start)
+        got = os.preadv(self.reader, [raw[:first * RECORD_SIZE]], HEADER_SIZE + start * RECORD_SIZE)
+        if first < n:
+            got += os.preadv(self.reader, [raw[first * RECORD_SIZE:]], HEADER_SIZE)
+        if got != raw.nbytes:  # a sealed memfd of the ring's size: cannot happen
+            raise ChannelError(f"ring: read {got} of {raw.nbytes} bytes")
+        return out
+
     def read(self, limit: int = 1 << 20) -> np.ndarray:
         """Copy out the complete records from the tail on (at most ``limit``) and
         advance the tail past them; returns a private array of EVENT."""
@@ -228,9 +269,7 @@ class Ring:
         n = min(head - self.tail, self.capacity, limit)
         if n <= 0:
             return np.empty(0, EVENT)
-        start = self.tail % self.capacity
-        first = min(n, self.capacity - start)
-        out = np.concatenate((self.records[start:start + first], self.records[: n - first]))
+        out = self._records(self.tail, n)
         complete = out["seq"] == np.arange(self.tail + 1, self.tail + n + 1, dtype=np.uint64)
         done = n if complete.all() else int(np.argmin(complete))
         if done == 0:
@@ -251,7 +290,7 @@ class Ring:
         after = self.tail + done
         if done == 0 or after >= head:
             return done
-        following = self.records[after % self.capacity]
+        following = self._records(after, 1)[0]
         if int(following["seq"]) != after + 1 or int(following["kind"]) not in CONTINUATION_KINDS:
             return done
         starts = np.flatnonzero(~np.isin(out["kind"][:done], CONTINUATION_KINDS))
@@ -275,8 +314,9 @@ class Ring:
         return fd
 
     def close(self):
-        self.header = self.records = None
+        self.header = None
         self.mm.close()
+        os.close(self.reader)
         if self.fd is not None:
             os.close(self.fd)
 

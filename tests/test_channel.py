@@ -18,6 +18,7 @@ import threading
 import time
 
 import cffi
+import numpy as np
 import pytest
 
 from helpers import clean_env
@@ -792,15 +793,23 @@ def test_channel_under_sanitizers(run_program, daemon, variant, program, args):
     assert run.totals["events_written"] == d.ring.header.written == len(d.ring.seen)
 
 
+def shim_side(ring: channel.Ring):
+    """The ring's records as the shim maps them (pumpd's Ring maps only the header)."""
+    mm = mmap.mmap(ring.fd, channel.HEADER_SIZE + ring.capacity * channel.RECORD_SIZE)
+    return mm, np.frombuffer(mm, channel.EVENT, ring.capacity, channel.HEADER_SIZE)
+
+
 def test_a_read_cut_by_its_limit_leaves_a_launch_with_its_more_records():
     """pumpd reads rings in chunks (daemon/pumpd/scheduler.py): a chunk never ends between
     a LAUNCH and the LAUNCH_MORE that extends it, which decode would count as invalid."""
     ring = channel.Ring.create(1, "jx", 1024)
+    mm, records = shim_side(ring)
     kinds = ["launch", "launch", "launch_more", "launch_more", "launch"]
     for i, kind in enumerate(kinds):
-        rec = ring.records[i]
+        rec = records[i]
         rec["kind"], rec["count"], rec["seq"] = channel.KIND[kind], 8 if kind == "launch" else 5, i + 1
-    del rec  # a view of the ring's memory
+    del rec, records  # views of the shim's mapping
+    mm.close()
     ring.header.head = len(kinds)
     first = ring.read(3)  # would end after the first MORE
     assert [int(k) for k in first["kind"]] == [channel.KIND["launch"]]
@@ -815,22 +824,46 @@ def test_a_handle_named_again_within_one_read_keeps_both_names():
     each with the launches before it; `functions` has the latest. Seen: a Triton autotuning
     candidate's handle reused for PyTorch's ForeachReduceOp within one read of a CI run."""
     ring = channel.Ring.create(1, "jx", 1024)
+    mm, records = shim_side(ring)
     long_name = "x" * 50  # a FUNCTION record and one NAME record
     rows = [("function", 7, "first", b"first"), ("launch", 7, "", b""),
             ("function", 7, long_name, long_name[:32].encode()), ("name", 0, "", long_name[32:].encode()),
             ("launch", 7, "", b"")]
     for i, (kind, f, full, part) in enumerate(rows):
-        rec = ring.records[i]
+        rec = records[i]
         rec["kind"], rec["seq"], rec["count"] = channel.KIND[kind], i + 1, len(full) or len(part)
         words = [int.from_bytes(part.ljust(40, b"\0")[k:k + 8], "little") for k in range(0, 40, 8)]
         rec["arg"] = [f, *words[:4]] if kind in ("function", "launch") else words
-    del rec  # a view of the ring's memory
+    del rec, records  # views of the shim's mapping
+    mm.close()
     ring.header.head = len(rows)
     batch = channel.decode(ring.read(10))
     ring.close()
     assert batch.invalid == 0
     assert batch.named == [(0, 7, "first"), (1, 7, long_name)]
     assert batch.functions == {7: long_name}
+
+
+def test_a_head_past_what_the_shim_wrote_makes_no_ring_page_in_pumpd(monkeypatch):
+    """A job writing its own ring can set its head past what it wrote. A memfd's page is made,
+    and charged to the memory cgroup of the process that first touches it, even by a read
+    through a mapping: read that way, pumpd made all 4 MiB of each such ring (256 sessions a
+    user, 1 GiB of pumpd's MemoryMax=2G, held as long as the jobs keep their memfds; issue 45
+    item 6). pumpd reads records with pread, which reads a page never written as zeros."""
+    ring = channel.Ring.create(1, "jx")            # the default 65,536 records: 4 MiB
+    clock = [0.0]
+    monkeypatch.setattr(channel.time, "monotonic", lambda: clock[0])
+    try:
+        made_by_create = os.fstat(ring.fd).st_blocks * 512
+        assert made_by_create <= 4096                  # the header's page
+        ring.header.head = ring.capacity               # nothing written
+        for _ in range(3):                             # waits, then skips the records as stuck
+            assert len(ring.read()) == 0
+            clock[0] += channel.STUCK_SECONDS + 0.1
+        assert ring.lost == ring.capacity
+        assert os.fstat(ring.fd).st_blocks * 512 == made_by_create
+    finally:
+        ring.close()
 
 
 def test_a_plan_writes_only_the_trigger_slots_in_use():

@@ -219,14 +219,17 @@ def test_a_message_carrying_more_descriptors_than_allowed_is_refused_and_closed(
 
 
 # ---- what a session holds ----
-def test_a_session_costs_pumpd_its_connection_and_two_descriptors(service):
-    """The ring and the plan: Python's mmap keeps a descriptor of its own, so pumpd keeps
-    no other once the shim has them. (The session stays while this process lives: the
-    last test on the live daemon.)"""
+def test_a_session_costs_pumpd_its_connection_and_three_descriptors(service):
+    """The ring's header mapping and reader, and the plan's mapping (Python's mmap keeps a
+    descriptor of its own): pumpd keeps no other once the shim has the memfds
+    (limits.DESCRIPTORS_PER_SESSION). (The session stays while this process lives: the last
+    test on the live daemon.)"""
+    from pumpd import limits
     before = steady(service.proc.pid)
     shim = FakeShim(service.path, name="counted")
     try:
-        assert wait_for(lambda: steady(service.proc.pid) == before + 3), steady(service.proc.pid) - before
+        expected = before + 1 + limits.DESCRIPTORS_PER_SESSION
+        assert wait_for(lambda: steady(service.proc.pid) == expected), steady(service.proc.pid) - before
     finally:
         shim.close()
 

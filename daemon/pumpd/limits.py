@@ -47,8 +47,10 @@ PLAN_OVERRUNS_MAX = 3            # turns of one process that meet it before it f
 DESCRIPTORS_PER_CONNECTION = 1 + FDS_MAX  # its socket, and what the message being read carries
                                  # (FDS_MAX per message, checked at each recvmsg; a connection is
                                  # read a message at a time)
-DESCRIPTORS_PER_SESSION = 2      # the ring's and the plan's mappings: mmap keeps a descriptor of
-                                 # its own, and the memfds themselves go to the shim
+DESCRIPTORS_PER_SESSION = 3      # the ring's header mapping and the plan's (mmap keeps a
+                                 # descriptor of its own), and the ring's reader (records are
+                                 # read with pread: pump/channel.py's Ring says why); the memfds
+                                 # themselves go to the shim
 DESCRIPTORS_PER_JOB = 1          # its trace file, while pump-run --trace records
 
 # ---- status replies ----
