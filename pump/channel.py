@@ -20,11 +20,16 @@ import mmap
 import os
 import time
 
+import cffi
 import numpy as np
 
 from pump import headers
 
 ffi, C = headers.load("pump_channel.h")
+_libc_ffi = cffi.FFI()
+_libc_ffi.cdef("int mincore(void *addr, size_t length, unsigned char *vec);")
+_libc = _libc_ffi.dlopen(None)
+PAGE = mmap.PAGESIZE
 
 RING_HEADER = "struct pump_ring_header"
 HEADER_SIZE = ffi.sizeof(RING_HEADER)
@@ -330,6 +335,7 @@ class Plan:
         self.slots = np.frombuffer(ffi.buffer(self.plan.trigger, PLAN_SLOTS * TRIGGER.itemsize), dtype=TRIGGER)
         self.occupied = None   # the trigger slots written last; None: unknown (every slot is written)
         self.dropped_triggers = 0
+        self.unmade_writes = 0  # plans whose triggers were left out: the job had not made the pages
 
     @classmethod
     def create(cls) -> "Plan":
@@ -385,9 +391,31 @@ class Plan:
                 dropped += 1
         return slots, np.asarray(ranges, dtype="<u8").reshape(-1, 2), dropped
 
-    def write(self, budget_bytes: int, order: int, layout: tuple):
-        """Copy a layout() into the plan (a seqlock write: the shim ignores it meanwhile)."""
+    def pages_made(self) -> bool:
+        """Whether every page past the header's exists. The shim makes them when it maps the plan
+        (shim/channel/channel_worker.c), so that they count against the job's memory cgroup: a
+        memfd's page is charged to whoever touches it first, and pumpd's writes would else make
+        1.4 MiB a lookahead process in pumpd's. A page swapped out reads as not made: that plan
+        waits for the next. (A job that punches holes in its plan's memfd between this check and
+        the write can still have pumpd make them, at most the plan's size: docs/daemon-limits.md.)"""
+        start = int(ffi.cast("uintptr_t", self.plan)) + PAGE
+        pages = (PLAN_SIZE - PAGE + PAGE - 1) // PAGE
+        vec = _libc_ffi.new("unsigned char[]", pages)
+        if _libc.mincore(_libc_ffi.cast("void *", start), PLAN_SIZE - PAGE, vec) != 0:
+            return False
+        return bool(np.all(np.frombuffer(_libc_ffi.buffer(vec), np.uint8) & 1))
+
+    def write(self, budget_bytes: int, order: int, layout: tuple) -> bool:
+        """Copy a layout() into the plan (a seqlock write: the shim ignores it meanwhile). False
+        where its triggers were left out, the job not having made the plan's pages
+        (pages_made): the budget and order are written all the same (the header's page is
+        pumpd's own, made at create)."""
         slots, table, dropped = layout
+        made = (not np.any(slots["key"]) and not len(table)) or self.pages_made()
+        if not made:
+            self.unmade_writes += 1
+            dropped += int(np.count_nonzero(slots["key"]))
+            slots, table = np.zeros(PLAN_SLOTS, dtype=TRIGGER), table[:0]
         self.dropped_triggers += dropped
         p = self.plan
         p.generation = (p.generation | 1)  # odd: the shim ignores the plan meanwhile
@@ -406,6 +434,7 @@ class Plan:
         p.trigger_count = int(np.count_nonzero(slots["key"]))
         p.range_count = len(table)
         p.generation = p.generation + 1
+        return made
 
     hand_over = Ring.hand_over
 

@@ -27,6 +27,8 @@ class FakeShim:
         self.capacity = self.header.capacity
         self.records = np.frombuffer(self.ring_mm, channel.EVENT, self.capacity, channel.HEADER_SIZE)
         self.plan_mm = mmap.mmap(self.plan_fd, channel.PLAN_SIZE, mmap.MAP_SHARED, mmap.PROT_READ)
+        for offset in range(0, channel.PLAN_SIZE, mmap.PAGESIZE):  # as the shim makes the plan's pages
+            self.plan_mm[offset]
         self.plan = channel.ffi.cast("struct pump_plan *", channel.ffi.from_buffer(self.plan_mm))
 
     @property

@@ -19,6 +19,18 @@ def clean_env(*drop):
     return {k: v for k, v in os.environ.items() if k not in gone and not k.startswith(("PUMP_", "FAKECUDA_"))}
 
 
+def make_plan_pages(fd):
+    """What the shim does when it maps a plan (shim/channel/channel_worker.c): reads each page
+    once, so that the pages exist, in the job's memory; pumpd writes triggers only then."""
+    import mmap
+
+    from pump import channel
+    mm = mmap.mmap(fd, channel.PLAN_SIZE, mmap.MAP_SHARED, mmap.PROT_READ)
+    for offset in range(0, channel.PLAN_SIZE, mmap.PAGESIZE):
+        mm[offset]
+    mm.close()
+
+
 def start_pumpd(socket_path, *args, env=None, timeout=15.0, **popen):
     """Start the installed pumpd on socket_path; return its Popen once it answers."""
     import subprocess

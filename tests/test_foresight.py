@@ -6,7 +6,7 @@ import pytest
 from pump import channel
 from pump.foresight import BLOCK, Foresight, discard_range, plan_cycle
 from pump.iteration import MATCH_WINDOW, IterationDetector
-from helpers import ringless_session
+from helpers import make_plan_pages, ringless_session
 from synthetic_trace import BASE, MIB, TraceBuilder, training_trace
 
 
@@ -241,6 +241,7 @@ def test_triggers_publish_into_a_plan():
     f = Foresight(40 * MIB, 50e9)
     f.observe(t.batch())
     plan = channel.Plan.create()
+    make_plan_pages(plan.fd)
     try:
         plan.publish(40 * MIB, f.triggers(), f.order)
         assert plan.dropped_triggers == 0 and plan.plan.trigger_count == len(f.triggers())

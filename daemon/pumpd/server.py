@@ -304,7 +304,10 @@ class Daemon(Requests):
             if budget != session.plan_budget:
                 planner.set_budget(self._plan_budget(job, session))  # planned for in the planner's process
             layout, order = planner.take_layout(), planner.order
-        session.plan.write(budget, order, layout)
+        if not session.plan.write(budget, order, layout) and session.plan.unmade_writes == 1:
+            log.warning("session %d (pid %d): its shim did not make its plan's memory (pump/channel.py, "
+                        "Plan.pages_made): lookahead's triggers are left out of its plans until it does",
+                        session.id, session.pid)
         session.plan_budget, session.plan_published = budget, time.monotonic()
 
     def read_chunk(self, job, session, limit: int) -> int:
