@@ -97,7 +97,13 @@ CYCLES = 16
 def min_fetches(launches, block_bytes, slots: int, cycles: int = CYCLES):
     """(fetches, bytes) of Belady's MIN from an empty GPU on `launches` (tuples of block ids,
     each launch's blocks resident together) repeated `cycles` times, with room for `slots`
-    blocks.  One block per tuple: plain MIN."""
+    blocks.  One block per tuple: plain MIN.
+
+    What MIN does next depends on what it holds and each held block's next use alone (the
+    heap's stale entries are of uses already past, below every live one), so once a cycle
+    begins where an earlier one began (the same blocks, their next uses a whole number of
+    cycles on), the cycles between repeat for ever: the rest are counted from them, not
+    played.  tests/test_simulate_speed.py holds this to playing all of them."""
     length = len(launches)
     gap = {}                                  # (position, block) -> distance to its next use, cyclic
     later = {}
@@ -108,7 +114,18 @@ def min_fetches(launches, block_bytes, slots: int, cycles: int = CYCLES):
             later[b] = pos
     resident, heap = {}, []                   # block -> its next use; (-next use, block)
     fetches = nbytes = 0
+    began = {}                                # a cycle's starting state -> that cycle
+    counts = []                               # per cycle played: (fetches, bytes) before it
     for cycle in range(cycles):
+        state = frozenset((b, use - cycle * length) for b, use in resident.items())
+        if state in began:
+            first = began[state]
+            loops, rest = divmod(cycles - cycle, cycle - first)   # of the repeating cycles, to come
+            (f0, b0), (f_rest, b_rest) = counts[first], counts[first + rest]
+            return (fetches + loops * (fetches - f0) + f_rest - f0,
+                    nbytes + loops * (nbytes - b0) + b_rest - b0)
+        began[state] = cycle
+        counts.append((fetches, nbytes))
         for j, blocks in enumerate(launches):
             pos = cycle * length + j
             for b in blocks:
@@ -184,14 +201,32 @@ def _page_masks(workload, block_of, addr, size):
         lo = top
 
 
-def _bits(mask):
-    while mask:
-        low = mask & -mask
-        yield low.bit_length() - 1
-        mask ^= low
-
-
 READ, WRITE, KILL = 0, 1, 2
+
+
+def _accesses(workload, lo: int, hi: int):
+    """Every page access of launches lo..hi-1 as arrays, in program order (a launch's frees
+    before its kernel's touches): (page number, position in the iteration, READ/WRITE/KILL)."""
+    written = workload.written or [()] * workload.launches
+    block_of = {int(a) >> 21: b for b, a in enumerate(workload.block_address.tolist())}
+    blocks, masks, where, kinds = [], [], [], []
+    for k in range(lo, hi):
+        pos = k - lo
+        for what, addr, size in workload.events.get(k, ()):
+            if what in ("free", "block_free"):   # dead from here: no write-back needed
+                for b, mask in _page_masks(workload, block_of, addr, size):
+                    blocks.append(b), masks.append(mask), where.append(pos), kinds.append(KILL)
+        writes = dict(written[k])
+        for b, mask in workload.touched[k]:
+            w = writes.get(b, 0) & mask
+            for part, kind in ((w, WRITE), (mask & ~w, READ)):   # a page is one or the other
+                if part:
+                    blocks.append(b), masks.append(part), where.append(pos), kinds.append(kind)
+    # Each mask's pages, lowest first, one row per access.
+    bit = np.arange(K.PAGES_PER_BLOCK, dtype=np.uint64)
+    entry, page = np.nonzero((np.asarray(masks, np.uint64)[:, None] >> bit) & np.uint64(1))
+    pages = np.asarray(blocks, np.int64)[entry] * K.PAGES_PER_BLOCK + page
+    return pages, np.asarray(where, np.int64)[entry], np.asarray(kinds, np.int8)[entry]
 
 
 def live_written_bytes(workload, lo: int, hi: int) -> int:
@@ -199,40 +234,41 @@ def live_written_bytes(workload, lo: int, hi: int) -> int:
     docstring): the most bytes, over the cuts between its launches, of pages written in the
     iteration whose next access after the cut is a read.  A page's write at launch w followed
     by reads only, up to its last read r before the next write or free, is live at the cuts
-    w+1 .. r (cyclically)."""
+    w+1 .. r (cyclically).  Vectorised over the pages' access sequences (a 26 GiB model's
+    iteration holds millions of page accesses): tests/test_simulate_speed.py holds it equal to
+    the page-by-page walk."""
     length = hi - lo
-    written = workload.written or [()] * workload.launches
-    block_of = {int(a) >> 21: b for b, a in enumerate(workload.block_address.tolist())}
-    accesses = {}                              # (block, page) -> [(position, READ/WRITE/KILL)]
-    for k in range(lo, hi):
-        pos = k - lo
-        for what, addr, size in workload.events.get(k, ()):
-            if what in ("free", "block_free"):   # dead from here: no write-back needed
-                for b, mask in _page_masks(workload, block_of, addr, size):
-                    for p in _bits(mask):
-                        accesses.setdefault((b, p), []).append((pos, KILL))
-        writes = dict(written[k])
-        for b, mask in workload.touched[k]:
-            w = writes.get(b, 0)
-            for p in _bits(mask):
-                accesses.setdefault((b, p), []).append((pos, WRITE if w >> p & 1 else READ))
-    diff = np.zeros(2 * length + 1)
-    for seq in accesses.values():
-        n = len(seq)
-        for i, (w, kind) in enumerate(seq):
-            if kind != WRITE:
-                continue
-            last = None
-            for j in range(1, n + 1):          # the accesses after it, once round the cycle
-                pos, nxt = seq[(i + j) % n]
-                if nxt != READ:
-                    break
-                last = pos + (length if (i + j) >= n else 0)
-            if last is not None:
-                diff[w + 1] += K.PAGE_BYTES
-                diff[last + 1] -= K.PAGE_BYTES
-    live = np.cumsum(diff)[:2 * length]
-    return int((live[:length] + live[length:]).max()) if length else 0
+    if not length:
+        return 0
+    pages, where, kinds = _accesses(workload, lo, hi)
+    n = len(pages)
+    if not n:
+        return 0
+    order = np.argsort(pages, kind="stable")      # each page's accesses together, in program order
+    pages, where, kinds = pages[order], where[order], kinds[order]
+    index = np.arange(n)
+    first = np.flatnonzero(np.r_[True, pages[1:] != pages[:-1]])
+    count = np.diff(np.r_[first, n])
+    begin, end = np.repeat(first, count), np.repeat(first + count, count)   # each access's page's sequence
+    # The next access that is not a read, at or after each index (n past the last).
+    not_read = np.where(kinds != READ, index, n)
+    next_not_read = np.minimum.accumulate(not_read[::-1])[::-1]
+    following = np.r_[next_not_read[1:], n]       # strictly after each index
+    wrapped = following >= end                     # none left in the sequence: round to its start
+    stop = np.where(wrapped, next_not_read[begin], following)   # the write itself at the latest
+    writes = np.flatnonzero(kinds == WRITE)
+    wrapped, stop = wrapped[writes], stop[writes]
+    # The access before `stop`, cyclically: the sequence's last where the stop is its first.
+    last = np.where(wrapped & (stop == begin[writes]), end[writes] - 1, stop - 1)
+    reads = np.where(wrapped, (end[writes] - writes - 1) + (stop - begin[writes]), stop - writes - 1)
+    live = reads > 0
+    writes, last = writes[live], last[live]
+    # Past the sequence's end, the read is in the next round of the iteration.
+    last_pos = where[last] + np.where(last < writes, length, 0)
+    diff = np.bincount(where[writes] + 1, minlength=2 * length + 1)[:2 * length + 1] \
+        - np.bincount(last_pos + 1, minlength=2 * length + 1)[:2 * length + 1]
+    live_pages = np.cumsum(diff)[:2 * length]
+    return int((live_pages[:length] + live_pages[length:]).max()) * K.PAGE_BYTES
 
 
 def _cycle(workload):

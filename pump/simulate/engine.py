@@ -42,7 +42,6 @@ Counts follow program order (each stream's ordering is what makes that exact on 
 
 import collections
 import dataclasses
-import heapq
 
 import numpy as np
 
@@ -51,6 +50,7 @@ from pump.simulate import constants as K
 from pump.simulate.gpu_truth import FaultRules, GpuTruth
 from pump.simulate.host import HostCosts, LaunchThread
 from pump.simulate.link import HalfDuplexLink
+from pump.simulate.victims import UseOrder, VictimSearch
 
 POLICIES = ("naive", "launch", "lookahead", "ideal")
 # Per step: faults, bytes each way, kernels' waits for data and prefetches' waits for room, and
@@ -222,77 +222,23 @@ def _step_bounds(workload):
     return list(zip(starts, starts[1:] + [n]))
 
 
-def _first_not_in(order, protect):
-    """The first key of an ordered dict not in `protect` (protected keys are few)."""
-    for b in order:
-        if b not in protect:
-            return b
-    return None
-
-
-class _UseOrder:
-    """The shim's PUMP_ORDER_USED (shim/policy/residency.c, make_room) over the believed blocks: a
-    block ranks by the later of its allocation's last use (a launch's number: the shim keeps
-    one per allocation, so every block of an allocation a launch is given counts as used by
-    it) and the launch whose plan trigger last named it, ties by migration order, oldest
-    first.  A heap with stale entries skipped: a launch re-ranks few blocks, a victim search
-    pops few."""
-
-    def __init__(self, blocks: int):
-        self.used = [0] * blocks       # per block: the last launch given its allocation
-        self.named = [0] * blocks      # per believed block: the last trigger that named it
-        self.migrated = [0] * blocks   # per believed block: its place in migration order
-        self.members = set()
-        self.heap = []                 # (rank, migrated, block)
-
-    def _push(self, b):
-        heapq.heappush(self.heap, (max(self.used[b], self.named[b]), self.migrated[b], b))
-
-    def add(self, b, migrated):
-        self.migrated[b], self.named[b] = migrated, 0
-        self.members.add(b)
-        self._push(b)
-
-    def remove(self, b):
-        self.members.discard(b)
-
-    def use(self, blocks, launch):
-        for b in blocks:
-            self.used[b] = launch
-            if b in self.members:
-                self._push(b)
-        if len(self.heap) > 4 * len(self.members) + 4096:  # drop the stale entries
-            self.heap = [(max(self.used[b], self.named[b]), self.migrated[b], b) for b in self.members]
-            heapq.heapify(self.heap)
-
-    def name(self, b, launch):
-        self.named[b] = launch
-        self._push(b)
-
-    def first_not_in(self, protect, aside):
-        """The least recently used block not in `protect` (left in place), or None; the
-        protected ones met on the way go to `aside`, for restore()."""
-        heap = self.heap
-        while heap:
-            rank, migrated, b = heap[0]
-            if b not in self.members or rank != max(self.used[b], self.named[b]) or migrated != self.migrated[b]:
-                heapq.heappop(heap)
-            elif b in protect:
-                aside.append(heapq.heappop(heap))
-            else:
-                return b
-        return None
-
-    def restore(self, aside):
-        for entry in aside:
-            heapq.heappush(self.heap, entry)
-
-
 def run(workload, policy: str, capacity: int, model: Model, recorder=None) -> Result:
     """recorder: told what happens, as it happens (pump/simulate/timeline.py), or None."""
     if policy not in POLICIES:
         raise ValueError(f"policy {policy!r}: allowed {', '.join(POLICIES)}")
     return _Run(workload, policy, capacity, model, recorder).go()
+
+
+def _block_arrays(workload):
+    """Per launch, the blocks of its arg_blocks and of its touched pages as arrays (a launch's
+    hundreds of blocks are ranked, timed and waited for at once), made once per workload:
+    every run of every policy and capacity asks."""
+    arrays = workload.__dict__.get("_block_arrays")
+    if arrays is None:
+        arrays = workload.__dict__["_block_arrays"] = (
+            [np.asarray(a, np.int64) for a in workload.arg_blocks],
+            [np.asarray([b for b, _mask in t], np.int64) for t in workload.touched])
+    return arrays
 
 
 class _Run:
@@ -307,10 +253,11 @@ class _Run:
         self.dead = [0] * nb                   # pages the framework's allocator took back
         self.migrated = collections.OrderedDict()  # belief, least recently migrated first
         self.migrations = 0
-        self.used = _UseOrder(nb)                  # belief, least recently used first
+        self.used = UseOrder(nb)                  # belief, least recently used first
         self.believed = 0
-        self.last_user_end = [0.0] * nb
-        self.ready = [0.0] * nb                # when the prefetch that brought a block ends
+        # Per block, set for a launch's hundreds of blocks at once (arrays), read one by one.
+        self.last_user_end = np.zeros(nb)      # when the last kernel that used it ends
+        self.ready = np.zeros(nb)              # when the prefetch that brought it ends
         self.pending = collections.deque()     # evictions in flight: (end time, bytes)
         self.pending_bytes = 0
         self.pf_free = self.ev_free = 0.0
@@ -330,6 +277,8 @@ class _Run:
             self.foresight.retime = self._retime
         self.shim = policy in ("launch", "lookahead") or (policy == "naive" and not model.gpu_limits_memory)
         self.thread = LaunchThread(costs, w.block_address)
+        self.block_of = {int(a) >> BLOCK_SHIFT: b for b, a in enumerate(w.block_address.tolist())}
+        self.page_masks = w.__dict__.setdefault("_engine_page_masks", {})   # _page_masks's, per workload
 
     # ---- belief ----
     def _believe(self, b):
@@ -366,7 +315,7 @@ class _Run:
         start = max(now - copy, self.ev_free)
         if self.link is not None and moved:  # one direction at a time
             start = self.link.place(start, copy, floor)
-        self.ev_free = max(start + copy, self.last_user_end[b])
+        self.ev_free = max(start + copy, float(self.last_user_end[b]))
         if self.rec is not None and moved:
             self.rec.transfer("evict", b, moved, now, start, start + copy)
         if moved and believed:
@@ -402,16 +351,14 @@ class _Run:
         self.r.max_believed = max(self.r.max_believed, self.believed)
         return self.pf_free
 
-    def _victims_until(self, need, order, protect, now):
-        """Evict believed blocks in `order` (self.migrated or self.used; not in `protect`)
-        until `need` more bytes fit."""
-        aside = []
+    def _victims_until(self, need, search, now):
+        """Evict believed blocks in the search's order (victims.VictimSearch) until `need` more
+        bytes fit."""
         while self.believed + need > self.capacity:
-            v = self.used.first_not_in(protect, aside) if order is self.used else _first_not_in(order, protect)
+            v = search.next()
             if v is None:
                 break
             self._evict(v, now)
-        self.used.restore(aside)
         return self.believed + need <= self.capacity
 
     def _take(self, blocks, order, now):
@@ -419,14 +366,15 @@ class _Run:
         prefetched, making room in `order` first; the first that fit are taken, from the first
         that does not the rest fault.  The launch rule takes its whole allocations (PUMP), a
         launch the plan knows its `need` blocks."""
-        protect = set(blocks)
+        search = VictimSearch(order, self.used, set(blocks))
         ready = now
         for b in blocks:
             if b in self.migrated:
                 continue
-            if not self._victims_until(self.size[b], order, protect, now):
+            if not self._victims_until(self.size[b], search, now):
                 break
             ready = max(ready, self._prefetch(b, now))
+        search.close()
         return ready
 
     def _trigger(self, plan, now, launch):
@@ -446,10 +394,9 @@ class _Run:
     # ---- allocator events ----
     def _events(self, k, now):
         for what, addr, size in self.w.events.get(k, ()):
-            blocks = range(addr >> BLOCK_SHIFT, (addr + size + K.BLOCK_BYTES - 1) >> BLOCK_SHIFT)
-            ids = [self.block_of.get(x) for x in blocks]
             if what == "free":
-                for b in ids:
+                blocks = range(addr >> BLOCK_SHIFT, (addr + size + K.BLOCK_BYTES - 1) >> BLOCK_SHIFT)
+                for b in map(self.block_of.get, blocks):
                     if b is not None:
                         self._forget(b)
                         self.gpu.free(b)
@@ -461,17 +408,23 @@ class _Run:
                     self._discard(discard_range(addr, size), now)
 
     def _page_masks(self, addr, size, inward):
-        """(block id, page mask) over a byte range: pages wholly inside it (inward) or touching it."""
+        """[(block id, page mask)] over a byte range: pages wholly inside it (inward) or touching
+        it.  Kept per workload: the allocator frees the same ranges every step, in every run."""
+        known = self.page_masks.get((addr, size, inward))
+        if known is not None:
+            return known
         lo = -(-addr // K.PAGE_BYTES) if inward else addr // K.PAGE_BYTES
         hi = (addr + size) // K.PAGE_BYTES if inward else -(-(addr + size) // K.PAGE_BYTES)
-        p = lo
+        out, p = [], lo
         while p < hi:
             blk_end = (p // K.PAGES_PER_BLOCK + 1) * K.PAGES_PER_BLOCK
             top = min(hi, blk_end)
             b = self.block_of.get(p // K.PAGES_PER_BLOCK)
             if b is not None:
-                yield b, ((1 << (top - p)) - 1) << (p % K.PAGES_PER_BLOCK)
+                out.append((b, ((1 << (top - p)) - 1) << (p % K.PAGES_PER_BLOCK)))
             p = top
+        self.page_masks[addr, size, inward] = out
+        return out
 
     def _mark_dead(self, addr, size, dead):
         for b, mask in self._page_masks(addr, size, inward=dead):
@@ -482,7 +435,7 @@ class _Run:
         clean (no write-back when evicted); refused unless every page of it is dead."""
         if dead_range is None:
             return
-        masks = list(self._page_masks(*dead_range, inward=True))
+        masks = self._page_masks(*dead_range, inward=True)
         if any(mask & ~self.dead[b] for b, mask in masks):
             self.r.unsafe_discards += 1
             return
@@ -493,7 +446,6 @@ class _Run:
     # ---- the pass ----
     def go(self) -> Result:
         w, m, r = self.w, self.m, self.r
-        self.block_of = {int(a) >> BLOCK_SHIFT: b for b, a in enumerate(w.block_address.tolist())}
         n = w.launches
         kend = np.zeros(n)
         cpu = prev_end = 0.0
@@ -502,6 +454,7 @@ class _Run:
         step_starts = {lo for lo, _ in self.bounds}
         step_last = {hi - 1 for _, hi in self.bounds}
         ideal = self.policy == "ideal"
+        arg_arrays, touched = _block_arrays(w)
         base = [0] * len(STEP_COUNTS)  # the counts when the step began
         for k in range(n):
             # pumpd reads a batch once its last launch has been made: its plan holds from then.
@@ -533,9 +486,12 @@ class _Run:
                 ready = max(ready, self.thread.clock)  # the kernel is launched after the hook's calls
                 self.thread.hook()  # the trigger's calls, after the kernel, are another batch
                 faults, faulted, by_prefetcher, moved_back = self.gpu.kernel(w.touch_order[k])
+                clean = self.gpu.clean
                 for b, mask in w.touched[k]:
-                    self.gpu.clean[b] &= ~mask  # a discarded page a kernel uses is live again
-                    ready = max(ready, self.ready[b])
+                    if clean[b]:
+                        clean[b] &= ~mask  # a discarded page a kernel uses is live again
+                if len(touched[k]):
+                    ready = max(ready, float(self.ready[touched[k]].max()))
                 r.faults += faults
                 r.bytes_faulted_h2d += faulted
                 r.bytes_fault_prefetched_h2d += by_prefetcher
@@ -551,15 +507,13 @@ class _Run:
                 self.rec.kernel(k, start, duration, faults, faulted, moved_back, self.gpu.bytes, self.believed)
             if not ideal:
                 if self.policy != "naive":  # the launch rule's and the plan's victim order
-                    self.used.use(w.arg_blocks[k], k + 1)
-                for b in w.arg_blocks[k]:
-                    self.last_user_end[b] = prev_end
-                for b, _ in w.touched[k]:
-                    self.last_user_end[b] = prev_end
+                    self.used.use(arg_arrays[k], k + 1)
+                self.last_user_end[arg_arrays[k]] = prev_end
+                self.last_user_end[touched[k]] = prev_end
                 if self.policy == "naive" and self.shim:
                     for b in w.arg_blocks[k]:
                         self._believe(b)
-                    self._victims_until(0, self.migrated, set(w.arg_blocks[k]), cpu)
+                    self._victims_until(0, VictimSearch(self.migrated, self.used, set(w.arg_blocks[k])), cpu)
                     r.max_believed = max(r.max_believed, self.believed)
                 elif planned is not None:
                     self._trigger(planned, cpu, k + 1)

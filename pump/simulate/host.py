@@ -8,6 +8,7 @@ launch. The shim's launching thread takes over a worker's job it must order its 
 after, when the worker has not begun it: not modelled here (the worker is never late)."""
 
 import dataclasses
+import functools
 
 from pump.simulate import constants as K
 
@@ -46,6 +47,14 @@ class HostCosts:
         return self.ioctl + blocks * self.block_pass if blocks else 0.0
 
 
+@functools.lru_cache(maxsize=4096)
+def _step_cost(costs: HostCosts, discard: bool, n: int) -> float:
+    """What a range's n-th block adds to its call (the whole call's for the first): the same few
+    values half a million times a run, so each is computed once."""
+    price = costs.discard if discard else costs.migrate
+    return price(n) - price(n - 1) if n > 1 else price(1)
+
+
 class LaunchThread:
     """The clocks of the launching thread and of pump's worker through one hook's calls.  A
     call for block b joins the hook's last range of its kind (the shim keeps its prefetches and
@@ -53,7 +62,7 @@ class LaunchThread:
     cost with b, less without), else starts one.  costs None: the calls cost nothing."""
 
     def __init__(self, costs, block_address):
-        self.costs, self.address = costs, block_address
+        self.costs, self.address = costs, [int(a) for a in block_address]   # plain ints: compared per call
         self.clock = 0.0            # the launching thread's
         self.worker = 0.0           # pump's worker's (the device's)
         self.on_worker = False      # the calls now are the worker's (after the hook's kernel)
@@ -91,14 +100,13 @@ class LaunchThread:
         # waits for its copies takes the longer (fakecuda's fc_prefetch_d2h_wait_ns: the
         # measured rate of a move to the host is the whole call's).
         wait = max(wait, self.costs.moved(moved))
-        price = self.costs.discard if kind == "discard" else self.costs.migrate
         last = self.ranges.get(kind)
-        if last is not None and b == last[0] + 1 and int(self.address[b]) == int(self.address[last[0]]) + K.BLOCK_BYTES:
+        if last is not None and b == last[0] + 1 and self.address[b] == self.address[last[0]] + K.BLOCK_BYTES:
             n = last[1] + 1
-            cost = price(n) - price(n - 1)
         else:
-            n, cost = 1, price(1)
+            n = 1
             self.started += 1
+        cost = _step_cost(self.costs, kind == "discard", n)
         self.ranges[kind] = (b, n)
         self.seconds += cost + wait
         if self.on_worker:

@@ -186,8 +186,13 @@ def load(path, batch_launches: int = K.DAEMON_READ_LAUNCHES, daemon_reads_steps:
 
     block_id, block_address, block_bytes, block_pages = {}, [], [], []
 
+    made = {}   # (base, size) -> its block ids: a launch names its allocations again and again
+
     def blocks_of(base, size):
-        ids = []
+        known = made.get((base, size))
+        if known is not None:   # what it did the first time changes nothing the second
+            return known
+        ids = made[base, size] = []
         for addr in range(base, base + size, K.BLOCK_BYTES):
             nbytes = min(K.BLOCK_BYTES, base + size - addr)
             b = block_id.get(addr >> block_shift)
@@ -211,13 +216,20 @@ def load(path, batch_launches: int = K.DAEMON_READ_LAUNCHES, daemon_reads_steps:
             return None
         return sorted_bases[j]
 
+    cut = {}   # (start, end) -> spans(start, end): each step's kernels touch the same ranges
+
     def spans(start, end):
-        """(block id, page mask) of the pages of [start, end), block by block."""
-        p, last = start >> page_shift, (end - 1) >> page_shift
+        """((block id, page mask), ...) of the pages of [start, end), block by block."""
+        known = cut.get((start, end))
+        if known is not None:
+            return known
+        out, p, last = [], start >> page_shift, (end - 1) >> page_shift
         while p <= last:
             hi = min(last, (p // ppb + 1) * ppb - 1)
-            yield block_id[p // ppb], ((1 << (hi - p + 1)) - 1) << (p % ppb)
+            out.append((block_id[p // ppb], ((1 << (hi - p + 1)) - 1) << (p % ppb)))
             p = hi + 1
+        cut[start, end] = out = tuple(out)
+        return out
 
     live = peak = 0
     keys, arg_blocks, touched, touch_order, written = [], [], [], [], []
@@ -277,7 +289,7 @@ def load(path, batch_launches: int = K.DAEMON_READ_LAUNCHES, daemon_reads_steps:
                 for b in args:
                     masks[b] = block_pages[b]
             touched.append(tuple(masks.items()))
-            touch_order.append(tuple(tuple(spans(start, end)) for start, end in
+            touch_order.append(tuple(spans(start, end) for start, end in
                                      touch_ranges(batch.launch_bases(i).tolist(), extents, home, allocations.get)))
             written.append(tuple(wmasks.items()))  # none known without extents
             cost = batch.costs.get(i, (0, 0, 0))
