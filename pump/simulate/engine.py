@@ -245,6 +245,7 @@ class _Run:
     def __init__(self, w, policy, capacity, model, recorder=None):
         self.w, self.policy, self.capacity, self.m = w, policy, int(capacity), model
         self.rec = recorder
+        self.d2h_rate, self.link_out = model.d2h_rate, model.link_out   # properties, read per block moved
         self.kernel_s = w.kernel_seconds(model.gpu)
         self.ran_s = np.zeros(w.launches)      # each kernel's time on the simulated GPU, faults included
         self.shortest = {}                     # launch key -> its kernel's shortest time so far
@@ -277,6 +278,7 @@ class _Run:
             self.foresight.retime = self._retime
         self.shim = policy in ("launch", "lookahead") or (policy == "naive" and not model.gpu_limits_memory)
         self.thread = LaunchThread(costs, w.block_address)
+        self.called = False
         self.block_of = {int(a) >> BLOCK_SHIFT: b for b, a in enumerate(w.block_address.tolist())}
         self.page_masks = w.__dict__.setdefault("_engine_page_masks", {})   # _page_masks's, per workload
 
@@ -295,10 +297,14 @@ class _Run:
             self.believed -= self.size[b]
 
     def _call(self, kind, b, now, wait=0.0, moved=0):
-        """pump's driver call for block b on the launching thread (host.LaunchThread)."""
-        done = self.thread.call(kind, b, now, wait, moved)
-        self.r.host_seconds, self.r.driver_ranges = self.thread.seconds, self.thread.started
-        return done
+        """pump's driver call for block b on the launching thread (host.LaunchThread); its
+        totals are the Result's at each step's end and the run's (_host_totals)."""
+        self.called = True
+        return self.thread.call(kind, b, now, wait, moved)
+
+    def _host_totals(self):
+        if self.called:   # a run that made no call keeps the Result's own zeros
+            self.r.host_seconds, self.r.driver_ranges = self.thread.seconds, self.thread.started
 
     def _evict(self, b, now):
         """The shim evicts b to the host, on the eviction stream after b's last user (a plan
@@ -310,7 +316,7 @@ class _Run:
         self._forget(b)
         moved = self.gpu.evict(b)
         self.r.evictions += 1
-        floor, copy = now, moved / self.m.d2h_rate
+        floor, copy = now, moved / self.d2h_rate
         now = self._call("evict", b, now, copy, moved)
         start = max(now - copy, self.ev_free)
         if self.link is not None and moved:  # one direction at a time
@@ -332,7 +338,7 @@ class _Run:
         self.r.bytes_prefetched_h2d += moved
         self.r.prefetch_calls += 1
         floor, now = now, self._call("prefetch", b, now, moved=arriving)
-        start = max(now, self.pf_free) + back / self.m.link_out
+        start = max(now, self.pf_free) + back / self.link_out
         # Room: evictions still in flight hold their chunks until they complete.
         while self.pending and self.pending[0][0] <= start:
             self.pending_bytes -= self.pending.popleft()[1]
@@ -496,7 +502,7 @@ class _Run:
                 r.bytes_faulted_h2d += faulted
                 r.bytes_fault_prefetched_h2d += by_prefetcher
                 duration = (self.kernel_s[k] + faults * m.fault_seconds
-                            + by_prefetcher / m.link_bytes_per_s + moved_back / m.link_out)
+                            + by_prefetcher / m.link_bytes_per_s + moved_back / self.link_out)
             else:
                 duration = self.kernel_s[k]
             start = max(prev_end, ready)
@@ -518,6 +524,7 @@ class _Run:
                 elif planned is not None:
                     self._trigger(planned, cpu, k + 1)
             if k in step_last:
+                self._host_totals()
                 r.step_ends.append(prev_end)
                 now = (r.faults, r.bytes_prefetched_h2d + r.bytes_faulted_h2d, r.bytes_d2h,
                        r.data_wait_seconds, r.prefetch_wait_seconds, r.host_seconds)
@@ -526,6 +533,7 @@ class _Run:
                 base = list(now)
         if self.foresight is not None:
             r.learned_at = self.foresight.learned_at
+        self._host_totals()
         return r
 
     def _feed(self, item):

@@ -8,7 +8,6 @@ launch. The shim's launching thread takes over a worker's job it must order its 
 after, when the worker has not begun it: not modelled here (the worker is never late)."""
 
 import dataclasses
-import functools
 
 from pump.simulate import constants as K
 
@@ -47,14 +46,6 @@ class HostCosts:
         return self.ioctl + blocks * self.block_pass if blocks else 0.0
 
 
-@functools.lru_cache(maxsize=4096)
-def _step_cost(costs: HostCosts, discard: bool, n: int) -> float:
-    """What a range's n-th block adds to its call (the whole call's for the first): the same few
-    values half a million times a run, so each is computed once."""
-    price = costs.discard if discard else costs.migrate
-    return price(n) - price(n - 1) if n > 1 else price(1)
-
-
 class LaunchThread:
     """The clocks of the launching thread and of pump's worker through one hook's calls.  A
     call for block b joins the hook's last range of its kind (the shim keeps its prefetches and
@@ -70,6 +61,7 @@ class LaunchThread:
         self.seconds = 0.0          # time in calls, in all (both threads)
         self.worker_seconds = 0.0   # ... of which the worker's
         self.started = 0            # ranges started, in all (an ioctl each, in fakecuda)
+        self.step_costs = {}        # (kind, n) -> what a range's n-th block adds to its call
 
     def hook(self, now=None):
         """A launch's hook begins its calls, at `now` at the earliest, on the launching thread;
@@ -106,7 +98,10 @@ class LaunchThread:
         else:
             n = 1
             self.started += 1
-        cost = _step_cost(self.costs, kind == "discard", n)
+        cost = self.step_costs.get((kind, n))
+        if cost is None:   # the same few values a million times a run: each computed once
+            price = self.costs.discard if kind == "discard" else self.costs.migrate
+            cost = self.step_costs[kind, n] = price(n) - price(n - 1) if n > 1 else price(1)
         self.ranges[kind] = (b, n)
         self.seconds += cost + wait
         if self.on_worker:

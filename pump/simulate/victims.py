@@ -112,13 +112,13 @@ class UseOrder:
     def first_not_in(self, protect, aside):
         """The least recently used block not in `protect` (left in place), or None; the
         protected ones met on the way go to `aside`, for restore()."""
-        heap = self.heap
+        heap, used, named = self.heap, self.used, self.named
         while heap:
             rank, migrated, b = heap[0]
             if b == _LAUNCH:
                 heapq.heappop(heap)
                 self._expand(rank)
-            elif b not in self.members or rank != self._rank(b) or migrated != self.migrated[b]:
+            elif b not in self.members or migrated != self.migrated[b] or rank != max(used[b], named[b]):
                 heapq.heappop(heap)
             elif b in protect:
                 aside.append(heapq.heappop(heap))
