@@ -377,10 +377,18 @@ def test_cli_shows_progress_and_captions_the_plot(tmp_path, monkeypatch):
     p = _pump(path, "--capacity", "50%", "--plot", str(tmp_path / "c.png"))
     assert p.returncode == 0, p.stderr
     runs = [line for line in p.stderr.splitlines() if line.startswith("simulate: run ")]
-    total = report.runs(engine.POLICIES, len(K.RANGE_CASES)) + report.plot_runs()
-    assert total == len(engine.POLICIES) + 2 + len(report.PLOT_FRACTIONS) * 3 + 1   # ideal, naive once; ideal once in the plot
+    # ideal and naive once over the range; the plot's ideal and its runs at 50%, the table's
+    total = len(engine.POLICIES) + 2 + len(report.PLOT_FRACTIONS) * 3 - 3
+    assert len(K.RANGE_CASES) == 2 and total == 24
+    # It says what it will run before it starts.
+    plan = p.stderr.splitlines()[0]
+    assert plan.startswith("simulate: 6 runs for the table (4 policies at ") and \
+        plan.endswith(" in each of 2 cases, ideal and naive once), then 18 for --plot (naive, launch, lookahead, "
+                      "ideal at 7 capacities, best case; the table's runs and ideal not repeated)"), plan
     assert len(runs) == total and runs[0].startswith(f"simulate: run 1/{total}: ideal at ")
-    assert runs[-1].startswith(f"simulate: run {total}/{total}: ") and runs[-1].endswith("(plot)")
+    # After the first, each says how long the rest will take.
+    assert "; about " not in runs[0] and all("; about " in r and r.endswith(" left") for r in runs[1:])
+    assert runs[-1].startswith(f"simulate: run {total}/{total}: ") and "(plot); about " in runs[-1]
     # The plot says what it is and marks the capacity asked for.
     from matplotlib import axes
     titles, lines = [], []

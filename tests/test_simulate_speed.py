@@ -4,12 +4,15 @@ reference, on random small workloads and on a real model's trace."""
 
 import collections
 import heapq
+import json
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from pump.simulate import bound, victims, workload
+from pump.simulate import bound, host, report, sweep, victims, workload
 from pump.simulate import constants as K
 from synthetic_trace import MIB, TraceBuilder, training_trace
 
@@ -264,3 +267,52 @@ def test_the_victim_orders_give_the_victims_of_a_plain_heap_and_scan(seed, slack
         for b in rng.sample(range(blocks), rng.randint(0, 3)):
             fast.name(b, launch), slow.name(b, launch)
     assert fast.first_not_in(set(), []) == slow.victim(set())
+
+
+def test_the_sweep_answers_first_from_the_plots_capacities_then_refines(tmp_path):
+    """A planner waits for the first answer only as long as lookahead takes at the plot's
+    capacities in each case: it is given before any refining run, it brackets the refined
+    answer, and every run after the first says how long the rest will take."""
+    t, _, _ = training_trace(steps=6, layers=6)
+    path = t.write(str(tmp_path / "t.trace"))
+    p = subprocess.run([sys.executable, "-m", "pump.cli", "simulate", path, "--sweep", "--gpu", "l4", "--json"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    err = p.stderr.splitlines()
+    assert err[0].startswith("simulate: --sweep: first lookahead at 7 capacities in each of 2 cases (15 runs)")
+    first = next(i for i, line in enumerate(err) if line.startswith("simulate: first answer"))
+    before = [line for line in err[:first] if line.startswith("simulate: run ")]
+    assert len(before) == 15 and before[0].startswith("simulate: run 1/15: ideal at ")
+    assert all(" lookahead at " in line for line in before[1:]) and not any("refining" in line for line in before)
+    after = [line for line in err[first:] if line.startswith("simulate: run ")]
+    assert any("(refining, best case)" in line for line in after) and all("; about " in line for line in after)
+    done, total = after[-1].split(":")[1].split()[1].split("/")
+    assert done == total
+    doc = json.loads(p.stdout)
+    fp, grid = doc["peak_footprint_bytes"], list(zip(doc["sweep"]["capacities"], doc["sweep"]["step_ms"]["lookahead"]))
+    ideal = doc["cases"]["best"]["ideal_seconds"] * 1e3
+    missed, met = sweep.bracket(grid, ideal * 1.1)
+    refined = doc["cases"]["best"]["smallest_capacity_bytes"]["10%"]
+    assert met is not None and missed < refined <= met and refined < met      # refined, inside the first bracket
+    assert f"synthetic needs between {report._size(missed)} and {report._size(met)} of GPU memory" in err[first]
+    assert err[first].endswith("The l4 has 21.4 GiB for it (1.0 GiB reserved): enough.")
+    assert fp == grid[-1][0]
+
+
+@pytest.mark.parametrize("costs", [host.HostCosts.of_fakecuda(), None])
+@pytest.mark.parametrize("on_worker", [False, True])
+def test_a_ranges_discards_at_once_cost_what_one_call_a_block_costs(costs, on_worker):
+    address = [i * 2 * MIB for i in range(12)]
+    address[7] += 64 * MIB                              # a gap: 6 and 7 are not one range
+    one, many = host.LaunchThread(costs, address), host.LaunchThread(costs, address)
+    for t in (one, many):
+        t.hook(1e-3)
+        t.call("prefetch", 0, 1e-3, moved=2 * MIB)
+        if on_worker:
+            t.hook()
+    for blocks, now in (([], 5e-3), ([2, 3, 4], 2e-3), ([5, 6, 7, 8], 0.0), ([], 1.0), ([9], 1.0)):
+        for b in blocks:
+            one.call("discard", b, now)
+        many.discards(blocks, now)
+        assert (one.clock, one.worker, one.seconds, one.worker_seconds, one.started, one.ranges) == \
+            (many.clock, many.worker, many.seconds, many.worker_seconds, many.started, many.ranges)

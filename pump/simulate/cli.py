@@ -11,6 +11,7 @@ from pump.cli_common import die
 from pump.simulate import constants as K
 from pump.simulate import engine, profile, report, sweep, workload
 from pump.simulate.progress import Progress
+from pump.simulate.runs import Runs
 from pump.simulate.timeline import StepTimeline
 
 BOUND_HELP = """\
@@ -217,12 +218,16 @@ def main(args) -> int:
               "may use (give less, or a larger --gpu)", file=sys.stderr)
         return 2
     steps = StepTimeline(out.timeline, w, capacity, model, policies) if out else None
-    progress = Progress(report.runs(policies, len(cases)) + (report.plot_runs() if plot else 0))
+    progress = Progress(0, eta=True)
+    runs = Runs(w, progress.step)
+    table = report.table_plan(capacity, cases, policies)
+    progress.expect(runs.to_make(table + (report.plot_plan(w, model) if plot else [])))
+    progress.say(_plan_line(runs, table, w, model, plot, len(cases)))
     try:
-        doc = report.simulate_range(w, capacity, cases, policies, steps.recorder if steps else None, progress.step)
+        doc = report.simulate_range(w, capacity, cases, policies, steps.recorder if steps else None, runs=runs)
         if plot:
             with plot:
-                doc["plot"] = dict(report.plot(w, model, plot, capacity, progress.step), file=args.plot)
+                doc["plot"] = dict(report.plot(w, model, plot, capacity, runs=runs), file=args.plot)
     finally:
         progress.close()
     if measured:
@@ -245,12 +250,30 @@ def main(args) -> int:
     return 0
 
 
+def _plan_line(runs, table, w, model, plot, cases) -> str:
+    """What the command will run, said before it starts: the table's runs, the plot's."""
+    made = runs.to_make(table)
+    line = (f"simulate: {made} runs for the table ({len(table) // cases} policies at {report._size(table[0][1])}"
+            f"{' in each of ' + str(cases) + ' cases, ideal and naive once' if cases > 1 else ''})")
+    if plot:
+        extra = runs.to_make(table + report.plot_plan(w, model)) - made
+        line += (f", then {extra} for --plot ({', '.join(engine.POLICIES)} at {len(report.PLOT_FRACTIONS)} "
+                 "capacities, best case; the table's runs and ideal not repeated)")
+    return line
+
+
 def _sweep(args, w, cases, plot) -> int:
-    """--sweep: the table and the one-line answer (or --json), the plot with the card marked."""
+    """--sweep: the table and the one-line answer (or --json), the plot with the card marked.
+    The first answer, from the plot's capacities, is said on stderr as soon as it is known."""
     reserve = K.RESERVE_BYTES if args.reserve is None else args.reserve
-    progress = Progress(report.plot_runs())
+    progress = Progress(sweep.sweep_runs(w, cases), eta=True)
+    progress.say(f"simulate: --sweep: first lookahead at {len(report.PLOT_FRACTIONS)} capacities in each of "
+                 f"{len(cases)} cases ({progress.total} runs) for a first answer; then that answer refined to "
+                 f"{sweep.REFINE_SHARE:.0%} of the footprint, the steps at the card's memory and the table's "
+                 "other runs")
     try:
-        doc = sweep.sweep(w, cases, reserve, progress.step)
+        doc = sweep.sweep(w, cases, reserve, progress.step, first_answer=lambda text: progress.say("simulate: " + text),
+                          expect=progress.expect)
     finally:
         progress.close()
     if plot:

@@ -313,11 +313,15 @@ class _Run:
         the copy is that wait, on the link (later where the link is busy), and the eviction
         stream that then reaches it after b's last user has nothing left to copy."""
         believed = b in self.migrated
-        self._forget(b)
+        if believed:   # _forget, inline: half a million times a run
+            del self.migrated[b]
+            self.used.remove(b)
+            self.believed -= self.size[b]
         moved = self.gpu.evict(b)
         self.r.evictions += 1
         floor, copy = now, moved / self.d2h_rate
-        now = self._call("evict", b, now, copy, moved)
+        self.called = True
+        now = self.thread.call("evict", b, now, copy, moved)
         start = max(now - copy, self.ev_free)
         if self.link is not None and moved:  # one direction at a time
             start = self.link.place(start, copy, floor)
@@ -330,14 +334,20 @@ class _Run:
 
     def _prefetch(self, b, now):
         """The shim prefetches b; returns when it is on the GPU."""
-        self._believe(b)
+        if b not in self.migrated:   # _believe, inline: half a million times a run
+            self.migrated[b] = None
+            self.migrations += 1
+            self.used.add(b, self.migrations)
+            self.believed += self.size[b]
+        gpu, pages = self.gpu, self.w.block_pages[b]
         # On a full GPU the driver evicts on the prefetch's path, then fills (evict, then fill).
-        back = self.gpu.make_room(self.gpu.size[b], b) if b not in self.gpu.chunks else 0
-        arriving = self.gpu.arriving(b, self.w.block_pages[b])
-        moved = self.gpu.add(b, self.w.block_pages[b])
+        back = gpu.make_room(gpu.size[b], b) if b not in gpu.chunks else 0
+        arriving = gpu.arriving(b, pages)
+        moved = gpu.add(b, pages)
         self.r.bytes_prefetched_h2d += moved
         self.r.prefetch_calls += 1
-        floor, now = now, self._call("prefetch", b, now, moved=arriving)
+        self.called = True
+        floor, now = now, self.thread.call("prefetch", b, now, 0.0, arriving)
         start = max(now, self.pf_free) + back / self.link_out
         # Room: evictions still in flight hold their chunks until they complete.
         while self.pending and self.pending[0][0] <= start:
@@ -445,8 +455,9 @@ class _Run:
         if any(mask & ~self.dead[b] for b, mask in masks):
             self.r.unsafe_discards += 1
             return
+        self.called = True
+        self.thread.discards([b for b, _mask in masks], now)
         for b, mask in masks:
-            self._call("discard", b, now)
             self.gpu.discard(b, mask)
 
     # ---- the pass ----
@@ -461,6 +472,7 @@ class _Run:
         step_last = {hi - 1 for _, hi in self.bounds}
         ideal = self.policy == "ideal"
         arg_arrays, touched = _block_arrays(w)
+        discards = self.foresight is not None and m.policy_sees_extents   # _events: only then are pages clean
         base = [0] * len(STEP_COUNTS)  # the counts when the step began
         for k in range(n):
             # pumpd reads a batch once its last launch has been made: its plan holds from then.
@@ -492,10 +504,11 @@ class _Run:
                 ready = max(ready, self.thread.clock)  # the kernel is launched after the hook's calls
                 self.thread.hook()  # the trigger's calls, after the kernel, are another batch
                 faults, faulted, by_prefetcher, moved_back = self.gpu.kernel(w.touch_order[k])
-                clean = self.gpu.clean
-                for b, mask in w.touched[k]:
-                    if clean[b]:
-                        clean[b] &= ~mask  # a discarded page a kernel uses is live again
+                if discards:
+                    clean = self.gpu.clean
+                    for b, mask in w.touched[k]:
+                        if clean[b]:
+                            clean[b] &= ~mask  # a discarded page a kernel uses is live again
                 if len(touched[k]):
                     ready = max(ready, float(self.ready[touched[k]].max()))
                 r.faults += faults

@@ -13,28 +13,23 @@ import json
 
 from pump.simulate import engine
 from pump.simulate.bound import lower_bound
+from pump.simulate.runs import RATE_FREE, Runs, _size  # noqa: F401 (RATE_FREE: report's name for it too)
 
 
-# The policies whose runs read none of the rates the range of cases varies (engine.range_models:
-# explicit migrations each way, duplex) on a GPU that evicts at its memory: unlimited memory, and
-# the driver alone (its faults and evictions go at the link's line rate). Run in the first case
-# only; tests/test_simulate.py holds them equal across the cases.
-RATE_FREE = ("ideal", "naive")
-
-
-def runs(policies, cases: int = 1) -> int:
-    """How many engine runs simulate_range() makes (ideal is always run: the others' ratio), over
-    `cases` cases of the range of a GPU preset."""
+def table_plan(capacity: int, models, policies=engine.POLICIES) -> list:
+    """The runs simulate_range() asks for: [(policy, capacity, model)] (ideal always: the
+    others' ratio); Runs.to_make() says how many of them are made."""
     every = ("ideal",) + tuple(p for p in policies if p != "ideal")
-    return len(every) + (cases - 1) * sum(p not in RATE_FREE for p in every)
+    return [(p, capacity, model) for _case, model in models for p in every]
 
 
 def simulate(workload, capacity: int, model: engine.Model, policies=engine.POLICIES, recorder_for=None,
-             progress=None, reuse=None) -> dict:
+             progress=None, runs=None) -> dict:
     """One JSON-able document: the trace, the model, the bound and per policy its results.
     recorder_for(policy): engine.run's recorder for that policy (a timeline), or None;
-    progress(what): called as each run begins; reuse: {policy: engine.Result} of RATE_FREE
-    policies already run in another case of the range (filled in as they are run)."""
+    progress(what): called as each run begins; runs: the command's Runs (made here if None),
+    whose runs are not made again."""
+    runs = runs or Runs(workload, progress)
     doc = {"trace": workload.path, "name": workload.name, "model": model.name, "gpu": model.gpu.name,
            "bandwidth_bytes_per_s": model.bandwidth, "d2h_bandwidth_bytes_per_s": model.d2h_rate,
            "link_bytes_per_s": model.link_bytes_per_s,
@@ -46,13 +41,7 @@ def simulate(workload, capacity: int, model: engine.Model, policies=engine.POLIC
     doc["policies"] = {}
     ideal = None
     for policy in ("ideal",) + tuple(p for p in policies if p != "ideal"):
-        r = reuse.get(policy) if reuse is not None else None
-        if r is None:
-            if progress:
-                progress(f"{policy} at {_size(capacity)}")
-            r = engine.run(workload, policy, capacity, model, recorder_for(policy) if recorder_for else None)
-            if reuse is not None and policy in RATE_FREE:
-                reuse[policy] = r
+        r = runs.run(policy, capacity, model, recorder_for(policy) if recorder_for else None)
         if policy == "ideal":
             ideal = r.step_mean_seconds
             if "ideal" not in policies:
@@ -81,25 +70,18 @@ def simulate(workload, capacity: int, model: engine.Model, policies=engine.POLIC
 
 
 def simulate_range(workload, capacity: int, models, policies=engine.POLICIES, recorder_for=None,
-                   progress=None) -> dict:
+                   progress=None, runs=None) -> dict:
     """simulate() for each (case, model) of `models` (engine.range_models; the first case's
     document is the whole, the others' under doc["cases"] too); recorder_for: the first only."""
     doc, cases = None, {}
-    reuse = {} if all(model.gpu_limits_memory for _, model in models) else None
+    runs = runs or Runs(workload, progress)
     for i, (case, model) in enumerate(models):
-        one = simulate(workload, capacity, model, policies, recorder_for if i == 0 else None, progress, reuse)
+        one = simulate(workload, capacity, model, policies, recorder_for if i == 0 else None, runs=runs)
         doc = doc or one
         cases[case] = {k: one[k] for k in ("model", "bandwidth_bytes_per_s", "d2h_bandwidth_bytes_per_s", "full_duplex",
                                            "lower_bound_seconds", "ideal_seconds", "policies")}
     doc["cases"] = cases
     return doc
-
-
-def _size(n: float) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n:.0f} B"
 
 
 def _ratio(r) -> str:
@@ -183,28 +165,25 @@ def fakecuda_counts(doc: dict) -> dict:
 PLOT_FRACTIONS = (0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)
 
 
-def plot_runs() -> int:
-    """How many engine runs plot() makes (ideal, with unlimited memory, once)."""
-    return len(PLOT_FRACTIONS) * (len(engine.POLICIES) - 1) + 1
+def capacities(workload, fractions=PLOT_FRACTIONS) -> list:
+    return [max(1, int(workload.peak_footprint * f)) for f in fractions]
 
 
-def series(workload, model: engine.Model, fractions=PLOT_FRACTIONS, progress=None) -> dict:
+def plot_plan(workload, model: engine.Model, fractions=PLOT_FRACTIONS) -> list:
+    """The runs series() asks for: [(policy, capacity, model)]."""
+    return [(p, c, model) for c in capacities(workload, fractions) for p in engine.POLICIES]
+
+
+def series(workload, model: engine.Model, fractions=PLOT_FRACTIONS, progress=None, runs=None) -> dict:
     """Each policy's mean step (ms) and the lower bound at each capacity, as shares of the
-    peak footprint."""
-    caps = [max(1, int(workload.peak_footprint * f)) for f in fractions]
+    peak footprint; runs: the command's Runs (made here if None)."""
+    runs = runs or Runs(workload, progress)
+    caps = capacities(workload, fractions)
     steps = {p: [] for p in engine.POLICIES}
-    bound = []
-    ideal = None
     for c in caps:
         for p in engine.POLICIES:
-            if p == "ideal" and ideal is not None:  # unlimited memory: no capacity changes it
-                steps[p].append(ideal)
-                continue
-            if progress:
-                progress(f"{p} at {_size(c)} (plot)")
-            steps[p].append(engine.run(workload, p, c, model).step_mean_seconds * 1e3)
-            ideal = steps[p][-1] if p == "ideal" else ideal
-        bound.append(lower_bound(workload, c, model)["lower_bound_seconds"] * 1e3)
+            steps[p].append(runs.run(p, c, model, note=" (plot)").step_mean_seconds * 1e3)
+    bound = [lower_bound(workload, c, model)["lower_bound_seconds"] * 1e3 for c in caps]
     return {"fractions": list(fractions), "capacities": caps, "step_ms": steps, "lower_bound_ms": bound}
 
 
@@ -232,10 +211,10 @@ def draw(workload, model: engine.Model, data: dict, out, marks=()):
     pyplot.close(fig)
 
 
-def plot(workload, model: engine.Model, out, capacity=None, progress=None, fractions=PLOT_FRACTIONS):
+def plot(workload, model: engine.Model, out, capacity=None, progress=None, fractions=PLOT_FRACTIONS, runs=None):
     """Step time against capacity for every policy (series()), drawn into `out`; `capacity`,
     the one asked for, is marked."""
-    data = series(workload, model, fractions, progress)
+    data = series(workload, model, fractions, progress, runs)
     draw(workload, model, data, out, [(capacity, f"--capacity {_size(capacity)}")] if capacity else ())
     return data
 

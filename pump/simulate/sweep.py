@@ -10,61 +10,115 @@ that met it, to within REFINE_SHARE of the footprint, in the best case and in th
 capacity grows, first comes within the tolerance.
 """
 
+import math
+
 from pump.simulate import constants as K
-from pump.simulate import engine, report
+from pump.simulate import report
+from pump.simulate.runs import Runs
 
 REFINE_SHARE = 0.01
 
 
-def _mean_step(workload, policy, capacity, model) -> float:
-    return engine.run(workload, policy, capacity, model).step_mean_seconds
-
-
-def smallest_capacity(workload, model, limit: float, grid):
+def smallest_capacity(workload, model, limit: float, grid, runs=None, case="best"):
     """The smallest capacity (bytes) at which lookahead's mean step is at most `limit`
     seconds, to within REFINE_SHARE of the footprint; grid: [(capacity, step)] ascending,
     lookahead's.  None if no capacity up to the footprint meets it."""
-    missed = 0
-    for capacity, step in grid:
-        if step <= limit:
-            break
-        missed = capacity
-    else:
+    runs = runs or Runs(workload)
+    missed, met = bracket(grid, limit)
+    if met is None:
         return None
-    met = capacity
     while met - missed > REFINE_SHARE * workload.peak_footprint:
         middle = (met + missed) // 2
-        if _mean_step(workload, "lookahead", middle, model) <= limit:
+        if runs.run("lookahead", middle, model, note=f" (refining, {case} case)").step_mean_seconds <= limit:
             met = middle
         else:
             missed = middle
     return met
 
 
-def sweep(workload, cases, reserve: int = K.RESERVE_BYTES, progress=None, fractions=report.PLOT_FRACTIONS) -> dict:
+def bracket(grid, limit: float):
+    """(the last capacity of the grid that missed `limit` (0: none), the first that met it
+    (None: none))."""
+    missed = 0
+    for capacity, step in grid:
+        if step <= limit:
+            return missed, capacity
+        missed = capacity
+    return missed, None
+
+
+def _halvings(missed, met, footprint) -> int:
+    """How many runs smallest_capacity() makes between the two (about: each halves the gap)."""
+    gap = met - missed
+    return 0 if met is None or gap <= REFINE_SHARE * footprint else math.ceil(math.log2(gap / (REFINE_SHARE * footprint)))
+
+
+def sweep(workload, cases, reserve: int = K.RESERVE_BYTES, progress=None, fractions=report.PLOT_FRACTIONS,
+          first_answer=None, expect=None) -> dict:
     """The sweep over `cases` (engine.range_models: the first, the best case, for every policy;
-    each case for lookahead's answer) and the card's own memory less `reserve`; progress(what):
-    called as each of the series' runs (report.plot_runs()) begins."""
+    each case for lookahead's answer) and the card's own memory less `reserve`.  The answer's
+    runs come first: lookahead at the plot's capacities in every case, and first_answer(text)
+    is told the answer they give (to the capacities' spacing); then the bisections refine it and
+    the table's other runs are made.  progress(what): called as each run begins; expect(n):
+    told the runs to make in all, as it becomes known (sweep_runs() before the start)."""
+    runs = Runs(workload, progress)
     best = cases[0][1]
-    data = report.series(workload, best, fractions, progress)
+    fp = workload.peak_footprint
+    caps = report.capacities(workload, fractions)
     card = best.gpu.memory_bytes - reserve
+    at_card = min(card, fp)
+    ideal = runs.step("ideal", fp, best)
+    grids = {case: [(c, runs.run("lookahead", c, model, note=f" ({case} case)").step_mean_seconds) for c in caps]
+             for case, model in cases}
+    limits = {f"{t:.0%}": ideal * (1 + t) for t in K.SWEEP_TOLERANCES}
+    if first_answer:
+        first_answer(rough(workload, best.gpu.name, grids, limits, card, reserve))
+    later = [(p, at_card, model) for _case, model in cases for p in ("naive", "launch", "lookahead")]
+    later += report.plot_plan(workload, best, fractions)
+    if expect:
+        expect(len(runs.done) + sum(_halvings(*bracket(grids[case], limit), fp) for case in grids
+                                    for limit in limits.values()) + runs.to_make(later))
     doc = {"trace": workload.path, "name": workload.name, "gpu": best.gpu.name, "model": best.name,
-           "peak_footprint_bytes": workload.peak_footprint, "sweep": data, "reserve_bytes": reserve,
+           "peak_footprint_bytes": fp, "sweep": None, "reserve_bytes": reserve,
            "card_capacity_bytes": card, "cases": {}}
     for case, model in cases:
-        ideal = _mean_step(workload, "ideal", workload.peak_footprint, model)
-        if model is best:
-            grid = list(zip(data["capacities"], [ms / 1e3 for ms in data["step_ms"]["lookahead"]]))
-        else:
-            grid = [(c, _mean_step(workload, "lookahead", c, model)) for c in data["capacities"]]
-        smallest = {f"{t:.0%}": smallest_capacity(workload, model, ideal * (1 + t), grid)
-                    for t in K.SWEEP_TOLERANCES}
-        at_card = min(card, workload.peak_footprint)
+        smallest = {t: smallest_capacity(workload, model, limit, grids[case], runs, case) for t, limit in limits.items()}
         doc["cases"][case] = {"bandwidth_bytes_per_s": model.bandwidth, "full_duplex": model.full_duplex,
                               "ideal_seconds": ideal, "smallest_capacity_bytes": smallest,
-                              "card_step_mean_seconds": {p: _mean_step(workload, p, at_card, model)
-                                                         for p in ("naive", "launch", "lookahead")}}
+                              "card_step_mean_seconds": {p: runs.run(p, at_card, model, note=f" (the card, {case} case)")
+                                                         .step_mean_seconds for p in ("naive", "launch", "lookahead")}}
+    if expect:
+        expect(len(runs.done) + runs.to_make(later))
+    doc["sweep"] = report.series(workload, best, fractions, runs=runs)
     return doc
+
+
+def sweep_runs(workload, cases, fractions=report.PLOT_FRACTIONS) -> int:
+    """The runs the first answer takes: ideal, and lookahead at the plot's capacities in each case."""
+    return 1 + len(report.capacities(workload, fractions)) * len(cases)
+
+
+def rough(workload, gpu: str, grids, limits, card: int, reserve: int) -> str:
+    """The first answer: per case, between which two of the plot's capacities lookahead first
+    comes within the first tolerance of its unlimited-memory step; and whether the card has it."""
+    fp = workload.peak_footprint
+    tolerance, limit = next(iter(limits.items()))
+    spans = {case: bracket(grid, limit) for case, grid in grids.items()}
+
+    def between(missed, met):
+        if met is None:
+            return f"more than its {report._size(fp)} footprint allows: all of it"
+        return f"between {report._size(missed)} and {report._size(met)}" if missed else f"at most {report._size(met)}"
+
+    best, worst = (spans[c] for c in ("best", "worst"))
+    need = [met or fp for _missed, met in (best, worst)]
+    has = "enough" if card >= need[1] else "enough in the best case only" if card >= need[0] else \
+        "not enough" if card < best[0] else "not known yet"
+    return (f"first answer, from the plot's capacities ({100 * (grids['best'][1][0] - grids['best'][0][0]) / fp:.1f}% "
+            f"of the footprint apart; refined to {REFINE_SHARE:.0%} next): {workload.name} needs {between(*best)} "
+            f"of GPU memory (a step within {tolerance} of its step with unlimited memory, under lookahead); "
+            f"{between(*worst)} if the link is as slow as the worst case. The {gpu} has {report._size(card)} for "
+            f"it ({report._size(reserve)} reserved): {has}.")
 
 
 def _capacity(n, footprint) -> str:
