@@ -281,19 +281,13 @@ def _cycle(workload):
     return last_lo, last_hi, 1
 
 
-def _bytes(workload, capacity: int) -> dict:
-    """The bound's byte counts, which no rate changes: computed once per workload and capacity
-    (a run over the range of rates, or a plot's capacities, asks again with other rates)."""
-    cache = workload.__dict__.setdefault("_bound_bytes", {})
-    if capacity in cache:
-        return cache[capacity]
+def _capacity_free(workload) -> dict:
+    """The iteration, its launches' blocks, D_live and the touched bytes: what no capacity and no
+    rate changes, computed once per workload (a sweep asks at a dozen capacities)."""
+    known = workload.__dict__.get("_bound_capacity_free")
+    if known is not None:
+        return known
     lo, hi, steps = _cycle(workload)
-    slots = capacity // K.BLOCK_BYTES
-    launches = [tuple(b for b, _mask in workload.touched[k]) for k in range(lo, hi)]
-    must = steady_bytes_per_cycle([(b,) for blocks in launches for b in blocks], workload.block_bytes,
-                                  slots) / steps
-    together = steady_bytes_per_cycle(launches, workload.block_bytes, slots) / steps
-    live = live_written_bytes(workload, lo, hi)
     weak = []
     bounds = engine._step_bounds(workload)
     for s in engine.steady_steps(workload):
@@ -303,8 +297,25 @@ def _bytes(workload, capacity: int) -> dict:
             for b, mask in workload.touched[k]:
                 pages[b] = pages.get(b, 0) | mask
         weak.append(sum(m.bit_count() for m in pages.values()) * K.PAGE_BYTES)
-    cache[capacity] = {"cycle": (lo, hi, steps), "launches": launches, "must": must, "together": together,
-                       "live": live, "touched": float(np.median(weak))}
+    known = workload.__dict__["_bound_capacity_free"] = {
+        "cycle": (lo, hi, steps), "launches": [tuple(b for b, _mask in workload.touched[k]) for k in range(lo, hi)],
+        "live": live_written_bytes(workload, lo, hi), "touched": float(np.median(weak))}
+    return known
+
+
+def _bytes(workload, capacity: int) -> dict:
+    """The bound's byte counts, which no rate changes: computed once per workload and capacity
+    (a run over the range of rates, or a plot's capacities, asks again with other rates)."""
+    cache = workload.__dict__.setdefault("_bound_bytes", {})
+    if capacity in cache:
+        return cache[capacity]
+    free = _capacity_free(workload)
+    launches, steps = free["launches"], free["cycle"][2]
+    slots = capacity // K.BLOCK_BYTES
+    must = steady_bytes_per_cycle([(b,) for blocks in launches for b in blocks], workload.block_bytes,
+                                  slots) / steps
+    together = steady_bytes_per_cycle(launches, workload.block_bytes, slots) / steps
+    cache[capacity] = dict(free, must=must, together=together)
     return cache[capacity]
 
 
