@@ -1,6 +1,7 @@
-"""The simulator's fast paths (issue 46 item 4: a simulator a planner can wait for) give what the
+"""A simulator a planner can wait for (issue 46 item 4). Its fast paths give what the
 straightforward code they replaced gave: each is held equal to that code, kept here as the
-reference, on random small workloads and on a real model's trace."""
+reference, on random small workloads and on a real model's trace. And a sweep answers first from
+the plot's capacities, then refines, saying how long the rest will take."""
 
 import collections
 import heapq
@@ -284,8 +285,10 @@ def test_the_sweep_answers_first_from_the_plots_capacities_then_refines(tmp_path
     before = [line for line in err[:first] if line.startswith("simulate: run ")]
     assert len(before) == 15 and before[0].startswith("simulate: run 1/15: ideal at ")
     assert all(" lookahead at " in line for line in before[1:]) and not any("refining" in line for line in before)
+    assert all(line.endswith(" left to the first answer") for line in before[1:])
     after = [line for line in err[first:] if line.startswith("simulate: run ")]
-    assert any("(refining, best case)" in line for line in after) and all("; about " in line for line in after)
+    assert any("(refining, best case)" in line for line in after)
+    assert all("; about " in line and line.endswith(" left") for line in after)
     done, total = after[-1].split(":")[1].split()[1].split("/")
     assert done == total
     doc = json.loads(p.stdout)

@@ -271,9 +271,14 @@ def _sweep(args, w, cases, plot) -> int:
                  f"{len(cases)} cases ({progress.total} runs) for a first answer; then that answer refined to "
                  f"{sweep.REFINE_SHARE:.0%} of the footprint, the steps at the card's memory and the table's "
                  "other runs")
+    progress.goal = " to the first answer"
+
+    def first_answer(text):
+        progress.say("simulate: " + text)
+        progress.goal = ""
+
     try:
-        doc = sweep.sweep(w, cases, reserve, progress.step, first_answer=lambda text: progress.say("simulate: " + text),
-                          expect=progress.expect)
+        doc = sweep.sweep(w, cases, reserve, progress.step, first_answer=first_answer, expect=progress.expect)
     finally:
         progress.close()
     if plot:

@@ -23,6 +23,7 @@ class Progress:
         self.stream = stream or sys.stderr
         self.terminal = self.stream.isatty()
         self.started = time.monotonic()
+        self.goal = ""      # what the time left is to: "" the end, or e.g. " to the first answer"
 
     def expect(self, total: int):
         """The work now known to be coming: `total` units in all (a bisection's runs are known
@@ -34,7 +35,7 @@ class Progress:
         if not self.eta or self.done < 2:
             return ""
         per = (time.monotonic() - self.started) / (self.done - 1)
-        return f"; about {duration(per * (self.total - self.done + 1))} left"
+        return f"; about {duration(per * (self.total - self.done + 1))} left{self.goal}"
 
     def step(self, what: str):
         """A unit begins: `what` says which (a policy at a capacity; a training step)."""
