@@ -342,7 +342,7 @@ class _Run:
         gpu, pages = self.gpu, self.w.block_pages[b]
         # On a full GPU the driver evicts on the prefetch's path, then fills (evict, then fill).
         back = gpu.make_room(gpu.size[b], b) if b not in gpu.chunks else 0
-        arriving = gpu.arriving(b, pages)
+        arriving = (pages & ~gpu.res[b]).bit_count() * K.PAGE_BYTES   # gpu.arriving(b, pages), inline
         moved = gpu.add(b, pages)
         self.r.bytes_prefetched_h2d += moved
         self.r.prefetch_calls += 1

@@ -76,8 +76,31 @@ class LaunchThread:
         """A call (kind: "prefetch", "evict" or "discard") for block b at `now` at the earliest;
         `wait`: the copy the ioctl waits for (the CPU time of moving the pages runs inside it);
         `moved`: the bytes of b's pages it moves.
-        Returns when it returns, on the thread that makes it."""
-        cost = self._cost(kind, b, wait, moved)
+        Returns when it returns, on the thread that makes it.  (One body, no helper: a run
+        makes a million of these.)"""
+        costs = self.costs
+        if costs is None:
+            cost = 0.0
+        else:
+            # Moving the pages' CPU time runs while the copies pushed before it go: a call that
+            # waits for its copies takes the longer (fakecuda's fc_prefetch_d2h_wait_ns: the
+            # measured rate of a move to the host is the whole call's).  costs.moved(), inline.
+            wait = max(wait, moved * costs.move / K.BLOCK_BYTES)
+            last = self.ranges.get(kind)
+            if last is not None and b == last[0] + 1 and self.address[b] == self.address[last[0]] + K.BLOCK_BYTES:
+                n = last[1] + 1
+            else:
+                n = 1
+                self.started += 1
+            cost = self.step_costs.get((kind, n))
+            if cost is None:   # the same few values a million times a run: each computed once
+                price = costs.discard if kind == "discard" else costs.migrate
+                cost = self.step_costs[kind, n] = price(n) - price(n - 1) if n > 1 else price(1)
+            self.ranges[kind] = (b, n)
+            cost += wait
+            self.seconds += cost
+            if self.on_worker:
+                self.worker_seconds += cost
         if self.on_worker:
             self.worker = max(self.worker, now) + cost
             return self.worker
@@ -111,26 +134,3 @@ class LaunchThread:
             self.worker = clock
         else:
             self.clock = clock
-
-    def _cost(self, kind, b, wait, moved):
-        if self.costs is None:
-            return 0.0
-        # Moving the pages' CPU time runs while the copies pushed before it go: a call that
-        # waits for its copies takes the longer (fakecuda's fc_prefetch_d2h_wait_ns: the
-        # measured rate of a move to the host is the whole call's).
-        wait = max(wait, self.costs.moved(moved))
-        last = self.ranges.get(kind)
-        if last is not None and b == last[0] + 1 and self.address[b] == self.address[last[0]] + K.BLOCK_BYTES:
-            n = last[1] + 1
-        else:
-            n = 1
-            self.started += 1
-        cost = self.step_costs.get((kind, n))
-        if cost is None:   # the same few values a million times a run: each computed once
-            price = self.costs.discard if kind == "discard" else self.costs.migrate
-            cost = self.step_costs[kind, n] = price(n) - price(n - 1) if n > 1 else price(1)
-        self.ranges[kind] = (b, n)
-        self.seconds += cost + wait
-        if self.on_worker:
-            self.worker_seconds += cost + wait
-        return cost + wait

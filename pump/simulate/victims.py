@@ -78,7 +78,7 @@ class UseOrder:
         self.migrated[b], self.named[b] = migrated, 0
         self.members.add(b)
         self.member[b] = True
-        self._push(b)
+        heapq.heappush(self.heap, (int(self.used[b]), migrated, b))   # _push: named is 0, used never below
 
     def remove(self, b):
         self.members.discard(b)
