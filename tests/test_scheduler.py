@@ -60,7 +60,7 @@ def test_the_planner_process_learns_and_comes_back_after_dying():
         planned = planner.submit(handle, batch).result(60)
         handle.learned(planned)
         assert handle.period > 0 and handle.fresh and planned.cost > 0
-        assert np.count_nonzero(handle.take_layout()[0]["key"]) > 0  # a plan with triggers
+        assert len(handle.take_layout()[0][0]) > 0  # a plan with triggers (the slots used)
         handle.set_bandwidth(25e9)  # the link's rate measured (LINK records): the plan is made at it
         handle.learned(planner.submit(handle, None).result(60))
         assert handle.planned_bandwidth == 25e9
