@@ -80,7 +80,9 @@ class Foresight:
         self._freed_base = 0          # the launch number of self.freed[0]
         self._blocks_of_key = {}      # launch key -> its blocks, for launches without extents
         self._cache_refs = 0          # block references the cache's tuples hold
-        self.refs_max = HISTORY_REFS_MAX  # block references the history may hold (pumpd sets it per user)
+        self.refs_max = HISTORY_REFS_MAX  # block references the history may hold (pumpd sets each
+        self.cached_keys_max = KEY_CACHE_MAX  # ... process's share of these three: limit())
+        self.freed_kept_max = FREED_KEPT_MAX
         self.refs = np.empty(0, np.int64)  # per launch in history: the block references it holds
         self._refs_held = 0           # their sum
         self.history_trimmed = 0      # launches forgotten early to hold refs_max
@@ -175,29 +177,54 @@ class Foresight:
         for i, key in enumerate(listed):
             if key not in cache:
                 first.setdefault(key, i)
-        if len(cache) + len(first) > KEY_CACHE_MAX or self._cache_refs > self.refs_max:
+        if len(cache) + len(first) > self.cached_keys_max or self._cache_refs > self.refs_max:
             cache.clear()  # a cache: what pumpd holds for one session stays bounded
             self._cache_refs = 0
             first = {}  # every key of the batch is new now (one cached before would be missing)
             for i, key in enumerate(listed):
                 first.setdefault(key, i)
+        new = list(first.items())
+        skip = self._skipped_for_refs([self._key_block_count(batch, i) for _key, i in new],
+                                      self.refs_max - self._cache_refs)
         refs = np.ones(len(listed), np.int64)
-        for key, i in first.items():
-            cache[key] = self._needed_blocks(batch, i)
-            refs[i] = max(1, len(cache[key]))
-            self._cache_refs += len(cache[key])
-        return list(map(cache.__getitem__, listed)), refs
+        extra = {}  # new keys past the cache's room: this batch's launches share them, the cache keeps none
+        room = max(0, self.cached_keys_max - len(cache))
+        for key, i in new[skip:]:
+            blocks = self._needed_blocks(batch, i)
+            refs[i] = max(1, len(blocks))
+            if room:
+                cache[key] = blocks
+                self._cache_refs += len(blocks)
+                room -= 1
+            else:
+                extra[key] = blocks
+        if not skip and not extra:
+            return list(map(cache.__getitem__, listed)), refs
+        skipped = {key for key, _i in new[:skip]}  # not cached: their next launches ask again
+        self.need_skipped += sum(key in skipped for key in listed)
+        return [cache.get(key) or extra.get(key, ()) for key in listed], refs
+
+    def _key_block_count(self, batch, i) -> int:
+        """At most how many blocks launch i's allocations hold (without making them)."""
+        return sum(self.allocations.get(base, 0) // BLOCK + 1 for base in batch.launch_bases(i).tolist())
+
+    def _skipped_for_refs(self, counts, room=None) -> int:
+        """How many of the first of these launches (each naming at most counts[i] blocks) to
+        leave without needs, so that the rest name at most `room` (refs_max): one batch cannot
+        make the planner hold more than its cap even for a moment."""
+        counts = np.asarray(counts, np.int64)
+        room = self.refs_max if room is None else max(0, room)
+        if counts.sum() <= room:
+            return 0
+        return len(counts) - int(np.searchsorted(np.cumsum(counts[::-1]), room, side="right"))
 
     def _extent_blocks(self, batch, n) -> tuple:
         """Each launch's blocks from its EXTENT ranges, and the references each holds. A batch
         whose ranges name more than refs_max blocks keeps the needs of its last launches only
         (the others need nothing known: counted in need_skipped), so that one batch cannot make
         the planner hold more than its cap even for a moment."""
-        counts = np.array([sum(size // BLOCK + 2 for _addr, size, _w in batch.extents.get(i, ()) if size > 0)
-                           for i in range(n)], np.int64)  # at most this many blocks each
-        keep = 0 if counts.sum() <= self.refs_max else \
-            int(np.searchsorted(np.cumsum(counts[::-1]), self.refs_max, side="right"))
-        first = 0 if not keep else n - keep
+        first = self._skipped_for_refs([sum(size // BLOCK + 2 for _addr, size, _w in batch.extents.get(i, ()) if size > 0)
+                                        for i in range(n)])  # at most this many blocks each
         self.need_skipped += first
         blocks = [()] * first + [self._needed_blocks(batch, i) for i in range(first, n)]
         return blocks, np.array([max(1, len(b)) for b in blocks], np.int64)
@@ -246,11 +273,11 @@ class Foresight:
                 self._freed_kept += len(blocks)
 
     def _trim_freed(self, drop):
-        """After `drop` launches left the history's front: at most FREED_KEPT_MAX freed blocks
+        """After `drop` launches left the history's front: at most freed_kept_max freed blocks
         are kept, the newest (a plan reads the last iteration's)."""
         self._freed_base += drop
         held = self._freed_held
-        while held and (held[0][0] < self._freed_base or self._freed_kept > FREED_KEPT_MAX):
+        while held and (held[0][0] < self._freed_base or self._freed_kept > self.freed_kept_max):
             at, count = held.popleft()
             self._freed_kept -= count
             if at >= self._freed_base:
@@ -270,7 +297,7 @@ class Foresight:
             freed[0] = carried + freed[0]
         else:
             later = carried + later
-        self._freed_next = later[-FREED_CARRIED_MAX:]
+        self._freed_next = later[-min(FREED_CARRIED_MAX, self.freed_kept_max):]
         return freed
 
     def _add_allocation(self, base, size):

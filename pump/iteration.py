@@ -30,6 +30,7 @@ class IterationDetector:
         self._len = 0
         self.offset = 0               # global launch index of keys[0]
         self._where = {}              # key -> global indices at which it occurs (may hold dropped ones)
+        self.history_max = MAX_HISTORY  # launches kept (pumpd sets each process's share)
 
     @property
     def keys(self) -> np.ndarray:
@@ -54,8 +55,8 @@ class IterationDetector:
             self._where.setdefault(k, []).extend(positions[start:end])
         self._buf[self._len:self._len + len(keys)] = keys
         self._len += len(keys)
-        drop = self._len - MAX_HISTORY
-        if drop < MAX_HISTORY // 8:      # trim in chunks: a trim copies the history
+        drop = self._len - self.history_max
+        if drop <= 0 or drop < self.history_max // 8:  # trim in chunks: a trim copies the history
             return 0
         self.drop_front(drop)
         return drop

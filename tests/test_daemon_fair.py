@@ -300,7 +300,7 @@ def test_one_users_plans_made_anew_leave_another_users_ring_read_and_plan_publis
 
 # ---- issue 45, attack 2: planner memory ----
 MEMORY_SECONDS = 15.0
-PLANNER_RSS_BOUND = 1 << 30  # the unit's MemoryMax is 2 GiB, for pumpd and its planner together
+PLANNER_RSS_BOUND = 1 << 30  # one user's share of the planner (limits.memory_at_most counts them all)
 
 
 def test_a_ring_naming_a_huge_allocation_in_every_launch_does_not_grow_the_planner_without_bound():

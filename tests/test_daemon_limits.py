@@ -215,6 +215,19 @@ def test_function_and_allocation_tables_are_capped_per_user():
     assert tallies["functions"].held[7] == 2
 
 
+def test_the_tables_are_capped_for_all_users_together():
+    """Each table ring records grow is capped for all users too (limits.TABLES_MAX): with caps
+    per user alone, pumpd's memory grew with the number of users (tests/test_daemon_memory.py)."""
+    from pumpd import limits
+    tally = limits.Tally("functions", per_uid_max=10, global_max=25)
+    assert [tally.take(uid, 10) for uid in (1, 2, 3)] == [10, 10, 5]
+    assert tally.dropped == {3: 5} and tally.total == 25
+    tally.give_back(1, 4)
+    assert tally.take(3, 10) == 4 and tally.total == 25
+    tallies = limits.table_tallies()
+    assert all(tallies[t].global_max == limits.TABLES_MAX[t] > tallies[t].per_uid_max for t in tallies)
+
+
 def test_a_huge_allocation_record_does_not_stall_the_planner():
     import threading
     from pumpd import limits, lookahead

@@ -552,6 +552,36 @@ def test_the_history_holds_at_most_its_block_references():
     assert f.history_trimmed > 0 and len(f.blocks) == len(f.detector.keys) == len(f.seconds) == len(f.refs)
 
 
+def test_new_kernels_on_a_huge_allocation_hold_at_most_the_block_references():
+    """Without extents a launch needs every block of the allocations it names, made once per
+    new launch key: a batch of launches each of a new kernel on a 1 TiB allocation made a
+    tuple of 524,288 blocks per key, all of them, before the cap was looked at (found by
+    tests/test_daemon_memory.py: 24 GB and the OOM killer). One batch now keeps only its last
+    keys' needs within refs_max; and one launch whose extent alone is past refs_max needs nothing
+    known (it was kept whole)."""
+    size = 32768 * BLOCK
+    f = Foresight(64 * MIB, 50e9)
+    f.refs_max = 4 * 32768 + 4
+    t = TraceBuilder()
+    base = t.alloc(size)
+    f.observe(t.batch())
+    t = TraceBuilder()
+    for i in range(8):
+        t.launch(0x100 + 16 * i, [base])
+    f.observe(t.batch())
+    assert f._cache_refs <= f.refs_max and f._refs_held <= f.refs_max
+    assert f.need_skipped == 4 and [len(b) for b in f.blocks[-8:]] == [0] * 4 + [32768] * 4
+    one = Foresight(64 * MIB, 50e9)
+    one.refs_max = 1000
+    t = TraceBuilder()
+    base = t.alloc(size)
+    one.observe(t.batch())
+    t = TraceBuilder()
+    t.launch(0x100, [base], extents=[(base, size, True)])
+    one.observe(t.batch())
+    assert one.need_skipped == 1 and one._refs_held <= one.refs_max
+
+
 def test_a_history_within_its_references_learns_as_before():
     """The cap takes nothing from a job that fits it: a training loop is learned the same."""
     trace, _, _ = training_trace(steps=4, layers=6)
@@ -581,4 +611,4 @@ def test_a_cache_cleared_mid_stream_still_gives_every_launch_its_blocks(monkeypa
     for i in range(8):
         t.launch(0x100 + 16 * i, [bases[i % 4]])      # the four cached keys, four new ones: past 6
     f.observe(t.batch())
-    assert [len(b) for b in f.blocks[-8:]] == [8] * 8 and len(f._blocks_of_key) == 8
+    assert [len(b) for b in f.blocks[-8:]] == [8] * 8 and len(f._blocks_of_key) == 6  # the cap, not the batch

@@ -89,7 +89,7 @@ def test_the_planner_runs_below_pumpd_and_is_the_oom_killers_first_choice():
     from pumpd import planner as planning
     from synthetic_trace import training_trace
     unit = (pathlib.Path(__file__).resolve().parents[1] / "scripts" / "pumpd.service").read_text()
-    assert "\nOOMPolicy=continue\n" in unit and "\nMemoryMax=2G\n" in unit
+    assert "\nOOMPolicy=continue\n" in unit and "\nMemoryMax=4G\n" in unit
     trace, _, _ = training_trace(steps=4, layers=6)
     batch = channel.decode(np.concatenate(trace.records))
     planner = planning.Planner()
@@ -109,13 +109,15 @@ class FakePlanner:
 
     def __init__(self):
         self.turns = []
+        self.shares = []  # each turn's (handle, share)
 
     def session(self, key, budget=1 << 30, bandwidth=25e9):
         from pumpd.planner import Handle
         return Handle(self, key, budget, bandwidth)
 
-    def submit(self, handle, batches, refs_max):
+    def submit(self, handle, batches, share):
         import concurrent.futures
+        self.shares.append((handle, share))
         future = concurrent.futures.Future()
         self.turns.append((handle, batches, future))
         return future
@@ -234,6 +236,26 @@ def test_planner_time_is_shared_between_users_not_turns():
     run_turns(scheduler, [dear, cheap], complete, 210)
     ratio = scheduler.spent[1000] / scheduler.spent[1001]
     assert 0.8 < ratio < 1.25 and turns[1001] > 15 * turns[1000], (turns, dict(scheduler.spent))
+
+
+def test_the_planners_tables_are_shared_out_between_users_then_their_processes():
+    """One planner process learns every user's lookahead processes: its tables hold at most
+    limits.PLANNER_TABLES_MAX for all users together, each user with lookahead processes an
+    equal part, each of its processes an equal part of that (issue 45 items 2 and 6: with a cap
+    per user alone, every new user's processes grew the planner by another ~320 MiB of block
+    references, and the other tables were capped only per process)."""
+    from pumpd.limits import PLANNER_TABLES_MAX
+    planner = FakePlanner()
+    four, one = lookahead_job(1000, planner, sessions=4), lookahead_job(1001, planner)
+    scheduler = Scheduler(LookaheadHost(), RateLimitedLog())
+    scheduler.planner.stop()
+    scheduler.planner = planner
+    run_turns(scheduler, [four], lambda handle: planned(0.01), 1)
+    assert planner.shares[-1][1] == {t: most // 4 for t, most in PLANNER_TABLES_MAX.items()}
+    run_turns(scheduler, [four, one], lambda handle: planned(0.01), 8)
+    shares = {handle.key // 100: share for handle, share in planner.shares[1:]}
+    assert shares[1000] == {t: most // 2 // 4 for t, most in PLANNER_TABLES_MAX.items()}
+    assert shares[1001] == {t: most // 2 for t, most in PLANNER_TABLES_MAX.items()}
 
 
 def test_overruns_back_off_then_fall_back_to_the_launch_rule():

@@ -33,15 +33,75 @@ PLANNED_BLOCKS_PER_UID_MAX = 1 << 19  # 2 MiB blocks a lookahead planner keeps a
                                  # keeps each for good): 1 TiB of managed memory, ~60 MiB
 PENDING_PER_UID_MAX = 1 << 19    # ring records read and waiting for the planner (backlog.py):
                                  # about 100 B each decoded at most, ~50 MiB
+# All users' entries of each of those four tables together (Tally's global cap): with caps per
+# user alone, pumpd's memory grew with the number of users (memory_at_most). Twice one user's.
+TABLES_MAX = {"functions": 2 * FUNCTIONS_PER_UID_MAX, "allocations": 2 * ALLOCATIONS_PER_UID_MAX,
+              "planned_blocks": 2 * PLANNED_BLOCKS_PER_UID_MAX, "pending_records": 2 * PENDING_PER_UID_MAX}
 # ---- the lookahead planner's time (pumpd/planner.py, pumpd/scheduler.py) ----
 PLAN_DEADLINE_SECONDS = 5.0      # the planner's CPU time for one session's turn (learning a
                                  # batch, planning an iteration); a learned GPT-2 step's plan takes
                                  # well under a second (see docs/daemon-limits.md)
-PLANNER_REFS_PER_UID_MAX = 1 << 23  # block references the planner's histories hold for one
-                                 # user (about 40 bytes each where not shared: ~320 MiB), shared
-                                 # out evenly between the user's lookahead processes
 PLAN_OVERRUNS_MAX = 3            # turns of one process that meet it before it falls back to
                                  # the launch rule; each one doubles its wait for the next turn
+
+# ---- the lookahead planner's tables ----
+# One planner process learns every user's lookahead processes, so what its tables hold is held
+# for all users together: each turn gives the process planned its share (planner_share), an equal
+# part for each user with lookahead processes and an equal part of that for each of the user's
+# processes, never more than one process's own most (the defaults in pump/foresight.py,
+# pump/iteration.py, pumpd/lookahead.py). A share made smaller by another user's first process
+# holds from the next turn on; what a smaller share leaves out is forgotten, oldest first, and
+# counted (planner_trimmed) where it is a launch.
+PLANNER_TABLES_MAX = {
+    "refs": 1 << 22,          # 2 MiB-block references the launch histories hold
+    "launches": 1 << 20,      # launches the iteration detectors keep (an iteration of up to half of
+                              # its share is learned)
+    "cached_keys": 1 << 17,   # launch keys whose blocks are cached
+    "freed_blocks": 1 << 19,  # freed blocks the histories keep (bert-base frees ~19,000 a step)
+    "kernel_keys": 1 << 17,   # launch keys with GPU-timed kernel times
+    "window": 1 << 18,        # launch intervals kept for each key's median
+}
+
+
+def planner_share(owners: int, processes: int) -> dict:
+    """What one lookahead process's tables may hold in its turn: table -> entries, with `owners`
+    users having lookahead processes and its own user `processes` of them."""
+    return {table: max(1, most // max(1, owners) // max(1, processes)) for table, most in PLANNER_TABLES_MAX.items()}
+
+
+# ---- memory: what the caps above let pumpd and its planner hold ----
+# Bytes an entry of each table costs at the peak while it is made, measured through the code
+# that keeps it (tests/test_daemon_memory.py holds each measurement under its figure, which is
+# about 1.25 times what it measured), and the fixed costs beside them (RSS, measured there too).
+BYTES_PER = {"functions": 1500, "allocations": 200, "pending_records": 280, "planned_blocks": 80,
+             "refs": 56, "launches": 330, "cached_keys": 780, "freed_blocks": 64, "kernel_keys": 1060,
+             "window": 100}
+PUMPD_BASE_BYTES = 64 << 20      # pumpd with no client (45 MiB RSS measured)
+PLANNER_BASE_BYTES = 48 << 20    # the planner process with no session (35 MiB)
+SESSION_BYTES = 24 << 10         # a session in pumpd beyond its tables (9 KiB measured, and the
+                                 # ring's and plan's header pages pumpd makes)
+PLANNER_PROCESS_BYTES = 32 << 10  # a lookahead process in the planner beyond its tables (21 KiB)
+CONNECTION_BYTES = 80 << 10      # a connection with a whole message unread (at most 64 KiB)
+PARSE_BYTES = 8 << 20            # one message decoded at a time (JSON nested deep in 64 KiB)
+
+
+def memory_at_most(sessions: int = SESSIONS_MAX, connections: int = CONNECTIONS_MAX) -> int:
+    """The most memory pumpd and its planner hold, sessions and connections at these counts (all
+    lookahead), every table full: what must fit the unit's MemoryMax with room to spare.
+    Shared memory is the jobs' (pump/channel.py: the shim makes its plan's pages, pumpd reads
+    rings with pread), but for the header pages in SESSION_BYTES."""
+    from pumpd.backlog import BACKLOG_RECORDS
+    from pumpd.tracing import QUEUE_BYTES_ALL_MAX
+    tables = sum(TABLES_MAX[t] * BYTES_PER[t] for t in ("functions", "allocations", "pending_records"))
+    # The planner's: the histories' references twice (the key cache and the history may each
+    # hold tuples the other let go), the blocks of every allocation it was given room for.
+    planner = sum(most * BYTES_PER[t] * (2 if t == "refs" else 1) for t, most in PLANNER_TABLES_MAX.items())
+    planner += TABLES_MAX["planned_blocks"] * BYTES_PER["planned_blocks"]
+    turn = 2 * BACKLOG_RECORDS * BYTES_PER["pending_records"]  # a turn's batches, pickled and unpickled
+    return (PUMPD_BASE_BYTES + tables + sessions * SESSION_BYTES + connections * CONNECTION_BYTES + PARSE_BYTES
+            + QUEUE_BYTES_ALL_MAX + turn
+            + PLANNER_BASE_BYTES + planner + sessions * PLANNER_PROCESS_BYTES + turn)
+
 
 # ---- descriptors: what the caps above let pumpd hold for its clients ----
 DESCRIPTORS_PER_CONNECTION = 1 + FDS_MAX  # its socket, and what the message being read carries
@@ -81,30 +141,38 @@ def descriptors_at_most(connections: int, sessions: int, jobs: int) -> int:
 
 
 class Tally:
-    """Per-uid counts of one kind of table entry with a cap; what did not fit is counted
-    in ``dropped`` and logged once per uid."""
+    """Per-uid counts of one kind of table entry, capped per uid and for all uids together; what
+    did not fit is counted in ``dropped`` and logged once per uid."""
 
-    def __init__(self, what: str, per_uid_max: int):
+    def __init__(self, what: str, per_uid_max: int, global_max: int = None):
         self.what, self.per_uid_max = what, per_uid_max
+        self.global_max = per_uid_max if global_max is None else global_max
         self.held = {}       # uid -> entries held
+        self.total = 0       # all uids' entries held
         self.dropped = {}    # uid -> entries refused
         self.told = set()    # uids already logged
 
     def take(self, uid: int, n: int) -> int:
         """How many of n more entries uid may keep (the rest are counted as dropped)."""
         held = self.held.get(uid, 0)
-        granted = max(0, min(n, self.per_uid_max - held))
+        granted = max(0, min(n, self.per_uid_max - held, self.global_max - self.total))
         self.held[uid] = held + granted
+        self.total += granted
         if granted < n:
             self.dropped[uid] = self.dropped.get(uid, 0) + n - granted
             if uid not in self.told:
                 self.told.add(uid)
-                log.warning("uid %d holds %d %s, the most kept per user: further ones are dropped "
-                            "(counted in %s_dropped)", uid, self.per_uid_max, self.what, self.what)
+                mine = held + granted >= self.per_uid_max
+                log.warning("uid %d holds %d %s, %s: further ones are dropped (counted in %s_dropped)",
+                            uid, held + granted, self.what,
+                            "the most kept per user" if mine else f"and all users {self.total}, the most kept",
+                            self.what)
         return granted
 
     def give_back(self, uid: int, n: int):
-        self.held[uid] = max(0, self.held.get(uid, 0) - n)
+        n = min(n, self.held.get(uid, 0))
+        self.held[uid] = self.held.get(uid, 0) - n
+        self.total -= n
 
 
 class Quota:
@@ -139,8 +207,7 @@ class Quota:
 
 
 def table_tallies() -> dict:
-    """The per-uid tallies of the tables ring records grow (one set per daemon)."""
-    return {"functions": Tally("functions", FUNCTIONS_PER_UID_MAX),
-            "allocations": Tally("allocations", ALLOCATIONS_PER_UID_MAX),
-            "planned_blocks": Tally("planned_blocks", PLANNED_BLOCKS_PER_UID_MAX),
-            "pending_records": Tally("pending_records", PENDING_PER_UID_MAX)}
+    """The tallies of the tables ring records grow (one set per daemon), per user and in all."""
+    per_uid = {"functions": FUNCTIONS_PER_UID_MAX, "allocations": ALLOCATIONS_PER_UID_MAX,
+               "planned_blocks": PLANNED_BLOCKS_PER_UID_MAX, "pending_records": PENDING_PER_UID_MAX}
+    return {what: Tally(what, most, TABLES_MAX[what]) for what, most in per_uid.items()}

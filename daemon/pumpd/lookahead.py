@@ -49,7 +49,8 @@ import collections
 import numpy as np
 
 from pump import channel, link
-from pump.foresight import Foresight
+from pump.foresight import FREED_KEPT_MAX, HISTORY_REFS_MAX, KEY_CACHE_MAX, Foresight
+from pump.iteration import MAX_HISTORY
 
 # Launch intervals under this are the launching thread's own pace, not kernel times.
 KERNEL_SECONDS_MIN = 1e-6
@@ -83,6 +84,19 @@ class Lookahead:
         self.kernel_ns = {}           # launch key -> its latest GPU-timed kernel times (ns)...
         self.kernel_seconds = {}      # ... and the shortest of them (s)
         self.kernel_table = None      # kernel_seconds as sorted arrays (keys, seconds), made when needed
+        self.kernel_keys_max = KERNEL_KEYS_MAX  # pumpd sets each process's share of these (limit())
+        self.window_max = KEY_WINDOW
+
+    def limit(self, share: dict):
+        """What this process's tables may hold (limits.planner_share), each at most its own
+        default: what one planner learns for all users stays within limits.PLANNER_TABLES_MAX."""
+        policy = self.policy
+        policy.refs_max = min(HISTORY_REFS_MAX, share["refs"])
+        policy.detector.history_max = min(MAX_HISTORY, share["launches"])
+        policy.cached_keys_max = min(KEY_CACHE_MAX, share["cached_keys"])
+        policy.freed_kept_max = min(FREED_KEPT_MAX, share["freed_blocks"])
+        self.kernel_keys_max = min(KERNEL_KEYS_MAX, share["kernel_keys"])
+        self.window_max = min(KEY_WINDOW, share["window"])
 
     def plan(self, *batches: channel.Batch):
         """The planner's work (off the loop): the budget noted, batches learned in order (None:
@@ -122,7 +136,7 @@ class Lookahead:
         for _device, key, ns in kernels:
             samples = self.kernel_ns.get(key)
             if samples is None:
-                if len(self.kernel_ns) >= KERNEL_KEYS_MAX:
+                if len(self.kernel_ns) >= self.kernel_keys_max:
                     self.kernel_ns.clear()
                     self.kernel_seconds.clear()
                 samples = self.kernel_ns[key] = collections.deque(maxlen=KERNEL_SAMPLES)
@@ -146,8 +160,9 @@ class Lookahead:
     def _per_key(self, keys, seconds):
         """Each launch's kernel time: the (lower) median of its key's intervals in the window,
         this batch's included; vectorised (a batch may hold 65,536 distinct keys)."""
-        self.window_keys = np.concatenate((self.window_keys, keys))[-KEY_WINDOW:]
-        self.window_seconds = np.concatenate((self.window_seconds, seconds))[-KEY_WINDOW:]
+        kept = max(self.window_max, len(keys))  # the batch's own, whatever the window: its keys are looked up
+        self.window_keys = np.concatenate((self.window_keys, keys))[-kept:]
+        self.window_seconds = np.concatenate((self.window_seconds, seconds))[-kept:]
         order = np.lexsort((self.window_seconds, self.window_keys))
         k, v = self.window_keys[order], self.window_seconds[order]
         starts = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1])))

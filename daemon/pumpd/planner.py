@@ -39,7 +39,7 @@ from multiprocessing.connection import Connection
 from pump import channel
 from pump.foresight import Foresight
 from pumpd import lookahead
-from pumpd.limits import PLAN_DEADLINE_SECONDS, PLANNER_REFS_PER_UID_MAX
+from pumpd.limits import PLAN_DEADLINE_SECONDS, planner_share
 
 BANDWIDTH_INTERVAL = 5.0  # seconds: a session's plan is made anew for a new link rate at most this often
 BACKSTOP_POLL = 0.25      # seconds between looks at a turn's CPU time, past its deadline
@@ -140,13 +140,15 @@ class Planner:
         return Handle(self, key, budget, bandwidth)
 
     def submit(self, handle: Handle, batches, deadline: float = PLAN_DEADLINE_SECONDS,
-               refs_max: int = PLANNER_REFS_PER_UID_MAX) -> concurrent.futures.Future:
+               share: dict = None) -> concurrent.futures.Future:
         """The child learns the batches, in order (a Batch, a list of them, or None: only the
-        handle's budget and rate), within ``deadline`` CPU seconds, its history holding at most
-        ``refs_max`` block references; the future's result is a Planned."""
+        handle's budget and rate), within ``deadline`` CPU seconds, its tables holding at most
+        ``share`` (limits.planner_share; default: a lone process's); the future's result is a
+        Planned."""
         if not isinstance(batches, list):
             batches = [] if batches is None else [batches]
-        return self.thread.submit(self._plan, handle.key, (handle.budget, handle._bandwidth_now(), refs_max),
+        share = share or planner_share(1, 1)
+        return self.thread.submit(self._plan, handle.key, (handle.budget, handle._bandwidth_now(), share),
                                   batches, deadline)
 
     def knows(self, key: int) -> bool:
@@ -275,7 +277,7 @@ def serve(conn: Connection):
     conn.send(READY)
     while True:
         try:
-            key, (budget, bandwidth, refs_max), batches, gone, deadline = conn.recv()
+            key, (budget, bandwidth, share), batches, gone, deadline = conn.recv()
         except EOFError:
             return
         for old in gone:
@@ -289,7 +291,7 @@ def serve(conn: Connection):
                     planner = planners[key] = lookahead.Lookahead(budget, bandwidth)
                 planner.set_budget(budget)
                 planner.set_bandwidth(bandwidth)
-                planner.policy.refs_max = refs_max
+                planner.limit(share)
                 planner.plan(*batches)
             finally:
                 signal.setitimer(signal.ITIMER_VIRTUAL, 0)

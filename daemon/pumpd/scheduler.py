@@ -35,7 +35,7 @@ import sys
 import time
 
 from pump import channel
-from pumpd.limits import PLAN_OVERRUNS_MAX, PLANNER_REFS_PER_UID_MAX
+from pumpd.limits import PLAN_OVERRUNS_MAX, planner_share
 from pumpd.planner import Planner
 
 SLICE_SECONDS = 0.004     # the most one slice holds the loop (a chunk may overrun it)
@@ -173,10 +173,16 @@ class Scheduler:
         work = wanting[owner]
         job, session = work[self.plan_cursor[owner] % len(work)]
         self.plan_cursor[owner] += 1
-        processes = sum(s.lookahead is not None for j in jobs if j.uid == owner for s in j.sessions.values())
-        self._plan(owner, job, session, PLANNER_REFS_PER_UID_MAX // max(1, processes))
+        self._plan(owner, job, session, self._share(jobs, owner))
 
-    def _plan(self, owner, job, session, refs_max):
+    @staticmethod
+    def _share(jobs, owner) -> dict:
+        """What the planner's tables may hold for one of owner's lookahead processes
+        (limits.planner_share): every user with lookahead processes takes an equal part."""
+        users = collections.Counter(j.uid for j in jobs for s in j.sessions.values() if s.lookahead is not None)
+        return planner_share(len(users), users[owner])
+
+    def _plan(self, owner, job, session, share):
         """The planner's process learns the session's backlog (its ring is read meanwhile)."""
         handle = session.lookahead
 
@@ -207,7 +213,7 @@ class Scheduler:
         if not self.planner.knows(handle.key):  # a new planner (or a first turn): what pumpd knows first
             batches.insert(0, channel.Batch(allocs=list(session.allocations.items())))
         session.planning = True
-        self.planning = asyncio.wrap_future(self.planner.submit(handle, batches, refs_max=refs_max))
+        self.planning = asyncio.wrap_future(self.planner.submit(handle, batches, share=share))
         self.planning.add_done_callback(done)
 
     def _overran(self, job, session):

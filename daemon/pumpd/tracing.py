@@ -31,7 +31,7 @@ log = logging.getLogger("pumpd")
 WRITERS = 2                   # threads writing every job's traces
 QUEUE_BYTES_MAX = 32 << 20    # a trace's blocks waiting to be written; past it blocks are dropped
 QUEUE_BYTES_PER_UID_MAX = 64 << 20  # all of one user's traces together (a user's files can all hang)
-QUEUE_BYTES_ALL_MAX = 256 << 20     # every user's: well within the service's MemoryMax=2G
+QUEUE_BYTES_ALL_MAX = 256 << 20     # every user's: within the service's MemoryMax (limits.memory_at_most counts it)
 WRITE_TIMEOUT = 10.0          # seconds one write may take before its trace is given up
 STUCK_WRITERS_MAX = 8         # writers replaced after a stuck write; past it, no more threads
 
