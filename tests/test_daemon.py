@@ -710,6 +710,70 @@ def test_a_full_state_directory_loses_no_job_and_says_so(tmp_path):
         subprocess.run(["umount", "-l", str(small)], check=False)
 
 
+def test_a_read_only_state_directory_loses_no_job_and_says_so(tmp_path):
+    """Issue 45, untried until now: the state directory's file system turned read-only under a
+    running pumpd (an I/O error makes ext4 do so; here a tmpfs remounted). Registers take effect
+    and reply saved false with the reason; once it is writable again every job is written. A
+    pumpd started while the state directory is read-only (a read-only bind mount of it) serves,
+    and knows the jobs on it: it failed to start before, its tightening of the directory's mode
+    refused."""
+    if os.geteuid() != 0:
+        pytest.skip("remounting needs root (CI runs as root)")
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(small)], check=True)
+    path, jobs = small / "pumpd.sock", small / "jobs"
+    proc = None
+    try:
+        proc = start_pumpd(path)
+        with protocol.Client(str(path)) as c:
+            kept = c.request({"op": "register", "name": "before"})["job"]
+        subprocess.run(["mount", "-o", "remount,ro", str(small)], check=True)
+        with protocol.Client(str(path)) as c:
+            replies = [c.request({"op": "register", "name": f"read-only-{i}"}) for i in range(3)]
+        assert all(r["saved"] is False and "Read-only file system" in r["unsaved_reason"] for r in replies), replies
+        assert len([j for j in status(str(path)) if j.get("unsaved")]) == 3
+        subprocess.run(["mount", "-o", "remount,rw", str(small)], check=True)
+        assert wait_for(lambda: not any(j.get("unsaved") for j in status(str(path))), timeout=15)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        subprocess.run(["mount", "--bind", str(jobs), str(jobs)], check=True)
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(jobs)], check=True)
+        proc = start_pumpd(path)
+        assert sorted(j["job"] for j in status(str(path))) == sorted([kept] + [r["job"] for r in replies])
+    finally:
+        if proc is not None:
+            stop_pumpd(proc)
+        subprocess.run(["umount", "-l", str(jobs)], check=False)
+        subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def test_a_state_write_that_hangs_holds_only_the_reply_waiting_for_it(tmp_path, monkeypatch):
+    """Issue 45, untried until now: a state directory whose writes hang (a dead NFS server). The
+    reply waiting for a job's file says after FLUSH_TIMEOUT that it is not written, and the
+    file is written when the disk comes back."""
+    import asyncio
+    import threading
+    from pumpd.jobs import Job, JobStore
+    disk = threading.Event()
+    real_fsync = os.fsync
+
+    def hanging_fsync(fd):
+        disk.wait()
+        return real_fsync(fd)
+    monkeypatch.setattr(os, "fsync", hanging_fsync)
+    store = JobStore(tmp_path / "jobs")
+    job = Job(Job.new_id(), "slow-disk", os.getuid(), os.getpid(), 0.0)
+    store.save(job)
+    began = time.monotonic()
+    assert asyncio.run(store.written(job.id, timeout=0.3)) == "not written within 0.3 s"
+    assert time.monotonic() - began < 2
+    disk.set()
+    assert wait_for(lambda: job.id in store.on_disk)
+    assert asyncio.run(store.written(job.id)) is None
+    store.close()
+
+
 def test_pump_run_says_once_when_pumpd_could_not_save_its_job(monkeypatch, capsys):
     from pump import daemon_link
 

@@ -9,6 +9,7 @@ import os
 import pathlib
 import resource
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -356,6 +357,45 @@ def test_a_job_is_not_tied_to_a_pid_whose_process_is_gone(pumpd):
         client.request({"op": "register", "name": "reused"})
     client.close()
     assert status(path) == []
+
+
+@needs_root
+def test_a_pid_reused_before_pumpd_accepts_is_not_taken_for_the_client(pumpd):
+    """Issue 45, the pid-reuse attack: a process connects while pumpd is held (its connection
+    waits, unaccepted), hands the socket on and exits; its pid is given to another user's
+    long-lived process before pumpd accepts. SO_PEERCRED then names the reused pid, and its
+    start time, read at accept, is the new process's: a job tied to it would live as long as
+    that process. pumpd asks the kernel whether the process that connected still exists
+    (SO_PEERPIDFD, identity.py) and refuses. (Root forces the reuse with ns_last_pid.)"""
+    path, proc = pumpd
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        connector = os.fork()
+        if connector == 0:  # connects (SO_PEERCRED names it), and is gone
+            try:
+                sock.connect(path)
+            finally:
+                os._exit(0)
+        os.waitpid(connector, 0)
+        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+            f.write(str(connector - 1))
+        victim = subprocess.Popen(["sleep", "60"], user=65534)
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    try:
+        if victim.pid != connector:
+            pytest.skip(f"the pid was not reused ({victim.pid} for {connector}): another process took it")
+        client = protocol.Client.__new__(protocol.Client)
+        client.sock = sock
+        sock.settimeout(5)
+        with pytest.raises(protocol.ProtocolError, match="the process that connected is gone"):
+            client.request({"op": "register", "name": "reused"})
+        client.close()
+        assert status(path) == []
+    finally:
+        victim.kill()
+        victim.wait()
 
 
 def test_names_with_control_characters_are_escaped_in_log_and_table(pumpd):

@@ -18,6 +18,7 @@ does not own or that others can write.
 
 import asyncio
 import collections
+import errno
 import json
 import logging
 import os
@@ -403,7 +404,11 @@ class JobStore:
             raise StateDirError(f"state directory {self.dir}: cannot open it as a directory (not "
                                 f"following symlinks): {exc.strerror}") from None
         check_private_dir(self.fd, self.dir, "state directory")
-        os.fchmod(self.fd, 0o700)
+        try:
+            os.fchmod(self.fd, 0o700)
+        except OSError as exc:  # read-only (an I/O error remounts ext4 so): served, jobs unsaved until it is not
+            if exc.errno != errno.EROFS:
+                raise
         self._remove_stale_temps()
         # started here, not on the loop (a thread's start waits for it to run: 0.4 s seen under load)
         self.writer = threading.Thread(target=self._write_pending, name="pumpd-jobs", daemon=True)
