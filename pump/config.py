@@ -95,7 +95,22 @@ class DaemonConfig:
     interval_s: float = 2.0
     default_budget: Optional[str] = None   # budget of jobs that set none; None: no budget
     gpu_pool: Optional[str] = None         # bytes (or "N%" of each GPU) the arbiter divides; None: none
+    # [limits]: what one user may make pumpd hold; None: pumpd's own (daemon/pumpd/limits.py)
+    limit_connections_per_user: Optional[int] = None
+    limit_sessions_per_user: Optional[int] = None
+    limit_jobs_per_user: Optional[int] = None
+    limit_kernel_names_per_user: Optional[int] = None
+    limit_allocations_per_user: Optional[int] = None
+    limit_planned_blocks_per_user: Optional[int] = None
+    limit_pending_records_per_user: Optional[int] = None
+    limit_plan_overruns: Optional[int] = None
+    limit_plan_deadline_s: Optional[float] = None
     source: Dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def limits(self) -> Dict[str, Any]:
+        """The [limits] the file sets: key -> value."""
+        return {f[len("limit_"):]: getattr(self, f) for f in DAEMON_FIELDS
+                if f.startswith("limit_") and getattr(self, f) is not None}
 
 
 DAEMON_FIELDS = tuple(f.name for f in dataclasses.fields(DaemonConfig) if f.name != "source")

@@ -156,6 +156,8 @@ def _enum_key(field, *choices):
     return _key(field, _enum(*choices), _choices(*choices), "one of " + _choices(*choices))
 
 
+_PER_USER = "an integer >= 1, at most the cap for all users (docs/daemon-limits.md)"
+
 # section -> key -> Key, in schema order (the order messages list them in).
 JOB_SCHEMA: Dict[str, Dict[str, Key]] = {
     "job": {
@@ -216,6 +218,13 @@ DAEMON_SCHEMA: Dict[str, Dict[str, Key]] = {
         "default_budget": _key("default_budget", _size_or(check_budget), _TOML_BUDGET),
         "gpu_pool": _key("gpu_pool", _size_or(check_budget), _TOML_POOL),
     },
+    # What one user may make pumpd hold (docs/daemon-limits.md): pumpd holds each to the cap for
+    # all users, which it checks at start (daemon/pumpd/limits.py, configure).
+    "limits": {name: _key("limit_" + name, _int_range(1, 2**31 - 1), _PER_USER)
+               for name in ("connections_per_user", "sessions_per_user", "jobs_per_user",
+                            "kernel_names_per_user", "allocations_per_user", "planned_blocks_per_user",
+                            "pending_records_per_user", "plan_overruns")}
+    | {"plan_deadline_s": _key("limit_plan_deadline_s", _interval, "a number > 0 and <= 3600 (seconds)")},
 }
 
 

@@ -28,7 +28,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 PUMP = str(pathlib.Path(sys.executable).parent / "pump")  # the installed console script
 
 JOB_SECTIONS = "[job], [prefetch], [memory], [trace], [daemon]"
-DAEMON_SECTIONS = "[daemon], [metrics], [telemetry], [budgets]"
+DAEMON_SECTIONS = "[daemon], [metrics], [telemetry], [budgets], [limits]"
 SIZE = ('an integer > 0 (bytes), or a string: a byte count > 0 with an optional unit '
         '(K, M, G, T or KiB, MiB, GiB, TiB: binary; KB, MB, GB, TB: decimal; any case) such as "512MiB" or "8G"')
 CAPACITY = SIZE + ', a percentage of the device "1%".."100%", or "host"'
@@ -641,14 +641,28 @@ def test_daemon_file_full(tmp_path):
         [budgets]
         default_budget = "50%"
         gpu_pool = "90%"
+        [limits]
+        connections_per_user = 64
+        sessions_per_user = 32
+        jobs_per_user = 16
+        kernel_names_per_user = 1000
+        allocations_per_user = 2000
+        planned_blocks_per_user = 3000
+        pending_records_per_user = 4000
+        plan_overruns = 5
+        plan_deadline_s = 2
     """, "pumpd.toml")
     cfg = config.load_daemon_file(path)
     assert cfg == config.DaemonConfig(
         socket="/run/pump/pumpd.sock", jobs_dir="/srv/pump/jobs.d", log_level="debug",
         metrics_listen="/run/pumpd/metrics.sock", metrics_per_job=True, metrics_max_jobs=50, nvml=False, interval_s=3600.0, default_budget="50%", gpu_pool="90%",
+        limit_connections_per_user=64, limit_sessions_per_user=32, limit_jobs_per_user=16,
+        limit_kernel_names_per_user=1000, limit_allocations_per_user=2000, limit_planned_blocks_per_user=3000,
+        limit_pending_records_per_user=4000, limit_plan_overruns=5, limit_plan_deadline_s=2.0,
         source={f: path for f in config.DAEMON_FIELDS},
     )
     assert isinstance(cfg.interval_s, float)
+    assert cfg.limits()["sessions_per_user"] == 32 and len(cfg.limits()) == 9
 
 
 def test_metrics_per_job_needs_a_unix_socket(tmp_path):

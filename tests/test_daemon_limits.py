@@ -272,6 +272,30 @@ def test_register_terms_are_held_to_what_jobs_d_allows():
     assert modest.within(Terms(), pooled=True) == modest
 
 
+def test_the_caps_a_user_is_held_to_are_set_in_pumpd_toml(tmp_path):
+    """pumpd.toml's [limits] sets what one user may make pumpd hold (issue 45 item 8): with
+    jobs_per_user = 2 the third register is refused; a value past the cap for all users is
+    refused at start, naming the file, the key and the most it may be."""
+    from pumpd import limits
+    conf = tmp_path / "pumpd.toml"
+    conf.write_text("[limits]\njobs_per_user = 2\nplan_deadline_s = 1.5\n")
+    path = str(tmp_path / "pumpd.sock")
+    proc = start_pumpd(path, "--config", str(conf))
+    try:
+        with protocol.Client(path) as c:
+            assert all(c.request({"op": "register", "name": f"j{i}"})["ok"] for i in range(2))
+            with pytest.raises(protocol.ProtocolError, match="too many jobs: uid .* has 2, the most allowed per user"):
+                c.request({"op": "register", "name": "third"})
+    finally:
+        stop_pumpd(proc)
+    conf.write_text("[limits]\nsessions_per_user = 100000\n")
+    refused = subprocess.run([sys.executable, "-m", "pumpd", "--socket", path, "--config", str(conf)],
+                             capture_output=True, text=True, timeout=30, cwd="/", env=clean_env())
+    most = limits.SESSIONS_MAX - limits.ROOT_RESERVE
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == f"{conf}: [limits] sessions_per_user = 100000: at most {most:,} (the cap for all users)"
+
+
 def register_greedy(path):
     """As another user: claim far more than jobs.d allows; what pumpd kept of it."""
     with protocol.Client(path) as c:

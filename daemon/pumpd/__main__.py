@@ -23,7 +23,7 @@ import signal
 import sys
 
 from pump import admin, config, protocol, runtime_dir, userd
-from pumpd import systemd
+from pumpd import limits, systemd
 from pumpd.jobs import StateDirError
 from pumpd.server import Daemon
 
@@ -132,7 +132,11 @@ def main(argv=None) -> int:
     path = args.config or ("/etc/pump/pumpd.toml" if os.path.exists("/etc/pump/pumpd.toml") else None)
     try:
         cfg = config.load_daemon_file(path) if path else config.DaemonConfig()
+        limits.configure(cfg.limits(), path or "pumpd.toml")
     except config.ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except ValueError as exc:  # a [limits] value past what it may be
         print(exc, file=sys.stderr)
         return 2
     # An embedded pumpd shares the job's terminal, a shared one writes a file that lives

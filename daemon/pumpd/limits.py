@@ -69,6 +69,34 @@ def planner_share(owners: int, processes: int) -> dict:
     return {table: max(1, most // max(1, owners) // max(1, processes)) for table, most in PLANNER_TABLES_MAX.items()}
 
 
+# ---- what pumpd.toml's [limits] may set (pump/config_schema.py): name -> (the global here,
+# the most it may be: a user's cap no more than all users', so that neither the descriptors nor
+# the memory the caps let pumpd hold can grow) ----
+ADJUSTABLE = {
+    "connections_per_user": ("CONNECTIONS_PER_UID_MAX", CONNECTIONS_MAX - ROOT_RESERVE),
+    "sessions_per_user": ("SESSIONS_PER_UID_MAX", SESSIONS_MAX - ROOT_RESERVE),
+    "jobs_per_user": ("JOBS_PER_UID_MAX", JOBS_MAX - ROOT_RESERVE),
+    "kernel_names_per_user": ("FUNCTIONS_PER_UID_MAX", TABLES_MAX["functions"]),
+    "allocations_per_user": ("ALLOCATIONS_PER_UID_MAX", TABLES_MAX["allocations"]),
+    "planned_blocks_per_user": ("PLANNED_BLOCKS_PER_UID_MAX", TABLES_MAX["planned_blocks"]),
+    "pending_records_per_user": ("PENDING_PER_UID_MAX", TABLES_MAX["pending_records"]),
+    "plan_overruns": ("PLAN_OVERRUNS_MAX", 100),
+    "plan_deadline_s": ("PLAN_DEADLINE_SECONDS", 60.0),
+}
+
+
+def configure(settings: dict, where: str = "pumpd.toml"):
+    """Apply [limits] (name -> value, checked for type by the schema) before pumpd starts
+    serving; ValueError naming every value past what it may be."""
+    problems = [f"{where}: [limits] {name} = {value}: at most {ADJUSTABLE[name][1]:,} "
+                f"({'the cap for all users' if name.endswith('_per_user') else 'allowed'})"
+                for name, value in settings.items() if value > ADJUSTABLE[name][1]]
+    if problems:
+        raise ValueError("\n".join(problems))
+    for name, value in settings.items():
+        globals()[ADJUSTABLE[name][0]] = value
+
+
 # ---- memory: what the caps above let pumpd and its planner hold ----
 # Bytes an entry of each table costs at the peak while it is made, measured through the code
 # that keeps it (tests/test_daemon_memory.py holds each measurement under its figure, which is

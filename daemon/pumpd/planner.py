@@ -39,7 +39,7 @@ from multiprocessing.connection import Connection
 from pump import channel
 from pump.foresight import Foresight
 from pumpd import lookahead
-from pumpd.limits import PLAN_DEADLINE_SECONDS, planner_share
+from pumpd import limits
 
 BANDWIDTH_INTERVAL = 5.0  # seconds: a session's plan is made anew for a new link rate at most this often
 BACKSTOP_POLL = 0.25      # seconds between looks at a turn's CPU time, past its deadline
@@ -139,7 +139,7 @@ class Planner:
         self.live += 1
         return Handle(self, key, budget, bandwidth)
 
-    def submit(self, handle: Handle, batches, deadline: float = PLAN_DEADLINE_SECONDS,
+    def submit(self, handle: Handle, batches, deadline: float = None,
                share: dict = None) -> concurrent.futures.Future:
         """The child learns the batches, in order (a Batch, a list of them, or None: only the
         handle's budget and rate), within ``deadline`` CPU seconds, its tables holding at most
@@ -147,7 +147,8 @@ class Planner:
         Planned."""
         if not isinstance(batches, list):
             batches = [] if batches is None else [batches]
-        share = share or planner_share(1, 1)
+        share = share or limits.planner_share(1, 1)
+        deadline = limits.PLAN_DEADLINE_SECONDS if deadline is None else deadline
         return self.thread.submit(self._plan, handle.key, (handle.budget, handle._bandwidth_now(), share),
                                   batches, deadline)
 

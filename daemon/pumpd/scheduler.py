@@ -35,7 +35,7 @@ import sys
 import time
 
 from pump import channel
-from pumpd.limits import PLAN_OVERRUNS_MAX, planner_share
+from pumpd import limits
 from pumpd.planner import Planner
 
 SLICE_SECONDS = 0.004     # the most one slice holds the loop (a chunk may overrun it)
@@ -180,7 +180,7 @@ class Scheduler:
         """What the planner's tables may hold for one of owner's lookahead processes
         (limits.planner_share): every user with lookahead processes takes an equal part."""
         users = collections.Counter(j.uid for j in jobs for s in j.sessions.values() if s.lookahead is not None)
-        return planner_share(len(users), users[owner])
+        return limits.planner_share(len(users), users[owner])
 
     def _plan(self, owner, job, session, share):
         """The planner's process learns the session's backlog (its ring is read meanwhile)."""
@@ -218,11 +218,11 @@ class Scheduler:
 
     def _overran(self, job, session):
         """A turn met its deadline: its plan stays, and the process waits before its next turn,
-        or, past PLAN_OVERRUNS_MAX, plans no more."""
+        or, past limits.PLAN_OVERRUNS_MAX, plans no more."""
         handle = session.lookahead
         handle.overruns += 1
         self.overruns[job.uid] += 1
-        if handle.overruns >= PLAN_OVERRUNS_MAX:
+        if handle.overruns >= limits.PLAN_OVERRUNS_MAX:
             job.fall_back(session, f"lookahead's planning overran its deadline {handle.overruns} times")
             return
         session.plan_after = time.monotonic() + PLAN_BACKOFF_SECONDS * 2 ** (handle.overruns - 1)
