@@ -98,8 +98,37 @@ def test_the_planner_runs_below_pumpd_and_is_the_oom_killers_first_choice():
         handle.learned(planner.submit(handle, batch).result(60))
         assert pathlib.Path(f"/proc/{planner.process.pid}/oom_score_adj").read_text().strip() == "1000"
         assert os.getpriority(os.PRIO_PROCESS, planner.process.pid) == os.getpriority(os.PRIO_PROCESS, 0) + 10
+        limit = [line.split() for line in pathlib.Path(f"/proc/{planner.process.pid}/limits").read_text().splitlines()
+                 if line.startswith("Max address space")][0]
+        assert int(limit[3]) == planning.limits.PLANNER_ADDRESS_SPACE_BYTES
     finally:
         planner.stop()
+
+
+def test_a_turn_that_runs_out_of_address_space_ends_as_an_overrun(monkeypatch):
+    """The planner meets a MemoryError at its address-space limit (issue 45 item 2): that turn
+    ends as an overrun, its session learns anew from its next turn, and the planner goes on
+    planning (before, such a turn came back to pumpd as a traceback)."""
+    import threading
+    from multiprocessing.connection import Pipe
+    from pumpd import lookahead, planner as planning
+    from pumpd.limits import planner_share
+
+    def greedy(self, *batches):
+        raise MemoryError
+    ours, theirs = Pipe()
+    serving = threading.Thread(target=planning.serve, args=(theirs,), daemon=True)
+    monkeypatch.setattr(planning.signal, "signal", lambda *args: None)  # not the main thread
+    monkeypatch.setattr(planning.signal, "setitimer", lambda *args: None)
+    monkeypatch.setattr(lookahead.Lookahead, "plan", greedy)
+    serving.start()
+    assert ours.recv() == planning.READY
+    ours.send((7, (1 << 30, 25e9, planner_share(1, 1)), [], [], 5.0))
+    reply = ours.recv()
+    assert isinstance(reply, planning.Planned) and reply.overran
+    monkeypatch.undo()
+    ours.close()
+    serving.join(5)
 
 
 # ---- the planner's turns (issue 45 item 1) ----

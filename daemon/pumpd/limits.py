@@ -63,6 +63,13 @@ PLANNER_TABLES_MAX = {
 }
 
 
+# The planner's address space: past it a turn meets a MemoryError, which ends that turn as an
+# overrun (pumpd and every other plan go on). Above what its tables may hold at every cap
+# (memory_at_most's planner part, with room for the interpreter's and numpy's mappings), below
+# the unit's MemoryMax=4G, so that the cgroup's OOM killer is a backstop only.
+PLANNER_ADDRESS_SPACE_BYTES = 3 << 30
+
+
 def planner_share(owners: int, processes: int) -> dict:
     """What one lookahead process's tables may hold in its turn: table -> entries, with `owners`
     users having lookahead processes and its own user `processes` of them."""

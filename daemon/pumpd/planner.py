@@ -28,6 +28,7 @@ import collections
 import concurrent.futures
 import dataclasses
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -202,9 +203,13 @@ class Planner:
     def _start(self):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
-            # cwd "/": the installed package, never a source tree's (python -m puts cwd first)
+            # cwd "/": the installed package, never a source tree's (python -m puts cwd first).
+            # One thread of BLAS and two malloc arenas: the planner is single-threaded, and each
+            # thread's buffers and arenas reserve address space (limit_self), on a machine of many
+            # cores enough to meet the limit at numpy's import.
+            env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MALLOC_ARENA_MAX="2")
             self.process = subprocess.Popen([sys.executable, "-m", "pumpd.planner", str(theirs.fileno())],
-                                            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, cwd="/")
+                                            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, cwd="/", env=env)
         except BaseException:
             ours.close()
             raise
@@ -257,17 +262,18 @@ def _overrun(_signum, _frame):
 def limit_self():
     """The child runs below pumpd's loop (nice PLANNER_NICE: on a busy machine the loop that
     reads rings and answers requests goes first; its deadline is in CPU time, which niceness
-    does not stretch) and is the OOM killer's first choice (oom_score_adj 1000): under the
-    service's MemoryMax a planner grown by a user's hostile records (issue 45: 34 MB -> 4.5 GB
-    in 40 s) is killed, not pumpd, and pumpd starts another at the next batch. (An
-    address-space limit made the fairness test's hostile batches end in MemoryError
-    tracebacks: not set.)"""
+    does not stretch), is the OOM killer's first choice (oom_score_adj 1000: never pumpd before
+    it), and meets a MemoryError at limits.PLANNER_ADDRESS_SPACE_BYTES (a lower hard limit
+    already set stands), which ends that one turn as an overrun."""
     os.nice(PLANNER_NICE)
     try:
         with open("/proc/self/oom_score_adj", "w") as f:
             f.write("1000")
     except OSError:
         pass
+    _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    most = limits.PLANNER_ADDRESS_SPACE_BYTES
+    resource.setrlimit(resource.RLIMIT_AS, (most if hard == resource.RLIM_INFINITY else min(most, hard), hard))
 
 
 def serve(conn: Connection):
@@ -301,7 +307,7 @@ def serve(conn: Connection):
             policy.history_trimmed = policy.need_skipped = 0
             reply = Planned(time.process_time() - began, policy.budget, policy.bandwidth, policy.period,
                             policy.order, planner.take_layout() if planner.fresh else None, trimmed=trimmed)
-        except Overrun:  # what it learned is half done: the session learns anew from its next turn
+        except (Overrun, MemoryError):  # what it learned is half done: the session learns anew from its next turn
             planners.pop(key, None)
             reply = Planned(time.process_time() - began, budget, bandwidth, 0, Foresight.order, None, True)
         except Exception:  # noqa: BLE001 - a planner bug ends no task: pumpd logs it
