@@ -364,16 +364,22 @@ def test_a_users_set_is_held_to_the_terms_and_caps_only_its_own_job(tmp_path):
         shutil.rmtree(run_dir)
 
 
-def test_a_job_is_not_tied_to_a_pid_whose_process_is_gone(pumpd):
-    path, _ = pumpd
+def connect_and_go(path) -> tuple:
+    """A socket a child connected to pumpd (SO_PEERCRED names the child) and the child's pid;
+    the child is gone."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     pid = os.fork()
-    if pid == 0:  # the child connects (SO_PEERCRED names it) and is gone
+    if pid == 0:
         try:
             sock.connect(path)
         finally:
             os._exit(0)
     os.waitpid(pid, 0)
+    return sock, pid
+
+
+def refused_as_gone(sock, path):
+    """A register on sock is refused, the process that connected being gone, and no job made."""
     client = protocol.Client.__new__(protocol.Client)
     client.sock = sock
     sock.settimeout(5)
@@ -381,6 +387,12 @@ def test_a_job_is_not_tied_to_a_pid_whose_process_is_gone(pumpd):
         client.request({"op": "register", "name": "reused"})
     client.close()
     assert status(path) == []
+
+
+def test_a_job_is_not_tied_to_a_pid_whose_process_is_gone(pumpd):
+    path, _ = pumpd
+    sock, _pid = connect_and_go(path)
+    refused_as_gone(sock, path)
 
 
 @needs_root
@@ -392,16 +404,9 @@ def test_a_pid_reused_before_pumpd_accepts_is_not_taken_for_the_client(pumpd):
     that process. pumpd asks the kernel whether the process that connected still exists
     (SO_PEERPIDFD, identity.py) and refuses. (Root forces the reuse with ns_last_pid.)"""
     path, proc = pumpd
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     proc.send_signal(signal.SIGSTOP)
     try:
-        connector = os.fork()
-        if connector == 0:  # connects (SO_PEERCRED names it), and is gone
-            try:
-                sock.connect(path)
-            finally:
-                os._exit(0)
-        os.waitpid(connector, 0)
+        sock, connector = connect_and_go(path)
         with open("/proc/sys/kernel/ns_last_pid", "w") as f:
             f.write(str(connector - 1))
         victim = subprocess.Popen(["sleep", "60"], user=65534)
@@ -410,13 +415,7 @@ def test_a_pid_reused_before_pumpd_accepts_is_not_taken_for_the_client(pumpd):
     try:
         if victim.pid != connector:
             pytest.skip(f"the pid was not reused ({victim.pid} for {connector}): another process took it")
-        client = protocol.Client.__new__(protocol.Client)
-        client.sock = sock
-        sock.settimeout(5)
-        with pytest.raises(protocol.ProtocolError, match="the process that connected is gone"):
-            client.request({"op": "register", "name": "reused"})
-        client.close()
-        assert status(path) == []
+        refused_as_gone(sock, path)
     finally:
         victim.kill()
         victim.wait()
