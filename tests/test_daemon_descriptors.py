@@ -249,6 +249,40 @@ def daemon(tmp_path):
     d.store.close()
 
 
+class Closed:
+    """A session's ring or plan, already closed."""
+    header = None
+
+    def close(self):
+        pass
+
+
+def test_a_job_whose_sessions_connection_ended_is_looked_at_then(daemon):
+    """Issue 45 item 5, liveness driven by events: when a session's connection ends (its
+    process exiting closes it), its job is looked at CLOSED_CHECK_DELAY later, not at the next
+    liveness pass; a job still alive is kept, one whose last process is gone is let go."""
+    import asyncio
+    import subprocess as sp
+    from pumpd.jobs import Job, Session, start_time
+    gone = sp.Popen(["true"])
+    gone.wait()
+    alive = Job(Job.new_id(), "alive", os.getuid(), os.getpid(), start_time(os.getpid()))
+    ended = Job(Job.new_id(), "ended", os.getuid(), gone.pid, 1.0)
+    ended.add_session(Session(1, gone.pid, 1.0, Closed(), Closed()))
+    for job in (alive, ended):
+        daemon.jobs[job.id] = job
+
+    async def closed_both():
+        for job in (alive, ended):
+            daemon._check_soon(job)
+            daemon._check_soon(job)  # one look per job at a time
+        assert daemon.checking == {alive.id, ended.id}
+        while daemon.checking:
+            await asyncio.sleep(0.01)
+    asyncio.run(closed_both())
+    assert list(daemon.jobs) == [alive.id] and daemon.reaped_at_close == 1
+
+
 def test_attach_out_of_descriptors_for_the_plan_closes_the_ring(daemon, monkeypatch):
     def no_descriptor_left():
         raise OSError(errno.EMFILE, "Too many open files")

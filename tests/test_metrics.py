@@ -28,7 +28,7 @@ SNAPSHOT = {
     ],
     "users": [{"uid": 1000, "events_dropped": 7, "planner_skipped": 4096, "table_entries_dropped": 2,
                "plan_overruns": 3, "log_lines_suppressed": 11}],
-    "daemon": {"events_ingested": 9003, "sessions": 2, "bad_messages": 1, "plan_overruns": 3,
+    "daemon": {"events_ingested": 9003, "sessions": 2, "bad_messages": 1, "reaped_at_close": 4, "plan_overruns": 3,
                "log_lines_suppressed": 11, "uptime_s": 12.5},
     "telemetry": {
         "gpus": [{"uuid": "GPU-11111111-2222-3333-4444-555555555555", "index": 0, "name": "Fake A100",

@@ -37,6 +37,7 @@ class Connection:
         self.pid, self.uid, self.gid = peer_credentials(sock)
         self.started = start_time(self.pid)  # ties the pid to the process that connected
         self.session = None  # the Session this connection attached or resumed
+        self.job = None      # ... and its Job
         self.on_first_message = on_first_message  # called once, when a first message is complete
 
     async def _ready(self, writing: bool = False):

@@ -14,7 +14,7 @@ that returns a copy made under its lock). Its shape::
      "users": [{"uid": int, "events_dropped": int, "planner_skipped": int,
                 "table_entries_dropped": int, "plan_overruns": int,
                 "log_lines_suppressed": int}, ...],   (optional)
-     "daemon": {"events_ingested": int, "sessions": int, "bad_messages": int,
+     "daemon": {"events_ingested": int, "sessions": int, "bad_messages": int, "reaped_at_close": int,
                 "plan_overruns": int, "log_lines_suppressed": int, "uptime_s": float},
      "telemetry": Telemetry.sample() or None}
 
@@ -76,6 +76,8 @@ _JOB_METRICS = [
 _DAEMON_METRICS = [
     ("events_ingested", "pump_daemon_events_ingested", "Events read from all jobs' rings.", True),
     ("bad_messages", "pump_daemon_bad_messages", "Protocol messages rejected as malformed.", True),
+    ("reaped_at_close", "pump_daemon_reaped_at_close",
+     "Jobs found with a process gone when its session's connection ended, not at a liveness pass.", True),
     ("plan_overruns", "pump_daemon_plan_overruns", "Lookahead planning turns that met their CPU deadline.", True),
     ("log_lines_suppressed", "pump_daemon_log_lines_suppressed", "Log lines held back by the per-user rate limit.",
      True),

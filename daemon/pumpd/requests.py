@@ -220,7 +220,7 @@ class Requests:
             session.lookahead = self.scheduler.planner.session(session_id, self._plan_budget(job, session),
                                                                self._plan_bandwidth(session))
         self.store.save(job)
-        conn.session = session
+        conn.session, conn.job = session, job
         self.publish_plan(job, session)
         user_log.info(conn.uid, "pid %d%s %s job %s as session %d", conn.pid, "" if rank is None else f" (rank {rank})",
                       how, job.id, session_id)

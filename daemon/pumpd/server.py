@@ -41,6 +41,7 @@ INGEST_INTERVAL_MAX = 0.025  # ... and when rings are nearly idle: a 64K-record 
 FLUSH_SECONDS = 2.0          # the most pumpd's stop spends reading what rings still hold
 SLOW_CALLBACK_SECONDS = 0.1  # PYTHONASYNCIODEBUG=1: asyncio logs a callback that held the loop longer
 LIVENESS_INTERVAL = 0.5      # a dead job's session goes within 2 s
+CLOSED_CHECK_DELAY = 0.05    # a session whose connection ended is looked at this soon (and at each pass)
 TREE_ROUNDS = 10             # the jobs' process trees (host memory, CPU) are read every 10th pass: 5 s
 PLAN_INTERVAL = 0.2          # a session's plan is rewritten at most this often
 BLOCKING_TIMEOUT = 5.0       # psutil/NVML calls in the thread pool
@@ -76,6 +77,8 @@ class Daemon(Requests):
         self.scheduler = Scheduler(self, self.errors)  # ring reading and planning, fair between users
         self.serving = set()           # the connections' tasks
         self.bad_messages = 0
+        self.checking = set()          # jobs looked at now, a session's connection having ended
+        self.reaped_at_close = 0       # those found with a process gone (the rest wait for the passes)
         self.said_status = None         # the last STATUS= told systemd
         self.events_ingested = 0
         self.telemetry_sample = None
@@ -263,6 +266,7 @@ class Daemon(Requests):
                 self.incomplete[uid] -= 1
             if conn is not None and conn.session is not None:
                 conn.session.connected = False
+                self._check_soon(conn.job)
             sock.close()
 
     async def _handled(self, conn, request, fds):
@@ -415,6 +419,31 @@ class Daemon(Requests):
             log.info("no job for %g s: stopping (shared pumpd)", self.idle_exit)
             self.stop()
 
+    def _check_soon(self, job):
+        """A session's connection ended: its process is exiting, or gone. Its job is looked at
+        CLOSED_CHECK_DELAY later (an exiting process closes its files before it is a zombie),
+        not at the next pass; one look per job at a time, whatever a user's connections do."""
+        if job.id in self.checking or job.id not in self.jobs:
+            return
+        self.checking.add(job.id)
+        asyncio.get_running_loop().create_task(self._check_job(job))
+
+    async def _check_job(self, job):
+        try:
+            await asyncio.sleep(CLOSED_CHECK_DELAY)
+            if job.id not in self.jobs:
+                return
+            loop = asyncio.get_running_loop()
+            verdict = await asyncio.wait_for(loop.run_in_executor(None, lambda: (job, job.alive(), job.dead_pids())),
+                                             BLOCKING_TIMEOUT)
+            if not verdict[1] or verdict[2]:
+                self.reaped_at_close += 1
+            await self._reap([verdict])
+        except (asyncio.TimeoutError, OSError) as exc:  # the next pass looks again
+            self.errors.warning("liveness check", str(exc) or type(exc).__name__)
+        finally:
+            self.checking.discard(job.id)
+
     def _check_liveness(self, trees: bool):
         """Which jobs and processes are dead (a /proc/PID/stat read per known process), and with
         `trees` each job's process tree (host memory and CPU: the whole process table, read once):
@@ -471,6 +500,7 @@ class Daemon(Requests):
             "daemon": {"events_ingested": self.events_ingested,
                        "sessions": sum(len(j.sessions) for j in list(self.jobs.values())),
                        "bad_messages": self.bad_messages,
+                       "reaped_at_close": self.reaped_at_close,
                        "plan_overruns": sum(self.scheduler.overruns.values()),
                        "log_lines_suppressed": sum(user_log.suppressed.values()) + user_log.suppressed_unknown,
                        "uptime_s": time.monotonic() - self.started},
