@@ -431,7 +431,7 @@ class Daemon(Requests):
     async def _check_job(self, job):
         try:
             await asyncio.sleep(CLOSED_CHECK_DELAY)
-            if job.id not in self.jobs:
+            if job.id not in self.jobs or (self.stopping is not None and self.stopping.is_set()):
                 return
             loop = asyncio.get_running_loop()
             verdict = await asyncio.wait_for(loop.run_in_executor(None, lambda: (job, job.alive(), job.dead_pids())),
