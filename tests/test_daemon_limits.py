@@ -407,8 +407,11 @@ def test_a_pid_reused_before_pumpd_accepts_is_not_taken_for_the_client(pumpd):
     proc.send_signal(signal.SIGSTOP)
     try:
         sock, connector = connect_and_go(path)
-        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
-            f.write(str(connector - 1))
+        try:
+            with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+                f.write(str(connector - 1))
+        except OSError as exc:  # a container's read-only /proc/sys
+            pytest.skip(f"cannot choose the next pid: {exc}")
         victim = subprocess.Popen(["sleep", "60"], user=65534)
     finally:
         proc.send_signal(signal.SIGCONT)
