@@ -387,7 +387,8 @@ def test_simulated_step_per_policy(tmp_path):
     proc = _run("simulate", path, "--capacity", "50%", "--json", "--timeline", out, "--timeline-png", png)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)   # stdout stays one JSON document
-    said = "".join(line + "\n" for line in proc.stderr.splitlines() if not line.startswith("simulate: run "))
+    # beside the timeline's lines, what simulate says it will run and its progress
+    said = "".join(line + "\n" for line in proc.stderr.splitlines() if not line.startswith("simulate: "))
     assert said == f"timeline written: {out} ({said.split('(')[1].split(' ')[0]} events)\n" \
                    f"timeline drawn: {png}\n"
     doc = timeline.load(out)
