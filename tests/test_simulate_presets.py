@@ -219,7 +219,27 @@ def test_sweep_answers_the_planning_question_in_one_line(small, trace_path):
     assert first.startswith(f"synthetic needs at least {report._size(best)} of GPU memory "
                             "(a step within 10% of its step with unlimited memory, under lookahead); "
                             f"{report._size(worst)} if the link is as slow as the worst case. "), first
-    assert first.endswith("The l4 has 21.9 GiB for it (512.0 MiB reserved): enough."), first
+    assert first.endswith("The l4 has 21.9 GiB for it (512.0 MiB reserved): enough. " + sweep.likely_case()), first
+
+
+def test_which_end_of_the_range_the_measured_machines_are_near():
+    """The answer names the end of the range the machines measured so far are near (issue 46
+    item 4), from pump's own GPU runs: constants.MEASURED_LINKS holds each run's probes as its
+    preflight.json has them (overlap under 0.5: the two directions take turns)."""
+    import pathlib
+    results = pathlib.Path(__file__).resolve().parents[1] / "bench" / "results"
+    for machine, folder, h2d, d2h, full_duplex in K.MEASURED_LINKS:
+        probes = json.loads((results / folder / "preflight.json").read_text())["probes"]
+        rates = probes["prefetch_bandwidth"]["result"]
+        assert rates["device"] == machine
+        assert (round(rates["h2d_bytes_per_s"] / 1e7), round(rates["d2h_bytes_per_s"] / 1e7)) == \
+            (round(h2d / 1e7), round(d2h / 1e7))
+        moves = probes.get("concurrent_moves")
+        assert full_duplex == (None if moves is None else moves["result"]["overlap"] >= 0.5)
+    assert [K.nearer_worst(*m[2:]) for m in K.MEASURED_LINKS] == [True] * 3
+    line = K.PCIE5_X16_BYTES_PER_S
+    assert not K.nearer_worst(0.95 * line, 0.9 * line, True) and K.nearer_worst(0.95 * line, 0.9 * line, False)
+    assert sweep.likely_case().endswith("the two directions taking turns: nearer the worst case (3 of 3 runs).")
 
 
 def test_ideal_is_not_compared_with_the_bound(trace_path):

@@ -60,6 +60,7 @@ Sources cited below:
 """
 
 import dataclasses
+import math
 import os
 import re
 
@@ -256,6 +257,29 @@ H2D_WORST_FRACTION = 35.03e9 / pcie_bytes_per_s(5, 16)
 D2H_WORST_FRACTION = 11.24e9 / pcie_bytes_per_s(5, 16)
 # (case, host->device fraction of the line rate, device->host fraction, full duplex)
 RANGE_CASES = (("best", 1.0, 1.0, True), ("worst", H2D_WORST_FRACTION, D2H_WORST_FRACTION, False))
+# Where measured machines fall in that range: pump's own GPU runs (bench/results/gpu-*/
+# preflight.json; tests/test_simulate_presets.py holds these to the files), cuMemPrefetchAsync of
+# 1 GiB each way (probes.prefetch_bandwidth: host->device, device->host bytes/s) and both at
+# once (probes.concurrent_moves: whether the two overlapped; None: not probed that run).
+# (machine, run's folder, host->device, device->host, full duplex)
+MEASURED_LINKS = (
+    ("NVIDIA H100 80GB HBM3", "gpu-20261124-nvidia-h100-80gb-hbm3", 49.84e9, 11.24e9, None),
+    ("NVIDIA H100 80GB HBM3", "gpu-20261126-nvidia-h100-80gb-hbm3", 50.49e9, 16.96e9, False),
+    ("NVIDIA H200", "gpu-20261126-nvidia-h200", 50.60e9, 16.05e9, False),
+)
+
+
+def nearer_worst(h2d: float, d2h: float, full_duplex, line: float = PCIE5_X16_BYTES_PER_S) -> bool:
+    """Whether a link measured at these rates (full_duplex None: not probed) is nearer the
+    range's worst case than its best: by the direction further below the line rate, on a log
+    scale, or by taking turns."""
+    (_, *best), (_, *worst) = RANGE_CASES  # (host->device fraction, device->host fraction, full duplex)
+    fractions = (h2d / line, d2h / line)
+    which = 0 if fractions[0] < fractions[1] else 1
+    f = fractions[which]
+    return abs(math.log(f / worst[which])) < abs(math.log(f / best[which])) or full_duplex is False
+
+
 # nvbandwidth's bidirectional tests copy this many device->host bytes per host->device byte.
 BIDIRECTIONAL_D2H_PER_H2D = 2
 

@@ -138,7 +138,23 @@ def plain(doc: dict) -> str:
         else "not enough"
     return (f"{doc['name']} needs at least {amount[0]} of GPU memory (a step within {tolerance} of its step with "
             f"unlimited memory, under lookahead); {amount[1]} if the link is as slow as the worst case. "
-            f"The {doc['gpu']} has {report._size(card)} for it ({report._size(doc['reserve_bytes'])} reserved): {has}.")
+            f"The {doc['gpu']} has {report._size(card)} for it ({report._size(doc['reserve_bytes'])} reserved): {has}. "
+            + likely_case())
+
+
+def likely_case() -> str:
+    """Which end of the range the machines measured so far are near (constants.MEASURED_LINKS),
+    and what measures a user's own."""
+    runs = K.MEASURED_LINKS
+    machines = " and ".join(dict.fromkeys(f"an {m[0]}" for m in runs))
+    near = sum(K.nearer_worst(*m[2:]) for m in runs)
+    probed = [m[4] for m in runs if m[4] is not None]  # full duplex, where the run probed it
+    turns = bool(probed) and not any(probed)
+    return (f"Which end a machine is near, gpu-check's prefetch_bandwidth and concurrent_moves probes measure: "
+            f"pump's runs on {machines} moved {min(m[2] for m in runs) / 1e9:.1f} to {max(m[2] for m in runs) / 1e9:.1f} "
+            f"GB/s in and {min(m[3] for m in runs) / 1e9:.1f} to {max(m[3] for m in runs) / 1e9:.1f} out"
+            f"{', the two directions taking turns' if turns else ''}: nearer the "
+            f"{'worst' if 2 * near > len(runs) else 'best'} case ({near} of {len(runs)} runs).")
 
 
 def answer(doc: dict) -> str:
