@@ -42,6 +42,7 @@ import dataclasses
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -447,6 +448,25 @@ def _release(signo, frame):
     raise _Released()
 
 
+def _hold_until_stdin_ends():
+    """Read stdin to its end; a signal raises _Released at once. The kernel may deliver it to
+    another thread (numpy's BLAS threads): the read would then go on until stdin ended (a CI run
+    waited 30 s), so the signal's wakeup byte is waited for beside stdin."""
+    wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    before = signal.set_wakeup_fd(wake_write)
+    try:
+        while True:
+            ready, _, _ = select.select([sys.stdin.buffer, wake_read], [], [])
+            if wake_read in ready:
+                os.read(wake_read, 512)  # the handler raises in this thread, at the next instruction
+            if sys.stdin.buffer in ready and not sys.stdin.buffer.read1(65536):
+                return
+    finally:
+        signal.set_wakeup_fd(before)
+        os.close(wake_read)
+        os.close(wake_write)
+
+
 def serve_env(args, cfg, shim_file, link, stats_file) -> int:
     """--serve-env: the job for processes another launcher starts (Slurm's SPANK plugin,
     deploy/slurm/): write the variables pump-run would give a command (those it sets or
@@ -462,8 +482,7 @@ def serve_env(args, cfg, shim_file, link, stats_file) -> int:
         try:
             sys.stdout.write(given + "\0")
             sys.stdout.flush()
-            while sys.stdin.buffer.read1(65536):
-                pass
+            _hold_until_stdin_ends()
         except _Released:
             pass
         ok = finish(args, cfg, link, stats_dir, ["--serve-env"], 0, stats_file)

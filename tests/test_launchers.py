@@ -132,6 +132,27 @@ def serve_env(socket, *flags):
     return proc, dict(entry.split("=", 1) for entry in said[:-2].decode().split("\0"))
 
 
+def test_serve_env_ends_on_a_signal_another_thread_receives(daemon):
+    """The kernel may give a process's SIGTERM to any of its threads (pump-run has numpy's BLAS
+    threads): the main thread, blocked reading stdin, then read on until stdin ended (a CI run
+    waited 30 s). It waits for the signal's wakeup byte beside stdin now."""
+    import ctypes
+    proc, _given = serve_env(daemon)
+    try:
+        others = [int(t) for t in os.listdir(f"/proc/{proc.pid}/task") if int(t) != proc.pid]
+        if not others:
+            pytest.skip("pump-run has no thread besides its main one here")
+        tgkill = {"x86_64": 234, "aarch64": 131}.get(os.uname().machine)  # SYS_tgkill
+        if tgkill is None:
+            pytest.skip(f"tgkill's number on {os.uname().machine} is not known here")
+        libc = ctypes.CDLL(None, use_errno=True)
+        assert libc.syscall(tgkill, proc.pid, others[0], signal.SIGTERM) == 0, ctypes.get_errno()
+        assert proc.wait(10) == 0 and jobs(daemon) == []
+    finally:
+        proc.kill()
+        proc.communicate()
+
+
 def test_serve_env_holds_a_job_for_processes_another_launcher_starts(c_build, daemon, tmp_path):
     """What the SPANK plugin uses: the variables pump-run gives a command (only those), the
     job held until stdin closes, its summary counting the processes that used them."""
