@@ -302,6 +302,13 @@ def test_the_sweep_answers_first_from_the_plots_capacities_then_refines(tmp_path
     assert fp == grid[-1][0]
 
 
+def test_the_runs_a_sweep_expects_count_none_where_lookahead_met_no_limit():
+    """A case where lookahead meets no tolerance up to the footprint has nothing to bisect: the
+    count of runs to come is 0 for it (it raised TypeError, ending the sweep)."""
+    assert sweep._halvings(5 * MIB, None, 100 * MIB) == 0
+    assert sweep._halvings(0, 64 * MIB, 100 * MIB) == 6  # 64 -> 1 MiB, halving
+
+
 @pytest.mark.parametrize("costs", [host.HostCosts.of_fakecuda(), None])
 @pytest.mark.parametrize("on_worker", [False, True])
 def test_a_ranges_discards_at_once_cost_what_one_call_a_block_costs(costs, on_worker):

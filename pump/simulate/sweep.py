@@ -49,8 +49,10 @@ def bracket(grid, limit: float):
 
 def _halvings(missed, met, footprint) -> int:
     """How many runs smallest_capacity() makes between the two (about: each halves the gap)."""
+    if met is None:  # lookahead met no limit up to the footprint: nothing to bisect
+        return 0
     gap = met - missed
-    return 0 if met is None or gap <= REFINE_SHARE * footprint else math.ceil(math.log2(gap / (REFINE_SHARE * footprint)))
+    return 0 if gap <= REFINE_SHARE * footprint else math.ceil(math.log2(gap / (REFINE_SHARE * footprint)))
 
 
 def sweep(workload, cases, reserve: int = K.RESERVE_BYTES, progress=None, fractions=report.PLOT_FRACTIONS,
