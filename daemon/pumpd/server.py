@@ -49,6 +49,11 @@ EMPTY_LAYOUT = channel.Plan.layout({})  # a plan with a budget and no triggers
 TABLES_DROPPED = ("functions_dropped", "allocations_dropped", "planned_blocks_dropped")  # Job.status()'s
 
 
+def _verdict(job) -> tuple:
+    """(job, whether it lives, its processes found gone): what _reap acts on (reads /proc)."""
+    return job, job.alive(), job.dead_pids()
+
+
 class Daemon(Requests):
     def __init__(self, socket_path: str, state_dir: str, exit_with: int = None,
                  socket_mode: int = 0o600, telemetry=None, metrics_listen: str = None,
@@ -434,8 +439,7 @@ class Daemon(Requests):
             if job.id not in self.jobs or (self.stopping is not None and self.stopping.is_set()):
                 return
             loop = asyncio.get_running_loop()
-            verdict = await asyncio.wait_for(loop.run_in_executor(None, lambda: (job, job.alive(), job.dead_pids())),
-                                             BLOCKING_TIMEOUT)
+            verdict = await asyncio.wait_for(loop.run_in_executor(None, _verdict, job), BLOCKING_TIMEOUT)
             if not verdict[1] or verdict[2]:
                 self.reaped_at_close += 1
             await self._reap([verdict])
@@ -453,7 +457,7 @@ class Daemon(Requests):
             by_leader = Telemetry.process_trees({job.leader_pid for job in jobs})
             for job in jobs:
                 job.tree = by_leader[job.leader_pid]
-        return [(job, job.alive(), job.dead_pids()) for job in jobs]
+        return [_verdict(job) for job in jobs]
 
     async def _reap(self, verdicts):
         dying = [s for job, alive, dead in verdicts for pid, s in list(job.sessions.items())
