@@ -403,8 +403,7 @@ class Plan:
         waits for the next. (A job that punches holes in its plan's memfd between this check and
         the write can still have pumpd make them, at most the plan's size: docs/daemon-limits.md.)"""
         start = int(ffi.cast("uintptr_t", self.plan)) + PAGE
-        pages = (PLAN_SIZE - PAGE + PAGE - 1) // PAGE
-        vec = _libc_ffi.new("unsigned char[]", pages)
+        vec = _libc_ffi.new("unsigned char[]", -(-(PLAN_SIZE - PAGE) // PAGE))  # one a page, rounded up
         if _libc.mincore(_libc_ffi.cast("void *", start), PLAN_SIZE - PAGE, vec) != 0:
             return False
         return bool(np.all(np.frombuffer(_libc_ffi.buffer(vec), np.uint8) & 1))
