@@ -104,6 +104,13 @@ struct fakecuda_stats {
        write named by allocation (launch_uses.c) lands where the recording's allocator put the
        tensor, and the page this run's kernel wrote stays counted as lost. */
     uint64_t bytes_read_discarded;
+    /* Of gpu_faults, those a replayed launch (FAKECUDA_LAUNCH_USES) took on operands named by
+       allocation: no word of the recorded launch's arguments pointed into them, or several did
+       (launch_uses.c). A prefetcher that reads a launch's arguments, as pump's does, is given
+       no pointer to such memory, and the replay may place it elsewhere than this run's kernel
+       would: how much of a run's faults rest on the recording's reading, not on the kernel's
+       own arguments. */
+    uint64_t gpu_faults_unpointed;
 };
 void fakecuda_get_stats(struct fakecuda_stats *out); /* call after synchronizing */
 /* Contexts made on a device since load: primary context activations (a retain with no

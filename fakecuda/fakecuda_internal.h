@@ -88,7 +88,8 @@ typedef struct fc_counters {
         bytes_evicted_d2h, bytes_evicted_h2d, pool_bytes_reserved, pool_bytes_released, gpu_fault_batches,
         gpu_fault_stall_ns, bytes_fault_prefetched_h2d, launches_by_function, launches_by_kernel,
         param_info_refused, launches_given_uses, launch_uses_missing, launch_uses_mismatched,
-        discard_races, bytes_lost_to_discard_races, lookups_above_driver, bytes_read_discarded;
+        discard_races, bytes_lost_to_discard_races, lookups_above_driver, bytes_read_discarded,
+        gpu_faults_unpointed;
 } fc_counters;
 extern fc_counters fc_ctr;
 #define FC_COUNT(field, n) atomic_fetch_add_explicit(&fc_ctr.field, (uint64_t)(n), memory_order_relaxed)
@@ -222,7 +223,7 @@ typedef struct fc_copy { uintptr_t dst, src; size_t n; unsigned elem, value; int
 /* One operand of a launch as FAKECUDA_LAUNCH_USES recorded it (launch_uses.c): the kernel
  * touches [ptr, ptr + bytes), writing it or only reading it, and whether its read is checked
  * for discarded bytes (fc_pages_read). */
-typedef struct fc_use { uintptr_t ptr; size_t bytes; int write, reads; } fc_use;
+typedef struct fc_use { uintptr_t ptr; size_t bytes; int write, reads, pointed; } fc_use;
 typedef struct fc_op {
     struct fc_op *next;
     int kind;
@@ -422,6 +423,7 @@ void fc_prefetch_plan(size_t n, const uint8_t *loc, const uint8_t *pref, uint8_t
 void fc_run_copy(const fc_op *op, int device); /* a copy or memset reached in its stream (copies.c) */
 void fc_managed_scan(uint64_t *unused_bytes, int clear);
 extern _Thread_local int fc_tls_kernel_device; /* -1 outside a kernel */
+extern _Thread_local uint64_t fc_tls_gpu_faults; /* gpu_faults this thread counted */
 
 /* ---- pools.c ---- */
 void fc_run_free(const fc_op *op); /* a cuMemFreeAsync reached in its stream */

@@ -236,9 +236,11 @@ void fc_run_kernel(fc_kdef *def, const fakecuda_dims *d, void *args, const fc_us
         fc_tls_kernel_device = device;
         if (def->fn) def->fn(params, d); /* an image's kernel has no C body: its results are not computed */
         for (size_t i = 0; i < nuses; i++) {
+            uint64_t faults = fc_tls_gpu_faults;
             if (uses[i].reads) fc_pages_read(uses[i].ptr, uses[i].bytes);
             if (uses[i].write) fakecuda_touch((const void *)uses[i].ptr, uses[i].bytes);
             else fakecuda_touch_read((const void *)uses[i].ptr, uses[i].bytes);
+            if (!uses[i].pointed) FC_COUNT(gpu_faults_unpointed, fc_tls_gpu_faults - faults);
         }
         fc_tls_kernel_device = -1;
         if (params != small) free(params);

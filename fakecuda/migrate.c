@@ -17,6 +17,16 @@ enum { WHY_KERNEL, WHY_KERNEL_READ, WHY_HOST, WHY_PREFETCH, WHY_PREFETCH_WAITED,
 
 _Thread_local int fc_tls_kernel_device = -1;
 
+_Thread_local uint64_t fc_tls_gpu_faults;
+
+/* A GPU fault: counted for all, and for the thread whose kernel took it (kernels.c tells which
+ * operand's touch took it). */
+static void count_gpu_fault(void)
+{
+    FC_COUNT(gpu_faults, 1);
+    fc_tls_gpu_faults++;
+}
+
 static int64_t xfer_ns(uint64_t bytes, uint64_t bytes_per_us) { return (int64_t)(bytes * 1000u / bytes_per_us); }
 
 static fc_chunk **chunk_slot(fc_alloc *a, size_t page, int device)
@@ -100,7 +110,7 @@ static int64_t page_move_to(fc_alloc *a, size_t p, uint8_t target, int why)
     if (cur == target) {
         if (IS_KERNEL(why)) *b &= (uint8_t)~FC_BIT_PREFETCHED; /* the prefetch paid off */
         if (why == WHY_KERNEL && (*b & FC_BIT_DUP)) { /* a write to a duplicate: a fault, the copies collapse */
-            FC_COUNT(gpu_faults, 1);
+            count_gpu_fault();
             *b &= (uint8_t)~FC_BIT_DUP;
             return FAKECUDA_GPU_FAULT_US * 1000;
         }
@@ -130,7 +140,7 @@ static int64_t page_move_to(fc_alloc *a, size_t p, uint8_t target, int why)
     switch (why) {
     case WHY_KERNEL:
     case WHY_KERNEL_READ:
-        FC_COUNT(gpu_faults, 1);
+        count_gpu_fault();
         ns += FAKECUDA_GPU_FAULT_US * 1000;
         if (cur == FC_LOC_HOST) FC_COUNT(bytes_faulted_h2d, FAKECUDA_PAGE);
         if (cur != FC_LOC_UNPOP) ns += xfer_ns(FAKECUDA_PAGE, FAKECUDA_H2D_BYTES_PER_US);
@@ -197,7 +207,7 @@ static int64_t page_stays(fc_alloc *a, size_t p, int why)
 {
     if (!IS_KERNEL(why)) return 0;
     written(a, p, why);
-    FC_COUNT(gpu_faults, 1);
+    count_gpu_fault();
     if (a->loc[p] == FC_LOC_UNPOP) a->loc[p] = FC_LOC_HOST;
     return FAKECUDA_GPU_FAULT_US * 1000 + xfer_ns(FAKECUDA_PAGE, FAKECUDA_H2D_BYTES_PER_US);
 }

@@ -120,6 +120,10 @@ int selftest_child_launch_uses(void)
           followed.launch_uses_mismatched == named.launch_uses_mismatched,
           "an operand from the launch's argument: c's pages touched (%llu bytes in)",
           U(followed.bytes_h2d - named.bytes_h2d));
+    CHECK(named.gpu_faults_unpointed == named.gpu_faults && named.gpu_faults >= 64 + 2 &&
+              followed.gpu_faults_unpointed == named.gpu_faults_unpointed,
+          "faults on operands named by allocation counted apart (%llu of %llu), not those from the argument "
+          "(%llu after)", U(named.gpu_faults_unpointed), U(named.gpu_faults), U(followed.gpu_faults_unpointed));
     launch_pointer(b);
     launch_pointer(c);
     launch_pointer(c);
