@@ -1,7 +1,8 @@
 """How the real-client recorder names an operand for fakecuda's replay (tests/real_client/
 operator_uses.py, fakecuda/launch_uses.c): by the one argument word of the launch that
 points into it, so that a later run follows the pointer its launch is given, wherever its
-caching allocator placed the tensor; by allocation where no word, or more than one, does."""
+caching allocator placed the tensor; by allocation where no word, or more than one that cannot
+be told apart, does; and which of an operator's kernels each operand is charged to."""
 import sys
 import types
 
@@ -42,3 +43,74 @@ def test_an_operand_two_arguments_point_into_is_named_by_its_allocation():
     r = recorder()
     pointers = [(16, 0x7F0000000000), (1232, 0x7F0000000000)]
     assert r._operand((7, 0, MIB, "r"), pointers) == f"7:0:{MIB}:r"
+
+
+def test_an_operators_kernels_are_each_given_the_operands_their_arguments_point_into():
+    """A cuBLAS GEMM with a split-K reduction: the GEMM kernel is given A and B, the reduction
+    a workspace the recorder does not see and C. Each is charged what it points into; a tensor
+    neither points into (reached through memory) stays with both."""
+    r = recorder()
+    r.bases[9] = 0x7F0000800000
+    a, b, c = (7, 0, MIB, "r"), (8, 0, MIB, "r"), (9, 0, MIB, "w")
+    hidden = (7, 2 * MIB, MIB, "r")
+    r.operators = [(0, 10, 12, (a, b, c, hidden), None, (c,))]
+    names = {(0, 10): "gemm", (0, 11): "splitKreduce"}
+    pointers = {(0, 10): [(0, 0x7F0000000000), (8, 0x7F0000400000)], (0, 11): [(0, 0x7F0000800000 + 64)]}
+    launches, unsplit = r.per_launch(names, pointers)
+    assert unsplit == 0
+    assert launches == {(0, 10): (a, b, hidden), (0, 11): (c, hidden)}
+    # one kernel: every operand is its own, pointed into or not
+    r.operators = [(0, 12, 13, (a, c), None, (c,))]
+    assert r.per_launch({(0, 12): "gemm"}, {(0, 12): [(0, 0x7F0000000000)]})[0] == {(0, 12): (a, c)}
+
+
+def test_one_pointer_passed_in_nearby_words_follows_the_first():
+    """cuBLAS's split-K reduction is given its output in words 72, 80 and 88, a GEMM as C and D
+    in words 16 and 48: one pointer passed several times, not a struct's stale slots, so the
+    later run's first of them is followed."""
+    r = recorder()
+    out = 0x7F0000000000 + MIB
+    pointers = [(64, 0x7F0000400000), (72, out), (80, out), (88, out)]
+    assert r._operand((7, MIB, MIB, "w"), pointers) == f"@72:0:{MIB}:w"
+    assert r._operand((7, MIB, MIB, "w"), [(48, out), (16, out)]) == f"@16:0:{MIB}:w"
+    # the same value in words far apart (a struct's stale slot), or two values inside the
+    # operand neither of which is its start: by allocation
+    assert r._operand((7, MIB, MIB, "w"), [(72, out), (1232, out)]) == f"7:{MIB}:{MIB}:w"
+    assert r._operand((7, MIB, MIB, "w"), [(72, out + 64), (80, out + 128)]) == f"7:{MIB}:{MIB}:w"
+
+
+def test_views_of_one_tensor_follow_the_word_at_their_start():
+    """Attention's q, k and v inside one projection's output: each view's extent holds the
+    pointers of the views after it; each follows the word that points at its own start."""
+    r = recorder()
+    q, k = 0x7F0000000000, 0x7F0000000000 + 3072
+    pointers = [(0, q), (8, k), (16, k + 3072)]
+    assert r._operand((7, 0, 3 * MIB, "r"), pointers) == f"@0:0:{3 * MIB}:r"
+    assert r._operand((7, 3072, 3 * MIB, "r"), pointers) == f"@8:0:{3 * MIB}:r"
+
+
+def test_a_multi_tensor_launch_trusts_its_own_address_slots():
+    """A _foreach_ launch over 3 tensors at depth 2 (a build of 32 KB arguments: 448 slots a
+    list): its slots are words 0..16 and 3584..3600. Stale slots elsewhere (word 1696, past the
+    first list's tensors; word 23216) that hold the same pointers do not make them ambiguous."""
+    from operator_uses import LIMITS_32KB, metadata_slots
+    kernel = ("_ZN2at6native50_GLOBAL__N__637ba612_17_ForeachUnaryOp_cu_77fe623d25multi_tensor_apply_kernel"
+              "INS1_18TensorListMetadataILi2EEENS1_14UnaryOpFunctorIfLi2ELi1ELi1EEEJNS0_4SqrtIfEEEEEvT_T0_DpT1_")
+    t = [0x7F0000000000 + i * MIB for i in range(6)]
+    pointers = [(0, t[0]), (8, t[1]), (16, t[2]), (24, t[4]), (1696, t[3]), (3584, t[3]), (3592, t[4]),
+                (3600, t[5]), (23216, t[0])]
+    # word 24: a stale slot right after the first list's tensors, continuing its run
+    slots = metadata_slots(kernel, pointers, LIMITS_32KB)
+    assert slots == {0, 8, 16, 3584, 3592, 3600}
+    r = recorder()
+    assert r._operand((7, 0, MIB, "r"), pointers, slots) == f"@0:0:{MIB}:r"
+    assert r._operand((7, 3 * MIB, MIB, "w"), pointers, slots) == f"@3584:0:{MIB}:w"
+    assert r._operand((7, 4 * MIB, MIB, "w"), pointers, slots) == f"@3592:0:{MIB}:w"
+    # one tensor in two lists (addcmul_'s grad, grad): both its slots hold it; the first is followed
+    # (at depth 3: 336 slots a list, lists at words 0, 2688 and 5376)
+    twice = [(0, t[0]), (8, t[1]), (16, t[2]), (24, t[4]), (2688, t[3]), (2696, t[4]), (2704, t[5]),
+             (5376, t[3]), (5384, t[4]), (5392, t[5])]
+    deeper = metadata_slots(kernel.replace("ILi2EE", "ILi3EE"), twice, LIMITS_32KB)
+    assert r._operand((7, 4 * MIB, MIB, "r"), twice, deeper) == f"@2696:0:{MIB}:r"
+    assert r._operand((7, 0, MIB, "r"), pointers) == f"7:0:{MIB}:r"  # without the slots: ambiguous
+    assert metadata_slots("sm80_xmma_gemm", pointers, LIMITS_32KB) == frozenset()

@@ -21,7 +21,9 @@ allocations are made in does not change between runs.
 
 What this over- and understates:
 - An operator of several kernels (layer norm's backward, SDPA, a cuBLAS GEMM with a split-K
-  reduction) charges each of them with every tensor of the operator: over.
+  reduction) charges a tensor to the kernels whose arguments point into it, and a tensor none
+  of them points into to every one of them: over (a kernel reaching a tensor through a pointer
+  kept in memory, such as a batched GEMM's pointer arrays, leaves it to all of them).
 - A _foreach_ or fused optimizer operator whose multi_tensor_apply launches (by their kernels'
   names) number what operands.foreach_launches models (with the build's limits: a CUDA 13
   build's 32 KB of arguments hold 2240 chunks a launch) gives each its own chunks, and its other
@@ -38,6 +40,7 @@ What this over- and understates:
 import ctypes
 import json
 import pathlib
+import re
 import sys
 
 import torch
@@ -49,7 +52,10 @@ from pump.tracegen.operands import (LIMITS_4KB, LIMITS_32KB, foreach_launches, r
                                     schema_operands, storage_extent, tensor_inputs)
 
 MULTI_TENSOR = ("_foreach_", "_fused_")
-MULTI_TENSOR_KERNEL = "multi_tensor_apply_kernel"  # in the mangled name of each of its launches
+MULTI_TENSOR_KERNEL = "multi_tensor_apply_kernel"
+REPEAT_SPAN = 64  # bytes between two argument words that hold one pointer passed twice (_operand)
+# multi_tensor_apply's metadata, its first argument: addresses[depth][max tensors] first
+METADATA = re.compile(r"TensorList(ScalarList)?MetadataI[a-z]?Li(\d+)E")  # in the mangled name of each of its launches
 # multi_tensor_apply's limits per launch are the build's: 32 KB of kernel arguments from CUDA 13
 LIMITS = LIMITS_32KB if int((torch.version.cuda or "0").split(".")[0]) >= 13 else LIMITS_4KB
 
@@ -106,13 +112,14 @@ class Recorder(TorchDispatchMode):
         self.order += [[now, launch] for launch in range(first, after)]
         return out
 
-    def per_launch(self, names):
-        """{(thread, launch): operands} given each launch's kernel name, and the multi-tensor
-        operators whose multi_tensor_apply launches did not number the model's."""
+    def per_launch(self, names, pointers):
+        """{(thread, launch): operands} given each launch's kernel name and argument pointers
+        ({(thread, launch): [(word, value), ...]}), and the multi-tensor operators whose
+        multi_tensor_apply launches did not number the model's."""
         out, unsplit = {}, 0
         for thread, first, after, whole, modelled, results in self.operators:
             launches = range(first, after)
-            given = [whole] * len(launches)
+            given = self._by_pointer(whole, [pointers.get((thread, launch), ()) for launch in launches])
             if modelled is not None:
                 applied = [i for i, launch in enumerate(launches)
                            if MULTI_TENSOR_KERNEL in names.get((thread, launch), "")]
@@ -124,6 +131,20 @@ class Recorder(TorchDispatchMode):
                     unsplit += 1
             out.update(((thread, launch), operands) for launch, operands in zip(launches, given))
         return out, unsplit
+
+    def _by_pointer(self, operands, pointers):
+        """Per launch of an operator (pointers: each one's argument words), the operands its
+        arguments point into and those no launch of the operator points into: a GEMM's inputs
+        to its GEMM kernel, not to the split-K reduction after it, which is given a workspace
+        and the output."""
+        given = [[] for _ in pointers]
+        for operand in operands:
+            ordinal, offset, nbytes, _ = operand
+            start = self.bases[ordinal] + offset
+            into = [i for i, words in enumerate(pointers) if any(start <= value < start + nbytes for _, value in words)]
+            for i in into or range(len(pointers)):
+                given[i].append(operand)
+        return [tuple(g) for g in given]
 
     def _operands(self, uses):
         """((ordinal, offset, bytes, mode), ...) of (tensor, first, stop, read, written) uses,
@@ -167,7 +188,7 @@ class Recorder(TorchDispatchMode):
             entry = json.loads(line)
             names[(entry["thread"], entry["launch"])] = entry["kernel"]
             pointers[(entry["thread"], entry["launch"])] = [(word, value) for _, word, value, *_ in entry["pointers"]]
-        launches, unsplit = self.per_launch(names)
+        launches, unsplit = self.per_launch(names, pointers)
         written = unnamed = by_argument = operands = 0
         by_allocation = []
         with open(path, "w") as f:
@@ -177,7 +198,9 @@ class Recorder(TorchDispatchMode):
                 if not name or any(c.isspace() for c in name):
                     unnamed += 1   # not an image kernel's launch (the log has image kernels only)
                     continue
-                named = [self._operand(use, pointers[(thread, launch)]) for use in uses]
+                words = pointers[(thread, launch)]
+                slots = metadata_slots(name, words, LIMITS)
+                named = [self._operand(use, words, slots) for use in uses]
                 by_argument += sum(o.startswith("@") for o in named)
                 operands += len(named)
                 f.write(f"{thread} {launch} {name} {len(named)}")
@@ -192,15 +215,55 @@ class Recorder(TorchDispatchMode):
                 "foreach_unsplit": unsplit, "unplaced_bytes": self.unplaced_bytes, "launches_logged": len(names),
                 "operands": operands, "operands_by_argument": by_argument}
 
-    def _operand(self, use, pointers) -> str:
+    def _operand(self, use, pointers, slots=frozenset()) -> str:
         """One operand of the file: @WORD:DELTA:BYTES:MODE from the one argument word pointing into
         it, else ORDINAL:OFFSET:BYTES:MODE. Where several words do, the operand is named by its
         allocation: a struct's unused slots (multi_tensor_apply's metadata past its last tensor)
-        keep what an earlier launch left there, which the later run's need not repeat."""
+        keep what an earlier launch left there, which the later run's need not repeat. Two
+        exceptions, where the words are the kernel's own: one pointer passed several times
+        close together (a cuBLAS GEMM is given its output as C and D, words 16 and 48; its
+        split-K reduction in words 72, 80 and 88): the same value in words at most REPEAT_SPAN
+        bytes apart, followed from the first; and views of one tensor (attention's q, k and v
+        inside one projection's output), whose extents each hold the others' pointers: the
+        one word whose value is the operand's start. A multi_tensor_apply launch's own
+        address slots (``slots``: metadata_slots) are the words trusted among several (the
+        first, where one tensor is in two of its lists: addcmul_'s grad and grad)."""
         ordinal, offset, nbytes, mode = use
         start = self.bases[ordinal] + offset
-        inside = [(word, value) for word, value in pointers if start <= value < start + nbytes]
-        if len(inside) != 1:
+        inside = sorted((word, value) for word, value in pointers if start <= value < start + nbytes)
+        repeated = len({value for _, value in inside}) == 1 and all(
+            b - a <= REPEAT_SPAN for (a, _), (b, _) in zip(inside, inside[1:]))
+        at_start = [(word, value) for word, value in inside if value == start]
+        own = [(word, value) for word, value in inside if word in slots]
+        if len(inside) > 1 and not repeated:
+            inside = at_start if len(at_start) == 1 else own if len({v for _, v in own}) == 1 else []
+        if not inside:
             return f"{ordinal}:{offset}:{nbytes}:{mode}"
-        (word, value), = inside
+        word, value = inside[0]
         return f"@{word}:{start - value}:{nbytes}:{mode}"
+
+
+def metadata_slots(kernel, pointers, limits) -> frozenset:
+    """The argument words that hold a multi_tensor_apply launch's own tensor addresses: its
+    metadata (the kernel's first argument) begins with addresses[depth][N], N the build's most
+    tensors a launch at that depth (``limits``: operands.LIMITS_*), and the launch fills the
+    first n slots of each list; the slots past them keep what an earlier launch left on the
+    stack, pointers too, which can continue a list's run: n is the shortest run of pointer words
+    from a list's first slot. Empty for another kernel."""
+    match = METADATA.search(kernel)
+    if not match or MULTI_TENSOR_KERNEL not in kernel:
+        return frozenset()
+    depth = int(match.group(2))
+    _, tensors, scalar_list = limits
+    table = scalar_list if match.group(1) else tensors
+    most = table[min(depth, len(table)) - 1]
+    words = {word for word, _ in pointers}
+
+    def run(first):
+        n = 0
+        while n < most and first + n * 8 in words:
+            n += 1
+        return n
+
+    n = min(run(d * most * 8) for d in range(depth))
+    return frozenset((d * most + j) * 8 for d in range(depth) for j in range(n))
