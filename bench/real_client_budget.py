@@ -159,6 +159,7 @@ def figures(result, what):
     out = {"launches_per_step": launches, "bytes_h2d_per_step": round(s["bytes_h2d"]),
            "bytes_d2h_per_step": round(s["bytes_d2h_all"]), "gpu_faults_per_step": s["gpu_faults"],
            "fault_stall_us_per_step": round(s["gpu_fault_stall_ns"] / 1000, 1),
+           "gpu_faults_unpointed_per_step": s["gpu_faults_unpointed"],
            "driver_evictions_per_step": s["driver_evictions"], "device_resident_peak": s["device_resident_peak"],
            "step_us": round(s["wall_ns"] / 1000, 1),
            "launch_thread_us_per_launch": round((s["cpu_ns"] + s["thread_host_ns"]) / launches / 1000, 3),
@@ -266,7 +267,7 @@ def targets(result):
     return rows
 
 
-TABLE_HEADER = ("workload", "variant", "MiB in", "MiB out", "GPU faults", "step µs", "launching thread µs",
+TABLE_HEADER = ("workload", "variant", "MiB in", "MiB out", "GPU faults", "unpointed", "step µs", "launching thread µs",
                 "peak MiB", "planned")
 
 
@@ -274,12 +275,12 @@ def table_rows(w):
     """One workload's rows of the table (TABLE_HEADER's columns after the workload's): the bound's,
     then each variant's."""
     rows = [[f"bound at {w['budget_bytes'] / MIB:.0f} MiB", f"{w['min_bytes_per_step'] / MIB:.1f}",
-             f"{w['min_bytes_d2h_per_step'] / MIB:.1f}", "", f"{w['bound_us']:g} (traffic {w['traffic_us']:g})", "",
+             f"{w['min_bytes_d2h_per_step'] / MIB:.1f}", "", "", f"{w['bound_us']:g} (traffic {w['traffic_us']:g})", "",
              "", ""]]
     for variant, v in w["variants"].items():
         planned = f"{v['planned_launch_fraction']:.1%}" if variant in ("pump", "lookahead") else ""
         rows.append([variant, f"{v['bytes_h2d_per_step'] / MIB:.1f}", f"{v['bytes_d2h_per_step'] / MIB:.1f}",
-                     f"{v['gpu_faults_per_step']:g}", f"{v['step_us']:g}", f"{v['launch_thread_us_per_launch']:g}",
+                     f"{v['gpu_faults_per_step']:g}", f"{v['gpu_faults_unpointed_per_step']:g}", f"{v['step_us']:g}", f"{v['launch_thread_us_per_launch']:g}",
                      f"{v['device_resident_peak'] / MIB:.0f}", planned])
     return rows
 
