@@ -297,32 +297,70 @@ static void tell_launch_over_budget(uint64_t launch_bytes, uint64_t budget)
                          (double)launch_bytes / (1 << 20), (double)budget / (1 << 20));
 }
 
-/* A launch with a plan trigger takes its need ranges instead of its whole
- * allocations: those not believed resident are prefetched (room is made in
- * the plan's order), and the kernel waits for them, or else for the planned
- * prefetch that brought the latest of them, if any. */
+/* A launch's blocks taken in order, up to the first that does not fit (left_out counts it
+ * and those after it); ready: the latest planned prefetch among those already there. */
+struct taking {
+    struct prefetches *p;
+    struct evictions *e;
+    uint64_t budget, ready, left_out;
+    uint32_t order;
+    bool full;
+};
+
+static void take_blocks(struct taking *k, struct pump_blocks *a, uint32_t first, uint32_t last)
+{
+    int device = k->p->dn->device;
+    for (uint32_t i = first; i <= last; i++) {
+        if (a->block[i].device == device && a->block[i].ready > k->ready)
+            k->ready = a->block[i].ready;
+        k->full = k->full || !want_block(k->p, k->e, k->budget, k->order, a, i, true);
+        k->left_out += k->full;
+    }
+}
+
+/* Whether a need range of t lies in a's allocation. */
+static bool names_any(const struct pump_trigger *t, const struct pump_blocks *a)
+{
+    for (uint32_t k = 0; k < t->need; k++)
+        if (t->range[k].bytes != 0 && t->range[k].address < a->base + a->size &&
+            a->base < t->range[k].address + t->range[k].bytes)
+            return true;
+    return false;
+}
+
+/* A launch with a plan trigger takes its need ranges instead of the allocations
+ * they lie in (and its own allocations no need range names whole): those not
+ * believed resident are prefetched (room is made in the plan's order), and the
+ * kernel waits for them, or else for the planned prefetch that brought the
+ * latest of them, if any. */
 static void need_rule(struct pump_context *c, int device, CUstream stream, const struct pump_scan *scan,
                       uint64_t budget, const struct pump_trigger *t, bool *moved)
 {
-    uint64_t left_out = 0, ready = 0;
+    uint64_t left_out;
     struct pump_decision dn = {.c = c, .device = device, .stream = stream};
     if (!pump_decision_begin(&dn, scan->range, scan->own, t->range, t->need))
         return;
     mark_ranges(&dn, t->range, t->need);
     struct evictions e = {.dn = &dn};
     struct prefetches p = {.dn = &dn, .stamps = resident_stamps(device)};
-    bool full = false;
-    for (uint32_t k = 0; k < t->need; k++) {
+    struct taking take = {.p = &p, .e = &e, .budget = budget, .order = t->order};
+    for (uint32_t n = 0; n < t->need; n++) {
         uint32_t first, last;
-        struct pump_blocks *a = pump_decision_plan_blocks(&dn, &t->range[k], &first, &last);
-        for (uint32_t i = first; a != NULL && i <= last; i++) {
-            if (a->block[i].device == device && a->block[i].ready > ready)
-                ready = a->block[i].ready;
-            full = full || !want_block(&p, &e, budget, t->order, a, i, true);
-            left_out += full;
-        }
+        struct pump_blocks *a = pump_decision_plan_blocks(&dn, &t->range[n], &first, &last);
+        if (a != NULL)
+            take_blocks(&take, a, first, last);
     }
-    take_done(&p, &e, budget, ready);
+    /* An allocation of the launch's own that no need range names (the plan learned the step
+     * from other memory: an allocator placing a tensor elsewhere, a range freed since) is
+     * taken whole, as the launch rule would: else its kernel faults it in, and on a full
+     * device the driver makes room by evicting blocks the plan placed for launches to come. */
+    for (uint32_t r = 0; r < scan->own; r++) {
+        struct pump_blocks *a = scan->range[r]->blocks;
+        if (a != NULL && a->count > 0 && !names_any(t, a))
+            take_blocks(&take, a, 0, a->count - 1);
+    }
+    left_out = take.left_out;
+    take_done(&p, &e, budget, take.ready);
     /* The lock-free skip, as the launch rule's: a trigger's need lies in the launch's own
      * allocations (pumpd knows a launch by them), so a launch whose allocations are all
      * resident and awaited this epoch has nothing to take. */
@@ -366,9 +404,8 @@ static bool launch_rule(struct pump_context *c, int device, CUstream stream, str
         return false;
     struct evictions e = {.dn = &dn};
     struct prefetches p = {.dn = &dn, .stamps = stamps};
-    uint64_t left_out = 0, ready = 0;
     uint32_t order = launch_rule_order();
-    bool full = false;
+    struct taking take = {.p = &p, .e = &e, .budget = budget, .order = order};
     uint64_t counted_before = pump_devices[device].counted_in, evicted_before = pump_devices[device].evicted;
     /* Its allocations count as used from now, not from when its kernel's use is recorded: a
      * launch racing on another thread must not take what this one brings in as the least
@@ -387,14 +424,11 @@ static bool launch_rule(struct pump_context *c, int device, CUstream stream, str
     pump_rank_settle(device);
     for (uint32_t r = 0; r < u.n; r++) {
         struct pump_blocks *a = u.range[r]->blocks;
-        for (uint32_t i = 0; a != NULL && i < a->count; i++) {
-            if (a->block[i].device == device && a->block[i].ready > ready)
-                ready = a->block[i].ready;
-            full = full || !want_block(&p, &e, budget, order, a, i, true);
-            left_out += full;
-        }
+        if (a != NULL && a->count > 0)
+            take_blocks(&take, a, 0, a->count - 1);
     }
-    take_done(&p, &e, budget, ready);
+    uint64_t left_out = take.left_out;
+    take_done(&p, &e, budget, take.ready);
     if (budget != 0 && pump_config.evict_ahead && order == PUMP_ORDER_USED)  /* where room is made ahead */
         pump_ahead_learn(device, pump_devices[device].counted_in - counted_before,
                          pump_devices[device].evicted > evicted_before, budget);
