@@ -248,12 +248,12 @@ def test_rings_are_read_while_the_planner_plans():
     asyncio.run(main())
 
 
-def test_planner_time_is_shared_between_users_not_turns():
-    """One user's turns cost 1 s of the planner's time, another's 0.05 s: each user gets about
-    the same planner time, so the cheap one takes about 20 turns to the dear one's 1."""
+def dear_and_cheap_turns(host):
+    """A user of 4 processes whose planner turns cost 1 s and one of 1 process whose turns cost
+    0.05 s, 210 turns between them: (turns per user, the scheduler)."""
     planner = FakePlanner()
     dear, cheap = lookahead_job(1000, planner, sessions=4), lookahead_job(1001, planner)
-    scheduler = Scheduler(LookaheadHost(), RateLimitedLog())
+    scheduler = Scheduler(host, RateLimitedLog())
     scheduler.planner.stop()
     scheduler.planner = planner
     turns = {1000: 0, 1001: 0}
@@ -263,6 +263,13 @@ def test_planner_time_is_shared_between_users_not_turns():
         turns[owner] += 1
         return planned(1.0 if owner == 1000 else 0.05)
     run_turns(scheduler, [dear, cheap], complete, 210)
+    return turns, scheduler
+
+
+def test_planner_time_is_shared_between_users_not_turns():
+    """One user's turns cost 1 s of the planner's time, another's 0.05 s: each user gets about
+    the same planner time, so the cheap one takes about 20 turns to the dear one's 1."""
+    turns, scheduler = dear_and_cheap_turns(LookaheadHost())
     ratio = scheduler.spent[1000] / scheduler.spent[1001]
     assert 0.8 < ratio < 1.25 and turns[1001] > 15 * turns[1000], (turns, dict(scheduler.spent))
 
@@ -355,17 +362,6 @@ def test_planner_time_is_shared_when_each_slice_reaches_one_ring(monkeypatch):
             clock[0] += module.SLICE_SECONDS
             return super().read_chunk(job, session, limit)
 
-    planner = FakePlanner()
-    dear, cheap = lookahead_job(1000, planner, sessions=4), lookahead_job(1001, planner)
-    scheduler = Scheduler(SlowHost(), RateLimitedLog())
-    scheduler.planner.stop()
-    scheduler.planner = planner
-    turns = {1000: 0, 1001: 0}
-
-    def complete(handle):
-        owner = handle.key // 100
-        turns[owner] += 1
-        return planned(1.0 if owner == 1000 else 0.05)
-    run_turns(scheduler, [dear, cheap], complete, 210)
+    turns, _ = dear_and_cheap_turns(SlowHost())
     planner_time = {1000: turns[1000] * 1.0, 1001: turns[1001] * 0.05}
     assert 0.8 < planner_time[1000] / planner_time[1001] < 1.25, turns
