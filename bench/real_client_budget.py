@@ -280,8 +280,8 @@ def table_rows(w):
     for variant, v in w["variants"].items():
         planned = f"{v['planned_launch_fraction']:.1%}" if variant in ("pump", "lookahead") else ""
         rows.append([variant, f"{v['bytes_h2d_per_step'] / MIB:.1f}", f"{v['bytes_d2h_per_step'] / MIB:.1f}",
-                     f"{v['gpu_faults_per_step']:g}", f"{v['gpu_faults_unpointed_per_step']:g}", f"{v['step_us']:g}", f"{v['launch_thread_us_per_launch']:g}",
-                     f"{v['device_resident_peak'] / MIB:.0f}", planned])
+                     f"{v['gpu_faults_per_step']:g}", f"{v['gpu_faults_unpointed_per_step']:g}", f"{v['step_us']:g}",
+                     f"{v['launch_thread_us_per_launch']:g}", f"{v['device_resident_peak'] / MIB:.0f}", planned])
     return rows
 
 

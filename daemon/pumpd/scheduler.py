@@ -107,11 +107,7 @@ class Scheduler:
                 self.turns.rotate(-1)
                 continue
             job, session = queue.popleft()
-            began = time.perf_counter()
-            records, more = self._serve(owner, job, session)
-            cost = time.perf_counter() - began
-            self.credit[owner] -= cost
-            self.spent[owner] += cost
+            records, more = self._serve_charged(owner, job, session)
             total += records
             self.fill = max(self.fill, records / session.ring.capacity)
             if more:
@@ -119,6 +115,15 @@ class Scheduler:
         self.backlog = any(ready.get(owner) for owner in self.turns)
         self._next_turn(jobs)
         return total
+
+    def _serve_charged(self, owner, job, session) -> tuple:
+        """_serve, its time taken from the owner's credit and added to what it spent."""
+        began = time.perf_counter()
+        served = self._serve(owner, job, session)
+        cost = time.perf_counter() - began
+        self.credit[owner] = self.credit.get(owner, 0.0) - cost
+        self.spent[owner] += cost
+        return served
 
     def _serve(self, owner, job, session) -> tuple:
         """One chunk of one session's ring (its batch to the planner's backlog as the session
@@ -178,11 +183,7 @@ class Scheduler:
         job, session = work[self.plan_cursor[owner] % len(work)]
         self.plan_cursor[owner] += 1
         if not (session.backlog or session.lookahead.pending):  # its turn reads what it plans
-            began = time.perf_counter()
-            self._serve(owner, job, session)
-            cost = time.perf_counter() - began
-            self.credit[owner] = self.credit.get(owner, 0.0) - cost
-            self.spent[owner] += cost
+            self._serve_charged(owner, job, session)
             if session.closed or not (session.backlog or session.lookahead.pending):
                 return
         self._plan(owner, job, session, self._share(jobs, owner))

@@ -336,7 +336,6 @@ static bool names_any(const struct pump_trigger *t, const struct pump_blocks *a)
 static void need_rule(struct pump_context *c, int device, CUstream stream, const struct pump_scan *scan,
                       uint64_t budget, const struct pump_trigger *t, bool *moved)
 {
-    uint64_t left_out;
     struct pump_decision dn = {.c = c, .device = device, .stream = stream};
     if (!pump_decision_begin(&dn, scan->range, scan->own, t->range, t->need))
         return;
@@ -359,7 +358,7 @@ static void need_rule(struct pump_context *c, int device, CUstream stream, const
         if (a != NULL && a->count > 0 && !names_any(t, a))
             take_blocks(&take, a, 0, a->count - 1);
     }
-    left_out = take.left_out;
+    uint64_t left_out = take.left_out;
     take_done(&p, &e, budget, take.ready);
     /* The lock-free skip, as the launch rule's: a trigger's need lies in the launch's own
      * allocations (pumpd knows a launch by them), so a launch whose allocations are all

@@ -52,10 +52,11 @@ from pump.tracegen.operands import (LIMITS_4KB, LIMITS_32KB, foreach_launches, r
                                     schema_operands, storage_extent, tensor_inputs)
 
 MULTI_TENSOR = ("_foreach_", "_fused_")
-MULTI_TENSOR_KERNEL = "multi_tensor_apply_kernel"
+MULTI_TENSOR_KERNEL = "multi_tensor_apply_kernel"  # in the mangled name of each of its launches
 REPEAT_SPAN = 64  # bytes between two argument words that hold one pointer passed twice (_operand)
-# multi_tensor_apply's metadata, its first argument: addresses[depth][max tensors] first
-METADATA = re.compile(r"TensorList(ScalarList)?MetadataI[a-z]?Li(\d+)E")  # in the mangled name of each of its launches
+# multi_tensor_apply's metadata type (its first argument, addresses[depth][max tensors] first) and
+# depth, in the kernel's mangled name
+METADATA = re.compile(r"TensorList(ScalarList)?MetadataI[a-z]?Li(\d+)E")
 # multi_tensor_apply's limits per launch are the build's: 32 KB of kernel arguments from CUDA 13
 LIMITS = LIMITS_32KB if int((torch.version.cuda or "0").split(".")[0]) >= 13 else LIMITS_4KB
 
