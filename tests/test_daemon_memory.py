@@ -61,7 +61,7 @@ def lookahead(share=None):
     planner = Lookahead(1 << 30, 25e9)
     planner.limit(share or limits.planner_share(1, 1))
     # one allocation of N blocks the extents fall in, one of a block the launches name
-    planner.observe(channel.Batch(allocs=[(1 << 40, N << 21), (SMALL, 1 << 21)]))
+    planner.learn(channel.Batch(allocs=[(1 << 40, N << 21), (SMALL, 1 << 21)]))
     return planner
 
 
@@ -93,14 +93,14 @@ def measure_pending_records():
 def measure_planned_blocks():
     from pumpd.lookahead import Lookahead
     planner = Lookahead(1 << 30, 25e9)
-    return peak_bytes_per_entry(lambda: planner.observe(channel.Batch(allocs=[(1 << 40, N << 21)])) or planner)
+    return peak_bytes_per_entry(lambda: planner.learn(channel.Batch(allocs=[(1 << 40, N << 21)])) or planner)
 
 
 def measure_refs():
     """Launches whose extents each name 1,000 blocks of a large allocation."""
     planner = lookahead()
     batch = launches(N // 1000, extents=lambda i: (1 << 40, 1000 << 21))
-    return peak_bytes_per_entry(lambda: planner.observe(batch) or planner)
+    return peak_bytes_per_entry(lambda: planner.learn(batch) or planner)
 
 
 def measure_launches():
@@ -108,14 +108,14 @@ def measure_launches():
     history beyond its one block reference."""
     planner = lookahead()
     batch = launches(N, extents=lambda i: (1 << 40, 1 << 21))
-    return peak_bytes_per_entry(lambda: planner.observe(batch) or planner)
+    return peak_bytes_per_entry(lambda: planner.learn(batch) or planner)
 
 
 def measure_cached_keys():
     """Launches without extents, each of a new kernel: a cached key each."""
     planner = lookahead()
     batch = launches(N, function=lambda i: 16 + i * 16)
-    per_launch = peak_bytes_per_entry(lambda: planner.observe(batch) or planner)
+    per_launch = peak_bytes_per_entry(lambda: planner.learn(batch) or planner)
     return per_launch
 
 
@@ -123,7 +123,7 @@ def measure_freed_blocks():
     planner = lookahead()
     batch = launches(1)
     batch.block_frees = [(0, (1 << 40) + (i << 21), 1 << 21) for i in range(N)]
-    return peak_bytes_per_entry(lambda: planner.observe(batch) or planner)
+    return peak_bytes_per_entry(lambda: planner.learn(batch) or planner)
 
 
 def measure_kernel_keys():
@@ -184,7 +184,7 @@ def test_a_small_share_holds_every_planner_table_to_it():
         batch = launches(3000, function=lambda i: 16 + (round_ * 3000 + i) * 16)
         batch.block_frees = [(i, (1 << 40) + ((round_ * 3000 + i) << 21), 1 << 21) for i in range(3000)]
         batch.kernels = [(0, round_ * 3000 + k, 1000) for k in range(200) for _ in range(KERNEL_SAMPLES)]
-        planner.observe(batch)
+        planner.learn(batch)
     policy = planner.policy
     assert policy._refs_held <= share["refs"]
     assert len(policy.detector.keys) <= share["launches"] * 9 // 8  # trimmed in chunks of an eighth
@@ -192,3 +192,25 @@ def test_a_small_share_holds_every_planner_table_to_it():
     assert policy._freed_kept <= share["freed_blocks"]
     assert len(planner.kernel_ns) <= share["kernel_keys"]
     assert len(planner.window_keys) <= max(share["window"], 3000)  # a batch's own are kept while it is read
+
+
+def test_a_turn_of_many_batches_makes_needs_only_for_the_launches_its_history_keeps(monkeypatch):
+    """A planner turn learns every batch read meanwhile (issue 45's attack 2 brought 948 batches of
+    69 launches, each over 32,768 blocks): needs are made only for the launches that the turn's
+    later batches leave within refs_max, not made and trimmed batch after batch (352 s of CPU for
+    that turn, past its 5 s deadline, so the planner learned nothing and its cap said nothing)."""
+    from pump.foresight import Foresight
+    share = {"refs": 10_000, "launches": 1 << 20, "cached_keys": 1 << 17, "freed_blocks": 1 << 19,
+             "kernel_keys": 1 << 17, "window": 1 << 18}
+    planner = lookahead(share)
+    made = []
+    needed = Foresight._needed_blocks
+    monkeypatch.setattr(Foresight, "_needed_blocks", lambda self, batch, i: made.append(i) or needed(self, batch, i))
+    turn = [launches(4, function=lambda i, b=b: 16 + (4 * b + i) * 16, extents=lambda i: (1 << 40, 1000 << 21))
+            for b in range(50)]
+    planner.plan(*turn)
+    policy = planner.policy
+    assert len(made) == 9, made                     # 9 launches of 1,002 blocks at most fit 10,000
+    assert policy.need_skipped == 200 - 9
+    assert policy._refs_held <= share["refs"]
+    assert [len(b) for b in policy.blocks[-9:]] == [1000] * 9   # the turn's last launches keep theirs

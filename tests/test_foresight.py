@@ -314,8 +314,8 @@ def test_pumpd_takes_no_pause_for_a_kernel_when_a_read_brings_few_launches():
     gaps[-2:] = 3_000_000                             # ...then two launches after 3 ms each
     recs["time_ns"][launches] = np.cumsum(gaps)
     la = lookahead.Lookahead(64 * MIB, 50e9)
-    la.observe(channel.decode(recs[:launches[-2]]))
-    la.observe(channel.decode(recs[launches[-2]:]))   # one read, only those two
+    la.learn(channel.decode(recs[:launches[-2]]))
+    la.learn(channel.decode(recs[launches[-2]:]))   # one read, only those two
     assert la.policy.seconds[-2:].tolist() == [5e-6, 5e-6]
     assert la.policy.reserve_bytes(la.policy.period) == int(50e9 * 5e-6)
 
@@ -434,7 +434,7 @@ def test_pumpd_takes_a_kernels_time_from_its_keys_intervals_not_one_stretched_by
     gaps[-5] = 200_000                                # ...one stretched to 200 us (under 50 x 5 us)
     recs["time_ns"][launches] = np.cumsum(gaps)
     la = lookahead.Lookahead(64 * MIB, 50e9)
-    la.observe(channel.decode(recs))
+    la.learn(channel.decode(recs))
     assert la.policy.seconds.max() == 5e-6
     assert la.policy.reserve_bytes(la.policy.period) == int(50e9 * 5e-6)
 
