@@ -236,10 +236,10 @@ def test_which_end_of_the_range_the_measured_machines_are_near():
             (round(h2d / 1e7), round(d2h / 1e7))
         moves = probes.get("concurrent_moves")
         assert full_duplex == (None if moves is None else moves["result"]["overlap"] >= 0.5)
-    assert [K.nearer_worst(*m[2:]) for m in K.MEASURED_LINKS] == [True] * 3
+    assert [K.nearer_worst(*m[2:]) for m in K.MEASURED_LINKS] == [True] * 4
     line = K.PCIE5_X16_BYTES_PER_S
     assert not K.nearer_worst(0.95 * line, 0.9 * line, True) and K.nearer_worst(0.95 * line, 0.9 * line, False)
-    assert sweep.likely_case().endswith("the two directions taking turns: nearer the worst case (3 of 3 runs).")
+    assert sweep.likely_case().endswith("the two directions taking turns: nearer the worst case (4 of 4 runs).")
 
 
 def test_ideal_is_not_compared_with_the_bound(trace_path):

@@ -266,6 +266,7 @@ MEASURED_LINKS = (
     ("NVIDIA H100 80GB HBM3", "gpu-20261124-nvidia-h100-80gb-hbm3", 49.84e9, 11.24e9, None),
     ("NVIDIA H100 80GB HBM3", "gpu-20261126-nvidia-h100-80gb-hbm3", 50.49e9, 16.96e9, False),
     ("NVIDIA H200", "gpu-20261126-nvidia-h200", 50.60e9, 16.05e9, False),
+    ("NVIDIA H200", "gpu-20261127-nvidia-h200", 48.22e9, 10.49e9, False),
 )
 
 
