@@ -204,10 +204,12 @@ CUresult fc_image_global(fc_image *img, const char *name, CUdeviceptr *dptr, siz
 /* ---- FAKECUDA_LAUNCH_LOG: one JSON line per launch of an image kernel ----
  * {"kernel": name, "handle": "CUfunction"|"CUkernel", "stream": its id (cuStreamGetId),
  *  "captured": bool, "argsize": bytes, "thread" and "launch": its position (launch_uses.c),
- *  "pointers": [[ordinal, offset, value, allocation base, allocation size, managed], ...]}:
- * every 8-byte-aligned word inside a parameter (by-value structs included: a pointer inside
- * multi_tensor_apply's 25,768-byte TensorListMetadata is found) whose value lies inside an
- * allocation of fakecuda's, as the kernel's layout places them. Written by the process that
+ *  "pointers": [[ordinal, offset, value, allocation base, allocation size, managed], ...],
+ *  "params": [[offset, size], ...]}: every 8-byte-aligned word inside a parameter (by-value
+ * structs included: a pointer inside multi_tensor_apply's 25,768-byte TensorListMetadata is
+ * found) whose value lies inside an allocation of fakecuda's, as the kernel's layout places
+ * them, and that layout (a word that is a whole 8-byte parameter is a pointer the kernel takes
+ * itself; one inside a struct may be a slot the launch left unset). Written by the process that
  * called cuInit, at the launch call, so that a test can check what pump prefetched. */
 static FILE *fc_log;
 static pthread_mutex_t fc_log_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -258,6 +260,9 @@ void fc_image_launch_record(const fc_kdef *def, int by_kernel_handle, const unsi
             first = 0;
         }
     }
+    fputs("], \"params\": [", fc_log);
+    for (unsigned i = 0; i < def->nparams; i++)
+        fprintf(fc_log, "%s[%zu, %zu]", i ? ", " : "", def->offsets[i], def->sizes[i]);
     fputs("]}\n", fc_log);
     fflush(fc_log);
     pthread_mutex_unlock(&fc_log_lock);

@@ -89,6 +89,21 @@ def test_views_of_one_tensor_follow_the_word_at_their_start():
     assert r._operand((7, 3072, 3 * MIB, "r"), pointers) == f"@8:0:{3 * MIB}:r"
 
 
+def test_a_pointer_the_kernel_takes_itself_is_trusted_over_a_structs_slots():
+    """cat's output (CatArrayBatchedCopy's first parameter, GPT-2 small's backward): the by-value
+    metadata struct after it keeps earlier launches' pointers, this output's among them (words
+    1784 and 2856 in the recording), so three words held its start and it was named by
+    allocation, and the replay wrote it where the recording's allocator had put it. The word
+    that is a whole 8-byte parameter is the kernel's own."""
+    r = recorder()
+    out = 0x7F0000000000
+    pointers = [(0, out), (8, out + 2 * MIB), (1784, out), (2856, out)]
+    assert r._operand((7, 0, MIB, "w"), pointers) == f"7:0:{MIB}:w"              # without the layout
+    assert r._operand((7, 0, MIB, "w"), pointers, pointer_params=frozenset({0})) == f"@0:0:{MIB}:w"
+    # two pointer parameters into one operand at other places: not told apart
+    assert r._operand((7, 0, 4 * MIB, "w"), pointers, pointer_params=frozenset({0, 8})) == f"7:0:{4 * MIB}:w"
+
+
 def test_a_multi_tensor_launch_trusts_its_own_address_slots():
     """A _foreach_ launch over 3 tensors at depth 2 (a build of 32 KB arguments: 448 slots a
     list): its slots are words 0..16 and 3584..3600. Stale slots elsewhere (word 1696, past the

@@ -184,11 +184,13 @@ class Recorder(TorchDispatchMode):
         [[ordinal, offset, bytes, mode], ...]]) and the sizes of the allocations named (what a
         bound on the program's traffic needs: bench/real_client_budget.py). Returns what it
         wrote and left out."""
-        names, pointers = {}, {}
+        names, pointers, pointer_params = {}, {}, {}
         for line in pathlib.Path(launch_log).read_text().splitlines():
             entry = json.loads(line)
-            names[(entry["thread"], entry["launch"])] = entry["kernel"]
-            pointers[(entry["thread"], entry["launch"])] = [(word, value) for _, word, value, *_ in entry["pointers"]]
+            at = (entry["thread"], entry["launch"])
+            names[at] = entry["kernel"]
+            pointers[at] = [(word, value) for _, word, value, *_ in entry["pointers"]]
+            pointer_params[at] = frozenset(offset for offset, size in entry.get("params", ()) if size == 8)
         launches, unsplit = self.per_launch(names, pointers)
         written = unnamed = by_argument = operands = 0
         by_allocation = []
@@ -201,7 +203,7 @@ class Recorder(TorchDispatchMode):
                     continue
                 words = pointers[(thread, launch)]
                 slots = metadata_slots(name, words, LIMITS)
-                named = [self._operand(use, words, slots) for use in uses]
+                named = [self._operand(use, words, slots, pointer_params[(thread, launch)]) for use in uses]
                 by_argument += sum(o.startswith("@") for o in named)
                 operands += len(named)
                 f.write(f"{thread} {launch} {name} {len(named)}")
@@ -216,7 +218,7 @@ class Recorder(TorchDispatchMode):
                 "foreach_unsplit": unsplit, "unplaced_bytes": self.unplaced_bytes, "launches_logged": len(names),
                 "operands": operands, "operands_by_argument": by_argument}
 
-    def _operand(self, use, pointers, slots=frozenset()) -> str:
+    def _operand(self, use, pointers, slots=frozenset(), pointer_params=frozenset()) -> str:
         """One operand of the file: @WORD:DELTA:BYTES:MODE from the one argument word pointing into
         it, else ORDINAL:OFFSET:BYTES:MODE. Where several words do, the operand is named by its
         allocation: a struct's unused slots (multi_tensor_apply's metadata past its last tensor)
@@ -226,18 +228,24 @@ class Recorder(TorchDispatchMode):
         split-K reduction in words 72, 80 and 88): the same value in words at most REPEAT_SPAN
         bytes apart, followed from the first; and views of one tensor (attention's q, k and v
         inside one projection's output), whose extents each hold the others' pointers: the
-        one word whose value is the operand's start. A multi_tensor_apply launch's own
-        address slots (``slots``: metadata_slots) are the words trusted among several (the
-        first, where one tensor is in two of its lists: addcmul_'s grad and grad)."""
+        one word whose value is the operand's start. Among several, the words trusted are,
+        in turn: those that are a whole 8-byte parameter (``pointer_params``: a pointer the
+        kernel takes itself, as cat's output, whose by-value metadata struct after it keeps
+        earlier launches' pointers, this one among them), holding one value; the one at the
+        operand's start; a multi_tensor_apply launch's own address slots (``slots``:
+        metadata_slots; the first, where one tensor is in two of its lists: addcmul_'s grad
+        and grad)."""
         ordinal, offset, nbytes, mode = use
         start = self.bases[ordinal] + offset
         inside = sorted((word, value) for word, value in pointers if start <= value < start + nbytes)
         repeated = len({value for _, value in inside}) == 1 and all(
             b - a <= REPEAT_SPAN for (a, _), (b, _) in zip(inside, inside[1:]))
+        taken = [(word, value) for word, value in inside if word in pointer_params]
         at_start = [(word, value) for word, value in inside if value == start]
         own = [(word, value) for word, value in inside if word in slots]
         if len(inside) > 1 and not repeated:
-            inside = at_start if len(at_start) == 1 else own if len({v for _, v in own}) == 1 else []
+            inside = (taken if len({v for _, v in taken}) == 1 else at_start if len(at_start) == 1
+                      else own if len({v for _, v in own}) == 1 else [])
         if not inside:
             return f"{ordinal}:{offset}:{nbytes}:{mode}"
         word, value = inside[0]
