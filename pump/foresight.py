@@ -510,17 +510,17 @@ def plan_cycle(uses, block_bytes, seconds, budget, horizon_seconds, reserve=0, a
     j, the blocks to prefetch and the blocks to evict after launch j.  The cycle is played
     twice and the second pass is the plan, so that it starts from the steady state."""
     period = len(uses)
-    size = lambda b: block_bytes.get(b, BLOCK)  # noqa: E731
     budget = budget - reserve
     span = 3 * period
     rank = {}                        # block -> its first appearance: MIN's tie-break
     for blocks in uses:
         for b in blocks:
             rank.setdefault(b, len(rank))
-    next_use, seen = {}, {}
+    size = {b: block_bytes.get(b, BLOCK) for b in rank}   # looked up 100,000s of times a plan
+    next_use, seen, never = {}, {}, float("inf")
     for pos in range(span - 1, -1, -1):
         for b in uses[pos % period]:
-            next_use[pos, b] = seen.get(b, float("inf"))
+            next_use[pos, b] = seen.get(b, never)
             seen[b] = pos
     anchor_at = [span] * (span + 1)  # the first anchor at or after each position
     for pos in range(span - 1, -1, -1):
@@ -552,31 +552,31 @@ def plan_cycle(uses, block_bytes, seconds, budget, horizon_seconds, reserve=0, a
         # The earliest trigger whose kernel ends within the horizon of this launch's start.
         earliest = int(np.searchsorted(clock, clock[pos] - horizon_seconds, side="left")) - 1
         for b in uses[pos % period]:
-            if b in resident or size(b) > budget:
+            if b in resident or size[b] > budget:
                 continue
             victims, free = [], budget - used_bytes
-            while free < size(b):
+            while free < size[b]:
                 while heap and resident.get(heap[0][2]) != -heap[0][0]:
                     heapq.heappop(heap)
                 if not heap or -heap[0][0] <= pos:
                     break
                 v = heapq.heappop(heap)[2]
                 victims.append(v)
-                free += size(v)
-            if free < size(b):          # only blocks of this launch are left: it faults
+                free += size[v]
+            if free < size[b]:          # only blocks of this launch are left: it faults
                 for v in victims:
                     heapq.heappush(heap, (-resident[v], rank[v], v))
                 continue
             for v in victims:
                 del resident[v]
-                used_bytes -= size(v)
+                used_bytes -= size[v]
                 freed_at = freed_before(v, pos)
                 at = anchor_at[last_use[v]] if freed_at is None else freed_at
                 room_from = max(room_from, at)
                 if record:
                     evict[at % period].append(v)
             resident[b] = pos
-            used_bytes += size(b)
+            used_bytes += size[b]
             at = anchor_at[max(earliest, room_from, 0)]
             if record and at < pos:
                 prefetch[at % period].append(b)

@@ -251,7 +251,7 @@ class _Run:
         self.shortest = {}                     # launch key -> its kernel's shortest time so far
         nb = len(w.block_bytes)
         self.size = w.block_bytes.tolist()
-        self.dead = [0] * nb                   # pages the framework's allocator took back
+        self.dead = [0] * nb                   # pages the framework's allocator took back (where discards read it)
         self.migrated = collections.OrderedDict()  # belief, least recently migrated first
         self.migrations = 0
         self.used = UseOrder(nb)                  # belief, least recently used first
@@ -276,6 +276,8 @@ class _Run:
             rate = costs.probed_rate(model.bandwidth) if costs else model.bandwidth
             self.foresight = Foresight(self.capacity, rate, launch_seconds=mean)
             self.foresight.retime = self._retime
+        # Discard needs the framework's frees, which today's shim does not see.
+        self.discards = self.foresight is not None and model.policy_sees_extents
         self.shim = policy in ("launch", "lookahead") or (policy == "naive" and not model.gpu_limits_memory)
         self.thread = LaunchThread(costs, w.block_address)
         self.called = False
@@ -311,7 +313,8 @@ class _Run:
         may name a block not believed resident: pages a kernel faulted in move all the same).
         The call waits inside the ioctl for the copy (uvm_migrate.c), as fakecuda charges it:
         the copy is that wait, on the link (later where the link is busy), and the eviction
-        stream that then reaches it after b's last user has nothing left to copy."""
+        stream that then reaches it after b's last user has nothing left to copy.  (Here and in
+        _prefetch max() of two is written out: a builtin call costs ten comparisons.)"""
         believed = b in self.migrated
         if believed:   # _forget, inline: half a million times a run
             del self.migrated[b]
@@ -322,10 +325,13 @@ class _Run:
         floor, copy = now, moved / self.d2h_rate
         self.called = True
         now = self.thread.call("evict", b, now, copy, moved)
-        start = max(now - copy, self.ev_free)
+        start = now - copy
+        if self.ev_free > start:
+            start = self.ev_free
         if self.link is not None and moved:  # one direction at a time
             start = self.link.place(start, copy, floor)
-        self.ev_free = max(start + copy, float(self.last_user_end[b]))
+        end, last_use = start + copy, self.last_user_end.item(b)
+        self.ev_free = last_use if last_use > end else end
         if self.rec is not None and moved:
             self.rec.transfer("evict", b, moved, now, start, start + copy)
         if moved and believed:
@@ -334,8 +340,9 @@ class _Run:
 
     def _prefetch(self, b, now):
         """The shim prefetches b; returns when it is on the GPU."""
-        if b not in self.migrated:   # _believe, inline: half a million times a run
-            self.migrated[b] = None
+        r, migrated = self.r, self.migrated
+        if b not in migrated:   # _believe, inline: half a million times a run
+            migrated[b] = None
             self.migrations += 1
             self.used.add(b, self.migrations)
             self.believed += self.size[b]
@@ -344,28 +351,31 @@ class _Run:
         back = gpu.make_room(gpu.size[b], b) if b not in gpu.chunks else 0
         arriving = (pages & ~gpu.res[b]).bit_count() * K.PAGE_BYTES   # gpu.arriving(b, pages), inline
         moved = gpu.add(b, pages)
-        self.r.bytes_prefetched_h2d += moved
-        self.r.prefetch_calls += 1
+        r.bytes_prefetched_h2d += moved
+        r.prefetch_calls += 1
         self.called = True
         floor, now = now, self.thread.call("prefetch", b, now, 0.0, arriving)
-        start = max(now, self.pf_free) + back / self.link_out
+        start = (self.pf_free if self.pf_free > now else now) + back / self.link_out
         # Room: evictions still in flight hold their chunks until they complete.
-        while self.pending and self.pending[0][0] <= start:
-            self.pending_bytes -= self.pending.popleft()[1]
-        while self.pending and self.believed + self.pending_bytes > self.capacity:
-            end, nbytes = self.pending.popleft()
+        pending = self.pending
+        while pending and pending[0][0] <= start:
+            self.pending_bytes -= pending.popleft()[1]
+        while pending and self.believed + self.pending_bytes > self.capacity:
+            end, nbytes = pending.popleft()
             self.pending_bytes -= nbytes
-            self.r.prefetch_wait_seconds += max(0.0, end - start)
-            start = max(start, end)
+            r.prefetch_wait_seconds += end - start if end > start else 0.0
+            if end > start:
+                start = end
         copy = moved / self.m.bandwidth
         if self.link is not None and moved:
             start = self.link.place(start, copy, floor)
-        self.pf_free = start + copy
-        self.ready[b] = self.pf_free
+        self.pf_free = done = start + copy
+        self.ready[b] = done
         if self.rec is not None and moved:
-            self.rec.transfer("prefetch", b, moved, now, start, self.pf_free)
-        self.r.max_believed = max(self.r.max_believed, self.believed)
-        return self.pf_free
+            self.rec.transfer("prefetch", b, moved, now, start, done)
+        if self.believed > r.max_believed:
+            r.max_believed = self.believed
+        return done
 
     def _victims_until(self, need, search, now):
         """Evict believed blocks in the search's order (victims.VictimSearch) until `need` more
@@ -381,15 +391,20 @@ class _Run:
         """What a launch takes before its kernel: its blocks not believed resident are
         prefetched, making room in `order` first; the first that fit are taken, from the first
         that does not the rest fault.  The launch rule takes its whole allocations (PUMP), a
-        launch the plan knows its `need` blocks."""
-        search = VictimSearch(order, self.used, set(blocks))
+        launch the plan knows its `need` blocks (an array, as the launch's are)."""
+        missing = self.used.absent(blocks).tolist()
+        if not missing:
+            return now
+        search = VictimSearch(order, self.used, set(blocks.tolist()))
         ready = now
-        for b in blocks:
-            if b in self.migrated:
+        for b in missing:
+            if b in self.migrated:   # named twice
                 continue
             if not self._victims_until(self.size[b], search, now):
                 break
-            ready = max(ready, self._prefetch(b, now))
+            arrives = self._prefetch(b, now)
+            if arrives > ready:
+                ready = arrives
         search.close()
         return ready
 
@@ -417,10 +432,9 @@ class _Run:
                         self._forget(b)
                         self.gpu.free(b)
                         self.dead[b] = 0
-            elif what in ("block_free", "block_alloc"):
+            elif what in ("block_free", "block_alloc") and self.discards:   # only a discard reads dead pages
                 self._mark_dead(addr, size, what == "block_free")
-                # Discard needs the framework's frees, which today's shim does not see.
-                if what == "block_free" and self.foresight is not None and self.m.policy_sees_extents:
+                if what == "block_free":
                     self._discard(discard_range(addr, size), now)
 
     def _page_masks(self, addr, size, inward):
@@ -443,22 +457,24 @@ class _Run:
         return out
 
     def _mark_dead(self, addr, size, dead):
+        marks = self.dead
         for b, mask in self._page_masks(addr, size, inward=dead):
-            self.dead[b] = self.dead[b] | mask if dead else self.dead[b] & ~mask
+            marks[b] = marks[b] | mask if dead else marks[b] & ~mask
 
     def _discard(self, dead_range, now):
         """cuMemDiscardBatchAsync of a range the framework freed: its resident pages become
         clean (no write-back when evicted); refused unless every page of it is dead."""
         if dead_range is None:
             return
-        masks = self._page_masks(*dead_range, inward=True)
-        if any(mask & ~self.dead[b] for b, mask in masks):
+        masks, dead = self._page_masks(*dead_range, inward=True), self.dead
+        if any(mask & ~dead[b] for b, mask in masks):
             self.r.unsafe_discards += 1
             return
         self.called = True
         self.thread.discards([b for b, _mask in masks], now)
+        discard = self.gpu.discard
         for b, mask in masks:
-            self.gpu.discard(b, mask)
+            discard(b, mask)
 
     # ---- the pass ----
     def go(self) -> Result:
@@ -472,7 +488,6 @@ class _Run:
         step_last = {hi - 1 for _, hi in self.bounds}
         ideal = self.policy == "ideal"
         arg_arrays, touched = _block_arrays(w)
-        discards = self.foresight is not None and m.policy_sees_extents   # _events: only then are pages clean
         base = [0] * len(STEP_COUNTS)  # the counts when the step began
         for k in range(n):
             # pumpd reads a batch once its last launch has been made: its plan holds from then.
@@ -500,11 +515,11 @@ class _Run:
                     # launch rule evicts least recently used first, in migration order once a
                     # plan is in force (shim/policy/residency.c, launch_rule_order).
                     order = self.migrated if self.plan else self.used
-                    ready = max(ready, self._take(w.arg_blocks[k], order, cpu))
+                    ready = max(ready, self._take(arg_arrays[k], order, cpu))
                 ready = max(ready, self.thread.clock)  # the kernel is launched after the hook's calls
                 self.thread.hook()  # the trigger's calls, after the kernel, are another batch
                 faults, faulted, by_prefetcher, moved_back = self.gpu.kernel(w.touch_order[k])
-                if discards:
+                if self.discards:   # only then are pages clean
                     clean = self.gpu.clean
                     for b, mask in w.touched[k]:
                         if clean[b]:
@@ -530,9 +545,10 @@ class _Run:
                 self.last_user_end[arg_arrays[k]] = prev_end
                 self.last_user_end[touched[k]] = prev_end
                 if self.policy == "naive" and self.shim:
-                    for b in w.arg_blocks[k]:
+                    for b in self.used.absent(arg_arrays[k]).tolist():
                         self._believe(b)
-                    self._victims_until(0, VictimSearch(self.migrated, self.used, set(w.arg_blocks[k])), cpu)
+                    if self.believed > self.capacity:
+                        self._victims_until(0, VictimSearch(self.migrated, self.used, set(w.arg_blocks[k])), cpu)
                     r.max_believed = max(r.max_believed, self.believed)
                 elif planned is not None:
                     self._trigger(planned, cpu, k + 1)
@@ -556,8 +572,9 @@ class _Run:
             batch = dataclasses.replace(batch, extents={}, block_frees=[], block_allocs=[])
         self.foresight.observe(batch, kernel_seconds=self._timed(start, nl))
         if self.foresight.changed:
-            self.plan = {key: tuple(self._blocks_of_ranges(r) for r in ranges)
-                         for key, ranges in self.foresight.triggers().items()}
+            self.plan = {key: (np.asarray(self._blocks_of_ranges(need), np.int64), self._blocks_of_ranges(prefetch),
+                               self._blocks_of_ranges(evict))
+                         for key, (need, prefetch, evict) in self.foresight.triggers().items()}
 
     def _timed(self, start, n):
         """The kernel times pumpd plans with: as the shim's timing events give them (their

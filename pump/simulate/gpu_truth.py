@@ -76,6 +76,7 @@ class GpuTruth:
         self.npages = [m.bit_length() for m in workload.block_pages]
         # A block's chunk: 2 MiB, or a short block's pages (devmem.c, chunk_bytes).
         self.size = [n * K.PAGE_BYTES for n in self.npages]
+        self.full = [s == K.BLOCK_BYTES for s in self.size]   # a full block's chunk moves between lists
         self.r, self.capacity, self.limits, self.rules = result, capacity, limits_memory, fault_path
         self.res = [0] * nb           # resident page mask per block
         self.clean = [0] * nb         # resident pages discarded (dead): dropped, not copied, when evicted
@@ -84,9 +85,6 @@ class GpuTruth:
         self.chunks = collections.OrderedDict()  # blocks holding a chunk, in the driver's victim order
         self.bytes = 0                # bytes of chunks on the GPU
 
-    def _full(self, b) -> bool:
-        return self.size[b] == K.BLOCK_BYTES
-
     def _release(self, b):
         del self.chunks[b]
         self.bytes -= self.size[b]
@@ -94,12 +92,12 @@ class GpuTruth:
     def evict(self, b, by_driver: bool = False) -> int:
         """Block b's resident pages to the host (discarded ones move nothing); returns the
         bytes copied.  pump's eviction leaves a short block's chunk where it was."""
-        mask = self.res[b]
-        moved = (mask & ~self.clean[b]).bit_count() * K.PAGE_BYTES
-        self.r.bytes_discarded += (mask & self.clean[b]).bit_count() * K.PAGE_BYTES
+        mask, clean = self.res[b], self.clean[b]
+        moved = (mask & ~clean).bit_count() * K.PAGE_BYTES
+        self.r.bytes_discarded += (mask & clean).bit_count() * K.PAGE_BYTES
         self.r.bytes_d2h += moved
         self.res[b] = self.clean[b] = 0
-        if b in self.chunks and (by_driver or self._full(b)):
+        if b in self.chunks and (by_driver or self.full[b]):
             self._release(b)
         return moved
 
@@ -113,8 +111,9 @@ class GpuTruth:
 
     def discard(self, b, mask):
         """Resident pages of `mask` become clean; a wholly discarded full block ranks first."""
-        self.clean[b] |= mask & self.res[b]
-        if self.res[b] and not (self.res[b] & ~self.clean[b]) and self._full(b):
+        resident = self.res[b]
+        clean = self.clean[b] = self.clean[b] | (mask & resident)
+        if resident and not (resident & ~clean) and self.full[b]:
             self.chunks.move_to_end(b, last=False)
 
     def make_room(self, need: int, keep) -> int:
@@ -147,22 +146,20 @@ class GpuTruth:
         self.clean[b] &= ~mask
         moved = (new & self.populated[b]).bit_count() * K.PAGE_BYTES
         self.populated[b] |= mask
-        self.r.max_resident = max(self.r.max_resident, self.bytes)
+        if self.bytes > self.r.max_resident:   # max(), written out: a million times a run
+            self.r.max_resident = self.bytes
         return moved
 
     def kernel(self, ranges):
         """A kernel touches `ranges` (each ((block, page mask), ...) in address order): returns
         (faults, bytes moved by faults, of which by the prefetcher, bytes evicted on the way)."""
-        batch = self.rules.batch_faults
+        batch, res = self.rules.batch_faults, self.res
         total = [0, 0, 0, 0]
         for spans in ranges:
             pending, nf = {}, 0
-            for b, mask in spans:
-                left = mask
-                while True:
-                    miss = left & ~self.res[b]
-                    if not miss:
-                        break
+            for b, left in spans:   # most of a million spans a run miss nothing
+                miss = left & ~res[b]
+                while miss:
                     take = miss if miss.bit_count() <= batch - nf else lowest_pages(miss, batch - nf)
                     pending[b] = pending.get(b, 0) | take
                     nf += take.bit_count()
@@ -170,6 +167,7 @@ class GpuTruth:
                     if nf == batch:
                         self._service(pending, total)
                         pending, nf = {}, 0
+                    miss = left & ~res[b]
             if nf:
                 self._service(pending, total)
         return tuple(total)

@@ -7,6 +7,7 @@ worker thread (shim/engine/prefetch_worker.c), which runs beside the launching t
 launch. The shim's launching thread takes over a worker's job it must order its own calls
 after, when the worker has not begun it: not modelled here (the worker is never late)."""
 
+import collections
 import dataclasses
 
 from pump.simulate import constants as K
@@ -61,7 +62,9 @@ class LaunchThread:
         self.seconds = 0.0          # time in calls, in all (both threads)
         self.worker_seconds = 0.0   # ... of which the worker's
         self.started = 0            # ranges started, in all (an ioctl each, in fakecuda)
-        self.step_costs = {}        # (kind, n) -> what a range's n-th block adds to its call
+        # kind -> {n: what a range's n-th block adds to its call}: the same few values a
+        # million times a run, each computed once
+        self.step_costs = collections.defaultdict(dict)
 
     def hook(self, now=None):
         """A launch's hook begins its calls, at `now` at the earliest, on the launching thread;
@@ -77,7 +80,8 @@ class LaunchThread:
         `wait`: the copy the ioctl waits for (the CPU time of moving the pages runs inside it);
         `moved`: the bytes of b's pages it moves.
         Returns when it returns, on the thread that makes it.  (One body, no helper: a run
-        makes a million of these.)"""
+        makes a million of these; for the same reason max() of two is written out, a builtin
+        call costing ten comparisons.)"""
         costs = self.costs
         if costs is None:
             cost = 0.0
@@ -85,27 +89,34 @@ class LaunchThread:
             # Moving the pages' CPU time runs while the copies pushed before it go: a call that
             # waits for its copies takes the longer (fakecuda's fc_prefetch_d2h_wait_ns: the
             # measured rate of a move to the host is the whole call's).  costs.moved(), inline.
-            wait = max(wait, moved * costs.move / K.BLOCK_BYTES)
+            pages_cpu = moved * costs.move / K.BLOCK_BYTES
+            if pages_cpu > wait:
+                wait = pages_cpu
             last = self.ranges.get(kind)
             if last is not None and b == last[0] + 1 and self.address[b] == self.address[last[0]] + K.BLOCK_BYTES:
                 n = last[1] + 1
             else:
                 n = 1
                 self.started += 1
-            cost = self.step_costs.get((kind, n))
-            if cost is None:   # the same few values a million times a run: each computed once
-                price = costs.discard if kind == "discard" else costs.migrate
-                cost = self.step_costs[kind, n] = price(n) - price(n - 1) if n > 1 else price(1)
+            steps = self.step_costs[kind]
+            cost = steps.get(n)
+            if cost is None:
+                cost = steps[n] = self._step_cost(kind, n)
             self.ranges[kind] = (b, n)
             cost += wait
             self.seconds += cost
             if self.on_worker:
                 self.worker_seconds += cost
         if self.on_worker:
-            self.worker = max(self.worker, now) + cost
+            self.worker = (now if now > self.worker else self.worker) + cost
             return self.worker
-        self.clock = max(self.clock, now) + cost
+        self.clock = (now if now > self.clock else self.clock) + cost
         return self.clock
+
+    def _step_cost(self, kind, n) -> float:
+        """What the n-th block of a range of `kind` adds to its call."""
+        price = self.costs.discard if kind == "discard" else self.costs.migrate
+        return price(n) - price(n - 1) if n > 1 else price(1)
 
     def discards(self, blocks, now):
         """call("discard", b, now) for each of `blocks` in turn (a freed range's blocks, hundreds
@@ -113,23 +124,26 @@ class LaunchThread:
         if not blocks:
             return
         clock = max(self.worker if self.on_worker else self.clock, now)
-        ranges, address, steps = self.ranges, self.address, self.step_costs
-        for b in blocks if self.costs is not None else ():
-            last = ranges.get("discard")
-            if last is not None and b == last[0] + 1 and address[b] == address[last[0]] + K.BLOCK_BYTES:
-                n = last[1] + 1
-            else:
-                n = 1
-                self.started += 1
-            cost = steps.get(("discard", n))
-            if cost is None:
-                cost = steps["discard", n] = self.costs.discard(n) - self.costs.discard(n - 1) if n > 1 \
-                    else self.costs.discard(1)
-            ranges["discard"] = (b, n)
-            self.seconds += cost          # + its wait, 0.0: a discard waits for no copy
-            if self.on_worker:
-                self.worker_seconds += cost
-            clock += cost
+        if self.costs is not None:
+            address, steps, on_worker = self.address, self.step_costs["discard"], self.on_worker
+            seconds, worker_seconds = self.seconds, self.worker_seconds
+            last, n = self.ranges.get("discard", (None, 0))
+            for b in blocks:
+                if last is not None and b == last + 1 and address[b] == address[last] + K.BLOCK_BYTES:
+                    n += 1
+                else:
+                    n = 1
+                    self.started += 1
+                cost = steps.get(n)
+                if cost is None:
+                    cost = steps[n] = self._step_cost("discard", n)
+                last = b
+                seconds += cost          # + its wait, 0.0: a discard waits for no copy
+                if on_worker:
+                    worker_seconds += cost
+                clock += cost
+            self.ranges["discard"] = (last, n)
+            self.seconds, self.worker_seconds = seconds, worker_seconds
         if self.on_worker:
             self.worker = clock
         else:

@@ -13,7 +13,9 @@ import bisect
 
 
 class HalfDuplexLink:
-    """The link's busy intervals, sorted and disjoint."""
+    """The link's busy intervals, sorted and disjoint; intervals back to back are one (a link
+    behind by thousands of copies holds a few intervals, not thousands: no gap is lost, as a
+    gap between two copies back to back is no gap)."""
 
     def __init__(self):
         self.starts, self.ends = [], []
@@ -21,13 +23,26 @@ class HalfDuplexLink:
     def place(self, ready: float, seconds: float, floor: float) -> float:
         """Books a copy of `seconds` ready at `ready`; returns when it starts.  `floor`: no copy
         booked from now on is ready before it (intervals that end by then are forgotten)."""
-        gone = bisect.bisect_right(self.ends, floor)
+        starts, ends = self.starts, self.ends
+        gone = bisect.bisect_right(ends, floor)
         if gone:
-            del self.starts[:gone], self.ends[:gone]
-        i, start = bisect.bisect_right(self.ends, ready), ready
-        while i < len(self.starts) and self.starts[i] < start + seconds:
-            start = max(start, self.ends[i])
+            del starts[:gone], ends[:gone]
+        i, start = bisect.bisect_right(ends, ready), ready
+        while i < len(starts) and starts[i] < start + seconds:
+            if ends[i] > start:   # max(), written out: a builtin call costs ten comparisons
+                start = ends[i]
             i += 1
-        self.starts.insert(i, start)
-        self.ends.insert(i, start + seconds)
+        end = start + seconds
+        after = i > 0 and ends[i - 1] == start          # it begins as interval i - 1 ends
+        before = i < len(starts) and starts[i] == end    # it ends as interval i begins
+        if after and before:
+            ends[i - 1] = ends[i]
+            del starts[i], ends[i]
+        elif after:
+            ends[i - 1] = end
+        elif before:
+            starts[i] = start
+        else:
+            starts.insert(i, start)
+            ends.insert(i, end)
         return start

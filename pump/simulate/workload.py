@@ -12,6 +12,8 @@ A kernel's time on a GPU preset, the one place the simulator gets it:
 
 import bisect
 import dataclasses
+import functools
+import gc
 
 import numpy as np
 
@@ -176,6 +178,22 @@ def _split(records, launches_per_batch, at_steps):
     return np.split(records, cuts)
 
 
+def _collector_paused(make):
+    """`make` with the garbage collector off: it makes millions of tuples that live as long as
+    the workload, which the collector would walk again and again, freeing none."""
+    @functools.wraps(make)
+    def paused(*args, **kwargs):
+        was_on = gc.isenabled()
+        gc.disable()
+        try:
+            return make(*args, **kwargs)
+        finally:
+            if was_on:
+                gc.enable()
+    return paused
+
+
+@_collector_paused
 def load(path, batch_launches: int = K.DAEMON_READ_LAUNCHES, daemon_reads_steps: bool = False) -> Workload:
     """daemon_reads_steps: pumpd reads each step whole (a replay that pauses between steps),
     rather than every batch_launches launches."""
