@@ -193,6 +193,7 @@ def test_launch_log_names_every_pointer_word(c_build, tmp_path, library):
     words = [(p[0], p[1]) for p in rec["pointers"]]
     assert words == [(0, w) for w in range(0, 1024, 8)] + [(2, w) for w in (1032, 1040, 1048)]
     assert all(p[3] == big["managed"] and p[5] is True for p in rec["pointers"])
+    assert rec["params"] == [[0, 1024], [1024, 1], [1032, 24]]  # the layout: none a pointer of its own
 
 
 def test_captured_image_kernel_replays(c_build, tmp_path):

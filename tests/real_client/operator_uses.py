@@ -190,7 +190,7 @@ class Recorder(TorchDispatchMode):
             at = (entry["thread"], entry["launch"])
             names[at] = entry["kernel"]
             pointers[at] = [(word, value) for _, word, value, *_ in entry["pointers"]]
-            pointer_params[at] = frozenset(offset for offset, size in entry.get("params", ()) if size == 8)
+            pointer_params[at] = frozenset(offset for offset, size in entry["params"] if size == 8)
         launches, unsplit = self.per_launch(names, pointers)
         written = unnamed = by_argument = operands = 0
         by_allocation = []
