@@ -233,7 +233,7 @@ QUIET_SIGNALS = frozenset({signal.SIGINT, signal.SIGPIPE})
 
 def run_child(command, env, held: _HeldSignals):
     """Run command, forwarding signals (see the module docstring); return (its exit code, how it
-    ended: ending_of's text, or None)."""
+    ended: ending_of's text, or None; False if it could not be started)."""
     parent = os.getpid()
     try:
         proc = subprocess.Popen(
@@ -247,9 +247,9 @@ def run_child(command, env, held: _HeldSignals):
         if isinstance(exc, FileNotFoundError):
             why = "No such file or directory" if "/" in name else "command not found"
             print(f"{PROG}: {name}: {why}", file=sys.stderr)
-            return 127, None
+            return 127, False
         print(f"{PROG}: {name}: {exc.strerror or exc}", file=sys.stderr)
-        return 126, None
+        return 126, False
     while True:
         info = signal.sigtimedwait(held.watched, 1.0)
         if info is None or info.si_signo == signal.SIGCHLD:
@@ -282,8 +282,8 @@ def lookahead_line(iterations, links=None) -> str:
 
 
 def report(stats_dir, args, command, rc, stats_file, ending=None) -> bool:
-    """Print the summary line, how the job ended where it did not exit 0 (`ending`), and write
-    --stats; (False if --stats could not be written, the totals)."""
+    """Print the summary line, how the job ended where it did not exit 0 (`ending`; False: it
+    never started), and write --stats; (False if --stats could not be written, the totals)."""
     bad = []
     records = stats.read_dir(stats_dir, errors=bad)
     for msg in bad:
@@ -291,9 +291,9 @@ def report(stats_dir, args, command, rc, stats_file, ending=None) -> bool:
     totals = stats.aggregate(records)
     if records and not args.quiet:
         print(stats.summary_line(totals) + (f"; {ending}" if ending else ""), file=sys.stderr)
-    elif not records and args.verbose and not args.quiet:
+    elif not records and ending is not False and not args.quiet:
         print(f"{PROG}: pump was idle: no process of the job called the CUDA driver (a job on the CPU, "
-              "or CUDA never initialised), so there was nothing to prefetch", file=sys.stderr)
+              "or CUDA never initialised)", file=sys.stderr)
     if stats_file is None:
         return True, totals
     doc = {

@@ -11,6 +11,9 @@ import time
 # The console script installed beside this Python: it imports the installed
 # package (with libpump.so), never the source tree's.
 PUMP_RUN = str(pathlib.Path(sys.executable).parent / "pump-run")
+# pump-run's end line for a job none of whose processes called the CUDA driver (--quiet drops it).
+IDLE = ("pump-run: pump was idle: no process of the job called the CUDA driver (a job on the CPU, "
+        "or CUDA never initialised)\n")
 
 
 def clean_env(*drop):

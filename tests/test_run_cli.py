@@ -23,6 +23,7 @@ import pump
 from pump import stats
 
 PUMP_RUN = [helpers.PUMP_RUN]
+IDLE = helpers.IDLE
 GiB = 1 << 30
 
 
@@ -97,7 +98,7 @@ def test_bad_capacity(env, value):
                                    "host"])
 def test_good_capacity_reaches_the_child(env, value):
     r = pump_run(["--capacity", value, "sh", "-c", 'printf %s "$PUMP_CAPACITY"'], env)
-    assert (r.returncode, r.stdout, r.stderr) == (0, value, "")
+    assert (r.returncode, r.stdout, r.stderr) == (0, value, IDLE)
 
 
 def test_bad_policy(env):
@@ -128,7 +129,7 @@ SHOW = 'printf "%s|%s|%s|%s" "$LD_PRELOAD" "${PUMP_POLICY-unset}" "${PUMP_CAPACI
 
 def test_ld_preload_and_defaults(env):
     r = pump_run(["sh", "-c", SHOW], env)
-    assert (r.returncode, r.stderr) == (0, "")
+    assert (r.returncode, r.stderr) == (0, IDLE)
     assert r.stdout == f"{env['PUMP_SHIM_PATH']}|unset|unset|unset"
 
 
@@ -191,15 +192,15 @@ SHOW_MANAGED = ('printf "%s|%s|%s|%s" "${PUMP_MANAGED_ALL-unset}" "${PYTORCH_CUD
 
 def test_managed_all_is_on_by_default(env):
     r = pump_run(["sh", "-c", SHOW_MANAGED], env)
-    assert (r.returncode, r.stdout, r.stderr) == (0, "1|unset|unset|expandable_segments:False", "")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "1|unset|unset|expandable_segments:False", IDLE)
 
 
 def test_no_managed_all_touches_no_allocator_setting(env):
     r = pump_run(["--no-managed-all", "sh", "-c", SHOW_MANAGED], env)
-    assert (r.returncode, r.stdout, r.stderr) == (0, "0|unset|unset|unset", "")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "0|unset|unset|unset", IDLE)
     env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
     r = pump_run(["--no-managed-all", "sh", "-c", SHOW_MANAGED], env)
-    assert (r.returncode, r.stdout, r.stderr) == (0, "0|expandable_segments:True|unset|unset", "")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "0|expandable_segments:True|unset|unset", IDLE)
 
 
 @pytest.mark.parametrize("user,shown", [
@@ -215,14 +216,14 @@ def test_no_managed_all_touches_no_allocator_setting(env):
 def test_allocator_settings_are_merged(env, user, shown):
     env.update(user)
     r = pump_run(["sh", "-c", SHOW_MANAGED], env)
-    assert (r.returncode, r.stdout, r.stderr) == (0, shown, "")
+    assert (r.returncode, r.stdout, r.stderr) == (0, shown, IDLE)
 
 
 def test_users_expandable_segments_win_with_one_notice(env):
     env["PYTORCH_ALLOC_CONF"] = "expandable_segments:True, max_split_size_mb:64"
     r = pump_run(["sh", "-c", SHOW_MANAGED], env)
     assert (r.returncode, r.stdout) == (0, "1|unset|unset|expandable_segments:True, max_split_size_mb:64")
-    notice = one_line(r.stderr)
+    notice = one_line(r.stderr.removesuffix(IDLE))
     assert notice.startswith("pump-run: notice: PYTORCH_ALLOC_CONF sets expandable_segments:True: ")
     assert "cannot be managed" in notice and "device memory" in notice
 
@@ -231,9 +232,9 @@ def test_managed_all_from_the_config_file_and_the_flag_beats_it(env, tmp_path):
     job = tmp_path / "job.toml"
     job.write_text("[memory]\nmanaged_all = false\n")
     r = pump_run(["--config", str(job), "sh", "-c", SHOW_MANAGED], env)
-    assert (r.returncode, r.stdout, r.stderr) == (0, "0|unset|unset|unset", "")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "0|unset|unset|unset", IDLE)
     r = pump_run(["--config", str(job), "--managed-all", "sh", "-c", SHOW_MANAGED], env)
-    assert (r.returncode, r.stdout, r.stderr) == (0, "1|unset|unset|expandable_segments:False", "")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "1|unset|unset|expandable_segments:False", IDLE)
 
 
 @pytest.mark.parametrize("line,error", [
@@ -259,7 +260,7 @@ def test_torch_allocator_pump_puts_the_start_up_hook_first(env, tmp_path):
     job.write_text('[memory]\ntorch_allocator = "pump"\n')
     env["PYTHONPATH"] = f"/mine{os.pathsep}{torch_env.BOOT_DIR}"
     r = pump_run(["--config", str(job), "sh", "-c", SHOW_TORCH], env)
-    assert (r.returncode, r.stderr) == (0, "")
+    assert (r.returncode, r.stderr) == (0, IDLE)
     assert r.stdout == f"pump|{torch_env.BOOT_DIR}{os.pathsep}/mine"
     assert (torch_env.BOOT_DIR / "sitecustomize.py").is_file()
 
@@ -281,18 +282,18 @@ def test_existing_ld_preload_is_kept_after_libpump(env, libdir):
     shim, other = env["PUMP_SHIM_PATH"], str(libdir / "other.so")
     env["LD_PRELOAD"] = other
     r = pump_run(["sh", "-c", 'printf %s "$LD_PRELOAD"'], env)
-    assert (r.returncode, r.stdout, r.stderr) == (0, f"{shim}:{other}", "")
+    assert (r.returncode, r.stdout, r.stderr) == (0, f"{shim}:{other}", IDLE)
     # already there (ld.so also splits on spaces): moved first, not repeated
     env["LD_PRELOAD"] = f"{other} {shim}"
     r = pump_run(["sh", "-c", 'printf %s "$LD_PRELOAD"'], env)
-    assert (r.returncode, r.stdout, r.stderr) == (0, f"{shim}:{other}", "")
+    assert (r.returncode, r.stdout, r.stderr) == (0, f"{shim}:{other}", IDLE)
 
 
 def test_stats_dir_is_private_and_removed(env):
     show = 'printf %s "$PUMP_STATS_DIR"; stat -c %a "$PUMP_STATS_DIR" >&2'
     r = pump_run(["sh", "-c", show], env)
     assert r.returncode == 0
-    assert r.stderr.strip() == "700"
+    assert r.stderr == "700\n" + IDLE
     assert r.stdout and not os.path.exists(r.stdout)
 
 
@@ -311,7 +312,7 @@ def test_same_as_the_bare_command(env, cmd, shim):
     bare = run(cmd, env)
     wrapped = pump_run(cmd, env)
     assert (wrapped.returncode, wrapped.stdout, wrapped.stderr) == \
-        (bare.returncode, bare.stdout, bare.stderr)
+        (bare.returncode, bare.stdout, bare.stderr + IDLE)
 
 
 def test_exit_code(env):
@@ -322,12 +323,12 @@ def test_killed_by_signal(env):
     """Said as a shell says it (pump-run's own exit status hides the signal from the shell), with
     the exit status 128+N; SIGINT, as in a shell, says nothing."""
     r = pump_run(["sh", "-c", "kill -TERM $$"], env)
-    assert (r.returncode, r.stderr) == (128 + signal.SIGTERM, "pump-run: the job was killed by SIGTERM (Terminated)\n")
+    assert (r.returncode, r.stderr) == (128 + signal.SIGTERM, "pump-run: the job was killed by SIGTERM (Terminated)\n" + IDLE)
     r = pump_run([sys.executable, "-c", "import os, resource, signal; resource.setrlimit(resource.RLIMIT_CORE, (0, 0)); "
                   "os.kill(os.getpid(), signal.SIGFPE)"], env)
     assert (r.returncode, r.stderr) == (128 + signal.SIGFPE,
-                                        "pump-run: the job was killed by SIGFPE (Floating point exception)\n")
-    assert pump_run(["sh", "-c", "kill -INT $$"], env).stderr == ""
+                                        "pump-run: the job was killed by SIGFPE (Floating point exception)\n" + IDLE)
+    assert pump_run(["sh", "-c", "kill -INT $$"], env).stderr == IDLE
 
 
 def test_a_job_s_end_is_said_from_its_wait_status():
@@ -399,7 +400,7 @@ def test_signal_to_pump_run_is_forwarded_once(env, tmp_path, start, sig):
     p = start([sys.executable, str(script)], env)
     os.kill(p.pid, sig)
     out, err = p.communicate(timeout=30)
-    assert (p.returncode, out, err) == (0, "count 1\n", "")
+    assert (p.returncode, out, err) == (0, "count 1\n", IDLE)
 
 
 def test_sigterm_kills_a_child_that_does_not_catch_it(env, start):
@@ -527,13 +528,14 @@ def test_quiet(env, writer):
     assert (r.returncode, r.stdout, r.stderr) == (0, "done\n", "")
 
 
-def test_verbose_says_pump_was_idle_when_no_process_used_cuda(env):
-    idle = "pump-run: pump was idle: no process of the job called the CUDA driver"
-    r = pump_run(["-v", "true"], env)
-    assert r.returncode == 0 and r.stderr.startswith(idle), r.stderr
-    for quiet in (["true"], ["-v", "--quiet", "true"]):
-        r = pump_run(quiet, env)
-        assert r.returncode == 0 and idle not in r.stderr, r.stderr
+def test_a_job_that_never_used_cuda_gets_its_end_line_too(env):
+    idle = "pump-run: pump was idle: no process of the job called the CUDA driver (a job on the CPU, " \
+           "or CUDA never initialised)\n"
+    for args in (["true"], ["-v", "true"]):
+        r = pump_run(args, env)
+        assert (r.returncode, r.stderr) == (0, idle), r.stderr
+    r = pump_run(["--quiet", "true"], env)
+    assert (r.returncode, r.stderr) == (0, ""), r.stderr
 
 
 def test_corrupt_record_is_reported_not_fatal(env, writer):
@@ -548,7 +550,7 @@ def test_corrupt_record_is_reported_not_fatal(env, writer):
 def test_stats_without_records(env, tmp_path):
     out = tmp_path / "stats.json"
     r = pump_run(["--stats", str(out), "sh", "-c", "exit 0"], env)
-    assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", IDLE)
     doc = json.loads(out.read_text())
     assert doc["totals"]["processes"] == 0 and doc["processes"] == []
 

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from helpers import PUMP_RUN, clean_env
+from helpers import IDLE, PUMP_RUN, clean_env
 from pump import protocol, runtime_dir, userd
 from pumpd import __main__ as pumpd_main  # imported here: uid 65534 may not read the stdlib
 
@@ -288,7 +288,7 @@ def test_two_jobs_share_one_daemon_that_outlives_the_first(shared_dir, user_env)
                       == [job_b])
     (shared_dir / "b.go").touch()
     out, err = second.communicate(timeout=60)
-    assert (second.returncode, out, err) == (0, "done b\n", "")
+    assert (second.returncode, out, err) == (0, "done b\n", IDLE)
     assert wait_until(lambda: gone(daemon_pid), 10)  # the grace period (1 s) after the last job
     assert not os.path.exists(sock_a)
 
