@@ -6,8 +6,17 @@
  *   replay_trace [--step-pause MS] [--kernel-times FILE] TRACE
  *
  * What each record becomes:
- *   ALLOC   cuMemAllocManaged of its size (the trace's base maps to the new pointer)
- *   FREE    cuMemFree of the mapped pointer
+ *   ALLOC   cuMemAllocManaged of its size (the trace's base maps to the new pointer); inside
+ *           a segment (below), a tensor at the same offset of the segment's new allocation,
+ *           told to the shim as PyTorch's caching allocator tells it (pump_torch_trace)
+ *   FREE    cuMemFree of the mapped pointer; a tensor's: the shim is told it is dead
+ *   ALLOC, FREE, ALLOC at one base, one after the other (among ALLOC, FREE and LAUNCH
+ *           records), the FREE of the first's size, the second no larger: the shim carved a caching
+ *           allocator's segment into tensors (shim/hooks/torch_trace.c), so the first
+ *           allocation stays, whole, as a segment: the tensors in its range share its 2 MiB
+ *           blocks as they did in the traced job (a launch naming a small tensor brings its
+ *           whole block; an eviction takes its neighbours too), and each is given to the
+ *           shim as the job's allocator gave it
  *   LAUNCH  one launch, on one stream, of a kernel registered per trace function
  *           ("replay_<hex handle>"), that calls fakecuda_touch on each range it is given:
  *           the launch's EXTENT ranges, translated into the new allocations; without
@@ -41,6 +50,7 @@
 
 #include "cuda_api.h"
 #include "pump_channel.h"
+#include "pump_torch_trace.h"
 
 static unsigned long step_pause_ms; /* --step-pause */
 
@@ -57,15 +67,34 @@ struct range {
 struct allocation {
     uint64_t trace_base, size;
     CUdeviceptr ptr;
+    bool tensor;  /* inside a segment: no allocation of its own */
 };
 
-/* Live allocations, sorted by trace base. */
+/* Live allocations and tensors, sorted by trace base (they do not overlap). */
 static struct allocation *allocations;
 static size_t allocation_count, allocation_room;
+
+/* Segments the traced job's caching allocator carved into tensors: whole allocations here,
+ * never freed before the end (the allocator keeps its segments). */
+static struct allocation segments[4096];
+static size_t segment_count;
+/* A FREE held back one record: an ALLOC at its base, no larger, next makes it a segment. */
+static struct allocation carve_candidate;
+static bool carve_pending;
+/* The last ALLOC, FREE or LAUNCH record, if an ALLOC: a FREE of the same memory next may be a
+ * carve (the caching allocator hands out the segment's first tensor as soon as it has it). */
+static struct allocation last_alloc;
+static bool last_was_alloc;
+
+/* libpump's entry for PyTorch's caching allocator's events (pump_torch_trace.h); absent when
+ * the replay runs without the shim. */
+extern void pump_torch_trace(int event, uint64_t addr, uint64_t size, int flags, struct CUstream_st *stream)
+    __attribute__((weak));
 
 static struct {
     uint64_t launches, ranges_touched, allocs, frees, syncs;
     uint64_t unknown_bases, ranges_outside, frees_unknown;
+    uint64_t segments, tensor_allocs, tensor_frees;
 } replayed;
 
 static const char *trace_path;
@@ -98,46 +127,115 @@ static struct allocation *holding(uint64_t address)
     return &allocations[i - 1];
 }
 
-static void alloc_record(uint64_t base, uint64_t size)
+static CUstream stream;
+
+static const struct allocation *segment_holding(uint64_t address)
 {
-    struct allocation *old = holding(base);
-    if (old != NULL && old->trace_base == base) /* freed unseen: the trace's base is reused */
-        CHECK(cuMemFree(old->ptr));
-    else if (old != NULL)
-        fail("an ALLOC overlaps a live allocation");
-    if (size == 0)
-        fail("an ALLOC of 0 bytes");
-    CUdeviceptr ptr;
-    CHECK(cuMemAllocManaged(&ptr, size, CU_MEM_ATTACH_GLOBAL));
-    replayed.allocs++;
-    if (old != NULL) {
-        *old = (struct allocation){base, size, ptr};
-        return;
-    }
+    for (size_t i = 0; i < segment_count; i++)
+        if (address >= segments[i].trace_base && address - segments[i].trace_base < segments[i].size)
+            return &segments[i];
+    return NULL;
+}
+
+static void tell_shim(int event, const struct allocation *tensor)
+{
+    if (pump_torch_trace != NULL)
+        pump_torch_trace(event, tensor->ptr, tensor->size, 0, stream);
+}
+
+static void insert(struct allocation a)
+{
     if (allocation_count == allocation_room) {
         allocation_room = allocation_room ? 2 * allocation_room : 1024;
         allocations = realloc(allocations, allocation_room * sizeof *allocations);
         if (allocations == NULL)
             fail("out of memory");
     }
-    size_t i = upper(base);
+    size_t i = upper(a.trace_base);
     memmove(&allocations[i + 1], &allocations[i], (allocation_count - i) * sizeof *allocations);
-    allocations[i] = (struct allocation){base, size, ptr};
+    allocations[i] = a;
     allocation_count++;
 }
 
-static void free_record(uint64_t base)
+static void release(struct allocation *a)
 {
+    if (a->tensor) {
+        tell_shim(PUMP_TORCH_TENSOR_FREE, a);
+        replayed.tensor_frees++;
+    } else {
+        CHECK(cuMemFree(a->ptr));
+        replayed.frees++;
+    }
+    size_t i = (size_t)(a - allocations);
+    memmove(&allocations[i], &allocations[i + 1], (allocation_count - i - 1) * sizeof *allocations);
+    allocation_count--;
+}
+
+/* The FREE held back: made now, unless `base` and `size` (an ALLOC's) carve its allocation. */
+static void settle_carve(bool alloc, uint64_t base, uint64_t size)
+{
+    if (!carve_pending)
+        return;
+    carve_pending = false;
+    struct allocation *a = holding(carve_candidate.trace_base);
+    if (alloc && base == carve_candidate.trace_base && size <= carve_candidate.size) {
+        if (segment_count == sizeof segments / sizeof *segments)
+            fail("more than 4096 segments");
+        segments[segment_count++] = *a;
+        replayed.segments++;
+        size_t i = (size_t)(a - allocations);
+        memmove(&allocations[i], &allocations[i + 1], (allocation_count - i - 1) * sizeof *allocations);
+        allocation_count--;
+        return;
+    }
+    release(a);
+}
+
+static void alloc_record(uint64_t base, uint64_t size)
+{
+    settle_carve(true, base, size);
+    last_was_alloc = false;
+    if (size == 0)
+        fail("an ALLOC of 0 bytes");
+    struct allocation *old = holding(base);
+    if (old != NULL && old->trace_base == base) /* freed unseen: the trace's base is reused */
+        release(old);
+    else if (old != NULL)
+        fail("an ALLOC overlaps a live allocation");
+    const struct allocation *segment = segment_holding(base);
+    if (segment != NULL) {
+        if (size > segment->size - (base - segment->trace_base))
+            fail("a tensor's ALLOC reaches past its segment");
+        struct allocation tensor = {base, size, segment->ptr + (base - segment->trace_base), true};
+        insert(tensor);
+        tell_shim(PUMP_TORCH_TENSOR_ALLOC, &tensor);
+        replayed.tensor_allocs++;
+        return;
+    }
+    CUdeviceptr ptr;
+    CHECK(cuMemAllocManaged(&ptr, size, CU_MEM_ATTACH_GLOBAL));
+    replayed.allocs++;
+    insert((struct allocation){base, size, ptr, false});
+    last_alloc = (struct allocation){base, size, ptr, false};
+    last_was_alloc = true;
+}
+
+static void free_record(uint64_t base, uint64_t size)
+{
+    settle_carve(false, 0, 0);
+    bool after_its_alloc = last_was_alloc && last_alloc.trace_base == base && last_alloc.size == size;
+    last_was_alloc = false;
     struct allocation *a = holding(base);
     if (a == NULL || a->trace_base != base) {
         replayed.frees_unknown++;
         return;
     }
-    CHECK(cuMemFree(a->ptr));
-    replayed.frees++;
-    size_t i = (size_t)(a - allocations);
-    memmove(&allocations[i], &allocations[i + 1], (allocation_count - i - 1) * sizeof *allocations);
-    allocation_count--;
+    if (after_its_alloc && !a->tensor) {
+        carve_candidate = *a;  /* held back a record: the next may carve it */
+        carve_pending = true;
+        return;
+    }
+    release(a);
 }
 
 /* ---- the kernels ---- */
@@ -209,8 +307,6 @@ static struct {
     struct range *extents;
     size_t extent_count, extent_room;
 } pending;
-
-static CUstream stream;
 
 /* A trace range in the new allocations (clipped to the one holding its
  * start); false when no live allocation holds it. */
@@ -342,14 +438,17 @@ static void replay(const struct pump_event *e)
         break;
     }
     launch_pending();
+    if (e->kind != PUMP_EVENT_ALLOC && e->kind != PUMP_EVENT_FREE)
+        settle_carve(false, 0, 0);
     switch (e->kind) {
     case PUMP_EVENT_ALLOC:
         alloc_record(e->arg[0], e->arg[1]);
         break;
     case PUMP_EVENT_FREE:
-        free_record(e->arg[0]);
+        free_record(e->arg[0], e->arg[1]);
         break;
     case PUMP_EVENT_LAUNCH:
+        last_was_alloc = false;
         pending.open = true;
         pending.function = e->arg[0];
         pending.bases_expected = e->count;
@@ -457,6 +556,7 @@ int main(int argc, char **argv)
     if (got != 0)
         fail("truncated: the file ends inside a block header");
     launch_pending();
+    settle_carve(false, 0, 0);
     fclose(f);
     uint64_t more;
     if (kernel_times != NULL && fread(&more, sizeof more, 1, kernel_times) == 1) {
@@ -472,12 +572,16 @@ int main(int argc, char **argv)
            ", \"ranges_outside\": %" PRIu64 ", \"frees_unknown\": %" PRIu64 ", \"gpu_faults\": %" PRIu64
            ", \"bytes_faulted_h2d\": %" PRIu64 ", \"bytes_prefetched_h2d\": %" PRIu64
            ", \"bytes_prefetched_unused\": %" PRIu64 ", \"bytes_d2h\": %" PRIu64 ", \"cpu_faults\": %" PRIu64
-           ", \"kernels_run\": %" PRIu64 ", \"device_resident_peak\": %" PRIu64 "}\n",
+           ", \"kernels_run\": %" PRIu64 ", \"device_resident_peak\": %" PRIu64 ", \"segments\": %" PRIu64
+           ", \"tensor_allocs\": %" PRIu64 ", \"tensor_frees\": %" PRIu64 "}\n",
            replayed.launches, replayed.ranges_touched, replayed.allocs, replayed.frees, replayed.syncs,
            replayed.unknown_bases, replayed.ranges_outside, replayed.frees_unknown, s.gpu_faults,
            s.bytes_faulted_h2d, s.bytes_prefetched_h2d, s.bytes_prefetched_unused, s.bytes_d2h, s.cpu_faults,
-           s.kernels_run, s.device_resident_peak);
+           s.kernels_run, s.device_resident_peak, replayed.segments, replayed.tensor_allocs, replayed.tensor_frees);
     for (size_t i = 0; i < allocation_count; i++)
-        CHECK(cuMemFree(allocations[i].ptr));
+        if (!allocations[i].tensor)
+            CHECK(cuMemFree(allocations[i].ptr));
+    for (size_t i = 0; i < segment_count; i++)
+        CHECK(cuMemFree(segments[i].ptr));
     return 0;
 }

@@ -374,3 +374,46 @@ def test_replay_trace_refuses_bad_files(c_build, libpump, tmp_path, damage, mess
     path.write_bytes(damage(path.read_bytes()))
     proc = replay(c_build, libpump, path, pump=False)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+
+
+# A caching allocator's segment as the shim records it (shim/hooks/torch_trace.c): the segment's
+# ALLOC, then, at its first tensor, the FREE of the carved segment and the tensor's ALLOC.
+SEGMENT = 0x7f4000000000
+
+
+def segment_trace(path, carve=True):
+    """Tensors A (1 MiB) and B (512 KiB) in the segment's first 2 MiB block, C (2 MiB) in the
+    third block; one launch reads A, one C; then B dies. carve=False puts a launch between the
+    segment's ALLOC and FREE: a free and a new allocation, not a carve."""
+    records = [record("alloc", 1, SEGMENT, 8 * MiB, 1)]
+    if not carve:
+        records += [record("launch", 1, 0x1000, 0x77, SEGMENT, device=0)]
+    records += [record("free", 1, SEGMENT, 8 * MiB), record("alloc", 1, SEGMENT, MiB, 1),
+                record("alloc", 1, SEGMENT + MiB, MiB // 2, 1), record("alloc", 1, SEGMENT + 4 * MiB, 2 * MiB, 1),
+                record("step", 1, 0)]
+    for function, tensor, size in ((0x1001, SEGMENT, MiB), (0x1002, SEGMENT + 4 * MiB, 2 * MiB)):
+        records += [record("launch", 1, function, 0x77, tensor, device=0), record("extent", 1, tensor, size, device=0)]
+    records += [record("sync", 1, 2), record("free", 1, SEGMENT + MiB, MiB // 2)]
+    writer = trace.TraceWriter(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "job-1", "replay")
+    writer.write(1234, np.concatenate(records))
+    writer.close()
+    return path
+
+
+def test_replay_trace_keeps_a_carved_segment_whole_and_gives_the_shim_its_tensors(run_program, tmp_path):
+    """A GPU run's trace (PyTorch's caching allocator) replayed with each tensor an allocation of
+    its own moved half the bytes the GPU did (bench/results/gpu-20261127-nvidia-h200's case c):
+    there a dead tensor's memory was freed to the driver, while in the job it stays in its
+    segment, and its stale bytes cross the link both ways. The replay keeps the segment one
+    allocation and tells the shim of each tensor as the caching allocator did."""
+    run = run_program("replay_trace", segment_trace(tmp_path / "carved.trace"), env={"PUMP_POLICY": "launch"})
+    out = run.result
+    assert (out["allocs"], out["segments"], out["tensor_allocs"], out["tensor_frees"], out["frees"]) == (1, 1, 3, 1, 0)
+    assert out["unknown_bases"] == out["ranges_outside"] == out["frees_unknown"] == 0
+    t = run.totals
+    assert (t["managed_allocs"], t["torch_tensor_allocs"], t["torch_tensor_frees"]) == (1, 3, 1)
+    # the shim carved the segment: each launch prefetched its tensor, not the segment's 8 MiB
+    assert out["gpu_faults"] == 0 and t["prefetch_bytes"] == 3 * MiB
+    run = run_program("replay_trace", segment_trace(tmp_path / "freed.trace", carve=False), env={"PUMP_POLICY": "launch"})
+    out = run.result
+    assert (out["allocs"], out["segments"], out["tensor_allocs"], out["frees"]) == (4, 0, 0, 2), out
