@@ -3,7 +3,7 @@
  * workload runs on fakecuda under the shim (pump-run --policy P --budget B)
  * and its faults and bytes can be set against `pump simulate`.
  *
- *   replay_trace [--step-pause MS] [--kernel-times FILE] TRACE
+ *   replay_trace [--no-segments] [--step-pause MS] [--kernel-times FILE] TRACE
  *
  * What each record becomes:
  *   ALLOC   cuMemAllocManaged of its size (the trace's base maps to the new pointer); inside
@@ -16,7 +16,8 @@
  *           allocation stays, whole, as a segment: the tensors in its range share its 2 MiB
  *           blocks as they did in the traced job (a launch naming a small tensor brings its
  *           whole block; an eviction takes its neighbours too), and each is given to the
- *           shim as the job's allocator gave it
+ *           shim as the job's allocator gave it (--no-segments: each tensor an allocation of
+ *           its own, freed to the driver at its FREE, as if every dead tensor were discarded)
  *   LAUNCH  one launch, on one stream, of a kernel registered per trace function
  *           ("replay_<hex handle>"), that calls fakecuda_touch on each range it is given:
  *           the launch's EXTENT ranges, translated into the new allocations; without
@@ -53,6 +54,7 @@
 #include "pump_torch_trace.h"
 
 static unsigned long step_pause_ms; /* --step-pause */
+static bool no_segments;            /* --no-segments */
 
 #define REPLAY_PAIRS 64                      /* (pointer, bytes) pairs among the arguments */
 #define REPLAY_PARAMS (2 * REPLAY_PAIRS + 3) /* ... then the overflow table, its length, and the
@@ -230,7 +232,7 @@ static void free_record(uint64_t base, uint64_t size)
         replayed.frees_unknown++;
         return;
     }
-    if (after_its_alloc && !a->tensor) {
+    if (after_its_alloc && !a->tensor && !no_segments) {
         carve_candidate = *a;  /* held back a record: the next may carve it */
         carve_pending = true;
         return;
@@ -490,6 +492,8 @@ static void read_exactly(FILE *f, void *buffer, size_t bytes, const char *what)
 int main(int argc, char **argv)
 {
     char *end = NULL;
+    for (; argc >= 3 && strcmp(argv[1], "--no-segments") == 0; argv++, argc--)
+        no_segments = true;
     while (argc >= 4 && (strcmp(argv[1], "--step-pause") == 0 || strcmp(argv[1], "--kernel-times") == 0)) {
         if (strcmp(argv[1], "--kernel-times") == 0) {
             kernel_times_path = argv[2];
@@ -511,7 +515,7 @@ int main(int argc, char **argv)
         argc -= 2;
     }
     if (argc != 2) {
-        fprintf(stderr, "usage: replay_trace [--step-pause MS] [--kernel-times FILE] TRACE\n");
+        fprintf(stderr, "usage: replay_trace [--no-segments] [--step-pause MS] [--kernel-times FILE] TRACE\n");
         return 2;
     }
     trace_path = argv[1];

@@ -7,7 +7,10 @@ Also bench/replay_trace, which replays pump traces on fakecuda."""
 
 import json
 import os
+import pathlib
 import subprocess
+import sys
+import tarfile
 import time
 
 import numpy as np
@@ -381,10 +384,10 @@ def test_replay_trace_refuses_bad_files(c_build, libpump, tmp_path, damage, mess
 SEGMENT = 0x7f4000000000
 
 
-def segment_trace(path, carve=True):
+def segment_trace(path, carve=True, tail=()):
     """Tensors A (1 MiB) and B (512 KiB) in the segment's first 2 MiB block, C (2 MiB) in the
     third block; one launch reads A, one C; then B dies. carve=False puts a launch between the
-    segment's ALLOC and FREE: a free and a new allocation, not a carve."""
+    segment's ALLOC and FREE: a free and a new allocation, not a carve. tail: records after."""
     records = [record("alloc", 1, SEGMENT, 8 * MiB, 1)]
     if not carve:
         records += [record("launch", 1, 0x1000, 0x77, SEGMENT, device=0)]
@@ -393,7 +396,7 @@ def segment_trace(path, carve=True):
                 record("step", 1, 0)]
     for function, tensor, size in ((0x1001, SEGMENT, MiB), (0x1002, SEGMENT + 4 * MiB, 2 * MiB)):
         records += [record("launch", 1, function, 0x77, tensor, device=0), record("extent", 1, tensor, size, device=0)]
-    records += [record("sync", 1, 2), record("free", 1, SEGMENT + MiB, MiB // 2)]
+    records += [record("sync", 1, 2), record("free", 1, SEGMENT + MiB, MiB // 2), *tail]
     writer = trace.TraceWriter(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "job-1", "replay")
     writer.write(1234, np.concatenate(records))
     writer.close()
@@ -414,6 +417,35 @@ def test_replay_trace_keeps_a_carved_segment_whole_and_gives_the_shim_its_tensor
     assert (t["managed_allocs"], t["torch_tensor_allocs"], t["torch_tensor_frees"]) == (1, 3, 1)
     # the shim carved the segment: each launch prefetched its tensor, not the segment's 8 MiB
     assert out["gpu_faults"] == 0 and t["prefetch_bytes"] == 3 * MiB
-    run = run_program("replay_trace", segment_trace(tmp_path / "freed.trace", carve=False), env={"PUMP_POLICY": "launch"})
-    out = run.result
-    assert (out["allocs"], out["segments"], out["tensor_allocs"], out["frees"]) == (4, 0, 0, 2), out
+    for path, options in ((segment_trace(tmp_path / "freed.trace", carve=False), ()),
+                          (tmp_path / "carved.trace", ("--no-segments",))):
+        out = run_program("replay_trace", *options, path, env={"PUMP_POLICY": "launch"}).result
+        assert (out["allocs"], out["segments"], out["tensor_allocs"], out["frees"]) == (4, 0, 0, 2), out
+
+
+def test_replay_gpu_case_sets_a_kept_trace_beside_the_gpu(c_build, libpump, tmp_path):
+    """scripts/replay-gpu-case on evidence as gpu-check keeps it: the GPU's row from the trace's
+    last COUNTERS record and suite.json's CUPTI counters, then a replay per variant."""
+    results = tmp_path / "gpu-20990101-fake"
+    results.mkdir()
+    # what the traced process's pump had done at its end: launches, managed, prefetched, resident, evicted
+    path = segment_trace(tmp_path / "c.trace", tail=[record("counters", 5, 2, 2, 3 * MiB, 3 * MiB, 5 * MiB)])
+    suite = {"device": {"name": "fake"}, "cases": [{"case": "c", "title": "a segment", "capacity_bytes": 64 * MiB,
+                                                  "variants": {"launch": {"cupti": {"counters": {
+                                                      "bytes_h2d": 2 * MiB, "bytes_d2h": MiB,
+                                                      "gpu_page_faults": 7}}}}}]}
+    (tmp_path / "suite.json").write_text(json.dumps(suite))
+    with tarfile.open(results / "benchmarks-c-evidence.tar.gz", "w:gz") as tar:
+        tar.add(path, "c.trace")
+        tar.add(tmp_path / "suite.json", "suite.json")
+    out = tmp_path / "replay.json"
+    proc = subprocess.run([sys.executable, str(pathlib.Path(__file__).parent.parent / "scripts" / "replay-gpu-case"), "--build", str(c_build / "plain"),
+                           "--json", str(out), str(results)], capture_output=True, text=True, timeout=300,
+                          env=dict(clean_env(), PATH=os.environ["PATH"]))
+    assert proc.returncode == 0, proc.stderr
+    assert "| GPU (traced process; crossed: CUPTI's run) | 0.0 | 0.0 | 0.0 | 0.0 | 7 |" in proc.stdout
+    rows = json.loads(out.read_text())["rows"]
+    assert rows["gpu"] == {"prefetch_bytes": 3 * MiB, "bytes_evicted": 5 * MiB, "bytes_h2d": 2 * MiB,
+                           "bytes_d2h": MiB, "gpu_faults": 7}
+    assert rows["launch"]["prefetch_bytes"] == rows["launch-discards"]["prefetch_bytes"] == 3 * MiB
+    assert set(rows) == {"gpu", "launch", "launch-discards", "tensors-apart"}
