@@ -11,6 +11,7 @@
  * as a CPU access brings them. Each call charges its host time (cost.c). */
 #include "fakecuda_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,11 +34,35 @@ static void touch(uintptr_t p, size_t n, int how)
     else if (how == TOUCH_HOST) fakecuda_host_touch((const void *)p, n);
 }
 
+/* [p, p+n) lies in one page-locked host range (host_memory.c). */
+static int pinned(uintptr_t p, size_t n)
+{
+    fc_alloc_desc d;
+    return fc_host_lookup(p, &d) && p + n <= d.base + d.size;
+}
+
+/* A memcpy node runs whenever its graph is launched, and reads or writes its host operand then
+ * (cuda.h, cuGraphAddMemcpyNode: "When the graph is launched, the node will perform the
+ * memcpy"). The host memory it was captured with has been freed or unregistered since: on the
+ * driver, a DMA from memory no longer locked (undefined: stale pages or an IOMMU fault); here
+ * the process stops, naming it, so that no test passes over it. */
+static void check_still_pinned(const fc_copy *c, size_t bytes)
+{
+    int lost = (c->pinned & FC_PINNED_DST && !pinned(c->dst, bytes)) ||
+               (c->pinned & FC_PINNED_SRC && !pinned(c->src, bytes));
+    if (!lost) return;
+    fprintf(stderr, "fakecuda: a captured copy ran after its page-locked host memory (%#lx, %zu bytes) was freed or "
+            "unregistered: undefined on the driver\n",
+            (unsigned long)(c->pinned & FC_PINNED_SRC ? c->src : c->dst), bytes);
+    abort();
+}
+
 void fc_run_copy(const fc_op *op, int device)
 {
     uintptr_t dst = op->u.copy.dst, src = op->u.copy.src;
     unsigned elem = op->u.copy.elem, v = op->u.copy.value;
     size_t n = op->u.copy.n, bytes = elem ? n * elem : n;
+    if (op->u.copy.pinned) check_still_pinned(&op->u.copy, bytes);
     fc_tls_kernel_device = device;
     if (!elem && op->u.copy.src_dev != TOUCH_NONE) fc_pages_read(src, bytes);
     if (!elem) touch(src, bytes, op->u.copy.src_dev);
@@ -65,16 +90,28 @@ static CUresult enqueue_copy(uintptr_t dst, int dst_side, uintptr_t src, int src
     CUresult err = CUDA_SUCCESS;
     CUstream s = fc_resolve_stream(h, &err);
     if (!s) return err;
-    fc_copy copy = { dst, src, n, elem, value, dst_touch, src_touch };
+    fc_copy copy = { dst, src, n, elem, value, dst_touch, src_touch, 0 };
     if (fc_stream_capturing(s)) {
-        /* An async copy or memset between device-side operands becomes a memcpy or memset node
-         * (cuda.h: "captured ... into a graph"; cuBLASLt clears its workspace with
-         * cuMemsetD8Async inside PyTorch's captures). Synchronous forms run on the legacy
-         * stream, which a capture forbids; a host operand (pageable is refused by the driver,
-         * page-locked is not modelled in a graph here) is refused too: never kinder than the
-         * driver. */
-        int host = fc_mem_kind(dst, bytes) == FC_MEM_HOST || (!elem && fc_mem_kind(src, bytes) == FC_MEM_HOST);
-        if (sync || host) {
+        /* An async copy or memset becomes a memcpy or memset node (cuda.h, cuStreamBeginCapture:
+         * operations pushed into a capturing stream "will not be executed, but will instead be
+         * captured into a graph"; cuBLASLt clears its workspace with cuMemsetD8Async inside
+         * PyTorch's captures), which runs, reading its source, at each launch of the graph. What
+         * the capture refuses, invalidating it (CUDA Programming Guide, stream capture,
+         * "Prohibited and Unhandled Operations": synchronous APIs, which use the legacy stream,
+         * and synchronising a capturing stream are invalid): a synchronous form; a copy between
+         * two host operands ("fully synchronous with respect to the host", CUDA Driver API, API
+         * synchronization behavior, Memcpy, Asynchronous 2); and a copy with a pageable host
+         * operand ("If pageable memory must first be staged to pinned memory, the driver may
+         * synchronize with the stream", item 3: "may", taken as will, the stricter side; PyTorch
+         * refuses it itself: "Cannot copy between CPU and CUDA tensors during CUDA graph capture
+         * unless the CPU tensor is pinned"). A page-locked host operand (cuMemHostAlloc,
+         * cuMemHostRegister; "For all other transfers, the function should be fully
+         * asynchronous", item 4) is captured: clip_grad_norm_ copies from one in PyTorch 2.15. */
+        int host_dst = fc_mem_kind(dst, bytes) == FC_MEM_HOST, host_src = !elem && fc_mem_kind(src, bytes) == FC_MEM_HOST;
+        copy.pinned = (host_dst && pinned(dst, bytes) ? FC_PINNED_DST : 0) |
+                      (host_src && pinned(src, bytes) ? FC_PINNED_SRC : 0);
+        int pageable = (host_dst && !(copy.pinned & FC_PINNED_DST)) || (host_src && !(copy.pinned & FC_PINNED_SRC));
+        if (sync || (host_dst && host_src) || pageable) {
             fc_capture_invalidate(s);
             return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
         }

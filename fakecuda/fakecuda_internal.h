@@ -218,8 +218,10 @@ enum { FC_OP_KERNEL, FC_OP_PREFETCH, FC_OP_HOSTFN, FC_OP_RECORD, FC_OP_WAIT, FC_
 struct fc_kdef;
 typedef struct fc_range { uintptr_t ptr; size_t size; int loc; } fc_range;
 /* a copy (elem 0: n bytes from src) or a memset of n elements of elem bytes of value; *_dev:
- * how the device touches each operand (copies.c) */
-typedef struct fc_copy { uintptr_t dst, src; size_t n; unsigned elem, value; int dst_dev, src_dev; } fc_copy;
+ * how the device touches each operand; pinned: FC_PINNED_DST/SRC, the operands a captured copy
+ * took as page-locked host memory, which must still be so whenever its node runs (copies.c) */
+enum { FC_PINNED_DST = 1, FC_PINNED_SRC = 2 };
+typedef struct fc_copy { uintptr_t dst, src; size_t n; unsigned elem, value; int dst_dev, src_dev, pinned; } fc_copy;
 /* One operand of a launch as FAKECUDA_LAUNCH_USES recorded it (launch_uses.c): the kernel
  * touches [ptr, ptr + bytes), writing it or only reading it, and whether its read is checked
  * for discarded bytes (fc_pages_read). */

@@ -254,6 +254,7 @@ int main(int argc, char **argv)
               : !strcmp(argv[1], "devices") ? child_devices()
               : !strcmp(argv[1], "visible") ? child_visible()
               : !strcmp(argv[1], "no-concurrent") ? child_no_concurrent()
+              : !strcmp(argv[1], "pinned-unregistered") ? selftest_child_pinned_unregistered()
                                             : 2;
         if (r == 1) fprintf(stderr, "child %s: %d failed\n", argv[1], failed);
         return r;

@@ -31,6 +31,66 @@ static void host_slow_set(void *ud) { (void)ud; selftest_wait_for(&go_a); sleep_
 static void host_observe(void *ud) { (void)ud; flag_seen = flag_a; }
 static void host_sleep20(void *ud) { (void)ud; sleep_ms(20); }
 
+/* Copies from and to page-locked host memory are captured as memcpy nodes that read their source
+ * when the graph runs, not at capture; one between two host operands is refused. d: device memory
+ * of at least 2 floats, none of them 7 or 9. */
+static void captured_pinned_copies(CUstream s, float *d)
+{
+    float *h = NULL;
+    CUgraph g;
+    CUgraphExec ge;
+    OK(cuMemHostAlloc((void **)&h, 4 * sizeof *h, 0));
+    h[0] = 1.0f;
+    OK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+    OK(cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)d, h, sizeof *h, s));
+    OK(cuMemcpyDtoHAsync(h + 1, (CUdeviceptr)(uintptr_t)d, sizeof *h, s));
+    OK(cuStreamEndCapture(s, &g));
+    h[0] = 7.0f; /* after the capture: the node reads it at launch */
+    OK(cuStreamSynchronize(s));
+    CHECK(d[0] != 7.0f && d[0] != 1.0f && h[1] != 1.0f, "captured copies did not run at capture");
+    OK(cuGraphInstantiate(&ge, g, 0));
+    OK(cuGraphLaunch(ge, s));
+    OK(cuStreamSynchronize(s));
+    CHECK(d[0] == 7.0f && h[1] == 7.0f, "pinned copies ran at launch with the source as it was then (%g, %g)",
+          (double)d[0], (double)h[1]);
+    h[0] = 9.0f;
+    OK(cuGraphLaunch(ge, s));
+    OK(cuStreamSynchronize(s));
+    CHECK(d[0] == 9.0f && h[1] == 9.0f, "and again at the next launch");
+    OK(cuGraphExecDestroy(ge));
+    OK(cuGraphDestroy(g));
+    OK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+    CHECK(cuMemcpyAsync((CUdeviceptr)(uintptr_t)(h + 2), (CUdeviceptr)(uintptr_t)h, sizeof *h, s) ==
+              CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "pinned to pinned host copy in capture");
+    CHECK(cuStreamEndCapture(s, &g) == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED && g == NULL, "invalidated by it");
+    OK(cuMemFreeHost(h));
+}
+
+/* A captured copy from registered host memory, unregistered before the graph runs: fakecuda stops
+ * the process, naming it (copies.c). Unregistered, the memory is still mapped: without the check
+ * the copy would read it as if nothing had changed. Returns only if it did not stop. */
+int selftest_child_pinned_unregistered(void)
+{
+    static float h[16];
+    float *d = NULL;
+    CUcontext c;
+    CUstream s;
+    CUgraph g;
+    CUgraphExec ge;
+    if (cuInit(0) || cuDevicePrimaryCtxRetain(&c, 0) || cuCtxSetCurrent(c) || cuStreamCreate(&s, 0) ||
+        cuMemAlloc((CUdeviceptr *)&d, sizeof h) || cuMemHostRegister(h, sizeof h, 0) ||
+        cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED) ||
+        cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)d, h, sizeof h, s) || cuStreamEndCapture(s, &g) ||
+        cuGraphInstantiate(&ge, g, 0) || cuMemHostUnregister(h)) {
+        fprintf(stderr, "pinned-unregistered: setup failed\n");
+        return 1;
+    }
+    cuGraphLaunch(ge, s);
+    cuStreamSynchronize(s);
+    fprintf(stderr, "pinned-unregistered: the copy ran\n");
+    return 0;
+}
+
 void selftest_events(struct selftest_main *m)
 {
     CUstream s1 = m->s1, s2 = m->s2, s3 = m->s3;
@@ -190,8 +250,9 @@ void selftest_capture_join(struct selftest_main *m)
     OK(cuGraphDestroy(g));
     OK(cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_RELAXED));
     CHECK(cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)d, &three, sizeof three, s1) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
-          "copy from host memory in capture");
+          "copy from pageable host memory in capture");
     CHECK(cuStreamEndCapture(s1, &g) == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED && g == NULL, "invalidated by it");
+    captured_pinned_copies(s1, d);
     /* a prefetch into a capture invalidates it */
     OK(cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_RELAXED));
     CHECK(cuMemPrefetchAsync((CUdeviceptr)(uintptr_t)d, PAGE, dloc, 0, s1) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,

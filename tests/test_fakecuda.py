@@ -5,6 +5,7 @@ host costs: fakecuda_model.h's launch cost is what the real A100 traces say."""
 import importlib.util
 import pathlib
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -20,6 +21,16 @@ def test_selftest(c_build, tmp_path, variant):
                          text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.rstrip().endswith(" 0 failed"), run.stdout
+
+
+def test_a_graph_copy_from_memory_no_longer_pinned_stops_the_process(c_build, tmp_path):
+    """A copy from page-locked host memory captured into a graph reads its source whenever the
+    graph runs (cuda.h, cuGraphAddMemcpyNode); with the memory unregistered since (still mapped,
+    so nothing else would notice) the driver's DMA is undefined, and fakecuda stops, naming it."""
+    run = subprocess.run([str(c_build / "plain" / "fakecuda_selftest"), "pinned-unregistered"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == -signal.SIGABRT, (run.returncode, run.stderr)
+    assert "a captured copy ran after its page-locked host memory" in run.stderr, run.stderr
 
 
 def test_launch_cost_is_the_traces_smallest_median():
