@@ -1,10 +1,53 @@
 /* events.c: why it exists: events, apart from the streams they order: a record is a
- * refcounted fence (streams.c) the stream signals when it reaches it; queries, synchronisation,
- * elapsed time, and a stream's wait on an event (which makes a stream join the capture the
- * event was recorded in: capture.c). */
+ * refcounted fence (defined here) the stream signals when it reaches it (streams.c); queries,
+ * synchronisation, elapsed time, and a stream's wait on an event (which makes a stream join the
+ * capture the event was recorded in: capture.c). */
 #include "fakecuda_internal.h"
 
 #include <stdlib.h>
+
+/* ---- fences: what a record signals on its stream and a wait waits for (streams.c) ---- */
+fc_fence *fc_fence_new(void)
+{
+    fc_fence *f = calloc(1, sizeof *f);
+    if (!f) return NULL;
+    atomic_init(&f->refs, 1);
+    pthread_mutex_init(&f->mu, NULL);
+    pthread_cond_init(&f->cv, NULL);
+    return f;
+}
+void fc_fence_unref(fc_fence *f)
+{
+    if (f && atomic_fetch_sub(&f->refs, 1) == 1) {
+        pthread_mutex_destroy(&f->mu);
+        pthread_cond_destroy(&f->cv);
+        free(f);
+    }
+}
+void fc_fence_signal(fc_fence *f)
+{
+    pthread_mutex_lock(&f->mu);
+    f->done = 1;
+    f->t_ns = fc_model_clock_ns();
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+}
+void fc_fence_wait(fc_fence *f)
+{
+    pthread_mutex_lock(&f->mu);
+    while (!f->done) pthread_cond_wait(&f->cv, &f->mu);
+    uint64_t t = f->t_ns;
+    pthread_mutex_unlock(&f->mu);
+    fc_start_no_earlier(t); /* what follows the wait comes after what it waited for */
+}
+int fc_fence_done(fc_fence *f, uint64_t *t)
+{
+    pthread_mutex_lock(&f->mu);
+    int d = f->done;
+    if (t) *t = f->t_ns;
+    pthread_mutex_unlock(&f->mu);
+    return d;
+}
 
 struct CUevent_st {
     fc_link link;
@@ -180,3 +223,4 @@ FC_DEF(cuStreamWaitEvent, 3020, (CUstream hStream, CUevent hEvent, unsigned int 
        stream_wait_event(hStream, hEvent, Flags));
 FC_DEF(cuStreamWaitEvent_ptsz, 7000, (CUstream hStream, CUevent hEvent, unsigned int Flags),
        stream_wait_event(hStream, hEvent, Flags));
+

@@ -283,9 +283,10 @@ void fc_stream_wait_idle(CUstream s); /* waits until everything enqueued on s ha
 /* The context is destroyed or reset: waits for its streams, then every stream and event made
  * in it is gone (a later use: CUDA_ERROR_INVALID_HANDLE) and its default stream is made anew. */
 void fc_ctx_invalidate(CUcontext c);
-/* Fences: a record op signals one, a wait op waits for one (events.c holds them too). */
+/* Fences (events.c): a record op signals one, a wait op waits for one. */
 fc_fence *fc_fence_new(void); /* one reference */
 void fc_fence_unref(fc_fence *f); /* NULL is fine */
+void fc_fence_signal(fc_fence *f); /* done, stamped with the signalling thread's modelled clock */
 void fc_fence_wait(fc_fence *f);
 int fc_fence_done(fc_fence *f, uint64_t *t); /* whether signalled; *t: when */
 

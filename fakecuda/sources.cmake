@@ -19,6 +19,7 @@ set(FAKECUDA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/copies.c
     ${CMAKE_CURRENT_LIST_DIR}/cost.c
     ${CMAKE_CURRENT_LIST_DIR}/streams.c
+    ${CMAKE_CURRENT_LIST_DIR}/stream_queries.c
     ${CMAKE_CURRENT_LIST_DIR}/events.c
     ${CMAKE_CURRENT_LIST_DIR}/capture.c
     ${CMAKE_CURRENT_LIST_DIR}/graphs.c

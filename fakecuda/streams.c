@@ -1,56 +1,13 @@
 /* streams.c: why it exists: streams that run their work in order on a worker thread each,
  * asynchronously to the host; the legacy and per-thread default streams and the legacy
- * stream's implicit synchronisation; the fences events (events.c) are recorded as; host
- * functions. Capture is in capture.c, graphs in graphs.c. */
+ * stream's implicit synchronisation; host functions. The fences streams signal and wait for
+ * are events.c's. Capture is in capture.c, graphs in graphs.c. */
 #include "fakecuda_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-
-/* ---- fences ---- */
-fc_fence *fc_fence_new(void)
-{
-    fc_fence *f = calloc(1, sizeof *f);
-    if (!f) return NULL;
-    atomic_init(&f->refs, 1);
-    pthread_mutex_init(&f->mu, NULL);
-    pthread_cond_init(&f->cv, NULL);
-    return f;
-}
-void fc_fence_unref(fc_fence *f)
-{
-    if (f && atomic_fetch_sub(&f->refs, 1) == 1) {
-        pthread_mutex_destroy(&f->mu);
-        pthread_cond_destroy(&f->cv);
-        free(f);
-    }
-}
-static void fence_signal(fc_fence *f)
-{
-    pthread_mutex_lock(&f->mu);
-    f->done = 1;
-    f->t_ns = fc_model_clock_ns();
-    pthread_cond_broadcast(&f->cv);
-    pthread_mutex_unlock(&f->mu);
-}
-void fc_fence_wait(fc_fence *f)
-{
-    pthread_mutex_lock(&f->mu);
-    while (!f->done) pthread_cond_wait(&f->cv, &f->mu);
-    uint64_t t = f->t_ns;
-    pthread_mutex_unlock(&f->mu);
-    fc_start_no_earlier(t); /* what follows the wait comes after what it waited for */
-}
-int fc_fence_done(fc_fence *f, uint64_t *t)
-{
-    pthread_mutex_lock(&f->mu);
-    int d = f->done;
-    if (t) *t = f->t_ns;
-    pthread_mutex_unlock(&f->mu);
-    return d;
-}
 
 /* ---- streams ---- */
 static pthread_mutex_t fc_streams_mu = PTHREAD_MUTEX_INITIALIZER; /* list and refs */
@@ -183,7 +140,7 @@ static void run_op(struct CUstream_st *s, fc_op *op)
         break;
     case FC_OP_PREFETCH: fc_run_prefetch(op); break;
     case FC_OP_HOSTFN: op->u.h.fn(op->u.h.ud); break;
-    case FC_OP_RECORD: fence_signal(op->u.fence); fc_fence_unref(op->u.fence); break;
+    case FC_OP_RECORD: fc_fence_signal(op->u.fence); fc_fence_unref(op->u.fence); break;
     case FC_OP_WAIT: fc_fence_wait(op->u.fence); fc_fence_unref(op->u.fence); break;
     case FC_OP_FREE: fc_run_free(op); break;
     case FC_OP_COPY: fc_run_copy(op, s->device); break;
@@ -482,54 +439,6 @@ static CUresult stream_query(CUstream h)
 }
 FC_DEF(cuStreamQuery, 2000, (CUstream hStream), stream_query(hStream));
 FC_DEF(cuStreamQuery_ptsz, 7000, (CUstream hStream), stream_query(hStream));
-
-static CUresult stream_get_ctx(CUstream h, CUcontext *pctx, CUgreenCtx *pgreen)
-{
-    if (!pctx) return CUDA_ERROR_INVALID_VALUE;
-    FC_STREAM_OR_RETURN(h);
-    fc_cost(FC_E_CONTEXT_QUERY, FAKECUDA_CONTEXT_QUERY_HOST_NS);
-    *pctx = s->ctx;
-    if (pgreen) *pgreen = NULL;
-    return CUDA_SUCCESS;
-}
-FC_DEF(cuStreamGetCtx, 9020, (CUstream hStream, CUcontext *pctx), stream_get_ctx(hStream, pctx, NULL));
-FC_DEF(cuStreamGetCtx_ptsz, 9020, (CUstream hStream, CUcontext *pctx), stream_get_ctx(hStream, pctx, NULL));
-FC_DEF(cuStreamGetCtx_v2, 12050, (CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx),
-       stream_get_ctx(hStream, pCtx, pGreenCtx));
-FC_DEF(cuStreamGetCtx_v2_ptsz, 12050, (CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx),
-       stream_get_ctx(hStream, pCtx, pGreenCtx));
-
-static CUresult stream_get_device(CUstream h, CUdevice *dev)
-{
-    if (!dev) return CUDA_ERROR_INVALID_VALUE;
-    FC_STREAM_OR_RETURN(h);
-    *dev = s->device;
-    return CUDA_SUCCESS;
-}
-FC_DEF(cuStreamGetDevice, 12080, (CUstream hStream, CUdevice *device), stream_get_device(hStream, device));
-FC_DEF(cuStreamGetDevice_ptsz, 12080, (CUstream hStream, CUdevice *device), stream_get_device(hStream, device));
-
-static CUresult stream_get_flags(CUstream h, unsigned *flags, int *prio, unsigned long long *id)
-{
-    if (!flags && !prio && !id) return CUDA_ERROR_INVALID_VALUE;
-    FC_STREAM_OR_RETURN(h);
-    if (flags) *flags = s->flags;
-    if (prio) *prio = s->priority;
-    if (id) *id = s->id;
-    return CUDA_SUCCESS;
-}
-FC_DEF(cuStreamGetFlags, 5050, (CUstream hStream, unsigned int *flags),
-       stream_get_flags(hStream, flags, NULL, NULL));
-FC_DEF(cuStreamGetFlags_ptsz, 7000, (CUstream hStream, unsigned int *flags),
-       stream_get_flags(hStream, flags, NULL, NULL));
-FC_DEF(cuStreamGetPriority, 5050, (CUstream hStream, int *priority),
-       stream_get_flags(hStream, NULL, priority, NULL));
-FC_DEF(cuStreamGetPriority_ptsz, 7000, (CUstream hStream, int *priority),
-       stream_get_flags(hStream, NULL, priority, NULL));
-FC_DEF(cuStreamGetId, 12000, (CUstream hStream, unsigned long long *streamId),
-       stream_get_flags(hStream, NULL, NULL, streamId));
-FC_DEF(cuStreamGetId_ptsz, 12000, (CUstream hStream, unsigned long long *streamId),
-       stream_get_flags(hStream, NULL, NULL, streamId));
 
 /* ---- host functions ---- */
 static CUresult launch_host_func(CUstream h, CUhostFn fn, void *ud, unsigned sync_mode)
