@@ -93,6 +93,45 @@ void fc_capture_invalidate(CUstream s)
     pthread_mutex_unlock(&fc_capture_mu);
 }
 
+/* cuCtxRecordEvent and cuCtxWaitEvent (cuda.h): a context "has a stream in the capture mode":
+ * the call fails with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates "all the conflicting
+ * captures", each capture a stream of ctx belongs to. 1 if there was one, else 0. */
+int fc_capture_invalidate_ctx(CUcontext ctx)
+{
+    int found = 0;
+    pthread_mutex_lock(&fc_capture_mu);
+    for (fc_capture *c = fc_captures; c; c = c->next)
+        for (size_t i = 0; i < c->nmembers; i++)
+            if (c->members[i]->ctx == ctx) {
+                c->invalidated = found = 1;
+                break;
+            }
+    pthread_mutex_unlock(&fc_capture_mu);
+    return found;
+}
+
+static fc_capture *capture_find(uint64_t id);
+
+/* An event recorded outside every capture (cuCtxRecordEvent): its mark names none. */
+void fc_capture_mark_clear(fc_capture_mark *mark)
+{
+    pthread_mutex_lock(&fc_capture_mu);
+    mark->id = 0;
+    pthread_mutex_unlock(&fc_capture_mu);
+}
+
+/* cuCtxWaitEvent (cuda.h): an event that "is part of an ongoing capture sequence" fails the call
+ * with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates that capture. 1 if the event's last
+ * record (mark) was in a capture still going on, else 0. */
+int fc_capture_invalidate_mark(const fc_capture_mark *mark)
+{
+    pthread_mutex_lock(&fc_capture_mu);
+    fc_capture *c = mark->id ? capture_find(mark->id) : NULL;
+    if (c) c->invalidated = 1;
+    pthread_mutex_unlock(&fc_capture_mu);
+    return c != NULL;
+}
+
 static int capture_join(fc_capture *cap, struct CUstream_st *s)
 {
     if (cap->nmembers == cap->cap) {

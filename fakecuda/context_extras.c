@@ -1,6 +1,7 @@
 /* context_extras.c: why it exists: the context-level queries and settings the CUDA runtime and
  * its libraries (cuBLAS, cuBLASLt) ask for besides making contexts: stream priority range,
- * the context's API version, limits, peer access, and the driver's log interface (CUDA 12.9). Semantics from cuda.h 13.0;
+ * the context's API version, id and SM resource, limits, peer access, and the driver's log
+ * interface (CUDA 12.9). Semantics from cuda.h 13.0;
  * each charged as a context query (FAKECUDA_CONTEXT_QUERY_HOST_NS: no trace has them). */
 #include "fakecuda_internal.h"
 
@@ -32,6 +33,58 @@ FC_EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
     return CUDA_SUCCESS;
 }
 FC_ALIAS(cuCtxGetApiVersion);
+
+/* ctx, or (NULL) the current context, valid; charged as a context query. */
+static CUresult ctx_or_current(CUcontext ctx, CUcontext *c)
+{
+    if (!ctx) return current(c);
+    if (!fc_ctx_valid(ctx)) return fc_ctx_error(ctx);
+    fc_cost(FC_E_CONTEXT_QUERY, FAKECUDA_CONTEXT_QUERY_HOST_NS);
+    *c = ctx;
+    return CUDA_SUCCESS;
+}
+
+/* cuda.h: "the unique Id which is associated with a given context ... unique for the life of the
+ * program"; NULL: the current context's. The CUDA 13.2 runtime looks it up at start (its
+ * execution-context API, cudaExecutionCtxGetId). The id every context gets when made (device.c). */
+FC_EXPORT CUresult cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
+{
+    FC_ENTRY(cuCtxGetId, 12000);
+    CUcontext c = NULL;
+    CUresult r = ctx_or_current(ctx, &c);
+    if (r != CUDA_SUCCESS) return r;
+    if (!ctxId) return CUDA_ERROR_INVALID_VALUE;
+    *ctxId = c->id;
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuCtxGetId);
+
+/* cuda.h, cuCtxGetDevResource: "the type resources available to the context". A context here has
+ * its whole device: CU_DEV_RESOURCE_TYPE_SM answers the device's SMs, with the minimum partition
+ * and the co-scheduling alignment cuda.h's green-context section gives per compute capability
+ * (6.x and 7.x: 2 and 2; 8.x: 4 and 2; 9.0 and later: 8 and 8). Any other type, the workqueue
+ * types of CUDA 13.1 included (not modelled), is CUDA_ERROR_INVALID_RESOURCE_TYPE. Only type and
+ * the SM fields are written: CUDA 13.1 added nextResource after the union, and a client built
+ * with 13.0's cuda.h has no room for it (the union is 40 bytes or more in every version, the SM
+ * fields at most 20). */
+FC_EXPORT CUresult cuCtxGetDevResource(CUcontext hCtx, CUdevResource *resource, CUdevResourceType type)
+{
+    FC_ENTRY(cuCtxGetDevResource, 12040);
+    CUcontext c = NULL;
+    CUresult r = ctx_or_current(hCtx, &c);
+    if (r != CUDA_SUCCESS) return r;
+    if (!resource) return CUDA_ERROR_INVALID_VALUE;
+    if (type != CU_DEV_RESOURCE_TYPE_SM) return CUDA_ERROR_INVALID_RESOURCE_TYPE;
+    int dev = fc_ctx_device(c), major = fc_persona_attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+    CUdevSmResource sm = {0}; /* the fields later headers add (flags, a locality domain): none */
+    sm.smCount = (unsigned)fc_persona_attribute(dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+    sm.minSmPartitionSize = major >= 9 ? 8 : major == 8 ? 4 : 2;
+    sm.smCoscheduledAlignment = major >= 9 ? 8 : 2;
+    resource->type = CU_DEV_RESOURCE_TYPE_SM;
+    resource->sm = sm;
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuCtxGetDevResource);
 
 /* Least 0, greatest -5: the range cuStreamCreateWithPriority clamps to (streams.c); "If the
  * current context's device does not support stream priorities, ... return 0" (cuda.h): every

@@ -1,7 +1,7 @@
 /* events.c: why it exists: events, apart from the streams they order: a record is a
  * refcounted fence (defined here) the stream signals when it reaches it (streams.c); queries,
- * synchronisation, elapsed time, and a stream's wait on an event (which makes a stream join the
- * capture the event was recorded in: capture.c). */
+ * synchronisation, elapsed time, a stream's wait on an event (which makes a stream join the
+ * capture the event was recorded in: capture.c), and a context's record of and wait on one. */
 #include "fakecuda_internal.h"
 
 #include <stdlib.h>
@@ -224,3 +224,47 @@ FC_DEF(cuStreamWaitEvent, 3020, (CUstream hStream, CUevent hEvent, unsigned int 
 FC_DEF(cuStreamWaitEvent_ptsz, 7000, (CUstream hStream, CUevent hEvent, unsigned int Flags),
        stream_wait_event(hStream, hEvent, Flags));
 
+/* cuda.h, cuCtxRecordEvent: "Captures in hEvent all the activities of the context hCtx at the time
+ * of this call"; "hEvent and hCtx must be from the same CUDA context, otherwise
+ * CUDA_ERROR_INVALID_HANDLE"; a context with a stream in capture mode fails it with
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, invalidating the conflicting captures. The record is a
+ * fence signalled once every stream of the context ran what it held (streams.c, fc_ctx_fence).
+ * No green context exists here, so none of their work is included. A NULL context is refused
+ * (cuda.h names no current-context default). Charged as an event record. The CUDA 13.2 runtime
+ * looks it up at start (cudaExecutionCtxRecordEvent). */
+FC_EXPORT CUresult cuCtxRecordEvent(CUcontext hCtx, CUevent hEvent)
+{
+    FC_ENTRY(cuCtxRecordEvent, 12050);
+    if (!fc_ctx_valid(hCtx)) return fc_ctx_error(hCtx);
+    if (!event_ok(hEvent) || hEvent->ctx != hCtx) return CUDA_ERROR_INVALID_HANDLE;
+    fc_cost(FC_E_EVENT_RECORD, FAKECUDA_EVENT_RECORD_HOST_NS);
+    if (fc_capture_invalidate_ctx(hCtx)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    fc_fence *f = fc_ctx_fence(hCtx);
+    if (!f) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (hEvent->capture) fc_capture_mark_clear(hEvent->capture);
+    event_set_fence(hEvent, f);
+    return CUDA_SUCCESS;
+}
+FC_ALIAS(cuCtxRecordEvent);
+
+/* cuda.h, cuCtxWaitEvent: "Makes all future work submitted to context hCtx wait for all work
+ * captured in hEvent", on the device; "hEvent may be from a different context or device". It fails
+ * with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, invalidating the capture, when the event is part of
+ * an ongoing capture sequence or the context has a stream in capture mode (both invalidated when
+ * both hold). An event never recorded is complete (as for cuStreamWaitEvent). Every stream of the
+ * context waits, and each made in it later (streams.c, fc_ctx_wait). Charged as a stream's wait. */
+FC_EXPORT CUresult cuCtxWaitEvent(CUcontext hCtx, CUevent hEvent)
+{
+    FC_ENTRY(cuCtxWaitEvent, 12050);
+    if (!fc_ctx_valid(hCtx)) return fc_ctx_error(hCtx);
+    if (!event_ok(hEvent)) return CUDA_ERROR_INVALID_HANDLE;
+    fc_cost(FC_E_STREAM_WAIT_EVENT, FAKECUDA_STREAM_WAIT_EVENT_HOST_NS);
+    int captured = hEvent->capture && fc_capture_invalidate_mark(hEvent->capture);
+    if (fc_capture_invalidate_ctx(hCtx) || captured) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    fc_fence *f = event_fence(hEvent);
+    if (!f) return CUDA_SUCCESS;
+    int r = fc_ctx_wait(hCtx, f);
+    fc_fence_unref(f);
+    return r ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+}
+FC_ALIAS(cuCtxWaitEvent);

@@ -166,6 +166,7 @@ struct CUctx_st {
     /* Raised when the context is destroyed or reset: its streams and events, made under an
      * earlier epoch, are gone with it (fc_ctx_invalidate). */
     _Atomic unsigned epoch;
+    struct fc_ctx_wait *waits; /* under streams.c's lock: what its later streams wait for (cuCtxWaitEvent) */
     struct CUctx_st *next_all;
 };
 extern _Atomic int fc_initialized;
@@ -276,6 +277,11 @@ void fc_stream_floor(CUstream s, uint64_t t_ns);
     struct CUstream_st *s = fc_resolve_stream((h), &err_);   \
     if (!s) return err_
 CUstream fc_ctx_default_stream(CUcontext c);
+/* A context's work as a whole (streams.c, for events.c's cuCtxRecordEvent and cuCtxWaitEvent):
+ * a fence signalled once every stream of ctx ran what it holds now (NULL: out of memory); all
+ * later work of ctx, on its streams now and those made later, waiting for f (-1: out of memory). */
+fc_fence *fc_ctx_fence(CUcontext ctx);
+int fc_ctx_wait(CUcontext ctx, fc_fence *f);
 void fc_enqueue(CUstream s, fc_op *op);
 void fc_enqueue_chain(CUstream s, fc_op *first, fc_op *last, uint64_t n);
 void fc_sync_ctx_streams(CUcontext c, int device);
@@ -316,6 +322,11 @@ int fc_capture_wait_event(CUstream s, const fc_capture_mark *mark, CUresult *r);
 /* cuThreadExchangeStreamCaptureMode's rule for potentially unsafe calls (cuEventQuery):
  * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, invalidating the captures that prohibit it. */
 CUresult fc_capture_check_unsafe_call(void);
+/* cuCtxRecordEvent's and cuCtxWaitEvent's refusals (cuda.h), invalidating the captures in
+ * question: 1 if a stream of ctx is capturing; 1 if mark's capture is still going on. */
+int fc_capture_invalidate_ctx(CUcontext ctx);
+int fc_capture_invalidate_mark(const fc_capture_mark *mark);
+void fc_capture_mark_clear(fc_capture_mark *mark); /* a record outside every capture */
 
 /* ---- kernels.c ---- */
 typedef struct fc_kdef fc_kdef;

@@ -232,6 +232,15 @@
     X(cuGetExportTable, 3000, cuGetExportTable, 0, PFN_cuGetExportTable_v3000)                        \
     X(cuCtxGetStreamPriorityRange, 5050, cuCtxGetStreamPriorityRange, 0, PFN_cuCtxGetStreamPriorityRange_v5050) \
     X(cuCtxGetApiVersion, 3020, cuCtxGetApiVersion, 0, PFN_cuCtxGetApiVersion_v3020)              \
+    X(cuCtxGetId, 12000, cuCtxGetId, 0, PFN_cuCtxGetId_v12000)                                        \
+    X(cuCtxGetDevResource, 12040, cuCtxGetDevResource, 0, PFN_cuCtxGetDevResource_v12040)            \
+    X(cuCtxRecordEvent, 12050, cuCtxRecordEvent, 0, PFN_cuCtxRecordEvent_v12050)                      \
+    X(cuCtxWaitEvent, 12050, cuCtxWaitEvent, 0, PFN_cuCtxWaitEvent_v12050)                            \
+    X(cuGreenCtxGetId, 12090, cuGreenCtxGetId, 0, PFN_cuGreenCtxGetId_v12090)                         \
+    X(cuGreenCtxGetDevResource, 12040, cuGreenCtxGetDevResource, 0, PFN_cuGreenCtxGetDevResource_v12040) \
+    X(cuGreenCtxRecordEvent, 12040, cuGreenCtxRecordEvent, 0, PFN_cuGreenCtxRecordEvent_v12040)       \
+    X(cuGreenCtxWaitEvent, 12040, cuGreenCtxWaitEvent, 0, PFN_cuGreenCtxWaitEvent_v12040)             \
+    X(cuStreamGetGreenCtx, 12040, cuStreamGetGreenCtx, 0, PFN_cuStreamGetGreenCtx_v12040)             \
     X(cuCtxGetLimit, 3010, cuCtxGetLimit, 0, PFN_cuCtxGetLimit_v3010)                                 \
     X(cuCtxSetLimit, 3010, cuCtxSetLimit, 0, PFN_cuCtxSetLimit_v3010)                                 \
     X(cuDeviceCanAccessPeer, 4000, cuDeviceCanAccessPeer, 0, PFN_cuDeviceCanAccessPeer_v4000)         \

@@ -79,6 +79,7 @@ int selftest_child_read_mostly(void);             /* selftest_read_mostly.c */
 int selftest_child_pool_prefetch(void);  /* selftest_pools.c */
 int selftest_child_pool_prefetch_refuse_after(void);  /* selftest_pools.c */
 int selftest_child_runtime(void);        /* selftest_runtime.c */
+int selftest_child_context_work(void);   /* selftest_context_work.c */
 /* Stops the process (SIGABRT): a graph's copy from host memory no longer page-locked
    (tests/test_fakecuda.py runs it; not one of the child modes that must pass). */
 int selftest_child_pinned_unregistered(void); /* selftest_graphs.c */

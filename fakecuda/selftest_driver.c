@@ -404,6 +404,8 @@ const struct selftest_driver_mode selftest_driver_modes[] = {
     { "pool-prefetch-refuse-after", "FAKECUDA_POOL_PREFETCH_REFUSE_AFTER=2", selftest_child_pool_prefetch_refuse_after },
     { "devices-64", "FAKECUDA_DEVICES=64", child_devices_64 },
     { "runtime", "FAKECUDA_PERSONA=h100-sxm-80gb", selftest_child_runtime },
+    { "context-work", NULL, selftest_child_context_work },
+    { "context-work-a100", "FAKECUDA_PERSONA=a100-pcie-40gb", selftest_child_context_work },
     { "launch-uses", NULL, selftest_child_launch_uses },
     { NULL, NULL, NULL },
 };

@@ -39,6 +39,7 @@ set(FAKECUDA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/context_storage.c
     ${CMAKE_CURRENT_LIST_DIR}/integrity.c
     ${CMAKE_CURRENT_LIST_DIR}/context_extras.c
+    ${CMAKE_CURRENT_LIST_DIR}/green_contexts.c
     ${CMAKE_CURRENT_LIST_DIR}/func_attributes.c
     ${CMAKE_CURRENT_LIST_DIR}/stream_memops.c
     ${CMAKE_CURRENT_LIST_DIR}/link.c
@@ -62,7 +63,7 @@ set(FAKECUDA_SELFTEST_SOURCES ${CMAKE_CURRENT_LIST_DIR}/selftest.c ${CMAKE_CURRE
     ${CMAKE_CURRENT_LIST_DIR}/selftest_memory.c ${CMAKE_CURRENT_LIST_DIR}/selftest_read_mostly.c
     ${CMAKE_CURRENT_LIST_DIR}/selftest_launches.c ${CMAKE_CURRENT_LIST_DIR}/selftest_graphs.c
     ${CMAKE_CURRENT_LIST_DIR}/selftest_runtime.c ${CMAKE_CURRENT_LIST_DIR}/selftest_clock.c
-    ${CMAKE_CURRENT_LIST_DIR}/selftest_launch_uses.c)
+    ${CMAKE_CURRENT_LIST_DIR}/selftest_launch_uses.c ${CMAKE_CURRENT_LIST_DIR}/selftest_context_work.c)
 
 # fakecuda_driver_names(CUDA_INCLUDE_DIR OUT_DIR): OUT_DIR/fakecuda_driver_names.h, one
 # FC_DRIVER_NAME(name) a line for every driver entry point name CUDA's headers in

@@ -1,6 +1,6 @@
 /* stream_queries.c: why it exists: what a stream says about itself (cuStreamGetCtx and its
- * _v2 with the green context, cuStreamGetDevice, flags, priority, id), apart from the streams'
- * work (streams.c). Semantics from cuda.h; the context queries charged as such. */
+ * _v2 with the green context, cuStreamGetGreenCtx, cuStreamGetDevice, flags, priority, id), apart
+ * from the streams' work (streams.c). Semantics from cuda.h; the context queries charged as such. */
 #include "fakecuda_internal.h"
 
 static CUresult stream_get_ctx(CUstream h, CUcontext *pctx, CUgreenCtx *pgreen)
@@ -18,6 +18,20 @@ FC_DEF(cuStreamGetCtx_v2, 12050, (CUstream hStream, CUcontext *pCtx, CUgreenCtx 
        stream_get_ctx(hStream, pCtx, pGreenCtx));
 FC_DEF(cuStreamGetCtx_v2_ptsz, 12050, (CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx),
        stream_get_ctx(hStream, pCtx, pGreenCtx));
+
+/* cuda.h, cuStreamGetGreenCtx: the green context a stream was made in, or "*phCtx is set to NULL"
+ * for one made in a regular context, the NULL and legacy streams alike: every stream here (no
+ * green context exists: green_contexts.c). cuDNN 9.26 looks it up with dlsym. */
+static CUresult stream_get_green_ctx(CUstream h, CUgreenCtx *phCtx)
+{
+    if (!phCtx) return CUDA_ERROR_INVALID_VALUE;
+    FC_STREAM_OR_RETURN(h);
+    (void)s;
+    fc_cost(FC_E_CONTEXT_QUERY, FAKECUDA_CONTEXT_QUERY_HOST_NS);
+    *phCtx = NULL;
+    return CUDA_SUCCESS;
+}
+FC_DEF(cuStreamGetGreenCtx, 12040, (CUstream hStream, CUgreenCtx *phCtx), stream_get_green_ctx(hStream, phCtx));
 
 static CUresult stream_get_device(CUstream h, CUdevice *dev)
 {

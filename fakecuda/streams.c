@@ -1,7 +1,8 @@
 /* streams.c: why it exists: streams that run their work in order on a worker thread each,
  * asynchronously to the host; the legacy and per-thread default streams and the legacy
- * stream's implicit synchronisation; host functions. The fences streams signal and wait for
- * are events.c's. Capture is in capture.c, graphs in graphs.c. */
+ * stream's implicit synchronisation; a context's work as a whole (cuCtxRecordEvent,
+ * cuCtxWaitEvent); host functions. The fences streams signal and wait for are events.c's.
+ * Capture is in capture.c, graphs in graphs.c. */
 #include "fakecuda_internal.h"
 
 #include <stdio.h>
@@ -14,6 +15,40 @@ static pthread_mutex_t fc_streams_mu = PTHREAD_MUTEX_INITIALIZER; /* list and re
 static struct CUstream_st *fc_all_streams;
 static pthread_mutex_t fc_default_mu = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic unsigned long long fc_stream_ids = 1;
+
+static void enqueue_fence(struct CUstream_st *s, int kind, fc_fence *f);
+
+/* ---- a context's waits (cuCtxWaitEvent): fences each stream made in it later waits for ---- */
+struct fc_ctx_wait { fc_fence *f; struct fc_ctx_wait *next; };
+
+/* Under fc_streams_mu: ctx's waits not done yet, each referenced for the caller, in an array
+ * (*n of them; NULL: none); the done ones are let go. */
+static fc_fence **ctx_waits_pending(CUcontext ctx, size_t *n)
+{
+    size_t count = 0;
+    for (struct fc_ctx_wait **pp = &ctx->waits; *pp;) {
+        struct fc_ctx_wait *w = *pp;
+        if (fc_fence_done(w->f, NULL)) {
+            *pp = w->next;
+            fc_fence_unref(w->f);
+            free(w);
+        } else {
+            count++;
+            pp = &w->next;
+        }
+    }
+    fc_fence **v = count ? malloc(count * sizeof *v) : NULL;
+    if (count && !v) {
+        fprintf(stderr, "fakecuda: out of memory ordering a context's streams\n");
+        abort();
+    }
+    *n = 0;
+    for (struct fc_ctx_wait *w = ctx->waits; w && *n < count; w = w->next) {
+        atomic_fetch_add(&w->f->refs, 1);
+        v[(*n)++] = w->f;
+    }
+    return v;
+}
 
 static struct CUstream_st *stream_new(CUcontext c, unsigned flags, int prio, int is_default)
 {
@@ -33,7 +68,11 @@ static struct CUstream_st *stream_new(CUcontext c, unsigned flags, int prio, int
     pthread_mutex_lock(&fc_streams_mu);
     s->next_all = fc_all_streams;
     fc_all_streams = s;
+    size_t nwaits;
+    fc_fence **waits = ctx_waits_pending(c, &nwaits);
     pthread_mutex_unlock(&fc_streams_mu);
+    for (size_t i = 0; i < nwaits; i++) enqueue_fence(s, FC_OP_WAIT, waits[i]);
+    free(waits);
     return s;
 }
 
@@ -336,6 +375,75 @@ void fc_sync_ctx_streams(CUcontext ctx, int device)
     free(v);
 }
 
+/* An op on s that signals (FC_OP_RECORD) or waits for (FC_OP_WAIT) f, taking over the caller's
+ * reference to f; raw: no legacy-stream ordering, which neither a record nor a wait needs. */
+static void enqueue_fence(struct CUstream_st *s, int kind, fc_fence *f)
+{
+    fc_op *op = calloc(1, sizeof *op);
+    if (!op) {
+        fprintf(stderr, "fakecuda: out of memory ordering a context's streams\n");
+        abort();
+    }
+    op->kind = kind;
+    op->u.fence = f;
+    enqueue_raw(s, op, op, 1);
+}
+
+/* A fence signalled once every stream of ctx has run what was enqueued on it before this call
+ * (cuCtxRecordEvent): a stream of fakecuda's own, dropped at once, waits on the device for each
+ * busy stream, then signals it; with none busy it is signalled now. NULL: out of memory. */
+fc_fence *fc_ctx_fence(CUcontext ctx)
+{
+    fc_fence *f = fc_fence_new();
+    if (!f) return NULL;
+    size_t n;
+    struct CUstream_st **v = streams_where(of_ctx, ctx, &n), *join = NULL;
+    for (size_t i = 0; v && i < n; i++) {
+        if (stream_busy(v[i]) && (join || (join = stream_new(ctx, CU_STREAM_NON_BLOCKING, 0, 0)) != NULL))
+            order_after(join, v[i]);
+        stream_unref(v[i]);
+    }
+    free(v);
+    if (!join) {
+        fc_fence_signal(f);
+        return f;
+    }
+    atomic_fetch_add(&f->refs, 1); /* the record's */
+    enqueue_fence(join, FC_OP_RECORD, f);
+    stream_drop(join);
+    return f;
+}
+
+/* All later work of ctx waits for f (cuCtxWaitEvent): each stream of ctx now, and each made in
+ * it later while f is not done (stream_new). A done fence only sets where their next work starts
+ * on the modelled clock, as a stream's wait on a done event does (events.c). */
+int fc_ctx_wait(CUcontext ctx, fc_fence *f)
+{
+    uint64_t t = 0;
+    int done = fc_fence_done(f, &t);
+    struct fc_ctx_wait *w = done ? NULL : malloc(sizeof *w);
+    if (!done && !w) return -1;
+    size_t n;
+    struct CUstream_st **v = streams_where(of_ctx, ctx, &n);
+    for (size_t i = 0; v && i < n; i++) {
+        if (done) fc_stream_floor(v[i], t);
+        else {
+            atomic_fetch_add(&f->refs, 1);
+            enqueue_fence(v[i], FC_OP_WAIT, f);
+        }
+        stream_unref(v[i]);
+    }
+    free(v);
+    if (done) return 0;
+    atomic_fetch_add(&f->refs, 1);
+    w->f = f;
+    pthread_mutex_lock(&fc_streams_mu);
+    w->next = ctx->waits;
+    ctx->waits = w;
+    pthread_mutex_unlock(&fc_streams_mu);
+    return 0;
+}
+
 /* Streams of destroyed or reset contexts: kept (never freed), so a later use of the handle
  * reads a dead stream and fails instead of reading freed memory. */
 static struct CUstream_st *fc_gone_streams;
@@ -353,6 +461,12 @@ void fc_ctx_invalidate(CUcontext ctx)
     atomic_fetch_add(&ctx->epoch, 1); /* its events */
     pthread_mutex_unlock(&fc_default_mu);
     pthread_mutex_lock(&fc_streams_mu);
+    while (ctx->waits) { /* the context's later streams wait for nothing made before the reset */
+        struct fc_ctx_wait *w = ctx->waits;
+        ctx->waits = w->next;
+        fc_fence_unref(w->f);
+        free(w);
+    }
     for (struct CUstream_st **pp = &fc_all_streams; *pp;) {
         struct CUstream_st *s = *pp;
         if (s->ctx != ctx) { pp = &s->next_all; continue; }
