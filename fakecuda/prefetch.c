@@ -6,8 +6,12 @@
  * stream reaches it, at the link's rate: memory.c). */
 #include "fakecuda_internal.h"
 
+#include <fcntl.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
 
 /* The ioctl time of a prefetch (a migration per range, with the CPU time of the pages it will
  * move as they lie now) or a discard. A migration to the host also waits for its copies of what
@@ -83,6 +87,21 @@ static CUresult pool_prefetch_still_taken(uintptr_t p)
                : CUDA_ERROR_INVALID_VALUE;
 }
 
+/* FAKECUDA_HOLD_PREFETCH=PATH, a test's hand on the driver (tests/c/fork_turn.c): every prefetch
+ * call, on entry, makes PATH.entered and stays in the driver until PATH exists, as a real call
+ * that waits for the GPU or the kernel's page tables would, for as long as the test wants. */
+static void hold_for_test(void)
+{
+    const char *path = getenv("FAKECUDA_HOLD_PREFETCH");
+    char entered[PATH_MAX];
+    if (path == NULL || *path == '\0' || snprintf(entered, sizeof entered, "%s.entered", path) >= (int)sizeof entered)
+        return;
+    int fd = open(entered, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    if (fd >= 0) close(fd);
+    struct timespec tick = {0, 1000000};
+    while (access(path, F_OK) != 0) nanosleep(&tick, NULL);
+}
+
 /* One stream op for the whole call (a batch is one op), counted in `calls` (if any), its
  * ioctls paid now by the caller, or by the stream's worker when it reaches them (the caller
  * then pays what putting work on a stream costs: a launch's host time). */
@@ -90,6 +109,7 @@ static CUresult prefetch_enqueue(const CUdeviceptr *ptrs, const size_t *sizes, c
                                  CUstream hStream, _Atomic uint64_t *calls, int entry)
 {
     CUresult err = CUDA_SUCCESS;
+    if (entry == FC_E_PREFETCH) hold_for_test();
     CUstream s = fc_resolve_stream(hStream, &err);
     if (!s) return err;
     for (size_t i = 0; i < n; i++)

@@ -117,6 +117,22 @@ def test_fork_child_after_cuda_passes_through(run_program):
     assert child[0]["exited"] == 1 and child[0]["launches"] == 0
 
 
+@pytest.mark.parametrize("variant", ["plain", "asan", "tsan"])
+def test_a_fork_does_not_wait_for_a_driver_call_of_pumps(run_program, tmp_path, variant):
+    """Issue 42, risk 4: a thread of the job is inside the prefetch pump's launch rule made for
+    its kernel (its device's turn held, no lock), held there by fakecuda until the test lets it
+    go; another thread forks. The fork returns at once, the child exits, the kernel's values
+    are right. Before, the fork waited for every turn under the device locks (here 3 s, until
+    the program's watchdog let the call go)."""
+    release = tmp_path / "release"
+    run = run_program("fork_turn", release, variant=variant, timeout=120,
+                      env={"PUMP_POLICY": "launch", "PUMP_SOCKET": "", "FAKECUDA_HOLD_PREFETCH": str(release),
+                           "TSAN_OPTIONS": "halt_on_error=1"})
+    assert run.proc.returncode == 0 and "Sanitizer" not in run.proc.stderr, run.proc.stderr[-3000:]
+    assert run.result == {"fork_waited": False, "held": True, "ok": True}
+    assert run.totals["errors"] == 0
+
+
 def test_dlopen_recursion(run_program, c_build):
     run = run_program("recursion", c_build / "plain" / "recursion_lib.so", timeout=60)
     assert run.proc.returncode == 0, run.proc.stderr

@@ -33,8 +33,8 @@ struct pump_job {
 PUMP_HIDDEN bool pump_worker_submit(int device, struct pump_job *job);
 /* The calls of every (ordered) job handed to `device`'s worker so far have
  * been made on return. Returns the jobs the caller made, to be finished with
- * pump_worker_finish once it holds nothing their finish may wait for (its
- * turn: a fork waits for turns while holding the locks a finish takes). */
+ * pump_worker_finish once its turn is over (a finish takes the device locks;
+ * no turn is held while waiting for them). */
 PUMP_HIDDEN struct pump_job *pump_worker_drain(int device);
 PUMP_HIDDEN void pump_worker_finish(struct pump_job *jobs);
 /* The same as a drain, but the caller waits for the worker to make the jobs

@@ -56,7 +56,7 @@ static void parent_after_fork(void)
     pump_pool_memory_after_fork();
     pump_device_memory_after_fork();
     pump_worker_after_fork(false);
-    pump_residency_after_fork();
+    pump_residency_after_fork(false);
     pump_ranges_after_fork();
 }
 
@@ -65,7 +65,7 @@ static void child_after_fork(void)
     pump_pool_memory_after_fork();
     pump_device_memory_after_fork();
     pump_worker_after_fork(true);
-    pump_residency_after_fork();
+    pump_residency_after_fork(true);
     pump_ranges_after_fork();
     pump_channel_after_fork_in_child();
     pump_stats_after_fork_in_child(pump_driver_was_used());

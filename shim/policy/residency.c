@@ -588,7 +588,7 @@ PUMP_HIDDEN void pump_residency_before_fork(void)
     pump_blocks_before_fork();
 }
 
-PUMP_HIDDEN void pump_residency_after_fork(void)
+PUMP_HIDDEN void pump_residency_after_fork(bool child)
 {
-    pump_blocks_after_fork();
+    pump_blocks_after_fork(child);
 }

@@ -113,6 +113,6 @@ PUMP_HIDDEN void pump_residency_after_graph_launch(struct pump_context *c, CUstr
                                                    uint64_t tick);
 
 PUMP_HIDDEN void pump_residency_before_fork(void);
-PUMP_HIDDEN void pump_residency_after_fork(void);
+PUMP_HIDDEN void pump_residency_after_fork(bool child);
 
 #endif

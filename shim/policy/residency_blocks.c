@@ -216,20 +216,15 @@ PUMP_HIDDEN uint64_t pump_turn_take(int device)
     return pump_devices[device].turns++;
 }
 
-static void turn_wait(int device, uint64_t turn, bool counted)
+PUMP_HIDDEN void pump_turn_wait(int device, uint64_t turn)
 {
     struct pump_device_state *d = &pump_devices[device];
     pump_mutex_lock(&d->turn_lock);
-    if (counted && d->serving != turn)
+    if (d->serving != turn)
         PUMP_COUNT(residency_turn_waits, 1);
     while (d->serving != turn)
         pthread_cond_wait(&d->turn_done, &d->turn_lock);
     pump_mutex_unlock(&d->turn_lock);
-}
-
-PUMP_HIDDEN void pump_turn_wait(int device, uint64_t turn)
-{
-    turn_wait(device, turn, true);
 }
 
 PUMP_HIDDEN void pump_turn_end(int device)
@@ -537,21 +532,27 @@ static uint64_t ready_devices(void)
 
 /* The shape lock is taken for reading (a rwlock's writer is known by its thread id, which the
  * child's one thread does not share with the parent's), then the lock of every device set up:
- * no rule decides across fork, and none takes a turn. */
+ * no rule decides across fork, and none takes a turn. A turn taken before may still be making
+ * its driver calls, holding no lock: the fork does not wait for them (a driver call can take as
+ * long as the GPU does; issue 42, risk 4). The child never makes them: it serves every turn taken,
+ * and its turn locks are new (a parent's thread may have held one). */
 PUMP_HIDDEN void pump_blocks_before_fork(void)
 {
     pthread_once(&devices_once, devices_init);
     read_shape();
-    uint64_t ready = ready_devices();
-    pump_devices_lock(ready);
-    /* Every turn taken ended: no driver call of a rule is in flight. */
-    for (int d = 0; d < PUMP_DEVICES_MAX; d++)
-        if (ready & 1ull << d)
-            turn_wait(d, pump_devices[d].turns, false);
+    pump_devices_lock(ready_devices());
 }
 
-PUMP_HIDDEN void pump_blocks_after_fork(void)
+PUMP_HIDDEN void pump_blocks_after_fork(bool child)
 {
-    pump_devices_unlock(ready_devices());
+    uint64_t ready = ready_devices();
+    for (int d = 0; child && d < PUMP_DEVICES_MAX; d++) {
+        if (!(ready & 1ull << d))
+            continue;
+        pthread_mutex_init(&pump_devices[d].turn_lock, NULL);
+        pthread_cond_init(&pump_devices[d].turn_done, NULL);
+        pump_devices[d].serving = pump_devices[d].turns;
+    }
+    pump_devices_unlock(ready);
     unread_shape();
 }

@@ -79,8 +79,9 @@ PUMP_HIDDEN void pump_blocks_detach(struct pump_range *range);
 PUMP_HIDDEN void pump_blocks_replace(struct pump_range *const *made, uint32_t m, struct pump_range *const *old,
                                      uint32_t n);
 
-/* No rule, and no driver call of one, in flight across fork. */
+/* No rule in flight across fork; a driver call of one may be (its thread holds a turn, no lock),
+ * and the fork does not wait for it: the child (which passes through) serves every turn taken. */
 PUMP_HIDDEN void pump_blocks_before_fork(void);
-PUMP_HIDDEN void pump_blocks_after_fork(void);
+PUMP_HIDDEN void pump_blocks_after_fork(bool child);
 
 #endif

@@ -1,0 +1,108 @@
+/* fork_turn.c: a fork while another thread is inside a driver call of pump's launch rule
+ * (issue 42, risk 4): the fork must not wait for that call, whose thread holds its device's
+ * turn and no lock. FAKECUDA_HOLD_PREFETCH=PATH holds the launch's prefetch in the driver until
+ * PATH exists; a watchdog makes it after 3 s, so that a fork that waits still ends.
+ *   fork_turn PATH
+ * Prints {"fork_waited": true|false, "ok": ...}: whether the fork returned only once the held
+ * call could go on, and whether the parent's kernel still computed its buffer.
+ */
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuda_api.h"
+
+#define FLOATS ((size_t)1 << 22) /* 16 MiB */
+
+static const char *release;
+static CUcontext context;
+static CUfunction inc;
+static CUdeviceptr buffer;
+static _Atomic bool released;
+
+static void make(const char *path)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    if (fd >= 0)
+        close(fd);
+}
+
+static void nap_ms(long ms)
+{
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&t, NULL);
+}
+
+static void *launcher(void *arg)
+{
+    (void)arg;
+    CHECK(api.ctx_set_current(context));
+    uint64_t n = FLOATS;
+    void *params[] = {&buffer, &n};
+    CHECK(api.launch_kernel(inc, 1, 1, 1, 128, 1, 1, 0, NULL, params, NULL));
+    CHECK(api.ctx_synchronize());
+    return NULL;
+}
+
+static void *watchdog(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 300 && !released; i++)
+        nap_ms(10);
+    released = true;
+    make(release);
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: fork_turn PATH\n");
+        return 2;
+    }
+    release = argv[1];
+    char entered[4096];
+    snprintf(entered, sizeof entered, "%s.entered", release);
+    cuda_api_load(&api, 0);
+    cuda_api_start(&api);
+    CUdevice dev = 0;
+    CHECK(api.primary_ctx_retain(&context, dev));
+    const size_t sizes[] = {8, 8}, aligns[] = {8, 8};
+    CUmodule module;
+    if (api.register_kernel("inc", inc_kernel, 2, sizes, aligns))
+        return 3;
+    CHECK(api.module_load_data(&module, "fakecuda"));
+    CHECK(api.module_get_function(&inc, module, "inc"));
+    CHECK(api.mem_alloc_managed(&buffer, FLOATS * sizeof(float), CU_MEM_ATTACH_GLOBAL));
+    float *x = (float *)buffer;
+    api.host_touch(x, FLOATS * sizeof *x);
+    memset(x, 0, FLOATS * sizeof *x);
+
+    pthread_t launching, dog;
+    pthread_create(&launching, NULL, launcher, NULL);
+    for (int i = 0; i < 1000 && access(entered, F_OK) != 0; i++)
+        nap_ms(10); /* the launch's prefetch is in the driver */
+    bool held = access(entered, F_OK) == 0;
+    pthread_create(&dog, NULL, watchdog, NULL);
+    fflush(stdout);
+    pid_t child = fork();
+    if (child == 0)
+        _exit(0); /* CUDA is off limits in the child */
+    bool waited = released;
+    released = true;
+    make(release);
+    int status;
+    waitpid(child, &status, 0);
+    pthread_join(launching, NULL);
+    pthread_join(dog, NULL);
+    api.host_touch(x, FLOATS * sizeof *x);
+    bool ok = held && x[0] == 1.0f && x[FLOATS - 1] == 1.0f && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    printf("{\"fork_waited\": %s, \"held\": %s, \"ok\": %s}\n", waited ? "true" : "false", held ? "true" : "false",
+           ok ? "true" : "false");
+    CHECK(api.mem_free(buffer));
+    return ok ? 0 : 1;
+}
