@@ -300,7 +300,6 @@ def test_discards_only_dead_ranges(tmp_path):
     r = engine.run(w, "lookahead", 40 * MIB, engine.h100())
     assert r.unsafe_discards == 0 and r.bytes_discarded > 0
     run = engine._Run(w, "lookahead", 40 * MIB, engine.h100())
-    run.block_of = {int(a) >> 21: b for b, a in enumerate(w.block_address.tolist())}
     run._discard((other, 4 * MIB), 0.0)  # live memory: refused
     assert run.r.unsafe_discards == 1
 

@@ -48,9 +48,9 @@ def test_a_prefetch_ready_now_is_not_queued_behind_an_eviction_waiting_for_its_k
     ia, ib = 0, 1
     run.gpu.add(ia, w.block_pages[ia])
     run.gpu.populated[ib] = w.block_pages[ib]          # b's pages were written on the host
-    run.last_user_end[ia] = 10.0
+    run.streams.last_user_end[ia] = 10.0
     run._evict(ia, 0.0)
-    assert run.ev_free >= 10.0
+    assert run.streams.ev_free >= 10.0
     done = run._prefetch(ib, 0.0)
     assert done < 1.0, done
     assert run.thread.seconds >= 2 * MIB / model.d2h_rate  # the copy, waited for in the call

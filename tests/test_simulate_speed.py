@@ -31,13 +31,12 @@ def live_written_bytes_reference(w, lo, hi):
     """bound.live_written_bytes as it was written first: page by page, access by access."""
     length = hi - lo
     written = w.written or [()] * w.launches
-    block_of = {int(a) >> 21: b for b, a in enumerate(w.block_address.tolist())}
     accesses = {}
     for k in range(lo, hi):
         pos = k - lo
         for what, addr, size in w.events.get(k, ()):
             if what in ("free", "block_free"):
-                for b, mask in bound._page_masks(w, block_of, addr, size):
+                for b, mask in w.page_masks(addr, size):
                     for p in _bits(mask):
                         accesses.setdefault((b, p), []).append((pos, KILL))
         writes = dict(written[k])

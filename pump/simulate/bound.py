@@ -190,17 +190,6 @@ def chain_seconds(launches, block_bytes, seconds, capacity: int, bandwidth: floa
     return best
 
 
-def _page_masks(workload, block_of, addr, size):
-    """(block id, page mask) of every page touching [addr, addr + size)."""
-    lo, hi = addr // K.PAGE_BYTES, -(-(addr + size) // K.PAGE_BYTES)
-    while lo < hi:
-        top = min(hi, (lo // K.PAGES_PER_BLOCK + 1) * K.PAGES_PER_BLOCK)
-        b = block_of.get(lo // K.PAGES_PER_BLOCK)
-        if b is not None:
-            yield b, ((1 << (top - lo)) - 1) << (lo % K.PAGES_PER_BLOCK)
-        lo = top
-
-
 READ, WRITE, KILL = 0, 1, 2
 
 
@@ -208,13 +197,12 @@ def _accesses(workload, lo: int, hi: int):
     """Every page access of launches lo..hi-1 as arrays, in program order (a launch's frees
     before its kernel's touches): (page number, position in the iteration, READ/WRITE/KILL)."""
     written = workload.written or [()] * workload.launches
-    block_of = {int(a) >> 21: b for b, a in enumerate(workload.block_address.tolist())}
     blocks, masks, where, kinds = [], [], [], []
     for k in range(lo, hi):
         pos = k - lo
         for what, addr, size in workload.events.get(k, ()):
             if what in ("free", "block_free"):   # dead from here: no write-back needed
-                for b, mask in _page_masks(workload, block_of, addr, size):
+                for b, mask in workload.page_masks(addr, size):
                     blocks.append(b), masks.append(mask), where.append(pos), kinds.append(KILL)
         writes = dict(written[k])
         for b, mask in workload.touched[k]:

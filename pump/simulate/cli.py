@@ -178,6 +178,7 @@ def models(args) -> list:
     return engine.range_models(args.gpu or K.DEFAULT_GPU, link, out)
 
 
+@workload.collector_paused   # the trace's tuples, each run's heap and recorded moves: millions, no cycles
 def main(args) -> int:
     if args.timeline_png and not args.timeline:
         print("pump: simulate: --timeline-png draws the --timeline; give both", file=sys.stderr)

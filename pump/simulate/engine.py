@@ -34,13 +34,15 @@ Time: four FIFO resources, each op starting when its inputs are ready:
   either way, each in the first gap of the link long enough for it once it is ready
   (link.py: a stream waiting on an event does not hold the link); an eviction starts after
   the last kernel that used the block, and a prefetch that needs room waits until enough
-  evictions have completed.  The
-  driver's evictions on the fault path move at the link's line rate (the side that favours
-  the naive baseline).
+  evictions have completed.  The driver's evictions on the fault path move at the link's line
+  rate (the side that favours the naive baseline).
 Counts follow program order (each stream's ordering is what makes that exact on fakecuda).
+A run decides here and times its moves in link.py (Streams), which can time another run's
+recorded moves in its stead (link.Moves: the range's second case, runs.py).
 """
 
 import collections
+import contextlib
 import dataclasses
 
 import numpy as np
@@ -49,13 +51,18 @@ from pump.foresight import BLOCK_SHIFT, Foresight, discard_range
 from pump.simulate import constants as K
 from pump.simulate.gpu_truth import FaultRules, GpuTruth
 from pump.simulate.host import HostCosts, LaunchThread
-from pump.simulate.link import HalfDuplexLink
+from pump.simulate.link import Streams
 from pump.simulate.victims import UseOrder, VictimSearch
+from pump.simulate.workload import collector_paused
 
 POLICIES = ("naive", "launch", "lookahead", "ideal")
 # Per step: faults, bytes each way, kernels' waits for data and prefetches' waits for room, and
 # the launching thread's seconds in pump's driver calls.
 STEP_COUNTS = ("faults", "h2d", "d2h", "data_wait", "prefetch_wait", "host")
+# The Result's counts that follow from what a run decides, not from when (link.Moves).
+DECIDED = ("faults", "fault_batches", "bytes_prefetched_h2d", "bytes_faulted_h2d", "bytes_fault_prefetched_h2d",
+           "bytes_d2h", "bytes_discarded", "unsafe_discards", "prefetch_calls", "evictions", "driver_evictions",
+           "max_believed", "max_resident")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,30 +229,33 @@ def _step_bounds(workload):
     return list(zip(starts, starts[1:] + [n]))
 
 
-def run(workload, policy: str, capacity: int, model: Model, recorder=None) -> Result:
-    """recorder: told what happens, as it happens (pump/simulate/timeline.py), or None."""
+@collector_paused   # a run's heap entries and recorded moves, the workload's tuples: nothing to free
+def run(workload, policy: str, capacity: int, model: Model, recorder=None, moves=None) -> Result:
+    """recorder: told what happens, as it happens (pump/simulate/timeline.py), or None.
+    moves: a link.Moves, empty: the run records its moves there; or recorded by a run of the
+    same policy and capacity on the same GPU at other rates (runs.Runs.decided_by): the run
+    times them as far as they reach (link.Streams), unless it records a timeline."""
     if policy not in POLICIES:
         raise ValueError(f"policy {policy!r}: allowed {', '.join(POLICIES)}")
-    return _Run(workload, policy, capacity, model, recorder).go()
+    recorded = moves is not None and moves.until is not None
+    if recorded and recorder is None:
+        with contextlib.suppress(_Diverged):
+            return _Run(workload, policy, capacity, model, replay=moves).go()
+    return _Run(workload, policy, capacity, model, recorder, record=None if recorded else moves).go()
 
 
-def _block_arrays(workload):
-    """Per launch, the blocks of its arg_blocks and of its touched pages as arrays (a launch's
-    hundreds of blocks are ranked, timed and waited for at once), made once per workload:
-    every run of every policy and capacity asks."""
-    arrays = workload.__dict__.get("_block_arrays")
-    if arrays is None:
-        arrays = workload.__dict__["_block_arrays"] = (
-            [np.asarray(a, np.int64) for a in workload.arg_blocks],
-            [np.asarray([b for b, _mask in t], np.int64) for t in workload.touched])
-    return arrays
+class _Diverged(Exception):
+    """The run's first plan came where the recorded run's did not: it decides for itself."""
 
 
 class _Run:
-    def __init__(self, w, policy, capacity, model, recorder=None):
+    """One run: what it decides (the shim's belief, the GPU's pages: here) and when it happens
+    (self.streams); record: a link.Moves its moves go to, replay: one whose moves it times."""
+
+    def __init__(self, w, policy, capacity, model, recorder=None, record=None, replay=None):
         self.w, self.policy, self.capacity, self.m = w, policy, int(capacity), model
-        self.rec = recorder
-        self.d2h_rate, self.link_out = model.d2h_rate, model.link_out   # properties, read per block moved
+        self.rec, self.recording, self.replay = recorder, record, replay
+        self.link_out = model.link_out
         self.kernel_s = w.kernel_seconds(model.gpu)
         self.ran_s = np.zeros(w.launches)      # each kernel's time on the simulated GPU, faults included
         self.shortest = {}                     # launch key -> its kernel's shortest time so far
@@ -256,13 +266,6 @@ class _Run:
         self.migrations = 0
         self.used = UseOrder(nb)                  # belief, least recently used first
         self.believed = 0
-        # Per block, set for a launch's hundreds of blocks at once (arrays), read one by one.
-        self.last_user_end = np.zeros(nb)      # when the last kernel that used it ends
-        self.ready = np.zeros(nb)              # when the prefetch that brought it ends
-        self.pending = collections.deque()     # evictions in flight: (end time, bytes)
-        self.pending_bytes = 0
-        self.pf_free = self.ev_free = 0.0
-        self.link = None if model.full_duplex else HalfDuplexLink()
         self.bounds = _step_bounds(w)
         self.r = Result(policy, self.capacity, [], steady_steps(w),
                         per_step={k: [] for k in STEP_COUNTS})
@@ -280,9 +283,7 @@ class _Run:
         self.discards = self.foresight is not None and model.policy_sees_extents
         self.shim = policy in ("launch", "lookahead") or (policy == "naive" and not model.gpu_limits_memory)
         self.thread = LaunchThread(costs, w.block_address)
-        self.called = False
-        self.block_of = {int(a) >> BLOCK_SHIFT: b for b, a in enumerate(w.block_address.tolist())}
-        self.page_masks = w.__dict__.setdefault("_engine_page_masks", {})   # _page_masks's, per workload
+        self.streams = Streams(model, self.capacity, self.size, self.thread, self.r, recorder)
 
     # ---- belief ----
     def _believe(self, b):
@@ -298,23 +299,13 @@ class _Run:
             self.used.remove(b)
             self.believed -= self.size[b]
 
-    def _call(self, kind, b, now, wait=0.0, moved=0):
-        """pump's driver call for block b on the launching thread (host.LaunchThread); its
-        totals are the Result's at each step's end and the run's (_host_totals)."""
-        self.called = True
-        return self.thread.call(kind, b, now, wait, moved)
-
     def _host_totals(self):
-        if self.called:   # a run that made no call keeps the Result's own zeros
+        if self.streams.called:   # a run that made no call keeps the Result's own zeros
             self.r.host_seconds, self.r.driver_ranges = self.thread.seconds, self.thread.started
 
     def _evict(self, b, now):
-        """The shim evicts b to the host, on the eviction stream after b's last user (a plan
-        may name a block not believed resident: pages a kernel faulted in move all the same).
-        The call waits inside the ioctl for the copy (uvm_migrate.c), as fakecuda charges it:
-        the copy is that wait, on the link (later where the link is busy), and the eviction
-        stream that then reaches it after b's last user has nothing left to copy.  (Here and in
-        _prefetch max() of two is written out: a builtin call costs ten comparisons.)"""
+        """The shim evicts b to the host (a plan may name a block not believed resident: pages
+        a kernel faulted in move all the same); link.Streams.evict times it."""
         believed = b in self.migrated
         if believed:   # _forget, inline: half a million times a run
             del self.migrated[b]
@@ -322,21 +313,7 @@ class _Run:
             self.believed -= self.size[b]
         moved = self.gpu.evict(b)
         self.r.evictions += 1
-        floor, copy = now, moved / self.d2h_rate
-        self.called = True
-        now = self.thread.call("evict", b, now, copy, moved)
-        start = now - copy
-        if self.ev_free > start:
-            start = self.ev_free
-        if self.link is not None and moved:  # one direction at a time
-            start = self.link.place(start, copy, floor)
-        end, last_use = start + copy, self.last_user_end.item(b)
-        self.ev_free = last_use if last_use > end else end
-        if self.rec is not None and moved:
-            self.rec.transfer("evict", b, moved, now, start, start + copy)
-        if moved and believed:
-            self.pending.append((self.ev_free, self.size[b]))
-            self.pending_bytes += self.size[b]
+        self.streams.evict(b, moved, believed, now)
 
     def _prefetch(self, b, now):
         """The shim prefetches b; returns when it is on the GPU."""
@@ -353,29 +330,9 @@ class _Run:
         moved = gpu.add(b, pages)
         r.bytes_prefetched_h2d += moved
         r.prefetch_calls += 1
-        self.called = True
-        floor, now = now, self.thread.call("prefetch", b, now, 0.0, arriving)
-        start = (self.pf_free if self.pf_free > now else now) + back / self.link_out
-        # Room: evictions still in flight hold their chunks until they complete.
-        pending = self.pending
-        while pending and pending[0][0] <= start:
-            self.pending_bytes -= pending.popleft()[1]
-        while pending and self.believed + self.pending_bytes > self.capacity:
-            end, nbytes = pending.popleft()
-            self.pending_bytes -= nbytes
-            r.prefetch_wait_seconds += end - start if end > start else 0.0
-            if end > start:
-                start = end
-        copy = moved / self.m.bandwidth
-        if self.link is not None and moved:
-            start = self.link.place(start, copy, floor)
-        self.pf_free = done = start + copy
-        self.ready[b] = done
-        if self.rec is not None and moved:
-            self.rec.transfer("prefetch", b, moved, now, start, done)
         if self.believed > r.max_believed:
             r.max_believed = self.believed
-        return done
+        return self.streams.prefetch(b, back, arriving, moved, self.believed, now)
 
     def _victims_until(self, need, search, now):
         """Evict believed blocks in the search's order (victims.VictimSearch) until `need` more
@@ -427,7 +384,7 @@ class _Run:
         for what, addr, size in self.w.events.get(k, ()):
             if what == "free":
                 blocks = range(addr >> BLOCK_SHIFT, (addr + size + K.BLOCK_BYTES - 1) >> BLOCK_SHIFT)
-                for b in map(self.block_of.get, blocks):
+                for b in map(self.w.block_of.get, blocks):
                     if b is not None:
                         self._forget(b)
                         self.gpu.free(b)
@@ -437,28 +394,9 @@ class _Run:
                 if what == "block_free":
                     self._discard(discard_range(addr, size), now)
 
-    def _page_masks(self, addr, size, inward):
-        """[(block id, page mask)] over a byte range: pages wholly inside it (inward) or touching
-        it.  Kept per workload: the allocator frees the same ranges every step, in every run."""
-        known = self.page_masks.get((addr, size, inward))
-        if known is not None:
-            return known
-        lo = -(-addr // K.PAGE_BYTES) if inward else addr // K.PAGE_BYTES
-        hi = (addr + size) // K.PAGE_BYTES if inward else -(-(addr + size) // K.PAGE_BYTES)
-        out, p = [], lo
-        while p < hi:
-            blk_end = (p // K.PAGES_PER_BLOCK + 1) * K.PAGES_PER_BLOCK
-            top = min(hi, blk_end)
-            b = self.block_of.get(p // K.PAGES_PER_BLOCK)
-            if b is not None:
-                out.append((b, ((1 << (top - p)) - 1) << (p % K.PAGES_PER_BLOCK)))
-            p = top
-        self.page_masks[addr, size, inward] = out
-        return out
-
     def _mark_dead(self, addr, size, dead):
         marks = self.dead
-        for b, mask in self._page_masks(addr, size, inward=dead):
+        for b, mask in self.w.page_masks(addr, size, inward=dead):
             marks[b] = marks[b] | mask if dead else marks[b] & ~mask
 
     def _discard(self, dead_range, now):
@@ -466,12 +404,11 @@ class _Run:
         clean (no write-back when evicted); refused unless every page of it is dead."""
         if dead_range is None:
             return
-        masks, dead = self._page_masks(*dead_range, inward=True), self.dead
+        masks, dead = self.w.page_masks(*dead_range, inward=True), self.dead
         if any(mask & ~dead[b] for b, mask in masks):
             self.r.unsafe_discards += 1
             return
-        self.called = True
-        self.thread.discards([b for b, _mask in masks], now)
+        self.streams.discards([b for b, _mask in masks], now)
         discard = self.gpu.discard
         for b, mask in masks:
             discard(b, mask)
@@ -487,7 +424,8 @@ class _Run:
         step_starts = {lo for lo, _ in self.bounds}
         step_last = {hi - 1 for _, hi in self.bounds}
         ideal = self.policy == "ideal"
-        arg_arrays, touched = _block_arrays(w)
+        arg_arrays, touched = w.block_arrays
+        streams = self.streams
         base = [0] * len(STEP_COUNTS)  # the counts when the step began
         for k in range(n):
             # pumpd reads a batch once its last launch has been made: its plan holds from then.
@@ -495,6 +433,11 @@ class _Run:
                 if self.foresight is not None:
                     self._feed(next_batch)
                 next_batch = next(batch_iter, None)
+            if self.plan and self.recording is not None:   # what follows depends on the plan's rates
+                self.recording.stop(k, self._decided())
+                self.recording = streams.moves = None
+            if self.replay is not None and (self.plan or k == self.replay.until):
+                self._go_on(k)
             cpu = max(cpu, self.thread.clock) + m.host_launch_seconds  # after the last hook's calls
             if k >= m.queue_depth:
                 cpu = max(cpu, kend[k - m.queue_depth])
@@ -507,28 +450,12 @@ class _Run:
                 self.rec.launch(k, cpu)
             faults = moved_back = faulted = by_prefetcher = 0
             if not ideal:
-                self._events(k, cpu)
-                if planned is not None:
-                    ready = max(ready, self._take(planned[0], self.used, cpu))
-                elif self.shim and self.policy != "naive":
-                    # The launch rule, also for a launch the plan does not know: the shim's
-                    # launch rule evicts least recently used first, in migration order once a
-                    # plan is in force (shim/policy/residency.c, launch_rule_order).
-                    order = self.migrated if self.plan else self.used
-                    ready = max(ready, self._take(arg_arrays[k], order, cpu))
+                ready = self._before_kernel(k, cpu, planned, arg_arrays[k])
+                faults, faulted, by_prefetcher, moved_back = self._kernel(k)
                 ready = max(ready, self.thread.clock)  # the kernel is launched after the hook's calls
                 self.thread.hook()  # the trigger's calls, after the kernel, are another batch
-                faults, faulted, by_prefetcher, moved_back = self.gpu.kernel(w.touch_order[k])
-                if self.discards:   # only then are pages clean
-                    clean = self.gpu.clean
-                    for b, mask in w.touched[k]:
-                        if clean[b]:
-                            clean[b] &= ~mask  # a discarded page a kernel uses is live again
                 if len(touched[k]):
-                    ready = max(ready, float(self.ready[touched[k]].max()))
-                r.faults += faults
-                r.bytes_faulted_h2d += faulted
-                r.bytes_fault_prefetched_h2d += by_prefetcher
+                    ready = max(ready, float(streams.ready[touched[k]].max()))
                 duration = (self.kernel_s[k] + faults * m.fault_seconds
                             + by_prefetcher / m.link_bytes_per_s + moved_back / self.link_out)
             else:
@@ -540,30 +467,113 @@ class _Run:
             if self.rec is not None:
                 self.rec.kernel(k, start, duration, faults, faulted, moved_back, self.gpu.bytes, self.believed)
             if not ideal:
-                if self.policy != "naive":  # the launch rule's and the plan's victim order
-                    self.used.use(arg_arrays[k], k + 1)
-                self.last_user_end[arg_arrays[k]] = prev_end
-                self.last_user_end[touched[k]] = prev_end
-                if self.policy == "naive" and self.shim:
-                    for b in self.used.absent(arg_arrays[k]).tolist():
-                        self._believe(b)
-                    if self.believed > self.capacity:
-                        self._victims_until(0, VictimSearch(self.migrated, self.used, set(w.arg_blocks[k])), cpu)
-                    r.max_believed = max(r.max_believed, self.believed)
-                elif planned is not None:
-                    self._trigger(planned, cpu, k + 1)
+                streams.last_user_end[arg_arrays[k]] = prev_end
+                streams.last_user_end[touched[k]] = prev_end
+                self._after_kernel(k, cpu, planned, arg_arrays[k])
             if k in step_last:
-                self._host_totals()
-                r.step_ends.append(prev_end)
-                now = (r.faults, r.bytes_prefetched_h2d + r.bytes_faulted_h2d, r.bytes_d2h,
-                       r.data_wait_seconds, r.prefetch_wait_seconds, r.host_seconds)
-                for i, what in enumerate(STEP_COUNTS):
-                    r.per_step[what].append(now[i] - base[i])
-                base = list(now)
+                base = self._step_end(prev_end, base)
         if self.foresight is not None:
             r.learned_at = self.foresight.learned_at
         self._host_totals()
+        if self.recording is not None:
+            self.recording.stop(n)
         return r
+
+    def _before_kernel(self, k, cpu, planned, args) -> float:
+        """Launch k's hook: the allocator's events, then what the launch takes (the plan's
+        `need`, else the launch rule); returns when its prefetches end."""
+        if self.replay is not None:
+            return self.streams.replay(self.replay.before[k], cpu)
+        if self.recording is not None:
+            self._record_to(self.recording.before)
+        self._events(k, cpu)
+        if planned is not None:
+            return self._take(planned[0], self.used, cpu)
+        if self.shim and self.policy != "naive":
+            # The launch rule, also for a launch the plan does not know: the shim's launch rule
+            # evicts least recently used first, in migration order once a plan is in force
+            # (shim/policy/residency.c, launch_rule_order).
+            return self._take(args, self.migrated if self.plan else self.used, cpu)
+        return cpu
+
+    def _kernel(self, k) -> tuple:
+        """Launch k's kernel touches its pages: (faults, bytes faulted in, of which by the
+        driver's prefetcher, bytes the driver evicted on the way)."""
+        if self.replay is not None:
+            return self.replay.kernels[k]
+        r = self.r
+        kernel = self.gpu.kernel(self.w.touch_order[k])
+        if self.recording is not None:
+            self.recording.kernels.append(kernel)
+        if self.discards:   # only then are pages clean
+            clean = self.gpu.clean
+            for b, mask in self.w.touched[k]:
+                if clean[b]:
+                    clean[b] &= ~mask  # a discarded page a kernel uses is live again
+        faults, faulted, by_prefetcher, _moved_back = kernel
+        r.faults += faults
+        r.bytes_faulted_h2d += faulted
+        r.bytes_fault_prefetched_h2d += by_prefetcher
+        return kernel
+
+    def _after_kernel(self, k, cpu, planned, args):
+        """After launch k's kernel: its blocks' use (the launch rule's and the plan's victim
+        order), then the naive shim's evictions (fakecuda's model) or the plan's trigger."""
+        if self.replay is not None:
+            self.streams.replay(self.replay.after[k], cpu)
+            return
+        if self.recording is not None:
+            self._record_to(self.recording.after)
+        if self.policy != "naive":
+            self.used.use(args, k + 1)
+        if self.policy == "naive" and self.shim:
+            for b in self.used.absent(args).tolist():
+                self._believe(b)
+            if self.believed > self.capacity:
+                self._victims_until(0, VictimSearch(self.migrated, self.used, set(self.w.arg_blocks[k])), cpu)
+            self.r.max_believed = max(self.r.max_believed, self.believed)
+        elif planned is not None:
+            self._trigger(planned, cpu, k + 1)
+
+    def _step_end(self, end, base) -> list:
+        """A step ends at `end`: its counts (STEP_COUNTS) less `base`, those at its start (the
+        decided ones as recorded, where the run times recorded moves); returns them."""
+        r = self.r
+        self._host_totals()
+        if self.replay is not None:
+            for what, value in zip(DECIDED, self.replay.counts[len(r.step_ends)]):
+                setattr(r, what, value)
+        elif self.recording is not None:
+            self.recording.counts.append(tuple(getattr(r, what) for what in DECIDED))
+        r.step_ends.append(end)
+        now = (r.faults, r.bytes_prefetched_h2d + r.bytes_faulted_h2d, r.bytes_d2h,
+               r.data_wait_seconds, r.prefetch_wait_seconds, r.host_seconds)
+        for i, what in enumerate(STEP_COUNTS):
+            r.per_step[what].append(now[i] - base[i])
+        return list(now)
+
+    # ---- recorded moves (link.Moves) ----
+    def _record_to(self, launches):
+        """The moves timed from here go to a new entry of `launches` (Moves.before or .after)."""
+        self.streams.moves = []
+        launches.append(self.streams.moves)
+
+    def _decided(self):
+        """What the run has decided so far (a copy): its belief, the GPU's pages, the counts."""
+        return (list(self.dead), collections.OrderedDict(self.migrated), self.migrations, self.used.copy(),
+                self.believed, self.gpu.copy(self.r), tuple(getattr(self.r, what) for what in DECIDED))
+
+    def _go_on(self, k):
+        """The recorded moves end at launch k: from the recorded run's state there, the run
+        decides for itself; if its first plan comes here too (else _Diverged)."""
+        if k != self.replay.until or not self.plan:
+            raise _Diverged
+        dead, migrated, self.migrations, used, self.believed, gpu, counts = self.replay.state
+        self.dead, self.migrated, self.used, self.gpu = list(dead), collections.OrderedDict(migrated), used.copy(), \
+            gpu.copy(self.r)
+        for what, value in zip(DECIDED, counts):
+            setattr(self.r, what, value)
+        self.replay = None
 
     def _feed(self, item):
         start, batch = item
@@ -591,10 +601,10 @@ class _Run:
         return np.array([shortest.get(key, s) for key, s in zip(keys.tolist(), seconds.tolist())])
 
     def _blocks_of_ranges(self, ranges):
-        out = []
+        out, block_of = [], self.w.block_of
         for addr, size in ranges:
             for x in range(addr >> BLOCK_SHIFT, (addr + size + K.BLOCK_BYTES - 1) >> BLOCK_SHIFT):
-                b = self.block_of.get(x)
+                b = block_of.get(x)
                 if b is not None:
                     out.append(b)
         return out

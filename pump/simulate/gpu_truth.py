@@ -22,6 +22,7 @@ Bytes move only for pages that exist (touched or prefetched once); a page never 
 populated in place on the GPU."""
 
 import collections
+import copy
 import functools
 
 from pump.simulate import constants as K
@@ -84,6 +85,15 @@ class GpuTruth:
         self.faults = [0] * nb        # faults to the GPU per block (the prefetcher's min_faults)
         self.chunks = collections.OrderedDict()  # blocks holding a chunk, in the driver's victim order
         self.bytes = 0                # bytes of chunks on the GPU
+
+    def copy(self, result):
+        """The same pages and chunks, counting into `result` (engine.Result) from here."""
+        other = copy.copy(self)
+        other.r = result
+        other.res, other.clean, other.populated, other.faults = (list(x) for x in (self.res, self.clean,
+                                                                                   self.populated, self.faults))
+        other.chunks = collections.OrderedDict(self.chunks)
+        return other
 
     def _release(self, b):
         del self.chunks[b]

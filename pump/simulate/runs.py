@@ -7,14 +7,20 @@ things (a gpt2-medium run takes seconds, and a sweep asks for the same ones agai
   memory: unlimited memory, and the driver alone (its faults and evictions go at the link's
   line rate).  tests/test_simulate.py holds them equal across the cases.
 - ideal reads no capacity either: it has unlimited memory.
+- The other policies' runs in the range's two cases make the same moves, launch's throughout and
+  lookahead's up to its first plan (link.py): a run records them, and the run of the other
+  case only times them.
 """
 
 import dataclasses
 import time
 
-from pump.simulate import engine
+from pump.simulate import engine, link
 
 RATE_FREE = ("ideal", "naive")
+# Recorded moves kept for a run of the other case (the oldest dropped first): the table asks for
+# each policy's in turn in one case, then in the other; launch's take 70 MB on gpt2-medium.
+MOVES_KEPT = 2
 
 
 def _size(n: float) -> str:
@@ -32,12 +38,18 @@ class Runs:
         self.w, self.progress = workload, progress
         self.done = {}
         self.seconds = []           # each run's wall time, in order (an ETA's basis)
+        self.moves = {}             # decided_by's key -> the link.Moves a run recorded
 
     @staticmethod
     def key(policy, capacity, model):
         if policy == "ideal" or (policy in RATE_FREE and model.gpu_limits_memory):
-            model = dataclasses.replace(model, name="", bandwidth=0.0, d2h_bandwidth=0.0, full_duplex=True)
-            capacity = None if policy == "ideal" else int(capacity)
+            return Runs.decided_by(policy, None if policy == "ideal" else capacity, model)
+        return policy, int(capacity), model
+
+    @staticmethod
+    def decided_by(policy, capacity, model):
+        """What a run's moves depend on: all but the rates the range varies and their names."""
+        model = dataclasses.replace(model, name="", bandwidth=0.0, d2h_bandwidth=0.0, full_duplex=True)
         return policy, capacity if capacity is None else int(capacity), model
 
     def to_make(self, plan) -> int:
@@ -53,9 +65,22 @@ class Runs:
         if self.progress:
             self.progress(f"{policy} at {_size(capacity)}{note}")
         start = time.perf_counter()
-        r = self.done[key] = engine.run(self.w, policy, capacity, model, recorder)
+        r = self.done[key] = engine.run(self.w, policy, capacity, model, recorder, self._moves(policy, capacity, model))
         self.seconds.append(time.perf_counter() - start)
         return r
+
+    def _moves(self, policy, capacity, model):
+        """The moves recorded for this run in the other case (link.Moves), taken; else where
+        this run records its own (kept for the other case's); None for the runs no other makes."""
+        if policy in RATE_FREE:
+            return None
+        decided = self.decided_by(policy, capacity, model)
+        moves = self.moves.pop(decided, None)
+        if moves is None:
+            moves = self.moves[decided] = link.Moves()
+            while len(self.moves) > MOVES_KEPT:
+                del self.moves[next(iter(self.moves))]
+        return moves
 
     def step(self, policy, capacity, model) -> float:
         """The run's mean steady step, in seconds."""

@@ -70,8 +70,10 @@ def sweep(workload, cases, reserve: int = K.RESERVE_BYTES, progress=None, fracti
     card = best.gpu.memory_bytes - reserve
     at_card = min(card, fp)
     ideal = runs.step("ideal", fp, best)
-    grids = {case: [(c, runs.run("lookahead", c, model, note=f" ({case} case)").step_mean_seconds) for c in caps]
-             for case, model in cases}
+    # Each capacity in every case in turn: a case after the first times the first's moves (runs.py).
+    steps = {(case, c): runs.run("lookahead", c, model, note=f" ({case} case)").step_mean_seconds
+             for c in caps for case, model in cases}
+    grids = {case: [(c, steps[case, c]) for c in caps] for case, _model in cases}
     limits = {f"{t:.0%}": ideal * (1 + t) for t in K.SWEEP_TOLERANCES}
     if first_answer:
         first_answer(rough(workload, best.gpu.name, grids, limits, card, reserve))

@@ -5,6 +5,7 @@ on a large model (gpt2-medium at half its footprint evicts half a million blocks
 each is kept for the walk: tests/test_simulate_speed.py holds them equal to the plain heap and
 scan they replaced."""
 
+import copy
 import heapq
 import itertools
 
@@ -67,6 +68,14 @@ class UseOrder:
         self.member = np.zeros(blocks, bool)     # the same, as a mask
         self.heap = []                 # (rank, migrated, block) or (launch, -1, _LAUNCH)
         self.launches = {}             # launch -> the blocks it ranked (an int array)
+
+    def copy(self):
+        """The same order, changed apart from this one from here."""
+        other = copy.copy(self)
+        other.used, other.named, other.member = self.used.copy(), self.named.copy(), self.member.copy()
+        other.migrated, other.members, other.heap = list(self.migrated), set(self.members), list(self.heap)
+        other.launches = dict(self.launches)   # its arrays are never changed
+        return other
 
     def _rank(self, b) -> int:
         return int(max(self.used[b], self.named[b]))

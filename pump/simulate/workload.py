@@ -22,6 +22,7 @@ from pump.iteration import IterationDetector
 from pump.simulate import constants as K
 
 KIND = channel.KIND
+BLOCK_SHIFT = K.BLOCK_BYTES.bit_length() - 1
 
 
 class WorkloadError(Exception):
@@ -56,6 +57,36 @@ class Workload:
     @property
     def launches(self) -> int:
         return len(self.keys)
+
+    @functools.cached_property
+    def block_of(self) -> dict:
+        """2 MiB block number (address >> 21) -> block id."""
+        return {int(a) >> BLOCK_SHIFT: b for b, a in enumerate(self.block_address.tolist())}
+
+    @functools.cached_property
+    def block_arrays(self) -> tuple:
+        """Per launch, the blocks of its arg_blocks and of its touched pages as arrays (a
+        launch's hundreds of blocks are ranked, timed and waited for at once in a run)."""
+        return ([np.asarray(a, np.int64) for a in self.arg_blocks],
+                [np.asarray([b for b, _mask in t], np.int64) for t in self.touched])
+
+    def page_masks(self, addr: int, size: int, inward: bool = False) -> list:
+        """[(block id, page mask)] over a byte range: the pages wholly inside it (inward) or
+        touching it.  Kept: the allocator frees the same ranges every step, in every run."""
+        known = self.__dict__.setdefault("_page_masks", {})
+        out = known.get((addr, size, inward))
+        if out is not None:
+            return out
+        lo = -(-addr // K.PAGE_BYTES) if inward else addr // K.PAGE_BYTES
+        hi = (addr + size) // K.PAGE_BYTES if inward else -(-(addr + size) // K.PAGE_BYTES)
+        out = known[addr, size, inward] = []
+        while lo < hi:
+            top = min(hi, (lo // K.PAGES_PER_BLOCK + 1) * K.PAGES_PER_BLOCK)
+            b = self.block_of.get(lo // K.PAGES_PER_BLOCK)
+            if b is not None:
+                out.append((b, ((1 << (top - lo)) - 1) << (lo % K.PAGES_PER_BLOCK)))
+            lo = top
+        return out
 
     def kernel_seconds(self, gpu) -> np.ndarray:
         """Per launch on `gpu` (a constants.GpuPreset): an override where given, else the
@@ -178,9 +209,9 @@ def _split(records, launches_per_batch, at_steps):
     return np.split(records, cuts)
 
 
-def _collector_paused(make):
+def collector_paused(make):
     """`make` with the garbage collector off: it makes millions of tuples that live as long as
-    the workload, which the collector would walk again and again, freeing none."""
+    the workload (or a run), which the collector would walk again and again, freeing none."""
     @functools.wraps(make)
     def paused(*args, **kwargs):
         was_on = gc.isenabled()
@@ -193,13 +224,12 @@ def _collector_paused(make):
     return paused
 
 
-@_collector_paused
+@collector_paused
 def load(path, batch_launches: int = K.DAEMON_READ_LAUNCHES, daemon_reads_steps: bool = False) -> Workload:
     """daemon_reads_steps: pumpd reads each step whole (a replay that pauses between steps),
     rather than every batch_launches launches."""
     header, records = _records_of_busiest_process(path)
     page_shift = K.PAGE_BYTES.bit_length() - 1
-    block_shift = K.BLOCK_BYTES.bit_length() - 1
     ppb = K.PAGES_PER_BLOCK
 
     block_id, block_address, block_bytes, block_pages = {}, [], [], []
@@ -213,9 +243,9 @@ def load(path, batch_launches: int = K.DAEMON_READ_LAUNCHES, daemon_reads_steps:
         ids = made[base, size] = []
         for addr in range(base, base + size, K.BLOCK_BYTES):
             nbytes = min(K.BLOCK_BYTES, base + size - addr)
-            b = block_id.get(addr >> block_shift)
+            b = block_id.get(addr >> BLOCK_SHIFT)
             if b is None:
-                b = block_id[addr >> block_shift] = len(block_address)
+                b = block_id[addr >> BLOCK_SHIFT] = len(block_address)
                 block_address.append(addr)
                 block_bytes.append(nbytes)
                 block_pages.append(0)
@@ -249,6 +279,32 @@ def load(path, batch_launches: int = K.DAEMON_READ_LAUNCHES, daemon_reads_steps:
         cut[start, end] = out = tuple(out)
         return out
 
+    def takes(bases, extents):
+        """(its allocations' blocks, the pages it touches, in touch order, those it writes) of
+        a launch given `bases` and `extents`, with the allocations as they are now."""
+        args = []
+        for base in bases:
+            if base in allocations:
+                args.extend(blocks_of(base, allocations[base]))
+        args = tuple(dict.fromkeys(args))
+        masks, wmasks = {}, {}
+        for addr, size, writes in extents:
+            h = home(addr)
+            if h is None or size <= 0:
+                continue
+            for blk, bits in spans(addr, min(addr + size, h + allocations[h])):
+                masks[blk] = masks.get(blk, 0) | bits
+                if writes:
+                    wmasks[blk] = wmasks.get(blk, 0) | bits
+        if not extents:
+            for b in args:
+                masks[b] = block_pages[b]
+        order = tuple(spans(start, end) for start, end in touch_ranges(bases, extents, home, allocations.get))
+        return args, tuple(masks.items()), order, tuple(wmasks.items())   # none known written without extents
+
+    # A step's launches take what the step before's took, once the allocations stay: each
+    # (allocations' version, bases, extents) is worked out once.
+    version, taken = 0, {}
     live = peak = 0
     keys, arg_blocks, touched, touch_order, written = [], [], [], [], []
     flops, traffic, measured, kinds = [], [], [], []
@@ -284,32 +340,17 @@ def load(path, batch_launches: int = K.DAEMON_READ_LAUNCHES, daemon_reads_steps:
                     allocations[base] = size
                     peak = max(peak, live)
                     blocks_of(base, size)
+                    version += 1
                 elif what == "free" and base in allocations:
                     live -= allocations.pop(base)
                     sorted_bases.remove(base)
-            args = []
-            for base in batch.launch_bases(i).tolist():
-                if base in allocations:
-                    args.extend(blocks_of(base, allocations[base]))
-            args = tuple(dict.fromkeys(args))
-            arg_blocks.append(args)
-            masks, wmasks = {}, {}
-            extents = batch.extents.get(i) or ()
-            for addr, size, writes in extents:
-                h = home(addr)
-                if h is None or size <= 0:
-                    continue
-                for blk, bits in spans(addr, min(addr + size, h + allocations[h])):
-                    masks[blk] = masks.get(blk, 0) | bits
-                    if writes:
-                        wmasks[blk] = wmasks.get(blk, 0) | bits
-            if not extents:
-                for b in args:
-                    masks[b] = block_pages[b]
-            touched.append(tuple(masks.items()))
-            touch_order.append(tuple(spans(start, end) for start, end in
-                                     touch_ranges(batch.launch_bases(i).tolist(), extents, home, allocations.get)))
-            written.append(tuple(wmasks.items()))  # none known without extents
+                    version += 1
+            bases, extents = tuple(batch.launch_bases(i).tolist()), tuple(batch.extents.get(i) or ())
+            known = taken.get((version, bases, extents))
+            if known is None:
+                known = taken[version, bases, extents] = takes(bases, extents)
+            for out, part in zip((arg_blocks, touched, touch_order, written), known):
+                out.append(part)
             cost = batch.costs.get(i, (0, 0, 0))
             flops.append(cost[0])
             traffic.append(cost[1])
