@@ -7,8 +7,8 @@ The pool behind pump's allocator hands out, of several freed blocks of a size, t
 last (FAKECUDA_POOL_REUSE=freed; what the driver's pool does is not documented): without
 placement the step's launch keys repeat for about half its launches (52% here: the keys of the
 launches on blocks that change hands every step repeat every other step) and pumpd learns no
-iteration; with it every key repeats, pumpd learns the 451-launch step and its plan's triggers
-fire. What it does not check: bytes and faults (kernels are no-ops on fakecuda, issue 41 item 4)."""
+iteration; with it every key repeats, pumpd learns the step (451 launches on torch 2.14, 448 on
+2.15) and its plan's triggers fire. What it does not check: bytes and faults (kernels are no-ops on fakecuda, issue 41 item 4)."""
 
 import json
 import pathlib
@@ -23,7 +23,10 @@ from test_real_client_training import PERSONA
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 STEPS = 60
-STEP_LAUNCHES = 451  # the tiny preset's training step on this torch
+# The tiny preset's training step, in launches, per torch release (major.minor): 2.15 fills three
+# tensors fewer a step (FillFunctor launches, 154 against 151; the rest the same kernels), as
+# fakecuda's launch log counts them bare (FAKECUDA_LAUNCH_LOG, --steps 8 less --steps 4, over 4).
+STEP_LAUNCHES = {"2.14": 451, "2.15": 448}
 
 
 ATTEMPTS = 4  # runs made while the shim drops records (see run_lookahead)
@@ -60,23 +63,34 @@ def _run_lookahead(python, c_build, out, placement):
 
 
 @pytest.fixture(scope="module")
+def step_launches(cuda_torch):  # noqa: F811
+    """The step's launches on the client's torch; a release not in STEP_LAUNCHES fails, naming it."""
+    version = subprocess.run([cuda_torch, "-c", "import torch; print(torch.__version__)"], capture_output=True,
+                             text=True, timeout=300, check=True).stdout.strip()
+    release = ".".join(version.split(".")[:2])
+    if release not in STEP_LAUNCHES:
+        pytest.fail(f"torch {version}: its step's launches are not in STEP_LAUNCHES (count them as its comment says)")
+    return STEP_LAUNCHES[release]
+
+
+@pytest.fixture(scope="module")
 def runs(cuda_torch, c_build, tmp_path_factory):  # noqa: F811
     tmp = tmp_path_factory.mktemp("iteration")
     return {placement: run_lookahead(cuda_torch, c_build, tmp / f"placement{int(placement)}", placement)
             for placement in (True, False)}
 
 
-def test_placed_tensors_make_every_launch_key_repeat_and_lookahead_plans(runs):
+def test_placed_tensors_make_every_launch_key_repeat_and_lookahead_plans(runs, step_launches):
     proc, t, doc = runs[True]
     it = doc["iteration"]
     assert doc["steps"] == STEPS  # the optimizer's marks, as STEP records
     # Every key but at most one: twice in clean-clone CI runs (at ab829e5 and e9a7790, quiet
     # machine the second time) one key of the 451 did not repeat, not yet explained; the step is
     # learned whole all the same (below)
-    assert it["launches"] == STEP_LAUNCHES and it["keys_repeated"] >= STEP_LAUNCHES - 1, it
+    assert it["launches"] == step_launches and it["keys_repeated"] >= step_launches - 1, it
     assert t["placement_steps"] == STEPS and t["placement_hits"] == t["placement_wanted"] > 0
     assert t["errors"] == 0 and t["events_dropped"] == 0
-    assert f"lookahead learned an iteration of {STEP_LAUNCHES} launches" in proc.stderr, proc.stderr[-2000:]
+    assert f"lookahead learned an iteration of {step_launches} launches" in proc.stderr, proc.stderr[-2000:]
     assert t["plan_triggers"] > 0
     # The plan's launches find their blocks where it put them: a placed tensor keeps what pump
     # knew of its memory (hooks_memory.c's retire), so fresh tensors are not prefetched again
