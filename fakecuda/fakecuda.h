@@ -136,12 +136,8 @@ void fakecuda_credit_oversleep(uint64_t ns);
 
 /* What clients asked for and fakecuda lacks (not_found.c), by kind: 0 cuGetProcAddress symbols
    answered SYMBOL_NOT_FOUND, 1 cuGetExportTable ids refused, 2 calls to an export table's
-   unmodelled slot, 3 dlsym lookups of driver names fakecuda does not define (answered NULL).
-   The sum of their counts since load; FAKECUDA_STATS names them. */
+   unmodelled slot. The sum of their counts since load; FAKECUDA_STATS names them. */
 uint64_t fakecuda_not_found_count(int kind);
-/* A dlsym on libcuda.so.1 of a driver name fakecuda does not define: counted as kind 3. Called
-   by libfakecuda_dlsym.so (dlsym_misses.c), the library of such names libcuda.so.1 depends on. */
-void fakecuda_dlsym_missed(const char *name);
 
 /* For a recording of what each launch touches (launch_uses.c, FAKECUDA_LAUNCH_USES): the
    calling thread's launch position, *thread its number (threads are numbered in the order of

@@ -128,7 +128,7 @@ void fc_cost_reset(void);
 void fc_cost_write_json(FILE *f);
 
 /* ---- not_found.c: what a client asked for and fakecuda lacks, counted by name ---- */
-enum { FC_NF_PROC, FC_NF_TABLE, FC_NF_SLOT, FC_NF_DLSYM, FC_NF_KINDS };
+enum { FC_NF_PROC, FC_NF_TABLE, FC_NF_SLOT, FC_NF_KINDS };
 void fc_not_found(int kind, const char *name);
 void fc_not_found_write_json(FILE *f);
 

@@ -1,9 +1,8 @@
 /* not_found.c: why it exists: what a client asked for that fakecuda does not have, counted
  * by name, so that a new runtime's new needs show (in FAKECUDA_STATS' "not_found", and in
  * tests/test_real_client.py) rather than as a hang or a wrong answer: cuGetProcAddress symbols
- * answered SYMBOL_NOT_FOUND, cuGetExportTable ids refused, slots of a served export table
- * whose behaviour is not modelled (export_tables.c), and dlsym lookups of driver names fakecuda
- * does not define (dlsym_misses.c, a library of its own, reports them here). */
+ * answered SYMBOL_NOT_FOUND, cuGetExportTable ids refused, and slots of a served export table
+ * whose behaviour is not modelled (export_tables.c). */
 #include "fakecuda_internal.h"
 
 #include <stdio.h>
@@ -14,8 +13,7 @@ static struct { int kind; char name[72]; uint64_t count; } fc_nf[FC_NOT_FOUND_MA
 static int fc_nnf;
 static uint64_t fc_nf_dropped; /* names past FC_NOT_FOUND_MAX: counted, not named */
 static pthread_mutex_t fc_nf_mu = PTHREAD_MUTEX_INITIALIZER;
-static const char *const fc_nf_kinds[FC_NF_KINDS] = {"cuGetProcAddress", "cuGetExportTable", "export_table_slot",
-                                                      "dlsym"};
+static const char *const fc_nf_kinds[FC_NF_KINDS] = {"cuGetProcAddress", "cuGetExportTable", "export_table_slot"};
 
 void fc_not_found(int kind, const char *name)
 {
@@ -32,11 +30,6 @@ void fc_not_found(int kind, const char *name)
     pthread_mutex_unlock(&fc_nf_mu);
 }
 
-FC_EXPORT void fakecuda_dlsym_missed(const char *name)
-{
-    if (name) fc_not_found(FC_NF_DLSYM, name);
-}
-
 FC_EXPORT uint64_t fakecuda_not_found_count(int kind)
 {
     uint64_t n = 0;
@@ -48,7 +41,7 @@ FC_EXPORT uint64_t fakecuda_not_found_count(int kind)
 }
 
 /* {"cuGetProcAddress": {"cuFoo": 2, ...}, "cuGetExportTable": {...}, "export_table_slot": {...},
- * "dlsym": {...}, "unnamed": N}. Names are a symbol (no quote or backslash can be in one that matched nothing:
+ * "unnamed": N}. Names are a symbol (no quote or backslash can be in one that matched nothing:
  * they are written with any such byte as '?'), a UUID, or "UUID[slot]". */
 void fc_not_found_write_json(FILE *f)
 {

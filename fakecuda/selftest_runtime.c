@@ -3,15 +3,14 @@
  * FAKECUDA_PERSONA=h100-sxm-80gb (selftest.c runs it): the persona's answers, export tables
  * (context-local storage and its destructors, an unmodelled slot and an unknown id counted), the
  * context queries and limits, peer access, function attributes and occupancy, stream memory
- * operations in stream order, 2D copies, cuLink*'s refusals, cuPointerGetAttributes,
- * page-locked host memory and dlsym lookups of names fakecuda lacks. The
+ * operations in stream order, 2D copies, cuLink*'s refusals, cuPointerGetAttributes and
+ * page-locked host memory. The
  * table sizes and the integrity check are checked against the real drivers and recomputed in
  * tests/test_export_tables.py. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include <cuda.h>
-#include <dlfcn.h>
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
@@ -70,29 +69,6 @@ static void tables(CUcontext ctx)
     t = (const void *)1;
     CHECK(cuGetExportTable(&t, &unknown) == CUDA_ERROR_INVALID_VALUE && t == NULL, "unknown id refused");
     CHECK(fakecuda_not_found_count(1) == ids_before + 1, "and counted");
-}
-
-/* A dlsym on libcuda.so.1 of a driver name fakecuda lacks answers NULL with dlerror() naming it,
- * as a missing symbol does, and is counted (libfakecuda_dlsym.so, dlsym_misses.c); a name it
- * models answers its export; a name no CUDA header declares is a plain miss, not counted. */
-static void lookups(void)
-{
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    CHECK(lib != NULL, "libcuda.so.1 is loaded");
-    if (!lib) return;
-    uint64_t before = fakecuda_not_found_count(3);
-    dlerror();
-    CHECK(dlsym(lib, "cuArrayCreate_v2") == NULL, "a name fakecuda lacks answers NULL");
-    const char *e = dlerror();
-    CHECK(e && strstr(e, "undefined symbol: cuArrayCreate_v2"), "and dlerror() says so: %s", e ? e : "(none)");
-    CHECK(dlsym(lib, "cuArrayCreate_v2") == NULL, "twice");
-    CHECK(fakecuda_not_found_count(3) == before + 2, "each lookup counted");
-    dlerror();
-    CHECK(dlsym(lib, "cuCtxPushCurrent_v2") == (void *)&cuCtxPushCurrent_v2 && !dlerror(),
-          "a modelled name answers its export");
-    CHECK(dlsym(lib, "cuNoSuchEntryPoint") == NULL && dlerror(), "a name no header declares is missing");
-    CHECK(fakecuda_not_found_count(3) == before + 2, "and not counted");
-    dlclose(lib);
 }
 
 static void persona(void)
@@ -326,7 +302,6 @@ int selftest_child_runtime(void)
     stream_ops(s);
     link_refusals();
     host_memory();
-    lookups();
     OK(cuStreamDestroy(s));
     tables(ctx); /* resets the primary context: last */
     return failed ? 1 : 0;

@@ -3,18 +3,14 @@ every other test's figures rest on the CPU driver model behaving as it says. And
 host costs: fakecuda_model.h's launch cost is what the real A100 traces say."""
 
 import importlib.util
-import json
 import pathlib
 import re
 import signal
 import statistics
 import subprocess
 import sys
-import textwrap
 
 import pytest
-
-from helpers import clean_env
 
 FAKECUDA = pathlib.Path(__file__).resolve().parent.parent / "fakecuda"
 
@@ -35,31 +31,6 @@ def test_a_graph_copy_from_memory_no_longer_pinned_stops_the_process(c_build, tm
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == -signal.SIGABRT, (run.returncode, run.stderr)
     assert "a captured copy ran after its page-locked host memory" in run.stderr, run.stderr
-
-
-def test_a_ctypes_lookup_of_a_name_fakecuda_lacks_is_an_attribute_error_and_counted(c_build, tmp_path):
-    """Python's ctypes looks names up with dlsym and raises dlerror()'s message: a driver name
-    fakecuda lacks must fail as a missing symbol does (AttributeError naming it; the first form of
-    dlsym_misses.c answered NULL with dlerror() unset, and ctypes crashed in CI's gpu-check dry
-    run), and be counted in FAKECUDA_STATS' not_found "dlsym"; a name it has is found."""
-    code = textwrap.dedent("""
-        import ctypes, sys
-        lib = ctypes.CDLL("libcuda.so.1")
-        assert lib.cuInit(0) == 0
-        try:
-            lib.cuArray3DCreate_v2
-            sys.exit("cuArray3DCreate_v2 found")
-        except AttributeError as e:
-            print(e)
-        lib.cuMemAlloc_v2
-    """)
-    stats = tmp_path / "stats.json"
-    env = clean_env()
-    env.update(LD_LIBRARY_PATH=str(c_build / "plain"), FAKECUDA_STATS=str(stats))
-    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-    assert run.returncode == 0, (run.returncode, run.stdout, run.stderr)
-    assert "undefined symbol: cuArray3DCreate_v2" in run.stdout, run.stdout
-    assert json.loads(stats.read_text())["not_found"]["dlsym"] == {"cuArray3DCreate_v2": 1}
 
 
 def test_launch_cost_is_the_traces_smallest_median():

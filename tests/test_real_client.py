@@ -9,8 +9,7 @@ the tests are skipped, saying so. What they check:
   allocation, memory figures, streams and events, pinned host memory, copies, synchronize;
 - what the runtime asked for and fakecuda lacks is exactly the committed ledger
   (fakecuda/real_client_not_found.txt: cuGetProcAddress names, refused export tables,
-  unmodelled export-table slots, dlsym lookups of driver names fakecuda does not define), so a
-  new runtime's new need fails here by name, not as a hang;
+  unmodelled export-table slots), so a new runtime's new need fails here by name, not as a hang;
 - kernels run from the runtime's real fatbins (issue 26 item 2): fill_, x + 1, and a cuBLAS
   matmul (cublasCreate asks the occupancy of clusters and CU_LIMIT_CIG_ENABLED). Kernels are
   no-ops on fakecuda: their results are not computed, so no value is checked."""
@@ -122,7 +121,7 @@ def test_host_side_runs_on_the_persona(cuda_torch, c_build, tmp_path, persona):
 def ledger():
     """{kind: set of names} from the committed ledger ("kind name" per line, # comments; "" is the
     empty name, which the runtime looks up too)."""
-    out = {"cuGetProcAddress": set(), "cuGetExportTable": set(), "export_table_slot": set(), "dlsym": set()}
+    out = {"cuGetProcAddress": set(), "cuGetExportTable": set(), "export_table_slot": set()}
     for line in LEDGER.read_text().splitlines():
         if line.strip() and not line.startswith("#"):
             kind, name = line.split()
