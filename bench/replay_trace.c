@@ -13,10 +13,9 @@
  *   ALLOC, FREE, ALLOC at one base, one after the other (among ALLOC, FREE and LAUNCH
  *           records), the FREE of the first's size, the second no larger: the shim carved a caching
  *           allocator's segment into tensors (shim/hooks/torch_trace.c), so the first
- *           allocation stays, whole, as a segment: the tensors in its range share its 2 MiB
- *           blocks as they did in the traced job (a launch naming a small tensor brings its
- *           whole block; an eviction takes its neighbours too), and each is given to the
- *           shim as the job's allocator gave it (--no-segments: each tensor an allocation of
+ *           allocation stays, whole, as a segment: a dead tensor's memory stays in it, as in
+ *           the traced job (its stale bytes are evicted and brought back for the next tensor
+ *           there), and each tensor is given to the shim as the job's allocator gave it (--no-segments: each tensor an allocation of
  *           its own, freed to the driver at its FREE, as if every dead tensor were discarded)
  *   LAUNCH  one launch, on one stream, of a kernel registered per trace function
  *           ("replay_<hex handle>"), that calls fakecuda_touch on each range it is given:
@@ -159,6 +158,14 @@ static void insert(struct allocation a)
     allocation_count++;
 }
 
+/* Takes a out of the live list (its memory is not touched). */
+static void unlink_allocation(struct allocation *a)
+{
+    size_t i = (size_t)(a - allocations);
+    memmove(&allocations[i], &allocations[i + 1], (allocation_count - i - 1) * sizeof *allocations);
+    allocation_count--;
+}
+
 static void release(struct allocation *a)
 {
     if (a->tensor) {
@@ -168,9 +175,7 @@ static void release(struct allocation *a)
         CHECK(cuMemFree(a->ptr));
         replayed.frees++;
     }
-    size_t i = (size_t)(a - allocations);
-    memmove(&allocations[i], &allocations[i + 1], (allocation_count - i - 1) * sizeof *allocations);
-    allocation_count--;
+    unlink_allocation(a);
 }
 
 /* The FREE held back: made now, unless `base` and `size` (an ALLOC's) carve its allocation. */
@@ -185,9 +190,7 @@ static void settle_carve(bool alloc, uint64_t base, uint64_t size)
             fail("more than 4096 segments");
         segments[segment_count++] = *a;
         replayed.segments++;
-        size_t i = (size_t)(a - allocations);
-        memmove(&allocations[i], &allocations[i + 1], (allocation_count - i - 1) * sizeof *allocations);
-        allocation_count--;
+        unlink_allocation(a);
         return;
     }
     release(a);
