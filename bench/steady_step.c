@@ -2,6 +2,7 @@
  * pump adds in the steady state a GPU would show, measured per step.
  *
  *   steady_step STEPS WARMUP [managed] [neighbour=MIB] [read_mostly] [planned] [print_launches]
+ *               [dead_told_early]
  *
  * The model: 32 layers, each with a weight, its gradient and Adam's two moments (2 MiB each),
  * and a 4 MiB activation saved for the backward pass; every tensor from PyTorch's caching
@@ -25,6 +26,9 @@
  *   learns the iteration from two steps and plans it in its own process, which takes a time of
  *   this machine's, not a number of steps. The steps before are run but not counted (at most
  *   PLAN_WAIT_STEPS; a run whose plan never came exits 4). Without libpump it does nothing.
+ * dead_told_early: each layer's scratch tensor is reported freed to libpump before its last read,
+ *   a planted error in what pump takes for dead: under PUMP_TORCH_DISCARDS=1 or =poison its
+ *   blocks are dropped while the read is still to come, and the losses change.
  * print_launches: a line per launch, before the JSON object: "launch KERNEL 0xPTR ...", the
  *   device tensors it is given in argument order (what a launch key is made of, pump_channel.h).
  *
@@ -55,6 +59,7 @@
 
 static CUfunction unary, binary, adam, to_device, to_host;
 static struct torch_caching cache = {.segment_size = 20 * MIB, .report = true};
+static bool dead_told_early;
 static CUdeviceptr weight[LAYERS], grad[LAYERS], moment1[LAYERS], moment2[LAYERS];
 
 struct snapshot {
@@ -189,6 +194,8 @@ static float step(const float *batch_host, float *loss_host)
         CUdeviceptr tmp = torch_caching_alloc(&cache, ACT);
         launch_binary(act[l], act[l], tmp, ACT);
         launch_unary(weight[l], PARAM, tmp, ACT);
+        if (dead_told_early)
+            torch_caching_report(&cache, PUMP_TORCH_TENSOR_FREE, tmp, ACT);
         act[l + 1] = torch_caching_alloc(&cache, ACT);
         launch_unary(tmp, ACT, act[l + 1], ACT);
         torch_caching_free(&cache, tmp, ACT);
@@ -280,7 +287,7 @@ static void print_delta(const char *name, const struct snapshot *a, const struct
     DRIVER(driver_host_ns); DRIVER(driver_evictions); DRIVER(bytes_evicted_d2h); DRIVER(bytes_evicted_h2d);
     DRIVER(gpu_fault_batches); DRIVER(gpu_fault_stall_ns); DRIVER(bytes_fault_prefetched_h2d); DRIVER(bytes_h2d);
     DRIVER(bytes_d2h_all);
-    DRIVER(va_lock_wait_ns);
+    DRIVER(va_lock_wait_ns); DRIVER(bytes_discarded);
 #undef DRIVER
     printf(", \"device_resident_bytes\": %llu", (unsigned long long)b->driver.device_resident_bytes);
     printf(", \"entries\": {");
@@ -324,13 +331,15 @@ int main(int argc, char **argv)
             planned = true;
         else if (strcmp(argv[i], "print_launches") == 0)
             print_launches = true;
+        else if (strcmp(argv[i], "dead_told_early") == 0)
+            dead_told_early = true;
         else if (strncmp(argv[i], "neighbour=", 10) == 0 && atoi(argv[i] + 10) > 0)
             neighbour = (size_t)atoi(argv[i] + 10) * MIB;
         else
             usage = true;
     }
     if (usage) {
-        fprintf(stderr, "usage: steady_step STEPS WARMUP [managed] [neighbour=MIB] [read_mostly] [planned] [print_launches] (1 <= WARMUP < STEPS)\n");
+        fprintf(stderr, "usage: steady_step STEPS WARMUP [managed] [neighbour=MIB] [read_mostly] [planned] [print_launches] [dead_told_early] (1 <= WARMUP < STEPS)\n");
         return 2;
     }
     cuda_api_load(&api, 0);

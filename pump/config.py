@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 from pump.config_schema import (
     DAEMON_MODES, DAEMON_SCHEMA, DEFAULT_JOBS_DIR, JOB_SCHEMA, LOG_LEVELS, POLICIES, PRIORITY_MAX, SHARE_MAX,
@@ -71,7 +71,7 @@ class JobConfig:
     managed_all: Optional[bool] = None
     torch_allocator: Optional[str] = None
     evict_ahead: Optional[bool] = None
-    torch_discards: Optional[bool] = None
+    torch_discards: Optional[Union[bool, str]] = None  # or "poison" (config_schema.DISCARDS_POISON)
     trace_file: Optional[str] = None
     daemon_mode: Optional[str] = None
     daemon_socket: Optional[str] = None
@@ -260,7 +260,8 @@ def job_env(cfg: JobConfig) -> Dict[str, str]:
     if cfg.evict_ahead is not None:
         env["PUMP_EVICT_AHEAD"] = "1" if cfg.evict_ahead else "0"
     if cfg.torch_discards is not None:
-        env["PUMP_TORCH_DISCARDS"] = "1" if cfg.torch_discards else "0"
+        env["PUMP_TORCH_DISCARDS"] = cfg.torch_discards if isinstance(cfg.torch_discards, str) else \
+            "1" if cfg.torch_discards else "0"
     return env
 
 

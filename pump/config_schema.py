@@ -61,6 +61,22 @@ def _int_range(lo: int, hi: int) -> Callable[[Any], int]:
     return check
 
 
+# [memory] torch_discards: besides true and false, "poison", the diagnostic that writes dead
+# tensors' blocks with 0xFF bytes instead of discarding them (shim/base/shim.h's pump_discards)
+DISCARDS_POISON = "poison"
+_TOML_DISCARDS = f'true, false or "{DISCARDS_POISON}" (dead tensors written with NaN instead: a diagnostic)'
+
+
+def _discards(v):
+    if isinstance(v, bool):
+        return v
+    if not isinstance(v, str):
+        raise WrongType
+    if v != DISCARDS_POISON:
+        raise BadValue
+    return v
+
+
 def _path(v):
     if not isinstance(v, str):
         raise WrongType
@@ -184,8 +200,9 @@ JOB_SCHEMA: Dict[str, Dict[str, Key]] = {
         # false: each launch makes its own room under a budget (PUMP_EVICT_AHEAD=0, shim/policy/residency_ahead.c)
         "evict_ahead": _key("evict_ahead", _boolean, _TOML_BOOL),
         # true: the caching allocator's dead tensors are discarded under a budget (PUMP_TORCH_DISCARDS,
-        # shim/hooks/torch_trace.c); off until a GPU run shows it bit-identical (docs/limits.md)
-        "torch_discards": _key("torch_discards", _boolean, _TOML_BOOL),
+        # shim/hooks/torch_trace.c); off until a GPU run shows it bit-identical (docs/limits.md);
+        # "poison": written with NaN instead, the diagnostic for that
+        "torch_discards": _key("torch_discards", _discards, _TOML_DISCARDS),
     },
     "trace": {
         "file": _key("trace_file", _path, _TOML_PATH),

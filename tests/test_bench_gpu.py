@@ -76,12 +76,14 @@ def test_plan_gpt_sizes_the_budget_from_the_peak_and_refuses_past_free():
     assert "evict_ahead = false" in pathlib.Path(config).read_text()
     assert subprocess.run([sys.executable, "-m", "pump.cli", "config", "check", config], capture_output=True,
                           text=True).returncode == 0
-    discards = c.variants[-3]   # the launch rule discarding dead tensors, off by default
-    assert discards.name == "launch-discards" and discards.pump[:2] == ["--policy", "launch"]
-    config = discards.pump[discards.pump.index("--config") + 1]
-    assert "torch_discards = true" in pathlib.Path(config).read_text()
-    assert subprocess.run([sys.executable, "-m", "pump.cli", "config", "check", config], capture_output=True,
-                          text=True).returncode == 0
+    # the launch rule discarding dead tensors, off by default, and its diagnostic, poisoning them
+    for variant, setting in zip(c.variants[-4:-2], ("torch_discards = true", 'torch_discards = "poison"')):
+        assert variant.name in ("launch-discards", "launch-poison") and variant.pump[:2] == ["--policy", "launch"]
+        config = variant.pump[variant.pump.index("--config") + 1]
+        assert setting in pathlib.Path(config).read_text()
+        assert subprocess.run([sys.executable, "-m", "pump.cli", "config", "check", config], capture_output=True,
+                              text=True).returncode == 0
+    assert [v.name for v in c.variants[-4:-2]] == ["launch-discards", "launch-poison"]
     assert suite.plan_gpt("d", program, GiB, 40 * GiB, 80 * GiB).variants[1].pump == []
     assert suite.plan_gpt("e", program, GiB, 40 * GiB, 80 * GiB).variants[1].pump == ["--no-managed-all"]
     with pytest.raises(membudget.Refused, match=r"REFUSED case c .*x 1.5"):

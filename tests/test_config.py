@@ -889,6 +889,21 @@ def test_job_env_all(tmp_path, jobs_dir):
     }
 
 
+@pytest.mark.parametrize("toml,env", [("true", "1"), ("false", "0"), ('"poison"', "poison")])
+def test_torch_discards_takes_a_boolean_or_poison(tmp_path, jobs_dir, toml, env):
+    cfg = config.resolve_job({}, write(tmp_path, f"[memory]\ntorch_discards = {toml}\n"), None, jobs_dir=str(jobs_dir))
+    assert config.job_env(cfg)["PUMP_TORCH_DISCARDS"] == env
+
+
+@pytest.mark.parametrize("toml,message", [
+    ('"yes"', 'bad value "yes"; allowed: true, false or "poison" (dead tensors written with NaN instead: a diagnostic)'),
+    ("1", 'expected true, false or "poison" (dead tensors written with NaN instead: a diagnostic), got integer 1'),
+])
+def test_torch_discards_refuses_anything_else(tmp_path, toml, message):
+    path, errors = job_errors(tmp_path, f"[memory]\ntorch_discards = {toml}\n")
+    assert errors == [f"{path}: [memory] torch_discards: {message}"]
+
+
 def test_job_env_only_what_is_set(jobs_dir):
     cfg = config.resolve_job({}, None, None, jobs_dir=str(jobs_dir))
     assert config.job_env(cfg) == {"PUMP_POLICY": "launch", "PUMP_WAIT": "1", "PUMP_MANAGED_ALL": "1"}

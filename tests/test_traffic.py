@@ -140,6 +140,44 @@ def test_at_a_budget_dead_tensors_cross_no_link(c_build):
         assert pumped[0][key] <= 0.65 * bare[0][key], (key, pumped[0][key] / MIB, bare[0][key] / MIB)
 
 
+def test_poisoned_dead_tensors_tell_pumps_choice_from_the_drivers_discard(c_build):
+    """PUMP_TORCH_DISCARDS=poison, the diagnostic for the GPU runs whose discards changed the loss
+    (docs/limits.md): the blocks a discard would drop are written with 0xFF bytes (NaN) in its
+    place and order instead, and pump decides as it would with discards. Its losses are the job's
+    exactly when pump took only dead memory for dead, whatever the driver's discard does; with an
+    error in that planted (steady_step's dead_told_early: a scratch tensor told freed before its
+    last read) they are NaN, as with discards."""
+    budget = ["--budget", "200M"]
+    bare = steady(c_build, "1G", [], budget)
+    discarded = steady(c_build, "1G", [], budget, env={"PUMP_TORCH_DISCARDS": "1"})
+    poisoned = steady(c_build, "1G", [], budget, env={"PUMP_TORCH_DISCARDS": "poison"})
+    assert poisoned[1] == discarded[1] == bare[1]
+    counters = poisoned[0]["pump"]
+    assert counters["bytes_discarded"] == discarded[0]["pump"]["bytes_discarded"] > 0, counters
+    assert poisoned[0]["bytes_discarded"] == 0 < discarded[0]["bytes_discarded"]  # fakecuda's: no discard made
+    assert counters["errors"] == 0
+    for key in ("bytes_h2d", "bytes_d2h_all"):  # the same decisions
+        assert poisoned[0][key] == discarded[0][key], key
+    planted = ["dead_told_early"]
+    assert steady(c_build, "1G", planted, budget)[1] == bare[1]  # nothing dropped: the error is harmless
+    nan = 0xffffffff
+    for mode in ("poison", "1"):
+        losses = steady(c_build, "1G", planted, budget, env={"PUMP_TORCH_DISCARDS": mode})[1]
+        assert nan in losses, (mode, losses)
+
+
+def test_a_bad_discards_setting_is_named_once_and_discards_nothing(c_build):
+    env = dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"), FAKECUDA_DEVICE_MEMORY="1G",
+               PUMP_TORCH_DISCARDS="maybe")
+    proc = subprocess.run([PUMP_RUN, "--daemon", "none", "--budget", "200M", "--", str(c_build / "plain" / "steady_step"),
+                           "3", "1"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (warning,) = [line for line in proc.stderr.splitlines() if "PUMP_TORCH_DISCARDS" in line]
+    assert "PUMP_TORCH_DISCARDS=maybe" in warning and "allowed 0, 1 or poison" in warning and "using 0" in warning
+    result = json.loads([line for line in proc.stdout.splitlines() if line.startswith("{")][-1])
+    assert result["steady"]["pump"]["bytes_discarded"] == 0 == result["steady"]["bytes_discarded"]
+
+
 def steady_ahead(c_build, ahead, ioctl_thread):
     """steady_step at bench-steady's budget50 (200 MiB) with room made ahead on or off: the steady
     step's figures and losses, and pump's counters for the whole run."""

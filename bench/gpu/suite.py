@@ -161,12 +161,14 @@ def plan_gpt(case_key: str, program: list, peak_bytes: int, free: int, total: in
         # allocator, which moves a step's tensors (docs/limits.md), beside lookahead, which takes
         # pump's allocator with its placement (shim/policy/placement.c): what placement gives on the GPU.
         # Before it, the launch rule without room made ahead (shim/policy/residency_ahead.c): what pump's
-        # worker making the evictions ahead gives on the GPU. First of the three, the launch rule
+        # worker making the evictions ahead gives on the GPU. First of them, the launch rule
         # discarding the caching allocator's dead tensors (off by default: shim/hooks/torch_trace.c),
-        # whose bit-identity on the GPU is the question.
+        # whose bit-identity on the GPU is the question, and beside it the same decisions with the
+        # dead blocks poisoned instead, which says whose fault a changed loss is (torch_discards_poison.toml).
         launch = next(v for v in variants if v.name == "launch")
         lookahead = next(v for v in variants if v.name == "lookahead")
         variants.append(Variant("launch-discards", [*launch.pump, "--config", str(HERE / "torch_discards.toml")]))
+        variants.append(Variant("launch-poison", [*launch.pump, "--config", str(HERE / "torch_discards_poison.toml")]))
         variants.append(Variant("launch-no-ahead", [*launch.pump, "--config", str(HERE / "no_evict_ahead.toml")]))
         variants.append(Variant("lookahead-caching-allocator",
                                 [*lookahead.pump, "--config", str(HERE / "caching_allocator.toml")]))

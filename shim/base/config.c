@@ -203,7 +203,14 @@ PUMP_HIDDEN void pump_config_load(void)
     read_flag("PUMP_WAIT", &pump_config.wait, "1");
     read_flag("PUMP_WORKER", &pump_config.worker, "1");
     read_flag("PUMP_EVICT_AHEAD", &pump_config.evict_ahead, "1");
-    read_flag("PUMP_TORCH_DISCARDS", &pump_config.torch_discards, "0");
+    if ((v = getenv("PUMP_TORCH_DISCARDS")) != NULL && *v) {
+        if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0)
+            pump_config.torch_discards = v[0] == '1' ? PUMP_DISCARDS_ON : PUMP_DISCARDS_OFF;
+        else if (strcmp(v, "poison") == 0)
+            pump_config.torch_discards = PUMP_DISCARDS_POISON;
+        else
+            bad_value("PUMP_TORCH_DISCARDS", v, "0, 1 or poison", "0");
+    }
     read_flag("PUMP_TORCH_PLACEMENT", &pump_config.torch_placement, "1");
     read_flag("PUMP_KERNEL_TIMES", &pump_config.kernel_times, "0");
     read_flag("PUMP_MANAGED_ALL", &pump_config.managed_all, "0");

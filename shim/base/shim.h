@@ -41,6 +41,11 @@ static inline void pump_cpu_relax(void)
 /* ---- configuration (config.c), read once from PUMP_* at load ---- */
 enum pump_policy { PUMP_POLICY_OFF, PUMP_POLICY_LAUNCH };
 enum pump_capacity_kind { PUMP_CAP_DEFAULT, PUMP_CAP_BYTES, PUMP_CAP_PERCENT, PUMP_CAP_HOST };
+/* PUMP_TORCH_DISCARDS: what becomes of a dead tensor's blocks (torch_trace.c). POISON, a
+ * diagnostic, writes them with 0xFF bytes (NaN in every float format) in the discard's place and
+ * order: a result that changes under it means pump took live memory for dead; one that changes
+ * under ON only means the driver's discard itself (discard_marks.c). */
+enum pump_discards { PUMP_DISCARDS_OFF, PUMP_DISCARDS_ON, PUMP_DISCARDS_POISON };
 
 /* The safety net's epoch (residency.h): managed launches after which every residency belief
  * expires, so what moved pages behind pump unseen (the driver evicting for another process, a
@@ -56,8 +61,8 @@ struct pump_config {
     bool wait;                          /* PUMP_WAIT: kernels wait for their prefetch */
     bool worker;                        /* PUMP_WORKER: moves decided ahead are made by pump's worker thread */
     bool evict_ahead;                   /* PUMP_EVICT_AHEAD: the launch rule keeps room free ahead (residency_ahead.c) */
-    bool torch_discards;                /* PUMP_TORCH_DISCARDS: PyTorch's caching allocator's dead tensors are
-                                           discarded under a budget (torch_trace.c) */
+    enum pump_discards torch_discards;  /* PUMP_TORCH_DISCARDS: PyTorch's caching allocator's dead tensors are
+                                           discarded (or poisoned) under a budget (torch_trace.c) */
     bool kernel_times;                  /* PUMP_KERNEL_TIMES: the GPU times launches for pumpd (kernel_time.h) */
     bool torch_placement;               /* PUMP_TORCH_PLACEMENT: pump's allocator for PyTorch places tensors
                                            where they went a step before (placement.h) */
@@ -171,6 +176,7 @@ struct pump_driver {
     PFN_cuMemPoolGetAttribute_v11020 mem_pool_get_attribute;
     PFN_cuMemPoolSetAttribute_v11020 mem_pool_set_attribute;
     PFN_cuMemDiscardBatchAsync_v13000 discard_batch;     /* NULL before CUDA 13 */
+    PFN_cuMemsetD32Async_v3020 memset_d32_async;         /* PUMP_TORCH_DISCARDS=poison's writes */
     bool can_prefetch;                                   /* all of the prefetch path is there */
     /* graphs (hooks_graph.c) and devices (prefetch.c) */
     PFN_cuGraphGetNodes_v10000 graph_get_nodes;

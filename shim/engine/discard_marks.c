@@ -104,6 +104,19 @@ static void legacy_after_peer(struct pump_context *c, CUevent event, bool record
     (void)pump_call_ok(pump_driver.stream_synchronize(c->legacy_peer), "cuStreamSynchronize");
 }
 
+/* The runs' contents dropped on `stream`: discarded, or, under PUMP_TORCH_DISCARDS=poison, written
+ * with 0xFF bytes in the discard's place (shim.h's pump_discards: the diagnostic that tells pump's
+ * choice of dead memory and its order apart from the driver's discard). */
+static bool drop_runs(CUdeviceptr *ptrs, size_t *sizes, uint32_t n, CUstream stream)
+{
+    if (pump_config.torch_discards != PUMP_DISCARDS_POISON)
+        return pump_call_ok(pump_driver.discard_batch(ptrs, sizes, n, 0, stream), "cuMemDiscardBatchAsync");
+    for (uint32_t k = 0; k < n; k++)
+        if (!pump_call_ok(pump_driver.memset_d32_async(ptrs[k], 0xffffffffu, sizes[k] / 4, stream), "cuMemsetD32Async"))
+            return false;  /* the runs before it poisoned: dead memory, whatever it holds */
+    return true;
+}
+
 /* Discards the runs on `stream`, c's, or on its legacy peer in the legacy stream's order
  * (on_peer), and marks it. One discard at a time in a context: its slot is taken under
  * use_lock, the driver is asked outside it, and the mark is published under it again. */
@@ -132,8 +145,7 @@ static uint64_t discard_marked(struct pump_context *c, CUstream stream, bool on_
     bool discarded = false, recorded = false;
     if (sequence >= PUMP_DISCARD_MARKS && pump_driver.event_query(event) != CUDA_SUCCESS) {
         PUMP_COUNT(discards_skipped, 1);  /* the slot's discard is still running */
-    } else if ((!on_peer || peer_after_legacy(c)) &&
-               pump_call_ok(pump_driver.discard_batch(ptrs, sizes, n, 0, stream), "cuMemDiscardBatchAsync")) {
+    } else if ((!on_peer || peer_after_legacy(c)) && drop_runs(ptrs, sizes, n, stream)) {
         PUMP_COUNT(bytes_discarded, bytes);
         discarded = true;
         recorded = pump_call_ok(pump_driver.event_record(event, stream), "cuEventRecord");
@@ -168,7 +180,9 @@ PUMP_HIDDEN bool pump_discard_possible(CUstream stream)
     bool legacy = stream == NULL || stream == CU_STREAM_LEGACY;
     /* A per-thread stream names the calling thread's, maybe not the block's; while a capture is
      * open, work on the legacy stream could join it. */
-    return stream != CU_STREAM_PER_THREAD && pump_driver.discard_batch != NULL && pump_driver.event_query != NULL &&
+    bool droppable = pump_config.torch_discards == PUMP_DISCARDS_POISON ? pump_driver.memset_d32_async != NULL
+                                                                         : pump_driver.discard_batch != NULL;
+    return stream != CU_STREAM_PER_THREAD && droppable && pump_driver.event_query != NULL &&
            (legacy ? pump_driver.stream_synchronize != NULL && pump_captures_none() : !pump_stream_capturing(stream));
 }
 

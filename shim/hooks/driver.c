@@ -210,6 +210,7 @@ static bool load_driver(void)
         .mem_pool_get_attribute = own_entry(lib, get_proc, "cuMemPoolGetAttribute", 11020, "cuMemPoolGetAttribute"),
         .mem_pool_set_attribute = own_entry(lib, get_proc, "cuMemPoolSetAttribute", 11020, "cuMemPoolSetAttribute"),
         .discard_batch = own_entry(lib, get_proc, "cuMemDiscardBatchAsync", 13000, "cuMemDiscardBatchAsync"),
+        .memset_d32_async = own_entry(lib, get_proc, "cuMemsetD32Async", 3020, "cuMemsetD32Async"),
         /* graphs and devices */
         .graph_get_nodes = own_entry(lib, get_proc, "cuGraphGetNodes", 10000, "cuGraphGetNodes"),
         .graph_node_get_type = own_entry(lib, get_proc, "cuGraphNodeGetType", 10000, "cuGraphNodeGetType"),

@@ -78,7 +78,7 @@ static struct pump_range *live_tensor(uint64_t addr)
 static bool discards_here(void)
 {
     struct pump_channel *channel = pump_channel_get();
-    return pump_config.torch_discards && pump_config.policy == PUMP_POLICY_LAUNCH &&
+    return pump_config.torch_discards != PUMP_DISCARDS_OFF && pump_config.policy == PUMP_POLICY_LAUNCH &&
            pump_config.budget_kind != PUMP_CAP_DEFAULT &&
            (channel == NULL || channel->plan == NULL ||
             __atomic_load_n(&channel->plan->trigger_count, __ATOMIC_ACQUIRE) == 0);
