@@ -61,6 +61,23 @@ def test_plan_chain_refuses_a_working_set_the_card_cannot_hold():
     assert fits.program[fits.program.index("--mib") + 1] == "64"
 
 
+def test_variants_keep_the_reference_and_name_what_a_case_lacks():
+    """--variants: a short device call's open question (docs/gpu-check.md), with the reference."""
+    program = suite.gpt_args(1.0, "train.py")
+    c = suite.plan_gpt("c", program, 10 * GiB, 40 * GiB, 80 * GiB)
+    args = suite.parse_args(["--cases", "c", "--variants", "launch-discards,launch-poison"])
+    suite.only_variants(c, args.variants)
+    assert [v.name for v in c.variants] == ["ideal", "launch-discards", "launch-poison"]
+    c.result = {"variants": {v.name: {"step_ms": {"median": 90.0}} for v in c.variants}}
+    assert "left out launch" in suite.Suite.bound(None, c, {"h2d_bytes_per_s": 5e10})["error"]
+    with pytest.raises(RuntimeError, match="case c has no launch-poisson; its variants with pump: naive, launch"):
+        suite.only_variants(suite.plan_gpt("c", program, 10 * GiB, 40 * GiB, 80 * GiB), ["launch-poisson"])
+    unchanged = suite.plan_gpt("c", program, 10 * GiB, 40 * GiB, 80 * GiB)
+    names = [v.name for v in unchanged.variants]
+    suite.only_variants(unchanged, suite.parse_args(["--cases", "c"]).variants)
+    assert [v.name for v in unchanged.variants] == names
+
+
 def test_plan_gpt_sizes_the_budget_from_the_peak_and_refuses_past_free():
     program = suite.gpt_args(1.0, "train.py")
     c = suite.plan_gpt("c", program, 10 * GiB + 3, 40 * GiB, 80 * GiB)

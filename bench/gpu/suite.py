@@ -484,6 +484,8 @@ class Suite:
             doc["source"] = "the job fits and the host writes no managed memory: nothing must move"
             return doc
         run = case.result.get("trace_run")
+        if case.traced not in [v.name for v in case.variants]:
+            return {"error": f"not computed: --variants left out {case.traced}, whose trace the bound reads"}
         if run is None:
             return {"error": f"no trace: the {case.traced} variant's untimed run did not finish"}
         written = [(b["address"], b["bytes"]) for b in (run["final"] or {}).get("buffers", []) if b.get("host_written")]
@@ -518,6 +520,9 @@ def parse_args(argv=None):
     ap.add_argument("--train-script", default=str(REPO / "examples" / "train_gpt.py"),
                     help="the PyTorch job of cases c-e (default examples/train_gpt.py)")
     ap.add_argument("--work", metavar="DIR", help="where traces and counter reports go (default a temp dir)")
+    ap.add_argument("--variants", metavar="NAMES",
+                    help="only these of each case's variants with pump, comma-separated, beside those without "
+                         "(the reference); a short device call's open question, e.g. launch-discards,launch-poison")
     ap.add_argument("--quick", action="store_true",
                     help="the dry run's sizes (scripts/gpu-check-dry-run, on fakecuda): a chain of 2 pairs, "
                          "1 warm-up and 2 timed steps per run, 3 untimed; no figure of it means anything")
@@ -529,7 +534,21 @@ def parse_args(argv=None):
         ap.error(f"--scale {args.scale}: allowed above 0, at most 64")
     if args.budget_seconds < MIN_RUN_S:
         ap.error(f"--budget-seconds {args.budget_seconds}: at least {MIN_RUN_S}")
+    args.variants = [name for name in (args.variants or "").split(",") if name] or None
     return args
+
+
+def only_variants(case: Case, names) -> None:
+    """Keeps the case's variants without pump and those of `names` (None: all); raises RuntimeError
+    for a name the case has not."""
+    if names is None:
+        return
+    known = [v.name for v in case.variants if v.pump is not None]
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise RuntimeError(f"--variants: case {case.key} has no {', '.join(unknown)}; its variants with pump: "
+                           f"{', '.join(known)}")
+    case.variants = [v for v in case.variants if v.pump is None or v.name in names]
 
 
 def main(argv=None) -> int:
@@ -580,6 +599,7 @@ def main(argv=None) -> int:
                 case = (plan_filler(program, int(peak), free, filler.host_ram()) if key == "f"
                         else plan_gpt(key, program, int(peak), free, total))
                 request = int(int(peak) * TORCH_SLACK)
+            only_variants(case, args.variants)
             suite.say(f"  {case.title}")
             probe = suite.probe(case, request) if case.filler_working_set else None
         except (membudget.Refused, OutOfTime, ProbeTimedOut, RuntimeError) as exc:

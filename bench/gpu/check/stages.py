@@ -210,6 +210,7 @@ def benchmarks(stage, args) -> list:
     budget = max(30, int(stage.left() - args.sanitizer_s - 40))
     r = parts["suite"] = stage.run([PYTHON, REPO / "bench" / "gpu" / "suite.py", "--json", suite_json, "--scale",
                                     args.scale, "--cases", args.cases, "--work", work, "--budget-seconds", budget,
+                                    *(["--variants", args.variants] if args.variants else []),
                                     *(["--quick"] if stage.fakecuda else [])], budget + 30)
     if not suite_json.exists():
         return [f"bench/gpu/suite.py wrote no results (exit status {r['rc']})"]
@@ -233,9 +234,10 @@ def benchmarks(stage, args) -> list:
     driver_version = int(major) * 1000 + int(minor or 0) * 10
     job = [PYTHON, REPO / "examples" / "managed_saxpy.py", "--steps", "4"]
     for check in ("memcheck", "racecheck"):
-        if tool is None or stage.fakecuda:
+        if tool is None or stage.fakecuda or args.sanitizer_s <= 0:
             parts[f"sanitizer_{check}"] = {"rc": None, "output": "compute-sanitizer is not here" if tool is None
-                                           else "not run on fakecuda (compute-sanitizer needs a real GPU)"}
+                                           else "not run on fakecuda (compute-sanitizer needs a real GPU)"
+                                           if stage.fakecuda else "not run: --sanitizer-s 0"}
             stage.log(f"compute-sanitizer {check}: {parts[f'sanitizer_{check}']['output']}")
             continue
         pump_run = BIN / "pump-run"
