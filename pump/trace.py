@@ -249,9 +249,10 @@ def iteration(blocks) -> dict:
     allocator gives a step's tensors other memory than the step before, keys do not repeat and
     no plan is learned.  The kernels' own period may be shorter than a step's (two kernels
     alternating on other buffers), so the iteration is the multiple of it, up to
-    ITERATION_MULTIPLES, under which the most keys repeat (the shortest of those within
-    NEAR_SHARE of the most); None where
-    the kernels do not repeat."""
+    ITERATION_MULTIPLES, under which the most launches repeat, by key or by naming a step's
+    allocations by their order (_same_in_allocation_order: on PyTorch's caching allocator, where
+    keys do not repeat, that order finds the step; the shortest period of those within NEAR_SHARE
+    of the most); None where the kernels do not repeat."""
     from pump.iteration import IterationDetector
     per_pid = {}
     for pid, records in blocks:
@@ -267,25 +268,31 @@ def iteration(blocks) -> dict:
     kernels = detector.detect()
     if not kernels:
         return None
-    shares = []
-    for period in range(kernels, min(ITERATION_MULTIPLES * kernels, len(keys) // 2) + 1, kernels):
-        same = int(np.count_nonzero(keys[-period:] == keys[-2 * period:-period]))
-        shares.append({"launches": period, "keys_repeated": same, "keys_repeated_share": same / period})
-    # The shortest within a point of the most: a longer multiple dilutes one key that did not repeat
-    # (a tensor placed elsewhere once) and would otherwise win by that alone.
-    most = max(it["keys_repeated_share"] for it in shares)
-    best = next(it for it in shares if it["keys_repeated_share"] >= most - NEAR_SHARE)
-    same = _same_in_allocation_order(read, best["launches"])
-    best.update(order_repeated=same, order_repeated_share=same / best["launches"])
-    return best
+    allocations = _launch_allocations(read)
+    periods = range(kernels, min(ITERATION_MULTIPLES * kernels, len(keys) // 2) + 1, kernels)
+    # Each period judged over the same last launches (the longest period's), each against the
+    # launch a period before, so that no period gains by diluting one launch that did not repeat.
+    span = periods[-1]
+    judged = []
+    for period in periods:
+        keys_same = int(np.count_nonzero(keys[-span:] == keys[-span - period:-period]))
+        order_same = _same_in_allocation_order(allocations, period, span)
+        judged.append((max(keys_same, order_same), period))
+    most = max(same for same, _ in judged)
+    period = next(p for same, p in judged if same >= most - NEAR_SHARE * span)  # the shortest of the best
+    same = int(np.count_nonzero(keys[-period:] == keys[-2 * period:-period]))
+    ordered = _same_in_allocation_order(allocations, period, period)
+    return {"launches": period, "keys_repeated": same, "keys_repeated_share": same / period,
+            "order_repeated": ordered, "order_repeated_share": ordered / period}
 
 
 def _launch_allocations(read):
     """Per launch, in order: (function, ((allocation number, size) or (None, base) per base)),
-    and the allocations made before each launch: the allocations a launch's bases name, numbered
-    in the order they were made (ALLOC records; a base no ALLOC names keeps its address). read:
-    [(records, their channel.decode())] in order; the bases are decode's."""
-    live, made, launches, allocs_before = {}, 0, [], []
+    the allocations made before each launch, and each allocation's size by its number: the
+    allocations a launch's bases name, numbered in the order they were made (ALLOC records; a
+    base no ALLOC names keeps its address). read: [(records, their channel.decode())] in order;
+    the bases are decode's."""
+    live, launches, allocs_before, sizes = {}, [], [], []
     alloc, free = channel.KIND["alloc"], channel.KIND["free"]
     for records, batch in read:
         kinds, args = records["kind"], records["arg"]
@@ -297,32 +304,57 @@ def _launch_allocations(read):
             while at < len(changes) and launches_before[at] <= i:
                 k, base = changes[at], int(args[changes[at], 0])
                 if kinds[k] == alloc:
-                    live[base] = (made, int(args[k, 1]))
-                    made += 1
+                    live[base] = (len(sizes), int(args[k, 1]))
+                    sizes.append(int(args[k, 1]))
                 else:
                     live.pop(base, None)
                 at += 1
             if i < len(functions):
-                allocs_before.append(made)
+                allocs_before.append(len(sizes))
                 launches.append((functions[i], tuple(live.get(b, (None, b)) for b in batch.launch_bases(i).tolist())))
-    return launches, allocs_before
+    return launches, allocs_before, sizes
 
 
-def _same_in_allocation_order(read, period: int) -> int:
-    """How many of the last `period` launches name what the launch an iteration before named,
-    where an allocation made during the iteration counts as the same as the one made at the
-    same place in the iteration before (its number one iteration's allocations later, the same
-    size): what keys that named a step's allocations by their order, not their address, would
-    repeat. An allocation made before both keeps its number (weights, optimizer state)."""
-    launches, before = _launch_allocations(read)
-    if len(launches) < 2 * period:
+def _same_in_allocation_order(allocations, period: int, span: int) -> int:
+    """How many of the last `span` launches name what the launch `period` launches before named,
+    where an allocation made during an iteration (the trace's last launches cut into `period`s) is
+    named by its size and its place among that iteration's allocations of that size (the k-th of
+    12 MiB), relative to the launch's own iteration (this one's, or the one before's): what keys
+    that named a step's allocations by that order, not their address, would repeat. An allocation
+    of another size made or left out (the H200's GPT-2 made one more every other step) shifts no
+    other size's names. One made before both iterations keeps its number (weights, optimizer
+    state). allocations: _launch_allocations' answer."""
+    launches, before, sizes = allocations
+    n = len(launches)
+    if n < span + period:
         return 0
-    per_iteration = before[-period] - before[-2 * period]
+    # window w: launches [n - (w + 1) * period, n - w * period), newest first, and its allocations
+    count = -(-span // period) + 2
+    edges = [before[n - w * period] if w else len(sizes) for w in range(count)]
+    edges += [before[n - count * period] if n >= count * period else 0]
+    names = []
+    for hi, lo in zip(edges, edges[1:]):
+        seen, named = {}, {}
+        for number in range(lo, hi):
+            seen[sizes[number]] = seen.get(sizes[number], 0) + 1
+            named[number] = (sizes[number], seen[sizes[number]])
+        names.append(named)
+
+    def name(base, w: int):
+        number, size = base
+        if number is None:
+            return ("address", size)
+        for back in (0, 1):
+            if w + back < len(names) and number in names[w + back]:
+                return ("made", back, names[w + back][number])
+        return ("kept", number)
+
     same = 0
-    for (f0, named0), (f1, named1) in zip(launches[-2 * period:-period], launches[-period:]):
+    for i in range(n - span, n):
+        w = (n - 1 - i) // period
+        (f0, named0), (f1, named1) = launches[i - period], launches[i]
         same += f0 == f1 and len(named0) == len(named1) and all(
-            b == a or (a[0] is not None and b[0] == a[0] + per_iteration and b[1] == a[1])
-            for a, b in zip(named0, named1))
+            name(a, w + 1) == name(b, w) for a, b in zip(named0, named1))
     return same
 
 
