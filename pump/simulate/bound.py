@@ -76,6 +76,13 @@ for every e and k (cyclically).  It exceeds the bytes bound where an iteration's
 up behind a stretch of compute that holds the memory: ViT-B/16's forward pass needs 4.9 GiB
 across the link between its optimizer step and its launch 220.
 
+A caching allocator's segments (segments.py) leave the bound as it is: a tensor's FREE kills
+its pages whether its memory stays in its segment or not ("carve" and "tensor_free" count as
+frees), since what must move is the data's, and a dead tensor's data needs no copy (a policy
+that discards it, PUMP_TORCH_DISCARDS, moves none of it).  The bound stays the lower bound with
+dead memory free; what the policies that keep dead memory move for it (evicted stale, brought
+back stale for the next tensor there) is their cost, in their distance from the bound.
+
 The old, weaker figure is kept next to it: the touched bytes beyond capacity (T - C), since at
 most C of a step's T touched bytes can be on the GPU when it starts.  Training touches
 weights and activations forward and again backward, in reverse order. Under that mirror-order
@@ -201,7 +208,7 @@ def _accesses(workload, lo: int, hi: int):
     for k in range(lo, hi):
         pos = k - lo
         for what, addr, size in workload.events.get(k, ()):
-            if what in ("free", "block_free"):   # dead from here: no write-back needed
+            if what in ("free", "block_free", "carve", "tensor_free"):   # dead from here: no write-back needed
                 for b, mask in workload.page_masks(addr, size):
                     blocks.append(b), masks.append(mask), where.append(pos), kinds.append(KILL)
         writes = dict(written[k])

@@ -114,6 +114,10 @@ def add_parser(sub, handler):
                         "chrome://tracing; gzip-compressed if the name ends in .gz)")
     p.add_argument("--timeline-png", metavar="OUT.png", help="also draw that timeline as a PNG (needs matplotlib)")
     timeline_cli.add_max_events(p)
+    p.add_argument("--no-segments", dest="segments", action="store_false",
+                   help="free each dead tensor's memory, as if every dead tensor were discarded; by default a "
+                        "caching allocator's segments the trace shows carved stay whole, a dead tensor's memory "
+                        "staying in its segment until a new tensor there takes it (pump/simulate/segments.py)")
     p.add_argument("--json", action="store_true", help="one JSON document instead of a table")
     p.set_defaults(handler=handler)
 
@@ -198,7 +202,7 @@ def main(args) -> int:
     try:
         cases = models(args)
         model = cases[0][1]
-        w = workload.load(args.trace, daemon_reads_steps=model.daemon_reads_steps)
+        w = workload.load(args.trace, daemon_reads_steps=model.daemon_reads_steps, segments=args.segments)
         measured = profile.apply(w, args.profile, model.gpu, args.profile_gpu) if args.profile else None
     except (workload.WorkloadError, ValueError) as exc:
         if out:

@@ -52,6 +52,7 @@ from pump.simulate import constants as K
 from pump.simulate.gpu_truth import FaultRules, GpuTruth
 from pump.simulate.host import HostCosts, LaunchThread
 from pump.simulate.link import Streams
+from pump.simulate.segments import RUN_EVENTS, run_event
 from pump.simulate.victims import UseOrder, VictimSearch
 from pump.simulate.workload import collector_paused
 
@@ -382,13 +383,8 @@ class _Run:
     # ---- allocator events ----
     def _events(self, k, now):
         for what, addr, size in self.w.events.get(k, ()):
-            if what == "free":
-                blocks = range(addr >> BLOCK_SHIFT, (addr + size + K.BLOCK_BYTES - 1) >> BLOCK_SHIFT)
-                for b in map(self.w.block_of.get, blocks):
-                    if b is not None:
-                        self._forget(b)
-                        self.gpu.free(b)
-                        self.dead[b] = 0
+            if what in RUN_EVENTS:   # frees; in segments, dead tensors' blocks and tensors placed there
+                run_event(self, what, addr, size)
             elif what in ("block_free", "block_alloc") and self.discards:   # only a discard reads dead pages
                 self._mark_dead(addr, size, what == "block_free")
                 if what == "block_free":

@@ -37,6 +37,8 @@ def simulate(workload, capacity: int, model: engine.Model, policies=engine.POLIC
            "peak_footprint_bytes": int(workload.peak_footprint), "launches": workload.launches,
            "period": workload.period, "learned_at_launch": workload.learned_at,
            "steady_steps": engine.steady_steps(workload)}
+    if workload.segments:   # only where the trace has them: other documents are as they were
+        doc["segments_kept"] = workload.segments
     doc.update(lower_bound(workload, capacity, model))
     doc["policies"] = {}
     ideal = None
@@ -103,9 +105,15 @@ def _case_line(case, c) -> str:
             f"duplex: bound {c['lower_bound_seconds'] * 1e3:.3f} ms; {steps}")
 
 
+def _segments(doc) -> str:
+    n = doc.get("segments_kept")
+    return (f", {n} caching-allocator segments kept whole (a dead tensor's memory stays in its segment; "
+            "--no-segments frees it)") if n else ""
+
+
 def text(doc: dict) -> str:
     lines = [f"{doc['name']} ({doc['trace']}): {doc['launches']} launches, period {doc['period']}, "
-             f"peak footprint {_size(doc['peak_footprint_bytes'])}",
+             f"peak footprint {_size(doc['peak_footprint_bytes'])}" + _segments(doc),
              f"model {doc['model']}, capacity {_size(doc['capacity_bytes'])}, "
              f"bandwidth {doc['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s host->GPU, "
              f"{doc['d2h_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s GPU->host, steady steps {doc['steady_steps']}",

@@ -68,6 +68,7 @@ class UseOrder:
         self.member = np.zeros(blocks, bool)     # the same, as a mask
         self.heap = []                 # (rank, migrated, block) or (launch, -1, _LAUNCH)
         self.launches = {}             # launch -> the blocks it ranked (an int array)
+        self.buried = {}               # a dead tensor's block (segments.py) -> its last use before
 
     def copy(self):
         """The same order, changed apart from this one from here."""
@@ -75,6 +76,7 @@ class UseOrder:
         other.used, other.named, other.member = self.used.copy(), self.named.copy(), self.member.copy()
         other.migrated, other.members, other.heap = list(self.migrated), set(self.members), list(self.heap)
         other.launches = dict(self.launches)   # its arrays are never changed
+        other.buried = dict(self.buried)
         return other
 
     def _rank(self, b) -> int:
@@ -122,6 +124,25 @@ class UseOrder:
     def name(self, b, launch):
         self.named[b] = launch
         self._push(b)
+
+    def bury(self, b):
+        """b's memory is dead, kept in its segment (segments.py): its last use counts for nothing,
+        so it ranks by a plan's naming alone (residency_rank.c, rank_of)."""
+        self.buried[b] = max(self.buried.get(b, 0), self.used.item(b))
+        self.used[b] = 0
+        if self.member[b]:
+            self._push(b)
+
+    def is_buried(self, b) -> bool:
+        return b in self.buried
+
+    def revive(self, b, migrated):
+        """A tensor is placed over b: it ranks by its last use again; `migrated`: its new place in
+        migration order, if believed (None: not)."""
+        self.used[b] = max(self.used.item(b), self.buried.pop(b))
+        if migrated is not None:
+            self.migrated[b] = migrated
+            self._push(b)
 
     def first_not_in(self, protect, aside):
         """The least recently used block not in `protect` (left in place), or None; the

@@ -20,6 +20,7 @@ import numpy as np
 from pump import channel, trace
 from pump.iteration import IterationDetector
 from pump.simulate import constants as K
+from pump.simulate import segments as S
 
 KIND = channel.KIND
 BLOCK_SHIFT = K.BLOCK_BYTES.bit_length() - 1
@@ -53,6 +54,7 @@ class Workload:
     period: int
     override_seconds: np.ndarray = None   # per launch: a measured time to use instead (NaN: none)
     written: list = None              # per launch: ((block id, page mask), ...) of its written extents
+    segments: int = 0                 # caching-allocator segments kept whole (segments.py)
 
     @property
     def launches(self) -> int:
@@ -225,10 +227,14 @@ def collector_paused(make):
 
 
 @collector_paused
-def load(path, batch_launches: int = K.DAEMON_READ_LAUNCHES, daemon_reads_steps: bool = False) -> Workload:
+def load(path, batch_launches: int = K.DAEMON_READ_LAUNCHES, daemon_reads_steps: bool = False,
+         segments: bool = True) -> Workload:
     """daemon_reads_steps: pumpd reads each step whole (a replay that pauses between steps),
-    rather than every batch_launches launches."""
+    rather than every batch_launches launches.  segments: a caching allocator's segments the
+    trace shows carved stay whole, a dead tensor's memory in them (segments.py); else each
+    tensor's memory is freed when it dies (replay_trace --no-segments)."""
     header, records = _records_of_busiest_process(path)
+    tags, kept = S.classify(records) if segments else (None, [])
     page_shift = K.PAGE_BYTES.bit_length() - 1
     ppb = K.PAGES_PER_BLOCK
 
@@ -310,7 +316,7 @@ def load(path, batch_launches: int = K.DAEMON_READ_LAUNCHES, daemon_reads_steps:
     flops, traffic, measured, kinds = [], [], [], []
     names = {}
     events, steps, batches = {}, [], []
-    first = 0
+    first = offset = 0
     for part in _split(records, batch_launches, daemon_reads_steps):
         batch = channel.decode(part)
         n = len(batch.launch_function)
@@ -318,9 +324,14 @@ def load(path, batch_launches: int = K.DAEMON_READ_LAUNCHES, daemon_reads_steps:
         kind = part["kind"]
         valid_launch = (kind == KIND["launch"]) & (part["count"] <= channel.LAUNCH_BASES_MAX)
         before = np.cumsum(valid_launch) - valid_launch      # launches of this part before record i
+        tag = None if tags is None else tags[offset:offset + len(part)]
+        offset += len(part)
         for i in np.flatnonzero((kind == KIND["alloc"]) | (kind == KIND["free"])).tolist():
             base, size = int(part["arg"][i, 0]), int(part["arg"][i, 1])
-            what = "alloc" if kind[i] == KIND["alloc"] else "free"
+            if tag is None:
+                what = "alloc" if kind[i] == KIND["alloc"] else "free"
+            else:
+                what = S.EVENT_OF[int(kind[i]), int(tag[i])]
             events.setdefault(first + int(before[i]), []).append((what, base, size))
         for at, addr, size in batch.block_allocs:
             events.setdefault(first + at, []).append(("block_alloc", addr, size))
@@ -332,19 +343,28 @@ def load(path, batch_launches: int = K.DAEMON_READ_LAUNCHES, daemon_reads_steps:
         kinds.extend(op_kind(names.get(f, "")) for f in batch.launch_function.tolist())
         for i in range(n):
             g = first + i
-            for what, base, size in events.get(g, ()):
-                if what == "alloc":
+            dead = []
+            for j, (what, base, size) in enumerate(events.get(g, ())):
+                if what in ("alloc", "tensor_alloc"):   # a tensor's bytes are its segment's
                     if base not in allocations:
                         bisect.insort(sorted_bases, base)
-                    live += size - allocations.get(base, 0)
+                    if what == "alloc":
+                        live += size - allocations.get(base, 0)
                     allocations[base] = size
                     peak = max(peak, live)
                     blocks_of(base, size)
                     version += 1
-                elif what == "free" and base in allocations:
-                    live -= allocations.pop(base)
+                elif what in ("free", "carve", "tensor_free") and base in allocations:
+                    held = allocations.pop(base)
                     sorted_bases.remove(base)
                     version += 1
+                    if what == "free":
+                        live -= held
+                    elif what == "tensor_free":
+                        dead.append((j + 1, S.dead_blocks(base, held, allocations, sorted_bases)))
+            for j, blocks in reversed(dead):   # each right after its tensor_free
+                if blocks is not None:
+                    events[g].insert(j, ("dead",) + blocks)
             bases, extents = tuple(batch.launch_bases(i).tolist()), tuple(batch.extents.get(i) or ())
             known = taken.get((version, bases, extents))
             if known is None:
@@ -375,4 +395,4 @@ def load(path, batch_launches: int = K.DAEMON_READ_LAUNCHES, daemon_reads_steps:
         kind=np.asarray(kinds), measured_ns=np.asarray(measured, float), block_address=np.asarray(block_address, np.uint64),
         block_bytes=np.asarray(block_bytes, np.int64), block_pages=block_pages, events=events,
         steps=sorted(set(steps)), batches=batches, peak_footprint=peak, learned_at=learned_at, period=period,
-        written=written)
+        written=written, segments=len(kept))
