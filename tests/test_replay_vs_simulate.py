@@ -2,7 +2,9 @@
 and byte counts `pump simulate --gpu fakecuda` predicts for the same policy (issue 4:
 within 5%; lookahead within 10%, its plan made from times a loaded host's clock takes). The
 trace is generated here (ResNet-50's training steps at batch 2, by `pump trace generate`), so
-this also runs the generator end to end.
+this also runs the generator end to end.  A small trace of a caching allocator's segments
+(test_segments_replay_as_the_simulator_predicts) is compared too: replay_trace and the simulator
+keep its segments whole, a dead tensor's memory in them, or both free it (--no-segments).
 
 Policies compared: off (pump's evict-only emulation of an oversubscribed GPU; the
 simulator's "naive"), launch, and lookahead with a live (embedded) pumpd: the replay pauses
@@ -21,8 +23,7 @@ import pytest
 
 from helpers import PUMP_RUN, clean_env
 from pump.simulate import constants, workload
-
-pytest.importorskip("torch")
+from synthetic_trace import MIB, TraceBuilder
 
 TOLERANCE = 0.05
 # lookahead's plan is made from what the shim timed on the host's clock (the link rate its
@@ -33,6 +34,7 @@ COUNTS = ("gpu_faults", "gpu_fault_batches", "bytes_prefetched_h2d", "bytes_faul
 
 @pytest.fixture(scope="module")
 def model_trace(tmp_path_factory):
+    pytest.importorskip("torch")
     path = tmp_path_factory.mktemp("replay") / "resnet50-b2.trace"
     proc = subprocess.run([sys.executable, "-m", "pump.cli", "trace", "generate", "resnet50", "--batch", "2",
                            "--steps", "8", "-o", str(path)], capture_output=True, text=True, timeout=600)
@@ -40,16 +42,16 @@ def model_trace(tmp_path_factory):
     return path
 
 
-def simulated(path, policy, budget):
+def simulated(path, policy, budget, *extra):
     proc = subprocess.run([sys.executable, "-m", "pump.cli", "simulate", str(path), "--gpu", "fakecuda",
-                           "--capacity", str(budget), "--policy", policy, "--json"],
+                           "--capacity", str(budget), "--policy", policy, "--json", *extra],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     return doc["fakecuda_counts"][policy], doc["peak_footprint_bytes"]
 
 
-def replayed(c_build, tmp_path, path, policy, budget):
+def replayed(c_build, tmp_path, path, policy, budget, *extra):
     stats = tmp_path / f"fakecuda-{policy}.json"
     # PUMP_EVICT_AHEAD=0: the simulator models each launch making its own room, not pump's worker
     # making it ahead (shim/policy/residency_ahead.c), which moved the replay's faults 15% (1,648 against
@@ -62,7 +64,7 @@ def replayed(c_build, tmp_path, path, policy, budget):
     daemon, pause = (["--daemon", "embedded"], ["--step-pause", "1000"]) if policy == "lookahead" else \
         (["--daemon", "none"], [])
     proc = subprocess.run([PUMP_RUN, *daemon, "--policy", {"naive": "off"}.get(policy, policy),
-                           "--budget", str(budget), "--", str(c_build / "plain" / "replay_trace"), *pause,
+                           "--budget", str(budget), "--", str(c_build / "plain" / "replay_trace"), *extra, *pause,
                            "--kernel-times", str(workload.load(str(path)).write_kernel_times(
                                tmp_path / "kernel-times", constants.GPU_PRESETS[constants.DEFAULT_GPU])), str(path)],
                           env=env, capture_output=True, text=True, timeout=600)
@@ -120,6 +122,56 @@ def test_replay_matches_the_simulator(c_build, tmp_path, model_trace, policy):
     said = re.findall(r"^pump-run: lookahead learned an iteration of (\d+) launches(?:, planned at .*)?$", summary, re.M)
     assert (len(said), int(said[0]) > 0 if said else None) == ((1, True) if policy == "lookahead" else (0, None)), \
         summary
+
+
+def caching_allocator_trace(path, steps=6, layers=4, size=4 * MIB):
+    """A training loop's memory under a caching allocator, as the shim traces it: weights of
+    their own; activations in one segment (carved: ALLOC, FREE, ALLOC at its base), written
+    forward and freed backward; a gradient scratch tensor in a second segment, placed at one of
+    two offsets per layer and freed after it.  Every base a launch names has an extent there
+    (replay_trace gives a kernel only its ranges: a base without one is not seen by the shim)."""
+    t = TraceBuilder()
+    weights = [t.alloc(size) for _ in range(layers)]
+    acts_segment = scratch_segment = None
+    for s in range(steps):
+        t.step(s)
+        acts = []
+        for i in range(layers):
+            if acts_segment is None:
+                acts_segment = t.alloc(layers * size)
+                t.free(acts_segment, layers * size)
+            acts.append(acts_segment + i * size)
+            t._record("alloc", 0, acts[i], size, 1)
+            t.launch(100 + i, [weights[i], acts[i]], [(weights[i], size, False), (acts[i], size, True)], 1e9, 2 * size)
+        for i in reversed(range(layers)):
+            if scratch_segment is None:
+                scratch_segment = t.alloc(2 * size)
+                t.free(scratch_segment, 2 * size)
+            g = scratch_segment + (i + 1) % 2 * size
+            t._record("alloc", 0, g, size, 1)
+            t.launch(200 + i, [weights[i], acts[i], g],
+                     [(weights[i], size, False), (acts[i], size, False), (g, size, True)], 2e9, 3 * size)
+            t.free(acts[i], size)
+            t.launch(300 + i, [weights[i], g], [(g, size, False), (weights[i], size, True)], 1e9, 2 * size)
+            t.free(g, size)
+    return t.write(str(path))
+
+
+# Both keep the segments whole (a dead tensor's memory resident and counted, evicted first and
+# brought back for the next tensor there) or both free dead tensors: count for count the same
+# (with segments 240 MiB in and 260 out under launch; freed, 116 and 120).
+@pytest.mark.parametrize("segments", [True, False], ids=["segments", "no-segments"])
+@pytest.mark.parametrize("policy", ["naive", "launch"])
+def test_segments_replay_as_the_simulator_predicts(c_build, tmp_path, policy, segments):
+    path = caching_allocator_trace(tmp_path / "caching.trace")
+    budget = 20 * MIB   # half the footprint (weights 16 MiB, segments 24 MiB)
+    extra = () if segments else ("--no-segments",)
+    predicted, peak = simulated(path, policy, budget, *extra)
+    measured, summary = replayed(c_build, tmp_path, path, policy, budget, *extra)
+    assert peak == 40 * MIB   # weights, activations and the scratch segment at once
+    assert predicted["bytes_d2h"] > 0
+    for count in COUNTS:
+        assert predicted[count] == measured[count], (count, predicted[count], measured[count], summary)
 
 
 def test_launch_times_leave_pumps_own_calls_out(c_build, tmp_path, model_trace):
