@@ -34,6 +34,14 @@ def _slow(item) -> bool:
     return item.module.__name__ in SLOW_MODULES or variant in SLOW_VARIANTS
 
 
+def pytest_configure(config):
+    """Under pytest-xdist (`pytest -n 2`, the README's fast tier), a file's tests stay in one worker
+    (`--dist loadfile` where `-n` alone would deal them out one by one): a module's fixtures (a
+    recording of the real client, a daemon, a build) are made once, not once per worker."""
+    if getattr(config.option, "dist", "no") == "load":
+        config.option.dist = "loadfile"
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if _slow(item):
