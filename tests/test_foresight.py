@@ -59,6 +59,35 @@ def test_relearns_after_a_lasting_change():
     assert f.period in (4, 8) and set(f.schedule_keys.tolist()) == set(f.detector.keys[-4:].tolist())
 
 
+def test_a_multiple_of_the_step_learned_once_gives_way_to_the_step():
+    """Three steps whose keys differ (the real client's first steps under load, before its tensors
+    were placed) repeat once, so a period of three steps is learned; then every step is the same.
+    Its keys are all in that schedule, which held for good (the real client learned 1,353
+    launches for its 451-launch step): the step is learned once the last learned period repeats
+    under it."""
+    t, weights, acts = training_trace(steps=0, layers=4)
+    others = [t.alloc(4 * MIB) for _ in range(8)]
+
+    def step(a):
+        for i in range(4):
+            t.launch(100 + i, [weights[i], a[i]], [(a[i], MIB, True)])
+
+    for _ in range(2):   # three steps on other activations, twice: a period of 12 launches
+        step(acts)
+        step(others[:4])
+        step(others[4:])
+    for _ in range(8):   # then the step itself, on the first step's activations
+        step(acts)
+    f = Foresight(64 * MIB, 50e9)
+    periods = []
+    recs = np.concatenate(t.records)
+    starts = np.flatnonzero(recs["kind"] == channel.KIND["launch"])
+    for part in np.split(recs, starts[4::4]):
+        f.observe(channel.decode(part))
+        periods.append(f.period)
+    assert 12 in periods and periods[-1] == 4, periods
+
+
 @pytest.mark.parametrize("steps", [3, 6, 40])
 def test_a_short_run_inside_the_iteration_is_not_the_iteration(steps):
     """bench/gpu/chain.py's step as the H100 ran it (pairs 4, repeat 4): saxpy and scale on one
