@@ -17,6 +17,18 @@ def _observe_in_batches(t, f, launches_per_batch=7):
         f.observe(channel.decode(part))
 
 
+def _periods_in_batches(t, launches_per_batch):
+    """The period Foresight has learned after each batch of the trace, read in batches."""
+    f = Foresight(64 * MIB, 50e9)
+    periods = []
+    recs = np.concatenate(t.records)
+    starts = np.flatnonzero(recs["kind"] == channel.KIND["launch"])
+    for part in np.split(recs, starts[launches_per_batch::launches_per_batch]):
+        f.observe(channel.decode(part))
+        periods.append(f.period)
+    return periods
+
+
 def test_detects_the_training_period():
     t, _, _ = training_trace(steps=4, layers=6)
     f = Foresight(64 * MIB, 50e9)
@@ -34,13 +46,7 @@ def test_not_learned_from_one_iteration():
 
 def test_eval_step_and_short_last_batch_do_not_derail_it():
     t, _, _ = training_trace(steps=7, layers=6, eval_after=3, short_last=True)
-    f = Foresight(64 * MIB, 50e9)
-    periods = []
-    recs = np.concatenate(t.records)
-    starts = np.flatnonzero(recs["kind"] == channel.KIND["launch"])
-    for part in np.split(recs, starts[5::5]):
-        f.observe(channel.decode(part))
-        periods.append(f.period)
+    periods = _periods_in_batches(t, 5)
     learned = [p for p in periods if p]
     assert learned and set(learned) == {12}, periods
 
@@ -78,13 +84,7 @@ def test_a_multiple_of_the_step_learned_once_gives_way_to_the_step():
         step(others[4:])
     for _ in range(8):   # then the step itself, on the first step's activations
         step(acts)
-    f = Foresight(64 * MIB, 50e9)
-    periods = []
-    recs = np.concatenate(t.records)
-    starts = np.flatnonzero(recs["kind"] == channel.KIND["launch"])
-    for part in np.split(recs, starts[4::4]):
-        f.observe(channel.decode(part))
-        periods.append(f.period)
+    periods = _periods_in_batches(t, 4)
     assert 12 in periods and periods[-1] == 4, periods
 
 
