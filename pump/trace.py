@@ -330,8 +330,7 @@ def _same_in_allocation_order(allocations, period: int, span: int) -> int:
         return 0
     # window w: launches [n - (w + 1) * period, n - w * period), newest first, and its allocations
     count = -(-span // period) + 2
-    edges = [before[n - w * period] if w else len(sizes) for w in range(count)]
-    edges += [before[n - count * period] if n >= count * period else 0]
+    edges = [len(sizes)] + [before[n - w * period] if n - w * period >= 0 else 0 for w in range(1, count + 1)]
     names = []
     for hi, lo in zip(edges, edges[1:]):
         seen, named = {}, {}
