@@ -287,7 +287,7 @@ static void print_delta(const char *name, const struct snapshot *a, const struct
     DRIVER(driver_host_ns); DRIVER(driver_evictions); DRIVER(bytes_evicted_d2h); DRIVER(bytes_evicted_h2d);
     DRIVER(gpu_fault_batches); DRIVER(gpu_fault_stall_ns); DRIVER(bytes_fault_prefetched_h2d); DRIVER(bytes_h2d);
     DRIVER(bytes_d2h_all);
-    DRIVER(va_lock_wait_ns); DRIVER(bytes_discarded);
+    DRIVER(va_lock_wait_ns); DRIVER(bytes_discarded); DRIVER(discard_races); DRIVER(bytes_lost_to_discard_races);
 #undef DRIVER
     printf(", \"device_resident_bytes\": %llu", (unsigned long long)b->driver.device_resident_bytes);
     printf(", \"entries\": {");
@@ -310,6 +310,7 @@ static void print_delta(const char *name, const struct snapshot *a, const struct
     PUMP(bytes_evicted); PUMP(evictions); PUMP(plan_triggers); PUMP(plan_prefetch_ranges); PUMP(plan_evict_ranges);
     PUMP(worker_jobs); PUMP(worker_takeovers); PUMP(worker_waits);
     PUMP(torch_tensor_discards); PUMP(bytes_discarded); PUMP(discards_skipped); PUMP(prefetch_discard_waits);
+    PUMP(discard_drain_waits); PUMP(discards_undrained);
     PUMP(launches_planned);
 #undef PUMP
     printf(", \"resident_bytes\": %llu, \"errors\": %llu}}", (unsigned long long)b->pump.resident_bytes,

@@ -27,7 +27,18 @@
  * the racing migration completes, the pages both named keep a stuck discard status
  * (FC_BIT_DISCARD_STUCK, migrate.c): what is written there later is lost, poisoned, at the
  * page's next move, and only a prefetch (an API migration) clears it. Counted: discard_races
- * (discards that raced a migration), bytes_lost_to_discard_races.
+ * (discards that raced a migration or their stream's later work), bytes_lost_to_discard_races.
+ *
+ * A discard asked for on a busy stream races that stream's later work. UVM's discard is an
+ * ioctl without a semaphore (uvm_ioctl.h, UVM_DISCARD), so the CUDA driver runs it once the
+ * stream's earlier work is done, and on the H200 (driver 580) the work queued behind it did not
+ * wait for it: a discard asked for behind 200 kernels, then a memset of the same memory and its
+ * move to the host on that stream, lost every element the memset wrote, every round; a stream
+ * that waited for an event recorded after the discard lost nothing, even where its write left
+ * half the range to a later memset on the first stream (bench/gpu/probes/discard_late.py,
+ * bench/results/gpu-20261127-nvidia-h200/discard-variants). The model takes the worse side of
+ * both: such a discard runs in its turn and then leaves its pages the stuck status, as if it had
+ * landed after whatever writes them next, until a prefetch clears it (fc_discard_late).
  */
 #include "memory_pages.h"
 
@@ -127,4 +138,10 @@ void fc_migration_completed(uint64_t number)
     pthread_mutex_unlock(&mu);
     for (size_t i = 0; i < nraced; i++) fc_pages_discard_stuck(raced[i].ptr, raced[i].size);
     free(raced);
+}
+
+void fc_discard_late(const fc_range *r, size_t n)
+{
+    FC_COUNT(discard_races, 1);
+    for (size_t i = 0; i < n; i++) fc_pages_discard_stuck(r[i].ptr, r[i].size);
 }

@@ -85,8 +85,9 @@ struct fakecuda_stats {
        no allocation of this run holds (given what did match, if anything). */
     uint64_t launches_given_uses, launch_uses_missing, launch_uses_mismatched;
     /* Discards that ran while a migration of their pages on another stream, enqueued before
-       them, had not completed (undefined behaviour: discard_races.c), and bytes written
-       there later that were lost, as a stuck discard status loses them. */
+       them, had not completed (undefined behaviour: discard_races.c), or that were asked for
+       on a busy stream, and bytes written there later that were lost, as a stuck discard
+       status loses them. */
     uint64_t discard_races, bytes_lost_to_discard_races;
     /* cuGetProcAddress calls asking for a CUDA version above the driver's: the 580 driver
        (CUDA 13.0) refused two such lookups of pump's with CUDA_ERROR_INVALID_VALUE, which

@@ -234,7 +234,8 @@ typedef struct fc_op {
         struct { struct fc_kdef *def; fakecuda_dims dims; uint64_t not_before; void *args; fc_use *uses; size_t nuses; } k;
         /* ioctl_ns: paid by the worker before the pages move (FAKECUDA_IOCTL_THREAD=worker) */
         struct { size_t n; fc_range *r; uint64_t not_before; int64_t ioctl_ns; int entry;
-                 CUstream stream; uint64_t race_number; /* discard_races.c */ } pf;
+                 CUstream stream; uint64_t race_number; /* discard_races.c */
+                 int late; /* a discard asked for on a busy stream (discard_races.c) */ } pf;
         struct { CUhostFn fn; void *ud; } h;
         fc_fence *fence;
         struct { uintptr_t ptr; int pooled; } free;
@@ -415,6 +416,8 @@ uint64_t fc_migration_enqueued(CUstream s, const fc_range *r, size_t n);
 void fc_migration_completed(uint64_t number);
 uint64_t fc_race_number(void);
 void fc_discard_runs(CUstream s, uint64_t number, const fc_range *r, size_t n);
+/* A discard asked for on a busy stream, run: its pages keep the stuck status (discard_races.c). */
+void fc_discard_late(const fc_range *r, size_t n);
 /* The whole pages of [p, p+n) keep a stuck discard status (migrate.c, FC_BIT_DISCARD_STUCK). */
 void fc_pages_discard_stuck(uintptr_t p, size_t n);
 /* A kernel's or a copy's read of [p, p+n): the pages whose bytes a discard lost and nothing

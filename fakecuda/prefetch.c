@@ -54,6 +54,7 @@ void fc_run_prefetch(const fc_op *op)
         }
     }
     fc_pay_debt(0); /* the stream is busy until the last byte has moved */
+    if (op->u.pf.late) fc_discard_late(op->u.pf.r, op->u.pf.n);
     if (!discard) fc_migration_completed(op->u.pf.race_number);
 }
 
@@ -112,6 +113,9 @@ static CUresult prefetch_enqueue(const CUdeviceptr *ptrs, const size_t *sizes, c
     if (entry == FC_E_PREFETCH) hold_for_test();
     CUstream s = fc_resolve_stream(hStream, &err);
     if (!s) return err;
+    pthread_mutex_lock(&s->mu);
+    int busy = s->pending > 0;
+    pthread_mutex_unlock(&s->mu);
     for (size_t i = 0; i < n; i++)
         if ((err = fc_check_prefetch_range((uintptr_t)ptrs[i], sizes[i])) != CUDA_SUCCESS ||
             (entry == FC_E_PREFETCH && (err = pool_prefetch_still_taken((uintptr_t)ptrs[i])) != CUDA_SUCCESS))
@@ -128,6 +132,7 @@ static CUresult prefetch_enqueue(const CUdeviceptr *ptrs, const size_t *sizes, c
     for (size_t i = 0; i < n; i++) op->u.pf.r[i] = (fc_range){ (uintptr_t)ptrs[i], sizes[i], locs[i] };
     if (calls) atomic_fetch_add_explicit(calls, 1, memory_order_relaxed);
     op->u.pf.entry = entry;
+    op->u.pf.late = entry == FC_E_DISCARD && busy;
     if (fc_ioctl_on_worker()) {
         fc_cost(entry, FAKECUDA_LAUNCH_HOST_NS);
         op->u.pf.ioctl_ns = ioctl_ns(op->u.pf.r, n, entry == FC_E_DISCARD, 0);

@@ -32,7 +32,8 @@ static void host_hold(void *ud) { selftest_wait_for((atomic_int *)ud); }
 /* 3c. a discard unordered with a migration of its pages on another stream (discard_races.c):
  * the migration, enqueued first, is still waiting when the discard runs: counted, and what is
  * written there afterwards is lost at the next move; the same after the migration has
- * completed, or ordered before the discard by an event, is no race. */
+ * completed, asked for on an idle stream, is no race; asked for on a stream still waiting for
+ * it, the discard is late, and counted too. */
 static void discard_races(CUstream s1, CUstream s2, float *a, CUmemLocation dloc)
 {
     CUmemLocation host = { .type = CU_MEM_LOCATION_TYPE_HOST, .id = 0 };
@@ -66,14 +67,19 @@ static void discard_races(CUstream s1, CUstream s2, float *a, CUmemLocation dloc
     OK(cuStreamSynchronize(s1));
     CHECK(a[0] == 7.0f, "kept once a prefetch cleared the status");
 
-    /* ordered: the eviction done first; or the discard's stream waits for it by an event */
-    CUevent moved;
-    OK(cuEventCreate(&moved, CU_EVENT_DISABLE_TIMING));
+    /* ordered: the eviction done first, the discard asked for on an idle stream */
     fakecuda_reset_stats();
     OK(cuMemPrefetchAsync(p, bytes, host, 0, s2));
     OK(cuStreamSynchronize(s2));
     OK(cuMemDiscardBatchAsync(&p, &bytes, 1, 0, s1));
     OK(cuMemPrefetchAsync(p, bytes, dloc, 0, s1));
+    OK(cuStreamSynchronize(s1));
+    CHECK(selftest_stats().discard_races == 0, "an ordered discard races nothing (%llu)",
+          (unsigned long long)selftest_stats().discard_races);
+    /* a discard asked for on a stream still waiting (here for the eviction, by an event) lands
+     * late: the work queued behind it may overtake it, so its pages keep the stuck status */
+    CUevent moved;
+    OK(cuEventCreate(&moved, CU_EVENT_DISABLE_TIMING));
     atomic_store(&release, 0);
     OK(cuLaunchHostFunc(s2, host_hold, &release));
     OK(cuMemPrefetchAsync(p, bytes, host, 0, s2));
@@ -82,8 +88,14 @@ static void discard_races(CUstream s1, CUstream s2, float *a, CUmemLocation dloc
     OK(cuMemDiscardBatchAsync(&p, &bytes, 1, 0, s1));
     atomic_store(&release, 1);
     OK(cuStreamSynchronize(s1));
-    CHECK(selftest_stats().discard_races == 0, "ordered discards race nothing (%llu)",
+    CHECK(selftest_stats().discard_races == 1, "a discard on a busy stream is late (%llu)",
           (unsigned long long)selftest_stats().discard_races);
+    fakecuda_host_touch(a, bytes);
+    a[0] = 7.0f;
+    OK(cuMemPrefetchAsync(p, bytes, dloc, 0, s1));
+    OK(cuStreamSynchronize(s1));
+    memcpy(&word, a, sizeof word);
+    CHECK(word == 0xFFFFFFFFu, "a write after a late discard is lost at the next move (%08x)", word);
     OK(cuEventDestroy(moved));
     fakecuda_host_touch(a, bytes);
 }

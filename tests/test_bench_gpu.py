@@ -748,10 +748,26 @@ def test_discard_order_probe_finds_every_way_in_order_on_fakecuda(fake_gpu):
                for way in doc["ways"].values()), doc
 
 
+def test_discard_late_probe_loses_the_writes_behind_a_busy_discard_on_fakecuda(fake_gpu):
+    """bench/gpu/probes/discard_late.py: as on the H200, a discard asked for on a busy stream
+    loses what the same stream writes after it at the memory's next move, and not what another
+    stream writes once it has waited for an event recorded after the discard and prefetched the
+    memory; the half the first stream writes later is lost too (fakecuda/discard_races.c, harsher
+    than the H200, which lost none of it). The probe exits 1 only on a loss in `event`, pump's
+    own order."""
+    doc = run_probe(fake_gpu, "discard_late.py", "--mib", "2", "--busy", "2", "--rounds", "1")
+    assert doc["fakecuda"], doc
+    ways = doc["ways"]
+    assert ways["same_stream"]["lost"] == (2 << 20) // 4 and ways["event"]["lost"] == 0, doc
+    assert ways["event_half"]["lost"] == (1 << 20) // 4, doc
+
+
 def test_discard_writes_probe_keeps_every_write_on_fakecuda(fake_gpu):
     """bench/gpu/probes/discard_writes.py: data written into discarded memory (a kernel, a memset,
-    a copy, after a prefetch or not) survives its next move to the host on fakecuda, as the H200
+    a copy, after a prefetch of all of it, of half or none, into a block split between host and
+    device or not) survives its next move to the host on fakecuda, as the H200
     showed (bench/results/gpu-20261126-nvidia-h200); a write the model dropped would show."""
     doc = run_probe(fake_gpu, "discard_writes.py", "--mib", "2", "--rounds", "1")
-    assert doc["fakecuda"] and set(doc["ways"]) == {"kernel", "memset", "copy", "prefetched"}, doc
+    assert doc["fakecuda"] and set(doc["ways"]) == {"kernel", "memset", "copy", "prefetched", "half_prefetched",
+                                                    "split", "mapped"}, doc
     assert all(moves == {"evict": 0, "fault": 0} for moves in doc["ways"].values()), doc

@@ -50,19 +50,20 @@ def test_tensors_are_managed_and_dead_ones_discarded(run_program, pool_prefetch)
     assert run.proc.stderr == ""
 
 
-MARKS = 256  # shim/engine/prefetch_context.h's PUMP_DISCARD_MARKS
-HELD = 300   # tests/c/torch_allocator.c's HELD_TENSORS, of 2 MiB
+DRAIN_TIMEOUTS = 3  # shim/engine/discard_marks.c: waits for a stream that ran out, in a row, before discards stop
 
 
-def test_a_dead_tensor_waits_for_no_discard_mark(run_program):
-    # While a host function holds the stream, no discard can run: once every mark is taken,
-    # dead tensors are freed without a discard (a later prefetch of their memory could not be
-    # ordered after it), and the program neither waits nor changes.
+def test_a_stream_that_does_not_drain_stops_the_discards(run_program):
+    # A host function holds the stream while 300 tensors die on it (tests/c/torch_allocator.c,
+    # held). pump asks for a discard only once the freeing stream has drained (the driver's
+    # discard on a busy stream lands after the work queued behind it: bench/gpu/probes/
+    # discard_late.py on the H200), waiting a second at most: three such waits in a row, and it
+    # discards no more and says so once; the program neither hangs nor changes.
     expected = bare(run_program, "held")
     run = run_program("torch_allocator", STEPS, "held", env=MANAGED_ALL)
     assert run.result["checksum"] == expected["checksum"] and run.result["gpu_faults"] == 0
-    assert run.totals["discards_skipped"] == HELD - MARKS
-    assert run.totals["bytes_discarded"] == MARKS * 2 * MIB + STEPS * ACTIVATION + WEIGHTS
+    assert run.totals["discards_undrained"] == DRAIN_TIMEOUTS and run.totals["bytes_discarded"] == 0
+    assert run.proc.stderr.count("did not drain") == 1, run.proc.stderr
     assert run.totals["errors"] == 0
 
 
@@ -101,9 +102,8 @@ def test_sanitized(run_program, variant):
     expected = bare(run_program, "held")
     run = run_program("torch_allocator", STEPS, "held", variant=variant, env=MANAGED_ALL)
     assert run.result["checksum"] == expected["checksum"]
-    # fakecuda counts the pages it found populated: the held tensors a kernel cleared, too
-    assert run.result["bytes_discarded"] == MARKS * 2 * MIB + STEPS * ACTIVATION + WEIGHTS
-    assert run.result["gpu_faults"] == 0 and run.totals["discards_skipped"] == HELD - MARKS
+    assert run.result["bytes_discarded"] == 0 and run.totals["discards_undrained"] == DRAIN_TIMEOUTS
+    assert run.result["gpu_faults"] == 0
 
 
 SEGMENT = 20 * MIB  # tests/c/torch_allocator.c's caching-allocator segment

@@ -128,12 +128,17 @@ def test_at_a_budget_dead_tensors_cross_no_link(c_build):
     copied to the host nor brought back for the next tensor there. At bench-steady's budget50
     (200 MiB): without discards 532 MiB each way a step, the driver given 200 MiB 586; with them
     336 each way (318 in and 322 out when blocks pump had evicted, whose eviction could still be
-    running, were discarded too), with the same losses."""
+    running, were discarded too), with the same losses. Each discard is asked for once its
+    stream has drained (the driver's discard on a busy stream lands after the work behind it:
+    bench/gpu/probes/discard_late.py on the H200), which fakecuda counts as a race: asked for at
+    once, 130 a step were."""
     pumped = steady(c_build, "1G", [], ["--budget", "200M"], env={"PUMP_TORCH_DISCARDS": "1"})
     bare = steady(c_build, "200M", ["managed"])
     assert_no_more_traffic(pumped, bare, "budget 200 MiB")
     counters = pumped[0]["pump"]
     assert counters["torch_tensor_discards"] > 0 and counters["bytes_discarded"] > 0, counters
+    assert counters["discard_drain_waits"] > 0 and counters["discards_undrained"] == 0, counters
+    assert pumped[0]["discard_races"] == 0, pumped[0]
     assert counters["launches_planned"] == 0  # no plan: the launch rule places every launch's memory
     assert counters["errors"] == 0
     for key in ("bytes_h2d", "bytes_d2h_all"):
@@ -156,8 +161,8 @@ def test_poisoned_dead_tensors_tell_pumps_choice_from_the_drivers_discard(c_buil
     assert counters["bytes_discarded"] == discarded[0]["pump"]["bytes_discarded"] > 0, counters
     assert poisoned[0]["bytes_discarded"] == 0 < discarded[0]["bytes_discarded"]  # fakecuda's: no discard made
     assert counters["errors"] == 0
-    for key in ("bytes_h2d", "bytes_d2h_all"):  # the same decisions
-        assert poisoned[0][key] == discarded[0][key], key
+    for key in ("bytes_h2d", "bytes_d2h_all"):  # the same decisions, but for a block or so of the worker's timing
+        assert abs(poisoned[0][key] - discarded[0][key]) <= 0.02 * discarded[0][key], key
     planted = ["dead_told_early"]
     assert steady(c_build, "1G", planted, budget)[1] == bare[1]  # nothing dropped: the error is harmless
     nan = 0xffffffff

@@ -79,6 +79,10 @@ struct pump_stats {
                                         running), or another thread was making one in the same context */
     uint64_t discards_declined;      /* dead tensors not discarded: no scanned launch named them, or pump saw
                                         launches on another stream (stream_users.c) */
+    uint64_t discard_drain_waits;    /* discards the freeing thread waited for its stream to drain before
+                                        (discard_marks.c: a discard is asked for on an idle stream only) */
+    uint64_t discards_undrained;     /* dead tensors not discarded: their stream did not drain within a
+                                        second */
     uint64_t torch_free_waits;       /* waits of a freeing stream for another stream pump saw launches on */
     uint64_t torch_frees_unordered;  /* frees not ordered after every such stream (logged once) */
     uint64_t prefetch_discard_waits; /* prefetches of memory allocated again over a discard that may still

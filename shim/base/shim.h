@@ -151,6 +151,7 @@ struct pump_driver {
     PFN_cuEventCreate_v2000 event_create;
     PFN_cuEventRecord_v2000 event_record;
     PFN_cuEventQuery_v2000 event_query;
+    PFN_cuStreamQuery_v2000 stream_query;
     PFN_cuEventElapsedTime_v2000 event_elapsed;   /* NULL: no LINK records (link_rate.c) */
     PFN_cuStreamWaitEvent_v3020 stream_wait_event;
     PFN_cuStreamSynchronize_v2000 stream_synchronize;

@@ -184,6 +184,7 @@ static bool load_driver(void)
         .event_create = own_entry(lib, get_proc, "cuEventCreate", 2000, "cuEventCreate"),
         .event_record = own_entry(lib, get_proc, "cuEventRecord", 2000, "cuEventRecord"),
         .event_query = own_entry(lib, get_proc, "cuEventQuery", 2000, "cuEventQuery"),
+        .stream_query = own_entry(lib, get_proc, "cuStreamQuery", 2000, "cuStreamQuery"),
         .event_elapsed = own_entry(lib, get_proc, "cuEventElapsedTime", 2000, "cuEventElapsedTime"),
         .stream_wait_event = own_entry(lib, get_proc, "cuStreamWaitEvent", 3020, "cuStreamWaitEvent"),
         .stream_synchronize = own_entry(lib, get_proc, "cuStreamSynchronize", 2000, "cuStreamSynchronize"),

@@ -140,6 +140,8 @@ def preflight(stage, args) -> list:
                                 *(["--mib", "4", "--busy", "2", "--rounds", "1"] if stage.fakecuda else [])], 120)
     run_probe("discard_writes", [PROBES / "discard_writes.py", *(["--mib", "2", "--rounds", "1"] if stage.fakecuda else [])],
               60)
+    run_probe("discard_late", [PROBES / "discard_late.py",
+                               *(["--mib", "2", "--busy", "2", "--rounds", "1"] if stage.fakecuda else [])], 90)
     run_probe("launch_kinds", [PROBES / "launch_kinds.py"])
     kinds_program = ([] if stage.fakecuda else
                      ["--", PYTHON, REPO / "examples" / "train_gpt.py", "--device", "cuda", "--steps", "2", "--json"])

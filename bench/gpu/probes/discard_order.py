@@ -75,6 +75,8 @@ def main(argv=None) -> int:
         for _ in range(args.rounds):
             for way in WAYS:
                 work = own if way == "same_stream" else legacy
+                gpu.prefetch(x, size, False, own)  # an earlier way's discard of x ends here (cuda.h: a prefetch undoes it)
+                gpu.synchronize(own)
                 gpu.host_touch(x, size)
                 as_floats(x, n)[:] = pattern  # on the host: a discard there loses it
                 gpu.host_touch(y, size)

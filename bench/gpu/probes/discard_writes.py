@@ -17,7 +17,15 @@ on a stream, then written there one way:
 - memset: cuMemsetD32Async;
 - copy: cuMemcpyDtoDAsync from `src`;
 - prefetched: the kernel's write after a prefetch of `x` to the GPU (what cuda.h names as the
-  other undoing; pump's path for a block a launch it saw uses).
+  other undoing; pump's path for a block a launch it saw uses);
+- half_prefetched: the kernel's write after a prefetch of only the first half of `x` (pump
+  prefetches a tensor's own range, and the caching allocator puts two tensors in one dead 2 MiB
+  block);
+- split: the second half of `x` moved to the host before the discard (a block whose pages the
+  driver or an eviction of a neighbour left in two places), then the kernel's write;
+- mapped: a kernel writes `x` before the discard too, so the GPU holds it mapped for writing
+  (uvm.h: a discard that keeps the mappings leaves a write through them discarded, and an
+  eviction drops it), then the kernel's write.
 The GPU's view of `x` after the write is copied out by a kernel (z = x + 0), then `x` moves to
 the host, by a prefetch (`evict`) or by the host's own read (`fault`), and the host compares
 it with `z`, bit for bit. Prints one JSON line: per way and move the elements that differ (all rounds). A
@@ -33,7 +41,7 @@ import probe
 from cudrv import call, cu
 
 MiB = 1 << 20
-WAYS = ("kernel", "memset", "copy", "prefetched")
+WAYS = ("kernel", "memset", "copy", "prefetched", "half_prefetched", "split", "mapped")
 MOVES = ("evict", "fault")
 
 
@@ -64,10 +72,17 @@ def main(argv=None) -> int:
                         gpu.host_touch(ptr, size)
                         as_floats(ptr, n)[:] = values
                         gpu.prefetch(ptr, size, True, own)
+                    if way == "split":
+                        gpu.prefetch(x + size // 2, size // 2, False, own)
+                    elif way == "mapped":
+                        gpu.launch("saxpy", n, own, ctypes.c_float(1.0), ctypes.c_uint64(src), ctypes.c_uint64(x),
+                                   ctypes.c_uint64(n))
                     gpu.synchronize(own)
                     call("cuMemDiscardBatchAsync", [cu.CUdeviceptr(x)], [size], 1, 0, own)
                     if way == "prefetched":
                         gpu.prefetch(x, size, True, own)
+                    elif way == "half_prefetched":
+                        gpu.prefetch(x, size // 2, True, own)
                     if way == "memset":
                         call("cuMemsetD32Async", x, three, n, own)
                     elif way == "copy":
