@@ -199,9 +199,9 @@ JOB_SCHEMA: Dict[str, Dict[str, Key]] = {
         "torch_allocator": _enum_key("torch_allocator", *TORCH_ALLOCATORS),
         # false: each launch makes its own room under a budget (PUMP_EVICT_AHEAD=0, shim/policy/residency_ahead.c)
         "evict_ahead": _key("evict_ahead", _boolean, _TOML_BOOL),
-        # true: the caching allocator's dead tensors are discarded under a budget (PUMP_TORCH_DISCARDS,
-        # shim/hooks/torch_trace.c); off until a GPU run shows it bit-identical (docs/limits.md);
-        # "poison": written with NaN instead, the diagnostic for that
+        # true (the default): the caching allocator's dead tensors are discarded under a budget
+        # (PUMP_TORCH_DISCARDS, shim/hooks/torch_trace.c; docs/limits.md); "poison": written with NaN
+        # instead, the diagnostic that tells pump's choice of dead memory from the driver's discard
         "torch_discards": _key("torch_discards", _discards, _TOML_DISCARDS),
     },
     "trace": {

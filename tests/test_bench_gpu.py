@@ -65,9 +65,9 @@ def test_variants_keep_the_reference_and_name_what_a_case_lacks():
     """--variants: a short device call's open question (docs/gpu-check.md), with the reference."""
     program = suite.gpt_args(1.0, "train.py")
     c = suite.plan_gpt("c", program, 10 * GiB, 40 * GiB, 80 * GiB)
-    args = suite.parse_args(["--cases", "c", "--variants", "launch-discards,launch-poison"])
+    args = suite.parse_args(["--cases", "c", "--variants", "launch-no-discards,launch-poison"])
     suite.only_variants(c, args.variants)
-    assert [v.name for v in c.variants] == ["ideal", "launch-discards", "launch-poison"]
+    assert [v.name for v in c.variants] == ["ideal", "launch-no-discards", "launch-poison"]
     c.result = {"variants": {v.name: {"step_ms": {"median": 90.0}} for v in c.variants}}
     assert "left out launch" in suite.Suite.bound(None, c, {"h2d_bytes_per_s": 5e10})["error"]
     with pytest.raises(RuntimeError, match="case c has no launch-poisson; its variants with pump: naive, launch"):
@@ -93,14 +93,14 @@ def test_plan_gpt_sizes_the_budget_from_the_peak_and_refuses_past_free():
     assert "evict_ahead = false" in pathlib.Path(config).read_text()
     assert subprocess.run([sys.executable, "-m", "pump.cli", "config", "check", config], capture_output=True,
                           text=True).returncode == 0
-    # the launch rule discarding dead tensors, off by default, and its diagnostic, poisoning them
-    for variant, setting in zip(c.variants[-4:-2], ("torch_discards = true", 'torch_discards = "poison"')):
-        assert variant.name in ("launch-discards", "launch-poison") and variant.pump[:2] == ["--policy", "launch"]
+    # the launch rule keeping dead tensors (it discards them by default), and poisoning them instead
+    for variant, setting in zip(c.variants[-4:-2], ("torch_discards = false", 'torch_discards = "poison"')):
+        assert variant.name in ("launch-no-discards", "launch-poison") and variant.pump[:2] == ["--policy", "launch"]
         config = variant.pump[variant.pump.index("--config") + 1]
         assert setting in pathlib.Path(config).read_text()
         assert subprocess.run([sys.executable, "-m", "pump.cli", "config", "check", config], capture_output=True,
                               text=True).returncode == 0
-    assert [v.name for v in c.variants[-4:-2]] == ["launch-discards", "launch-poison"]
+    assert [v.name for v in c.variants[-4:-2]] == ["launch-no-discards", "launch-poison"]
     assert suite.plan_gpt("d", program, GiB, 40 * GiB, 80 * GiB).variants[1].pump == []
     assert suite.plan_gpt("e", program, GiB, 40 * GiB, 80 * GiB).variants[1].pump == ["--no-managed-all"]
     with pytest.raises(membudget.Refused, match=r"REFUSED case c .*x 1.5"):

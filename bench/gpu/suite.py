@@ -161,13 +161,13 @@ def plan_gpt(case_key: str, program: list, peak_bytes: int, free: int, total: in
         # allocator, which moves a step's tensors (docs/limits.md), beside lookahead, which takes
         # pump's allocator with its placement (shim/policy/placement.c): what placement gives on the GPU.
         # Before it, the launch rule without room made ahead (shim/policy/residency_ahead.c): what pump's
-        # worker making the evictions ahead gives on the GPU. First of them, the launch rule
-        # discarding the caching allocator's dead tensors (off by default: shim/hooks/torch_trace.c),
-        # whose bit-identity on the GPU is the question, and beside it the same decisions with the
+        # worker making the evictions ahead gives on the GPU. First of them, the launch rule keeping
+        # the caching allocator's dead tensors (launch discards them under the budget by default:
+        # shim/hooks/torch_trace.c), what discarding gives, and beside it launch's decisions with the
         # dead blocks poisoned instead, which says whose fault a changed loss is (torch_discards_poison.toml).
         launch = next(v for v in variants if v.name == "launch")
         lookahead = next(v for v in variants if v.name == "lookahead")
-        variants.append(Variant("launch-discards", [*launch.pump, "--config", str(HERE / "torch_discards.toml")]))
+        variants.append(Variant("launch-no-discards", [*launch.pump, "--config", str(HERE / "no_discards.toml")]))
         variants.append(Variant("launch-poison", [*launch.pump, "--config", str(HERE / "torch_discards_poison.toml")]))
         variants.append(Variant("launch-no-ahead", [*launch.pump, "--config", str(HERE / "no_evict_ahead.toml")]))
         variants.append(Variant("lookahead-caching-allocator",
@@ -522,7 +522,7 @@ def parse_args(argv=None):
     ap.add_argument("--work", metavar="DIR", help="where traces and counter reports go (default a temp dir)")
     ap.add_argument("--variants", metavar="NAMES",
                     help="only these of each case's variants with pump, comma-separated, beside those without "
-                         "(the reference); a short device call's open question, e.g. launch-discards,launch-poison")
+                         "(the reference); a short device call's open question, e.g. launch,launch-no-discards")
     ap.add_argument("--quick", action="store_true",
                     help="the dry run's sizes (scripts/gpu-check-dry-run, on fakecuda): a chain of 2 pairs, "
                          "1 warm-up and 2 timed steps per run, 3 untimed; no figure of it means anything")

@@ -10,7 +10,7 @@
  * daemon see its tensors, each announced to the daemon as an allocation of its own, and
  * the segment's bytes stay counted against the capacity until its cuMemFree.
  *
- * A freed tensor is dead: the free tells the daemon so, and, with PUMP_TORCH_DISCARDS=1, where
+ * A freed tensor is dead: the free tells the daemon so, and, with PUMP_TORCH_DISCARDS=1 (the default), where
  * pump's budget presses on the device (it evicted there lately, freed tensors' blocks first:
  * residency.h; for now only a PUMP_BUDGET's, under the launch rule: discards_here), the 2 MiB
  * blocks wholly inside it that pump believes on the device are discarded, so that no eviction
