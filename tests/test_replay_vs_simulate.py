@@ -56,7 +56,10 @@ def replayed(c_build, tmp_path, path, policy, budget, *extra):
     # PUMP_EVICT_AHEAD=0: the simulator models each launch making its own room, not pump's worker
     # making it ahead (shim/policy/residency_ahead.c), which moved the replay's faults 15% (1,648 against
     # 1,952 under launch)
-    env = dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"), FAKECUDA_STATS=str(stats), PUMP_EVICT_AHEAD="0")
+    # PUMP_TORCH_DISCARDS=0: the simulator keeps a dead tensor's memory in its segment, resident
+    # and counted (pump/simulate/segments.py), as the launch rule does without discards
+    env = dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"), FAKECUDA_STATS=str(stats), PUMP_EVICT_AHEAD="0",
+               PUMP_TORCH_DISCARDS="0")
     # lookahead needs pumpd (an embedded one: no system pumpd answers here), and time
     # between steps for it to read each step and publish its plan: planning the learned
     # iteration is Python work that takes longer on a loaded machine, and a plan that lands

@@ -20,8 +20,10 @@
  * lost every element the memset wrote, in 5 rounds of 5; on a stream that waited for an event
  * recorded after it, nothing was lost (bench/gpu/probes/discard_late.py). Case c's launch rule
  * discarding on busy streams computed another loss in every run; waiting for the stream first, it
- * was bit-identical in 4 processes, and 1.34x faster than not discarding
- * (bench/results/gpu-20261127-nvidia-h200/discard-variants).
+ * was bit-identical in 7 processes, and 1.49x faster than not discarding over 3 processes of 10
+ * steps (bench/results/gpu-20261127-nvidia-h200/discard-variants). Work another thread queues on
+ * the stream between the drain and the discard is not held off (PyTorch's main and autograd
+ * threads take turns on a stream, and launch little at once: docs/limits.md).
  *
  * The legacy stream, where the driver refuses a discard, gets one on a stream of pump's made
  * to wait for the legacy stream's work so far and waited for by its work to come, both by
@@ -119,7 +121,7 @@ static void legacy_after_peer(struct pump_context *c, CUevent event, bool record
  * many such waits may run out in a row before discards stop for good (DRAIN_TIMEOUTS): a stream
  * held by a host function that needs what the freeing thread holds (the GIL, the caching
  * allocator's lock) never drains while it waits, and the wait must not become a deadlock. A
- * second is ten of case c's steps on the H200. */
+ * second is about one of case c's steps on the H200 (906 ms). */
 #define DRAIN_NS 1000000000ull
 #define DRAIN_TIMEOUTS 3
 #define DRAIN_PAUSE_NS 20000
