@@ -299,6 +299,8 @@ int fc_fence_done(fc_fence *f, uint64_t *t); /* whether signalled; *t: when */
 
 /* ---- capture.c: a stream belongs to at most one capture ---- */
 int fc_stream_capturing(CUstream s);
+/* Work enqueued on s and not completed (streams.c). */
+int fc_stream_busy(CUstream s);
 #define FC_NOT_CAPTURING (-1)
 /* Append a node to s's capture (taking the node): a CUresult, or FC_NOT_CAPTURING. */
 int fc_capture_append(CUstream s, CUgraphNode n);

@@ -113,9 +113,6 @@ static CUresult prefetch_enqueue(const CUdeviceptr *ptrs, const size_t *sizes, c
     if (entry == FC_E_PREFETCH) hold_for_test();
     CUstream s = fc_resolve_stream(hStream, &err);
     if (!s) return err;
-    pthread_mutex_lock(&s->mu);
-    int busy = s->pending > 0;
-    pthread_mutex_unlock(&s->mu);
     for (size_t i = 0; i < n; i++)
         if ((err = fc_check_prefetch_range((uintptr_t)ptrs[i], sizes[i])) != CUDA_SUCCESS ||
             (entry == FC_E_PREFETCH && (err = pool_prefetch_still_taken((uintptr_t)ptrs[i])) != CUDA_SUCCESS))
@@ -132,7 +129,7 @@ static CUresult prefetch_enqueue(const CUdeviceptr *ptrs, const size_t *sizes, c
     for (size_t i = 0; i < n; i++) op->u.pf.r[i] = (fc_range){ (uintptr_t)ptrs[i], sizes[i], locs[i] };
     if (calls) atomic_fetch_add_explicit(calls, 1, memory_order_relaxed);
     op->u.pf.entry = entry;
-    op->u.pf.late = entry == FC_E_DISCARD && busy;
+    op->u.pf.late = entry == FC_E_DISCARD && fc_stream_busy(s);
     if (fc_ioctl_on_worker()) {
         fc_cost(entry, FAKECUDA_LAUNCH_HOST_NS);
         op->u.pf.ioctl_ns = ioctl_ns(op->u.pf.r, n, entry == FC_E_DISCARD, 0);

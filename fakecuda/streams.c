@@ -294,7 +294,7 @@ static int other_blocking(const struct CUstream_st *o, const void *s)
     return o != self && o->ctx == self->ctx && !(o->flags & CU_STREAM_NON_BLOCKING);
 }
 
-static int stream_busy(struct CUstream_st *s)
+int fc_stream_busy(struct CUstream_st *s)
 {
     pthread_mutex_lock(&s->mu);
     int busy = s->pending > 0;
@@ -330,13 +330,13 @@ static void legacy_sync(struct CUstream_st *s)
     if (s->flags & CU_STREAM_NON_BLOCKING) return;
     if (!s->legacy) {
         struct CUstream_st *legacy = atomic_load_explicit(&s->ctx->default_stream, memory_order_acquire);
-        if (legacy && legacy != s && stream_busy(legacy)) order_after(s, legacy);
+        if (legacy && legacy != s && fc_stream_busy(legacy)) order_after(s, legacy);
         return;
     }
     size_t n;
     struct CUstream_st **v = streams_where(other_blocking, s, &n);
     for (size_t i = 0; v && i < n; i++) {
-        if (stream_busy(v[i])) order_after(s, v[i]);
+        if (fc_stream_busy(v[i])) order_after(s, v[i]);
         stream_unref(v[i]);
     }
     free(v);
@@ -399,7 +399,7 @@ fc_fence *fc_ctx_fence(CUcontext ctx)
     size_t n;
     struct CUstream_st **v = streams_where(of_ctx, ctx, &n), *join = NULL;
     for (size_t i = 0; v && i < n; i++) {
-        if (stream_busy(v[i]) && (join || (join = stream_new(ctx, CU_STREAM_NON_BLOCKING, 0, 0)) != NULL))
+        if (fc_stream_busy(v[i]) && (join || (join = stream_new(ctx, CU_STREAM_NON_BLOCKING, 0, 0)) != NULL))
             order_after(join, v[i]);
         stream_unref(v[i]);
     }

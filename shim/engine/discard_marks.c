@@ -33,6 +33,7 @@
  */
 #include "capture_mode.h"
 #include "captures.h"
+#include "channel.h"
 #include "devices.h"
 #include "discard_marks.h"
 #include "locks.h"
@@ -128,20 +129,13 @@ static void legacy_after_peer(struct pump_context *c, CUevent event, bool record
 
 static uint32_t drain_timeouts;  /* in a row; DRAIN_TIMEOUTS: no more discards */
 
-static uint64_t monotonic_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
-
 /* True once `stream` has no work left, waited for by polling (no pump lock is held here) up to
  * DRAIN_NS; false, and nothing discarded, when it is not drained by then or cannot be asked. */
 static bool drained(CUstream stream)
 {
     if (__atomic_load_n(&drain_timeouts, __ATOMIC_RELAXED) >= DRAIN_TIMEOUTS)
         return false;
-    uint64_t deadline = monotonic_ns() + DRAIN_NS;
+    uint64_t deadline = pump_channel_now_ns() + DRAIN_NS;
     for (bool waited = false;; waited = true) {
         CUresult r = pump_driver.stream_query(stream);
         if (r == CUDA_SUCCESS) {
@@ -151,7 +145,7 @@ static bool drained(CUstream stream)
         }
         if (r != CUDA_ERROR_NOT_READY)
             return pump_call_ok(r, "cuStreamQuery");
-        if (monotonic_ns() > deadline)
+        if (pump_channel_now_ns() > deadline)
             break;
         struct timespec pause = {0, DRAIN_PAUSE_NS};
         nanosleep(&pause, NULL);

@@ -42,14 +42,9 @@ MiB = 1 << 20
 WAYS = ("same_stream", "event", "event_half")
 
 
-def as_floats(ptr: int, n: int) -> np.ndarray:
-    return np.ctypeslib.as_array((ctypes.c_float * n).from_address(ptr))
-
-
 def main(argv=None) -> int:
     args = probe.sized_args("discard_late.py", __doc__, argv, 64, "MiB of each of the three buffers", 2,
-                            lambda ap: ap.add_argument("--busy", type=int, default=200,
-                                                       help="kernels that keep the stream busy first (default 200)"))
+                            probe.busy_kernels)
     busy = max(args.busy, 0)
     size = args.mib * MiB
     n = size // 4
@@ -72,7 +67,7 @@ def main(argv=None) -> int:
             for way in WAYS:
                 for ptr, value in ((x, 7.0), (zero, 0.0)):
                     gpu.host_touch(ptr, size)
-                    as_floats(ptr, n)[:] = value
+                    probe.as_floats(ptr, n)[:] = value
                     gpu.prefetch(ptr, size, True, s)
                 gpu.synchronize(s)
                 for _ in range(busy):
@@ -101,7 +96,7 @@ def main(argv=None) -> int:
                         gpu.prefetch(x, size, False, p)
                 call("cuCtxSynchronize")
                 gpu.host_touch(x, size)
-                found[way]["lost"] += int(np.count_nonzero(as_floats(x, n) != 3.0))
+                found[way]["lost"] += int(np.count_nonzero(probe.as_floats(x, n) != 3.0))
         doc["ways"] = {way: {"lost": f["lost"], "call_seconds": statistics.median(f["call_seconds"])}
                        for way, f in found.items()}
     probe.emit(doc)

@@ -43,14 +43,9 @@ MiB = 1 << 20
 WAYS = ("peer_implicit", "peer_events", "same_stream")
 
 
-def as_floats(ptr: int, n: int) -> np.ndarray:
-    return np.ctypeslib.as_array((ctypes.c_float * n).from_address(ptr))
-
-
 def main(argv=None) -> int:
     args = probe.sized_args("discard_order.py", __doc__, argv, 256, "MiB of each of the four buffers", 2,
-                            lambda ap: ap.add_argument("--busy", type=int, default=200,
-                                                       help="kernels that keep the stream busy first (default 200)"))
+                            probe.busy_kernels)
     busy = max(args.busy, 0)
     size = args.mib * MiB
     n = size // 4
@@ -78,13 +73,13 @@ def main(argv=None) -> int:
                 gpu.prefetch(x, size, False, own)  # an earlier way's discard of x ends here (cuda.h: a prefetch undoes it)
                 gpu.synchronize(own)
                 gpu.host_touch(x, size)
-                as_floats(x, n)[:] = pattern  # on the host: a discard there loses it
+                probe.as_floats(x, n)[:] = pattern  # on the host: a discard there loses it
                 gpu.host_touch(y, size)
-                as_floats(y, n)[:] = 0.0
+                probe.as_floats(y, n)[:] = 0.0
                 gpu.prefetch(y, size, True, own)
                 gpu.prefetch(z, size, True, own)
                 gpu.host_touch(w, size)
-                as_floats(w, n)[:] = 0.0
+                probe.as_floats(w, n)[:] = 0.0
                 gpu.prefetch(w, size, True, own)
                 gpu.synchronize(own)
                 for _ in range(busy):
@@ -109,9 +104,9 @@ def main(argv=None) -> int:
                            ctypes.c_uint64(n))
                 call("cuCtxSynchronize")
                 gpu.host_touch(y, size)
-                found[way]["wrong"] += int(np.count_nonzero(as_floats(y, n) != 2.0 * pattern))
+                found[way]["wrong"] += int(np.count_nonzero(probe.as_floats(y, n) != 2.0 * pattern))
                 gpu.host_touch(w, size)
-                found[way]["written_wrong"] += int(np.count_nonzero(as_floats(w, n) != 3.0))
+                found[way]["written_wrong"] += int(np.count_nonzero(probe.as_floats(w, n) != 3.0))
         doc["ways"] = {way: {"wrong": f["wrong"], "written_wrong": f["written_wrong"],
                              "call_seconds": statistics.median(f["call_seconds"])} for way, f in found.items()}
     probe.emit(doc)

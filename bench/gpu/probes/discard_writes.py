@@ -45,10 +45,6 @@ WAYS = ("kernel", "memset", "copy", "prefetched", "half_prefetched", "split", "m
 MOVES = ("evict", "fault")
 
 
-def as_floats(ptr: int, n: int) -> np.ndarray:
-    return np.ctypeslib.as_array((ctypes.c_float * n).from_address(ptr))
-
-
 def main(argv=None) -> int:
     args = probe.sized_args("discard_writes.py", __doc__, argv, 64, "MiB of each of the three buffers", 2)
     size = args.mib * MiB
@@ -70,7 +66,7 @@ def main(argv=None) -> int:
                 for move in MOVES:
                     for ptr, values in ((x, 7.0), (src, source), (z, 0.0)):
                         gpu.host_touch(ptr, size)
-                        as_floats(ptr, n)[:] = values
+                        probe.as_floats(ptr, n)[:] = values
                         gpu.prefetch(ptr, size, True, own)
                     if way == "split":
                         gpu.prefetch(x + size // 2, size // 2, False, own)
@@ -96,9 +92,9 @@ def main(argv=None) -> int:
                         gpu.prefetch(x, size, False, own)
                     gpu.synchronize(own)
                     gpu.host_touch(z, size)
-                    seen = as_floats(z, n).view(np.uint32).copy()  # bits: NaN is NaN
+                    seen = probe.as_floats(z, n).view(np.uint32).copy()  # bits: NaN is NaN
                     gpu.host_touch(x, size)
-                    lost[way][move] += int(np.count_nonzero(as_floats(x, n).view(np.uint32) != seen))
+                    lost[way][move] += int(np.count_nonzero(probe.as_floats(x, n).view(np.uint32) != seen))
         doc["ways"] = lost
     probe.emit(doc)
     found = any(count for moves in doc.get("ways", {}).values() for count in moves.values())

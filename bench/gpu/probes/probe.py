@@ -16,6 +16,19 @@ import cudrv  # noqa: E402,F401  (re-exported for the probes)
 import membudget  # noqa: E402,F401
 
 
+def busy_kernels(ap) -> None:
+    """--busy K, for sized_args' more: kernels that keep a stream busy before the probed call."""
+    ap.add_argument("--busy", type=int, default=200, help="kernels that keep the stream busy first (default 200)")
+
+
+def as_floats(ptr: int, n: int):
+    """The n floats at host address ptr (managed memory the host may touch), as a numpy array."""
+    import ctypes
+
+    import numpy as np
+    return np.ctypeslib.as_array((ctypes.c_float * n).from_address(ptr))
+
+
 def sized_args(prog: str, doc: str, argv, mib: int, mib_help: str, least_mib: int, more=None):
     """A probe's --mib (at least least_mib) and --rounds (at least 1, default 5), parsed, and
     what more(parser) adds."""
