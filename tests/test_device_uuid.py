@@ -279,9 +279,15 @@ def test_a_malformed_device_record_is_refused_and_the_session_goes_on(nvml_pumpd
 
 def test_a_job_s_gpus_survive_a_pumpd_restart(nvml_pumpd):
     path, procs, start = nvml_pumpd
-    shim = FakeShim(path, job=register(path, "a"))
+    job = register(path, "a")
+    shim = FakeShim(path, job=job)
     shim.emit("device", *device_args(FAKE0), count=16, device=0)
     assert wait_for(lambda: placed(path, {"a": ([FAKE0], [1], 24 * MiB)}))
+    # pumpd writes a job's file off its loop, soon after the change (jobs.py, JobStore.save):
+    # a kill -9 before that write loses the change (the real shim names its GPUs again when it
+    # resumes; this fake one does not). Two pytest workers on two cores delayed it past the kill.
+    saved = pathlib.Path(path).parent / "jobs" / f"{job}.json"
+    assert wait_for(lambda: saved.exists() and FAKE0 in saved.read_text())
     procs[0].kill()
     procs[0].wait()
     procs.append(start())
