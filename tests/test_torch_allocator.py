@@ -13,6 +13,10 @@ PyTorch's caching allocator, followed (shim/hooks/torch_trace.c): tensors handed
 managed segment, reported as pump's bridge reports them (pump/boot/torch_trace.cpp), carve
 the segment, so pump prefetches the tensors and not the segment."""
 
+import json
+import subprocess
+
+import numpy as np
 import pytest
 
 MIB = 1 << 20
@@ -65,6 +69,25 @@ def test_a_stream_that_does_not_drain_stops_the_discards(run_program):
     assert run.totals["discards_undrained"] == DRAIN_TIMEOUTS and run.totals["bytes_discarded"] == 0
     assert run.proc.stderr.count("did not drain") == 1, run.proc.stderr
     assert run.totals["errors"] == 0
+
+
+def test_the_wait_for_a_stream_to_drain_is_not_kernel_time(c_build, tmp_path):
+    # The same held stream under pump-run, traced: the three drains (a second each) happen on the
+    # launching thread between its launches, and pumpd reads the gaps between a thread's LAUNCH
+    # stamps as kernel time. pump's own time is taken out of the stamps, the drain's with it.
+    from helpers import PUMP_RUN, clean_env
+    from pump import channel, trace
+    env = dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"), **MANAGED_ALL)
+    recorded = tmp_path / "held.trace"
+    proc = subprocess.run([PUMP_RUN, "--daemon", "embedded", "--trace", str(recorded), "--stats",
+                           str(tmp_path / "s.json"), "--", str(c_build / "plain" / "torch_allocator"), str(STEPS),
+                           "held"], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "s.json").read_text())["totals"]["discards_undrained"] == DRAIN_TIMEOUTS
+    _, blocks = trace.read(recorded)
+    stamps = np.concatenate([r["time_ns"][r["kind"] == channel.KIND["launch"]] for _, r in blocks])
+    assert len(stamps) > DRAIN_TIMEOUTS
+    assert np.diff(np.sort(stamps)).max() < 0.5e9  # each drain waited 1 s
 
 
 def test_a_discard_that_cannot_be_marked_leaves_its_memory_to_faults(run_program):

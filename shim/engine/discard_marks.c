@@ -250,8 +250,12 @@ PUMP_HIDDEN uint64_t pump_discard_freed(struct pump_context *c, CUdeviceptr *ptr
     /* The legacy stream's context is the calling thread's, c (pump_context_of): only another
      * stream's may need making current. */
     bool pushed = false;
+    uint64_t start = pump_channel_now_ns();
     uint64_t mark = legacy || pump_context_push(c->key, &pushed) ? discard_marked(c, on, legacy, ptrs, sizes, n) : 0;
     pump_context_pop(pushed);
+    /* The drain's wait and the calls are pump's, not the program's: pumpd must not read them
+     * as kernel time between this thread's launches (LAUNCH stamps). */
+    pump_channel_own_time(pump_channel_now_ns() - start);
     return mark;
 }
 
