@@ -7,7 +7,8 @@
  *
  * What each record becomes:
  *   ALLOC   cuMemAllocManaged of its size (the trace's base maps to the new pointer); inside
- *           a segment (below), a tensor at the same offset of the segment's new allocation,
+ *           a segment (below; a named tensor's place is its arg3, shim/lookup/names.h), a
+ *           tensor at the same offset of the segment's new allocation,
  *           told to the shim as PyTorch's caching allocator tells it (pump_torch_trace)
  *   FREE    cuMemFree of the mapped pointer; a tensor's: the shim is told it is dead
  *   ALLOC, FREE, ALLOC at one base, one after the other (among ALLOC, FREE and LAUNCH
@@ -28,8 +29,9 @@
  *           length are the last two arguments; the kernel touches them too.
  *   SYNC    cuStreamSynchronize (the shim's residency beliefs expire there, as in the
  *           traced job)
- *   STEP    nothing; with --step-pause MS, cuStreamSynchronize, a JSON line of fakecuda's
- *           counters so far, and a sleep of MS milliseconds, as a real step's host work
+ *   STEP    the shim told the optimizer's step ended (pump_torch_trace_step); with
+ *           --step-pause MS, also cuStreamSynchronize, a JSON line of fakecuda's counters
+ *           so far, and a sleep of MS milliseconds, as a real step's host work
  *           (data, loss.item()) gives pumpd time to read the step and publish its plan
  *           before the next one
  *   others  nothing (FUNCTION, NAME, COUNTERS, COST, BLOCK_ALLOC, BLOCK_FREE)
@@ -91,6 +93,7 @@ static bool last_was_alloc;
  * the replay runs without the shim. */
 extern void pump_torch_trace(int event, uint64_t addr, uint64_t size, int flags, struct CUstream_st *stream)
     __attribute__((weak));
+extern void pump_torch_trace_step(void) __attribute__((weak));
 
 static struct {
     uint64_t launches, ranges_touched, allocs, frees, syncs;
@@ -196,9 +199,11 @@ static void settle_carve(bool alloc, uint64_t base, uint64_t size)
     release(a);
 }
 
-static void alloc_record(uint64_t base, uint64_t size)
+/* An ALLOC of `size` at trace address `base`; `where`: the memory it stood for in the traced job
+ * (base itself, or a named tensor's real address: pump_channel.h), which places it. */
+static void alloc_record(uint64_t base, uint64_t where, uint64_t size)
 {
-    settle_carve(true, base, size);
+    settle_carve(true, where, size);
     last_was_alloc = false;
     if (size == 0)
         fail("an ALLOC of 0 bytes");
@@ -207,11 +212,11 @@ static void alloc_record(uint64_t base, uint64_t size)
         release(old);
     else if (old != NULL)
         fail("an ALLOC overlaps a live allocation");
-    const struct allocation *segment = segment_holding(base);
+    const struct allocation *segment = segment_holding(where);
     if (segment != NULL) {
-        if (size > segment->size - (base - segment->trace_base))
+        if (size > segment->size - (where - segment->trace_base))
             fail("a tensor's ALLOC reaches past its segment");
-        struct allocation tensor = {base, size, segment->ptr + (base - segment->trace_base), true};
+        struct allocation tensor = {base, size, segment->ptr + (where - segment->trace_base), true};
         insert(tensor);
         tell_shim(PUMP_TORCH_TENSOR_ALLOC, &tensor);
         replayed.tensor_allocs++;
@@ -447,7 +452,7 @@ static void replay(const struct pump_event *e)
         settle_carve(false, 0, 0);
     switch (e->kind) {
     case PUMP_EVENT_ALLOC:
-        alloc_record(e->arg[0], e->arg[1]);
+        alloc_record(e->arg[0], e->arg[3] != 0 ? e->arg[3] : e->arg[0], e->arg[1]);
         break;
     case PUMP_EVENT_FREE:
         free_record(e->arg[0], e->arg[1]);
@@ -467,6 +472,8 @@ static void replay(const struct pump_event *e)
         replayed.syncs++;
         break;
     case PUMP_EVENT_STEP:
+        if (pump_torch_trace_step != NULL)
+            pump_torch_trace_step();  /* as the job's optimizer hook did: the shim's names count from here */
         if (step_pause_ms > 0) {
             CHECK(cuStreamSynchronize(stream));
             struct fakecuda_stats s;

@@ -44,6 +44,7 @@ SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 # or the job scribbled the ring): the reader never stalls on one job's record.
 STUCK_SECONDS = 1.0
 LAUNCH_BASES_MAX = 64  # shim/channel/channel.c's LAUNCH_BASES_MAX: a wider launch's first ones
+NAMES_BASE = 1 << 62  # a tensor named by its place in the step (shim/lookup/names.h) goes by an address from here up
 DEVICES_MAX = 64       # DEVICE records name CUDA ordinals 0..63 (shim/channel/channel.c's DEVICES_MAX)
 UUID_BYTES = 16        # a DEVICE record's count
 PROBLEMS_MAX = 8       # a batch says what was wrong with this many invalid records at most
@@ -578,6 +579,8 @@ def decode(records: np.ndarray) -> Batch:
         elif k == KIND["free"]:
             batch.frees.append((int(a[0]), int(a[1])))
             freed_at.append(len(batch.allocs))
+            if int(a[0]) >= NAMES_BASE:  # a named tensor died: its contents too, as a BLOCK_FREE says
+                batch.block_frees.append((int(launches_before[i]), int(a[0]), int(a[1])))
         elif k == KIND["counters"]:
             batch.counters = tuple(int(v) for v in a)
         elif k == KIND["device"]:

@@ -90,6 +90,58 @@ def test_the_wait_for_a_stream_to_drain_is_not_kernel_time(c_build, tmp_path):
     assert np.diff(np.sort(stamps)).max() < 0.5e9  # each drain waited 1 s
 
 
+def traced_steps(c_build, tmp_path, names):
+    """torch_allocator's moving activations under pump-run, traced by a pumpd already serving
+    (an embedded one may attach after this short job's steps, which do not wait for it): per
+    step, the activation's ALLOC (arg0, arg3) and the bases of its forward launch; the first two
+    steps traced left out (an attach announces what is live, in the middle of a step)."""
+    from helpers import PUMP_RUN, clean_env, start_pumpd, stop_pumpd
+    from pump import channel, trace
+    env = dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"), PUMP_TORCH_NAMES=names, **MANAGED_ALL)
+    recorded, socket = tmp_path / f"names{names}.trace", str(tmp_path / f"pumpd{names}.sock")
+    daemon = start_pumpd(socket)
+    try:
+        proc = subprocess.run([PUMP_RUN, "--daemon", "system", "--socket", socket, "--trace", str(recorded),
+                               "--stats", str(tmp_path / f"s{names}.json"), "--",
+                               str(c_build / "plain" / "torch_allocator"), "12", "moving", "caching"],
+                              env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        stop_pumpd(daemon)
+    assert proc.returncode == 0, proc.stderr
+    totals = json.loads((tmp_path / f"s{names}.json").read_text())["totals"]
+    _, blocks = trace.read(recorded)
+    records = np.concatenate([r for _, r in blocks])
+    kinds, args = records["kind"], records["arg"]
+    steps = np.flatnonzero(kinds == channel.KIND["step"])
+    out = []
+    for a, b in zip(steps, steps[1:]):
+        allocs = [(int(x[0]), int(x[3])) for k, x in zip(kinds[a:b], args[a:b])
+                  if k == channel.KIND["alloc"] and int(x[1]) == ACTIVATION]
+        launches = [int(i) for i in np.flatnonzero(kinds[a:b] == channel.KIND["launch"])]
+        out.append((allocs[0], tuple(int(v) for v in args[a + launches[0]][2:4])))
+    assert len(out) >= 6, f"{len(out)} steps traced"
+    return totals, out[2:]
+
+
+def test_named_tensors_keep_their_names_where_their_addresses_change(c_build, tmp_path):
+    # The activation alternates between two places, as PyTorch's tensors move from step to step;
+    # named (PUMP_TORCH_NAMES=1), pumpd hears it at one address every step, where it really is
+    # beside it (ALLOC's arg3), and the forward launch names it by that address: its launch key
+    # repeats. By address, its launches alternate, and no key repeats a step later.
+    from pump import channel
+    totals, named = traced_steps(c_build, tmp_path, "1")
+    assert totals["tensor_names_bound"] > 0 and totals["errors"] == 0
+    names = {alloc[0] for alloc, _ in named}
+    places = [alloc[1] for alloc, _ in named]
+    assert len(names) == 1 and min(names) >= channel.NAMES_BASE, named
+    assert len(set(places)) == 2 and places[0] != places[1], named
+    assert len({bases for _, bases in named}) == 1 and named[0][1][1] in names, named
+    totals, plain = traced_steps(c_build, tmp_path, "0")
+    assert totals["tensor_names_bound"] == 0
+    assert all(alloc[1] == 0 and alloc[0] < channel.NAMES_BASE for alloc, _ in plain), plain
+    assert len({bases for _, bases in plain}) == 2, plain
+
+
 def test_a_discard_that_cannot_be_marked_leaves_its_memory_to_faults(run_program):
     # Without events, pump cannot order a prefetch of the memory after its discard: the next
     # tensor there is never prefetched (its kernels fault it in), and nothing more is discarded.

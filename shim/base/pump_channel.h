@@ -66,8 +66,11 @@ struct pump_msg_header {
 
 /* ---- the event ring ---- */
 enum pump_event_kind {
-    PUMP_EVENT_ALLOC = 1,         /* arg0 base, arg1 size, arg2 cuMemAllocManaged flags */
-    PUMP_EVENT_FREE = 2,          /* arg0 base, arg1 size */
+    PUMP_EVENT_ALLOC = 1,         /* arg0 base, arg1 size, arg2 cuMemAllocManaged flags; a tensor of
+                                     PyTorch's caching allocator goes by its name instead
+                                     (shim/lookup/names.h: an address from 2^62 up, the same
+                                     step after step), arg3 its real address (0: arg0 is) */
+    PUMP_EVENT_FREE = 2,          /* arg0 base (or name), arg1 size */
     PUMP_EVENT_LAUNCH = 3,        /* arg0 function, arg1 stream, arg2..4 the first
                                      allocation bases; count: allocations in all */
     PUMP_EVENT_LAUNCH_MORE = 4,   /* follows a LAUNCH: arg0..4 more bases; count: in this record */

@@ -12,7 +12,7 @@
 
 enum {
     PUMP_STATS_MAGIC = 0x504d5053,   /* "SPMP" little-endian: a pump record */
-    PUMP_STATS_VERSION = 14
+    PUMP_STATS_VERSION = 15
 };
 
 struct pump_stats {
@@ -172,6 +172,11 @@ struct pump_stats {
     uint64_t budget_appeared_bytes;  /* the largest drop of a device's free memory between two readings that
                                         pump's own prefetching does not explain, whether or not it raised the
                                         margin: what a margin must hold on this job */
+    /* version 15: PyTorch's caching allocator's tensors named by their place in the step (names.c) */
+    uint64_t tensor_names_bound;     /* tensors pumpd heard of by name, not address */
+    uint64_t tensor_names_taken;     /* tensors whose name a live tensor of an earlier step still held: by
+                                        address instead */
+    uint64_t tensor_names_unheld;    /* plan ranges in a name no live tensor held: nothing moved */
 };
 
 #endif

@@ -66,6 +66,9 @@ struct pump_config {
     bool kernel_times;                  /* PUMP_KERNEL_TIMES: the GPU times launches for pumpd (kernel_time.h) */
     bool torch_placement;               /* PUMP_TORCH_PLACEMENT: pump's allocator for PyTorch places tensors
                                            where they went a step before (placement.h) */
+    bool torch_names;                   /* PUMP_TORCH_NAMES: the caching allocator's tensors go to pumpd by
+                                           their place in the step, not their address (names.h); off by
+                                           default until lookahead's plans on them beat the launch rule */
     enum pump_capacity_kind cap_kind;   /* PUMP_CAPACITY */
     uint64_t cap_value;                 /* bytes, or percent */
     uint32_t epoch_launches;            /* PUMP_EPOCH_LAUNCHES */

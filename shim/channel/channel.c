@@ -17,6 +17,7 @@
 #include "channel.h"
 #include "handles.h"
 #include "layouts.h"
+#include "names.h"
 
 _Static_assert(sizeof(struct pump_event) == 64, "a ring record is 64 bytes");
 _Static_assert(sizeof(struct pump_ring_header) == 256, "the ring header is 256 bytes");
@@ -114,9 +115,11 @@ PUMP_HIDDEN void pump_channel_alloc(struct pump_range *range, uint64_t base, uin
         !__atomic_compare_exchange_n(&range->announced, &not_yet, 1, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         return;
     struct pump_event e = event(PUMP_EVENT_ALLOC, 1, -1);
-    e.arg[0] = base;
+    uint64_t name = __atomic_load_n(&range->name, __ATOMIC_RELAXED);
+    e.arg[0] = name != 0 ? name : base;
     e.arg[1] = size;
     e.arg[2] = flags;
+    e.arg[3] = name != 0 ? base : 0;  /* where a named tensor is, for traces */
     pump_channel_emit(c, &e, 1);
 }
 
@@ -155,7 +158,7 @@ PUMP_HIDDEN void pump_channel_launch(struct pump_channel *c, CUfunction f, CUstr
             n++;
             slot = 0;
         }
-        records[n - 1].arg[slot++] = __atomic_load_n(&scan->range[i]->base, __ATOMIC_RELAXED);
+        records[n - 1].arg[slot++] = pump_range_name(scan->range[i]);
         if (n > 1)
             records[n - 1].count++;
     }
@@ -343,13 +346,13 @@ PUMP_HIDDEN void pump_channel_kernel(int device, uint64_t key, uint64_t ns)
     pump_channel_emit(c, &e, 1);
 }
 
-/* The launch key of pump_channel.h: the function, then each allocation base. */
+/* The launch key of pump_channel.h: the function, then each allocation base (a named tensor's name). */
 PUMP_HIDDEN uint64_t pump_channel_launch_key(CUfunction f, const struct pump_scan *scan)
 {
     const uint64_t k = 0x9E3779B97F4A7C15ull;
     uint64_t h = (uint64_t)(uintptr_t)f * k;
     for (uint32_t i = 0; i < launch_bases(scan); i++)
-        h = (h ^ __atomic_load_n(&scan->range[i]->base, __ATOMIC_RELAXED)) * k;
+        h = (h ^ pump_range_name(scan->range[i])) * k;
     h ^= h >> 32;
     return h != 0 ? h : 1;
 }
@@ -398,6 +401,8 @@ PUMP_HIDDEN bool pump_channel_plan_trigger(struct pump_channel *c, uint64_t key,
     out->order = __atomic_load_n(&p->order, __ATOMIC_ACQUIRE);
     if (__atomic_load_n(&p->generation, __ATOMIC_ACQUIRE) != generation)
         return false;  /* rewritten meanwhile: this launch goes without */
+    for (uint32_t i = 0; i < to; i++)
+        pump_names_translate(&out->range[i]);  /* a tensor's name: the bytes of its holder now */
     out->need = take_need;
     out->prefetch = take_prefetch;
     out->evict = take_evict;

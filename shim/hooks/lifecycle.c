@@ -18,6 +18,7 @@
 #include "channel.h"
 #include "device_memory.h"
 #include "hooks_common.h"
+#include "names.h"
 #include "pool_memory.h"
 #include "prefetch_worker.h"
 #include "ranges.h"
@@ -45,6 +46,7 @@ PUMP_HIDDEN void pump_lifecycle_launched(void)
 static void before_fork(void)
 {
     pump_ranges_before_fork();
+    pump_names_before_fork();
     pump_residency_before_fork();
     pump_worker_before_fork();
     pump_device_memory_before_fork();
@@ -57,6 +59,7 @@ static void parent_after_fork(void)
     pump_device_memory_after_fork();
     pump_worker_after_fork(false);
     pump_residency_after_fork(false);
+    pump_names_after_fork();
     pump_ranges_after_fork();
 }
 
@@ -66,6 +69,7 @@ static void child_after_fork(void)
     pump_device_memory_after_fork();
     pump_worker_after_fork(true);
     pump_residency_after_fork(true);
+    pump_names_after_fork();
     pump_ranges_after_fork();
     pump_channel_after_fork_in_child();
     pump_stats_after_fork_in_child(pump_driver_was_used());

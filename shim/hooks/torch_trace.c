@@ -37,6 +37,7 @@
 #include "capacity.h"
 #include "channel.h"
 #include "hooks_common.h"
+#include "names.h"
 #include "pump_torch_trace.h"
 #include "residency.h"
 
@@ -55,6 +56,7 @@ static void tensor_alloc(uint64_t addr, uint64_t size)
         pump_channel_free(carved_base, carved_size);  /* the daemon sees its tensors instead */
     pump_residency_attach(range);
     PUMP_COUNT(torch_tensor_allocs, 1);
+    pump_names_bind(range, size);
     pump_channel_alloc(range, addr, size, CU_MEM_ATTACH_GLOBAL);
 }
 
@@ -106,7 +108,8 @@ static void tensor_free(uint64_t addr, CUstream stream)
         discard_dead(range, stream);
     if (pump_ranges_remove_tensor(addr, &tracked)) {
         PUMP_COUNT(torch_tensor_frees, 1);
-        pump_channel_free(addr, tracked);
+        uint64_t name = range != NULL ? pump_names_release(range) : 0;
+        pump_channel_free(name != 0 ? name : addr, tracked);
     }
 }
 
@@ -130,6 +133,8 @@ void pump_torch_trace(int event, uint64_t addr, uint64_t size, int flags, CUstre
 void pump_torch_trace_step(void)
 {
     static uint64_t steps;
-    if (pump_driver_was_used() && pump_active())
+    if (pump_driver_was_used() && pump_active()) {
+        pump_names_step();
         pump_channel_step(__atomic_add_fetch(&steps, 1, __ATOMIC_RELAXED));
+    }
 }

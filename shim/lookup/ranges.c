@@ -236,6 +236,7 @@ static void start_life(struct pump_range *r)
     STORE(r->dead, 0);
     STORE(r->launched, 0);
     STORE(r->unprefetchable, 0);
+    STORE(r->name, 0);
 }
 
 /* Adds [base, base+size) at its place in the arrays (writer; nothing overlaps it). */
@@ -424,6 +425,7 @@ PUMP_HIDDEN struct pump_range *pump_ranges_insert_tensor(uint64_t base, uint64_t
         STORE(same->life, __atomic_add_fetch(&lives, 1, __ATOMIC_RELAXED));
         STORE(same->announced, 0);
         STORE(same->dead, 0);
+        STORE(same->name, 0);
         inserted = same;
     } else if (held) {
         inserted = replace_locked(base, end, flags, host_touchable, device);

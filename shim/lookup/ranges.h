@@ -64,6 +64,8 @@ struct pump_range {
      * record, and an address, outlive their allocation: a refusal of a freed range must not
      * mark the allocation made there since, prefetch_ranges.c). */
     uint64_t life;
+    /* What pumpd knows a tensor by (names.h): its name's address, or 0 (its base). */
+    uint64_t name;
 };
 
 /* At most this many segments are carved into tensors at once; beyond, a segment stays

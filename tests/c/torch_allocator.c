@@ -6,7 +6,7 @@
  * (real kernels are no-ops on fakecuda), discard marks run out while a host function holds the
  * stream (a timing the real client never forces), and the sanitizer builds.
  *
- *   torch_allocator STEPS [legacy] [held] [pluggable|caching|segments]
+ *   torch_allocator STEPS [legacy] [held] [moving] [pluggable|caching|segments]
  *
  * legacy: on the legacy NULL stream (PyTorch's default stream).
  * held: first, 300 tensors of 2 MiB (more than libpump has discard marks) allocated, cleared
@@ -20,13 +20,25 @@
  *   process has it (what pump's bridge forwards, pump/boot/torch_trace.cpp); after the
  *   segment's cuMemFree, a second segment as large must fit the capacity again.
  * segments: the same, reporting nothing (the bridge could not be built).
+ * moving (with caching): the activation changes address every step, as PyTorch's do: after
+ *   each even step a tensor of its size is allocated where it was and freed only once the next
+ *   step's activation is allocated elsewhere; the optimizer's step is marked after each step
+ *   (pump_torch_trace_step, as pump's start-up hook marks it); the steps wait for libpump to
+ *   attach to pumpd, where it has a socket to, so that a trace holds them all.
  */
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/types.h>
+#include <unistd.h>
 
+#include "pump_stats.h"
 #include "torch_program.h"
+
+/* libpump's step mark for the caching allocator's tensors (weak: the bare run has none). */
+extern void pump_torch_trace_step(void) __attribute__((weak));
 
 #define WEIGHTS ((size_t)8 << 20)
 #define ACTIVATION ((size_t)6 << 20)
@@ -89,10 +101,33 @@ static void clear_kernel(void **params, const fakecuda_dims *dims)
     memset(out, 0, n * sizeof *out);
 }
 
+/* Under pump with a daemon, until libpump has written its first events to the daemon's ring (its
+ * counter record says so), or 10 s: a step made before the shim attached is not in the trace. */
+static void wait_for_the_daemon(void)
+{
+    const char *dir = getenv("PUMP_STATS_DIR");
+    char path[4096];
+    if (dir == NULL || pump_torch_trace == NULL || getenv("PUMP_SOCKET") == NULL)
+        return;
+    snprintf(path, sizeof path, "%s/pump-%d.stats", dir, (int)getpid());
+    for (int i = 0; i < 1000; i++) {
+        uint64_t written = 0;
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            if (pread(fd, &written, sizeof written, offsetof(struct pump_stats, events_written)) != sizeof written)
+                written = 0;
+            close(fd);
+        }
+        if (written != 0)
+            return;
+        nanosleep(&(struct timespec){0, 10000000}, NULL);
+    }
+}
+
 int main(int argc, char **argv)
 {
     static const char *const modes[] = {"pluggable", "caching", "segments"};
-    bool legacy = false, held = false, usage = argc < 2;
+    bool legacy = false, held = false, moving = false, usage = argc < 2;
     for (int i = 2; i < argc; i++) {
         bool known = false;
         for (int m = 0; m < 3; m++)
@@ -104,11 +139,13 @@ int main(int argc, char **argv)
             legacy = known = true;
         if (strcmp(argv[i], "held") == 0)
             held = known = true;
+        if (strcmp(argv[i], "moving") == 0)
+            moving = known = true;
         usage |= !known;
     }
-    if (usage || (held && mode != PLUGGABLE)) {
-        fprintf(stderr, "usage: torch_allocator STEPS [legacy] [held] [pluggable|caching|segments]\n"
-                        "(held goes with pluggable only)\n");
+    if (usage || (held && mode != PLUGGABLE) || (moving && mode != CACHING)) {
+        fprintf(stderr, "usage: torch_allocator STEPS [legacy] [held] [moving] [pluggable|caching|segments]\n"
+                        "(held goes with pluggable only, moving with caching only)\n");
         return 2;
     }
     int steps = atoi(argv[1]);
@@ -144,15 +181,27 @@ int main(int argc, char **argv)
     api.host_touch(host_w, WEIGHTS);
     for (uint64_t i = 0; i < nw; i++)
         host_w[i] = (float)(i % 13);
+    CUdeviceptr kept = 0;  /* moving: the tensor that holds the last activation's place */
+    if (moving)
+        wait_for_the_daemon();
     for (int s = 0; s < steps; s++) {
         CUdeviceptr out = tensor_alloc(ACTIVATION);
+        if (kept != 0)
+            tensor_free(kept, ACTIVATION);
+        kept = 0;
         float step = (float)s;
         void *forward_params[] = {&w, &out, &nw, &n, &step};
         CHECK(cuLaunchKernel(forward, 1, 1, 1, 1, 1, 1, 0, stream, forward_params, NULL));
         void *update_params[] = {&w, &out, &nw, &n};
         CHECK(cuLaunchKernel(update, 1, 1, 1, 1, 1, 1, 0, stream, update_params, NULL));
         tensor_free(out, ACTIVATION);
+        if (moving && s % 2 == 0)
+            kept = tensor_alloc(ACTIVATION);
+        if (moving && pump_torch_trace_step != NULL)
+            pump_torch_trace_step();
     }
+    if (kept != 0)
+        tensor_free(kept, ACTIVATION);
     CHECK(cuStreamSynchronize(stream));
     api.host_touch(host_w, WEIGHTS);
     double checksum = 0;
