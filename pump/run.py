@@ -273,8 +273,8 @@ def lookahead_line(iterations, links=None) -> str:
     learned = sorted({int(n) for n in iterations if isinstance(n, int) and n > 0})
     if not learned:
         return ("lookahead learned no iteration: the job's launches did not repeat while it ran (a PyTorch "
-                "job's repeat under pump's allocator once its optimizer marks steps, not under PyTorch's caching "
-                "allocator: docs/limits.md), so the launch rule applied throughout")
+                "job's repeat under pump's allocator once its optimizer marks steps, under PyTorch's caching "
+                "allocator only with PUMP_TORCH_NAMES=1: docs/limits.md), so the launch rule applied throughout")
     counts = " and ".join(str(n) for n in learned)
     rates = sorted({round(n / 1e9, 1) for n in links or () if isinstance(n, (int, float)) and n > 0})
     measured = f", planned at the link rate its prefetches met: {' and '.join(map(str, rates))} GB/s" if rates else ""

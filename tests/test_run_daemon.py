@@ -173,8 +173,8 @@ def test_status_age_is_human(ago, shown):
     ([412], "lookahead learned an iteration of 412 launches"),
     ([412, 0, 412, 398], "lookahead learned an iteration of 398 and 412 launches"),
     ([], "lookahead learned no iteration: the job's launches did not repeat while it ran (a PyTorch job's repeat "
-         "under pump's allocator once its optimizer marks steps, not under PyTorch's caching allocator: "
-         "docs/limits.md), so the launch rule applied throughout"),
+         "under pump's allocator once its optimizer marks steps, under PyTorch's caching allocator only with "
+         "PUMP_TORCH_NAMES=1: docs/limits.md), so the launch rule applied throughout"),
     (None, "lookahead: pumpd did not say whether it learned an iteration"),
 ])
 def test_lookahead_line(iterations, line):
