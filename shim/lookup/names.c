@@ -106,7 +106,7 @@ static struct pump_range *holder(const struct name *e)
 
 PUMP_HIDDEN void pump_names_bind(struct pump_range *r, uint64_t size)
 {
-    __atomic_store_n(&r->name, 0, __ATOMIC_RELAXED);
+    /* r->name is 0: the range table clears it whenever a record takes a tensor (ranges.c) */
     uint64_t step = __atomic_load_n(&steps, __ATOMIC_RELAXED);
     if (!pump_config.torch_names || step == 0 || size == 0)
         return;

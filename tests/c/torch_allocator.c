@@ -23,8 +23,9 @@
  * moving (with caching): the activation changes address every step, as PyTorch's do: after
  *   each even step a tensor of its size is allocated where it was and freed only once the next
  *   step's activation is allocated elsewhere; the optimizer's step is marked after each step
- *   (pump_torch_trace_step, as pump's start-up hook marks it); the steps wait for libpump to
- *   attach to pumpd, where it has a socket to, so that a trace holds them all.
+ *   (pump_torch_trace_step, as pump's start-up hook marks it).
+ * held (after its first launch) and moving wait for libpump to write to pumpd's ring, where it
+ * has a socket, so that a trace holds their launches: libpump attaches beside the program.
  */
 #include <fcntl.h>
 #include <stdatomic.h>
@@ -102,12 +103,13 @@ static void clear_kernel(void **params, const fakecuda_dims *dims)
 }
 
 /* Under pump with a daemon, until libpump has written its first events to the daemon's ring (its
- * counter record says so), or 10 s: a step made before the shim attached is not in the trace. */
+ * counter record says so; the first come once a launch or an allocation is known), or 10 s:
+ * what happens before the shim attached is not in the trace. */
 static void wait_for_the_daemon(void)
 {
-    const char *dir = getenv("PUMP_STATS_DIR");
+    const char *dir = getenv("PUMP_STATS_DIR"), *socket = getenv("PUMP_SOCKET");
     char path[4096];
-    if (dir == NULL || pump_torch_trace == NULL || getenv("PUMP_SOCKET") == NULL)
+    if (dir == NULL || pump_torch_trace == NULL || socket == NULL || *socket == '\0')
         return;
     snprintf(path, sizeof path, "%s/pump-%d.stats", dir, (int)getpid());
     for (int i = 0; i < 1000; i++) {
@@ -167,6 +169,8 @@ int main(int argc, char **argv)
             CUdeviceptr t = tensor_alloc(HELD_BYTES);
             void *clear_params[] = {&t, &held_n};
             CHECK(cuLaunchKernel(clear, 1, 1, 1, 1, 1, 1, 0, stream, clear_params, NULL));
+            if (i == 0)
+                wait_for_the_daemon();  /* before the first free's drain */
             tensor_free(t, HELD_BYTES);
         }
         atomic_store(&release, 1);
