@@ -5,6 +5,7 @@ shim, collecting what fakecuda and the shim counted."""
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 
@@ -40,6 +41,20 @@ def pytest_configure(config):
     recording of the real client, a daemon, a build) are made once, not once per worker."""
     if getattr(config.option, "dist", "no") == "load":
         config.option.dist = "loadfile"
+    _catch_inherited_ignored_signals()
+
+
+def _catch_inherited_ignored_signals():
+    """A runner started in the background by a non-interactive shell (`pytest &`, `nohup pytest`)
+    gets SIGINT, SIGQUIT or SIGHUP ignored, and every program a test starts would inherit that:
+    pump-run rightly forwards no signal its job ignores, so the signal tests would fail on how pytest
+    was started. A handler that does nothing keeps this process as deaf as its launcher asked, and
+    since exec resets a caught signal to its default (an ignored one stays ignored), the programs
+    the tests start get the defaults a terminal would give them."""
+    for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            signal.signal(sig, lambda _signum, _frame: None)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTERM})
 
 
 def pytest_collection_modifyitems(config, items):
