@@ -4,7 +4,8 @@ pumpd, pump-run and `pump status` all find it here, so they agree on one place, 
 none of them ever uses a directory another user could have made: a directory is used
 only when lstat() shows a real directory (not a symlink) owned by the effective uid
 with mode exactly 0700.  $XDG_RUNTIME_DIR/pump when $XDG_RUNTIME_DIR passes that check
-itself (systemd-logind makes it so), else /tmp/pump-<uid>, created 0700 if absent and
+itself (systemd-logind makes it so) and the socket's path there fits an AF_UNIX address,
+else /tmp/pump-<uid>, created 0700 if absent and
 refused with a clear error otherwise (another user can pre-create it: issue 18 item 6).
 
 A daemon is shared only within one uid, one pid namespace and one boot: the directory
@@ -15,6 +16,9 @@ container or a reboot (with a persistent /tmp) never finds another's daemon.
 import os
 import stat
 import tempfile
+
+SOCKET_NAME = "pumpd.sock"
+SOCKET_PATH_MAX = 107  # sun_path's 108 bytes, less the NUL that ends the path
 
 
 class RuntimeDirError(Exception):
@@ -63,9 +67,11 @@ def scope() -> str:
 
 
 def base_dir() -> str:
-    """$XDG_RUNTIME_DIR/pump when $XDG_RUNTIME_DIR is ours with mode 0700, else /tmp/pump-<uid>."""
+    """$XDG_RUNTIME_DIR/pump when $XDG_RUNTIME_DIR is ours with mode 0700, else /tmp/pump-<uid>;
+    that too where the socket's path under $XDG_RUNTIME_DIR would not fit an AF_UNIX address
+    (pumpd could not bind it: "AF_UNIX path too long")."""
     xdg = os.environ.get("XDG_RUNTIME_DIR")
-    if xdg and os.path.isabs(xdg):
+    if xdg and os.path.isabs(xdg) and len(os.fsencode(os.path.join(xdg, "pump", scope(), SOCKET_NAME))) <= SOCKET_PATH_MAX:
         try:
             check_private_dir(xdg, create=False)
             return os.path.join(xdg, "pump")
@@ -80,4 +86,4 @@ def user_runtime_dir(create: bool = True) -> str:
 
 
 def user_socket(create: bool = True) -> str:
-    return os.path.join(user_runtime_dir(create), "pumpd.sock")
+    return os.path.join(user_runtime_dir(create), SOCKET_NAME)

@@ -67,7 +67,7 @@ def shared_socket(verbose: int = 0) -> str:
         directory = runtime_dir.user_runtime_dir()
     except runtime_dir.RuntimeDirError as exc:
         raise OSError(str(exc)) from None
-    path = os.path.join(directory, "pumpd.sock")
+    path = os.path.join(directory, runtime_dir.SOCKET_NAME)
     if protocol.ping(path) is None:
         _start(directory, path, verbose)
     return path

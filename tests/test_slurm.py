@@ -48,14 +48,16 @@ def plugin(cluster):
 
 
 @pytest.fixture
-def job_env(c_build, tmp_path):
+def job_env(c_build):
     """What a user's srun carries to its tasks (srun exports the caller's environment):
     fakecuda with two devices, and a runtime directory of the test's own, where the
-    user's shared pumpd lives (so the test finds it, and no other test's is shared)."""
-    runtime = tmp_path / "xdg"
-    runtime.mkdir(mode=0o700)
-    return dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"), FAKECUDA_DEVICES="2",
-                XDG_RUNTIME_DIR=str(runtime), PUMP_DAEMON_GRACE="1")
+    user's shared pumpd lives (so the test finds it, and no other test's is shared); short,
+    so that the socket's path fits sun_path's 108 bytes (under pytest -n 2 one in tmp_path
+    did not, and pump took /tmp/pump-<uid> instead: pump/runtime_dir.py)."""
+    runtime = tempfile.mkdtemp(prefix="xdg-")  # mode 0700
+    yield dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"), FAKECUDA_DEVICES="2",
+               XDG_RUNTIME_DIR=runtime, PUMP_DAEMON_GRACE="1")
+    shutil.rmtree(runtime, ignore_errors=True)
 
 
 def jobs(socket):

@@ -95,6 +95,23 @@ def test_an_open_xdg_runtime_dir_falls_back_to_a_checked_tmp(monkeypatch, shared
     assert not (xdg / "pump").exists()
 
 
+def test_an_xdg_runtime_dir_too_deep_for_a_socket_falls_back_to_a_checked_tmp(monkeypatch, shared_dir):
+    """The socket's path under it would pass sun_path's 108 bytes: pumpd could not bind it (a
+    Slurm test's runtime directory under pytest -n 2's deeper temporary directories did)."""
+    xdg = shared_dir / ("x" * (runtime_dir.SOCKET_PATH_MAX - len(str(shared_dir)) - 20))
+    xdg.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(xdg))
+    monkeypatch.setattr(tempfile, "tempdir", str(shared_dir))
+    deep = os.path.join(xdg, "pump", runtime_dir.scope(), runtime_dir.SOCKET_NAME)
+    assert len(deep) > runtime_dir.SOCKET_PATH_MAX
+    assert runtime_dir.user_socket().startswith(f"{shared_dir}/pump-{os.geteuid()}/")
+    assert not (xdg / "pump").exists()
+    short = shared_dir / "xdg"
+    short.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(short))
+    assert runtime_dir.user_socket() == str(short / "pump" / runtime_dir.scope() / "pumpd.sock")
+
+
 def _default_socket_of_pumpd(tmpdir):
     os.environ.pop("XDG_RUNTIME_DIR", None)
     os.environ.pop("PUMP_SOCKET", None)
