@@ -273,11 +273,16 @@ class Foresight:
     def _freed_blocks(self, addr, size) -> tuple:
         """The 2 MiB blocks wholly inside a framework's free (those the shim discards), within
         the known allocation it falls in (a ring names any range; the planner keeps only the
-        blocks of allocations it was given room for), else none."""
+        blocks of allocations it was given room for), else none. A named tensor's blocks are
+        all its own (names.h gives each name blocks of its own): every one dies with it, and its
+        eviction after the free moves nothing (no tensor holds the name then)."""
         alloc = self._allocation_of(addr)
         if alloc is None:
             return ()
-        dead = discard_range(addr, min(addr + size, alloc[0] + alloc[1]) - addr)
+        end = min(addr + size, alloc[0] + alloc[1])
+        if addr >= channel.NAMES_BASE:  # a named tensor's blocks are its own: the partial last one too
+            return tuple(range(addr, end, BLOCK))
+        dead = discard_range(addr, end - addr)
         return () if dead is None else tuple(range(dead[0], dead[0] + dead[1], BLOCK))
 
     def _hold_freed(self, freed):
@@ -519,7 +524,11 @@ def plan_cycle(uses, block_bytes, seconds, budget, horizon_seconds, reserve=0, a
     uses[j]: the blocks launch j needs; seconds[j]: its time.  MIN, run on the budget less
     `reserve` (room kept for transfers in flight), decides at each use of a block not resident
     which blocks to evict (those used again furthest in the future; among those used again
-    at the same launch, the one that first appears earliest in `uses`, never by address).  Each eviction is planned
+    at the same launch, the one that first appears earliest in `uses`, never by address; first of
+    all a named tensor's block freed since its last use: its memory went to other tensors, which
+    MIN counts as blocks of their own, and its next use is its name's next tensor, whose data
+    never came from it; a block of an address keeps its next use: the next tensor there is in it,
+    and a discarded block brought back is copied).  Each eviction is planned
     after the victim's last use before that point (or, freed[j] naming the blocks the framework
     frees just before launch j, after the first free between that use and the anchor before
     the one needing room: a discarded block's eviction copies nothing), and the block's
@@ -569,6 +578,10 @@ def plan_cycle(uses, block_bytes, seconds, budget, horizon_seconds, reserve=0, a
     evict = [[] for _ in range(period)]
     for pos in range(2 * period):
         record = pos >= period
+        for b in freed[pos % period] if freed is not None else ():
+            if b >= channel.NAMES_BASE and b in resident:  # a named tensor died: MIN's first victim
+                resident[b] = never
+                heapq.heappush(heap, (-never, rank[b], b))
         # The earliest trigger whose kernel ends within the horizon of this launch's start.
         earliest = int(np.searchsorted(clock, clock[pos] - horizon_seconds, side="left")) - 1
         for b in uses[pos % period]:

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from pump import channel
+from pump.channel import NAMES_BASE
 from pump.foresight import BLOCK, Foresight, discard_range, plan_cycle
 from pump.iteration import MATCH_WINDOW, IterationDetector
 from helpers import make_plan_pages, ringless_session
@@ -641,3 +642,22 @@ def test_a_cache_cleared_mid_stream_still_gives_every_launch_its_blocks(monkeypa
         t.launch(0x100 + 16 * i, [bases[i % 4]])      # the four cached keys, four new ones: past 6
     f.observe(t.batch())
     assert [len(b) for b in f.blocks[-8:]] == [8] * 8 and len(f._blocks_of_key) == 6  # the cap, not the batch
+
+
+def test_a_named_tensor_freed_since_its_last_use_is_the_first_victim():
+    """A named tensor the framework freed is dead until its name's next tensor (names.h): its
+    memory went to other tensors, counted as blocks of their own. MIN takes it before a live
+    block used again later, whose data would have to come back: the activation a, freed
+    before y, makes y's room where b (used again furthest, but live) made it without the free.
+    A block of an address freed so keeps its next use (the next tensor there is in it)."""
+    for base in (NAMES_BASE, 0):
+        a, b, y = base, base + BLOCK, base + 2 * BLOCK
+        uses = [(a,), (b,), (y,), (a,), (b,)]
+        sizes = {a: BLOCK, b: BLOCK, y: BLOCK}
+        plain = plan_cycle(uses, sizes, [1e-4] * 5, 2 * BLOCK, horizon_seconds=1.0)
+        freed = plan_cycle(uses, sizes, [1e-4] * 5, 2 * BLOCK, 1.0, freed=[(), (), (a,), (), ()])
+        assert any(b in victims for victims in plain[1])
+        if base:
+            assert not any(b in victims for victims in freed[1]) and any(a in victims for victims in freed[1])
+        else:
+            assert freed == plain
