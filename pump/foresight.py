@@ -48,7 +48,7 @@ KEY_CACHE_MAX = 1 << 16           # launch keys whose blocks are kept: a ring ca
 BANDWIDTH_FACTOR = 1.5            # a measured bandwidth within this factor of the one planned for changes nothing
 FREED_CARRIED_MAX = 1 << 16       # blocks freed after a read's last launch kept for the next (a ring may free without launching)
 HISTORY_REFS_MAX = 1 << 23        # block references a history holds (each ~40 bytes where not shared)
-ITERATION_DIVISORS = 16           # a learned period's divisors tried as a shorter one (_shorter_period)
+ITERATION_DIVISORS = 16           # a learned period's divisors tried as a shorter one (_shortest_divisor)
 FREED_KEPT_MAX = 1 << 18          # freed blocks the history keeps, the newest (bert-base frees about 19,000 a step)
 
 
@@ -366,34 +366,38 @@ class Foresight:
         if self.learned:
             missing = np.count_nonzero(~np.isin(keys, self.schedule_keys))
             if missing <= self.detector.tolerance * len(keys):
-                shorter = self._shorter_period()
-                if shorter:
+                shorter = self._shortest_divisor(self.period)
+                if shorter < self.period:
                     self._learn(shorter)
                 return
         period = self.detector.detect()
         if not period:
             return
+        # The detector anchors on a rare key: one launch that differs every other step made it
+        # find two steps, and the step it gave way to next (a plan made anew each time).
+        period = self._shortest_divisor(period)
         window = self.detector.keys[-period:]
         if self.learned and period == self.period and \
                 np.count_nonzero(window != self.schedule_keys) <= self.detector.tolerance * period:
             return
         self._learn(period)
 
-    def _shorter_period(self) -> int:
-        """The shortest period dividing the learned one (by at most ITERATION_DIVISORS) under which
-        the last learned period of keys repeats, or 0. A multiple learned once held for good, since
-        each later key is in its schedule: the real client's 451-launch step, its tensors placed,
-        was learned as 1,353 launches under load (its first steps' keys differed)."""
-        p, history = self.period, self.detector.keys
+    def _shortest_divisor(self, p) -> int:
+        """The shortest period dividing p (by at most ITERATION_DIVISORS, or the one learned) under
+        which the last p keys repeat, else p. A multiple learned once held for good, since each
+        later key is in its schedule: the real client's 451-launch step, its tensors placed, was
+        learned as 1,353 launches under load (its first steps' keys differed)."""
+        history = self.detector.keys
         if len(history) < p:
-            return 0
+            return p
         window = history[-p:]
-        for k in range(ITERATION_DIVISORS, 1, -1):
-            d = p // k
-            if p % k == 0 and d >= MIN_PERIOD and \
-                    np.count_nonzero(window[d:] != window[:-d]) <= self.detector.tolerance * (p - d):
+        divisors = {p // k for k in range(2, ITERATION_DIVISORS + 1) if p % k == 0}
+        if self.learned and self.period < p and p % self.period == 0:
+            divisors.add(self.period)
+        for d in sorted(divisors):
+            if d >= MIN_PERIOD and np.count_nonzero(window[d:] != window[:-d]) <= self.detector.tolerance * (p - d):
                 return d
-        return 0
+        return p
 
     def _learn(self, period):
         start = len(self.blocks) - period

@@ -89,6 +89,24 @@ def test_a_multiple_of_the_step_learned_once_gives_way_to_the_step():
     assert 12 in periods and periods[-1] == 4, periods
 
 
+def test_a_launch_that_differs_every_other_step_does_not_make_the_step_flip_with_its_double():
+    """One launch of a 21-launch step takes an extra allocation every other step (the real
+    client under PUMP_TORCH_NAMES=1 under load: 7 of its 451 launches, an argument word that
+    fell in a tensor or not). Read in small batches, a batch holding that launch's other key
+    was beyond the tolerance, the detector anchored on that rarer key found two steps, and the
+    next batch gave way to the step again: 451 and 902 in turn, a plan made anew each time,
+    and pump-run said whichever came last. A period found is first cut to its shortest divisor
+    under which the last period repeats."""
+    t, weights, acts = training_trace(steps=0, layers=4)
+    extra = t.alloc(4 * MIB)
+    for s in range(40):
+        for i in range(21):
+            bases = [weights[i % 4], acts[i % 4]] + ([extra] if i == 20 and s % 2 else [])
+            t.launch(100 + i, bases, [(acts[i % 4], MIB, True)])
+    learned = [p for p in _periods_in_batches(t, 4) if p]
+    assert learned and set(learned) == {21}, learned
+
+
 @pytest.mark.parametrize("steps", [3, 6, 40])
 def test_a_short_run_inside_the_iteration_is_not_the_iteration(steps):
     """bench/gpu/chain.py's step as the H100 ran it (pairs 4, repeat 4): saxpy and scale on one
