@@ -275,6 +275,7 @@ def test_plan_evicts_and_prefetches_within_its_budget(job, daemon):
     # A three times and B's blocks 2 + 1 + 1 times in; A three times and B's first block twice out
     assert result["bytes_prefetched_h2d"] == 3 * 2 * MiB + 8 * MiB
     assert result["bytes_d2h"] == record["bytes_evicted"] == 3 * 2 * MiB + 2 * 2 * MiB
+    assert record["plan_bytes_evicted"] == 3 * 2 * MiB  # A's, by the trigger; B's made room for a launch
     assert record["evictions"] == 5
     assert result["device_resident_peak"] <= 4 * MiB and record["resident_bytes_peak"] <= 4 * MiB
     assert live["resident_bytes"] == 4 * MiB  # B, after the last trigger

@@ -12,7 +12,7 @@
 
 enum {
     PUMP_STATS_MAGIC = 0x504d5053,   /* "SPMP" little-endian: a pump record */
-    PUMP_STATS_VERSION = 15
+    PUMP_STATS_VERSION = 16
 };
 
 struct pump_stats {
@@ -177,6 +177,9 @@ struct pump_stats {
     uint64_t tensor_names_taken;     /* tensors whose name a live tensor of an earlier step still held: by
                                         address instead */
     uint64_t tensor_names_unheld;    /* plan ranges in a name no live tensor held: nothing moved */
+    /* version 16: which evictions a plan asked for (issue 41: a plan's bytes against the budget's hold) */
+    uint64_t plan_bytes_evicted;     /* of bytes_evicted, those moved at a plan's trigger: its evict ranges
+                                        and the room its prefetches took */
 };
 
 #endif

@@ -504,7 +504,7 @@ static void plan_rule(struct pump_context *c, int device, struct uses u, uint64_
     struct pump_decision dn = {.c = c, .device = device, .after = token, .fallback = token};
     if (!pump_decision_begin(&dn, u.range, u.n, t->range + prefetch_from, t->prefetch + t->evict))
         return;
-    struct evictions e = {.dn = &dn};
+    struct evictions e = {.dn = &dn, .m.from_plan = true};
     for (uint32_t k = evict_from; k < evict_from + t->evict; k++) {
         uint32_t first, last;
         struct pump_blocks *a = pump_decision_plan_blocks(&dn, &t->range[k], &first, &last);

@@ -19,7 +19,7 @@ struct pump_move {
     bool after_prefetches;  /* an eviction: the eviction stream first waits for the prefetch stream (a
                                planned prefetch of a block it evicts is decided, not yet made) */
     bool after_fallback;    /* an eviction of a block whose last use is unknown */
-    bool from_plan;
+    bool from_plan;         /* made at a plan's trigger (its ranges, or room for its prefetches) */
     bool timeable;          /* a prefetch of blocks pump evicted before, each: bytes that cross the link */
     bool populate;          /* a prefetch of memory discarded on the context's legacy peer: made on its
                                populate stream (discard_marks.h) */
