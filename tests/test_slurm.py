@@ -88,12 +88,18 @@ def shared_pumpd_socket(job_env) -> pathlib.Path:
     return wait_for(lambda: list(pathlib.Path(job_env["XDG_RUNTIME_DIR"]).glob("pump/*/pumpd.sock")))[0]
 
 
-def processes_with(text: str) -> list:
-    """This machine's processes whose command line names text (a path of this test's)."""
+def processes_with(text: str, runtime: str = None) -> list:
+    """This machine's processes whose command line names text (a path of this test's); with
+    runtime, only those whose environment has it as XDG_RUNTIME_DIR (a task of this test's job,
+    not a program of the build another test runs under pytest -n 2)."""
     found = []
     for p in psutil.process_iter(["cmdline", "status"]):
         if text in " ".join(p.info["cmdline"] or []) and p.info["status"] != psutil.STATUS_ZOMBIE:
-            found.append(p)
+            try:
+                if runtime is None or p.environ().get("XDG_RUNTIME_DIR") == runtime:
+                    found.append(p)
+            except psutil.Error:  # gone meanwhile, or not ours to read
+                pass
     return found
 
 
@@ -133,7 +139,8 @@ def check_one_job_on_two_gpus(job, status, got, expected, step="0"):
 def nothing_left(c_build, job_env):
     """The shared pumpd ends its grace period (1 s) and exits; no task, nor the plugin's
     pump-run, remains."""
-    wait_for(lambda: not processes_with(job_env["XDG_RUNTIME_DIR"]) and not processes_with(str(c_build))
+    wait_for(lambda: not processes_with(job_env["XDG_RUNTIME_DIR"])
+             and not processes_with(str(c_build), job_env["XDG_RUNTIME_DIR"])
              and not processes_with(f"{PUMP_RUN} --serve-env"), 15)
 
 
