@@ -444,9 +444,11 @@ def test_replay_gpu_case_sets_a_kept_trace_beside_the_gpu(c_build, libpump, tmp_
                            "--json", str(out), str(results)], capture_output=True, text=True, timeout=300,
                           env=dict(clean_env(), PATH=os.environ["PATH"]))
     assert proc.returncode == 0, proc.stderr
-    assert "| GPU (traced process; crossed: CUPTI's run) | 0.0 | 0.0 | 0.0 | 0.0 | 7 | n/a | n/a |" in proc.stdout
+    assert ("| GPU (traced process; crossed: CUPTI's run) | 0.0 | 0.0 | n/a | 0.0 | 0.0 | 7 | n/a | n/a | n/a | n/a "
+            "| n/a |") in proc.stdout
     rows = json.loads(out.read_text())["rows"]
     assert rows["gpu"] == {"prefetch_bytes": 3 * MiB, "bytes_evicted": 5 * MiB, "bytes_h2d": 2 * MiB,
                            "bytes_d2h": MiB, "gpu_faults": 7}
     assert rows["launch"]["prefetch_bytes"] == rows["launch-discards"]["prefetch_bytes"] == 3 * MiB
-    assert set(rows) == {"gpu", "launch", "launch-discards", "tensors-apart"}
+    assert set(rows) == {"gpu", "launch", "launch-discards", "tensors-apart", "lookahead-names"}
+    assert rows["lookahead-names"]["launches"] == rows["launch"]["launches"] > 0
