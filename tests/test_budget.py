@@ -301,17 +301,20 @@ def record(kind, count, *args, device=-1):
     return r
 
 
-def write_trace(path):
-    records = [record("alloc", 1, base, ALLOCATION, 1) for base in BASES] + [record("step", 1, 0)]
-    for n, (own, extents) in enumerate(LAUNCHES):
-        records.append(record("launch", len(own), 0x1000 + n % 2, 0x77, *[BASES[i] for i in own[:3]], device=0))
-        for k in range(3, len(own), 5):
-            chunk = [BASES[i] for i in own[k:k + 5]]
-            records.append(record("launch_more", len(chunk), *chunk, device=0))
-        for k in range(0, len(extents), 2):
-            pair = extents[k:k + 2]
-            args = [v for i, offset, size in pair for v in (BASES[i] + offset, size)]
-            records.append(record("extent", len(pair), *args, device=0))
+def write_trace(path, steps=1):
+    """LAUNCHES, `steps` times over (each after a STEP record), on BASES allocated first."""
+    records = [record("alloc", 1, base, ALLOCATION, 1) for base in BASES]
+    for step in range(steps):
+        records.append(record("step", 1, step))
+        for n, (own, extents) in enumerate(LAUNCHES):
+            records.append(record("launch", len(own), 0x1000 + n % 2, 0x77, *[BASES[i] for i in own[:3]], device=0))
+            for k in range(3, len(own), 5):
+                chunk = [BASES[i] for i in own[k:k + 5]]
+                records.append(record("launch_more", len(chunk), *chunk, device=0))
+            for k in range(0, len(extents), 2):
+                pair = extents[k:k + 2]
+                args = [v for i, offset, size in pair for v in (BASES[i] + offset, size)]
+                records.append(record("extent", len(pair), *args, device=0))
     records.append(record("sync", 1, 2))
     records += [record("free", 1, base, ALLOCATION) for base in BASES]
     writer = trace.TraceWriter(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "job-1", "replay")

@@ -126,13 +126,18 @@ def test_lookahead_takes_pumps_allocator_for_pytorch_unless_told_otherwise(setti
 
 
 def test_the_shim_times_kernels_on_the_gpu(c_build, tmp_path):
-    """A replay whose kernels compute 2 ms each (replay_trace --kernel-times) under pump-run:
-    pumpd's trace holds KERNEL records of every launch key, each at least the compute time
-    and at most 1 ms more (fakecuda's touches and faults), the last ones reported at the
-    synchronisation after them (no launch follows to read them at)."""
-    path = write_trace(tmp_path / "t.trace")
+    """A replay of three steps whose kernels compute 2 ms each (replay_trace --kernel-times)
+    under pump-run: pumpd's trace holds KERNEL records of every launch key, each at least the
+    compute time, the last ones reported at the synchronisation after them (no launch follows
+    to read them at). Each key's shortest sample, the one pumpd plans on, is at most 1 ms more
+    (fakecuda's touches and faults): a probe that bracketed two kernels would read 4 ms or
+    more every time. Any one sample can read more: fakecuda's stream is a thread on the wall
+    clock, and a busy machine descheduling it between the two records stretches the kernel
+    (4.9 ms read with four busy loops on the two cores), which a GPU never does."""
+    steps = 3  # each key's PUMP_KERNEL_FIRST_SAMPLES
+    path = write_trace(tmp_path / "t.trace", steps)
     times = tmp_path / "times"
-    times.write_bytes(np.full(len(LAUNCHES), 2_000_000, "<u8").tobytes())
+    times.write_bytes(np.full(steps * len(LAUNCHES), 2_000_000, "<u8").tobytes())
     recorded = tmp_path / "run.trace"
     env = dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"))
     proc = subprocess.run([PUMP_RUN, "--daemon", "embedded", "--policy", "lookahead", "--trace", str(recorded), "--",
@@ -147,7 +152,9 @@ def test_the_shim_times_kernels_on_the_gpu(c_build, tmp_path):
         if batch.launch_function is not None and len(batch.launch_function):
             keys |= set(channel.launch_keys(batch).tolist())
     assert {key for _, key, _ in kernels} == keys, proc.stderr
-    assert all(device == 0 and 2_000_000 <= ns <= 3_000_000 for device, _, ns in kernels), kernels
+    assert all(device == 0 and ns >= 2_000_000 for device, _, ns in kernels), kernels
+    shortest = {key: min(ns for _, k, ns in kernels if k == key) for key in keys}
+    assert all(ns <= 3_000_000 for ns in shortest.values()), kernels
     shown = subprocess.run([str(pathlib.Path(PUMP_RUN).parent / "pump"), "trace", "show", str(recorded)],
                            capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0 and f"a launch of key {kernels[0][1]:#x} ran {kernels[0][2]} ns on the GPU" \
