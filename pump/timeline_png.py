@@ -95,10 +95,11 @@ def render(doc: dict, out, title: str = ""):
             labels.append(_label(tnames, key, f"tid {key[1]}"))
         for key in sorted(k for k in lanes_of if k[0] == p):
             base = len(labels)
+            bars = collections.defaultdict(list)  # lane -> its spans, one artist each (thousands of spans)
             for (start, end, _name), lane in zip(spans[key], lanes_of[key]):
-                y = base + min(lane, MAX_LANES - 1)
-                ax.broken_barh([(start, max(end - start, 0))], (y - 0.3, 0.6), facecolors=colour[key[1]],
-                               alpha=0.6, linewidth=0)
+                bars[min(lane, MAX_LANES - 1)].append((start, max(end - start, 0)))
+            for lane, xranges in bars.items():
+                ax.broken_barh(xranges, (base + lane - 0.3, 0.6), facecolors=colour[key[1]], alpha=0.6, linewidth=0)
             lanes = min(MAX_LANES, max(lanes_of[key]) + 1)
             labels += [f"{key[1]} in flight" + (f" ({j + 1})" if lanes > 1 else "") for j in range(lanes)]
         ax.set_yticks(range(len(labels)), labels, fontsize=7)
