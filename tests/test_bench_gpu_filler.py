@@ -171,8 +171,9 @@ def test_suite_runs_case_f_on_fakecuda_probe_first(run_f, capsys):
     assert "real oversubscription" in doc["real_note"]
 
 
-def test_a_slow_naive_is_timed_out_and_reported_not_failed(run_f, capsys):
-    doc, status, _ = run_f(capsys, STAND_IN_SLOW_NAIVE="4")   # 4 steps of 4 s pass the cap of 10 (the probe's 2 not)
+def test_a_slow_naive_is_timed_out_and_reported_not_failed(run_f, capsys, monkeypatch):
+    monkeypatch.setattr(suite, "FILLER_RUN_CAP_S", 5)
+    doc, status, _ = run_f(capsys, STAND_IN_SLOW_NAIVE="2")   # 4 steps of 2 s pass the cap of 5 (the probe's 2 not)
     (f,) = doc["cases"]
     naive = f["variants"]["naive"]
     assert status == 0 and doc["failures"] == [], doc["failures"]
