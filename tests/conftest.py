@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from _pytest.mark.expression import Expression  # how -m reads its expression (no public API)
 
 from helpers import clean_env
 from pump import shim, stats
@@ -21,8 +22,9 @@ LOCK_HELD_LINE = "pump's rule: no lock held across a driver call"
 
 # The two tiers (README): `pytest` runs the fast one, `pytest -m slow` the slow one: the runs of
 # the sanitizer builds, PyTorch's CUDA build on fakecuda (the real client), Slurm, fuzzing and the
-# daemon's fairness under load. A path or node id named on the command line, or any -m, runs what
-# it selects, slow or not.
+# daemon's fairness under load (a test of another module that runs the real client, through the
+# cuda_torch fixture, is slow too). A path or node id named on the command line, or any -m, runs
+# what it selects, slow or not.
 SLOW_MODULES = {"test_real_client", "test_real_client_allocators", "test_real_client_iteration",
                 "test_real_client_training", "test_real_client_uses", "test_bench_steady_real", "test_slurm",
                 "test_fuzz", "test_daemon_fair"}
@@ -36,11 +38,22 @@ ALONE_MODULES = {"test_daemon_fair"}
 def _slow(item) -> bool:
     params = getattr(item, "callspec", None)
     variant = params.params.get("variant") if params else None
-    return item.module.__name__ in SLOW_MODULES or variant in SLOW_VARIANTS
+    return (item.module.__name__ in SLOW_MODULES or variant in SLOW_VARIANTS
+            or "cuda_torch" in getattr(item, "fixturenames", ()))
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`pytest` (`-n auto`: pyproject.toml) runs on a worker per CPU this process may use, but in
+    this one process where its -m selects the tests that want the machine alone (`-m slow`,
+    `-m alone`)."""
+    expression = config.option.markexpr
+    if expression and Expression.compile(expression).evaluate(lambda name, **_: name in ("slow", "alone")):
+        return 0
+    return len(os.sched_getaffinity(0))
 
 
 def pytest_configure(config):
-    """Under pytest-xdist (`pytest -n 2`, the README's fast tier), a file's tests stay in one worker
+    """Under pytest-xdist (`pytest`, the README's fast tier), a file's tests stay in one worker
     (`--dist loadfile` where `-n` alone would deal them out one by one): a module's fixtures (a
     recording of the real client, a daemon, a build) are made once, not once per worker."""
     if getattr(config.option, "dist", "no") == "load":
