@@ -532,7 +532,10 @@ def plan_cycle(uses, block_bytes, seconds, budget, horizon_seconds, reserve=0, a
     all a named tensor's block freed since its last use: its memory went to other tensors, which
     MIN counts as blocks of their own, and its next use is its name's next tensor, whose data
     never came from it; a block of an address keeps its next use: the next tensor there is in it,
-    and a discarded block brought back is copied).  Each eviction is planned
+    and a discarded block brought back is copied).  A dead name gets no eviction (its free made
+    the room; no tensor holds the name for the shim to move) and its next use no prefetch ahead
+    (the shim would find no tensor holding it before the next one is made, by its kernels).
+    Each eviction is planned
     after the victim's last use before that point (or, freed[j] naming the blocks the framework
     frees just before launch j, after the first free between that use and the anchor before
     the one needing room: a discarded block's eviction copies nothing), and the block's
@@ -564,15 +567,17 @@ def plan_cycle(uses, block_bytes, seconds, budget, horizon_seconds, reserve=0, a
         for b in freed[pos % period]:
             frees[b].append(pos)
 
+    def first_free(v):
+        """The position of the first free of v since its last use (None: none)."""
+        dead = frees.get(v)
+        i = bisect.bisect_right(dead, last_use[v]) if dead and v in last_use else None
+        return dead[i] if i is not None and i < len(dead) else None
+
     def freed_before(v, need_pos):
         """The anchor after the first free of v since its last use, when it comes before
         need_pos; else None."""
-        dead = frees.get(v)
-        if dead:
-            i = bisect.bisect_right(dead, last_use[v])
-            if i < len(dead) and anchor_at[dead[i]] < need_pos:
-                return anchor_at[dead[i]]
-        return None
+        at = first_free(v)
+        return anchor_at[at] if at is not None and anchor_at[at] < need_pos else None
 
     resident, used_bytes = {}, 0     # block -> its next use
     heap = []                        # (-next use, rank, block); stale entries skipped
@@ -610,12 +615,14 @@ def plan_cycle(uses, block_bytes, seconds, budget, horizon_seconds, reserve=0, a
                 freed_at = freed_before(v, pos)
                 at = anchor_at[last_use[v]] if freed_at is None else freed_at
                 room_from = max(room_from, at)
-                if record:
-                    evict[at % period].append(v)
+                if record and not (freed_at is not None and v >= channel.NAMES_BASE):
+                    evict[at % period].append(v)  # a dead name's free made its room: no tensor holds it
             resident[b] = pos
             used_bytes += size[b]
             at = anchor_at[max(earliest, room_from, 0)]
-            if record and at < pos:
+            died = first_free(b) if b >= channel.NAMES_BASE else None
+            born = died is not None and died <= pos
+            if record and at < pos and not born:  # a name's next tensor: made by its kernels, not moved
                 prefetch[at % period].append(b)
         for b in uses[pos % period]:
             if b in resident:

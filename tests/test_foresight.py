@@ -679,3 +679,22 @@ def test_a_named_tensor_freed_since_its_last_use_is_the_first_victim():
             assert not any(b in victims for victims in freed[1]) and any(a in victims for victims in freed[1])
         else:
             assert freed == plain
+
+
+def test_a_dead_name_is_neither_evicted_nor_brought_back():
+    """The shim finds no tensor holding a name between its tensor's free and its next tensor's
+    allocation (names.c counts such a range in tensor_names_unheld and moves nothing), and the
+    next tensor's data is made by its kernels: a plan gives a dead name no eviction (its free
+    made the room) and its next use no prefetch ahead, where it filled the trigger's ranges
+    (256 at most) with ones that moved nothing. By address the free changes nothing: the next
+    tensor there is in the same memory."""
+    for base in (NAMES_BASE, 0):
+        a, b, y = base, base + BLOCK, base + 2 * BLOCK
+        uses, sizes = [(a,), (b,), (), (y,), (a,), (b,)], {a: BLOCK, b: BLOCK, y: BLOCK}
+        plain = plan_cycle(uses, sizes, [1e-4] * 6, 2 * BLOCK, horizon_seconds=1.0)
+        prefetch, evict = plan_cycle(uses, sizes, [1e-4] * 6, 2 * BLOCK, 1.0, freed=[(), (a,), (), (), (), ()])
+        assert any(y in blocks for blocks in prefetch)
+        if base:  # y's room is a's, dead since launch 1; b stays
+            assert not any(a in blocks or b in blocks for blocks in prefetch + evict)
+        else:
+            assert (prefetch, evict) == plain
