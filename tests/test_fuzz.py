@@ -73,7 +73,7 @@ def test_plan_seeds_replay_clean_and_reach_the_plan(c_build, seed_dir, tmp_path)
     assert record["plan_triggers"] > 0            # triggers were found and carried out
     assert record["plan_evict_ranges"] > 0 and record["bytes_evicted"] > 0
     assert record["plan_ranges_skipped"] > 0      # and ones past the limits were counted
-    assert record["budget_skips"] > 0             # the plan's budget bit
+    assert record["plan_prefetch_skips"] > 0      # the plan's budget bit
     assert record["events_dropped"] > 0           # a scribbled tail reads as a full ring
 
 

@@ -12,7 +12,7 @@
 
 enum {
     PUMP_STATS_MAGIC = 0x504d5053,   /* "SPMP" little-endian: a pump record */
-    PUMP_STATS_VERSION = 16
+    PUMP_STATS_VERSION = 17
 };
 
 struct pump_stats {
@@ -38,7 +38,7 @@ struct pump_stats {
     uint64_t prefetch_bytes;         /* bytes asked to move to a GPU */
     uint64_t plan_prefetch_ranges;   /* ... of those ranges, ones a trigger of the daemon's plan named */
     uint64_t resident_skips;         /* allocations skipped: believed resident (prefetched this epoch) */
-    uint64_t budget_skips;           /* 2 MiB blocks not prefetched: they did not fit the budget */
+    uint64_t budget_skips;           /* 2 MiB blocks a launch did not prefetch: they did not fit the budget */
     uint64_t epochs;                 /* residency-belief expiries */
     uint64_t managed_allocs;         /* managed allocations tracked */
     uint64_t managed_frees;
@@ -180,6 +180,10 @@ struct pump_stats {
     /* version 16: which evictions a plan asked for (issue 41: a plan's bytes against the budget's hold) */
     uint64_t plan_bytes_evicted;     /* of bytes_evicted, those moved at a plan's trigger: its evict ranges
                                         and the room its prefetches took */
+    /* version 17: a plan's prefetches that did not fit are not faults (issue 41: the end line said so) */
+    uint64_t plan_prefetch_skips;    /* 2 MiB blocks a trigger's prefetches for later launches left out:
+                                        they did not fit beside its evictions; the launch that needs them
+                                        takes them (budget_skips counts what a launch itself left out) */
 };
 
 #endif

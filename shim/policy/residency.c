@@ -530,7 +530,7 @@ static void plan_rule(struct pump_context *c, int device, struct uses u, uint64_
     if (skipped > 0)
         PUMP_COUNT(plan_ranges_skipped, skipped);
     if (left_out > 0)
-        PUMP_COUNT(budget_skips, left_out);
+        PUMP_COUNT(plan_prefetch_skips, left_out);  /* not faults: the launch that needs them takes them */
 }
 
 /* After a kernel or a graph replay was enqueued: see pump_residency_after_launch. */
