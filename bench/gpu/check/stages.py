@@ -68,8 +68,10 @@ def ensure_pump(stage, args) -> list:
 
 
 def pytest_argv() -> list:
-    # The installed console script (or python -P), so that tests import the installed pump.
-    return [BIN / "pytest"] if (BIN / "pytest").exists() else [PYTHON, "-P", "-m", "pytest"]
+    # The installed console script (or python -P), so that tests import the installed pump; in one
+    # process: the GPU machine has pytest but not pytest-xdist, which pyproject's `-n auto` needs.
+    run = [BIN / "pytest"] if (BIN / "pytest").exists() else [PYTHON, "-P", "-m", "pytest"]
+    return [*run, "-o", "addopts="]
 
 
 def pytest_summary(output: str) -> str:
