@@ -42,6 +42,7 @@ def _slow(item) -> bool:
             or "cuda_torch" in getattr(item, "fixturenames", ()))
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's: the GPU machine has pytest alone
 def pytest_xdist_auto_num_workers(config):
     """`pytest` (`-n auto`: pyproject.toml) runs on a worker per CPU this process may use, but in
     this one process where its -m selects the tests that want the machine alone (`-m slow`,
