@@ -29,9 +29,10 @@ SLOW_MODULES = {"test_real_client", "test_real_client_allocators", "test_real_cl
                 "test_real_client_training", "test_real_client_uses", "test_bench_steady_real", "test_slurm",
                 "test_fuzz", "test_daemon_fair"}
 SLOW_VARIANTS = {"asan", "tsan"}
-# Slow tests that time the daemon's CPU under a load they make: another worker's load skews them
-# (under pytest -n 2 a register's CPU grew 3.2x from 1,024 to 2,048 jobs, where 3x is allowed), so
-# CI runs them apart (`pytest -m alone`), the rest of the slow tier on two workers.
+# Slow tests that another worker's load skews, so CI runs them apart (`pytest -m alone`), the rest
+# of the slow tier on two workers: those that time the daemon's CPU under a load they make (under
+# pytest -n 2 a register's CPU grew 3.2x from 1,024 to 2,048 jobs, where 3x is allowed), and a test
+# marked `alone` where it is written (a plan made from times the host's clock takes).
 ALONE_MODULES = {"test_daemon_fair"}
 
 
@@ -39,7 +40,7 @@ def _slow(item) -> bool:
     params = getattr(item, "callspec", None)
     variant = params.params.get("variant") if params else None
     return (item.module.__name__ in SLOW_MODULES or variant in SLOW_VARIANTS
-            or "cuda_torch" in getattr(item, "fixturenames", ()))
+            or "cuda_torch" in getattr(item, "fixturenames", ()) or item.get_closest_marker("alone") is not None)
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's: the GPU machine has pytest alone
