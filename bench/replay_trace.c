@@ -479,7 +479,9 @@ static void replay(const struct pump_event *e)
             struct fakecuda_stats s;
             fakecuda_get_stats(&s);
             printf("{\"step\": %" PRIu64 ", \"gpu_faults\": %" PRIu64 ", \"bytes_prefetched_h2d\": %" PRIu64
-                   ", \"bytes_d2h\": %" PRIu64 "}\n", e->arg[0], s.gpu_faults, s.bytes_prefetched_h2d, s.bytes_d2h);
+                   ", \"bytes_faulted_h2d\": %" PRIu64 ", \"bytes_d2h\": %" PRIu64 ", \"bytes_discarded\": %" PRIu64
+                   ", \"gpu_faults_unpointed\": %" PRIu64 "}\n", e->arg[0], s.gpu_faults, s.bytes_prefetched_h2d,
+                   s.bytes_faulted_h2d, s.bytes_d2h, s.bytes_discarded, s.gpu_faults_unpointed);
             struct timespec pause = {step_pause_ms / 1000, (long)(step_pause_ms % 1000) * 1000000L};
             while (nanosleep(&pause, &pause) != 0 && errno == EINTR) {
             }

@@ -453,12 +453,12 @@ def test_full_ring_drops_and_counts(job, daemon, run_program):
 
 # ---- the plan and the budget ----
 
-def run_with_plan(job, d, *setup, launches=3, planned_prefetches=0):
+def run_with_plan(job, d, *setup, launches=3, planned_prefetches=0, args=()):
     """events with a plan written once the shim attached; stops at --wait-end
     to read the live counters, then finishes. planned_prefetches: the ranges the plan
     makes pump's worker prefetch, which the run waits for before the program frees its
-    memory."""
-    j = job("events", launches, "--wait", "--wait-end", env={"PUMP_SOCKET": d.path})
+    memory. args: events' own options."""
+    j = job("events", launches, "--wait", "--wait-end", *args, env={"PUMP_SOCKET": d.path})
     first = j.line()
     attached(d.ring, 2)
     for step in setup:
@@ -535,6 +535,27 @@ def test_plan_need_replaces_the_launch_rule_in_the_allocations_it_names(job, dae
     assert result["bytes_prefetched_h2d"] == 4 * MiB and result["bytes_prefetched_unused"] == 2 * MiB
     assert result["gpu_faults"] == 0
     assert record["plan_triggers"] == 3 and record["launches_prefetched"] == 1
+
+
+def test_a_need_cut_short_leaves_no_block_of_the_launch_to_faults(job, daemon):
+    """The shim carries at most half a trigger's ranges as its need (channel.c); where the plan
+    named more, the launch's own allocations are taken whole, as the launch rule takes them:
+    here A (8 MiB) is named by the first need range, its other three blocks by ranges past the
+    128th. Before, the kernel faulted those three blocks in (96 faults of 64 KiB; a GPT-2
+    replay's logits, 393 blocks named one by one, faulted 265 of them a step)."""
+    half = 128  # of shim/channel/channel.h's PUMP_TRIGGER_RANGES_MAX, the most a need carries
+    d = daemon()
+
+    def need(f):
+        a, b = f["a"], f["b"]
+        return [(a, 4096)] + [(b + 4096 * i, 4096) for i in range(half - 1)] + \
+            [(a + (i << 21), 4096) for i in range(1, 4)]
+
+    _, _, result, record = run_with_plan(
+        job, d, lambda plan, f: plan.publish(0, {key_of(f, "a"): (need(f), [], [])}), args=("--a-mib=8",))
+    assert result["gpu_faults"] == 0
+    assert result["bytes_prefetched_h2d"] == 10 * MiB  # A whole, and B's first block its ranges named
+    assert record["plan_triggers"] == 3 and record["plan_ranges_skipped"] == 3 * 3
 
 
 def test_plan_budget_caps_prefetch(job, daemon):

@@ -404,6 +404,7 @@ PUMP_HIDDEN bool pump_channel_plan_trigger(struct pump_channel *c, uint64_t key,
     for (uint32_t i = 0; i < to; i++)
         pump_names_translate(&out->range[i]);  /* a tensor's name: the bytes of its holder now */
     out->need = take_need;
+    out->need_cut = take_need < need;
     out->prefetch = take_prefetch;
     out->evict = take_evict;
     PUMP_COUNT(plan_triggers, 1);

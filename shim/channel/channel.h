@@ -84,6 +84,7 @@ PUMP_HIDDEN uint64_t pump_channel_launch_key(CUfunction f, const struct pump_sca
 struct pump_trigger {
     uint32_t need, prefetch, evict; /* range[0 .. need), then prefetch, then evict ranges */
     uint32_t order;               /* enum pump_plan_order */
+    bool need_cut;                /* the plan named more need ranges than need: some were left out */
     struct pump_plan_range range[PUMP_TRIGGER_RANGES_MAX];
 };
 

@@ -352,10 +352,13 @@ static void need_rule(struct pump_context *c, int device, CUstream stream, const
     /* An allocation of the launch's own that no need range names (the plan learned the step
      * from other memory: an allocator placing a tensor elsewhere, a range freed since) is
      * taken whole, as the launch rule would: else its kernel faults it in, and on a full
-     * device the driver makes room by evicting blocks the plan placed for launches to come. */
+     * device the driver makes room by evicting blocks the plan placed for launches to come.
+     * So is every one where the need was cut (channel.c carries at most half the trigger's
+     * ranges): the ranges left out may lie in any of them (a 393-block tensor of a GPT-2
+     * replay, named block by block, was taken 128 blocks in and faulted the other 265). */
     for (uint32_t r = 0; r < scan->own; r++) {
         struct pump_blocks *a = scan->range[r]->blocks;
-        if (a != NULL && a->count > 0 && !names_any(t, a))
+        if (a != NULL && a->count > 0 && (t->need_cut || !names_any(t, a)))
             take_blocks(&take, a, 0, a->count - 1);
     }
     uint64_t left_out = take.left_out;

@@ -1,8 +1,8 @@
 /* events.c: a small, predictable stream of events for the daemon channel's
- * tests. Two managed buffers, A (2 MiB) and B (4 MiB); LAUNCHES launches of
+ * tests. Two managed buffers, A (2 MiB, or --a-mib=M) and B (4 MiB); LAUNCHES launches of
  * one kernel, "bump", that adds 1 to every float of A and never touches B.
  *
- *   events LAUNCHES [--sync-every=K] [--wait] [--wait-end] [--long-name]
+ *   events LAUNCHES [--sync-every=K] [--wait] [--wait-end] [--long-name] [--a-mib=M]
  *
  * First line: {"function": F, "a": A, "b": B} (handle and bases, so a test
  * can write a plan naming them). --wait: then wait for a line on stdin
@@ -17,7 +17,6 @@
 
 #include "cuda_api.h"
 
-#define A_FLOATS ((size_t)512 << 10) /* 2 MiB */
 #define B_FLOATS ((size_t)1 << 20)   /* 4 MiB */
 #define LONG_NAME_LENGTH 1500
 
@@ -33,10 +32,11 @@ static void wait_for_line(void)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: events LAUNCHES [--sync-every=K] [--wait] [--wait-end] [--long-name]\n");
+        fprintf(stderr, "usage: events LAUNCHES [--sync-every=K] [--wait] [--wait-end] [--long-name] [--a-mib=M]\n");
         return 2;
     }
     long launches = atol(argv[1]), sync_every = 0;
+    size_t a_floats = (size_t)512 << 10; /* 2 MiB */
     int wait = 0, wait_end = 0, long_name = 0;
     for (int i = 2; i < argc; i++) {
         if (strncmp(argv[i], "--sync-every=", 13) == 0)
@@ -45,6 +45,8 @@ int main(int argc, char **argv)
             wait = 1;
         else if (strcmp(argv[i], "--wait-end") == 0)
             wait_end = 1;
+        else if (strncmp(argv[i], "--a-mib=", 8) == 0 && atol(argv[i] + 8) > 0)
+            a_floats = (size_t)atol(argv[i] + 8) << 18;
         else if (strcmp(argv[i], "--long-name") == 0)
             long_name = 1;
         else {
@@ -75,12 +77,12 @@ int main(int argc, char **argv)
     CHECK(api.stream_create(&stream, CU_STREAM_NON_BLOCKING));
 
     CUdeviceptr a, b;
-    CHECK(api.mem_alloc_managed(&a, A_FLOATS * sizeof(float), CU_MEM_ATTACH_GLOBAL));
+    CHECK(api.mem_alloc_managed(&a, a_floats * sizeof(float), CU_MEM_ATTACH_GLOBAL));
     CHECK(api.mem_alloc_managed(&b, B_FLOATS * sizeof(float), CU_MEM_ATTACH_GLOBAL));
     float *fa = (float *)a, *fb = (float *)b;
-    api.host_touch(fa, A_FLOATS * sizeof(float));
+    api.host_touch(fa, a_floats * sizeof(float));
     api.host_touch(fb, B_FLOATS * sizeof(float));
-    for (size_t i = 0; i < A_FLOATS; i++)
+    for (size_t i = 0; i < a_floats; i++)
         fa[i] = (float)(i % 7);
     for (size_t i = 0; i < B_FLOATS; i++)
         fb[i] = 1.0f;
@@ -92,7 +94,7 @@ int main(int argc, char **argv)
     if (wait)
         wait_for_line();
 
-    uint64_t n = A_FLOATS;
+    uint64_t n = a_floats;
     void *params[] = {&a, &n};
     long syncs = 0;
     if (long_name)
@@ -114,9 +116,9 @@ int main(int argc, char **argv)
 
     struct fakecuda_stats stats;
     api.get_stats(&stats);
-    api.host_touch(fa, A_FLOATS * sizeof(float));
+    api.host_touch(fa, a_floats * sizeof(float));
     double sum = 0;
-    for (size_t i = 0; i < A_FLOATS; i++)
+    for (size_t i = 0; i < a_floats; i++)
         sum += fa[i];
     CHECK(api.mem_free(a));
     CHECK(api.mem_free(b));

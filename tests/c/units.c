@@ -476,7 +476,7 @@ static void test_plan(void)
     *trig = trigger(key, 100, 1, 1, 1);
     EXPECT(pump_channel_plan_trigger(&c, pump_channel_launch_key((CUfunction)f, &scan), &t));
     EXPECT(t.need == 1 && t.prefetch == 1 && t.evict == 1 && t.range[0].address == base + 16 * MiB &&
-           t.range[1].address == 0x42 && t.range[2].address == base + 24 * MiB);
+           t.range[1].address == 0x42 && t.range[2].address == base + 24 * MiB && !t.need_cut);
     /* Many ranges: at most PUMP_TRIGGER_RANGES_MAX, up to half needs, then half of the rest
      * evictions when both other kinds are many. */
     *trig = trigger(key, 0, 0, 1000, 1000);
@@ -488,7 +488,7 @@ static void test_plan(void)
     *trig = trigger(key, 0, 1000, 1000, 1000);
     EXPECT(pump_channel_plan_trigger(&c, pump_channel_launch_key((CUfunction)f, &scan), &t));
     EXPECT(t.need == PUMP_TRIGGER_RANGES_MAX / 2 && t.prefetch == PUMP_TRIGGER_RANGES_MAX / 4 &&
-           t.evict == PUMP_TRIGGER_RANGES_MAX / 4);
+           t.evict == PUMP_TRIGGER_RANGES_MAX / 4 && t.need_cut);
     /* Beyond the probe window: not found. */
     *trig = trigger(0, 0, 0, 0, 0);
     plan->trigger[(s + PUMP_PLAN_PROBES) % PUMP_PLAN_SLOTS] = trigger(key, 100, 0, 2, 0);
