@@ -448,13 +448,16 @@ class Foresight:
         """Block addresses -> (address, bytes) ranges, in the order given (the shim takes a
         launch's `need` and a trigger's prefetches in that order, up to the first that does
         not fit), each block joined to the range before it when it follows it in the same
-        allocation (the shim refuses a range that crosses allocations).  The order never
-        depends on where the allocator put things: plans made on a trace and on its replay
-        at other addresses then agree."""
+        allocation (the shim refuses a range that crosses allocations), or in the name space,
+        where two names are a free block apart (shim/lookup/names.h): a named tensor dead when
+        the plan is made is one range still, not one a block (a GPT-2's 393-block logits took
+        393 of the 128 need ranges the shim carries).  The order never depends on where the
+        allocator put things: plans made on a trace and on its replay at other addresses then
+        agree."""
         out, owner = [], None
         for b in blocks:
             size = self.block_bytes.get(b, BLOCK)
-            alloc = self._allocation_of(b)
+            alloc = self._allocation_of(b) if b < channel.NAMES_BASE else channel.NAMES_BASE
             if out and alloc is not None and alloc == owner and out[-1][0] + out[-1][1] == b:
                 out[-1] = (out[-1][0], out[-1][1] + size)
             else:

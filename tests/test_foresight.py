@@ -698,3 +698,21 @@ def test_a_dead_name_is_neither_evicted_nor_brought_back():
             assert not any(a in blocks or b in blocks for blocks in prefetch + evict)
         else:
             assert (prefetch, evict) == plain
+
+
+def test_a_named_tensor_dead_at_the_plan_is_one_range():
+    """Two names are a free 2 MiB block apart in the name space (shim/lookup/names.h), so a plan
+    joins a named tensor's blocks into one range though it is dead when the plan is made (a
+    GPT-2's 393-block logits, freed at each step's end, went as 393 ranges, past the 128 need
+    ranges the shim carries), and never joins two names. By address, memory no allocation
+    holds is never joined: the shim refuses a range that crosses allocations."""
+    f = Foresight(64 * MIB, 50e9)
+    first, second = NAMES_BASE, NAMES_BASE + 4 * BLOCK  # three blocks, a gap, then the next name
+    f._add_allocation(first, 3 * BLOCK)
+    f._add_allocation(second, BLOCK + 4096)
+    f._drop_allocation(first)
+    blocks = [first, first + BLOCK, first + 2 * BLOCK, second, second + BLOCK]
+    assert f._ranges(blocks) == [(first, 3 * BLOCK), (second, BLOCK + 4096)]
+    f._add_allocation(BASE, 3 * BLOCK)
+    f._drop_allocation(BASE)
+    assert f._ranges([BASE, BASE + BLOCK]) == [(BASE, BLOCK), (BASE + BLOCK, BLOCK)]

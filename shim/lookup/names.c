@@ -16,7 +16,7 @@
 #define NAMES_MAX 65536u                 /* names in all; beyond, tensors go by their addresses */
 #define NAME_SLOTS (2 * NAMES_MAX)       /* (size, n) -> entry, at most half full */
 #define SIZE_SLOTS (2 * NAMES_MAX)       /* size -> its count this step, at most half full */
-#define NAME_SPACING (2ull << 20)        /* names' addresses are 2 MiB aligned */
+#define NAME_SPACING (2ull << 20)        /* names' addresses are 2 MiB aligned, one such gap between two */
 
 struct name {
     uint64_t address, size;
@@ -89,7 +89,7 @@ static struct name *entry_of(uint64_t size, uint32_t n)
         e->address = next_address;
         e->size = size;
         __atomic_store_n(&e->live, NULL, __ATOMIC_RELAXED);
-        next_address += (size + NAME_SPACING - 1) / NAME_SPACING * NAME_SPACING;
+        next_address += (size + NAME_SPACING - 1) / NAME_SPACING * NAME_SPACING + NAME_SPACING;
         *s = (struct name_slot){.size = size, .n = n, .entry = count + 1};
         __atomic_store_n(&entry_count, count + 1, __ATOMIC_RELEASE);
         return e;

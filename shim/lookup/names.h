@@ -8,7 +8,9 @@
  * launches used the same ones named by size and place among the step's allocations of that size
  * (`pump trace stats`, docs/limits.md). So each tensor gets a name: the n-th allocation of its
  * size since the optimizer's last step (pump_names_step), bound to an address of its own in a
- * name space no real pointer reaches (PUMP_NAMES_BASE and up, 2 MiB apart). The same name gets
+ * name space no real pointer reaches (PUMP_NAMES_BASE and up, 2 MiB aligned, a free 2 MiB between
+ * two names, so that blocks next to each other there are one tensor's: pumpd joins them into one
+ * range, dead or alive, where it plans). The same name gets
  * the same address step after step. pumpd hears tensors' allocations, frees and launches by
  * those addresses (channel.c), so a step's keys repeat, and its plans name them; the shim reads
  * a plan's range in the name space as the same bytes of the tensor that holds the name now
