@@ -31,7 +31,8 @@
  *           traced job)
  *   STEP    the shim told the optimizer's step ended (pump_torch_trace_step); with
  *           --step-pause MS, also cuStreamSynchronize, a JSON line of fakecuda's counters
- *           so far, and a sleep of MS milliseconds, as a real step's host work
+ *           so far and the monotonic clock (wall_ns), and a sleep of MS milliseconds, as a
+ *           real step's host work
  *           (data, loss.item()) gives pumpd time to read the step and publish its plan
  *           before the next one
  *   others  nothing (FUNCTION, NAME, COUNTERS, COST, BLOCK_ALLOC, BLOCK_FREE)
@@ -55,6 +56,14 @@
 #include "pump_torch_trace.h"
 
 static unsigned long step_pause_ms; /* --step-pause */
+
+/* The monotonic clock, for a step's wall time (its line's wall_ns: the pause before it included). */
+static uint64_t monotonic_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
 static bool no_segments;            /* --no-segments */
 
 #define REPLAY_PAIRS 64                      /* (pointer, bytes) pairs among the arguments */
@@ -480,8 +489,9 @@ static void replay(const struct pump_event *e)
             fakecuda_get_stats(&s);
             printf("{\"step\": %" PRIu64 ", \"gpu_faults\": %" PRIu64 ", \"bytes_prefetched_h2d\": %" PRIu64
                    ", \"bytes_faulted_h2d\": %" PRIu64 ", \"bytes_d2h\": %" PRIu64 ", \"bytes_discarded\": %" PRIu64
-                   ", \"gpu_faults_unpointed\": %" PRIu64 "}\n", e->arg[0], s.gpu_faults, s.bytes_prefetched_h2d,
-                   s.bytes_faulted_h2d, s.bytes_d2h, s.bytes_discarded, s.gpu_faults_unpointed);
+                   ", \"gpu_faults_unpointed\": %" PRIu64 ", \"wall_ns\": %" PRIu64 "}\n", e->arg[0], s.gpu_faults,
+                   s.bytes_prefetched_h2d, s.bytes_faulted_h2d, s.bytes_d2h, s.bytes_discarded, s.gpu_faults_unpointed,
+                   monotonic_ns());
             struct timespec pause = {step_pause_ms / 1000, (long)(step_pause_ms % 1000) * 1000000L};
             while (nanosleep(&pause, &pause) != 0 && errno == EINTR) {
             }

@@ -198,3 +198,26 @@ def test_launch_times_leave_pumps_own_calls_out(c_build, tmp_path, model_trace):
     gaps = np.diff(times) / 1e9
     running = gaps[gaps < 0.1].sum()       # less the steps' pauses (--step-pause 200 ms)
     assert pump_calls > 0.2 and running < 0.5 * pump_calls, (running, pump_calls)
+
+
+def test_a_plan_on_named_tensors_keeps_their_discards(c_build, tmp_path):
+    """A plan counts a dead named tensor's room free at its free (pump/foresight.py gives a dead
+    name no eviction), which only its discard makes so; so under a plan's triggers the shim goes
+    on discarding named tensors (shim/hooks/torch_trace.c), and stops for tensors known by their
+    addresses (where the discards' waits for the freeing stream cost a planned step 2.8x for no
+    byte less: docs/limits.md). Before, discards stopped at the plan's first trigger either way."""
+    path = caching_allocator_trace(tmp_path / "caching.trace", steps=10)
+    counts = {}
+    for names in ("1", "0"):
+        pump_stats = tmp_path / f"pump-{names}.json"
+        env = dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"), PUMP_TORCH_NAMES=names,
+                   PUMP_TORCH_DISCARDS="1")
+        proc = subprocess.run([PUMP_RUN, "--daemon", "embedded", "--policy", "lookahead", "--budget", str(20 * MIB),
+                               "--stats", str(pump_stats), "--", str(c_build / "plain" / "replay_trace"),
+                               "--step-pause", "500", str(path)],
+                              env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        counts[names] = json.loads(pump_stats.read_text())["totals"]
+        assert counts[names]["plan_triggers"] > 0 and counts[names]["errors"] == 0, (names, proc.stderr)
+    discards = {names: c["torch_tensor_discards"] for names, c in counts.items()}
+    assert discards["1"] > discards["0"] > 0, discards

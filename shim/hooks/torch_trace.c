@@ -70,20 +70,27 @@ static struct pump_range *live_tensor(uint64_t addr)
                : NULL;
 }
 
-/* Where dead tensors are discarded: where PUMP_TORCH_DISCARDS asks for it, under the launch rule, while no plan of pumpd's has
- * triggers, within a budget set by PUMP_BUDGET (and, in discard_dead, on a device the job's
- * memory cannot fill). Measured on bench-steady (docs/limits.md): there it cut the bytes each
- * way 40% and the launching thread's time 28%, at the same step time. On a full device a
- * discarded block's room is free only once the discard has run on the GPU, so the moves taking
- * it wait for the free there and the step slowed; under lookahead's plans it moved more. Both
- * stay as they were until that is solved. */
-static bool discards_here(void)
+/* Where the dead tensor `range` is discarded: where PUMP_TORCH_DISCARDS asks for it, under the
+ * launch rule, within a budget set by PUMP_BUDGET (and, in discard_dead, on a device the job's
+ * memory cannot fill); while a plan of pumpd's has triggers, only a named tensor (names.h).
+ * Measured on bench-steady (docs/limits.md): there it cut the bytes each way 40% and the
+ * launching thread's time 28%, at the same step time. On a full device a discarded block's room
+ * is free only once the discard has run on the GPU, so the moves taking it wait for the free
+ * there and the step slowed: that stays as it was until it is solved. A plan counts a dead
+ * name's room free at its free (pump/foresight.py gives it no eviction), which only its discard
+ * makes so: without one the plan's prefetches did not fit beside the dead blocks and the launch
+ * rule made their room, writing the dead bytes back (the H200 case c replay's planned steps,
+ * 9.7 GB in and 10.5 out against 5.5 and 6.1 with them). A plan on addresses (pump's allocator,
+ * bench-steady's step) does not count on it, and there the discards' waits for the freeing
+ * stream to drain made the planned step 2.8x slower for no byte less. */
+static bool discards_here(const struct pump_range *range)
 {
     struct pump_channel *channel = pump_channel_get();
     return pump_config.torch_discards != PUMP_DISCARDS_OFF && pump_config.policy == PUMP_POLICY_LAUNCH &&
            pump_config.budget_kind != PUMP_CAP_DEFAULT &&
            (channel == NULL || channel->plan == NULL ||
-            __atomic_load_n(&channel->plan->trigger_count, __ATOMIC_ACQUIRE) == 0);
+            __atomic_load_n(&channel->plan->trigger_count, __ATOMIC_ACQUIRE) == 0 ||
+            __atomic_load_n(&range->name, __ATOMIC_RELAXED) != 0);
 }
 
 /* Discards a dead tensor's whole blocks where pump's budget presses on their device, which has
@@ -92,7 +99,7 @@ static void discard_dead(struct pump_range *range, CUstream stream)
 {
     int device = __atomic_load_n(&range->device, __ATOMIC_RELAXED);
     /* memory the driver refused to prefetch is refused a discard too (cuda.h, same contract) */
-    if (!pump_residency_pressed(device) || !discards_here() || pump_capacity_beyond_device(device) ||
+    if (!pump_residency_pressed(device) || !discards_here(range) || pump_capacity_beyond_device(device) ||
         __atomic_load_n(&range->unprefetchable, __ATOMIC_RELAXED))
         return;
     struct pump_context *c = pump_context_of(stream);  /* NULL: the calling thread's context */
