@@ -72,6 +72,7 @@ class JobConfig:
     torch_allocator: Optional[str] = None
     evict_ahead: Optional[bool] = None
     torch_discards: Optional[Union[bool, str]] = None  # or "poison" (config_schema.DISCARDS_POISON)
+    torch_names: Optional[bool] = None
     trace_file: Optional[str] = None
     daemon_mode: Optional[str] = None
     daemon_socket: Optional[str] = None
@@ -262,6 +263,8 @@ def job_env(cfg: JobConfig) -> Dict[str, str]:
     if cfg.torch_discards is not None:
         env["PUMP_TORCH_DISCARDS"] = cfg.torch_discards if isinstance(cfg.torch_discards, str) else \
             "1" if cfg.torch_discards else "0"
+    if cfg.torch_names is not None:
+        env["PUMP_TORCH_NAMES"] = "1" if cfg.torch_names else "0"
     return env
 
 

@@ -203,6 +203,9 @@ JOB_SCHEMA: Dict[str, Dict[str, Key]] = {
         # (PUMP_TORCH_DISCARDS, shim/hooks/torch_trace.c; docs/limits.md); "poison": written with NaN
         # instead, the diagnostic that tells pump's choice of dead memory from the driver's discard
         "torch_discards": _key("torch_discards", _discards, _TOML_DISCARDS),
+        # true: the caching allocator's tensors go to pumpd by their names, their places in the step
+        # (PUMP_TORCH_NAMES, shim/lookup/names.h), so that lookahead can learn the step there
+        "torch_names": _key("torch_names", _boolean, _TOML_BOOL),
     },
     "trace": {
         "file": _key("trace_file", _path, _TOML_PATH),

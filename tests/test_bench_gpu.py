@@ -82,9 +82,10 @@ def test_plan_gpt_sizes_the_budget_from_the_peak_and_refuses_past_free():
     program = suite.gpt_args(1.0, "train.py")
     c = suite.plan_gpt("c", program, 10 * GiB + 3, 40 * GiB, 80 * GiB)
     assert c.capacity == 5 * GiB and c.capacity % suite.BLOCK == 0
-    last = c.variants[-1]   # lookahead on PyTorch's caching allocator, with a config pump-run accepts
-    assert last.name == "lookahead-caching-allocator" and last.pump[:2] == ["--policy", "lookahead"]
+    last = c.variants[-1]   # lookahead on PyTorch's caching allocator's named tensors, with a config pump-run accepts
+    assert last.name == "lookahead-names" and last.pump[:2] == ["--policy", "lookahead"]
     config = last.pump[last.pump.index("--config") + 1]
+    assert "torch_names = true" in pathlib.Path(config).read_text()
     assert subprocess.run([sys.executable, "-m", "pump.cli", "config", "check", config], capture_output=True,
                           text=True).returncode == 0
     no_ahead = c.variants[-2]   # the launch rule making its own room, beside launch's room made ahead

@@ -158,8 +158,9 @@ def plan_gpt(case_key: str, program: list, peak_bytes: int, free: int, total: in
         budget = budget_of(peak_bytes // 2)
         variants = emulated_variants(budget, allowed)
         # Last, so that it is what a short time budget leaves out: lookahead on PyTorch's caching
-        # allocator, which moves a step's tensors (docs/limits.md), beside lookahead, which takes
-        # pump's allocator with its placement (shim/policy/placement.c): what placement gives on the GPU.
+        # allocator, which moves a step's tensors, its tensors named by their places in the step
+        # (docs/limits.md), beside lookahead, which takes pump's allocator with its placement
+        # (shim/policy/placement.c): what names and placement each give on the GPU.
         # Before it, the launch rule without room made ahead (shim/policy/residency_ahead.c): what pump's
         # worker making the evictions ahead gives on the GPU. First of them, the launch rule keeping
         # the caching allocator's dead tensors (launch discards them under the budget by default:
@@ -170,8 +171,7 @@ def plan_gpt(case_key: str, program: list, peak_bytes: int, free: int, total: in
         variants.append(Variant("launch-no-discards", [*launch.pump, "--config", str(HERE / "no_discards.toml")]))
         variants.append(Variant("launch-poison", [*launch.pump, "--config", str(HERE / "torch_discards_poison.toml")]))
         variants.append(Variant("launch-no-ahead", [*launch.pump, "--config", str(HERE / "no_evict_ahead.toml")]))
-        variants.append(Variant("lookahead-caching-allocator",
-                                [*lookahead.pump, "--config", str(HERE / "caching_allocator.toml")]))
+        variants.append(Variant("lookahead-names", [*lookahead.pump, "--config", str(HERE / "torch_names.toml")]))
         return Case("c", f"train_gpt.py under an emulated capacity of {budget / GiB:.2f} GiB (half its peak)",
                     "gpt", True, variants, budget, program, "launch")
     if case_key == "d":
