@@ -2,7 +2,7 @@
  * pump adds in the steady state a GPU would show, measured per step.
  *
  *   steady_step STEPS WARMUP [managed] [neighbour=MIB] [read_mostly] [planned] [print_launches]
- *               [dead_told_early]
+ *               [dead_told_early] [step_marks]
  *
  * The model: 32 layers, each with a weight, its gradient and Adam's two moments (2 MiB each),
  * and a 4 MiB activation saved for the backward pass; every tensor from PyTorch's caching
@@ -29,6 +29,9 @@
  * dead_told_early: each layer's scratch tensor is reported freed to libpump before its last read,
  *   a planted error in what pump takes for dead: under PUMP_TORCH_DISCARDS=1 or =poison its
  *   blocks are dropped while the read is still to come, and the losses change.
+ * step_marks: each step's end told to libpump as an optimizer's step (pump_torch_trace_step, as
+ *   pump's start-up hook does after torch.optim's step), so that under PUMP_TORCH_NAMES=1 its
+ *   tensors go to pumpd by their names (shim/lookup/names.h). Without libpump it does nothing.
  * print_launches: a line per launch, before the JSON object: "launch KERNEL 0xPTR ...", the
  *   device tensors it is given in argument order (what a launch key is made of, pump_channel.h).
  *
@@ -56,6 +59,8 @@
 #define MAX_ENTRIES 64
 #define PLAN_WAIT_STEPS 200
 #define MAX_RECORDED 1024 /* steps whose loss is printed */
+
+extern void pump_torch_trace_step(void) __attribute__((weak)); /* libpump's, where it is loaded */
 
 static CUfunction unary, binary, adam, to_device, to_host;
 static struct torch_caching cache = {.segment_size = 20 * MIB, .report = true};
@@ -326,7 +331,7 @@ int main(int argc, char **argv)
 {
     int steps = argc >= 3 ? atoi(argv[1]) : 0, warmup = argc >= 3 ? atoi(argv[2]) : 0;
     size_t neighbour = 0;
-    bool read_mostly = false, planned = false;
+    bool read_mostly = false, planned = false, step_marks = false;
     bool usage = steps < 2 || warmup < 1 || warmup >= steps;
     for (int i = 3; i < argc; i++) {
         if (strcmp(argv[i], "managed") == 0)
@@ -339,13 +344,15 @@ int main(int argc, char **argv)
             print_launches = true;
         else if (strcmp(argv[i], "dead_told_early") == 0)
             dead_told_early = true;
+        else if (strcmp(argv[i], "step_marks") == 0)
+            step_marks = true;
         else if (strncmp(argv[i], "neighbour=", 10) == 0 && atoi(argv[i] + 10) > 0)
             neighbour = (size_t)atoi(argv[i] + 10) * MIB;
         else
             usage = true;
     }
     if (usage) {
-        fprintf(stderr, "usage: steady_step STEPS WARMUP [managed] [neighbour=MIB] [read_mostly] [planned] [print_launches] [dead_told_early] (1 <= WARMUP < STEPS)\n");
+        fprintf(stderr, "usage: steady_step STEPS WARMUP [managed] [neighbour=MIB] [read_mostly] [planned] [print_launches] [dead_told_early] [step_marks] (1 <= WARMUP < STEPS)\n");
         return 2;
     }
     cuda_api_load(&api, 0);
@@ -396,6 +403,8 @@ int main(int argc, char **argv)
         for (int i = 0; i < COMPUTED; i++)
             batch_host[i] = (float)(s + i) * 0.01f;
         float loss = step(batch_host, loss_host);
+        if (step_marks && pump_torch_trace_step != NULL)
+            pump_torch_trace_step();
         if (s < MAX_RECORDED)
             memcpy(&loss_bits[s], &loss, sizeof loss);
         if (s == 0)

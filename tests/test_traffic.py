@@ -172,6 +172,28 @@ def test_poisoned_dead_tensors_tell_pumps_choice_from_the_drivers_discard(c_buil
         assert nan in losses, (mode, losses)
 
 
+def test_a_plan_on_named_tensors_discards_them_and_the_losses_hold(c_build):
+    """Under a plan's triggers the shim discards named tensors (shim/hooks/torch_trace.c: the plan
+    counts a dead name's room free), so the order that makes a discard safe must hold beside the
+    plan's own moves too: bench-steady's step under lookahead at its budget50 (200 MiB), its
+    optimizer's steps marked and its tensors named (PUMP_TORCH_NAMES=1), computes the job's
+    losses with the dead tensors discarded and with them written with NaN instead (poison),
+    and discards more than with the tensors known by their addresses, which a plan stops."""
+    args, pump = ["planned", "step_marks"], ["--budget", "200M", "--policy", "lookahead"]
+    bare = steady(c_build, "1G", ["step_marks"], steps=12)
+    runs = {mode: steady(c_build, "1G", args, pump, daemon="embedded", steps=12,
+                         env={"PUMP_TORCH_NAMES": names, "PUMP_TORCH_DISCARDS": mode})
+            for mode, names in (("1", "1"), ("poison", "1"), ("0", "1"))}
+    by_address = steady(c_build, "1G", args, pump, daemon="embedded", steps=12, env={"PUMP_TORCH_NAMES": "0"})
+    for mode, (step, losses) in runs.items():
+        assert losses[:len(bare[1])] == bare[1], f"PUMP_TORCH_DISCARDS={mode}: the losses under pump differ"
+        assert step["pump"]["launches_planned"] > 0 and step["pump"]["errors"] == 0, (mode, step["pump"])
+    named = runs["1"][0]["pump"]
+    assert named["torch_tensor_discards"] > by_address[0]["pump"]["torch_tensor_discards"], \
+        (named["torch_tensor_discards"], by_address[0]["pump"]["torch_tensor_discards"])
+    assert runs["poison"][0]["pump"]["bytes_discarded"] > 0 and runs["1"][0]["discard_races"] == 0
+
+
 def test_a_bad_discards_setting_is_named_once_and_the_default_kept(c_build):
     env = dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"), FAKECUDA_DEVICE_MEMORY="1G",
                PUMP_TORCH_DISCARDS="maybe")
