@@ -425,6 +425,10 @@ static void inherit_block(struct pump_blocks *f, uint32_t i, struct pump_range *
         if (a == NULL || a->base >= end)
             return;  /* one without blocks (no memory for them): believed nowhere */
         const struct pump_block *b = &a->block[start / PUMP_BLOCK_SIZE - a->base / PUMP_BLOCK_SIZE];
+        /* Believed nowhere, its memory may still wait for an eviction pump's worker has not made:
+         * the block's prefetch must come after it (residency.c's after_evictions). */
+        if (b->evicted_in > f->block[i].evicted_in)
+            f->block[i].evicted_in = b->evicted_in;
         if (b->device < 0 || (took.device >= 0 && b->device != took.device))
             return;
         took.stamp = took.device < 0 || b->stamp == took.stamp ? b->stamp : 0;
