@@ -1,6 +1,6 @@
 /* units.c: unit tests of the shim's internals, linked with the shim's objects
  * (plain and sanitized): the capacity grammar and the range table, including
- * lock-free readers racing a writer; the PUMP_BUDGET/JOB/NAME grammars; the
+ * lock-free readers racing a writer, and a tensor carved over freed memory keeping its eviction; the PUMP_BUDGET/JOB/NAME grammars; the
  * event ring's writer (threads racing a reader round a small ring), the
  * plan's reader, which allocation a refused prefetch marks (and which refusals tell a managed
  * pool's memory apart), and a timing
@@ -20,6 +20,8 @@
 #include "link_rate.h"
 #include "prefetch_ranges.h"
 #include "ranges.h"
+#include "residency.h"
+#include "residency_blocks.h"
 
 
 static void test_capacity_grammar(void)
@@ -161,6 +163,27 @@ static void test_carved_segments(void)
     EXPECT(t != NULL && csize == 4 * MiB && t->host_touchable);
     EXPECT(pump_ranges_drop(seg + 2 * MiB, MiB, count_dropped) == 4 * MiB && dropped_on[3] == 4 * MiB);
     EXPECT(pump_ranges_empty() && pump_ranges_remove(seg, &size, &device) == PUMP_REMOVED_NOTHING);
+}
+
+/* A tensor carved over freed memory takes the latest eviction of that memory, even where pump
+ * believes it nowhere: an eviction pump's worker has not made yet may still concern it, and the
+ * new tensor's first prefetch must come after it (residency.c's after_evictions). Before, such a
+ * tensor's blocks began at 0 and their prefetch passed the eviction, which then took them to the
+ * host behind pump's back (whole tensors faulted in on the H200 case c replay under lookahead). */
+static void test_a_tensor_over_freed_memory_waits_for_its_eviction(void)
+{
+    uint64_t seg = 0x7e4000000000ull, cbase, csize, size = 0;
+    int device = -1;
+    EXPECT(pump_ranges_insert(seg, 20 * MiB, 1, false, 0));
+    struct pump_range *old = pump_ranges_insert_tensor(seg, 6 * MiB, &cbase, &csize);
+    EXPECT(old != NULL && pump_residency_attach(old) && old->blocks != NULL && old->blocks->count == 3);
+    old->blocks->block[1].evicted_in = 42;  /* evicted, so believed nowhere: device -1 */
+    EXPECT(old->blocks->block[1].device < 0);
+    EXPECT(pump_ranges_remove_tensor(seg, &size) && size == 6 * MiB);
+    struct pump_range *made = pump_ranges_insert_tensor(seg + 2 * MiB, 2 * MiB, &cbase, &csize);
+    EXPECT(made != NULL && made != old && made->blocks != NULL && made->blocks->count == 1);
+    EXPECT(made->blocks->block[0].device < 0 && made->blocks->block[0].evicted_in == 42);
+    EXPECT(pump_ranges_remove(seg, &size, &device) == PUMP_REMOVED_CARVED);
 }
 
 /* The device memory let through, per device: every allocation found again at its free,
@@ -668,6 +691,7 @@ int main(void)
     test_capacity_grammar();
     test_range_table();
     test_carved_segments();
+    test_a_tensor_over_freed_memory_waits_for_its_eviction();
     test_readers_race_writer();
     test_device_memory();
     test_budget_job_name_grammar();
