@@ -56,6 +56,7 @@
 #include "pump_torch_trace.h"
 
 static unsigned long step_pause_ms; /* --step-pause */
+static bool no_segments;            /* --no-segments */
 
 /* The monotonic clock, for a step's wall time (its line's wall_ns: the pause before it included). */
 static uint64_t monotonic_ns(void)
@@ -64,7 +65,6 @@ static uint64_t monotonic_ns(void)
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
-static bool no_segments;            /* --no-segments */
 
 #define REPLAY_PAIRS 64                      /* (pointer, bytes) pairs among the arguments */
 #define REPLAY_PARAMS (2 * REPLAY_PAIRS + 3) /* ... then the overflow table, its length, and the

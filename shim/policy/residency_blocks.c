@@ -425,8 +425,9 @@ static void inherit_block(struct pump_blocks *f, uint32_t i, struct pump_range *
         if (a == NULL || a->base >= end)
             return;  /* one without blocks (no memory for them): believed nowhere */
         const struct pump_block *b = &a->block[start / PUMP_BLOCK_SIZE - a->base / PUMP_BLOCK_SIZE];
-        /* Believed nowhere, its memory may still wait for an eviction pump's worker has not made:
-         * the block's prefetch must come after it (residency.c's after_evictions). */
+        /* Its latest eviction, wherever the block is believed: believed nowhere, its memory may
+         * still wait for an eviction pump's worker has not made, and the block's prefetch must come
+         * after it (residency.c's after_evictions). */
         if (b->evicted_in > f->block[i].evicted_in)
             f->block[i].evicted_in = b->evicted_in;
         if (b->device < 0 || (took.device >= 0 && b->device != took.device))
@@ -438,7 +439,6 @@ static void inherit_block(struct pump_blocks *f, uint32_t i, struct pump_range *
         LATEST(ready);
         LATEST(brought);
         LATEST(planned_for);
-        LATEST(evicted_in);
         LATEST(discarded);
 #undef LATEST
         uint64_t lo = a->base > start ? a->base : start, hi = a->base + a->size < end ? a->base + a->size : end;
@@ -451,7 +451,6 @@ static void inherit_block(struct pump_blocks *f, uint32_t i, struct pump_range *
     b->ready = took.ready;
     b->brought = took.brought;
     b->planned_for = took.planned_for;
-    b->evicted_in = took.evicted_in;
     b->discarded = took.discarded;
     __atomic_store_n(&b->read_mostly, took.read_mostly, __ATOMIC_RELAXED);
     pump_block_count_in(f, i, took.device);
