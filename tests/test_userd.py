@@ -237,7 +237,9 @@ def test_clients_refuse_a_daemon_of_another_uid(shared_dir, run_program):
 JOB = """
 import os, pathlib, sys, time
 d = pathlib.Path(sys.argv[1])
-(d / (sys.argv[2] + ".env")).write_text(os.environ["PUMP_SOCKET"] + " " + os.environ["PUMP_JOB"])
+# Written whole, then renamed: the test reads it as soon as it exists.
+(d / (sys.argv[2] + ".part")).write_text(os.environ["PUMP_SOCKET"] + " " + os.environ["PUMP_JOB"])
+os.replace(d / (sys.argv[2] + ".part"), d / (sys.argv[2] + ".env"))
 while not (d / (sys.argv[2] + ".go")).exists():
     time.sleep(0.05)
 if len(sys.argv) > 3:
