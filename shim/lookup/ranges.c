@@ -308,13 +308,14 @@ PUMP_HIDDEN enum pump_removed pump_ranges_remove(uint64_t base, uint64_t *size, 
     return removed;
 }
 
-/* Carves the allocation at index i (writer): out of the arrays, into the carved list.
- * False when the list is full. */
-static bool carve_at(uint32_t i)
+/* Carves the allocation at index i (writer): out of the arrays, into the carved list. Its
+ * record, unlinked, for the tensor carved from it to replace (what pump knew of the memory
+ * goes to the tensor and the freed rest of the segment); NULL when the list is full. */
+static struct pump_range *carve_at(uint32_t i)
 {
     if (carved_count == PUMP_CARVED_MAX) {
         pump_log_once("more than %d segments carved into tensors: the newest stay whole", PUMP_CARVED_MAX);
-        return false;
+        return NULL;
     }
     uint64_t start = LOAD(starts[i]), end = LOAD(ends[i]);
     uint32_t c = carved_upper_bound(start);
@@ -331,8 +332,7 @@ static bool carve_at(uint32_t i)
     carved_devices[c] = LOAD(records[LOAD(slots[i])].device);
     carved_flags[c] = LOAD(records[LOAD(slots[i])].flags);
     carved_count++;
-    erase_at(i);
-    return true;
+    return unlink_at(i);
 }
 
 /* The records a tensor replaces (writer-only), kept until those made in their place took over. */
@@ -357,12 +357,17 @@ static struct pump_range *insert_leftover(uint64_t start, uint64_t end, uint32_t
  * caching allocator splits and merges its blocks from step to step, and the memory stays on the
  * GPU all along. The new tensor, or NULL when the table is full. */
 static struct pump_range *replace_locked(uint64_t base, uint64_t end, uint32_t flags, bool host_touchable,
-                                         int device)
+                                         int device, struct pump_range *carved)
 {
     uint32_t i = upper_bound(LOAD(count), base), n = 0;
     if (i > 0 && LOAD(ends[i - 1]) > base)
         i--;
     uint64_t left = base, right = end;  /* what the records replaced spanned, with the tensor */
+    if (carved != NULL) {
+        left = LOAD(carved->base) < base ? LOAD(carved->base) : base;
+        right = LOAD(carved->base) + LOAD(carved->size) > end ? LOAD(carved->base) + LOAD(carved->size) : end;
+        replaced[n++] = carved;
+    }
     while (i < LOAD(count) && LOAD(starts[i]) < end) {
         if (n == 0 && LOAD(starts[i]) < base)
             left = LOAD(starts[i]);
@@ -400,13 +405,14 @@ PUMP_HIDDEN struct pump_range *pump_ranges_insert_tensor(uint64_t base, uint64_t
     uint64_t end = base + size;
     if (size == 0 || end < base)
         return NULL;
-    struct pump_range *inserted = NULL;
+    struct pump_range *inserted = NULL, *carved = NULL;
     write_begin();
     uint32_t i = upper_bound(LOAD(count), base);
     bool held = carved_holding(base, end) >= 0;
     if (!held && i > 0 && LOAD(records[LOAD(slots[i - 1])].counted) && LOAD(ends[i - 1]) >= end) {
         uint64_t start = LOAD(starts[i - 1]), stop = LOAD(ends[i - 1]);
-        held = carve_at(i - 1);
+        carved = carve_at(i - 1);
+        held = carved != NULL;
         if (held) {
             *carved_base = start;
             *carved_size = stop - start;
@@ -420,7 +426,7 @@ PUMP_HIDDEN struct pump_range *pump_ranges_insert_tensor(uint64_t base, uint64_t
     struct pump_range *same = i > 0 && LOAD(starts[i - 1]) == base && LOAD(ends[i - 1]) == end
                                   ? &records[LOAD(slots[i - 1])]
                                   : NULL;
-    if (held && same != NULL && LOAD(same->dead) && !LOAD(same->counted)) {
+    if (held && carved == NULL && same != NULL && LOAD(same->dead) && !LOAD(same->counted)) {
         /* The same memory handed out again: what pump knows of it (residency, last use) stays. */
         STORE(same->life, __atomic_add_fetch(&lives, 1, __ATOMIC_RELAXED));
         STORE(same->announced, 0);
@@ -428,7 +434,7 @@ PUMP_HIDDEN struct pump_range *pump_ranges_insert_tensor(uint64_t base, uint64_t
         STORE(same->name, 0);
         inserted = same;
     } else if (held) {
-        inserted = replace_locked(base, end, flags, host_touchable, device);
+        inserted = replace_locked(base, end, flags, host_touchable, device, carved);
     }
     write_end();
     if (held && !inserted)
