@@ -197,7 +197,7 @@ PUMP_HIDDEN void pump_config_load(void)
         else if (strcmp(v, "launch") == 0)
             pump_config.policy = PUMP_POLICY_LAUNCH;
         else if (strcmp(v, "lookahead") == 0)
-            pump_config.policy = PUMP_POLICY_LAUNCH, pump_config.plans = true;
+            pump_config.policy = PUMP_POLICY_LAUNCH;  /* pump-run sets the rest (pump/run.py) */
         else
             bad_value("PUMP_POLICY", v, "off, launch or lookahead", "launch");
     }

@@ -57,7 +57,6 @@ enum pump_discards { PUMP_DISCARDS_OFF, PUMP_DISCARDS_ON, PUMP_DISCARDS_POISON }
 
 struct pump_config {
     enum pump_policy policy;            /* PUMP_POLICY (lookahead: launch, and plans) */
-    bool plans;                         /* PUMP_POLICY=lookahead: pumpd's plans are to govern (budget.c's PLANS) */
     bool wait;                          /* PUMP_WAIT: kernels wait for their prefetch */
     bool worker;                        /* PUMP_WORKER: moves decided ahead are made by pump's worker thread */
     bool evict_ahead;                   /* PUMP_EVICT_AHEAD: the launch rule keeps room free ahead (residency_ahead.c) */

@@ -22,25 +22,17 @@
  *   arrives later on a device the job oversubscribes is not seen, and the driver evicts pump's
  *   blocks to make it room (faults, never a wrong value). Where the first reading is missing,
  *   everything in use beyond pump's blocks at the first reading is foreign, as before.
- * - PLANS: pumpd's plans prefetch ahead into room no launch makes, so they are told the room
- *   free now (free memory + pump's resident bytes, less the margin), and where pumpd plans (a
- *   plan with a budget, or PUMP_POLICY=lookahead from its start) that is pump's default.
- *   Lookahead on GPT-2 small on a full card took 1.43 s a step given the ledger's room, 1.31 s
- *   told the room free now once its plan came, and 1.17 s told it from the start, as before
- *   the ledger (its default falls to 440 MiB of the 1.6 GB device there): what pump brings in
- *   beyond the pages it believes resident makes the driver evict, in its own order, blocks
- *   pump still counts (docs/limits.md). The launch rule gains: 0.53 against 0.62 s a step.
- *   But the room free now is never less than half the ledger's (PLANS_FLOOR): pages that
- *   reach the device without pump fill the free memory, the room told shrinks, fewer launches
- *   are prefetched and more pages fault in, a circle the ledger broke for the launch rule. On
- *   the H100 (bench/results/gpu-20261126-nvidia-h100-80gb-hbm3, case f, a filler leaving the
- *   job half its peak) lookahead's room fell to 2 MiB of the ledger's 5.4 GiB and left 82 GiB
- *   to faults, slower than the driver alone; tests/test_budget.py's pages put on the device
- *   before the first launch take it to 2 MiB on fakecuda too, where half (126 MiB) holds its
- *   64 MiB launches and a quarter (62) does not (800 faults a run either way). GPT-2 small's
- *   lookahead on its full card (scripts/bench-real-client-budget's replay, 8 steps, the floor
- *   changed in a build of its own, two runs each): 1.21 and 1.24 s a step without a floor,
- *   1.24 and 1.20 at a quarter, 1.17 and 1.18 at half, 1.45 and 1.45 at the whole ledger.
+ * - PLANS: pumpd's plans are told the same room, and keep to it as the launch rule does. Until
+ *   2026-11-28 they were told the room free now (free memory + pump's resident bytes, less the
+ *   margin, never under half the ledger's room): memory on the device that pump did not believe
+ *   resident filled the free memory, and the driver evicted planned blocks to make room for
+ *   what faulted in. Most of that memory was pump's own blindness: a tensor of pump's allocator
+ *   carved from its allocation at its first free lost its residency (ranges.c), so from the
+ *   second step on the tensors were never counted. With that fixed, the room free now only cost
+ *   room: GPT-2 small under lookahead on its full 1.6 GB card (scripts/bench-real-client-budget's
+ *   replay) took 0.94 s a step told the room free now (798 MiB, the floor) and 0.70 s told the
+ *   ledger's room (1,596 MiB). On the H100's case f the room free now had fallen to 2 MiB of a
+ *   5.4 GiB ledger (bench/results/gpu-20261126-nvidia-h100-80gb-hbm3), the floor's reason.
  * - MARGIN: what the reading cannot see coming until the next synchronisation: device memory
  *   allocated outside pump's count between two readings (NCCL's buffers, NCCL_BUFFSIZE 4 MiB
  *   per channel and peer; cuMemCreate memory such as PyTorch's expandable segments; a
@@ -88,7 +80,6 @@
 #define MARGIN_MIN_MOST (640ull << 20)
 #define MARGIN_MAX_DIVISOR 32
 #define HYSTERESIS_MARGINS 2
-#define PLANS_FLOOR_DIVISOR 2
 
 struct device_budget {
     bool configured_ready;  /* atomic: `configured` was resolved */
@@ -98,7 +89,6 @@ struct device_budget {
     /* under resolve_lock, once own_ready: */
     uint64_t margin, margin_max;
     uint64_t others;                     /* FOREIGN above, beside the process's own; UINT64_MAX: not known yet */
-    uint64_t told;                       /* atomic: the room for plans, as last told pumpd (PLANS above) */
     uint64_t last_free, last_counted_in; /* the last reading, and the bytes pump had counted in then */
 };
 
@@ -147,10 +137,8 @@ static bool read_device(struct pump_context *c, int device, struct reading *r)
 }
 
 /* Under resolve_lock: what a reading of the device's memory gives, updating the foreign memory
- * (FOREIGN above): pump's default, the room less the foreign memory, and in *for_plans the
- * room free now (free memory + pump's resident bytes, less the margin), no less than half of
- * that default (PLANS above). */
-static uint64_t own_from(struct device_budget *d, int device, const struct reading *r, uint64_t *for_plans)
+ * (FOREIGN above): pump's default, the room less the foreign memory. */
+static uint64_t own_from(struct device_budget *d, int device, const struct reading *r)
 {
     uint64_t free_bytes = r->free_bytes, total_bytes = r->total_bytes, held = r->held;
     uint64_t resident = pump_residency_resident_bytes(device), footprint = pump_capacity_footprint(device);
@@ -161,11 +149,7 @@ static uint64_t own_from(struct device_budget *d, int device, const struct readi
     uint64_t known = d->others < beyond_belief ? d->others : beyond_belief;
     d->others = unaccounted > known ? unaccounted : known;
     uint64_t foreign = d->others + held;
-    uint64_t own = less_margin(d, total_bytes > foreign ? total_bytes - foreign : 0);
-    uint64_t least = own / PLANS_FLOOR_DIVISOR / PUMP_BLOCK_SIZE * PUMP_BLOCK_SIZE;
-    uint64_t free_now = less_margin(d, free_bytes + resident);
-    *for_plans = free_now > least ? free_now : least;
-    return own;
+    return less_margin(d, total_bytes > foreign ? total_bytes - foreign : 0);
 }
 
 static void publish_own(uint64_t own)
@@ -240,11 +224,10 @@ static void resolve(struct device_budget *d, struct pump_context *c, bool own, b
                 d->others = UINT64_MAX;
             remember_reading(d, device, r->free_bytes);
             PUBLISH_MOST(budget_margin_bytes, d->margin);
-            uint64_t for_plans, own_bytes = own_from(d, device, r, &for_plans);
-            __atomic_store_n(&d->told, for_plans, __ATOMIC_RELAXED);
+            uint64_t own_bytes = own_from(d, device, r);
             __atomic_store_n(&d->own, own_bytes, __ATOMIC_RELAXED);
             __atomic_store_n(&own_anywhere, true, __ATOMIC_RELEASE);
-            pump_channel_own_budget(device, for_plans);  /* pumpd plans for it */
+            pump_channel_own_budget(device, own_bytes);  /* pumpd plans for it (PLANS above) */
         } else {
             pump_log_once("cannot read the device's memory: no default budget above the device");
         }
@@ -275,10 +258,7 @@ PUMP_HIDDEN uint64_t pump_budget_for(struct pump_context *c)
         }
         if (budget == 0 && __atomic_load_n(&d->configured_ready, __ATOMIC_ACQUIRE))
             budget = d->configured;
-        /* Where pumpd plans (a plan with a budget, or lookahead asked for), the room free now
-         * (PLANS above). */
-        bool plans = plan != 0 || pump_config.plans;
-        uint64_t own_bytes = own ? __atomic_load_n(plans ? &d->told : &d->own, __ATOMIC_RELAXED) : 0;
+        uint64_t own_bytes = own ? __atomic_load_n(&d->own, __ATOMIC_RELAXED) : 0;
         if (own_bytes != 0 && (budget == 0 || own_bytes < budget))
             budget = own_bytes;
         publish_own(own_bytes);
@@ -314,18 +294,14 @@ PUMP_HIDDEN void pump_budget_synchronised(CUstream stream)
     PUMP_COUNT(budget_rereads, 1);
     pump_mutex_lock(&resolve_lock);
     learn_margin(d, device, r.free_bytes);
-    uint64_t for_plans, reading = own_from(d, device, &r, &for_plans);
+    uint64_t reading = own_from(d, device, &r);
     bool changes = apart_enough(d, reading, __atomic_load_n(&d->own, __ATOMIC_RELAXED));
-    bool tell = apart_enough(d, for_plans, __atomic_load_n(&d->told, __ATOMIC_RELAXED));
     if (changes)
         __atomic_store_n(&d->own, reading, __ATOMIC_RELAXED);
-    if (tell)
-        __atomic_store_n(&d->told, for_plans, __ATOMIC_RELAXED);
     pump_mutex_unlock(&resolve_lock);
     if (changes) {
         PUMP_COUNT(budget_changes, 1);
         publish_own(reading);
+        pump_channel_own_budget(device, reading);
     }
-    if (tell)
-        pump_channel_own_budget(device, for_plans);
 }
