@@ -26,13 +26,13 @@
  * is discarded: the caching allocator keeps the memory on the GPU, and a discard would make the
  * next tensor's first use populate it again.
  *
- * Off by default: the first H100 run that discarded here (bench/results/
- * gpu-20261126-nvidia-h100-80gb-hbm3, case c) computed another loss than the job without pump,
- * when the legacy stream's discards were ordered by its implicit synchronisation and pump's
- * evictions of a dying tensor could still be running; both are closed since, and an H200 run
- * (bench/results/gpu-20261126-nvidia-h200) still computed another loss, NaN in most runs. It
- * stays off until a GPU run shows it bit-identical (the GPU suite's case c runs it as
- * launch-discards; bench/gpu/probes/discard_order.py checks both halves of the order).
+ * On by default (PUMP_TORCH_DISCARDS=0 keeps them): the first H100 run that discarded here
+ * (bench/results/gpu-20261126-nvidia-h100-80gb-hbm3, case c) computed another loss than the job
+ * without pump, and an H200 run (bench/results/gpu-20261126-nvidia-h200) NaN in most runs;
+ * discarding on drained streams, the H200's case c (bench/results/gpu-20261127-nvidia-h200) was
+ * bit-identical over 3 processes of 10 steps and 1.49x faster (docs/limits.md). The GPU suite's
+ * case c runs it as launch-discards; bench/gpu/probes/discard_order.py checks both halves of the
+ * order.
  */
 #include "capacity.h"
 #include "channel.h"
