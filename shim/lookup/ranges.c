@@ -363,9 +363,9 @@ static struct pump_range *replace_locked(uint64_t base, uint64_t end, uint32_t f
     if (i > 0 && LOAD(ends[i - 1]) > base)
         i--;
     uint64_t left = base, right = end;  /* what the records replaced spanned, with the tensor */
-    if (carved != NULL) {
-        left = LOAD(carved->base) < base ? LOAD(carved->base) : base;
-        right = LOAD(carved->base) + LOAD(carved->size) > end ? LOAD(carved->base) + LOAD(carved->size) : end;
+    if (carved != NULL) {  /* it holds the tensor whole (pump_ranges_insert_tensor) */
+        left = LOAD(carved->base);
+        right = left + LOAD(carved->size);
         replaced[n++] = carved;
     }
     while (i < LOAD(count) && LOAD(starts[i]) < end) {
