@@ -6,7 +6,7 @@
  *
  *     min(configured, the device's memory - foreign memory - margin)
  *
- * (under pumpd's plan, free memory + pump's resident bytes - margin: budget.c's PLANS), the
+ * (pumpd's plans are told the same room: budget.c's PLANS), the
  * foreign memory a ledger of what in use is not this job's managed memory (budget.c),
  * read at the first launch that needs it and again at synchronisations, so that pump makes
  * room itself instead of the driver evicting behind its back. Only under policy launch (pump
