@@ -73,6 +73,7 @@ class JobConfig:
     evict_ahead: Optional[bool] = None
     torch_discards: Optional[Union[bool, str]] = None  # or "poison" (config_schema.DISCARDS_POISON)
     torch_names: Optional[bool] = None
+    held_discards: Optional[bool] = None
     trace_file: Optional[str] = None
     daemon_mode: Optional[str] = None
     daemon_socket: Optional[str] = None
@@ -265,6 +266,8 @@ def job_env(cfg: JobConfig) -> Dict[str, str]:
             "1" if cfg.torch_discards else "0"
     if cfg.torch_names is not None:
         env["PUMP_TORCH_NAMES"] = "1" if cfg.torch_names else "0"
+    if cfg.held_discards is not None:
+        env["PUMP_HELD_DISCARDS"] = "1" if cfg.held_discards else "0"
     return env
 
 

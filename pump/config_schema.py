@@ -206,6 +206,9 @@ JOB_SCHEMA: Dict[str, Dict[str, Key]] = {
         # true: the caching allocator's tensors go to pumpd by their names, their places in the step
         # (PUMP_TORCH_NAMES, shim/lookup/names.h), so that lookahead can learn the step there
         "torch_names": _key("torch_names", _boolean, _TOML_BOOL),
+        # true: pump's allocator's dead tensors, in the blocks it keeps for placement, are discarded on
+        # pump's worker once the GPU passed their frees (PUMP_HELD_DISCARDS, shim/policy/held_discards.c)
+        "held_discards": _key("held_discards", _boolean, _TOML_BOOL),
     },
     "trace": {
         "file": _key("trace_file", _path, _TOML_PATH),

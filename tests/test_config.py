@@ -154,7 +154,7 @@ def test_unknown_top_level_key_and_dotted_section(tmp_path):
     ("job", "name"),
     ("prefetch", "policy, wait, epoch_launches"),
     ("memory", "capacity, budget, share, min_budget, max_budget, priority, managed_all, torch_allocator, evict_ahead, "
-               "torch_discards, torch_names"),
+               "torch_discards, torch_names, held_discards"),
     ("trace", "file"),
     ("daemon", "mode, socket"),
 ])
@@ -528,6 +528,7 @@ FULL_JOB = """
     evict_ahead = false
     torch_discards = true
     torch_names = true
+    held_discards = true
     [trace]
     file = "/tmp/t.trace"
     [daemon]
@@ -542,7 +543,7 @@ def test_full_job_file(tmp_path):
     assert cfg == config.JobConfig(
         name="train-1.b_c", policy="lookahead", wait=False, epoch_launches=4294967295, capacity="host",
         budget="75%", managed_all=False, torch_allocator="pump", evict_ahead=False, torch_discards=True,
-        torch_names=True, trace_file="/tmp/t.trace",
+        torch_names=True, held_discards=True, trace_file="/tmp/t.trace",
         daemon_mode="embedded",
         daemon_socket="/run/x.sock", source={f: path for f in config.JOB_FIELDS if f not in ARBITER_FIELDS},
     )
@@ -740,7 +741,7 @@ def test_flag_beats_file_beats_jobs_d_beats_default(tmp_path, jobs_dir):
         source={"name": cfg_file, "policy": cfg_file, "wait": "flag", "epoch_launches": system,
                 "capacity": "flag", "budget": system, "managed_all": system, "torch_allocator": system,
                 "trace_file": cfg_file, "evict_ahead": "default", "torch_discards": "default",
-                "torch_names": "default",
+                "torch_names": "default", "held_discards": "default",
                 "daemon_mode": system,
                 "daemon_socket": system, **{f: "default" for f in ARBITER_FIELDS}},
     )
@@ -888,6 +889,7 @@ def test_job_env_all(tmp_path, jobs_dir):
         "PUMP_POLICY": "lookahead", "PUMP_WAIT": "0", "PUMP_EPOCH_LAUNCHES": "4294967295",
         "PUMP_CAPACITY": "host", "PUMP_BUDGET": "75%", "PUMP_NAME": "train-1.b_c", "PUMP_MANAGED_ALL": "0",
         "PUMP_TORCH_ALLOCATOR": "pump", "PUMP_EVICT_AHEAD": "0", "PUMP_TORCH_DISCARDS": "1", "PUMP_TORCH_NAMES": "1",
+        "PUMP_HELD_DISCARDS": "1",
     }
 
 

@@ -213,6 +213,7 @@ PUMP_HIDDEN void pump_config_load(void)
             bad_value("PUMP_TORCH_DISCARDS", v, "0, 1 or poison", "1");
     }
     read_flag("PUMP_TORCH_PLACEMENT", &pump_config.torch_placement, "1");
+    read_flag("PUMP_HELD_DISCARDS", &pump_config.held_discards, "0");
     read_flag("PUMP_TORCH_NAMES", &pump_config.torch_names, "0");
     read_flag("PUMP_KERNEL_TIMES", &pump_config.kernel_times, "0");
     read_flag("PUMP_MANAGED_ALL", &pump_config.managed_all, "0");

@@ -12,7 +12,7 @@
 
 enum {
     PUMP_STATS_MAGIC = 0x504d5053,   /* "SPMP" little-endian: a pump record */
-    PUMP_STATS_VERSION = 17
+    PUMP_STATS_VERSION = 18
 };
 
 struct pump_stats {
@@ -184,6 +184,11 @@ struct pump_stats {
     uint64_t plan_prefetch_skips;    /* 2 MiB blocks a trigger's prefetches for later launches left out:
                                         they did not fit beside its evictions; the launch that needs them
                                         takes them (budget_skips counts what a launch itself left out) */
+    /* version 18: dead tensors of pump's allocator discarded without waiting on the program's streams */
+    uint64_t held_discards;          /* freed tensors of blocks pump keeps for placement whose whole 2 MiB
+                                        blocks were discarded once the GPU had passed their free (their bytes
+                                        count in bytes_discarded) */
+    uint64_t placement_claim_waits;  /* allocations that waited for the discard of the block their place names */
 };
 
 #endif

@@ -65,6 +65,9 @@ struct pump_config {
     bool kernel_times;                  /* PUMP_KERNEL_TIMES: the GPU times launches for pumpd (kernel_time.h) */
     bool torch_placement;               /* PUMP_TORCH_PLACEMENT: pump's allocator for PyTorch places tensors
                                            where they went a step before (placement.h) */
+    bool held_discards;                 /* PUMP_HELD_DISCARDS: the dead tensors of blocks placement keeps are
+                                           discarded on pump's worker (held_discards.h); off by default
+                                           until a GPU run shows it bit-identical */
     bool torch_names;                   /* PUMP_TORCH_NAMES: the caching allocator's tensors go to pumpd by
                                            their place in the step, not their address (names.h); off by
                                            default until lookahead's plans on them beat the launch rule */

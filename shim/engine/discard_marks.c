@@ -259,6 +259,22 @@ PUMP_HIDDEN uint64_t pump_discard_freed(struct pump_context *c, CUdeviceptr *ptr
     return mark;
 }
 
+PUMP_HIDDEN uint64_t pump_discard_held(struct pump_context *c, CUdeviceptr *ptrs, size_t *sizes, uint32_t n)
+{
+    CUstream on = n != 0 ? legacy_peer(c) : NULL;
+    if (on == NULL)
+        return 0;
+    bool pushed = false;
+    uint64_t start = pump_channel_now_ns();
+    uint64_t mark = pump_context_push(c->key, &pushed) ? discard_marked(c, on, false, ptrs, sizes, n) : 0;
+    /* A mark nothing can wait for: the discard is waited for here, on the host. */
+    if (mark == PUMP_DISCARD_UNORDERED)
+        (void)pump_call_ok(pump_driver.stream_synchronize(on), "cuStreamSynchronize");
+    pump_context_pop(pushed);
+    pump_channel_own_time(pump_channel_now_ns() - start);
+    return mark;
+}
+
 PUMP_HIDDEN bool pump_discard_on_peer(uint64_t mark, const struct pump_context *c)
 {
     CUevent event;
@@ -316,6 +332,26 @@ static void discard_wait(CUstream stream, uint64_t mark)
     CUevent event;
     if (mark_context(mark, &event) != NULL)
         pump_stream_wait(stream, event);
+}
+
+PUMP_HIDDEN void pump_discard_wait_host(uint64_t mark)
+{
+    CUevent event;
+    struct pump_context *c = mark_context(mark, &event);
+    if (c == NULL || pump_discard_done(mark))
+        return;
+    bool pushed;
+    struct pump_capture_mode mode = pump_capture_relax();
+    if (pump_context_push(c->key, &pushed)) {
+        (void)pump_call_ok(pump_driver.stream_synchronize(c->legacy_peer), "cuStreamSynchronize");
+        pump_context_pop(pushed);
+    }
+    pump_capture_restore(&mode);
+}
+
+PUMP_HIDDEN void pump_stream_after_discard(CUstream stream, uint64_t mark)
+{
+    discard_wait(stream, mark);
 }
 
 PUMP_HIDDEN void pump_prefetch_after_discard(struct pump_context *c, uint64_t mark)

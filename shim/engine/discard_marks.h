@@ -21,6 +21,18 @@ PUMP_HIDDEN bool pump_discard_possible(CUstream stream);
  * discarded): pump's moves of memory allocated again over it must come after it on the GPU. */
 PUMP_HIDDEN uint64_t pump_discard_freed(struct pump_context *c, CUdeviceptr *ptrs, size_t *sizes, uint32_t n,
                                         CUstream stream);
+/* Discards n runs of whole 2 MiB blocks (address order) of c's device that nothing of the
+ * program's touches until pump hands them out again (a block pump keeps whose free the GPU has
+ * passed: managed_all_cache.h), on c's legacy peer, which carries nothing but discards: the
+ * program's streams are neither drained nor waited for. Made in c's context. Returns its mark
+ * as pump_discard_freed does (0: nothing discarded); whoever uses the memory next waits for it
+ * (pump_stream_after_discard, pump_discard_wait_host); one no stream can wait for
+ * (PUMP_DISCARD_UNORDERED) was waited for here. */
+PUMP_HIDDEN uint64_t pump_discard_held(struct pump_context *c, CUdeviceptr *ptrs, size_t *sizes, uint32_t n);
+/* Makes `stream` wait (on the GPU) for the marked discard, where it may still be running. */
+PUMP_HIDDEN void pump_stream_after_discard(CUstream stream, uint64_t mark);
+/* Waits on the host until the marked discard has run. */
+PUMP_HIDDEN void pump_discard_wait_host(uint64_t mark);
 /* Whether the marked discard was made on c's legacy peer: memory allocated again over it is
  * then populated on c's populate stream (pump_populate), made to wait for the discard, instead
  * of on c's prefetch stream, where that wait would hold every prefetch queued behind it until

@@ -484,6 +484,26 @@ PUMP_HIDDEN void pump_use_wait(CUstream stream, uint64_t token)
     pump_evictions_wait(user, stream);
 }
 
+PUMP_HIDDEN enum pump_use_state pump_use_passed(uint64_t token)
+{
+    uint32_t index = (uint32_t)(token & 0xff);
+    if (index == 0 || index > __atomic_load_n(&pump_context_count, __ATOMIC_ACQUIRE))
+        return PUMP_USE_UNKNOWN;
+    struct pump_context *user = &pump_contexts[index - 1];
+    uint64_t sequence = token >> PUMP_USE_SEQUENCE_SHIFT;
+    if (sequence <= __atomic_load_n(&user->use_base, __ATOMIC_ACQUIRE))
+        return PUMP_USE_PASSED; /* from before its context went */
+    uint32_t slot = (uint32_t)(token >> TOKEN_SLOT_SHIFT) & (PUMP_USE_EVENTS - 1);
+    if (!use_slot_holds(user, slot, sequence) || pump_driver.event_query == NULL)
+        return PUMP_USE_UNKNOWN;
+    struct pump_capture_mode mode = pump_capture_relax();
+    CUresult r = pump_driver.event_query(user->use_events[slot]);
+    pump_capture_restore(&mode);
+    if (!use_slot_holds(user, slot, sequence))
+        return PUMP_USE_UNKNOWN;  /* recorded again meanwhile: the answer may be the new record's */
+    return r == CUDA_SUCCESS ? PUMP_USE_PASSED : r == CUDA_ERROR_NOT_READY ? PUMP_USE_AHEAD : PUMP_USE_UNKNOWN;
+}
+
 PUMP_HIDDEN void pump_evict_after(struct pump_context *c, uint64_t token)
 {
     pump_use_wait(c->evict_stream, token);

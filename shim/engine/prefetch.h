@@ -48,6 +48,10 @@ PUMP_HIDDEN void pump_populate_wait(struct pump_context *c, CUstream stream);
 PUMP_HIDDEN uint64_t pump_use_record(struct pump_context *c, CUstream stream);
 /* Makes `stream` wait (on the GPU) for the point a token names. */
 PUMP_HIDDEN void pump_use_wait(CUstream stream, uint64_t token);
+/* Whether the GPU has passed the point a token names: PUMP_USE_PASSED, PUMP_USE_AHEAD (not yet),
+ * or PUMP_USE_UNKNOWN (no token, a slot recorded again since, or the driver cannot say). */
+enum pump_use_state { PUMP_USE_PASSED, PUMP_USE_AHEAD, PUMP_USE_UNKNOWN };
+PUMP_HIDDEN enum pump_use_state pump_use_passed(uint64_t token);
 /* Makes c's eviction stream wait for the use named by a token. */
 PUMP_HIDDEN void pump_evict_after(struct pump_context *c, uint64_t token);
 /* A token for everything enqueued so far on c's prefetch stream (0: none):

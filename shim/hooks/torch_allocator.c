@@ -35,6 +35,7 @@
 
 #include "channel.h"
 #include "devices.h"
+#include "held_discards.h"
 #include "hooks_common.h"
 #include "hooks_memory.h"
 #include "managed_all.h"
@@ -146,21 +147,26 @@ void pump_torch_free(void *ptr, size_t size, int device, CUstream stream)
     bool pushed;
     (void)pump_context_push(context_needed(device), &pushed);  /* not pushed: the free says why */
     CUdeviceptr dptr = (CUdeviceptr)(uintptr_t)ptr;
-    bool placed = false;
+    bool placed = false, dead = false;
     if (pump_active()) {
         struct pump_range *range = pump_ranges_find(dptr);
         if (range != NULL && __atomic_load_n(&range->base, __ATOMIC_RELAXED) != dptr)
             range = NULL;  /* not a managed tensor */
+        placed = placing(stream);
         /* memory the driver refused to prefetch is refused a discard too (cuda.h, same contract) */
         bool refused = range != NULL && __atomic_load_n(&range->unprefetchable, __ATOMIC_RELAXED);
-        if (pump_stream_users_order_free(stream, range) && !refused)
+        dead = pump_stream_users_order_free(stream, range) && !refused && range != NULL;
+        if (dead && !(placed && pump_config.held_discards))  /* else at once, on its stream, drained */
             discard_dead(range, stream);
-        else if (range != NULL)
+        else if (!dead && range != NULL)
             PUMP_COUNT(discards_declined, 1);
-        placed = placing(stream);
     }
     if (pump_torch_free_async(dptr, stream, placed) == CUDA_SUCCESS)
         PUMP_COUNT(torch_frees, 1);
+    if (placed && dead && pump_config.held_discards) {  /* kept: discarded once the GPU passed the free */
+        pump_kept_dead(dptr);
+        pump_held_discards(device);
+    }
     pump_context_pop(pushed);
 }
 

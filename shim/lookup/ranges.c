@@ -537,6 +537,17 @@ PUMP_HIDDEN struct pump_range *pump_ranges_find(uint64_t addr)
     return search(addr);
 }
 
+PUMP_HIDDEN struct pump_range *pump_ranges_find_freed(uint64_t addr)
+{
+    pump_mutex_lock(&writer);
+    uint32_t i = upper_bound(LOAD(count), addr);
+    struct pump_range *found = i > 0 ? &records[LOAD(slots[i - 1])] : NULL;
+    if (found != NULL && (!LOAD(found->dead) || LOAD(found->base) != addr))
+        found = NULL;
+    pump_mutex_unlock(&writer);
+    return found;
+}
+
 PUMP_HIDDEN void pump_ranges_bounds(uint64_t *lowest_out, uint64_t *span)
 {
     *lowest_out = LOAD(lowest);

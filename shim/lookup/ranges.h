@@ -124,6 +124,8 @@ PUMP_HIDDEN void pump_ranges_bounds(uint64_t *lowest, uint64_t *span);
 PUMP_HIDDEN bool pump_ranges_empty(void);
 /* The allocation holding addr, or NULL (lock-free; may be stale, as above). */
 PUMP_HIDDEN struct pump_range *pump_ranges_find(uint64_t addr);
+/* The freed tensor kept in place (`dead`) that starts at addr, or NULL; under the writers' lock. */
+PUMP_HIDDEN struct pump_range *pump_ranges_find_freed(uint64_t addr);
 /* Whether range is memory managed_all took from a managed pool for the program (flags 0, not
  * host-touchable: not cuMemAllocManaged's, nor the program's own pool's). */
 static inline bool pump_range_is_converted_pool(const struct pump_range *range)

@@ -40,12 +40,14 @@
  */
 #include <pthread.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "capacity.h"
 #include "capture_mode.h"
 #include "locks.h"
 #include "context_cache.h"
 #include "devices.h"
+#include "discard_marks.h"
 #include "managed_all.h"
 #include "managed_all_cache.h"
 #include "placement.h"
@@ -142,9 +144,13 @@ struct kept {
     bool done;        /* a synchronisation since showed the free ran */
     bool pooled;      /* a managed pool's block (else cuMemAllocManaged's) */
     bool stream_gone; /* its stream was destroyed since: the handle may name another stream now */
+    bool dead;        /* its tensor's blocks are to be discarded once the GPU passed its free */
+    bool claimed;     /* ... being discarded now: neither handed out nor given back meanwhile */
+    uint64_t mark;    /* its discard's (discard_marks.h; 0: none): whoever uses the memory next waits */
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t claim_ended = PTHREAD_COND_INITIALIZER;
 static struct kept *kept;
 static size_t kept_count, kept_room;
 static uint64_t kept_bytes[PUMP_DEVICES_MAX];
@@ -203,8 +209,31 @@ static void drop(size_t i)
 /* Under the lock: whether k may go to an allocation on `stream` now. */
 static bool takeable(const struct kept *k, size_t size, int device, CUstream stream, bool pooled_too)
 {
-    return k->size == size && k->device == device && (pooled_too || !k->pooled) &&
+    return k->size == size && k->device == device && (pooled_too || !k->pooled) && !k->claimed &&
            (k->done || k->token != 0 || same_stream(k, stream));
+}
+
+/* How long an allocation waits at most for the discard of the block its place names (its claim,
+ * held_discards.c) before it takes another: a discard is one ioctl once the worker makes it. */
+#define CLAIM_WAIT_NS 10000000
+
+/* Under the lock: the block `place` prefers, if claimed, settled first (a while at most), so that
+ * a discard made meanwhile does not move the tensor from its place (pumpd's plans follow it). */
+static void wait_unclaimed(const struct pump_place *place)
+{
+    if (place == NULL || place->preferred == 0 || kept_count == 0)
+        return;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += CLAIM_WAIT_NS;
+    until.tv_sec += until.tv_nsec / 1000000000;
+    until.tv_nsec %= 1000000000;
+    for (size_t i = slot_of(place->preferred); slot_index[i] != 0 && kept[slot_index[i] - 1].claimed;
+         i = slot_of(place->preferred)) {
+        PUMP_COUNT(placement_claim_waits, 1);
+        if (pthread_cond_timedwait(&claim_ended, &lock, &until) != 0)
+            return;
+    }
 }
 
 PUMP_HIDDEN CUdeviceptr pump_kept_take(size_t size, int device, CUstream stream, const struct pump_place *place,
@@ -215,6 +244,7 @@ PUMP_HIDDEN CUdeviceptr pump_kept_take(size_t size, int device, CUstream stream,
     /* A pool whose memory the driver refused hands out no block again: pump could not move it. */
     bool pooled_too = place != NULL && pump_pool_prefetch_of(device) != PUMP_POOL_REFUSED;
     pump_mutex_lock(&lock);
+    wait_unclaimed(place);
     size_t at = kept_count;
     if (place != NULL && place->preferred != 0 && kept_count > 0) {
         size_t i = slot_of(place->preferred);
@@ -239,6 +269,8 @@ PUMP_HIDDEN CUdeviceptr pump_kept_take(size_t size, int device, CUstream stream,
         return 0;
     if (!block.done && !same_stream(&block, stream))
         pump_use_wait(stream, block.token);
+    if (block.mark != 0 && !pump_discard_done(block.mark))
+        pump_stream_after_discard(stream, block.mark);
     PUMP_COUNT(unpooled_reuses, !block.pooled);
     PUMP_COUNT(placement_reuses, block.pooled);
     *pooled = block.pooled;
@@ -292,6 +324,46 @@ PUMP_HIDDEN bool pump_kept_keep(CUdeviceptr ptr, size_t size, int device, CUstre
     return room;
 }
 
+PUMP_HIDDEN void pump_kept_dead(CUdeviceptr ptr)
+{
+    pump_mutex_lock(&lock);
+    if (kept_count > 0 && slot_index[slot_of(ptr)] != 0) {
+        struct kept *k = &kept[slot_index[slot_of(ptr)] - 1];
+        k->dead = k->token != 0;  /* without a token, when the free runs is not known */
+    }
+    pump_mutex_unlock(&lock);
+}
+
+PUMP_HIDDEN bool pump_kept_dead_claim(int device, struct pump_kept_claim *claim)
+{
+    pump_mutex_lock(&lock);
+    size_t oldest = kept_count;
+    for (size_t i = 0; i < kept_count; i++)
+        if (kept[i].dead && !kept[i].claimed && kept[i].device == device && !kept[i].stream_gone &&
+            (oldest == kept_count || kept[i].order < kept[oldest].order))
+            oldest = i;
+    if (oldest != kept_count) {
+        kept[oldest].claimed = true;
+        *claim = (struct pump_kept_claim){.ptr = kept[oldest].ptr, .token = kept[oldest].token,
+                                          .stream = kept[oldest].stream};
+    }
+    pump_mutex_unlock(&lock);
+    return oldest != kept_count;
+}
+
+PUMP_HIDDEN void pump_kept_dead_settle(const struct pump_kept_claim *claim, bool again, uint64_t mark)
+{
+    pump_mutex_lock(&lock);
+    if (kept_count > 0 && slot_index[slot_of(claim->ptr)] != 0) {
+        struct kept *k = &kept[slot_index[slot_of(claim->ptr)] - 1];
+        k->claimed = false;
+        k->dead = again;
+        k->mark = mark != 0 ? mark : k->mark;
+        pthread_cond_broadcast(&claim_ended);
+    }
+    pump_mutex_unlock(&lock);
+}
+
 PUMP_HIDDEN bool pump_unpooled_holds(CUdeviceptr ptr)
 {
     pump_mutex_lock(&lock);
@@ -317,6 +389,7 @@ struct release {
     CUdeviceptr ptr[RELEASE_BATCH];
     CUcontext ctx[RELEASE_BATCH];
     CUstream stream[RELEASE_BATCH];
+    uint64_t mark[RELEASE_BATCH];
     bool in_order[RELEASE_BATCH], pooled[RELEASE_BATCH];
     size_t n;
 };
@@ -327,6 +400,7 @@ static void take_out(size_t i, struct release *out)
     out->ptr[out->n] = kept[i].ptr;
     out->ctx[out->n] = kept[i].ctx;
     out->stream[out->n] = kept[i].stream;
+    out->mark[out->n] = kept[i].mark;
     out->in_order[out->n] = !kept[i].done;
     out->pooled[out->n++] = kept[i].pooled;
     drop(i);
@@ -339,7 +413,8 @@ static void pick(int device, uint64_t above, bool past, struct release *out)
     while (out->n < RELEASE_BATCH && kept_bytes[device] > above) {
         size_t oldest = kept_count;
         for (size_t i = 0; i < kept_count; i++)
-            if (kept[i].device == device && kept[i].done && (past || kept_bytes[device] - kept[i].size >= above) &&
+            if (kept[i].device == device && kept[i].done && !kept[i].claimed &&
+                (past || kept_bytes[device] - kept[i].size >= above) &&
                 (oldest == kept_count || kept[i].order < kept[oldest].order))
                 oldest = i;
         if (oldest == kept_count)
@@ -358,6 +433,8 @@ static void release(const struct release *out, pump_unpooled_free_fn free_fn, pu
         int device;
         if (pump_ranges_remove(out->ptr[i], &size, &device) != PUMP_REMOVED_NOTHING)
             pump_capacity_release(device, size);
+        if (out->mark[i] != 0)
+            pump_discard_wait_host(out->mark[i]);  /* the memory's next owner is the driver's */
         bool pushed;
         CUresult r = CUDA_ERROR_INVALID_CONTEXT;
         if (pump_context_push(out->ctx[i], &pushed)) {
@@ -390,7 +467,7 @@ PUMP_HIDDEN void pump_kept_release_unplaced(uint64_t steps, pump_unpooled_free_f
         pump_mutex_lock(&lock);
         for (size_t i = kept_count; i-- > 0 && out.n < RELEASE_BATCH;)
             if (kept[i].pooled && (kept[i].step + PLACED_STEPS_KEPT <= steps || of_refused_pool(i, refused)) &&
-                (kept[i].done || !kept[i].stream_gone))
+                (kept[i].done || !kept[i].stream_gone) && !kept[i].claimed)
                 take_out(i, &out);
         pump_mutex_unlock(&lock);
         release(&out, free_fn, free_async_fn);
@@ -423,7 +500,7 @@ PUMP_HIDDEN void pump_unpooled_synchronised(CUcontext ctx, CUstream stream, bool
             if (stream_only ? same_stream(&kept[i], stream) : kept[i].ctx == ctx)
                 kept[i].done = true;
         for (size_t i = kept_count; i-- > 0 && out.n < RELEASE_BATCH;)
-            if (of_refused_pool(i, refused) && kept[i].done)
+            if (of_refused_pool(i, refused) && kept[i].done && !kept[i].claimed)
                 take_out(i, &out);
         for (int device = 0; device < PUMP_DEVICES_MAX && out.n < RELEASE_BATCH; device++)
             if (kept_bytes[device] > 0)

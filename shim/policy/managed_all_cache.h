@@ -28,6 +28,21 @@ PUMP_HIDDEN CUdeviceptr pump_kept_take(size_t size, int device, CUstream stream,
 /* Whether [ptr, ptr+size), freed on `stream`, was kept (false: the stream is being captured, or
  * no memory; the caller hands the free to the driver). pooled: a managed pool's block. */
 PUMP_HIDDEN bool pump_kept_keep(CUdeviceptr ptr, size_t size, int device, CUstream stream, bool pooled);
+/* The block at ptr, kept (a no-op where it is not), holds a dead tensor whose whole 2 MiB blocks
+ * pump may discard once the GPU has passed its free (its use token): nothing of the program's
+ * touches it until pump hands it out again (torch_allocator.c). */
+PUMP_HIDDEN void pump_kept_dead(CUdeviceptr ptr);
+/* A dead block claimed for its discard: neither handed out, nor given back, until settled. */
+struct pump_kept_claim {
+    CUdeviceptr ptr;
+    uint64_t token;   /* the free's point on its stream */
+    CUstream stream;  /* freed on */
+};
+/* Claims `device`'s oldest dead block not claimed yet (false: none). */
+PUMP_HIDDEN bool pump_kept_dead_claim(int device, struct pump_kept_claim *claim);
+/* The claim ends: the block is dead still (`again`: to claim later) or not any more; `mark`
+ * (0: none) names its discard, which whoever takes the block or gives it back waits for. */
+PUMP_HIDDEN void pump_kept_dead_settle(const struct pump_kept_claim *claim, bool again, uint64_t mark);
 /* Whether ptr is a block the cache keeps (freed already: a second free is the program's
  * error). */
 PUMP_HIDDEN bool pump_unpooled_holds(CUdeviceptr ptr);

@@ -55,6 +55,14 @@ PUMP_HIDDEN bool pump_residency_pressed(int device);
  * the discard is asked for, so no decision moves them meanwhile. Returns the discard's mark
  * (0: none made). Takes the shape lock for writing, as pump_residency_freed does. */
 PUMP_HIDDEN uint64_t pump_residency_discard(struct pump_range *range, struct pump_context *c, CUstream stream);
+/* The two halves of pump_residency_discard for a discard made elsewhere (held_discards.h): the
+ * dead range's whole blocks believed resident on `device`, in at most `room` runs, leave the belief
+ * (returns the runs' count), and later are believed discarded under `mark`, or, where none was made
+ * (0), resident again. */
+PUMP_HIDDEN uint32_t pump_residency_discard_take(struct pump_range *range, int device, CUdeviceptr *ptrs,
+                                                 size_t *sizes, uint32_t room);
+PUMP_HIDDEN void pump_residency_discard_settle(struct pump_range *range, const CUdeviceptr *ptrs, const size_t *sizes,
+                                               uint32_t n, uint64_t mark, int device);
 /* A tensor carved over records of other extents, and what is left of them outside it
  * (made, under the range table's writer lock; ranges.h): each block of theirs is believed
  * resident where all of its memory was (the caching allocator keeps it on the GPU while

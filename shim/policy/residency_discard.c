@@ -1,6 +1,7 @@
 /* residency_discard.c: a dead tensor's blocks leave pump's belief for a discard
- * (pump_residency_discard, residency.h): which whole blocks go, marked until the discard is
- * made, and what they are believed after it. The discard itself, and the mark that orders pump's
+ * (pump_residency_discard, residency.h; in two halves for one made on pump's worker,
+ * held_discards.c): which whole blocks go, marked until the discard is made, and what they are
+ * believed after it. The discard itself, and the mark that orders pump's
  * later moves after it, are discard_marks.c's. */
 #include "discard_marks.h"
 #include "residency.h"
@@ -12,9 +13,10 @@
 /* Of range's whole 2 MiB blocks inside [start, end), those believed resident on `device` with no
  * planned prefetch of theirs pending leave the belief now, marked PUMP_DISCARD_UNORDERED until
  * their discard is made: no decision moves them meanwhile (residency.c skips a prefetch of such
- * a block, residency_evict.c an eviction). Their runs, in address order, go to ptrs and sizes. */
+ * a block, residency_evict.c an eviction). Their runs, in address order and at most `room` of
+ * them, go to ptrs and sizes. */
 static uint32_t take_dead(struct pump_range *range, uint64_t start, uint64_t end, int device, CUdeviceptr *ptrs,
-                          size_t *sizes)
+                          size_t *sizes, uint32_t room)
 {
     uint32_t n = 0;
     pump_shape_write();  /* no rule in flight: blocks leave their devices' orders */
@@ -27,7 +29,7 @@ static uint32_t take_dead(struct pump_range *range, uint64_t start, uint64_t end
             continue;
         if (n > 0 && ptrs[n - 1] + sizes[n - 1] == first)
             sizes[n - 1] += PUMP_BLOCK_SIZE;
-        else if (n < DISCARD_RUNS) {
+        else if (n < room) {
             ptrs[n] = first;
             sizes[n++] = PUMP_BLOCK_SIZE;
         } else
@@ -66,10 +68,24 @@ PUMP_HIDDEN uint64_t pump_residency_discard(struct pump_range *range, struct pum
         return 0;  /* asked before any block leaves the belief */
     int device = pump_context_device(c);
     uint64_t base = __atomic_load_n(&range->base, __ATOMIC_RELAXED);
-    uint32_t n = take_dead(range, base, base + __atomic_load_n(&range->size, __ATOMIC_RELAXED), device, ptrs, sizes);
+    uint32_t n = take_dead(range, base, base + __atomic_load_n(&range->size, __ATOMIC_RELAXED), device, ptrs, sizes,
+                           DISCARD_RUNS);
     if (n == 0)
         return 0;
     uint64_t mark = pump_discard_freed(c, ptrs, sizes, n, stream);
     settle_dead(range, ptrs, sizes, n, mark, device);
     return mark;
+}
+
+PUMP_HIDDEN uint32_t pump_residency_discard_take(struct pump_range *range, int device, CUdeviceptr *ptrs,
+                                                 size_t *sizes, uint32_t room)
+{
+    uint64_t base = __atomic_load_n(&range->base, __ATOMIC_RELAXED);
+    return take_dead(range, base, base + __atomic_load_n(&range->size, __ATOMIC_RELAXED), device, ptrs, sizes, room);
+}
+
+PUMP_HIDDEN void pump_residency_discard_settle(struct pump_range *range, const CUdeviceptr *ptrs, const size_t *sizes,
+                                               uint32_t n, uint64_t mark, int device)
+{
+    settle_dead(range, ptrs, sizes, n, mark, device);
 }

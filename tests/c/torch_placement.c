@@ -6,7 +6,7 @@
  * step over a pattern that changes them under a pool handing out the block freed last, values
  * (real kernels are no-ops on fakecuda), and the sanitizer builds.
  *
- *   torch_placement STEPS [eval=K] [side] [shrink=K]
+ *   torch_placement STEPS [eval=K] [side] [shrink=K] [legacy] [sync] [hold]
  *
  * Weights (8 MiB) first; then each step: the last step's gradient freed (zero_grad), two 4 MiB
  * activations and a 2 MiB one (freed last in, first out), two 1 MiB temporaries (freed first in,
@@ -17,6 +17,12 @@
  * side: each step also a 2 MiB tensor on a second stream, allocated, summed and freed there.
  * shrink=K: from step K on, the activations are 3 MiB (a shape that changed: the 4 MiB blocks
  *   are never asked for again).
+ * legacy: the step's work on the legacy default stream (PyTorch's), where the driver refuses a
+ *   discard, instead of a stream of the program's.
+ * sync: each step ends waiting for its work, as a loop reading its loss does (loss.item()).
+ * hold: once the activations are written, the GPU goes on with the step only after the host has
+ *   made all of its calls (a host function holds the step's stream meanwhile): the activations
+ *   are freed before the kernels reading them run; the temporaries are 2 MiB, a whole block.
  */
 #include <string.h>
 
@@ -79,7 +85,7 @@ static void free_tensor(CUdeviceptr p, size_t bytes, CUstream s)
 int main(int argc, char **argv)
 {
     int steps = argc >= 2 ? atoi(argv[1]) : 0, eval = 0, shrink = 0;
-    bool side = false, usage = steps < 1 || steps > MAX_STEPS;
+    bool side = false, legacy = false, sync = false, hold = false, usage = steps < 1 || steps > MAX_STEPS;
     for (int i = 2; i < argc; i++) {
         if (strncmp(argv[i], "eval=", 5) == 0)
             usage |= (eval = atoi(argv[i] + 5)) < 2;
@@ -87,11 +93,17 @@ int main(int argc, char **argv)
             usage |= (shrink = atoi(argv[i] + 7)) < 1;
         else if (strcmp(argv[i], "side") == 0)
             side = true;
+        else if (strcmp(argv[i], "legacy") == 0)
+            legacy = true;
+        else if (strcmp(argv[i], "sync") == 0)
+            sync = true;
+        else if (strcmp(argv[i], "hold") == 0)
+            hold = true;
         else
             usage = true;
     }
     if (usage) {
-        fprintf(stderr, "usage: torch_placement STEPS (1..%d) [eval=K (K >= 2)] [side] [shrink=K (K >= 1)]\n", MAX_STEPS);
+        fprintf(stderr, "usage: torch_placement STEPS (1..%d) [eval=K (K >= 2)] [side] [shrink=K (K >= 1)] [legacy] [sync] [hold]\n", MAX_STEPS);
         return 2;
     }
     cuda_api_load(&api, 0);
@@ -105,12 +117,13 @@ int main(int argc, char **argv)
     CHECK(cuStreamCreate(&side_stream, CU_STREAM_NON_BLOCKING));
     CHECK(cuMemAlloc(&sums, MAX_STEPS * 8 * sizeof(double)));
 
-    CUstream s = main_stream;
+    CUstream s = legacy ? CU_STREAM_LEGACY : main_stream;
     step_now = -1;
     CUdeviceptr w = tensor(8 * MIB, s), grad = 0;
     fill_with(w, 8 * MIB, 1.0f, s);
     for (step_now = 0; step_now < steps; step_now++) {
         float base = (float)step_now;
+        atomic_int release = 0;
         if (eval && step_now > 0 && step_now % eval == 0) {
             CUdeviceptr e1 = tensor(4 * MIB, s), e2 = tensor(2 * MIB, s);
             add_into(w, w, e1, 4 * MIB, s);
@@ -122,17 +135,19 @@ int main(int argc, char **argv)
         }
         if (grad != 0)
             free_tensor(grad, 2 * MIB, s);
-        size_t act = shrink && step_now >= shrink ? 3 * MIB : 4 * MIB;
+        size_t act = shrink && step_now >= shrink ? 3 * MIB : 4 * MIB, tmp = hold ? 2 * MIB : MIB;
         CUdeviceptr a1 = tensor(act, s), a2 = tensor(act, s), a3 = tensor(2 * MIB, s);
         fill_with(a1, act, base, s);
         add_into(a1, w, a2, act, s);
         fill_with(a3, 2 * MIB, base * 0.5f, s);
-        CUdeviceptr t1 = tensor(MIB, s), t2 = tensor(MIB, s);
-        add_into(a2, a3, t1, MIB, s);
-        add_into(t1, a1, t2, MIB, s);
-        free_tensor(t1, MIB, s);
-        sum_of(t2, MIB, s);
-        free_tensor(t2, MIB, s);
+        if (hold)
+            CHECK(cuLaunchHostFunc(s, fake_hold, &release));
+        CUdeviceptr t1 = tensor(tmp, s), t2 = tensor(tmp, s);
+        add_into(a2, a3, t1, tmp, s);
+        add_into(t1, a1, t2, tmp, s);
+        free_tensor(t1, tmp, s);
+        sum_of(t2, tmp, s);
+        free_tensor(t2, tmp, s);
         free_tensor(a3, 2 * MIB, s);
         grad = tensor(2 * MIB, s);
         add_into(a2, a1, grad, 2 * MIB, s);
@@ -148,6 +163,9 @@ int main(int argc, char **argv)
         sum_of(w, 8 * MIB, s);
         if (pump_torch_step != NULL)
             pump_torch_step();
+        atomic_store(&release, 1);
+        if (sync || hold)  /* the flag lives until the host function read it */
+            CHECK(cuStreamSynchronize(s));
     }
     free_tensor(grad, 2 * MIB, s);
     free_tensor(w, 8 * MIB, s);
