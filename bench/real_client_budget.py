@@ -28,7 +28,9 @@ Per workload:
              (pump-run --policy off --capacity host: managed memory, no prefetch), and
              pump_emulated (pump-run --budget on the 80 GB device: pump's evict-only emulation
              of a budget, past which faults fill the device for free: its resident peak shows
-             it; the GPU suite's emulated rows)
+             it; the GPU suite's emulated rows), and lookahead_held_discards (lookahead with
+             bench/gpu/held_discards.toml: the dead tensors of the blocks pump's allocator keeps
+             discarded once the GPU passed their frees, PUMP_HELD_DISCARDS, off by default)
 A run with a launch that has no recorded line (launch_uses_missing), or where more than 1% of
 launches meet a line they do not match (launch_uses_mismatched: another program or configuration
 than the recording's), is refused (checked()).
@@ -54,6 +56,7 @@ TARGET_BYTES_OVER_MIN = 1.25
 TARGET_STEP_OVER_BOUND = 1.3
 TARGET_PLANNED = 0.95
 TARGET_LAUNCH_THREAD_US = 2.0
+HELD_DISCARDS = pathlib.Path(__file__).resolve().parent / "gpu" / "held_discards.toml"
 
 
 class BudgetError(Exception):
@@ -169,7 +172,7 @@ def figures(result, what):
         out["planned_launch_fraction"] = round(s["pump"]["launches_planned"] / managed, 4) if managed else 0.0
         out["pump_errors"] = s["pump"]["errors"]
         for field in ("prefetch_bytes", "bytes_evicted", "evictions", "bytes_discarded", "torch_tensor_discards",
-                      "budget_skips"):
+                      "held_discards", "budget_skips"):
             out[f"pump_{field}_per_step"] = round(s["pump"][field], 1)
         out["pump_budget_bytes"] = s["pump"]["budget_bytes"]  # in force at the end (pump's own moves with readings)
     return out
@@ -214,7 +217,8 @@ def measure_workload(python, pump_run, as_written, name, steps, rounds, workdir)
     ahead_limit = traffic_bound(steady_window(ahead_uses, warmup), budget)
     device = str(budget)
     variants = {"bare": (None, uses, None), "pump": (full, uses, device), "lookahead": (lookahead, ahead_uses, device),
-                "pump_emulated": (["--budget", str(budget)], uses, None)}
+                "pump_emulated": (["--budget", str(budget)], uses, None),
+                "lookahead_held_discards": ([*lookahead, "--config", str(HELD_DISCARDS)], ahead_uses, device)}
     made = {v: [] for v in variants}
     commands = {}
     for _ in range(rounds):
@@ -225,7 +229,7 @@ def measure_workload(python, pump_run, as_written, name, steps, rounds, workdir)
     driver = run(["--policy", "off", *full], uses, device)
     commands["driver_at_budget"] = driver["command"]
     driver_figures = figures(driver, f"{name} driver_at_budget")
-    bare, pump, ahead, emulated = (median_run(made[v]) for v in variants)
+    bare, pump, ahead, emulated, held = (median_run(made[v]) for v in variants)
     return {
         "about": WORKLOADS[name], "budget_bytes": budget, "launches_per_step": bare["launches_per_step"],
         "recording": summary, **limit, "bound_us": max(limit["traffic_us"], bare["step_us"]),
@@ -235,7 +239,7 @@ def measure_workload(python, pump_run, as_written, name, steps, rounds, workdir)
         "driver_step_over_pump": round(driver_figures["step_us"] / pump["step_us"], 2),
         "launch_thread_us_over_bare": round(ahead["launch_thread_us_per_launch"] - bare["launch_thread_us_per_launch"], 3),
         "variants": {"bare": bare, "pump": pump, "lookahead": ahead,
-                     "driver_at_budget": driver_figures, "pump_emulated": emulated},
+                     "driver_at_budget": driver_figures, "pump_emulated": emulated, "lookahead_held_discards": held},
         "commands": commands,
     }
 
@@ -278,7 +282,7 @@ def table_rows(w):
              f"{w['min_bytes_d2h_per_step'] / MIB:.1f}", "", "", f"{w['bound_us']:g} (traffic {w['traffic_us']:g})", "",
              "", ""]]
     for variant, v in w["variants"].items():
-        planned = f"{v['planned_launch_fraction']:.1%}" if variant in ("pump", "lookahead") else ""
+        planned = f"{v['planned_launch_fraction']:.1%}" if variant in ("pump", "lookahead", "lookahead_held_discards") else ""
         rows.append([variant, f"{v['bytes_h2d_per_step'] / MIB:.1f}", f"{v['bytes_d2h_per_step'] / MIB:.1f}",
                      f"{v['gpu_faults_per_step']:g}", f"{v['gpu_faults_unpointed_per_step']:g}", f"{v['step_us']:g}",
                      f"{v['launch_thread_us_per_launch']:g}", f"{v['device_resident_peak'] / MIB:.0f}", planned])

@@ -82,26 +82,32 @@ def test_plan_gpt_sizes_the_budget_from_the_peak_and_refuses_past_free():
     program = suite.gpt_args(1.0, "train.py")
     c = suite.plan_gpt("c", program, 10 * GiB + 3, 40 * GiB, 80 * GiB)
     assert c.capacity == 5 * GiB and c.capacity % suite.BLOCK == 0
-    last = c.variants[-1]   # lookahead on PyTorch's caching allocator's named tensors, with a config pump-run accepts
-    assert last.name == "lookahead-names" and last.pump[:2] == ["--policy", "lookahead"]
+    last = c.variants[-1]   # lookahead discarding the dead tensors placement keeps, with a config pump-run accepts
+    assert last.name == "lookahead-held-discards" and last.pump[:2] == ["--policy", "lookahead"]
     config = last.pump[last.pump.index("--config") + 1]
+    assert "held_discards = true" in pathlib.Path(config).read_text()
+    assert subprocess.run([sys.executable, "-m", "pump.cli", "config", "check", config], capture_output=True,
+                          text=True).returncode == 0
+    names = c.variants[-2]   # lookahead on PyTorch's caching allocator's named tensors
+    assert names.name == "lookahead-names" and names.pump[:2] == ["--policy", "lookahead"]
+    config = names.pump[names.pump.index("--config") + 1]
     assert "torch_names = true" in pathlib.Path(config).read_text()
     assert subprocess.run([sys.executable, "-m", "pump.cli", "config", "check", config], capture_output=True,
                           text=True).returncode == 0
-    no_ahead = c.variants[-2]   # the launch rule making its own room, beside launch's room made ahead
+    no_ahead = c.variants[-3]   # the launch rule making its own room, beside launch's room made ahead
     assert no_ahead.name == "launch-no-ahead" and no_ahead.pump[:2] == ["--policy", "launch"]
     config = no_ahead.pump[no_ahead.pump.index("--config") + 1]
     assert "evict_ahead = false" in pathlib.Path(config).read_text()
     assert subprocess.run([sys.executable, "-m", "pump.cli", "config", "check", config], capture_output=True,
                           text=True).returncode == 0
     # the launch rule keeping dead tensors (it discards them by default), and poisoning them instead
-    for variant, setting in zip(c.variants[-4:-2], ("torch_discards = false", 'torch_discards = "poison"')):
+    for variant, setting in zip(c.variants[-5:-3], ("torch_discards = false", 'torch_discards = "poison"')):
         assert variant.name in ("launch-no-discards", "launch-poison") and variant.pump[:2] == ["--policy", "launch"]
         config = variant.pump[variant.pump.index("--config") + 1]
         assert setting in pathlib.Path(config).read_text()
         assert subprocess.run([sys.executable, "-m", "pump.cli", "config", "check", config], capture_output=True,
                               text=True).returncode == 0
-    assert [v.name for v in c.variants[-4:-2]] == ["launch-no-discards", "launch-poison"]
+    assert [v.name for v in c.variants[-5:-3]] == ["launch-no-discards", "launch-poison"]
     assert suite.plan_gpt("d", program, GiB, 40 * GiB, 80 * GiB).variants[1].pump == []
     assert suite.plan_gpt("e", program, GiB, 40 * GiB, 80 * GiB).variants[1].pump == ["--no-managed-all"]
     with pytest.raises(membudget.Refused, match=r"REFUSED case c .*x 1.5"):

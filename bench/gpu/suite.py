@@ -166,12 +166,16 @@ def plan_gpt(case_key: str, program: list, peak_bytes: int, free: int, total: in
         # the caching allocator's dead tensors (launch discards them under the budget by default:
         # shim/hooks/torch_trace.c), what discarding gives, and beside it launch's decisions with the
         # dead blocks poisoned instead, which says whose fault a changed loss is (torch_discards_poison.toml).
+        # Last of all, lookahead discarding the dead tensors of the blocks placement keeps (off by
+        # default: shim/policy/held_discards.c): whether its loss stays bit-identical, and what it gives.
         launch = next(v for v in variants if v.name == "launch")
         lookahead = next(v for v in variants if v.name == "lookahead")
         variants.append(Variant("launch-no-discards", [*launch.pump, "--config", str(HERE / "no_discards.toml")]))
         variants.append(Variant("launch-poison", [*launch.pump, "--config", str(HERE / "torch_discards_poison.toml")]))
         variants.append(Variant("launch-no-ahead", [*launch.pump, "--config", str(HERE / "no_evict_ahead.toml")]))
         variants.append(Variant("lookahead-names", [*lookahead.pump, "--config", str(HERE / "torch_names.toml")]))
+        variants.append(Variant("lookahead-held-discards",
+                                [*lookahead.pump, "--config", str(HERE / "held_discards.toml")]))
         return Case("c", f"train_gpt.py under an emulated capacity of {budget / GiB:.2f} GiB (half its peak)",
                     "gpt", True, variants, budget, program, "launch")
     if case_key == "d":
