@@ -41,8 +41,9 @@ def test_every_launch_is_given_its_operators_tensors(result):
     # the pointer it passes), the others by allocation.
     assert recorded["operands"] / 2 < recorded["operands_by_argument"] < recorded["operands"]
     # Each run's launches met their lines (figures() refuses a run where one did not): bare, pump,
-    # lookahead and the driver alone alike.
-    assert set(w["variants"]) == {"bare", "pump", "lookahead", "driver_at_budget", "pump_emulated"}
+    # lookahead (with held discards too) and the driver alone alike.
+    assert set(w["variants"]) == {"bare", "pump", "lookahead", "driver_at_budget", "pump_emulated",
+                                  "lookahead_held_discards"}
     assert all(v["launches_per_step"] == w["launches_per_step"] > 100 for v in w["variants"].values())
 
 
@@ -54,7 +55,7 @@ def test_kernels_fault_and_move_bytes_that_before_touched_nothing(result):
     assert v["driver_at_budget"]["gpu_faults_per_step"] > 100
     assert v["driver_at_budget"]["bytes_h2d_per_step"] >= w["min_bytes_per_step"] > 0
     assert v["pump"]["bytes_h2d_per_step"] >= w["min_bytes_per_step"]  # the bound is one on pump too
-    for name in ("pump", "lookahead", "driver_at_budget"):  # a device of the budget's size: it holds no more
+    for name in ("pump", "lookahead", "driver_at_budget", "lookahead_held_discards"):  # a device of the budget's size
         assert 0 < v[name]["device_resident_peak"] <= w["budget_bytes"], name
     assert v["bare"]["gpu_faults_per_step"] == 0 and v["bare"]["bytes_h2d_per_step"] == 0  # plain memory
     assert 0 < w["budget_bytes"] <= w["touched_block_bytes_per_step"] / 2
