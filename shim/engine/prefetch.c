@@ -461,16 +461,27 @@ static bool use_slot_holds(struct pump_context *c, uint32_t slot, uint64_t seque
            __atomic_load_n(&c->use_recorded[slot], __ATOMIC_SEQ_CST) == sequence;
 }
 
-PUMP_HIDDEN void pump_use_wait(CUstream stream, uint64_t token)
+/* A token's context, slot and sequence: true when it names a point still to be asked about;
+ * false when it names none (*user NULL) or one from before its context went (done). */
+static bool token_point(uint64_t token, struct pump_context **user, uint32_t *slot, uint64_t *sequence)
 {
     uint32_t index = (uint32_t)(token & 0xff);
+    *user = NULL;
     if (index == 0 || index > __atomic_load_n(&pump_context_count, __ATOMIC_ACQUIRE))
-        return;
-    struct pump_context *user = &pump_contexts[index - 1];
-    uint64_t sequence = token >> PUMP_USE_SEQUENCE_SHIFT;
-    if (sequence <= __atomic_load_n(&user->use_base, __ATOMIC_ACQUIRE))
-        return; /* from before its context went: done */
-    uint32_t slot = (uint32_t)(token >> TOKEN_SLOT_SHIFT) & (PUMP_USE_EVENTS - 1);
+        return false;
+    *user = &pump_contexts[index - 1];
+    *sequence = token >> PUMP_USE_SEQUENCE_SHIFT;
+    *slot = (uint32_t)(token >> TOKEN_SLOT_SHIFT) & (PUMP_USE_EVENTS - 1);
+    return *sequence > __atomic_load_n(&(*user)->use_base, __ATOMIC_ACQUIRE);
+}
+
+PUMP_HIDDEN void pump_use_wait(CUstream stream, uint64_t token)
+{
+    struct pump_context *user;
+    uint32_t slot;
+    uint64_t sequence;
+    if (!token_point(token, &user, &slot, &sequence))
+        return; /* none, or from before its context went: done */
     if (use_slot_holds(user, slot, sequence)) {
         pump_stream_wait(stream, user->use_events[slot]);
         if (use_slot_holds(user, slot, sequence))
@@ -486,14 +497,11 @@ PUMP_HIDDEN void pump_use_wait(CUstream stream, uint64_t token)
 
 PUMP_HIDDEN enum pump_use_state pump_use_passed(uint64_t token)
 {
-    uint32_t index = (uint32_t)(token & 0xff);
-    if (index == 0 || index > __atomic_load_n(&pump_context_count, __ATOMIC_ACQUIRE))
-        return PUMP_USE_UNKNOWN;
-    struct pump_context *user = &pump_contexts[index - 1];
-    uint64_t sequence = token >> PUMP_USE_SEQUENCE_SHIFT;
-    if (sequence <= __atomic_load_n(&user->use_base, __ATOMIC_ACQUIRE))
-        return PUMP_USE_PASSED; /* from before its context went */
-    uint32_t slot = (uint32_t)(token >> TOKEN_SLOT_SHIFT) & (PUMP_USE_EVENTS - 1);
+    struct pump_context *user;
+    uint32_t slot;
+    uint64_t sequence;
+    if (!token_point(token, &user, &slot, &sequence))
+        return user == NULL ? PUMP_USE_UNKNOWN : PUMP_USE_PASSED; /* passed: from before its context went */
     if (!use_slot_holds(user, slot, sequence) || pump_driver.event_query == NULL)
         return PUMP_USE_UNKNOWN;
     struct pump_capture_mode mode = pump_capture_relax();

@@ -60,9 +60,8 @@ static void discard_calls(struct pump_job *job)
 
 /* The blocks are believed discarded under the mark, or resident again where none was made (another
  * discard of the context's was being made, or the job was dropped: dead still, asked again later). */
-static void discard_finish(struct pump_job *job, bool made)
+static void settle(struct held_discard *d, bool made)
 {
-    struct held_discard *d = (struct held_discard *)job;
     uint64_t mark = made ? d->mark : 0;
     for (uint32_t k = 0; k < d->held; k++) {
         pump_residency_discard_settle(d->block[k].range, d->ptrs + d->block[k].first, d->sizes + d->block[k].first,
@@ -70,13 +69,18 @@ static void discard_finish(struct pump_job *job, bool made)
         pump_kept_dead_settle(&d->block[k].claim, mark == 0, mark);
     }
     PUMP_COUNT(held_discards, mark != 0 ? d->held : 0);
-    free(d);
+}
+
+static void discard_finish(struct pump_job *job, bool made)
+{
+    settle((struct held_discard *)job, made);
+    free(job);
 }
 
 /* Claims the device's oldest dead blocks whose frees the GPU has passed, into d, with their whole
- * blocks taken out of the belief; the first not passed yet ends the search (true: others may
- * follow). A block with none believed resident is dead no more. */
-static bool claim_passed(struct held_discard *d)
+ * blocks taken out of the belief; the first not passed yet ends the search. A block with none
+ * believed resident is dead no more. */
+static void claim_passed(struct held_discard *d)
 {
     struct pump_kept_claim claim;
     while (d->held < HELD_PER_DISCARD && d->runs < HELD_RUNS && pump_kept_dead_claim(d->device, &claim)) {
@@ -90,7 +94,7 @@ static bool claim_passed(struct held_discard *d)
         if (n == 0) {
             pump_kept_dead_settle(&claim, free_ran == PUMP_USE_AHEAD, 0);
             if (free_ran == PUMP_USE_AHEAD)
-                return false;
+                return;
             continue;
         }
         d->c = c;
@@ -100,7 +104,6 @@ static bool claim_passed(struct held_discard *d)
         d->block[d->held++].count = n;
         d->runs += n;
     }
-    return true;
 }
 
 PUMP_HIDDEN void pump_held_discards(int device)
@@ -109,18 +112,18 @@ PUMP_HIDDEN void pump_held_discards(int device)
         !pump_residency_pressed(device) ||
         !pump_discard_possible(NULL))
         return;
-    struct held_discard *d = calloc(1, sizeof *d);
-    if (d == NULL)
-        return;  /* the blocks stay dead, for a later free */
-    d->job = (struct pump_job){.unordered = true, .calls = discard_calls, .finish = discard_finish};
-    d->device = device;
-    (void)claim_passed(d);
-    if (d->held == 0) {
-        free(d);
+    /* Claimed on the stack: most frees find no block passed, and allocate nothing. */
+    struct held_discard claimed = {.job = {.unordered = true, .calls = discard_calls, .finish = discard_finish},
+                                   .device = device};
+    claim_passed(&claimed);
+    if (claimed.held == 0)
         return;
-    }
-    if (!pump_worker_submit(device, &d->job)) {  /* no worker: made here */
-        discard_calls(&d->job);
-        discard_finish(&d->job, true);
+    struct held_discard *d = malloc(sizeof *d);
+    if (d != NULL)
+        *d = claimed;
+    if (d == NULL || !pump_worker_submit(device, &d->job)) {  /* no worker, or no memory: made here */
+        discard_calls(&claimed.job);
+        settle(&claimed, true);
+        free(d);
     }
 }

@@ -174,6 +174,15 @@ static size_t slot_of(CUdeviceptr ptr)
     return i;
 }
 
+/* Under the lock: the block kept at ptr, or NULL. */
+static struct kept *kept_at(CUdeviceptr ptr)
+{
+    if (kept_count == 0)
+        return NULL;
+    uint32_t at = slot_index[slot_of(ptr)];
+    return at != 0 ? &kept[at - 1] : NULL;
+}
+
 /* Under the lock: empties slot i, moving back the entries after it that could not sit at
  * their home. */
 static void unindex(size_t i)
@@ -221,19 +230,19 @@ static bool takeable(const struct kept *k, size_t size, int device, CUstream str
  * a discard made meanwhile does not move the tensor from its place (pumpd's plans follow it). */
 static void wait_unclaimed(const struct pump_place *place)
 {
-    if (place == NULL || place->preferred == 0 || kept_count == 0)
+    const struct kept *k = place != NULL && place->preferred != 0 ? kept_at(place->preferred) : NULL;
+    if (k == NULL || !k->claimed)
         return;
+    PUMP_COUNT(placement_claim_waits, 1);
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_nsec += CLAIM_WAIT_NS;
     until.tv_sec += until.tv_nsec / 1000000000;
     until.tv_nsec %= 1000000000;
-    for (size_t i = slot_of(place->preferred); slot_index[i] != 0 && kept[slot_index[i] - 1].claimed;
-         i = slot_of(place->preferred)) {
-        PUMP_COUNT(placement_claim_waits, 1);
+    do {
         if (pthread_cond_timedwait(&claim_ended, &lock, &until) != 0)
             return;
-    }
+    } while ((k = kept_at(place->preferred)) != NULL && k->claimed);
 }
 
 PUMP_HIDDEN CUdeviceptr pump_kept_take(size_t size, int device, CUstream stream, const struct pump_place *place,
@@ -327,10 +336,9 @@ PUMP_HIDDEN bool pump_kept_keep(CUdeviceptr ptr, size_t size, int device, CUstre
 PUMP_HIDDEN void pump_kept_dead(CUdeviceptr ptr)
 {
     pump_mutex_lock(&lock);
-    if (kept_count > 0 && slot_index[slot_of(ptr)] != 0) {
-        struct kept *k = &kept[slot_index[slot_of(ptr)] - 1];
+    struct kept *k = kept_at(ptr);
+    if (k != NULL)
         k->dead = k->token != 0;  /* without a token, when the free runs is not known */
-    }
     pump_mutex_unlock(&lock);
 }
 
@@ -354,8 +362,8 @@ PUMP_HIDDEN bool pump_kept_dead_claim(int device, struct pump_kept_claim *claim)
 PUMP_HIDDEN void pump_kept_dead_settle(const struct pump_kept_claim *claim, bool again, uint64_t mark)
 {
     pump_mutex_lock(&lock);
-    if (kept_count > 0 && slot_index[slot_of(claim->ptr)] != 0) {
-        struct kept *k = &kept[slot_index[slot_of(claim->ptr)] - 1];
+    struct kept *k = kept_at(claim->ptr);
+    if (k != NULL) {
         k->claimed = false;
         k->dead = again;
         k->mark = mark != 0 ? mark : k->mark;
@@ -367,7 +375,7 @@ PUMP_HIDDEN void pump_kept_dead_settle(const struct pump_kept_claim *claim, bool
 PUMP_HIDDEN bool pump_unpooled_holds(CUdeviceptr ptr)
 {
     pump_mutex_lock(&lock);
-    bool held = kept_count > 0 && slot_index[slot_of(ptr)] != 0;
+    bool held = kept_at(ptr) != NULL;
     pump_mutex_unlock(&lock);
     return held;
 }
