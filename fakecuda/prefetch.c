@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -90,12 +91,17 @@ static CUresult pool_prefetch_still_taken(uintptr_t p)
 
 /* FAKECUDA_HOLD_PREFETCH=PATH, a test's hand on the driver (tests/c/fork_turn.c): every prefetch
  * call, on entry, makes PATH.entered and stays in the driver until PATH exists, as a real call
- * that waits for the GPU or the kernel's page tables would, for as long as the test wants. */
+ * that waits for the GPU or the kernel's page tables would, for as long as the test wants.
+ * FAKECUDA_HOLD_PREFETCH_THREAD=NAME holds only the calls made by threads of that name
+ * (tests/c/worker_stall.c: pump's worker, "pump-worker"). */
 static void hold_for_test(void)
 {
-    const char *path = getenv("FAKECUDA_HOLD_PREFETCH");
-    char entered[PATH_MAX];
+    const char *path = getenv("FAKECUDA_HOLD_PREFETCH"), *thread = getenv("FAKECUDA_HOLD_PREFETCH_THREAD");
+    char entered[PATH_MAX], name[16];
     if (path == NULL || *path == '\0' || snprintf(entered, sizeof entered, "%s.entered", path) >= (int)sizeof entered)
+        return;
+    if (thread != NULL && *thread != '\0' &&
+        (pthread_getname_np(pthread_self(), name, sizeof name) != 0 || strcmp(name, thread) != 0))
         return;
     int fd = open(entered, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
     if (fd >= 0) close(fd);

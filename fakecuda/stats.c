@@ -5,6 +5,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -112,8 +113,10 @@ static unsigned knob_uint(const char *name, unsigned def, unsigned lo, unsigned 
  * is that no lock of its own is held across a driver call (a driver call can block for
  * milliseconds, or call back into pump). libpump exports how many of its locks the calling
  * thread holds (shim/base/locks.h); every entry point asks it, and an entry made while it is not 0
- * is said on stderr, once per entry point. Without libpump in the process: nothing to ask. */
+ * is said on stderr, once per entry point; so are its waits for other threads' driver calls
+ * made holding a lock (pump_lock_waits_held). Without libpump in the process: nothing to ask. */
 static unsigned int (*fc_pump_locks)(void);
+static unsigned int (*fc_pump_waits)(void);
 
 static void check_pump_locks(const char *name)
 {
@@ -130,6 +133,16 @@ static void check_pump_locks(const char *name)
     if (new_name)
         fprintf(stderr, "fakecuda: %s called while the calling thread holds %u pump lock%s (pump's rule: no lock "
                 "held across a driver call)\n", name, held, held == 1 ? "" : "s");
+}
+
+/* pump_lock_waits_held: waits for other threads' driver calls that libpump made holding one of
+ * its locks, in all threads (shim/base/locks.h). Said once, at the first entry that sees one. */
+static void check_pump_waits(void)
+{
+    static atomic_bool said;
+    if (fc_pump_waits() == 0 || atomic_exchange(&said, true)) return;
+    fprintf(stderr, "fakecuda: %u wait%s for another thread's driver calls made holding a pump lock (pump's rule: "
+            "no lock held across a driver call)\n", fc_pump_waits(), fc_pump_waits() == 1 ? "" : "s");
 }
 
 static void load_config(void)
@@ -174,6 +187,7 @@ static void load_config(void)
     fc_cfg.pool_reuse_freed = v && strcmp(v, "freed") == 0;
     parse_fail(getenv("FAKECUDA_FAIL"));
     fc_pump_locks = (unsigned int (*)(void))dlsym(RTLD_DEFAULT, "pump_locks_held");
+    fc_pump_waits = (unsigned int (*)(void))dlsym(RTLD_DEFAULT, "pump_lock_waits_held");
 }
 
 void fc_config_load(void) { pthread_once(&fc_once, load_config); }
@@ -188,6 +202,7 @@ CUresult fc_enter(const char *name, int min_version, int need_init)
     fc_tls_ptsz = len > 5 && (memcmp(name + len - 5, "_ptsz", 5) == 0 || memcmp(name + len - 5, "_ptds", 5) == 0);
     pthread_once(&fc_once, load_config);
     if (fc_pump_locks) check_pump_locks(name);
+    if (fc_pump_waits) check_pump_waits();
     for (int i = 0; i < fc_nfail; i++)
         if (strcmp(fc_fail[i].name, name) == 0) return fc_fail[i].code;
     if (min_version > fc_cfg.driver_version) return CUDA_ERROR_NOT_SUPPORTED;

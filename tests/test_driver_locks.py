@@ -15,7 +15,11 @@ queries (cuDeviceGetMemPool, cuMemPoolGetAttribute, cuMemPoolDestroy under pool_
 and pump's default budget (the pools' kept memory asked under budget.c's resolve_lock: found by
 the real client, GPT-2 small under --capacity host, 3 entry points).
 Before the change all four runs failed, fakecuda naming 15 entry points called under a pump lock,
-among them "fakecuda: cuStreamCreate called while the calling thread holds 1 pump lock"."""
+among them "fakecuda: cuStreamCreate called while the calling thread holds 1 pump lock".
+A device's turn counts as a lock (issue 42, risk 4): with the turn counted and the calls still
+made in it, four of the five runs failed (threads, torch_allocator, context_reset, own_budget;
+cuMemPrefetchBatchAsync, cuEventRecord, cuStreamWaitEvent, cuThreadExchangeStreamCaptureMode
+named); a decision's moves are now handed over in its turn and made outside it."""
 
 import pathlib
 import re
@@ -41,6 +45,14 @@ def test_the_check_sees_a_driver_call_under_a_lock(run_program, c_build):
     with pytest.raises(AssertionError, match=r"cuInit called while the calling thread holds 1 pump lock") as caught:
         run_program("threads", 1, 1, pump=False, env={"LD_PRELOAD": str(stub)})
     assert LOCK_HELD_LINE in str(caught.value)
+
+
+def test_the_check_sees_a_wait_for_driver_calls_under_a_lock(run_program, c_build):
+    """A stand-in libpump that says a thread waited for another's driver calls holding a lock
+    (a drain of pump's worker, a device's turn): said once, at the first entry."""
+    stub = c_build / "plain" / "liblocks_held_stub.so"
+    with pytest.raises(AssertionError, match=r"1 wait for another thread's driver calls made holding a pump lock"):
+        run_program("threads", 1, 1, pump=False, env={"LD_PRELOAD": str(stub), "LOCKS_STUB": "waits"})
 
 
 @pytest.mark.parametrize("name, args, env, done", [

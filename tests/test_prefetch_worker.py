@@ -92,3 +92,24 @@ def test_a_bad_worker_setting_is_refused_and_the_worker_stays_on(run_program):
     run = budget_run(run_program, "off", BUDGET, env={"PUMP_WORKER": "yes"})
     assert "PUMP_WORKER" in run.proc.stderr and "0 or 1" in run.proc.stderr
     assert run.totals["worker_jobs"] > 0
+
+
+@pytest.mark.parametrize("variant", ["plain", "tsan"])
+def test_a_long_call_of_the_worker_holds_up_only_what_must_follow_it(run_program, tmp_path, variant):
+    """Issue 42, risk 4: fakecuda holds the worker's eviction ahead (its thread is named
+    pump-worker); the cycling thread's next launch must follow it and waits, and another
+    thread's launch over a buffer that fits beside them must not. Before, the first thread
+    held its device's turn while it waited, and the second waited 3 s for it (second_waited
+    true); the turns are now held only while a decision's moves are queued, and counted as
+    locks, so fakecuda's check sees no driver call and no wait under one."""
+    release = tmp_path / "release"
+    run = run_program("worker_stall", release, variant=variant, timeout=120,
+                      env={"PUMP_POLICY": "launch", "PUMP_BUDGET": "64MiB", "PUMP_SOCKET": "",
+                           "FAKECUDA_DEVICE_MEMORY": str(1 << 30), "FAKECUDA_HOLD_PREFETCH": str(release),
+                           "FAKECUDA_HOLD_PREFETCH_THREAD": "pump-worker", "TSAN_OPTIONS": "halt_on_error=1"})
+    assert run.proc.returncode == 0 and "Sanitizer" not in run.proc.stderr, run.proc.stderr[-3000:]
+    result = run.result
+    assert {k: result[k] for k in ("held", "first_waits", "second_waited", "ok")} == {
+        "held": True, "first_waits": True, "second_waited": False, "ok": True}, result
+    assert run.totals["ahead_decisions"] > 0 and run.totals["worker_waits"] > 0
+    assert run.totals["errors"] == 0

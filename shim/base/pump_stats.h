@@ -109,8 +109,9 @@ struct pump_stats {
     /* ... and residency state per device, no driver call under its locks */
     uint64_t residency_lock_waits;   /* waits for a residency lock another thread held (its launch's device's,
                                         or one keeping memory the launch names): held only to decide */
-    uint64_t residency_turn_waits;   /* waits of a launch's driver calls for an earlier decision's on the same
-                                        device (its streams take the moves in the order they were decided) */
+    uint64_t residency_turn_waits;   /* waits of a decision's hand-over of its moves for an earlier decision's on
+                                        the same device (its streams take the moves in the order they were
+                                        decided; no driver call is made in a turn) */
     /* version 8: the kind of handle each launch named (handles.c), and TMA descriptors (tensor_maps.c) */
     uint64_t launches_kernel_handles;   /* launches of a CUkernel (cuLibraryGetKernel) cast to CUfunction */
     uint64_t launches_function_handles; /* ... of a CUfunction (cuModuleGetFunction, cuKernelGetFunction) */

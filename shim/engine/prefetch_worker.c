@@ -12,9 +12,13 @@
  * The thread starts at its device's first job, with every signal blocked (a
  * program's handlers never run on it). It never waits for the launching
  * thread, and the launching thread waits for it only in a drain, for one
- * job's calls. Before a context goes (pump_worker_quiesce) every worker is
- * left with no job under way or queued, so none calls the driver with the
- * context's streams and events once they are destroyed (issue 42, risk 2). At
+ * job's calls. Each device also has a lane of the same kind that no thread
+ * serves (the launchers'): its jobs are made by its drains, in order, so
+ * that the launching threads' decisions keep their order among themselves
+ * without waiting for the worker's. Before a context goes
+ * (pump_worker_quiesce) every queue is left with no job under way or
+ * queued, so none calls the driver with the context's streams and events
+ * once they are destroyed (issue 42, risk 2). At
  * exit it takes no more jobs, and the exit waits for the job under way, a
  * while at most; across fork the queues are locked, and the child has no
  * worker and drops the parent's jobs (the child passes through: it makes no
@@ -33,7 +37,8 @@ struct worker {
     pthread_cond_t work;      /* a job was queued, or a drain ended */
     pthread_cond_t idle;      /* the job in progress, or a drain, ended */
     struct pump_job *head, *tail;
-    bool started;             /* atomic (written under the lock): the thread runs */
+    bool started;             /* atomic (written under the lock): the thread runs (the lane is in use) */
+    bool threadless;          /* the launchers' lane: no thread takes its jobs */
     bool broken;              /* the thread could not be started (said once) */
     bool busy;                /* the worker makes a job now */
     bool busy_ordered;        /* ... one a drain must wait for */
@@ -44,6 +49,19 @@ struct worker {
 static struct worker workers[PUMP_DEVICES_MAX] = {
     [0 ... PUMP_DEVICES_MAX - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER, .idle = PTHREAD_COND_INITIALIZER},
 };
+/* The launchers' lanes: each a worker's queue without its thread. */
+static struct worker launchers[PUMP_DEVICES_MAX] = {
+    [0 ... PUMP_DEVICES_MAX - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER,
+                                    .idle = PTHREAD_COND_INITIALIZER, .threadless = true},
+};
+/* The k-th queue: the workers', then the launchers' lanes. */
+#define QUEUES (2 * PUMP_DEVICES_MAX)
+
+static struct worker *queue(int k)
+{
+    return k < PUMP_DEVICES_MAX ? &workers[k] : &launchers[k - PUMP_DEVICES_MAX];
+}
+
 static bool stopping; /* atomic: the process exits */
 static bool in_child; /* a forked child: no worker */
 
@@ -56,6 +74,7 @@ static void made(struct worker *w, const struct pump_job *job)
 static void *work(void *arg)
 {
     struct worker *w = arg;
+    pthread_setname_np(pthread_self(), "pump-worker");  /* as top, gdb and perf show it */
     pump_mutex_lock(&w->lock);
     for (;;) {
         while ((w->head == NULL || w->draining > 0) && !__atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
@@ -90,6 +109,10 @@ static bool start(struct worker *w)
 {
     if (w->started || w->broken)
         return w->started;
+    if (w->threadless) {
+        __atomic_store_n(&w->started, true, __ATOMIC_RELEASE);
+        return true;
+    }
     pthread_attr_t attr;
     sigset_t all, old;
     sigfillset(&all);
@@ -106,12 +129,9 @@ static bool start(struct worker *w)
     return w->started;
 }
 
-PUMP_HIDDEN bool pump_worker_submit(int device, struct pump_job *job)
+/* Queues job on w: false when w takes no job (the caller makes it). */
+static bool submit(struct worker *w, struct pump_job *job)
 {
-    if (device < 0 || device >= PUMP_DEVICES_MAX || !pump_config.worker || in_child ||
-        __atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
-        return false;
-    struct worker *w = &workers[device];
     pump_mutex_lock(&w->lock);
     bool taken = start(w);
     if (taken) {
@@ -129,6 +149,18 @@ PUMP_HIDDEN bool pump_worker_submit(int device, struct pump_job *job)
     return taken;
 }
 
+PUMP_HIDDEN bool pump_worker_submit(int device, struct pump_job *job)
+{
+    return device >= 0 && device < PUMP_DEVICES_MAX && pump_config.worker && !in_child &&
+           !__atomic_load_n(&stopping, __ATOMIC_ACQUIRE) && submit(&workers[device], job);
+}
+
+PUMP_HIDDEN bool pump_launchers_submit(int device, struct pump_job *job)
+{
+    return device >= 0 && device < PUMP_DEVICES_MAX && !in_child && !job->unordered &&
+           submit(&launchers[device], job);
+}
+
 PUMP_HIDDEN bool pump_worker_pending(int device)
 {
     return device >= 0 && device < PUMP_DEVICES_MAX && __atomic_load_n(&workers[device].pending, __ATOMIC_ACQUIRE) > 0;
@@ -142,7 +174,8 @@ static void make_taken(struct worker *w, struct pump_job *taken)
     pump_mutex_unlock(&w->lock);
     for (struct pump_job *job = taken; job != NULL; job = job->next) {
         job->calls(job);
-        PUMP_COUNT(worker_takeovers, 1);
+        if (!w->threadless)
+            PUMP_COUNT(worker_takeovers, 1);
         made(w, job);
     }
     pump_mutex_lock(&w->lock);
@@ -152,14 +185,12 @@ static void make_taken(struct worker *w, struct pump_job *taken)
     pump_mutex_unlock(&w->lock);
 }
 
-PUMP_HIDDEN struct pump_job *pump_worker_drain(int device)
+/* See pump_worker_drain. */
+static struct pump_job *drain(struct worker *w)
 {
-    if (!pump_worker_pending(device))
-        return NULL;
-    struct worker *w = &workers[device];
+    pump_wait_for_calls();
     pump_mutex_lock(&w->lock);
-    bool wait = (w->busy && w->busy_ordered) || w->draining > 0;
-    if (wait)
+    if (((w->busy && w->busy_ordered) || w->draining > 0) && !w->threadless)
         PUMP_COUNT(worker_waits, 1);
     while ((w->busy && w->busy_ordered) || w->draining > 0)
         pthread_cond_wait(&w->idle, &w->lock);
@@ -180,11 +211,24 @@ PUMP_HIDDEN struct pump_job *pump_worker_drain(int device)
     return taken;
 }
 
+PUMP_HIDDEN struct pump_job *pump_worker_drain(int device)
+{
+    return pump_worker_pending(device) ? drain(&workers[device]) : NULL;
+}
+
+PUMP_HIDDEN struct pump_job *pump_launchers_drain(int device)
+{
+    return device >= 0 && device < PUMP_DEVICES_MAX && __atomic_load_n(&launchers[device].pending, __ATOMIC_ACQUIRE) > 0
+               ? drain(&launchers[device])
+               : NULL;
+}
+
 PUMP_HIDDEN void pump_worker_wait(int device)
 {
     if (!pump_worker_pending(device))
         return;
     struct worker *w = &workers[device];
+    pump_wait_for_calls();
     pump_mutex_lock(&w->lock);
     while (__atomic_load_n(&w->pending, __ATOMIC_ACQUIRE) > 0 && !__atomic_load_n(&stopping, __ATOMIC_ACQUIRE))
         pthread_cond_wait(&w->idle, &w->lock);
@@ -202,8 +246,9 @@ PUMP_HIDDEN void pump_worker_finish(struct pump_job *jobs)
 
 PUMP_HIDDEN void pump_worker_quiesce(void)
 {
-    for (int d = 0; d < PUMP_DEVICES_MAX; d++) {
-        struct worker *w = &workers[d];
+    pump_wait_for_calls();
+    for (int k = 0; k < QUEUES; k++) {
+        struct worker *w = queue(k);
         if (!__atomic_load_n(&w->started, __ATOMIC_ACQUIRE))
             continue;
         pump_mutex_lock(&w->lock);
@@ -241,26 +286,24 @@ PUMP_HIDDEN void pump_worker_at_exit(void)
     }
 }
 
-/* Only the queues of started workers are locked (the others are made anew in the child): a
- * fork holds few locks at once. */
-static uint64_t fork_locked;
+/* Only the queues in use are locked (the others are made anew in the child): a fork holds
+ * few locks at once. */
+static bool fork_locked[QUEUES];
 
 PUMP_HIDDEN void pump_worker_before_fork(void)
 {
-    fork_locked = 0;
-    for (int d = 0; d < PUMP_DEVICES_MAX; d++) {
-        if (!__atomic_load_n(&workers[d].started, __ATOMIC_ACQUIRE))
-            continue;
-        pump_mutex_lock(&workers[d].lock);
-        fork_locked |= 1ull << d;
+    for (int k = 0; k < QUEUES; k++) {
+        fork_locked[k] = __atomic_load_n(&queue(k)->started, __ATOMIC_ACQUIRE);
+        if (fork_locked[k])
+            pump_mutex_lock(&queue(k)->lock);
     }
 }
 
 PUMP_HIDDEN void pump_worker_after_fork(bool child)
 {
-    for (int d = PUMP_DEVICES_MAX - 1; d >= 0; d--) {
-        struct worker *w = &workers[d];
-        bool locked = fork_locked & 1ull << d;
+    for (int k = QUEUES - 1; k >= 0; k--) {
+        struct worker *w = queue(k);
+        bool locked = fork_locked[k];
         if (child) {
             for (struct pump_job *job = locked ? w->head : NULL, *next; job != NULL; job = next) {
                 next = job->next;

@@ -33,8 +33,8 @@ struct pump_job {
 PUMP_HIDDEN bool pump_worker_submit(int device, struct pump_job *job);
 /* The calls of every (ordered) job handed to `device`'s worker so far have
  * been made on return. Returns the jobs the caller made, to be finished with
- * pump_worker_finish once its turn is over (a finish takes the device locks;
- * no turn is held while waiting for them). */
+ * pump_worker_finish (a finish takes the device locks). It may wait for
+ * another thread's driver calls: the caller holds no pump lock or turn. */
 PUMP_HIDDEN struct pump_job *pump_worker_drain(int device);
 PUMP_HIDDEN void pump_worker_finish(struct pump_job *jobs);
 /* The same as a drain, but the caller waits for the worker to make the jobs
@@ -42,13 +42,23 @@ PUMP_HIDDEN void pump_worker_finish(struct pump_job *jobs);
  * residency.c: the driver's evictions there are no thread's host time); at
  * exit, those the worker left the caller makes. */
 PUMP_HIDDEN void pump_worker_wait(int device);
+/* The launchers' lane of `device`: a job handed over there is made by a
+ * drain of the lane, never by the worker, in the order handed over. The
+ * launching threads' decisions whose kernels wait for their calls go there:
+ * they keep their order among themselves without waiting for the worker's
+ * jobs, which they need not follow (a decision that must follow those goes
+ * to the worker's queue and drains it). False in a forked child or for an
+ * unordered job; the caller then makes the job itself. */
+PUMP_HIDDEN bool pump_launchers_submit(int device, struct pump_job *job);
+PUMP_HIDDEN struct pump_job *pump_launchers_drain(int device);
 /* Whether jobs handed to `device`'s worker may still be unmade (a hint,
  * read without a lock: a thread that must order its calls after them drains). */
 PUMP_HIDDEN bool pump_worker_pending(int device);
 
-/* A context is about to go: on return no worker makes a job, and every job
- * queued so far was made by the caller, in order, and finished. The caller
- * holds no pump lock. */
+/* A context is about to go: on return no worker or drain makes a job, and
+ * every job queued so far (in the workers' queues and the launchers' lanes)
+ * was made by the caller, in order, and finished. The caller holds no pump
+ * lock. */
 PUMP_HIDDEN void pump_worker_quiesce(void);
 /* Exit: the workers stop taking jobs (those queued are made by whoever
  * drains, or never: they are hints), and a job under way is waited for, up

@@ -219,17 +219,20 @@ PUMP_HIDDEN uint64_t pump_turn_take(int device)
 PUMP_HIDDEN void pump_turn_wait(int device, uint64_t turn)
 {
     struct pump_device_state *d = &pump_devices[device];
+    pump_wait_for_calls();
     pump_mutex_lock(&d->turn_lock);
     if (d->serving != turn)
         PUMP_COUNT(residency_turn_waits, 1);
     while (d->serving != turn)
         pthread_cond_wait(&d->turn_done, &d->turn_lock);
     pump_mutex_unlock(&d->turn_lock);
+    pump_hold_begin();  /* a lock until its end: no driver call meanwhile */
 }
 
 PUMP_HIDDEN void pump_turn_end(int device)
 {
     struct pump_device_state *d = &pump_devices[device];
+    pump_hold_end();
     pump_mutex_lock(&d->turn_lock);
     d->serving++;
     pthread_cond_broadcast(&d->turn_done);
@@ -535,10 +538,11 @@ static uint64_t ready_devices(void)
 
 /* The shape lock is taken for reading (a rwlock's writer is known by its thread id, which the
  * child's one thread does not share with the parent's), then the lock of every device set up:
- * no rule decides across fork, and none takes a turn. A turn taken before may still be making
- * its driver calls, holding no lock: the fork does not wait for them (a driver call can take as
- * long as the GPU does; issue 42, risk 4). The child never makes them: it serves every turn taken,
- * and its turn locks are new (a parent's thread may have held one). */
+ * no rule decides across fork, and none takes a turn. A turn taken before may still be waited
+ * for or handing its moves over (never across a driver call), and their calls may be under way
+ * on another thread, holding no lock: the fork waits for none of them (a driver call can take
+ * as long as the GPU does; issue 42, risk 4). The child serves every turn taken, and its turn
+ * locks are new (a parent's thread may have held one). */
 PUMP_HIDDEN void pump_blocks_before_fork(void)
 {
     pthread_once(&devices_once, devices_init);

@@ -48,7 +48,10 @@ PUMP_HIDDEN void pump_devices_lock(uint64_t mask);
 PUMP_HIDDEN void pump_devices_unlock(uint64_t mask);
 
 /* A decision of `device` with driver calls takes a turn (under its lock),
- * waits for it (under none), and ends it once its calls are made. */
+ * waits for it (under none), and ends it once its moves are handed over
+ * (residency_moves.c): the moves of the device's decisions are queued in the
+ * order they were decided. A turn counts as a lock (locks.h): no driver call
+ * is made while it is held. */
 PUMP_HIDDEN uint64_t pump_turn_take(int device);
 PUMP_HIDDEN void pump_turn_wait(int device, uint64_t turn);
 PUMP_HIDDEN void pump_turn_end(int device);
@@ -79,7 +82,7 @@ PUMP_HIDDEN void pump_blocks_detach(struct pump_range *range);
 PUMP_HIDDEN void pump_blocks_replace(struct pump_range *const *made, uint32_t m, struct pump_range *const *old,
                                      uint32_t n);
 
-/* No rule in flight across fork; a driver call of one may be (its thread holds a turn, no lock),
+/* No rule in flight across fork; a driver call of one may be (made holding no lock or turn),
  * and the fork does not wait for it: the child (which passes through) serves every turn taken. */
 PUMP_HIDDEN void pump_blocks_before_fork(void);
 PUMP_HIDDEN void pump_blocks_after_fork(bool child);

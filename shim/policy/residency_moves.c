@@ -1,21 +1,29 @@
 /* residency_moves.c: a decision's locks, its moves written down, and their
  * driver calls made after the locks (see residency_moves.h).
  *
- * The calls of a device's decisions are made in the order of their turns,
- * taken under the device's lock: its prefetch and eviction streams take the
- * moves in the order the belief assumed (an eviction before the prefetch
- * that needs its room; a prefetch of a block after its eviction), though no
- * lock is held across them. A prefetch the driver refused leaves the belief
+ * A decision's moves are handed over as a job in the order of its turn,
+ * taken under the device's lock, and their calls made by whichever thread
+ * takes the job first: its prefetch and eviction streams take the moves in
+ * the order the belief assumed (an eviction before the prefetch that needs
+ * its room; a prefetch of a block after its eviction), though no lock or
+ * turn is held across a driver call (a turn is held only while its job is
+ * queued: issue 42, risk 4). A prefetch the driver refused leaves the belief
  * again, unless a later decision took its blocks meanwhile; a plan's
  * prefetch records the token a kernel that needs its blocks waits for.
  *
  * A decision made after its kernel (policy off's evictions, a lowered
- * budget's, the daemon's plan) is handed to pump's worker for the device
- * (prefetch_worker.h) once its turn comes: the launching thread only decides.
- * A later decision whose calls must follow it on pump's streams (an eviction
- * before a prefetch, a planned prefetch before an eviction or a kernel)
- * drains the worker first, making what it has not begun; a kernel whose
- * planned prefetch the worker made waits on that prefetch's token.
+ * budget's, the daemon's plan) goes to pump's worker for the device
+ * (prefetch_worker.h): the launching thread only decides. A decision whose
+ * kernel waits for it goes to the launchers' lane and is made before its
+ * kernel, by its own thread or another launching thread draining the lane,
+ * never waiting for the worker's calls; unless its calls must follow the
+ * worker's on pump's streams (an eviction before a prefetch, a planned
+ * prefetch before an eviction or a kernel): it then goes to the worker's
+ * queue, which it drains, making what the worker has not begun and waiting
+ * for the job under way. A kernel whose planned prefetch the worker made
+ * waits on that prefetch's token. A thread that waits for another's calls
+ * holds nothing, so one long call holds up only the decisions that must
+ * follow it.
  */
 #include <stdlib.h>
 
@@ -138,9 +146,7 @@ static bool make_move(struct pump_decision *dn, struct pump_move *m, uint64_t *r
     struct pump_context *c = dn->c;
     after_discards(c, m);
     if (m->evict) {
-        if (m->after_fallback && dn->fallback == 0 && dn->stream != NULL)
-            dn->fallback = pump_use_record(c, dn->stream);
-        if (m->after_fallback && dn->fallback != 0)
+        if (m->after_fallback && dn->fallback != 0)  /* recorded by job_of */
             pump_evict_after(c, dn->fallback);
         if (m->after_prefetches)
             pump_evict_after(c, pump_prefetch_record(c));
@@ -221,47 +227,46 @@ static void settle_all(struct pump_decision *dn)
     pump_blocks_leave();
 }
 
-/* ---- decisions made ahead, by pump's worker (prefetch_worker.h) ---- */
+/* ---- the calls handed over (prefetch_worker.h) ---- */
 
-struct deferred {
+struct made_later {
     struct pump_job job;  /* first: the job is the decision's */
     struct pump_decision dn;
     bool settle;
 };
 
-static void deferred_calls(struct pump_job *job)
+static void made_later_calls(struct pump_job *job)
 {
-    struct deferred *d = (struct deferred *)job;
+    struct made_later *d = (struct made_later *)job;
     make_calls(&d->dn, &d->settle);
 }
 
-static void deferred_finish(struct pump_job *job, bool made)
+static void made_later_finish(struct pump_job *job, bool made)
 {
-    struct deferred *d = (struct deferred *)job;
+    struct made_later *d = (struct made_later *)job;
     if (made && d->settle)
         settle_all(&d->dn);
     free(d->dn.moves);
     free(d);
 }
 
-/* A decision made after its kernel (its evictions after that kernel, a plan's
- * prefetches for launches to come): nothing on the launch's stream waits for
- * it, so it goes to the worker, which never touches the program's streams. */
-static bool defer(struct pump_decision *dn)
+/* The decision's moves as a job any thread can make: the use recorded on the program's stream
+ * that its evictions may wait for is recorded here first (on the deciding thread, the stream's
+ * own: the per-thread default stream is the calling thread's). NULL without memory for it. */
+static struct made_later *job_of(struct pump_decision *dn)
 {
-    if (dn->kernel_waits || dn->stream != NULL || dn->n == 0)
-        return false;
-    struct deferred *d = malloc(sizeof *d);
-    if (d == NULL)
-        return false;
-    *d = (struct deferred){.job = {.calls = deferred_calls, .finish = deferred_finish}, .dn = *dn};
-    if (!pump_worker_submit(dn->device, &d->job)) {
-        free(d);
-        return false;
+    for (uint32_t k = 0; k < dn->n && dn->fallback == 0 && dn->stream != NULL; k++)
+        if (dn->moves[k].evict && dn->moves[k].after_fallback)
+            dn->fallback = pump_use_record(dn->c, dn->stream);
+    struct made_later *d = malloc(sizeof *d);
+    if (d == NULL) {
+        pump_log_once("no memory to hand a decision's moves over: its calls are made out of their turn");
+        return NULL;
     }
+    *d = (struct made_later){.job = {.calls = made_later_calls, .finish = made_later_finish}, .dn = *dn};
     dn->moves = NULL;
     dn->n = 0;
-    return true;
+    return d;
 }
 
 /* Whether the decision's calls must come after those handed to the worker: a
@@ -277,31 +282,64 @@ static bool after_deferred(const struct pump_decision *dn)
     return after;
 }
 
+/* Where a decision's moves went. */
+enum handed { MADE_HERE, TO_WORKER, TO_LAUNCHERS };
+
+/* Hands the job over in the decision's turn: to the worker when it is made after its kernel or
+ * must follow the worker's jobs, else to the launchers' lane; MADE_HERE when neither takes it
+ * (no job, no memory for one, a forked child). */
+static enum handed hand_over(struct pump_decision *dn, struct made_later *job, bool deferred, bool after)
+{
+    enum handed to = MADE_HERE;
+    if (dn->turn != 0)
+        pump_turn_wait(dn->device, dn->turn - 1);
+    if (job != NULL && (deferred || after) && pump_worker_submit(dn->device, &job->job))
+        to = TO_WORKER;
+    else if (job != NULL && pump_launchers_submit(dn->device, &job->job))
+        to = TO_LAUNCHERS;
+    if (dn->turn != 0)
+        pump_turn_end(dn->device);
+    return to;
+}
+
 /* The kernel waits for the prefetches it made, else for the planned
  * prefetch `ready` names. */
 PUMP_HIDDEN bool pump_decision_make(struct pump_decision *dn)
 {
     uint64_t start = pump_channel_now_ns();
-    bool prefetched = false, settle_needed = false;
-    struct pump_job *taken = NULL;
-    if (dn->turn != 0)
-        pump_turn_wait(dn->device, dn->turn - 1);
-    if (!defer(dn)) {
-        if (after_deferred(dn))
-            taken = pump_worker_drain(dn->device);
-        prefetched = make_calls(dn, &settle_needed);
+    bool prefetched = false, populates = false;
+    for (uint32_t k = 0; k < dn->n; k++) {
+        prefetched = prefetched || !dn->moves[k].evict;
+        populates = populates || dn->moves[k].populate;
+    }
+    /* Made after its kernel (its evictions after that kernel, a plan's prefetches for
+     * launches to come): nothing on the launch's stream waits for it. */
+    bool deferred = !dn->kernel_waits && dn->stream == NULL && dn->n > 0, after = after_deferred(dn);
+    struct made_later *job = dn->n > 0 ? job_of(dn) : NULL;
+    enum handed to = hand_over(dn, job, deferred, after);
+    /* Its calls, and the worker's it must follow, are made on return, by whichever thread
+     * takes them first, while this one waits holding no lock or turn. */
+    if (after && to != TO_WORKER)
+        pump_worker_finish(pump_worker_drain(dn->device));
+    if (to == TO_WORKER && !deferred)
+        pump_worker_finish(pump_worker_drain(dn->device));
+    else if (to == TO_LAUNCHERS)
+        pump_worker_finish(pump_launchers_drain(dn->device));
+    if (to == MADE_HERE && job != NULL) {
+        made_later_calls(&job->job);
+        made_later_finish(&job->job, true);
+    } else if (to == MADE_HERE && dn->n > 0) {  /* no memory for a job */
+        bool settle_needed = false;
+        make_calls(dn, &settle_needed);
+        if (settle_needed)
+            settle_all(dn);
     }
     if (dn->kernel_waits && (prefetched || dn->ready == PUMP_READY_PENDING))
         pump_prefetch_wait(dn->c, dn->stream);
     else if (dn->kernel_waits && dn->ready != 0 && pump_config.wait)
         pump_use_wait(dn->stream, dn->ready);
-    if (dn->kernel_waits && dn->populated)
+    if (dn->kernel_waits && populates)
         pump_populate_wait(dn->c, dn->stream);
-    if (dn->turn != 0)
-        pump_turn_end(dn->device);
-    pump_worker_finish(taken);
-    if (settle_needed)
-        settle_all(dn);
     free(dn->moves);
     pump_channel_own_time(pump_channel_now_ns() - start);  /* not kernel time: pumpd must not read it as such */
     return prefetched;

@@ -66,15 +66,17 @@ PUMP_HIDDEN bool pump_decision_begin(struct pump_decision *dn, struct pump_range
 PUMP_HIDDEN struct pump_blocks *pump_decision_plan_blocks(struct pump_decision *dn,
                                                           const struct pump_plan_range *range, uint32_t *first,
                                                           uint32_t *last);
-/* Its driver calls will come in its device's turn (also without moves: a
+/* Its moves will be handed over in its device's turn (also without moves: a
  * kernel's wait for a planned prefetch not yet made). */
 PUMP_HIDDEN void pump_decision_turn(struct pump_decision *dn);
 /* Writes down a move; false when there is no memory for it (it is then not made). */
 PUMP_HIDDEN bool pump_decision_write(struct pump_decision *dn, const struct pump_move *m);
 /* Leaves the locks: the belief is decided. */
 PUMP_HIDDEN void pump_decision_unlock(struct pump_decision *dn);
-/* Makes the decision's driver calls in its device's turn, then its kernel's
- * wait, and settles the blocks its prefetches brought. True when it prefetched. */
+/* Hands the decision's moves over in its device's turn; where its kernel
+ * waits for them, their calls are made on return, and then the kernel's wait.
+ * The blocks its prefetches brought are settled once made. True when it
+ * prefetched. The caller holds no pump lock. */
 PUMP_HIDDEN bool pump_decision_make(struct pump_decision *dn);
 
 #endif

@@ -77,11 +77,11 @@ struct pump_device_state {
     struct pump_block **batch;        /* room for every block: those taking their places at once */
     struct pump_blocks **touched;     /* room for every allocation: those used since the last settle */
     uint32_t heap_n, touched_n;
-    /* The driver calls of the device's decisions are made in the order of their turns: the
-     * prefetch and eviction streams take them in the order the belief assumed. */
+    /* The moves of the device's decisions are handed over (queued) in the order of their
+     * turns, so that pump's streams take them in the order the belief assumed. */
     pthread_mutex_t turn_lock;
     pthread_cond_t turn_done;
-    uint64_t serving;                 /* the turn whose calls may be made now */
+    uint64_t serving;                 /* the turn whose moves may be handed over now */
 };
 
 PUMP_HIDDEN extern struct pump_device_state pump_devices[PUMP_DEVICES_MAX];
