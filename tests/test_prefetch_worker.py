@@ -94,7 +94,7 @@ def test_a_bad_worker_setting_is_refused_and_the_worker_stays_on(run_program):
     assert run.totals["worker_jobs"] > 0
 
 
-@pytest.mark.parametrize("variant", ["plain", "tsan"])
+@pytest.mark.parametrize("variant", ["plain", "asan", "tsan"])
 def test_a_long_call_of_the_worker_holds_up_only_what_must_follow_it(run_program, tmp_path, variant):
     """Issue 42, risk 4: fakecuda holds the worker's eviction ahead (its thread is named
     pump-worker); the cycling thread's next launch must follow it and waits, and another

@@ -129,8 +129,8 @@ static bool start(struct worker *w)
     return w->started;
 }
 
-/* Queues job on w: false when w takes no job (the caller makes it). */
-static bool submit(struct worker *w, struct pump_job *job)
+/* Queues job on w, waking its thread or not: false when w takes no job (the caller makes it). */
+static bool submit(struct worker *w, struct pump_job *job, bool wake)
 {
     pump_mutex_lock(&w->lock);
     bool taken = start(w);
@@ -143,22 +143,33 @@ static bool submit(struct worker *w, struct pump_job *job)
         w->tail = job;
         if (!job->unordered)
             __atomic_fetch_add(&w->pending, 1, __ATOMIC_RELAXED);
-        pthread_cond_signal(&w->work);
+        if (wake)
+            pthread_cond_signal(&w->work);
     }
     pump_mutex_unlock(&w->lock);
     return taken;
 }
 
-PUMP_HIDDEN bool pump_worker_submit(int device, struct pump_job *job)
+static bool worker_submit(int device, struct pump_job *job, bool wake)
 {
     return device >= 0 && device < PUMP_DEVICES_MAX && pump_config.worker && !in_child &&
-           !__atomic_load_n(&stopping, __ATOMIC_ACQUIRE) && submit(&workers[device], job);
+           !__atomic_load_n(&stopping, __ATOMIC_ACQUIRE) && submit(&workers[device], job, wake);
+}
+
+PUMP_HIDDEN bool pump_worker_submit(int device, struct pump_job *job)
+{
+    return worker_submit(device, job, true);
+}
+
+PUMP_HIDDEN bool pump_worker_submit_to_drain(int device, struct pump_job *job)
+{
+    return worker_submit(device, job, false);
 }
 
 PUMP_HIDDEN bool pump_launchers_submit(int device, struct pump_job *job)
 {
     return device >= 0 && device < PUMP_DEVICES_MAX && !in_child && !job->unordered &&
-           submit(&launchers[device], job);
+           submit(&launchers[device], job, false);
 }
 
 PUMP_HIDDEN bool pump_worker_pending(int device)

@@ -31,6 +31,10 @@ struct pump_job {
 /* Hands a job to `device`'s worker (started at its first job): false when
  * there is none (the caller then runs the job itself). */
 PUMP_HIDDEN bool pump_worker_submit(int device, struct pump_job *job);
+/* The same, for a job the caller drains at once: the worker is not woken for
+ * it (woken, it would take the job, and the drain would wait for its calls
+ * where it could have made them). */
+PUMP_HIDDEN bool pump_worker_submit_to_drain(int device, struct pump_job *job);
 /* The calls of every (ordered) job handed to `device`'s worker so far have
  * been made on return. Returns the jobs the caller made, to be finished with
  * pump_worker_finish (a finish takes the device locks). It may wait for

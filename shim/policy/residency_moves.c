@@ -293,7 +293,9 @@ static enum handed hand_over(struct pump_decision *dn, struct made_later *job, b
     enum handed to = MADE_HERE;
     if (dn->turn != 0)
         pump_turn_wait(dn->device, dn->turn - 1);
-    if (job != NULL && (deferred || after) && pump_worker_submit(dn->device, &job->job))
+    if (job != NULL && deferred && pump_worker_submit(dn->device, &job->job))
+        to = TO_WORKER;
+    else if (job != NULL && after && pump_worker_submit_to_drain(dn->device, &job->job))
         to = TO_WORKER;
     else if (job != NULL && pump_launchers_submit(dn->device, &job->job))
         to = TO_LAUNCHERS;
