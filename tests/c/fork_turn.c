@@ -1,41 +1,25 @@
 /* fork_turn.c: a fork while another thread is inside a driver call of pump's launch rule
- * (issue 42, risk 4): the fork must not wait for that call, whose thread holds its device's
- * turn and no lock. FAKECUDA_HOLD_PREFETCH=PATH holds the launch's prefetch in the driver until
- * PATH exists; a watchdog makes it after 3 s, so that a fork that waits still ends.
+ * (issue 42, risk 4): the fork must not wait for that call, whose thread holds no lock or turn.
+ * FAKECUDA_HOLD_PREFETCH=PATH holds the launch's prefetch in the driver until PATH exists; a
+ * watchdog makes it after 3 s, so that a fork that waits still ends (held_call.h).
  *   fork_turn PATH
  * Prints {"fork_waited": true|false, "ok": ...}: whether the fork returned only once the held
  * call could go on, and whether the parent's kernel still computed its buffer.
  */
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "cuda_api.h"
+#include "held_call.h"
 
 #define FLOATS ((size_t)1 << 22) /* 16 MiB */
 
-static const char *release;
+static struct held_call hold;
 static CUcontext context;
 static CUfunction inc;
 static CUdeviceptr buffer;
-static _Atomic bool released;
-
-static void make(const char *path)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-    if (fd >= 0)
-        close(fd);
-}
-
-static void nap_ms(long ms)
-{
-    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&t, NULL);
-}
 
 static void *launcher(void *arg)
 {
@@ -48,25 +32,13 @@ static void *launcher(void *arg)
     return NULL;
 }
 
-static void *watchdog(void *arg)
-{
-    (void)arg;
-    for (int i = 0; i < 300 && !released; i++)
-        nap_ms(10);
-    released = true;
-    make(release);
-    return NULL;
-}
-
 int main(int argc, char **argv)
 {
     if (argc != 2) {
         fprintf(stderr, "usage: fork_turn PATH\n");
         return 2;
     }
-    release = argv[1];
-    char entered[4096];
-    snprintf(entered, sizeof entered, "%s.entered", release);
+    held_call_init(&hold, argv[1], 3000);
     cuda_api_load(&api, 0);
     cuda_api_start(&api);
     CUdevice dev = 0;
@@ -84,17 +56,14 @@ int main(int argc, char **argv)
 
     pthread_t launching, dog;
     pthread_create(&launching, NULL, launcher, NULL);
-    for (int i = 0; i < 1000 && access(entered, F_OK) != 0; i++)
-        nap_ms(10); /* the launch's prefetch is in the driver */
-    bool held = access(entered, F_OK) == 0;
-    pthread_create(&dog, NULL, watchdog, NULL);
+    bool held = held_call_entered(&hold); /* the launch's prefetch is in the driver */
+    pthread_create(&dog, NULL, held_call_watchdog, &hold);
     fflush(stdout);
     pid_t child = fork();
     if (child == 0)
         _exit(0); /* CUDA is off limits in the child */
-    bool waited = released;
-    released = true;
-    make(release);
+    bool waited = atomic_load(&hold.released);
+    held_call_let_go(&hold);
     int status;
     waitpid(child, &status, 0);
     pthread_join(launching, NULL);

@@ -13,41 +13,26 @@
  * returned only once the call could go on, and whether every buffer holds what its launches
  * added.
  */
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "cuda_api.h"
+#include "held_call.h"
 
 #define BUFFERS 64
 #define FLOATS ((size_t)1 << 19) /* 2 MiB each: 128 MiB against a 64 MiB budget */
 #define MOST_LAUNCHES 100000
 
-static const char *release;
+static struct held_call hold;
 static CUcontext context;
 static CUfunction inc;
 static CUdeviceptr buffers[BUFFERS], own;
 static int launched[BUFFERS];
 static atomic_int in_launch = -1; /* the first thread's launch in progress (-1: none) */
 static atomic_int launches;
-static atomic_bool released, second_done;
-
-static void make(const char *path)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-    if (fd >= 0)
-        close(fd);
-}
-
-static void nap_ms(long ms)
-{
-    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&t, NULL);
-}
+static atomic_bool second_done;
 
 static void launch(CUdeviceptr *buffer, CUstream stream)
 {
@@ -60,7 +45,7 @@ static void *cycling(void *arg)
 {
     (void)arg;
     CHECK(api.ctx_set_current(context));
-    for (int i = 0; i < MOST_LAUNCHES && !released; i++) {
+    for (int i = 0; i < MOST_LAUNCHES && !atomic_load(&hold.released); i++) {
         atomic_store(&in_launch, i);
         launch(&buffers[i % BUFFERS], NULL);
         launched[i % BUFFERS]++;
@@ -80,16 +65,6 @@ static void *second(void *arg)
     launch(&own, stream);
     atomic_store(&second_done, true);
     CHECK(api.stream_synchronize(stream));
-    return NULL;
-}
-
-static void *watchdog(void *arg)
-{
-    (void)arg;
-    for (int i = 0; i < 2000 && !released; i++)
-        nap_ms(10);
-    released = true;
-    make(release);
     return NULL;
 }
 
@@ -118,9 +93,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: worker_stall PATH\n");
         return 2;
     }
-    release = argv[1];
-    char entered[4096];
-    snprintf(entered, sizeof entered, "%s.entered", release);
+    held_call_init(&hold, argv[1], 20000);
     cuda_api_load(&api, 0);
     cuda_api_start(&api);
     CHECK(api.primary_ctx_retain(&context, 0));
@@ -139,18 +112,15 @@ int main(int argc, char **argv)
     }
 
     pthread_t first, other, dog;
-    pthread_create(&dog, NULL, watchdog, NULL);
+    pthread_create(&dog, NULL, held_call_watchdog, &hold);
     pthread_create(&first, NULL, cycling, NULL);
-    for (int i = 0; i < 1000 && access(entered, F_OK) != 0 && !released; i++)
-        nap_ms(10); /* the worker's eviction is in the driver */
-    bool held = access(entered, F_OK) == 0 && !released;
+    bool held = held_call_entered(&hold); /* the worker's eviction is in the driver */
     bool waits = held && first_waits(300);
     pthread_create(&other, NULL, second, NULL);
-    for (int i = 0; i < 300 && !second_done && !released; i++)
+    for (int i = 0; i < 300 && !second_done && !atomic_load(&hold.released); i++)
         nap_ms(10);
     bool waited = !second_done;
-    released = true;
-    make(release);
+    held_call_let_go(&hold);
     pthread_join(other, NULL);
     pthread_join(first, NULL);
     pthread_join(dog, NULL);
