@@ -121,9 +121,8 @@ def test_fork_child_after_cuda_passes_through(run_program):
 def test_a_fork_does_not_wait_for_a_driver_call_of_pumps(run_program, tmp_path, variant):
     """Issue 42, risk 4: a thread of the job is inside the prefetch pump's launch rule made for
     its kernel (no lock or turn held: the turn ends once the moves are queued), held there by
-    fakecuda until the test lets it
-    go; another thread forks. The fork returns at once, the child exits, the kernel's values
-    are right. Before, the fork waited for every turn under the device locks (here 3 s, until
+    fakecuda until the test lets it go; another thread forks. The fork returns at once, the
+    child exits, the kernel's values are right. Before, the fork waited for every turn under the device locks (here 3 s, until
     the program's watchdog let the call go)."""
     release = tmp_path / "release"
     run = run_program("fork_turn", release, variant=variant, timeout=120,
