@@ -140,9 +140,10 @@ static void check_pump_locks(const char *name)
 static void check_pump_waits(void)
 {
     static atomic_bool said;
-    if (fc_pump_waits() == 0 || atomic_exchange(&said, true)) return;
+    unsigned int waits = fc_pump_waits();
+    if (waits == 0 || atomic_exchange(&said, true)) return;
     fprintf(stderr, "fakecuda: %u wait%s for another thread's driver calls made holding a pump lock (pump's rule: "
-            "no lock held across a driver call)\n", fc_pump_waits(), fc_pump_waits() == 1 ? "" : "s");
+            "no lock held across a driver call)\n", waits, waits == 1 ? "" : "s");
 }
 
 static void load_config(void)

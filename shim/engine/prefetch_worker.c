@@ -201,7 +201,8 @@ static struct pump_job *drain(struct worker *w)
 {
     pump_wait_for_calls();
     pump_mutex_lock(&w->lock);
-    if (((w->busy && w->busy_ordered) || w->draining > 0) && !w->threadless)
+    bool wait = (w->busy && w->busy_ordered) || w->draining > 0;
+    if (wait && !w->threadless)
         PUMP_COUNT(worker_waits, 1);
     while ((w->busy && w->busy_ordered) || w->draining > 0)
         pthread_cond_wait(&w->idle, &w->lock);

@@ -168,7 +168,6 @@ static bool make_move(struct pump_decision *dn, struct pump_move *m, uint64_t *r
         pump_prefetch_after_evictions(c);
     bool ok = m->populate ? pump_populate(c, m->ptr, m->size, m->n)
                           : pump_prefetch_to_device(c, m->ptr, m->size, m->n, m->timeable);
-    dn->populated = dn->populated || (m->populate && ok);
     /* A kernel waits for a populate through pump_populate_wait; under a plan nothing is
      * discarded on the peer (torch_trace.c), so no plan's populate has a token. */
     *ready = ok && m->from_plan && !m->populate ? pump_prefetch_record(c) : 0;
@@ -201,17 +200,14 @@ static void settle(struct pump_decision *dn, const struct pump_move *m)
     }
 }
 
-/* Makes the moves' driver calls: true when it prefetched; *settle: some prefetch's blocks need settling. */
-static bool make_calls(struct pump_decision *dn, bool *settle_needed)
+/* Makes the moves' driver calls; *settle: some prefetch's blocks need settling. */
+static void make_calls(struct pump_decision *dn, bool *settle_needed)
 {
-    bool prefetched = false;
     for (uint32_t k = 0; k < dn->n; k++) {
         struct pump_move *m = &dn->moves[k];
         m->taken = make_move(dn, m, &m->token);
-        prefetched = prefetched || !m->evict;
         *settle_needed = *settle_needed || (!m->evict && (!m->taken || m->from_plan));
     }
-    return prefetched;
 }
 
 static void settle_all(struct pump_decision *dn)
@@ -320,12 +316,11 @@ PUMP_HIDDEN bool pump_decision_make(struct pump_decision *dn)
     struct made_later *job = dn->n > 0 ? job_of(dn) : NULL;
     enum handed to = hand_over(dn, job, deferred, after);
     /* Its calls, and the worker's it must follow, are made on return, by whichever thread
-     * takes them first, while this one waits holding no lock or turn. */
-    if (after && to != TO_WORKER)
+     * takes them first, while this one waits holding no lock or turn; a deferred job the
+     * worker took is its own to make. */
+    if (to == TO_WORKER ? !deferred : after)
         pump_worker_finish(pump_worker_drain(dn->device));
-    if (to == TO_WORKER && !deferred)
-        pump_worker_finish(pump_worker_drain(dn->device));
-    else if (to == TO_LAUNCHERS)
+    if (to == TO_LAUNCHERS)
         pump_worker_finish(pump_launchers_drain(dn->device));
     if (to == MADE_HERE && job != NULL) {
         made_later_calls(&job->job);

@@ -49,8 +49,7 @@ struct pump_decision {
     uint64_t held;       /* the device locks it holds */
     uint64_t turn;       /* its device's turn + 1 (0: none taken: no driver call) */
     uint64_t ready;      /* the kernel waits for this planned prefetch (0: none) */
-    bool kernel_waits;   /* a launch's kernel waits for the prefetches */
-    bool populated;      /* made a populate (discard_marks.h): the kernel waits for it too */
+    bool kernel_waits;   /* a launch's kernel waits for the prefetches (and its populates: discard_marks.h) */
     uint32_t n;
     struct pump_move *moves;
 };
