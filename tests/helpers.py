@@ -2,6 +2,8 @@
 pump's and fakecuda's variables, a pumpd to start and stop, and a job of another user
 served while a test attacks pumpd."""
 
+import importlib.machinery
+import importlib.util
 import os
 import pathlib
 import sys
@@ -14,6 +16,14 @@ PUMP_RUN = str(pathlib.Path(sys.executable).parent / "pump-run")
 # pump-run's end line for a job none of whose processes called the CUDA driver (--quiet drops it).
 IDLE = ("pump-run: pump was idle: no process of the job called the CUDA driver (a job on the CPU, "
         "or CUDA never initialised)\n")
+
+
+def load_script(path, name):
+    """A script of scripts/ (no .py suffix) loaded as a module, to test its functions."""
+    loader = importlib.machinery.SourceFileLoader(name, str(path))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader))
+    loader.exec_module(module)
+    return module
 
 
 def clean_env(*drop):

@@ -3,8 +3,6 @@ exists; a heading that exists where the link names one), the README stays a
 few screens, and the site builds with Sphinx and MyST with warnings as errors
 (pip install '.[docs]'; CI has it)."""
 
-import importlib.machinery
-import importlib.util
 import json
 import os
 import pathlib
@@ -13,6 +11,8 @@ import subprocess
 import sys
 
 import pytest
+
+from helpers import load_script
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -120,10 +120,7 @@ def test_the_file_index_names_every_file_as_it_says_what_it_is():
 
 
 def test_the_file_index_refuses_a_file_that_does_not_say_what_it_is(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_loader("file_index", importlib.machinery.SourceFileLoader(
-        "file_index", str(ROOT / "scripts" / "file-index")))
-    index = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(index)
+    index = load_script(ROOT / "scripts" / "file-index", "file_index")
     (tmp_path / "shim").mkdir()
     (tmp_path / "shim" / "said.c").write_text("/* said.c: one thing (see said.h). More. */\n")
     (tmp_path / "shim" / "unsaid.c").write_text("#include <stdio.h>\n")

@@ -5,8 +5,6 @@ the run's measured medians. Every error is held no worse than bench/results/sim-
 here; one that moves it nearer is committed with the file made again), and docs/simulate.md shows
 that file's table."""
 
-import importlib.machinery
-import importlib.util
 import json
 import pathlib
 import subprocess
@@ -14,17 +12,11 @@ import sys
 
 import pytest
 
+from helpers import load_script
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "sim-vs-gpu"
 COMMITTED = ROOT / "bench" / "results" / "sim-vs-gpu.json"
-
-
-def script():
-    loader = importlib.machinery.SourceFileLoader("sim_vs_gpu", str(SCRIPT))
-    spec = importlib.util.spec_from_loader("sim_vs_gpu", loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
 
 
 @pytest.mark.slow
@@ -44,7 +36,7 @@ def test_every_error_is_no_worse_than_the_committed_table(tmp_path):
 
 
 def test_the_docs_show_the_committed_table():
-    table = script().table(json.loads(COMMITTED.read_text())["rows"])
+    table = load_script(SCRIPT, "sim_vs_gpu").table(json.loads(COMMITTED.read_text())["rows"])
     assert table in (ROOT / "docs" / "simulate.md").read_text()
 
 

@@ -44,11 +44,7 @@ int main(int argc, char **argv)
     CUdevice dev = 0;
     CHECK(api.primary_ctx_retain(&context, dev));
     const size_t sizes[] = {8, 8}, aligns[] = {8, 8};
-    CUmodule module;
-    if (api.register_kernel("inc", inc_kernel, 2, sizes, aligns))
-        return 3;
-    CHECK(api.module_load_data(&module, "fakecuda"));
-    CHECK(api.module_get_function(&inc, module, "inc"));
+    inc = cuda_api_kernel("inc", inc_kernel, 2, sizes, aligns);
     CHECK(api.mem_alloc_managed(&buffer, FLOATS * sizeof(float), CU_MEM_ATTACH_GLOBAL));
     float *x = (float *)buffer;
     api.host_touch(x, FLOATS * sizeof *x);

@@ -111,11 +111,7 @@ int main(int argc, char **argv)
     cuda_api_load(&api, 0);
     cuda_api_start(&api);
     const size_t sizes[] = {8, 8}, aligns[] = {8, 8};
-    CUmodule module;
-    if (api.register_kernel("inc_first", inc_first_kernel, 2, sizes, aligns))
-        return 3;
-    CHECK(api.module_load_data(&module, "fakecuda"));
-    CHECK(api.module_get_function(&inc, module, "inc_first"));
+    inc = cuda_api_kernel("inc_first", inc_first_kernel, 2, sizes, aligns);
 
     pthread_t workers[THREADS_MAX];
     pthread_barrier_init(&start, NULL, (unsigned)threads);

@@ -81,11 +81,7 @@ int main(int argc, char **argv)
     CUdevice dev = cuda_api_start(&api);
     CHECK(api.primary_ctx_retain(&context, dev));
     const size_t sizes[] = {8, 8}, aligns[] = {8, 8};
-    CUmodule module;
-    if (api.register_kernel("inc", inc_kernel, 2, sizes, aligns))
-        return 3;
-    CHECK(api.module_load_data(&module, "fakecuda"));
-    CHECK(api.module_get_function(&inc, module, "inc"));
+    inc = cuda_api_kernel("inc", inc_kernel, 2, sizes, aligns);
 
     pthread_t churner, workers[256];
     pthread_barrier_init(&launched, NULL, (unsigned)threads);

@@ -99,11 +99,7 @@ int main(int argc, char **argv)
     CHECK(api.primary_ctx_retain(&context, 0));
     CHECK(api.ctx_set_current(context));
     const size_t sizes[] = {8, 8}, aligns[] = {8, 8};
-    CUmodule module;
-    if (api.register_kernel("inc", inc_kernel, 2, sizes, aligns))
-        return 3;
-    CHECK(api.module_load_data(&module, "fakecuda"));
-    CHECK(api.module_get_function(&inc, module, "inc"));
+    inc = cuda_api_kernel("inc", inc_kernel, 2, sizes, aligns);
     for (int b = 0; b <= BUFFERS; b++) {
         CUdeviceptr *p = b < BUFFERS ? &buffers[b] : &own;
         CHECK(api.mem_alloc_managed(p, FLOATS * sizeof(float), CU_MEM_ATTACH_GLOBAL));
