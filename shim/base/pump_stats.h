@@ -59,8 +59,8 @@ struct pump_stats {
     uint64_t evictions;              /* 2 MiB blocks evicted (to hold the budget, or as a plan said) */
     uint64_t plan_triggers;          /* launches whose key found a trigger in the daemon's plan */
     uint64_t plan_evict_ranges;      /* the triggers' evict ranges carried out */
-    uint64_t plan_ranges_skipped;    /* the triggers' ranges not inside a live managed allocation (or
-                                        past the 256 a launch carries out) */
+    uint64_t plan_ranges_skipped;    /* the triggers' ranges not inside a managed allocation or a freed
+                                        tensor kept in place (or past the 256 a launch carries out) */
     /* managed_all: the program's device allocations made managed memory (PUMP_MANAGED_ALL) */
     uint64_t managed_all_allocs;     /* device allocations (cuMemAlloc, cuMemAllocAsync) made managed */
     uint64_t managed_all_bytes;      /* ... their bytes */

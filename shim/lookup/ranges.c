@@ -464,8 +464,9 @@ PUMP_HIDDEN void pump_ranges_observe(struct pump_range_observer o)
 }
 
 /* The allocation holding addr, or NULL: the seqlock-guarded search; where found, its bounds as
- * the same consistent reading saw them in [*start, *end). */
-static struct pump_range *search_span(uint64_t addr, uint64_t *start, uint64_t *end)
+ * the same consistent reading saw them in [*start, *end). With kept, a freed tensor kept in
+ * place (dead) is found too. */
+static struct pump_range *search_span(uint64_t addr, uint64_t *start, uint64_t *end, bool kept)
 {
     for (int attempt = 0; attempt < 64; attempt++) {
         uint32_t before = atomic_load_explicit(&sequence, memory_order_acquire);
@@ -476,7 +477,7 @@ static struct pump_range *search_span(uint64_t addr, uint64_t *start, uint64_t *
         struct pump_range *found = NULL;
         uint32_t i = upper_bound(LOAD(count), addr);
         uint64_t s = 0, e = 0;
-        if (i > 0 && addr < (e = LOAD(ends[i - 1])) && !LOAD(records[LOAD(slots[i - 1])].dead)) {
+        if (i > 0 && addr < (e = LOAD(ends[i - 1])) && (kept || !LOAD(records[LOAD(slots[i - 1])].dead))) {
             found = &records[LOAD(slots[i - 1])];
             s = LOAD(starts[i - 1]);
         }
@@ -491,10 +492,10 @@ static struct pump_range *search_span(uint64_t addr, uint64_t *start, uint64_t *
     return NULL;  /* gave up: a missed prefetch, never a stall */
 }
 
-static struct pump_range *search(uint64_t addr)
+static struct pump_range *search(uint64_t addr, bool kept)
 {
     uint64_t start, end;
-    return search_span(addr, &start, &end);
+    return search_span(addr, &start, &end, kept);
 }
 
 PUMP_HIDDEN uint32_t pump_ranges_lookup(const uint64_t *words, uint32_t n, struct pump_range **found,
@@ -514,7 +515,7 @@ PUMP_HIDDEN uint32_t pump_ranges_lookup(const uint64_t *words, uint32_t n, struc
             if (LOAD(chunk_refs[chunk_slot(addr >> CHUNK_SHIFT)]) == 0)
                 continue;  /* no allocation covers this 2 MiB chunk */
             uint64_t start, end;
-            if ((r = search_span(addr, &start, &end)) == NULL)
+            if ((r = search_span(addr, &start, &end, false)) == NULL)
                 continue;
             last = r;
             last_start = start;
@@ -534,7 +535,14 @@ PUMP_HIDDEN struct pump_range *pump_ranges_find(uint64_t addr)
 {
     if (addr - LOAD(lowest) >= LOAD(highest) - LOAD(lowest))
         return NULL;
-    return search(addr);
+    return search(addr, false);
+}
+
+PUMP_HIDDEN struct pump_range *pump_ranges_find_kept(uint64_t addr)
+{
+    if (addr - LOAD(lowest) >= LOAD(highest) - LOAD(lowest))
+        return NULL;
+    return search(addr, true);
 }
 
 PUMP_HIDDEN struct pump_range *pump_ranges_find_freed(uint64_t addr)

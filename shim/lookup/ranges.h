@@ -124,6 +124,9 @@ PUMP_HIDDEN void pump_ranges_bounds(uint64_t *lowest, uint64_t *span);
 PUMP_HIDDEN bool pump_ranges_empty(void);
 /* The allocation holding addr, or NULL (lock-free; may be stale, as above). */
 PUMP_HIDDEN struct pump_range *pump_ranges_find(uint64_t addr);
+/* The same, or the freed tensor kept in place (`dead`) holding addr: memory whose residency
+ * pump still knows, which the next tensor at its extent takes over (a plan's ranges). */
+PUMP_HIDDEN struct pump_range *pump_ranges_find_kept(uint64_t addr);
 /* The freed tensor kept in place (`dead`) that starts at addr, or NULL; under the writers' lock. */
 PUMP_HIDDEN struct pump_range *pump_ranges_find_freed(uint64_t addr);
 /* Whether range is memory managed_all took from a managed pool for the program (flags 0, not

@@ -2,7 +2,7 @@
  * tests. Two managed buffers, A (2 MiB, or --a-mib=M) and B (4 MiB); LAUNCHES launches of
  * one kernel, "bump", that adds 1 to every float of A and never touches B.
  *
- *   events LAUNCHES [--sync-every=K] [--wait] [--wait-end] [--long-name] [--a-mib=M]
+ *   events LAUNCHES [--sync-every=K] [--wait] [--wait-end] [--long-name] [--a-mib=M] [--dead-b]
  *
  * First line: {"function": F, "a": A, "b": B} (handle and bases, so a test
  * can write a plan naming them). --wait: then wait for a line on stdin
@@ -10,12 +10,18 @@
  * launches (and the context once at the end). --wait-end: after the launches, print
  * {"launched": N} and wait for another line before that last synchronize.
  * --long-name: one extra launch first, of a kernel whose name is 1500
- * characters long. Last line: the result (checksum, fakecuda's counters,
- * syncs made).
+ * characters long. --dead-b: B is told to libpump's bridge as a tensor and freed again before
+ * the first line, as a caching allocator's freed block: a freed tensor kept in place (ranges.h).
+ * Last line: the result (checksum, fakecuda's counters, syncs made).
  */
 #include <string.h>
 
 #include "cuda_api.h"
+#include "pump_torch_trace.h"
+
+/* libpump's bridge for a framework's allocator (weak: the bare run has none). */
+extern void pump_torch_trace(int event, uint64_t addr, uint64_t size, int flags, CUstream stream)
+    __attribute__((weak));
 
 #define B_FLOATS ((size_t)1 << 20)   /* 4 MiB */
 #define LONG_NAME_LENGTH 1500
@@ -32,12 +38,13 @@ static void wait_for_line(void)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: events LAUNCHES [--sync-every=K] [--wait] [--wait-end] [--long-name] [--a-mib=M]\n");
+        fprintf(stderr, "usage: events LAUNCHES [--sync-every=K] [--wait] [--wait-end] [--long-name] [--a-mib=M] "
+                        "[--dead-b]\n");
         return 2;
     }
     long launches = atol(argv[1]), sync_every = 0;
     size_t a_floats = (size_t)512 << 10; /* 2 MiB */
-    int wait = 0, wait_end = 0, long_name = 0;
+    int wait = 0, wait_end = 0, long_name = 0, dead_b = 0;
     for (int i = 2; i < argc; i++) {
         if (strncmp(argv[i], "--sync-every=", 13) == 0)
             sync_every = atol(argv[i] + 13);
@@ -49,6 +56,8 @@ int main(int argc, char **argv)
             a_floats = (size_t)atol(argv[i] + 8) << 18;
         else if (strcmp(argv[i], "--long-name") == 0)
             long_name = 1;
+        else if (strcmp(argv[i], "--dead-b") == 0)
+            dead_b = 1;
         else {
             fprintf(stderr, "events: unknown option %s\n", argv[i]);
             return 2;
@@ -86,6 +95,10 @@ int main(int argc, char **argv)
         fa[i] = (float)(i % 7);
     for (size_t i = 0; i < B_FLOATS; i++)
         fb[i] = 1.0f;
+    if (dead_b && pump_torch_trace != NULL) {
+        pump_torch_trace(PUMP_TORCH_TENSOR_ALLOC, b, B_FLOATS * sizeof(float), 0, stream);
+        pump_torch_trace(PUMP_TORCH_TENSOR_FREE, b, 0, 0, stream);
+    }
     api.reset_stats();
     printf("{\"function\": %llu, \"long_function\": %llu, \"a\": %llu, \"b\": %llu}\n",
            (unsigned long long)(uintptr_t)bump, (unsigned long long)(uintptr_t)long_function,
