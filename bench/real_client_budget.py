@@ -171,8 +171,8 @@ def figures(result, what):
         managed = s["pump"]["launches"]
         out["planned_launch_fraction"] = round(s["pump"]["launches_planned"] / managed, 4) if managed else 0.0
         out["pump_errors"] = s["pump"]["errors"]
-        for field in ("prefetch_bytes", "bytes_evicted", "evictions", "bytes_discarded", "torch_tensor_discards",
-                      "held_discards", "budget_skips"):
+        for field in ("prefetch_bytes", "bytes_evicted", "bytes_evicted_dead", "evictions", "bytes_discarded",
+                      "torch_tensor_discards", "held_discards", "budget_skips"):
             out[f"pump_{field}_per_step"] = round(s["pump"][field], 1)
         out["pump_budget_bytes"] = s["pump"]["budget_bytes"]  # in force at the end (pump's own moves with readings)
     return out

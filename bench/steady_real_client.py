@@ -86,7 +86,7 @@ def decode_pump(raw_hex):
 PUMP_FIELDS = ("launches", "launches_managed", "launches_prefetched", "prefetch_calls", "prefetch_ranges",
                "prefetch_bytes", "resident_skips", "budget_skips", "bytes_evicted", "evictions", "scan_words",
                "scan_hits", "events_written", "bytes_discarded", "torch_tensor_discards", "held_discards",
-               "launches_planned")
+               "launches_planned", "bytes_evicted_dead")
 
 
 def window(a, b, a_threads, b_threads, steps):

@@ -317,7 +317,7 @@ static void print_delta(const char *name, const struct snapshot *a, const struct
 #define PUMP(f) printf(", \"%s\": %.3f", #f, DELTA(pump.f))
     printf("{\"launches\": %.3f", DELTA(pump.launches));
     PUMP(launches_managed); PUMP(launches_prefetched); PUMP(prefetch_calls); PUMP(prefetch_ranges); PUMP(prefetch_bytes); PUMP(resident_skips); PUMP(budget_skips);
-    PUMP(bytes_evicted); PUMP(evictions); PUMP(plan_triggers); PUMP(plan_prefetch_ranges); PUMP(plan_evict_ranges);
+    PUMP(bytes_evicted); PUMP(bytes_evicted_dead); PUMP(evictions); PUMP(plan_triggers); PUMP(plan_prefetch_ranges); PUMP(plan_evict_ranges);
     PUMP(worker_jobs); PUMP(worker_takeovers); PUMP(worker_waits);
     PUMP(torch_tensor_discards); PUMP(bytes_discarded); PUMP(discards_skipped); PUMP(prefetch_discard_waits);
     PUMP(discard_drain_waits); PUMP(discards_undrained);

@@ -12,7 +12,7 @@
 
 enum {
     PUMP_STATS_MAGIC = 0x504d5053,   /* "SPMP" little-endian: a pump record */
-    PUMP_STATS_VERSION = 18
+    PUMP_STATS_VERSION = 19
 };
 
 struct pump_stats {
@@ -190,6 +190,9 @@ struct pump_stats {
                                         blocks were discarded once the GPU had passed their free (their bytes
                                         count in bytes_discarded) */
     uint64_t placement_claim_waits;  /* allocations that waited for the discard of the block their place names */
+    /* version 19: what evictions copy that no one reads again (issue 41 item 2) */
+    uint64_t bytes_evicted_dead;     /* of bytes_evicted, those of freed tensors kept in place (ranges.h): a
+                                        copy to the host of memory the next tensor there writes first */
 };
 
 #endif

@@ -35,7 +35,7 @@ PUMP_HIDDEN void pump_evictions_flush(struct evictions *e)
     struct pump_device_state *d = &pump_devices[e->dn->device];
     __atomic_store_n(&d->evicted_at, __atomic_load_n(&d->frees, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
     e->m.n = e->m.waits = e->m.discards = 0;
-    e->m.bytes = e->m.blocks = 0;
+    e->m.bytes = e->m.blocks = e->m.dead_bytes = 0;
     e->m.after_prefetches = e->m.after_fallback = false;
 }
 
@@ -81,6 +81,8 @@ PUMP_HIDDEN void pump_evict_block(struct evictions *e, struct pump_blocks *a, ui
     }
     e->m.bytes += bytes;
     e->m.blocks++;
+    if (__atomic_load_n(&a->range->dead, __ATOMIC_RELAXED))
+        e->m.dead_bytes += bytes;
     pump_block_count_out(a, i);
 }
 

@@ -161,6 +161,7 @@ static bool make_move(struct pump_decision *dn, struct pump_move *m, uint64_t *r
         if (ok) {
             PUMP_COUNT(bytes_evicted, m->bytes);
             PUMP_COUNT(evictions, m->blocks);
+            PUMP_COUNT(bytes_evicted_dead, m->dead_bytes);
             if (m->from_plan)
                 PUMP_COUNT(plan_bytes_evicted, m->bytes);
         }

@@ -34,6 +34,7 @@ struct pump_move {
         uint32_t first, count;
     } run[PUMP_MOVE_BATCH];             /* a prefetch: the blocks it brings */
     uint64_t bytes, blocks;
+    uint64_t dead_bytes;      /* an eviction: of its bytes, those of freed tensors kept in place */
     bool taken;               /* made: the driver took it */
     uint64_t token;           /* a plan's prefetch, made: the token of its end */
 };
