@@ -343,12 +343,13 @@ def test_exit_while_another_thread_is_inside_the_driver(run_program):
     assert record["exited"] == 1
 
 
+@pytest.mark.parametrize("program", ["units", "units_channel"])
 @pytest.mark.parametrize("variant", ["plain", "asan", "tsan"])
-def test_shim_units(c_build, variant):
-    proc = subprocess.run([str(c_build / variant / "units")], capture_output=True, text=True, timeout=300,
+def test_shim_units(c_build, variant, program):
+    proc = subprocess.run([str(c_build / variant / program)], capture_output=True, text=True, timeout=300,
                           env={"TSAN_OPTIONS": "halt_on_error=1", "ASAN_OPTIONS": "detect_leaks=1"})
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip().endswith(", 0 failed")
+    assert proc.stdout.strip().startswith(f"{program}: ") and proc.stdout.strip().endswith(", 0 failed")
 
 
 def pump_run_job(c_build, tmp_path, *command, flags=()):

@@ -1,6 +1,6 @@
-/* expect.h: the unit-test programs' (units, units_tables, evict_order) checks: EXPECT counts
- * a condition passed or failed, naming a failed one with its line, and expect_report prints
- * "NAME: N passed, M failed" and gives the exit status (1 if any failed). */
+/* expect.h: the unit-test programs' (units, units_channel, units_tables, evict_order) checks:
+ * EXPECT counts a condition passed or failed, naming a failed one with its line, and
+ * expect_report prints "NAME: N passed, M failed" and gives the exit status (1 if any failed). */
 #ifndef PUMP_TEST_EXPECT_H
 #define PUMP_TEST_EXPECT_H
 #include <stdio.h>
