@@ -1,5 +1,6 @@
-"""The iteration of a launch-key sequence: its period, found with a tolerance (pump/foresight.py
-learns a job's iteration with it; `pump trace stats` and the simulator's workloads find theirs).
+"""The iteration of a launch-key sequence: its period, found with a tolerance, and where a learned
+one starts whatever launch it was learned at (pump/foresight.py learns and plans a job's iteration
+with them; `pump trace stats` and the simulator's workloads find theirs).
 """
 
 import bisect
@@ -106,3 +107,46 @@ class IterationDetector:
                     return p
             return 0
         return 0
+
+
+def canonical_start(keys, blocks) -> int:
+    """Where a learned iteration (a cycle: its launch keys, and each launch's blocks) starts,
+    whichever launch it was learned at and wherever the allocator put its memory: at the least
+    rotation of its launches' shapes.  A launch's shape is the distance to its key's next
+    launch and its blocks' distances to their next uses, in the order it names them.  Keys and
+    blocks are addresses (a kernel's handle, its allocations), which differ from run to run and
+    between a trace and its replay; the shapes do not.  MIN's ties, the room for transfers in
+    flight and the prefetches' anchors follow from where the cycle starts: started at its least
+    key (a hash of addresses), a replay's plan let 192, 256 or 320 faults a step through from
+    run to run against the model's 320 (tests/test_replay_vs_simulate.py)."""
+    period = len(keys)
+    if period == 0:
+        return 0
+    keys = np.asarray(keys)
+    listed = keys.tolist()
+    key_next, block_next = {}, {}     # the position of each key's and block's next use
+    shapes = [None] * period
+    for pos in range(2 * period - 1, -1, -1):
+        j = pos % period
+        key = listed[j]
+        if pos < period:
+            shapes[j] = (key_next[key] - pos,
+                         tuple(block_next[b] - pos for b in blocks[j]))
+        key_next[key] = pos
+        for b in blocks[j]:
+            block_next[b] = pos
+    order = {shape: rank for rank, shape in enumerate(sorted(set(shapes)))}
+    rank = np.fromiter(map(order.__getitem__, shapes), np.int64, period)
+    # Prefix doubling: after each round, rank[i] orders the rotations starting at i by their
+    # first `width` shapes; it ends when every rotation differs or the widths cover the cycle.
+    width, distinct = 1, len(order)
+    while width < period and distinct < period:
+        pairs = rank * period + np.roll(rank, -width)
+        rank = np.unique(pairs, return_inverse=True)[1]
+        distinct = int(rank.max()) + 1
+        width *= 2
+    # Least rotations alike (a cycle of the same shapes over other blocks, as forward and
+    # backward passes over layers of one size): their plans differ only in which blocks
+    # move, so the least key picks one wherever the reads cut the stream.
+    least = np.flatnonzero(rank == rank.min())
+    return int(least[np.argmin(keys[least])])

@@ -96,7 +96,7 @@ def replayed(c_build, tmp_path, path, policy, budget, *extra):
 # - the learned iteration started at its least launch key, a hash of addresses that differ from
 #   run to run and from the trace's, so each run planned another rotation of the same cycle
 #   (192, 256 or 320 faults a planned step; the model itself gives 1,760 to 2,144 faults over
-#   rotations); it now starts where its launches' shapes say (foresight.canonical_start);
+#   rotations); it now starts where its launches' shapes say (iteration.canonical_start);
 # - the rate planned for was the first pumpd heard, kept within Foresight's tolerance until
 #   the plan was made: 24.4 GB/s from the first, small prefetches in one run of eight (288
 #   faults a planned step), 20.0 in the others; before a plan each rate is now taken.
