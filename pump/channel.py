@@ -43,7 +43,7 @@ SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 # A record reserved but not completed for this long is skipped (its writer died
 # or the job scribbled the ring): the reader never stalls on one job's record.
 STUCK_SECONDS = 1.0
-LAUNCH_BASES_MAX = 64  # shim/channel/channel.c's LAUNCH_BASES_MAX: a wider launch's first ones
+LAUNCH_BASES_MAX = 256  # shim/channel/channel.c's LAUNCH_BASES_MAX: a wider launch's first ones
 NAMES_BASE = 1 << 62  # a tensor named by its place in the step (shim/lookup/names.h) goes by an address from here up
 DEVICES_MAX = 64       # DEVICE records name CUDA ordinals 0..63 (shim/channel/channel.c's DEVICES_MAX)
 UUID_BYTES = 16        # a DEVICE record's count
@@ -102,9 +102,9 @@ def device_record(device: int, count: int, arg) -> str:
 
 
 def launch_key(function: int, bases) -> int:
-    """A launch's key (pump_channel.h): the kernel and the allocations it is given."""
+    """A launch's key (pump_channel.h): the kernel and the first PUMP_KEY_BASES allocations it is given."""
     h = (function * KEY_MULTIPLIER) & _MASK
-    for b in bases:
+    for b in list(bases)[:C.PUMP_KEY_BASES]:
         h = ((h ^ int(b)) * KEY_MULTIPLIER) & _MASK
     h ^= h >> 32
     return h or 1
@@ -117,7 +117,7 @@ def launch_keys(batch: "Batch") -> np.ndarray:
         k = np.uint64(KEY_MULTIPLIER)
         h = batch.launch_function.astype(np.uint64) * k
         counts = np.diff(np.append(batch.launch_base_start, len(batch.bases))).astype(np.int64)
-        for j in range(int(counts.max()) if n else 0):
+        for j in range(min(int(counts.max()), C.PUMP_KEY_BASES) if n else 0):
             has = counts > j
             idx = batch.launch_base_start[has] + j
             h[has] = (h[has] ^ batch.bases[idx].astype(np.uint64)) * k

@@ -22,6 +22,7 @@
 
 enum {
     PUMP_PROTOCOL_VERSION = 1,
+    PUMP_KEY_BASES = 64,               /* allocation bases a launch key hashes (the plan) */
     PUMP_MSG_MAGIC = 0x47534d50,       /* "PMSG" little-endian */
     PUMP_MSG_PAYLOAD_MAX = 65536,      /* bytes of JSON after the header */
     PUMP_RING_MAGIC = 0x474e5250,      /* "PRNG" */
@@ -72,7 +73,8 @@ enum pump_event_kind {
                                      step after step), arg3 its real address (0: arg0 is) */
     PUMP_EVENT_FREE = 2,          /* arg0 base (or name), arg1 size */
     PUMP_EVENT_LAUNCH = 3,        /* arg0 function, arg1 stream, arg2..4 the first
-                                     allocation bases; count: allocations in all */
+                                     allocation bases; count: allocations in all (at most
+                                     256: a wider launch's first ones, channel.c) */
     PUMP_EVENT_LAUNCH_MORE = 4,   /* follows a LAUNCH: arg0..4 more bases; count: in this record */
     PUMP_EVENT_FUNCTION = 5,      /* once per function: arg0 function; count: name bytes
                                      in all; arg1..4 the first 32 bytes of the name */
@@ -167,8 +169,10 @@ struct pump_ring_header {
 /* ---- the plan ---- */
 /* A launch's key names the kernel and what it is given (DeepUM's execution
  * id): with K = 0x9E3779B97F4A7C15 and arithmetic mod 2^64,
- *     h = function * K;  for each allocation base b, in the LAUNCH record's
- *     order: h = (h ^ b) * K;  h ^= h >> 32;  key = h, or 1 where h is 0.
+ *     h = function * K;  for each of the first PUMP_KEY_BASES allocation bases b, in
+ *     the LAUNCH record's order: h = (h ^ b) * K;  h ^= h >> 32;  key = h, or 1 where h is 0.
+ * (A wide launch's bases past those, a by-value list's unset slots among them, vary from step
+ * to step more often than they name the step's tensors: the record carries them, the key not.)
  * A trigger for key k sits in slot k >> (64 - PUMP_PLAN_SLOT_BITS) or one of
  * the PUMP_PLAN_PROBES - 1 slots after it (wrapping around); key 0 marks an
  * empty slot. The trigger's ranges follow each other from range[first]:

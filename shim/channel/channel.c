@@ -134,8 +134,11 @@ PUMP_HIDDEN void pump_channel_free(uint64_t base, uint64_t size)
     pump_channel_emit(c, &e, 1);
 }
 
-/* The bases a LAUNCH carries (pump/channel.py's LAUNCH_BASES_MAX): a wider launch's first ones. */
-#define LAUNCH_BASES_MAX 64
+/* The bases a LAUNCH carries (pump/channel.py's LAUNCH_BASES_MAX): a wider launch's first ones.
+ * Enough for PyTorch's multi_tensor_apply (up to 150 tensors a launch): pumpd's plan names as a
+ * launch's need only the allocations it heard of, and the shim takes the others whole at the
+ * launch (64 left GPT-2 small's optimizer launches about 1,700 blocks a step to move there). */
+#define LAUNCH_BASES_MAX 256
 
 static uint32_t launch_bases(const struct pump_scan *scan)
 {
@@ -351,7 +354,8 @@ PUMP_HIDDEN uint64_t pump_channel_launch_key(CUfunction f, const struct pump_sca
 {
     const uint64_t k = 0x9E3779B97F4A7C15ull;
     uint64_t h = (uint64_t)(uintptr_t)f * k;
-    for (uint32_t i = 0; i < launch_bases(scan); i++)
+    uint32_t n = launch_bases(scan) < PUMP_KEY_BASES ? launch_bases(scan) : PUMP_KEY_BASES;
+    for (uint32_t i = 0; i < n; i++)
         h = (h ^ pump_range_name(scan->range[i])) * k;
     h ^= h >> 32;
     return h != 0 ? h : 1;
