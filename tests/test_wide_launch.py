@@ -43,8 +43,8 @@ def test_pumpd_hears_every_allocation_of_an_optimizers_launch(c_build, tmp_path)
     PyTorch's multi_tensor_apply (Adam's 4 lists of up to 36 tensors: 144; depth 5: 150).
     pumpd's plan names as a launch's need only the allocations it heard of, and the shim takes
     the others whole at the launch, from the launching thread: with 64 carried, GPT-2 small's
-    optimizer launches under lookahead moved about 1,700 such blocks a step and a step took
-    0.64-0.72 s; with 256, 0.49 (a single run of bench/real_client_budget's lookahead variant)."""
+    optimizer launches under lookahead moved about 1,700 such blocks a step, and
+    scripts/bench-real-client-budget's lookahead took 709 ms a step against 600 with 256."""
     wide = 150
     trace_file = tmp_path / "pump.trace"
     env = dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"))

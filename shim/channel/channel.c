@@ -354,7 +354,7 @@ PUMP_HIDDEN uint64_t pump_channel_launch_key(CUfunction f, const struct pump_sca
 {
     const uint64_t k = 0x9E3779B97F4A7C15ull;
     uint64_t h = (uint64_t)(uintptr_t)f * k;
-    uint32_t n = launch_bases(scan) < PUMP_KEY_BASES ? launch_bases(scan) : PUMP_KEY_BASES;
+    uint32_t n = scan->own < PUMP_KEY_BASES ? scan->own : PUMP_KEY_BASES;  /* within launch_bases */
     for (uint32_t i = 0; i < n; i++)
         h = (h ^ pump_range_name(scan->range[i])) * k;
     h ^= h >> 32;

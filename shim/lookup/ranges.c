@@ -492,9 +492,12 @@ static struct pump_range *search_span(uint64_t addr, uint64_t *start, uint64_t *
     return NULL;  /* gave up: a missed prefetch, never a stall */
 }
 
+/* search_span after the cheap test against the bounds of every range. */
 static struct pump_range *search(uint64_t addr, bool kept)
 {
     uint64_t start, end;
+    if (addr - LOAD(lowest) >= LOAD(highest) - LOAD(lowest))
+        return NULL;
     return search_span(addr, &start, &end, kept);
 }
 
@@ -533,15 +536,11 @@ PUMP_HIDDEN uint32_t pump_ranges_lookup(const uint64_t *words, uint32_t n, struc
 
 PUMP_HIDDEN struct pump_range *pump_ranges_find(uint64_t addr)
 {
-    if (addr - LOAD(lowest) >= LOAD(highest) - LOAD(lowest))
-        return NULL;
     return search(addr, false);
 }
 
 PUMP_HIDDEN struct pump_range *pump_ranges_find_kept(uint64_t addr)
 {
-    if (addr - LOAD(lowest) >= LOAD(highest) - LOAD(lowest))
-        return NULL;
     return search(addr, true);
 }
 
