@@ -275,6 +275,12 @@ PUMP_HIDDEN uint64_t pump_discard_held(struct pump_context *c, CUdeviceptr *ptrs
     return mark;
 }
 
+PUMP_HIDDEN bool pump_discard_peer_idle(struct pump_context *c)
+{
+    CUstream peer = legacy_peer(c);
+    return peer != NULL && pump_driver.stream_query(peer) == CUDA_SUCCESS;
+}
+
 PUMP_HIDDEN bool pump_discard_on_peer(uint64_t mark, const struct pump_context *c)
 {
     CUevent event;

@@ -22,13 +22,17 @@ PUMP_HIDDEN bool pump_discard_possible(CUstream stream);
 PUMP_HIDDEN uint64_t pump_discard_freed(struct pump_context *c, CUdeviceptr *ptrs, size_t *sizes, uint32_t n,
                                         CUstream stream);
 /* Discards n runs of whole 2 MiB blocks (address order) of c's device that nothing of the
- * program's touches until pump hands them out again (a block pump keeps whose free the GPU has
- * passed: managed_all_cache.h), on c's legacy peer, which carries nothing but discards: the
- * program's streams are neither drained nor waited for. Made in c's context. Returns its mark
+ * program's touches until they are handed out again (a block pump keeps whose free the GPU has
+ * passed: managed_all_cache.h; a caching allocator's dead tensor the same, whose stream then
+ * waits for the mark: passed_discards.h), on c's legacy peer, which carries nothing but
+ * discards: the program's streams are neither drained nor waited for. Made in c's context. Returns its mark
  * as pump_discard_freed does (0: nothing discarded); whoever uses the memory next waits for it
  * (pump_stream_after_discard, pump_discard_wait_host); one no stream can wait for
  * (PUMP_DISCARD_UNORDERED) was waited for here. */
 PUMP_HIDDEN uint64_t pump_discard_held(struct pump_context *c, CUdeviceptr *ptrs, size_t *sizes, uint32_t n);
+/* Whether c's legacy peer has nothing queued now: a discard made there (pump_discard_held) then
+ * waits for no earlier one to drain. */
+PUMP_HIDDEN bool pump_discard_peer_idle(struct pump_context *c);
 /* Makes `stream` wait (on the GPU) for the marked discard, where it may still be running. */
 PUMP_HIDDEN void pump_stream_after_discard(CUstream stream, uint64_t mark);
 /* Waits on the host until the marked discard has run. */

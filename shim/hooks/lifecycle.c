@@ -19,6 +19,7 @@
 #include "device_memory.h"
 #include "hooks_common.h"
 #include "names.h"
+#include "passed_discards.h"
 #include "pool_memory.h"
 #include "prefetch_worker.h"
 #include "ranges.h"
@@ -42,9 +43,11 @@ PUMP_HIDDEN void pump_lifecycle_launched(void)
         atexit(at_exit);
 }
 
-/* The range table's lock comes first: removing a range detaches its blocks. */
+/* The passed discards' queue (a leaf: no other lock is taken under it), then the range
+ * table's lock: removing a range detaches its blocks. */
 static void before_fork(void)
 {
+    pump_passed_discards_before_fork();
     pump_ranges_before_fork();
     pump_names_before_fork();
     pump_residency_before_fork();
@@ -61,6 +64,7 @@ static void parent_after_fork(void)
     pump_residency_after_fork(false);
     pump_names_after_fork();
     pump_ranges_after_fork();
+    pump_passed_discards_after_fork(false);
 }
 
 static void child_after_fork(void)
@@ -71,6 +75,7 @@ static void child_after_fork(void)
     pump_residency_after_fork(true);
     pump_names_after_fork();
     pump_ranges_after_fork();
+    pump_passed_discards_after_fork(true);
     pump_channel_after_fork_in_child();
     pump_stats_after_fork_in_child(pump_driver_was_used());
 }

@@ -12,10 +12,12 @@
  *
  * A freed tensor is dead: the free tells the daemon so, and, with PUMP_TORCH_DISCARDS=1 (the default), where
  * pump's budget presses on the device (it evicted there lately, freed tensors' blocks first:
- * residency.h; for now only a PUMP_BUDGET's, under the launch rule: discards_here), the 2 MiB
+ * residency.h; under the launch rule: discards_here), the 2 MiB
  * blocks wholly inside it that pump believes on the device are discarded, so that no eviction
  * writes them back and the next tensor there is not brought in from the host (issue 41, item
- * 2). The discard goes in the order of the block's stream, the one the allocator hands the
+ * 2). On a device the job's memory exceeds, once the GPU has passed the free, at a later hook of
+ * the allocator (passed_discards.h); on one with room for it, at the free, as follows. The
+ * discard goes in the order of the block's stream, the one the allocator hands the
  * memory out again on (it keeps a free block per stream; a use on another stream holds the
  * free back until that use is done, by record_stream, so the free is told only once it
  * completes): on that stream, or, for the legacy default stream, where the driver refuses a
@@ -38,6 +40,7 @@
 #include "channel.h"
 #include "hooks_common.h"
 #include "names.h"
+#include "passed_discards.h"
 #include "pump_torch_trace.h"
 #include "residency.h"
 
@@ -58,6 +61,8 @@ static void tensor_alloc(uint64_t addr, uint64_t size)
     PUMP_COUNT(torch_tensor_allocs, 1);
     pump_names_bind(range, size);
     pump_channel_alloc(range, addr, size, CU_MEM_ATTACH_GLOBAL);
+    /* after the insert: a dead tensor this one took over is not discarded under it */
+    pump_passed_discards_make(__atomic_load_n(&range->device, __ATOMIC_RELAXED));
 }
 
 /* The live tensor starting at addr, or NULL. */
@@ -71,37 +76,40 @@ static struct pump_range *live_tensor(uint64_t addr)
 }
 
 /* Where the dead tensor `range` is discarded: where PUMP_TORCH_DISCARDS asks for it, under the
- * launch rule, within a budget set by PUMP_BUDGET (and, in discard_dead, on a device the job's
- * memory cannot fill); while a plan of pumpd's has triggers, only a named tensor (names.h).
+ * launch rule, within a budget set by PUMP_BUDGET or pump's own on a device the job's memory
+ * exceeds; while a plan of pumpd's has triggers, only a named tensor (names.h).
  * Measured on bench-steady (docs/limits.md): there it cut the bytes each way 40% and the
- * launching thread's time 28%, at the same step time. On a full device a discarded block's room
- * is free only once the discard has run on the GPU, so the moves taking it wait for the free
- * there and the step slowed: that stays as it was until it is solved. A plan counts a dead
+ * launching thread's time 28%, at the same step time. A plan counts a dead
  * name's room free at its free (pump/foresight.py gives it no eviction), which only its discard
  * makes so: without one the plan's prefetches did not fit beside the dead blocks and the launch
  * rule made their room, writing the dead bytes back (the H200 case c replay's planned steps,
  * 9.7 GB in and 10.5 out against 5.5 and 6.1 with them). A plan on addresses (pump's allocator,
  * bench-steady's step) does not count on it, and there the discards' waits for the freeing
  * stream to drain made the planned step 2.8x slower for no byte less. */
-static bool discards_here(const struct pump_range *range)
+static bool discards_here(const struct pump_range *range, int device)
 {
     struct pump_channel *channel = pump_channel_get();
     return pump_config.torch_discards != PUMP_DISCARDS_OFF && pump_config.policy == PUMP_POLICY_LAUNCH &&
-           pump_config.budget_kind != PUMP_CAP_DEFAULT &&
+           (pump_config.budget_kind != PUMP_CAP_DEFAULT || pump_capacity_beyond_device(device)) &&
            (channel == NULL || channel->plan == NULL ||
             __atomic_load_n(&channel->plan->trigger_count, __ATOMIC_ACQUIRE) == 0 ||
             __atomic_load_n(&range->name, __ATOMIC_RELAXED) != 0);
 }
 
-/* Discards a dead tensor's whole blocks where pump's budget presses on their device, which has
- * room for the job's memory (its capacity is within the device: see discards_here). */
+/* Discards a dead tensor's whole blocks where pump's budget presses on their device: at its free,
+ * on a device with room for the job's memory; on one it exceeds, once the GPU has passed the free
+ * (passed_discards.h), where a discard at the free would wait for the freeing stream to drain. */
 static void discard_dead(struct pump_range *range, CUstream stream)
 {
     int device = __atomic_load_n(&range->device, __ATOMIC_RELAXED);
     /* memory the driver refused to prefetch is refused a discard too (cuda.h, same contract) */
-    if (!pump_residency_pressed(device) || !discards_here(range) || pump_capacity_beyond_device(device) ||
+    if (!pump_residency_pressed(device) || !discards_here(range, device) ||
         __atomic_load_n(&range->unprefetchable, __ATOMIC_RELAXED))
         return;
+    if (pump_capacity_beyond_device(device)) {
+        pump_passed_discards_note(range, stream);
+        return;
+    }
     struct pump_context *c = pump_context_of(stream);  /* NULL: the calling thread's context */
     if (c != NULL && pump_context_device(c) == device)
         PUMP_COUNT(torch_tensor_discards, pump_residency_discard(range, c, stream) != 0);
@@ -110,6 +118,7 @@ static void discard_dead(struct pump_range *range, CUstream stream)
 static void tensor_free(uint64_t addr, CUstream stream)
 {
     struct pump_range *range = live_tensor(addr);
+    int device = range != NULL ? __atomic_load_n(&range->device, __ATOMIC_RELAXED) : -1;
     uint64_t tracked;
     if (range != NULL)
         discard_dead(range, stream);
@@ -118,6 +127,7 @@ static void tensor_free(uint64_t addr, CUstream stream)
         uint64_t name = range != NULL ? pump_names_release(range) : 0;
         pump_channel_free(name != 0 ? name : addr, tracked);
     }
+    pump_passed_discards_make(device);
 }
 
 void pump_torch_trace(int event, uint64_t addr, uint64_t size, int flags, CUstream stream)
