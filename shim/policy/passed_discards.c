@@ -54,12 +54,15 @@ PUMP_HIDDEN void pump_passed_discards_note(struct pump_range *range, CUstream st
     if (device < 0 || device >= PUMP_DEVICES_MAX || c == NULL || pump_context_device(c) != device ||
         !pump_discard_possible(stream))
         return;
+    uint64_t base = __atomic_load_n(&range->base, __ATOMIC_RELAXED);
+    if ((base + __atomic_load_n(&range->size, __ATOMIC_RELAXED)) / PUMP_BLOCK_SIZE <=
+        (base + PUMP_BLOCK_SIZE - 1) / PUMP_BLOCK_SIZE)
+        return;  /* no whole 2 MiB block: nothing to discard */
     uint64_t token = pump_use_record(c, stream);
     if (token == 0)
         return;  /* when the free runs is not known */
-    struct waiting_free w = {.addr = __atomic_load_n(&range->base, __ATOMIC_RELAXED),
-                             .life = __atomic_load_n(&range->life, __ATOMIC_RELAXED), .token = token,
-                             .stream = stream};
+    struct waiting_free w = {.addr = base, .life = __atomic_load_n(&range->life, __ATOMIC_RELAXED),
+                             .token = token, .stream = stream};
     struct queue *q = &queues[device];
     pump_mutex_lock(&lock);
     bool full = q->count == WAITING_MAX;
