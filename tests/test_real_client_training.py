@@ -245,3 +245,32 @@ def test_a_budget_discards_the_tensors_pytorch_frees(cuda_torch, c_build, tmp_pa
     assert t["errors"] == 0 and t["events_dropped"] == 0
     # no discard ran beside one of pump's migrations of the same memory (fakecuda/discard_races.c)
     assert json.loads((tmp_path / "pump" / "fakecuda.json").read_text())["discard_races"] == 0
+
+
+def test_a_full_card_discards_the_tensors_pytorch_frees_once_the_gpu_passed_them(cuda_torch, c_build,  # noqa: F811
+                                                                               tmp_path):
+    """Issue 41 item 2 on a really full card: the GPT loop at width 512 on a 64 MiB device under
+    `--capacity host` (pump's own budget), against the job bare on the persona's 80 GB (bare, the
+    64 MiB device fails cublasCreate). A free records an event on its stream, and a later hook of
+    PyTorch's allocator, through the bridge, discards the dead tensor once the GPU has passed it
+    (shim/policy/passed_discards.c). When this was written: 9 tensors discarded (24 MiB), 1,247
+    evictions, the loop's results the bare run's. Before, nothing was discarded on a full card."""
+    outputs, out = [], {}
+    for name, pump in (("bare", False), ("pump", True)):
+        out[name] = tmp_path / name
+        out[name].mkdir()
+        env = dict(clean_env(), LD_LIBRARY_PATH=str(c_build / "plain"), FAKECUDA_PERSONA=PERSONA,
+                   FAKECUDA_STATS=str(out[name] / "fakecuda.json"))
+        cmd = [cuda_torch, str(TRAIN), str(out[name]), "wide"]
+        if pump:
+            env["FAKECUDA_DEVICE_MEMORY"] = "64M"
+            cmd = [PUMP_RUN, "--capacity", "host", "--stats", str(out[name] / "pump.json"), "--", *cmd]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        outputs.append(json.loads(proc.stdout.strip().splitlines()[-1])["wide"])
+    assert outputs[0]["ok"] and outputs[1] == outputs[0]
+    t = json.loads((out["pump"] / "pump.json").read_text())["totals"]
+    assert t["evictions"] > 0 and t["torch_tensor_discards"] > 0 and t["bytes_discarded"] >= 2 * (1 << 20), t
+    assert t["errors"] == 0 and t["events_dropped"] == 0
+    fake = json.loads((out["pump"] / "fakecuda.json").read_text())
+    assert fake["discard_races"] == 0 and fake["bytes_read_discarded"] == 0, fake
