@@ -6,12 +6,18 @@ PFN_cuFuncGetParamCount_v13020 (13.2) and the capture hooks' 13.1 and 13.3 entry
 fakecuda on cuFuncGetParamCount.
 
 The 13.0 headers are the real client's (nvidia-cuda-runtime 13.0.x in the venv of
-PUMP_REAL_CLIENT_PYTHON, which CI makes); without that venv the test is skipped."""
+PUMP_REAL_CLIENT_PYTHON, which CI makes); without that venv the test is skipped. libpump also
+builds with CUDA 12's (shim/base/cuda_compat.h declares what 12.5, 12.8 and 13.0 added): the test
+extra's nvidia-cuda-runtime-cu12 (the newest 12.x), and 12.4's, the first with the 550 driver
+series, fetched once (pip download) into ~/.cache/pump-ci; where it cannot be fetched, that case
+is skipped. Before, libpump failed on PFN_cuMemPrefetchBatchAsync_v13000 and four more."""
 
 import os
 import pathlib
 import re
 import subprocess
+import sys
+import zipfile
 
 import pytest
 
@@ -34,11 +40,8 @@ def cuda_13_0_headers():
     return None
 
 
-def test_libpump_and_fakecuda_build_with_cuda_13_0_headers(tmp_path):
-    include = cuda_13_0_headers()
-    if include is None:
-        missing = pytest.fail if os.environ.get("PUMP_REAL_CLIENT_PYTHON") else pytest.skip
-        missing(f"no CUDA 13.0 headers beside {PYTHON}'s torch (scripts/real-client-venv 2.14.1 makes a venv with them)")
+def build_libpump_and_units(include, tmp_path):
+    """Builds libpump and the shim's unit tests with the cuda.h in `include`, and runs the units."""
     build = tmp_path / "build"
     configure = subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build), "-DPUMP_BUILD_TESTS=ON",
                                 "-DCMAKE_BUILD_TYPE=Release", f"-DPUMP_CUDA_INCLUDE_DIR={include}"],
@@ -49,6 +52,48 @@ def test_libpump_and_fakecuda_build_with_cuda_13_0_headers(tmp_path):
     assert made.returncode == 0, (made.stdout + made.stderr)[-4000:]
     units = subprocess.run([str(build / "tests" / "plain" / "units")], capture_output=True, text=True, timeout=300)
     assert units.returncode == 0 and units.stdout.strip().endswith(", 0 failed"), units.stdout[-2000:]
+
+
+def test_libpump_and_fakecuda_build_with_cuda_13_0_headers(tmp_path):
+    include = cuda_13_0_headers()
+    if include is None:
+        missing = pytest.fail if os.environ.get("PUMP_REAL_CLIENT_PYTHON") else pytest.skip
+        missing(f"no CUDA 13.0 headers beside {PYTHON}'s torch (scripts/real-client-venv 2.14.1 makes a venv with them)")
+    build_libpump_and_units(include, tmp_path)
+
+
+CUDA_12_4 = "12.4.127"
+
+
+def cuda_12_headers(version):
+    """The include folder of nvidia-cuda-runtime-cu12: the test extra's (version None), or `version`'s
+    wheel, fetched once into ~/.cache/pump-ci; None where there is none."""
+    if version is None:
+        import nvidia
+        found = [p / "cuda_runtime" / "include" for p in map(pathlib.Path, nvidia.__path__)
+                 if (p / "cuda_runtime" / "include" / "cuda.h").is_file()]
+        return found[0] if found else None
+    cache = pathlib.Path.home() / ".cache" / "pump-ci" / f"cuda-runtime-cu12-{version}"
+    include = cache / "nvidia" / "cuda_runtime" / "include"
+    if not (include / "cuda.h").is_file():
+        wheels = cache.with_name(cache.name + "-wheel")
+        fetched = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--dest",
+                                  str(wheels), f"nvidia-cuda-runtime-cu12=={version}"],
+                                 capture_output=True, text=True, timeout=300)
+        if fetched.returncode != 0:
+            return None
+        for wheel in wheels.glob("*.whl"):
+            with zipfile.ZipFile(wheel) as z:
+                z.extractall(cache)
+    return include if (include / "cuda.h").is_file() else None
+
+
+@pytest.mark.parametrize("version", [None, CUDA_12_4], ids=["test_extra", CUDA_12_4])
+def test_libpump_builds_with_cuda_12_headers(tmp_path, version):
+    include = cuda_12_headers(version)
+    if include is None:
+        pytest.skip(f"no nvidia-cuda-runtime-cu12 {version or ''} (pip download could not fetch it)")
+    build_libpump_and_units(include, tmp_path)
 
 
 def test_fakecuda_builds_as_a_project_of_its_own_and_passes_its_self_test(tmp_path):
