@@ -435,14 +435,20 @@ def test_prefetch_goes_to_the_kernels_device(run_program, program):
 
 
 def test_logging_is_rate_limited(run_program):
-    """The real runtime's bootstrap makes dozens of hooked lookups in well
-    under a second; PUMP_LOG=2 logs each, at most 20 lines a second."""
+    """The real runtime's bootstrap makes dozens of hooked lookups (59) in well
+    under a second; PUMP_LOG=2 logs each, at most 20 lines a second. A second is
+    the clock's (shim/base/log.c), so a run that crosses into the next one may
+    log 20 more there, after a line counting what the first suppressed: 25 lines
+    in one CI run under load, where 21 was the bound."""
     quiet = run_program("runtime_static")
     assert quiet.proc.stderr == ""  # logging is off by default
+    start = time.monotonic()
     loud = run_program("runtime_static", env={"PUMP_LOG": "2"})
+    seconds_spanned = int(time.monotonic() - start) + 2
     lines = loud.proc.stderr.splitlines()
-    assert loud.records[0]["procaddr_hooks"] > 20
-    assert 10 <= len(lines) <= 21, lines
+    hooks = loud.records[0]["procaddr_hooks"]
+    assert hooks > 21 * 2
+    assert 10 <= len(lines) <= 21 * seconds_spanned and len(lines) < hooks, lines
     assert all(l.startswith("pump[") for l in lines)
 
 
