@@ -750,7 +750,8 @@ def test_discard_order_probe_finds_every_way_in_order_on_fakecuda(fake_gpu):
     (the legacy stream's implicit synchronisation included), so no way leaves the kernel
     indeterminate data; on a GPU the figures say whether the driver does."""
     doc = run_probe(fake_gpu, "discard_order.py", "--mib", "2", "--busy", "2", "--rounds", "1")
-    assert doc["fakecuda"] and set(doc["ways"]) == {"peer_implicit", "peer_events", "same_stream"}, doc
+    assert doc["fakecuda"] and set(doc["ways"]) == {"peer_implicit", "peer_events", "passed_events",
+                                                             "same_stream"}, doc
     assert all(way["wrong"] == 0 and way["written_wrong"] == 0 and way["call_seconds"] >= 0
                for way in doc["ways"].values()), doc
 

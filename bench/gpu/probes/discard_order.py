@@ -16,6 +16,9 @@ into a zeroed `y` on the GPU), and right after that launch `x` is discarded:
 - peer_events: on a non-blocking stream that waits for an event recorded on the legacy stream
   after the kernels, the legacy stream then waiting for an event recorded after the discard
   (pump now, shim/engine/discard_marks.c);
+- passed_events: the host waits until the GPU has passed an event recorded on the legacy stream
+  after the kernels, then discards on an idle non-blocking stream, the legacy stream waiting for
+  an event recorded after the discard (pump on a full card, shim/policy/passed_discards.c);
 - same_stream: the kernels and the discard on one non-blocking stream (cuda.h: a discard
   "executes in stream order").
 A discard made before the kernel read `x` leaves it indeterminate data: `y` then differs from
@@ -40,7 +43,7 @@ import probe
 from cudrv import call, cu
 
 MiB = 1 << 20
-WAYS = ("peer_implicit", "peer_events", "same_stream")
+WAYS = ("peer_implicit", "peer_events", "passed_events", "same_stream")
 
 
 def main(argv=None) -> int:
@@ -93,6 +96,12 @@ def main(argv=None) -> int:
                 elif way == "peer_events":
                     call("cuEventRecord", reached, legacy)
                     call("cuStreamWaitEvent", events_peer, reached, 0)
+                    call("cuMemDiscardBatchAsync", [cu.CUdeviceptr(x)], [size], 1, 0, events_peer)
+                    call("cuEventRecord", discarded, events_peer)
+                    call("cuStreamWaitEvent", legacy, discarded, 0)
+                elif way == "passed_events":
+                    call("cuEventRecord", reached, legacy)
+                    call("cuEventSynchronize", reached)
                     call("cuMemDiscardBatchAsync", [cu.CUdeviceptr(x)], [size], 1, 0, events_peer)
                     call("cuEventRecord", discarded, events_peer)
                     call("cuStreamWaitEvent", legacy, discarded, 0)
