@@ -97,8 +97,8 @@ def test_oversubscribed_dead_tensors_are_discarded_once_the_gpu_passed_their_fre
     drain, so the shim marks the free and discards the dead tensor at a later hook of the
     allocator, once the GPU has passed the mark (shim/policy/passed_discards.c). Fewer dead blocks
     are copied out and fewer bytes cross each way, with the same losses. When this was written:
-    360 MiB in and 355 out a step against 392 each way with the discards off (the driver without
-    pump 402), 129 MiB of dead memory evicted against 166, 7 tensors discarded a step."""
+    356 MiB in and 357 out a step against 392 each way with the discards off (the driver without
+    pump 402), 131 MiB of dead memory evicted against 166."""
     args = ["managed", "neighbour=256"]
     discarded = steady(c_build, "512M", args, ["--capacity", "host"])
     kept = steady(c_build, "512M", args, ["--capacity", "host"], env={"PUMP_TORCH_DISCARDS": "0"})
