@@ -103,12 +103,12 @@ static bool take_oldest(struct queue *q, const struct waiting_free *w)
     return same;
 }
 
-/* Discards what of the dead tensor w names is still dead and believed resident on `device`. */
-static void discard_passed(const struct waiting_free *w, int device)
+/* Discards what of the dead tensor w names is still dead and believed resident on `device`, in c,
+ * its stream's context (NULL: none). */
+static void discard_passed(const struct waiting_free *w, struct pump_context *c, int device)
 {
     CUdeviceptr ptrs[RUNS_MAX];
     size_t sizes[RUNS_MAX];
-    struct pump_context *c = pump_context_of(w->stream);
     if (c == NULL || pump_context_device(c) != device || !pump_discard_possible(w->stream))
         return;  /* a capture opened meanwhile, or its context went */
     struct pump_range *range = pump_ranges_find_freed(w->addr);
@@ -142,7 +142,7 @@ PUMP_HIDDEN void pump_passed_discards_make(int device)
         if (c != NULL && !pump_discard_peer_idle(c))
             return;  /* an earlier discard still runs: this one waits for a later hook, not the GPU */
         if (take_oldest(q, &w) && ran == PUMP_USE_PASSED)
-            discard_passed(&w, device);
+            discard_passed(&w, c, device);
     }
 }
 
