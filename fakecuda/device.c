@@ -325,6 +325,16 @@ FC_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
 }
 FC_ALIAS(cuCtxPopCurrent_v2);
 
+/* The unversioned names (CUDA 3.x's ABI, before cuda.h's #define made them _v2) stay exported by
+ * the real driver (535.261 and 550.163: `nm -D libcuda.so.1` lists cuCtxPushCurrent beside
+ * cuCtxPushCurrent_v2), and cuDNN 9 looks them up there by dlsym, outside cuGetProcAddress
+ * (it says "Could not load symbol cuCtxPushCurrent" where they are missing). They take the same
+ * arguments; here they are the _v2 calls. */
+extern __typeof__(cuCtxPushCurrent_v2) fc_ctx_push_unversioned __asm__("cuCtxPushCurrent")
+    __attribute__((alias("cuCtxPushCurrent_v2"), visibility("default")));
+extern __typeof__(cuCtxPopCurrent_v2) fc_ctx_pop_unversioned __asm__("cuCtxPopCurrent")
+    __attribute__((alias("cuCtxPopCurrent_v2"), visibility("default")));
+
 static CUresult ctx_get_device(CUdevice *device, CUcontext ctx)
 {
     if (!device) return CUDA_ERROR_INVALID_VALUE;

@@ -145,11 +145,10 @@ static CUresult module_load(CUmodule *m, const char *entry, const void *image)
     return CUDA_SUCCESS;
 }
 
-/* cuModuleLoad reads the file (CUDA_ERROR_FILE_NOT_FOUND if it cannot be opened, cuda.h). */
-FC_EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
+/* A file's bytes, NUL-padded (PTX text ends in a NUL; a short file reads as zeros), for the
+ * calls that load from a path (CUDA_ERROR_FILE_NOT_FOUND if it cannot be opened, cuda.h). */
+static CUresult read_image_file(const char *fname, char **out)
 {
-    FC_ENTRY(cuModuleLoad, 2000);
-    if (!fname || !module) return CUDA_ERROR_INVALID_VALUE;
     FILE *f = fopen(fname, "rb");
     if (!f) return CUDA_ERROR_FILE_NOT_FOUND;
     char *buf = NULL;
@@ -164,11 +163,25 @@ FC_EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
         if (r == CUDA_SUCCESS) n += got = fread(buf + n, 1, cap - n - 1, f);
     }
     fclose(f);
-    if (r == CUDA_SUCCESS) {
-        memset(buf + n, 0, cap - n); /* PTX text ends in a NUL; a short file reads as zeros */
-        r = module_load(module, "cuModuleLoad", buf);
+    if (r != CUDA_SUCCESS) {
+        free(buf);
+        return r;
     }
-    free(buf);
+    memset(buf + n, 0, cap - n);
+    *out = buf;
+    return CUDA_SUCCESS;
+}
+
+FC_EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
+{
+    FC_ENTRY(cuModuleLoad, 2000);
+    if (!fname || !module) return CUDA_ERROR_INVALID_VALUE;
+    char *buf;
+    CUresult r = read_image_file(fname, &buf);
+    if (r == CUDA_SUCCESS) {
+        r = module_load(module, "cuModuleLoad", buf);
+        free(buf);
+    }
     return r;
 }
 FC_ALIAS(cuModuleLoad);
@@ -248,19 +261,14 @@ FC_EXPORT CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigned in
 FC_ALIAS(cuModuleEnumerateFunctions);
 
 /* A library is loaded without a context (CUDA 12.0, context-independent loading); its cubin is
- * chosen for the current context's device, or device 0 (every device here is of one kind). */
-FC_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
-                                     void **jitOptionsValues, unsigned int numJitOptions,
-                                     CUlibraryOption *libraryOptions, void **libraryOptionValues,
-                                     unsigned int numLibraryOptions)
+ * chosen for the current context's device, or device 0 (every device here is of one kind). JIT
+ * and library options are taken and not modelled. */
+static CUresult library_load(CUlibrary *library, const char *entry, const void *code)
 {
-    FC_ENTRY(cuLibraryLoadData, 12000);
-    (void)jitOptions; (void)jitOptionsValues; (void)numJitOptions;
-    (void)libraryOptions; (void)libraryOptionValues; (void)numLibraryOptions;
     if (!library || !code) return CUDA_ERROR_INVALID_VALUE;
     struct CUlib_st *o = calloc(1, sizeof *o);
     if (!o) return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = fc_image_load("cuLibraryLoadData", code, &o->img);
+    CUresult r = fc_image_load(entry, code, &o->img);
     if (r != CUDA_SUCCESS) {
         free(o);
         return r;
@@ -270,7 +278,39 @@ FC_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit
     *library = o;
     return CUDA_SUCCESS;
 }
+
+FC_EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
+                                     void **jitOptionsValues, unsigned int numJitOptions,
+                                     CUlibraryOption *libraryOptions, void **libraryOptionValues,
+                                     unsigned int numLibraryOptions)
+{
+    FC_ENTRY(cuLibraryLoadData, 12000);
+    (void)jitOptions; (void)jitOptionsValues; (void)numJitOptions;
+    (void)libraryOptions; (void)libraryOptionValues; (void)numLibraryOptions;
+    return library_load(library, "cuLibraryLoadData", code);
+}
 FC_ALIAS(cuLibraryLoadData);
+
+/* cuLibraryLoadFromFile (cuda.h, CUDA 12.0): cuLibraryLoadData of the file's bytes. cuDNN 9 looks
+ * it up in libcuda by dlsym; the real driver exports it (535.261 and 550.163). */
+FC_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, CUjit_option *jitOptions,
+                                         void **jitOptionsValues, unsigned int numJitOptions,
+                                         CUlibraryOption *libraryOptions, void **libraryOptionValues,
+                                         unsigned int numLibraryOptions)
+{
+    FC_ENTRY(cuLibraryLoadFromFile, 12000);
+    (void)jitOptions; (void)jitOptionsValues; (void)numJitOptions;
+    (void)libraryOptions; (void)libraryOptionValues; (void)numLibraryOptions;
+    if (!library || !fileName) return CUDA_ERROR_INVALID_VALUE;
+    char *buf;
+    CUresult r = read_image_file(fileName, &buf);
+    if (r == CUDA_SUCCESS) {
+        r = library_load(library, "cuLibraryLoadFromFile", buf);
+        free(buf);
+    }
+    return r;
+}
+FC_ALIAS(cuLibraryLoadFromFile);
 
 FC_EXPORT CUresult cuLibraryUnload(CUlibrary library)
 {

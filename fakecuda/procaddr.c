@@ -191,6 +191,7 @@
     X(cuLibraryGetKernelCount, 12040, cuLibraryGetKernelCount, 0, PFN_cuLibraryGetKernelCount_v12040) \
     X(cuLibraryEnumerateKernels, 12040, cuLibraryEnumerateKernels, 0, PFN_cuLibraryEnumerateKernels_v12040) \
     X(cuLibraryLoadData, 12000, cuLibraryLoadData, 0, PFN_cuLibraryLoadData_v12000)                   \
+    X(cuLibraryLoadFromFile, 12000, cuLibraryLoadFromFile, 0, PFN_cuLibraryLoadFromFile_v12000)       \
     X(cuLibraryUnload, 12000, cuLibraryUnload, 0, PFN_cuLibraryUnload_v12000)                         \
     X(cuLibraryGetKernel, 12000, cuLibraryGetKernel, 0, PFN_cuLibraryGetKernel_v12000)                \
     X(cuKernelGetFunction, 12000, cuKernelGetFunction, 0, PFN_cuKernelGetFunction_v12000)             \

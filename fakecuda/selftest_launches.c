@@ -9,7 +9,9 @@
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fakecuda.h"
 #include "selftest.h"
@@ -71,6 +73,22 @@ void selftest_launches(struct selftest_main *m)
     for (int i = 0; i < 4; i++) layout_ok &= cuFuncGetParamInfo(flayout, i, &offs[i], &size) == CUDA_SUCCESS && offs[i] == want[i];
     CHECK(layout_ok, "natural layout offsets");
     CHECK(cuFuncGetParamInfo(flayout, 4, &off, &size) == CUDA_ERROR_INVALID_VALUE, "index past the end");
+    /* a library from a file (cuDNN's dlsym lookup) is the same library; a missing file is named */
+    char path[] = "/tmp/fakecuda-selftest-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0 && write(fd, "anything", 8) == 8 && close(fd) == 0, "a library file");
+    CUlibrary file_lib;
+    CUkernel file_kern;
+    OK(cuLibraryLoadFromFile(&file_lib, path, NULL, NULL, 0, NULL, NULL, 0));
+    OK(cuLibraryGetKernel(&file_kern, file_lib, "double"));
+    OK(cuLibraryUnload(file_lib));
+    unlink(path);
+    CHECK(cuLibraryLoadFromFile(&file_lib, path, NULL, NULL, 0, NULL, NULL, 0) == CUDA_ERROR_FILE_NOT_FOUND,
+          "cuLibraryLoadFromFile of a missing file");
+    /* the unversioned context names the real driver keeps exporting are the _v2 calls */
+    CHECK(dlsym(RTLD_DEFAULT, "cuCtxPushCurrent") == dlsym(RTLD_DEFAULT, "cuCtxPushCurrent_v2") &&
+          dlsym(RTLD_DEFAULT, "cuCtxPopCurrent") == dlsym(RTLD_DEFAULT, "cuCtxPopCurrent_v2") &&
+          dlsym(RTLD_DEFAULT, "cuCtxPushCurrent") != NULL, "cuCtxPushCurrent and cuCtxPopCurrent exported");
     /* the enumerations list the same handles as the lookups by name */
     unsigned nfunc = 0, nkern = 0;
     CUmodule mod;

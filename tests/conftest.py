@@ -26,8 +26,8 @@ LOCK_HELD_LINE = "pump's rule: no lock held across a driver call"
 # cuda_torch fixture, is slow too). A path or node id named on the command line, or any -m, runs
 # what it selects, slow or not.
 SLOW_MODULES = {"test_real_client", "test_real_client_allocators", "test_real_client_iteration",
-                "test_real_client_training", "test_real_client_uses", "test_bench_steady_real", "test_slurm",
-                "test_fuzz", "test_daemon_fair"}
+                "test_real_client_training", "test_real_client_uses", "test_real_client_outside",
+                "test_bench_steady_real", "test_slurm", "test_fuzz", "test_daemon_fair"}
 SLOW_VARIANTS = {"asan", "tsan"}
 # Slow tests that another worker's load skews, so CI runs them apart (`pytest -m alone`), the rest
 # of the slow tier on two workers: those that time the daemon's CPU under a load they make (under
