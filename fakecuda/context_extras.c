@@ -6,6 +6,7 @@
 #include "fakecuda_internal.h"
 
 #include <stdio.h>
+#include <string.h>
 
 static CUresult current(CUcontext *c)
 {
@@ -67,6 +68,15 @@ FC_ALIAS(cuCtxGetId);
  * the SM fields are written: CUDA 13.1 added nextResource after the union, and a client built
  * with 13.0's cuda.h has no room for it (the union is 40 bytes or more in every version, the SM
  * fields at most 20). */
+/* CUdevSmResource as CUDA 13.0's cuda.h lays it out, which is what a client built with 13.0 or
+ * later reads, whatever header fakecuda was built with (12.x's has smCount alone, in the same
+ * place; the union it sits in is as large). */
+struct sm_resource_13_0 {
+    unsigned int smCount, minSmPartitionSize, smCoscheduledAlignment;
+};
+_Static_assert(sizeof(CUdevResource) - offsetof(CUdevResource, sm) >= sizeof(struct sm_resource_13_0),
+               "CUdevResource holds 13.0's SM fields");
+
 FC_EXPORT CUresult cuCtxGetDevResource(CUcontext hCtx, CUdevResource *resource, CUdevResourceType type)
 {
     FC_ENTRY(cuCtxGetDevResource, 12040);
@@ -76,12 +86,12 @@ FC_EXPORT CUresult cuCtxGetDevResource(CUcontext hCtx, CUdevResource *resource, 
     if (!resource) return CUDA_ERROR_INVALID_VALUE;
     if (type != CU_DEV_RESOURCE_TYPE_SM) return CUDA_ERROR_INVALID_RESOURCE_TYPE;
     int dev = fc_ctx_device(c), major = fc_persona_attribute(dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
-    CUdevSmResource sm = {0}; /* the fields later headers add (flags, a locality domain): none */
+    struct sm_resource_13_0 sm = {0}; /* the fields later headers add (flags, a locality domain): none */
     sm.smCount = (unsigned)fc_persona_attribute(dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
     sm.minSmPartitionSize = major >= 9 ? 8 : major == 8 ? 4 : 2;
     sm.smCoscheduledAlignment = major >= 9 ? 8 : 2;
     resource->type = CU_DEV_RESOURCE_TYPE_SM;
-    resource->sm = sm;
+    memcpy(&resource->sm, &sm, sizeof sm);
     return CUDA_SUCCESS;
 }
 FC_ALIAS(cuCtxGetDevResource);
@@ -109,7 +119,7 @@ FC_ALIAS(cuCtxGetStreamPriorityRange);
  * non-zero only on a CUDA-in-graphics context (cuda.h), which fakecuda never makes: 0 (cuBLASLt
  * 13.1 asks it at cublasCreate). Another limit (CU_LIMIT_SHMEM_SIZE, CIG_SHMEM_FALLBACK_ENABLED:
  * CIG contexts' own): CUDA_ERROR_UNSUPPORTED_LIMIT. */
-static size_t fc_limits[CU_LIMIT_MAX] = {
+static size_t fc_limits[CU_LIMIT_CIG_ENABLED + 1] = { /* the limits known, below */
     [CU_LIMIT_STACK_SIZE] = 1024, [CU_LIMIT_PRINTF_FIFO_SIZE] = 1u << 20, [CU_LIMIT_MALLOC_HEAP_SIZE] = 8u << 20,
     [CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH] = 2, [CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT] = 2048,
     [CU_LIMIT_MAX_L2_FETCH_GRANULARITY] = 32, [CU_LIMIT_PERSISTING_L2_CACHE_SIZE] = 0, [CU_LIMIT_CIG_ENABLED] = 0};

@@ -6,11 +6,15 @@ PFN_cuFuncGetParamCount_v13020 (13.2) and the capture hooks' 13.1 and 13.3 entry
 fakecuda on cuFuncGetParamCount.
 
 The 13.0 headers are the real client's (nvidia-cuda-runtime 13.0.x in the venv of
-PUMP_REAL_CLIENT_PYTHON, which CI makes); without that venv the test is skipped. libpump also
-builds with CUDA 12's (shim/base/cuda_compat.h declares what 12.5, 12.8 and 13.0 added): the test
-extra's nvidia-cuda-runtime-cu12 (the newest 12.x), and 12.4's, the first with the 550 driver
-series, fetched once (pip download) into ~/.cache/pump-ci; where it cannot be fetched, that case
-is skipped. Before, libpump failed on PFN_cuMemPrefetchBatchAsync_v13000 and four more."""
+PUMP_REAL_CLIENT_PYTHON, which CI makes); without that venv the test is skipped. libpump and
+fakecuda (the library) also build with CUDA 12's (shim/base/cuda_compat.h and fakecuda/cuda_compat.h
+declare what 12.5, 12.8 and 13.0 added): the test extra's nvidia-cuda-runtime-cu12 (the newest 12.x),
+and 12.4's, the first with the 550 driver series, fetched once (pip download) into ~/.cache/pump-ci;
+where it cannot be fetched, that case is skipped. fakecuda's self-test is a client of 13.0's API
+(cuMemPrefetchAsync, cuMemAdvise and cuCtxCreate changed their prototypes in 13.0), so the suite's
+own build of it runs against the 12.x-built library: the same exports and answers. Before,
+libpump failed on PFN_cuMemPrefetchBatchAsync_v13000 and four more, fakecuda on
+cuMemPrefetchBatchAsync, CU_MEM_ALLOCATION_TYPE_MANAGED and 13.0's CUdevSmResource fields."""
 
 import os
 import pathlib
@@ -40,18 +44,25 @@ def cuda_13_0_headers():
     return None
 
 
-def build_libpump_and_units(include, tmp_path):
-    """Builds libpump and the shim's unit tests with the cuda.h in `include`, and runs the units."""
+def build_libpump_and_units(include, tmp_path, selftest=None):
+    """Builds libpump and the shim's unit tests with the cuda.h in `include`, and runs the units;
+    with `selftest` (a fakecuda self-test built by the suite), builds fakecuda too and runs the
+    self-test against it."""
     build = tmp_path / "build"
     configure = subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build), "-DPUMP_BUILD_TESTS=ON",
                                 "-DCMAKE_BUILD_TYPE=Release", f"-DPUMP_CUDA_INCLUDE_DIR={include}"],
                                capture_output=True, text=True, timeout=300)
     assert configure.returncode == 0, configure.stderr[-3000:]
-    made = subprocess.run(["cmake", "--build", str(build), "-j", str(os.cpu_count() or 2), "--target", "pump",
-                           "units_plain"], capture_output=True, text=True, timeout=600)
+    targets = ["pump", "units_plain"] + (["fakecuda_plain"] if selftest else [])
+    made = subprocess.run(["cmake", "--build", str(build), "-j", str(os.cpu_count() or 2), "--target", *targets],
+                          capture_output=True, text=True, timeout=600)
     assert made.returncode == 0, (made.stdout + made.stderr)[-4000:]
     units = subprocess.run([str(build / "tests" / "plain" / "units")], capture_output=True, text=True, timeout=300)
     assert units.returncode == 0 and units.stdout.strip().endswith(", 0 failed"), units.stdout[-2000:]
+    if selftest:
+        env = {**os.environ, "LD_LIBRARY_PATH": str(build / "tests" / "plain")}  # before the self-test's RUNPATH
+        run = subprocess.run([str(selftest)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0 and run.stdout.rstrip().endswith(" 0 failed"), run.stdout[-2000:] + run.stderr[-2000:]
 
 
 def test_libpump_and_fakecuda_build_with_cuda_13_0_headers(tmp_path):
@@ -89,11 +100,11 @@ def cuda_12_headers(version):
 
 
 @pytest.mark.parametrize("version", [None, CUDA_12_4], ids=["test_extra", CUDA_12_4])
-def test_libpump_builds_with_cuda_12_headers(tmp_path, version):
+def test_libpump_and_fakecuda_build_with_cuda_12_headers(tmp_path, c_build, version):
     include = cuda_12_headers(version)
     if include is None:
         pytest.skip(f"no nvidia-cuda-runtime-cu12 {version or ''} (pip download could not fetch it)")
-    build_libpump_and_units(include, tmp_path)
+    build_libpump_and_units(include, tmp_path, selftest=c_build / "plain" / "fakecuda_selftest")
 
 
 def test_fakecuda_builds_as_a_project_of_its_own_and_passes_its_self_test(tmp_path):
