@@ -166,7 +166,8 @@ def figures(result, what):
            "driver_evictions_per_step": s["driver_evictions"], "device_resident_peak": s["device_resident_peak"],
            "step_us": round(s["wall_ns"] / 1000, 1),
            "launch_thread_us_per_launch": round((s["cpu_ns"] + s["thread_host_ns"]) / launches / 1000, 3),
-           "launch_uses_mismatched_per_step": s["launch_uses_mismatched"]}
+           "launch_uses_mismatched_per_step": s["launch_uses_mismatched"],
+           "bytes_read_discarded_per_step": s["bytes_read_discarded"]}
     if s["pump"] is not None:
         managed = s["pump"]["launches"]
         out["planned_launch_fraction"] = round(s["pump"]["launches_planned"] / managed, 4) if managed else 0.0

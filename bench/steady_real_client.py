@@ -15,7 +15,9 @@ The launching threads are PyTorch's two: the Python thread and the autograd engi
 for the device; their CPU and the driver host time fakecuda charged to each are summed. A bare
 run whose driver time is not all on those two threads is refused (a launch from a thread the
 client does not read would leave the figures short). Kernels are no-ops on fakecuda: no value
-is computed or compared."""
+is computed or compared, so discarded pages are not filled with poison (FAKECUDA_DISCARD_FILL=none:
+that fill is host time on fakecuda's stream worker, which a GPU's discard does not take); a read of
+one still counts (bytes_read_discarded)."""
 import json
 import os
 import pathlib
@@ -134,7 +136,8 @@ def run_client(python, pump_run, as_written, steps, warmup, device_memory, progr
         raise ValueError(f"the real client takes warmup {WARMUP} and no program arguments")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PUMP_", "FAKECUDA_"))}
     env.pop("LD_PRELOAD", None)
-    env.update(LD_LIBRARY_PATH=str(DRIVER_DIR), FAKECUDA_PERSONA=PERSONA, FAKECUDA_IOCTL_THREAD=ioctl_thread)
+    env.update(LD_LIBRARY_PATH=str(DRIVER_DIR), FAKECUDA_PERSONA=PERSONA, FAKECUDA_IOCTL_THREAD=ioctl_thread,
+               FAKECUDA_DISCARD_FILL="none")
     if device_memory is not None:
         env["FAKECUDA_DEVICE_MEMORY"] = device_memory
     env.update(extra_env or {})

@@ -77,6 +77,7 @@ typedef struct fc_config {
      * one is refused (prefetch.c; UINT_MAX: never) */
     unsigned pool_prefetch_refuse_after;
     int pool_reuse_freed; /* FAKECUDA_POOL_REUSE=freed: a pool hands out the last freed block of a size first */
+    int discard_fill;     /* FAKECUDA_DISCARD_FILL=poison (the default): discarded pages are written with poison */
 } fc_config;
 extern fc_config fc_cfg; /* valid after fc_config_load() */
 void fc_config_load(void);

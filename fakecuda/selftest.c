@@ -393,6 +393,7 @@ int main(int argc, char **argv)
     CHECK(run_child("faults", "FAKECUDA_UVM_PERF_PREFETCH_MIN_FAULTS=0", NULL) == 2, "min_faults 0 refused");
     CHECK(run_child("pool-prefetch", "FAKECUDA_POOL_PREFETCH=maybe", NULL) == 2, "bad FAKECUDA_POOL_PREFETCH refused");
     CHECK(run_child("pool-prefetch", "FAKECUDA_POOL_REUSE=maybe", NULL) == 2, "bad FAKECUDA_POOL_REUSE refused");
+    CHECK(run_child("discard-fill-none", "FAKECUDA_DISCARD_FILL=zero", NULL) == 2, "bad FAKECUDA_DISCARD_FILL refused");
     CHECK(run_child("pool-prefetch-refuse-after", "FAKECUDA_POOL_PREFETCH_REFUSE_AFTER=-1", NULL) == 2,
           "bad FAKECUDA_POOL_PREFETCH_REFUSE_AFTER refused");
     char path[] = "/tmp/fakecuda-selftest-XXXXXX";

@@ -76,6 +76,7 @@ int selftest_child_faults_threshold_50(void);     /* selftest_faults.c */
 int selftest_child_faults_batch_one(void);        /* selftest_faults.c */
 int selftest_child_faults_evict(void);            /* selftest_faults.c */
 int selftest_child_read_mostly(void);             /* selftest_read_mostly.c */
+int selftest_child_discard_fill_none(void);       /* selftest_memory.c */
 int selftest_child_pool_prefetch(void);  /* selftest_pools.c */
 int selftest_child_pool_prefetch_refuse_after(void);  /* selftest_pools.c */
 int selftest_child_runtime(void);        /* selftest_runtime.c */

@@ -400,6 +400,7 @@ const struct selftest_driver_mode selftest_driver_modes[] = {
     { "faults-batch-one", "FAKECUDA_UVM_PERF_FAULT_BATCH_COUNT=1", selftest_child_faults_batch_one },
     { "faults-evict", "FAKECUDA_DEVICE_MEMORY=4M", selftest_child_faults_evict },
     { "read-mostly", "FAKECUDA_DEVICE_MEMORY=4M", selftest_child_read_mostly },
+    { "discard-fill-none", "FAKECUDA_DISCARD_FILL=none", selftest_child_discard_fill_none },
     { "pool-prefetch", "FAKECUDA_POOL_PREFETCH=refuse", selftest_child_pool_prefetch },
     { "pool-prefetch-refuse-after", "FAKECUDA_POOL_PREFETCH_REFUSE_AFTER=2", selftest_child_pool_prefetch_refuse_after },
     { "devices-64", "FAKECUDA_DEVICES=64", child_devices_64 },

@@ -2,7 +2,8 @@
  * (selftest.c runs them in order on what it set up): faults of a host-filled buffer, prefetch
  * (single and batched, with the batch's checks), unused prefetched bytes and CPU faults, discard
  * (and one racing a migration on another stream), a prefetch raced by a kernel on another stream; then pointer attributes, plain and
- * stream-ordered allocations, memory pools (stream-ordered reuse), cuMemCreate and mappings (vmm.c). */
+ * stream-ordered allocations, memory pools (stream-ordered reuse), cuMemCreate and mappings (vmm.c);
+ * and, in a child, a discard under FAKECUDA_DISCARD_FILL=none. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -368,4 +369,32 @@ void selftest_memory(struct selftest_main *m)
     OK(cuMemGetInfo(&fr, &tot));
     CHECK(fr == free_before, "its last unmap frees a released handle");
     OK(cuMemAddressFree(va, 8 * gran));
+}
+
+/* FAKECUDA_DISCARD_FILL=none (a child): a discarded page keeps its bytes, and is lost all the
+ * same: a copy's read of it counts. */
+int selftest_child_discard_fill_none(void)
+{
+    CUcontext c;
+    CUstream s;
+    CHECK(!cuInit(0) && !cuDevicePrimaryCtxRetain(&c, 0) && !cuCtxSetCurrent(c) &&
+              !cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "child setup");
+    float *a = selftest_managed_filled(2 * PAGE, 1.0f);
+    CHECK(a != NULL, "managed memory");
+    if (failed) return 1;
+    const CUmemLocation dev = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 };
+    OK(cuMemPrefetchAsync((CUdeviceptr)(uintptr_t)a, 2 * PAGE, dev, 0, s));
+    CUdeviceptr lost_page = (CUdeviceptr)(uintptr_t)a;
+    size_t size = PAGE;
+    fakecuda_reset_stats();
+    OK(cuMemDiscardBatchAsync(&lost_page, &size, 1, 0, s));
+    OK(cuStreamSynchronize(s));
+    CHECK(selftest_stats().bytes_discarded == PAGE, "one page discarded (%llu)",
+          (unsigned long long)selftest_stats().bytes_discarded);
+    CHECK(selftest_all_equal(a, PAGE / sizeof *a, 1.0f), "its bytes left as they were");
+    OK(cuMemcpyAsync(lost_page + PAGE, lost_page, PAGE, s));
+    OK(cuStreamSynchronize(s));
+    CHECK(selftest_stats().bytes_read_discarded == PAGE, "a read of it counted (%llu)",
+          (unsigned long long)selftest_stats().bytes_read_discarded);
+    return failed ? 1 : 0;
 }

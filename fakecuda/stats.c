@@ -186,6 +186,12 @@ static void load_config(void)
         exit(2);
     }
     fc_cfg.pool_reuse_freed = v && strcmp(v, "freed") == 0;
+    v = getenv("FAKECUDA_DISCARD_FILL");
+    if (v && *v && strcmp(v, "poison") != 0 && strcmp(v, "none") != 0) {
+        fprintf(stderr, "fakecuda: FAKECUDA_DISCARD_FILL=%s: allowed: poison (the default) or none\n", v);
+        exit(2);
+    }
+    fc_cfg.discard_fill = !(v && strcmp(v, "none") == 0);
     parse_fail(getenv("FAKECUDA_FAIL"));
     fc_pump_locks = (unsigned int (*)(void))dlsym(RTLD_DEFAULT, "pump_locks_held");
     fc_pump_waits = (unsigned int (*)(void))dlsym(RTLD_DEFAULT, "pump_lock_waits_held");
