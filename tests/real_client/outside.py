@@ -7,8 +7,6 @@ tests/test_real_client_outside.py: PyTorch's CUDA build on fakecuda, bare and un
                  AdamW, gradient accumulation over two micro-batches, a shorter last batch, an
                  evaluation pass under no_grad every other step, and a checkpoint as
                  transformers saves one (save_pretrained: safetensors) with the optimizer's state
-  hf_compiled    the same GPT2Config's model through torch.compile (Inductor's Triton kernels,
-                 forward and backward)
 
 argv[1]: a directory for checkpoints; argv[2], if given, the jobs to run (comma-separated).
 Prints one JSON line: per job whether it ran, its optimizer steps and its checkpoint (tensor
@@ -73,21 +71,7 @@ def hf_gpt2(out):
     return {k: v for k, v in model.state_dict().items()}
 
 
-def hf_compiled(out):
-    from transformers import GPT2LMHeadModel
-    model = GPT2LMHeadModel(gpt2_config()).cuda()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
-    step = torch.compile(lambda idx: model(input_ids=idx, labels=idx).loss)
-    for _ in range(STEPS):
-        opt.zero_grad(set_to_none=True)
-        step(torch.randint(0, 128, (4, 32), device="cuda")).backward()
-        opt.step()
-    state = {k: v.cpu() for k, v in model.state_dict().items()}
-    torch.save(state, os.path.join(out, "hf_compiled.pt"))
-    return state
-
-
-JOBS = {"resnet_amp": resnet_amp, "hf_gpt2": hf_gpt2, "hf_compiled": hf_compiled}
+JOBS = {"resnet_amp": resnet_amp, "hf_gpt2": hf_gpt2}
 
 
 def main():
