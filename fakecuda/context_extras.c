@@ -60,14 +60,6 @@ FC_EXPORT CUresult cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
 }
 FC_ALIAS(cuCtxGetId);
 
-/* cuda.h, cuCtxGetDevResource: "the type resources available to the context". A context here has
- * its whole device: CU_DEV_RESOURCE_TYPE_SM answers the device's SMs, with the minimum partition
- * and the co-scheduling alignment cuda.h's green-context section gives per compute capability
- * (6.x and 7.x: 2 and 2; 8.x: 4 and 2; 9.0 and later: 8 and 8). Any other type, the workqueue
- * types of CUDA 13.1 included (not modelled), is CUDA_ERROR_INVALID_RESOURCE_TYPE. Only type and
- * the SM fields are written: CUDA 13.1 added nextResource after the union, and a client built
- * with 13.0's cuda.h has no room for it (the union is 40 bytes or more in every version, the SM
- * fields at most 20). */
 /* CUdevSmResource as CUDA 13.0's cuda.h lays it out, which is what a client built with 13.0 or
  * later reads, whatever header fakecuda was built with (12.x's has smCount alone, in the same
  * place; the union it sits in is as large). */
@@ -77,6 +69,14 @@ struct sm_resource_13_0 {
 _Static_assert(sizeof(CUdevResource) - offsetof(CUdevResource, sm) >= sizeof(struct sm_resource_13_0),
                "CUdevResource holds 13.0's SM fields");
 
+/* cuda.h, cuCtxGetDevResource: "the type resources available to the context". A context here has
+ * its whole device: CU_DEV_RESOURCE_TYPE_SM answers the device's SMs, with the minimum partition
+ * and the co-scheduling alignment cuda.h's green-context section gives per compute capability
+ * (6.x and 7.x: 2 and 2; 8.x: 4 and 2; 9.0 and later: 8 and 8). Any other type, the workqueue
+ * types of CUDA 13.1 included (not modelled), is CUDA_ERROR_INVALID_RESOURCE_TYPE. Only type and
+ * the SM fields are written: CUDA 13.1 added nextResource after the union, and a client built
+ * with 13.0's cuda.h has no room for it (the union is 40 bytes or more in every version, the SM
+ * fields at most 20). */
 FC_EXPORT CUresult cuCtxGetDevResource(CUcontext hCtx, CUdevResource *resource, CUdevResourceType type)
 {
     FC_ENTRY(cuCtxGetDevResource, 12040);

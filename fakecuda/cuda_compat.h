@@ -3,9 +3,9 @@
  * 12.4 (issue 43 item 3). Names newer than the header in use are declared here with the values
  * and prototypes of CUDA 13.5's cuda.h and cudaTypedefs.h (nvidia-cuda-runtime 13.5.37), under
  * the release that brought them (where a 12.x header lacks a name its PFN's version gives, under
- * the first release whose header has it). Struct fields a later release added are set under
- * #if where they are used. Included by fakecuda_internal.h and selftest.h; with a header that has
- * them, it adds nothing. */
+ * the first release whose header has it). A struct a later release grew is written through a
+ * layout of its own where it is answered (context_extras.c's CUdevSmResource). Included by
+ * fakecuda_internal.h and selftest.h; with a header that has them, it adds nothing. */
 #ifndef FAKECUDA_CUDA_COMPAT_H
 #define FAKECUDA_CUDA_COMPAT_H
 

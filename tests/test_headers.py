@@ -7,12 +7,13 @@ fakecuda on cuFuncGetParamCount.
 
 The 13.0 headers are the real client's (nvidia-cuda-runtime 13.0.x in the venv of
 PUMP_REAL_CLIENT_PYTHON, which CI makes); without that venv the test is skipped. libpump and
-fakecuda (the library) also build with CUDA 12's (shim/base/cuda_compat.h and fakecuda/cuda_compat.h
-declare what 12.5, 12.8, 12.9 and 13.0 added): libpump with the test extra's nvidia-cuda-runtime-cu12
-(the newest 12.x), both with 12.4's, the first with the 550 driver series, fetched once (pip
-download) into ~/.cache/pump-ci; where it cannot be fetched, that case is skipped. fakecuda's self-test is a client of 13.0's API
-(cuMemPrefetchAsync, cuMemAdvise and cuCtxCreate changed their prototypes in 13.0), so the suite's
-own build of it runs against the 12.x-built library: the same exports and answers. Before,
+fakecuda (the library) also build with CUDA 12's (shim/base/cuda_compat.h and
+fakecuda/cuda_compat.h declare what 12.5, 12.8, 12.9 and 13.0 added): libpump with the test
+extra's nvidia-cuda-runtime-cu12 (the newest 12.x), both with 12.4's, the first with the 550
+driver series, fetched once (pip download) into ~/.cache/pump-ci; where it cannot be fetched,
+that case is skipped. fakecuda's self-test is a client of 13.0's API (cuMemPrefetchAsync,
+cuMemAdvise and cuCtxCreate changed their prototypes in 13.0), so the suite's own build of it
+runs against the 12.x-built library: the same exports and answers. Before,
 libpump failed on PFN_cuMemPrefetchBatchAsync_v13000 and four more, fakecuda on
 cuMemPrefetchBatchAsync, CU_MEM_ALLOCATION_TYPE_MANAGED and 13.0's CUdevSmResource fields."""
 

@@ -68,7 +68,7 @@ def hf_gpt2(out):
     folder = os.path.join(out, "hf_gpt2")
     model.save_pretrained(folder)
     torch.save(opt.state_dict(), os.path.join(folder, "optimizer.pt"))
-    return {k: v for k, v in model.state_dict().items()}
+    return model.state_dict()
 
 
 JOBS = {"resnet_amp": resnet_amp, "hf_gpt2": hf_gpt2}
