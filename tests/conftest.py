@@ -40,7 +40,8 @@ def _slow(item) -> bool:
     params = getattr(item, "callspec", None)
     variant = params.params.get("variant") if params else None
     return (item.module.__name__ in SLOW_MODULES or variant in SLOW_VARIANTS
-            or "cuda_torch" in getattr(item, "fixturenames", ()) or item.get_closest_marker("alone") is not None)
+            or "cuda_torch" in getattr(item, "fixturenames", ())
+            or any(item.get_closest_marker(mark) is not None for mark in ("slow", "alone")))
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's: the GPU machine has pytest alone
