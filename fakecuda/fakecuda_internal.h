@@ -112,7 +112,8 @@ enum { FC_E_LAUNCH, FC_E_GRAPH_LAUNCH, FC_E_PREFETCH, FC_E_DISCARD, FC_E_EVENT_R
 void fc_cost(int entry, int64_t ns);                       /* one call, ns charged to the caller */
 void fc_cost_call(int entry);                               /* one call, nothing charged yet */
 void fc_cost_charge(int entry, int64_t ns, int on_worker);  /* ns charged to this thread */
-void fc_ioctl(int entry, int64_t ns, int on_worker);        /* ns paid now, va_space lock held for reading */
+void fc_ioctl(int entry, int64_t ns, int64_t turn_ns, int on_worker); /* paid now, va_space lock held for reading */
+int64_t fc_charge_copies(int64_t ns);                       /* a prefetch's copies, in their turn: ns waited and charged */
 int fc_ioctl_on_worker(void);
 int64_t fc_migrate_ioctl_ns(uintptr_t p, size_t n);
 int64_t fc_discard_ioctl_ns(uintptr_t p, size_t n);
@@ -233,8 +234,8 @@ typedef struct fc_op {
     int kind;
     union {
         struct { struct fc_kdef *def; fakecuda_dims dims; uint64_t not_before; void *args; fc_use *uses; size_t nuses; } k;
-        /* ioctl_ns: paid by the worker before the pages move (FAKECUDA_IOCTL_THREAD=worker) */
-        struct { size_t n; fc_range *r; uint64_t not_before; int64_t ioctl_ns; int entry;
+        /* ioctl_ns, turn_ns: paid by the worker before the pages move (FAKECUDA_IOCTL_THREAD=worker) */
+        struct { size_t n; fc_range *r; uint64_t not_before; int64_t ioctl_ns, turn_ns; int entry;
                  CUstream stream; uint64_t race_number; /* discard_races.c */
                  int late; /* a discard asked for on a busy stream (discard_races.c) */ } pf;
         struct { CUhostFn fn; void *ud; } h;

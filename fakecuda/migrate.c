@@ -370,7 +370,10 @@ static void migrate_range(uintptr_t addr, size_t len, uint8_t target, int why)
         }
         addr = p > plast ? stop : a->base + p * FAKECUDA_PAGE;
         pthread_rwlock_unlock(&fc_reg_lock);
-        fc_charge_ns(ns);
+        if (IS_PREFETCH(why))
+            fc_charge_copies(ns); /* a prefetch's copies (and evictions for their room) take turns: cost.c */
+        else
+            fc_charge_ns(ns);
     }
 }
 

@@ -20,7 +20,7 @@
  * (uvm_ioctl.h, UVM_MIGRATE_FLAG_SKIP_CPU_MAP, a test-only flag; block_map_cpu_page_to waits
  * for the block's tracker), all under the va_space read lock that uvm_api_migrate holds until
  * it returns. */
-static int64_t ioctl_ns(const fc_range *r, size_t n, int discard, int with_copies)
+static int64_t ioctl_ns(const fc_range *r, size_t n, int discard, int with_copies, int64_t *turn_ns)
 {
     int64_t ns = 0;
     for (size_t i = 0; i < n; i++) {
@@ -29,9 +29,12 @@ static int64_t ioctl_ns(const fc_range *r, size_t n, int discard, int with_copie
             continue;
         }
         uint64_t moving = fc_bytes_to_move(r[i].ptr, r[i].size, r[i].loc);
-        ns += fc_migrate_ioctl_ns(r[i].ptr, r[i].size) + fc_move_ns(moving);
+        ns += fc_migrate_ioctl_ns(r[i].ptr, r[i].size);
+        /* Moving its pages takes its turn with other prefetches' copies (cost.c, fc_charge_copies),
+         * as its copies do: a move to the host waits for them, its pages' CPU time inside that wait */
+        *turn_ns += fc_move_ns(moving);
         if (with_copies && r[i].loc == FC_LOC_HOST)
-            ns += fc_prefetch_d2h_wait_ns(moving);
+            *turn_ns += fc_prefetch_d2h_wait_ns(moving);
     }
     return ns;
 }
@@ -44,7 +47,7 @@ void fc_run_prefetch(const fc_op *op)
     fc_wait_until(op->u.pf.not_before);
     int discard = op->u.pf.entry == FC_E_DISCARD;
     if (discard) fc_discard_runs(op->u.pf.stream, op->u.pf.race_number, op->u.pf.r, op->u.pf.n);
-    if (op->u.pf.ioctl_ns) fc_ioctl(op->u.pf.entry, op->u.pf.ioctl_ns, 1); /* copy waits: below */
+    if (op->u.pf.ioctl_ns) fc_ioctl(op->u.pf.entry, op->u.pf.ioctl_ns, op->u.pf.turn_ns, 1); /* copy waits: below */
     for (size_t i = 0; i < op->u.pf.n; i++) {
         int hold = op->u.pf.ioctl_ns && op->u.pf.r[i].loc == FC_LOC_HOST;
         if (hold) fc_va_read_lock();
@@ -138,10 +141,11 @@ static CUresult prefetch_enqueue(const CUdeviceptr *ptrs, const size_t *sizes, c
     op->u.pf.late = entry == FC_E_DISCARD && fc_stream_busy(s);
     if (fc_ioctl_on_worker()) {
         fc_cost(entry, FAKECUDA_LAUNCH_HOST_NS);
-        op->u.pf.ioctl_ns = ioctl_ns(op->u.pf.r, n, entry == FC_E_DISCARD, 0);
+        op->u.pf.ioctl_ns = ioctl_ns(op->u.pf.r, n, entry == FC_E_DISCARD, 0, &op->u.pf.turn_ns);
     } else {
         fc_cost_call(entry);
-        fc_ioctl(entry, ioctl_ns(op->u.pf.r, n, entry == FC_E_DISCARD, 1), 0);
+        int64_t turn_ns = 0, ns = ioctl_ns(op->u.pf.r, n, entry == FC_E_DISCARD, 1, &turn_ns);
+        fc_ioctl(entry, ns, turn_ns, 0);
     }
     op->u.pf.not_before = fc_host_clock_ns();
     op->u.pf.stream = s;

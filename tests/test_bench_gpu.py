@@ -340,7 +340,7 @@ def test_replaces_lines_name_the_constant_and_the_measurement():
     assert got["FAKECUDA_D2H_BYTES_PER_US"]["measured"] == 8000 and got["FAKECUDA_D2H_BYTES_PER_US"]["now"] == 25000
     assert got["fakecuda's"]["measured"] is False
     assert [r["measured"] for r in replaces.lines(probes) if "driver_evict" in r["how"]] == [30000]
-    assert got["pump's"]["measured"] == 0.12 and got["pump's"]["now"] == 1 and "512 MiB" in got["pump's"]["how"]
+    assert got["pump's"]["measured"] == 0.12 and got["pump's"]["now"] == 0 and "512 MiB" in got["pump's"]["how"]
     assert replaces.lines({}) == []
 
 
@@ -440,18 +440,19 @@ def test_driver_evict_probe_reads_both_paths_back(fake_gpu):
 
 
 def test_concurrent_moves_probe_reads_fakecudas_overlap_back(fake_gpu):
-    """fakecuda charges each thread's call what it costs alone, so a prefetch to the GPU and one
-    to the host made at once overlap wholly (a wide band: a loaded machine's late wake-ups);
-    each alone takes at least its bytes at fakecuda's rate that way. 128 MiB each, 5 rounds: at
-    32 MiB the move in took 0.7 ms, so a millisecond's late wake-up in a clean-clone CI run under
-    load made the overlap -1.57."""
+    """fakecuda books every prefetch's copies on one timeline, as the GPU runs measured (they
+    take turns: overlap 0.05 to -0.13), so a prefetch to the GPU and one to the host made at once
+    hardly overlap: only their calls' fixed costs do (0.12 here; a wide band: a loaded machine's
+    late wake-ups); each alone takes at least its bytes at fakecuda's rate that way. 128 MiB
+    each, 5 rounds: at 32 MiB the move in took 0.7 ms, so a millisecond's late wake-up in a
+    clean-clone CI run under load made the overlap -1.57."""
     from pump.simulate import constants
     f = constants.fakecuda_constants()
     doc = run_probe(fake_gpu, "concurrent_moves.py", "--mib", "128", "--rounds", "5")
     assert len(doc["samples_seconds"]["together"]) == 5 and doc["bytes_each"] == 128 * MiB
     assert doc["out_seconds"] >= 128 * MiB / (f["FAKECUDA_PREFETCH_D2H_BYTES_PER_US"] * 1e6) * 0.95, doc
     assert doc["in_seconds"] >= 128 * MiB / (f["FAKECUDA_H2D_BYTES_PER_US"] * 1e6) * 0.95, doc
-    assert doc["overlap"] > 0.6, doc
+    assert doc["overlap"] < 0.4, doc
 
 
 def test_host_writes_probe_times_each_state(fake_gpu):

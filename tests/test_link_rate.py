@@ -124,14 +124,15 @@ def run_steady_step(c_build, tmp_path, policy: str, *args: str, **extra_env) -> 
 def test_the_shim_times_its_prefetches_at_the_links_rate(c_build, tmp_path):
     """A run under a budget prefetches all along: pumpd's trace holds the shim's LINK records,
     each a prefetch of whole blocks that pump had evicted, every one. None is faster than
-    fakecuda's link (25 GB/s), some slower (what the prefetch shared the link with), and their
-    median is the link; pumpd's Gen5 fallback (63 GB/s) is not. Room is made by each launch
-    (PUMP_EVICT_AHEAD=0): with the worker's evictions ahead, how many prefetches share the link
-    with them follows the two threads' wall-clock timing, and on a loaded 2-core machine the
-    median fell to 18.5 GB/s (a clean-clone CI run), 15.0 and 17.4 (here; 23.9 to 24.0 without them)."""
+    fakecuda's link (25 GB/s); those the link carried alone are the link, and many are slower:
+    fakecuda's prefetches take turns with their copies, as the GPUs measured (fakecuda/cost.c),
+    so the next launch's evictions, made while a prefetch's copy waits in its stream, come
+    between (4.0 to 24.4 GB/s in one run, median 10.5; before the turns the median was the link,
+    23.9 to 24.0). The rate pumpd plans at is thus the link as pump shares it, not pumpd's Gen5
+    fallback (63 GB/s). Room is made by each launch (PUMP_EVICT_AHEAD=0)."""
     _, rates = run_steady_step(c_build, tmp_path, "launch", "8", "1", "managed", PUMP_EVICT_AHEAD="0")
-    assert rates[-1] <= 1.01 * FAKECUDA_LINK, rates
-    assert 0.8 * FAKECUDA_LINK <= statistics.median_low(rates), rates
+    assert 0.8 * FAKECUDA_LINK <= rates[-1] <= 1.01 * FAKECUDA_LINK, rates
+    assert statistics.median_low(rates) <= FAKECUDA_LINK, rates
 
 
 def test_pump_run_says_the_rate_lookahead_planned_at(c_build, tmp_path):

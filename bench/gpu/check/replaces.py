@@ -86,8 +86,8 @@ def lines(probes: dict) -> list:
     moves = (probes.get("concurrent_moves") or {}).get("result", {})
     if "overlap" in moves:
         out.append({"replaces": "pump's one worker thread a device (shim/engine/prefetch_worker.c), and fakecuda's "
-                                "concurrent UVM_MIGRATE calls (each costs its thread what it costs alone)",
-                    "measured": round(moves["overlap"], 2), "now": 1,
+                                "prefetches taking turns with their copies (fakecuda/cost.c, fc_charge_copies)",
+                    "measured": round(moves["overlap"], 2), "now": 0,
                     "how": f"overlap of a prefetch to the GPU and one to the host made by two threads at once, "
                            f"{moves['bytes_each'] >> 20} MiB each: 0 they take turns, 1 the shorter hides under the "
                            f"longer (concurrent_moves)"})

@@ -5,8 +5,9 @@ their own. A move to the host waits inside its call for its copies (uvm_migrate.
 thread every planned prefetch behind an eviction waits for that copy; in `pump simulate`'s best
 case that one thread is most of lookahead's step (docs/limits.md). A second thread pays only if
 the driver runs the two calls side by side (both take the va_space lock for reading; their
-copies take opposite directions of the link). fakecuda assumes it does, fully: each thread's
-call costs what it costs alone.
+copies take opposite directions of the link). It does not: on an H100 and two H200s the two took
+turns (overlap 0.05, -0.13, -0.11: bench/results/gpu-2026112*/preflight.json), and fakecuda
+books every prefetch's copies on one timeline so (fakecuda/cost.c, fc_charge_copies).
 
     python bench/gpu/probes/concurrent_moves.py [--mib M] [--rounds R]
 
