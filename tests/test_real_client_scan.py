@@ -31,7 +31,8 @@ def test_three_runs_with_fixed_addresses_prefetch_the_same_bytes(cuda_torch, c_b
     assert run.returncode in (0, 1) and out.exists(), run.stdout + run.stderr
     doc = json.loads(out.read_text())
     assert doc["kernels_differ_at"] is None, run.stdout  # the GPT loops choose no kernel by timing
-    assert len({r["launches"] for r in doc["runs"]}) == 1 and doc["runs"][0]["launches"] > 900
+    # The same launches in every run, and enough of them: 984 on torch 2.14.1, 786 on 2.15.0
+    assert len({r["launches"] for r in doc["runs"]}) == 1 and doc["runs"][0]["launches"] > 700
     assert len({r["prefetch_bytes"] for r in doc["runs"]}) == 1, run.stdout
     assert run.returncode == 0
     assert all(w["parameter_bytes"] > 8 for w in doc["words"]), run.stdout
