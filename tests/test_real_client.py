@@ -118,6 +118,10 @@ def test_host_side_runs_on_the_persona(cuda_torch, c_build, tmp_path, persona):
     assert steps["pinned"]["value"] is True  # page-locked host memory, as PyTorch asks for it
 
 
+OPTIONAL_PREFIXES = ("cuGreenCtx", "cuDevResource", "cuDevSmResource", "cuDeviceGetDevResource", "cuCtxFromGreenCtx",
+                     "cuMulticast")
+
+
 def ledger():
     """{kind: set of names} from the committed ledger ("kind name" per line, # comments; "" is the
     empty name, which the runtime looks up too)."""
@@ -136,6 +140,11 @@ def test_what_the_runtime_asked_for_and_lacks_is_the_ledger(cuda_torch, c_build,
     seen = {kind: set(names) for kind, names in r["not_found"].items() if kind != "unnamed"}
     assert r["not_found"]["unnamed"] == 0
     want = ledger()
+    # PyTorch's optional entry points (the ledger's comment) are looked up all or none: torch 2.11
+    # asks for none of them, 2.14 and 2.15 for all
+    optional = {name for name in want["cuGetProcAddress"] if name.startswith(OPTIONAL_PREFIXES)}
+    if not seen["cuGetProcAddress"] & optional:
+        want["cuGetProcAddress"] -= optional
     diff = {kind: {"new (not in the ledger)": sorted(seen[kind] - want[kind]),
                    "gone (fakecuda has it now)": sorted(want[kind] - seen[kind])}
             for kind in want if seen[kind] != want[kind]}
