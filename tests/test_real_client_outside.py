@@ -4,7 +4,8 @@ gradient accumulation, a shorter last batch, an evaluation pass, save_pretrained
 tests/real_client/outside.py (torch.compile's kernels are the tier's in
 test_real_client_allocators.py). PyTorch's CUDA build (PUMP_REAL_CLIENT_PYTHON, with torchvision
 and transformers: scripts/real-client-venv installs them) runs them on fakecuda bare, with
-FAKECUDA_PERSONA set, and under pump-run without it (the default device is the H100 persona). What must hold, each able to fail:
+FAKECUDA_PERSONA set, and under pump-run without it (the default device is the H100 persona).
+What must hold, each able to fail:
 - both runs exit 0, every job runs its steps, and they print the same (the same checkpoints);
 - every launch fakecuda ran reached pump's hooks, whose handle kind pump knew, in a process pump
   did not stand aside in; no driver call pump made failed, no event was dropped;
