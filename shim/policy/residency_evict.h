@@ -20,7 +20,7 @@ static inline bool pump_marks_hold(const uint64_t *marks, uint32_t n, uint64_t m
 struct evictions {
     struct pump_decision *dn;
     struct pump_move m;
-    bool moving_only;  /* takes no block whose eviction moves nothing (left to the driver) */
+    bool moving_only;  /* pump_make_room takes no block left to the driver (residency_state.h) */
 };
 
 /* Writes down the evictions gathered so far (one driver call). */

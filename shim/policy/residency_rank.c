@@ -192,18 +192,24 @@ PUMP_HIDDEN void pump_rank_forget(struct pump_blocks *a)
 
 /* ---- the victim search ---- */
 
-PUMP_HIDDEN void pump_rank_walk_begin(struct pump_rank_walk *w, int device, uint64_t decision)
+PUMP_HIDDEN void pump_rank_walk_begin(struct pump_rank_walk *w, int device, uint64_t decision, bool moving_only)
 {
     pump_rank_settle(device);
-    *w = (struct pump_rank_walk){.next = pump_devices[device].used.newer_used, .decision = decision};
+    *w = (struct pump_rank_walk){
+        .next = pump_devices[device].used.newer_used, .decision = decision, .moving_only = moving_only};
+}
+
+static bool passed_over(const struct pump_rank_walk *w, const struct pump_block *b)
+{
+    return pump_block_protected(b, w->decision) || (w->moving_only && pump_block_left_to_driver(b));
 }
 
 PUMP_HIDDEN struct pump_block *pump_rank_walk_next(struct pump_rank_walk *w, int device)
 {
     struct pump_device_state *d = &pump_devices[device];
-    while (w->next != &d->used && pump_block_protected(w->next, w->decision))
+    while (w->next != &d->used && passed_over(w, w->next))
         w->next = w->next->newer_used;
-    while (d->heap_n > 0 && pump_block_protected(d->heap[0], w->decision)) {
+    while (d->heap_n > 0 && passed_over(w, d->heap[0])) {
         struct pump_block *b = d->heap[0];
         heap_remove(d, b);
         b->newer_used = w->aside;

@@ -31,15 +31,17 @@ PUMP_HIDDEN void pump_rank_settle(int device);
 PUMP_HIDDEN void pump_rank_forget(struct pump_blocks *a);
 
 /* A victim search under the device's lock: pump_rank_walk_next gives its
- * first unprotected block in victim order, or NULL when none is left; the
+ * first unprotected block in victim order (with moving_only, also not one
+ * left to the driver: pump_block_left_to_driver), or NULL when none is left; the
  * caller evicts each block it is given (pump_rank_leave) before asking again.
- * The protected ones passed on the way are put back by pump_rank_walk_end. */
+ * The blocks passed on the way are put back by pump_rank_walk_end. */
 struct pump_rank_walk {
     struct pump_block *next;    /* the next list block to consider */
-    struct pump_block *aside;   /* protected blocks taken off the heap, chained by `newer_used` */
+    struct pump_block *aside;   /* blocks passed over taken off the heap, chained by `newer_used` */
     uint64_t decision;          /* blocks it protects: its allocations' and its marked ones */
+    bool moving_only;
 };
-PUMP_HIDDEN void pump_rank_walk_begin(struct pump_rank_walk *w, int device, uint64_t decision);
+PUMP_HIDDEN void pump_rank_walk_begin(struct pump_rank_walk *w, int device, uint64_t decision, bool moving_only);
 PUMP_HIDDEN struct pump_block *pump_rank_walk_next(struct pump_rank_walk *w, int device);
 PUMP_HIDDEN void pump_rank_walk_end(struct pump_rank_walk *w, int device);
 

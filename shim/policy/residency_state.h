@@ -8,6 +8,7 @@
 
 #include <pthread.h>
 
+#include "discard_marks.h"
 #include "ranges.h"
 
 struct pump_block {
@@ -91,6 +92,14 @@ PUMP_HIDDEN extern struct pump_device_state pump_devices[PUMP_DEVICES_MAX];
 static inline bool pump_block_protected(const struct pump_block *b, uint64_t decision)
 {
     return b->owner->mark == decision || b->mark == decision;
+}
+
+/* Whether pump's eviction of b moves nothing: its discard is not yet made, or it is read-mostly,
+ * which pump leaves to the driver (residency.h). Either way it stays on the device, the room
+ * believed freed is not, until the driver needs room and evicts in its own order. */
+static inline bool pump_block_left_to_driver(const struct pump_block *b)
+{
+    return b->discarded == PUMP_DISCARD_UNORDERED || __atomic_load_n(&b->read_mostly, __ATOMIC_RELAXED);
 }
 
 #endif
