@@ -21,9 +21,18 @@
  * a PCIe Gen4 x16 figure. A prefetch of N bytes keeps its stream busy N / this us. */
 #define FAKECUDA_H2D_BYTES_PER_US 25000u
 
-/* Device->host bandwidth of the driver's own moves (CPU faults, its evictions), same PCIe
- * figure: not measured. */
+/* Device->host bandwidth of a CPU fault's copy (the host reading GPU-resident memory), same
+ * PCIe figure: not measured as such (gpu-check's prefetch_bandwidth times the whole fault path,
+ * 1.65 GB/s on the H100, FAKECUDA_CPU_FAULT_US's part included). */
 #define FAKECUDA_D2H_BYTES_PER_US 25000u
+
+/* Device->host rate of the driver's own evictions (a kernel's faults or an allocation needing
+ * room on a full device): measured on an H100 80GB HBM3, driver 580: 11.28 GB/s for 1 GiB
+ * evicted by plain allocations, 0.96x a prefetch to the host in the same run
+ * (bench/results/gpu-20261126-nvidia-h100-80gb-hbm3, preflight.json, probes.driver_evict; the
+ * H200s read 10.0 GB/s, 0.62x). The whole rate, charged as each page's copy: the eviction's
+ * other work inside it. */
+#define FAKECUDA_EVICT_D2H_BYTES_PER_US 11280u
 
 /* Device->host bandwidth of a prefetch to the CPU (cuMemPrefetchAsync to the host, the way
  * pump evicts): measured on an H100 80GB HBM3, PCIe Gen5 x16, driver 580: 11.24 GB/s for 1 GiB

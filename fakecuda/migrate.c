@@ -246,7 +246,7 @@ static int64_t evict_one(int device, int *evicted)
             continue;
         }
         FC_COUNT(bytes_evicted_d2h, FAKECUDA_PAGE);
-        ns += xfer_ns(FAKECUDA_PAGE, FAKECUDA_D2H_BYTES_PER_US);
+        ns += xfer_ns(FAKECUDA_PAGE, FAKECUDA_EVICT_D2H_BYTES_PER_US);
     }
     *chunk_slot(b, first, device) = NULL;
     pthread_mutex_unlock(&b->mu);

@@ -19,6 +19,7 @@
 #define U(x) ((unsigned long long)(x))
 /* A page's transfer and a fault's service, as migrate.c charges them */
 #define XFER_NS (PAGE * 1000ull / FAKECUDA_H2D_BYTES_PER_US)
+#define EVICT_NS (PAGE * 1000ull / FAKECUDA_EVICT_D2H_BYTES_PER_US) /* a page the driver evicts */
 #define FAULT_NS (FAKECUDA_GPU_FAULT_US * 1000ull)
 
 static CUfunction ftouch;
@@ -210,9 +211,9 @@ static int child_evict_fill(void)
               s.bytes_h2d == 2 * MiB && s.gpu_faults == 32,
           "one chunk evicted, one filled (%llu evictions, %llu out, %llu in)", U(s.driver_evictions),
           U(s.bytes_evicted_d2h), U(s.bytes_h2d));
-    CHECK(s.gpu_fault_stall_ns == 32 * XFER_NS + 32 * (FAULT_NS + XFER_NS),
+    CHECK(s.gpu_fault_stall_ns == 32 * EVICT_NS + 32 * (FAULT_NS + XFER_NS),
           "eviction, then fill: stall %llu ns, expected %llu", U(s.gpu_fault_stall_ns),
-          32 * XFER_NS + 32 * (FAULT_NS + XFER_NS));
+          32 * EVICT_NS + 32 * (FAULT_NS + XFER_NS));
     OK(cuMemFree(a));
     OK(cuMemFree(b));
 

@@ -339,7 +339,8 @@ def test_replaces_lines_name_the_constant_and_the_measurement():
     assert got["D2H_WORST_FRACTION"]["measured"] == pytest.approx(40e9 / 63.015e9, abs=1e-3)
     assert got["FAKECUDA_D2H_BYTES_PER_US"]["measured"] == 8000 and got["FAKECUDA_D2H_BYTES_PER_US"]["now"] == 25000
     assert got["fakecuda's"]["measured"] is False
-    assert [r["measured"] for r in replaces.lines(probes) if "driver_evict" in r["how"]] == [30000]
+    assert [(r["replaces"].split()[0], r["measured"], r["now"]) for r in replaces.lines(probes)
+            if "driver_evict" in r["how"]] == [("FAKECUDA_EVICT_D2H_BYTES_PER_US", 30000, 11280)]
     assert got["pump's"]["measured"] == 0.12 and got["pump's"]["now"] == 0 and "512 MiB" in got["pump's"]["how"]
     assert replaces.lines({}) == []
 
@@ -422,20 +423,21 @@ def test_host_calls_probe_times_every_call(fake_gpu, tmp_path):
 def test_driver_evict_probe_reads_both_paths_back(fake_gpu):
     """fakecuda's two rates, read back through the probe on the model's own clock (the time
     charged to the probe's thread: the wall clock is a loaded machine's, either way): the driver's
-    evictions copy at FAKECUDA_D2H_BYTES_PER_US with nothing else charged, pump's prefetch
-    to the host at FAKECUDA_PREFETCH_D2H_BYTES_PER_US beside the call's fixed costs."""
+    evictions copy at FAKECUDA_EVICT_D2H_BYTES_PER_US with nothing else charged, pump's prefetch
+    to the host at FAKECUDA_PREFETCH_D2H_BYTES_PER_US beside the call's fixed costs: the two
+    about alike, as the H100 measured them (0.96x)."""
     from pump.simulate import constants
     f = constants.fakecuda_constants()
     doc = run_probe(fake_gpu, "driver_evict.py", "--mib", "64", "--rounds", "3")
     half = 32 * MiB
     assert doc["evicted_bytes_per_round"] == [half] * 3, doc
     charged = doc["fakecuda_charged"]
-    page_ns = f["FAKECUDA_PAGE"] * 1000 // f["FAKECUDA_D2H_BYTES_PER_US"]   # migrate.c's xfer_ns, a page at a time
+    page_ns = f["FAKECUDA_PAGE"] * 1000 // f["FAKECUDA_EVICT_D2H_BYTES_PER_US"]   # migrate.c's xfer_ns, a page at a time
     driver = half / (half // f["FAKECUDA_PAGE"] * page_ns * 1e-9)
     assert charged["driver_evict_samples"] == pytest.approx([driver] * 3, rel=1e-6), (charged, driver)
     prefetch = half / (prefetch_charge(f, half, True) + f["FAKECUDA_SYNC_HOST_NS"] * 1e-9)
     assert charged["prefetch_to_host_samples"] == pytest.approx([prefetch] * 3, rel=1e-6), (charged, prefetch)
-    assert charged["driver_over_prefetch"] > 1   # fakecuda's assumption, which the GPU must check
+    assert 0.9 < charged["driver_over_prefetch"] < 1.1, charged
     assert all(rate > 0 for rate in doc["driver_evict_samples"] + doc["prefetch_to_host_samples"]), doc
 
 

@@ -8,7 +8,7 @@ membudget's margin), writes it from the host (so it starts on the host), then R 
 it to the GPU with cuMemPrefetchAsync, timed with events, and back to the host, timed the same
 way; and R times more brings it to the GPU and reads it on the host, timed on the host clock: the
 CPU faults migrate it back by the driver's own path, not a prefetch's (fakecuda's
-FAKECUDA_D2H_BYTES_PER_US, which also stands for the driver's evictions, against
+FAKECUDA_D2H_BYTES_PER_US beside FAKECUDA_CPU_FAULT_US, against
 FAKECUDA_PREFETCH_D2H_BYTES_PER_US for a prefetch).  Prints one JSON object: {"bytes",
 "h2d_bytes_per_s", "d2h_bytes_per_s", "d2h_fault_bytes_per_s" (medians), "h2d_samples",
 "d2h_samples", "d2h_fault_samples" (bytes/s per round), "device"}; on fakecuda also

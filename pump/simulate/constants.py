@@ -345,7 +345,8 @@ def fakecuda_constants(path: str = FAKECUDA_MODEL_H) -> dict:
         if re.fullmatch(r"[0-9uUlL\s*+()<>-]+", expr):
             values[name] = int(eval(re.sub(r"(?<=\d)[uUlL]+", "", expr), {"__builtins__": {}}))
     needed = ("FAKECUDA_PAGE", "FAKECUDA_MANAGED_ALIGN", "FAKECUDA_H2D_BYTES_PER_US",
-              "FAKECUDA_D2H_BYTES_PER_US", "FAKECUDA_PREFETCH_D2H_BYTES_PER_US", "FAKECUDA_GPU_FAULT_US",
+              "FAKECUDA_D2H_BYTES_PER_US", "FAKECUDA_PREFETCH_D2H_BYTES_PER_US", "FAKECUDA_EVICT_D2H_BYTES_PER_US",
+              "FAKECUDA_GPU_FAULT_US",
               "FAKECUDA_LAUNCH_LATENCY_US",
               "FAKECUDA_IOCTL_NS", "FAKECUDA_BLOCK_PASS_NS", "FAKECUDA_MIGRATE_BLOCK_NS")
     missing = [n for n in needed if n not in values]

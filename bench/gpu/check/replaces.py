@@ -74,13 +74,13 @@ def lines(probes: dict) -> list:
         out.append({"replaces": "FAKECUDA_D2H_BYTES_PER_US (fakecuda/fakecuda_model.h, not measured)",
                     "measured": round(bw["d2h_fault_bytes_per_s"] / 1e6), "now": model_constant("FAKECUDA_D2H_BYTES_PER_US"),
                     "how": "the host reading GPU-resident managed memory, in bytes/us: the driver's own path back, "
-                           "which the driver's evictions take too (prefetch_bandwidth)"})
+                           "its faults included (prefetch_bandwidth)"})
     evict = (probes.get("driver_evict") or {}).get("result", {})
     if "driver_evict_bytes_per_s" in evict:
-        out.append({"replaces": "FAKECUDA_D2H_BYTES_PER_US (fakecuda/fakecuda_model.h, not measured) for the "
-                                "driver's evictions, and the simulator's line rate for them (pump/simulate/bound.py)",
+        out.append({"replaces": "FAKECUDA_EVICT_D2H_BYTES_PER_US (fakecuda/fakecuda_model.h), and the simulator's "
+                                "line rate for the driver's evictions on a GPU preset (pump/simulate/bound.py)",
                     "measured": round(evict["driver_evict_bytes_per_s"] / 1e6),
-                    "now": model_constant("FAKECUDA_D2H_BYTES_PER_US"),
+                    "now": model_constant("FAKECUDA_EVICT_D2H_BYTES_PER_US"),
                     "how": f"bytes/us a plain allocation's evictions of resident managed memory made room at, "
                            f"{evict['driver_over_prefetch']:.2f}x a prefetch to the host in the same run (driver_evict)"})
     moves = (probes.get("concurrent_moves") or {}).get("result", {})
