@@ -6,6 +6,7 @@
 #include "discard_marks.h"
 #include "residency.h"
 #include "residency_blocks.h"
+#include "residency_rank.h"
 
 /* Runs of a dead tensor's blocks one discard takes at most; blocks past them are left alone. */
 #define DISCARD_RUNS 16
@@ -49,13 +50,16 @@ static void settle_dead(struct pump_range *range, const CUdeviceptr *ptrs, const
 {
     pump_shape_write();
     struct pump_blocks *a = range->blocks;
-    for (uint32_t k = 0; a != NULL && k < n; k++)
+    for (uint32_t k = 0; a != NULL && k < n; k++) {
+        if (mark != 0)
+            pump_rank_dead_left(device, sizes[k], true);
         for (uint64_t p = ptrs[k]; p < ptrs[k] + sizes[k]; p += PUMP_BLOCK_SIZE) {
             uint32_t i = (uint32_t)(p / PUMP_BLOCK_SIZE - a->base / PUMP_BLOCK_SIZE);
             a->block[i].discarded = mark;
             if (mark == 0)
                 pump_block_count_in(a, i, device);
         }
+    }
     pump_blocks_publish();
     pump_shape_write_end();
 }

@@ -5,7 +5,8 @@
  * uvm_pmm_gpu.c evict_root_chunk) and comes back when used again. The launch rule
  * takes PUMP_ORDER_USED where no plan is in force (residency.c, launch_rule_order):
  * a freed tensor's blocks first (the caching allocator may
- * never hand that memory out again), then least recently used by a launch. The
+ * never hand that memory out again; where discards take dead memory, by its last
+ * use: residency_rank.h), then least recently used by a launch. The
  * driver's own order is by residency (its USED list is not reordered on access,
  * devmem.c), which in a training step's cycle evicts what the backward pass is
  * about to read again: on bench-steady's oversubscribed step, pump evicting in the
@@ -80,8 +81,10 @@ PUMP_HIDDEN void pump_evict_block(struct evictions *e, struct pump_blocks *a, ui
     }
     e->m.bytes += bytes;
     e->m.blocks++;
-    if (__atomic_load_n(&a->range->dead, __ATOMIC_RELAXED))
+    if (__atomic_load_n(&a->range->dead, __ATOMIC_RELAXED)) {
         e->m.dead_bytes += bytes;
+        pump_rank_dead_left(e->dn->device, bytes, false);
+    }
     pump_block_count_out(a, i);
 }
 

@@ -21,12 +21,35 @@
 
 #include "residency_rank.h"
 
+/* Where either count of dead bytes, discarded or evicted, passes it, both are halved: "lately"
+ * is about the last GiB (GPT-2 small at a 50% budget frees about 2 GB of whole blocks a step). */
+#define DEAD_WINDOW (1ull << 30)
+
+PUMP_HIDDEN void pump_rank_dead_left(int device, uint64_t bytes, bool discarded)
+{
+    if (device < 0 || device >= PUMP_DEVICES_MAX)
+        return;
+    struct pump_device_state *d = &pump_devices[device];
+    if (__atomic_add_fetch(discarded ? &d->dead_discarded : &d->dead_evicted, bytes, __ATOMIC_RELAXED) <= DEAD_WINDOW)
+        return;
+    /* a racing add may be halved or not: a ratio of recent bytes, approximately */
+    __atomic_fetch_sub(&d->dead_discarded, __atomic_load_n(&d->dead_discarded, __ATOMIC_RELAXED) / 2, __ATOMIC_RELAXED);
+    __atomic_fetch_sub(&d->dead_evicted, __atomic_load_n(&d->dead_evicted, __ATOMIC_RELAXED) / 2, __ATOMIC_RELAXED);
+}
+
+static bool dead_kept(const struct pump_device_state *d)
+{
+    uint64_t discarded = __atomic_load_n(&d->dead_discarded, __ATOMIC_RELAXED);
+    return discarded != 0 && discarded >= __atomic_load_n(&d->dead_evicted, __ATOMIC_RELAXED);
+}
+
 static uint64_t rank_of(const struct pump_block *b)
 {
     const struct pump_range *range = b->owner->range;
-    /* A freed tensor's last use counts for nothing: its blocks are the first victims. */
-    uint64_t used = __atomic_load_n(&range->dead, __ATOMIC_RELAXED) ? 0
-                                                                     : __atomic_load_n(&range->used_tick, __ATOMIC_RELAXED);
+    /* A freed tensor's last use counts for nothing, unless its device keeps dead memory. */
+    uint64_t used = __atomic_load_n(&range->dead, __ATOMIC_RELAXED) && !dead_kept(&pump_devices[b->device])
+                        ? 0
+                        : __atomic_load_n(&range->used_tick, __ATOMIC_RELAXED);
     return used > b->planned_for ? used : b->planned_for;
 }
 

@@ -3,11 +3,12 @@
  * ranking a block again cost no sort of the device's blocks.
  *
  * A block's rank is the later of its allocation's last use (range->used_tick;
- * 0 once it is a freed tensor's, pump_residency_freed) and the launch whose
+ * 0 once it is a freed tensor's, pump_residency_freed, but where dead memory is
+ * kept: pump_rank_dead_left) and the launch whose
  * plan trigger last named it (planned_for); victims go by rank,
  * ties by migration order (migrated), oldest first. Every function here is
  * called with the device's lock held (residency_blocks.h), or the shape lock
- * written. */
+ * written, but pump_rank_dead_left. */
 #ifndef PUMP_RESIDENCY_RANK_H
 #define PUMP_RESIDENCY_RANK_H
 
@@ -29,6 +30,15 @@ PUMP_HIDDEN void pump_rank_touched(struct pump_blocks *a, int device);
 PUMP_HIDDEN void pump_rank_settle(int device);
 /* a is going: it leaves the devices' touched lists (the shape lock written). */
 PUMP_HIDDEN void pump_rank_forget(struct pump_blocks *a);
+
+/* `bytes` of freed tensors' blocks left `device` (any lock): discarded, or copied out by an
+ * eviction. Where discards take more of it than evictions copy out, lately, a freed tensor's
+ * blocks rank by their last use (dead memory is kept): a dead block evicted is copied out, and
+ * the tensor placed on its memory next copies it back, where one kept is discarded once the
+ * GPU has passed its free (passed_discards.h) and copies nothing. Where they do not (the next
+ * tensor takes a dead one's memory over before the GPU has passed its free), its blocks are
+ * the first victims: kept, they would only crowd out live blocks. */
+PUMP_HIDDEN void pump_rank_dead_left(int device, uint64_t bytes, bool discarded);
 
 /* A victim search under the device's lock: pump_rank_walk_next gives its
  * first unprotected block in victim order (with moving_only, also not one

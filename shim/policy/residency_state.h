@@ -74,6 +74,8 @@ struct pump_device_state {
     uint64_t turns;                   /* decisions with driver calls so far (under the lock) */
     uint64_t frees;                   /* atomic: tensors freed on it (a clock for pump_residency_pressed) */
     uint64_t evicted_at;              /* atomic: `frees` + 1 at its latest eviction; 0: none yet */
+    uint64_t dead_discarded;          /* atomic: bytes of freed tensors' blocks discarded on it, lately */
+    uint64_t dead_evicted;            /* atomic: ... copied out by pump's evictions, lately (residency_rank.h) */
     struct pump_block **heap;         /* room for every block: PUMP_ORDER_USED's victims out of list order */
     struct pump_block **batch;        /* room for every block: those taking their places at once */
     struct pump_blocks **touched;     /* room for every allocation: those used since the last settle */

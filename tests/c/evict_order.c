@@ -226,7 +226,7 @@ static void workload(uint32_t allocations, uint64_t budget, uint32_t steps, stru
 
 /* Makes room for `blocks` blocks at `budget` for allocation 2, as a rule (or, moving_only, as room
  * made ahead does); the decision's moves are checked against want[0 .. n) (block runs: allocation,
- * first block, blocks). */
+ * first block, blocks), unless want is NULL. */
 struct run {
     uint32_t allocation, first, blocks;
 };
@@ -246,8 +246,20 @@ static bool room_for(uint32_t blocks, uint64_t budget, bool moving_only, const s
     pump_decision_unlock(&dn);
     if (dn.turn != 0)
         pump_turn_end(0);
-    EXPECT(same);
+    EXPECT(same || want == NULL);
     return fit;
+}
+
+/* Three allocations of 4 blocks under a budget of 8 (returned), 0 and 1 resident, 1 the more
+ * recently used. */
+static uint64_t two_resident(struct ranked *scratch)
+{
+    uint64_t budget = 8 * PUMP_BLOCK_SIZE;
+    for (uint32_t k = 0; k < 3; k++)
+        allocate(k, 4, 0);
+    launch(&ranges[0], 1, budget, false, false, scratch);
+    launch(&ranges[1], 1, budget, false, false, scratch);
+    return budget;
 }
 
 static int resident_blocks(uint32_t allocation)
@@ -260,11 +272,7 @@ static int resident_blocks(uint32_t allocation)
 
 static void read_mostly(struct ranked *scratch)
 {
-    uint64_t budget = 8 * PUMP_BLOCK_SIZE;
-    for (uint32_t k = 0; k < 3; k++)
-        allocate(k, 4, 0);
-    launch(&ranges[0], 1, budget, false, false, scratch);
-    launch(&ranges[1], 1, budget, false, false, scratch);
+    uint64_t budget = two_resident(scratch);
     /* Blocks 0 to 2 of allocation 0 wholly, block 3 half: not read-mostly. */
     pump_residency_advised(ranges[0]->base, 3 * PUMP_BLOCK_SIZE + MiB, CU_MEM_ADVISE_SET_READ_MOSTLY);
     /* Blocks whose eviction moves them first, in the order (allocation 0's block 3, then 1's),
@@ -283,18 +291,51 @@ static void read_mostly(struct ranked *scratch)
     /* A freed tensor's read-mostly blocks, first in the order (the rank heap's top): room made
      * ahead (moving_only) passes over them, and takes what moves (it was handed the same block
      * again and again, for good). */
-    for (uint32_t k = 0; k < 3; k++)
-        allocate(k, 4, 0);
-    launch(&ranges[0], 1, budget, false, false, scratch);
-    launch(&ranges[1], 1, budget, false, false, scratch);
+    two_resident(scratch);
     pump_residency_advised(ranges[0]->base, 4 * PUMP_BLOCK_SIZE, CU_MEM_ADVISE_SET_READ_MOSTLY);
     __atomic_store_n(&ranges[0]->dead, 1, __ATOMIC_RELAXED);
     pump_residency_freed(ranges[0]);
     EXPECT(!room_for(6, budget, true, (struct run[]){{1, 0, 4}}, 1));
     EXPECT(resident_blocks(0) == 4 && resident_blocks(1) == 0);
-    EXPECT(room_for(8, budget, false, NULL, 0));  /* a rule's: the driver's to drop */
+    EXPECT(room_for(8, budget, false, (struct run[1]){{0, 0, 0}}, 0));  /* a rule's: the driver's to drop */
     EXPECT(resident_blocks(0) == 0);
     release(3);
+}
+
+/* ---- dead memory kept where discards take it (pump_rank_dead_left) ---- */
+
+/* Allocations 0 and 1 resident (1 the more recently used), 1 freed; the victim of room for 4
+ * blocks for allocation 2. */
+static uint32_t dead_victim(struct ranked *scratch)
+{
+    uint64_t budget = two_resident(scratch);
+    __atomic_store_n(&ranges[1]->dead, 1, __ATOMIC_RELAXED);
+    pump_residency_freed(ranges[1]);
+    EXPECT(room_for(4, budget, false, NULL, 0));
+    uint32_t victim = resident_blocks(1) == 0 && resident_blocks(0) == 4 ? 1
+                      : resident_blocks(0) == 0 && resident_blocks(1) == 4 ? 0 : 2;
+    release(3);
+    return victim;
+}
+
+static void dead_kept(struct ranked *scratch)
+{
+    struct pump_device_state *d = &pump_devices[0];
+    d->dead_discarded = d->dead_evicted = 0;
+    EXPECT(dead_victim(scratch) == 1);  /* nothing discarded: dead blocks first */
+    d->dead_discarded = d->dead_evicted = 0;
+    pump_rank_dead_left(0, 4 * PUMP_BLOCK_SIZE, true);
+    pump_rank_dead_left(0, 3 * PUMP_BLOCK_SIZE, false);
+    EXPECT(dead_victim(scratch) == 0);  /* discards take more: by its last use, it stays */
+    pump_rank_dead_left(0, 2 * PUMP_BLOCK_SIZE, false);
+    EXPECT(dead_victim(scratch) == 1);  /* evictions copy out more again */
+    /* Lately: where either passes a GiB, both halve. */
+    d->dead_discarded = d->dead_evicted = 0;
+    pump_rank_dead_left(0, 1000ull << 20, false);
+    pump_rank_dead_left(0, 100ull << 20, true);
+    pump_rank_dead_left(0, 100ull << 20, false);
+    EXPECT(d->dead_evicted == 550ull << 20 && d->dead_discarded == 50ull << 20);
+    d->dead_discarded = d->dead_evicted = 0;
 }
 
 /* ---- threads racing the rules (for the sanitizers: no order is checked, a use recorded
@@ -408,6 +449,7 @@ int main(int argc, char **argv)
         workload(300, (uint64_t)(150 + 50 * seed) * PUMP_BLOCK_SIZE, 20000, scratch);
     }
     read_mostly(scratch);
+    dead_kept(scratch);
     races(scratch);
     free(scratch);
     return expect_report("evict_order");
