@@ -1,8 +1,9 @@
 /* passed_discards.c: PyTorch's caching allocator's dead tensors, discarded once the GPU has passed
  * their frees, where the job's memory is beyond its device (issue 41, item 2).
  *
- * On a full card the launch rule evicts freed tensors' blocks first (residency_evict.c): each is
- * copied to the host, and the next tensor there is brought back in from it, both for bytes no one
+ * On a full card the launch rule evicts freed tensors' blocks first (residency_evict.c; kept by
+ * their last use once these discards take more dead memory than evictions copy out,
+ * residency_rank.h): each is copied to the host, and the next tensor there is brought back in from it, both for bytes no one
  * reads (GPT-2 small on the real-client tier: 1.5 of 3.5 GB evicted a step were dead). The
  * discard at the free (torch_trace.c) does not fit there: the driver's discard is not ordered
  * before the work queued behind it on a busy stream (discard_marks.c), so it waits for the

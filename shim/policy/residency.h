@@ -37,7 +37,8 @@ PUMP_HIDDEN void pump_residency_detach(struct pump_range *range);
  * lock: its blocks stay, believed where they are, for the next tensor of its
  * extent (the caching allocator keeps the memory on the GPU), and still count
  * against a budget; but they become the first victims when room is needed (the
- * oldest in the migration order, the least recently used in a plan's). A
+ * oldest in the migration order, the least recently used in a plan's; where
+ * discards take dead memory, by their last use: residency_rank.h). A
  * block evicted meanwhile is believed nowhere: the next tensor prefetches it. */
 PUMP_HIDDEN void pump_residency_freed(struct pump_range *range);
 /* A tensor on `device` is freed: whether pump evicted there within its last 1,024 frees. Its
