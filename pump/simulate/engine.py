@@ -146,7 +146,7 @@ def fakecuda(bandwidth: float = None, out: float = None) -> Model:
                  f["FAKECUDA_LAUNCH_LATENCY_US"] * 1e-6, K.LAUNCH_QUEUE_DEPTH, False,
                  policy_sees_extents=False, daemon_reads_steps=True,
                  d2h_bandwidth=out or bandwidth or f["FAKECUDA_PREFETCH_D2H_BYTES_PER_US"] * 1e6,
-                 link_d2h_bytes_per_s=out or (0.0 if bandwidth else f["FAKECUDA_EVICT_D2H_BYTES_PER_US"] * 1e6),
+                 link_d2h_bytes_per_s=out or bandwidth or f["FAKECUDA_EVICT_D2H_BYTES_PER_US"] * 1e6,
                  prefetch_threshold=f["FAKECUDA_UVM_PERF_PREFETCH_THRESHOLD"] if f["FAKECUDA_UVM_PERF_PREFETCH_ENABLE"]
                  else None, prefetch_min_faults=f["FAKECUDA_UVM_PERF_PREFETCH_MIN_FAULTS"])
 

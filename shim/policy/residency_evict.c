@@ -88,8 +88,10 @@ PUMP_HIDDEN void pump_evict_block(struct evictions *e, struct pump_blocks *a, ui
     pump_block_count_out(a, i);
 }
 
-/* One pass of pump_make_room: with moving_only, no block left to the driver is taken. */
-static bool make_room_of(struct evictions *e, uint64_t need, uint64_t budget, uint32_t order, bool moving_only)
+/* One pass of pump_make_room: with moving_only, no block left to the driver is taken (*left_passed:
+ * one was passed over). */
+static bool make_room_of(struct evictions *e, uint64_t need, uint64_t budget, uint32_t order, bool moving_only,
+                         bool *left_passed)
 {
     int device = e->dn->device;
     struct pump_device_state *d = &pump_devices[device];
@@ -101,11 +103,16 @@ static bool make_room_of(struct evictions *e, uint64_t need, uint64_t budget, ui
         while (d->resident + need > budget && (b = pump_rank_walk_next(&w, device)) != NULL)
             pump_evict_block(e, b->owner, index_of(b));
         pump_rank_walk_end(&w, device);
+        *left_passed = w.left_passed;
     } else {
         struct pump_block *next;
         for (struct pump_block *b = d->order.newer; b != &d->order && d->resident + need > budget; b = next) {
             next = b->newer;
-            if (!pump_block_protected(b, decision) && !(moving_only && pump_block_left_to_driver(b)))
+            if (pump_block_protected(b, decision))
+                continue;
+            if (moving_only && pump_block_left_to_driver(b))
+                *left_passed = true;
+            else
                 pump_evict_block(e, b->owner, index_of(b));
         }
     }
@@ -116,13 +123,14 @@ static bool make_room_of(struct evictions *e, uint64_t need, uint64_t budget, ui
  * the device lacks: the driver makes it when it needs it, evicting in its own order blocks pump
  * believes resident, which then fault (tests/test_traffic.py: with the weights read-mostly on a
  * device a neighbour holds 320 of 512 MiB of, 1,088 faults a step got through when they were
- * taken in the launch rule's order). */
+ * taken in the launch rule's order). The second pass walks again only past such a block. */
 PUMP_HIDDEN bool pump_make_room(struct evictions *e, uint64_t need, uint64_t budget, uint32_t order)
 {
     if (budget == 0 || pump_devices[e->dn->device].resident + need <= budget)
         return true;
-    return make_room_of(e, need, budget, order, true) ||
-           (!e->moving_only && make_room_of(e, need, budget, order, false));
+    bool left_passed = false;
+    return make_room_of(e, need, budget, order, true, &left_passed) ||
+           (left_passed && !e->moving_only && make_room_of(e, need, budget, order, false, &left_passed));
 }
 
 PUMP_HIDDEN bool pump_residency_pressed(int device)

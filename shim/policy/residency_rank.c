@@ -222,9 +222,13 @@ PUMP_HIDDEN void pump_rank_walk_begin(struct pump_rank_walk *w, int device, uint
         .next = pump_devices[device].used.newer_used, .decision = decision, .moving_only = moving_only};
 }
 
-static bool passed_over(const struct pump_rank_walk *w, const struct pump_block *b)
+static bool passed_over(struct pump_rank_walk *w, const struct pump_block *b)
 {
-    return pump_block_protected(b, w->decision) || (w->moving_only && pump_block_left_to_driver(b));
+    if (pump_block_protected(b, w->decision))
+        return true;
+    bool left = w->moving_only && pump_block_left_to_driver(b);
+    w->left_passed |= left;
+    return left;
 }
 
 PUMP_HIDDEN struct pump_block *pump_rank_walk_next(struct pump_rank_walk *w, int device)

@@ -50,6 +50,7 @@ struct pump_rank_walk {
     struct pump_block *aside;   /* blocks passed over taken off the heap, chained by `newer_used` */
     uint64_t decision;          /* blocks it protects: its allocations' and its marked ones */
     bool moving_only;
+    bool left_passed;           /* with moving_only: a block left to the driver was passed over */
 };
 PUMP_HIDDEN void pump_rank_walk_begin(struct pump_rank_walk *w, int device, uint64_t decision, bool moving_only);
 PUMP_HIDDEN struct pump_block *pump_rank_walk_next(struct pump_rank_walk *w, int device);

@@ -224,12 +224,13 @@ static void workload(uint32_t allocations, uint64_t budget, uint32_t steps, stru
 
 /* ---- read-mostly memory: left to the driver (residency.h, pump_residency_advised) ---- */
 
-/* Makes room for `blocks` blocks at `budget` for allocation 2, as a rule (or, moving_only, as room
- * made ahead does); the decision's moves are checked against want[0 .. n) (block runs: allocation,
- * first block, blocks), unless want is NULL. */
+/* A run of an allocation's blocks: from `first`, `blocks` of them. */
 struct run {
     uint32_t allocation, first, blocks;
 };
+
+/* Makes room for `blocks` blocks at `budget` for allocation 2, as a rule (or, moving_only, as room
+ * made ahead does); the decision's moves are checked against want[0 .. n), unless want is NULL. */
 
 static bool room_for(uint32_t blocks, uint64_t budget, bool moving_only, const struct run *want, uint32_t n)
 {
