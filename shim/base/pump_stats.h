@@ -12,7 +12,7 @@
 
 enum {
     PUMP_STATS_MAGIC = 0x504d5053,   /* "SPMP" little-endian: a pump record */
-    PUMP_STATS_VERSION = 19
+    PUMP_STATS_VERSION = 20
 };
 
 struct pump_stats {
@@ -193,6 +193,10 @@ struct pump_stats {
     /* version 19: what evictions copy that no one reads again (issue 41 item 2) */
     uint64_t bytes_evicted_dead;     /* of bytes_evicted, those of freed tensors kept in place (ranges.h): a
                                         copy to the host of memory the next tensor there writes first */
+    /* version 20: lookups a writer of the range table held up (ranges.c) */
+    uint64_t range_finds_missed;     /* argument words or addresses not looked up: the range table's writer
+                                        stayed mid-edit while the looking thread held a pump lock (without
+                                        one, it waits for the writer) */
 };
 
 #endif

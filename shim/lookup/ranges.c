@@ -463,6 +463,20 @@ PUMP_HIDDEN void pump_ranges_observe(struct pump_range_observer o)
     observer = o;
 }
 
+/* The allocation holding addr, or NULL, read from the arrays as they stand: consistent only where
+ * no writer edits them meanwhile (the caller checks the sequence, or holds the writer's mutex). */
+static struct pump_range *read_span(uint64_t addr, uint64_t *start, uint64_t *end, bool kept)
+{
+    uint32_t i = upper_bound(LOAD(count), addr);
+    uint64_t e;
+    if (i > 0 && addr < (e = LOAD(ends[i - 1])) && (kept || !LOAD(records[LOAD(slots[i - 1])].dead))) {
+        *start = LOAD(starts[i - 1]);
+        *end = e;
+        return &records[LOAD(slots[i - 1])];
+    }
+    return NULL;
+}
+
 /* The allocation holding addr, or NULL: the seqlock-guarded search; where found, its bounds as
  * the same consistent reading saw them in [*start, *end). With kept, a freed tensor kept in
  * place (dead) is found too. */
@@ -474,13 +488,8 @@ static struct pump_range *search_span(uint64_t addr, uint64_t *start, uint64_t *
             pump_cpu_relax();  /* a writer is mid-edit */
             continue;
         }
-        struct pump_range *found = NULL;
-        uint32_t i = upper_bound(LOAD(count), addr);
         uint64_t s = 0, e = 0;
-        if (i > 0 && addr < (e = LOAD(ends[i - 1])) && (kept || !LOAD(records[LOAD(slots[i - 1])].dead))) {
-            found = &records[LOAD(slots[i - 1])];
-            s = LOAD(starts[i - 1]);
-        }
+        struct pump_range *found = read_span(addr, &s, &e, kept);
         if (atomic_load_explicit(&sequence, memory_order_relaxed) == before) {
             if (found != NULL) {
                 *start = s;
@@ -489,7 +498,18 @@ static struct pump_range *search_span(uint64_t addr, uint64_t *start, uint64_t *
             return found;
         }
     }
-    return NULL;  /* gave up: a missed prefetch, never a stall */
+    /* A writer stayed mid-edit: on a loaded machine, preempted there. Giving up would miss this
+     * word and, within microseconds, every later one of the launch (a live tensor left to fault).
+     * Wait for the writer on its mutex, where this thread holds no pump lock: a lock it holds
+     * may be one the writer's observers take next, and one it holds may be the writer's own. */
+    if (pump_lock_depth != 0) {
+        PUMP_COUNT(range_finds_missed, 1);
+        return NULL;  /* a missed find, never a deadlock */
+    }
+    pump_mutex_lock(&writer);
+    struct pump_range *found = read_span(addr, start, end, kept);
+    pump_mutex_unlock(&writer);
+    return found;
 }
 
 /* search_span after the cheap test against the bounds of every range. */

@@ -1,19 +1,22 @@
 /* units.c: unit tests of the shim's internals, linked with the shim's objects
  * (plain and sanitized): the capacity grammar and the range table, including
- * lock-free readers racing a writer, and a tensor carved over freed memory keeping its eviction; the
+ * lock-free readers racing a writer and waiting for one held mid-edit, and a tensor carved over freed memory keeping its eviction; the
  * PUMP_BUDGET/JOB/NAME grammars; which allocation a refused prefetch marks (and which refusals
  * tell a managed pool's memory apart), and a timing probe broken in one life of its context and
  * made in the next (the channel's ring and plan: units_channel.c). Prints
  * "units: N passed, M failed". */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "device_memory.h"
 #include "expect.h"
 #include "host_room.h"
 #include "link_rate.h"
+#include "locks.h"
 #include "prefetch_ranges.h"
 #include "ranges.h"
 #include "residency.h"
@@ -253,6 +256,58 @@ static void test_readers_race_writer(void)
     EXPECT(pump_ranges_empty());
 }
 
+/* A writer held mid-edit (preempted there, on a loaded machine; here its observer sleeps while
+ * the sequence is odd) must not make a launch's lookup miss a live allocation: a lookup holding
+ * no pump lock waits for the writer (before, it gave up after 64 spins and the launch's later
+ * words were all missed). One holding a pump lock gives up and counts it. */
+static atomic_bool writer_inside;
+
+static void slow_freed(struct pump_range *r)
+{
+    atomic_store(&writer_inside, true);
+    nanosleep(&(struct timespec){.tv_nsec = 100 * 1000 * 1000}, NULL);
+    pump_residency_freed(r);
+}
+
+static void *free_tensor_slowly(void *arg)
+{
+    uint64_t size;
+    pump_ranges_remove_tensor((uint64_t)(uintptr_t)arg, &size);
+    return NULL;
+}
+
+static void test_a_lookup_waits_for_a_writer_held_mid_edit(void)
+{
+    const uint64_t live = 0x700000000000ull, seg = live + 64 * MiB;
+    uint64_t cbase, csize;
+    EXPECT(pump_ranges_insert(live, 4 * MiB, 1, false, 0));
+    EXPECT(pump_ranges_insert(seg, 4 * MiB, 1, false, 0));
+    for (int locked = 0; locked < 2; locked++) {
+        EXPECT(pump_ranges_insert_tensor(seg, MiB, &cbase, &csize) != NULL);
+        pump_ranges_observe((struct pump_range_observer){
+            .gone = pump_residency_detach, .freed = slow_freed, .replaced = pump_residency_replaced});
+        atomic_store(&writer_inside, false);
+        pthread_t writer_thread;
+        pthread_create(&writer_thread, NULL, free_tensor_slowly, (void *)(uintptr_t)seg);
+        while (!atomic_load(&writer_inside))
+            sched_yield();
+        uint64_t missed = pump_stats_record->range_finds_missed;
+        pump_lock_depth += (unsigned)locked;  /* as a caller holding a pump lock */
+        struct pump_range *r = find(live + MiB);
+        pump_lock_depth -= (unsigned)locked;
+        EXPECT(locked ? r == NULL && pump_stats_record->range_finds_missed == missed + 1
+                      : r != NULL && r->base == live && pump_stats_record->range_finds_missed == missed);
+        pthread_join(writer_thread, NULL);
+        pump_ranges_observe((struct pump_range_observer){
+            .gone = pump_residency_detach, .freed = pump_residency_freed, .replaced = pump_residency_replaced});
+    }
+    int device;
+    uint64_t size;
+    EXPECT(pump_ranges_remove(seg, &size, &device) == PUMP_REMOVED_CARVED);
+    EXPECT(pump_ranges_remove(live, &size, &device) == PUMP_REMOVED_ALLOCATION);
+    EXPECT(pump_ranges_empty());
+}
+
 static void test_budget_job_name_grammar(void)
 {
     enum pump_capacity_kind kind;
@@ -440,6 +495,7 @@ int main(void)
     test_carved_segments();
     test_a_tensor_over_freed_memory_waits_for_its_eviction();
     test_readers_race_writer();
+    test_a_lookup_waits_for_a_writer_held_mid_edit();
     test_device_memory();
     test_budget_job_name_grammar();
     test_a_refusal_marks_the_allocation_asked_about();
