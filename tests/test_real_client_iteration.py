@@ -31,6 +31,7 @@ STEPS = 60
 STEP_LAUNCHES = {"2.11": 459, "2.14": 451, "2.15": 448}
 
 
+UNSET_SLOT_KEYS = 3  # launch keys a step may lose to words PyTorch left unset (see the test)
 ATTEMPTS = 4  # runs made while the shim drops records (see run_lookahead)
 
 
@@ -94,10 +95,17 @@ def test_placed_tensors_make_every_launch_key_repeat_and_lookahead_plans(runs, s
     proc, t, doc = runs[True]
     it = doc["iteration"]
     assert doc["steps"] == STEPS  # the optimizer's marks, as STEP records
-    # Every key but at most one: twice in clean-clone CI runs (at ab829e5 and e9a7790, quiet
-    # machine the second time) one key of the 451 did not repeat, not yet explained; the step is
-    # learned whole all the same (below)
-    assert it["launches"] == step_launches and it["keys_repeated"] >= step_launches - 1, it
+    # Every key but a few whose launches carry stack garbage: PyTorch leaves slots of its
+    # by-value structs unset (an OffsetCalculator's strides past its dims, a ReduceOp's empty
+    # ops_t and its padding), so a word there may hold a stale pointer into a live tensor one
+    # step and not the next, and the scan, which cannot tell it from a pointer, adds that
+    # tensor to the launch's key. In 11 runs here, 3 at a time: the step's 161st launch,
+    # reduce_kernel<..., MinMaxOps<long, long, int>>, named a 4,160-byte tensor one step and not
+    # the next in 2 (1 key of 451 lost); fakecuda's launch log (FAKECUDA_LAUNCH_LOG) of that
+    # kernel showed a 768-byte tensor at its struct's offsets 200 and 392 in 59 of 120 launches
+    # in one run and in none in two others. 2 keys were lost in a loaded pytest run; 3 allowed
+    # here. The step is learned whole all the same (below).
+    assert it["launches"] == step_launches and it["keys_repeated"] >= step_launches - UNSET_SLOT_KEYS, it
     assert t["placement_steps"] == STEPS and t["placement_hits"] == t["placement_wanted"] > 0
     assert t["errors"] == 0 and t["events_dropped"] == 0
     assert f"lookahead learned an iteration of {step_launches} launches" in proc.stderr, proc.stderr[-2000:]
