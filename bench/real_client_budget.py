@@ -30,7 +30,10 @@ Per workload:
              of a budget, past which faults fill the device for free: its resident peak shows
              it; the GPU suite's emulated rows), and lookahead_held_discards (lookahead with
              bench/gpu/held_discards.toml: the dead tensors of the blocks pump's allocator keeps
-             discarded once the GPU passed their frees, PUMP_HELD_DISCARDS, off by default)
+             discarded once the GPU passed their frees, PUMP_HELD_DISCARDS, off by default), and
+             pump_allocator and pump_allocator_held_discards (the launch rule on pump's allocator,
+             lookahead's recording, without and with held discards: lookahead's plans apart from
+             the allocator they run on)
 A run with a launch that has no recorded line (launch_uses_missing), or where more than 1% of
 launches meet a line they do not match (launch_uses_mismatched: another program or configuration
 than the recording's), is refused (checked()).
@@ -57,6 +60,8 @@ TARGET_STEP_OVER_BOUND = 1.3
 TARGET_PLANNED = 0.95
 TARGET_LAUNCH_THREAD_US = 2.0
 HELD_DISCARDS = pathlib.Path(__file__).resolve().parent / "gpu" / "held_discards.toml"
+PUMP_ALLOCATOR = pathlib.Path(__file__).resolve().parent / "gpu" / "pump_allocator.toml"
+PUMP_ALLOCATOR_HELD = pathlib.Path(__file__).resolve().parent / "gpu" / "pump_allocator_held_discards.toml"
 
 
 class BudgetError(Exception):
@@ -187,7 +192,12 @@ def median_run(runs):
     return out
 
 
-def measure_workload(python, pump_run, as_written, name, steps, rounds, workdir):
+# The variants beyond bare, pump, lookahead and the driver alone, which the targets need: each
+# run unless left out (scripts/bench-real-client-budget --variants).
+OPTIONAL_VARIANTS = ("pump_emulated", "lookahead_held_discards", "pump_allocator", "pump_allocator_held_discards")
+
+
+def measure_workload(python, pump_run, as_written, name, steps, rounds, workdir, optional=OPTIONAL_VARIANTS):
     warmup = client.WARMUP
 
     def run(pump_args, uses, device_memory=None, record=False):
@@ -219,7 +229,10 @@ def measure_workload(python, pump_run, as_written, name, steps, rounds, workdir)
     device = str(budget)
     variants = {"bare": (None, uses, None), "pump": (full, uses, device), "lookahead": (lookahead, ahead_uses, device),
                 "pump_emulated": (["--budget", str(budget)], uses, None),
-                "lookahead_held_discards": ([*lookahead, "--config", str(HELD_DISCARDS)], ahead_uses, device)}
+                "lookahead_held_discards": ([*lookahead, "--config", str(HELD_DISCARDS)], ahead_uses, device),
+                "pump_allocator": ([*full, "--config", str(PUMP_ALLOCATOR)], ahead_uses, device),
+                "pump_allocator_held_discards": ([*full, "--config", str(PUMP_ALLOCATOR_HELD)], ahead_uses, device)}
+    variants = {v: run_as for v, run_as in variants.items() if v not in OPTIONAL_VARIANTS or v in optional}
     made = {v: [] for v in variants}
     commands = {}
     for _ in range(rounds):
@@ -230,7 +243,8 @@ def measure_workload(python, pump_run, as_written, name, steps, rounds, workdir)
     driver = run(["--policy", "off", *full], uses, device)
     commands["driver_at_budget"] = driver["command"]
     driver_figures = figures(driver, f"{name} driver_at_budget")
-    bare, pump, ahead, emulated, held = (median_run(made[v]) for v in variants)
+    medians = {v: median_run(made[v]) for v in variants}
+    bare, pump, ahead = medians["bare"], medians["pump"], medians["lookahead"]
     return {
         "about": WORKLOADS[name], "budget_bytes": budget, "launches_per_step": bare["launches_per_step"],
         "recording": summary, **limit, "bound_us": max(limit["traffic_us"], bare["step_us"]),
@@ -239,15 +253,15 @@ def measure_workload(python, pump_run, as_written, name, steps, rounds, workdir)
         "step_us": pump["step_us"], "planned_launch_fraction": ahead["planned_launch_fraction"],
         "driver_step_over_pump": round(driver_figures["step_us"] / pump["step_us"], 2),
         "launch_thread_us_over_bare": round(ahead["launch_thread_us_per_launch"] - bare["launch_thread_us_per_launch"], 3),
-        "variants": {"bare": bare, "pump": pump, "lookahead": ahead,
-                     "driver_at_budget": driver_figures, "pump_emulated": emulated, "lookahead_held_discards": held},
+        "variants": {"bare": bare, "pump": pump, "lookahead": ahead, "driver_at_budget": driver_figures,
+                     **{v: medians[v] for v in OPTIONAL_VARIANTS if v in medians}},
         "commands": commands,
     }
 
 
-def measure(python, pump_run, as_written, steps, rounds, names=tuple(WORKLOADS)):
+def measure(python, pump_run, as_written, steps, rounds, names=tuple(WORKLOADS), optional=OPTIONAL_VARIANTS):
     with tempfile.TemporaryDirectory(prefix="bench-real-client-budget-") as workdir:
-        workloads = {name: measure_workload(python, pump_run, as_written, name, steps, rounds, workdir)
+        workloads = {name: measure_workload(python, pump_run, as_written, name, steps, rounds, workdir, optional)
                      for name in names}
     return {"python": python, "persona": client.PERSONA, "steps": steps, "warmup": client.WARMUP, "rounds": rounds,
             "link_bytes_per_us": LINK_BYTES_PER_US, "workloads": workloads}
@@ -283,7 +297,7 @@ def table_rows(w):
              f"{w['min_bytes_d2h_per_step'] / MIB:.1f}", "", "", f"{w['bound_us']:g} (traffic {w['traffic_us']:g})", "",
              "", ""]]
     for variant, v in w["variants"].items():
-        planned = f"{v['planned_launch_fraction']:.1%}" if variant in ("pump", "lookahead", "lookahead_held_discards") else ""
+        planned = f"{v['planned_launch_fraction']:.1%}" if "planned_launch_fraction" in v and variant != "driver_at_budget" else ""
         rows.append([variant, f"{v['bytes_h2d_per_step'] / MIB:.1f}", f"{v['bytes_d2h_per_step'] / MIB:.1f}",
                      f"{v['gpu_faults_per_step']:g}", f"{v['gpu_faults_unpointed_per_step']:g}", f"{v['step_us']:g}",
                      f"{v['launch_thread_us_per_launch']:g}", f"{v['device_resident_peak'] / MIB:.0f}", planned])
