@@ -59,9 +59,10 @@ TARGET_BYTES_OVER_MIN = 1.25
 TARGET_STEP_OVER_BOUND = 1.3
 TARGET_PLANNED = 0.95
 TARGET_LAUNCH_THREAD_US = 2.0
-HELD_DISCARDS = pathlib.Path(__file__).resolve().parent / "gpu" / "held_discards.toml"
-PUMP_ALLOCATOR = pathlib.Path(__file__).resolve().parent / "gpu" / "pump_allocator.toml"
-PUMP_ALLOCATOR_HELD = pathlib.Path(__file__).resolve().parent / "gpu" / "pump_allocator_held_discards.toml"
+JOB_FILES = pathlib.Path(__file__).resolve().parent / "gpu"
+HELD_DISCARDS = JOB_FILES / "held_discards.toml"
+PUMP_ALLOCATOR = JOB_FILES / "pump_allocator.toml"
+PUMP_ALLOCATOR_HELD = JOB_FILES / "pump_allocator_held_discards.toml"
 
 
 class BudgetError(Exception):
@@ -297,7 +298,7 @@ def table_rows(w):
              f"{w['min_bytes_d2h_per_step'] / MIB:.1f}", "", "", f"{w['bound_us']:g} (traffic {w['traffic_us']:g})", "",
              "", ""]]
     for variant, v in w["variants"].items():
-        planned = f"{v['planned_launch_fraction']:.1%}" if "planned_launch_fraction" in v and variant != "driver_at_budget" else ""
+        planned = f"{v['planned_launch_fraction']:.1%}" if variant not in ("bare", "driver_at_budget") else ""
         rows.append([variant, f"{v['bytes_h2d_per_step'] / MIB:.1f}", f"{v['bytes_d2h_per_step'] / MIB:.1f}",
                      f"{v['gpu_faults_per_step']:g}", f"{v['gpu_faults_unpointed_per_step']:g}", f"{v['step_us']:g}",
                      f"{v['launch_thread_us_per_launch']:g}", f"{v['device_resident_peak'] / MIB:.0f}", planned])

@@ -231,7 +231,6 @@ struct run {
 
 /* Makes room for `blocks` blocks at `budget` for allocation 2, as a rule (or, moving_only, as room
  * made ahead does); the decision's moves are checked against want[0 .. n), unless want is NULL. */
-
 static bool room_for(uint32_t blocks, uint64_t budget, bool moving_only, const struct run *want, uint32_t n)
 {
     struct pump_decision dn = {.device = 0};
