@@ -56,8 +56,10 @@ def test_kernels_fault_and_move_bytes_that_before_touched_nothing(result):
     # The driver alone at the budget faults its way through the step: with no-op kernels it moved
     # nothing (bench-steady's real-client row's NOT_JUDGED).
     assert v["driver_at_budget"]["gpu_faults_per_step"] > 100
-    assert v["driver_at_budget"]["bytes_h2d_per_step"] >= w["min_bytes_per_step"] > 0
-    assert v["pump"]["bytes_h2d_per_step"] >= w["min_bytes_per_step"]  # the bound is one on pump too
+    # The bound is one on the runs of its recording at the budget, either way.
+    for name in ("driver_at_budget", "pump"):
+        assert v[name]["bytes_h2d_per_step"] >= w["min_bytes_per_step"] > 0, name
+        assert v[name]["bytes_d2h_per_step"] >= w["min_bytes_d2h_per_step"], name
     for name in ("pump", "lookahead", "driver_at_budget", "lookahead_held_discards"):  # a device of the budget's size
         assert 0 < v[name]["device_resident_peak"] <= w["budget_bytes"], name
     assert v["bare"]["gpu_faults_per_step"] == 0 and v["bare"]["bytes_h2d_per_step"] == 0  # plain memory

@@ -101,10 +101,16 @@ from pump.simulate import engine
 CYCLES = 16
 
 
-def min_fetches(launches, block_bytes, slots: int, cycles: int = CYCLES):
+def min_fetches(launches, block_bytes, slots: int, cycles: int = CYCLES, creations=frozenset()):
     """(fetches, bytes) of Belady's MIN from an empty GPU on `launches` (tuples of block ids,
     each launch's blocks resident together) repeated `cycles` times, with room for `slots`
     blocks.  One block per tuple: plain MIN.
+
+    `creations`: the (position, block) uses that overwrite the block whole (what it held before
+    is dead there): such a use fetches nothing, and until it the block's old value is needed by
+    no one, so MIN drops it first.  Taking each creation for a new block, whose first use is
+    free, this is MIN on those blocks: the fewest fetches of a policy that discards dead data
+    (tests/test_bound_exhaustive.py).
 
     What MIN does next depends on what it holds and each held block's next use alone (the
     heap's stale entries are of uses already past, below every live one), so once a cycle
@@ -112,12 +118,13 @@ def min_fetches(launches, block_bytes, slots: int, cycles: int = CYCLES):
     cycles on), the cycles between repeat for ever: the rest are counted from them, not
     played.  tests/test_simulate_speed.py holds this to playing all of them."""
     length = len(launches)
+    dead = length * (cycles + 2)              # past every real next use: a dead block goes first
     gap = {}                                  # (position, block) -> distance to its next use, cyclic
     later = {}
     for pos in range(2 * length - 1, -1, -1):
         for b in launches[pos % length]:
             if pos < length:
-                gap[pos, b] = later[b] - pos
+                gap[pos, b] = later[b] - pos + (dead if (later[b] % length, b) in creations else 0)
             later[b] = pos
     resident, heap = {}, []                   # block -> its next use; (-next use, block)
     fetches = nbytes = 0
@@ -138,8 +145,9 @@ def min_fetches(launches, block_bytes, slots: int, cycles: int = CYCLES):
             for b in blocks:
                 if b in resident:
                     continue
-                fetches += 1
-                nbytes += int(block_bytes[b])
+                if (j, b) not in creations:
+                    fetches += 1
+                    nbytes += int(block_bytes[b])
                 while len(resident) >= slots and heap:
                     far, victim = heapq.heappop(heap)
                     if -far <= pos:           # all in use by this launch: over capacity
@@ -154,11 +162,11 @@ def min_fetches(launches, block_bytes, slots: int, cycles: int = CYCLES):
     return fetches, nbytes
 
 
-def steady_bytes_per_cycle(launches, block_bytes, slots: int, cycles: int = CYCLES) -> float:
+def steady_bytes_per_cycle(launches, block_bytes, slots: int, cycles: int = CYCLES, creations=frozenset()) -> float:
     """A lower bound on the host->GPU bytes per cycle of any policy running `launches` for ever
     with room for `slots` blocks: (MIN's bytes over `cycles` cycles from empty - the room) /
-    cycles (see the module's docstring)."""
-    _, nbytes = min_fetches(launches, block_bytes, slots, cycles)
+    cycles (see the module's docstring; `creations` as min_fetches takes them)."""
+    _, nbytes = min_fetches(launches, block_bytes, slots, cycles, creations)
     return max(0.0, (nbytes - slots * K.BLOCK_BYTES) / cycles)
 
 
@@ -227,18 +235,24 @@ def _accesses(workload, lo: int, hi: int):
 def live_written_bytes(workload, lo: int, hi: int) -> int:
     """D_live of the iteration of launches lo..hi-1 repeated for ever (see the module's
     docstring): the most bytes, over the cuts between its launches, of pages written in the
-    iteration whose next access after the cut is a read.  A page's write at launch w followed
+    iteration whose next access after the cut is a read."""
+    profile = live_written_profile(workload, lo, hi)
+    return int(profile.max()) if len(profile) else 0
+
+
+def live_written_profile(workload, lo: int, hi: int):
+    """Per cut before launch lo + i of the iteration lo..hi-1 repeated for ever, the bytes of
+    pages written in the iteration whose next access after the cut is a read (an array of
+    hi - lo; empty where nothing is touched).  A page's write at launch w followed
     by reads only, up to its last read r before the next write or free, is live at the cuts
     w+1 .. r (cyclically).  Vectorised over the pages' access sequences (a 26 GiB model's
     iteration holds millions of page accesses): tests/test_simulate_speed.py holds it equal to
     the page-by-page walk."""
     length = hi - lo
-    if not length:
-        return 0
     pages, where, kinds = _accesses(workload, lo, hi)
     n = len(pages)
     if not n:
-        return 0
+        return np.zeros(0, dtype=np.int64)
     order = np.argsort(pages, kind="stable")      # each page's accesses together, in program order
     pages, where, kinds = pages[order], where[order], kinds[order]
     index = np.arange(n)
@@ -263,7 +277,7 @@ def live_written_bytes(workload, lo: int, hi: int) -> int:
     diff = np.bincount(where[writes] + 1, minlength=2 * length + 1)[:2 * length + 1] \
         - np.bincount(last_pos + 1, minlength=2 * length + 1)[:2 * length + 1]
     live_pages = np.cumsum(diff)[:2 * length]
-    return int((live_pages[:length] + live_pages[length:]).max()) * K.PAGE_BYTES
+    return (live_pages[:length] + live_pages[length:]) * K.PAGE_BYTES
 
 
 def _cycle(workload):
