@@ -186,6 +186,12 @@ def test_the_bound_holds_for_the_mean_step_and_is_compared_with_it(small, share)
             assert d["ratio_to_lower_bound"] == pytest.approx(d["step_mean_seconds"] / lb)
             if policy != "ideal":
                 assert d["step_mean_seconds"] >= lb * (1 - 1e-9), (case, policy)
+        # Without the bound (scripts/sim-vs-gpu): the same steps, no bound's keys, no ratio to it.
+        alone = report.simulate(small, cap, model, bound=False)
+        assert "lower_bound_seconds" not in alone
+        assert {p: d["step_mean_seconds"] for p, d in alone["policies"].items()} == \
+            {p: d["step_mean_seconds"] for p, d in doc["policies"].items()}
+        assert all(d["ratio_to_lower_bound"] is None for d in alone["policies"].values())
 
 
 def test_sweep_answers_the_planning_question_in_one_line(small, trace_path):

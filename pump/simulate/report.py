@@ -24,11 +24,12 @@ def table_plan(capacity: int, models, policies=engine.POLICIES) -> list:
 
 
 def simulate(workload, capacity: int, model: engine.Model, policies=engine.POLICIES, recorder_for=None,
-             progress=None, runs=None) -> dict:
+             progress=None, runs=None, bound: bool = True) -> dict:
     """One JSON-able document: the trace, the model, the bound and per policy its results.
     recorder_for(policy): engine.run's recorder for that policy (a timeline), or None;
     progress(what): called as each run begins; runs: the command's Runs (made here if None),
-    whose runs are not made again."""
+    whose runs are not made again; bound False: the policies' results alone, without the lower
+    bound (a third of the time on a GPU run's traces; its keys absent, the ratios to it None)."""
     runs = runs or Runs(workload, progress)
     doc = {"trace": workload.path, "name": workload.name, "model": model.name, "gpu": model.gpu.name,
            "bandwidth_bytes_per_s": model.bandwidth, "d2h_bandwidth_bytes_per_s": model.d2h_rate,
@@ -39,7 +40,8 @@ def simulate(workload, capacity: int, model: engine.Model, policies=engine.POLIC
            "steady_steps": engine.steady_steps(workload)}
     if workload.segments:   # only where the trace has them: other documents are as they were
         doc["segments_kept"] = workload.segments
-    doc.update(lower_bound(workload, capacity, model))
+    if bound:
+        doc.update(lower_bound(workload, capacity, model))
     doc["policies"] = {}
     ideal = None
     for policy in ("ideal",) + tuple(p for p in policies if p != "ideal"):
@@ -53,7 +55,7 @@ def simulate(workload, capacity: int, model: engine.Model, policies=engine.POLIC
             "step_mean_seconds": r.step_mean_seconds,
             "ratio_to_ideal": r.step_mean_seconds / ideal if ideal else None,
             "ratio_to_lower_bound": (r.step_mean_seconds / doc["lower_bound_seconds"]
-                                     if doc["lower_bound_seconds"] else None),
+                                     if doc.get("lower_bound_seconds") else None),
             "per_step": {"faults": r.steady_mean("faults"), "bytes_h2d": r.steady_mean("h2d"),
                          "bytes_d2h": r.steady_mean("d2h"), "data_wait_seconds": r.steady_mean("data_wait"),
                          "prefetch_wait_seconds": r.steady_mean("prefetch_wait"),
