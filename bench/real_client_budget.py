@@ -335,8 +335,12 @@ def measure_workload(python, pump_run, as_written, name, steps, rounds, workdir,
     }
 
 
-def measure(python, pump_run, as_written, steps, rounds, names=tuple(WORKLOADS), optional=OPTIONAL_VARIANTS):
+def measure(python, pump_run, as_written, steps, rounds, names=tuple(WORKLOADS), optional=OPTIONAL_VARIANTS,
+            keep=None):
+    """keep: a folder to leave the recordings in (NAME.uses, NAME-lookahead.uses and the files
+    beside them), else a temporary one."""
     with tempfile.TemporaryDirectory(prefix="bench-real-client-budget-") as workdir:
+        workdir = keep or workdir
         workloads = {name: measure_workload(python, pump_run, as_written, name, steps, rounds, workdir, optional)
                      for name in names}
     return {"python": python, "persona": client.PERSONA, "steps": steps, "warmup": client.WARMUP, "rounds": rounds,
