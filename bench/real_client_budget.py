@@ -124,20 +124,20 @@ def steady_window(uses_path, warmup):
     if len(starts) <= warmup + 1:
         raise BudgetError(f"{uses_path}: {len(starts)} steps recorded, fewer than the warmup {warmup} and two more")
     lo = starts[warmup]
-    ids, block_bytes, touched, overwritten, live_touched, live_written = {}, [], [], [], [], []
+    ids, block_bytes, touched, accesses, live_touched, live_written = {}, [], [], [], [], []
     live_starts = {}
     for position in order[lo:]:
         live_starts[len(touched)] = len(live_touched)
         t, w, both = blocks_of(operands.get(position, ()), sizes, ids, block_bytes)
         touched.append(t)
-        overwritten.append((t, w, both))
+        accesses.append((t, w, both))
         if both:
             live_touched.append(both)
             live_written.append(())
         live_touched.append(t)
         live_written.append(w)
     live_starts[len(touched)] = len(live_touched)
-    overwritten = overwrites(overwritten)
+    overwritten = overwrites(accesses)
     step_bounds = [s - lo for s in starts[warmup:]] + [len(order) - lo]
     live_bounds = [live_starts[s] for s in step_bounds]
     return (touched, np.array(block_bytes, dtype=np.int64), step_bounds, overwritten,
@@ -149,12 +149,16 @@ def overwrites(launches):
     every page of the block this launch does not write without reading it is next read nowhere
     (written first, or not touched again). At such a use a policy that discards dead data brings
     nothing in, and until it keeps nothing of the block that anyone needs."""
+    def blocks(t, w, both):
+        """(block, pages touched, pages written without a read) for each block a launch touches."""
+        written, rewritten = dict(w), dict(both)
+        return [(b, mask, written.get(b, 0) & ~rewritten.get(b, 0)) for b, mask in t]
+
+    uses = [blocks(*launch) for launch in launches]
     reads = {}   # (block, page) -> positions where the page is read (first, in its launch)
     writes = {}  # the same, written without a read
-    for pos, (t, w, both) in enumerate(launches):
-        written, rewritten = dict(w), dict(both)
-        for b, mask in t:
-            only = written.get(b, 0) & ~rewritten.get(b, 0)
+    for pos, launch in enumerate(uses):
+        for b, mask, only in launch:
             for page in range(K.PAGES_PER_BLOCK):
                 if mask >> page & 1:
                     (writes if only >> page & 1 else reads).setdefault((b, page), []).append(pos)
@@ -170,18 +174,11 @@ def overwrites(launches):
         next_w = w[after_w] if after_w < len(w) else (w[0] + n if w else None)
         return next_w is None or next_r < next_w
 
-    out = []
-    for pos, (t, w, both) in enumerate(launches):
-        written, rewritten = dict(w), dict(both)
-        dead = set()
-        for b, mask in t:
-            only = written.get(b, 0) & ~rewritten.get(b, 0)
-            if only != mask:
-                continue  # it reads some of the block
-            if not any(next_is_read(b, page, pos) for page in range(K.PAGES_PER_BLOCK) if not only >> page & 1):
-                dead.add(b)
-        out.append(frozenset(dead))
-    return out
+    # A use that reads some of the block is none; one that writes it all without reading is one
+    # where no other page is read next.
+    return [frozenset(b for b, mask, only in launch if only == mask and not any(
+        next_is_read(b, page, pos) for page in range(K.PAGES_PER_BLOCK) if not only >> page & 1))
+        for pos, launch in enumerate(uses)]
 
 
 def touched_block_bytes_per_step(window) -> int:
@@ -273,34 +270,43 @@ def median_run(runs):
 OPTIONAL_VARIANTS = ("pump_emulated", "lookahead_held_discards", "pump_allocator", "pump_allocator_held_discards")
 
 
+def record(python, pump_run, as_written, name, steps, uses, pump_args=()):
+    """The workload under pump-run (pump_args), recorded into `uses` (and the files beside it):
+    run_client's result, refused where the recording did not name every launch."""
+    made = client.run_client(python, pump_run, as_written, steps, client.WARMUP, None, (), list(pump_args),
+                             extra_env={"FAKECUDA_LAUNCH_LOG": f"{uses}.log"},
+                             client_args=("--workload", name, "--record-uses", str(uses)))
+    summary = made["recorded"]
+    if summary["unnamed"] or summary["launches_written"] != summary["launches_logged"]:
+        raise BudgetError(f"{name}: the recording named {summary['launches_written']} of "
+                          f"{summary['launches_logged']} launches: {summary}")
+    return made
+
+
+def half_budget(window) -> int:
+    """The budget: half of the 2 MiB blocks a steady step of the window touches."""
+    return touched_block_bytes_per_step(window) // 2 // BLOCK * BLOCK
+
+
 def measure_workload(python, pump_run, as_written, name, steps, rounds, workdir, optional=OPTIONAL_VARIANTS):
     warmup = client.WARMUP
 
-    def run(pump_args, uses, device_memory=None, record=False):
-        extra = {"FAKECUDA_LAUNCH_LOG": f"{uses}.log"} if record else {"FAKECUDA_LAUNCH_USES": str(uses)}
-        recording = ("--record-uses", str(uses)) if record else ()
+    def run(pump_args, uses, device_memory=None):
         return client.run_client(python, pump_run, as_written, steps, warmup, device_memory, (), pump_args,
-                                 extra_env=extra, client_args=("--workload", name, *recording))
-
-    def record(pump_args, uses):
-        summary = run(pump_args, uses, record=True)["recorded"]
-        if summary["unnamed"] or summary["launches_written"] != summary["launches_logged"]:
-            raise BudgetError(f"{name}: the recording named {summary['launches_written']} of "
-                              f"{summary['launches_logged']} launches: {summary}")
-        return summary
+                                 extra_env={"FAKECUDA_LAUNCH_USES": str(uses)}, client_args=("--workload", name))
 
     # PyTorch's caching allocator places the job's tensors bare, under pump's launch rule and
     # under the driver alone; lookahead runs it under pump's allocator (pump/run.py), which
     # makes other allocations: a recording of its own, made at the budget.
     uses = pathlib.Path(workdir) / f"{name}.uses"
-    summary = record([], uses)
+    summary = record(python, pump_run, as_written, name, steps, uses)["recorded"]
     window = steady_window(uses, warmup)
-    budget = touched_block_bytes_per_step(window) // 2 // BLOCK * BLOCK
+    budget = half_budget(window)
     limit = traffic_bound(window, budget)
     ahead_uses = pathlib.Path(workdir) / f"{name}-lookahead.uses"
     full = ["--capacity", "host"]  # a device of the budget's size: the job's footprint beyond it on the host
     lookahead = [*full, "--policy", "lookahead"]
-    record(lookahead, ahead_uses)
+    record(python, pump_run, as_written, name, steps, ahead_uses, lookahead)
     ahead_limit = traffic_bound(steady_window(ahead_uses, warmup), budget)
     device = str(budget)
     variants = {"bare": (None, uses, None), "pump": (full, uses, device), "lookahead": (lookahead, ahead_uses, device),

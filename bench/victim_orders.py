@@ -38,22 +38,17 @@ def replay(window, capacity, order):
     slots = capacity // budget.BLOCK
     launches = [[b for b, _ in launch] for launch in touched]
     length, steps = len(launches), len(step_bounds) - 1
-    following = {}                    # (position, block) -> its next use's position, cyclic, not wrapped
-    later = {}
-    for pos in range(2 * length - 1, -1, -1):
-        for b in launches[pos % length]:
-            if pos < length:
-                following[pos, b] = later[b]
-            later[b] = pos
+    following = bound.next_uses(launches)
     dead_at = {(pos, b) for pos in range(length) for b in overwritten[pos]}
 
-    def dead(next_use):
-        return (next_use[0] % length, next_use[1]) in dead_at
+    def dead(b, upcoming):
+        """Whether b's old value is dead until its next use, at `upcoming` (an overwrite)."""
+        return (upcoming % length, b) in dead_at
 
     def turn(b, last, upcoming):
         if order == "lru":
             return last
-        return (not dead((upcoming, b)), last if order == "lru_dead_first" else -upcoming)
+        return (not dead(b, upcoming), last if order == "lru_dead_first" else -upcoming)
 
     resident = {}                     # block -> its next use, positions over all cycles
     heap = []                         # (turn, its use, block): stale where the block was used since
@@ -71,7 +66,7 @@ def replay(window, capacity, order):
             if b in keep:
                 aside.append(entry)
                 continue
-            if not dead((resident[b], b)):
+            if not dead(b, resident[b]):
                 copied += int(block_bytes[b])
             del resident[b]
             count -= 1

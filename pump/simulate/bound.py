@@ -101,6 +101,19 @@ from pump.simulate import engine
 CYCLES = 16
 
 
+def next_uses(launches) -> dict:
+    """(position, block) -> the position of the block's next use after it, `launches` (tuples of
+    block ids) repeated: past the last position where the next use is in the next round."""
+    length = len(launches)
+    following, later = {}, {}
+    for pos in range(2 * length - 1, -1, -1):
+        for b in launches[pos % length]:
+            if pos < length:
+                following[pos, b] = later[b]
+            later[b] = pos
+    return following
+
+
 def min_fetches(launches, block_bytes, slots: int, cycles: int = CYCLES, creations=frozenset()):
     """(fetches, bytes) of Belady's MIN from an empty GPU on `launches` (tuples of block ids,
     each launch's blocks resident together) repeated `cycles` times, with room for `slots`
@@ -119,13 +132,9 @@ def min_fetches(launches, block_bytes, slots: int, cycles: int = CYCLES, creatio
     played.  tests/test_simulate_speed.py holds this to playing all of them."""
     length = len(launches)
     dead = length * (cycles + 2)              # past every real next use: a dead block goes first
-    gap = {}                                  # (position, block) -> distance to its next use, cyclic
-    later = {}
-    for pos in range(2 * length - 1, -1, -1):
-        for b in launches[pos % length]:
-            if pos < length:
-                gap[pos, b] = later[b] - pos + (dead if (later[b] % length, b) in creations else 0)
-            later[b] = pos
+    # (position, block) -> distance to its next use, cyclic
+    gap = {(pos, b): after - pos + (dead if (after % length, b) in creations else 0)
+           for (pos, b), after in next_uses(launches).items()}
     resident, heap = {}, []                   # block -> its next use; (-next use, block)
     fetches = nbytes = 0
     began = {}                                # a cycle's starting state -> that cycle
