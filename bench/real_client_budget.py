@@ -238,7 +238,10 @@ def figures(result, what):
     s = checked(result, what)
     launches = result["launches_per_step"]
     out = {"launches_per_step": launches, "bytes_h2d_per_step": round(s["bytes_h2d"]),
-           "bytes_d2h_per_step": round(s["bytes_d2h_all"]), "gpu_faults_per_step": s["gpu_faults"],
+           "bytes_d2h_per_step": round(s["bytes_d2h_all"]),
+           # of those, moves of a value no one read before it was overwritten or discarded (fakecuda.h)
+           "bytes_dead_h2d_per_step": round(s["bytes_dead_h2d"]), "bytes_dead_d2h_per_step": round(s["bytes_dead_d2h"]),
+           "gpu_faults_per_step": s["gpu_faults"],
            "fault_stall_us_per_step": round(s["gpu_fault_stall_ns"] / 1000, 1),
            "gpu_faults_unpointed_per_step": s["gpu_faults_unpointed"],
            "driver_evictions_per_step": s["driver_evictions"], "device_resident_peak": s["device_resident_peak"],
@@ -372,19 +375,20 @@ def targets(result):
     return rows
 
 
-TABLE_HEADER = ("workload", "variant", "MiB in", "MiB out", "GPU faults", "unpointed", "step µs", "launching thread µs",
-                "peak MiB", "planned")
+TABLE_HEADER = ("workload", "variant", "MiB in", "MiB out", "dead in / out", "GPU faults", "unpointed", "step µs",
+                "launching thread µs", "peak MiB", "planned")
 
 
 def table_rows(w):
     """One workload's rows of the table (TABLE_HEADER's columns after the workload's): the bound's,
     then each variant's."""
     rows = [[f"bound at {w['budget_bytes'] / MIB:.0f} MiB", f"{w['min_bytes_per_step'] / MIB:.1f}",
-             f"{w['min_bytes_d2h_per_step'] / MIB:.1f}", "", "", f"{w['bound_us']:g} (traffic {w['traffic_us']:g})", "",
-             "", ""]]
+             f"{w['min_bytes_d2h_per_step'] / MIB:.1f}", "", "", "", f"{w['bound_us']:g} (traffic {w['traffic_us']:g})",
+             "", "", ""]]
     for variant, v in w["variants"].items():
         planned = f"{v['planned_launch_fraction']:.1%}" if variant not in ("bare", "driver_at_budget") else ""
         rows.append([variant, f"{v['bytes_h2d_per_step'] / MIB:.1f}", f"{v['bytes_d2h_per_step'] / MIB:.1f}",
+                     f"{v['bytes_dead_h2d_per_step'] / MIB:.1f} / {v['bytes_dead_d2h_per_step'] / MIB:.1f}",
                      f"{v['gpu_faults_per_step']:g}", f"{v['gpu_faults_unpointed_per_step']:g}", f"{v['step_us']:g}",
                      f"{v['launch_thread_us_per_launch']:g}", f"{v['device_resident_peak'] / MIB:.0f}", planned])
     return rows

@@ -164,7 +164,7 @@ class FakeStats(ctypes.Structure):
         "pool_bytes_released gpu_fault_batches gpu_fault_stall_ns bytes_fault_prefetched_h2d bytes_h2d "
         "bytes_d2h_all launches_by_function launches_by_kernel launches_given_uses launch_uses_missing "
         "launch_uses_mismatched discard_races bytes_lost_to_discard_races lookups_above_driver bytes_read_discarded "
-        "gpu_faults_unpointed").split()]
+        "gpu_faults_unpointed bytes_dead_h2d bytes_dead_d2h").split()]
 
 
 KERNEL_FN = ctypes.CFUNCTYPE(None, POINTER(c_void_p), c_void_p)  # (void **params, dims)

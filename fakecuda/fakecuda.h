@@ -112,6 +112,12 @@ struct fakecuda_stats {
        would: how much of a run's faults rest on the recording's reading, not on the kernel's
        own arguments. */
     uint64_t gpu_faults_unpointed;
+    /* Bytes that crossed the link for nothing (issue 41: "no dead byte crosses the link"): of
+       bytes_h2d and bytes_d2h_all, the 64 KiB pages moved (each way, counted once a crossing)
+       that nothing read before a kernel overwrote the whole page (a FAKECUDA_LAUNCH_USES `w`
+       operand covering it) or a discard dropped it: the page's value there was dead. Moves of a
+       page that is read next, or touched in part, or by the host, are not counted. */
+    uint64_t bytes_dead_h2d, bytes_dead_d2h;
 };
 void fakecuda_get_stats(struct fakecuda_stats *out); /* call after synchronizing */
 /* Contexts made on a device since load: primary context activations (a retain with no

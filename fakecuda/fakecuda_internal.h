@@ -90,7 +90,7 @@ typedef struct fc_counters {
         gpu_fault_stall_ns, bytes_fault_prefetched_h2d, launches_by_function, launches_by_kernel,
         param_info_refused, launches_given_uses, launch_uses_missing, launch_uses_mismatched,
         discard_races, bytes_lost_to_discard_races, lookups_above_driver, bytes_read_discarded,
-        gpu_faults_unpointed;
+        gpu_faults_unpointed, bytes_dead_h2d, bytes_dead_d2h;
 } fc_counters;
 extern fc_counters fc_ctr;
 #define FC_COUNT(field, n) atomic_fetch_add_explicit(&fc_ctr.field, (uint64_t)(n), memory_order_relaxed)
@@ -228,7 +228,9 @@ typedef struct fc_copy { uintptr_t dst, src; size_t n; unsigned elem, value; int
 /* One operand of a launch as FAKECUDA_LAUNCH_USES recorded it (launch_uses.c): the kernel
  * touches [ptr, ptr + bytes), writing it or only reading it, and whether its read is checked
  * for discarded bytes (fc_pages_read). */
-typedef struct fc_use { uintptr_t ptr; size_t bytes; int write, reads, pointed; } fc_use;
+/* reads: a read to check against discards (fc_pages_read); overwrite: a `w` operand, which
+ * writes every byte it spans without reading one (fc_tls_overwrite_lo). */
+typedef struct fc_use { uintptr_t ptr; size_t bytes; int write, reads, pointed, overwrite; } fc_use;
 typedef struct fc_op {
     struct fc_op *next;
     int kind;
@@ -427,6 +429,9 @@ void fc_pages_discard_stuck(uintptr_t p, size_t n);
 /* A kernel's or a copy's read of [p, p+n): the pages whose bytes a discard lost and nothing
  * wrote since count in bytes_read_discarded (migrate.c). */
 void fc_pages_read(uintptr_t p, size_t n);
+/* [lo, hi): what the running kernel's current access overwrites without reading (0, 0: none);
+ * the link crossings of a page it covers whole since its last use were dead (migrate.c). */
+extern _Thread_local uintptr_t fc_tls_overwrite_lo, fc_tls_overwrite_hi;
 /* CU_MEM_ADVISE_SET_PREFERRED_LOCATION (loc: FC_LOC_HOST or FC_LOC_DEV0 + d) and UNSET (loc
  * FC_LOC_UNPOP) on the pages [p, p+n) overlaps: the fault-time prefetcher reads it. */
 void fc_set_preferred_location(uintptr_t p, size_t n, int loc);

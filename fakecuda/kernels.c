@@ -238,8 +238,13 @@ void fc_run_kernel(fc_kdef *def, const fakecuda_dims *d, void *args, const fc_us
         for (size_t i = 0; i < nuses; i++) {
             uint64_t faults = fc_tls_gpu_faults;
             if (uses[i].reads) fc_pages_read(uses[i].ptr, uses[i].bytes);
+            if (uses[i].overwrite) {
+                fc_tls_overwrite_lo = uses[i].ptr;
+                fc_tls_overwrite_hi = uses[i].ptr + uses[i].bytes;
+            }
             if (uses[i].write) fakecuda_touch((const void *)uses[i].ptr, uses[i].bytes);
             else fakecuda_touch_read((const void *)uses[i].ptr, uses[i].bytes);
+            fc_tls_overwrite_lo = fc_tls_overwrite_hi = 0;
             if (!uses[i].pointed) FC_COUNT(gpu_faults_unpointed, fc_tls_gpu_faults - faults);
         }
         fc_tls_kernel_device = -1;

@@ -205,7 +205,7 @@ static size_t resolve(const recorded_launch *r, const fc_kdef *def, const unsign
         /* Only an operand the launch's own argument points into is read where this run's
          * kernel reads: one named by allocation lies where the recording's allocator put it. */
         out[n++] = (fc_use){ start, r->uses[i].bytes, r->uses[i].write, r->uses[i].reads && r->uses[i].by_argument,
-                              r->uses[i].by_argument };
+                              r->uses[i].by_argument, r->uses[i].write && !r->uses[i].reads };
     }
     FC_COUNT(launches_given_uses, 1);
     if (mismatched) FC_COUNT(launch_uses_mismatched, 1);

@@ -140,17 +140,19 @@ CUresult fc_alloc_memory(CUdeviceptr *dptr, size_t size, int kind, int device, C
         a->bits = calloc(a->npages, 1);
         a->pref = calloc(a->npages, 1);
         a->lost = calloc(a->npages, 1);
+        a->crossed = calloc(a->npages, 1);
         size_t nblocks = (a->npages + PAGES_PER_BLOCK - 1) / PAGES_PER_BLOCK;
         a->chunks = calloc(nblocks * (size_t)fc_cfg.ndevices, sizeof *a->chunks);
         a->pfi = calloc(nblocks, sizeof *a->pfi);
     }
-    if ((managed && (!a->loc || !a->bits || !a->pref || !a->lost || !a->chunks || !a->pfi)) || reg_insert(a) != 0) {
+    if ((managed && (!a->loc || !a->bits || !a->pref || !a->lost || !a->crossed || !a->chunks || !a->pfi)) || reg_insert(a) != 0) {
         if (!managed) fc_devmem_give(device, size);
         munmap(a->map, a->map_len);
         free(a->loc);
         free(a->bits);
         free(a->pref);
         free(a->lost);
+        free(a->crossed);
         free(a->chunks);
         free(a->pfi);
         free(a);
@@ -180,6 +182,7 @@ static void alloc_destroy(fc_alloc *a)
     free(a->bits);
     free(a->pref);
     free(a->lost);
+    free(a->crossed);
     free(a->chunks);
     free(a->pfi);
     free(a);

@@ -10,6 +10,9 @@
  * FC_BIT_DISCARD_STUCK: a discard raced a migration of it (discard_races.c). */
 enum { FC_BIT_PREFETCHED = 1, FC_BIT_TOUCHED = 2, FC_BIT_EVICTED = 4, FC_BIT_DUP = 32, FC_BIT_READ_MOSTLY = 64,
        FC_BIT_DISCARD_STUCK = 128 };
+/* A page's crossings of the link since its last use, which count as dead where it is overwritten
+ * whole or discarded next (bytes_dead_h2d, bytes_dead_d2h). */
+enum { FC_CROSSED_IN = 1, FC_CROSSED_OUT = 2 };
 #define PAGES_PER_BLOCK (FAKECUDA_VA_BLOCK / FAKECUDA_PAGE)
 
 typedef struct fc_alloc {
@@ -29,6 +32,7 @@ typedef struct fc_alloc {
     uint8_t *bits;      /* FC_BIT_* */
     uint8_t *pref;      /* preferred location (cuMemAdvise), FC_LOC_*; FC_LOC_UNPOP: none */
     uint8_t *lost;      /* 1: the page's bytes were lost (a discard) and nothing wrote it since */
+    uint8_t *crossed;   /* FC_CROSSED_*: the link crossings since a kernel last used the page (migrate.c) */
     fc_chunk **chunks;  /* [block * ndevices + d]: the block's root chunk on device d, or NULL */
     fc_prefetch_info *pfi; /* per VA block */
 } fc_alloc;

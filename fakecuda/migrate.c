@@ -93,10 +93,31 @@ static int64_t read_mostly_to_host(fc_alloc *a, size_t p, int why)
     }
     if ((*b & FC_BIT_READ_MOSTLY) && IS_PREFETCH(why)) { /* copied to the host; the device keeps its copy */
         FC_COUNT(bytes_d2h, FAKECUDA_PAGE);
+        a->crossed[p] |= FC_CROSSED_OUT;
         *b |= FC_BIT_DUP;
         return why == WHY_PREFETCH_WAITED ? 0 : fc_prefetch_d2h_wait_ns(FAKECUDA_PAGE);
     }
     return -1;
+}
+
+/* The bytes the running kernel's current access overwrites without reading (fc_run_kernel). */
+_Thread_local uintptr_t fc_tls_overwrite_lo, fc_tls_overwrite_hi;
+
+/* Page p's value is dead (overwritten whole, or discarded): its crossings since its last use
+ * carried nothing anyone reads. */
+static void count_dead(fc_alloc *a, size_t p)
+{
+    if (a->crossed[p] & FC_CROSSED_IN) FC_COUNT(bytes_dead_h2d, FAKECUDA_PAGE);
+    if (a->crossed[p] & FC_CROSSED_OUT) FC_COUNT(bytes_dead_d2h, FAKECUDA_PAGE);
+    a->crossed[p] = 0;
+}
+
+/* Whether the running kernel's access overwrites all of page p without reading it. */
+static int overwritten(const fc_alloc *a, size_t p)
+{
+    uintptr_t start = a->base + p * FAKECUDA_PAGE;
+    uintptr_t stop = p + 1 < a->npages ? start + FAKECUDA_PAGE : a->base + a->size;
+    return fc_tls_overwrite_lo <= start && stop <= fc_tls_overwrite_hi;
 }
 
 /* Moves page p of a to target for the given reason; counts and returns modelled ns, or
@@ -111,6 +132,10 @@ static int64_t page_move_to(fc_alloc *a, size_t p, uint8_t target, int why)
         *b |= FC_BIT_TOUCHED;
         FC_COUNT(pages_touched_by_kernels, 1);
     }
+    if (IS_KERNEL(why) && overwritten(a, p))
+        count_dead(a, p);
+    else if (IS_KERNEL(why) || why == WHY_HOST)
+        a->crossed[p] = 0; /* used: what crossed was needed */
     if (cur == target) {
         if (IS_KERNEL(why)) *b &= (uint8_t)~FC_BIT_PREFETCHED; /* the prefetch paid off */
         if (why == WHY_KERNEL && (*b & FC_BIT_DUP)) { /* a write to a duplicate: a fault, the copies collapse */
@@ -146,7 +171,10 @@ static int64_t page_move_to(fc_alloc *a, size_t p, uint8_t target, int why)
     case WHY_KERNEL_READ:
         count_gpu_fault();
         ns += FAKECUDA_GPU_FAULT_US * 1000;
-        if (cur == FC_LOC_HOST) FC_COUNT(bytes_faulted_h2d, FAKECUDA_PAGE);
+        if (cur == FC_LOC_HOST) {
+            FC_COUNT(bytes_faulted_h2d, FAKECUDA_PAGE);
+            if (overwritten(a, p)) FC_COUNT(bytes_dead_h2d, FAKECUDA_PAGE); /* fetched to be overwritten */
+        }
         if (cur != FC_LOC_UNPOP) ns += xfer_ns(FAKECUDA_PAGE, FAKECUDA_H2D_BYTES_PER_US);
         break;
     case WHY_HOST:
@@ -160,10 +188,12 @@ static int64_t page_move_to(fc_alloc *a, size_t p, uint8_t target, int why)
     case WHY_PREFETCH_WAITED:
         if (target >= FC_LOC_DEV0 && cur == FC_LOC_HOST) {
             FC_COUNT(bytes_prefetched_h2d, FAKECUDA_PAGE);
+            a->crossed[p] |= FC_CROSSED_IN;
             *b |= FC_BIT_PREFETCHED;
             ns += xfer_ns(FAKECUDA_PAGE, FAKECUDA_H2D_BYTES_PER_US);
         } else if (target == FC_LOC_HOST && cur >= FC_LOC_DEV0) {
             FC_COUNT(bytes_d2h, FAKECUDA_PAGE);
+            a->crossed[p] |= FC_CROSSED_OUT;
             if (why == WHY_PREFETCH) ns += fc_prefetch_d2h_wait_ns(FAKECUDA_PAGE);
         } else if (cur >= FC_LOC_DEV0) { /* peer to peer: costed, not counted */
             ns += xfer_ns(FAKECUDA_PAGE, FAKECUDA_H2D_BYTES_PER_US);
@@ -173,11 +203,13 @@ static int64_t page_move_to(fc_alloc *a, size_t p, uint8_t target, int why)
         if (cur == FC_LOC_HOST) {
             FC_COUNT(bytes_faulted_h2d, FAKECUDA_PAGE);
             FC_COUNT(bytes_fault_prefetched_h2d, FAKECUDA_PAGE);
+            a->crossed[p] |= FC_CROSSED_IN;
         }
         if (cur != FC_LOC_UNPOP) ns += xfer_ns(FAKECUDA_PAGE, FAKECUDA_H2D_BYTES_PER_US);
         break;
     case WHY_DISCARD: /* dead: nothing moves */
         FC_COUNT(bytes_discarded, FAKECUDA_PAGE);
+        count_dead(a, p);
         lose_page(a, p);
         break;
     }
@@ -246,6 +278,7 @@ static int64_t evict_one(int device, int *evicted)
             continue;
         }
         FC_COUNT(bytes_evicted_d2h, FAKECUDA_PAGE);
+        b->crossed[p] |= FC_CROSSED_OUT;
         ns += xfer_ns(FAKECUDA_PAGE, FAKECUDA_EVICT_D2H_BYTES_PER_US);
     }
     *chunk_slot(b, first, device) = NULL;
@@ -422,8 +455,10 @@ void fc_pages_read(uintptr_t p, size_t n)
         if (!a->managed || a->mapped) continue;
         uintptr_t lo = p > a->base ? p : a->base, hi = p + n < a->base + a->size ? p + n : a->base + a->size;
         pthread_mutex_lock(&a->mu);
-        for (size_t q = (lo - a->base) / FAKECUDA_PAGE; q <= (hi - 1 - a->base) / FAKECUDA_PAGE; q++)
+        for (size_t q = (lo - a->base) / FAKECUDA_PAGE; q <= (hi - 1 - a->base) / FAKECUDA_PAGE; q++) {
             lost += a->lost[q] ? FAKECUDA_PAGE : 0;
+            a->crossed[q] = 0; /* read: what crossed was needed */
+        }
         pthread_mutex_unlock(&a->mu);
     }
     pthread_rwlock_unlock(&fc_reg_lock);

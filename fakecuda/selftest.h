@@ -85,5 +85,6 @@ int selftest_child_context_work(void);   /* selftest_context_work.c */
    (tests/test_fakecuda.py runs it; not one of the child modes that must pass). */
 int selftest_child_pinned_unregistered(void); /* selftest_graphs.c */
 int selftest_child_launch_uses(void);    /* selftest_launch_uses.c */
+int selftest_child_dead_moves(void);     /* selftest_launch_uses.c */
 
 #endif

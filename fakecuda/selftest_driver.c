@@ -408,5 +408,6 @@ const struct selftest_driver_mode selftest_driver_modes[] = {
     { "context-work", NULL, selftest_child_context_work },
     { "context-work-a100", "FAKECUDA_PERSONA=a100-pcie-40gb", selftest_child_context_work },
     { "launch-uses", NULL, selftest_child_launch_uses },
+    { "dead-moves", NULL, selftest_child_dead_moves },
     { NULL, NULL, NULL },
 };

@@ -5,7 +5,9 @@
  * kernel, an allocation this run lacks, an argument word past the arguments or memory too
  * small for the operand is counted as a mismatch and touches nothing it cannot place; a
  * position without a line is counted missing; each thread has its own positions, numbered by
- * its first launch. */
+ * its first launch. And the dead moves (bytes_dead_h2d, bytes_dead_d2h): a page's crossings of
+ * the link count as dead where a `w` operand overwrites the whole page, or a discard drops it,
+ * before anything reads it; a read, or a write of part of the page, makes them live. */
 #define _GNU_SOURCE /* mkstemp, fdopen, setenv */
 #include <cuda.h>
 #include <pthread.h>
@@ -151,5 +153,77 @@ int selftest_child_launch_uses(void)
     CHECK(s.bytes_h2d >= 4 * MiB + 2 * 131072 && s.bytes_h2d <= 8 * MiB && s.gpu_faults >= 64 + 2 + 2,
           "the recorded operands were touched: %llu bytes in, %llu faults", U(s.bytes_h2d), U(s.gpu_faults));
     CHECK(s.kernels_run == 10, "every launch ran (%llu)", U(s.kernels_run));
+    return failed ? 1 : 0;
+}
+
+/* Launches the bodiless kernel and waits for it. */
+static void launch_and_wait(void)
+{
+    launch();
+    OK(cuStreamSynchronize(st));
+}
+
+static void to_host(CUdeviceptr p, size_t n)
+{
+    CUmemLocation host = { .type = CU_MEM_LOCATION_TYPE_HOST, .id = 0 };
+    OK(cuMemPrefetchAsync(p, n, host, 0, st));
+    OK(cuStreamSynchronize(st));
+}
+
+static void discard(CUdeviceptr p, size_t n)
+{
+    OK(cuMemDiscardBatchAsync(&p, &n, 1, 0, st));
+    OK(cuStreamSynchronize(st));
+}
+
+int selftest_child_dead_moves(void)
+{
+    if (setup() != 0) return -1;
+    const uint64_t page = 65536, all = 2 * MiB;
+    CUdeviceptr x = host_filled(all);
+    uint64_t ordinal = 0;
+    if (!fakecuda_allocation_of((void *)(uintptr_t)x, &ordinal, NULL, NULL)) return -1;
+    char path[] = "/tmp/fakecuda-dead-moves-XXXXXX";
+    int fd = mkstemp(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) return -1;
+    fprintf(f, "fakecuda-launch-uses 1\n");
+    fprintf(f, "0 0 bodiless 1 %llu:0:%llu:w\n", U(ordinal), U(all));            /* all of x, overwritten */
+    fprintf(f, "0 1 bodiless 1 %llu:0:%llu:r\n", U(ordinal), U(page));           /* its first page, read */
+    fprintf(f, "0 2 bodiless 1 %llu:100:%llu:w\n", U(ordinal), U(all - 100));     /* all but 100 bytes */
+    fprintf(f, "0 3 bodiless 1 %llu:0:%llu:rw\n", U(ordinal), U(all));           /* all of x, read and written */
+    fprintf(f, "0 4 bodiless 1 %llu:0:%llu:rw\n", U(ordinal), U(all));           /* again */
+    fclose(f);
+    setenv("FAKECUDA_LAUNCH_USES", path, 1);
+    fakecuda_reset_stats();
+    launch_and_wait();
+    struct fakecuda_stats s = selftest_stats();
+    CHECK(s.bytes_h2d == all && s.bytes_dead_h2d == all && s.bytes_dead_d2h == 0,
+          "bytes brought in to be overwritten whole are dead (%llu of %llu in, %llu out)", U(s.bytes_dead_h2d),
+          U(s.bytes_h2d), U(s.bytes_dead_d2h));
+    to_host(x, all);
+    fakecuda_reset_stats();
+    launch_and_wait();  /* page 0 read: its way out and back in were needed */
+    launch_and_wait();  /* pages 1..31 overwritten: out and in (by fault or the driver's prefetcher) for nothing */
+    s = selftest_stats();
+    CHECK(s.bytes_dead_d2h == all - page && s.bytes_dead_h2d == all - page && s.bytes_h2d == all,
+          "a page read, then written in part, had its moves live, the pages overwritten whole dead "
+          "(%llu out, %llu in dead; %llu in)", U(s.bytes_dead_d2h), U(s.bytes_dead_h2d), U(s.bytes_h2d));
+    fakecuda_reset_stats();
+    to_host(x, all);
+    launch_and_wait();  /* read and written: its pages' ways out and back in were needed */
+    discard(x, all);
+    s = selftest_stats();
+    CHECK(s.bytes_h2d == all && s.bytes_dead_h2d == 0 && s.bytes_dead_d2h == 0,
+          "pages read and written, then discarded, were moved for their use (%llu in, %llu out dead)",
+          U(s.bytes_dead_h2d), U(s.bytes_dead_d2h));
+    launch_and_wait();  /* read and written again: populated where they are, nothing moves */
+    to_host(x, all);
+    discard(x, all);
+    s = selftest_stats();
+    CHECK(s.bytes_dead_h2d == 0 && s.bytes_dead_d2h == all && s.bytes_d2h_all == 2 * all,
+          "pages copied out and then discarded were copied for nothing (%llu of %llu out dead)",
+          U(s.bytes_dead_d2h), U(s.bytes_d2h_all));
+    unlink(path);
     return failed ? 1 : 0;
 }

@@ -345,6 +345,8 @@ FC_EXPORT void fakecuda_get_stats(struct fakecuda_stats *out)
     out->lookups_above_driver = LD(lookups_above_driver);
     out->bytes_read_discarded = LD(bytes_read_discarded);
     out->gpu_faults_unpointed = LD(gpu_faults_unpointed);
+    out->bytes_dead_h2d = LD(bytes_dead_h2d);
+    out->bytes_dead_d2h = LD(bytes_dead_d2h);
     /* Each way over the link, whoever moved it */
     out->bytes_h2d = out->bytes_faulted_h2d + out->bytes_prefetched_h2d;
     out->bytes_d2h_all = out->bytes_d2h + out->bytes_evicted_d2h;
@@ -375,7 +377,7 @@ FC_EXPORT void fakecuda_reset_stats(void)
                               &fc_ctr.launches_by_kernel, &fc_ctr.param_info_refused, &fc_ctr.launches_given_uses,
                               &fc_ctr.launch_uses_missing, &fc_ctr.launch_uses_mismatched, &fc_ctr.discard_races,
                               &fc_ctr.bytes_lost_to_discard_races, &fc_ctr.bytes_read_discarded,
-                              &fc_ctr.gpu_faults_unpointed };
+                              &fc_ctr.gpu_faults_unpointed, &fc_ctr.bytes_dead_h2d, &fc_ctr.bytes_dead_d2h };
     for (size_t i = 0; i < sizeof f / sizeof *f; i++) atomic_store_explicit(f[i], 0, memory_order_relaxed);
     fc_cost_reset();
     for (int d = 0; d < FAKECUDA_MAX_DEVICES; d++) /* the peak starts again from what is resident now */
@@ -424,7 +426,8 @@ __attribute__((destructor)) static void fc_write_stats_at_exit(void)
             ", \"launch_uses_missing\": %" PRIu64 ", \"launch_uses_mismatched\": %" PRIu64
             ", \"discard_races\": %" PRIu64 ", \"bytes_lost_to_discard_races\": %" PRIu64
             ", \"lookups_above_driver\": %" PRIu64 ", \"bytes_read_discarded\": %" PRIu64
-            ", \"gpu_faults_unpointed\": %" PRIu64 ", \"entry_costs\": ",
+            ", \"gpu_faults_unpointed\": %" PRIu64 ", \"bytes_dead_h2d\": %" PRIu64 ", \"bytes_dead_d2h\": %" PRIu64
+            ", \"entry_costs\": ",
             s.gpu_faults, s.cpu_faults, s.pages_touched_by_kernels, s.bytes_prefetched_h2d,
             s.bytes_prefetched_unused, s.bytes_faulted_h2d, s.bytes_d2h, s.kernels_run,
             s.launches, s.prefetch_calls, s.batch_prefetch_calls, s.device_resident_bytes,
@@ -434,7 +437,7 @@ __attribute__((destructor)) static void fc_write_stats_at_exit(void)
             s.launches_by_function, s.launches_by_kernel,
             atomic_load_explicit(&fc_ctr.param_info_refused, memory_order_relaxed), s.launches_given_uses,
             s.launch_uses_missing, s.launch_uses_mismatched, s.discard_races, s.bytes_lost_to_discard_races,
-            s.lookups_above_driver, s.bytes_read_discarded, s.gpu_faults_unpointed);
+            s.lookups_above_driver, s.bytes_read_discarded, s.gpu_faults_unpointed, s.bytes_dead_h2d, s.bytes_dead_d2h);
     fc_cost_write_json(f);
     fputs(", \"not_found\": ", f);
     fc_not_found_write_json(f);

@@ -70,6 +70,12 @@ def test_kernels_fault_and_move_bytes_that_before_touched_nothing(result):
     for name in ("pump", "lookahead", "driver_at_budget", "lookahead_held_discards"):  # a device of the budget's size
         assert 0 < v[name]["device_resident_peak"] <= w["budget_bytes"], name
     assert v["bare"]["gpu_faults_per_step"] == 0 and v["bare"]["bytes_h2d_per_step"] == 0  # plain memory
+    # Moves of dead values (fakecuda's bytes_dead_*) are some of each run's moves; the driver alone
+    # knows no tensor dead and copies out freed ones it evicts (item 2's "no dead byte").
+    for name, figures in v.items():
+        assert 0 <= figures["bytes_dead_h2d_per_step"] <= figures["bytes_h2d_per_step"], name
+        assert 0 <= figures["bytes_dead_d2h_per_step"] <= figures["bytes_d2h_per_step"], name
+    assert v["driver_at_budget"]["bytes_dead_d2h_per_step"] > 0
     assert 0 < w["budget_bytes"] <= w["touched_block_bytes_per_step"] / 2
     assert w["bound_us"] == max(w["traffic_us"], v["bare"]["step_us"])
     for key in ("bytes_h2d_per_step", "bytes_d2h_per_step", "min_bytes_per_step", "planned_launch_fraction",
