@@ -3,6 +3,7 @@
 The rules about which variable PyTorch reads and how it parses it are checked against the
 installed PyTorch itself (its allocator settings are read on a CPU-only build too)."""
 
+import json
 import subprocess
 import sys
 
@@ -83,17 +84,43 @@ def test_managed_all_allocator_env():
 
 # --- against the installed PyTorch -------------------------------------------------------
 
-SETTINGS = "import torch; print(torch._C._accelerator_getAllocatorSettings())"
+# One interpreter imports torch once and forks a child per question: PyTorch parses its allocator
+# settings from the environment at their first use, not at import (the child's own variables count).
+READER = """
+import json, os, sys
+import torch
+for line in sys.stdin:
+    pid = os.fork()
+    if pid == 0:
+        os.environ.update(json.loads(line))
+        try:
+            answer = {"settings": torch._C._accelerator_getAllocatorSettings()}
+        except Exception as exc:
+            answer = {"error": str(exc)}
+        print(json.dumps(answer), flush=True)
+        os._exit(0)
+    os.waitpid(pid, 0)
+"""
 
 
-def torch_reads(env_vars):
-    """The allocator settings PyTorch took from an environment with env_vars."""
+@pytest.fixture(scope="module")
+def reader():
     pytest.importorskip("torch")
     env = {k: v for k, v in helpers.clean_env().items() if not k.startswith("PYTORCH_")}
-    r = subprocess.run([sys.executable, "-c", SETTINGS], env={**env, **env_vars},
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    return r.stdout.strip()
+    proc = subprocess.Popen([sys.executable, "-c", READER], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    yield proc
+    proc.stdin.close()
+    proc.wait(timeout=60)
+
+
+def torch_reads(reader, env_vars):
+    """The allocator settings PyTorch took from an environment with env_vars."""
+    reader.stdin.write(json.dumps(env_vars) + "\n")
+    reader.stdin.flush()
+    answer = json.loads(reader.stdout.readline())
+    assert "error" not in answer, answer["error"]
+    return answer["settings"].strip()
 
 
 @pytest.mark.parametrize("user", [
@@ -103,21 +130,21 @@ def torch_reads(env_vars):
     {"PYTORCH_HIP_ALLOC_CONF": "garbage_collection_threshold:0.5", "PYTORCH_ALLOC_CONF": "x"},
     {"PYTORCH_ALLOC_CONF": "roundup_power2_divisions:[256:4,>:1], max_split_size_mb:64,"},
 ])
-def test_pytorch_parses_the_merge_in_the_variable_it_reads(user):
+def test_pytorch_parses_the_merge_in_the_variable_it_reads(reader, user):
     changes, notice = managed_all_allocator_env(user)
     assert notice is None
-    settings = torch_reads({**user, **changes})
+    settings = torch_reads(reader, {**user, **changes})
     assert settings.replace(" ", "").endswith(OURS), settings
 
 
-def test_pytorch_keeps_the_users_expandable_segments():
+def test_pytorch_keeps_the_users_expandable_segments(reader):
     user = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
     changes, _ = managed_all_allocator_env(user)
-    assert torch_reads({**user, **changes}) == "expandable_segments:True"
+    assert torch_reads(reader, {**user, **changes}) == "expandable_segments:True"
 
 
-def test_pytorch_booleans_are_capitalised():
+def test_pytorch_booleans_are_capitalised(reader):
     """Why pump writes False, not false: PyTorch accepts exactly True and False."""
-    assert torch_reads({"PYTORCH_ALLOC_CONF": OURS}) == OURS
+    assert torch_reads(reader, {"PYTORCH_ALLOC_CONF": OURS}) == OURS
     with pytest.raises(AssertionError, match="Expected 'True' or 'False'"):
-        torch_reads({"PYTORCH_ALLOC_CONF": "expandable_segments:false"})
+        torch_reads(reader, {"PYTORCH_ALLOC_CONF": "expandable_segments:false"})
