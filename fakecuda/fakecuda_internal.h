@@ -226,10 +226,9 @@ typedef struct fc_range { uintptr_t ptr; size_t size; int loc; } fc_range;
 enum { FC_PINNED_DST = 1, FC_PINNED_SRC = 2 };
 typedef struct fc_copy { uintptr_t dst, src; size_t n; unsigned elem, value; int dst_dev, src_dev, pinned; } fc_copy;
 /* One operand of a launch as FAKECUDA_LAUNCH_USES recorded it (launch_uses.c): the kernel
- * touches [ptr, ptr + bytes), writing it or only reading it, and whether its read is checked
- * for discarded bytes (fc_pages_read). */
-/* reads: a read to check against discards (fc_pages_read); overwrite: a `w` operand, which
- * writes every byte it spans without reading one (fc_tls_overwrite_lo). */
+ * touches [ptr, ptr + bytes), writing it or only reading it, whether its read is checked for
+ * discarded bytes (reads: fc_pages_read), and whether it writes every byte it spans without
+ * reading one (overwrite: a `w` operand, fc_tls_overwrite_lo). */
 typedef struct fc_use { uintptr_t ptr; size_t bytes; int write, reads, pointed, overwrite; } fc_use;
 typedef struct fc_op {
     struct fc_op *next;
