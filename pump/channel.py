@@ -270,39 +270,49 @@ class Ring:
 
     def read(self, limit: int = 1 << 20) -> np.ndarray:
         """Copy out the complete records from the tail on (at most ``limit``) and
-        advance the tail past them; returns a private array of EVENT."""
+        advance the tail past them; returns a private array of EVENT. A group (a launch
+        and the records that extend it) is handed over whole: one its writer is still
+        writing waits for the next read."""
         head = int(self.header.head)
         n = min(head - self.tail, self.capacity, limit)
         if n <= 0:
             return np.empty(0, EVENT)
         out = self._records(self.tail, n)
         complete = out["seq"] == np.arange(self.tail + 1, self.tail + n + 1, dtype=np.uint64)
-        done = n if complete.all() else int(np.argmin(complete))
+        written = n if complete.all() else int(np.argmin(complete))
+        done = self._whole_groups(out, written, head)
         if done == 0:
-            done = self._skip_if_stuck(complete, n)
-            out = out[:0]
+            done = self._skip_if_stuck(complete, n, written)
+            out = out[:done] if written else out[:0]
         else:
             self._stuck_since = None
-            done = self._whole_groups(out, done, head)
             out = out[:done]
         self.tail += done
         self.header.tail = self.tail
         return out
 
     def _whole_groups(self, out: np.ndarray, done: int, head: int) -> int:
-        """done, or less where a read cut by its limit would part a launch from its MORE,
-        EXTENT or COST records (or a FUNCTION from its NAME records): decode reads a batch
-        on its own, so the group is left whole for the next read."""
+        """done, or less where the `done` complete records read may end inside a group: a
+        LAUNCH and its MORE, EXTENT or COST records, a FUNCTION and its NAME records. decode
+        reads a batch on its own, so the group is left whole for the next read. The record
+        after them may extend the last group: one past the read's limit, or one its writer
+        has reserved and not yet written (the shim writes a group's records one by one,
+        and a writer preempted there left the end of a launch's bases to the next read:
+        seen as a launch's last allocations missing from a CI run's trace). 0: the one
+        group read is still being written."""
         after = self.tail + done
         if done == 0 or after >= head:
             return done
-        following = self._records(after, 1)[0]
-        if int(following["seq"]) != after + 1 or int(following["kind"]) not in CONTINUATION_KINDS:
-            return done
+        following = out[done] if done < len(out) else self._records(after, 1)[0]
+        if int(following["seq"]) == after + 1 and int(following["kind"]) not in CONTINUATION_KINDS:
+            return done  # the next group starts there
         starts = np.flatnonzero(~np.isin(out["kind"][:done], CONTINUATION_KINDS))
-        return int(starts[-1]) if len(starts) and starts[-1] > 0 else done
+        return int(starts[-1]) if len(starts) else done  # none: the rest of a group handed over in part
 
-    def _skip_if_stuck(self, complete: np.ndarray, n: int) -> int:
+    def _skip_if_stuck(self, complete: np.ndarray, n: int, written: int) -> int:
+        """0 until the read has been held up for STUCK_SECONDS; then, where a group was begun
+        (`written` records of it complete), the part written, the rest to be counted invalid;
+        else the records never completed, as lost."""
         now = time.monotonic()
         if self._stuck_since is None:
             self._stuck_since = now
@@ -310,6 +320,8 @@ class Ring:
         if now - self._stuck_since < STUCK_SECONDS:
             return 0
         self._stuck_since = None
+        if written > 0:
+            return written
         skip = int(np.argmax(complete)) if complete.any() else n
         self.lost += skip
         return skip

@@ -862,6 +862,49 @@ def test_a_read_cut_by_its_limit_leaves_a_launch_with_its_more_records():
     ring.close()
 
 
+def test_a_launch_its_writer_is_still_writing_waits_for_the_next_read(monkeypatch):
+    """The shim reserves a launch's records at once and writes them one by one (shim/channel/
+    channel.c): a read between two of them must not hand over the LAUNCH without the MORE records
+    still to come, whose bases decode would then count invalid in the next read. Seen in CI: a
+    writer preempted mid-launch left a foreach launch's last allocations out of the trace
+    (tests/test_real_client_allocators.py's layout check, 3 of 15 runs). A group begun and never
+    finished is handed over in part once it has held the ring up for STUCK_SECONDS."""
+    clock = [0.0]
+    monkeypatch.setattr(channel.time, "monotonic", lambda: clock[0])
+    ring = channel.Ring.create(1, "jx", 1024)
+    mm, records = shim_side(ring)
+    rows = [("alloc", 1, [0x1000, 64, 0, 0, 0]), ("launch", 8, [7, 0, 0x1000, 0x2000, 0x3000]),
+            ("launch_more", 5, [0x4000, 0x5000, 0x6000, 0x7000, 0x8000]), ("alloc", 1, [0x9000, 64, 0, 0, 0]),
+            ("launch", 4, [7, 0, 0x1000, 0x2000, 0x3000]), ("launch_more", 1, [0x9000, 0, 0, 0, 0])]
+
+    def write(i):
+        kind, count, arg = rows[i]
+        records[i]["kind"], records[i]["count"], records[i]["arg"], records[i]["seq"] = \
+            channel.KIND[kind], count, arg, i + 1
+
+    ring.header.head = 3  # the first ALLOC and the launch, reserved
+    write(0)
+    write(1)  # its MORE record not yet written
+    assert [int(k) for k in ring.read()["kind"]] == [channel.KIND["alloc"]]
+    assert len(ring.read()) == 0  # the launch waits for its MORE record
+    write(2)
+    whole = channel.decode(ring.read())
+    assert whole.invalid == 0 and whole.launch_bases(0).tolist() == [0x1000 * k for k in range(1, 9)]
+    ring.header.head = 6
+    write(3)
+    write(4)  # the second launch begun, its MORE never written
+    assert [int(k) for k in ring.read()["kind"]] == [channel.KIND["alloc"]]
+    assert len(ring.read()) == 0
+    clock[0] += channel.STUCK_SECONDS + 0.1
+    part = ring.read()  # held up too long: its part
+    assert [int(k) for k in part["kind"]] == [channel.KIND["launch"]] and ring.lost == 0
+    write(5)
+    assert channel.decode(ring.read()).invalid == 1  # the MORE record, come too late
+    del records
+    mm.close()
+    ring.close()
+
+
 def test_a_handle_named_again_within_one_read_keeps_both_names():
     """After an unload the driver may hand a function's handle to another kernel, and the shim
     names it again (shim/lookup/layouts.c); both names can fall in one read. decode's `named` keeps
