@@ -55,6 +55,6 @@ CUresult fc_image_kernel(fc_image *img, const char *name, fc_kdef **out); /* NOT
 CUresult fc_image_global(fc_image *img, const char *name, CUdeviceptr *dptr, size_t *bytes);
 /* A launch of an image kernel with its packed arguments: recorded for FAKECUDA_LAUNCH_LOG. */
 void fc_image_launch_record(const fc_kdef *def, int by_kernel_handle, const unsigned char *args, CUstream s,
-                            fc_launch_position at);
+                            unsigned grid_x, fc_launch_position at);
 
 #endif

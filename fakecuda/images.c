@@ -3,6 +3,7 @@
  * device allocations), lazy loading, and the record of each launch of an image kernel that a
  * test compares with what pump prefetched (FAKECUDA_LAUNCH_LOG). */
 #include "image.h"
+#include "tensor_lists.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -209,8 +210,11 @@ CUresult fc_image_global(fc_image *img, const char *name, CUdeviceptr *dptr, siz
  * structs included: a pointer inside multi_tensor_apply's 25,768-byte TensorListMetadata is
  * found) whose value lies inside an allocation of fakecuda's, as the kernel's layout places
  * them, and that layout (a word that is a whole 8-byte parameter is a pointer the kernel takes
- * itself; one inside a struct may be a slot the launch left unset). Written by the process that
- * called cuInit, at the launch call, so that a test can check what pump prefetched. */
+ * itself; one inside a struct may be a slot the launch left unset), and for PyTorch's
+ * multi_tensor_apply kernels "tensor_list": {"depth", "tensors": slots per list, "reads": the
+ * offsets in the first parameter of the pointer words the kernel reads} (tensor_lists.h; absent
+ * for other kernels). Written by the
+ * process that called cuInit, at the launch call, so that a test can check what pump prefetched. */
 static FILE *fc_log;
 static pthread_mutex_t fc_log_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t fc_log_once = PTHREAD_ONCE_INIT;
@@ -236,8 +240,22 @@ static void json_string(FILE *f, const char *s)
     fputc('"', f);
 }
 
+/* ", \"tensor_list\": {...}" for a PyTorch tensor-list kernel, nothing for another. */
+static void tensor_list_reads(FILE *f, const fc_kdef *def, const unsigned char *args, unsigned grid_x)
+{
+    fc_tensor_list tl;
+    if (def->nparams == 0 || def->offsets[0] != 0 || !fc_tensor_list_of(def->name, def->sizes[0], &tl)) return;
+    size_t *offsets = malloc(sizeof *offsets * (tl.depth + 1) * tl.tensors);
+    if (!offsets) return;
+    size_t n = fc_tensor_list_reads(&tl, args, grid_x, offsets);
+    fprintf(f, ", \"tensor_list\": {\"depth\": %u, \"tensors\": %u, \"reads\": [", tl.depth, tl.tensors);
+    for (size_t i = 0; i < n; i++) fprintf(f, "%s%zu", i ? ", " : "", offsets[i]);
+    fputs("]}", f);
+    free(offsets);
+}
+
 void fc_image_launch_record(const fc_kdef *def, int by_kernel_handle, const unsigned char *args, CUstream s,
-                            fc_launch_position at)
+                            unsigned grid_x, fc_launch_position at)
 {
     pthread_once(&fc_log_once, open_log);
     if (!fc_log || atomic_load(&fc_init_pid) != (int)getpid()) return;
@@ -263,7 +281,9 @@ void fc_image_launch_record(const fc_kdef *def, int by_kernel_handle, const unsi
     fputs("], \"params\": [", fc_log);
     for (unsigned i = 0; i < def->nparams; i++)
         fprintf(fc_log, "%s[%zu, %zu]", i ? ", " : "", def->offsets[i], def->sizes[i]);
-    fputs("]}\n", fc_log);
+    fputc(']', fc_log);
+    tensor_list_reads(fc_log, def, args, grid_x);
+    fputs("}\n", fc_log);
     fflush(fc_log);
     pthread_mutex_unlock(&fc_log_lock);
 }

@@ -317,7 +317,7 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
         fc_use *uses = NULL; /* a captured launch is a graph's node: its recorded operands are not kept */
         fc_launch_position at;
         size_t nuses = fc_launch_uses_take(def, args, &uses, &at);
-        if (def->image) fc_image_launch_record(def, by_kernel, args, s, at);
+        if (def->image) fc_image_launch_record(def, by_kernel, args, s, gx, at);
         int r = fc_stream_capturing(s) ? fc_capture_add_kernel(s, def, &d, args) : FC_NOT_CAPTURING;
         if (r == FC_NOT_CAPTURING) {
             fc_op *op = fc_kernel_op(def, &d, args, uses, nuses);

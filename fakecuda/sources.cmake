@@ -27,6 +27,7 @@ set(FAKECUDA_SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/launch_uses.c
     ${CMAKE_CURRENT_LIST_DIR}/modules.c
     ${CMAKE_CURRENT_LIST_DIR}/images.c
+    ${CMAKE_CURRENT_LIST_DIR}/tensor_lists.c
     ${CMAKE_CURRENT_LIST_DIR}/fatbin.c
     ${CMAKE_CURRENT_LIST_DIR}/cubin.c
     ${CMAKE_CURRENT_LIST_DIR}/tensor_maps.c

@@ -29,7 +29,7 @@ import pytest
 
 from helpers import PUMP_RUN, clean_env
 from test_real_client import cuda_torch  # noqa: F401 (the fixture that skips without torch's CUDA build)
-from test_real_client_training import PERSONA, TRAIN, launch_count_differences, layout_misses
+from test_real_client_training import PERSONA, TRAIN, launch_count_differences, layout_misses, unused_slots
 
 LOOPS = "gpt_foreach,gpt_fused,conv,graph"
 MODES = {
@@ -143,6 +143,29 @@ def test_pump_sent_every_live_allocation_the_real_layouts_point_into(runs, mode)
     log, misses, wide, stale = layout_misses(out / "launches.jsonl", out / "pump.trace")
     print(f"{mode}: {len(log)} launches, {wide} wider than the trace keeps, {stale} words into freed space")
     assert not misses, json.dumps(misses[:5], indent=1) + f"\n... {len(misses)} launches in all"
+
+
+def test_fakecuda_tells_which_slots_of_a_tensor_list_the_kernel_reads(runs):
+    """PyTorch's foreach and fused-optimizer launches (multi_tensor_apply) pass their tensors in a
+    by-value struct whose slots past the launch's tensors hold an earlier launch's: fakecuda logs
+    the words the kernel reads (fakecuda/tensor_lists.c, from the block_to_tensor the launch
+    filled). Every such launch of torch's build has a layout fakecuda knows, and what it says the
+    kernel reads is what the host filled: the first k slots of every list (a launch's tensors fill
+    them from 0, each with a block at least), each a pointer into an allocation. What pump takes
+    through the other slots is printed: its scan takes every word (issue 43 item 5)."""
+    out = runs["dir"] / "caching"
+    log = [json.loads(line) for line in (out / "launches.jsonl").read_text().splitlines()]
+    lists = [e for e in log if "multi_tensor_apply_kernel" in e["kernel"]]
+    unknown = sorted({(e["params"][0][1], e["kernel"][:160]) for e in lists if "tensor_list" not in e})
+    assert len(lists) > 50 and not unknown, unknown
+    for e in lists:
+        tl, pointers = e["tensor_list"], {p[1] for p in e["pointers"] if p[0] == 0}
+        lists_read = [sorted(o // 8 - d * tl["tensors"] for o in tl["reads"] if o // 8 // tl["tensors"] == d)
+                      for d in range(tl["depth"])]
+        k = len(lists_read[0])
+        assert k and all(slots == list(range(k)) for slots in lists_read), (e["kernel"][:120], lists_read)
+        assert set(tl["reads"]) <= pointers, (e["kernel"][:120], tl["reads"][:8])
+    print(unused_slots(out / "launches.jsonl", out / "pump.trace"))
 
 
 def test_a_compiled_model_runs_under_pump_as_it_does_bare(cuda_torch, c_build, tmp_path, cache):  # noqa: F811

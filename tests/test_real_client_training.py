@@ -151,12 +151,30 @@ def _inside(extents):
     return lambda v: (i := bisect.bisect_right(bases, v) - 1) >= 0 and v < extents[i][0] + extents[i][1]
 
 
+def matched(managed, seen):
+    """(log index, log launch, index of the record pump made of it or None) for each launch of the
+    log that points into managed memory, matched in order, names too, with pump's records (it
+    records those where it found managed memory): a log launch and a record are the same launch
+    when one of its words lies in an allocation the record names. Asserts every record matched."""
+    j, last = 0, -1
+    for i, entry in enumerate(managed):
+        words = {p[2] for p in entry["pointers"] if p[5]}
+        if j < len(seen):
+            names, extents, _, _ = seen[j]
+            found = _inside(sorted(extents))
+            if any(entry["kernel"].startswith(n) for n in names) and any(found(v) for v in words):
+                j, last = j + 1, i
+                yield i, entry, j - 1
+                continue
+        yield i, entry, None
+    assert j == len(seen), (f"pump recorded {len(seen) - j} launches past the log's last match (record {j}, log "
+                            f"launch {last}): {unmatched(seen[j], managed[last + 1:last + 4])}")
+
+
 def layout_misses(log_path, trace_path):
     """Launches whose real layout points into a live allocation that pump did not send for prefetch.
-    The log's launches that point into managed memory are matched in order, names too, with the
-    launches pump recorded (it records those where it found managed memory): a log launch and a
-    record are the same launch when one of its words lies in an allocation the record names. Each
-    managed pointer word that lies in an allocation alive at that moment (pump's ALLOC and FREE
+    The log's launches that point into managed memory are matched with pump's records (matched).
+    Each managed pointer word that lies in an allocation alive at that moment (pump's ALLOC and FREE
     records: a tensor, or a segment not yet carved) must lie inside one pump found; a word into
     freed space (stale words of a by-value struct, such as an OffsetCalculator's unused
     dimensions, point into freed blocks of a segment) is counted, not required. A log launch pump
@@ -168,32 +186,58 @@ def layout_misses(log_path, trace_path):
     log = [json.loads(line) for line in log_path.read_text().splitlines()]
     managed = [e for e in log if any(p[5] for p in e["pointers"])]  # [param, offset, value, base, size, managed]
     seen = pump_launches(trace_path)
-    misses, wide, stale, j, last = [], 0, 0, 0, -1
-    for i, entry in enumerate(managed):
+    misses, wide, stale, j = [], 0, 0, 0
+    for i, entry, k in matched(managed, seen):
         words = {p[2] for p in entry["pointers"] if p[5]}
-        if j < len(seen):
-            names, extents, truncated, live = seen[j]
+        if k is not None:
+            j = k + 1
+            _, extents, truncated, live = seen[k]
             found = _inside(sorted(extents))
-            if any(entry["kernel"].startswith(n) for n in names) and any(found(v) for v in words):
-                j, last = j + 1, i
-                if truncated:
-                    wide += 1
-                    missed = [hex(b) for b, n in extents if not any(b <= v < b + n for v in words)]
-                else:
-                    alive = {v for v in words if live(v)}
-                    stale += len(words - alive)
-                    missed = [hex(v) for v in sorted(alive) if not found(v)]
-                if missed:
-                    misses.append({"launch": i, "kernel": entry["kernel"][:120], "missed": missed[:8]})
-                continue
-        around = [seen[k][3] for k in (j - 1, j) if 0 <= k < len(seen)]
+            if truncated:
+                wide += 1
+                missed = [hex(b) for b, n in extents if not any(b <= v < b + n for v in words)]
+            else:
+                alive = {v for v in words if live(v)}
+                stale += len(words - alive)
+                missed = [hex(v) for v in sorted(alive) if not found(v)]
+            if missed:
+                misses.append({"launch": i, "kernel": entry["kernel"][:120], "missed": missed[:8]})
+            continue
+        around = [seen[r][3] for r in (j - 1, j) if 0 <= r < len(seen)]
         alive = sorted(v for v in words if any(live(v) for live in around))
         stale += len(words) - len(alive)
         if alive:
             misses.append({"launch": i, "kernel": entry["kernel"][:120], "not recorded, alive": [hex(v) for v in alive[:8]]})
-    assert j == len(seen), (f"pump recorded {len(seen) - j} launches past the log's last match (record {j}, log "
-                            f"launch {last}): {unmatched(seen[j], managed[last + 1:last + 4])}")
     return log, misses, wide, stale
+
+
+def unused_slots(log_path, trace_path):
+    """Of PyTorch's tensor-list launches (multi_tensor_apply: fakecuda logs the words of their
+    first parameter the kernel reads, fakecuda/tensor_lists.c), what lies in the slots the kernel
+    does not read (an earlier launch's tensors, or the stack's garbage) and what pump took through
+    it: {launches, words (managed pointer words there), alive (of them, into live allocations),
+    taken (allocations pump sent for prefetch that only such words point into), taken_bytes}."""
+    log = [json.loads(line) for line in log_path.read_text().splitlines()]
+    managed = [e for e in log if any(p[5] for p in e["pointers"])]
+    seen = pump_launches(trace_path)
+    out = dict(launches=0, words=0, alive=0, taken=0, taken_bytes=0)
+    for _, entry, k in matched(managed, seen):
+        if "tensor_list" not in entry:
+            continue
+        read = set(entry["tensor_list"]["reads"])
+        unread = {p[2] for p in entry["pointers"] if p[5] and p[0] == 0 and p[1] not in read}
+        others = {p[2] for p in entry["pointers"] if p[5]} - unread
+        out["launches"] += 1
+        out["words"] += len(unread)
+        if k is None:
+            continue
+        _, extents, _, live = seen[k]
+        out["alive"] += sum(1 for v in unread if live(v))
+        for base, size in extents:
+            if any(base <= v < base + size for v in unread) and not any(base <= v < base + size for v in others):
+                out["taken"] += 1
+                out["taken_bytes"] += size
+    return out
 
 
 def unmatched(record, following):
