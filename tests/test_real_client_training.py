@@ -174,7 +174,8 @@ def matched(managed, seen):
 def layout_misses(log_path, trace_path):
     """Launches whose real layout points into a live allocation that pump did not send for prefetch.
     The log's launches that point into managed memory are matched with pump's records (matched).
-    Each managed pointer word that lies in an allocation alive at that moment (pump's ALLOC and FREE
+    Each managed pointer word pump must follow (required_words: not one of a tensor list's slots its
+    kernel does not read) that lies in an allocation alive at that moment (pump's ALLOC and FREE
     records: a tensor, or a segment not yet carved) must lie inside one pump found; a word into
     freed space (stale words of a by-value struct, such as an OffsetCalculator's unused
     dimensions, point into freed blocks of a segment) is counted, not required. A log launch pump
@@ -188,7 +189,7 @@ def layout_misses(log_path, trace_path):
     seen = pump_launches(trace_path)
     misses, wide, stale, j = [], 0, 0, 0
     for i, entry, k in matched(managed, seen):
-        words = {p[2] for p in entry["pointers"] if p[5]}
+        words = required_words(entry)
         if k is not None:
             j = k + 1
             _, extents, truncated, live = seen[k]
@@ -211,12 +212,20 @@ def layout_misses(log_path, trace_path):
     return log, misses, wide, stale
 
 
+def required_words(entry):
+    """A logged launch's managed pointer words that pump must follow: all but those in the slots of
+    a PyTorch tensor list its kernel does not read (fakecuda's `tensor_list`, unused_slots)."""
+    read = set(entry["tensor_list"]["reads"]) if "tensor_list" in entry else None
+    return {p[2] for p in entry["pointers"] if p[5] and (read is None or p[0] != 0 or p[1] in read)}
+
+
 def unused_slots(log_path, trace_path):
     """Of PyTorch's tensor-list launches (multi_tensor_apply: fakecuda logs the words of their
     first parameter the kernel reads, fakecuda/tensor_lists.c), what lies in the slots the kernel
     does not read (an earlier launch's tensors, or the stack's garbage) and what pump took through
-    it: {launches, words (managed pointer words there), alive (of them, into live allocations),
-    taken (allocations pump sent for prefetch that only such words point into), taken_bytes}."""
+    it: {launches, words (managed pointers only those slots hold, per launch), alive (of them, into
+    live allocations), taken (allocations pump sent for prefetch that only they point into),
+    taken_bytes}."""
     log = [json.loads(line) for line in log_path.read_text().splitlines()]
     managed = [e for e in log if any(p[5] for p in e["pointers"])]
     seen = pump_launches(trace_path)
@@ -224,9 +233,8 @@ def unused_slots(log_path, trace_path):
     for _, entry, k in matched(managed, seen):
         if "tensor_list" not in entry:
             continue
-        read = set(entry["tensor_list"]["reads"])
-        unread = {p[2] for p in entry["pointers"] if p[5] and p[0] == 0 and p[1] not in read}
-        others = {p[2] for p in entry["pointers"] if p[5]} - unread
+        others = required_words(entry)
+        unread = {p[2] for p in entry["pointers"] if p[5]} - others
         out["launches"] += 1
         out["words"] += len(unread)
         if k is None:

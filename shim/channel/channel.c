@@ -170,20 +170,7 @@ PUMP_HIDDEN void pump_channel_launch(struct pump_channel *c, CUfunction f, CUstr
 
 static const char *function_name(CUfunction f)
 {
-    const char *name = NULL;
-    if (atomic_load_explicit(&exiting, memory_order_relaxed))
-        return "";
-    /* A CUkernel may arrive where a CUfunction is expected: asked by its kind (handles.h),
-     * both ways when it is of unknown origin. */
-    enum pump_handle_kind kind = pump_handle_kind_of(f);
-    if (kind != PUMP_HANDLE_KERNEL && pump_driver.func_get_name != NULL &&
-        pump_driver.func_get_name(&name, f) == CUDA_SUCCESS && name != NULL)
-        return name;
-    name = NULL;
-    if (kind != PUMP_HANDLE_FUNCTION && pump_driver.kernel_get_name != NULL &&
-        pump_driver.kernel_get_name(&name, (CUkernel)(void *)f) == CUDA_SUCCESS && name != NULL)
-        return name;
-    return "";
+    return atomic_load_explicit(&exiting, memory_order_relaxed) ? "" : pump_handle_name(f);
 }
 
 PUMP_HIDDEN void pump_channel_function(struct pump_channel *c, CUfunction f)

@@ -76,12 +76,13 @@ static void exec_free(struct graph_exec *g)
 /* ---- what the kernels use ---- */
 
 /* The allocations one kernel's arguments point into. */
-static bool scan_kernel(struct node_use *use, CUfunction f, CUkernel kernel, void **params, void **extra)
+static bool scan_kernel(struct node_use *use, CUfunction f, CUkernel kernel, void **params, void **extra,
+                        unsigned grid_x)
 {
     struct pump_scan scan;
     if (f == NULL && kernel != NULL)
         pump_handle_note(kernel, PUMP_HANDLE_KERNEL, NULL); /* the node's `kern`: a CUkernel, as cuda.h types it */
-    pump_scan_launch(f != NULL ? f : (CUfunction)kernel, params, extra, &scan);
+    pump_scan_launch(f != NULL ? f : (CUfunction)kernel, params, extra, grid_x, &scan);
     if (scan.unscanned)
         return false;
     use->count = 0;
@@ -110,7 +111,7 @@ static bool add_node(struct graph_exec *g, CUgraphNode node, CUgraphNode kernel_
     }
     struct node_use *use = &g->node[g->nodes];
     use->node = node;
-    if (!scan_kernel(use, params.func, params.kern, params.kernelParams, params.extra))
+    if (!scan_kernel(use, params.func, params.kern, params.kernelParams, params.extra, params.gridDimX))
         return false;
     g->nodes++;
     return true;
@@ -292,13 +293,13 @@ CUresult pump_graph_exec_update_v2(CUgraphExec exec, CUgraph graph, CUgraphExecU
  * does not know (or cannot scan; no kernel given: a child graph swapped)
  * makes the exec unknown. */
 static void kernel_node_set(CUresult r, CUgraphExec exec, CUgraphNode node, CUfunction f, CUkernel kernel,
-                            void **params, void **extra)
+                            void **params, void **extra, unsigned grid_x)
 {
     if (r != CUDA_SUCCESS || !pump_active())
         return;
     PUMP_COUNT(graph_exec_updates, 1);
     struct node_use fresh = {.node = node};
-    bool scanned = (f != NULL || kernel != NULL) && scan_kernel(&fresh, f, kernel, params, extra);
+    bool scanned = (f != NULL || kernel != NULL) && scan_kernel(&fresh, f, kernel, params, extra, grid_x);
     pump_rwlock_wrlock(&execs_lock);
     struct graph_exec *g = *slot_of(exec);
     struct node_use *use = NULL;
@@ -324,7 +325,7 @@ CUresult pump_graph_exec_kernel_node_set_params(CUgraphExec exec, CUgraphNode no
     PUMP_REAL_OR_RETURN(graph_exec_kernel_node_set_params, real);
     CUresult r = real(exec, node, p);
     if (p != NULL)
-        kernel_node_set(r, exec, node, p->func, NULL, p->kernelParams, p->extra);
+        kernel_node_set(r, exec, node, p->func, NULL, p->kernelParams, p->extra, p->gridDimX);
     return r;
 }
 
@@ -334,7 +335,7 @@ CUresult pump_graph_exec_kernel_node_set_params_v2(CUgraphExec exec, CUgraphNode
     PUMP_REAL_OR_RETURN(graph_exec_kernel_node_set_params_v2, real);
     CUresult r = real(exec, node, p);
     if (p != NULL)
-        kernel_node_set(r, exec, node, p->func, p->kern, p->kernelParams, p->extra);
+        kernel_node_set(r, exec, node, p->func, p->kern, p->kernelParams, p->extra, p->gridDimX);
     return r;
 }
 
@@ -343,9 +344,10 @@ CUresult pump_graph_exec_node_set_params(CUgraphExec exec, CUgraphNode node, CUg
     PUMP_REAL_OR_RETURN(graph_exec_node_set_params, real);
     CUresult r = real(exec, node, p);
     if (p != NULL && p->type == CU_GRAPH_NODE_TYPE_KERNEL)
-        kernel_node_set(r, exec, node, p->kernel.func, p->kernel.kern, p->kernel.kernelParams, p->kernel.extra);
+        kernel_node_set(r, exec, node, p->kernel.func, p->kernel.kern, p->kernel.kernelParams, p->kernel.extra,
+                        p->kernel.gridDimX);
     else if (p != NULL && p->type == CU_GRAPH_NODE_TYPE_GRAPH)
-        kernel_node_set(r, exec, node, NULL, NULL, NULL, NULL);
+        kernel_node_set(r, exec, node, NULL, NULL, NULL, NULL, 0);
     return r;
 }
 

@@ -53,7 +53,8 @@ struct launch {
  * launches have none, and a 4 KiB frame costs every launch). */
 static _Thread_local struct pump_trigger thread_trigger;
 
-static void before_launch(struct launch *l, CUfunction f, CUstream stream, void **params, void **extra)
+static void before_launch(struct launch *l, CUfunction f, unsigned grid_x, CUstream stream, void **params,
+                          void **extra)
 {
     l->context = l->timed = NULL;
     PUMP_COUNT(launches, 1);
@@ -65,7 +66,7 @@ static void before_launch(struct launch *l, CUfunction f, CUstream stream, void 
         pump_stream_users_note(stream, NULL, 0);  /* pump's allocator orders frees after it */
         return;
     }
-    pump_scan_launch(f, params, extra, &l->scan);
+    pump_scan_launch(f, params, extra, grid_x, &l->scan);
     if (l->scan.unscanned)
         PUMP_COUNT(launches_unscanned, 1);
     pump_stream_users_note(stream, l->scan.range, l->scan.own);
@@ -129,7 +130,7 @@ static void after_launch(struct launch *l, CUresult r)
     {                                                                                                  \
         PUMP_REAL_OR_RETURN(id, real);                                                                 \
         struct launch l;                                                                               \
-        before_launch(&l, f, pump_stream_of(stream, per_thread), params, extra);                      \
+        before_launch(&l, f, gx, pump_stream_of(stream, per_thread), params, extra);                      \
         CUresult r = real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra);                  \
         after_launch(&l, r);                                                                           \
         return r;                                                                                      \
@@ -144,7 +145,7 @@ PUMP_LAUNCH_KERNEL_HOOK(launch_kernel_ptsz, true)
         struct launch l;                                                                           \
         l.context = l.timed = NULL;                                                                \
         if (config != NULL)                                                                        \
-            before_launch(&l, f, pump_stream_of(config->hStream, per_thread), params, extra);      \
+            before_launch(&l, f, config->gridDimX, pump_stream_of(config->hStream, per_thread), params, extra);      \
         CUresult r = real(config, f, params, extra);                                               \
         after_launch(&l, r);                                                                       \
         return r;                                                                                  \
@@ -159,7 +160,7 @@ PUMP_LAUNCH_KERNEL_EX_HOOK(launch_kernel_ex_ptsz, true)
     {                                                                                                  \
         PUMP_REAL_OR_RETURN(id, real);                                                                 \
         struct launch l;                                                                               \
-        before_launch(&l, f, pump_stream_of(stream, per_thread), params, NULL);                       \
+        before_launch(&l, f, gx, pump_stream_of(stream, per_thread), params, NULL);                       \
         CUresult r = real(f, gx, gy, gz, bx, by, bz, shared, stream, params);                         \
         after_launch(&l, r);                                                                           \
         return r;                                                                                      \

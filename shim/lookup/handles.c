@@ -8,7 +8,8 @@
  * CUkernel and a CUfunction per device), so the table rarely fills; when it does, the
  * newest handles stay unknown (said once). An unloaded owner's handles keep their slots
  * with the kind unknown: the driver may hand the same address out again, as any kind, and
- * the note of it then finds its slot.
+ * the note of it then finds its slot. A handle's name is asked of the driver by its kind
+ * (pump_handle_name).
  */
 #include "handles.h"
 
@@ -97,4 +98,18 @@ PUMP_HIDDEN void pump_handles_forget(const void *owner)
         __atomic_compare_exchange_n(&slots[slot], &seen, seen & ~KIND_BITS, false, __ATOMIC_RELEASE,
                                     __ATOMIC_RELAXED);  /* lost to a new note: that note stands */
     }
+}
+
+PUMP_HIDDEN const char *pump_handle_name(CUfunction f)
+{
+    const char *name = NULL;
+    enum pump_handle_kind kind = pump_handle_kind_of(f);
+    if (kind != PUMP_HANDLE_KERNEL && pump_driver.func_get_name != NULL &&
+        pump_driver.func_get_name(&name, f) == CUDA_SUCCESS && name != NULL)
+        return name;
+    name = NULL;
+    if (kind != PUMP_HANDLE_FUNCTION && pump_driver.kernel_get_name != NULL &&
+        pump_driver.kernel_get_name(&name, (CUkernel)(void *)f) == CUDA_SUCCESS && name != NULL)
+        return name;
+    return "";
 }

@@ -32,6 +32,11 @@ PUMP_HIDDEN enum pump_handle_kind pump_handle_kind_of(const void *handle);
 /* The module or library noted as handing `handle` out, or NULL. */
 PUMP_HIDDEN const void *pump_handle_owner_of(const void *handle);
 
+/* The kernel's name as the driver gives it, asked by the handle's kind (both ways for one of
+ * unknown origin, as cuda.h lets a CUkernel stand for a CUfunction); "" where it gives none.
+ * A driver call: never under a pump lock. */
+PUMP_HIDDEN const char *pump_handle_name(CUfunction f);
+
 /* owner is being unloaded: the kinds of its handles, and of those of no known owner, become
  * unknown (the driver may reuse their addresses). Lock-free; a pass over the table. */
 PUMP_HIDDEN void pump_handles_forget(const void *owner);

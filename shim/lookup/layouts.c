@@ -149,13 +149,16 @@ static const struct pump_layout *build(CUfunction f, uint32_t asked)
     uint32_t params = 0;
     struct pump_capture_mode mode = pump_capture_relax();
     bool ok = ask(f, offsets, sizes, &params);
+    const char *name = ok && params > 0 && offsets[0] == 0 ? pump_handle_name(f) : NULL;
     pump_capture_restore(&mode);
     if (!ok)
         params = 0;
 
+    struct pump_tensor_list list = {0};
+    bool listed = name != NULL && pump_tensor_list_of(name, sizes[0], &list);
     uint32_t runs = 0, windows = 0;
     for (uint32_t i = 0; i < params; i++) {
-        runs += count_spans(offsets[i], sizes[i], 8, 8) > 0;
+        runs += count_spans(offsets[i], sizes[i], 8, 8) > 0 && !(listed && i == 0);
         windows += count_spans(offsets[i], sizes[i], PUMP_TENSOR_MAP_ALIGN, PUMP_TENSOR_MAP_BYTES);
     }
     struct pump_layout *layout = malloc(sizeof *layout + (runs + windows) * sizeof(struct pump_word));
@@ -169,8 +172,10 @@ static const struct pump_layout *build(CUfunction f, uint32_t asked)
     layout->params = params;
     layout->runs = runs;
     layout->windows = windows;
+    layout->listed = listed;
+    layout->list = list;
     struct pump_word *next = layout->word;
-    for (uint32_t i = 0; i < params; i++)
+    for (uint32_t i = listed ? 1 : 0; i < params; i++)
         next = add_run(next, i, offsets[i], sizes[i]);
     for (uint32_t i = 0; i < params; i++)
         next = add_spans(next, i, offsets[i], sizes[i], PUMP_TENSOR_MAP_ALIGN, PUMP_TENSOR_MAP_BYTES);
@@ -247,6 +252,7 @@ PUMP_HIDDEN void pump_layouts_announce(bool (*fn)(CUfunction f))
 static bool same_layout(const struct pump_layout *a, const struct pump_layout *b)
 {
     return a->known == b->known && a->params == b->params && a->runs == b->runs && a->windows == b->windows &&
+           a->listed == b->listed && memcmp(&a->list, &b->list, sizeof a->list) == 0 &&
            memcmp(a->word, b->word, (a->runs + a->windows) * sizeof a->word[0]) == 0;
 }
 

@@ -5,6 +5,7 @@
 #define PUMP_LAYOUTS_H
 
 #include "shim.h"
+#include "tensor_lists.h"
 
 /* `count` 8-byte-aligned words in a row inside one parameter (in the device-side layout),
  * each of which may hold a pointer; or, for a window, the start of one span. The scan reads a
@@ -25,6 +26,9 @@ struct pump_layout {
     uint32_t runs;             /* one per parameter of at least one word */
     uint32_t windows;          /* 64-byte-aligned 128-byte spans inside a parameter: where a TMA
                                   descriptor (CUtensorMap, alignas(64)) may sit (tensor_maps.h) */
+    bool listed;               /* the first parameter is PyTorch's tensor list `list` (tensor_lists.h):
+                                  read by its slots, and in no run */
+    struct pump_tensor_list list;
     struct pump_word word[];   /* `runs` entries, then `windows` (the spans' starts) */
 };
 

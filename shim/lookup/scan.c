@@ -21,6 +21,11 @@
  * allocates on its first wide launch and keeps until it exits. No launch
  * allocates, and none pays for the wide ones.
  *
+ * PyTorch's tensor lists (multi_tensor_apply's by-value metadata, its foreach ops' and fused
+ * optimizers' first parameter) are the one exception: of that parameter, only the slots of the
+ * tensors the launch's blocks work on are read (tensor_lists.h); the rest of its slots hold an
+ * earlier launch's tensors.
+ *
  * TMA descriptors (CUtensorMap) hide their address: once the program has made one
  * (tensor_maps.h), each 64-byte-aligned 128-byte span of a by-value argument is looked
  * up among the descriptors pump saw made, and one found adds the first and last byte of
@@ -32,6 +37,7 @@
 
 #include "layouts.h"
 #include "scan.h"
+#include "tensor_lists.h"
 #include "tensor_maps.h"
 
 /* How many (key, value) pairs of an `extra` array are read at most. */
@@ -210,11 +216,38 @@ static bool gather_tensor_maps(struct gather *g, struct wide *wide, const struct
     return true;
 }
 
+/* Adds the words of one list of slots (8 bytes each from `slots`) whose read[] is set. */
+static bool add_slots(struct gather *g, struct wide *wide, const char *slots, const uint8_t *read, uint32_t count)
+{
+    for (uint32_t t = 0; t < count; t++)
+        if (read[t] && !add_words(g, wide, slots + 8 * (size_t)t, 1))
+            return false;
+    return true;
+}
+
+/* Adds the words of PyTorch's tensor list `meta` that a launch over grid_x blocks reads
+ * (tensor_lists.h), list by list; false once the scan must start again, wide. */
+static bool gather_list(struct gather *g, struct wide *wide, const struct pump_tensor_list *list, const char *meta,
+                        unsigned grid_x)
+{
+    uint8_t read[PUMP_TENSOR_LIST_SLOTS];
+    pump_tensor_list_read(list, meta, grid_x, read);
+    for (uint32_t d = 0; d < list->depth; d++)
+        if (!add_slots(g, wide, meta + 8 * (size_t)d * list->tensors, read, list->tensors))
+            return false;
+    return list->steps_at == 0 || add_slots(g, wide, meta + list->steps_at, read, list->tensors);
+}
+
 /* Looks up the launch's words (kernelParams `params` in the layout, else the `extra`
  * buffer): false when the scan's own places filled up first. */
 static SCAN_INLINE bool gather(struct gather *g, struct wide *wide, const struct pump_layout *layout, void **params,
-                               const char *buffer, size_t size)
+                               const char *buffer, size_t size, unsigned grid_x)
 {
+    if (layout->listed) {  /* the first parameter, by its slots: a foreach launch's tensors */
+        const char *meta = params != NULL ? params[0] : size >= layout->list.size ? buffer : NULL;
+        if (meta != NULL && !gather_list(g, wide, &layout->list, meta, grid_x))
+            return false;
+    }
     if (params != NULL) {
         for (uint32_t r = 0; r < layout->runs; r++) {
             const struct pump_word *run = &layout->word[r];
@@ -250,7 +283,7 @@ static SCAN_INLINE void gather_start(struct gather *g, struct pump_scan *out, st
     g->pending = 0;
 }
 
-PUMP_HIDDEN void pump_scan_launch(CUfunction f, void **params, void **extra, struct pump_scan *out)
+PUMP_HIDDEN void pump_scan_launch(CUfunction f, void **params, void **extra, unsigned grid_x, struct pump_scan *out)
 {
     out->found = 0;
     out->own = 0;
@@ -268,9 +301,9 @@ PUMP_HIDDEN void pump_scan_launch(CUfunction f, void **params, void **extra, str
     struct gather g;  /* not zero-initialised: the batch is 2 KiB */
     gather_start(&g, out, NULL);
     struct wide *wide;
-    if (PUMP_UNLIKELY(!gather(&g, NULL, layout, params, buffer, size)) && (wide = wide_of_thread()) != NULL) {
+    if (PUMP_UNLIKELY(!gather(&g, NULL, layout, params, buffer, size, grid_x)) && (wide = wide_of_thread()) != NULL) {
         gather_start(&g, out, wide);
-        gather(&g, wide, layout, params, buffer, size);
+        gather(&g, wide, layout, params, buffer, size, grid_x);
         wide_clear(wide, out);
     }
     out->own = out->found;

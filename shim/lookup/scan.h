@@ -20,8 +20,8 @@ struct pump_scan {
     struct pump_range *inline_range[PUMP_SCAN_INLINE];
 };
 
-/* Fills *out for a launch of f with kernelParams `params` or the `extra`
- * buffer form (at most one of them is non-NULL for a valid launch). */
-PUMP_HIDDEN void pump_scan_launch(CUfunction f, void **params, void **extra, struct pump_scan *out);
+/* Fills *out for a launch of f over grid_x blocks (x) with kernelParams `params` or the
+ * `extra` buffer form (at most one of them is non-NULL for a valid launch). */
+PUMP_HIDDEN void pump_scan_launch(CUfunction f, void **params, void **extra, unsigned grid_x, struct pump_scan *out);
 
 #endif
