@@ -292,22 +292,29 @@ class Ring:
         return out
 
     def _whole_groups(self, out: np.ndarray, done: int, head: int) -> int:
-        """done, or less where the `done` complete records read may end inside a group: a
-        LAUNCH and its MORE, EXTENT or COST records, a FUNCTION and its NAME records. decode
-        reads a batch on its own, so the group is left whole for the next read. The record
-        after them may extend the last group: one past the read's limit, or one its writer
-        has reserved and not yet written (the shim writes a group's records one by one,
-        and a writer preempted there left the end of a launch's bases to the next read:
-        seen as a launch's last allocations missing from a CI run's trace). 0: the one
-        group read is still being written."""
+        """done, or less where the `done` complete records read end inside a group: a LAUNCH and
+        its MORE, EXTENT or COST records, a FUNCTION and its NAME records. decode reads a batch on
+        its own, so the group is left whole for the next read. A LAUNCH or FUNCTION says how many
+        records it has (_group_length): one whose last records are not read yet waits for them,
+        whether they lie past the read's limit or are reserved and not yet written (the shim
+        writes a group's records one by one, and a writer preempted there left the end of a
+        launch's bases to the next read: seen as a launch's last allocations missing from a CI
+        run's trace). Another group ends where the record after it, complete, is no continuation.
+        0: the one group read is still being written."""
         after = self.tail + done
         if done == 0 or after >= head:
             return done
-        following = out[done] if done < len(out) else self._records(after, 1)[0]
-        if int(following["seq"]) == after + 1 and int(following["kind"]) not in CONTINUATION_KINDS:
-            return done  # the next group starts there
         starts = np.flatnonzero(~np.isin(out["kind"][:done], CONTINUATION_KINDS))
-        return int(starts[-1]) if len(starts) else done  # none: the rest of a group handed over in part
+        if not len(starts):
+            return done  # the rest of a group handed over in part: nothing to keep whole
+        last = int(starts[-1])
+        length = _group_length(out[last])
+        if length is not None:
+            return done if last + length <= done else last
+        following = out[done] if done < len(out) else self._records(after, 1)[0]
+        if int(following["seq"]) != after + 1 or int(following["kind"]) not in CONTINUATION_KINDS:
+            return done
+        return last if last > 0 else done
 
     def _skip_if_stuck(self, complete: np.ndarray, n: int, written: int) -> int:
         """0 until the read has been held up for STUCK_SECONDS; then, where a group was begun
@@ -457,6 +464,18 @@ class Plan:
         self.mm.close()
         if self.fd is not None:
             os.close(self.fd)
+
+
+def _group_length(record) -> int:
+    """The records of the group a LAUNCH or FUNCTION record begins, as its count says (a LAUNCH
+    holds 3 bases and each LAUNCH_MORE 5; a FUNCTION 32 bytes of the name and each NAME 40:
+    shim/channel/channel.c); None for another kind, whose group's length no record says."""
+    kind, count = int(record["kind"]), int(record["count"])
+    if kind == KIND["launch"]:
+        return 1 + (max(0, count - 3) + 4) // 5
+    if kind == KIND["function"]:
+        return 1 + (max(0, count - 32) + 39) // 40
+    return None
 
 
 @dataclasses.dataclass

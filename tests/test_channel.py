@@ -849,9 +849,9 @@ def test_a_read_cut_by_its_limit_leaves_a_launch_with_its_more_records():
     ring = channel.Ring.create(1, "jx", 1024)
     mm, records = shim_side(ring)
     kinds = ["launch", "launch", "launch_more", "launch_more", "launch"]
-    for i, kind in enumerate(kinds):
+    for i, kind in enumerate(kinds):  # the second launch's 13 bases: 3 in it, 5 in each MORE
         rec = records[i]
-        rec["kind"], rec["count"], rec["seq"] = channel.KIND[kind], 8 if kind == "launch" else 5, i + 1
+        rec["kind"], rec["count"], rec["seq"] = channel.KIND[kind], 13 if kind == "launch" else 5, i + 1
     del rec, records  # views of the shim's mapping
     mm.close()
     ring.header.head = len(kinds)
@@ -900,6 +900,23 @@ def test_a_launch_its_writer_is_still_writing_waits_for_the_next_read(monkeypatc
     assert [int(k) for k in part["kind"]] == [channel.KIND["launch"]] and ring.lost == 0
     write(5)
     assert channel.decode(ring.read()).invalid == 1  # the MORE record, come too late
+    del records
+    mm.close()
+    ring.close()
+
+
+def test_a_whole_launch_before_a_record_still_being_written_is_read():
+    """A launch whose records are all written goes in the read even where the record after it,
+    another writer's, is reserved and not yet written: its count says it is whole
+    (channel._group_length). Held back, it waited for the other's record; a writer killed at
+    exit between reserving and writing held it until STUCK_SECONDS."""
+    ring = channel.Ring.create(1, "jx", 1024)
+    mm, records = shim_side(ring)
+    rows = [("launch", 8), ("launch_more", 5), ("function", 50), ("name", 18)]
+    for i, (kind, count) in enumerate(rows):
+        records[i]["kind"], records[i]["count"], records[i]["seq"] = channel.KIND[kind], count, i + 1
+    ring.header.head = len(rows) + 1  # one more reserved, not written
+    assert [int(k) for k in ring.read()["kind"]] == [channel.KIND[k] for k, _ in rows]
     del records
     mm.close()
     ring.close()
