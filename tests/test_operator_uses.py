@@ -129,3 +129,28 @@ def test_a_multi_tensor_launch_trusts_its_own_address_slots():
     assert r._operand((7, 4 * MIB, MIB, "r"), twice, deeper) == f"@2696:0:{MIB}:r"
     assert r._operand((7, 0, MIB, "r"), pointers) == f"7:0:{MIB}:r"  # without the slots: ambiguous
     assert metadata_slots("sm80_xmma_gemm", pointers, LIMITS_32KB) == frozenset()
+
+
+def test_a_foreach_operators_launches_are_modelled_with_the_limits_of_the_build_that_ran():
+    """torch 2.11 keeps multi_tensor_apply to 4 KB of kernel arguments on CUDA 13 too (110
+    tensors a launch at depth 1), 2.14 takes 32 KB there (770): the recorder reads which from
+    the slots per list fakecuda found in the run's tensor-list launches, not from the CUDA
+    version, and gives each launch its own chunks of the model with those limits."""
+    from operator_uses import LIMITS_4KB, LIMITS_32KB, limits_of
+
+    def listed(depth, tensors):
+        return {"kernel": "multi_tensor_apply_kernel", "tensor_list": {"depth": depth, "tensors": tensors, "reads": []}}
+    assert limits_of([{"kernel": "gemm"}, listed(2, 64)]) is LIMITS_4KB      # 2.11.0+cu130's sqrt
+    assert limits_of([listed(1, 96)]) is LIMITS_4KB                           # its scalar list
+    assert limits_of([listed(3, 336), {"kernel": "gemm"}]) is LIMITS_32KB    # 2.14.1+cu130's addcmul_
+    assert limits_of([listed(1, 672)]) is LIMITS_32KB
+    assert limits_of([{"kernel": "gemm"}]) is LIMITS_4KB  # no foreach launch: nothing to model
+    r = recorder()
+    a, b = (7, 0, MIB, "rw"), (8, 0, MIB, "rw")
+    models = {LIMITS_4KB: [(a,), (b,)], LIMITS_32KB: [(a, b)]}
+    r.operators = [(0, 20, 22, (a, b), models, ())]
+    names = {(0, 20): "multi_tensor_apply_kernel", (0, 21): "multi_tensor_apply_kernel"}
+    pointers = {(0, 20): [(0, 0x7F0000000000)], (0, 21): [(0, 0x7F0000400000)]}
+    assert r.per_launch(names, pointers, LIMITS_4KB) == ({(0, 20): (a,), (0, 21): (b,)}, 0)
+    # the other build's model makes one launch of the two: not followed, and counted (foreach_unsplit)
+    assert r.per_launch(names, pointers, LIMITS_32KB)[1] == 1

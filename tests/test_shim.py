@@ -343,7 +343,7 @@ def test_exit_while_another_thread_is_inside_the_driver(run_program):
     assert record["exited"] == 1
 
 
-@pytest.mark.parametrize("program", ["units", "units_channel"])
+@pytest.mark.parametrize("program", ["units", "units_channel", "units_tensor_lists"])
 @pytest.mark.parametrize("variant", ["plain", "asan", "tsan"])
 def test_shim_units(c_build, variant, program):
     proc = subprocess.run([str(c_build / variant / program)], capture_output=True, text=True, timeout=300,

@@ -18,8 +18,9 @@ FOREACH_CHUNK = 65536
 FOREACH_MAX_BLOCKS = 320
 FOREACH_MAX_TENSORS = (110, 64, 48, 36, 30)
 FOREACH_MAX_TENSORS_SCALAR_LIST = (96, 64, 48, 36, 30)
-# The same in a CUDA 13 build (torch 2.14's header: CUDART_VERSION >= 13000, 32 KB of kernel
-# arguments; pytorch/pytorch#134373): 2240 blocks a launch.
+# The same in a CUDA 13 build of torch 2.14 and later (its header: CUDART_VERSION >= 13000, 32 KB
+# of kernel arguments; pytorch/pytorch#134373): 2240 blocks a launch. torch 2.11 keeps the 4 KB
+# limits on CUDA 13 too.
 LIMITS_4KB = (FOREACH_MAX_BLOCKS, FOREACH_MAX_TENSORS, FOREACH_MAX_TENSORS_SCALAR_LIST)
 LIMITS_32KB = (2240, (770, 448, 336, 252, 210), (672, 448, 336, 252, 210))
 

@@ -10,7 +10,9 @@ struct pump_tensor_list {
     uint16_t depth;              /* addresses[depth][tensors] from byte 0 */
     uint16_t tensors;            /* slots per list */
     uint32_t steps_at;           /* a fused optimizer's state_steps_addresses[tensors]; 0: none */
-    uint32_t block_to_tensor_at; /* its 16-bit entries: the tensor each block works on */
+    uint32_t block_to_tensor_at; /* its entries: the tensor each block works on */
+    uint16_t blocks;             /* block_to_tensor's entries */
+    uint8_t entry_bytes;         /* each one's: 2 (2240 blocks) or 1 (320) */
     uint32_t size;               /* the struct's bytes */
 };
 

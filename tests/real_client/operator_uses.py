@@ -25,8 +25,9 @@ What this over- and understates:
   of them points into to every one of them: over (a kernel reaching a tensor through a pointer
   kept in memory, such as a batched GEMM's pointer arrays, leaves it to all of them).
 - A _foreach_ or fused optimizer operator whose multi_tensor_apply launches (by their kernels'
-  names) number what operands.foreach_launches models (with the build's limits: a CUDA 13
-  build's 32 KB of arguments hold 2240 chunks a launch) gives each its own chunks, and its other
+  names) number what operands.foreach_launches models (with the build's limits, read from the
+  slots fakecuda found in its tensor lists: torch 2.14's CUDA 13 builds' 32 KB of arguments hold
+  2240 chunks a launch, 2.11's 4 KB 320) gives each its own chunks, and its other
   launches (_foreach_norm's reduction, a fill) its results only; otherwise each launch gets every
   parameter, which alone can exceed a 50% budget: over (counted, ``foreach_unsplit``).
 - A strided tensor counts from its first element to its last, gaps included: over.
@@ -57,8 +58,22 @@ REPEAT_SPAN = 64  # bytes between two argument words that hold one pointer passe
 # multi_tensor_apply's metadata type (its first argument, addresses[depth][max tensors] first) and
 # depth, in the kernel's mangled name
 METADATA = re.compile(r"TensorList(ScalarList)?MetadataI[a-z]?Li(\d+)E")
-# multi_tensor_apply's limits per launch are the build's: 32 KB of kernel arguments from CUDA 13
-LIMITS = LIMITS_32KB if int((torch.version.cuda or "0").split(".")[0]) >= 13 else LIMITS_4KB
+# multi_tensor_apply's limits per launch are the build's header's, not its CUDA's: torch 2.11 keeps
+# to 4 KB of kernel arguments on CUDA 13 too, 2.14 takes 32 KB there (limits_of reads which)
+BUILDS = (LIMITS_4KB, LIMITS_32KB)
+
+
+def limits_of(entries):
+    """The limits of the build that made the launch log's entries: those whose slots per list
+    fakecuda read in a tensor-list launch ("tensor_list", fakecuda/tensor_lists.c); the 4 KB ones
+    when no launch had one (no foreach operator to model)."""
+    for entry in entries:
+        listed = entry.get("tensor_list")
+        for limits in BUILDS if listed else ():
+            depth, tables = listed["depth"], limits[1:]
+            if any(listed["tensors"] == table[depth - 1] for table in tables):
+                return limits
+    return LIMITS_4KB
 
 
 def _on_cuda(t) -> bool:
@@ -73,7 +88,8 @@ class Recorder(TorchDispatchMode):
         self.lib = driver or ctypes.CDLL("libcuda.so.1")
         self.lib.fakecuda_allocation_of.argtypes = [ctypes.c_void_p] + [ctypes.POINTER(ctypes.c_uint64)] * 3
         # Per operator that launched: (thread, first launch, launch after the last, its operands,
-        # multi_tensor_apply's launches' operands or None, its results' operands).
+        # multi_tensor_apply's launches' operands under each build's limits or None, its results'
+        # operands).
         self.operators = []
         self.order = []           # [thread, launch] of every launch recorded, in the order operators ran
         self.step_starts = []     # len(order) at each mark_step()
@@ -107,20 +123,22 @@ class Recorder(TorchDispatchMode):
         modelled = None
         if func.overloadpacket.__name__.startswith(MULTI_TENSOR):
             new = [t for t in results if not any(t is i for i, _ in inputs)]
-            modelled = [self._operands(uses)
-                        for uses in foreach_launches(operands, new, read_mutated, _on_cuda, LIMITS)]
+            modelled = {limits: [self._operands(uses)
+                                 for uses in foreach_launches(operands, new, read_mutated, _on_cuda, limits)]
+                        for limits in BUILDS}
         self.operators.append((now, first, after, self._operands(whole), modelled, self._operands(written)))
         self.order += [[now, launch] for launch in range(first, after)]
         return out
 
-    def per_launch(self, names, pointers):
+    def per_launch(self, names, pointers, limits=LIMITS_4KB):
         """{(thread, launch): operands} given each launch's kernel name and argument pointers
-        ({(thread, launch): [(word, value), ...]}), and the multi-tensor operators whose
-        multi_tensor_apply launches did not number the model's."""
+        ({(thread, launch): [(word, value), ...]}) and the build's limits, and the multi-tensor
+        operators whose multi_tensor_apply launches did not number the model's."""
         out, unsplit = {}, 0
-        for thread, first, after, whole, modelled, results in self.operators:
+        for thread, first, after, whole, models, results in self.operators:
             launches = range(first, after)
             given = self._by_pointer(whole, [pointers.get((thread, launch), ()) for launch in launches])
+            modelled = None if models is None else models[limits]
             if modelled is not None:
                 applied = [i for i, launch in enumerate(launches)
                            if MULTI_TENSOR_KERNEL in names.get((thread, launch), "")]
@@ -185,13 +203,14 @@ class Recorder(TorchDispatchMode):
         bound on the program's traffic needs: bench/real_client_budget.py). Returns what it
         wrote and left out."""
         names, pointers, pointer_params = {}, {}, {}
-        for line in pathlib.Path(launch_log).read_text().splitlines():
-            entry = json.loads(line)
+        entries = [json.loads(line) for line in pathlib.Path(launch_log).read_text().splitlines()]
+        limits = limits_of(entries)
+        for entry in entries:
             at = (entry["thread"], entry["launch"])
             names[at] = entry["kernel"]
             pointers[at] = [(word, value) for _, word, value, *_ in entry["pointers"]]
             pointer_params[at] = frozenset(offset for offset, size in entry["params"] if size == 8)
-        launches, unsplit = self.per_launch(names, pointers)
+        launches, unsplit = self.per_launch(names, pointers, limits)
         written = unnamed = by_argument = operands = 0
         by_allocation = []
         with open(path, "w") as f:
@@ -202,7 +221,7 @@ class Recorder(TorchDispatchMode):
                     unnamed += 1   # not an image kernel's launch (the log has image kernels only)
                     continue
                 words = pointers[(thread, launch)]
-                slots = metadata_slots(name, words, LIMITS)
+                slots = metadata_slots(name, words, limits)
                 named = [self._operand(use, words, slots, pointer_params[(thread, launch)]) for use in uses]
                 by_argument += sum(o.startswith("@") for o in named)
                 operands += len(named)
