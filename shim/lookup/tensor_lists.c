@@ -22,7 +22,7 @@
  * entries, a fused optimizer's state steps as many as a scalar list's slots. Any other name or
  * size (a PyTorch that changes the struct) is scanned word by word, as before. fakecuda reads
  * the same structs for its launch log (fakecuda/tensor_lists.c), on its own: tests/c/
- * units_tables.c and the real-client tier check one against the other.
+ * units_tensor_lists.c and the real-client tier check one against the other.
  */
 #include <string.h>
 
@@ -103,9 +103,12 @@ PUMP_HIDDEN bool pump_tensor_list_of(const char *name, size_t size, struct pump_
             continue;
         for (size_t i = 0; i < sizeof headers / sizeof headers[0]; i++) {
             const struct header *h = &headers[i];
-            if (kinds[k].kind != SCALAR_LIST && list_size(h, kinds[k].kind, depth, h->tensors[depth - 1], 8, out) == size)
-                return true;
-            for (size_t scalar = 1; kinds[k].kind == SCALAR_LIST && scalar <= 16; scalar *= 2) {  /* by its size */
+            if (kinds[k].kind != SCALAR_LIST) {
+                if (list_size(h, kinds[k].kind, depth, h->tensors[depth - 1], 8, out) == size)
+                    return true;
+                continue;
+            }
+            for (size_t scalar = 1; scalar <= 16; scalar *= 2) {  /* the scalars' type, by its size */
                 unsigned tensors = scalar == 16 && depth <= 2 ? h->complex_double[depth - 1] : h->scalar_list[depth - 1];
                 if (list_size(h, SCALAR_LIST, depth, tensors, scalar, out) == size)
                     return true;

@@ -67,11 +67,10 @@ def limits_of(entries):
     """The limits of the build that made the launch log's entries: those whose slots per list
     fakecuda read in a tensor-list launch ("tensor_list", fakecuda/tensor_lists.c); the 4 KB ones
     when no launch had one (no foreach operator to model)."""
-    for entry in entries:
-        listed = entry.get("tensor_list")
-        for limits in BUILDS if listed else ():
-            depth, tables = listed["depth"], limits[1:]
-            if any(listed["tensors"] == table[depth - 1] for table in tables):
+    for listed in (entry["tensor_list"] for entry in entries if "tensor_list" in entry):
+        for limits in BUILDS:
+            _, tensors, scalar_list = limits
+            if listed["tensors"] in (tensors[listed["depth"] - 1], scalar_list[listed["depth"] - 1]):
                 return limits
     return LIMITS_4KB
 
